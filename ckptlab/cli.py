@@ -1,0 +1,120 @@
+"""``python -m ckptlab``: list the models, run a measured step.
+
+Bad input exits with status 2 and one message naming the value and the fix, never a
+traceback; so does a step that does not fit in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+from . import catalog
+from .errors import CkptlabError
+from .measure import load_model, measure
+from .report import models_table, run_report
+from .results import DEVICES, DTYPES, RunSpec, compare
+
+EXIT_BAD_INPUT = 2  # also: the step does not fit
+EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ckptlab",
+        description="Activation checkpointing in transformers, measured: run real steps and see what each layer keeps.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    models = commands.add_parser("models", help="list the model presets")
+    models.add_argument("--json", action="store_true", help="print the list as JSON")
+
+    run = commands.add_parser("run", help="run and measure training steps with one checkpointing setting")
+    defaults = RunSpec()
+    run.add_argument("--model", default=defaults.model, help=f"preset name or local directory with config.json (default {defaults.model})")
+    run.add_argument("--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})")
+    run.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 1)")
+    setting = run.add_mutually_exclusive_group()
+    setting.add_argument("--every-n-layers", type=int, default=defaults.every_n_layers, help="checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)")
+    setting.add_argument("--no-checkpointing", action="store_true", help="run with checkpointing off")
+    run.add_argument("--offload", action="store_true", help="keep checkpointed inputs in pinned host memory (CUDA only)")
+    run.add_argument("--dtype", choices=DTYPES, default=defaults.dtype, help="default auto: float32 on the CPU, bfloat16 on CUDA")
+    run.add_argument("--device", choices=DEVICES, default=defaults.device, help="default auto: CUDA when present")
+    run.add_argument("--repeats", type=int, default=defaults.repeats, help=f"timed steps (default {defaults.repeats})")
+    run.add_argument("--warmup", type=int, default=defaults.warmup, help=f"untimed steps first (default {defaults.warmup})")
+    run.add_argument("--seed", type=int, default=defaults.seed)
+    compare_flag = run.add_mutually_exclusive_group()
+    compare_flag.add_argument("--compare", dest="compare", action="store_true", default=None, help="also run checkpointing off and compare (default without --json)")
+    compare_flag.add_argument("--no-compare", dest="compare", action="store_false")
+    run.add_argument("--json", action="store_true", help="print only the result as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "models":
+            return _models(args)
+        return _run(args)
+    except CkptlabError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _models(args: argparse.Namespace) -> int:
+    infos = [catalog.describe(preset.name) for preset in catalog.list_presets()]
+    if args.json:
+        print(json.dumps([info.to_dict() for info in infos], indent=2))
+    else:
+        print(models_table(infos))
+        print(f"\ndefault: {catalog.DEFAULT_PRESET}. --model also takes a local directory holding a transformers config.json.")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    spec = RunSpec(
+        model=args.model,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        device=args.device,
+        every_n_layers=None if args.no_checkpointing else args.every_n_layers,
+        offload=args.offload,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        seed=args.seed,
+    )
+    # A progress line only where a person watches; pipes and --json get clean output.
+    progress = _print_progress if sys.stderr.isatty() and not args.json else None
+    model, info = load_model(spec, progress)
+    result = measure(spec, model=model, info=info, progress=progress)
+    with_compare = args.compare if args.compare is not None else not args.json
+    reference = comparison = None
+    if with_compare and spec.checkpointing and result.status == "ok":
+        reference = measure(replace(spec, every_n_layers=None, offload=False), model=model, info=info, progress=progress)
+        if reference.status == "ok":
+            comparison = compare(result, reference)
+    if progress:
+        print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
+    if args.json:
+        print(result.to_json())
+    else:
+        print(run_report(result, comparison, reference))
+    if result.status != "ok":
+        if args.json:
+            print(f"error: {result.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not result.plan_matches:
+        print("PLAN MISMATCH: the observed reruns differ from the plan; see the notes above.", file=sys.stderr)
+        return EXIT_PLAN_MISMATCH
+    return 0
+
+
+def _print_progress(message: str, fraction: float) -> None:
+    print(f"\r[{fraction:>4.0%}] {message:<50}", end="", file=sys.stderr, flush=True)
