@@ -31,7 +31,7 @@ from .catalog import ModelInfo
 from .errors import DoesNotFitError, SpecError
 from .meters import Clock, clock_for, meter_for
 from .plan import describe_plan, observed_roles, planned_roles
-from .probe import LayerProbe, PeakLocator
+from .probe import LayerProbe, StepRecorder
 from .results import (
     LayerResult,
     MemoryResult,
@@ -290,8 +290,8 @@ def _observe_memory(
     meter = meter_for(model, device)
     with meter.watching():
         baseline = meter.current()
-        locator = PeakLocator(meter.peak)
-        probe = LayerProbe(model, on_region=locator, track_saved=True)
+        recorder = StepRecorder(meter.current, meter.peak)
+        probe = LayerProbe(model, on_region=recorder, track_saved=True)
         resident: dict[str, object] = {}
 
         def after_forward() -> None:
@@ -300,7 +300,7 @@ def _observe_memory(
 
         with probe.attached():
             _step(model, batch, probe, after_forward=after_forward)
-        where = locator.finish()
+        where = recorder.finish()
         peak = meter.peak()
         at_peak = meter.breakdown("peak")
     memory = MemoryResult(
@@ -311,6 +311,7 @@ def _observe_memory(
         peak_where=where.to_dict() if where else {"phase": None, "layer": None, "rerun": False, "description": "before the step"},
         breakdown_after_forward=resident["breakdown"],
         breakdown_at_peak=at_peak,
+        timeline=[point.to_dict() for point in recorder.timeline],
     )
     return memory, probe.counts
 

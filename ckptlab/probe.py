@@ -7,8 +7,8 @@ layer and reruns on the layer's *first child*, and attributes the tensors autogr
 during the forward (seen through ``saved_tensors_hooks``) to the layer running then.
 
 The probe also emits a stream of step events (layer entered, layer left, backward
-reached a layer, ...) so that a memory meter can tell in which stretch of the step the
-peak occurred (:class:`PeakLocator`).
+reached a layer, ...) so that a memory meter can draw the step's timeline and tell in
+which stretch of it the peak occurred (:class:`StepRecorder`).
 """
 
 from __future__ import annotations
@@ -153,11 +153,13 @@ class LayerProbe:
             self._entry_child.pop(index, None)
             if self.on_region is not None:
                 self._emit("forward", index, False, f"forward of L{index + 1}")
-                # The gradient reaching this layer's input means its backward is done.
-                for tensor in _tensors(args):
-                    if tensor.requires_grad:
-                        tensor.register_hook(self._grad_hook(index, reached_input=True))
-                        break
+                if index == 0:
+                    # The gradient reaching the first layer's input ends the layers' backward.
+                    # (Every other layer's input is its predecessor's output, hooked below.)
+                    for tensor in _tensors(args):
+                        if tensor.requires_grad:
+                            tensor.register_hook(self._grad_hook(None))
+                            break
 
         return hook
 
@@ -172,11 +174,11 @@ class LayerProbe:
             if last:
                 self._emit("loss", None, False, "forward: final norm, logits and loss")
             else:
-                self._emit("forward", None, False, f"forward: between L{index + 1} and L{index + 2}")
+                self._emit("forward", None, False, f"forward: L{index + 1} done")
             # The gradient reaching this layer's output means its backward starts.
             for tensor in _tensors(output):
                 if tensor.requires_grad:
-                    tensor.register_hook(self._grad_hook(index, reached_input=False))
+                    tensor.register_hook(self._grad_hook(index))
                     break
 
         return hook
@@ -189,17 +191,14 @@ class LayerProbe:
                 self._entry_child.setdefault(index, child)
             elif self.phase == "backward" and self._entry_child.get(index) is child:
                 self._state.counts[index].recompute_calls += 1
-                self._emit("backward", index, True, f"backward of L{index + 1}, during and after its rerun")
+                self._emit("backward", index, True, f"backward of L{index + 1}: its rerun, then its gradients")
 
         return hook
 
-    def _grad_hook(self, index: int, reached_input: bool) -> Callable[[torch.Tensor], None]:
+    def _grad_hook(self, index: int | None) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
-            if reached_input:
-                if index == 0:
-                    self._emit("backward", None, False, "backward: embeddings")
-                else:
-                    self._emit("backward", None, False, f"backward: between L{index + 1} and L{index}")
+            if index is None:
+                self._emit("backward", None, False, "backward: embeddings and the last gradients")
             else:
                 self._emit("backward", index, False, f"backward of L{index + 1}")
 
@@ -246,29 +245,57 @@ def _storage_bytes(value: Any) -> int:
     return sum({id(storage): storage.nbytes() for storage in storages}.values())
 
 
-class PeakLocator:
-    """Follows a meter's running peak across probe regions and remembers where it rose last.
+@dataclass(frozen=True)
+class TimelinePoint:
+    """Memory at one event of the step: the start of a :class:`Region`."""
 
-    At each region change it reads the meter's peak so far: if it grew since the last
-    change, the new peak happened in the region that just ended. The last region to
-    raise it holds the step's peak.
+    order: int  # position in the step, from 0
+    phase: str  # "forward", "loss" or "backward"
+    layer: int | None  # 0-based layer index, None outside the layers
+    rerun: bool  # the backward is recomputing a checkpointed layer
+    event: str  # the region that starts here, for people
+    current_bytes: int  # memory in use at this event
+    peak_bytes: int  # highest memory so far in the step (catches what rose and fell between events)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class StepRecorder:
+    """Follows a memory meter across the probe's regions: the timeline, and where the peak rose last.
+
+    At each region change it reads the memory in use and the peak so far. If the peak grew
+    since the last change, it was reached in the region that just ended; the last region
+    to raise it holds the step's peak. Reading two counters per event allocates nothing,
+    so recording changes neither the peak nor the step.
 
     Args:
-        read_peak: returns the peak so far, in bytes (for example
-            ``torch.cuda.max_memory_allocated``).
+        read_current: bytes in use now (for example ``torch.cuda.memory_allocated``).
+        read_peak: the peak so far (for example ``torch.cuda.max_memory_allocated``).
     """
 
-    def __init__(self, read_peak: Callable[[], int]) -> None:
+    def __init__(self, read_current: Callable[[], int], read_peak: Callable[[], int]) -> None:
+        self._read_current = read_current
         self._read_peak = read_peak
         self._current: Region | None = None
         self._last_peak = read_peak()
         self.peak_region: Region | None = None
-        self.regions: list[Region] = []
+        self.timeline: list[TimelinePoint] = []
 
     def __call__(self, region: Region) -> None:
         self._close_current()
         self._current = region
-        self.regions.append(region)
+        self.timeline.append(
+            TimelinePoint(
+                order=len(self.timeline),
+                phase=region.phase,
+                layer=region.layer,
+                rerun=region.rerun,
+                event=region.description,
+                current_bytes=self._read_current(),
+                peak_bytes=self._last_peak,
+            )
+        )
 
     def finish(self) -> Region | None:
         """Close the last region and return where the peak was (None if it never rose)."""

@@ -139,6 +139,7 @@ class MemoryResult:
     breakdown_at_peak: dict[str, int] = field(default_factory=dict)
     offload_bytes: int = 0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
     offload_applied: bool = False  # True only when transformers' offload ran
+    timeline: list[dict[str, Any]] = field(default_factory=list)  # memory at each event of the step (probe.TimelinePoint)
 
     @property
     def peak_above_baseline_bytes(self) -> int:
