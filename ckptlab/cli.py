@@ -22,18 +22,8 @@ EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m ckptlab",
-        description="Activation checkpointing in transformers, measured: run real steps and see what each layer keeps.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    models = commands.add_parser("models", help="list the model presets")
-    models.add_argument("--json", action="store_true", help="print the list as JSON")
-
-    run = commands.add_parser("run", help="run and measure training steps with one checkpointing setting")
-    defaults = RunSpec()
+def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec()) -> None:
+    """The options of ``run`` that describe one spec; ``simulate`` and ``sweep`` reuse them."""
     run.add_argument("--model", default=defaults.model, help=f"preset name or local directory with config.json (default {defaults.model})")
     run.add_argument("--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})")
     run.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 1)")
@@ -43,22 +33,64 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--offload", action="store_true", help="keep checkpointed inputs in pinned host memory (CUDA only)")
     run.add_argument("--dtype", choices=DTYPES, default=defaults.dtype, help="default auto: float32 on the CPU, bfloat16 on CUDA")
     run.add_argument("--device", choices=DEVICES, default=defaults.device, help="default auto: CUDA when present")
+    run.add_argument("--seed", type=int, default=defaults.seed)
+
+
+def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
+    """The :class:`RunSpec` the options of :func:`add_run_arguments` describe."""
+    return RunSpec(
+        model=args.model,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        device=args.device,
+        every_n_layers=None if args.no_checkpointing else args.every_n_layers,
+        offload=args.offload,
+        seed=args.seed,
+        **extra,
+    )
+
+
+def _add_models_command(commands) -> None:
+    models = commands.add_parser("models", help="list the model presets")
+    models.add_argument("--json", action="store_true", help="print the list as JSON")
+    models.set_defaults(handler=_models)
+
+
+def _add_run_command(commands) -> None:
+    run = commands.add_parser("run", help="run and measure training steps with one checkpointing setting")
+    defaults = RunSpec()
+    add_run_arguments(run, defaults)
     run.add_argument("--repeats", type=int, default=defaults.repeats, help=f"timed steps (default {defaults.repeats})")
     run.add_argument("--warmup", type=int, default=defaults.warmup, help=f"untimed steps first (default {defaults.warmup})")
-    run.add_argument("--seed", type=int, default=defaults.seed)
     compare_flag = run.add_mutually_exclusive_group()
     compare_flag.add_argument("--compare", dest="compare", action="store_true", default=None, help="also run checkpointing off and compare (default without --json)")
     compare_flag.add_argument("--no-compare", dest="compare", action="store_false")
     run.add_argument("--json", action="store_true", help="print only the result as JSON")
+    run.set_defaults(handler=_run)
+
+
+# One entry per subcommand: a function that adds its parser to the subparsers and sets
+# ``handler`` (a function of the parsed args returning the exit status). A new command
+# lives in its own module and adds one line here.
+COMMANDS = [_add_models_command, _add_run_command]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ckptlab",
+        description="Activation checkpointing in transformers, measured: run real steps and see what each layer keeps.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add_command in COMMANDS:
+        add_command(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "models":
-            return _models(args)
-        return _run(args)
+        return args.handler(args)
     except CkptlabError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -78,18 +110,7 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    spec = RunSpec(
-        model=args.model,
-        seq_len=args.seq_len,
-        batch_size=args.batch_size,
-        dtype=args.dtype,
-        device=args.device,
-        every_n_layers=None if args.no_checkpointing else args.every_n_layers,
-        offload=args.offload,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        seed=args.seed,
-    )
+    spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup)
     # A progress line only where a person watches; pipes and --json get clean output.
     progress = _print_progress if sys.stderr.isatty() and not args.json else None
     model, info = load_model(spec, progress)
