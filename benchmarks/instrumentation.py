@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ckptlab import RunSpec, load_model  # noqa: E402
 from ckptlab.measure import _random_batch, _step  # noqa: E402
 from ckptlab.meters import TrackerMeter  # noqa: E402
-from ckptlab.probe import LayerProbe, StepRecorder  # noqa: E402
+from ckptlab.probe import LayerProbe  # noqa: E402
 
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
     batch = _random_batch(model, spec, torch.device("cpu"))
 
     timed_probe = LayerProbe(model, track_saved=False)
-    memory_probe = LayerProbe(model, on_region=StepRecorder(lambda: 0, lambda: 0), track_saved=True)
+    memory_probe = LayerProbe(model, on_region=lambda region: None, track_saved=True)
 
     def bare() -> None:
         _step(model, batch, None)

@@ -290,27 +290,25 @@ def _observe_memory(
     meter = meter_for(model, device)
     with meter.watching():
         baseline = meter.current()
-        recorder = StepRecorder(meter.current, meter.peak)
+        recorder = StepRecorder(meter)
         probe = LayerProbe(model, on_region=recorder, track_saved=True)
         resident: dict[str, object] = {}
 
         def after_forward() -> None:
             resident["bytes"] = meter.current() - baseline
-            resident["breakdown"] = meter.breakdown("current")
+            resident["breakdown"] = meter.breakdown()
 
         with probe.attached():
             _step(model, batch, probe, after_forward=after_forward)
-        where = recorder.finish()
-        peak = meter.peak()
-        at_peak = meter.breakdown("peak")
+        peak_point = recorder.finish()
     memory = MemoryResult(
         method=meter.method,
         baseline_bytes=baseline,
         after_forward_bytes=resident["bytes"],
-        peak_bytes=peak,
-        peak_where=where.to_dict() if where else {"phase": None, "layer": None, "rerun": False, "description": "before the step"},
+        peak_bytes=peak_point.region_peak_bytes,
+        peak_where=peak_point.region().to_dict(),
         breakdown_after_forward=resident["breakdown"],
-        breakdown_at_peak=at_peak,
+        breakdown_at_peak=peak_point.region_peak_breakdown,
         timeline=[point.to_dict() for point in recorder.timeline],
     )
     return memory, probe.counts

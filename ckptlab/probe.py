@@ -41,13 +41,25 @@ class LayerCounts:
 class Region:
     """A stretch of the step between two probe events."""
 
+    kind: str  # one of KINDS: what starts the stretch
     phase: str  # "forward", "loss" or "backward"
-    layer: int | None  # 0-based layer index, None outside the layers
+    layer: int | None  # 0-based index of the layer the stretch belongs to, None outside the layers
     rerun: bool  # True while the backward recomputes a checkpointed layer
-    description: str  # for people, e.g. "backward of L3, during its rerun"
+    description: str  # for people, e.g. "backward of L3: its rerun, then its gradients"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "layer": self.layer, "rerun": self.rerun, "description": self.description}
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "layer": self.layer,
+            "rerun": self.rerun,
+            "description": self.description,
+        }
+
+
+# The events of a step, in the order they come: the forward of each layer and its end, the
+# head and the loss, the backward reaching each layer (and rerunning a CP one), the embeddings.
+KINDS = ("embeddings", "layer_forward", "layer_done", "loss", "backward", "layer_backward", "rerun", "backward_end")
 
 
 @dataclass
@@ -114,13 +126,13 @@ class LayerProbe:
         self._state = _StepState(counts=[LayerCounts() for _ in self.layers])
         self._current_layer = None
         self.phase = "forward"
-        self._emit("forward", None, False, "forward: embeddings")
+        self._emit("embeddings", "forward", None, False, "forward: embeddings")
 
     def set_phase(self, phase: Phase) -> None:
         """Move to ``"backward"`` right before ``loss.backward()``; ``"idle"`` after it."""
         self.phase = phase
         if phase == "backward":
-            self._emit("backward", None, False, "backward: loss, logits and final norm")
+            self._emit("backward", "backward", None, False, "backward: loss, logits and final norm")
 
     def end_step(self) -> None:
         """Leave the step (the backward has returned)."""
@@ -152,7 +164,7 @@ class LayerProbe:
             self._current_layer = index
             self._entry_child.pop(index, None)
             if self.on_region is not None:
-                self._emit("forward", index, False, f"forward of L{index + 1}")
+                self._emit("layer_forward", "forward", index, False, f"forward of L{index + 1}")
                 if index == 0:
                     # The gradient reaching the first layer's input ends the layers' backward.
                     # (Every other layer's input is its predecessor's output, hooked below.)
@@ -172,9 +184,9 @@ class LayerProbe:
                 return
             last = index == len(self.layers) - 1
             if last:
-                self._emit("loss", None, False, "forward: final norm, logits and loss")
+                self._emit("loss", "loss", None, False, "forward: final norm, logits and loss")
             else:
-                self._emit("forward", None, False, f"forward: L{index + 1} done")
+                self._emit("layer_done", "forward", index, False, f"forward: L{index + 1} done")
             # The gradient reaching this layer's output means its backward starts.
             for tensor in _tensors(output):
                 if tensor.requires_grad:
@@ -191,16 +203,16 @@ class LayerProbe:
                 self._entry_child.setdefault(index, child)
             elif self.phase == "backward" and self._entry_child.get(index) is child:
                 self._state.counts[index].recompute_calls += 1
-                self._emit("backward", index, True, f"backward of L{index + 1}: its rerun, then its gradients")
+                self._emit("rerun", "backward", index, True, f"backward of L{index + 1}: its rerun, then its gradients")
 
         return hook
 
     def _grad_hook(self, index: int | None) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
             if index is None:
-                self._emit("backward", None, False, "backward: embeddings and the last gradients")
+                self._emit("backward_end", "backward", None, False, "backward: embeddings and the last gradients")
             else:
-                self._emit("backward", index, False, f"backward of L{index + 1}")
+                self._emit("layer_backward", "backward", index, False, f"backward of L{index + 1}")
 
         return hook
 
@@ -218,9 +230,9 @@ class LayerProbe:
         # torch.autograd.graph.saved_tensors_hooks); the storage is shared, nothing is copied.
         return tensor.detach()
 
-    def _emit(self, phase: str, layer: int | None, rerun: bool, description: str) -> None:
+    def _emit(self, kind: str, phase: str, layer: int | None, rerun: bool, description: str) -> None:
         if self.on_region is not None:
-            self.on_region(Region(phase, layer, rerun, description))
+            self.on_region(Region(kind, phase, layer, rerun, description))
 
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:
@@ -245,66 +257,67 @@ def _storage_bytes(value: Any) -> int:
     return sum({id(storage): storage.nbytes() for storage in storages}.values())
 
 
-@dataclass(frozen=True)
+@dataclass
 class TimelinePoint:
-    """Memory at one event of the step: the start of a :class:`Region`."""
+    """Memory at one event of the step, and how high it rose before the next event."""
 
     order: int  # position in the step, from 0
+    kind: str  # what the event is (probe.KINDS)
     phase: str  # "forward", "loss" or "backward"
     layer: int | None  # 0-based layer index, None outside the layers
     rerun: bool  # the backward is recomputing a checkpointed layer
-    event: str  # the region that starts here, for people
+    event: str  # the stretch that starts here, for people
     current_bytes: int  # memory in use at this event
-    peak_bytes: int  # highest memory so far in the step (catches what rose and fell between events)
+    region_peak_bytes: int = 0  # highest memory between this event and the next
+    region_peak_breakdown: dict[str, int] = field(default_factory=dict)  # by category at that high point, where told
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    def region(self) -> Region:
+        return Region(self.kind, self.phase, self.layer, self.rerun, self.event)
+
 
 class StepRecorder:
-    """Follows a memory meter across the probe's regions: the timeline, and where the peak rose last.
+    """Follows a memory meter across the probe's events: the step's timeline and its peak.
 
-    At each region change it reads the memory in use and the peak so far. If the peak grew
-    since the last change, it was reached in the region that just ended; the last region
-    to raise it holds the step's peak. Reading two counters per event allocates nothing,
-    so recording changes neither the peak nor the step.
+    At each event it closes the previous stretch with the meter's peak since then, and
+    opens a new point with the memory in use. The step's peak is the highest stretch, and
+    that stretch says where it happened. Reading counters allocates nothing, so recording
+    changes neither the peak nor the step.
 
     Args:
-        read_current: bytes in use now (for example ``torch.cuda.memory_allocated``).
-        read_peak: the peak so far (for example ``torch.cuda.max_memory_allocated``).
+        meter: a :class:`~ckptlab.meters.MemoryMeter` that is watching.
     """
 
-    def __init__(self, read_current: Callable[[], int], read_peak: Callable[[], int]) -> None:
-        self._read_current = read_current
-        self._read_peak = read_peak
-        self._current: Region | None = None
-        self._last_peak = read_peak()
-        self.peak_region: Region | None = None
+    def __init__(self, meter: Any) -> None:
+        self._meter = meter
         self.timeline: list[TimelinePoint] = []
 
     def __call__(self, region: Region) -> None:
-        self._close_current()
-        self._current = region
+        self._close_last()
         self.timeline.append(
             TimelinePoint(
                 order=len(self.timeline),
+                kind=region.kind,
                 phase=region.phase,
                 layer=region.layer,
                 rerun=region.rerun,
                 event=region.description,
-                current_bytes=self._read_current(),
-                peak_bytes=self._last_peak,
+                current_bytes=self._meter.current(),
             )
         )
 
-    def finish(self) -> Region | None:
-        """Close the last region and return where the peak was (None if it never rose)."""
-        self._close_current()
-        self._current = None
-        return self.peak_region
+    def finish(self) -> TimelinePoint | None:
+        """Close the last stretch; return the point whose stretch holds the step's peak."""
+        self._close_last()
+        if not self.timeline:
+            return None
+        return max(self.timeline, key=lambda point: point.region_peak_bytes)  # the first of equal highs
 
-    def _close_current(self) -> None:
-        peak = self._read_peak()
-        if peak > self._last_peak and self._current is not None:
-            self.peak_region = self._current
-        self._last_peak = max(peak, self._last_peak)
+    def _close_last(self) -> None:
+        peak = self._meter.take_peak()
+        if self.timeline:
+            last = self.timeline[-1]
+            last.region_peak_bytes = max(peak, last.current_bytes)
+            last.region_peak_breakdown = self._meter.peak_breakdown()
