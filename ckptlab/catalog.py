@@ -441,6 +441,24 @@ def describe(name_or_dir: str) -> ModelInfo:
     return _info(name_or_dir, config, source, task, weights, _build_on_meta(config, task))
 
 
+def instantiate(config: PretrainedConfig, task: str, dtype: torch.dtype) -> PreTrainedModel:
+    """A model with fresh weights from ``config``, made in the current device context.
+
+    ``build_model`` wraps it in ``torch.device(...)``; ``ckptlab.simulate`` calls it under
+    ``FakeTensorMode``, where the weights take no memory.
+    """
+    return _auto_class(task).from_config(config, dtype=dtype, **_model_kwargs(config, task))
+
+
+def config_with(config: PretrainedConfig, overrides: Mapping[str, Any]) -> PretrainedConfig:
+    """A copy of ``config`` with ``overrides`` applied (aliases resolved, per-layer lists rebuilt).
+
+    Raises:
+        SpecError: an unknown attribute or an invalid resulting config.
+    """
+    return _apply_overrides(config, overrides)
+
+
 def build_model(
     name_or_dir: str,
     *,
@@ -487,7 +505,7 @@ def build_model(
     else:
         # Created on the target device directly: an 8B model never passes through host memory.
         with torch.device(device):
-            model = auto.from_config(config, dtype=dtype, **_model_kwargs(config, task))
+            model = instantiate(config, task, dtype)
     model.to(device)
     model.train()
     return model, info

@@ -59,7 +59,23 @@ class Region:
 
 # The events of a step, in the order they come: the forward of each layer and its end, the
 # head and the loss, the backward reaching each layer (and rerunning a CP one), the embeddings.
-KINDS = ("embeddings", "layer_forward", "layer_done", "loss", "backward", "layer_backward", "rerun", "backward_end")
+# kind: (phase, rerun, description; {n} is the 1-based layer number)
+EVENTS: dict[str, tuple[str, bool, str]] = {
+    "embeddings": ("forward", False, "forward: embeddings"),
+    "layer_forward": ("forward", False, "forward of L{n}"),
+    "layer_done": ("forward", False, "forward: L{n} done"),
+    "loss": ("loss", False, "forward: final norm, logits and loss"),
+    "backward": ("backward", False, "backward: loss, logits and final norm"),
+    "layer_backward": ("backward", False, "backward of L{n}"),
+    "rerun": ("backward", True, "backward of L{n}: its rerun, then its gradients"),
+    "backward_end": ("backward", False, "backward: embeddings and the last gradients"),
+}
+
+
+def region_for(kind: str, layer: int | None = None) -> Region:
+    """The :class:`Region` an event of ``kind`` starts (``layer`` 0-based, for the per-layer kinds)."""
+    phase, rerun, description = EVENTS[kind]
+    return Region(kind, phase, layer, rerun, description.format(n=None if layer is None else layer + 1))
 
 
 @dataclass
@@ -126,13 +142,13 @@ class LayerProbe:
         self._state = _StepState(counts=[LayerCounts() for _ in self.layers])
         self._current_layer = None
         self.phase = "forward"
-        self._emit("embeddings", "forward", None, False, "forward: embeddings")
+        self._emit("embeddings")
 
     def set_phase(self, phase: Phase) -> None:
         """Move to ``"backward"`` right before ``loss.backward()``; ``"idle"`` after it."""
         self.phase = phase
         if phase == "backward":
-            self._emit("backward", "backward", None, False, "backward: loss, logits and final norm")
+            self._emit("backward")
 
     def end_step(self) -> None:
         """Leave the step (the backward has returned)."""
@@ -164,7 +180,7 @@ class LayerProbe:
             self._current_layer = index
             self._entry_child.pop(index, None)
             if self.on_region is not None:
-                self._emit("layer_forward", "forward", index, False, f"forward of L{index + 1}")
+                self._emit("layer_forward", index)
                 if index == 0:
                     # The gradient reaching the first layer's input ends the layers' backward.
                     # (Every other layer's input is its predecessor's output, hooked below.)
@@ -184,9 +200,9 @@ class LayerProbe:
                 return
             last = index == len(self.layers) - 1
             if last:
-                self._emit("loss", "loss", None, False, "forward: final norm, logits and loss")
+                self._emit("loss")
             else:
-                self._emit("layer_done", "forward", index, False, f"forward: L{index + 1} done")
+                self._emit("layer_done", index)
             # The gradient reaching this layer's output means its backward starts.
             for tensor in _tensors(output):
                 if tensor.requires_grad:
@@ -203,16 +219,16 @@ class LayerProbe:
                 self._entry_child.setdefault(index, child)
             elif self.phase == "backward" and self._entry_child.get(index) is child:
                 self._state.counts[index].recompute_calls += 1
-                self._emit("rerun", "backward", index, True, f"backward of L{index + 1}: its rerun, then its gradients")
+                self._emit("rerun", index)
 
         return hook
 
     def _grad_hook(self, index: int | None) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
             if index is None:
-                self._emit("backward_end", "backward", None, False, "backward: embeddings and the last gradients")
+                self._emit("backward_end")
             else:
-                self._emit("layer_backward", "backward", index, False, f"backward of L{index + 1}")
+                self._emit("layer_backward", index)
 
         return hook
 
@@ -230,9 +246,9 @@ class LayerProbe:
         # torch.autograd.graph.saved_tensors_hooks); the storage is shared, nothing is copied.
         return tensor.detach()
 
-    def _emit(self, kind: str, phase: str, layer: int | None, rerun: bool, description: str) -> None:
+    def _emit(self, kind: str, layer: int | None = None) -> None:
         if self.on_region is not None:
-            self.on_region(Region(kind, phase, layer, rerun, description))
+            self.on_region(region_for(kind, layer))
 
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:
