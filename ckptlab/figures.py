@@ -265,7 +265,7 @@ def comparison_figure(result: RunResult, baseline: RunResult | None) -> go.Figur
     figure.update_layout(
         barmode="group",
         height=360,
-        margin={"l": 55, "r": 10, "t": 70, "b": 10},
+        margin={"l": 55, "r": 10, "t": 70, "b": 55},  # room for the two-line category labels
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 14}},
         font={"family": FONT, "size": 14},
         plot_bgcolor="white",
