@@ -32,7 +32,7 @@ LEGEND = {
 }
 PLANNED_PATTERN = "/"  # planned rows are hatched so they never pass for observed ones
 # Streamlit's plotly.js (4.x) draws nothing for a pattern with an rgba fgcolor: hex colours only.
-HATCH = {"CP": "#EBAF80", "rerun": "#F2CF80", "keep": "#80B9D8"}  # each colour halfway to white
+HATCH = {"CP": "#E69766", "rerun": "#EDBD59", "keep": "#4095C5"}  # each colour a quarter of the way to white
 FONT = "Arial, Helvetica, sans-serif"
 
 
@@ -157,7 +157,8 @@ def _diagram(rows: list[_Row], title: str, subtitle: str) -> go.Figure:
                         "color": COLORS[role],
                         "line": {"color": "white", "width": 2},
                         "pattern": (
-                            {"shape": PLANNED_PATTERN, "bgcolor": COLORS[role], "fgcolor": HATCH[role]}
+                            # Thin, sparse stripes: visibly "planned" while the words stay readable.
+                            {"shape": PLANNED_PATTERN, "bgcolor": COLORS[role], "fgcolor": HATCH[role], "size": 14, "solidity": 0.25}
                             if planned
                             else {"shape": ""}
                         ),

@@ -72,123 +72,33 @@ def _model_label(name: str) -> str:
     return f"{group} · {name} · {info.num_layers} layers · {size}"
 
 
-state = st.session_state
-if any(key not in state for key in WIDGETS):
-    # First run of this session, or back from another page (Streamlit drops widget state then).
-    first_spec, state.lab_query_warnings = _initial_spec()
-    _load_into_widgets(first_spec)
-
-# The model decides the every_n_layers range, so describe it before drawing the controls.
-model_name = state.lab_local_dir.strip() if state.lab_model == LOCAL else state.lab_model
-info: ckptlab.ModelInfo | None = None
-model_problem = ""
-if state.lab_model != LOCAL:
-    info = preset_infos()[model_name]
-elif model_name:
-    try:
-        info = ckptlab.describe(model_name)
-    except ckptlab.CkptlabError as error:
-        model_problem = str(error)
-num_layers = info.num_layers if info else max(2, state.lab_n)
-if state.lab_n > num_layers:
-    state.lab_query_warnings = [*state.get("lab_query_warnings", []), f"every_n_layers lowered to {num_layers}: {model_name} has {num_layers} layers."]
-    state.lab_n = num_layers
-
-with st.sidebar:
-    st.header("Settings")
-    st.selectbox("Model", [*preset_infos(), LOCAL], key="lab_model", format_func=_model_label, help="Tiny presets run in seconds on a CPU; real shapes have published dimensions and random weights.")
-    if state.lab_model == LOCAL:
-        st.text_input("Folder with config.json", key="lab_local_dir", placeholder="/path/to/saved/model")
-    elif info:
-        st.caption(f"{info.family} · hidden {info.hidden_size} · up to {info.max_positions:,} tokens" if info.max_positions else f"{info.family} · hidden {info.hidden_size}")
-    st.number_input("Sequence length (tokens)", min_value=1, max_value=SEQ_MAX, step=128, key="lab_seq")
-    st.number_input("Batch size", min_value=1, max_value=BATCH_MAX, step=1, key="lab_batch")
-    left, right = st.columns(2)
-    left.selectbox("dtype", DTYPES, key="lab_dtype", help="auto: float32 on the CPU, bfloat16 on CUDA")
-    right.selectbox("Device", DEVICES, key="lab_device", help="auto: CUDA when there is one")
-    st.toggle("Activation checkpointing", key="lab_ckpt")
-    if num_layers > 1:
-        st.slider("every_n_layers", min_value=1, max_value=num_layers, key="lab_n", disabled=not state.lab_ckpt, help="Layer i (0-based) is checkpointed when i % n == 0: 1 checkpoints all, 2 every other layer.")
-    else:
-        state.lab_n = 1
-        st.caption("every_n_layers = 1 (the model has one layer)")
-    st.toggle("offload", key="lab_offload", disabled=not state.lab_ckpt, help="Keep the checkpointed inputs in pinned host memory instead of GPU memory (CUDA only).")
-    with st.expander("Timing"):
-        st.number_input("Timed repeats", min_value=1, max_value=REPEATS_MAX, key="lab_repeats")
-        st.number_input("Warm-up steps", min_value=0, max_value=WARMUP_MAX, key="lab_warmup")
-
-checkpointing = state.lab_ckpt
-spec = RunSpec(
-    model=model_name or "",
-    seq_len=int(state.lab_seq),
-    batch_size=int(state.lab_batch),
-    dtype=state.lab_dtype,
-    device=state.lab_device,
-    every_n_layers=int(state.lab_n) if checkpointing else None,
-    offload=bool(state.lab_offload) and checkpointing,
-    repeats=int(state.lab_repeats),
-    warmup=int(state.lab_warmup),
-)
-state.lab_saved = spec
-if model_name and st.query_params.to_dict() != spec_to_query(spec):
-    st.query_params.from_dict(spec_to_query(spec))
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:,.0f} min"
+    return f"{seconds / 3600:,.0f} h"
 
 
-# -- the page -----------------------------------------------------------------------------
+def _clock(measured: Measured) -> str:
+    return measured.measured_at.astimezone().strftime("%H:%M")
 
-st.header("Activation checkpointing, measured", anchor=False)
-st.caption("Pick a model and a setting, press **Run**: the lab runs real training steps and shows what each layer kept, what the backward reran, and what that cost.")
 
-for warning in state.get("lab_query_warnings", []):
-    st.warning(warning)
-
-if state.lab_model == LOCAL and not model_name:
-    st.info("Enter the path of a folder saved with `save_pretrained()` (it must hold a config.json), or pick a preset.")
-    st.stop()
-if model_problem:
-    st.error(model_problem)
-    st.stop()
-
-problem = ""
-try:
-    check(spec)
-    on_cpu = resolve_device(spec.device).type == "cpu"
-except ckptlab.CkptlabError as error:
-    problem, on_cpu = str(error), True
-
-if problem:
-    st.error(problem)
-elif on_cpu and not info.cpu_ok:
-    step_s, run_s = cpu_estimate(spec, info)
-    st.warning(
-        f"**{info.name} is meant for a GPU.** On this CPU a step takes about {step_s:,.0f} s, and this Run "
-        f"(warm-up, repeats, memory step, checkpointing-off baseline) about {run_s / 60:,.0f} min, while every other "
-        "participant's run waits. Predicted from 6 × parameters × tokens, not measured. A shorter sequence and fewer "
-        "repeats make it quicker; 8B shapes do not fit a laptop at all."
-    )
-if spec.offload and on_cpu and not problem:
-    st.info(
-        "**offload does not apply on the CPU.** It moves the inputs that checkpointed layers keep from GPU memory "
-        "to pinned host memory, and on the CPU they already live in host memory (transformers' "
-        "`save_on_cpu(pin_memory=True)` needs an accelerator). The Run checkpoints without offload and tells how many "
-        "bytes offload would move off a GPU."
-    )
-
-head, button = st.columns([5, 1], vertical_alignment="center")
-head.markdown(f"**{spec.model}** · seq {spec.seq_len:,} · batch {spec.batch_size} · {spec.dtype} · {spec.device} · **{setting_name(spec.every_n_layers, spec.offload)}**")
-pressed = button.button("Run", type="primary", key="lab_run", disabled=bool(problem), width="stretch")
+# -- running and drawing ------------------------------------------------------------------
 
 
 def _run(spec: RunSpec) -> None:
     """Run through the device queue with progress; keep the outcome in the session."""
+    state = st.session_state
     state.lab_query_warnings = []
     state.lab_error = None
     with st.status("Waiting for the device…", expanded=True) as status:
         bar = st.progress(0.0, text="queued")
 
         def progress(message: str, fraction: float) -> None:
-            status.update(label="Running…")
-            bar.progress(min(max(fraction, 0.0), 1.0), text=message)
+            fraction = min(max(fraction, 0.0), 1.0)
+            status.update(label=f"Running ({fraction:.0%}): {message}")
+            bar.progress(fraction, text=message)
 
         def on_wait(ahead: int) -> None:
             status.update(label=f"Waiting for the device: {ahead} run{'s' if ahead != 1 else ''} ahead of yours")
@@ -197,11 +107,11 @@ def _run(spec: RunSpec) -> None:
             lab = run_queued(spec, load=cached_model, progress=progress, on_wait=on_wait)
         except ckptlab.CkptlabError as error:
             status.update(label="Could not run", state="error", expanded=False)
-            state.lab_error = (str(error), None)
+            state.lab_error = (spec, str(error), None)
             return
         except Exception as error:  # a bug, not bad input: say so briefly, keep the page alive
             status.update(label="The run failed", state="error", expanded=False)
-            state.lab_error = ("The run failed unexpectedly. The lab keeps working; other settings may run.", f"{type(error).__name__}: {error}")
+            state.lab_error = (spec, "The run failed unexpectedly. The lab keeps working; other settings may run.", f"{type(error).__name__}: {error}")
             return
         if lab.run.reused and (lab.baseline is None or lab.baseline.reused):
             label = f"Reused from a run at {_clock(lab.run)}: same settings, no new measurement"
@@ -212,36 +122,17 @@ def _run(spec: RunSpec) -> None:
         state.lab_last = lab
 
 
-def _clock(measured: Measured) -> str:
-    return measured.measured_at.astimezone().strftime("%H:%M")
-
-
-if pressed:
-    _run(spec)
-
-error = state.get("lab_error")
-if error:
-    message, details = error
-    st.error(message)
-    if details:
-        with st.expander("Details"):
-            st.code(details, language=None)
-
-lab: LabRun | None = state.get("lab_last")
-
-
 def _render_code(spec: RunSpec) -> None:
-    st.subheader("The code")
-    left, right = st.columns(2)
-    with left:
-        st.caption("On a model")
-        st.code(snippets.model_snippet(spec.every_n_layers, spec.offload), language="python", wrap_lines=True)
-    with right:
-        st.caption("With the Trainer")
-        st.code(snippets.trainer_snippet(spec.every_n_layers, spec.offload), language="python", wrap_lines=True)
+    """The transformers lines for the current settings (not the last run's)."""
+    st.subheader("The code", anchor=False)
+    st.caption("On a model")
+    st.code(snippets.model_snippet(spec.every_n_layers, spec.offload), language="python")
+    st.caption("With the Trainer")
+    st.code(snippets.trainer_snippet(spec.every_n_layers, spec.offload), language="python")
 
 
-def _render_result(lab: LabRun) -> None:
+def _render_result(lab: LabRun, spec: RunSpec) -> None:
+    """The last run: diagram, measurements against checkpointing off, notes, downloads."""
     result = lab.result
     base = lab.baseline.result if lab.baseline else None
     if result.spec != spec:
@@ -306,6 +197,7 @@ def _time_delta(value: float, reference: float | None, significant: bool) -> dic
 
 
 def _render_metrics(lab: LabRun) -> None:
+    """st.metric figures with deltas against checkpointing off, and what they mean."""
     result, comparison = lab.result, lab.comparison
     memory, timing = result.memory, result.timing
     base = lab.baseline.result if lab.baseline and lab.baseline.result.status == "ok" else None
@@ -352,12 +244,133 @@ def _render_metrics(lab: LabRun) -> None:
     st.caption(f"{result.provenance.label} · medians of {len(timing.step_samples)} steps after {result.spec.warmup} warm-up")
 
 
+# -- the page: settings -> spec -> URL, then Run, then the result -------------------------
+
+state = st.session_state
+if any(key not in state for key in WIDGETS):
+    # First run of this session, or back from another page (Streamlit drops widget state then).
+    first_spec, state.lab_query_warnings = _initial_spec()
+    _load_into_widgets(first_spec)
+
+# The model decides the every_n_layers range, so describe it before drawing the controls.
+model_name = state.lab_local_dir.strip() if state.lab_model == LOCAL else state.lab_model
+info: ckptlab.ModelInfo | None = None
+model_problem = ""
+if state.lab_model != LOCAL:
+    info = preset_infos()[model_name]
+elif model_name:
+    try:
+        info = ckptlab.describe(model_name)
+    except ckptlab.CkptlabError as error:
+        model_problem = str(error)
+num_layers = info.num_layers if info else max(2, state.lab_n)
+if state.lab_n > num_layers:
+    state.lab_query_warnings = [*state.get("lab_query_warnings", []), f"every_n_layers lowered to {num_layers}: {model_name} has {num_layers} layers."]
+    state.lab_n = num_layers
+
+with st.sidebar:
+    st.header("Settings")
+    st.selectbox("Model", [*preset_infos(), LOCAL], key="lab_model", format_func=_model_label, help="Tiny presets run in seconds on a CPU; real shapes have published dimensions and random weights.")
+    if state.lab_model == LOCAL:
+        st.text_input("Folder with config.json", key="lab_local_dir", placeholder="/path/to/saved/model")
+    elif info:
+        st.caption(f"{info.family} · hidden {info.hidden_size} · up to {info.max_positions:,} tokens" if info.max_positions else f"{info.family} · hidden {info.hidden_size}")
+    st.number_input("Sequence length (tokens)", min_value=1, max_value=SEQ_MAX, step=128, key="lab_seq")
+    st.number_input("Batch size", min_value=1, max_value=BATCH_MAX, step=1, key="lab_batch")
+    left, right = st.columns(2)
+    left.selectbox("dtype", DTYPES, key="lab_dtype", help="auto: float32 on the CPU, bfloat16 on CUDA")
+    right.selectbox("Device", DEVICES, key="lab_device", help="auto: CUDA when there is one")
+    st.toggle("Activation checkpointing", key="lab_ckpt")
+    if num_layers > 1:
+        st.slider("every_n_layers", min_value=1, max_value=num_layers, key="lab_n", disabled=not state.lab_ckpt, help="Layer i (0-based) is checkpointed when i % n == 0: 1 checkpoints all, 2 every other layer.")
+    else:
+        state.lab_n = 1
+        st.caption("every_n_layers = 1 (the model has one layer)")
+    st.toggle("offload", key="lab_offload", disabled=not state.lab_ckpt, help="Keep the checkpointed inputs in pinned host memory instead of GPU memory (CUDA only).")
+    with st.expander("Timing"):
+        st.number_input("Timed repeats", min_value=1, max_value=REPEATS_MAX, key="lab_repeats")
+        st.number_input("Warm-up steps", min_value=0, max_value=WARMUP_MAX, key="lab_warmup")
+
+checkpointing = state.lab_ckpt
+spec = RunSpec(
+    model=model_name or "",
+    seq_len=int(state.lab_seq),
+    batch_size=int(state.lab_batch),
+    dtype=state.lab_dtype,
+    device=state.lab_device,
+    every_n_layers=int(state.lab_n) if checkpointing else None,
+    offload=bool(state.lab_offload) and checkpointing,
+    repeats=int(state.lab_repeats),
+    warmup=int(state.lab_warmup),
+)
+state.lab_saved = spec
+if model_name and st.query_params.to_dict() != spec_to_query(spec):
+    st.query_params.from_dict(spec_to_query(spec))
+
+
+st.header("Activation checkpointing, measured", anchor=False)
+st.caption("Pick a model and a setting, press **Run**: the lab runs real training steps and shows what each layer kept, what the backward reran, and what that cost.")
+
+for warning in state.get("lab_query_warnings", []):
+    st.warning(warning)
+
+if state.lab_model == LOCAL and not model_name:
+    st.info("Enter the path of a folder saved with `save_pretrained()` (it must hold a config.json), or pick a preset.")
+    st.stop()
+if model_problem:
+    st.error(model_problem)
+    st.stop()
+
+problem = ""
+try:
+    check(spec)
+    on_cpu = resolve_device(spec.device).type == "cpu"
+except ckptlab.CkptlabError as error:
+    problem, on_cpu = str(error), True
+
+if problem:
+    st.error(problem)
+elif on_cpu and not info.cpu_ok:
+    step_s, run_s = cpu_estimate(spec, info)
+    weights_gib = 2 * info.num_params * (2 if spec.dtype in ("bfloat16", "float16") else 4) / 2**30
+    st.warning(
+        f"**{info.name} is meant for a GPU.** On this CPU a step takes about {_duration(step_s)} and this Run "
+        f"(warm-up, repeats, memory step, checkpointing-off baseline) about {_duration(run_s)}, while every other "
+        f"participant's run waits; its parameters and gradients alone need {weights_gib:,.1f} GiB of RAM. "
+        "Predicted from 6 × parameters × tokens, not measured. A shorter sequence and fewer repeats make it quicker."
+    )
+lab: LabRun | None = state.get("lab_last")
+shown_now = lab is not None and lab.result.spec == spec
+if spec.offload and on_cpu and not problem and not shown_now:
+    st.info(
+        "**offload does not apply on the CPU.** It moves the inputs that checkpointed layers keep from GPU memory "
+        "to pinned host memory, and on the CPU they already live in host memory (transformers' "
+        "`save_on_cpu(pin_memory=True)` needs an accelerator). The Run checkpoints without offload and tells how many "
+        "bytes offload would move off a GPU."
+    )
+
+head, button = st.columns([5, 1], vertical_alignment="center")
+head.markdown(f"**{spec.model}** · seq {spec.seq_len:,} · batch {spec.batch_size} · {spec.dtype} · {spec.device} · **{setting_name(spec.every_n_layers, spec.offload)}**")
+pressed = button.button("Run", type="primary", key="lab_run", disabled=bool(problem), width="stretch")
+
+if pressed:
+    _run(spec)
+
+error = state.get("lab_error")
+if error and error[0] == spec:  # an error belongs to the settings that caused it
+    _, message, details = error
+    st.error(message)
+    if details:
+        with st.expander("Details"):
+            st.code(details, language=None)
+
+lab = state.get("lab_last")  # again: the Run above may have replaced it
 try:
     if lab is None:
         if not problem:
             st.plotly_chart(figures.plan_figure(info.num_layers, spec.every_n_layers), key="lab_plan", theme=None)
     else:
-        _render_result(lab)
+        _render_result(lab, spec)
     _render_code(spec)
 except Exception as error:  # drawing must never take the page down
     st.error("Could not draw this result. The lab keeps working; press Run again or change a setting.")

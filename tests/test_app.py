@@ -91,6 +91,7 @@ def test_offload_on_the_cpu_explains_itself():
     assert not at.error, _texts(at.error)
     info = _texts(at.info)
     assert "offload did not apply here" in info and "MiB" in info
+    assert "offload does not apply on the CPU" not in info  # said once, with the number, not twice
     assert "offload=True" in _texts(at.code)
 
 
@@ -151,9 +152,10 @@ def test_an_eight_billion_model_on_the_cpu_says_it_does_not_fit(monkeypatch):
     _assert_alive(at)
     assert "does not fit on this CPU" in _texts(at.error)
     assert at.status[0].label == "Could not run"
-    # The session keeps working.
+    # The session keeps working, and the error stays with the settings that caused it.
     at.selectbox(key="lab_model").set_value("tiny-llama").run()
     _assert_alive(at)
+    assert not at.error
 
 
 def test_an_unexpected_failure_is_a_short_message_not_a_dead_page(monkeypatch):
