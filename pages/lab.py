@@ -339,15 +339,6 @@ elif on_cpu and not info.cpu_ok:
         f"participant's run waits; its parameters and gradients alone need {weights_gib:,.1f} GiB of RAM. "
         "Predicted from 6 × parameters × tokens, not measured. A shorter sequence and fewer repeats make it quicker."
     )
-lab: LabRun | None = state.get("lab_last")
-shown_now = lab is not None and lab.result.spec == spec
-if spec.offload and on_cpu and not problem and not shown_now:
-    st.info(
-        "**offload does not apply on the CPU.** It moves the inputs that checkpointed layers keep from GPU memory "
-        "to pinned host memory, and on the CPU they already live in host memory (transformers' "
-        "`save_on_cpu(pin_memory=True)` needs an accelerator). The Run checkpoints without offload and tells how many "
-        "bytes offload would move off a GPU."
-    )
 
 head, button = st.columns([5, 1], vertical_alignment="center")
 head.markdown(f"**{spec.model}** · seq {spec.seq_len:,} · batch {spec.batch_size} · {spec.dtype} · {spec.device} · **{setting_name(spec.every_n_layers, spec.offload)}**")
@@ -364,7 +355,15 @@ if error and error[0] == spec:  # an error belongs to the settings that caused i
         with st.expander("Details"):
             st.code(details, language=None)
 
-lab = state.get("lab_last")  # again: the Run above may have replaced it
+lab: LabRun | None = state.get("lab_last")
+if spec.offload and on_cpu and not problem and (lab is None or lab.result.spec != spec):
+    st.info(
+        "**offload does not apply on the CPU.** It moves the inputs that checkpointed layers keep from GPU memory "
+        "to pinned host memory, and on the CPU they already live in host memory (transformers' "
+        "`save_on_cpu(pin_memory=True)` needs an accelerator). The Run checkpoints without offload and tells how many "
+        "bytes offload would move off a GPU."
+    )
+
 try:
     if lab is None:
         if not problem:
