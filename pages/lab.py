@@ -263,6 +263,8 @@ elif model_name:
         info = ckptlab.describe(model_name)
     except ckptlab.CkptlabError as error:
         model_problem = str(error)
+    except Exception as error:  # a folder transformers chokes on must not take the page down
+        model_problem = f"Could not read {model_name!r} as a transformers model: {type(error).__name__}: {error}"
 num_layers = info.num_layers if info else max(2, state.lab_n)
 if state.lab_n > num_layers:
     state.lab_query_warnings = [*state.get("lab_query_warnings", []), f"every_n_layers lowered to {num_layers}: {model_name} has {num_layers} layers."]
@@ -327,6 +329,8 @@ try:
     on_cpu = resolve_device(spec.device).type == "cpu"
 except ckptlab.CkptlabError as error:
     problem, on_cpu = str(error), True
+except Exception as error:  # not bad input but a failure: still a message, not a dead page
+    problem, on_cpu = f"These settings cannot be checked: {type(error).__name__}: {error}", True
 
 if problem:
     st.error(problem)

@@ -202,3 +202,10 @@ def test_a_session_waits_its_turn_while_another_run_holds_the_device():
     _assert_alive(at)
     label = at.status[0].label
     assert label.startswith("Measured in") and "waited" in label and "for the device" in label
+
+
+def test_a_folder_transformers_cannot_read_is_a_message(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    at = _app(model=str(tmp_path))
+    _assert_alive(at)
+    assert "could not be read as JSON" in _texts(at.error)
