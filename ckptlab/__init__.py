@@ -10,8 +10,11 @@ from .catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, l
 from .errors import CkptlabError, DoesNotFitError, ModelLoadError, SpecError, UnsupportedModelError
 from .measure import load_model, measure
 from .plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
+from .predict import Prediction, predict
+from .recommend import Recommendation, recommend
 from .report import diagram, result_diagram, run_report
 from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, RunSpec, TimingResult, compare
+from .sweep import SweepResult, SweepRow, SweepSpec, sweep
 
 __all__ = [
     "DEFAULT_PRESET",
@@ -22,11 +25,16 @@ __all__ = [
     "MemoryResult",
     "ModelInfo",
     "ModelLoadError",
+    "Prediction",
     "Preset",
     "Provenance",
+    "Recommendation",
     "RunResult",
     "RunSpec",
     "SpecError",
+    "SweepResult",
+    "SweepRow",
+    "SweepSpec",
     "TimingResult",
     "UnsupportedModelError",
     "build_model",
@@ -40,6 +48,9 @@ __all__ = [
     "measure",
     "observed_roles",
     "planned_roles",
+    "predict",
+    "recommend",
     "result_diagram",
     "run_report",
+    "sweep",
 ]
