@@ -138,7 +138,8 @@ class MemoryResult:
     breakdown_after_forward: dict[str, int] = field(default_factory=dict)  # by category where the tool tells
     breakdown_at_peak: dict[str, int] = field(default_factory=dict)
     offload_bytes: int = 0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
-    offload_applied: bool = False  # True only when transformers' offload ran
+    offload_applied: bool = False  # True only when transformers' offload ran (or was simulated)
+    host_offload_bytes: int = 0  # pinned host memory offload held at the end of the forward (simulated runs)
     timeline: list[dict[str, Any]] = field(default_factory=list)  # memory at each event of the step (probe.TimelinePoint)
 
     @property
