@@ -138,16 +138,18 @@ class Calibration:
     source: str  # the run's provenance label
 
 
-def architecture(model: str | PretrainedConfig, num_layers: int | None = None) -> Architecture:
+def architecture(model: str | PretrainedConfig | Architecture, num_layers: int | None = None) -> Architecture:
     """The :class:`Architecture` of a preset, a local folder or a config.
 
     Args:
-        model: a preset name, a local directory, or a transformers config.
+        model: a preset name, a local directory, a transformers config (or an architecture, returned as is).
         num_layers: the count of checkpointable layers; looked up when a name is given.
 
     Raises:
         ModelLoadError, UnsupportedModelError: for a name the catalog cannot load.
     """
+    if isinstance(model, Architecture):
+        return model
     if isinstance(model, PretrainedConfig):
         config = model
     else:
@@ -312,7 +314,7 @@ def settings_for(num_layers: int, every_n_layers: Iterable[int] | None = None) -
 
 
 def predict(
-    model: str | PretrainedConfig,
+    model: str | PretrainedConfig | Architecture,
     *,
     seq_len: int,
     batch_size: int = 1,
@@ -326,7 +328,7 @@ def predict(
     """Predicted resident activations, rerun cost and step time of each setting.
 
     Args:
-        model: a preset name, a local directory, or a transformers config.
+        model: a preset name, a local directory, a transformers config, or its :func:`architecture`.
         seq_len, batch_size: the shape of the step.
         dtype, device: as in :class:`~ckptlab.RunSpec`; they set the bytes per element.
         every_n_layers: the settings to predict (default: 1 .. layers); checkpointing off is always included.
