@@ -259,6 +259,7 @@ def sweep(
     cancel: Cancel | None = None,
     load: Loader | None = None,
     turn: Turn | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
 ) -> SweepResult:
     """Measure every configuration of ``spec``, building the model once.
 
@@ -271,6 +272,8 @@ def sweep(
             the app passes its cached loader).
         turn: ``turn(label)`` returns a context manager held while one row runs (the app's
             device queue, so that one measured run uses the device at a time).
+        on_result: called with each row's :class:`RunResult` as soon as it is measured
+            (a page shows the rows live, and keeps them if the sweep is stopped).
 
     Returns:
         A :class:`SweepResult`.
@@ -307,6 +310,8 @@ def sweep(
         if result.status == "ok":
             warmed.add(seq_len)
         measured.append(result)
+        if on_result is not None:
+            on_result(result)
     if total and not cancelled:
         report("sweep done", 1.0)
     return SweepResult(
