@@ -32,11 +32,13 @@ def preset_infos() -> dict[str, ckptlab.ModelInfo]:
     return {preset.name: ckptlab.describe(preset.name) for preset in ckptlab.list_presets()}
 
 
-@st.cache_resource(show_spinner=False, max_entries=2)
+@st.cache_resource(show_spinner=False, max_entries=1)
 def cached_model(key: tuple[str, str, str, int]):
-    """A built model per (model, dtype, device, seed), shared by all sessions.
+    """The built model for (model, dtype, device, seed), shared by all sessions.
 
-    Two at most: on a GPU every model kept here counts in the memory the next run starts from.
+    One at a time: on a GPU every model kept alive counts in the memory a run starts from
+    (CUDA's allocator sees the whole device), so a second cached model would show up in
+    another session's baseline. Runs of one model back to back, the workshop case, reuse it.
     """
     return build_for_key(key)
 
