@@ -209,3 +209,32 @@ def test_a_folder_transformers_cannot_read_is_a_message(tmp_path):
     at = _app(model=str(tmp_path))
     _assert_alive(at)
     assert "could not be read as JSON" in _texts(at.error)
+
+
+@pytest.mark.parametrize("which", ["run", "baseline"])
+def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
+    """measure returns status "does_not_fit" on OOM; fake that outcome around a real result."""
+    from dataclasses import replace
+
+    import ckptlab
+    import ckptlab.labrun as labrun
+
+    spec = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=1)
+    real = labrun.run_queued(spec)  # shared cache: measured once for the suite
+    message = "Does not fit: tiny-llama at seq_len=128 ran out of the 80 GiB of a GPU. Try a shorter sequence."
+    failed = lambda result: replace(result, status="does_not_fit", layers=[], memory=None, timing=None, message=message)  # noqa: E731
+    if which == "run":
+        fake = replace(real, run=replace(real.run, result=failed(real.result)), baseline=None, comparison=None)
+    else:
+        fake = replace(real, baseline=replace(real.baseline, result=failed(real.baseline.result)), comparison=None)
+    monkeypatch.setattr(labrun, "run_queued", lambda *args, **kwargs: fake)
+
+    at = _app(n="1")
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    if which == "run":
+        assert message in _texts(at.error)
+        assert len(at.get("plotly_chart")) == 1  # the planned pattern, titled as not fitting
+    else:
+        assert "Without checkpointing it does not fit" in _texts(at.warning)
+        assert len(at.get("plotly_chart")) == 2
