@@ -9,6 +9,7 @@
 from .catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, list_presets
 from .errors import CkptlabError, DoesNotFitError, ModelLoadError, SpecError, UnsupportedModelError
 from .measure import load_model, measure
+from .simulate import simulate
 from .plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
 from .predict import Prediction, predict
 from .recommend import Recommendation, recommend
@@ -52,5 +53,6 @@ __all__ = [
     "recommend",
     "result_diagram",
     "run_report",
+    "simulate",
     "sweep",
 ]
