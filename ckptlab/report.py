@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .catalog import ModelInfo
-from .results import Comparison, RunResult
+from .results import Comparison, RunResult, TimingResult
 
 MIB = 2**20
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
@@ -116,20 +116,23 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
     lines = [head, "", result_diagram(result), ""]
     lines.append(_table_row("Memory, MiB", "this run", "off" if reference else None, ""))
     lines += [_table_row(label, value, ref, note) for label, value, ref, note in rows]
+    if memory.breakdown_at_peak:
+        parts = sorted(memory.breakdown_at_peak.items(), key=lambda item: -item[1])
+        lines.append("  at the peak: " + ", ".join(f"{name.lower()} {mib(amount)}" for name, amount in parts))
     if memory.offload_bytes and spec.offload:
-        verb = "moved to pinned host memory" if memory.offload_applied else "would move off a GPU (not applied on the CPU)"
+        if result.provenance.kind == "simulated":
+            verb = "held in pinned host memory instead (simulated)"
+        elif memory.offload_applied:
+            verb = "moved to pinned host memory"
+        else:
+            verb = "would move off a GPU (not applied on the CPU)"
         lines.append(_table_row("offload", mib(memory.offload_bytes), None, verb))
     lines.append(f"  ({memory.method})")
     lines.append("")
-    lines.append(_table_row("Time, ms", "median", "off" if reference else None, f"of {len(timing.step_samples)} steps after {spec.warmup} warm-up"))
-    for label, value, samples, ref in (
-        ("forward (with loss)", timing.forward_s, timing.forward_samples, ref_timing and ref_timing.forward_s),
-        ("backward", timing.backward_s, timing.backward_samples, ref_timing and ref_timing.backward_s),
-        ("step", timing.step_s, timing.step_samples, ref_timing and ref_timing.step_s),
-    ):
-        spread = f"spread {milliseconds(min(samples))}-{milliseconds(max(samples))}"
-        lines.append(_table_row(label, milliseconds(value), ref and milliseconds(ref), spread))
-    lines.append(f"  ({timing.method})")
+    if timing is None:
+        lines.append("  Time: not simulated: fake tensors carry shapes, not arithmetic.")
+    else:
+        lines += _time_rows(timing, ref_timing, spec.warmup)
     if comparison is not None:
         lines += [
             "",
@@ -142,6 +145,19 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
     if result.notes:
         lines += ["", "Notes:"] + [f"  - {note}" for note in result.notes]
     return "\n".join(lines)
+
+
+def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: int) -> list[str]:
+    lines = [_table_row("Time, ms", "median", "off" if ref_timing else None, f"of {len(timing.step_samples)} steps after {warmup} warm-up")]
+    for label, value, samples, ref in (
+        ("forward (with loss)", timing.forward_s, timing.forward_samples, ref_timing and ref_timing.forward_s),
+        ("backward", timing.backward_s, timing.backward_samples, ref_timing and ref_timing.backward_s),
+        ("step", timing.step_s, timing.step_samples, ref_timing and ref_timing.step_s),
+    ):
+        spread = f"spread {milliseconds(min(samples))}-{milliseconds(max(samples))}"
+        lines.append(_table_row(label, milliseconds(value), ref and milliseconds(ref), spread))
+    lines.append(f"  ({timing.method})")
+    return lines
 
 
 def _table_row(label: str, value: str, reference: str | None, note: str) -> str:

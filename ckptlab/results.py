@@ -19,6 +19,9 @@ from .plan import validate_every_n_layers
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
 Status = Literal["ok", "does_not_fit"]
 
+# With fewer timed steps a run, a range from fastest to slowest says nothing about the noise.
+MIN_SAMPLES_TO_JUDGE = 3
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -224,12 +227,14 @@ class Comparison:
     """A run's time and memory against a reference run (usually checkpointing off)."""
 
     step_ratio: float  # median step time of the run over the reference's
-    step_significant: bool  # False when the two runs' step-time ranges overlap: the difference is noise
+    step_significant: bool | None  # False when the step-time ranges overlap (noise); None with too few repeats to tell
     peak_ratio: float  # peak memory above baseline, run over reference
     after_forward_ratio: float  # resident activations after the forward, run over reference
 
     def describe_step(self) -> str:
         change = f"{(self.step_ratio - 1) * 100:+.0f}%"
+        if self.step_significant is None:
+            return f"step time {change}, from fewer than {MIN_SAMPLES_TO_JUDGE} timed steps a run: too few to tell an effect from noise"
         if self.step_significant:
             return f"step time {change} (outside the spread of both runs)"
         return f"step time {change}, within the spread of the repeats: not a measurable difference"
@@ -241,6 +246,7 @@ def compare(run: RunResult, reference: RunResult) -> Comparison:
     The two step-time ranges (fastest to slowest repeat) must not overlap for the
     difference to count; on a shared 2-core machine a small model's recompute cost
     can be smaller than the noise, and then the lab says so instead of reporting it.
+    With fewer than ``MIN_SAMPLES_TO_JUDGE`` repeats a run there is no judgement (None).
 
     Raises:
         SpecError: if either run has no measurements (it did not fit).
@@ -251,9 +257,10 @@ def compare(run: RunResult, reference: RunResult) -> Comparison:
     low, high = run.timing.step_spread
     ref_low, ref_high = reference.timing.step_spread
     overlap = low <= ref_high and ref_low <= high
+    enough = min(len(run.timing.step_samples), len(reference.timing.step_samples)) >= MIN_SAMPLES_TO_JUDGE
     return Comparison(
         step_ratio=run.timing.step_s / reference.timing.step_s,
-        step_significant=not overlap,
+        step_significant=(not overlap) if enough else None,
         peak_ratio=_ratio(run.memory.peak_above_baseline_bytes, reference.memory.peak_above_baseline_bytes),
         after_forward_ratio=_ratio(run.memory.after_forward_bytes, reference.memory.after_forward_bytes),
     )
