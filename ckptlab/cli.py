@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from . import catalog
+from .cli_simulate import add_simulate_command
 from .cli_sweep import add_sweep_command
 from .errors import CkptlabError
 from .measure import load_model, measure
@@ -74,7 +75,7 @@ def _add_run_command(commands) -> None:
 # One entry per subcommand: a function that adds its parser to the subparsers and sets
 # ``handler`` (a function of the parsed args returning the exit status). A new command
 # lives in its own module and adds one line here.
-COMMANDS = [_add_models_command, _add_run_command, add_sweep_command]
+COMMANDS = [_add_models_command, _add_run_command, add_sweep_command, add_simulate_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

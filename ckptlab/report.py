@@ -166,13 +166,24 @@ def _table_row(label: str, value: str, reference: str | None, note: str) -> str:
 
 
 def layer_table(result: RunResult) -> str:
-    """Per-layer rows: planned, flag, observed, calls, reruns, saved and input MiB."""
-    header = f"  {'layer':<6}{'planned':<9}{'flag':<6}{'observed':<10}{'fwd calls':>10}{'reruns':>8}{'saved MiB':>11}{'input MiB':>11}"
-    rows = [
-        f"  {layer.name:<6}{layer.planned:<9}{layer.enabled:<6}{layer.observed:<10}{layer.forward_calls:>10}"
-        f"{layer.recompute_calls:>8}{mib(layer.saved_bytes):>11}{mib(layer.input_bytes):>11}"
-        for layer in result.layers
-    ]
+    """Per-layer rows: planned, flag, observed, calls, reruns, saved and input MiB.
+
+    Consecutive layers with identical rows are folded into one ("L2-L35"), so a 36-layer
+    model reads as its pattern.
+    """
+    header = f"  {'layer':<8}{'planned':<9}{'flag':<6}{'observed':<10}{'fwd calls':>10}{'reruns':>8}{'saved MiB':>11}{'input MiB':>11}"
+    groups: list[list] = []
+    for layer in result.layers:
+        row = (layer.planned, layer.enabled, layer.observed, layer.forward_calls, layer.recompute_calls,
+               mib(layer.saved_bytes), mib(layer.input_bytes))
+        if groups and groups[-1][1] == row and groups[-1][0][-1].index == layer.index - 1:
+            groups[-1][0].append(layer)
+        else:
+            groups.append([[layer], row])
+    rows = []
+    for layers, (planned, enabled, observed, calls, reruns, saved, inputs) in groups:
+        name = layers[0].name if len(layers) == 1 else f"{layers[0].name}-{layers[-1].name}"
+        rows.append(f"  {name:<8}{planned:<9}{enabled:<6}{observed:<10}{calls:>10}{reruns:>8}{saved:>11}{inputs:>11}")
     return "\n".join([header] + rows)
 
 

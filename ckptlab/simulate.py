@@ -174,7 +174,7 @@ def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: _Step, not
         timing=None,
         provenance=Provenance(
             kind="simulated",
-            device_name="fake tensors on the CPU, standing for a CUDA device",
+            device_name="no GPU used; tensor shapes as on a CUDA device",
             torch_version=torch.__version__,
             transformers_version=transformers.__version__,
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
