@@ -196,7 +196,7 @@ def test_a_session_waits_its_turn_while_another_run_holds_the_device():
     holder.start()
     holding.wait(10)
     threading.Timer(1.0, release.set).start()
-    at = _app(n="5")  # a setting no other test measures: it must queue
+    at = _app(seq="136", n="4")  # a setting no other test measures: it must queue, not be reused
     at.button(key="lab_run").click().run()
     holder.join(10)
     _assert_alive(at)
