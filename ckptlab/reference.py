@@ -94,6 +94,30 @@ def simulate_resident_after_forward(config: Qwen3Config, seq_len: int, offload: 
     return resident
 
 
+def measure_resident_after_forward_cuda(config: Qwen3Config, seq_len: int, offload: bool) -> int:
+    """The same harness on a real CUDA device: the allocator's bytes after the forward minus before.
+
+    Raises:
+        RuntimeError: without a CUDA device.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("measure_resident_after_forward_cuda needs a CUDA device")
+    device = torch.device("cuda:0")
+    with torch.device(device):
+        model = AutoModel.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+    model.train()
+    model.activation_checkpointing_enable(every_n_layers=1, offload=offload)
+    input_ids = torch.randint(config.vocab_size, (1, seq_len), device=device)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    output = model(input_ids=input_ids, use_cache=False)
+    torch.cuda.synchronize(device)
+    resident = torch.cuda.memory_allocated(device) - before
+    del output, model, input_ids
+    torch.cuda.empty_cache()
+    return resident
+
+
 def reproduce_pr48444() -> list[OffloadRow]:
     """Simulate every row of the published table."""
     rows = []
