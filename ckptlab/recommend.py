@@ -142,17 +142,22 @@ def _reason(
     words = [
         f"{_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label} at "
         f"seq_len={best.seq_len}: step {milliseconds(best.step_s)} ms"
-        + (f" ({(best.step_ratio - 1) * 100:+.0f}% against checkpointing off)" if best.step_ratio is not None and best.every_n_layers is not None else "")
+        + (f" ({(best.step_ratio - 1) * 100:+.0f}% against checkpointing off{_noise(best)})" if best.step_ratio is not None and best.every_n_layers is not None else "")
         + f", peak {mib(best.peak_bytes)} MiB, {mib(budget - best.peak_bytes)} MiB to spare."
     ]
     off = next((row for row in measured if row.every_n_layers is None), None)
     if best.every_n_layers is None:
         words.append("Checkpointing off fits, so checkpointing would only cost time: leave it off.")
     elif off is not None and off.peak_bytes > budget:
-        words.append(
-            f"Checkpointing off needs {mib(off.peak_bytes)} MiB ({mib(off.peak_bytes - budget)} MiB over); "
-            f"checkpointing {best.cp_layers} layers is the least that fits, and the fewer layers rerun the faster the step."
-        )
+        fewest = min(row.cp_layers for row in fitting)
+        words.append(f"Checkpointing off needs {mib(off.peak_bytes)} MiB ({mib(off.peak_bytes - budget)} MiB over).")
+        if best.cp_layers == fewest:
+            words.append(f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, the faster the step.")
+        else:
+            words.append(
+                f"It checkpoints {best.cp_layers} layers where {fewest} would fit: measured faster anyway, which on a busy "
+                "machine can be noise (see the spread)."
+            )
     if as_fast:
         words.append(
             f"{', '.join(as_fast)} fit too and their step times overlap this one's range: on this machine they are "
@@ -217,6 +222,10 @@ def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: 
             "the inputs are back on the device)."
         )
     return suggestions
+
+
+def _noise(row: SweepRow) -> str:
+    return ", within the noise of the repeats" if row.step_significant is False else ""
 
 
 def _name(row: SweepRow) -> str:

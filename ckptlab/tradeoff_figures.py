@@ -161,6 +161,8 @@ def prediction_figure(result: SweepResult, checks: Sequence[PredictionCheck], se
                     marker={"color": color, "pattern": {"shape": pattern} if pattern else None},
                     text=[_error_text(e) for e in errors],
                     textposition="outside",
+                    textfont={"size": 11},
+                    cliponaxis=False,
                     hovertemplate="%{x}: %{y:,.1f} " + unit + (" (error %{text})" if pattern else "") + f"<extra>{name}</extra>",
                 ),
                 row=1,
@@ -353,9 +355,9 @@ def _error_text(error: float | None) -> str:
 def _layout(figure: go.Figure, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None) -> None:
     figure.update_layout(
         title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
-        height=440,
-        margin={"l": 60, "r": 20, "t": 90, "b": 60},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
+        height=480,
+        margin={"l": 60, "r": 20, "t": 90, "b": 120},  # the legend sits below the axis title
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
         font={"family": FONT, "size": 13},
         plot_bgcolor="white",
     )
