@@ -12,7 +12,10 @@ st.set_page_config(page_title="ckptlab: activation checkpointing, measured", pag
 navigation = st.navigation(
     {
         "Lab": [st.Page("pages/lab.py", title="Measure a step", icon=":material/science:", default=True)],
-        "Explore": [st.Page("pages/tradeoffs.py", title="Trade-off explorer", icon=":material/query_stats:")],
+        "Explore": [
+            st.Page("pages/tradeoffs.py", title="Trade-off explorer", icon=":material/query_stats:"),
+            st.Page("pages/at_scale.py", title="At scale, simulated", icon=":material/memory:"),
+        ],
     }
 )
 navigation.run()

@@ -1,0 +1,414 @@
+"""At scale: a real model size on a GPU you do not have, every checkpointing setting simulated.
+
+A flat page: read the widgets, start a :class:`ckptlab.scale.ScaleJob` (the simulations on
+a thread, one after another, so the page stays responsive and Stop keeps what is done),
+poll it in a fragment with a progress bar, then draw the core's figures from the table
+kept in the session. Changing the GPU or the budget only redraws. The shape lives in the
+URL, so a link restores it; nothing heavy runs before **Simulate**.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import ckptlab
+from ckptlab import figures
+from ckptlab.cli_simulate import gpu_budget
+from ckptlab.labquery import BATCH_MAX, spec_from_query
+from ckptlab.recommend import GPUS
+from ckptlab.results import RunResult, RunSpec
+from ckptlab.scale import (
+    SIMULATION_DTYPES,
+    ScaleJob,
+    ScaleRequest,
+    ScaleTable,
+    Setting,
+    every_n_choices,
+    fits,
+    least_recompute_that_fits,
+    remember,
+    scale_settings,
+)
+from ckptlab.scale_figures import GIB, peak_figure, resident_figure
+
+# Every word the page shows, in one place for the translations to come.
+TEXT = {
+    "title": "At scale, simulated",
+    "intro": (
+        "Which checkpointing setting lets a real model train on a GPU you may not have? The lab simulates one "
+        "training step of the model's real size on fake tensors (shapes, no storage: no GPU, no weights) for "
+        "checkpointing off and each `every_n_layers`, and sets the memory each needs against the GPU's. "
+        "Every number here is **simulated**, not measured."
+    ),
+    "sidebar_model": "Model and shape",
+    "tiny": "Include tiny presets",
+    "tiny_help": "Tiny presets simulate in about a second each: handy to try the page.",
+    "model": "Model",
+    "local_label": "Local directory…",
+    "local_dir": "Folder with config.json",
+    "local_placeholder": "/path/to/saved/model",
+    "model_caption": "{family} · {layers} layers · hidden {hidden} · up to {positions} tokens",
+    "seq": "Sequence length (tokens)",
+    "batch": "Batch size",
+    "dtype": "dtype",
+    "every": "every_n_layers to simulate",
+    "every_options": {"distinct": "distinct values", "all": "every n"},
+    "every_help": (
+        "Distinct values: the divisors of the layer count, and 1, 2 and the layer count. Between two divisors the "
+        "number of checkpointed layers, and so the memory, changes little. Every n: all of them (slower)."
+    ),
+    "offload": "offload simulated for",
+    "offload_options": {"n=1": "n=1 only", "all": "every n simulated", "none": "none"},
+    "offload_help": "offload moves the inputs checkpointed layers keep to pinned host memory; it frees the most at n=1.",
+    "sidebar_gpu": "GPU",
+    "gpu": "GPU memory",
+    "custom": "custom budget",
+    "budget_gib": "Budget, GiB",
+    "gpu_help": "Changing the GPU only redraws: nothing is simulated again.",
+    "local_needed": "Enter the path of a folder saved with `save_pretrained()` (it must hold a config.json), or pick a preset.",
+    "model_failed": "Could not read {model!r} as a transformers model: {error}",
+    "plan": "**{count} simulations**: {keys}. {which}",
+    "plan_distinct": "{chosen} of the {layers} values of every_n_layers (the distinct ones); choose **every n** for all.",
+    "plan_all": "every value of every_n_layers from 1 to {layers}.",
+    "plan_known": " {known} already simulated (reused).",
+    "simulate": "Simulate",
+    "stop": "Stop",
+    "progress": "Simulated {done} of {total} · now: {message}",
+    "stopping": "Stopping after the simulation in flight…",
+    "press": "Set the model and shape in the sidebar and press **Simulate**. An 8B model takes a few seconds a setting on a laptop CPU.",
+    "changed": "The settings changed since these simulations. Shown: **{model}** · seq {seq:,} · batch {batch} · {dtype}. Press **Simulate** for the new ones.",
+    "stopped": "Stopped: {done} of {total} settings were simulated; they are kept below.",
+    "failed": "The simulation failed: {error}",
+    "summary": "{provenance} · {model} · {layers} layers · {count} settings in {elapsed} ({each}){reused}",
+    "each": "{low:,.1f}–{high:,.1f} s each",
+    "reused": " · {count} reused",
+    "fits": "**{setting}** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. It reruns the fewest layers of the settings that fit ({cp} of {layers}).",
+    "fits_off": "**Checkpointing off** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. No need to checkpoint at this shape.",
+    "no_fit": "Nothing simulated fits {budget}: the lowest simulated peak is {peak:,.1f} GiB (**{setting}**), {short:,.1f} GiB too much. A shorter sequence, a smaller batch or a bigger GPU would.",
+    "optimizer": "The peak holds parameters, gradients, activations and temporaries of one step. An optimizer's state comes on top (Adam: two float32 copies of the parameters, {adam:,.1f} GiB here), and the CUDA context takes a few hundred MiB.",
+    "peak_header": "Memory at the peak, per setting",
+    "resident_header": "What stays resident after the forward",
+    "resident_caption": "What checkpointing frees: the activations kept for the backward. Offload moves the checkpointed inputs to host memory (hatched), not off the machine.",
+    "diagram_header": "The step of one setting",
+    "show": "Setting to draw",
+    "table_header": "The numbers",
+    "col_setting": "setting",
+    "col_cp": "checkpointed layers",
+    "col_peak": "peak, GiB (simulated)",
+    "col_fits": "fits {budget}",
+    "col_margin": "margin, GiB",
+    "col_resident": "resident after forward, GiB",
+    "col_host": "host memory (offload), GiB",
+    "col_where": "peak reached in",
+    "col_seconds": "simulated in, s",
+    "yes": "yes",
+    "no": "no",
+    "details": "Details",
+    "draw_failed": "Could not draw these results. The page keeps working; change a setting or simulate again.",
+    "seq_clamped": "seq={seq} in the link is above {limit:,}; using {limit:,}.",
+    "gpu_unknown": "gpu={gpu!r} in the link is not a GPU of the list nor a number of GiB; using {default}.",
+}
+
+SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
+LOCAL = "local"
+CUSTOM = "custom"
+DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16")
+DEFAULT_GPU = "H100 80 GB"
+WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
+           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_budget_gib")  # fmt: skip
+state = st.session_state
+
+
+# -- cached core calls --------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False)
+def preset_infos() -> dict[str, ckptlab.ModelInfo]:
+    """Every preset, described once per process (meta device: nothing allocated)."""
+    return {preset.name: ckptlab.describe(preset.name) for preset in ckptlab.list_presets()}
+
+
+@st.cache_resource(show_spinner=False)
+def simulation_cache() -> dict[RunSpec, RunResult]:
+    """Simulations by spec, shared by every session: a workshop that asks for the same 8B shape simulates it once."""
+    return {}
+
+
+# -- settings: URL -> session state -> widgets -> request -> URL --------------------------
+
+
+def _load_into_widgets() -> list[str]:
+    """Fill the widgets from the link, or from this session's last settings; returns warnings."""
+    saved = state.get("at_scale_saved")
+    if saved and not st.query_params:
+        for key, value in saved.items():
+            state[key] = value
+        return []
+    params = st.query_params.to_dict()
+    spec, warnings = spec_from_query({k: v for k, v in params.items() if k in ("model", "seq", "batch", "dtype")}, default=DEFAULT)
+    if spec.seq_len > SEQ_LIMIT:
+        warnings.append(TEXT["seq_clamped"].format(seq=spec.seq_len, limit=SEQ_LIMIT))
+        spec = RunSpec(model=spec.model, seq_len=SEQ_LIMIT, batch_size=spec.batch_size, dtype=spec.dtype)
+    infos = preset_infos()
+    is_preset = spec.model in infos
+    state.at_scale_tiny = is_preset and infos[spec.model].cpu_ok
+    state.at_scale_model = spec.model if is_preset else LOCAL
+    state.at_scale_local_dir = "" if is_preset else spec.model
+    state.at_scale_seq, state.at_scale_batch = spec.seq_len, spec.batch_size
+    state.at_scale_dtype = spec.dtype if spec.dtype in SIMULATION_DTYPES else DEFAULT.dtype  # "auto" is bf16, as on a GPU
+    state.at_scale_every, state.at_scale_offload = "distinct", "n=1"
+    state.at_scale_gpu, state.at_scale_budget_gib = DEFAULT_GPU, 40.0
+    gpu = params.get("gpu", "").strip()
+    if gpu:
+        try:
+            state.at_scale_gpu = gpu_budget(gpu)[1]
+        except ckptlab.CkptlabError:
+            try:
+                state.at_scale_gpu, state.at_scale_budget_gib = CUSTOM, max(float(gpu.lower().removesuffix("gib")), 0.01)
+            except ValueError:
+                warnings.append(TEXT["gpu_unknown"].format(gpu=gpu, default=DEFAULT_GPU))
+    return warnings
+
+
+def _query(model: str) -> dict[str, str]:
+    gpu = f"{state.at_scale_budget_gib:g}GiB" if state.at_scale_gpu == CUSTOM else state.at_scale_gpu
+    return {"model": model, "seq": str(state.at_scale_seq), "batch": str(state.at_scale_batch), "dtype": state.at_scale_dtype, "gpu": gpu}
+
+
+def _model_label(name: str) -> str:
+    if name == LOCAL:
+        return TEXT["local_label"]
+    info = preset_infos()[name]
+    size = f"{info.num_params / 1e9:.1f}B" if info.num_params >= 1e9 else f"{info.num_params / 1e6:.0f}M"
+    return f"{name} · {info.num_layers} layers · {size}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"
+
+
+if any(key not in state for key in WIDGETS):
+    # First run of this session, or back from another page (Streamlit drops widget state then).
+    state.at_scale_warnings = _load_into_widgets()
+
+with st.sidebar:
+    st.header(TEXT["sidebar_model"], anchor=False)
+    st.toggle(TEXT["tiny"], key="at_scale_tiny", help=TEXT["tiny_help"])
+    names = [name for name, info in preset_infos().items() if state.at_scale_tiny or not info.cpu_ok]
+    if state.at_scale_model not in names and state.at_scale_model != LOCAL:
+        state.at_scale_model = DEFAULT.model  # tiny presets hidden again
+    st.selectbox(TEXT["model"], [*names, LOCAL], key="at_scale_model", format_func=_model_label)
+    if state.at_scale_model == LOCAL:
+        st.text_input(TEXT["local_dir"], key="at_scale_local_dir", placeholder=TEXT["local_placeholder"])
+    model_caption = st.empty()
+    st.number_input(TEXT["seq"], min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
+    st.number_input(TEXT["batch"], min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
+    st.selectbox(TEXT["dtype"], SIMULATION_DTYPES, key="at_scale_dtype")
+    st.radio(TEXT["every"], tuple(TEXT["every_options"]), format_func=TEXT["every_options"].get, key="at_scale_every", help=TEXT["every_help"])
+    st.radio(TEXT["offload"], tuple(TEXT["offload_options"]), format_func=TEXT["offload_options"].get, key="at_scale_offload", help=TEXT["offload_help"])
+    st.header(TEXT["sidebar_gpu"], anchor=False)
+    st.selectbox(TEXT["gpu"], [*GPUS, CUSTOM], key="at_scale_gpu", format_func=lambda name: TEXT["custom"] if name == CUSTOM else name, help=TEXT["gpu_help"])
+    if state.at_scale_gpu == CUSTOM:
+        st.number_input(TEXT["budget_gib"], min_value=0.01, max_value=4096.0, step=1.0, format="%g", key="at_scale_budget_gib")
+
+state.at_scale_saved = {key: state[key] for key in WIDGETS}
+model = state.at_scale_local_dir.strip() if state.at_scale_model == LOCAL else state.at_scale_model
+if model and st.query_params.to_dict() != _query(model):
+    st.query_params.from_dict(_query(model))
+if state.at_scale_gpu == CUSTOM:
+    budget, budget_label = int(state.at_scale_budget_gib * GIB), f"{state.at_scale_budget_gib:g} GiB"
+else:
+    budget, budget_label = GPUS[state.at_scale_gpu], state.at_scale_gpu
+
+st.title(TEXT["title"], anchor=False)
+st.markdown(TEXT["intro"])
+for warning in state.get("at_scale_warnings", []):
+    st.warning(warning)
+
+# -- the model and what to simulate -------------------------------------------------------
+
+if not model:
+    st.info(TEXT["local_needed"])
+    st.stop()
+info: ckptlab.ModelInfo | None = preset_infos().get(model)
+if info is None:
+    try:
+        info = ckptlab.describe(model)
+    except ckptlab.CkptlabError as error:
+        st.error(str(error))
+        st.stop()
+    except Exception as error:  # a folder transformers chokes on must not take the page down
+        st.error(TEXT["model_failed"].format(model=model, error=f"{type(error).__name__}: {error}"))
+        st.stop()
+positions = f"{info.max_positions:,}" if info.max_positions else "∞"
+model_caption.caption(TEXT["model_caption"].format(family=info.family, layers=info.num_layers, hidden=info.hidden_size, positions=positions))
+
+request = ScaleRequest(
+    model=model,
+    seq_len=int(state.at_scale_seq),
+    batch_size=int(state.at_scale_batch),
+    dtype=state.at_scale_dtype,
+    settings=tuple(scale_settings(info.num_layers, state.at_scale_every, state.at_scale_offload)),
+)
+problem = ""
+try:
+    request.check(info)
+except ckptlab.CkptlabError as error:
+    problem = str(error)
+
+if problem:
+    st.error(problem)
+else:
+    cache = simulation_cache()
+    known = sum(request.spec(setting) in cache for setting in request.settings)
+    chosen = len(every_n_choices(info.num_layers, state.at_scale_every))
+    which = (
+        TEXT["plan_all"].format(layers=info.num_layers)
+        if state.at_scale_every == "all"
+        else TEXT["plan_distinct"].format(chosen=chosen, layers=info.num_layers)
+    )
+    keys = [setting.key for setting in request.settings]
+    keys = ", ".join(keys if len(keys) <= 14 else [*keys[:4], "…", *keys[-2:]])
+    st.markdown(TEXT["plan"].format(count=len(request.settings), keys=keys, which=which) + (TEXT["plan_known"].format(known=known) if known else ""))
+
+
+def _start() -> None:
+    cache = simulation_cache()
+    try:
+        job = ScaleJob(request, known=cache, on_result=lambda result: remember(cache, result), info=info)
+    except ckptlab.CkptlabError as error:
+        state.at_scale_error = str(error)
+        return
+    state.at_scale_error = ""
+    state.at_scale_job = job.start()
+
+
+def _stop() -> None:
+    job = state.get("at_scale_job")
+    if job is not None:
+        job.stop()
+
+
+job: ScaleJob | None = state.get("at_scale_job")
+running = job is not None and job.state().running
+start, stop, _ = st.columns([1, 1, 4])
+start.button(TEXT["simulate"], type="primary", key="at_scale_run", on_click=_start, disabled=running or bool(problem), width="stretch")
+stop.button(TEXT["stop"], key="at_scale_stop", on_click=_stop, disabled=not running, width="stretch")
+if state.get("at_scale_error"):
+    st.error(TEXT["failed"].format(error=state.at_scale_error))
+
+
+@st.fragment(run_every=0.5 if running else None)
+def _progress() -> None:
+    """While the job runs: a bar that moves with each simulation; when it ends, one full rerun to draw."""
+    job = state.get("at_scale_job")
+    if job is None:
+        return
+    snapshot = job.state()
+    if snapshot.running:
+        total = len(job.request.settings)
+        words = TEXT["stopping"] if snapshot.stop_requested else TEXT["progress"].format(done=len(snapshot.results), total=total, message=snapshot.message)
+        st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=words)
+        return
+    if state.get("at_scale_shown") is not job:
+        state.at_scale_shown = job
+        if snapshot.table is not None:
+            state.at_scale_table = snapshot.table
+        if snapshot.error:
+            state.at_scale_error = snapshot.error
+        st.rerun()
+
+
+_progress()
+
+table: ScaleTable | None = state.get("at_scale_table")
+if table is None:
+    st.info(TEXT["press"])
+    st.stop()
+
+# -- the result: everything below only draws ----------------------------------------------
+
+
+def _summary(table: ScaleTable) -> str:
+    seconds = list(table.seconds.values())
+    each = TEXT["each"].format(low=min(seconds), high=max(seconds)) if seconds else ""
+    reused = len(table.results) - len(seconds)
+    return TEXT["summary"].format(
+        provenance=table.results[0].provenance.label if table.results else "simulated",
+        model=table.request.model,
+        layers=table.num_layers,
+        count=len(table.results),
+        elapsed=_duration(table.elapsed_s),
+        each=each,
+        reused=TEXT["reused"].format(count=reused) if reused else "",
+    ).replace(" ()", "")
+
+
+def _verdict(table: ScaleTable) -> RunResult | None:
+    """Say which setting fits with the least recompute, or by how much nothing does; return the one to draw."""
+    best = least_recompute_that_fits(table, budget)
+    if best is not None:
+        setting = Setting.of(best.spec)
+        peak, margin = best.memory.peak_bytes / GIB, (budget - best.memory.peak_bytes) / GIB
+        if setting.every_n_layers is None:
+            st.success(TEXT["fits_off"].format(budget=budget_label, peak=peak, margin=margin))
+        else:
+            st.success(TEXT["fits"].format(setting=setting.key, budget=budget_label, peak=peak, margin=margin, cp=setting.cp_layers(table.num_layers), layers=table.num_layers))
+        return best
+    lowest = min(table.results, key=lambda result: result.memory.peak_bytes)
+    st.error(TEXT["no_fit"].format(budget=budget_label, peak=lowest.memory.peak_bytes / GIB, setting=Setting.of(lowest.spec).key, short=(lowest.memory.peak_bytes - budget) / GIB))
+    return lowest
+
+
+def _rows(table: ScaleTable) -> list[dict]:
+    return [
+        {
+            TEXT["col_setting"]: (setting := Setting.of(result.spec)).key,
+            TEXT["col_cp"]: setting.cp_layers(table.num_layers),
+            TEXT["col_peak"]: round(result.memory.peak_bytes / GIB, 2),
+            TEXT["col_fits"].format(budget=budget_label): TEXT["yes"] if fits(result, budget) else TEXT["no"],
+            TEXT["col_margin"]: round((budget - result.memory.peak_bytes) / GIB, 2),
+            TEXT["col_resident"]: round(result.memory.after_forward_bytes / GIB, 3),
+            TEXT["col_host"]: round(result.memory.host_offload_bytes / GIB, 3),
+            TEXT["col_where"]: result.memory.peak_where.get("description", ""),
+            TEXT["col_seconds"]: round(table.seconds[setting.key], 1) if setting.key in table.seconds else None,
+        }
+        for result in table.results
+    ]
+
+
+shown = table.request
+if shown != request:
+    st.info(TEXT["changed"].format(model=shown.model, seq=shown.seq_len, batch=shown.batch_size, dtype=shown.dtype))
+if table.cancelled:
+    st.warning(TEXT["stopped"].format(done=len(table.results), total=len(shown.settings)))
+if not table.results:
+    st.stop()
+st.caption(_summary(table))
+
+try:
+    pick = _verdict(table)
+    st.caption(TEXT["optimizer"].format(adam=8 * table.results[0].model.num_params / GIB))
+    # The drawn setting follows the verdict whenever the table or the budget changes; the person may pick another.
+    keys = [setting.key for setting in table.settings]
+    if state.get("at_scale_show_for") != (id(table), budget) or state.get("at_scale_show") not in keys:
+        state.at_scale_show_for = (id(table), budget)
+        state.at_scale_show = Setting.of(pick.spec).key
+    selected = next(setting for setting in table.settings if setting.key == state.at_scale_show)
+
+    st.subheader(TEXT["peak_header"], anchor=False)
+    st.plotly_chart(peak_figure(table, budget, budget_label, selected=selected), key="at_scale_peak", theme=None)
+    st.subheader(TEXT["resident_header"], anchor=False)
+    st.plotly_chart(resident_figure(table, selected=selected), key="at_scale_resident", theme=None)
+    st.caption(TEXT["resident_caption"])
+
+    st.subheader(TEXT["diagram_header"], anchor=False)
+    st.selectbox(TEXT["show"], keys, key="at_scale_show")
+    st.plotly_chart(figures.diagram_figure(table.result_for(selected)), key="at_scale_diagram", theme=None)
+
+    st.subheader(TEXT["table_header"], anchor=False)
+    st.dataframe(_rows(table), hide_index=True, key="at_scale_table_view")
+except Exception as error:  # drawing must never take the page down
+    st.error(TEXT["draw_failed"])
+    with st.expander(TEXT["details"]):
+        st.code(f"{type(error).__name__}: {error}", language=None)
