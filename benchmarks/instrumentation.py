@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ckptlab import RunSpec, load_model  # noqa: E402
-from ckptlab.measure import _random_batch, _step  # noqa: E402
+from ckptlab.measure import random_batch, _step  # noqa: E402
 from ckptlab.meters import TrackerMeter  # noqa: E402
 from ckptlab.probe import LayerProbe  # noqa: E402
 
@@ -43,7 +43,7 @@ def main() -> None:
     model, info = load_model(spec)
     model.train()
     model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers)
-    batch = _random_batch(model, spec, torch.device("cpu"))
+    batch = random_batch(model, spec, torch.device("cpu"))
 
     timed_probe = LayerProbe(model, track_saved=False)
     memory_probe = LayerProbe(model, on_region=lambda region: None, track_saved=True)

@@ -31,7 +31,7 @@ from .catalog import ModelInfo
 from .errors import DoesNotFitError, SpecError
 from .meters import Clock, clock_for, meter_for
 from .plan import describe_plan, observed_roles, planned_roles
-from .probe import LayerProbe, StepRecorder
+from .probe import LayerCounts, LayerProbe, StepRecorder
 from .results import (
     LayerResult,
     MemoryResult,
@@ -177,7 +177,7 @@ def _measure_built(
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     enabled = observed_roles(model)
 
-    batch = _random_batch(model, spec, device)
+    batch = random_batch(model, spec, device)
     total_steps = spec.warmup + spec.repeats + 1
     for index in range(spec.warmup):
         report(f"warm-up step {index + 1} of {spec.warmup}", (index + 0.5) / total_steps)
@@ -196,29 +196,16 @@ def _measure_built(
     step_samples = [f + b for f, b in zip(forward_samples, backward_samples)]
 
     report("memory step (observed, untimed)", (total_steps - 0.5) / total_steps)
-    memory, layer_counts = _observe_memory(model, batch, device, planned)
+    memory, layer_counts = observe_memory(model, batch, device)
 
-    layers = [
-        LayerResult(
-            index=index,
-            name=f"L{index + 1}",
-            module=type(module).__name__,
-            planned=planned[index],
-            enabled=enabled[index],
-            forward_calls=counts.forward_calls,
-            recompute_calls=counts.recompute_calls,
-            saved_bytes=counts.saved_bytes,
-            input_bytes=counts.input_bytes,
-        )
-        for index, (module, counts) in enumerate(zip(probe.layers, layer_counts))
-    ]
+    layers = layer_results(probe.layers, planned, enabled, layer_counts)
     memory = _with_offload(memory, layers, offload_applies, notes)
     if not all(layer.planned == layer.enabled == layer.observed for layer in layers):
         notes.append(_mismatch_note(layers))
     report("done", 1.0)
     return RunResult(
         spec=spec,
-        model=_summary(info),
+        model=model_summary(info),
         status="ok",
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
@@ -238,7 +225,28 @@ def _measure_built(
     )
 
 
-def _random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) -> dict[str, torch.Tensor]:
+def layer_results(
+    modules: list[torch.nn.Module], planned: list[str], enabled: list[str], counts: list[LayerCounts]
+) -> list[LayerResult]:
+    """One :class:`LayerResult` per checkpointable layer, from the plan, the flags and the probe's counts."""
+    return [
+        LayerResult(
+            index=index,
+            name=f"L{index + 1}",
+            module=type(module).__name__,
+            planned=planned[index],
+            enabled=enabled[index],
+            forward_calls=count.forward_calls,
+            recompute_calls=count.recompute_calls,
+            saved_bytes=count.saved_bytes,
+            input_bytes=count.input_bytes,
+        )
+        for index, (module, count) in enumerate(zip(modules, counts))
+    ]
+
+
+def random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) -> dict[str, torch.Tensor]:
+    """Random tokens (seeded by ``spec.seed``) as inputs and labels, one unpadded sequence per row."""
     generator = torch.Generator().manual_seed(spec.seed)
     input_ids = torch.randint(model.config.get_text_config().vocab_size, (spec.batch_size, spec.seq_len), generator=generator)
     input_ids = input_ids.to(device)  # (batch, seq)
@@ -282,10 +290,14 @@ def _step(
     return clock.seconds(start, forward_end), clock.seconds(forward_end, backward_end)
 
 
-def _observe_memory(
-    model: PreTrainedModel, batch: dict[str, torch.Tensor], device: torch.device, planned: list[str]
-):
-    """One step under the device's meter, with the probe locating the peak and counting saved bytes."""
+def observe_memory(
+    model: PreTrainedModel, batch: dict[str, torch.Tensor], device: torch.device
+) -> tuple[MemoryResult, list[LayerCounts]]:
+    """One step under the device's meter: baseline, resident after the forward, timeline and peak.
+
+    Returns:
+        The memory figures, and the probe's per-layer counts (calls, reruns, saved bytes) of that step.
+    """
     gc.collect()
     meter = meter_for(model, device)
     with meter.watching():
@@ -343,7 +355,8 @@ def _with_offload(memory: MemoryResult, layers: list[LayerResult], applied: bool
     return replace(memory, offload_bytes=moved, offload_applied=applied)
 
 
-def _summary(info: ModelInfo) -> ModelSummary:
+def model_summary(info: ModelInfo) -> ModelSummary:
+    """The part of the catalog's description a result carries."""
     return ModelSummary(
         name=info.name,
         family=info.family,
@@ -418,7 +431,7 @@ def _available_host_bytes() -> int | None:
 def _does_not_fit(spec: RunSpec, info: ModelInfo, device: torch.device, dtype: torch.dtype, message: str) -> RunResult:
     return RunResult(
         spec=spec,
-        model=_summary(info),
+        model=model_summary(info),
         status="does_not_fit",
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),

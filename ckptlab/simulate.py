@@ -3,7 +3,7 @@
 ``simulate(spec)`` builds the spec's model under torch's ``FakeTensorMode`` (shapes and
 dtypes, no storage), enables checkpointing through transformers' own
 ``activation_checkpointing_enable`` and runs the same observed step as a measured run
-(``ckptlab.measure._observe_memory``: the same probe, the same MemTracker). Nothing is
+(``ckptlab.measure.observe_memory``: the same probe, the same MemTracker). Nothing is
 allocated, so an 8B model at 128k tokens runs on a laptop; the numbers are what the
 tensors of a GPU step would hold. The result has the shape of a measured one, with
 provenance "simulated" and no timing.
@@ -45,7 +45,7 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from . import catalog
 from .catalog import ModelInfo
-from .measure import Progress, _observe_memory, _random_batch, _summary, resolve_dtype, validate_for_model
+from .measure import Progress, layer_results, model_summary, observe_memory, random_batch, resolve_dtype, validate_for_model
 from .plan import describe_plan, observed_roles, planned_roles
 from .probe import region_for
 from .results import LayerResult, MemoryResult, Provenance, RunResult, RunSpec
@@ -132,23 +132,10 @@ def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.d
         if spec.checkpointing:
             model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=spec.offload)
         enabled = observed_roles(model)
-        batch = _random_batch(model, spec, torch.device("cpu"))
-        memory, counts = _observe_memory(model, batch, torch.device("cpu"), planned)
+        batch = random_batch(model, spec, torch.device("cpu"))
+        memory, counts = observe_memory(model, batch, torch.device("cpu"))
         host_bytes = ledger.after_forward
-    layers = [
-        LayerResult(
-            index=index,
-            name=f"L{index + 1}",
-            module=type(module).__name__,
-            planned=planned[index],
-            enabled=enabled[index],
-            forward_calls=count.forward_calls,
-            recompute_calls=count.recompute_calls,
-            saved_bytes=count.saved_bytes,
-            input_bytes=count.input_bytes,
-        )
-        for index, (module, count) in enumerate(zip(catalog.checkpointable_layers(model), counts))
-    ]
+    layers = layer_results(catalog.checkpointable_layers(model), planned, enabled, counts)
     memory = replace(
         memory,
         method=SIMULATION_METHOD,
@@ -165,7 +152,7 @@ def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: _Step, not
     memory = replace(step.memory, host_offload_bytes=step.host_bytes)
     return RunResult(
         spec=spec,
-        model=_summary(replace(info, weights="fake")),
+        model=model_summary(replace(info, weights="fake")),
         status="ok",
         device=SIMULATED_DEVICE,
         dtype=str(dtype).removeprefix("torch."),
@@ -235,7 +222,7 @@ _REAL_FIND_PACKED = transformers.masking_utils.find_packed_sequence_indices
 def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None:
     """transformers' packed-sequence check, answered as for the real tensors of a simulated batch.
 
-    With real position ids (one sequence per row, as ``_random_batch`` makes) transformers
+    With real position ids (one sequence per row, as ``random_batch`` makes) transformers
     finds no packing and lets SDPA use ``is_causal`` with no mask. Fake position ids cannot be
     read, so it assumes packing and builds an s x s mask that every layer would save: 1 MiB a
     layer at 512 tokens, which no real run holds. The simulation gives the real answer.

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from ckptlab import RunSpec, build_model, list_presets, measure, planned_roles
+from ckptlab import build_model, list_presets, measure, planned_roles
 from ckptlab.measure import OFFLOAD_ON_CPU_NOTE
 from ckptlab.results import RunResult
 from tests.conftest import FAST, requires_cuda

@@ -6,7 +6,7 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from ckptlab import RunSpec, load_model
-from ckptlab.measure import _random_batch, _step
+from ckptlab.measure import random_batch, _step
 from ckptlab.meters import TrackerMeter
 
 
@@ -31,7 +31,7 @@ def test_lean_tracker_finds_the_same_peak_as_torchs_memtracker():
     """The lean tracker overrides a private method of MemTracker: this catches a torch upgrade that breaks it."""
     spec = RunSpec(seq_len=128)
     model, _ = load_model(spec)
-    batch = _random_batch(model, spec, torch.device("cpu"))
+    batch = random_batch(model, spec, torch.device("cpu"))
     stock = _peak_with(MemTracker(), model, batch)
     lean = _peak_with(TrackerMeter(model, torch.device("cpu")), model, batch)
     assert lean == stock
