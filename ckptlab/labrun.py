@@ -23,7 +23,7 @@ from . import catalog
 from .catalog import ModelInfo
 from .errors import DoesNotFitError
 from .measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
-from .results import Comparison, RunResult, RunSpec, compare
+from .results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, RunSpec, compare
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)
@@ -34,7 +34,6 @@ CACHE_SIZE = 512  # results are a few KiB each
 # For the warning before a real-shape model runs on the CPU: qwen3-0.6b (596M parameters),
 # seq 128, fp32, 2 CPU cores took 39 s a step, about 6 x parameters x tokens / 12e9.
 CPU_FLOP_PER_S = 12e9
-MIN_SAMPLES = 2  # timed steps a run needs before its time difference can count as an effect
 MEMORY_STEP_COST = 3  # the MemTracker step costs about this many plain steps
 
 
@@ -210,7 +209,7 @@ def run_queued(
     return LabRun(run=run, baseline=base, comparison=comparison, wait_s=wait_s, elapsed_s=time.monotonic() - started)
 
 
-def phase_significant(run: RunResult, reference: RunResult, phase: str) -> bool:
+def phase_significant(run: RunResult, reference: RunResult, phase: str) -> bool | None:
     """The rule of :func:`ckptlab.compare` for one phase: True when the two ranges of samples do not overlap.
 
     Args:
@@ -218,12 +217,12 @@ def phase_significant(run: RunResult, reference: RunResult, phase: str) -> bool:
         phase: "forward", "backward" or "step".
 
     Returns:
-        False also when either run has fewer than :data:`MIN_SAMPLES` timed steps.
+        None, no judgement, when either run has fewer than ``MIN_SAMPLES_TO_JUDGE`` timed steps.
     """
     samples = getattr(run.timing, f"{phase}_samples")
     ref_samples = getattr(reference.timing, f"{phase}_samples")
-    if min(len(samples), len(ref_samples)) < MIN_SAMPLES:
-        return False  # one sample has no spread: nothing to tell an effect from noise with
+    if min(len(samples), len(ref_samples)) < MIN_SAMPLES_TO_JUDGE:
+        return None  # too few samples to have a spread worth the name
     return max(samples) < min(ref_samples) or max(ref_samples) < min(samples)
 
 

@@ -13,10 +13,10 @@ import ckptlab
 from ckptlab import figures, snippets
 from ckptlab.export import layer_rows, result_csv
 from ckptlab.labquery import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
-from ckptlab.labrun import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued, MIN_SAMPLES
+from ckptlab.labrun import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
 from ckptlab.measure import resolve_device
 from ckptlab.report import MIB, mib, setting_name
-from ckptlab.results import DTYPES, RunSpec
+from ckptlab.results import DTYPES, MIN_SAMPLES_TO_JUDGE, RunSpec
 
 LOCAL = "local directory"
 DEVICES = ("auto", "cpu", "cuda") if torch.cuda.is_available() else ("auto", "cpu")
@@ -189,10 +189,12 @@ def _memory_delta(value: int, reference: int | None) -> dict:
     return {"delta": f"{diff / MIB:+,.1f} MiB vs off", "delta_color": "inverse"}
 
 
-def _time_delta(value: float, reference: float | None, significant: bool) -> dict:
+def _time_delta(value: float, reference: float | None, significant: bool | None) -> dict:
     if reference is None:
         return {}
     diff = f"{(value - reference) * 1000:+,.0f} ms"
+    if significant is None:
+        return {"delta": f"{diff} · too few steps", "delta_color": "off", "delta_arrow": "off"}
     if not significant:
         return {"delta": f"{diff} · noise", "delta_color": "off", "delta_arrow": "off"}
     return {"delta": f"{diff} vs off", "delta_color": "inverse"}
@@ -223,10 +225,10 @@ def _render_metrics(lab: LabRun) -> None:
     b.metric("Step", f"{timing.step_s * 1000:,.0f} ms", **time("step"), help="Median of forward + backward.")
     st.markdown(f"**Peak reached in:** {memory.peak_where.get('description', 'unknown')}")
     if comparison is not None and base is not None:
-        if len(timing.step_samples) < MIN_SAMPLES or len(base.timing.step_samples) < MIN_SAMPLES:
+        if comparison.step_significant is None:
             st.markdown(
-                f"**Time:** one timed step each ({(comparison.step_ratio - 1) * 100:+.0f}%) cannot tell an effect "
-                "from noise; raise the repeats under Timing."
+                f"**Time:** {(comparison.step_ratio - 1) * 100:+.0f}% from fewer than {MIN_SAMPLES_TO_JUDGE} timed steps "
+                "a run: too few to tell an effect from noise. Raise the repeats under Timing."
             )
         elif comparison.step_significant:
             st.markdown(f"**Time:** {comparison.describe_step()}.")

@@ -242,3 +242,19 @@ def test_an_eight_billion_model_on_the_cpu_is_refused_and_frees_the_device(monke
     with pytest.raises(ckptlab.DoesNotFitError, match="does not fit"):
         run_queued(replace(SPEC, model="qwen3-8b", device="cpu"), queue=queue, cache=ResultCache())
     assert queue.busy() == (False, 0)
+
+
+def test_phase_significance_follows_compare_and_needs_enough_steps():
+    from ckptlab.labrun import phase_significant
+    from ckptlab.results import MIN_SAMPLES_TO_JUDGE
+
+    lab = run_queued(SPEC)  # shared cache
+    run, base = lab.result, lab.baseline.result
+
+    def timed(result, samples):
+        return replace(result, timing=replace(result.timing, forward_samples=samples))
+
+    few = [0.1] * (MIN_SAMPLES_TO_JUDGE - 1)
+    assert phase_significant(timed(run, few), timed(base, [0.2] * 3), "forward") is None
+    assert phase_significant(timed(run, [0.1, 0.11, 0.12]), timed(base, [0.2, 0.21, 0.22]), "forward") is True
+    assert phase_significant(timed(run, [0.1, 0.2, 0.3]), timed(base, [0.15, 0.25, 0.35]), "forward") is False
