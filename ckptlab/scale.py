@@ -235,11 +235,10 @@ def scale_table(
         result = known.get(spec)
         if result is None:
             began = time.monotonic()
-            label = f"{index + 1}/{total} {setting.key}"
-            result = simulate(spec, progress=lambda message, fraction: report(f"{label}: {message}", (index + fraction) / total))
+            result = simulate(spec, progress=lambda message, fraction: report(f"{setting.key}: {message}", (index + fraction) / total))
             seconds[setting.key] = time.monotonic() - began
         results.append(result)
-        report(f"{index + 1}/{total} {setting.key}: done", (index + 1) / total)
+        report(f"{setting.key}: done", (index + 1) / total)
         if on_result is not None:
             on_result(result)
     return ScaleTable(request, info.num_layers, results, cancelled, time.monotonic() - started, seconds)

@@ -24,15 +24,14 @@ GIB = 2**30
 FONT = "Arial, Helvetica, sans-serif"
 
 WORDS: dict[str, str] = {
-    "peak_title": "{model} · seq {seq_len:,} · batch {batch_size} · {dtype}: memory at the peak of the step, simulated",
-    "resident_title": "{model} · seq {seq_len:,} · batch {batch_size} · {dtype}: resident after the forward, simulated",
-    "peak_subtitle": "{provenance} · bars: GPU memory at the step's peak · hatched: host memory (offload), not GPU",
-    "resident_subtitle": "{provenance} · activations kept for the backward, above the parameters · hatched: host memory (offload)",
+    "peak_title": "Memory at the peak of the step, simulated: {model}, seq {seq_len:,}",
+    "resident_title": "Resident after the forward, simulated: {model}, seq {seq_len:,}",
+    "peak_subtitle": "batch {batch_size} · {dtype} · {provenance}<br>bars: GPU memory at the step's peak · hatched: host memory (offload), not GPU",
+    "resident_subtitle": "batch {batch_size} · {dtype} · {provenance}<br>activations kept for the backward, above the parameters · hatched: host memory (offload)",
     "x_title": "setting (checkpointed layers)",
     "peak_y": "simulated GPU memory, {unit}",
     "resident_y": "simulated memory, {unit}",
-    "Parameter": "parameters",
-    "Buffer": "buffers",
+    "Parameter": "parameters and buffers",
     "Gradient": "gradients",
     "Activation": "activations",
     "Temp": "temporaries",
@@ -42,7 +41,7 @@ WORDS: dict[str, str] = {
     "fits": "fits in {budget}",
     "no_fit": "does not fit in {budget}",
     "budget": "{budget}: {gib:,.1f} GiB",
-    "budget_off_scale": " · {budget} ({gib:,.0f} GiB) is far above every bar: everything fits",
+    "budget_off_scale": "<br>{budget} ({gib:,.0f} GiB) is far above every bar: everything fits",
     "tick": "{setting}<br>{cp} CP",
     "hover": "<b>{setting}</b><br>{part}: {mib:,.1f} MiB ({gib:,.2f} GiB)<br>{provenance}",
     "hover_peak": "<b>{setting}</b>: peak {mib:,.1f} MiB ({gib:,.2f} GiB), {verdict}<br>reached in: {where}<br>{provenance}",
@@ -51,18 +50,19 @@ WORDS: dict[str, str] = {
 # Okabe-Ito: told apart by colour-blind readers and on a washed-out projector.
 COLORS = {
     "Parameter": "#0072B2",
-    "Buffer": "#999999",
     "Gradient": "#56B4E9",
     "Activation": "#D55E00",
     "Temp": "#E69F00",
     "other": "#000000",
     "host": "#CC79A7",
     "fits": "#009E73",
-    "no_fit": "#D55E00",
+    "no_fit": "#000000",  # not vermillion: that is the activations' colour
+    "budget": "#000000",
 }
 # Streamlit's plotly.js draws nothing for a pattern with an rgba fgcolor: hex colours only.
 HOST_PATTERN = {"shape": "/", "bgcolor": "#F5E1EC", "fgcolor": "#CC79A7", "size": 8, "solidity": 0.45}
-PARTS = ("Parameter", "Buffer", "Gradient", "Activation", "Temp")  # bottom to top
+PARTS = ("Parameter", "Gradient", "Activation", "Temp")  # bottom to top
+FOLDED = {"Buffer": "Parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
 OFF_SCALE = 4  # a budget more than this many times the tallest bar is named, not drawn (the bars would vanish)
 
 
@@ -98,8 +98,8 @@ def peak_figure(
     provenance = _provenance(results)
 
     figure = go.Figure()
-    parts = [part for part in PARTS if any(r.memory.breakdown_at_peak.get(part) for r in results)]
-    if any(set(r.memory.breakdown_at_peak) - set(PARTS) for r in results):
+    parts = [part for part in PARTS if any(_part(r.memory.breakdown_at_peak, part) for r in results)]
+    if any(set(r.memory.breakdown_at_peak) - set(PARTS) - set(FOLDED) for r in results):
         parts.append("other")
     base = [0] * len(results)
     for part in parts:
@@ -135,13 +135,15 @@ def peak_figure(
                     hoverinfo="text", cliponaxis=False,
                 )
             )  # fmt: skip
-    subtitle = say["peak_subtitle"].format(provenance=provenance)
+    subtitle = say["peak_subtitle"].format(provenance=provenance, **_shape(table))
     if budget_bytes is not None and draw_budget:
-        y = budget_bytes / scale
-        figure.add_shape(type="line", xref="paper", x0=0, x1=1, y0=y, y1=y, line={"color": "#000000", "width": 2, "dash": "dash"})
-        figure.add_annotation(
-            text=say["budget"].format(budget=budget_label or _gib_text(budget_bytes), gib=budget_bytes / GIB),
-            xref="paper", x=0, xanchor="left", y=y, yanchor="bottom", showarrow=False, font={"size": 13},
+        # A trace, not a shape: the legend names the line, and no label sits on a bar.
+        name = say["budget"].format(budget=budget_label or _gib_text(budget_bytes), gib=budget_bytes / GIB)
+        figure.add_trace(
+            go.Scatter(
+                x=[-0.6, len(results) - 0.4], y=[budget_bytes / scale] * 2, mode="lines", name=name,
+                line={"color": COLORS["budget"], "width": 2, "dash": "dash"}, hoverinfo="name",
+            )
         )  # fmt: skip
     elif budget_bytes is not None:
         subtitle += say["budget_off_scale"].format(budget=budget_label or _gib_text(budget_bytes), gib=budget_bytes / GIB)
@@ -181,7 +183,7 @@ def resident_figure(table: ScaleTable, selected: Setting | None = None, words: M
     )  # fmt: skip
     _add_host(figure, results, ticks, scale, say, provenance, labels=True)
     title = say["resident_title"].format(**_shape(table))
-    _layout(figure, title, say["resident_subtitle"].format(provenance=provenance), say["x_title"], say["resident_y"].format(unit=unit), ticks)
+    _layout(figure, title, say["resident_subtitle"].format(provenance=provenance, **_shape(table)), say["x_title"], say["resident_y"].format(unit=unit), ticks)
     figure.update_yaxes(range=[0, max(resident + hosts, default=0) / scale * 1.15 or 1])
     return figure
 
@@ -213,8 +215,8 @@ def _gib_text(num_bytes: int) -> str:
 
 def _part(breakdown: Mapping[str, int], part: str) -> int:
     if part == "other":
-        return sum(value for key, value in breakdown.items() if key not in PARTS)
-    return breakdown.get(part, 0)
+        return sum(value for key, value in breakdown.items() if key not in PARTS and key not in FOLDED)
+    return breakdown.get(part, 0) + sum(breakdown.get(key, 0) for key, into in FOLDED.items() if into == part)
 
 
 def _ticks(table: ScaleTable, results: list[RunResult], selected: Setting | None, say: Mapping[str, str]) -> list[str]:
@@ -269,7 +271,7 @@ def _layout(figure: go.Figure, title: str, subtitle: str, x_title: str, y_title:
         title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
         barmode="overlay",  # slots and stacking are placed by hand (offset, width, base)
         height=480,
-        margin={"l": 60, "r": 20, "t": 90, "b": 130},  # two-line ticks, then the legend
+        margin={"l": 60, "r": 20, "t": 115, "b": 130},  # a two-line subtitle; two-line ticks, then the legend
         legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
         font={"family": FONT, "size": 13},
         hoverlabel={"font": {"size": 14}},

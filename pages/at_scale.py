@@ -73,7 +73,7 @@ TEXT = {
     "plan_known": " {known} already simulated (reused).",
     "simulate": "Simulate",
     "stop": "Stop",
-    "progress": "Simulated {done} of {total} · now: {message}",
+    "progress": "Simulating ({done} of {total} done): {message}",
     "stopping": "Stopping after the simulation in flight…",
     "press": "Set the model and shape in the sidebar and press **Simulate**. An 8B model takes a few seconds a setting on a laptop CPU.",
     "changed": "The settings changed since these simulations. Shown: **{model}** · seq {seq:,} · batch {batch} · {dtype}. Press **Simulate** for the new ones.",
@@ -83,6 +83,7 @@ TEXT = {
     "each": "{low:,.1f}–{high:,.1f} s each",
     "reused": " · {count} reused",
     "fits": "**{setting}** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. It reruns the fewest layers of the settings that fit ({cp} of {layers}).",
+    "thin": " A thin margin: allocator fragmentation and the CUDA context may take it.",
     "fits_off": "**Checkpointing off** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. No need to checkpoint at this shape.",
     "no_fit": "Nothing simulated fits {budget}: the lowest simulated peak is {peak:,.1f} GiB (**{setting}**), {short:,.1f} GiB too much. A shorter sequence, a smaller batch or a bigger GPU would.",
     "optimizer": "The peak holds parameters, gradients, activations and temporaries of one step. An optimizer's state comes on top (Adam: two float32 copies of the parameters, {adam:,.1f} GiB here), and the CUDA context takes a few hundred MiB.",
@@ -109,6 +110,7 @@ TEXT = {
     "gpu_unknown": "gpu={gpu!r} in the link is not a GPU of the list nor a number of GiB; using {default}.",
 }
 
+THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
 SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
 LOCAL = "local"
 CUSTOM = "custom"
@@ -213,8 +215,11 @@ with st.sidebar:
 
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
 model = state.at_scale_local_dir.strip() if state.at_scale_model == LOCAL else state.at_scale_model
-if model and st.query_params.to_dict() != _query(model):
-    st.query_params.from_dict(_query(model))
+if model:
+    # Only this page's keys: others in the link (the language, say) stay as they are.
+    for name, value in _query(model).items():
+        if st.query_params.get(name) != value:
+            st.query_params[name] = value
 if state.at_scale_gpu == CUSTOM:
     budget, budget_label = int(state.at_scale_budget_gib * GIB), f"{state.at_scale_budget_gib:g} GiB"
 else:
@@ -323,7 +328,8 @@ _progress()
 
 table: ScaleTable | None = state.get("at_scale_table")
 if table is None:
-    st.info(TEXT["press"])
+    if not running:
+        st.info(TEXT["press"])
     st.stop()
 
 # -- the result: everything below only draws ----------------------------------------------
@@ -351,9 +357,10 @@ def _verdict(table: ScaleTable) -> RunResult | None:
         setting = Setting.of(best.spec)
         peak, margin = best.memory.peak_bytes / GIB, (budget - best.memory.peak_bytes) / GIB
         if setting.every_n_layers is None:
-            st.success(TEXT["fits_off"].format(budget=budget_label, peak=peak, margin=margin))
+            words = TEXT["fits_off"].format(budget=budget_label, peak=peak, margin=margin)
         else:
-            st.success(TEXT["fits"].format(setting=setting.key, budget=budget_label, peak=peak, margin=margin, cp=setting.cp_layers(table.num_layers), layers=table.num_layers))
+            words = TEXT["fits"].format(setting=setting.key, budget=budget_label, peak=peak, margin=margin, cp=setting.cp_layers(table.num_layers), layers=table.num_layers)
+        st.success(words + (TEXT["thin"] if margin * GIB < THIN_MARGIN * budget else ""))
         return best
     lowest = min(table.results, key=lambda result: result.memory.peak_bytes)
     st.error(TEXT["no_fit"].format(budget=budget_label, peak=lowest.memory.peak_bytes / GIB, setting=Setting.of(lowest.spec).key, short=(lowest.memory.peak_bytes - budget) / GIB))

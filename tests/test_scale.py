@@ -75,7 +75,7 @@ def test_table_simulates_each_setting_in_order(table):
     assert offload.host_offload_bytes == offload.offload_bytes
     fractions = [fraction for _, fraction in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
-    assert any(message.startswith("2/4 n=1") for message, _ in seen)
+    assert any(message.startswith("n=1+offload: simulating") for message, _ in seen)
 
 
 def test_known_results_are_reused_not_simulated_again(table, monkeypatch):
