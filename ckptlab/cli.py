@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -99,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``... --json | head``): nothing left to say, and no traceback.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout again at exit
+        return 0
 
 
 def _models(args: argparse.Namespace) -> int:

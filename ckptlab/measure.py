@@ -104,7 +104,7 @@ def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrai
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
-    shortfall = _host_memory_shortfall(info, dtype, device)
+    shortfall = host_memory_shortfall(info, dtype, device)
     if shortfall:
         raise DoesNotFitError(shortfall)
     if progress is not None:
@@ -394,15 +394,15 @@ def _cpu_name() -> str:
 # -- out of memory ------------------------------------------------------------------------
 
 
-def _host_memory_shortfall(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> str:
-    """A reason not to start a CPU run whose parameters and gradients alone exceed the free RAM.
+def host_memory_shortfall(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> str:
+    """A reason not to start a CPU run whose parameters and gradients alone exceed the free RAM ("" if it may run).
 
     On the CPU an out-of-memory does not raise: the kernel kills the process (and the app
     with it). So the lab refuses upfront, from a prediction that is labelled as one.
     """
     if device.type != "cpu":
         return ""
-    available = _available_host_bytes()
+    available = available_host_bytes()
     if available is None:
         return ""
     element = torch.tensor([], dtype=dtype).element_size()
@@ -417,7 +417,8 @@ def _host_memory_shortfall(info: ModelInfo, dtype: torch.dtype, device: torch.de
     )
 
 
-def _available_host_bytes() -> int | None:
+def available_host_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, or None where there is no such file."""
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:

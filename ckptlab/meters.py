@@ -58,7 +58,11 @@ class MemoryMeter(Protocol):
 
 
 class CudaMeter:
-    """The CUDA caching allocator's counters for one device."""
+    """The CUDA caching allocator's counters for one device.
+
+    They count every tensor of the process on that device: a second model kept alive (a
+    cache of several) shows up in a run's baseline. The app keeps one model at a time.
+    """
 
     method = CUDA_MEMORY_METHOD
 

@@ -146,7 +146,7 @@ def test_a_directory_without_config_shows_a_message(tmp_path):
 
 def test_an_eight_billion_model_on_the_cpu_says_it_does_not_fit(monkeypatch):
     measure_module = sys.modules["ckptlab.measure"]
-    monkeypatch.setattr(measure_module, "_available_host_bytes", lambda: 8 * 2**30)  # any machine's RAM
+    monkeypatch.setattr(measure_module, "available_host_bytes", lambda: 8 * 2**30)  # any machine's RAM
     at = _app(model="qwen3-8b", device="cpu")
     at.button(key="lab_run").click().run()
     _assert_alive(at)
