@@ -11,7 +11,6 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import replace
 
 from .accuracy import PredictionCheck, check_predictions
 from .errors import SpecError
@@ -29,17 +28,36 @@ def add_sweep_command(commands) -> None:
 
     # "resolve": the sweep redefines three of the run options as lists.
     sweep_parser = commands.add_parser(
-        "sweep", help="measure checkpointing off and every every_n_layers: memory against time", conflict_handler="resolve"
+        "sweep",
+        help="measure checkpointing off and every every_n_layers: memory against time",
+        conflict_handler="resolve",
     )
     defaults = RunSpec()
     add_run_arguments(sweep_parser, defaults)
-    sweep_parser.add_argument("--seq-len", default=str(defaults.seq_len), help=f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})")
-    sweep_parser.add_argument("--every-n-layers", default="all", help="'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)")
-    sweep_parser.add_argument("--offload", default="no", help="no, yes or both (offload rows run on CUDA only; default no)")
+    sweep_parser.add_argument(
+        "--seq-len",
+        default=str(defaults.seq_len),
+        help=f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})",
+    )
+    sweep_parser.add_argument(
+        "--every-n-layers", default="all", help="'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)"
+    )
+    sweep_parser.add_argument(
+        "--offload", default="no", help="no, yes or both (offload rows run on CUDA only; default no)"
+    )
     sweep_parser.add_argument("--no-checkpointing", action="store_true", help=argparse.SUPPRESS)
-    sweep_parser.add_argument("--repeats", type=int, default=defaults.repeats, help=f"timed steps per row (default {defaults.repeats})")
-    sweep_parser.add_argument("--warmup", type=int, default=defaults.warmup, help=f"untimed steps before the first row of each length (default {defaults.warmup})")
-    sweep_parser.add_argument("--warmup-each-row", action="store_true", help="warm up before every row, as single runs do")
+    sweep_parser.add_argument(
+        "--repeats", type=int, default=defaults.repeats, help=f"timed steps per row (default {defaults.repeats})"
+    )
+    sweep_parser.add_argument(
+        "--warmup",
+        type=int,
+        default=defaults.warmup,
+        help=f"untimed steps before the first row of each length (default {defaults.warmup})",
+    )
+    sweep_parser.add_argument(
+        "--warmup-each-row", action="store_true", help="warm up before every row, as single runs do"
+    )
     sweep_parser.add_argument("--budget", help="memory budget for a recommendation: bytes or e.g. 24GiB, 512MiB")
     sweep_parser.add_argument("--gpu", help=f"recommend for a GPU: {', '.join(GPUS)}")
     output = sweep_parser.add_mutually_exclusive_group()
@@ -58,7 +76,9 @@ def parse_seq_lens(text: str) -> tuple[int, ...]:
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
-            raise SpecError(f"--seq-len {text!r}: {part!r} is not a whole number >= 1. Give lengths like 512 or 256,512,1024.")
+            raise SpecError(
+                f"--seq-len {text!r}: {part!r} is not a whole number >= 1. Give lengths like 512 or 256,512,1024."
+            )
         values.append(int(part))
     return tuple(dict.fromkeys(values))
 
@@ -91,7 +111,9 @@ def parse_budget(text: str) -> int:
     """
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     if not match or match.group(2).lower() not in UNITS or float(match.group(1)) <= 0:
-        raise SpecError(f"--budget {text!r} is not a memory size. Give bytes or a number with KiB, MiB, GiB (or KB, MB, GB), e.g. 24GiB.")
+        raise SpecError(
+            f"--budget {text!r} is not a memory size. Give bytes or a number with KiB, MiB, GiB (or KB, MB, GB), e.g. 24GiB."
+        )
     return int(float(match.group(1)) * UNITS[match.group(2).lower()])
 
 
@@ -102,13 +124,19 @@ def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
         SpecError: a bad list, offload choice or flag.
     """
     if args.no_checkpointing:
-        raise SpecError("--no-checkpointing does not apply to sweep: checkpointing off is always its first row. Drop the flag.")
+        raise SpecError(
+            "--no-checkpointing does not apply to sweep: checkpointing off is always its first row. Drop the flag."
+        )
     from .cli import spec_from_args
 
     if args.offload not in OFFLOAD_CHOICES:
         raise SpecError(f"--offload {args.offload!r} is not one of {', '.join(OFFLOAD_CHOICES)}.")
     seq_lens = parse_seq_lens(args.seq_len)
-    base = spec_from_args(replace_namespace(args, seq_len=seq_lens[0], every_n_layers=1, offload=False), repeats=args.repeats, warmup=args.warmup)
+    base = spec_from_args(
+        replace_namespace(args, seq_len=seq_lens[0], every_n_layers=1, offload=False),
+        repeats=args.repeats,
+        warmup=args.warmup,
+    )
     spec = SweepSpec.from_run_spec(
         base,
         seq_lens=seq_lens,
@@ -172,18 +200,26 @@ def _recommendation_dict(rec: Recommendation) -> dict:
     }
 
 
-def sweep_report(result: SweepResult, checks: list[PredictionCheck], recommendation: Recommendation | None = None) -> str:
+def sweep_report(
+    result: SweepResult, checks: list[PredictionCheck], recommendation: Recommendation | None = None
+) -> str:
     """The sweep as text: the measured table, the predictions beside it, the recommendation."""
     spec = result.spec
     first = next((row.result for row in result.rows if row.result is not None), None)
-    lines = [f"{result.model}: {result.num_layers} layers · batch {spec.batch_size} · {result.device}"
-             + (f" · {first.dtype} · {first.provenance.label}" if first else "")]
+    lines = [
+        f"{result.model}: {result.num_layers} layers · batch {spec.batch_size} · {result.device}"
+        + (f" · {first.dtype} · {first.provenance.label}" if first else "")
+    ]
     lines += [f"note: {note}" for note in result.notes]
     if result.cancelled:
         lines.append(f"note: stopped after {len(result.rows)} rows; the rows measured are below.")
     lines.append("")
-    lines.append("Measured: memory in MiB (resident and peak above the baseline; total = peak with the baseline), time in ms (medians):")
-    lines.append(f"{'seq':>6}  {'setting':<14}{'CP':>3}  {'resident':>9} {'x off':>6}  {'peak':>7} {'x off':>6} {'total':>7}  {'fwd':>6} {'bwd':>6} {'step':>6} {'x off':>6}  peak reached in")
+    lines.append(
+        "Measured: memory in MiB (resident and peak above the baseline; total = peak with the baseline), time in ms (medians):"
+    )
+    lines.append(
+        f"{'seq':>6}  {'setting':<14}{'CP':>3}  {'resident':>9} {'x off':>6}  {'peak':>7} {'x off':>6} {'total':>7}  {'fwd':>6} {'bwd':>6} {'step':>6} {'x off':>6}  peak reached in"
+    )
     for row in result.rows:
         if row.status != "ok":
             lines.append(f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  does not fit: {row.message}")
@@ -195,15 +231,21 @@ def sweep_report(result: SweepResult, checks: list[PredictionCheck], recommendat
         )
     if checks:
         lines.append("")
-        lines.append("Predicted resident after the forward, MiB (predicted, not measured; error against the measurement):")
-        lines.append(f"{'seq':>6}  {'setting':<14}{'measured':>9}  {'formula':>9} {'error':>7}  {'calibrated':>10} {'error':>7}  {'rerun share':>11}")
+        lines.append(
+            "Predicted resident after the forward, MiB (predicted, not measured; error against the measurement):"
+        )
+        lines.append(
+            f"{'seq':>6}  {'setting':<14}{'measured':>9}  {'formula':>9} {'error':>7}  {'calibrated':>10} {'error':>7}  {'rerun share':>11}"
+        )
         for check in checks:
             lines.append(
                 f"{check.seq_len:>6}  {check.setting:<14}{_mib(check.measured_after_forward_bytes):>9}  {mib(check.formula_after_forward_bytes):>9}"
                 f" {_pct(check.formula_error):>7}  {_mib(check.calibrated_after_forward_bytes):>10} {_pct(check.calibrated_error):>7}"
                 f"  {check.recompute_fraction:>10.0%}"
             )
-        lines.append("formula: Korthikanti et al. 2022 adapted (ckptlab.predict); calibrated: per-layer bytes of the measured off run.")
+        lines.append(
+            "formula: Korthikanti et al. 2022 adapted (ckptlab.predict); calibrated: per-layer bytes of the measured off run."
+        )
     if recommendation is not None:
         lines.append("")
         lines.append(f"Recommendation for {recommendation.budget_label} at seq_len={recommendation.seq_len}:")

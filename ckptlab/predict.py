@@ -170,7 +170,7 @@ def architecture(model: str | PretrainedConfig | Architecture, num_layers: int |
     intermediate = getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None) or 4 * hidden
     return Architecture(
         family=family,
-        num_layers=num_layers or getattr(text, "num_hidden_layers"),
+        num_layers=num_layers or text.num_hidden_layers,
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=getattr(text, "num_key_value_heads", None) or heads,
@@ -402,7 +402,14 @@ class _Source:
     step_s: float | None = None
 
     def predict(
-        self, method: Method, n: int | None, offload: bool, seq_len: int, batch_size: int, layer_flops: float, total_flops: float
+        self,
+        method: Method,
+        n: int | None,
+        offload: bool,
+        seq_len: int,
+        batch_size: int,
+        layer_flops: float,
+        total_flops: float,
     ) -> Prediction:
         roles = planned_roles(len(self.layer_bytes), n)
         cp = [index for index, role in enumerate(roles) if role == "CP"]

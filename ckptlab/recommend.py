@@ -73,7 +73,9 @@ def budget_bytes(budget: int | str) -> tuple[int, str]:
             raise SpecError(f"GPU {budget!r} is not in the list: {', '.join(GPUS)}. Give a budget in bytes instead.")
         return GPUS[budget], budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
-        raise SpecError(f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)}).")
+        raise SpecError(
+            f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)})."
+        )
     return budget, f"{mib(budget)} MiB"
 
 
@@ -142,7 +144,11 @@ def _reason(
     words = [
         f"{_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label} at "
         f"seq_len={best.seq_len}: step {milliseconds(best.step_s)} ms"
-        + (f" ({(best.step_ratio - 1) * 100:+.0f}% against checkpointing off{_noise(best)})" if best.step_ratio is not None and best.every_n_layers is not None else "")
+        + (
+            f" ({(best.step_ratio - 1) * 100:+.0f}% against checkpointing off{_noise(best)})"
+            if best.step_ratio is not None and best.every_n_layers is not None
+            else ""
+        )
         + f", peak {mib(best.peak_bytes)} MiB, {mib(budget - best.peak_bytes)} MiB to spare."
     ]
     off = next((row for row in measured if row.every_n_layers is None), None)
@@ -152,7 +158,9 @@ def _reason(
         fewest = min(row.cp_layers for row in fitting)
         words.append(f"Checkpointing off needs {mib(off.peak_bytes)} MiB ({mib(off.peak_bytes - budget)} MiB over).")
         if best.cp_layers == fewest:
-            words.append(f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, the faster the step.")
+            words.append(
+                f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, the faster the step."
+            )
         else:
             words.append(
                 f"It checkpoints {best.cp_layers} layers where {fewest} would fit: measured faster anyway, which on a busy "
@@ -180,12 +188,18 @@ def _nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: in
 def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: int, seq_len: int) -> list[str]:
     suggestions: list[str] = []
     shorter = sorted(
-        (row for row in rows if row.seq_len < seq_len and row.status == "ok" and row.peak_bytes is not None and row.peak_bytes <= budget),
+        (
+            row
+            for row in rows
+            if row.seq_len < seq_len and row.status == "ok" and row.peak_bytes is not None and row.peak_bytes <= budget
+        ),
         key=lambda row: (-row.seq_len, row.step_s),
     )
     if shorter:
         row = shorter[0]
-        suggestions.append(f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak {mib(row.peak_bytes)} MiB).")
+        suggestions.append(
+            f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak {mib(row.peak_bytes)} MiB)."
+        )
     if not measured:
         return suggestions + ["A shorter sequence or a smaller batch; measure again."]
     smallest = min(measured, key=lambda row: row.peak_bytes)
@@ -209,7 +223,9 @@ def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: 
             )
         batch = smallest.result.spec.batch_size if smallest.result is not None else 1
         if batch > 1 and int(batch * share) >= 1:
-            suggestions.append(f"A smaller batch (estimate): about batch_size={int(batch * share)} with {_name(smallest)}.")
+            suggestions.append(
+                f"A smaller batch (estimate): about batch_size={int(batch * share)} with {_name(smallest)}."
+            )
     cp_rows = [row for row in measured if row.every_n_layers is not None and not row.offload and row.offload_bytes]
     if cp_rows and not any(row.offload for row in measured):
         row = min(cp_rows, key=lambda row: row.peak_bytes - row.offload_bytes)

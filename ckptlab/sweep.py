@@ -21,7 +21,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -237,7 +237,9 @@ def plan_sweep(spec: SweepSpec) -> _Plan:
         )
     offloads = {"no": [False], "yes": [True], "both": [False, True]}[spec.offload]
     if spec.offload != "no" and device.type != "cuda":
-        notes.append(OFFLOAD_SKIPPED_NOTE + (" The rows without offload are measured instead." if spec.offload == "yes" else ""))
+        notes.append(
+            OFFLOAD_SKIPPED_NOTE + (" The rows without offload are measured instead." if spec.offload == "yes" else "")
+        )
         offloads = [False]
     if not spec.warmup_each_row and spec.warmup:
         notes.append(
@@ -335,28 +337,28 @@ def rows_from_results(results: Sequence[RunResult]) -> list[SweepRow]:
 def _row(result: RunResult, off: RunResult | None) -> SweepRow:
     spec = result.spec
     cp_layers = sum(layer.planned == "CP" for layer in result.layers)
-    base = dict(
-        seq_len=spec.seq_len,
-        every_n_layers=spec.every_n_layers,
-        offload=spec.offload,
-        status=result.status,
-        provenance=result.provenance.kind,
-        cp_layers=cp_layers,
-        message=result.message,
-        result=result,
-    )
+    base = {
+        "seq_len": spec.seq_len,
+        "every_n_layers": spec.every_n_layers,
+        "offload": spec.offload,
+        "status": result.status,
+        "provenance": result.provenance.kind,
+        "cp_layers": cp_layers,
+        "message": result.message,
+        "result": result,
+    }
     if result.memory is None or result.timing is None:
         return SweepRow(**base)
     memory, timing = result.memory, result.timing
     ratios: dict[str, Any] = {}
     if off is not None:
         comparison = compare(result, off)
-        ratios = dict(
-            after_forward_ratio=comparison.after_forward_ratio,
-            peak_ratio=comparison.peak_ratio,
-            step_ratio=comparison.step_ratio,
-            step_significant=comparison.step_significant,
-        )
+        ratios = {
+            "after_forward_ratio": comparison.after_forward_ratio,
+            "peak_ratio": comparison.peak_ratio,
+            "step_ratio": comparison.step_ratio,
+            "step_significant": comparison.step_significant,
+        }
     return SweepRow(
         **base,
         baseline_bytes=memory.baseline_bytes,
@@ -392,9 +394,3 @@ def _scaled(report: Progress, label: str, index: int, total: int) -> Progress:
         report(f"{label}: {message}", (index + fraction) / total)
 
     return scaled
-
-
-def iter_settings(result: SweepResult) -> Iterator[tuple[int, list[SweepRow]]]:
-    """(sequence length, its rows) in the order swept."""
-    for seq_len in dict.fromkeys(row.seq_len for row in result.rows):
-        yield seq_len, result.rows_at(seq_len)

@@ -55,7 +55,11 @@ class SweepJob:
     """
 
     def __init__(
-        self, spec: SweepSpec, load: Loader | None = None, queue: DeviceQueue = DEVICE_QUEUE, timeout: float | None = DEFAULT_TIMEOUT_S
+        self,
+        spec: SweepSpec,
+        load: Loader | None = None,
+        queue: DeviceQueue = DEVICE_QUEUE,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.plan = plan_sweep(spec)  # validates: bad input never reaches the thread
         self.spec = spec
@@ -110,14 +114,21 @@ class SweepJob:
         def on_wait(ahead: int) -> None:
             if self._stop.is_set():
                 raise _Stopped
-            self._progress(f"{label}: waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead", self._fraction)
+            self._progress(
+                f"{label}: waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead", self._fraction
+            )
 
         return self._queue.turn(on_wait=on_wait, timeout=self._timeout, label=f"sweep {self.spec.model}: {label}")
 
     def _run(self) -> None:
         try:
             result = sweep(
-                self.spec, progress=self._progress, cancel=self._stop, load=self._load, turn=self._turn, on_result=self._on_result
+                self.spec,
+                progress=self._progress,
+                cancel=self._stop,
+                load=self._load,
+                turn=self._turn,
+                on_result=self._on_result,
             )
         except _Stopped:
             result = self._partial()
@@ -127,11 +138,15 @@ class SweepJob:
             result = self._partial() if self._results else None
         except Exception as error:  # a bug, not bad input: keep what was measured, say it briefly
             with self._lock:
-                self._error = f"The sweep failed unexpectedly ({type(error).__name__}: {error}); the rows measured are kept."
+                self._error = (
+                    f"The sweep failed unexpectedly ({type(error).__name__}: {error}); the rows measured are kept."
+                )
             result = self._partial() if self._results else None
         with self._lock:
             self._result = result
-            self._message = "stopped" if result is not None and result.cancelled else ("done" if result is not None else "failed")
+            self._message = (
+                "stopped" if result is not None and result.cancelled else ("done" if result is not None else "failed")
+            )
             self._finished = True
 
     def _partial(self) -> SweepResult:

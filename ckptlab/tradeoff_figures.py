@@ -36,12 +36,17 @@ def provenance_label(result: SweepResult) -> str:
         if row.result is not None:
             return row.result.provenance.label
     kinds = {row.provenance for row in result.rows}
-    return {"measured-cuda": "measured on CUDA", "measured-cpu": "measured on the CPU"}.get(min(kinds, default=""), "measured")
+    return {"measured-cuda": "measured on CUDA", "measured-cpu": "measured on the CPU"}.get(
+        min(kinds, default=""), "measured"
+    )
 
 
 def pareto_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
     """The rows no other row beats on both step time and peak memory, fastest first."""
-    measured = sorted((row for row in rows if row.step_s is not None and row.peak_bytes is not None), key=lambda r: (r.step_s, r.peak_bytes))
+    measured = sorted(
+        (row for row in rows if row.step_s is not None and row.peak_bytes is not None),
+        key=lambda r: (r.step_s, r.peak_bytes),
+    )
     frontier: list[SweepRow] = []
     for row in measured:
         if not frontier or row.peak_bytes < frontier[-1].peak_bytes:
@@ -141,14 +146,39 @@ def prediction_figure(result: SweepResult, checks: Sequence[PredictionCheck], se
         rows=1, cols=2, subplot_titles=("Resident after the forward, MiB", "Step time, ms"), horizontal_spacing=0.1
     )
     series = [
-        ("measured", MEASURED, None, [c.measured_after_forward_bytes for c in rows], [c.measured_step_s for c in rows], [None] * len(rows), [None] * len(rows)),
-        ("predicted (formula)", FORMULA, "/", [c.formula_after_forward_bytes for c in rows], [c.formula_step_s for c in rows],
-         [c.formula_error for c in rows], [c.formula_step_error for c in rows]),
-        ("predicted (calibrated)", CALIBRATED, "\\", [c.calibrated_after_forward_bytes for c in rows], [c.calibrated_step_s for c in rows],
-         [c.calibrated_error for c in rows], [c.calibrated_step_error for c in rows]),
+        (
+            "measured",
+            MEASURED,
+            None,
+            [c.measured_after_forward_bytes for c in rows],
+            [c.measured_step_s for c in rows],
+            [None] * len(rows),
+            [None] * len(rows),
+        ),
+        (
+            "predicted (formula)",
+            FORMULA,
+            "/",
+            [c.formula_after_forward_bytes for c in rows],
+            [c.formula_step_s for c in rows],
+            [c.formula_error for c in rows],
+            [c.formula_step_error for c in rows],
+        ),
+        (
+            "predicted (calibrated)",
+            CALIBRATED,
+            "\\",
+            [c.calibrated_after_forward_bytes for c in rows],
+            [c.calibrated_step_s for c in rows],
+            [c.calibrated_error for c in rows],
+            [c.calibrated_step_error for c in rows],
+        ),
     ]
     for name, color, pattern, memory, time, memory_error, time_error in series:
-        for col, values, errors, scale, unit in ((1, memory, memory_error, 1 / MIB, "MiB"), (2, time, time_error, 1000, "ms")):
+        for col, values, errors, scale, unit in (
+            (1, memory, memory_error, 1 / MIB, "MiB"),
+            (2, time, time_error, 1000, "ms"),
+        ):
             if all(value is None for value in values):
                 continue
             figure.add_trace(
@@ -163,7 +193,10 @@ def prediction_figure(result: SweepResult, checks: Sequence[PredictionCheck], se
                     textposition="outside",
                     textfont={"size": 11},
                     cliponaxis=False,
-                    hovertemplate="%{x}: %{y:,.1f} " + unit + (" (error %{text})" if pattern else "") + f"<extra>{name}</extra>",
+                    hovertemplate="%{x}: %{y:,.1f} "
+                    + unit
+                    + (" (error %{text})" if pattern else "")
+                    + f"<extra>{name}</extra>",
                 ),
                 row=1,
                 col=col,
@@ -191,7 +224,10 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None) -> go.Figure:
     up_to = up_to or 4 * max(seq_lens, default=512)
     settings = _series_settings(result)
     figure = make_subplots(
-        rows=1, cols=2, subplot_titles=("Resident after the forward, MiB", "Peak over the step, MiB (measured)"), horizontal_spacing=0.1
+        rows=1,
+        cols=2,
+        subplot_titles=("Resident after the forward, MiB", "Peak over the step, MiB (measured)"),
+        horizontal_spacing=0.1,
     )
     first = next((row.result for row in result.rows if row.result is not None), None)
     max_positions = catalog.describe(result.spec.model).max_positions or up_to
@@ -201,15 +237,27 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None) -> go.Figure:
         arch = architecture(result.spec.model)
         for length in predicted_lens:
             for p in predict(
-                arch, seq_len=length, batch_size=result.spec.batch_size, dtype=first.dtype, device=result.device.split(":")[0],
-                every_n_layers=sorted({n for _, n, _ in settings if n is not None}), offload=[False, True],
+                arch,
+                seq_len=length,
+                batch_size=result.spec.batch_size,
+                dtype=first.dtype,
+                device=result.device.split(":")[0],
+                every_n_layers=sorted({n for _, n, _ in settings if n is not None}),
+                offload=[False, True],
             ):
                 predicted.setdefault((p.every_n_layers, p.offload), []).append(p.resident_bytes)
     for label, n, offload in settings:
         color = SERIES_COLORS[label.split(" ")[0]]
-        measured = [row for row in result.rows if row.every_n_layers == n and row.offload == offload and row.after_forward_bytes is not None]
+        measured = [
+            row
+            for row in result.rows
+            if row.every_n_layers == n and row.offload == offload and row.after_forward_bytes is not None
+        ]
         if measured:
-            for col, values in ((1, [row.after_forward_bytes for row in measured]), (2, [row.peak_bytes for row in measured])):
+            for col, values in (
+                (1, [row.after_forward_bytes for row in measured]),
+                (2, [row.peak_bytes for row in measured]),
+            ):
                 figure.add_trace(
                     go.Scatter(
                         x=[row.seq_len for row in measured],
@@ -258,7 +306,9 @@ def peak_figure(result: SweepResult, seq_len: int) -> go.Figure:
     """
     figure = go.Figure()
     palette = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
-    for index, row in enumerate(row for row in result.rows_at(seq_len) if row.result is not None and row.result.memory is not None):
+    for index, row in enumerate(
+        row for row in result.rows_at(seq_len) if row.result is not None and row.result.memory is not None
+    ):
         timeline = row.result.memory.timeline
         if not timeline:
             continue
@@ -268,14 +318,24 @@ def peak_figure(result: SweepResult, seq_len: int) -> go.Figure:
         y = [max(point.get("current_bytes", 0), point.get("region_peak_bytes", 0)) / MIB for point in timeline]
         figure.add_trace(
             go.Scatter(
-                x=x, y=y, mode="lines", name=row.setting, legendgroup=row.setting, line={"color": color, "width": 1.5},
-                text=[point["event"] for point in timeline], hovertemplate="%{text}: %{y:,.1f} MiB<extra>" + row.setting + "</extra>",
+                x=x,
+                y=y,
+                mode="lines",
+                name=row.setting,
+                legendgroup=row.setting,
+                line={"color": color, "width": 1.5},
+                text=[point["event"] for point in timeline],
+                hovertemplate="%{text}: %{y:,.1f} MiB<extra>" + row.setting + "</extra>",
             )
         )
         top = max(range(len(y)), key=y.__getitem__)
         figure.add_trace(
             go.Scatter(
-                x=[x[top]], y=[row.peak_bytes / MIB], mode="markers", legendgroup=row.setting, showlegend=False,
+                x=[x[top]],
+                y=[row.peak_bytes / MIB],
+                mode="markers",
+                legendgroup=row.setting,
+                showlegend=False,
                 marker={"color": color, "size": 10, "symbol": "triangle-up"},
                 hovertemplate=f"{row.setting}: peak {row.peak_bytes / MIB:,.1f} MiB in {row.peak_where}<extra></extra>",
             )
@@ -317,13 +377,19 @@ def peak_sentence(row: SweepRow, off: SweepRow | None) -> str:
         )
     else:
         why = "at the end of the forward every kept activation is alive; checkpointing lowers it by what the checkpointed layers did not keep"
-    sentence = f"{row.setting}: the peak ({row.peak_bytes / MIB:,.1f} MiB) is in \"{where}\": {why}."
+    sentence = f'{row.setting}: the peak ({row.peak_bytes / MIB:,.1f} MiB) is in "{where}": {why}.'
     if off is None or off.peak_bytes is None or row is off:
         return sentence
     change = off.peak_bytes - row.peak_bytes
     if change > 0.005 * off.peak_bytes:
-        return sentence + f" Against checkpointing off it is {change / MIB:,.1f} MiB lower (x{row.peak_bytes / off.peak_bytes:.2f} of the total)."
-    return sentence + " Against checkpointing off it is not lower: the memory freed after the forward was not where the peak is."
+        return (
+            sentence
+            + f" Against checkpointing off it is {change / MIB:,.1f} MiB lower (x{row.peak_bytes / off.peak_bytes:.2f} of the total)."
+        )
+    return (
+        sentence
+        + " Against checkpointing off it is not lower: the memory freed after the forward was not where the peak is."
+    )
 
 
 def _series_settings(result: SweepResult) -> list[tuple[str, int | None, bool]]:
@@ -352,7 +418,9 @@ def _error_text(error: float | None) -> str:
     return "" if error is None else f"{error * 100:+.1f}%"
 
 
-def _layout(figure: go.Figure, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None) -> None:
+def _layout(
+    figure: go.Figure, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None
+) -> None:
     figure.update_layout(
         title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
         height=480,

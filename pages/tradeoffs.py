@@ -45,9 +45,14 @@ with st.sidebar:
     model = st.selectbox("Model", preset_names(), key="tradeoffs_model")
     seq_lens = st.multiselect("Sequence lengths", SEQ_CHOICES, default=[256], key="tradeoffs_seq")
     custom_n = st.toggle("Choose every_n_layers", value=False, key="tradeoffs_choose_n")
-    every_n = st.multiselect("every_n_layers", list(range(1, 65)), default=[1, 2, 4], key="tradeoffs_n", disabled=not custom_n)
+    every_n = st.multiselect(
+        "every_n_layers", list(range(1, 65)), default=[1, 2, 4], key="tradeoffs_n", disabled=not custom_n
+    )
     offload = st.radio(
-        "Offload", OFFLOAD_CHOICES, horizontal=True, key="tradeoffs_offload",
+        "Offload",
+        OFFLOAD_CHOICES,
+        horizontal=True,
+        key="tradeoffs_offload",
         help="Offload rows run only on CUDA; on the CPU they are skipped and the page says so.",
     )
     batch = st.number_input("Batch size", 1, 64, 1, key="tradeoffs_batch")
@@ -125,7 +130,9 @@ def _table(rows) -> list[dict]:
             "seq": row.seq_len,
             "setting": row.setting,
             "CP layers": row.cp_layers,
-            "resident after forward, MiB": None if row.after_forward_bytes is None else round(row.after_forward_bytes / MIB, 1),
+            "resident after forward, MiB": None
+            if row.after_forward_bytes is None
+            else round(row.after_forward_bytes / MIB, 1),
             "peak, MiB": None if row.peak_bytes is None else round(row.peak_bytes / MIB, 1),
             "step, ms": None if row.step_s is None else round(row.step_s * 1000),
             "step x off": None if row.step_ratio is None else round(row.step_ratio, 2),
@@ -139,7 +146,9 @@ _progress()
 
 result: SweepResult | None = state.get("tradeoffs_result")
 if result is None:
-    st.info("Set the sweep in the sidebar and press **Run the sweep**. On 2 CPU cores a tiny model at 256 tokens takes about a minute.")
+    st.info(
+        "Set the sweep in the sidebar and press **Run the sweep**. On 2 CPU cores a tiny model at 256 tokens takes about a minute."
+    )
     st.stop()
 
 # -- the result ---------------------------------------------------------------------------
@@ -201,7 +210,9 @@ st.caption(
 
 st.subheader("Memory against sequence length", anchor=False)
 st.plotly_chart(seq_len_figure(result), key="tradeoffs_seq_len", theme=None)
-st.caption("Activations grow with the tokens; parameters and gradients do not. Dashed lines are predicted, beyond what was measured.")
+st.caption(
+    "Activations grow with the tokens; parameters and gradients do not. Dashed lines are predicted, beyond what was measured."
+)
 
 st.subheader("Where the peak is", anchor=False)
 st.plotly_chart(peak_figure(result, seq_len), key="tradeoffs_peak", theme=None)
@@ -213,5 +224,21 @@ st.subheader("The table", anchor=False)
 st.dataframe(_table(result.rows), hide_index=True, key="tradeoffs_table")
 stem = f"ckptlab-sweep-{result.model.strip('/').replace('/', '_')}"
 csv_button, json_button, _ = st.columns([1, 1, 3])
-csv_button.download_button("Sweep as CSV", result.to_csv(), file_name=f"{stem}.csv", mime="text/csv", key="tradeoffs_csv", on_click="ignore", width="stretch")
-json_button.download_button("Sweep as JSON", result.to_json(), file_name=f"{stem}.json", mime="application/json", key="tradeoffs_json", on_click="ignore", width="stretch")
+csv_button.download_button(
+    "Sweep as CSV",
+    result.to_csv(),
+    file_name=f"{stem}.csv",
+    mime="text/csv",
+    key="tradeoffs_csv",
+    on_click="ignore",
+    width="stretch",
+)
+json_button.download_button(
+    "Sweep as JSON",
+    result.to_json(),
+    file_name=f"{stem}.json",
+    mime="application/json",
+    key="tradeoffs_json",
+    on_click="ignore",
+    width="stretch",
+)

@@ -17,7 +17,10 @@ SEQ = 128
 @pytest.fixture(scope="module")
 def sweeps():
     """A sweep (off, n = 1, 2, 3) of every tiny preset at 128 tokens, measured once."""
-    return {model: sweep(SweepSpec(model=model, seq_lens=(SEQ,), every_n_layers=(1, 2, 3), repeats=1, warmup=0)) for model in TINY}
+    return {
+        model: sweep(SweepSpec(model=model, seq_lens=(SEQ,), every_n_layers=(1, 2, 3), repeats=1, warmup=0))
+        for model in TINY
+    }
 
 
 @pytest.mark.parametrize("model", TINY)
@@ -43,7 +46,9 @@ def test_the_formula_counts_what_autograd_saves_in_a_kept_layer(model, sweeps):
 
 def test_predictions_never_appear_as_measured(sweeps):
     result = sweeps["tiny-llama"]
-    predictions = predict("tiny-llama", seq_len=SEQ, dtype="float32", device="cpu", calibration=result.off_row(SEQ).result)
+    predictions = predict(
+        "tiny-llama", seq_len=SEQ, dtype="float32", device="cpu", calibration=result.off_row(SEQ).result
+    )
     assert {p.provenance.kind for p in predictions} == {"predicted"}
     assert all(p.provenance.label.startswith("predicted") for p in predictions)
     assert {p.method for p in predictions} == {"formula", "calibrated"}
@@ -63,7 +68,9 @@ def test_korthikanti_shape_of_the_formula():
     layer = layer_activation_bytes(arch, 4096, 1, 2)
     assert off.resident_bytes - full.resident_bytes == arch.num_layers * (layer - layer_input)
     assert full.offload_bytes == arch.num_layers * layer_input
-    assert off.rerun_extra_bytes == 0 and full.rerun_extra_bytes == layer  # bf16 RMSNorm keeps a float32 copy of the input
+    assert (
+        off.rerun_extra_bytes == 0 and full.rerun_extra_bytes == layer
+    )  # bf16 RMSNorm keeps a float32 copy of the input
     assert 0.8 < full.recompute_fraction < 1.0  # the layers are most of the forward; the head the rest
     assert full.step_ratio == pytest.approx(1 + full.recompute_fraction / 3)
     assert predictions[2].resident_bytes < predictions[3].resident_bytes < off.resident_bytes

@@ -20,11 +20,22 @@ MIB = 2**20
 def row(n, peak_mib, step_ms, *, seq=1024, offload=False, spread=0.01, offload_mib=0, baseline_mib=100):
     step = step_ms / 1000
     return SweepRow(
-        seq_len=seq, every_n_layers=n, offload=offload, status="ok", provenance="measured-cuda",
-        cp_layers=0 if n is None else max(1, 8 // n), baseline_bytes=baseline_mib * MIB,
-        after_forward_bytes=(peak_mib - baseline_mib) * MIB // 2, peak_bytes=peak_mib * MIB,
-        offload_bytes=offload_mib * MIB, forward_s=step / 3, backward_s=2 * step / 3, step_s=step,
-        step_min_s=step * (1 - spread), step_max_s=step * (1 + spread), step_ratio=step_ms / 100,
+        seq_len=seq,
+        every_n_layers=n,
+        offload=offload,
+        status="ok",
+        provenance="measured-cuda",
+        cp_layers=0 if n is None else max(1, 8 // n),
+        baseline_bytes=baseline_mib * MIB,
+        after_forward_bytes=(peak_mib - baseline_mib) * MIB // 2,
+        peak_bytes=peak_mib * MIB,
+        offload_bytes=offload_mib * MIB,
+        forward_s=step / 3,
+        backward_s=2 * step / 3,
+        step_s=step,
+        step_min_s=step * (1 - spread),
+        step_max_s=step * (1 + spread),
+        step_ratio=step_ms / 100,
     )
 
 
@@ -120,7 +131,8 @@ def test_the_recommended_lines_run_on_a_tiny_model(budget_mib, expected):
     if kwargs["activation_checkpointing"]:
         options = dict(kwargs.get("activation_checkpointing_kwargs") or {})
         fresh.activation_checkpointing_enable(
-            every_n_layers=options.pop("every_n_layers", 1), offload=options.pop("offload", False),
+            every_n_layers=options.pop("every_n_layers", 1),
+            offload=options.pop("offload", False),
             activation_checkpointing_kwargs=options or None,
         )
     assert observed_roles(fresh) == planned_roles(info.num_layers, expected)

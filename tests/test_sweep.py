@@ -60,7 +60,9 @@ def test_model_is_built_once_and_each_row_takes_a_turn():
         turns.append(label)
         yield
 
-    result = sweep(SweepSpec(model="tiny-gpt2", seq_lens=(32, 64), every_n_layers=(1,), repeats=1, warmup=0), load=load, turn=turn)
+    result = sweep(
+        SweepSpec(model="tiny-gpt2", seq_lens=(32, 64), every_n_layers=(1,), repeats=1, warmup=0), load=load, turn=turn
+    )
     assert len(loads) == 1
     assert [(row.seq_len, row.setting) for row in result.rows] == [(32, "off"), (32, "n=1"), (64, "off"), (64, "n=1")]
     assert len(turns) == 4 and turns[0].startswith("row 1 of 4")
@@ -115,9 +117,10 @@ def test_cli_sweep_json_parses(capsys):
     data = json.loads(capsys.readouterr().out)
     assert [row["setting"] for row in data["rows"]] == ["off", "n=1", "n=3"]
     assert {p["setting"] for p in data["predictions"]} == {"off", "n=1", "n=3"}
-    assert data["recommendation"]["setting"] == min(
-        (row for row in data["rows"]), key=lambda row: row["step_s"]
-    )["setting"]
+    assert (
+        data["recommendation"]["setting"]
+        == min((row for row in data["rows"]), key=lambda row: row["step_s"])["setting"]
+    )
 
 
 def test_cli_sweep_csv_parses(capsys):
@@ -133,18 +136,21 @@ def test_cli_sweep_text_reports_offload_skip_and_predictions(capsys):
     assert "offload rows skipped" in out and "Predicted resident" in out and "Recommendation for L4 24 GB" in out
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--seq-len", "0"], "'0'"),
-    (["--seq-len", "128,abc"], "'abc'"),
-    (["--every-n-layers", "0"], "'0'"),
-    (["--every-n-layers", "two"], "'two'"),
-    (["--offload", "maybe"], "'maybe'"),
-    (["--budget", "lots"], "'lots'"),
-    (["--gpu", "TPU"], "'TPU'"),
-    (["--seq-len", "100000"], "100000"),
-    (["--model", "no-such-model"], "'no-such-model'"),
-    (["--no-checkpointing"], "--no-checkpointing"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--seq-len", "0"], "'0'"),
+        (["--seq-len", "128,abc"], "'abc'"),
+        (["--every-n-layers", "0"], "'0'"),
+        (["--every-n-layers", "two"], "'two'"),
+        (["--offload", "maybe"], "'maybe'"),
+        (["--budget", "lots"], "'lots'"),
+        (["--gpu", "TPU"], "'TPU'"),
+        (["--seq-len", "100000"], "100000"),
+        (["--model", "no-such-model"], "'no-such-model'"),
+        (["--no-checkpointing"], "--no-checkpointing"),
+    ],
+)
 def test_cli_sweep_bad_input_exits_2_with_one_message(capsys, args, named):
     assert main(["sweep", *args]) == 2
     captured = capsys.readouterr()

@@ -65,7 +65,10 @@ def test_a_sweep_completes_and_shows_the_charts_and_the_recommendation():
     assert any("activation_checkpointing" in code.value for code in at.code)
     assert "the peak" in _texts(at.markdown)
     assert {button.label for button in at.get("download_button")} == {"Sweep as CSV", "Sweep as JSON"}
-    assert any("offload" in caption.value or "warm-up" in caption.value or "measured on the CPU" in caption.value for caption in at.caption)
+    assert any(
+        "offload" in caption.value or "warm-up" in caption.value or "measured on the CPU" in caption.value
+        for caption in at.caption
+    )
 
     # A GPU budget: everything fits, checkpointing off is the answer.
     at.selectbox(key="tradeoffs_gpu").set_value("L4 24 GB").run()
