@@ -14,7 +14,7 @@ import sys
 
 from .accuracy import PredictionCheck, check_predictions
 from .errors import SpecError
-from .recommend import GPUS, Recommendation, recommend
+from .recommend import GPUS, Recommendation, gpu_name, recommend
 from .report import mib, milliseconds
 from .results import RunSpec
 from .sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
@@ -59,7 +59,9 @@ def add_sweep_command(commands) -> None:
         "--warmup-each-row", action="store_true", help="warm up before every row, as single runs do"
     )
     sweep_parser.add_argument("--budget", help="memory budget for a recommendation: bytes or e.g. 24GiB, 512MiB")
-    sweep_parser.add_argument("--gpu", help=f"recommend for a GPU: {', '.join(GPUS)}")
+    sweep_parser.add_argument(
+        "--gpu", help=f"recommend for a GPU: {', '.join(GPUS)} (or a short name: H100, L4, 4090, ...)"
+    )
     output = sweep_parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print rows, predictions and recommendation as JSON")
     output.add_argument("--csv", action="store_true", help="print the rows as CSV")
@@ -158,9 +160,7 @@ def _sweep(args: argparse.Namespace) -> int:
     spec = sweep_spec_from_args(args)
     budget: int | str | None = None
     if args.gpu is not None:
-        if args.gpu not in GPUS:
-            raise SpecError(f"--gpu {args.gpu!r} is not in the list: {', '.join(GPUS)}. Or give --budget in bytes.")
-        budget = args.gpu
+        budget = gpu_name(args.gpu)
     if args.budget is not None:
         budget = parse_budget(args.budget)
     progress = _print_progress if sys.stderr.isatty() and not (args.json or args.csv) else None

@@ -69,14 +69,33 @@ def budget_bytes(budget: int | str) -> tuple[int, str]:
         SpecError: an unknown GPU name or a budget that is not a positive number of bytes.
     """
     if isinstance(budget, str):
-        if budget not in GPUS:
-            raise SpecError(f"GPU {budget!r} is not in the list: {', '.join(GPUS)}. Give a budget in bytes instead.")
-        return GPUS[budget], budget
+        name = gpu_name(budget)
+        return GPUS[name], name
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
         raise SpecError(
             f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)})."
         )
     return budget, f"{mib(budget)} MiB"
+
+
+def gpu_name(text: str) -> str:
+    """The :data:`GPUS` entry ``text`` names: exactly, or unambiguously ("H100", "a100-40gb", "4090").
+
+    Raises:
+        SpecError: no entry or more than one matches; the message lists them.
+    """
+    if text in GPUS:
+        return text
+    key = _squash(text)
+    matches = [name for name in GPUS if key and key in _squash(name)]
+    if len(matches) == 1:
+        return matches[0]
+    which = f"matches {', '.join(matches)}: say which" if matches else "is not in the list"
+    raise SpecError(f"GPU {text!r} {which} ({', '.join(GPUS)}). Or give a budget in bytes.")
+
+
+def _squash(text: str) -> str:
+    return "".join(ch for ch in text.lower().replace("gb", "") if ch.isalnum())
 
 
 def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None = None) -> Recommendation:

@@ -100,6 +100,11 @@ def test_shorter_sequence_estimate_without_a_measured_one():
 def test_gpu_names_and_bad_budgets():
     assert recommend(TABLE, "H100 80 GB").budget_bytes == 80 * GIB == GPUS["A100 80 GB"]
     assert set(GPUS) == {"H100 80 GB", "H200 141 GB", "A100 40 GB", "A100 80 GB", "L4 24 GB", "RTX 4090 24 GB"}
+    assert recommend(TABLE, "H100").budget_label == "H100 80 GB"
+    assert recommend(TABLE, "a100-40gb").budget_bytes == 40 * GIB
+    assert recommend(TABLE, "4090").budget_label == "RTX 4090 24 GB"
+    with pytest.raises(SpecError, match="'A100' matches A100 40 GB, A100 80 GB"):
+        recommend(TABLE, "A100")
     with pytest.raises(SpecError, match="'TPU v5'"):
         recommend(TABLE, "TPU v5")
     with pytest.raises(SpecError, match="-1"):
