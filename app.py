@@ -1,20 +1,51 @@
 """ckptlab in the browser: ``streamlit run app.py``.
 
-The entry point only sets up navigation; each page is a flat script in ``pages/``.
-Sections leave room for the pages later issues add (explore: the trade-off explorer and
-simulation; learn: the timeline and the lesson).
+The entry point only sets up navigation and the language; each page is a flat script in
+``pages/``. The language selector is kept in the URL (``?lang=ja``), so a shared link
+opens in the same language, and every page reads it from ``st.session_state.app_lang``.
 """
 
 import streamlit as st
 
-st.set_page_config(page_title="ckptlab: activation checkpointing, measured", page_icon="🧪", layout="wide")
+from ckptlab import i18n
+
+# The tab title is set before the selector exists, so it reads the URL's language directly.
+st.set_page_config(page_title=i18n.t("app.page_title", i18n.normalize(st.query_params.get("lang"))), page_icon="🧪", layout="wide")
+
+state = st.session_state
+if "app_lang" not in state:  # a new session: the link decides
+    state.app_lang = i18n.normalize(st.query_params.get("lang"))
+
+
+def _pick_language() -> None:
+    state.app_lang = state.app_lang_select
+
+
+# The choice lives in app_lang, a plain session key: widget keys are dropped when the page changes.
+# (Not bind="query-params" either: that writes the option's label, "日本語", into the URL, not its code.)
+state.app_lang_select = state.app_lang
+st.sidebar.selectbox("Language · Idioma · 言語", list(i18n.LANGUAGES), key="app_lang_select",
+                     format_func=i18n.LANGUAGES.get, on_change=_pick_language)
+lang = state.app_lang
+# Keep ?lang= in the URL (pages may rewrite their own parameters); English, the default, leaves it out.
+if lang == i18n.DEFAULT:
+    if "lang" in st.query_params:
+        del st.query_params["lang"]
+elif st.query_params.get("lang") != lang:
+    st.query_params["lang"] = lang
+tr = i18n.translator(lang)
 
 navigation = st.navigation(
     {
-        "Lab": [st.Page("pages/lab.py", title="Measure a step", icon=":material/science:", default=True)],
-        "Explore": [
-            st.Page("pages/tradeoffs.py", title="Trade-off explorer", icon=":material/query_stats:"),
-            st.Page("pages/at_scale.py", title="At scale, simulated", icon=":material/memory:"),
+        tr("nav.lab"): [st.Page("pages/lab.py", title=tr("nav.lab_page"), icon=":material/science:", default=True)],
+        tr("nav.explore"): [
+            st.Page("pages/tradeoffs.py", title=tr("nav.tradeoffs_page"), icon=":material/query_stats:"),
+            st.Page("pages/at_scale.py", title=tr("nav.at_scale_page"), icon=":material/memory:"),
+        ],
+        tr("nav.learn"): [
+            st.Page("pages/lesson.py", title=tr("nav.lesson_page"), icon=":material/school:"),
+            st.Page("pages/timeline.py", title=tr("nav.timeline_page"), icon=":material/timeline:"),
+            st.Page("pages/exercises.py", title=tr("nav.exercises_page"), icon=":material/quiz:"),
         ],
     }
 )

@@ -1,0 +1,147 @@
+"""Predict, then measure: read the settings, enter a prediction, the lab runs it and explains the gap.
+
+A flat page: the exercises, their scoring and explanations are in ``ckptlab.exercises``; the
+runs go through the device queue (``ckptlab.learnrun``) and are shared with the other
+Learn pages. The first answer to each exercise counts toward the session's score.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import ckptlab
+from ckptlab import exercises, i18n, learnrun
+from ckptlab.exercises import EXERCISES, Exercise
+from ckptlab.labrun import baseline_spec
+from ckptlab.plan import planned_roles
+from ckptlab.results import RunResult, RunSpec
+from ckptlab.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
+
+state = st.session_state
+lang = i18n.normalize(state.get("app_lang"))
+tr = i18n.translator(lang)
+IDS = [exercise.id for exercise in EXERCISES]
+
+
+@st.cache_resource(show_spinner=False)
+def layer_count(model: str) -> int:
+    """Layers of a preset, described once per process (no weights built)."""
+    return ckptlab.describe(model).num_layers
+
+
+def measured(specs: list[RunSpec]) -> dict[RunSpec, RunResult] | None:
+    """Results for ``specs`` (and their baselines) from this session, measuring what is missing."""
+    cache = state.setdefault("learn_results", {})
+    missing = [spec for spec in specs if spec not in cache]
+    if not missing:
+        return cache
+    with st.status(tr("run.measuring"), expanded=False) as status:
+        bar = st.progress(0.0)
+
+        def progress(message: str, fraction: float) -> None:
+            bar.progress(min(max(fraction, 0.0), 1.0))
+
+        def on_wait(ahead: int) -> None:
+            status.update(label=tr("run.waiting", ahead=ahead))
+
+        try:
+            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait))
+        except ckptlab.CkptlabError as error:
+            status.update(label=tr("run.failed"), state="error", expanded=True)
+            st.code(str(error), language=None)
+            return None
+        status.update(label=tr("run.measured", count=len(missing)), state="complete")
+    return cache
+
+
+def runs_for(exercise: Exercise, results: dict[RunSpec, RunResult]) -> dict[int | None, RunResult]:
+    """The exercise's runs by every_n_layers (None: checkpointing off)."""
+    runs: dict[int | None, RunResult] = {spec.every_n_layers: results[spec] for spec in exercise.specs()}
+    runs[None] = results[baseline_spec(exercise.specs()[0])]
+    return runs
+
+
+def go_next() -> None:
+    state.exercise_pick = IDS[min(IDS.index(state.exercise_pick) + 1, len(IDS) - 1)]
+
+
+def reset() -> None:
+    state.exercise_answers = {}
+
+
+state.setdefault("exercise_answers", {})  # exercise id -> the prediction locked in (its first answer)
+state.setdefault("exercise_pick", IDS[0])
+
+st.title(tr("exercises.page_title"), anchor=False)
+st.markdown(tr("exercises.intro"))
+
+# The score is recomputed from the locked-in predictions and the measured runs, in the current language.
+results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
+outcomes = {}
+for exercise in EXERCISES:
+    if exercise.id in state.exercise_answers and all(spec in results_now for spec in exercise.specs()):
+        outcomes[exercise.id] = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs_for(exercise, results_now), lang)
+scored, possible = exercises.total_points(outcomes)
+with st.sidebar:
+    st.header(tr("exercises.score_title"), anchor=False)
+    st.metric(tr("exercises.score"), f"{scored} / {possible}", help=tr("exercises.score_help", points=exercises.MAX_POINTS))
+    st.caption(tr("exercises.answered", done=len(outcomes), total=len(EXERCISES)))
+    st.button(tr("exercises.reset"), key="exercise_reset", on_click=reset, disabled=not state.exercise_answers)
+
+pick, forward = st.columns([6, 1], vertical_alignment="bottom")
+exercise_id = pick.selectbox(
+    tr("exercises.pick"), IDS, key="exercise_pick",
+    format_func=lambda i: f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {tr('exercise.' + i + '.name')}"
+    + (" ✓" if i in outcomes else ""),
+)
+forward.button(tr("exercises.next"), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch")
+exercise = exercises.by_id(exercise_id)
+values = exercise.question_values()
+
+st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
+st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
+if exercise.kind == "percent":
+    st.plotly_chart(diagram_figure(planned_roles(layer_count(exercise.spec.model), exercise.spec.every_n_layers), lang=lang, height=220),
+                    key="exercise_plan", theme=None)
+st.markdown(f"**{tr(f'exercise.{exercise.id}.question', **values)}**")
+with st.expander(tr("exercises.hint_title")):
+    st.markdown(tr(f"exercise.{exercise.id}.hint"))
+
+locked = exercise.id in state.exercise_answers
+if exercise.kind == "percent":
+    state.setdefault(f"exercise_pred_{exercise.id}", 100)
+    guess = st.number_input(tr("exercises.prediction_percent"), min_value=0, max_value=400, step=5,
+                            key=f"exercise_pred_{exercise.id}", disabled=locked)
+else:
+    guess = st.radio(tr("exercises.prediction_choice"), exercise.choices, key=f"exercise_choice_{exercise.id}", horizontal=True,
+                     format_func=lambda n: f"every_n_layers={n}", disabled=locked)
+
+if st.button(tr("exercises.submit"), key="exercise_submit", type="primary", disabled=locked):
+    state.exercise_answers[exercise.id] = float(guess)
+    locked = True
+
+if locked:
+    results = measured(exercise.specs())
+    if results is None:
+        st.stop()
+    runs = runs_for(exercise, results)
+    failed = [run for run in runs.values() if run.status != "ok"]
+    if failed:
+        st.error(failed[0].message)
+        st.stop()
+    outcome = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs, lang)
+    st.subheader(tr("exercises.result_title"), anchor=False)
+    left, right = st.columns([3, 2])
+    if exercise.kind == "percent":
+        left.plotly_chart(prediction_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None)
+    else:
+        left.plotly_chart(tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang),
+                          key="exercise_result_chart", theme=None)
+    with right:
+        (st.success if outcome.points == exercises.MAX_POINTS else st.info if outcome.points else st.warning)(outcome.verdict)
+        st.markdown(outcome.explanation)
+        st.metric(tr("exercises.points"), f"{outcome.points} / {exercises.MAX_POINTS}")
+        st.caption(tr("exercises.provenance", source=tr(f"provenance.{runs[None].provenance.kind}",
+                                                       device=runs[None].provenance.device_name)))
+    if exercise.id not in outcomes:
+        st.rerun()  # the sidebar's score was drawn before this answer was measured

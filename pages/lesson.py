@@ -1,0 +1,199 @@
+"""Step-through lesson: one idea at a time, each next to a figure from a real run of a tiny model.
+
+A flat page: the part picked at the top decides which settings to measure (through the
+device queue, ``ckptlab.learnrun``; results kept in the session and shared with the other
+Learn pages), then the core's figures are drawn. The last part steps through one training
+step event by event, with a Play button. Words come from the locale files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import streamlit as st
+
+import ckptlab
+from ckptlab import exercises, i18n, learnrun
+from ckptlab.labrun import baseline_spec
+from ckptlab.results import RunResult, RunSpec
+from ckptlab.timeline_figures import (
+    diagram_figure,
+    event_label,
+    focus_of,
+    offload_figure,
+    peak_cause,
+    step_figure,
+    timeline_figure,
+    tradeoff_figure,
+)
+
+state = st.session_state
+lang = i18n.normalize(state.get("app_lang"))
+tr = i18n.translator(lang)
+
+PARTS = ("activation", "trade", "every_n", "offload", "peak", "step")
+BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
+LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
+STEP_SETTINGS = (None, 1, 2, 3)
+PLAY_SECONDS = 0.8  # between two events while playing: slow enough to read on a projector
+
+
+def measured(specs: list[RunSpec]) -> dict[RunSpec, RunResult] | None:
+    """Results for ``specs`` (and their baselines) from this session, measuring what is missing."""
+    cache = state.setdefault("learn_results", {})
+    missing = [spec for spec in specs if spec not in cache]
+    if not missing:
+        return cache
+    with st.status(tr("run.measuring"), expanded=False) as status:
+        bar = st.progress(0.0)
+
+        def progress(message: str, fraction: float) -> None:
+            bar.progress(min(max(fraction, 0.0), 1.0))
+
+        def on_wait(ahead: int) -> None:
+            status.update(label=tr("run.waiting", ahead=ahead))
+
+        try:
+            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait))
+        except ckptlab.CkptlabError as error:
+            status.update(label=tr("run.failed"), state="error", expanded=True)
+            st.code(str(error), language=None)
+            return None
+        status.update(label=tr("run.measured", count=len(missing)), state="complete")
+    return cache
+
+
+def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
+    """``spec`` with every_n_layers ``n`` (None: checkpointing off, which run_queued measures as the baseline)."""
+    return baseline_spec(spec) if n is None else replace(spec, every_n_layers=n)
+
+
+def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:
+    """Measure (or reuse) ``specs``; stop the page with a message if they cannot run."""
+    asked = [spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in specs]
+    results = measured(asked)
+    if results is None:
+        st.stop()
+    for spec in specs:
+        if results[spec].status != "ok":
+            st.error(results[spec].message)
+            st.stop()
+    return results
+
+
+def go_next() -> None:
+    state.lesson_part = PARTS[min(PARTS.index(state.lesson_part) + 1, len(PARTS) - 1)]
+
+
+def toggle_play() -> None:
+    playing = not state.get("lesson_playing", False)
+    if playing and state.get("lesson_step", 0) >= state.get("lesson_last", 0):
+        state.lesson_step = 0  # Play at the end starts over
+    state.lesson_playing = playing
+
+
+st.title(tr("lesson.page_title"), anchor=False)
+st.caption(tr("lesson.setup", model=BASE.model, seq=BASE.seq_len))
+state.setdefault("lesson_part", PARTS[0])
+pick, forward = st.columns([6, 1], vertical_alignment="bottom")
+part = pick.segmented_control(
+    tr("lesson.part"), PARTS, key="lesson_part", required=True,
+    format_func=lambda name: f"{PARTS.index(name) + 1}. {tr('lesson.' + name + '.tab')}",
+)
+forward.button(tr("lesson.next"), key="lesson_next", on_click=go_next, disabled=part == PARTS[-1], width="stretch")
+st.subheader(tr(f"lesson.{part}.title"), anchor=False)
+
+if part == "activation":
+    runs = need(at(None))
+    off = runs[at(None)]
+    text, figure = st.columns([2, 3])
+    text.markdown(tr("lesson.activation.body"))
+    loss = next(i for i, point in enumerate(off.memory.timeline) if point["kind"] == "loss")
+    figure.plotly_chart(step_figure(off, loss, lang=lang), key="lesson_activation_chart", theme=None)
+    saved = sum(layer.saved_bytes for layer in off.layers) / 2**20
+    figure.caption(tr("lesson.activation.caption", mib=f"{saved:,.1f}", layers=len(off.layers)))
+
+elif part == "trade":
+    runs = need(at(None), at(1))
+    off, one = runs[at(None)], runs[at(1)]
+    text, figure = st.columns([2, 3])
+    text.markdown(tr("lesson.trade.body"))
+    figure.plotly_chart(tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
+    comparison = ckptlab.compare(one, off)
+    figure.caption(tr("lesson.trade.caption", resident=f"{comparison.after_forward_ratio * 100:.0f}",
+                      step=f"{comparison.step_ratio * 100:.0f}"))
+    figure.plotly_chart(diagram_figure([layer.enabled for layer in one.layers], lang=lang,
+                                       reruns=[layer.recompute_calls for layer in one.layers]),
+                        key="lesson_trade_diagram", theme=None)
+
+elif part == "every_n":
+    runs = need(at(None), at(1), at(2), at(3))
+    text, figure = st.columns([2, 3])
+    text.markdown(tr("lesson.every_n.body"))
+    two = runs[at(2)]
+    figure.plotly_chart(diagram_figure([layer.enabled for layer in two.layers], lang=lang,
+                                       reruns=[layer.recompute_calls for layer in two.layers]),
+                        key="lesson_every_n_diagram", theme=None)
+    figure.plotly_chart(tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None)
+    figure.caption(tr("lesson.every_n.caption"))
+
+elif part == "offload":
+    specs = [at(1), at(1, replace(LONG, seq_len=256)), at(1, LONG)]
+    runs = need(*specs)
+    text, figure = st.columns([2, 3])
+    text.markdown(tr("lesson.offload.body"))
+    chosen = [runs[spec] for spec in specs]
+    figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
+    figure.caption(tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / 2**20:,.1f}", seq=LONG.seq_len))
+
+elif part == "peak":
+    runs = need(at(None), at(1), at(None, LONG), at(1, LONG))
+    st.markdown(tr("lesson.peak.body"))
+    short, long = st.columns(2)
+    short.plotly_chart(timeline_figure(runs[at(1)], [runs[at(None)]], lang=lang, height=430), key="lesson_peak_short", theme=None)
+    short.caption(tr("lesson.peak.caption", seq=BASE.seq_len, cause=peak_cause(runs[at(1)], lang)))
+    long.plotly_chart(timeline_figure(runs[at(1, LONG)], [runs[at(None, LONG)]], lang=lang, height=430), key="lesson_peak_long", theme=None)
+    long.caption(tr("lesson.peak.caption", seq=LONG.seq_len, cause=peak_cause(runs[at(1, LONG)], lang)))
+    ratios = [ckptlab.compare(runs[at(1, spec)], runs[at(None, spec)]).peak_ratio for spec in (BASE, LONG)]
+    st.markdown(tr("lesson.peak.numbers", short=f"{ratios[0] * 100:.0f}", long=f"{ratios[1] * 100:.0f}",
+                   seq_short=BASE.seq_len, seq_long=LONG.seq_len))
+
+else:  # the step-through
+    st.markdown(tr("lesson.step.body"))
+    state.setdefault("lesson_step_setting", 2)
+    setting = st.segmented_control(
+        tr("lesson.step.setting"), STEP_SETTINGS, key="lesson_step_setting", required=True,
+        format_func=lambda n: tr("setting.off") if n is None else tr("setting.on", n=n),
+    )
+    spec = at(setting)
+    run = need(spec)[spec]
+    points = run.memory.timeline
+    state.lesson_last = len(points) - 1
+    state.setdefault("lesson_step", 0)
+    state.lesson_step = min(state.lesson_step, len(points) - 1)
+    playing = state.get("lesson_playing", False)
+    st.button(tr("lesson.step.pause") if playing else tr("lesson.step.play"), key="lesson_play", on_click=toggle_play,
+              type="primary", icon=":material/pause:" if playing else ":material/play_arrow:")
+
+    @st.fragment(run_every=PLAY_SECONDS if playing else None)
+    def stepper() -> None:
+        """The slider and the figures; while playing, each timer tick moves one event on."""
+        if state.get("lesson_playing", False):
+            if state.lesson_step < len(points) - 1:
+                state.lesson_step += 1
+            else:
+                state.lesson_playing = False
+                st.rerun()  # a full run, so the fragment's timer stops and the button says Play again
+        index = st.select_slider(
+            tr("lesson.step.slider"), options=list(range(len(points))), key="lesson_step",
+            format_func=lambda i: f"{i + 1}/{len(points)} · {event_label(points[i], lang)}",
+        )
+        left, right = st.columns([3, 2])
+        left.plotly_chart(step_figure(run, index, lang=lang), key="lesson_step_chart", theme=None)
+        right.plotly_chart(diagram_figure([layer.enabled for layer in run.layers], lang=lang, focus=focus_of(points[index]),
+                                          reruns=[layer.recompute_calls for layer in run.layers], height=230),
+                           key="lesson_step_diagram", theme=None)
+        right.markdown(tr("lesson.step.legend"))
+        st.plotly_chart(timeline_figure(run, lang=lang, cursor=index, height=380), key="lesson_step_timeline", theme=None)
+
+    stepper()

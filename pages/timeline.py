@@ -1,0 +1,112 @@
+"""Memory timeline: memory through one real training step, two settings overlaid, the layer at work highlighted.
+
+A flat page: read the widgets, measure the setting and checkpointing off through the
+device queue (``ckptlab.learnrun``), draw the core's figures. Every word comes from the
+locale files in the language the app's selector put in the URL.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import ckptlab
+from ckptlab import i18n, learnrun
+from ckptlab import timeline as tl
+from ckptlab.labrun import baseline_spec
+from ckptlab.results import RunResult, RunSpec
+from ckptlab.timeline_figures import diagram_figure, event_label, focus_of, peak_cause, run_label, timeline_figure
+
+state = st.session_state
+lang = i18n.normalize(state.get("app_lang"))
+tr = i18n.translator(lang)
+
+
+@st.cache_resource(show_spinner=False)
+def layer_counts() -> dict[str, int]:
+    """Layers of each CPU-sized preset, described once per process (no weights built)."""
+    return {name: ckptlab.describe(name).num_layers for name in learnrun.cpu_presets()}
+
+
+def measured(specs: list[RunSpec]) -> dict[RunSpec, RunResult] | None:
+    """Results for ``specs`` (and their baselines) from this session, measuring what is missing."""
+    cache = state.setdefault("learn_results", {})
+    missing = [spec for spec in specs if spec not in cache]
+    if not missing:
+        return cache
+    with st.status(tr("run.measuring"), expanded=False) as status:
+        bar = st.progress(0.0)
+
+        def progress(message: str, fraction: float) -> None:
+            bar.progress(min(max(fraction, 0.0), 1.0))
+
+        def on_wait(ahead: int) -> None:
+            status.update(label=tr("run.waiting", ahead=ahead))
+
+        try:
+            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait))
+        except ckptlab.CkptlabError as error:
+            status.update(label=tr("run.failed"), state="error", expanded=True)
+            st.code(str(error), language=None)
+            return None
+        status.update(label=tr("run.measured", count=len(missing)), state="complete")
+    return cache
+
+
+st.title(tr("timeline.page_title"), anchor=False)
+st.markdown(tr("timeline.intro"))
+
+counts = layer_counts()
+# Defaults through the session, not value=: the page also moves these keys (range clamps), and both would warn.
+state.setdefault("timeline_seq", 128)
+state.setdefault("timeline_n", 2)
+state.setdefault("timeline_overlay", True)
+state.setdefault("timeline_event", 0)
+with st.sidebar:
+    st.header(tr("common.settings"), anchor=False)
+    model = st.selectbox(tr("common.model"), list(counts), key="timeline_model")
+    seq_len = st.select_slider(tr("common.seq_len"), options=learnrun.LEARN_SEQ_LENS, key="timeline_seq")
+    state.timeline_n = min(state.timeline_n, counts[model])  # a model with fewer layers: keep the slider in range
+    every_n = st.slider("every_n_layers", 1, max(counts[model], 2), key="timeline_n", help=tr("common.every_n_help"))
+    overlay = st.toggle(tr("timeline.overlay_off"), key="timeline_overlay")
+
+spec = RunSpec(model=model, seq_len=int(seq_len), every_n_layers=int(every_n), repeats=1, warmup=0)
+results = measured([spec])
+if results is None:
+    st.stop()
+run, off = results[spec], results.get(baseline_spec(spec))
+if run.status != "ok":
+    st.error(run.message)
+    st.stop()
+
+points = run.memory.timeline
+state.timeline_event = min(state.timeline_event, len(points) - 1)  # a shorter timeline than the last setting's
+index = st.select_slider(
+    tr("timeline.slider"), options=list(range(len(points))), key="timeline_event",
+    format_func=lambda i: f"{i + 1}/{len(points)} · {event_label(points[i], lang)}",
+)
+point = points[index]
+others = [off] if overlay and off is not None and off.status == "ok" else []
+st.plotly_chart(timeline_figure(run, others, lang=lang, cursor=index), key="timeline_chart", theme=None)
+
+now_mib = (point["current_bytes"] - run.memory.baseline_bytes) / 2**20
+high_mib = (point["region_peak_bytes"] - run.memory.baseline_bytes) / 2**20
+st.markdown(tr("timeline.at_event", event=event_label(point, lang), now=f"{now_mib:,.1f}", high=f"{high_mib:,.1f}"))
+st.plotly_chart(
+    diagram_figure([layer.enabled for layer in run.layers], lang=lang, focus=focus_of(point),
+                   reruns=[layer.recompute_calls for layer in run.layers]),
+    key="timeline_diagram", theme=None,
+)
+st.caption(tr("timeline.diagram_caption"))
+
+st.subheader(tr("timeline.read_title"), anchor=False)
+st.markdown(tr("timeline.peak_line", setting=run_label(run, lang), cause=peak_cause(run, lang)))
+if others:
+    st.markdown(tr("timeline.peak_line", setting=run_label(off, lang), cause=peak_cause(off, lang)))
+bumps = tl.rerun_bumps(points)
+if bumps:
+    layer, rise = max(bumps.items(), key=lambda item: item[1])
+    st.markdown(tr("timeline.bump_line", count=len(bumps), n=layer + 1, mib=f"{rise / 2**20:,.1f}"))
+problems = tl.check_order(points, [layer.enabled for layer in run.layers])
+if problems:
+    st.error(tr("timeline.order_problem", problems="; ".join(problems)))
+st.caption(tr("timeline.how_measured", method=run.memory.method))
