@@ -10,7 +10,11 @@ step time of each over the bare median:
 - MemTracker, which the memory step runs under on the CPU and which is why that step is
   not timed.
 
-    python benchmarks/instrumentation.py [--model tiny-llama] [--seq-len 512] [--rounds 15]
+Then the memory step itself (meter + probe), with the StepRecorder that records the
+step's timeline attached and without it, side by side: the time ratio and the peak ratio.
+Recording the timeline must not change the measured peak or time by more than a few percent.
+
+    python benchmarks/instrumentation.py [--model tiny-llama] [--seq-len 512] [--rounds 15] [--recorder-rounds 9]
 """
 
 from __future__ import annotations
@@ -27,8 +31,60 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ckptlab import RunSpec, load_model  # noqa: E402
 from ckptlab.measure import random_batch, _step  # noqa: E402
-from ckptlab.meters import TrackerMeter  # noqa: E402
-from ckptlab.probe import LayerProbe  # noqa: E402
+from ckptlab.meters import TrackerMeter, meter_for  # noqa: E402
+from ckptlab.probe import LayerProbe, StepRecorder  # noqa: E402
+
+RECORDER_LIMIT = 1.05  # "a few percent": the timeline may cost at most this ratio in time or peak
+
+
+def recorder_ratio(model: torch.nn.Module, batch: dict, device: torch.device, rounds: int = 9) -> dict[str, float]:
+    """The memory step with the timeline's StepRecorder attached over the same step without it.
+
+    Both run under the device's meter with the memory probe (saved-tensor hooks); only the
+    recorder (and the region events it listens to) differs. Interleaved rounds, medians.
+
+    Args:
+        model: a model in train mode, checkpointing already set.
+        batch: its inputs (``measure.random_batch``).
+        device: where it runs (selects the meter: MemTracker on the CPU, the allocator on CUDA).
+        rounds: timed rounds of each variant, after one warm-up round.
+
+    Returns:
+        ``time_ratio`` and ``peak_ratio`` (with over without), the medians in seconds and the peaks in bytes.
+    """
+    def without() -> int:
+        meter = meter_for(model, device)
+        probe = LayerProbe(model, on_region=None, track_saved=True)
+        with meter.watching(), probe.attached():
+            _step(model, batch, probe)
+            return meter.take_peak()
+
+    def with_recorder() -> int:
+        meter = meter_for(model, device)
+        recorder = StepRecorder(meter)
+        probe = LayerProbe(model, on_region=recorder, track_saved=True)
+        with meter.watching(), probe.attached():
+            _step(model, batch, probe)
+            return recorder.finish().region_peak_bytes
+
+    samples: dict[str, list[float]] = {"without": [], "with": []}
+    peaks: dict[str, list[int]] = {"without": [], "with": []}
+    without(), with_recorder()  # warm-up
+    for _ in range(rounds):
+        for name, run in (("without", without), ("with", with_recorder)):
+            start = time.perf_counter()
+            peaks[name].append(run())
+            samples[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    peak = {name: max(values) for name, values in peaks.items()}
+    return {
+        "time_ratio": medians["with"] / medians["without"],
+        "peak_ratio": peak["with"] / peak["without"],
+        "with_s": medians["with"],
+        "without_s": medians["without"],
+        "with_peak_bytes": peak["with"],
+        "without_peak_bytes": peak["without"],
+    }
 
 
 def main() -> None:
@@ -37,6 +93,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--every-n-layers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--recorder-rounds", type=int, default=9)
     args = parser.parse_args()
 
     spec = RunSpec(model=args.model, seq_len=args.seq_len, every_n_layers=args.every_n_layers, device="cpu")
@@ -88,6 +145,13 @@ def main() -> None:
         print(f"{name:<20}{median * 1000:>10.1f}{median / bare_median:>8.3f}")
     ratio = statistics.median(samples["timed-step probe"]) / bare_median
     print(f"\ntimed-step probe over bare: {ratio:.3f} (target < 1.05): {'OK' if ratio < 1.05 else 'OVER'}")
+
+    recorded = recorder_ratio(model, batch, torch.device("cpu"), rounds=args.recorder_rounds)
+    print(f"\nmemory step with the timeline's StepRecorder over without it, {args.recorder_rounds} interleaved rounds:")
+    print(f"  time  {recorded['with_s'] * 1000:,.1f} ms over {recorded['without_s'] * 1000:,.1f} ms = {recorded['time_ratio']:.3f}")
+    print(f"  peak  {recorded['with_peak_bytes']:,} over {recorded['without_peak_bytes']:,} bytes = {recorded['peak_ratio']:.4f}")
+    worst = max(recorded["time_ratio"], recorded["peak_ratio"])
+    print(f"  (target < {RECORDER_LIMIT}): {'OK' if worst < RECORDER_LIMIT else 'OVER'}")
 
 
 if __name__ == "__main__":
