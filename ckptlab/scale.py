@@ -198,6 +198,7 @@ def scale_table(
     *,
     known: Mapping[RunSpec, RunResult] | None = None,
     on_result: Callable[[RunResult], None] | None = None,
+    info: ModelInfo | None = None,
 ) -> ScaleTable:
     """Simulate one model at one shape for each setting, one after another.
 
@@ -210,6 +211,7 @@ def scale_table(
         known: results already simulated, by spec; they are reused, not simulated again
             (a simulation is a function of its spec).
         on_result: called with each result as soon as it exists (simulated or reused).
+        info: the model's description if the caller has it (describing an 8B model takes seconds).
 
     Returns:
         A :class:`ScaleTable`.
@@ -221,7 +223,7 @@ def scale_table(
     report = progress or (lambda message, fraction: None)
     stopped = _stopper(cancel)
     request = ScaleRequest(model, seq_len, batch_size, dtype, tuple(settings))
-    info = request.check()
+    info = request.check(info)
     known = known or {}
     results: list[RunResult] = []
     seconds: dict[str, float] = {}
@@ -335,7 +337,7 @@ class ScaleJob:
         try:
             table = scale_table(
                 request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
-                progress=self._progress, cancel=self._stop, known=self._known, on_result=self._collect,
+                progress=self._progress, cancel=self._stop, known=self._known, on_result=self._collect, info=self.info,
             )  # fmt: skip
         except CkptlabError as error:
             table = self._partial(str(error))

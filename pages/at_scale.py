@@ -82,7 +82,7 @@ TEXT = {
     "summary": "{provenance} · {model} · {layers} layers · {count} settings in {elapsed} ({each}){reused}",
     "each": "{low:,.1f}–{high:,.1f} s each",
     "reused": " · {count} reused",
-    "fits": "**{setting}** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. It reruns the fewest layers of the settings that fit ({cp} of {layers}).",
+    "fits": "**{setting}** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. Of the settings simulated that fit, it reruns the fewest layers ({cp} of {layers}).",
     "thin": " A thin margin: allocator fragmentation and the CUDA context may take it.",
     "fits_off": "**Checkpointing off** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. No need to checkpoint at this shape.",
     "no_fit": "Nothing simulated fits {budget}: the lowest simulated peak is {peak:,.1f} GiB (**{setting}**), {short:,.1f} GiB too much. A shorter sequence, a smaller batch or a bigger GPU would.",
@@ -368,7 +368,7 @@ def _verdict(table: ScaleTable) -> RunResult | None:
 
 
 def _rows(table: ScaleTable) -> list[dict]:
-    return [
+    rows = [
         {
             TEXT["col_setting"]: (setting := Setting.of(result.spec)).key,
             TEXT["col_cp"]: setting.cp_layers(table.num_layers),
@@ -382,6 +382,9 @@ def _rows(table: ScaleTable) -> list[dict]:
         }
         for result in table.results
     ]
+    if not table.seconds:  # every result reused: no times to show
+        rows = [{key: value for key, value in row.items() if key != TEXT["col_seconds"]} for row in rows]
+    return rows
 
 
 shown = table.request
@@ -414,7 +417,8 @@ try:
     st.plotly_chart(figures.diagram_figure(table.result_for(selected)), key="at_scale_diagram", theme=None)
 
     st.subheader(TEXT["table_header"], anchor=False)
-    st.dataframe(_rows(table), hide_index=True, key="at_scale_table_view")
+    rows = _rows(table)
+    st.dataframe(rows, hide_index=True, key="at_scale_table_view", height=min(36 * (len(rows) + 1) + 4, 720))  # all rows, no inner scroll
 except Exception as error:  # drawing must never take the page down
     st.error(TEXT["draw_failed"])
     with st.expander(TEXT["details"]):

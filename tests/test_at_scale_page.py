@@ -127,3 +127,17 @@ def test_a_bad_link_falls_back_with_warnings():
     assert "seq" in warnings and "no-such-card" in warnings
     assert at.selectbox(key="at_scale_gpu").value == "H100 80 GB"
     assert at.toggle(key="at_scale_tiny").value  # a tiny preset in the link shows the tiny presets
+
+
+def test_stop_keeps_the_settings_simulated():
+    at = _page(model="tiny-qwen3", seq="128")  # not the fixture's model: nothing is in the shared cache yet
+    at.radio(key="at_scale_every").set_value("all").run()  # 10 settings: Stop lands well before the last
+    at.button(key="at_scale_run").click().run()
+    _poll(at, lambda at: at.session_state["at_scale_job"].state().results or "at_scale_table" in at.session_state)
+    at.button(key="at_scale_stop").click().run()
+    _poll(at, lambda at: "at_scale_table" in at.session_state)
+    assert not at.exception, _texts(at.exception)
+    table = at.session_state["at_scale_table"]
+    assert table.cancelled and 1 <= len(table.results) < 10
+    assert "Stopped" in _texts(at.warning)
+    assert len(at.get("plotly_chart")) == 3  # what was simulated is drawn
