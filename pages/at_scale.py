@@ -328,7 +328,7 @@ _progress()
 
 table: ScaleTable | None = state.get("at_scale_table")
 if table is None:
-    if not running:
+    if not running and not problem:  # with a problem the error above says what to change
         st.info(TEXT["press"])
     st.stop()
 
