@@ -154,7 +154,9 @@ class ScaleTable:
     results: list[RunResult]  # one per setting simulated; fewer than the settings when cancelled
     cancelled: bool = False  # stopped before every setting was simulated
     elapsed_s: float = 0.0  # wall time of the whole table
-    seconds: dict[str, float] = field(default_factory=dict)  # Setting.key -> seconds its simulation took (absent when reused)
+    seconds: dict[str, float] = field(
+        default_factory=dict
+    )  # Setting.key -> seconds its simulation took (absent when reused)
 
     @property
     def settings(self) -> list[Setting]:
@@ -237,13 +239,18 @@ def scale_table(
         result = known.get(spec)
         if result is None:
             began = time.monotonic()
-            result = simulate(spec, progress=lambda message, fraction: report(f"{setting.key}: {message}", (index + fraction) / total))
+            result = simulate(spec, progress=_scaled(report, setting.key, index, total))
             seconds[setting.key] = time.monotonic() - began
         results.append(result)
         report(f"{setting.key}: done", (index + 1) / total)
         if on_result is not None:
             on_result(result)
     return ScaleTable(request, info.num_layers, results, cancelled, time.monotonic() - started, seconds)
+
+
+def _scaled(report: Progress, label: str, index: int, total: int) -> Progress:
+    """One simulation's progress as a part of the table's."""
+    return lambda message, fraction: report(f"{label}: {message}", (index + fraction) / total)
 
 
 def _stopper(cancel: Cancel | None) -> Callable[[], bool]:
@@ -319,7 +326,13 @@ class ScaleJob:
     def state(self) -> ScaleJobState:
         with self._lock:
             return ScaleJobState(
-                not self._finished, self._message, self._fraction, list(self._results), self._table, self._error, self._stop.is_set()
+                not self._finished,
+                self._message,
+                self._fraction,
+                list(self._results),
+                self._table,
+                self._error,
+                self._stop.is_set(),
             )
 
     def _progress(self, message: str, fraction: float) -> None:

@@ -146,14 +146,25 @@ def peak_figure(
             )
         )  # fmt: skip
     elif budget_bytes is not None:
-        subtitle += say["budget_off_scale"].format(budget=budget_label or _gib_text(budget_bytes), gib=budget_bytes / GIB)
-    _layout(figure, say["peak_title"].format(**_shape(table)), subtitle, say["x_title"], say["peak_y"].format(unit=unit), ticks)
+        subtitle += say["budget_off_scale"].format(
+            budget=budget_label or _gib_text(budget_bytes), gib=budget_bytes / GIB
+        )
+    _layout(
+        figure,
+        say["peak_title"].format(**_shape(table)),
+        subtitle,
+        say["x_title"],
+        say["peak_y"].format(unit=unit),
+        ticks,
+    )
     top = max(max(peaks + hosts, default=0), budget_bytes if draw_budget else 0) / scale
     figure.update_yaxes(range=[0, top * 1.12 or 1])
     return figure
 
 
-def resident_figure(table: ScaleTable, selected: Setting | None = None, words: Mapping[str, str] | None = None) -> go.Figure:
+def resident_figure(
+    table: ScaleTable, selected: Setting | None = None, words: Mapping[str, str] | None = None
+) -> go.Figure:
     """Per setting, the activations resident after the forward (what the backward will need).
 
     Above the parameters: the memory checkpointing frees. Offload's host memory is a hatched bar beside.
@@ -183,7 +194,14 @@ def resident_figure(table: ScaleTable, selected: Setting | None = None, words: M
     )  # fmt: skip
     _add_host(figure, results, ticks, scale, say, provenance, labels=True)
     title = say["resident_title"].format(**_shape(table))
-    _layout(figure, title, say["resident_subtitle"].format(provenance=provenance, **_shape(table)), say["x_title"], say["resident_y"].format(unit=unit), ticks)
+    _layout(
+        figure,
+        title,
+        say["resident_subtitle"].format(provenance=provenance, **_shape(table)),
+        say["x_title"],
+        say["resident_y"].format(unit=unit),
+        ticks,
+    )
     figure.update_yaxes(range=[0, max(resident + hosts, default=0) / scale * 1.15 or 1])
     return figure
 
@@ -197,7 +215,12 @@ def _with_memory(table: ScaleTable) -> list[RunResult]:
 
 def _shape(table: ScaleTable) -> dict[str, Any]:
     request = table.request
-    return {"model": request.model, "seq_len": request.seq_len, "batch_size": request.batch_size, "dtype": request.dtype}
+    return {
+        "model": request.model,
+        "seq_len": request.seq_len,
+        "batch_size": request.batch_size,
+        "dtype": request.dtype,
+    }
 
 
 def _provenance(results: list[RunResult]) -> str:
@@ -245,7 +268,13 @@ def _device_slots(results: list[RunResult]) -> tuple[list[float], list[float]]:
 
 
 def _add_host(
-    figure: go.Figure, results: list[RunResult], ticks: list[str], scale: int, say: Mapping[str, str], provenance: str, labels: bool = False
+    figure: go.Figure,
+    results: list[RunResult],
+    ticks: list[str],
+    scale: int,
+    say: Mapping[str, str],
+    provenance: str,
+    labels: bool = False,
 ) -> None:
     index = [i for i, result in enumerate(results) if result.spec.offload]
     if not index:
@@ -279,4 +308,10 @@ def _layout(figure: go.Figure, title: str, subtitle: str, x_title: str, y_title:
     )
     figure.update_yaxes(gridcolor="#e5e5e5", title_text=y_title)
     # Numbered slots, not categories: a marker can then sit over the device half of an offload slot.
-    figure.update_xaxes(title_text=x_title, tickvals=list(range(len(ticks))), ticktext=ticks, range=[-0.6, len(ticks) - 0.4], showgrid=False)
+    figure.update_xaxes(
+        title_text=x_title,
+        tickvals=list(range(len(ticks))),
+        ticktext=ticks,
+        range=[-0.6, len(ticks) - 0.4],
+        showgrid=False,
+    )

@@ -147,7 +147,9 @@ def _load_into_widgets() -> list[str]:
             state[key] = value
         return []
     params = st.query_params.to_dict()
-    spec, warnings = spec_from_query({k: v for k, v in params.items() if k in ("model", "seq", "batch", "dtype")}, default=DEFAULT)
+    spec, warnings = spec_from_query(
+        {k: v for k, v in params.items() if k in ("model", "seq", "batch", "dtype")}, default=DEFAULT
+    )
     if spec.seq_len > SEQ_LIMIT:
         warnings.append(TEXT["seq_clamped"].format(seq=spec.seq_len, limit=SEQ_LIMIT))
         spec = RunSpec(model=spec.model, seq_len=SEQ_LIMIT, batch_size=spec.batch_size, dtype=spec.dtype)
@@ -157,7 +159,9 @@ def _load_into_widgets() -> list[str]:
     state.at_scale_model = spec.model if is_preset else LOCAL
     state.at_scale_local_dir = "" if is_preset else spec.model
     state.at_scale_seq, state.at_scale_batch = spec.seq_len, spec.batch_size
-    state.at_scale_dtype = spec.dtype if spec.dtype in SIMULATION_DTYPES else DEFAULT.dtype  # "auto" is bf16, as on a GPU
+    state.at_scale_dtype = (
+        spec.dtype if spec.dtype in SIMULATION_DTYPES else DEFAULT.dtype
+    )  # "auto" is bf16, as on a GPU
     state.at_scale_every, state.at_scale_offload = "distinct", "n=1"
     state.at_scale_gpu, state.at_scale_budget_gib = DEFAULT_GPU, 40.0
     gpu = params.get("gpu", "").strip()
@@ -166,7 +170,10 @@ def _load_into_widgets() -> list[str]:
             state.at_scale_gpu = gpu_budget(gpu)[1]
         except ckptlab.CkptlabError:
             try:
-                state.at_scale_gpu, state.at_scale_budget_gib = CUSTOM, max(float(gpu.lower().removesuffix("gib")), 0.01)
+                state.at_scale_gpu, state.at_scale_budget_gib = (
+                    CUSTOM,
+                    max(float(gpu.lower().removesuffix("gib")), 0.01),
+                )
             except ValueError:
                 warnings.append(TEXT["gpu_unknown"].format(gpu=gpu, default=DEFAULT_GPU))
     return warnings
@@ -174,7 +181,13 @@ def _load_into_widgets() -> list[str]:
 
 def _query(model: str) -> dict[str, str]:
     gpu = f"{state.at_scale_budget_gib:g}GiB" if state.at_scale_gpu == CUSTOM else state.at_scale_gpu
-    return {"model": model, "seq": str(state.at_scale_seq), "batch": str(state.at_scale_batch), "dtype": state.at_scale_dtype, "gpu": gpu}
+    return {
+        "model": model,
+        "seq": str(state.at_scale_seq),
+        "batch": str(state.at_scale_batch),
+        "dtype": state.at_scale_dtype,
+        "gpu": gpu,
+    }
 
 
 def _model_label(name: str) -> str:
@@ -206,12 +219,32 @@ with st.sidebar:
     st.number_input(TEXT["seq"], min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
     st.number_input(TEXT["batch"], min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
     st.selectbox(TEXT["dtype"], SIMULATION_DTYPES, key="at_scale_dtype")
-    st.radio(TEXT["every"], tuple(TEXT["every_options"]), format_func=TEXT["every_options"].get, key="at_scale_every", help=TEXT["every_help"])
-    st.radio(TEXT["offload"], tuple(TEXT["offload_options"]), format_func=TEXT["offload_options"].get, key="at_scale_offload", help=TEXT["offload_help"])
+    st.radio(
+        TEXT["every"],
+        tuple(TEXT["every_options"]),
+        format_func=TEXT["every_options"].get,
+        key="at_scale_every",
+        help=TEXT["every_help"],
+    )
+    st.radio(
+        TEXT["offload"],
+        tuple(TEXT["offload_options"]),
+        format_func=TEXT["offload_options"].get,
+        key="at_scale_offload",
+        help=TEXT["offload_help"],
+    )
     st.header(TEXT["sidebar_gpu"], anchor=False)
-    st.selectbox(TEXT["gpu"], [*GPUS, CUSTOM], key="at_scale_gpu", format_func=lambda name: TEXT["custom"] if name == CUSTOM else name, help=TEXT["gpu_help"])
+    st.selectbox(
+        TEXT["gpu"],
+        [*GPUS, CUSTOM],
+        key="at_scale_gpu",
+        format_func=lambda name: TEXT["custom"] if name == CUSTOM else name,
+        help=TEXT["gpu_help"],
+    )
     if state.at_scale_gpu == CUSTOM:
-        st.number_input(TEXT["budget_gib"], min_value=0.01, max_value=4096.0, step=1.0, format="%g", key="at_scale_budget_gib")
+        st.number_input(
+            TEXT["budget_gib"], min_value=0.01, max_value=4096.0, step=1.0, format="%g", key="at_scale_budget_gib"
+        )
 
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
 model = state.at_scale_local_dir.strip() if state.at_scale_model == LOCAL else state.at_scale_model
@@ -246,7 +279,11 @@ if info is None:
         st.error(TEXT["model_failed"].format(model=model, error=f"{type(error).__name__}: {error}"))
         st.stop()
 positions = f"{info.max_positions:,}" if info.max_positions else "∞"
-model_caption.caption(TEXT["model_caption"].format(family=info.family, layers=info.num_layers, hidden=info.hidden_size, positions=positions))
+model_caption.caption(
+    TEXT["model_caption"].format(
+        family=info.family, layers=info.num_layers, hidden=info.hidden_size, positions=positions
+    )
+)
 
 request = ScaleRequest(
     model=model,
@@ -274,7 +311,10 @@ else:
     )
     keys = [setting.key for setting in request.settings]
     keys = ", ".join(keys if len(keys) <= 14 else [*keys[:4], "…", *keys[-2:]])
-    st.markdown(TEXT["plan"].format(count=len(request.settings), keys=keys, which=which) + (TEXT["plan_known"].format(known=known) if known else ""))
+    st.markdown(
+        TEXT["plan"].format(count=len(request.settings), keys=keys, which=which)
+        + (TEXT["plan_known"].format(known=known) if known else "")
+    )
 
 
 def _start() -> None:
@@ -297,7 +337,14 @@ def _stop() -> None:
 job: ScaleJob | None = state.get("at_scale_job")
 running = job is not None and job.state().running
 start, stop, _ = st.columns([1, 1, 4])
-start.button(TEXT["simulate"], type="primary", key="at_scale_run", on_click=_start, disabled=running or bool(problem), width="stretch")
+start.button(
+    TEXT["simulate"],
+    type="primary",
+    key="at_scale_run",
+    on_click=_start,
+    disabled=running or bool(problem),
+    width="stretch",
+)
 stop.button(TEXT["stop"], key="at_scale_stop", on_click=_stop, disabled=not running, width="stretch")
 if state.get("at_scale_error"):
     st.error(TEXT["failed"].format(error=state.at_scale_error))
@@ -312,7 +359,11 @@ def _progress() -> None:
     snapshot = job.state()
     if snapshot.running:
         total = len(job.request.settings)
-        words = TEXT["stopping"] if snapshot.stop_requested else TEXT["progress"].format(done=len(snapshot.results), total=total, message=snapshot.message)
+        words = (
+            TEXT["stopping"]
+            if snapshot.stop_requested
+            else TEXT["progress"].format(done=len(snapshot.results), total=total, message=snapshot.message)
+        )
         st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=words)
         return
     if state.get("at_scale_shown") is not job:
@@ -339,15 +390,19 @@ def _summary(table: ScaleTable) -> str:
     seconds = list(table.seconds.values())
     each = TEXT["each"].format(low=min(seconds), high=max(seconds)) if seconds else ""
     reused = len(table.results) - len(seconds)
-    return TEXT["summary"].format(
-        provenance=table.results[0].provenance.label if table.results else "simulated",
-        model=table.request.model,
-        layers=table.num_layers,
-        count=len(table.results),
-        elapsed=_duration(table.elapsed_s),
-        each=each,
-        reused=TEXT["reused"].format(count=reused) if reused else "",
-    ).replace(" ()", "")
+    return (
+        TEXT["summary"]
+        .format(
+            provenance=table.results[0].provenance.label if table.results else "simulated",
+            model=table.request.model,
+            layers=table.num_layers,
+            count=len(table.results),
+            elapsed=_duration(table.elapsed_s),
+            each=each,
+            reused=TEXT["reused"].format(count=reused) if reused else "",
+        )
+        .replace(" ()", "")
+    )
 
 
 def _verdict(table: ScaleTable) -> RunResult | None:
@@ -359,11 +414,25 @@ def _verdict(table: ScaleTable) -> RunResult | None:
         if setting.every_n_layers is None:
             words = TEXT["fits_off"].format(budget=budget_label, peak=peak, margin=margin)
         else:
-            words = TEXT["fits"].format(setting=setting.key, budget=budget_label, peak=peak, margin=margin, cp=setting.cp_layers(table.num_layers), layers=table.num_layers)
+            words = TEXT["fits"].format(
+                setting=setting.key,
+                budget=budget_label,
+                peak=peak,
+                margin=margin,
+                cp=setting.cp_layers(table.num_layers),
+                layers=table.num_layers,
+            )
         st.success(words + (TEXT["thin"] if margin * GIB < THIN_MARGIN * budget else ""))
         return best
     lowest = min(table.results, key=lambda result: result.memory.peak_bytes)
-    st.error(TEXT["no_fit"].format(budget=budget_label, peak=lowest.memory.peak_bytes / GIB, setting=Setting.of(lowest.spec).key, short=(lowest.memory.peak_bytes - budget) / GIB))
+    st.error(
+        TEXT["no_fit"].format(
+            budget=budget_label,
+            peak=lowest.memory.peak_bytes / GIB,
+            setting=Setting.of(lowest.spec).key,
+            short=(lowest.memory.peak_bytes - budget) / GIB,
+        )
+    )
     return lowest
 
 
@@ -418,7 +487,9 @@ try:
 
     st.subheader(TEXT["table_header"], anchor=False)
     rows = _rows(table)
-    st.dataframe(rows, hide_index=True, key="at_scale_table_view", height=min(36 * (len(rows) + 1) + 4, 720))  # all rows, no inner scroll
+    st.dataframe(
+        rows, hide_index=True, key="at_scale_table_view", height=min(36 * (len(rows) + 1) + 4, 720)
+    )  # all rows, no inner scroll
 except Exception as error:  # drawing must never take the page down
     st.error(TEXT["draw_failed"])
     with st.expander(TEXT["details"]):

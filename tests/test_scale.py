@@ -27,7 +27,9 @@ SETTINGS = (Setting(None), Setting(1), Setting(1, offload=True), Setting(2))
 @pytest.fixture(scope="module")
 def table():
     seen: list[tuple[str, float]] = []
-    result = scale_table(MODEL, SEQ, 1, "bfloat16", SETTINGS, progress=lambda message, fraction: seen.append((message, fraction)))
+    result = scale_table(
+        MODEL, SEQ, 1, "bfloat16", SETTINGS, progress=lambda message, fraction: seen.append((message, fraction))
+    )
     return result, seen
 
 
@@ -49,7 +51,11 @@ def test_settings_off_first_offload_beside_n1_by_default():
 
 
 def test_bad_choices_raise_spec_errors():
-    for call in (lambda: every_n_choices(0), lambda: every_n_choices(4, "some"), lambda: scale_settings(4, offload="maybe")):
+    for call in (
+        lambda: every_n_choices(0),
+        lambda: every_n_choices(4, "some"),
+        lambda: scale_settings(4, offload="maybe"),
+    ):
         with pytest.raises(SpecError):
             call()
 
@@ -90,7 +96,9 @@ def test_cancel_keeps_the_results_so_far(table, monkeypatch):
     first, _ = table
     known = {run.spec: run for run in first.results}
     done: list = []
-    partial = scale_table(MODEL, SEQ, 1, "bfloat16", SETTINGS, cancel=lambda: len(done) >= 2, known=known, on_result=done.append)
+    partial = scale_table(
+        MODEL, SEQ, 1, "bfloat16", SETTINGS, cancel=lambda: len(done) >= 2, known=known, on_result=done.append
+    )
     assert partial.cancelled and partial.settings == list(SETTINGS[:2])
 
 
