@@ -67,7 +67,9 @@ def diagram_figure(result: RunResult) -> go.Figure:
         _Row("Forward →", [layer.enabled for layer in layers], hover, planned=False),
         _Row("← Backward", ["rerun" if layer.recompute_calls else "keep" for layer in layers], hover, planned=False),
     ]
-    title = f"{setting}: what the step did (observed)"
+    # A simulated step is observed too, on fake tensors: the title says which.
+    seen = "simulated" if result.provenance.kind == "simulated" else "observed"
+    title = f"{setting}: what the step did ({seen})"
     if not result.plan_matches:
         planned_hover = [f"<b>{layer.name}</b> planned by every_n_layers: {layer.planned}" for layer in layers]
         rows += [

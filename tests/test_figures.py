@@ -133,3 +133,11 @@ def test_the_core_figures_do_not_import_streamlit():
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
         assert not any(name.startswith("streamlit") for name in imported), module.__name__
+
+
+def test_a_simulated_step_is_titled_simulated():
+    from ckptlab import RunSpec, simulate
+    from ckptlab.figures import diagram_figure
+
+    figure = diagram_figure(simulate(RunSpec(model="tiny-llama", seq_len=64, every_n_layers=2)))
+    assert "(simulated)" in figure.layout.title.text and "observed" not in figure.layout.title.text
