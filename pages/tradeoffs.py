@@ -95,7 +95,7 @@ def _stop() -> None:
 
 job: SweepJob | None = state.get("tradeoffs_job")
 running = job is not None and job.state().running
-start, stop, _ = st.columns([1, 1, 4])
+start, stop, _ = st.columns([2, 1, 3])
 start.button("Run the sweep", type="primary", key="tradeoffs_run", on_click=_start, disabled=running, width="stretch")
 stop.button("Stop", key="tradeoffs_stop", on_click=_stop, disabled=not running, width="stretch")
 if state.get("tradeoffs_error"):
@@ -146,6 +146,8 @@ _progress()
 
 result: SweepResult | None = state.get("tradeoffs_result")
 if result is None:
+    if running:
+        st.stop()  # the fragment above shows the progress
     st.info(
         "Set the sweep in the sidebar and press **Run the sweep**. On 2 CPU cores a tiny model at 256 tokens takes about a minute."
     )
