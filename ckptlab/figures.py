@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .i18n import t
 from .plan import planned_roles
-from .report import MIB, setting_name
+from .report import MIB
 from .results import LayerResult, RunResult
 
 LAYERS_PER_LINE = 12
@@ -44,7 +45,7 @@ class _Row:
     planned: bool  # hatched, legend says "(planned)"
 
 
-def diagram_figure(result: RunResult) -> go.Figure:
+def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     """The step a run observed: forward row from the flags, backward row from the reruns.
 
     When the observed pattern differs from the every_n_layers rule, the planned rows are
@@ -53,70 +54,73 @@ def diagram_figure(result: RunResult) -> go.Figure:
 
     Args:
         result: a :class:`~ckptlab.RunResult`.
+        lang: language of the words on the figure (``ckptlab.i18n``).
 
     Returns:
         A Plotly figure; hover on a box shows what was measured for that layer.
     """
     spec = result.spec
-    setting = setting_name(spec.every_n_layers, result.memory.offload_applied if result.memory else False)
+    setting = _setting(spec.every_n_layers, result.memory.offload_applied if result.memory else False, lang)
     if not result.layers:
-        return plan_figure(result.model.num_layers, spec.every_n_layers, title=f"{setting}: planned (the run did not fit)")
+        return plan_figure(result.model.num_layers, spec.every_n_layers, title=t("fig.did_not_fit", lang, setting=setting), lang=lang)
     layers = result.layers
-    hover = [_layer_hover(layer) for layer in layers]
+    hover = [_layer_hover(layer, lang) for layer in layers]
     rows = [
-        _Row("Forward →", [layer.enabled for layer in layers], hover, planned=False),
-        _Row("← Backward", ["rerun" if layer.recompute_calls else "keep" for layer in layers], hover, planned=False),
+        _Row(t("fig.forward_row", lang), [layer.enabled for layer in layers], hover, planned=False),
+        _Row(t("fig.backward_row", lang), ["rerun" if layer.recompute_calls else "keep" for layer in layers], hover, planned=False),
     ]
     # A simulated step is observed too, on fake tensors: the title says which.
-    seen = "simulated" if result.provenance.kind == "simulated" else "observed"
-    title = f"{setting}: what the step did ({seen})"
+    seen = t("fig.seen_simulated" if result.provenance.kind == "simulated" else "fig.seen_observed", lang)
+    title = t("fig.what_step_did", lang, setting=setting, seen=seen)
     if not result.plan_matches:
-        planned_hover = [f"<b>{layer.name}</b> planned by every_n_layers: {layer.planned}" for layer in layers]
+        planned_hover = [t("fig.planned_hover", lang, name=layer.name, role=layer.planned) for layer in layers]
         rows += [
-            _Row("Planned forward", [layer.planned for layer in layers], planned_hover, planned=True),
-            _Row("Planned backward", ["rerun" if layer.planned == "CP" else "keep" for layer in layers], planned_hover, planned=True),
+            _Row(t("fig.planned_forward", lang), [layer.planned for layer in layers], planned_hover, planned=True),
+            _Row(t("fig.planned_backward", lang), ["rerun" if layer.planned == "CP" else "keep" for layer in layers], planned_hover, planned=True),
         ]
-        title = f"{setting}: observed DIFFERS from the plan (hatched rows: planned)"
-    return _diagram(rows, title, subtitle=result.provenance.label)
+        title = t("fig.differs", lang, setting=setting)
+    subtitle = t(f"provenance.{result.provenance.kind}", lang, device=result.provenance.device_name)
+    return _diagram(rows, title, subtitle=subtitle, lang=lang)
 
 
-def plan_figure(num_layers: int, every_n_layers: int | None, title: str | None = None) -> go.Figure:
+def plan_figure(num_layers: int, every_n_layers: int | None, title: str | None = None, lang: str = "en") -> go.Figure:
     """The pattern every_n_layers plans, before anything ran (hatched, like all planned rows).
 
     Args:
         num_layers: checkpointable layers of the model.
         every_n_layers: the setting, ``None`` for checkpointing off.
         title: replaces the default title.
+        lang: language of the words on the figure (``ckptlab.i18n``).
 
     Returns:
         A Plotly figure with a planned forward and backward row.
     """
     roles = planned_roles(num_layers, every_n_layers)
-    hover = [
-        f"<b>L{index + 1}</b> planned: {role}<br>"
-        + ("keeps only its input, reruns in the backward" if role == "CP" else "keeps its activations, no rerun")
-        for index, role in enumerate(roles)
-    ]
+    hover = [t(f"fig.plan_hover_{role}", lang, n=index + 1) for index, role in enumerate(roles)]
     rows = [
-        _Row("Forward →", roles, hover, planned=True),
-        _Row("← Backward", ["rerun" if role == "CP" else "keep" for role in roles], hover, planned=True),
+        _Row(t("fig.forward_row", lang), roles, hover, planned=True),
+        _Row(t("fig.backward_row", lang), ["rerun" if role == "CP" else "keep" for role in roles], hover, planned=True),
     ]
-    default = f"{setting_name(every_n_layers)}: planned (press Run to observe it)"
-    return _diagram(rows, title or default, subtitle="planned from the every_n_layers rule, nothing measured yet")
+    default = t("fig.plan_title", lang, setting=_setting(every_n_layers, False, lang))
+    return _diagram(rows, title or default, subtitle=t("fig.plan_subtitle", lang), lang=lang)
 
 
-def _layer_hover(layer: LayerResult) -> str:
-    return (
-        f"<b>{layer.name}</b> ({layer.module})<br>"
-        f"forward calls: {layer.forward_calls}<br>"
-        f"reruns observed: {layer.recompute_calls}<br>"
-        f"saved in the forward: {layer.saved_bytes / MIB:,.2f} MiB ({layer.saved_bytes:,} bytes)<br>"
-        f"input: {layer.input_bytes / MIB:,.2f} MiB<br>"
-        f"planned {layer.planned} · flag {layer.enabled} · observed {layer.observed}"
+def _setting(every_n_layers: int | None, offload: bool, lang: str) -> str:
+    """``report.setting_name`` in ``lang`` (the same words in English)."""
+    if every_n_layers is None:
+        return t("setting.off", lang)
+    return t("setting.on_offload" if offload else "setting.on", lang, n=every_n_layers)
+
+
+def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
+    return t(
+        "fig.layer_hover", lang, name=layer.name, module=layer.module, calls=layer.forward_calls, reruns=layer.recompute_calls,
+        saved=f"{layer.saved_bytes / MIB:,.2f}", saved_bytes=f"{layer.saved_bytes:,}", input=f"{layer.input_bytes / MIB:,.2f}",
+        planned=layer.planned, flag=layer.enabled, observed=layer.observed,
     )
 
 
-def _diagram(rows: list[_Row], title: str, subtitle: str) -> go.Figure:
+def _diagram(rows: list[_Row], title: str, subtitle: str, lang: str = "en") -> go.Figure:
     count = len(rows[0].roles)
     per_line = min(count, LAYERS_PER_LINE) or 1
     lines = (count + per_line - 1) // per_line or 1
@@ -153,7 +157,7 @@ def _diagram(rows: list[_Row], title: str, subtitle: str) -> go.Figure:
                     y=[0.84] * len(bucket["x"]),
                     base=bucket["base"],
                     width=0.86,
-                    name=LEGEND[role] + (" (planned)" if planned else ""),
+                    name=t(f"diagram.legend_{role}", lang) + (t("fig.planned_suffix", lang) if planned else ""),
                     legendgroup=role,
                     marker={
                         "color": COLORS[role],
@@ -202,7 +206,7 @@ def _diagram(rows: list[_Row], title: str, subtitle: str) -> go.Figure:
     return figure
 
 
-def comparison_figure(result: RunResult, baseline: RunResult | None) -> go.Figure:
+def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str = "en") -> go.Figure:
     """Memory and time of a run next to the same run with checkpointing off.
 
     Args:
@@ -217,15 +221,15 @@ def comparison_figure(result: RunResult, baseline: RunResult | None) -> go.Figur
     """
     if result.memory is None or result.timing is None:
         raise ValueError(f"a run with status {result.status!r} has no measurements to chart")
-    series = [(setting_name(result.spec.every_n_layers, result.spec.offload), result, RUN_COLOR)]
+    series = [(_setting(result.spec.every_n_layers, result.spec.offload, lang), result, RUN_COLOR)]
     if result.spec.every_n_layers is None:
-        series = [("checkpointing off", result, OFF_COLOR)]
+        series = [(t("setting.off", lang), result, OFF_COLOR)]
     elif baseline is not None and baseline.memory is not None and baseline.timing is not None:
-        series.append(("checkpointing off", baseline, OFF_COLOR))
+        series.append((t("setting.off", lang), baseline, OFF_COLOR))
 
-    figure = make_subplots(rows=1, cols=2, subplot_titles=("Memory above baseline, MiB", "Time, ms (bars: spread)"))
-    memory_labels = ["after the<br>forward", "peak of<br>the step"]
-    time_labels = ["forward", "backward", "step"]
+    figure = make_subplots(rows=1, cols=2, subplot_titles=(t("fig.memory_panel", lang), t("fig.time_panel", lang)))
+    memory_labels = [t("fig.after_forward", lang), t("fig.peak_of_step", lang)]
+    time_labels = [t("fig.forward", lang), t("fig.backward", lang), t("fig.step", lang)]
     for name, run, color in series:
         memory, timing = run.memory, run.timing
         memory_mib = [memory.after_forward_bytes / MIB, memory.peak_above_baseline_bytes / MIB]
@@ -260,7 +264,7 @@ def comparison_figure(result: RunResult, baseline: RunResult | None) -> go.Figur
                     "arrayminus": [(m - min(s, default=m)) * 1000 for s, m in zip(samples, medians)],
                     "color": "#333333",
                 },
-                hovertemplate="%{x}: %{y:,.0f} ms (median)<extra>" + name + "</extra>",
+                hovertemplate="%{x}: %{y:,.0f} ms " + t("fig.median", lang) + "<extra>" + name + "</extra>",
             ),
             row=1,
             col=2,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import string
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 LOCALES_DIR = Path(__file__).resolve().parent.parent / "locales"
@@ -49,7 +49,7 @@ def normalize(lang: object) -> str:
     return DEFAULT
 
 
-@lru_cache(maxsize=None)
+@cache
 def messages(lang: str) -> dict[str, str]:
     """The flat key -> text table of one language.
 

@@ -49,6 +49,15 @@ def provenance_label(run: RunResult, lang: str) -> str:
     return t(f"provenance.{run.provenance.kind}", lang, device=run.provenance.device_name)
 
 
+def method_label(method: str, lang: str) -> str:
+    """How a number was measured (the meters' method strings), in ``lang``; an unknown method as it is."""
+    from . import meters  # the method strings live with the meters that produce them
+
+    keys = {meters.CPU_MEMORY_METHOD: "method.memory_cpu", meters.CUDA_MEMORY_METHOD: "method.memory_cuda",
+            meters.CPU_TIME_METHOD: "method.time_cpu", meters.CUDA_TIME_METHOD: "method.time_cuda"}
+    return t(keys[method], lang) if method in keys else method
+
+
 def event_label(point: dict, lang: str) -> str:
     """An event of the timeline for people, e.g. "backward of L3: its rerun, then its gradients"."""
     layer = point.get("layer")
@@ -111,7 +120,7 @@ def timeline_figure(
     for band, (start, end) in _band_extents(tl.phase_spans(run.memory.timeline, layers)).items():
         if band == "rerun":
             continue
-        figure.add_annotation(
+        figure.add_annotation(  # a row of its own between the subtitle and the plot: peak labels sit inside
             x=(start + end) / 2, y=1.0, yref="paper", yanchor="bottom", showarrow=False,
             text=f"<b>{t('band.' + band, lang)}</b>", font={"size": 15, "color": BAND_COLORS[band] if band != "loss" else "#555555"},
         )
@@ -153,11 +162,19 @@ def timeline_figure(
             )
         )
         peak = tl.peak_index(points)
+        # A star at each peak and a short label in the setting's colour (the page says what caused it): the
+        # first setting's label above its star, the others below theirs, so equal peaks do not overlap.
+        first = position_in_list == 0
+        x_peak = (xs[peak] + ends[peak]) / 2
+        figure.add_trace(
+            go.Scatter(x=[x_peak], y=[high[peak]], mode="markers", showlegend=False, hoverinfo="skip",
+                       marker={"symbol": "star", "size": 15, "color": color, "line": {"color": "white", "width": 1}})
+        )
         figure.add_annotation(
-            x=(xs[peak] + ends[peak]) / 2, y=high[peak], ax=-60 if position_in_list == 0 else -40, ay=-42 - 46 * position_in_list,
-            text=t("timeline.peak_note", lang, setting=name, mib=f"{high[peak]:,.1f}", cause=peak_cause(each, lang)),
-            showarrow=True, arrowhead=2, arrowcolor=color, font={"size": 13, "color": color},
-            bgcolor="rgba(255,255,255,0.9)", bordercolor=color, xanchor="right" if xs[peak] > 2 * layers else "left",
+            x=x_peak, y=high[peak], showarrow=False, yanchor="bottom" if first else "top", yshift=9 if first else -9,
+            xanchor="right" if x_peak > 0.8 * tl.end_position(layers) else "center",
+            text=f"<b>{t('timeline.peak_note', lang, mib=f'{high[peak]:,.1f}')}</b>", font={"size": 13, "color": color},
+            bgcolor="rgba(255,255,255,0.85)",
         )
 
     if cursor is not None:
@@ -177,7 +194,7 @@ def timeline_figure(
         title={"text": t("timeline.title", lang), "subtitle": {"text": provenance_label(run, lang)}, "x": 0, "xref": "paper",
                "font": {"size": 20}},
         height=height,
-        margin={"l": 60, "r": 20, "t": 105, "b": 60},
+        margin={"l": 60, "r": 20, "t": 108, "b": 60},
         legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0, "font": {"size": 13}},
         font={"family": FONT, "size": 14},
         plot_bgcolor="white",
@@ -186,7 +203,7 @@ def timeline_figure(
     figure.update_xaxes(tickvals=tick_vals, ticktext=tick_text, range=[-0.3, tl.end_position(layers) + 0.3], showgrid=False,
                         tickfont={"size": 12 if layers <= 8 else 10}, fixedrange=True)
     figure.update_yaxes(title={"text": t("timeline.y_title", lang)}, gridcolor="#e5e5e5", rangemode="tozero",
-                        range=[min(0.0, *(_above(e, p["current_bytes"]) for e, _ in series for p in e.memory.timeline)), top * 1.3 or 1],
+                        range=[min(0.0, *(_above(e, p["current_bytes"]) for e, _ in series for p in e.memory.timeline)), top * 1.22 or 1],
                         fixedrange=True)
     return figure
 
@@ -314,13 +331,12 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
             )
         )
     now = _above(run, point["current_bytes"])
-    high = _above(run, point["region_peak_bytes"])
     top = max((layer.saved_bytes for layer in run.layers), default=0) / MIB
     top = max(top, *values) if values else top
     figure.update_layout(
         title={
             "text": t("step.title", lang, i=index + 1, n=len(points), event=event_label(point, lang)),
-            "subtitle": {"text": t("step.subtitle", lang, now=f"{now:,.1f}", high=f"{high:,.1f}", setting=run_label(run, lang))},
+            "subtitle": {"text": t("step.subtitle", lang, now=f"{now:,.1f}", setting=run_label(run, lang))},
             "x": 0, "xref": "paper", "font": {"size": 19},
         },
         height=height,
@@ -399,6 +415,8 @@ def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int =
 def prediction_figure(predicted: float, measured: float, *, lang: str = "en", unit: str = "%", height: int = 260) -> go.Figure:
     """A participant's prediction beside the measurement (an exercise's answer), 100 marking checkpointing off."""
     labels = [t("exercise.your_prediction", lang), t("exercise.measured", lang)]
+    # Explicit room for the labels: Streamlit's plotly.js cuts them off with automargin alone (see figures.py).
+    label_px = 20 + 9 * max(len(label) for label in labels) * (2 if lang == "ja" else 1)
     figure = go.Figure(
         go.Bar(
             y=labels, x=[predicted, measured], orientation="h", marker={"color": ["#CC79A7", RUN_COLOR]},
@@ -407,10 +425,10 @@ def prediction_figure(predicted: float, measured: float, *, lang: str = "en", un
     )
     if unit == "%":
         figure.add_vline(x=100, line={"color": OFF_COLOR, "dash": "dash", "width": 2})
-        figure.add_annotation(x=100, y=1.0, yref="paper", yanchor="bottom", text=t("exercise.off_line", lang), showarrow=False,
-                              font={"color": OFF_COLOR})
+        figure.add_annotation(x=100, y=1.0, yref="paper", yanchor="bottom", xanchor="right", text=t("exercise.off_line", lang),
+                              showarrow=False, font={"color": OFF_COLOR})
     top = max(predicted, measured, 100 if unit == "%" else 0)
-    figure.update_layout(height=height, margin={"l": 10, "r": 30, "t": 30, "b": 30}, font={"family": FONT, "size": 15},
+    figure.update_layout(height=height, margin={"l": label_px, "r": 30, "t": 30, "b": 30}, font={"family": FONT, "size": 15},
                          plot_bgcolor="white", showlegend=False)
     figure.update_xaxes(range=[0, top * 1.2 or 1], gridcolor="#e5e5e5", fixedrange=True)
     figure.update_yaxes(autorange="reversed", fixedrange=True)

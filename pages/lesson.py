@@ -188,12 +188,12 @@ else:  # the step-through
             tr("lesson.step.slider"), options=list(range(len(points))), key="lesson_step",
             format_func=lambda i: f"{i + 1}/{len(points)} · {event_label(points[i], lang)}",
         )
-        left, right = st.columns([3, 2])
-        left.plotly_chart(step_figure(run, index, lang=lang), key="lesson_step_chart", theme=None)
-        right.plotly_chart(diagram_figure([layer.enabled for layer in run.layers], lang=lang, focus=focus_of(points[index]),
-                                          reruns=[layer.recompute_calls for layer in run.layers], height=230),
-                           key="lesson_step_diagram", theme=None)
-        right.markdown(tr("lesson.step.legend"))
-        st.plotly_chart(timeline_figure(run, lang=lang, cursor=index, height=380), key="lesson_step_timeline", theme=None)
+        left, right = st.columns(2)
+        left.plotly_chart(step_figure(run, index, lang=lang, height=420), key="lesson_step_chart", theme=None)
+        right.plotly_chart(timeline_figure(run, lang=lang, cursor=index, height=420), key="lesson_step_timeline", theme=None)
+        st.plotly_chart(diagram_figure([layer.enabled for layer in run.layers], lang=lang, focus=focus_of(points[index]),
+                                       reruns=[layer.recompute_calls for layer in run.layers], height=230),
+                        key="lesson_step_diagram", theme=None)
+        st.caption(tr("lesson.step.legend"))
 
     stepper()

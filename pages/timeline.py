@@ -14,7 +14,15 @@ from ckptlab import i18n, learnrun
 from ckptlab import timeline as tl
 from ckptlab.labrun import baseline_spec
 from ckptlab.results import RunResult, RunSpec
-from ckptlab.timeline_figures import diagram_figure, event_label, focus_of, peak_cause, run_label, timeline_figure
+from ckptlab.timeline_figures import (
+    diagram_figure,
+    event_label,
+    focus_of,
+    method_label,
+    peak_cause,
+    run_label,
+    timeline_figure,
+)
 
 state = st.session_state
 lang = i18n.normalize(state.get("app_lang"))
@@ -57,7 +65,7 @@ st.markdown(tr("timeline.intro"))
 
 counts = layer_counts()
 # Defaults through the session, not value=: the page also moves these keys (range clamps), and both would warn.
-state.setdefault("timeline_seq", 128)
+state.setdefault("timeline_seq", 512)  # long enough for activations to lead: memory rises, then falls
 state.setdefault("timeline_n", 2)
 state.setdefault("timeline_overlay", True)
 state.setdefault("timeline_event", 0)
@@ -109,4 +117,4 @@ if bumps:
 problems = tl.check_order(points, [layer.enabled for layer in run.layers])
 if problems:
     st.error(tr("timeline.order_problem", problems="; ".join(problems)))
-st.caption(tr("timeline.how_measured", method=run.memory.method))
+st.caption(tr("timeline.how_measured", method=method_label(run.memory.method, lang)))

@@ -20,7 +20,7 @@ from ckptlab import i18n
 ROOT = Path(__file__).resolve().parent.parent
 LOCALES = {lang: json.loads((ROOT / "locales" / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
 # Pages converted to the locale files; the others are listed in the report until they are.
-TRANSLATED_PAGES = ["app.py", "pages/timeline.py", "pages/lesson.py", "pages/exercises.py"]
+TRANSLATED_PAGES = ["app.py", "pages/lab.py", "pages/timeline.py", "pages/lesson.py", "pages/exercises.py"]
 
 # Streamlit calls that put words on the screen: positional args and these keywords are checked.
 TEXT_CALLS = {
@@ -31,8 +31,8 @@ TEXT_CALLS = {
 }
 TEXT_KEYWORDS = {"label", "help", "placeholder", "text", "body", "title", "page_title", "value", "delta", "caption"}
 # Technical tokens practitioners read in English, and layout glue between translated parts.
-ALLOWED = {"every_n_layers", "Language · Idioma · 言語"}
-GLUE = re.compile(r"^[\s·:/,.()%✓★*\-–|]*$")
+ALLOWED = {"every_n_layers", "offload", "dtype", "/path/to/saved/model", "Language · Idioma · 言語"}
+GLUE = re.compile(r"^[\s·:/,.()%✓★*\-–|]*(MiB|GiB|ms)?\s*$")  # punctuation, and a unit after a number
 NO_TEXT_POSITIONALS = {"Page"}  # st.Page's first argument is a file path
 
 
@@ -94,7 +94,7 @@ def test_every_translation_keeps_the_placeholders_and_has_words():
             assert table[key].strip(), f"{lang}:{key} is empty"
 
 
-@pytest.mark.parametrize("source", TRANSLATED_PAGES + ["ckptlab/timeline_figures.py", "ckptlab/exercises.py"])
+@pytest.mark.parametrize("source", TRANSLATED_PAGES + ["ckptlab/timeline_figures.py", "ckptlab/exercises.py", "ckptlab/figures.py"])
 def test_every_key_the_code_uses_exists(source):
     exact, prefixes = _used_keys(ROOT / source)
     missing = sorted(key for key in exact if key not in LOCALES["en"])
