@@ -11,6 +11,7 @@ import streamlit as st
 import torch
 
 import ckptlab
+from ckptlab import i18n
 from ckptlab.accuracy import check_predictions
 from ckptlab.labrun import build_for_key, model_key
 from ckptlab.recommend import GPUS, recommend
@@ -18,11 +19,14 @@ from ckptlab.report import MIB, mib, milliseconds
 from ckptlab.results import DTYPES
 from ckptlab.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
 from ckptlab.sweepjob import SweepJob
+from ckptlab.timeline_figures import provenance_label
 from ckptlab.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
 
 SEQ_CHOICES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 CUSTOM = "custom budget"
 HAS_CUDA = torch.cuda.is_available()
+lang = i18n.normalize(st.session_state.get("app_lang"))
+tr = i18n.translator(lang)
 
 
 @st.cache_resource(show_spinner=False)
@@ -31,34 +35,32 @@ def preset_names() -> list[str]:
     return [preset.name for preset in ckptlab.list_presets()]
 
 
-st.title("Trade-off explorer", anchor=False)
-st.markdown(
-    "Partial checkpointing spends spare memory back on speed. Measure checkpointing off and every "
-    "`every_n_layers` for one model, see memory against step time, and get the fastest setting that fits your GPU."
-)
+st.title(tr("tradeoffs.title"), anchor=False)
+st.markdown(tr("tradeoffs.intro"))
 
 # -- settings -----------------------------------------------------------------------------
 
 state = st.session_state
 with st.sidebar:
-    st.header("Sweep", anchor=False)
-    model = st.selectbox("Model", preset_names(), key="tradeoffs_model")
-    seq_lens = st.multiselect("Sequence lengths", SEQ_CHOICES, default=[256], key="tradeoffs_seq")
-    custom_n = st.toggle("Choose every_n_layers", value=False, key="tradeoffs_choose_n")
+    st.header(tr("tradeoffs.sweep"), anchor=False)
+    model = st.selectbox(tr("common.model"), preset_names(), key="tradeoffs_model")
+    seq_lens = st.multiselect(tr("tradeoffs.seq_lens"), SEQ_CHOICES, default=[256], key="tradeoffs_seq")
+    custom_n = st.toggle(tr("tradeoffs.choose_n"), value=False, key="tradeoffs_choose_n")
     every_n = st.multiselect(
         "every_n_layers", list(range(1, 65)), default=[1, 2, 4], key="tradeoffs_n", disabled=not custom_n
     )
     offload = st.radio(
-        "Offload",
+        tr("tradeoffs.offload"),
         OFFLOAD_CHOICES,
         horizontal=True,
         key="tradeoffs_offload",
-        help="Offload rows run only on CUDA; on the CPU they are skipped and the page says so.",
+        format_func=lambda choice: tr(f"tradeoffs.offload_{choice}"),
+        help=tr("tradeoffs.offload_help"),
     )
-    batch = st.number_input("Batch size", 1, 64, 1, key="tradeoffs_batch")
+    batch = st.number_input(tr("tradeoffs.batch"), 1, 64, 1, key="tradeoffs_batch")
     dtype = st.selectbox("dtype", DTYPES, key="tradeoffs_dtype")
-    repeats = st.number_input("Timed steps per row", 1, 20, 4, key="tradeoffs_repeats")
-    warmup = st.number_input("Warm-up steps (first row of each length)", 0, 10, 2, key="tradeoffs_warmup")
+    repeats = st.number_input(tr("tradeoffs.repeats"), 1, 20, 4, key="tradeoffs_repeats")
+    warmup = st.number_input(tr("tradeoffs.warmup"), 0, 10, 2, key="tradeoffs_warmup")
 
 spec = SweepSpec(
     model=model,
@@ -71,7 +73,7 @@ spec = SweepSpec(
     warmup=int(warmup),
 )
 if not seq_lens:
-    st.info("Pick at least one sequence length in the sidebar.")
+    st.info(tr("tradeoffs.pick_seq"))
     st.stop()
 
 
@@ -96,8 +98,10 @@ def _stop() -> None:
 job: SweepJob | None = state.get("tradeoffs_job")
 running = job is not None and job.state().running
 start, stop, _ = st.columns([2, 1, 3])
-start.button("Run the sweep", type="primary", key="tradeoffs_run", on_click=_start, disabled=running, width="stretch")
-stop.button("Stop", key="tradeoffs_stop", on_click=_stop, disabled=not running, width="stretch")
+start.button(
+    tr("tradeoffs.run"), type="primary", key="tradeoffs_run", on_click=_start, disabled=running, width="stretch"
+)
+stop.button(tr("tradeoffs.stop"), key="tradeoffs_stop", on_click=_stop, disabled=not running, width="stretch")
 if state.get("tradeoffs_error"):
     st.error(state.tradeoffs_error)
 
@@ -110,7 +114,7 @@ def _progress() -> None:
         return
     snapshot = job.state()
     if snapshot.running:
-        words = "stopping after this row" if snapshot.stop_requested else snapshot.message
+        words = tr("tradeoffs.stopping") if snapshot.stop_requested else snapshot.message
         st.progress(min(snapshot.fraction, 1.0), text=words)
         if snapshot.rows:
             st.dataframe(_table(snapshot.rows), hide_index=True, key="tradeoffs_live")
@@ -127,16 +131,16 @@ def _progress() -> None:
 def _table(rows) -> list[dict]:
     return [
         {
-            "seq": row.seq_len,
-            "setting": row.setting,
-            "CP layers": row.cp_layers,
-            "resident after forward, MiB": None
+            tr("tradeoffs.col_seq"): row.seq_len,
+            tr("tradeoffs.col_setting"): row.setting,
+            tr("tradeoffs.col_cp"): row.cp_layers,
+            tr("tradeoffs.col_resident"): None
             if row.after_forward_bytes is None
             else round(row.after_forward_bytes / MIB, 1),
-            "peak, MiB": None if row.peak_bytes is None else round(row.peak_bytes / MIB, 1),
-            "step, ms": None if row.step_s is None else round(row.step_s * 1000),
-            "step x off": None if row.step_ratio is None else round(row.step_ratio, 2),
-            "peak reached in": row.peak_where or row.message,
+            tr("tradeoffs.col_peak"): None if row.peak_bytes is None else round(row.peak_bytes / MIB, 1),
+            tr("tradeoffs.col_step"): None if row.step_s is None else round(row.step_s * 1000),
+            tr("tradeoffs.col_ratio"): None if row.step_ratio is None else round(row.step_ratio, 2),
+            tr("tradeoffs.col_where"): row.peak_where or row.message,
         }
         for row in rows
     ]
@@ -148,86 +152,101 @@ result: SweepResult | None = state.get("tradeoffs_result")
 if result is None:
     if running:
         st.stop()  # the fragment above shows the progress
-    st.info(
-        "Set the sweep in the sidebar and press **Run the sweep**. On 2 CPU cores a tiny model at 256 tokens takes about a minute."
-    )
+    st.info(tr("tradeoffs.hint"))
     st.stop()
 
 # -- the result ---------------------------------------------------------------------------
 
-provenance = next((row.result.provenance.label for row in result.rows if row.result is not None), "measured")
+provenance = next(
+    (provenance_label(row.result, lang) for row in result.rows if row.result is not None), tr("tradeoffs.measured")
+)
 st.caption(
-    f"{result.model} · {result.num_layers} layers · batch {result.spec.batch_size} · {provenance} · "
-    f"{len(result.rows)} configurations in {result.elapsed_s:.0f} s"
+    tr(
+        "tradeoffs.summary",
+        model=result.model,
+        layers=result.num_layers,
+        batch=result.spec.batch_size,
+        provenance=provenance,
+        rows=len(result.rows),
+        seconds=f"{result.elapsed_s:.0f}",
+    )
 )
 if result.cancelled:
-    st.warning(f"Stopped: {len(result.rows)} of the planned rows were measured; they are kept below.")
+    st.warning(tr("tradeoffs.stopped", rows=len(result.rows)))
 for note in result.notes:
     st.caption(note)
 if not any(row.status == "ok" for row in result.rows):
-    st.info("No configuration was measured yet. Run the sweep again.")
+    st.info(tr("tradeoffs.nothing"))
     st.stop()
 
 measured_lens = sorted({row.seq_len for row in result.rows if row.status == "ok"})
-seq_len = st.selectbox("Sequence length to show", measured_lens, index=len(measured_lens) - 1, key="tradeoffs_show_seq")
+seq_len = st.selectbox(tr("tradeoffs.show_seq"), measured_lens, index=len(measured_lens) - 1, key="tradeoffs_show_seq")
 
-budget_choice = st.selectbox("Memory budget", [CUSTOM, *GPUS], key="tradeoffs_gpu")
+budget_choice = st.selectbox(
+    tr("tradeoffs.budget"),
+    [CUSTOM, *GPUS],
+    key="tradeoffs_gpu",
+    format_func=lambda choice: tr("tradeoffs.custom_budget") if choice == CUSTOM else choice,
+)
 if budget_choice == CUSTOM:
     peaks = [row.peak_bytes for row in result.rows_at(seq_len) if row.peak_bytes is not None]
     default_mib = float(round(sorted(peaks)[len(peaks) // 2] / MIB, 1)) if peaks else 1024.0
-    budget_mib = st.number_input("Budget, MiB", min_value=1.0, value=default_mib, step=1.0, key="tradeoffs_budget_mib")
+    budget_mib = st.number_input(
+        tr("tradeoffs.budget_mib"), min_value=1.0, value=default_mib, step=1.0, key="tradeoffs_budget_mib"
+    )
     budget: int | str = int(budget_mib * MIB)
 else:
     budget = budget_choice
 recommendation = recommend(result.rows, budget, seq_len=seq_len)
 
-st.subheader("Memory against step time", anchor=False)
+st.subheader(tr("tradeoffs.h_tradeoff"), anchor=False)
 st.plotly_chart(tradeoff_figure(result, seq_len, recommendation), key="tradeoffs_pareto", theme=None)
 
-st.subheader("Recommendation", anchor=False)
+st.subheader(tr("tradeoffs.h_recommendation"), anchor=False)
 if recommendation.row is not None:
     row = recommendation.row
     st.success(
-        f"**{row.setting}** at seq {seq_len}: step {milliseconds(row.step_s)} ms, peak {mib(row.peak_bytes)} MiB, "
-        f"**{mib(recommendation.margin_bytes)} MiB to spare** in {recommendation.budget_label}."
+        tr(
+            "tradeoffs.recommended",
+            setting=row.setting,
+            seq=seq_len,
+            ms=milliseconds(row.step_s),
+            peak=mib(row.peak_bytes),
+            spare=mib(recommendation.margin_bytes),
+            budget=recommendation.budget_label,
+        )
     )
     st.markdown(recommendation.reason)
-    st.caption("On a model")
+    st.caption(tr("tradeoffs.on_a_model"))
     st.code(recommendation.model_code, language="python")
-    st.caption("With the Trainer")
+    st.caption(tr("tradeoffs.with_trainer"))
     st.code(recommendation.trainer_code, language="python")
 else:
     st.error(recommendation.reason)
     for suggestion in recommendation.suggestions:
         st.markdown(f"- {suggestion}")
 
-st.subheader("Per setting: measured, and predicted beside it", anchor=False)
+st.subheader(tr("tradeoffs.h_predicted"), anchor=False)
 checks = check_predictions(result)
 st.plotly_chart(prediction_figure(result, checks, seq_len), key="tradeoffs_predicted", theme=None)
-st.caption(
-    "Predicted from the config by Korthikanti et al. 2022's count adapted to this architecture (formula), and from the "
-    "per-layer bytes of the measured run with checkpointing off (calibrated). The labels are each prediction's error; "
-    "predicted bars are hatched and never a measurement."
-)
+st.caption(tr("tradeoffs.predicted_caption"))
 
-st.subheader("Memory against sequence length", anchor=False)
+st.subheader(tr("tradeoffs.h_seq"), anchor=False)
 st.plotly_chart(seq_len_figure(result), key="tradeoffs_seq_len", theme=None)
-st.caption(
-    "Activations grow with the tokens; parameters and gradients do not. Dashed lines are predicted, beyond what was measured."
-)
+st.caption(tr("tradeoffs.seq_caption"))
 
-st.subheader("Where the peak is", anchor=False)
+st.subheader(tr("tradeoffs.h_peak"), anchor=False)
 st.plotly_chart(peak_figure(result, seq_len), key="tradeoffs_peak", theme=None)
 off = result.off_row(seq_len)
 for row in result.rows_at(seq_len):
     st.markdown(f"- {peak_sentence(row, off)}")
 
-st.subheader("The table", anchor=False)
+st.subheader(tr("tradeoffs.h_table"), anchor=False)
 st.dataframe(_table(result.rows), hide_index=True, key="tradeoffs_table")
 stem = f"ckptlab-sweep-{result.model.strip('/').replace('/', '_')}"
 csv_button, json_button, _ = st.columns([1, 1, 3])
 csv_button.download_button(
-    "Sweep as CSV",
+    tr("tradeoffs.csv"),
     result.to_csv(),
     file_name=f"{stem}.csv",
     mime="text/csv",
@@ -236,7 +255,7 @@ csv_button.download_button(
     width="stretch",
 )
 json_button.download_button(
-    "Sweep as JSON",
+    tr("tradeoffs.json"),
     result.to_json(),
     file_name=f"{stem}.json",
     mime="application/json",

@@ -20,7 +20,7 @@ from ckptlab import i18n
 ROOT = Path(__file__).resolve().parent.parent
 LOCALES = {lang: json.loads((ROOT / "locales" / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
 # Pages converted to the locale files; the others are listed in the report until they are.
-TRANSLATED_PAGES = ["app.py", "pages/lab.py", "pages/timeline.py", "pages/lesson.py", "pages/exercises.py"]
+TRANSLATED_PAGES = ["app.py", "pages/lab.py", "pages/tradeoffs.py", "pages/timeline.py", "pages/lesson.py", "pages/exercises.py"]
 
 # Streamlit calls that put words on the screen: positional args and these keywords are checked.
 TEXT_CALLS = {
