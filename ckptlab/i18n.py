@@ -88,6 +88,28 @@ def translator(lang: str) -> Translator:
     return bound
 
 
+def section(prefix: str, lang: str = DEFAULT) -> dict[str, object]:
+    """Every message under ``prefix.`` as a dict (``a.b.c`` nests as ``{"b": {"c": ...}}``), for a page
+    or a figure module that keeps its words in one dict and formats them itself.
+
+    Raises:
+        MissingKeyError: no key starts with ``prefix.`` in English.
+    """
+    english = {key: text for key, text in messages(DEFAULT).items() if key.startswith(prefix + ".")}
+    if not english:
+        raise MissingKeyError(f"no translation key starts with {prefix!r} in locales/{DEFAULT}.json")
+    table = messages(normalize(lang))
+    words: dict[str, object] = {}
+    for key, text in english.items():
+        parts = key[len(prefix) + 1 :].split(".", 1)
+        value = table.get(key, text)
+        if len(parts) == 1:
+            words[parts[0]] = value
+        else:
+            words.setdefault(parts[0], {})[parts[1]] = value  # type: ignore[index]
+    return words
+
+
 def placeholders(text: str) -> set[str]:
     """The ``{name}`` fields of a message, to check every translation keeps them all."""
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
-from ckptlab import figures
+from ckptlab import figures, i18n
 from ckptlab.cli_simulate import gpu_budget
 from ckptlab.labquery import BATCH_MAX, spec_from_query
 from ckptlab.recommend import GPUS
@@ -30,85 +30,12 @@ from ckptlab.scale import (
     scale_settings,
 )
 from ckptlab.scale_figures import GIB, peak_figure, resident_figure
+from ckptlab.timeline_figures import event_label, provenance_label
 
-# Every word the page shows, in one place for the translations to come.
-TEXT = {
-    "title": "At scale, simulated",
-    "intro": (
-        "Which checkpointing setting lets a real model train on a GPU you may not have? The lab simulates one "
-        "training step of the model's real size on fake tensors (shapes, no storage: no GPU, no weights) for "
-        "checkpointing off and each `every_n_layers`, and sets the memory each needs against the GPU's. "
-        "Every number here is **simulated**, not measured."
-    ),
-    "sidebar_model": "Model and shape",
-    "tiny": "Include tiny presets",
-    "tiny_help": "Tiny presets simulate in about a second each: handy to try the page.",
-    "model": "Model",
-    "local_label": "Local directory…",
-    "local_dir": "Folder with config.json",
-    "local_placeholder": "/path/to/saved/model",
-    "model_caption": "{family} · {layers} layers · hidden {hidden} · up to {positions} tokens",
-    "seq": "Sequence length (tokens)",
-    "batch": "Batch size",
-    "dtype": "dtype",
-    "every": "every_n_layers to simulate",
-    "every_options": {"distinct": "distinct values", "all": "every n"},
-    "every_help": (
-        "Distinct values: the divisors of the layer count, and 1, 2 and the layer count. Between two divisors the "
-        "number of checkpointed layers, and so the memory, changes little. Every n: all of them (slower)."
-    ),
-    "offload": "offload simulated for",
-    "offload_options": {"n=1": "n=1 only", "all": "every n simulated", "none": "none"},
-    "offload_help": "offload moves the inputs checkpointed layers keep to pinned host memory; it frees the most at n=1.",
-    "sidebar_gpu": "GPU",
-    "gpu": "GPU memory",
-    "custom": "custom budget",
-    "budget_gib": "Budget, GiB",
-    "gpu_help": "Changing the GPU only redraws: nothing is simulated again.",
-    "local_needed": "Enter the path of a folder saved with `save_pretrained()` (it must hold a config.json), or pick a preset.",
-    "model_failed": "Could not read {model!r} as a transformers model: {error}",
-    "plan": "**{count} simulations**: {keys}. {which}",
-    "plan_distinct": "{chosen} of the {layers} values of every_n_layers (the distinct ones); choose **every n** for all.",
-    "plan_all": "every value of every_n_layers from 1 to {layers}.",
-    "plan_known": " {known} already simulated (reused).",
-    "simulate": "Simulate",
-    "stop": "Stop",
-    "progress": "Simulating ({done} of {total} done): {message}",
-    "stopping": "Stopping after the simulation in flight…",
-    "press": "Set the model and shape in the sidebar and press **Simulate**. An 8B model takes a few seconds a setting on a laptop CPU.",
-    "changed": "The settings changed since these simulations. Shown: **{model}** · seq {seq:,} · batch {batch} · {dtype}. Press **Simulate** for the new ones.",
-    "stopped": "Stopped: {done} of {total} settings were simulated; they are kept below.",
-    "failed": "The simulation failed: {error}",
-    "summary": "{provenance} · {model} · {layers} layers · {count} settings in {elapsed} ({each}){reused}",
-    "each": "{low:,.1f}–{high:,.1f} s each",
-    "reused": " · {count} reused",
-    "fits": "**{setting}** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. Of the settings simulated that fit, it reruns the fewest layers ({cp} of {layers}).",
-    "thin": " A thin margin: allocator fragmentation and the CUDA context may take it.",
-    "fits_off": "**Checkpointing off** fits {budget}: simulated peak {peak:,.1f} GiB, {margin:,.1f} GiB to spare. No need to checkpoint at this shape.",
-    "no_fit": "Nothing simulated fits {budget}: the lowest simulated peak is {peak:,.1f} GiB (**{setting}**), {short:,.1f} GiB too much. A shorter sequence, a smaller batch or a bigger GPU would.",
-    "optimizer": "The peak holds parameters, gradients, activations and temporaries of one step. An optimizer's state comes on top (Adam: two float32 copies of the parameters, {adam:,.1f} GiB here), and the CUDA context takes a few hundred MiB.",
-    "peak_header": "Memory at the peak, per setting",
-    "resident_header": "What stays resident after the forward",
-    "resident_caption": "What checkpointing frees: the activations kept for the backward. Offload moves the checkpointed inputs to host memory (hatched), not off the machine.",
-    "diagram_header": "The step of one setting",
-    "show": "Setting to draw",
-    "table_header": "The numbers",
-    "col_setting": "setting",
-    "col_cp": "checkpointed layers",
-    "col_peak": "peak, GiB (simulated)",
-    "col_fits": "fits {budget}",
-    "col_margin": "margin, GiB",
-    "col_resident": "resident after forward, GiB",
-    "col_host": "host memory (offload), GiB",
-    "col_where": "peak reached in",
-    "col_seconds": "simulated in, s",
-    "yes": "yes",
-    "no": "no",
-    "details": "Details",
-    "draw_failed": "Could not draw these results. The page keeps working; change a setting or simulate again.",
-    "seq_clamped": "seq={seq} in the link is above {limit:,}; using {limit:,}.",
-    "gpu_unknown": "gpu={gpu!r} in the link is not a GPU of the list nor a number of GiB; using {default}.",
-}
+lang = i18n.normalize(st.session_state.get("app_lang"))
+# Every word the page shows, in one place: locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
+TEXT = i18n.section("at_scale", lang)
+FIGURE_WORDS = i18n.section("scale_figures", lang)
 
 THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
 SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
@@ -393,7 +320,7 @@ def _summary(table: ScaleTable) -> str:
     return (
         TEXT["summary"]
         .format(
-            provenance=table.results[0].provenance.label if table.results else "simulated",
+            provenance=provenance_label(table.results[0], lang) if table.results else TEXT["simulated"],
             model=table.request.model,
             layers=table.num_layers,
             count=len(table.results),
@@ -446,7 +373,9 @@ def _rows(table: ScaleTable) -> list[dict]:
             TEXT["col_margin"]: round((budget - result.memory.peak_bytes) / GIB, 2),
             TEXT["col_resident"]: round(result.memory.after_forward_bytes / GIB, 3),
             TEXT["col_host"]: round(result.memory.host_offload_bytes / GIB, 3),
-            TEXT["col_where"]: result.memory.peak_where.get("description", ""),
+            TEXT["col_where"]: event_label(result.memory.peak_where, lang)
+            if "kind" in result.memory.peak_where
+            else "",
             TEXT["col_seconds"]: round(table.seconds[setting.key], 1) if setting.key in table.seconds else None,
         }
         for result in table.results
@@ -476,14 +405,16 @@ try:
     selected = next(setting for setting in table.settings if setting.key == state.at_scale_show)
 
     st.subheader(TEXT["peak_header"], anchor=False)
-    st.plotly_chart(peak_figure(table, budget, budget_label, selected=selected), key="at_scale_peak", theme=None)
+    st.plotly_chart(
+        peak_figure(table, budget, budget_label, selected=selected, words=FIGURE_WORDS), key="at_scale_peak", theme=None
+    )
     st.subheader(TEXT["resident_header"], anchor=False)
-    st.plotly_chart(resident_figure(table, selected=selected), key="at_scale_resident", theme=None)
+    st.plotly_chart(resident_figure(table, selected=selected, words=FIGURE_WORDS), key="at_scale_resident", theme=None)
     st.caption(TEXT["resident_caption"])
 
     st.subheader(TEXT["diagram_header"], anchor=False)
     st.selectbox(TEXT["show"], keys, key="at_scale_show")
-    st.plotly_chart(figures.diagram_figure(table.result_for(selected)), key="at_scale_diagram", theme=None)
+    st.plotly_chart(figures.diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
 
     st.subheader(TEXT["table_header"], anchor=False)
     rows = _rows(table)

@@ -20,7 +20,9 @@ from ckptlab import i18n
 ROOT = Path(__file__).resolve().parent.parent
 LOCALES = {lang: json.loads((ROOT / "locales" / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
 # Pages converted to the locale files; the others are listed in the report until they are.
-TRANSLATED_PAGES = ["app.py", "pages/lab.py", "pages/tradeoffs.py", "pages/timeline.py", "pages/lesson.py", "pages/exercises.py"]
+TRANSLATED_PAGES = [
+    "app.py", "pages/lab.py", "pages/tradeoffs.py", "pages/at_scale.py", "pages/timeline.py", "pages/lesson.py", "pages/exercises.py"
+]
 
 # Streamlit calls that put words on the screen: positional args and these keywords are checked.
 TEXT_CALLS = {
@@ -79,6 +81,21 @@ def _used_keys(path: Path) -> tuple[set[str], set[str]]:
             elif isinstance(first, ast.BinOp) and isinstance(first.left, ast.Constant):
                 prefixes.add(first.left.value)
     return exact, prefixes
+
+
+def test_the_at_scale_words_exist():
+    """pages/at_scale.py keeps its words in TEXT = i18n.section("at_scale", lang): every TEXT["..."] it reads exists."""
+    tree = ast.parse((ROOT / "pages/at_scale.py").read_text(encoding="utf-8"))
+    read = {
+        node.slice.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and getattr(node.value, "id", "") == "TEXT" and isinstance(node.slice, ast.Constant)
+    }
+    for lang in LOCALES:
+        assert read and read <= set(i18n.section("at_scale", lang)), sorted(read - set(i18n.section("at_scale", lang)))
+    from ckptlab.scale_figures import WORDS
+
+    assert set(i18n.section("scale_figures", "ja")) == set(WORDS)
 
 
 def test_every_language_has_the_same_keys():
