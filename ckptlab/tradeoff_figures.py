@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from . import catalog
 from .accuracy import PredictionCheck
+from .i18n import t
 from .predict import architecture, predict
 from .recommend import Recommendation
 from .report import MIB
@@ -30,11 +31,12 @@ FRONTIER = "#D55E00"
 BUDGET = "#000000"
 
 
-def provenance_label(result: SweepResult) -> str:
+def provenance_label(result: SweepResult, lang: str = "en") -> str:
     """e.g. "measured on the CPU (Intel Xeon, 2 cores)", from the sweep's first measured row."""
     for row in result.rows:
         if row.result is not None:
-            return row.result.provenance.label
+            provenance = row.result.provenance
+            return t(f"provenance.{provenance.kind}", lang, device=provenance.device_name)
     kinds = {row.provenance for row in result.rows}
     return {"measured-cuda": "measured on CUDA", "measured-cpu": "measured on the CPU"}.get(
         min(kinds, default=""), "measured"
@@ -54,7 +56,9 @@ def pareto_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
     return frontier
 
 
-def tradeoff_figure(result: SweepResult, seq_len: int, recommendation: Recommendation | None = None) -> go.Figure:
+def tradeoff_figure(
+    result: SweepResult, seq_len: int, recommendation: Recommendation | None = None, lang: str = "en"
+) -> go.Figure:
     """Peak memory against step time, one point per configuration, the Pareto frontier drawn.
 
     Args:
@@ -75,7 +79,7 @@ def tradeoff_figure(result: SweepResult, seq_len: int, recommendation: Recommend
             mode="markers+text",
             text=[row.setting for row in rows],
             textposition="top center",
-            name="configuration (measured)",
+            name=t("tradeoff_fig.configuration", lang),
             marker={"size": 11, "color": MEASURED},
             error_x={
                 "type": "data",
@@ -100,7 +104,7 @@ def tradeoff_figure(result: SweepResult, seq_len: int, recommendation: Recommend
                 mode="lines+markers",
                 marker={"size": 17, "symbol": "circle-open", "color": FRONTIER, "line": {"width": 2}},
                 line={"color": FRONTIER, "width": 2, "shape": "hv"},
-                name="Pareto frontier: nothing is both faster and smaller",
+                name=t("tradeoff_fig.frontier", lang),
                 hoverinfo="skip",
             )
         )
@@ -108,7 +112,7 @@ def tradeoff_figure(result: SweepResult, seq_len: int, recommendation: Recommend
         figure.add_hline(
             y=recommendation.budget_bytes / MIB,
             line={"color": BUDGET, "dash": "dash", "width": 1.5},
-            annotation_text=f"budget: {recommendation.budget_label}",
+            annotation_text=t("tradeoff_fig.budget", lang, budget=recommendation.budget_label),
             annotation_position="top left",
         )
         if recommendation.row is not None and recommendation.row.seq_len == seq_len:
@@ -119,21 +123,23 @@ def tradeoff_figure(result: SweepResult, seq_len: int, recommendation: Recommend
                     y=[chosen.peak_bytes / MIB],
                     mode="markers",
                     marker={"symbol": "star", "size": 22, "color": FRONTIER, "line": {"color": "black", "width": 1}},
-                    name=f"recommended: {chosen.setting} (fastest that fits)",
+                    name=t("tradeoff_fig.recommended", lang, setting=chosen.setting),
                     hovertemplate=f"recommended: {chosen.setting}<extra></extra>",
                 )
             )
     _layout(
         figure,
-        f"{result.model}, seq {seq_len}: peak memory against step time",
-        provenance_label(result),
-        x_title="step time, ms (median; bars: fastest to slowest)",
-        y_title="peak over the step, MiB (with the baseline)",
+        t("tradeoff_fig.tradeoff_title", lang, model=result.model, seq=seq_len),
+        provenance_label(result, lang),
+        x_title=t("tradeoff_fig.tradeoff_x", lang),
+        y_title=t("tradeoff_fig.tradeoff_y", lang),
     )
     return figure
 
 
-def prediction_figure(result: SweepResult, checks: Sequence[PredictionCheck], seq_len: int) -> go.Figure:
+def prediction_figure(
+    result: SweepResult, checks: Sequence[PredictionCheck], seq_len: int, lang: str = "en"
+) -> go.Figure:
     """Memory and time per setting: measured bars, the two predictions beside them with their error.
 
     Returns:
@@ -143,11 +149,14 @@ def prediction_figure(result: SweepResult, checks: Sequence[PredictionCheck], se
     rows = [check for check in checks if check.seq_len == seq_len]
     settings = [check.setting for check in rows]
     figure = make_subplots(
-        rows=1, cols=2, subplot_titles=("Resident after the forward, MiB", "Step time, ms"), horizontal_spacing=0.1
+        rows=1,
+        cols=2,
+        subplot_titles=(t("tradeoff_fig.resident_panel", lang), t("tradeoff_fig.step_panel", lang)),
+        horizontal_spacing=0.1,
     )
     series = [
         (
-            "measured",
+            t("tradeoff_fig.measured", lang),
             MEASURED,
             None,
             [c.measured_after_forward_bytes for c in rows],
@@ -156,7 +165,7 @@ def prediction_figure(result: SweepResult, checks: Sequence[PredictionCheck], se
             [None] * len(rows),
         ),
         (
-            "predicted (formula)",
+            t("tradeoff_fig.predicted_formula", lang),
             FORMULA,
             "/",
             [c.formula_after_forward_bytes for c in rows],
@@ -165,7 +174,7 @@ def prediction_figure(result: SweepResult, checks: Sequence[PredictionCheck], se
             [c.formula_step_error for c in rows],
         ),
         (
-            "predicted (calibrated)",
+            t("tradeoff_fig.predicted_calibrated", lang),
             CALIBRATED,
             "\\",
             [c.calibrated_after_forward_bytes for c in rows],
@@ -203,14 +212,14 @@ def prediction_figure(result: SweepResult, checks: Sequence[PredictionCheck], se
             )
     _layout(
         figure,
-        f"{result.model}, seq {seq_len}: measured, and predicted beside it (label: the prediction's error)",
-        f"{provenance_label(result)}; predictions: formula (Korthikanti et al. 2022, adapted) and calibrated on the off run",
+        t("tradeoff_fig.prediction_title", lang, model=result.model, seq=seq_len),
+        t("tradeoff_fig.prediction_subtitle", lang, provenance=provenance_label(result, lang)),
     )
     figure.update_layout(barmode="group")
     return figure
 
 
-def seq_len_figure(result: SweepResult, up_to: int | None = None) -> go.Figure:
+def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "en") -> go.Figure:
     """Memory against sequence length for off, full (n=1), partial and offload.
 
     Measured rows are markers on solid lines; the formula's prediction continues each series
@@ -226,7 +235,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None) -> go.Figure:
     figure = make_subplots(
         rows=1,
         cols=2,
-        subplot_titles=("Resident after the forward, MiB", "Peak over the step, MiB (measured)"),
+        subplot_titles=(t("tradeoff_fig.resident_panel", lang), t("tradeoff_fig.peak_panel", lang)),
         horizontal_spacing=0.1,
     )
     first = next((row.result for row in result.rows if row.result is not None), None)
@@ -263,7 +272,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None) -> go.Figure:
                         x=[row.seq_len for row in measured],
                         y=[v / MIB for v in values],
                         mode="lines+markers",
-                        name=f"{label} (measured)",
+                        name=t("tradeoff_fig.series_measured", lang, label=label),
                         legendgroup=label,
                         showlegend=col == 1,
                         line={"color": color},
@@ -278,7 +287,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None) -> go.Figure:
                     x=predicted_lens,
                     y=[value / MIB for value in predicted[(n, offload)]],
                     mode="lines",
-                    name=f"{label} (predicted, formula)",
+                    name=t("tradeoff_fig.series_predicted", lang, label=label),
                     legendgroup=label,
                     line={"color": color, "dash": "dash"},
                     hovertemplate="seq %{x}: %{y:,.1f} MiB<extra>" + label + " (predicted)</extra>",
@@ -288,15 +297,15 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None) -> go.Figure:
             )
     _layout(
         figure,
-        f"{result.model}: memory against sequence length",
-        f"{provenance_label(result)}; dashed: predicted (formula), not measured",
-        x_title="sequence length, tokens",
+        t("tradeoff_fig.seq_title", lang, model=result.model),
+        t("tradeoff_fig.seq_subtitle", lang, provenance=provenance_label(result, lang)),
+        x_title=t("tradeoff_fig.seq_x", lang),
     )
-    figure.update_xaxes(type="log", title_text="sequence length, tokens")
+    figure.update_xaxes(type="log", title_text=t("tradeoff_fig.seq_x", lang))
     return figure
 
 
-def peak_figure(result: SweepResult, seq_len: int) -> go.Figure:
+def peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figure:
     """Memory through the step for each configuration, its peak marked where it happened.
 
     Returns:
@@ -342,15 +351,15 @@ def peak_figure(result: SweepResult, seq_len: int) -> go.Figure:
         )
     _layout(
         figure,
-        f"{result.model}, seq {seq_len}: memory through the step, peak marked",
-        provenance_label(result),
-        x_title="position in the step: forward → loss → backward (reruns inside)",
-        y_title="memory in use, MiB (with the baseline)",
+        t("tradeoff_fig.peak_title", lang, model=result.model, seq=seq_len),
+        provenance_label(result, lang),
+        x_title=t("tradeoff_fig.peak_x", lang),
+        y_title=t("tradeoff_fig.peak_y", lang),
     )
     return figure
 
 
-def peak_sentence(row: SweepRow, off: SweepRow | None) -> str:
+def peak_sentence(row: SweepRow, off: SweepRow | None, lang: str = "en") -> str:
     """Where the row's peak was, and why checkpointing did or did not lower it there.
 
     Args:
@@ -358,38 +367,27 @@ def peak_sentence(row: SweepRow, off: SweepRow | None) -> str:
         off: checkpointing off at the same length, the reference (``None`` if not measured).
     """
     if row.peak_bytes is None:
-        return f"{row.setting}: did not fit, no peak measured."
-    where = row.peak_where or "an unknown stretch"
+        return t("tradeoff_fig.no_fit", lang, setting=row.setting)
+    where = row.peak_where or t("tradeoff_fig.unknown_where", lang)
     if row.peak_rerun:
-        why = (
-            "the backward was rebuilding a checkpointed layer's activations there, on top of what was still resident: "
-            "the rerun's own cost in memory"
-        )
+        why = t("tradeoff_fig.why_rerun", lang)
     elif row.peak_phase == "backward" and "last gradients" in where:
-        why = (
-            "at the end of the backward the gradients of all parameters have arrived and few activations are left; "
-            "checkpointing frees activations, not gradients, so it cannot lower this peak"
-        )
+        why = t("tradeoff_fig.why_last", lang)
     elif row.peak_phase == "backward":
-        why = (
-            "where the backward starts, the gradient of the logits (batch x seq x vocab) comes on top of every "
-            "activation still resident; checkpointing lowers it by what the checkpointed layers did not keep"
-        )
+        why = t("tradeoff_fig.why_backward", lang)
     else:
-        why = "at the end of the forward every kept activation is alive; checkpointing lowers it by what the checkpointed layers did not keep"
-    sentence = f'{row.setting}: the peak ({row.peak_bytes / MIB:,.1f} MiB) is in "{where}": {why}.'
+        why = t("tradeoff_fig.why_forward", lang)
+    sentence = t(
+        "tradeoff_fig.sentence", lang, setting=row.setting, mib=f"{row.peak_bytes / MIB:,.1f}", where=where, why=why
+    )
     if off is None or off.peak_bytes is None or row is off:
         return sentence
     change = off.peak_bytes - row.peak_bytes
     if change > 0.005 * off.peak_bytes:
-        return (
-            sentence
-            + f" Against checkpointing off it is {change / MIB:,.1f} MiB lower (x{row.peak_bytes / off.peak_bytes:.2f} of the total)."
+        return sentence + t(
+            "tradeoff_fig.lower", lang, mib=f"{change / MIB:,.1f}", ratio=f"{row.peak_bytes / off.peak_bytes:.2f}"
         )
-    return (
-        sentence
-        + " Against checkpointing off it is not lower: the memory freed after the forward was not where the peak is."
-    )
+    return sentence + t("tradeoff_fig.not_lower", lang)
 
 
 def _series_settings(result: SweepResult) -> list[tuple[str, int | None, bool]]:

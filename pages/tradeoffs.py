@@ -200,7 +200,7 @@ else:
 recommendation = recommend(result.rows, budget, seq_len=seq_len)
 
 st.subheader(tr("tradeoffs.h_tradeoff"), anchor=False)
-st.plotly_chart(tradeoff_figure(result, seq_len, recommendation), key="tradeoffs_pareto", theme=None)
+st.plotly_chart(tradeoff_figure(result, seq_len, recommendation, lang=lang), key="tradeoffs_pareto", theme=None)
 
 st.subheader(tr("tradeoffs.h_recommendation"), anchor=False)
 if recommendation.row is not None:
@@ -228,18 +228,18 @@ else:
 
 st.subheader(tr("tradeoffs.h_predicted"), anchor=False)
 checks = check_predictions(result)
-st.plotly_chart(prediction_figure(result, checks, seq_len), key="tradeoffs_predicted", theme=None)
+st.plotly_chart(prediction_figure(result, checks, seq_len, lang=lang), key="tradeoffs_predicted", theme=None)
 st.caption(tr("tradeoffs.predicted_caption"))
 
 st.subheader(tr("tradeoffs.h_seq"), anchor=False)
-st.plotly_chart(seq_len_figure(result), key="tradeoffs_seq_len", theme=None)
+st.plotly_chart(seq_len_figure(result, lang=lang), key="tradeoffs_seq_len", theme=None)
 st.caption(tr("tradeoffs.seq_caption"))
 
 st.subheader(tr("tradeoffs.h_peak"), anchor=False)
-st.plotly_chart(peak_figure(result, seq_len), key="tradeoffs_peak", theme=None)
+st.plotly_chart(peak_figure(result, seq_len, lang=lang), key="tradeoffs_peak", theme=None)
 off = result.off_row(seq_len)
 for row in result.rows_at(seq_len):
-    st.markdown(f"- {peak_sentence(row, off)}")
+    st.markdown(f"- {peak_sentence(row, off, lang)}")
 
 st.subheader(tr("tradeoffs.h_table"), anchor=False)
 st.dataframe(_table(result.rows), hide_index=True, key="tradeoffs_table")
