@@ -359,7 +359,8 @@ def tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int 
     """
     panels = (t("trade.memory_title", lang), t("trade.time_title", lang))
     figure = make_subplots(rows=1, cols=2, subplot_titles=panels, horizontal_spacing=0.12)
-    names = [run_label(run, lang) for run in runs]
+    # Short, horizontal tick labels: the long setting names turn sideways and get cut in a half-width column.
+    names = [t("setting.short_off", lang) if run.spec.every_n_layers is None else f"n={run.spec.every_n_layers}" for run in runs]
     colors = [OFF_COLOR if not run.spec.checkpointing else EXTRA_COLORS[i % len(EXTRA_COLORS)] if i > 1 else RUN_COLOR
               for i, run in enumerate(runs)]
     for key, getter in (("trade.after_forward", lambda r: r.memory.after_forward_bytes), ("trade.peak", lambda r: r.memory.peak_above_baseline_bytes)):
@@ -377,11 +378,12 @@ def tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int 
         row=1, col=2,
     )
     figure.update_layout(
-        barmode="group", height=height, margin={"l": 50, "r": 10, "t": 60, "b": 40},
+        barmode="group", height=height, margin={"l": 50, "r": 10, "t": 60, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 13}},
         font={"family": FONT, "size": 14}, plot_bgcolor="white",
     )
     figure.update_yaxes(gridcolor="#e5e5e5", rangemode="tozero")
+    figure.update_xaxes(tickangle=0, title={"text": "every_n_layers", "font": {"size": 12}})
     for axis in ("yaxis", "yaxis2"):
         top = max((trace.y and max(v for v in trace.y if v is not None)) or 0 for trace in figure.data
                   if (trace.yaxis or "y") == ("y" if axis == "yaxis" else "y2"))
