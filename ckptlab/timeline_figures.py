@@ -162,17 +162,17 @@ def timeline_figure(
             )
         )
         peak = tl.peak_index(points)
-        # A star at each peak and a short label in the setting's colour (the page says what caused it): the
-        # first setting's label above its star, the others below theirs, so equal peaks do not overlap.
+        # A star at each peak and a short label in the setting's colour (the page says what caused it).
         first = position_in_list == 0
         x_peak = (xs[peak] + ends[peak]) / 2
         figure.add_trace(
             go.Scatter(x=[x_peak], y=[high[peak]], mode="markers", showlegend=False, hoverinfo="skip",
                        marker={"symbol": "star", "size": 15, "color": color, "line": {"color": "white", "width": 1}})
         )
-        figure.add_annotation(
-            x=x_peak, y=high[peak], showarrow=False, yanchor="bottom" if first else "top", yshift=9 if first else -9,
-            xanchor="right" if x_peak > 0.8 * tl.end_position(layers) else "center",
+        near_end = x_peak > 0.8 * tl.end_position(layers)
+        figure.add_annotation(  # beside its star (left of it near the right edge); equal peaks split up and down
+            x=x_peak, y=high[peak], showarrow=False, yanchor="middle", yshift=11 if first else -11,
+            xanchor="right" if near_end else "left", xshift=-12 if near_end else 12,
             text=f"<b>{t('timeline.peak_note', lang, mib=f'{high[peak]:,.1f}')}</b>", font={"size": 13, "color": color},
             bgcolor="rgba(255,255,255,0.85)",
         )
