@@ -158,3 +158,10 @@ def test_technical_terms_stay_in_english():
             word = {"setting.on": "every_n_layers", "diagram.legend_CP": "CP", "diagram.legend_keep": "keep",
                     "diagram.legend_rerun": "rerun", "lesson.every_n.tab": "every_n_layers", "lesson.offload.tab": "offload"}[key]
             assert word in table[key], f"{lang}:{key}"
+
+
+def test_metric_deltas_start_with_their_number_in_every_language():
+    """st.metric draws the arrow from the delta's leading sign: a word first would turn -57 MiB into a red up arrow."""
+    for lang, table in LOCALES.items():
+        for key in ("lab.mib_vs_off", "lab.vs_off", "lab.too_few_steps", "lab.noise"):
+            assert table[key].startswith("{diff}"), f"{lang}:{key}"
