@@ -168,6 +168,9 @@ def _measure_built(
         notes.append(OFFLOAD_ON_CPU_NOTE)
 
     model.train()
+    # enable() registers an input-embeddings hook each call and never removes the last one: on a
+    # model reused across runs (the app's cache, a sweep) they would pile up. Start clean.
+    model.disable_input_require_grads()
     if spec.checkpointing:
         model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload_applies)
         if spec.every_n_layers >= info.num_layers > 1:
