@@ -9,7 +9,7 @@ import argparse
 import json
 
 from .errors import SpecError
-from .recommend import GPUS
+from .recommend import GPUS, budget_bytes
 from .report import mib, run_report
 from .results import RunResult
 from .simulate import simulate
@@ -33,20 +33,6 @@ def add_simulate_command(commands) -> None:
     parser.set_defaults(handler=_simulate_command)
 
 
-def gpu_budget(name: str) -> tuple[int, str]:
-    """The memory of a GPU from the list, by its name or an unambiguous part of it ("h100-80", "4090").
-
-    Raises:
-        SpecError: no GPU, or more than one, matches.
-    """
-    wanted = _squash(name)
-    matches = [gpu for gpu in GPUS if _squash(gpu) == wanted] or [gpu for gpu in GPUS if wanted in _squash(gpu)]
-    if len(matches) != 1:
-        found = "matches " + " and ".join(matches) if matches else "matches none"
-        raise SpecError(f"--gpu {name!r} {found} of: {', '.join(GPUS)}. Name one of them, or give --budget-gib.")
-    return GPUS[matches[0]], matches[0]
-
-
 def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     """Whether the simulated peak fits ``budget``, and by how much."""
     peak = result.memory.peak_bytes
@@ -67,7 +53,7 @@ def _simulate_command(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     budget = None
     if args.gpu:
-        budget = gpu_budget(args.gpu)
+        budget = budget_bytes(args.gpu)
     elif args.budget_gib is not None:
         if args.budget_gib <= 0:
             raise SpecError(f"--budget-gib {args.budget_gib} is not valid: give a positive number of GiB, e.g. 80.")
@@ -84,7 +70,3 @@ def _simulate_command(args: argparse.Namespace) -> int:
         if verdict:
             print("\n" + verdict["sentence"])
     return 0
-
-
-def _squash(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum()).removesuffix("gb")
