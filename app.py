@@ -10,7 +10,9 @@ import streamlit as st
 from ckptlab import i18n
 
 # The tab title is set before the selector exists, so it reads the URL's language directly.
-st.set_page_config(page_title=i18n.t("app.page_title", i18n.normalize(st.query_params.get("lang"))), page_icon="🧪", layout="wide")
+st.set_page_config(
+    page_title=i18n.t("app.page_title", i18n.normalize(st.query_params.get("lang"))), page_icon="🧪", layout="wide"
+)
 
 state = st.session_state
 if "app_lang" not in state:  # a new session: the link decides
@@ -24,8 +26,13 @@ def _pick_language() -> None:
 # The choice lives in app_lang, a plain session key: widget keys are dropped when the page changes.
 # (Not bind="query-params" either: that writes the option's label, "日本語", into the URL, not its code.)
 state.app_lang_select = state.app_lang
-st.sidebar.selectbox("Language · Idioma · 言語", list(i18n.LANGUAGES), key="app_lang_select",
-                     format_func=i18n.LANGUAGES.get, on_change=_pick_language)
+st.sidebar.selectbox(
+    "Language · Idioma · 言語",
+    list(i18n.LANGUAGES),
+    key="app_lang_select",
+    format_func=i18n.LANGUAGES.get,
+    on_change=_pick_language,
+)
 lang = state.app_lang
 # Keep ?lang= in the URL (pages may rewrite their own parameters); English, the default, leaves it out.
 if lang == i18n.DEFAULT:

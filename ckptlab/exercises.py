@@ -28,7 +28,9 @@ MAX_POINTS = 3
 PERCENT_BANDS = ((10.0, 3), (25.0, 2), (50.0, 1))
 # Three timed steps: a time difference needs a spread to be judged (results.MIN_SAMPLES_TO_JUDGE).
 QUICK = RunSpec(model="tiny-llama", seq_len=128, every_n_layers=1, repeats=3, warmup=1)
-LONG = RunSpec(model="tiny-llama", seq_len=512, every_n_layers=1, repeats=1, warmup=0)  # memory only: where the peak moves
+LONG = RunSpec(
+    model="tiny-llama", seq_len=512, every_n_layers=1, repeats=1, warmup=0
+)  # memory only: where the peak moves
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,9 @@ class Exercise:
     spec: RunSpec  # the setting asked about (for "choice": the model and shape; every_n_layers is the answer)
     metric: Metric = "after_forward"  # what a "percent" exercise asks for
     choices: tuple[int, ...] = ()  # every_n_layers to choose from ("choice")
-    budget_fraction: float = 0.0  # "choice": the budget, as a fraction of what checkpointing off holds after the forward
+    budget_fraction: float = (
+        0.0  # "choice": the budget, as a fraction of what checkpointing off holds after the forward
+    )
 
     def specs(self) -> list[RunSpec]:
         """The runs to measure (each one's checkpointing-off baseline comes with it from ``run_queued``)."""
@@ -96,7 +100,11 @@ def by_id(exercise_id: str) -> Exercise:
 def percent_of_off(run: RunResult, off: RunResult, metric: Metric) -> float:
     """The run's ``metric`` as a percentage of the checkpointing-off run's."""
     comparison = compare(run, off)
-    ratio = {"after_forward": comparison.after_forward_ratio, "peak": comparison.peak_ratio, "step": comparison.step_ratio}[metric]
+    ratio = {
+        "after_forward": comparison.after_forward_ratio,
+        "peak": comparison.peak_ratio,
+        "step": comparison.step_ratio,
+    }[metric]
     return 100.0 * ratio
 
 
@@ -185,8 +193,12 @@ def _explain_step(run: RunResult, off: RunResult, lang: str) -> str:
     cp = sum(layer.observed == "CP" for layer in run.layers)
     key = "explain.step" if comparison.step_significant else "explain.step_noise"
     return t(
-        key, lang, k=cp, forward=f"{run.timing.forward_s * 1000:,.0f}",
-        backward_off=f"{off.timing.backward_s * 1000:,.0f}", backward=f"{run.timing.backward_s * 1000:,.0f}",
+        key,
+        lang,
+        k=cp,
+        forward=f"{run.timing.forward_s * 1000:,.0f}",
+        backward_off=f"{off.timing.backward_s * 1000:,.0f}",
+        backward=f"{run.timing.backward_s * 1000:,.0f}",
         ratio=f"{comparison.step_ratio * 100:.0f}",
     )
 

@@ -74,7 +74,9 @@ def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
     if text is None:
         text = messages(DEFAULT).get(key)
         if text is None:
-            raise MissingKeyError(f"translation key {key!r} is not in locales/{DEFAULT}.json; add it to every locale file")
+            raise MissingKeyError(
+                f"translation key {key!r} is not in locales/{DEFAULT}.json; add it to every locale file"
+            )
     return text.format(**values) if values else text
 
 

@@ -86,7 +86,9 @@ def check_order(timeline: Sequence[Point], roles: Sequence[str]) -> list[str]:
             problems.append(f"the rerun of L{layer + 1} (event {index}) is not marked as a backward rerun")
         previous = timeline[index - 1] if index else None
         if previous is None or previous["kind"] != "layer_backward" or previous["layer"] != layer:
-            problems.append(f"the rerun of L{layer + 1} (event {index}) does not follow the start of L{layer + 1}'s backward")
+            problems.append(
+                f"the rerun of L{layer + 1} (event {index}) does not follow the start of L{layer + 1}'s backward"
+            )
         if layer is None or not 0 <= layer < len(roles) or roles[layer] != "CP":
             problems.append(f"L{(layer or 0) + 1} reran (event {index}) but is not a CP layer")
     for layer, role in enumerate(roles):

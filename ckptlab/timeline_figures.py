@@ -33,7 +33,7 @@ CURSOR_COLOR = "#222222"
 
 
 def setting_label(every_n_layers: int | None, offload: bool, lang: str) -> str:
-    """"every_n_layers=2", "every_n_layers=1, offload" or "checkpointing off", in ``lang``."""
+    """ "every_n_layers=2", "every_n_layers=1, offload" or "checkpointing off", in ``lang``."""
     if every_n_layers is None:
         return t("setting.off", lang)
     return t("setting.on_offload" if offload else "setting.on", lang, n=every_n_layers)
@@ -53,8 +53,12 @@ def method_label(method: str, lang: str) -> str:
     """How a number was measured (the meters' method strings), in ``lang``; an unknown method as it is."""
     from . import meters  # the method strings live with the meters that produce them
 
-    keys = {meters.CPU_MEMORY_METHOD: "method.memory_cpu", meters.CUDA_MEMORY_METHOD: "method.memory_cuda",
-            meters.CPU_TIME_METHOD: "method.time_cpu", meters.CUDA_TIME_METHOD: "method.time_cuda"}
+    keys = {
+        meters.CPU_MEMORY_METHOD: "method.memory_cpu",
+        meters.CUDA_MEMORY_METHOD: "method.memory_cuda",
+        meters.CPU_TIME_METHOD: "method.time_cpu",
+        meters.CUDA_TIME_METHOD: "method.time_cuda",
+    }
     return t(keys[method], lang) if method in keys else method
 
 
@@ -70,7 +74,11 @@ def peak_cause(run: RunResult, lang: str) -> str:
     point = timeline[tl.peak_index(timeline)]
     where = event_label(point, lang)
     parts = sorted(
-        ((value, key) for key, value in point.get("region_peak_breakdown", {}).items() if key not in ("Parameter", "Buffer")),
+        (
+            (value, key)
+            for key, value in point.get("region_peak_breakdown", {}).items()
+            if key not in ("Parameter", "Buffer")
+        ),
         reverse=True,
     )[:2]
     if not parts:
@@ -114,20 +122,34 @@ def timeline_figure(
     figure = go.Figure()
     for span in tl.phase_spans(run.memory.timeline, layers):
         figure.add_vrect(
-            x0=span.start, x1=span.end, fillcolor=BAND_COLORS[span.band], opacity=0.28 if span.band == "rerun" else 0.12,
-            line_width=0, layer="below",
+            x0=span.start,
+            x1=span.end,
+            fillcolor=BAND_COLORS[span.band],
+            opacity=0.28 if span.band == "rerun" else 0.12,
+            line_width=0,
+            layer="below",
         )
     for band, (start, end) in _band_extents(tl.phase_spans(run.memory.timeline, layers)).items():
         if band == "rerun":
             continue
         figure.add_annotation(  # a row of its own between the subtitle and the plot: peak labels sit inside
-            x=(start + end) / 2, y=1.0, yref="paper", yanchor="bottom", showarrow=False,
-            text=f"<b>{t('band.' + band, lang)}</b>", font={"size": 15, "color": BAND_COLORS[band] if band != "loss" else "#555555"},
+            x=(start + end) / 2,
+            y=1.0,
+            yref="paper",
+            yanchor="bottom",
+            showarrow=False,
+            text=f"<b>{t('band.' + band, lang)}</b>",
+            font={"size": 15, "color": BAND_COLORS[band] if band != "loss" else "#555555"},
         )
     if any(span.band == "rerun" for span in tl.phase_spans(run.memory.timeline, layers)):
         figure.add_trace(
-            go.Scatter(x=[None], y=[None], mode="markers", name=t("timeline.legend_rerun", lang),
-                       marker={"symbol": "square", "size": 14, "color": BAND_COLORS["rerun"], "opacity": 0.5})
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=t("timeline.legend_rerun", lang),
+                marker={"symbol": "square", "size": 14, "color": BAND_COLORS["rerun"], "opacity": 0.5},
+            )
         )
 
     series = [(run, RUN_COLOR if run.spec.checkpointing else OFF_COLOR)]
@@ -150,15 +172,26 @@ def timeline_figure(
         ]
         figure.add_trace(
             go.Scatter(
-                x=[*xs, ends[-1]], y=[*high, high[-1]], mode="lines", line={"shape": "hv", "dash": "dot", "width": 2, "color": color},
-                name=t("timeline.legend_high", lang, setting=name), legendgroup=name, hoverinfo="skip",
+                x=[*xs, ends[-1]],
+                y=[*high, high[-1]],
+                mode="lines",
+                line={"shape": "hv", "dash": "dot", "width": 2, "color": color},
+                name=t("timeline.legend_high", lang, setting=name),
+                legendgroup=name,
+                hoverinfo="skip",
             )
         )
         figure.add_trace(
             go.Scatter(
-                x=xs, y=now, mode="lines+markers", line={"width": 3.5 if position_in_list == 0 else 2.5, "color": color},
-                marker={"size": 7}, name=t("timeline.legend_now", lang, setting=name), legendgroup=name,
-                hovertext=hover, hoverinfo="text",
+                x=xs,
+                y=now,
+                mode="lines+markers",
+                line={"width": 3.5 if position_in_list == 0 else 2.5, "color": color},
+                marker={"size": 7},
+                name=t("timeline.legend_now", lang, setting=name),
+                legendgroup=name,
+                hovertext=hover,
+                hoverinfo="text",
             )
         )
         peak = tl.peak_index(points)
@@ -166,14 +199,26 @@ def timeline_figure(
         first = position_in_list == 0
         x_peak = (xs[peak] + ends[peak]) / 2
         figure.add_trace(
-            go.Scatter(x=[x_peak], y=[high[peak]], mode="markers", showlegend=False, hoverinfo="skip",
-                       marker={"symbol": "star", "size": 15, "color": color, "line": {"color": "white", "width": 1}})
+            go.Scatter(
+                x=[x_peak],
+                y=[high[peak]],
+                mode="markers",
+                showlegend=False,
+                hoverinfo="skip",
+                marker={"symbol": "star", "size": 15, "color": color, "line": {"color": "white", "width": 1}},
+            )
         )
         near_end = x_peak > 0.8 * tl.end_position(layers)
         figure.add_annotation(  # beside its star (left of it near the right edge); equal peaks split up and down
-            x=x_peak, y=high[peak], showarrow=False, yanchor="middle", yshift=11 if first else -11,
-            xanchor="right" if near_end else "left", xshift=-12 if near_end else 12,
-            text=f"<b>{t('timeline.peak_note', lang, mib=f'{high[peak]:,.1f}')}</b>", font={"size": 13, "color": color},
+            x=x_peak,
+            y=high[peak],
+            showarrow=False,
+            yanchor="middle",
+            yshift=11 if first else -11,
+            xanchor="right" if near_end else "left",
+            xshift=-12 if near_end else 12,
+            text=f"<b>{t('timeline.peak_note', lang, mib=f'{high[peak]:,.1f}')}</b>",
+            font={"size": 13, "color": color},
             bgcolor="rgba(255,255,255,0.85)",
         )
 
@@ -184,15 +229,24 @@ def timeline_figure(
         figure.add_vline(x=x, line={"color": CURSOR_COLOR, "width": 2, "dash": "dash"})
         figure.add_trace(
             go.Scatter(
-                x=[x], y=[_above(run, points[cursor]["current_bytes"])], mode="markers", showlegend=False, hoverinfo="skip",
+                x=[x],
+                y=[_above(run, points[cursor]["current_bytes"])],
+                mode="markers",
+                showlegend=False,
+                hoverinfo="skip",
                 marker={"size": 16, "color": CURSOR_COLOR, "symbol": "diamond"},
             )
         )
 
     tick_vals, tick_text = _ticks(layers, lang)
     figure.update_layout(
-        title={"text": t("timeline.title", lang), "subtitle": {"text": provenance_label(run, lang)}, "x": 0, "xref": "paper",
-               "font": {"size": 20}},
+        title={
+            "text": t("timeline.title", lang),
+            "subtitle": {"text": provenance_label(run, lang)},
+            "x": 0,
+            "xref": "paper",
+            "font": {"size": 20},
+        },
         height=height,
         margin={"l": 60, "r": 20, "t": 108, "b": 60},
         legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0, "font": {"size": 13}},
@@ -200,11 +254,24 @@ def timeline_figure(
         plot_bgcolor="white",
         hoverlabel={"font": {"size": 14}},
     )
-    figure.update_xaxes(tickvals=tick_vals, ticktext=tick_text, range=[-0.3, tl.end_position(layers) + 0.3], showgrid=False,
-                        tickfont={"size": 12 if layers <= 8 else 10}, fixedrange=True)
-    figure.update_yaxes(title={"text": t("timeline.y_title", lang)}, gridcolor="#e5e5e5", rangemode="tozero",
-                        range=[min(0.0, *(_above(e, p["current_bytes"]) for e, _ in series for p in e.memory.timeline)), top * 1.22 or 1],
-                        fixedrange=True)
+    figure.update_xaxes(
+        tickvals=tick_vals,
+        ticktext=tick_text,
+        range=[-0.3, tl.end_position(layers) + 0.3],
+        showgrid=False,
+        tickfont={"size": 12 if layers <= 8 else 10},
+        fixedrange=True,
+    )
+    figure.update_yaxes(
+        title={"text": t("timeline.y_title", lang)},
+        gridcolor="#e5e5e5",
+        rangemode="tozero",
+        range=[
+            min(0.0, *(_above(e, p["current_bytes"]) for e, _ in series for p in e.memory.timeline)),
+            top * 1.22 or 1,
+        ],
+        fixedrange=True,
+    )
     return figure
 
 
@@ -271,11 +338,22 @@ def diagram_figure(
             continue
         figure.add_trace(
             go.Bar(
-                x=xs, y=[0.84] * len(xs), base=bases, width=0.86, name=t(f"diagram.legend_{role}", lang),
-                marker={"color": COLORS[role], "opacity": opacity, "line": {"color": [CURSOR_COLOR if w == 6 else "white" for w in lines],
-                                                                             "width": lines}},
-                text=texts, textposition="inside", insidetextanchor="middle", textangle=0,
-                textfont={"color": "white", "size": 18 if count <= 8 else 14, "family": FONT}, hoverinfo="text",
+                x=xs,
+                y=[0.84] * len(xs),
+                base=bases,
+                width=0.86,
+                name=t(f"diagram.legend_{role}", lang),
+                marker={
+                    "color": COLORS[role],
+                    "opacity": opacity,
+                    "line": {"color": [CURSOR_COLOR if w == 6 else "white" for w in lines], "width": lines},
+                },
+                text=texts,
+                textposition="inside",
+                insidetextanchor="middle",
+                textangle=0,
+                textfont={"color": "white", "size": 18 if count <= 8 else 14, "family": FONT},
+                hoverinfo="text",
                 hovertext=[t(f"diagram.hover_{role}", lang, n=x + 1) for x in xs],
             )
         )
@@ -290,8 +368,15 @@ def diagram_figure(
         uniformtext={"minsize": 9, "mode": "show"},
     )
     figure.update_xaxes(visible=False, range=[-0.5, count - 0.5], fixedrange=True)
-    figure.update_yaxes(tickvals=[0, -1], ticktext=[label for label, _, _ in rows], tickfont={"size": 15}, range=[-1.5, 0.5],
-                        showgrid=False, zeroline=False, fixedrange=True)
+    figure.update_yaxes(
+        tickvals=[0, -1],
+        ticktext=[label for label, _, _ in rows],
+        tickfont={"size": 15},
+        range=[-1.5, 0.5],
+        showgrid=False,
+        zeroline=False,
+        fixedrange=True,
+    )
     return figure
 
 
@@ -325,8 +410,13 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
         ys = [values[layer] for layer, each in enumerate(states) if each == state]
         figure.add_trace(
             go.Bar(
-                x=xs, y=ys, name=t(f"state.{state}", lang), marker={"color": STATE_COLORS[state], "line": {"color": "#666666", "width": 1}},
-                text=[t(f"state.short_{state}", lang) for _ in xs], textposition="outside", textfont={"size": 13},
+                x=xs,
+                y=ys,
+                name=t(f"state.{state}", lang),
+                marker={"color": STATE_COLORS[state], "line": {"color": "#666666", "width": 1}},
+                text=[t(f"state.short_{state}", lang) for _ in xs],
+                textposition="outside",
+                textfont={"size": 13},
                 hovertemplate="%{x}: %{y:,.2f} MiB<extra>" + t(f"state.{state}", lang) + "</extra>",
             )
         )
@@ -337,7 +427,9 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
         title={
             "text": t("step.title", lang, i=index + 1, n=len(points), event=event_label(point, lang)),
             "subtitle": {"text": t("step.subtitle", lang, now=f"{now:,.1f}", setting=run_label(run, lang))},
-            "x": 0, "xref": "paper", "font": {"size": 19},
+            "x": 0,
+            "xref": "paper",
+            "font": {"size": 19},
         },
         height=height,
         barmode="group",
@@ -347,7 +439,9 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
         plot_bgcolor="white",
     )
     figure.update_xaxes(categoryorder="array", categoryarray=[f"L{i + 1}" for i in range(len(states))], fixedrange=True)
-    figure.update_yaxes(title={"text": t("step.y_title", lang)}, gridcolor="#e5e5e5", range=[0, (top or 1) * 1.25], fixedrange=True)
+    figure.update_yaxes(
+        title={"text": t("step.y_title", lang)}, gridcolor="#e5e5e5", range=[0, (top or 1) * 1.25], fixedrange=True
+    )
     return figure
 
 
@@ -360,33 +454,63 @@ def tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int 
     panels = (t("trade.memory_title", lang), t("trade.time_title", lang))
     figure = make_subplots(rows=1, cols=2, subplot_titles=panels, horizontal_spacing=0.12)
     # Short, horizontal tick labels: the long setting names turn sideways and get cut in a half-width column.
-    names = [t("setting.short_off", lang) if run.spec.every_n_layers is None else f"n={run.spec.every_n_layers}" for run in runs]
-    colors = [OFF_COLOR if not run.spec.checkpointing else EXTRA_COLORS[i % len(EXTRA_COLORS)] if i > 1 else RUN_COLOR
-              for i, run in enumerate(runs)]
-    for key, getter in (("trade.after_forward", lambda r: r.memory.after_forward_bytes), ("trade.peak", lambda r: r.memory.peak_above_baseline_bytes)):
+    names = [
+        t("setting.short_off", lang) if run.spec.every_n_layers is None else f"n={run.spec.every_n_layers}"
+        for run in runs
+    ]
+    colors = [
+        OFF_COLOR if not run.spec.checkpointing else EXTRA_COLORS[i % len(EXTRA_COLORS)] if i > 1 else RUN_COLOR
+        for i, run in enumerate(runs)
+    ]
+    for key, getter in (
+        ("trade.after_forward", lambda r: r.memory.after_forward_bytes),
+        ("trade.peak", lambda r: r.memory.peak_above_baseline_bytes),
+    ):
         values = [getter(run) / MIB for run in runs]
         figure.add_trace(
-            go.Bar(x=names, y=values, name=t(key, lang), text=[f"{v:,.1f}" for v in values], textposition="outside",
-                   marker={"color": "#0072B2" if key == "trade.after_forward" else "#999999"},
-                   hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + t(key, lang) + "</extra>"),
-            row=1, col=1,
+            go.Bar(
+                x=names,
+                y=values,
+                name=t(key, lang),
+                text=[f"{v:,.1f}" for v in values],
+                textposition="outside",
+                marker={"color": "#0072B2" if key == "trade.after_forward" else "#999999"},
+                hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + t(key, lang) + "</extra>",
+            ),
+            row=1,
+            col=1,
         )
     times = [run.timing.step_s * 1000 for run in runs]
     figure.add_trace(
-        go.Bar(x=names, y=times, name=t("trade.step", lang), marker={"color": colors}, text=[f"{v:,.0f}" for v in times],
-               textposition="outside", showlegend=False, hovertemplate="%{x}: %{y:,.0f} ms<extra></extra>"),
-        row=1, col=2,
+        go.Bar(
+            x=names,
+            y=times,
+            name=t("trade.step", lang),
+            marker={"color": colors},
+            text=[f"{v:,.0f}" for v in times],
+            textposition="outside",
+            showlegend=False,
+            hovertemplate="%{x}: %{y:,.0f} ms<extra></extra>",
+        ),
+        row=1,
+        col=2,
     )
     figure.update_layout(
-        barmode="group", height=height, margin={"l": 50, "r": 10, "t": 60, "b": 50},
+        barmode="group",
+        height=height,
+        margin={"l": 50, "r": 10, "t": 60, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 13}},
-        font={"family": FONT, "size": 14}, plot_bgcolor="white",
+        font={"family": FONT, "size": 14},
+        plot_bgcolor="white",
     )
     figure.update_yaxes(gridcolor="#e5e5e5", rangemode="tozero")
     figure.update_xaxes(tickangle=0, title={"text": "every_n_layers", "font": {"size": 12}})
     for axis in ("yaxis", "yaxis2"):
-        top = max((trace.y and max(v for v in trace.y if v is not None)) or 0 for trace in figure.data
-                  if (trace.yaxis or "y") == ("y" if axis == "yaxis" else "y2"))
+        top = max(
+            (trace.y and max(v for v in trace.y if v is not None)) or 0
+            for trace in figure.data
+            if (trace.yaxis or "y") == ("y" if axis == "yaxis" else "y2")
+        )
         figure.layout[axis].range = [0, top * 1.22 or 1]
     return figure
 
@@ -401,37 +525,77 @@ def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int =
     moved = [run.memory.offload_bytes / MIB for run in runs]
     rest = [max(run.memory.after_forward_bytes - run.memory.offload_bytes, 0) / MIB for run in runs]
     figure = go.Figure()
-    figure.add_trace(go.Bar(x=labels, y=moved, name=t("offload.moved", lang), marker={"color": COLORS["CP"]},
-                            text=[f"{v:,.1f}" for v in moved], textposition="inside"))
-    figure.add_trace(go.Bar(x=labels, y=rest, name=t("offload.rest", lang), marker={"color": "#BBBBBB"},
-                            text=[f"{v:,.1f}" for v in rest], textposition="inside"))
+    figure.add_trace(
+        go.Bar(
+            x=labels,
+            y=moved,
+            name=t("offload.moved", lang),
+            marker={"color": COLORS["CP"]},
+            text=[f"{v:,.1f}" for v in moved],
+            textposition="inside",
+        )
+    )
+    figure.add_trace(
+        go.Bar(
+            x=labels,
+            y=rest,
+            name=t("offload.rest", lang),
+            marker={"color": "#BBBBBB"},
+            text=[f"{v:,.1f}" for v in rest],
+            textposition="inside",
+        )
+    )
     figure.update_layout(
-        barmode="stack", height=height, title={"text": t("offload.title", lang), "x": 0, "xref": "paper", "font": {"size": 18}},
-        margin={"l": 60, "r": 10, "t": 60, "b": 40}, legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0},
-        font={"family": FONT, "size": 14}, plot_bgcolor="white",
+        barmode="stack",
+        height=height,
+        title={"text": t("offload.title", lang), "x": 0, "xref": "paper", "font": {"size": 18}},
+        margin={"l": 60, "r": 10, "t": 60, "b": 40},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0},
+        font={"family": FONT, "size": 14},
+        plot_bgcolor="white",
     )
     figure.update_yaxes(title={"text": "MiB"}, gridcolor="#e5e5e5", rangemode="tozero")
     return figure
 
 
-def prediction_figure(predicted: float, measured: float, *, lang: str = "en", unit: str = "%", height: int = 260) -> go.Figure:
+def prediction_figure(
+    predicted: float, measured: float, *, lang: str = "en", unit: str = "%", height: int = 260
+) -> go.Figure:
     """A participant's prediction beside the measurement (an exercise's answer), 100 marking checkpointing off."""
     labels = [t("exercise.your_prediction", lang), t("exercise.measured", lang)]
     # Explicit room for the labels: Streamlit's plotly.js cuts them off with automargin alone (see figures.py).
     label_px = 20 + 9 * max(len(label) for label in labels) * (2 if lang == "ja" else 1)
     figure = go.Figure(
         go.Bar(
-            y=labels, x=[predicted, measured], orientation="h", marker={"color": ["#CC79A7", RUN_COLOR]},
-            text=[f"{predicted:,.0f}{unit}", f"{measured:,.0f}{unit}"], textposition="outside", hoverinfo="skip",
+            y=labels,
+            x=[predicted, measured],
+            orientation="h",
+            marker={"color": ["#CC79A7", RUN_COLOR]},
+            text=[f"{predicted:,.0f}{unit}", f"{measured:,.0f}{unit}"],
+            textposition="outside",
+            hoverinfo="skip",
         )
     )
     if unit == "%":
         figure.add_vline(x=100, line={"color": OFF_COLOR, "dash": "dash", "width": 2})
-        figure.add_annotation(x=100, y=1.0, yref="paper", yanchor="bottom", xanchor="right", text=t("exercise.off_line", lang),
-                              showarrow=False, font={"color": OFF_COLOR})
+        figure.add_annotation(
+            x=100,
+            y=1.0,
+            yref="paper",
+            yanchor="bottom",
+            xanchor="right",
+            text=t("exercise.off_line", lang),
+            showarrow=False,
+            font={"color": OFF_COLOR},
+        )
     top = max(predicted, measured, 100 if unit == "%" else 0)
-    figure.update_layout(height=height, margin={"l": label_px, "r": 30, "t": 30, "b": 30}, font={"family": FONT, "size": 15},
-                         plot_bgcolor="white", showlegend=False)
+    figure.update_layout(
+        height=height,
+        margin={"l": label_px, "r": 30, "t": 30, "b": 30},
+        font={"family": FONT, "size": 15},
+        plot_bgcolor="white",
+        showlegend=False,
+    )
     figure.update_xaxes(range=[0, top * 1.2 or 1], gridcolor="#e5e5e5", fixedrange=True)
     figure.update_yaxes(autorange="reversed", fixedrange=True)
     return figure

@@ -80,29 +80,44 @@ results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
 outcomes = {}
 for exercise in EXERCISES:
     if exercise.id in state.exercise_answers and all(spec in results_now for spec in exercise.specs()):
-        outcomes[exercise.id] = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs_for(exercise, results_now), lang)
+        outcomes[exercise.id] = exercises.evaluate(
+            exercise, state.exercise_answers[exercise.id], runs_for(exercise, results_now), lang
+        )
 scored, possible = exercises.total_points(outcomes)
 with st.sidebar:
     st.header(tr("exercises.score_title"), anchor=False)
-    st.metric(tr("exercises.score"), f"{scored} / {possible}", help=tr("exercises.score_help", points=exercises.MAX_POINTS))
+    st.metric(
+        tr("exercises.score"), f"{scored} / {possible}", help=tr("exercises.score_help", points=exercises.MAX_POINTS)
+    )
     st.caption(tr("exercises.answered", done=len(outcomes), total=len(EXERCISES)))
     st.button(tr("exercises.reset"), key="exercise_reset", on_click=reset, disabled=not state.exercise_answers)
 
 pick, forward = st.columns([6, 1], vertical_alignment="bottom")
 exercise_id = pick.selectbox(
-    tr("exercises.pick"), IDS, key="exercise_pick",
-    format_func=lambda i: f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {tr('exercise.' + i + '.name')}"
-    + (" ✓" if i in outcomes else ""),
+    tr("exercises.pick"),
+    IDS,
+    key="exercise_pick",
+    format_func=lambda i: (
+        f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {tr('exercise.' + i + '.name')}"
+        + (" ✓" if i in outcomes else "")
+    ),
 )
-forward.button(tr("exercises.next"), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch")
+forward.button(
+    tr("exercises.next"), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch"
+)
 exercise = exercises.by_id(exercise_id)
 values = exercise.question_values()
 
 st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
 st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
 if exercise.kind == "percent":
-    st.plotly_chart(diagram_figure(planned_roles(layer_count(exercise.spec.model), exercise.spec.every_n_layers), lang=lang, height=220),
-                    key="exercise_plan", theme=None)
+    st.plotly_chart(
+        diagram_figure(
+            planned_roles(layer_count(exercise.spec.model), exercise.spec.every_n_layers), lang=lang, height=220
+        ),
+        key="exercise_plan",
+        theme=None,
+    )
 st.markdown(f"**{tr(f'exercise.{exercise.id}.question', **values)}**")
 with st.expander(tr("exercises.hint_title")):
     st.markdown(tr(f"exercise.{exercise.id}.hint"))
@@ -110,11 +125,23 @@ with st.expander(tr("exercises.hint_title")):
 locked = exercise.id in state.exercise_answers
 if exercise.kind == "percent":
     state.setdefault(f"exercise_pred_{exercise.id}", 100)
-    guess = st.number_input(tr("exercises.prediction_percent"), min_value=0, max_value=400, step=5,
-                            key=f"exercise_pred_{exercise.id}", disabled=locked)
+    guess = st.number_input(
+        tr("exercises.prediction_percent"),
+        min_value=0,
+        max_value=400,
+        step=5,
+        key=f"exercise_pred_{exercise.id}",
+        disabled=locked,
+    )
 else:
-    guess = st.radio(tr("exercises.prediction_choice"), exercise.choices, key=f"exercise_choice_{exercise.id}", horizontal=True,
-                     format_func=lambda n: f"every_n_layers={n}", disabled=locked)
+    guess = st.radio(
+        tr("exercises.prediction_choice"),
+        exercise.choices,
+        key=f"exercise_choice_{exercise.id}",
+        horizontal=True,
+        format_func=lambda n: f"every_n_layers={n}",
+        disabled=locked,
+    )
 
 if st.button(tr("exercises.submit"), key="exercise_submit", type="primary", disabled=locked):
     state.exercise_answers[exercise.id] = float(guess)
@@ -133,15 +160,26 @@ if locked:
     st.subheader(tr("exercises.result_title"), anchor=False)
     left, right = st.columns([3, 2])
     if exercise.kind == "percent":
-        left.plotly_chart(prediction_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None)
+        left.plotly_chart(
+            prediction_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None
+        )
     else:
-        left.plotly_chart(tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang),
-                          key="exercise_result_chart", theme=None)
+        left.plotly_chart(
+            tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang),
+            key="exercise_result_chart",
+            theme=None,
+        )
     with right:
-        (st.success if outcome.points == exercises.MAX_POINTS else st.info if outcome.points else st.warning)(outcome.verdict)
+        (st.success if outcome.points == exercises.MAX_POINTS else st.info if outcome.points else st.warning)(
+            outcome.verdict
+        )
         st.markdown(outcome.explanation)
         st.metric(tr("exercises.points"), f"{outcome.points} / {exercises.MAX_POINTS}")
-        st.caption(tr("exercises.provenance", source=tr(f"provenance.{runs[None].provenance.kind}",
-                                                       device=runs[None].provenance.device_name)))
+        st.caption(
+            tr(
+                "exercises.provenance",
+                source=tr(f"provenance.{runs[None].provenance.kind}", device=runs[None].provenance.device_name),
+            )
+        )
     if exercise.id not in outcomes:
         st.rerun()  # the sidebar's score was drawn before this answer was measured

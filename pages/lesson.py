@@ -97,7 +97,10 @@ st.caption(tr("lesson.setup", model=BASE.model, seq=BASE.seq_len))
 state.setdefault("lesson_part", PARTS[0])
 pick, forward = st.columns([6, 1], vertical_alignment="bottom")
 part = pick.segmented_control(
-    tr("lesson.part"), PARTS, key="lesson_part", required=True,
+    tr("lesson.part"),
+    PARTS,
+    key="lesson_part",
+    required=True,
     format_func=lambda name: f"{PARTS.index(name) + 1}. {tr('lesson.' + name + '.tab')}",
 )
 forward.button(tr("lesson.next"), key="lesson_next", on_click=go_next, disabled=part == PARTS[-1], width="stretch")
@@ -122,20 +125,32 @@ elif part == "trade":
     comparison = ckptlab.compare(one, off)
     # A step time inside the repeats' spread is noise on a shared CPU: the caption says so rather than quote it bare.
     caption = "lesson.trade.caption" if comparison.step_significant else "lesson.trade.caption_noise"
-    figure.caption(tr(caption, resident=f"{comparison.after_forward_ratio * 100:.0f}", step=f"{comparison.step_ratio * 100:.0f}"))
-    figure.plotly_chart(diagram_figure([layer.enabled for layer in one.layers], lang=lang,
-                                       reruns=[layer.recompute_calls for layer in one.layers]),
-                        key="lesson_trade_diagram", theme=None)
+    figure.caption(
+        tr(caption, resident=f"{comparison.after_forward_ratio * 100:.0f}", step=f"{comparison.step_ratio * 100:.0f}")
+    )
+    figure.plotly_chart(
+        diagram_figure(
+            [layer.enabled for layer in one.layers], lang=lang, reruns=[layer.recompute_calls for layer in one.layers]
+        ),
+        key="lesson_trade_diagram",
+        theme=None,
+    )
 
 elif part == "every_n":
     runs = need(at(None), at(1), at(2), at(3))
     text, figure = st.columns([2, 3])
     text.markdown(tr("lesson.every_n.body"))
     two = runs[at(2)]
-    figure.plotly_chart(diagram_figure([layer.enabled for layer in two.layers], lang=lang,
-                                       reruns=[layer.recompute_calls for layer in two.layers]),
-                        key="lesson_every_n_diagram", theme=None)
-    figure.plotly_chart(tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None)
+    figure.plotly_chart(
+        diagram_figure(
+            [layer.enabled for layer in two.layers], lang=lang, reruns=[layer.recompute_calls for layer in two.layers]
+        ),
+        key="lesson_every_n_diagram",
+        theme=None,
+    )
+    figure.plotly_chart(
+        tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None
+    )
     figure.caption(tr("lesson.every_n.caption"))
 
 elif part == "offload":
@@ -145,25 +160,43 @@ elif part == "offload":
     text.markdown(tr("lesson.offload.body"))
     chosen = [runs[spec] for spec in specs]
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
-    figure.caption(tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / 2**20:,.1f}", seq=LONG.seq_len))
+    figure.caption(
+        tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / 2**20:,.1f}", seq=LONG.seq_len)
+    )
 
 elif part == "peak":
     runs = need(at(None), at(1), at(None, LONG), at(1, LONG))
     st.markdown(tr("lesson.peak.body"))
     short, long = st.columns(2)
-    short.plotly_chart(timeline_figure(runs[at(1)], [runs[at(None)]], lang=lang, height=430), key="lesson_peak_short", theme=None)
+    short.plotly_chart(
+        timeline_figure(runs[at(1)], [runs[at(None)]], lang=lang, height=430), key="lesson_peak_short", theme=None
+    )
     short.caption(tr("lesson.peak.caption", seq=BASE.seq_len, cause=peak_cause(runs[at(1)], lang)))
-    long.plotly_chart(timeline_figure(runs[at(1, LONG)], [runs[at(None, LONG)]], lang=lang, height=430), key="lesson_peak_long", theme=None)
+    long.plotly_chart(
+        timeline_figure(runs[at(1, LONG)], [runs[at(None, LONG)]], lang=lang, height=430),
+        key="lesson_peak_long",
+        theme=None,
+    )
     long.caption(tr("lesson.peak.caption", seq=LONG.seq_len, cause=peak_cause(runs[at(1, LONG)], lang)))
     ratios = [ckptlab.compare(runs[at(1, spec)], runs[at(None, spec)]).peak_ratio for spec in (BASE, LONG)]
-    st.markdown(tr("lesson.peak.numbers", short=f"{ratios[0] * 100:.0f}", long=f"{ratios[1] * 100:.0f}",
-                   seq_short=BASE.seq_len, seq_long=LONG.seq_len))
+    st.markdown(
+        tr(
+            "lesson.peak.numbers",
+            short=f"{ratios[0] * 100:.0f}",
+            long=f"{ratios[1] * 100:.0f}",
+            seq_short=BASE.seq_len,
+            seq_long=LONG.seq_len,
+        )
+    )
 
 else:  # the step-through
     st.markdown(tr("lesson.step.body"))
     state.setdefault("lesson_step_setting", 2)
     setting = st.segmented_control(
-        tr("lesson.step.setting"), STEP_SETTINGS, key="lesson_step_setting", required=True,
+        tr("lesson.step.setting"),
+        STEP_SETTINGS,
+        key="lesson_step_setting",
+        required=True,
         format_func=lambda n: tr("setting.off") if n is None else tr("setting.on", n=n),
     )
     spec = at(setting)
@@ -173,8 +206,13 @@ else:  # the step-through
     state.setdefault("lesson_step", 0)
     state.lesson_step = min(state.lesson_step, len(points) - 1)
     playing = state.get("lesson_playing", False)
-    st.button(tr("lesson.step.pause") if playing else tr("lesson.step.play"), key="lesson_play", on_click=toggle_play,
-              type="primary", icon=":material/pause:" if playing else ":material/play_arrow:")
+    st.button(
+        tr("lesson.step.pause") if playing else tr("lesson.step.play"),
+        key="lesson_play",
+        on_click=toggle_play,
+        type="primary",
+        icon=":material/pause:" if playing else ":material/play_arrow:",
+    )
 
     @st.fragment(run_every=PLAY_SECONDS if playing else None)
     def stepper() -> None:
@@ -186,15 +224,27 @@ else:  # the step-through
                 state.lesson_playing = False
                 st.rerun()  # a full run, so the fragment's timer stops and the button says Play again
         index = st.select_slider(
-            tr("lesson.step.slider"), options=list(range(len(points))), key="lesson_step",
+            tr("lesson.step.slider"),
+            options=list(range(len(points))),
+            key="lesson_step",
             format_func=lambda i: f"{i + 1}/{len(points)} · {event_label(points[i], lang)}",
         )
         left, right = st.columns(2)
         left.plotly_chart(step_figure(run, index, lang=lang, height=420), key="lesson_step_chart", theme=None)
-        right.plotly_chart(timeline_figure(run, lang=lang, cursor=index, height=420), key="lesson_step_timeline", theme=None)
-        st.plotly_chart(diagram_figure([layer.enabled for layer in run.layers], lang=lang, focus=focus_of(points[index]),
-                                       reruns=[layer.recompute_calls for layer in run.layers], height=230),
-                        key="lesson_step_diagram", theme=None)
+        right.plotly_chart(
+            timeline_figure(run, lang=lang, cursor=index, height=420), key="lesson_step_timeline", theme=None
+        )
+        st.plotly_chart(
+            diagram_figure(
+                [layer.enabled for layer in run.layers],
+                lang=lang,
+                focus=focus_of(points[index]),
+                reruns=[layer.recompute_calls for layer in run.layers],
+                height=230,
+            ),
+            key="lesson_step_diagram",
+            theme=None,
+        )
         st.caption(tr("lesson.step.legend"))
 
     stepper()

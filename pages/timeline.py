@@ -89,7 +89,9 @@ if run.status != "ok":
 points = run.memory.timeline
 state.timeline_event = min(state.timeline_event, len(points) - 1)  # a shorter timeline than the last setting's
 index = st.select_slider(
-    tr("timeline.slider"), options=list(range(len(points))), key="timeline_event",
+    tr("timeline.slider"),
+    options=list(range(len(points))),
+    key="timeline_event",
     format_func=lambda i: f"{i + 1}/{len(points)} · {event_label(points[i], lang)}",
 )
 point = points[index]
@@ -100,9 +102,14 @@ now_mib = (point["current_bytes"] - run.memory.baseline_bytes) / 2**20
 high_mib = (point["region_peak_bytes"] - run.memory.baseline_bytes) / 2**20
 st.markdown(tr("timeline.at_event", event=event_label(point, lang), now=f"{now_mib:,.1f}", high=f"{high_mib:,.1f}"))
 st.plotly_chart(
-    diagram_figure([layer.enabled for layer in run.layers], lang=lang, focus=focus_of(point),
-                   reruns=[layer.recompute_calls for layer in run.layers]),
-    key="timeline_diagram", theme=None,
+    diagram_figure(
+        [layer.enabled for layer in run.layers],
+        lang=lang,
+        focus=focus_of(point),
+        reruns=[layer.recompute_calls for layer in run.layers],
+    ),
+    key="timeline_diagram",
+    theme=None,
 )
 st.caption(tr("timeline.diagram_caption"))
 

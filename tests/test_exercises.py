@@ -9,7 +9,10 @@ from ckptlab.errors import SpecError
 
 
 def _runs(measured, exercise):
-    runs = {spec.every_n_layers: measured(every_n_layers=spec.every_n_layers, seq_len=spec.seq_len) for spec in exercise.specs()}
+    runs = {
+        spec.every_n_layers: measured(every_n_layers=spec.every_n_layers, seq_len=spec.seq_len)
+        for spec in exercise.specs()
+    }
     runs[None] = measured(every_n_layers=None, seq_len=exercise.spec.seq_len)
     return runs
 

@@ -21,15 +21,54 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCALES = {lang: json.loads((ROOT / "locales" / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
 # Pages converted to the locale files; the others are listed in the report until they are.
 TRANSLATED_PAGES = [
-    "app.py", "pages/lab.py", "pages/tradeoffs.py", "pages/at_scale.py", "pages/timeline.py", "pages/lesson.py", "pages/exercises.py"
+    "app.py",
+    "pages/lab.py",
+    "pages/tradeoffs.py",
+    "pages/at_scale.py",
+    "pages/timeline.py",
+    "pages/lesson.py",
+    "pages/exercises.py",
 ]
 
 # Streamlit calls that put words on the screen: positional args and these keywords are checked.
 TEXT_CALLS = {
-    "title", "header", "subheader", "markdown", "caption", "write", "text", "info", "warning", "error", "success",
-    "toast", "button", "download_button", "link_button", "selectbox", "radio", "slider", "select_slider", "number_input",
-    "text_input", "text_area", "toggle", "checkbox", "metric", "expander", "status", "tabs", "segmented_control",
-    "pills", "multiselect", "progress", "spinner", "update", "Page", "set_page_config", "form_submit_button",
+    "title",
+    "header",
+    "subheader",
+    "markdown",
+    "caption",
+    "write",
+    "text",
+    "info",
+    "warning",
+    "error",
+    "success",
+    "toast",
+    "button",
+    "download_button",
+    "link_button",
+    "selectbox",
+    "radio",
+    "slider",
+    "select_slider",
+    "number_input",
+    "text_input",
+    "text_area",
+    "toggle",
+    "checkbox",
+    "metric",
+    "expander",
+    "status",
+    "tabs",
+    "segmented_control",
+    "pills",
+    "multiselect",
+    "progress",
+    "spinner",
+    "update",
+    "Page",
+    "set_page_config",
+    "form_submit_button",
 }
 TEXT_KEYWORDS = {"label", "help", "placeholder", "text", "body", "title", "page_title", "value", "delta", "caption"}
 # Technical tokens practitioners read in English, and layout glue between translated parts.
@@ -89,7 +128,9 @@ def test_the_at_scale_words_exist():
     read = {
         node.slice.value
         for node in ast.walk(tree)
-        if isinstance(node, ast.Subscript) and getattr(node.value, "id", "") == "TEXT" and isinstance(node.slice, ast.Constant)
+        if isinstance(node, ast.Subscript)
+        and getattr(node.value, "id", "") == "TEXT"
+        and isinstance(node.slice, ast.Constant)
     }
     for lang in LOCALES:
         assert read and read <= set(i18n.section("at_scale", lang)), sorted(read - set(i18n.section("at_scale", lang)))
@@ -101,7 +142,9 @@ def test_the_at_scale_words_exist():
 def test_every_language_has_the_same_keys():
     english = set(LOCALES["en"])
     for lang, table in LOCALES.items():
-        assert set(table) == english, f"{lang}: missing {sorted(english - set(table))}, extra {sorted(set(table) - english)}"
+        assert set(table) == english, (
+            f"{lang}: missing {sorted(english - set(table))}, extra {sorted(set(table) - english)}"
+        )
 
 
 def test_every_translation_keeps_the_placeholders_and_has_words():
@@ -111,7 +154,9 @@ def test_every_translation_keeps_the_placeholders_and_has_words():
             assert table[key].strip(), f"{lang}:{key} is empty"
 
 
-@pytest.mark.parametrize("source", TRANSLATED_PAGES + ["ckptlab/timeline_figures.py", "ckptlab/exercises.py", "ckptlab/figures.py"])
+@pytest.mark.parametrize(
+    "source", TRANSLATED_PAGES + ["ckptlab/timeline_figures.py", "ckptlab/exercises.py", "ckptlab/figures.py"]
+)
 def test_every_key_the_code_uses_exists(source):
     exact, prefixes = _used_keys(ROOT / source)
     missing = sorted(key for key in exact if key not in LOCALES["en"])
@@ -127,7 +172,9 @@ def test_no_page_shows_a_hard_coded_string(page):
 
 def test_the_scan_catches_a_hard_coded_label(tmp_path):
     page = tmp_path / "page.py"
-    page.write_text('import streamlit as st\nst.button("Run", key="x")\nst.markdown(f"**Peak:** {value}")\nst.caption(tr("a.b"))\n')
+    page.write_text(
+        'import streamlit as st\nst.button("Run", key="x")\nst.markdown(f"**Peak:** {value}")\nst.caption(tr("a.b"))\n'
+    )
     assert len(_hard_coded(page)) == 2
 
 
@@ -137,26 +184,51 @@ def test_dynamic_keys_exist_for_every_value_they_take():
     from ckptlab.timeline import BANDS, STATES
 
     keys = set(LOCALES["en"])
-    needed = {f"event.{kind}" for kind in EVENTS} | {f"state.{s}" for s in STATES} | {f"state.short_{s}" for s in STATES}
-    needed |= {f"band.{band}" for band in BANDS} | {f"provenance.{kind}" for kind in ("measured-cuda", "measured-cpu", "simulated", "predicted")}
+    needed = (
+        {f"event.{kind}" for kind in EVENTS} | {f"state.{s}" for s in STATES} | {f"state.short_{s}" for s in STATES}
+    )
+    needed |= {f"band.{band}" for band in BANDS} | {
+        f"provenance.{kind}" for kind in ("measured-cuda", "measured-cpu", "simulated", "predicted")
+    }
     needed |= {f"exercise.{e.id}.{part}" for e in EXERCISES for part in ("name", "question", "hint")}
-    needed |= {f"lesson.{part}.{what}" for part in ("activation", "trade", "every_n", "offload", "peak", "step") for what in ("tab", "title")}
+    needed |= {
+        f"lesson.{part}.{what}"
+        for part in ("activation", "trade", "every_n", "offload", "peak", "step")
+        for what in ("tab", "title")
+    }
     assert sorted(needed - keys) == []
 
 
 def test_t_fills_values_falls_back_and_raises_on_unknown_keys():
     assert i18n.t("setting.on", "ja", n=2) == "every_n_layers=2"
     assert i18n.t("lesson.next", "pt-BR") == "Próxima"
-    assert i18n.normalize("PT_br") == "pt-BR" and i18n.normalize(["xx", "ja"]) == "ja" and i18n.normalize("klingon") == "en"
+    assert (
+        i18n.normalize("PT_br") == "pt-BR"
+        and i18n.normalize(["xx", "ja"]) == "ja"
+        and i18n.normalize("klingon") == "en"
+    )
     with pytest.raises(i18n.MissingKeyError):
         i18n.t("no.such.key", "en")
 
 
 def test_technical_terms_stay_in_english():
     for lang, table in LOCALES.items():
-        for key in ("setting.on", "diagram.legend_CP", "diagram.legend_keep", "diagram.legend_rerun", "lesson.every_n.tab", "lesson.offload.tab"):
-            word = {"setting.on": "every_n_layers", "diagram.legend_CP": "CP", "diagram.legend_keep": "keep",
-                    "diagram.legend_rerun": "rerun", "lesson.every_n.tab": "every_n_layers", "lesson.offload.tab": "offload"}[key]
+        for key in (
+            "setting.on",
+            "diagram.legend_CP",
+            "diagram.legend_keep",
+            "diagram.legend_rerun",
+            "lesson.every_n.tab",
+            "lesson.offload.tab",
+        ):
+            word = {
+                "setting.on": "every_n_layers",
+                "diagram.legend_CP": "CP",
+                "diagram.legend_keep": "keep",
+                "diagram.legend_rerun": "rerun",
+                "lesson.every_n.tab": "every_n_layers",
+                "lesson.offload.tab": "offload",
+            }[key]
             assert word in table[key], f"{lang}:{key}"
 
 

@@ -67,6 +67,7 @@ def test_lesson_page_shows_a_live_figure_for_each_part(lang):
 def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
     at = _open("pages/exercises.py", lang)
     tr = i18n.translator(lang)
+
     def score() -> str:
         return next(metric.value for metric in at.metric if metric.label == tr("exercises.score"))
 

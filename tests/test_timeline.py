@@ -72,7 +72,9 @@ def test_layer_states_follow_the_step(measured):
     assert backward_l4[3] == "backward" and backward_l4[4:] == ["freed", "freed"]
     assert set(tl.layer_states(points, roles, len(points) - 1)) == {"freed"}
     held = tl.layer_bytes(at_loss, result.layers, points[kinds.index(("loss", None))])
-    assert held == [layer.input_bytes if role == "CP" else layer.saved_bytes for layer, role in zip(result.layers, roles)]
+    assert held == [
+        layer.input_bytes if role == "CP" else layer.saved_bytes for layer, role in zip(result.layers, roles)
+    ]
     with pytest.raises(IndexError):
         tl.layer_states(points, roles, len(points))
 

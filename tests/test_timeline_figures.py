@@ -19,7 +19,9 @@ def test_timeline_overlays_two_settings_with_phases_peaks_and_a_cursor(measured,
     assert i18n.t("timeline.legend_now", lang, setting="every_n_layers=2") in names
     assert i18n.t("timeline.legend_now", lang, setting=i18n.t("setting.off", lang)) in names
     # The line through the events is the recorded memory, above the baseline.
-    line = next(trace for trace in figure.data if trace.name == i18n.t("timeline.legend_now", lang, setting="every_n_layers=2"))
+    line = next(
+        trace for trace in figure.data if trace.name == i18n.t("timeline.legend_now", lang, setting="every_n_layers=2")
+    )
     expected = [(p["current_bytes"] - run.memory.baseline_bytes) / MIB for p in run.memory.timeline]
     assert list(line.y) == pytest.approx(expected)
     # Phases shaded, reruns each on their own, the cursor a vertical line.
@@ -39,15 +41,23 @@ def test_step_figure_bars_are_what_each_layer_holds(measured):
     assert set(by_state[i18n.t("state.recomputing", "pt-BR")]) == {"L3"}
     assert set(by_state[i18n.t("state.freed", "pt-BR")]) == {"L4", "L5", "L6"}
     rise = points[index]["region_peak_bytes"] - points[index]["current_bytes"]
-    assert by_state[i18n.t("state.recomputing", "pt-BR")]["L3"] == pytest.approx((run.layers[2].input_bytes + rise) / MIB)
+    assert by_state[i18n.t("state.recomputing", "pt-BR")]["L3"] == pytest.approx(
+        (run.layers[2].input_bytes + rise) / MIB
+    )
     assert i18n.t("event.rerun", "pt-BR", n=3) in figure.layout.title.text
 
 
 def test_diagram_outlines_the_layer_at_work(measured):
     run = measured(every_n_layers=2)
-    figure = diagram_figure([layer.enabled for layer in run.layers], lang="ja", focus=(2, "backward"),
-                            reruns=[layer.recompute_calls for layer in run.layers])
-    assert {trace.name for trace in figure.data} == {i18n.t(f"diagram.legend_{r}", "ja") for r in ("CP", "keep", "rerun")}
+    figure = diagram_figure(
+        [layer.enabled for layer in run.layers],
+        lang="ja",
+        focus=(2, "backward"),
+        reruns=[layer.recompute_calls for layer in run.layers],
+    )
+    assert {trace.name for trace in figure.data} == {
+        i18n.t(f"diagram.legend_{r}", "ja") for r in ("CP", "keep", "rerun")
+    }
     rerun = next(trace for trace in figure.data if trace.name == i18n.t("diagram.legend_rerun", "ja"))
     widths = dict(zip(rerun.x, rerun.marker.line.width))
     assert widths[2] == 6 and widths[0] == 2
@@ -57,7 +67,9 @@ def test_tradeoff_and_offload_figures_carry_measured_numbers(measured):
     off, one = measured(every_n_layers=None), measured(every_n_layers=1)
     figure = tradeoff_figure([off, one], lang="en")
     resident = next(trace for trace in figure.data if trace.name == "held after the forward")
-    assert list(resident.y) == pytest.approx([off.memory.after_forward_bytes / MIB, one.memory.after_forward_bytes / MIB])
+    assert list(resident.y) == pytest.approx(
+        [off.memory.after_forward_bytes / MIB, one.memory.after_forward_bytes / MIB]
+    )
     moved = offload_figure([one], lang="ja").data[0]
     assert moved.y[0] == pytest.approx(one.memory.offload_bytes / MIB) and moved.y[0] > 0
 
