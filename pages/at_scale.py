@@ -13,7 +13,7 @@ import streamlit as st
 
 import ckptlab
 from ckptlab import figures, i18n
-from ckptlab.cli_simulate import gpu_budget
+from ckptlab.recommend import budget_bytes
 from ckptlab.labquery import BATCH_MAX, spec_from_query
 from ckptlab.recommend import GPUS
 from ckptlab.results import RunResult, RunSpec
@@ -94,7 +94,7 @@ def _load_into_widgets() -> list[str]:
     gpu = params.get("gpu", "").strip()
     if gpu:
         try:
-            state.at_scale_gpu = gpu_budget(gpu)[1]
+            state.at_scale_gpu = budget_bytes(gpu)[1]
         except ckptlab.CkptlabError:
             try:
                 state.at_scale_gpu, state.at_scale_budget_gib = (
