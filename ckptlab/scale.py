@@ -21,6 +21,7 @@ from typing import Literal
 from . import catalog
 from .catalog import ModelInfo
 from .errors import CkptlabError, SpecError
+from .jobs import BackgroundJob
 from .measure import Progress, validate_for_model
 from .plan import planned_roles
 from .results import RunResult, RunSpec
@@ -277,7 +278,7 @@ class ScaleJobState:
     stop_requested: bool  # Stop was pressed
 
 
-class ScaleJob:
+class ScaleJob(BackgroundJob):
     """:func:`scale_table` on a background thread: a click on a page reruns its script and would
     interrupt a simulation made inside it; a job is polled instead, and ``stop()`` keeps the results.
 
@@ -302,26 +303,8 @@ class ScaleJob:
         self.request = request
         self._known = known
         self._on_result_outer = on_result
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._message, self._fraction = "starting", 0.0
-        self._results: list[RunResult] = []
         self._table: ScaleTable | None = None
-        self._error = ""
-        self._finished = False
-        self._started = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="ckptlab-scale", daemon=True)
-
-    def start(self) -> ScaleJob:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop after the simulation in flight; the results so far are kept."""
-        self._stop.set()
-
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        super().__init__("ckptlab-scale")
 
     def state(self) -> ScaleJobState:
         with self._lock:
@@ -335,13 +318,8 @@ class ScaleJob:
                 self._stop.is_set(),
             )
 
-    def _progress(self, message: str, fraction: float) -> None:
-        with self._lock:
-            self._message, self._fraction = message, fraction
-
     def _collect(self, result: RunResult) -> None:
-        with self._lock:
-            self._results.append(result)
+        super()._collect(result)
         if self._on_result_outer is not None:
             self._on_result_outer(result)
 
@@ -363,7 +341,7 @@ class ScaleJob:
     def _partial(self, error: str) -> ScaleTable | None:
         with self._lock:
             self._error = error
-            results = list(self._results)
+        results = self._results_so_far()
         if not results:
             return None
         return ScaleTable(self.request, self.info.num_layers, results, True, time.monotonic() - self._started)

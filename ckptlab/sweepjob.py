@@ -10,14 +10,14 @@ the row in flight finishes, no other starts, and the rows measured are kept.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .catalog import ModelInfo
 from .errors import CkptlabError
-from .results import RunResult, RunSpec
+from .jobs import BackgroundJob
+from .results import RunSpec
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
 from .sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
 
@@ -41,7 +41,7 @@ class JobState:
     stop_requested: bool  # Stop was pressed
 
 
-class SweepJob:
+class SweepJob(BackgroundJob):
     """One sweep on a background thread.
 
     Args:
@@ -66,27 +66,8 @@ class SweepJob:
         self._load = load
         self._queue = queue
         self._timeout = timeout
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._message = "waiting to start"
-        self._fraction = 0.0
-        self._results: list[RunResult] = []
         self._result: SweepResult | None = None
-        self._error = ""
-        self._finished = False
-        self._started = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="ckptlab-sweep", daemon=True)
-
-    def start(self) -> SweepJob:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop after the row in flight; the rows measured are kept."""
-        self._stop.set()
-
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        super().__init__("ckptlab-sweep", message="waiting to start")
 
     def state(self) -> JobState:
         with self._lock:
@@ -101,14 +82,6 @@ class SweepJob:
             )
 
     # -- the thread ------------------------------------------------------------------------
-
-    def _progress(self, message: str, fraction: float) -> None:
-        with self._lock:
-            self._message, self._fraction = message, fraction
-
-    def _on_result(self, result: RunResult) -> None:
-        with self._lock:
-            self._results.append(result)
 
     def _turn(self, label: str):
         def on_wait(ahead: int) -> None:
@@ -128,7 +101,7 @@ class SweepJob:
                 cancel=self._stop,
                 load=self._load,
                 turn=self._turn,
-                on_result=self._on_result,
+                on_result=self._collect,
             )
         except _Stopped:
             result = self._partial()
@@ -150,8 +123,7 @@ class SweepJob:
             self._finished = True
 
     def _partial(self) -> SweepResult:
-        with self._lock:
-            results = list(self._results)
+        results = self._results_so_far()
         return SweepResult(
             spec=self.spec,
             model=self.plan.info.name,
