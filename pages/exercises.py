@@ -11,12 +11,13 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 import ckptlab
-from ckptlab import exercises, i18n, learnrun
+from ckptlab import exercises, i18n
 from ckptlab.exercises import EXERCISES, Exercise
 from ckptlab.labrun import baseline_spec
 from ckptlab.plan import planned_roles
 from ckptlab.results import RunResult, RunSpec
 from ckptlab.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
+from pages._learn_runs import measured
 
 # Opened by its URL before app.py ever ran on this server, Streamlit falls back to its older
 # pages/ folder mode and runs this file alone (no app navigation, no language selector).
@@ -36,31 +37,6 @@ IDS = [exercise.id for exercise in EXERCISES]
 def layer_count(model: str) -> int:
     """Layers of a preset, described once per process (no weights built)."""
     return ckptlab.describe(model).num_layers
-
-
-def measured(specs: list[RunSpec]) -> dict[RunSpec, RunResult] | None:
-    """Results for ``specs`` (and their baselines) from this session, measuring what is missing."""
-    cache = state.setdefault("learn_results", {})
-    missing = [spec for spec in specs if spec not in cache]
-    if not missing:
-        return cache
-    with st.status(tr("run.measuring"), expanded=False) as status:
-        bar = st.progress(0.0)
-
-        def progress(message: str, fraction: float) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0))
-
-        def on_wait(ahead: int) -> None:
-            status.update(label=tr("run.waiting", ahead=ahead))
-
-        try:
-            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait))
-        except ckptlab.CkptlabError as error:
-            status.update(label=tr("run.failed"), state="error", expanded=True)
-            st.code(str(error), language=None)
-            return None
-        status.update(label=tr("run.measured", count=len(missing)), state="complete")
-    return cache
 
 
 def runs_for(exercise: Exercise, results: dict[RunSpec, RunResult]) -> dict[int | None, RunResult]:
@@ -157,7 +133,7 @@ if st.button(tr("exercises.submit"), key="exercise_submit", type="primary", disa
     locked = True
 
 if locked:
-    results = measured(exercise.specs())
+    results = measured(exercise.specs(), tr)
     if results is None:
         st.stop()
     runs = runs_for(exercise, results)

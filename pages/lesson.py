@@ -14,7 +14,7 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 import ckptlab
-from ckptlab import exercises, i18n, learnrun
+from ckptlab import exercises, i18n
 from ckptlab.labrun import baseline_spec
 from ckptlab.results import RunResult, RunSpec
 from ckptlab.timeline_figures import (
@@ -27,6 +27,7 @@ from ckptlab.timeline_figures import (
     timeline_figure,
     tradeoff_figure,
 )
+from pages._learn_runs import measured
 
 # Opened by its URL before app.py ever ran on this server, Streamlit falls back to its older
 # pages/ folder mode and runs this file alone (no app navigation, no language selector).
@@ -47,31 +48,6 @@ STEP_SETTINGS = (None, 1, 2, 3)
 PLAY_SECONDS = 0.8  # between two events while playing: slow enough to read on a projector
 
 
-def measured(specs: list[RunSpec]) -> dict[RunSpec, RunResult] | None:
-    """Results for ``specs`` (and their baselines) from this session, measuring what is missing."""
-    cache = state.setdefault("learn_results", {})
-    missing = [spec for spec in specs if spec not in cache]
-    if not missing:
-        return cache
-    with st.status(tr("run.measuring"), expanded=False) as status:
-        bar = st.progress(0.0)
-
-        def progress(message: str, fraction: float) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0))
-
-        def on_wait(ahead: int) -> None:
-            status.update(label=tr("run.waiting", ahead=ahead))
-
-        try:
-            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait))
-        except ckptlab.CkptlabError as error:
-            status.update(label=tr("run.failed"), state="error", expanded=True)
-            st.code(str(error), language=None)
-            return None
-        status.update(label=tr("run.measured", count=len(missing)), state="complete")
-    return cache
-
-
 def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
     """``spec`` with every_n_layers ``n`` (None: checkpointing off, which run_queued measures as the baseline)."""
     return baseline_spec(spec) if n is None else replace(spec, every_n_layers=n)
@@ -80,7 +56,7 @@ def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
 def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:
     """Measure (or reuse) ``specs``; stop the page with a message if they cannot run."""
     asked = [spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in specs]
-    results = measured(asked)
+    results = measured(asked, tr)
     if results is None:
         st.stop()
     for spec in specs:

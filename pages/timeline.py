@@ -14,7 +14,7 @@ import ckptlab
 from ckptlab import i18n, learnrun
 from ckptlab import timeline as tl
 from ckptlab.labrun import baseline_spec
-from ckptlab.results import RunResult, RunSpec
+from ckptlab.results import RunSpec
 from ckptlab.timeline_figures import (
     diagram_figure,
     event_label,
@@ -24,6 +24,7 @@ from ckptlab.timeline_figures import (
     run_label,
     timeline_figure,
 )
+from pages._learn_runs import measured
 
 # Opened by its URL before app.py ever ran on this server, Streamlit falls back to its older
 # pages/ folder mode and runs this file alone (no app navigation, no language selector).
@@ -44,31 +45,6 @@ def layer_counts() -> dict[str, int]:
     return {name: ckptlab.describe(name).num_layers for name in learnrun.cpu_presets()}
 
 
-def measured(specs: list[RunSpec]) -> dict[RunSpec, RunResult] | None:
-    """Results for ``specs`` (and their baselines) from this session, measuring what is missing."""
-    cache = state.setdefault("learn_results", {})
-    missing = [spec for spec in specs if spec not in cache]
-    if not missing:
-        return cache
-    with st.status(tr("run.measuring"), expanded=False) as status:
-        bar = st.progress(0.0)
-
-        def progress(message: str, fraction: float) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0))
-
-        def on_wait(ahead: int) -> None:
-            status.update(label=tr("run.waiting", ahead=ahead))
-
-        try:
-            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait))
-        except ckptlab.CkptlabError as error:
-            status.update(label=tr("run.failed"), state="error", expanded=True)
-            st.code(str(error), language=None)
-            return None
-        status.update(label=tr("run.measured", count=len(missing)), state="complete")
-    return cache
-
-
 st.title(tr("timeline.page_title"), anchor=False)
 st.markdown(tr("timeline.intro"))
 
@@ -87,7 +63,7 @@ with st.sidebar:
     overlay = st.toggle(tr("timeline.overlay_off"), key="timeline_overlay")
 
 spec = RunSpec(model=model, seq_len=int(seq_len), every_n_layers=int(every_n), repeats=1, warmup=0)
-results = measured([spec])
+results = measured([spec], tr)
 if results is None:
     st.stop()
 run, off = results[spec], results.get(baseline_spec(spec))

@@ -1,0 +1,49 @@
+"""The Learn pages' one way to get their real runs: measure what the session lacks, with progress.
+
+Not a page (app.py's navigation lists the pages); the Timeline, Lesson and Exercises pages
+import it as ``pages._learn_runs``. It shows a status box while it measures, so it lives
+with the pages and not in the core, which never imports streamlit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+
+import ckptlab
+from ckptlab import learnrun
+from ckptlab.results import RunResult, RunSpec
+
+
+def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunResult] | None:
+    """Results for ``specs`` (and their baselines) from this session, measuring what is missing.
+
+    Args:
+        specs: the settings a page shows.
+        tr: the page's translator, for the status messages.
+
+    Returns:
+        The session's results by spec, or None when a run could not be made (the message is shown).
+    """
+    cache = st.session_state.setdefault("learn_results", {})
+    missing = [spec for spec in specs if spec not in cache]
+    if not missing:
+        return cache
+    with st.status(tr("run.measuring"), expanded=False) as status:
+        bar = st.progress(0.0)
+
+        def progress(message: str, fraction: float) -> None:
+            bar.progress(min(max(fraction, 0.0), 1.0))
+
+        def on_wait(ahead: int) -> None:
+            status.update(label=tr("run.waiting", ahead=ahead))
+
+        try:
+            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait))
+        except ckptlab.CkptlabError as error:
+            status.update(label=tr("run.failed"), state="error", expanded=True)
+            st.code(str(error), language=None)
+            return None
+        status.update(label=tr("run.measured", count=len(missing)), state="complete")
+    return cache
