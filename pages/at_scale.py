@@ -10,7 +10,6 @@ URL, so a link restores it; nothing heavy runs before **Simulate**.
 from __future__ import annotations
 
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
 
 import ckptlab
 from ckptlab import figures, i18n
@@ -32,14 +31,9 @@ from ckptlab.scale import (
 )
 from ckptlab.scale_figures import GIB, peak_figure, resident_figure
 from ckptlab.timeline_figures import event_label, provenance_label
+from pages._deep_link import run_through_app
 
-# Opened by its URL before app.py ever ran on this server, Streamlit falls back to its older
-# pages/ folder mode and runs this file alone (no app navigation, no language selector).
-# On a session's first run, leave that mode and rerun: app.py then runs first and routes here.
-# (Only then: a rerun would drop a button press, and later runs find the mode already left.)
-if PagesManager.uses_pages_directory and not st.session_state:
-    PagesManager.uses_pages_directory = False
-    st.rerun()
+run_through_app()
 
 lang = i18n.normalize(st.session_state.get("app_lang"))
 # Every word the page shows, in one place: locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).

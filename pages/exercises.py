@@ -8,7 +8,6 @@ Learn pages. The first answer to each exercise counts toward the session's score
 from __future__ import annotations
 
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
 
 import ckptlab
 from ckptlab import exercises, i18n
@@ -18,14 +17,9 @@ from ckptlab.plan import planned_roles
 from ckptlab.results import RunResult, RunSpec
 from ckptlab.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
 from pages._learn_runs import measured
+from pages._deep_link import run_through_app
 
-# Opened by its URL before app.py ever ran on this server, Streamlit falls back to its older
-# pages/ folder mode and runs this file alone (no app navigation, no language selector).
-# On a session's first run, leave that mode and rerun: app.py then runs first and routes here.
-# (Only then: a rerun would drop a button press, and later runs find the mode already left.)
-if PagesManager.uses_pages_directory and not st.session_state:
-    PagesManager.uses_pages_directory = False
-    st.rerun()
+run_through_app()
 
 state = st.session_state
 lang = i18n.normalize(state.get("app_lang"))

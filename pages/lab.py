@@ -7,7 +7,6 @@ settings live in the URL, so a link restores them; nothing heavy runs before Run
 from __future__ import annotations
 
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
 import torch
 
 import ckptlab
@@ -19,14 +18,9 @@ from ckptlab.measure import resolve_device
 from ckptlab.report import MIB, mib, setting_name
 from ckptlab.results import DTYPES, MIN_SAMPLES_TO_JUDGE, RunSpec
 from ckptlab.timeline_figures import event_label, method_label, provenance_label, setting_label
+from pages._deep_link import run_through_app
 
-# Opened by its URL before app.py ever ran on this server, Streamlit falls back to its older
-# pages/ folder mode and runs this file alone (no app navigation, no language selector).
-# On a session's first run, leave that mode and rerun: app.py then runs first and routes here.
-# (Only then: a rerun would drop a button press, and later runs find the mode already left.)
-if PagesManager.uses_pages_directory and not st.session_state:
-    PagesManager.uses_pages_directory = False
-    st.rerun()
+run_through_app()
 
 LOCAL = "local directory"
 DEVICES = ("auto", "cpu", "cuda") if torch.cuda.is_available() else ("auto", "cpu")

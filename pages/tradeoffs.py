@@ -8,7 +8,6 @@ Stop button, then render the core's figures from the result kept in the session.
 from __future__ import annotations
 
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
 import torch
 
 import ckptlab
@@ -22,14 +21,9 @@ from ckptlab.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
 from ckptlab.sweepjob import SweepJob
 from ckptlab.timeline_figures import provenance_label
 from ckptlab.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
+from pages._deep_link import run_through_app
 
-# Opened by its URL before app.py ever ran on this server, Streamlit falls back to its older
-# pages/ folder mode and runs this file alone (no app navigation, no language selector).
-# On a session's first run, leave that mode and rerun: app.py then runs first and routes here.
-# (Only then: a rerun would drop a button press, and later runs find the mode already left.)
-if PagesManager.uses_pages_directory and not st.session_state:
-    PagesManager.uses_pages_directory = False
-    st.rerun()
+run_through_app()
 
 SEQ_CHOICES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 CUSTOM = "custom budget"
