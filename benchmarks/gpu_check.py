@@ -16,7 +16,13 @@ On one H200-class GPU, in about 5 minutes, with no network and no downloads, it:
 4. checks that loss and gradients are equal with and without checkpointing, and with offload;
 5. provokes an out-of-memory (a sequence far too long for the card), checks the lab reports
    "does not fit", frees the memory, and that the next run in the same process works;
-6. writes all of it as a Markdown report.
+6. runs ``python -m ckptlab run`` on a real-shape preset (default dtype, bf16 on a GPU) and
+   keeps its whole output;
+7. checks that every run gave its memory back: ``torch.cuda.memory_allocated()`` after all of
+   the above against its value before the first run, and the transformers models still alive;
+8. writes all of it as a Markdown report, rewritten after every section, so a run cut off by
+   its time limit still leaves what it had. A section that fails is reported with its error
+   and the next one runs; ``--budget-s`` skips the sections that would start past it.
 
 Without a CUDA GPU it says so and exits with status 2, without a traceback.
 """
@@ -25,9 +31,12 @@ from __future__ import annotations
 
 import argparse
 import platform
+import gc
+import os
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,6 +62,7 @@ GIB = 2**30
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/gpu-results.md", help="where to write the Markdown report")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="start no section after this many seconds")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print(
@@ -61,31 +71,52 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    report = Report()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = Report(out)
     started = time.perf_counter()
+    torch.cuda.synchronize()
+    allocated_at_start = torch.cuda.memory_allocated()
     report.header()
-    offload_table(report)
-    lab_step_on_the_table(report)
-    step_time_ratios(report)
-    equivalence(report)
-    out_of_memory(report)
+    sections = (offload_table, lab_step_on_the_table, step_time_ratios, equivalence, out_of_memory, cli_run)
+    failed = 0
+    for section in sections:
+        elapsed = time.perf_counter() - started
+        if elapsed > args.budget_s:
+            report.line(f"\n(`{section.__name__}` skipped: {elapsed:.0f} s spent of a {args.budget_s:.0f} s budget)")
+            continue
+        failed += not _run_section(report, section)
+    _run_section(report, lambda r: memory_given_back(r, allocated_at_start))
     report.line(f"\nTotal time of the check: {time.perf_counter() - started:.0f} s.")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(report.text())
-    print(report.text())
-    print(f"\nwritten to {args.out}", file=sys.stderr)
-    return 0
+    print(f"\nwritten to {out}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _run_section(report: Report, section) -> bool:
+    """Run one section; a failure is written into the report instead of ending the check."""
+    section_started = time.perf_counter()
+    try:
+        section(report)
+    except Exception as error:  # noqa: BLE001 - the report must say what broke and go on
+        report.line(f"\n**This section failed**: `{type(error).__name__}: {str(error)[:500]}`\n")
+        report.line("```\n" + "".join(traceback.format_exception(error)[-6:]) + "```")
+        return False
+    finally:
+        report.line(f"\n_(section time {time.perf_counter() - section_started:.0f} s)_")
+    return True
 
 
 class Report:
-    """Markdown lines, printed as they come so a cut-off run still shows what it had."""
+    """Markdown lines, printed and written to the file as they come so a cut-off run still shows what it had."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.lines: list[str] = []
 
     def line(self, text: str = "") -> None:
         self.lines.append(text)
         print(text, flush=True)
+        self.path.write_text(self.text())
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -190,6 +221,35 @@ def out_of_memory(report: Report) -> None:
     report.line(f"- status: `{result.status}`; message: {result.message}")
     report.line(f"- allocated before {before / MIB:.1f} MiB, after the failed run {after / MIB:.1f} MiB")
     report.line(f"- the next run in the same process: status `{follow.status}`, peak {follow.memory.peak_bytes / MIB:.1f} MiB")
+
+
+def cli_run(report: Report) -> None:
+    report.line("\n## 6. `python -m ckptlab run` on a real-shape preset (default dtype: bfloat16 on a GPU)\n")
+    for model, seq_len in (("qwen3-0.6b", 4096), ("llama-3.2-1b", 8192)):
+        command = [sys.executable, "-m", "ckptlab", "run", "--model", model, "--seq-len", str(seq_len), "--every-n-layers", "2"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1],
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        report.line(f"`python -m ckptlab run --model {model} --seq-len {seq_len} --every-n-layers 2` (exit {done.returncode}):\n")
+        report.line("```\n" + done.stdout.rstrip() + ("\n" + done.stderr.rstrip() if done.stderr.strip() else "") + "\n```")
+
+
+def memory_given_back(report: Report, allocated_at_start: int) -> None:
+    report.line("\n## 7. Every run gave its memory back (same process, after all sections above)\n")
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    after = torch.cuda.memory_allocated()
+    alive = sum(isinstance(o, transformers.PreTrainedModel) for o in gc.get_objects())
+    report.line(f"- `torch.cuda.memory_allocated()` before the first run {allocated_at_start / MIB:.1f} MiB, "
+                f"after the last {after / MIB:.1f} MiB ({(after - allocated_at_start) / MIB:+.1f} MiB)")
+    report.line(f"- transformers models still alive: {alive}")
+    # cuBLAS keeps one workspace per thread that ran a matmul (the forward's and autograd's
+    # backward thread), allocated through the caching allocator: not a run's leftovers.
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+        torch.cuda.empty_cache()
+        report.line(f"- after clearing cuBLAS's workspaces: {torch.cuda.memory_allocated() / MIB:.1f} MiB")
 
 
 def _loss_and_grads(model, ids):

@@ -108,6 +108,10 @@ def measure_resident_after_forward_cuda(config: Qwen3Config, seq_len: int, offlo
     model.train()
     model.activation_checkpointing_enable(every_n_layers=1, offload=offload)
     input_ids = torch.randint(config.vocab_size, (1, seq_len), device=device)
+    # The first matmul of a thread makes cuBLAS allocate its workspace (32 MiB on Hopper) through
+    # the caching allocator, where it stays: measured cold, the first row of the table read 32 MiB
+    # high on an H200 (docs/gpu-results.md). One untimed forward first, as any real run has had.
+    model(input_ids=input_ids, use_cache=False)
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
     output = model(input_ids=input_ids, use_cache=False)
