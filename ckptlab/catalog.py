@@ -380,7 +380,7 @@ def _has_weights(path: str) -> bool:
     return any(glob.glob(os.path.join(path, pattern)) for pattern in _WEIGHT_PATTERNS)
 
 
-def _build_on_meta(config: PretrainedConfig, task: str) -> PreTrainedModel:
+def build_on_meta(config: PretrainedConfig, task: str) -> PreTrainedModel:
     """The model with shapes but no storage: counting an 8B model costs no memory."""
     kwargs = _model_kwargs(config, task)  # raises UnsupportedModelError with our message
     try:
@@ -438,7 +438,7 @@ def describe(name_or_dir: str) -> ModelInfo:
     name_or_dir = os.fspath(name_or_dir)
     config, source, task = load_config(name_or_dir)
     weights = "loaded" if source == "local" and _has_weights(name_or_dir) else "random"
-    return _info(name_or_dir, config, source, task, weights, _build_on_meta(config, task))
+    return _info(name_or_dir, config, source, task, weights, build_on_meta(config, task))
 
 
 def instantiate(config: PretrainedConfig, task: str, dtype: torch.dtype) -> PreTrainedModel:
@@ -495,7 +495,7 @@ def build_model(
     loaded = source == "local" and _has_weights(name_or_dir)
     # Check on meta first: refusing an unsupported model should not cost its weights.
     weights = "loaded" if loaded else "random"
-    info = _info(name_or_dir, config, source, task, weights, _build_on_meta(config, task))
+    info = _info(name_or_dir, config, source, task, weights, build_on_meta(config, task))
     auto = _auto_class(task)
     torch.manual_seed(seed)
     if loaded:

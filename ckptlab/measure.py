@@ -184,7 +184,7 @@ def _measure_built(
     total_steps = spec.warmup + spec.repeats + 1
     for index in range(spec.warmup):
         report(f"warm-up step {index + 1} of {spec.warmup}", (index + 0.5) / total_steps)
-        _step(model, batch, probe=None)
+        train_step(model, batch, probe=None)
 
     clock = clock_for(device)
     probe = LayerProbe(model, track_saved=False)
@@ -192,7 +192,7 @@ def _measure_built(
     with probe.attached():
         for index in range(spec.repeats):
             report(f"timed step {index + 1} of {spec.repeats}", (spec.warmup + index + 0.5) / total_steps)
-            forward_s, backward_s = _step(model, batch, probe, clock=clock)
+            forward_s, backward_s = train_step(model, batch, probe, clock=clock)
             forward_samples.append(forward_s)
             backward_samples.append(backward_s)
             _check_repeatable(probe, planned, notes)
@@ -260,7 +260,7 @@ def random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) ->
     return batch
 
 
-def _step(
+def train_step(
     model: PreTrainedModel,
     batch: dict[str, torch.Tensor],
     probe: LayerProbe | None,
@@ -314,7 +314,7 @@ def observe_memory(
             resident["breakdown"] = meter.breakdown()
 
         with probe.attached():
-            _step(model, batch, probe, after_forward=after_forward)
+            train_step(model, batch, probe, after_forward=after_forward)
         peak_point = recorder.finish()
     memory = MemoryResult(
         method=meter.method,

@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import AutoModel, Qwen3Config
 
 from .meters import TrackerMeter
-from .simulate import _HostLedger, _simulating
+from .simulate import HostLedger, simulating
 
 MIB = 2**20
 
@@ -80,7 +80,7 @@ def simulate_resident_after_forward(config: Qwen3Config, seq_len: int, offload: 
     ``activation_checkpointing_enable``, the simulated ``save_on_cpu`` and MemTracker.
     """
     device = torch.device("cpu")
-    with FakeTensorMode(), _simulating(_HostLedger()):
+    with FakeTensorMode(), simulating(HostLedger()):
         model = AutoModel.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
         model.train()
         model.activation_checkpointing_enable(every_n_layers=1, offload=offload)

@@ -80,7 +80,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     validate_for_model(spec, info)
     dtype = resolve_dtype(spec.dtype, torch.device("cuda"))
     config, _, task = catalog.load_config(spec.model)
-    shape = _Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast else None
+    shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast else None
 
     notes = []
     if spec.every_n_layers is not None and spec.every_n_layers >= info.num_layers > 1:
@@ -125,8 +125,8 @@ def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.d
     """Simulate the spec's step on a copy of the model with ``depth`` layers."""
     config = catalog.config_with(config, {"num_hidden_layers": depth})
     planned = planned_roles(depth, spec.every_n_layers)
-    ledger = _HostLedger()
-    with FakeTensorMode(), _simulating(ledger):
+    ledger = HostLedger()
+    with FakeTensorMode(), simulating(ledger):
         model = catalog.instantiate(config, task, dtype)
         model.train()
         if spec.checkpointing:
@@ -173,7 +173,7 @@ def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: _Step, not
 # -- offload on fake tensors ----------------------------------------------------------------
 
 
-class _HostLedger:
+class HostLedger:
     """Bytes the simulated offload holds in host memory."""
 
     def __init__(self) -> None:
@@ -233,7 +233,7 @@ def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None
 
 
 @contextmanager
-def _simulating(ledger: _HostLedger) -> Iterator[None]:
+def simulating(ledger: HostLedger) -> Iterator[None]:
     """Mark this thread as simulating: offload and the packed-sequence check behave as for real tensors.
 
     The replacements are installed in transformers once and hand real tensors, and other
@@ -254,7 +254,7 @@ def _simulating(ledger: _HostLedger) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class _Reduction:
+class Reduction:
     """How a deep model is folded into shallow copies with the same plan at both ends.
 
     The layers split into a head (the first repeating unit, which holds layer 0), a middle of
@@ -268,7 +268,7 @@ class _Reduction:
     middle_units: int  # units in the middle of the full model
 
     @classmethod
-    def for_plan(cls, num_layers: int, every_n_layers: int | None) -> _Reduction | None:
+    def for_plan(cls, num_layers: int, every_n_layers: int | None) -> Reduction | None:
         # Off, or only L1 checkpointed: every layer after the first is the same (keep).
         unit = 1 if every_n_layers is None or every_n_layers >= num_layers else every_n_layers
         head, tail = unit, unit + num_layers % unit

@@ -15,7 +15,7 @@ from ckptlab.catalog import (
     DEFAULT_PRESET,
     ModelInfo,
     Preset,
-    _build_on_meta,
+    build_on_meta,
     build_model,
     describe,
     get_preset,
@@ -105,7 +105,7 @@ def test_describe_8b_is_fast_and_allocates_nothing():
     # 8B parameters in fp32 would be 32 GB; allow only interpreter noise.
     assert _peak_rss_bytes() - before < 512 * 2**20
     config, _, task = load_config("qwen3-8b")
-    assert {p.device.type for p in _build_on_meta(config, task).parameters()} == {"meta"}
+    assert {p.device.type for p in build_on_meta(config, task).parameters()} == {"meta"}
 
 
 def test_unknown_name_lists_presets_and_mentions_hub_ids():

@@ -6,7 +6,7 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from ckptlab import RunSpec, load_model
-from ckptlab.measure import random_batch, _step
+from ckptlab.measure import random_batch, train_step
 from ckptlab.meters import TrackerMeter
 
 
@@ -16,12 +16,12 @@ def _peak_with(tracker_meter_or_stock, model, batch):
         tracker = tracker_meter_or_stock
         tracker.track_external(model)
         with tracker:
-            _step(model, batch, None)
+            train_step(model, batch, None)
         snap = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
         return {str(getattr(k, "value", k)): v for k, v in snap.items() if v}
     meter = tracker_meter_or_stock
     with meter.watching():
-        _step(model, batch, None)
+        train_step(model, batch, None)
         peak = meter.take_peak()
         breakdown = meter.peak_breakdown()
     return {**breakdown, "Total": peak}

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from ckptlab import SpecError, describe_plan, observed_roles, planned_roles
-from ckptlab.catalog import _build_on_meta, load_config
+from ckptlab.catalog import build_on_meta, load_config
 
 
 @pytest.mark.parametrize("num_layers", [1, 2, 3, 5, 6, 7, 12])
 def test_plan_matches_the_flags_transformers_sets(num_layers):
     config, _, task = load_config("tiny-llama")
     config.num_hidden_layers = num_layers
-    model = _build_on_meta(config, task)  # flags only: no memory needed
+    model = build_on_meta(config, task)  # flags only: no memory needed
     for every_n_layers in range(1, num_layers + 3):
         model.activation_checkpointing_enable(every_n_layers=every_n_layers)
         assert observed_roles(model) == planned_roles(num_layers, every_n_layers), (num_layers, every_n_layers)
@@ -44,7 +44,7 @@ def test_describe_plan_says_when_only_the_first_layer_is_checkpointed():
 def test_other_modules_with_a_flag_stay_enabled():
     """Only GradientCheckpointingLayer modules are counted; others with a flag are switched on as they are."""
     config, _, task = load_config("tiny-llama")
-    model = _build_on_meta(config, task)
+    model = build_on_meta(config, task)
     model.model.gradient_checkpointing = False  # LlamaModel carries a flag of its own
     model.activation_checkpointing_enable(every_n_layers=2)
     assert model.model.gradient_checkpointing is True

@@ -10,7 +10,7 @@ import pytest
 from ckptlab import ModelLoadError, RunSpec, SpecError, list_presets, simulate
 from ckptlab.catalog import load_config
 from ckptlab.reference import MIB, reproduce_pr48444
-from ckptlab.simulate import _Reduction
+from ckptlab.simulate import Reduction
 from tests.conftest import FAST
 
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
@@ -52,7 +52,7 @@ def test_an_8b_simulation_allocates_no_real_memory():
 def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(every_n_layers, offload):
     """qwen3-0.6b has 28 layers: the fast path simulates two shallow copies and extrapolates."""
     spec = RunSpec(model="qwen3-0.6b", seq_len=256, every_n_layers=every_n_layers, offload=offload)
-    assert _Reduction.for_plan(28, every_n_layers) is not None
+    assert Reduction.for_plan(28, every_n_layers) is not None
     fast, full = simulate(spec), simulate(spec, fast=False)
     assert any("extrapolated" in note for note in fast.notes)
     for name in ("baseline_bytes", "after_forward_bytes", "peak_bytes", "peak_where", "breakdown_after_forward",
