@@ -40,14 +40,13 @@ import transformers  # noqa: E402
 
 from ckptlab import RunSpec, build_model, compare, measure, simulate  # noqa: E402
 from ckptlab.reference import (  # noqa: E402
-    MIB,
     PR_48444_ROWS,
     measure_resident_after_forward_cuda,
     pr48444_config,
     simulate_resident_after_forward,
 )
+from ckptlab.units import GIB, MIB  # noqa: E402
 
-GIB = 2**30
 
 
 def main() -> int:

@@ -10,11 +10,10 @@ import json
 
 from .errors import SpecError
 from .recommend import GPUS, budget_bytes
-from .report import mib, run_report
+from .report import run_report
 from .results import RunResult
 from .simulate import simulate
-
-GIB = 2**30
+from .units import GIB, mib
 
 
 def add_simulate_command(commands) -> None:

@@ -15,11 +15,11 @@ import sys
 from .accuracy import PredictionCheck, check_predictions
 from .errors import SpecError
 from .recommend import GPUS, Recommendation, gpu_name, recommend
-from .report import mib, milliseconds
 from .results import RunSpec
 from .sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
+from .units import GIB, KIB, MIB, mib, milliseconds
 
-UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+UNITS = {"": 1, "b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
 
 def add_sweep_command(commands) -> None:

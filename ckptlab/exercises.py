@@ -16,9 +16,9 @@ from typing import Literal
 
 from .errors import SpecError
 from .i18n import t
-from .report import MIB
 from .results import RunResult, RunSpec, compare
 from .timeline_figures import event_label
+from .units import mib
 
 Kind = Literal["percent", "choice"]
 Metric = Literal["after_forward", "peak", "step"]
@@ -161,16 +161,12 @@ def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, Run
     return Outcome(predicted, measured, points, verdict, explain(run, off, lang))
 
 
-def _mib(value: float) -> str:
-    return f"{value / MIB:,.1f}"
-
-
 def _explain_resident(run: RunResult, off: RunResult, lang: str) -> str:
     cp = [layer for layer in run.layers if layer.observed == "CP"]
     cp_off = sum(off.layers[layer.index].saved_bytes for layer in cp)
     kept = sum(layer.input_bytes for layer in cp)
     rest = max(run.memory.after_forward_bytes - kept, 0)
-    return t("explain.after_forward", lang, k=len(cp), kept=_mib(kept), off=_mib(cp_off), rest=_mib(rest))
+    return t("explain.after_forward", lang, k=len(cp), kept=mib(kept), off=mib(cp_off), rest=mib(rest))
 
 
 def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
@@ -180,10 +176,10 @@ def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
     values = {
         "where": where,
         "seq": run.spec.seq_len,
-        "off": _mib(off.memory.peak_above_baseline_bytes),
-        "run": _mib(run.memory.peak_above_baseline_bytes),
-        "grad": _mib(point.get("region_peak_breakdown", {}).get("Gradient", 0)),
-        "freed": _mib(max(off.memory.after_forward_bytes - run.memory.after_forward_bytes, 0)),
+        "off": mib(off.memory.peak_above_baseline_bytes),
+        "run": mib(run.memory.peak_above_baseline_bytes),
+        "grad": mib(point.get("region_peak_breakdown", {}).get("Gradient", 0)),
+        "freed": mib(max(off.memory.after_forward_bytes - run.memory.after_forward_bytes, 0)),
     }
     return t("explain.peak_unmoved" if ratio >= 90 else "explain.peak_moved", lang, **values)
 
@@ -205,10 +201,10 @@ def _explain_step(run: RunResult, off: RunResult, lang: str) -> str:
 
 def _explain_budget(exercise: Exercise, runs: Mapping[int | None, RunResult], answer: int | None, lang: str) -> str:
     budget = exercise.budget_fraction * runs[None].memory.after_forward_bytes
-    held = ", ".join(f"n={n}: {_mib(runs[n].memory.after_forward_bytes)}" for n in exercise.choices)
+    held = ", ".join(f"n={n}: {mib(runs[n].memory.after_forward_bytes)}" for n in exercise.choices)
     if answer is None:
-        return t("explain.budget_none", lang, budget=_mib(budget), held=held)
-    return t("explain.budget", lang, budget=_mib(budget), held=held, n=answer)
+        return t("explain.budget_none", lang, budget=mib(budget), held=held)
+    return t("explain.budget", lang, budget=mib(budget), held=held, n=answer)
 
 
 def total_points(answers: Mapping[str, Outcome]) -> tuple[int, int]:

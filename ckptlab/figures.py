@@ -17,8 +17,8 @@ from plotly.subplots import make_subplots
 
 from .i18n import t
 from .plan import planned_roles
-from .report import MIB
 from .results import LayerResult, RunResult
+from .units import MIB
 
 LAYERS_PER_LINE = 12
 

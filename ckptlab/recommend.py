@@ -17,11 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .errors import SpecError
-from .report import mib, milliseconds
 from .snippets import model_snippet, trainer_snippet
 from .sweep import SweepRow
+from .units import GIB, mib, milliseconds
 
-GIB = 2**30
 
 # Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
 # on an H100 80GB, and the CUDA context takes a few hundred MiB outside torch's counts: the

@@ -26,8 +26,8 @@ from transformers import AutoModel, Qwen3Config
 
 from .meters import TrackerMeter
 from .simulate import HostLedger, simulating
+from .units import MIB
 
-MIB = 2**20
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Text at the edge: the CP / keep / rerun diagram and the tables the command line prints.
 
-Pure functions from results to strings; units are made here (MiB = 2**20 bytes, which
-public tables write as "MB").
+Pure functions from results to strings; the units come from ``ckptlab.units`` (MiB = 2**20
+bytes, which public tables write as "MB").
 """
 
 from __future__ import annotations
@@ -10,18 +10,9 @@ from collections.abc import Sequence
 
 from .catalog import ModelInfo
 from .results import Comparison, RunResult, TimingResult
+from .units import mib, milliseconds
 
-MIB = 2**20
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
-
-
-def mib(num_bytes: float) -> str:
-    """Bytes as MiB with one decimal, e.g. ``"194.1"``."""
-    return f"{num_bytes / MIB:,.1f}"
-
-
-def milliseconds(seconds: float) -> str:
-    return f"{seconds * 1000:,.0f}"
 
 
 def setting_name(every_n_layers: int | None, offload: bool = False) -> str:

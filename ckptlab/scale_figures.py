@@ -16,11 +16,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from .report import MIB
 from .results import RunResult
 from .scale import ScaleTable, Setting, fits
+from .units import GIB, MIB
 
-GIB = 2**30
 FONT = "Arial, Helvetica, sans-serif"
 
 WORDS: dict[str, str] = {

@@ -15,8 +15,8 @@ from plotly.subplots import make_subplots
 from . import timeline as tl
 from .figures import COLORS, FONT, OFF_COLOR, RUN_COLOR
 from .i18n import t
-from .report import MIB
 from .results import RunResult
+from .units import MIB
 
 BAND_COLORS = {"forward": "#56B4E9", "loss": "#999999", "backward": "#009E73", "rerun": COLORS["rerun"]}
 STATE_COLORS = {

@@ -18,8 +18,8 @@ from .accuracy import PredictionCheck
 from .i18n import t
 from .predict import architecture, predict
 from .recommend import Recommendation
-from .report import MIB
 from .sweep import SweepResult, SweepRow
+from .units import MIB
 
 FONT = "Arial, Helvetica, sans-serif"
 # Okabe-Ito, as ckptlab.figures: colour-blind safe and legible on a projector.

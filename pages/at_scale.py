@@ -29,8 +29,9 @@ from ckptlab.scale import (
     remember,
     scale_settings,
 )
-from ckptlab.scale_figures import GIB, peak_figure, resident_figure
+from ckptlab.scale_figures import peak_figure, resident_figure
 from ckptlab.timeline_figures import event_label, provenance_label
+from ckptlab.units import GIB
 from pages._deep_link import run_through_app
 
 run_through_app()

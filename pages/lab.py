@@ -15,9 +15,10 @@ from ckptlab.export import layer_rows, result_csv
 from ckptlab.labquery import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
 from ckptlab.labrun import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
 from ckptlab.measure import resolve_device
-from ckptlab.report import MIB, mib, setting_name
+from ckptlab.report import setting_name
 from ckptlab.results import DTYPES, MIN_SAMPLES_TO_JUDGE, RunSpec
 from ckptlab.timeline_figures import event_label, method_label, provenance_label, setting_label
+from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
 
 run_through_app()
@@ -337,7 +338,7 @@ if problem:
     st.error(problem)
 elif on_cpu and not info.cpu_ok:
     step_s, run_s = cpu_estimate(spec, info)
-    weights_gib = 2 * info.num_params * (2 if spec.dtype in ("bfloat16", "float16") else 4) / 2**30
+    weights_gib = 2 * info.num_params * (2 if spec.dtype in ("bfloat16", "float16") else 4) / GIB
     st.warning(tr("lab.meant_for_gpu", model=info.name, step=_duration(step_s), run=_duration(run_s), gib=f"{weights_gib:,.1f}"))
 
 head, button = st.columns([5, 1], vertical_alignment="center")

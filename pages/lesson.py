@@ -26,6 +26,7 @@ from ckptlab.timeline_figures import (
     timeline_figure,
     tradeoff_figure,
 )
+from ckptlab.units import MIB
 from pages._learn_runs import measured
 from pages._deep_link import run_through_app
 
@@ -92,7 +93,7 @@ if part == "activation":
     text.markdown(tr("lesson.activation.body"))
     loss = next(i for i, point in enumerate(off.memory.timeline) if point["kind"] == "loss")
     figure.plotly_chart(step_figure(off, loss, lang=lang), key="lesson_activation_chart", theme=None)
-    saved = sum(layer.saved_bytes for layer in off.layers) / 2**20
+    saved = sum(layer.saved_bytes for layer in off.layers) / MIB
     figure.caption(tr("lesson.activation.caption", mib=f"{saved:,.1f}", layers=len(off.layers)))
 
 elif part == "trade":
@@ -140,7 +141,7 @@ elif part == "offload":
     chosen = [runs[spec] for spec in specs]
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
     figure.caption(
-        tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / 2**20:,.1f}", seq=LONG.seq_len)
+        tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / MIB:,.1f}", seq=LONG.seq_len)
     )
 
 elif part == "peak":

@@ -23,6 +23,7 @@ from ckptlab.timeline_figures import (
     run_label,
     timeline_figure,
 )
+from ckptlab.units import MIB
 from pages._learn_runs import measured
 from pages._deep_link import run_through_app
 
@@ -77,8 +78,8 @@ point = points[index]
 others = [off] if overlay and off is not None and off.status == "ok" else []
 st.plotly_chart(timeline_figure(run, others, lang=lang, cursor=index), key="timeline_chart", theme=None)
 
-now_mib = (point["current_bytes"] - run.memory.baseline_bytes) / 2**20
-high_mib = (point["region_peak_bytes"] - run.memory.baseline_bytes) / 2**20
+now_mib = (point["current_bytes"] - run.memory.baseline_bytes) / MIB
+high_mib = (point["region_peak_bytes"] - run.memory.baseline_bytes) / MIB
 st.markdown(tr("timeline.at_event", event=event_label(point, lang), now=f"{now_mib:,.1f}", high=f"{high_mib:,.1f}"))
 st.plotly_chart(
     diagram_figure(
@@ -99,7 +100,7 @@ if others:
 bumps = tl.rerun_bumps(points)
 if bumps:
     layer, rise = max(bumps.items(), key=lambda item: item[1])
-    st.markdown(tr("timeline.bump_line", count=len(bumps), n=layer + 1, mib=f"{rise / 2**20:,.1f}"))
+    st.markdown(tr("timeline.bump_line", count=len(bumps), n=layer + 1, mib=f"{rise / MIB:,.1f}"))
 problems = tl.check_order(points, [layer.enabled for layer in run.layers])
 if problems:
     st.error(tr("timeline.order_problem", problems="; ".join(problems)))

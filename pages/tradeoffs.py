@@ -15,12 +15,12 @@ from ckptlab import i18n
 from ckptlab.accuracy import check_predictions
 from ckptlab.labrun import build_for_key, model_key
 from ckptlab.recommend import GPUS, recommend
-from ckptlab.report import MIB, mib, milliseconds
 from ckptlab.results import DTYPES
 from ckptlab.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
 from ckptlab.sweepjob import SweepJob
 from ckptlab.timeline_figures import provenance_label
 from ckptlab.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
+from ckptlab.units import MIB, mib, milliseconds
 from pages._deep_link import run_through_app
 
 run_through_app()

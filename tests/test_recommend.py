@@ -11,10 +11,10 @@ from transformers import TrainingArguments
 
 from ckptlab import build_model, observed_roles, planned_roles
 from ckptlab.errors import SpecError
-from ckptlab.recommend import GIB, GPUS, recommend
+from ckptlab.recommend import GPUS, recommend
 from ckptlab.sweep import SweepRow
+from ckptlab.units import GIB, MIB
 
-MIB = 2**20
 
 
 def row(n, peak_mib, step_ms, *, seq=1024, offload=False, spread=0.01, offload_mib=0, baseline_mib=100):

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from ckptlab.report import MIB
+from ckptlab.units import GIB, MIB
 from ckptlab.scale import ScaleTable, Setting, scale_table
-from ckptlab.scale_figures import GIB, HOST_PATTERN, WORDS, peak_figure, resident_figure
+from ckptlab.scale_figures import HOST_PATTERN, WORDS, peak_figure, resident_figure
 
 SETTINGS = (Setting(None), Setting(1), Setting(1, offload=True))
 

@@ -9,12 +9,12 @@ import pytest
 
 from ckptlab import ModelLoadError, RunSpec, SpecError, list_presets, simulate
 from ckptlab.catalog import load_config
-from ckptlab.reference import MIB, reproduce_pr48444
+from ckptlab.reference import reproduce_pr48444
 from ckptlab.simulate import Reduction
+from ckptlab.units import GIB, MIB
 from tests.conftest import FAST
 
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
-GIB = 2**30
 
 
 def test_reproduces_the_published_offload_table():

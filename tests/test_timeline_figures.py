@@ -6,7 +6,7 @@ import pytest
 
 from ckptlab import i18n
 from ckptlab import timeline as tl
-from ckptlab.report import MIB
+from ckptlab.units import MIB
 from ckptlab.timeline_figures import diagram_figure, offload_figure, step_figure, timeline_figure, tradeoff_figure
 
 

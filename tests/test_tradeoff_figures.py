@@ -15,7 +15,8 @@ from ckptlab.tradeoff_figures import (
     seq_len_figure,
     tradeoff_figure,
 )
-from tests.test_recommend import MIB, TABLE
+from ckptlab.units import MIB
+from tests.test_recommend import TABLE
 
 
 @pytest.fixture(scope="module")
