@@ -14,7 +14,8 @@ from .plan import checkpointable_layers, describe_plan, observed_roles, planned_
 from .predict import Prediction, predict
 from .recommend import Recommendation, recommend
 from .report import diagram, result_diagram, run_report
-from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, RunSpec, TimingResult, compare
+from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, TimingResult, compare
+from .spec import RunSpec
 from .sweep import SweepResult, SweepRow, SweepSpec, sweep
 
 __all__ = [

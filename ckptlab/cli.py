@@ -19,7 +19,8 @@ from .cli_sweep import add_sweep_command
 from .errors import CkptlabError
 from .measure import load_model, measure
 from .report import models_table, run_report
-from .results import DEVICES, DTYPES, RunSpec, compare
+from .results import compare
+from .spec import DEVICES, DTYPES, RunSpec
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden

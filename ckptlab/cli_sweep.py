@@ -15,7 +15,7 @@ import sys
 from .accuracy import PredictionCheck, check_predictions
 from .errors import SpecError
 from .recommend import GPUS, Recommendation, gpu_name, recommend
-from .results import RunSpec
+from .spec import RunSpec
 from .sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
 from .units import GIB, KIB, MIB, mib, milliseconds
 

@@ -16,7 +16,8 @@ from typing import Literal
 
 from .errors import SpecError
 from .i18n import t
-from .results import RunResult, RunSpec, compare
+from .results import RunResult, compare
+from .spec import RunSpec
 from .timeline_figures import event_label
 from .units import mib
 

@@ -23,7 +23,8 @@ from . import catalog
 from .catalog import ModelInfo
 from .errors import DoesNotFitError
 from .measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
-from .results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, RunSpec, compare
+from .results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, compare
+from .spec import RunSpec
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)

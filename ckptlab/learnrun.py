@@ -22,7 +22,8 @@ from . import catalog
 from .catalog import ModelInfo
 from .labrun import ModelKey, baseline_spec, build_for_key, run_queued
 from .measure import Progress
-from .results import RunResult, RunSpec
+from .results import RunResult
+from .spec import RunSpec
 from .runqueue import OnWait
 
 _lock = threading.Lock()

@@ -38,10 +38,10 @@ from .results import (
     ModelSummary,
     Provenance,
     RunResult,
-    RunSpec,
     TimingResult,
     median,
 )
+from .spec import RunSpec
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
 

@@ -24,7 +24,8 @@ from .errors import CkptlabError, SpecError
 from .jobs import BackgroundJob
 from .measure import Progress, validate_for_model
 from .plan import planned_roles
-from .results import RunResult, RunSpec
+from .results import RunResult
+from .spec import RunSpec
 from .simulate import simulate
 
 EveryN = Literal["distinct", "all"]

@@ -48,7 +48,8 @@ from .catalog import ModelInfo
 from .measure import Progress, layer_results, model_summary, observe_memory, random_batch, resolve_dtype, validate_for_model
 from .plan import describe_plan, observed_roles, planned_roles
 from .probe import region_for
-from .results import LayerResult, MemoryResult, Provenance, RunResult, RunSpec
+from .results import LayerResult, MemoryResult, Provenance, RunResult
+from .spec import RunSpec
 
 SIMULATED_DEVICE = "cuda (simulated)"
 SIMULATION_METHOD = (

@@ -35,7 +35,8 @@ from .catalog import DEFAULT_PRESET, ModelInfo
 from .errors import SpecError
 from .measure import Progress, load_model, measure, resolve_device, validate_for_model
 from .predict import settings_for
-from .results import RunResult, RunSpec, compare
+from .results import RunResult, compare
+from .spec import RunSpec
 
 OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")

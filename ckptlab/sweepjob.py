@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .catalog import ModelInfo
 from .errors import CkptlabError
 from .jobs import BackgroundJob
-from .results import RunSpec
+from .spec import RunSpec
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
 from .sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
 

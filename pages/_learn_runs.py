@@ -13,7 +13,8 @@ import streamlit as st
 
 import ckptlab
 from ckptlab import learnrun
-from ckptlab.results import RunResult, RunSpec
+from ckptlab.results import RunResult
+from ckptlab.spec import RunSpec
 
 
 def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunResult] | None:

@@ -16,7 +16,8 @@ from ckptlab import figures, i18n
 from ckptlab.recommend import budget_bytes
 from ckptlab.labquery import BATCH_MAX, spec_from_query
 from ckptlab.recommend import GPUS
-from ckptlab.results import RunResult, RunSpec
+from ckptlab.results import RunResult
+from ckptlab.spec import RunSpec
 from ckptlab.scale import (
     SIMULATION_DTYPES,
     ScaleJob,

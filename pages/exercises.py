@@ -14,7 +14,8 @@ from ckptlab import exercises, i18n
 from ckptlab.exercises import EXERCISES, Exercise
 from ckptlab.labrun import baseline_spec
 from ckptlab.plan import planned_roles
-from ckptlab.results import RunResult, RunSpec
+from ckptlab.results import RunResult
+from ckptlab.spec import RunSpec
 from ckptlab.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
 from pages._learn_runs import measured
 from pages._deep_link import run_through_app

@@ -16,7 +16,8 @@ from ckptlab.labquery import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_f
 from ckptlab.labrun import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
 from ckptlab.measure import resolve_device
 from ckptlab.report import setting_name
-from ckptlab.results import DTYPES, MIN_SAMPLES_TO_JUDGE, RunSpec
+from ckptlab.results import MIN_SAMPLES_TO_JUDGE
+from ckptlab.spec import DTYPES, RunSpec
 from ckptlab.timeline_figures import event_label, method_label, provenance_label, setting_label
 from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app

@@ -15,7 +15,8 @@ import streamlit as st
 import ckptlab
 from ckptlab import exercises, i18n
 from ckptlab.labrun import baseline_spec
-from ckptlab.results import RunResult, RunSpec
+from ckptlab.results import RunResult
+from ckptlab.spec import RunSpec
 from ckptlab.timeline_figures import (
     diagram_figure,
     event_label,

@@ -13,7 +13,7 @@ import ckptlab
 from ckptlab import i18n, learnrun
 from ckptlab import timeline as tl
 from ckptlab.labrun import baseline_spec
-from ckptlab.results import RunSpec
+from ckptlab.spec import RunSpec
 from ckptlab.timeline_figures import (
     diagram_figure,
     event_label,

@@ -15,7 +15,7 @@ from ckptlab import i18n
 from ckptlab.accuracy import check_predictions
 from ckptlab.labrun import build_for_key, model_key
 from ckptlab.recommend import GPUS, recommend
-from ckptlab.results import DTYPES
+from ckptlab.spec import DTYPES
 from ckptlab.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
 from ckptlab.sweepjob import SweepJob
 from ckptlab.timeline_figures import provenance_label
