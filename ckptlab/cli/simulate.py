@@ -8,18 +8,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from .errors import SpecError
-from .recommend import GPUS, budget_bytes
-from .report import run_report
-from .results import RunResult
-from .simulate import simulate
-from .units import GIB, mib
+from ..errors import SpecError
+from ..recommend import GPUS, budget_bytes
+from ..report import run_report
+from ..results import RunResult
+from ..simulate import simulate
+from ..units import GIB, mib
+from .args import add_run_arguments, spec_from_args
 
 
 def add_simulate_command(commands) -> None:
     """Add ``simulate`` to the subcommands (one entry of ``COMMANDS``)."""
-    from .cli import add_run_arguments  # here, not at the top: cli imports this module for COMMANDS
-
     parser = commands.add_parser(
         "simulate", help="simulate one step of a real model size on fake tensors: memory a GPU would need"
     )
@@ -47,8 +46,6 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
 
 
 def _simulate_command(args: argparse.Namespace) -> int:
-    from .cli import spec_from_args
-
     spec = spec_from_args(args)
     budget = None
     if args.gpu:

@@ -12,20 +12,19 @@ import json
 import re
 import sys
 
-from .accuracy import PredictionCheck, check_predictions
-from .errors import SpecError
-from .recommend import GPUS, Recommendation, gpu_name, recommend
-from .spec import RunSpec
-from .sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
-from .units import GIB, KIB, MIB, mib, milliseconds
+from ..accuracy import PredictionCheck, check_predictions
+from ..errors import SpecError
+from ..recommend import GPUS, Recommendation, gpu_name, recommend
+from ..spec import RunSpec
+from ..sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
+from ..units import GIB, KIB, MIB, mib, milliseconds
+from .args import EXIT_BAD_INPUT, add_run_arguments, print_progress, spec_from_args
 
 UNITS = {"": 1, "b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
 
 def add_sweep_command(commands) -> None:
     """Add ``sweep`` to the subcommands (one entry of ``COMMANDS``)."""
-    from .cli import add_run_arguments  # here, not at the top: cli imports this module for COMMANDS
-
     # "resolve": the sweep redefines three of the run options as lists.
     sweep_parser = commands.add_parser(
         "sweep",
@@ -129,8 +128,6 @@ def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
         raise SpecError(
             "--no-checkpointing does not apply to sweep: checkpointing off is always its first row. Drop the flag."
         )
-    from .cli import spec_from_args
-
     if args.offload not in OFFLOAD_CHOICES:
         raise SpecError(f"--offload {args.offload!r} is not one of {', '.join(OFFLOAD_CHOICES)}.")
     seq_lens = parse_seq_lens(args.seq_len)
@@ -155,15 +152,13 @@ def replace_namespace(args: argparse.Namespace, **changes) -> argparse.Namespace
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from .cli import EXIT_BAD_INPUT, _print_progress
-
     spec = sweep_spec_from_args(args)
     budget: int | str | None = None
     if args.gpu is not None:
         budget = gpu_name(args.gpu)
     if args.budget is not None:
         budget = parse_budget(args.budget)
-    progress = _print_progress if sys.stderr.isatty() and not (args.json or args.csv) else None
+    progress = print_progress if sys.stderr.isatty() and not (args.json or args.csv) else None
     result = sweep(spec, progress=progress)
     if progress:
         print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
