@@ -8,17 +8,8 @@ import pytest
 
 from ckptlab import scale
 from ckptlab.errors import SpecError
-from ckptlab.scale import (
-    ScaleJob,
-    ScaleRequest,
-    Setting,
-    every_n_choices,
-    fits,
-    least_recompute_that_fits,
-    remember,
-    scale_settings,
-    scale_table,
-)
+from ckptlab.scale import ScaleRequest, Setting, every_n_choices, fits, least_recompute_that_fits, scale_settings, scale_table
+from ckptlab.scalejob import ScaleJob, remember
 
 MODEL, SEQ = "tiny-llama", 128  # 6 layers; about a second a simulation on 2 cores
 SETTINGS = (Setting(None), Setting(1), Setting(1, offload=True), Setting(2))
