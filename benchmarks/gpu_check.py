@@ -5,7 +5,7 @@
 On one H200-class GPU, in about 5 minutes, with no network and no downloads, it:
 
 1. measures the published offload table's three configurations (transformers PR #48444,
-   harness in ckptlab/reference.py) with offload off and on: resident after the forward,
+   harness in ckptlab/explore/reference.py) with offload off and on: resident after the forward,
    beside the published figures, and the lab's full measured step (peak, step time) on
    the 8-layer row;
 2. puts the simulation of the same specs, and of the lab's step, beside the CUDA
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import transformers  # noqa: E402
 
 from ckptlab import RunSpec, build_model, compare, measure, simulate  # noqa: E402
-from ckptlab.reference import (  # noqa: E402
+from ckptlab.explore.reference import (  # noqa: E402
     PR_48444_ROWS,
     measure_resident_after_forward_cuda,
     pr48444_config,

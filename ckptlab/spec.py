@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .catalog import DEFAULT_PRESET
+from .model.catalog import DEFAULT_PRESET
 from .errors import SpecError
-from .plan import validate_every_n_layers
+from .model.plan import validate_every_n_layers
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import streamlit as st
 
 import ckptlab
-from ckptlab import learnrun
+from ckptlab.lab import learn as learnrun
 from ckptlab.results import RunResult
 from ckptlab.spec import RunSpec
 

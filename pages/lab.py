@@ -1,6 +1,6 @@
 """The lab: pick a model and a checkpointing setting, press Run, see what each layer kept and what it cost.
 
-A flat page: read the widgets, call ``ckptlab.labrun.run_queued`` once, render. The
+A flat page: read the widgets, call ``ckptlab.lab.run.run_queued`` once, render. The
 settings live in the URL, so a link restores them; nothing heavy runs before Run.
 """
 
@@ -10,15 +10,16 @@ import streamlit as st
 import torch
 
 import ckptlab
-from ckptlab import figures, i18n, snippets
-from ckptlab.export import layer_rows, result_csv
-from ckptlab.labquery import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
-from ckptlab.labrun import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
-from ckptlab.measure import resolve_device
-from ckptlab.report import setting_name
+from ckptlab.show import figures, i18n
+from ckptlab.model import snippets
+from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
+from ckptlab.lab.run import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
+from ckptlab.step.measure import resolve_device
+from ckptlab.show.report import setting_name
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.spec import DTYPES, RunSpec
-from ckptlab.timeline_figures import event_label, method_label, provenance_label, setting_label
+from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
 from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
 

@@ -1,7 +1,7 @@
 """Step-through lesson: one idea at a time, each next to a figure from a real run of a tiny model.
 
 A flat page: the part picked at the top decides which settings to measure (through the
-device queue, ``ckptlab.learnrun``; results kept in the session and shared with the other
+device queue, ``ckptlab.lab.learn``; results kept in the session and shared with the other
 Learn pages), then the core's figures are drawn. The last part steps through one training
 step event by event, with a Play button. Words come from the locale files.
 """
@@ -13,11 +13,12 @@ from dataclasses import replace
 import streamlit as st
 
 import ckptlab
-from ckptlab import exercises, i18n
-from ckptlab.labrun import baseline_spec
+from ckptlab.lab import exercises
+from ckptlab.show import i18n
+from ckptlab.lab.run import baseline_spec
 from ckptlab.results import RunResult
 from ckptlab.spec import RunSpec
-from ckptlab.timeline_figures import (
+from ckptlab.show.timeline_figures import (
     diagram_figure,
     event_label,
     focus_of,

@@ -1,7 +1,7 @@
 """Memory timeline: memory through one real training step, two settings overlaid, the layer at work highlighted.
 
 A flat page: read the widgets, measure the setting and checkpointing off through the
-device queue (``ckptlab.learnrun``), draw the core's figures. Every word comes from the
+device queue (``ckptlab.lab.learn``), draw the core's figures. Every word comes from the
 locale files in the language the app's selector put in the URL.
 """
 
@@ -10,11 +10,12 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
-from ckptlab import i18n, learnrun
-from ckptlab import timeline as tl
-from ckptlab.labrun import baseline_spec
+from ckptlab.show import i18n
+from ckptlab.lab import learn as learnrun
+from ckptlab.step import timeline as tl
+from ckptlab.lab.run import baseline_spec
 from ckptlab.spec import RunSpec
-from ckptlab.timeline_figures import (
+from ckptlab.show.timeline_figures import (
     diagram_figure,
     event_label,
     focus_of,

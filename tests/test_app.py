@@ -145,7 +145,7 @@ def test_a_directory_without_config_shows_a_message(tmp_path):
 
 
 def test_an_eight_billion_model_on_the_cpu_says_it_does_not_fit(monkeypatch):
-    measure_module = sys.modules["ckptlab.measure"]
+    measure_module = sys.modules["ckptlab.step.measure"]
     monkeypatch.setattr(measure_module, "available_host_bytes", lambda: 8 * 2**30)  # any machine's RAM
     at = _app(model="qwen3-8b", device="cpu")
     at.button(key="lab_run").click().run()
@@ -159,12 +159,12 @@ def test_an_eight_billion_model_on_the_cpu_says_it_does_not_fit(monkeypatch):
 
 
 def test_an_unexpected_failure_is_a_short_message_not_a_dead_page(monkeypatch):
-    import ckptlab.labrun
+    import ckptlab.lab.run
 
     def broken(*args, **kwargs):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(ckptlab.labrun, "run_queued", broken)
+    monkeypatch.setattr(ckptlab.lab.run, "run_queued", broken)
     at = _app()
     at.button(key="lab_run").click().run()
     _assert_alive(at)
@@ -183,7 +183,7 @@ def test_every_page_opens_without_an_exception(page):
 def test_a_session_waits_its_turn_while_another_run_holds_the_device():
     import threading
 
-    from ckptlab.runqueue import DEVICE_QUEUE
+    from ckptlab.lab.runqueue import DEVICE_QUEUE
 
     holding, release = threading.Event(), threading.Event()
 
@@ -217,7 +217,7 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
     from dataclasses import replace
 
     import ckptlab
-    import ckptlab.labrun as labrun
+    import ckptlab.lab.run as labrun
 
     spec = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=1)
     real = labrun.run_queued(spec)  # shared cache: measured once for the suite

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import BertConfig, OpenAIGPTConfig, T5Config, ViTConfig
 
-from ckptlab.catalog import (
+from ckptlab.model.catalog import (
     CPU_PARAM_LIMIT,
     DEFAULT_PRESET,
     ModelInfo,

@@ -80,7 +80,7 @@ def no_layers_dir(tmp_path):
 @pytest.fixture
 def little_memory(monkeypatch):
     """Pretend the machine has 16 GiB free, so an 8B model is refused on any CI machine."""
-    monkeypatch.setattr(sys.modules["ckptlab.measure"], "available_host_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(sys.modules["ckptlab.step.measure"], "available_host_bytes", lambda: 16 * 2**30)
 
 
 BAD_INPUTS = [
@@ -137,7 +137,7 @@ def test_a_step_that_does_not_fit_exits_2_and_says_so(monkeypatch, capsys):
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory.")
 
-    monkeypatch.setattr(sys.modules["ckptlab.measure"], "train_step", out_of_memory)
+    monkeypatch.setattr(sys.modules["ckptlab.step.measure"], "train_step", out_of_memory)
     assert main(["run", *QUICK]) == 2
     captured = capsys.readouterr()
     assert "Does not fit" in captured.out and "Traceback" not in captured.err

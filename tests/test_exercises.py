@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckptlab import exercises, i18n
+from ckptlab.lab import exercises
+from ckptlab.show import i18n
 from ckptlab.errors import SpecError
 
 

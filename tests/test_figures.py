@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 import ckptlab
-from ckptlab import figures
-from ckptlab.labrun import run_queued
+from ckptlab.show import figures
+from ckptlab.lab.run import run_queued
 
 SPEC = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=2)
 
@@ -127,7 +127,7 @@ def test_the_core_figures_do_not_import_streamlit():
     import importlib
     import inspect
 
-    for name in ("figures", "labrun", "runqueue", "export", "snippets", "labquery"):
+    for name in ("show.figures", "lab.run", "lab.runqueue", "show.export", "model.snippets", "lab.query"):
         module = importlib.import_module(f"ckptlab.{name}")
         tree = ast.parse(inspect.getsource(module))
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
@@ -137,7 +137,7 @@ def test_the_core_figures_do_not_import_streamlit():
 
 def test_a_simulated_step_is_titled_simulated():
     from ckptlab import RunSpec, simulate
-    from ckptlab.figures import diagram_figure
+    from ckptlab.show.figures import diagram_figure
 
     figure = diagram_figure(simulate(RunSpec(model="tiny-llama", seq_len=64, every_n_layers=2)))
     assert "(simulated)" in figure.layout.title.text and "observed" not in figure.layout.title.text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptlab import i18n
+from ckptlab.show import i18n
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALES = {lang: json.loads((ROOT / "locales" / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
@@ -134,7 +134,7 @@ def test_the_at_scale_words_exist():
     }
     for lang in LOCALES:
         assert read and read <= set(i18n.section("at_scale", lang)), sorted(read - set(i18n.section("at_scale", lang)))
-    from ckptlab.scale_figures import WORDS
+    from ckptlab.show.scale_figures import WORDS
 
     assert set(i18n.section("scale_figures", "ja")) == set(WORDS)
 
@@ -155,7 +155,7 @@ def test_every_translation_keeps_the_placeholders_and_has_words():
 
 
 @pytest.mark.parametrize(
-    "source", TRANSLATED_PAGES + ["ckptlab/timeline_figures.py", "ckptlab/exercises.py", "ckptlab/figures.py"]
+    "source", TRANSLATED_PAGES + ["ckptlab/show/timeline_figures.py", "ckptlab/lab/exercises.py", "ckptlab/show/figures.py"]
 )
 def test_every_key_the_code_uses_exists(source):
     exact, prefixes = _used_keys(ROOT / source)
@@ -179,9 +179,9 @@ def test_the_scan_catches_a_hard_coded_label(tmp_path):
 
 
 def test_dynamic_keys_exist_for_every_value_they_take():
-    from ckptlab.exercises import EXERCISES
-    from ckptlab.probe import EVENTS
-    from ckptlab.timeline import BANDS, STATES
+    from ckptlab.lab.exercises import EXERCISES
+    from ckptlab.step.probe import EVENTS
+    from ckptlab.step.timeline import BANDS, STATES
 
     keys = set(LOCALES["en"])
     needed = (

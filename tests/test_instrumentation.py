@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ckptlab import RunSpec, load_model
-from ckptlab.measure import random_batch
+from ckptlab.step.measure import random_batch
 
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "instrumentation.py"
 

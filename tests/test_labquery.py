@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import ckptlab
-from ckptlab.labquery import spec_from_query, spec_to_query
+from ckptlab.lab.query import spec_from_query, spec_to_query
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ckptlab import i18n
+from ckptlab.show import i18n
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TIMEOUT = 300  # real measured steps on 2 shared cores; AppTest's default 3 s is far too short

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ckptlab import build_model, list_presets, measure, planned_roles
-from ckptlab.measure import OFFLOAD_ON_CPU_NOTE
+from ckptlab.step.measure import OFFLOAD_ON_CPU_NOTE
 from ckptlab.results import RunResult
 from tests.conftest import FAST, requires_cuda
 
@@ -164,7 +164,7 @@ def test_result_says_what_it_is(measured):
 
 def test_an_out_of_memory_step_is_a_result_and_the_next_run_works(monkeypatch):
     """A step that runs out of memory reports "does not fit", frees what it held, and the process goes on."""
-    measure_module = sys.modules["ckptlab.measure"]  # the module; ckptlab.measure is the function
+    measure_module = sys.modules["ckptlab.step.measure"]  # the module; ckptlab.measure is the function
 
     real_step = measure_module.train_step
     calls = {"n": 0}
@@ -205,7 +205,7 @@ def test_cuda_memory_comes_from_the_allocator():
 def test_a_reused_model_does_not_pile_up_embedding_hooks():
     """activation_checkpointing_enable adds an input-embeddings hook per call; measure starts each run clean."""
     spec = replace(FAST, seq_len=64)
-    model, info = sys.modules["ckptlab.measure"].load_model(spec)
+    model, info = sys.modules["ckptlab.step.measure"].load_model(spec)
     for every_n_layers in (1, 2, 1):
         measure(replace(spec, every_n_layers=every_n_layers), model=model, info=info)
     assert len(model.get_input_embeddings()._forward_hooks) == 1

@@ -6,8 +6,8 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from ckptlab import RunSpec, load_model
-from ckptlab.measure import random_batch, train_step
-from ckptlab.meters import TrackerMeter
+from ckptlab.step.measure import random_batch, train_step
+from ckptlab.step.meters import TrackerMeter
 
 
 def _peak_with(tracker_meter_or_stock, model, batch):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ckptlab import SpecError, describe_plan, observed_roles, planned_roles
-from ckptlab.catalog import build_on_meta, load_config
+from ckptlab.model.catalog import build_on_meta, load_config
 
 
 @pytest.mark.parametrize("num_layers", [1, 2, 3, 5, 6, 7, 12])

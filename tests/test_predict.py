@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ckptlab import list_presets
-from ckptlab.accuracy import check_predictions
+from ckptlab.explore.accuracy import check_predictions
 from ckptlab.errors import SpecError
-from ckptlab.predict import architecture, calibrate, layer_activation_bytes, predict, settings_for
-from ckptlab.sweep import SweepSpec, sweep
+from ckptlab.explore.predict import architecture, calibrate, layer_activation_bytes, predict, settings_for
+from ckptlab.explore.sweep import SweepSpec, sweep
 
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 SEQ = 128

@@ -11,8 +11,8 @@ import pytest
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import ckptlab
-from ckptlab.labrun import ResultCache, baseline_spec, build_for_key, run_queued
-from ckptlab.runqueue import DeviceBusyError, DeviceQueue
+from ckptlab.lab.run import ResultCache, baseline_spec, build_for_key, run_queued
+from ckptlab.lab.runqueue import DeviceBusyError, DeviceQueue
 
 SPEC = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1)
 
@@ -235,7 +235,7 @@ def test_bad_input_fails_before_queueing():
 
 
 def test_an_eight_billion_model_on_the_cpu_is_refused_and_frees_the_device(monkeypatch):
-    measure_module = sys.modules["ckptlab.measure"]  # the package's `measure` attribute is the function
+    measure_module = sys.modules["ckptlab.step.measure"]  # the package's `measure` attribute is the function
     # Whatever this machine's RAM, the refusal must come before any weights exist.
     monkeypatch.setattr(measure_module, "available_host_bytes", lambda: 8 * 2**30)
     queue = DeviceQueue(poll_s=0.01)
@@ -245,7 +245,7 @@ def test_an_eight_billion_model_on_the_cpu_is_refused_and_frees_the_device(monke
 
 
 def test_phase_significance_follows_compare_and_needs_enough_steps():
-    from ckptlab.labrun import phase_significant
+    from ckptlab.lab.run import phase_significant
     from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 
     lab = run_queued(SPEC)  # shared cache

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from ckptlab import scale
+from ckptlab.explore import scale
 from ckptlab.errors import SpecError
-from ckptlab.scale import ScaleRequest, Setting, every_n_choices, fits, least_recompute_that_fits, scale_settings, scale_table
-from ckptlab.scalejob import ScaleJob, remember
+from ckptlab.explore.scale import ScaleRequest, Setting, every_n_choices, fits, least_recompute_that_fits, scale_settings, scale_table
+from ckptlab.lab.scalejob import ScaleJob, remember
 
 MODEL, SEQ = "tiny-llama", 128  # 6 layers; about a second a simulation on 2 cores
 SETTINGS = (Setting(None), Setting(1), Setting(1, offload=True), Setting(2))

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from ckptlab.units import GIB, MIB
-from ckptlab.scale import ScaleTable, Setting, scale_table
-from ckptlab.scale_figures import HOST_PATTERN, WORDS, peak_figure, resident_figure
+from ckptlab.explore.scale import ScaleTable, Setting, scale_table
+from ckptlab.show.scale_figures import HOST_PATTERN, WORDS, peak_figure, resident_figure
 
 SETTINGS = (Setting(None), Setting(1), Setting(1, offload=True))
 

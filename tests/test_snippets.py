@@ -7,7 +7,7 @@ import ast
 import pytest
 
 import ckptlab
-from ckptlab.snippets import model_snippet, trainer_snippet
+from ckptlab.model.snippets import model_snippet, trainer_snippet
 
 
 @pytest.mark.parametrize("every_n_layers", [1, 2, 4, 7])

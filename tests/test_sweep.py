@@ -12,7 +12,7 @@ import pytest
 
 from ckptlab import load_model
 from ckptlab.cli import main
-from ckptlab.sweep import OFFLOAD_SKIPPED_NOTE, SweepSpec, plan_sweep, sweep
+from ckptlab.explore.sweep import OFFLOAD_SKIPPED_NOTE, SweepSpec, plan_sweep, sweep
 
 # Same shape as conftest.FAST, so rows can be checked against the session's cached single runs.
 QUICK = SweepSpec(model="tiny-llama", seq_lens=(128,), repeats=1, warmup=0)

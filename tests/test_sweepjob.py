@@ -7,9 +7,9 @@ import time
 import pytest
 
 from ckptlab.errors import SpecError
-from ckptlab.runqueue import DeviceQueue
-from ckptlab.sweep import SweepSpec
-from ckptlab.sweepjob import SweepJob
+from ckptlab.lab.runqueue import DeviceQueue
+from ckptlab.explore.sweep import SweepSpec
+from ckptlab.lab.sweepjob import SweepJob
 
 SMALL = SweepSpec(model="tiny-gpt2", seq_lens=(32,), repeats=1, warmup=0)
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from ckptlab import timeline as tl
+from ckptlab.step import timeline as tl
 
 
 def _roles(result) -> list[str]:

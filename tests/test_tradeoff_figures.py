@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ckptlab.accuracy import check_predictions
-from ckptlab.recommend import recommend
-from ckptlab.sweep import SweepResult, SweepSpec, sweep
-from ckptlab.tradeoff_figures import (
+from ckptlab.explore.accuracy import check_predictions
+from ckptlab.explore.recommend import recommend
+from ckptlab.explore.sweep import SweepResult, SweepSpec, sweep
+from ckptlab.show.tradeoff_figures import (
     pareto_rows,
     peak_figure,
     peak_sentence,

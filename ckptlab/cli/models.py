@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .. import catalog
-from ..report import models_table
+from ..model import catalog
+from ..show.report import models_table
 
 
 def add_models_command(commands) -> None:

@@ -7,9 +7,9 @@ import sys
 from dataclasses import replace
 
 from ..results import compare
-from ..report import run_report
+from ..show.report import run_report
 from ..spec import RunSpec
-from ..measure import load_model, measure
+from ..step.measure import load_model, measure
 from .args import EXIT_BAD_INPUT, EXIT_PLAN_MISMATCH, add_run_arguments, print_progress, spec_from_args
 
 

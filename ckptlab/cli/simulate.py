@@ -9,10 +9,10 @@ import argparse
 import json
 
 from ..errors import SpecError
-from ..recommend import GPUS, budget_bytes
-from ..report import run_report
+from ..explore.recommend import GPUS, budget_bytes
+from ..show.report import run_report
 from ..results import RunResult
-from ..simulate import simulate
+from ..step.simulate import simulate
 from ..units import GIB, mib
 from .args import add_run_arguments, spec_from_args
 

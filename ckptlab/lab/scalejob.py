@@ -1,4 +1,4 @@
-"""At scale on a thread, for a page: :func:`~ckptlab.scale.scale_table` as a background job.
+"""At scale on a thread, for a page: :func:`~ckptlab.explore.scale.scale_table` as a background job.
 
 A click on a page reruns its script and would interrupt a simulation made inside it; a
 :class:`ScaleJob` is polled instead, and Stop keeps what was simulated. :func:`remember`
@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from .catalog import ModelInfo
-from .errors import CkptlabError
+from ..model.catalog import ModelInfo
+from ..errors import CkptlabError
 from .jobs import BackgroundJob
-from .results import RunResult
-from .scale import ScaleRequest, ScaleTable, scale_table
-from .spec import RunSpec
+from ..results import RunResult
+from ..explore.scale import ScaleRequest, ScaleTable, scale_table
+from ..spec import RunSpec
 
 
 @dataclass(frozen=True)

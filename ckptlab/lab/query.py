@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from .spec import DEVICES, DTYPES, RunSpec
+from ..spec import DEVICES, DTYPES, RunSpec
 
 # Bounds shared by the query parser and the page's widgets.
 SEQ_MAX = 262_144

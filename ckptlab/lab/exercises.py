@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .errors import SpecError
-from .i18n import t
-from .results import RunResult, compare
-from .spec import RunSpec
-from .timeline_figures import event_label
-from .units import mib
+from ..errors import SpecError
+from ..show.i18n import t
+from ..results import RunResult, compare
+from ..spec import RunSpec
+from ..show.timeline_figures import event_label
+from ..units import mib
 
 Kind = Literal["percent", "choice"]
 Metric = Literal["after_forward", "peak", "step"]

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .errors import SpecError
-from .snippets import model_snippet, trainer_snippet
+from ..errors import SpecError
+from ..model.snippets import model_snippet, trainer_snippet
 from .sweep import SweepRow
-from .units import GIB, mib, milliseconds
+from ..units import GIB, mib, milliseconds
 
 
 # Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
@@ -101,7 +101,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     """The fastest measured setting whose peak fits ``budget``.
 
     Args:
-        rows: sweep rows (:attr:`ckptlab.sweep.SweepResult.rows`); rows at other lengths
+        rows: sweep rows (:attr:`ckptlab.explore.sweep.SweepResult.rows`); rows at other lengths
             back the "shorter sequence" suggestion.
         budget: bytes available, or a GPU name from :data:`GPUS`.
         seq_len: the length to recommend for (default: the longest length in ``rows``).

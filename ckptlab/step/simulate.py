@@ -3,7 +3,7 @@
 ``simulate(spec)`` builds the spec's model under torch's ``FakeTensorMode`` (shapes and
 dtypes, no storage), enables checkpointing through transformers' own
 ``activation_checkpointing_enable`` and runs the same observed step as a measured run
-(``ckptlab.measure.observe_memory``: the same probe, the same MemTracker). Nothing is
+(``ckptlab.step.measure.observe_memory``: the same probe, the same MemTracker). Nothing is
 allocated, so an 8B model at 128k tokens runs on a laptop; the numbers are what the
 tensors of a GPU step would hold. The result has the shape of a measured one, with
 provenance "simulated" and no timing.
@@ -43,13 +43,13 @@ import transformers.modeling_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.graph import saved_tensors_hooks
 
-from . import catalog
-from .catalog import ModelInfo
+from ..model import catalog
+from ..model.catalog import ModelInfo
 from .measure import Progress, layer_results, model_summary, observe_memory, random_batch, resolve_dtype, validate_for_model
-from .plan import describe_plan, observed_roles, planned_roles
+from ..model.plan import describe_plan, observed_roles, planned_roles
 from .probe import region_for
-from .results import LayerResult, MemoryResult, Provenance, RunResult
-from .spec import RunSpec
+from ..results import LayerResult, MemoryResult, Provenance, RunResult
+from ..spec import RunSpec
 
 SIMULATED_DEVICE = "cuda (simulated)"
 SIMULATION_METHOD = (

@@ -15,7 +15,7 @@ from typing import Literal
 import torch.nn as nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from .errors import SpecError
+from ..errors import SpecError
 
 Role = Literal["CP", "keep"]
 CP: Role = "CP"

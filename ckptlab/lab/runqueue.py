@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .errors import CkptlabError
+from ..errors import CkptlabError
 
 OnWait = Callable[[int], None]  # called with the number of runs ahead (the one running included)
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .plan import checkpointable_layers
+from ..model.plan import checkpointable_layers
 
 Phase = Literal["idle", "forward", "backward"]
 
@@ -303,7 +303,7 @@ class StepRecorder:
     changes neither the peak nor the step.
 
     Args:
-        meter: a :class:`~ckptlab.meters.MemoryMeter` that is watching.
+        meter: a :class:`~ckptlab.step.meters.MemoryMeter` that is watching.
     """
 
     def __init__(self, meter: Any) -> None:

@@ -2,7 +2,7 @@
 
 Every figure is drawn from measured :class:`~ckptlab.RunResult` objects (their recorded
 timeline, layer rows, memory and timing) and every word on it comes from the locale files
-through :func:`ckptlab.i18n.t`, in the language passed in.
+through :func:`ckptlab.show.i18n.t`, in the language passed in.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import timeline as tl
+from ..step import timeline as tl
 from .figures import COLORS, FONT, OFF_COLOR, RUN_COLOR
 from .i18n import t
-from .results import RunResult
-from .units import MIB
+from ..results import RunResult
+from ..units import MIB
 
 BAND_COLORS = {"forward": "#56B4E9", "loss": "#999999", "backward": "#009E73", "rerun": COLORS["rerun"]}
 STATE_COLORS = {
@@ -51,7 +51,7 @@ def provenance_label(run: RunResult, lang: str) -> str:
 
 def method_label(method: str, lang: str) -> str:
     """How a number was measured (the meters' method strings), in ``lang``; an unknown method as it is."""
-    from . import meters  # the method strings live with the meters that produce them
+    from ..step import meters  # the method strings live with the meters that produce them
 
     keys = {
         meters.CPU_MEMORY_METHOD: "method.memory_cpu",
@@ -392,7 +392,7 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
 
     Bar heights are measured bytes: a layer's saved activations, a CP layer's input, and
     during a rerun the input plus how far memory rose in that stretch (see
-    :func:`ckptlab.timeline.layer_bytes`).
+    :func:`ckptlab.step.timeline.layer_bytes`).
 
     Raises:
         IndexError: ``index`` is outside the run's timeline.

@@ -16,9 +16,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .i18n import t
-from .plan import planned_roles
-from .results import LayerResult, RunResult
-from .units import MIB
+from ..model.plan import planned_roles
+from ..results import LayerResult, RunResult
+from ..units import MIB
 
 LAYERS_PER_LINE = 12
 
@@ -54,7 +54,7 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
 
     Args:
         result: a :class:`~ckptlab.RunResult`.
-        lang: language of the words on the figure (``ckptlab.i18n``).
+        lang: language of the words on the figure (``ckptlab.show.i18n``).
 
     Returns:
         A Plotly figure; hover on a box shows what was measured for that layer.
@@ -90,7 +90,7 @@ def plan_figure(num_layers: int, every_n_layers: int | None, title: str | None =
         num_layers: checkpointable layers of the model.
         every_n_layers: the setting, ``None`` for checkpointing off.
         title: replaces the default title.
-        lang: language of the words on the figure (``ckptlab.i18n``).
+        lang: language of the words on the figure (``ckptlab.show.i18n``).
 
     Returns:
         A Plotly figure with a planned forward and backward row.

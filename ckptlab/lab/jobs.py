@@ -3,7 +3,7 @@
 A Streamlit script cannot be stopped between two steps of its own work: a click reruns the
 script and interrupts what is in flight. So a page starts a job, which works on its own
 thread and collects its results as they come, and polls it on each rerun.
-:class:`~ckptlab.sweepjob.SweepJob` (measured sweeps) and :class:`~ckptlab.scale.ScaleJob`
+:class:`~ckptlab.lab.sweepjob.SweepJob` (measured sweeps) and :class:`~ckptlab.lab.scalejob.ScaleJob`
 (simulations) share this mechanism and differ only in their work.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from .results import RunResult
+from ..results import RunResult
 
 
 class BackgroundJob:

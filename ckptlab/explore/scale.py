@@ -3,7 +3,7 @@
 :func:`scale_settings` picks which settings to simulate (every value of ``every_n_layers``
 of an 8B model, each with and without offload, is minutes on a laptop, so by default the
 distinct ones), :func:`scale_table` simulates them one after another on fake tensors
-(:func:`ckptlab.simulate`), cancelable between simulations (:class:`ckptlab.scalejob.ScaleJob` runs that on a thread
+(:func:`ckptlab.simulate`), cancelable between simulations (:class:`ckptlab.lab.scalejob.ScaleJob` runs that on a thread
 so that a page stays responsive and a Stop keeps what was simulated).
 Which settings fit a memory budget is :func:`fits` and :func:`least_recompute_that_fits`.
 
@@ -18,14 +18,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from . import catalog
-from .catalog import ModelInfo
-from .errors import SpecError
-from .measure import Progress, validate_for_model
-from .plan import planned_roles
-from .results import RunResult
-from .spec import RunSpec
-from .simulate import simulate
+from ..model import catalog
+from ..model.catalog import ModelInfo
+from ..errors import SpecError
+from ..step.measure import Progress, validate_for_model
+from ..model.plan import planned_roles
+from ..results import RunResult
+from ..spec import RunSpec
+from ..step.simulate import simulate
 
 EveryN = Literal["distinct", "all"]
 OffloadFor = Literal["n=1", "all", "none"]

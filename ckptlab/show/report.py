@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .catalog import ModelInfo
-from .results import Comparison, RunResult, TimingResult
-from .units import mib, milliseconds
+from ..model.catalog import ModelInfo
+from ..results import Comparison, RunResult, TimingResult
+from ..units import mib, milliseconds
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
 

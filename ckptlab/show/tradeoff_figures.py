@@ -13,16 +13,16 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import catalog
-from .accuracy import PredictionCheck
+from ..model import catalog
+from ..explore.accuracy import PredictionCheck
 from .i18n import t
-from .predict import architecture, predict
-from .recommend import Recommendation
-from .sweep import SweepResult, SweepRow
-from .units import MIB
+from ..explore.predict import architecture, predict
+from ..explore.recommend import Recommendation
+from ..explore.sweep import SweepResult, SweepRow
+from ..units import MIB
 
 FONT = "Arial, Helvetica, sans-serif"
-# Okabe-Ito, as ckptlab.figures: colour-blind safe and legible on a projector.
+# Okabe-Ito, as ckptlab.show.figures: colour-blind safe and legible on a projector.
 SERIES_COLORS = {"off": "#0072B2", "full": "#D55E00", "partial": "#009E73", "offload": "#CC79A7"}
 MEASURED = "#0072B2"
 FORMULA = "#E69F00"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-LOCALES_DIR = Path(__file__).resolve().parent.parent / "locales"
+LOCALES_DIR = Path(__file__).resolve().parents[2] / "locales"  # the repository root: ckptlab/show/i18n.py
 DEFAULT = "en"
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).
 LANGUAGES: dict[str, str] = {"en": "English", "pt-BR": "Português (Brasil)", "ja": "日本語"}

@@ -34,7 +34,7 @@ from transformers import (
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 
-from .errors import ModelLoadError, SpecError, UnsupportedModelError
+from ..errors import ModelLoadError, SpecError, UnsupportedModelError
 from .plan import checkpointable_layers
 
 CAUSAL_LM = "causal-lm"

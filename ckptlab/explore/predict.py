@@ -62,10 +62,10 @@ import torch
 import transformers
 from transformers import PretrainedConfig
 
-from . import catalog
-from .errors import SpecError
-from .plan import planned_roles, validate_every_n_layers
-from .results import Provenance, RunResult
+from ..model import catalog
+from ..errors import SpecError
+from ..model.plan import planned_roles, validate_every_n_layers
+from ..results import Provenance, RunResult
 
 Method = Literal["formula", "calibrated"]
 FLOAT32 = 4  # bytes: statistics, logsumexp, log-probabilities and RMSNorm's upcast input

@@ -24,9 +24,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import AutoModel, Qwen3Config
 
-from .meters import TrackerMeter
-from .simulate import HostLedger, simulating
-from .units import MIB
+from ..step.meters import TrackerMeter
+from ..step.simulate import HostLedger, simulating
+from ..units import MIB
 
 
 

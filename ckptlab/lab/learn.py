@@ -2,7 +2,7 @@
 
 Each figure on the Timeline, Lesson and Exercises pages comes from a real run. They ask for
 several settings at once (checkpointing off, every_n_layers=1, 2, ...), so
-:func:`measure_all` calls :func:`ckptlab.labrun.run_queued` for each: one measured run on
+:func:`measure_all` calls :func:`ckptlab.lab.run.run_queued` for each: one measured run on
 the device at a time across every session, and results reused from the process-wide
 cache when another participant already measured the same settings.
 
@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 
 from transformers import PreTrainedModel
 
-from . import catalog
-from .catalog import ModelInfo
-from .labrun import ModelKey, baseline_spec, build_for_key, run_queued
-from .measure import Progress
-from .results import RunResult
-from .spec import RunSpec
+from ..model import catalog
+from ..model.catalog import ModelInfo
+from .run import ModelKey, baseline_spec, build_for_key, run_queued
+from ..step.measure import Progress
+from ..results import RunResult
+from ..spec import RunSpec
 from .runqueue import OnWait
 
 _lock = threading.Lock()

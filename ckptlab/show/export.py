@@ -11,7 +11,7 @@ import csv
 import io
 from typing import Any
 
-from .results import RunResult
+from ..results import RunResult
 
 RUN_COLUMNS = (
     "model",

@@ -16,9 +16,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from .results import RunResult
-from .scale import ScaleTable, Setting, fits
-from .units import GIB, MIB
+from ..results import RunResult
+from ..explore.scale import ScaleTable, Setting, fits
+from ..units import GIB, MIB
 
 FONT = "Arial, Helvetica, sans-serif"
 

@@ -1,7 +1,7 @@
 """What the lab's Run button does: a measured run and its checkpointing-off baseline, queued and reused.
 
 :func:`run_queued` is the one core call behind the page. It validates the spec before
-queueing (bad input never waits), takes a turn on the device (:mod:`ckptlab.runqueue`),
+queueing (bad input never waits), takes a turn on the device (:mod:`ckptlab.lab.runqueue`),
 measures the spec and, once per shape, the same run with checkpointing off, and keeps
 both in a process-wide :class:`ResultCache`, so a second participant asking for the same
 settings gets the first one's numbers at once, labelled as reused.
@@ -19,12 +19,12 @@ from datetime import datetime, timezone
 import torch
 from transformers import PreTrainedModel
 
-from . import catalog
-from .catalog import ModelInfo
-from .errors import DoesNotFitError
-from .measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
-from .results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, compare
-from .spec import RunSpec
+from ..model import catalog
+from ..model.catalog import ModelInfo
+from ..errors import DoesNotFitError
+from ..step.measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
+from ..results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, compare
+from ..spec import RunSpec
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)

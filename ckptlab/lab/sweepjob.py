@@ -2,8 +2,8 @@
 
 A Streamlit script that ran a sweep itself could not be stopped between rows: a click
 reruns the script and interrupts the step in flight. So the page starts a
-:class:`SweepJob`, which runs :func:`ckptlab.sweep.sweep` on its own thread, one device
-turn per row (:mod:`ckptlab.runqueue`, so that one measured run uses the device at a
+:class:`SweepJob`, which runs :func:`ckptlab.explore.sweep.sweep` on its own thread, one device
+turn per row (:mod:`ckptlab.lab.runqueue`, so that one measured run uses the device at a
 time across sessions), and the page polls it. ``stop()`` sets the sweep's cancel event:
 the row in flight finishes, no other starts, and the rows measured are kept.
 """
@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .catalog import ModelInfo
-from .errors import CkptlabError
+from ..model.catalog import ModelInfo
+from ..errors import CkptlabError
 from .jobs import BackgroundJob
-from .spec import RunSpec
+from ..spec import RunSpec
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
-from .sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
+from ..explore.sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
 
 Loader = Callable[[RunSpec], tuple[object, ModelInfo]]
 

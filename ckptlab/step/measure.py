@@ -5,12 +5,12 @@ own ``activation_checkpointing_enable``, and runs real forward and backward pass
 random tokens:
 
 1. ``spec.warmup`` untimed steps (the first backward is slow everywhere);
-2. ``spec.repeats`` timed steps with the light :class:`~ckptlab.probe.LayerProbe` attached,
+2. ``spec.repeats`` timed steps with the light :class:`~ckptlab.step.probe.LayerProbe` attached,
    whose per-layer counts must repeat the plan on every step;
 3. one observed step for memory: baseline before the forward, resident after it, the
    peak and the stretch of the step where it was reached, and the bytes autograd saved
    per layer. On the CPU it runs under MemTracker, which is too slow to time (see
-   ``ckptlab.meters``), hence a step of its own.
+   ``ckptlab.step.meters``), hence a step of its own.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 
-from . import catalog
-from .catalog import ModelInfo
-from .errors import DoesNotFitError, SpecError
+from ..model import catalog
+from ..model.catalog import ModelInfo
+from ..errors import DoesNotFitError, SpecError
 from .meters import Clock, clock_for, meter_for
-from .plan import describe_plan, observed_roles, planned_roles
+from ..model.plan import describe_plan, observed_roles, planned_roles
 from .probe import LayerCounts, LayerProbe, StepRecorder
-from .results import (
+from ..results import (
     LayerResult,
     MemoryResult,
     ModelSummary,
@@ -41,7 +41,7 @@ from .results import (
     TimingResult,
     median,
 )
-from .spec import RunSpec
+from ..spec import RunSpec
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
 
