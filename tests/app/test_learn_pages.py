@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from ckptlab.show import i18n
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 300  # real measured steps on 2 shared cores; AppTest's default 3 s is far too short
 LANGS = list(i18n.LANGUAGES)
 

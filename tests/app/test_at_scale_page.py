@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from ckptlab.explore import scale
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "at_scale.py")
 TIMEOUT = 60  # the first run describes every preset; AppTest's default 3 s is too short
 

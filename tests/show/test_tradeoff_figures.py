@@ -16,7 +16,7 @@ from ckptlab.show.tradeoff_figures import (
     tradeoff_figure,
 )
 from ckptlab.units import MIB
-from tests.test_recommend import TABLE
+from tests.explore.test_recommend import TABLE
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 
 from ckptlab.show import i18n
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOCALES = {lang: json.loads((ROOT / "locales" / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
 # Pages converted to the locale files; the others are listed in the report until they are.
 TRANSLATED_PAGES = [

@@ -10,7 +10,7 @@ import torch
 from ckptlab import RunSpec, load_model
 from ckptlab.step.measure import random_batch
 
-BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "instrumentation.py"
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "instrumentation.py"
 
 
 def _benchmark():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 FAST = {"seq": "128", "repeats": "1", "warmup": "1"}
 TIMEOUT = 120  # a real measured step plus its baseline; AppTest's default 3 s is far too short
 

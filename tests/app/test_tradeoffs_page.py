@@ -7,7 +7,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "tradeoffs.py")
 TIMEOUT = 120  # real measured steps; AppTest's default 3 s is far too short
 

@@ -6,7 +6,7 @@ page alone (no navigation, no language selector); each page leaves that mode and
 
 from __future__ import annotations
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, expect, server, sync_playwright  # noqa: F401 - fixture
+from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, expect, server, sync_playwright  # noqa: F401 - fixture
 
 __all__ = ["server"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the script runs for minutes; run it by hand")

@@ -1,7 +1,7 @@
 """The Learn pages in a real browser, in Japanese: Play moves the step-through on by itself.
 
 AppTest does not run a fragment's timer, so the Play button is checked here, with
-`streamlit run app.py` and Debian's Chromium through playwright (as tests/test_browser.py).
+`streamlit run app.py` and Debian's Chromium through playwright (as tests/app/test_browser.py).
 The screenshot lands in artifacts/ for a person to look at.
 """
 
@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, server  # noqa: F401  (server is a fixture)
+from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, server  # noqa: F401  (server is a fixture)
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = [
