@@ -52,6 +52,7 @@ def recorder_ratio(model: torch.nn.Module, batch: dict, device: torch.device, ro
     Returns:
         ``time_ratio`` and ``peak_ratio`` (with over without), the medians in seconds and the peaks in bytes.
     """
+
     def without() -> int:
         meter = meter_for(model, device)
         probe = LayerProbe(model, on_region=None, track_saved=True)
@@ -137,8 +138,10 @@ def main() -> None:
             samples[name].append(time.perf_counter() - start)
 
     bare_median = statistics.median(samples["bare step"])
-    print(f"{info.name}, seq_len {spec.seq_len}, every_n_layers={spec.every_n_layers}, "
-          f"{args.rounds} interleaved rounds, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"{info.name}, seq_len {spec.seq_len}, every_n_layers={spec.every_n_layers}, "
+        f"{args.rounds} interleaved rounds, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print(f"{'variant':<20}{'median ms':>10}{'ratio':>8}")
     for name, values in samples.items():
         median = statistics.median(values)
@@ -148,8 +151,12 @@ def main() -> None:
 
     recorded = recorder_ratio(model, batch, torch.device("cpu"), rounds=args.recorder_rounds)
     print(f"\nmemory step with the timeline's StepRecorder over without it, {args.recorder_rounds} interleaved rounds:")
-    print(f"  time  {recorded['with_s'] * 1000:,.1f} ms over {recorded['without_s'] * 1000:,.1f} ms = {recorded['time_ratio']:.3f}")
-    print(f"  peak  {recorded['with_peak_bytes']:,} over {recorded['without_peak_bytes']:,} bytes = {recorded['peak_ratio']:.4f}")
+    print(
+        f"  time  {recorded['with_s'] * 1000:,.1f} ms over {recorded['without_s'] * 1000:,.1f} ms = {recorded['time_ratio']:.3f}"
+    )
+    print(
+        f"  peak  {recorded['with_peak_bytes']:,} over {recorded['without_peak_bytes']:,} bytes = {recorded['peak_ratio']:.4f}"
+    )
     worst = max(recorded["time_ratio"], recorded["peak_ratio"])
     print(f"  (target < {RECORDER_LIMIT}): {'OK' if worst < RECORDER_LIMIT else 'OVER'}")
 

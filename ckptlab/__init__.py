@@ -1,9 +1,9 @@
 """ckptlab: activation checkpointing in Hugging Face transformers, measured.
 
-    >>> import ckptlab
-    >>> result = ckptlab.measure(ckptlab.RunSpec(model="tiny-llama", seq_len=512, every_n_layers=2))
-    >>> print(ckptlab.result_diagram(result))
-    >>> result.memory.after_forward_bytes, result.timing.step_s
+>>> import ckptlab
+>>> result = ckptlab.measure(ckptlab.RunSpec(model="tiny-llama", seq_len=512, every_n_layers=2))
+>>> print(ckptlab.result_diagram(result))
+>>> result.memory.after_forward_bytes, result.timing.step_s
 """
 
 from .model.catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, list_presets

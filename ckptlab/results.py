@@ -93,10 +93,14 @@ class MemoryResult:
     peak_where: dict[str, Any]  # the stretch of the step where the peak was reached (phase, layer, rerun, description)
     breakdown_after_forward: dict[str, int] = field(default_factory=dict)  # by category where the tool tells
     breakdown_at_peak: dict[str, int] = field(default_factory=dict)
-    offload_bytes: int = 0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
+    offload_bytes: int = (
+        0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
+    )
     offload_applied: bool = False  # True only when transformers' offload ran (or was simulated)
     host_offload_bytes: int = 0  # pinned host memory offload held at the end of the forward (simulated runs)
-    timeline: list[dict[str, Any]] = field(default_factory=list)  # memory at each event of the step (probe.TimelinePoint)
+    timeline: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # memory at each event of the step (probe.TimelinePoint)
 
     @property
     def peak_above_baseline_bytes(self) -> int:

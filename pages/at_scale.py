@@ -18,7 +18,16 @@ from ckptlab.lab.query import BATCH_MAX, spec_from_query
 from ckptlab.explore.recommend import GPUS
 from ckptlab.results import RunResult
 from ckptlab.spec import RunSpec
-from ckptlab.explore.scale import SIMULATION_DTYPES, ScaleRequest, ScaleTable, Setting, every_n_choices, fits, least_recompute_that_fits, scale_settings
+from ckptlab.explore.scale import (
+    SIMULATION_DTYPES,
+    ScaleRequest,
+    ScaleTable,
+    Setting,
+    every_n_choices,
+    fits,
+    least_recompute_that_fits,
+    scale_settings,
+)
 from ckptlab.lab.scalejob import ScaleJob, remember
 from ckptlab.show.scale_figures import peak_figure, resident_figure
 from ckptlab.show.timeline_figures import event_label, provenance_label

@@ -142,9 +142,7 @@ elif part == "offload":
     text.markdown(tr("lesson.offload.body"))
     chosen = [runs[spec] for spec in specs]
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
-    figure.caption(
-        tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / MIB:,.1f}", seq=LONG.seq_len)
-    )
+    figure.caption(tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / MIB:,.1f}", seq=LONG.seq_len))
 
 elif part == "peak":
     runs = need(at(None), at(1), at(None, LONG), at(1, LONG))

@@ -107,5 +107,7 @@ def test_no_private_name_is_imported_from_another_module():
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in ours):
-                private += [f"{path.relative_to(ROOT)}: {alias.name}" for alias in node.names if alias.name.startswith("_")]
+                private += [
+                    f"{path.relative_to(ROOT)}: {alias.name}" for alias in node.names if alias.name.startswith("_")
+                ]
     assert not private, private

@@ -17,14 +17,29 @@ EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never 
 
 def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec()) -> None:
     """The options of ``run`` that describe one spec; ``simulate`` and ``sweep`` reuse them."""
-    run.add_argument("--model", default=defaults.model, help=f"preset name or local directory with config.json (default {defaults.model})")
-    run.add_argument("--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})")
+    run.add_argument(
+        "--model",
+        default=defaults.model,
+        help=f"preset name or local directory with config.json (default {defaults.model})",
+    )
+    run.add_argument(
+        "--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})"
+    )
     run.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 1)")
     setting = run.add_mutually_exclusive_group()
-    setting.add_argument("--every-n-layers", type=int, default=defaults.every_n_layers, help="checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)")
+    setting.add_argument(
+        "--every-n-layers",
+        type=int,
+        default=defaults.every_n_layers,
+        help="checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)",
+    )
     setting.add_argument("--no-checkpointing", action="store_true", help="run with checkpointing off")
-    run.add_argument("--offload", action="store_true", help="keep checkpointed inputs in pinned host memory (CUDA only)")
-    run.add_argument("--dtype", choices=DTYPES, default=defaults.dtype, help="default auto: float32 on the CPU, bfloat16 on CUDA")
+    run.add_argument(
+        "--offload", action="store_true", help="keep checkpointed inputs in pinned host memory (CUDA only)"
+    )
+    run.add_argument(
+        "--dtype", choices=DTYPES, default=defaults.dtype, help="default auto: float32 on the CPU, bfloat16 on CUDA"
+    )
     run.add_argument("--device", choices=DEVICES, default=defaults.device, help="default auto: CUDA when present")
     run.add_argument("--seed", type=int, default=defaults.seed)
 

@@ -21,5 +21,7 @@ def _models(args: argparse.Namespace) -> int:
         print(json.dumps([info.to_dict() for info in infos], indent=2))
     else:
         print(models_table(infos))
-        print(f"\ndefault: {catalog.DEFAULT_PRESET}. --model also takes a local directory holding a transformers config.json.")
+        print(
+            f"\ndefault: {catalog.DEFAULT_PRESET}. --model also takes a local directory holding a transformers config.json."
+        )
     return 0

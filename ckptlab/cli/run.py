@@ -18,9 +18,17 @@ def add_run_command(commands) -> None:
     defaults = RunSpec()
     add_run_arguments(run, defaults)
     run.add_argument("--repeats", type=int, default=defaults.repeats, help=f"timed steps (default {defaults.repeats})")
-    run.add_argument("--warmup", type=int, default=defaults.warmup, help=f"untimed steps first (default {defaults.warmup})")
+    run.add_argument(
+        "--warmup", type=int, default=defaults.warmup, help=f"untimed steps first (default {defaults.warmup})"
+    )
     compare_flag = run.add_mutually_exclusive_group()
-    compare_flag.add_argument("--compare", dest="compare", action="store_true", default=None, help="also run checkpointing off and compare (default without --json)")
+    compare_flag.add_argument(
+        "--compare",
+        dest="compare",
+        action="store_true",
+        default=None,
+        help="also run checkpointing off and compare (default without --json)",
+    )
     compare_flag.add_argument("--no-compare", dest="compare", action="store_false")
     run.add_argument("--json", action="store_true", help="print only the result as JSON")
     run.set_defaults(handler=_run)
@@ -35,7 +43,9 @@ def _run(args: argparse.Namespace) -> int:
     with_compare = args.compare if args.compare is not None else not args.json
     reference = comparison = None
     if with_compare and spec.checkpointing and result.status == "ok":
-        reference = measure(replace(spec, every_n_layers=None, offload=False), model=model, info=info, progress=progress)
+        reference = measure(
+            replace(spec, every_n_layers=None, offload=False), model=model, info=info, progress=progress
+        )
         if reference.status == "ok":
             comparison = compare(result, reference)
     if progress:

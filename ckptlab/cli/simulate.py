@@ -26,7 +26,9 @@ def add_simulate_command(commands) -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--gpu", help=f"say whether it fits this GPU: {', '.join(GPUS)} (e.g. --gpu H100-80)")
     budget.add_argument("--budget-gib", type=float, help="say whether it fits this many GiB")
-    parser.add_argument("--exact", action="store_true", help="simulate every layer instead of extrapolating (slower, same bytes)")
+    parser.add_argument(
+        "--exact", action="store_true", help="simulate every layer instead of extrapolating (slower, same bytes)"
+    )
     parser.add_argument("--json", action="store_true", help="print only the result (and the verdict) as JSON")
     parser.set_defaults(handler=_simulate_command)
 

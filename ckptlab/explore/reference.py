@@ -29,7 +29,6 @@ from ..step.simulate import HostLedger, simulating
 from ..units import MIB
 
 
-
 @dataclass(frozen=True)
 class OffloadRow:
     """One row of the published table, with the lab's simulation of it."""

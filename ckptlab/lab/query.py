@@ -107,7 +107,9 @@ def spec_from_query(
         elif number is not None and number >= 1:
             changes["every_n_layers"] = number
         else:
-            warnings.append(f"n={values['n']!r} in the link is not a whole number >= 1 or 'off'; using {base.every_n_layers}.")
+            warnings.append(
+                f"n={values['n']!r} in the link is not a whole number >= 1 or 'off'; using {base.every_n_layers}."
+            )
     if "offload" in values:
         flag = values["offload"].strip().lower()
         if flag in _TRUE or flag in _FALSE:

@@ -42,4 +42,3 @@ def trainer_snippet(every_n_layers: int | None, offload: bool = False) -> str:
         f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},\n'
         ")"
     )
-

@@ -62,12 +62,19 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     spec = result.spec
     setting = _setting(spec.every_n_layers, result.memory.offload_applied if result.memory else False, lang)
     if not result.layers:
-        return plan_figure(result.model.num_layers, spec.every_n_layers, title=t("fig.did_not_fit", lang, setting=setting), lang=lang)
+        return plan_figure(
+            result.model.num_layers, spec.every_n_layers, title=t("fig.did_not_fit", lang, setting=setting), lang=lang
+        )
     layers = result.layers
     hover = [_layer_hover(layer, lang) for layer in layers]
     rows = [
         _Row(t("fig.forward_row", lang), [layer.enabled for layer in layers], hover, planned=False),
-        _Row(t("fig.backward_row", lang), ["rerun" if layer.recompute_calls else "keep" for layer in layers], hover, planned=False),
+        _Row(
+            t("fig.backward_row", lang),
+            ["rerun" if layer.recompute_calls else "keep" for layer in layers],
+            hover,
+            planned=False,
+        ),
     ]
     # A simulated step is observed too, on fake tensors: the title says which.
     seen = t("fig.seen_simulated" if result.provenance.kind == "simulated" else "fig.seen_observed", lang)
@@ -76,7 +83,12 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         planned_hover = [t("fig.planned_hover", lang, name=layer.name, role=layer.planned) for layer in layers]
         rows += [
             _Row(t("fig.planned_forward", lang), [layer.planned for layer in layers], planned_hover, planned=True),
-            _Row(t("fig.planned_backward", lang), ["rerun" if layer.planned == "CP" else "keep" for layer in layers], planned_hover, planned=True),
+            _Row(
+                t("fig.planned_backward", lang),
+                ["rerun" if layer.planned == "CP" else "keep" for layer in layers],
+                planned_hover,
+                planned=True,
+            ),
         ]
         title = t("fig.differs", lang, setting=setting)
     subtitle = t(f"provenance.{result.provenance.kind}", lang, device=result.provenance.device_name)
@@ -114,9 +126,18 @@ def _setting(every_n_layers: int | None, offload: bool, lang: str) -> str:
 
 def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
     return t(
-        "fig.layer_hover", lang, name=layer.name, module=layer.module, calls=layer.forward_calls, reruns=layer.recompute_calls,
-        saved=f"{layer.saved_bytes / MIB:,.2f}", saved_bytes=f"{layer.saved_bytes:,}", input=f"{layer.input_bytes / MIB:,.2f}",
-        planned=layer.planned, flag=layer.enabled, observed=layer.observed,
+        "fig.layer_hover",
+        lang,
+        name=layer.name,
+        module=layer.module,
+        calls=layer.forward_calls,
+        reruns=layer.recompute_calls,
+        saved=f"{layer.saved_bytes / MIB:,.2f}",
+        saved_bytes=f"{layer.saved_bytes:,}",
+        input=f"{layer.input_bytes / MIB:,.2f}",
+        planned=layer.planned,
+        flag=layer.enabled,
+        observed=layer.observed,
     )
 
 
@@ -164,7 +185,13 @@ def _diagram(rows: list[_Row], title: str, subtitle: str, lang: str = "en") -> g
                         "line": {"color": "white", "width": 2},
                         "pattern": (
                             # Thin, sparse stripes: visibly "planned" while the words stay readable.
-                            {"shape": PLANNED_PATTERN, "bgcolor": COLORS[role], "fgcolor": HATCH[role], "size": 14, "solidity": 0.25}
+                            {
+                                "shape": PLANNED_PATTERN,
+                                "bgcolor": COLORS[role],
+                                "fgcolor": HATCH[role],
+                                "size": 14,
+                                "solidity": 0.25,
+                            }
                             if planned
                             else {"shape": ""}
                         ),

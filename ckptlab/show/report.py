@@ -100,9 +100,24 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
     ref_memory = reference.memory if reference else None
     ref_timing = reference.timing if reference else None
     rows = [
-        ("baseline before the forward", mib(memory.baseline_bytes), ref_memory and mib(ref_memory.baseline_bytes), "parameters, buffers"),
-        ("resident after the forward", mib(memory.after_forward_bytes), ref_memory and mib(ref_memory.after_forward_bytes), "above baseline: what the backward needs"),
-        ("peak over the step", mib(memory.peak_bytes), ref_memory and mib(ref_memory.peak_bytes), f"reached in: {memory.peak_where['description']}"),
+        (
+            "baseline before the forward",
+            mib(memory.baseline_bytes),
+            ref_memory and mib(ref_memory.baseline_bytes),
+            "parameters, buffers",
+        ),
+        (
+            "resident after the forward",
+            mib(memory.after_forward_bytes),
+            ref_memory and mib(ref_memory.after_forward_bytes),
+            "above baseline: what the backward needs",
+        ),
+        (
+            "peak over the step",
+            mib(memory.peak_bytes),
+            ref_memory and mib(ref_memory.peak_bytes),
+            f"reached in: {memory.peak_where['description']}",
+        ),
     ]
     lines = [head, "", result_diagram(result), ""]
     lines.append(_table_row("Memory, MiB", "this run", "off" if reference else None, ""))
@@ -139,7 +154,14 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
 
 
 def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: int) -> list[str]:
-    lines = [_table_row("Time, ms", "median", "off" if ref_timing else None, f"of {len(timing.step_samples)} steps after {warmup} warm-up")]
+    lines = [
+        _table_row(
+            "Time, ms",
+            "median",
+            "off" if ref_timing else None,
+            f"of {len(timing.step_samples)} steps after {warmup} warm-up",
+        )
+    ]
     for label, value, samples, ref in (
         ("forward (with loss)", timing.forward_s, timing.forward_samples, ref_timing and ref_timing.forward_s),
         ("backward", timing.backward_s, timing.backward_samples, ref_timing and ref_timing.backward_s),
@@ -165,8 +187,15 @@ def layer_table(result: RunResult) -> str:
     header = f"  {'layer':<8}{'planned':<9}{'flag':<6}{'observed':<10}{'fwd calls':>10}{'reruns':>8}{'saved MiB':>11}{'input MiB':>11}"
     groups: list[list] = []
     for layer in result.layers:
-        row = (layer.planned, layer.enabled, layer.observed, layer.forward_calls, layer.recompute_calls,
-               mib(layer.saved_bytes), mib(layer.input_bytes))
+        row = (
+            layer.planned,
+            layer.enabled,
+            layer.observed,
+            layer.forward_calls,
+            layer.recompute_calls,
+            mib(layer.saved_bytes),
+            mib(layer.input_bytes),
+        )
         if groups and groups[-1][1] == row and groups[-1][0][-1].index == layer.index - 1:
             groups[-1][0].append(layer)
         else:

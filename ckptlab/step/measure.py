@@ -251,7 +251,9 @@ def layer_results(
 def random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) -> dict[str, torch.Tensor]:
     """Random tokens (seeded by ``spec.seed``) as inputs and labels, one unpadded sequence per row."""
     generator = torch.Generator().manual_seed(spec.seed)
-    input_ids = torch.randint(model.config.get_text_config().vocab_size, (spec.batch_size, spec.seq_len), generator=generator)
+    input_ids = torch.randint(
+        model.config.get_text_config().vocab_size, (spec.batch_size, spec.seq_len), generator=generator
+    )
     input_ids = input_ids.to(device)  # (batch, seq)
     batch = {"input_ids": input_ids, "labels": input_ids}
     if getattr(model.config, "use_cache", None) is not None:

@@ -32,8 +32,7 @@ CUDA_MEMORY_METHOD = (
     "(bytes in live tensors, allocator block rounding included)"
 )
 CPU_MEMORY_METHOD = (
-    "torch.distributed._tools.mem_tracker.MemTracker on a separate untimed step "
-    "(bytes of live tensor storages)"
+    "torch.distributed._tools.mem_tracker.MemTracker on a separate untimed step (bytes of live tensor storages)"
 )
 CUDA_TIME_METHOD = "CUDA events around forward and backward, read after torch.cuda.synchronize()"
 CPU_TIME_METHOD = "time.perf_counter around forward and backward"

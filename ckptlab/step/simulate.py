@@ -45,7 +45,15 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from .measure import Progress, layer_results, model_summary, observe_memory, random_batch, resolve_dtype, validate_for_model
+from .measure import (
+    Progress,
+    layer_results,
+    model_summary,
+    observe_memory,
+    random_batch,
+    resolve_dtype,
+    validate_for_model,
+)
 from ..model.plan import describe_plan, observed_roles, planned_roles
 from .probe import region_for
 from ..results import LayerResult, MemoryResult, Provenance, RunResult
@@ -418,7 +426,11 @@ def _combine(base: dict[str, Any], before: dict[str, Any], after: dict[str, Any]
     def value(name: str) -> int:
         return base[name] + units_before * (before[name] - base[name]) + units_after * (after[name] - base[name])
 
-    keys = base["region_peak_breakdown"].keys() | before["region_peak_breakdown"].keys() | after["region_peak_breakdown"].keys()
+    keys = (
+        base["region_peak_breakdown"].keys()
+        | before["region_peak_breakdown"].keys()
+        | after["region_peak_breakdown"].keys()
+    )
 
     def part(key: str) -> int:
         b, x, y = (p["region_peak_breakdown"].get(key, 0) for p in (base, before, after))

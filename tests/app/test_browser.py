@@ -47,8 +47,21 @@ def server():
     (ROOT / "artifacts").mkdir(exist_ok=True)
     log = open(ROOT / "artifacts" / "streamlit-browser-test.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -64,7 +77,9 @@ def server():
             except OSError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start (exit code {process.poll()}); see artifacts/streamlit-browser-test.log")
+                pytest.fail(
+                    f"streamlit did not start (exit code {process.poll()}); see artifacts/streamlit-browser-test.log"
+                )
             time.sleep(0.3)
         yield url
     finally:

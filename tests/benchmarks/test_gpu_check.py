@@ -14,8 +14,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the script runs for minutes; run it by hand")
 def test_gpu_check_says_there_is_no_gpu(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "report.md")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "report.md")], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2
     assert "No CUDA GPU here" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "report.md").exists()

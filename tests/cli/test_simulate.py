@@ -24,13 +24,16 @@ def test_simulate_json_carries_the_fit(capsys):
     assert data["fit"]["fits"] is True and data["fit"]["margin_bytes"] > 0
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--gpu", "TPU"], "is not in the list"),
-    (["--gpu", "A100"], "matches A100 40 GB, A100 80 GB: say which"),
-    (["--budget-gib", "0"], "--budget-gib 0"),
-    (["--every-n-layers", "0"], "every_n_layers=0"),
-    (["--seq-len", "99999"], "seq_len=99999"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--gpu", "TPU"], "is not in the list"),
+        (["--gpu", "A100"], "matches A100 40 GB, A100 80 GB: say which"),
+        (["--budget-gib", "0"], "--budget-gib 0"),
+        (["--every-n-layers", "0"], "every_n_layers=0"),
+        (["--seq-len", "99999"], "seq_len=99999"),
+    ],
+)
 def test_bad_input_exits_2_with_a_message(args, words, capsys):
     assert main(["simulate", "--seq-len", "64", *args]) == 2
     err = capsys.readouterr().err

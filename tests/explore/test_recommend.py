@@ -16,7 +16,6 @@ from ckptlab.explore.sweep import SweepRow
 from ckptlab.units import GIB, MIB
 
 
-
 def row(n, peak_mib, step_ms, *, seq=1024, offload=False, spread=0.01, offload_mib=0, baseline_mib=100):
     step = step_ms / 1000
     return SweepRow(

@@ -8,7 +8,15 @@ import pytest
 
 from ckptlab.explore import scale
 from ckptlab.errors import SpecError
-from ckptlab.explore.scale import ScaleRequest, Setting, every_n_choices, fits, least_recompute_that_fits, scale_settings, scale_table
+from ckptlab.explore.scale import (
+    ScaleRequest,
+    Setting,
+    every_n_choices,
+    fits,
+    least_recompute_that_fits,
+    scale_settings,
+    scale_table,
+)
 from ckptlab.lab.scalejob import ScaleJob, remember
 
 MODEL, SEQ = "tiny-llama", 128  # 6 layers; about a second a simulation on 2 cores

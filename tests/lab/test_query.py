@@ -12,7 +12,17 @@ from ckptlab.lab.query import spec_from_query, spec_to_query
     "spec",
     [
         ckptlab.RunSpec(),
-        ckptlab.RunSpec(model="tiny-qwen3", seq_len=1024, batch_size=2, dtype="bfloat16", device="cpu", every_n_layers=3, offload=True, repeats=1, warmup=0),
+        ckptlab.RunSpec(
+            model="tiny-qwen3",
+            seq_len=1024,
+            batch_size=2,
+            dtype="bfloat16",
+            device="cpu",
+            every_n_layers=3,
+            offload=True,
+            repeats=1,
+            warmup=0,
+        ),
         ckptlab.RunSpec(model="/tmp/some model", every_n_layers=None),
     ],
 )
@@ -26,7 +36,16 @@ def test_missing_values_keep_the_defaults():
 
 def test_bad_values_fall_back_each_with_a_warning():
     spec, warnings = spec_from_query(
-        {"seq": "abc", "batch": "0", "dtype": "int4", "device": "tpu", "n": "-2", "offload": "maybe", "repeats": "9" * 5000, "warmup": "1.5"}
+        {
+            "seq": "abc",
+            "batch": "0",
+            "dtype": "int4",
+            "device": "tpu",
+            "n": "-2",
+            "offload": "maybe",
+            "repeats": "9" * 5000,
+            "warmup": "1.5",
+        }
     )
     assert spec == ckptlab.RunSpec()
     assert len(warnings) == 8

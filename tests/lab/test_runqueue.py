@@ -172,7 +172,9 @@ def test_concurrent_runs_take_turns_and_each_measures_as_if_alone():
             first_wait.setdefault(index, ahead)
 
         try:
-            results[index] = run_queued(specs[index], load=load, progress=progress, on_wait=on_wait, queue=queue, cache=cache)
+            results[index] = run_queued(
+                specs[index], load=load, progress=progress, on_wait=on_wait, queue=queue, cache=cache
+            )
         except BaseException as error:  # pragma: no cover - reported below
             errors.append(error)
 

@@ -155,7 +155,8 @@ def test_every_translation_keeps_the_placeholders_and_has_words():
 
 
 @pytest.mark.parametrize(
-    "source", TRANSLATED_PAGES + ["ckptlab/show/timeline_figures.py", "ckptlab/lab/exercises.py", "ckptlab/show/figures.py"]
+    "source",
+    TRANSLATED_PAGES + ["ckptlab/show/timeline_figures.py", "ckptlab/lab/exercises.py", "ckptlab/show/figures.py"],
 )
 def test_every_key_the_code_uses_exists(source):
     exact, prefixes = _used_keys(ROOT / source)

@@ -110,10 +110,13 @@ def test_timing_has_medians_and_samples(measured):
     assert timing.step_spread[0] <= timing.step_s <= timing.step_spread[1]
 
 
-@pytest.mark.parametrize("model, dropout", [
-    ("tiny-llama", {"attention_dropout": 0.2}),
-    ("tiny-gpt2", {"resid_pdrop": 0.2, "attn_pdrop": 0.2, "embd_pdrop": 0.2}),
-])
+@pytest.mark.parametrize(
+    "model, dropout",
+    [
+        ("tiny-llama", {"attention_dropout": 0.2}),
+        ("tiny-gpt2", {"resid_pdrop": 0.2, "attn_pdrop": 0.2, "embd_pdrop": 0.2}),
+    ],
+)
 @pytest.mark.parametrize("every_n_layers", [1, 2])
 def test_checkpointing_changes_neither_loss_nor_gradients(model, dropout, every_n_layers):
     """Same seed, with and without checkpointing: equal loss and gradients, dropout on (RNG preserved)."""

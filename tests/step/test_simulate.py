@@ -48,15 +48,26 @@ def test_an_8b_simulation_allocates_no_real_memory():
     assert result.memory.breakdown_at_peak.keys() >= {"Parameter", "Activation"}
 
 
-@pytest.mark.parametrize("every_n_layers, offload", [(None, False), (1, False), (1, True), (2, False), (3, True), (28, False)])
+@pytest.mark.parametrize(
+    "every_n_layers, offload", [(None, False), (1, False), (1, True), (2, False), (3, True), (28, False)]
+)
 def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(every_n_layers, offload):
     """qwen3-0.6b has 28 layers: the fast path simulates two shallow copies and extrapolates."""
     spec = RunSpec(model="qwen3-0.6b", seq_len=256, every_n_layers=every_n_layers, offload=offload)
     assert Reduction.for_plan(28, every_n_layers) is not None
     fast, full = simulate(spec), simulate(spec, fast=False)
     assert any("extrapolated" in note for note in fast.notes)
-    for name in ("baseline_bytes", "after_forward_bytes", "peak_bytes", "peak_where", "breakdown_after_forward",
-                 "breakdown_at_peak", "offload_bytes", "host_offload_bytes", "timeline"):
+    for name in (
+        "baseline_bytes",
+        "after_forward_bytes",
+        "peak_bytes",
+        "peak_where",
+        "breakdown_after_forward",
+        "breakdown_at_peak",
+        "offload_bytes",
+        "host_offload_bytes",
+        "timeline",
+    ):
         assert getattr(fast.memory, name) == getattr(full.memory, name), name
     assert fast.layers == full.layers
 
@@ -85,12 +96,15 @@ def test_simulated_offload_moves_layer_inputs_to_host():
     assert offloaded.memory.offload_applied and any("offload simulated" in note for note in offloaded.notes)
 
 
-@pytest.mark.parametrize("changes, error, words", [
-    ({"every_n_layers": 0}, SpecError, "every_n_layers=0"),
-    ({"seq_len": 4096}, SpecError, "seq_len=4096"),
-    ({"batch_size": 0}, SpecError, "batch_size=0"),
-    ({"model": "no-such-model"}, ModelLoadError, "no-such-model"),
-])
+@pytest.mark.parametrize(
+    "changes, error, words",
+    [
+        ({"every_n_layers": 0}, SpecError, "every_n_layers=0"),
+        ({"seq_len": 4096}, SpecError, "seq_len=4096"),
+        ({"batch_size": 0}, SpecError, "batch_size=0"),
+        ({"model": "no-such-model"}, ModelLoadError, "no-such-model"),
+    ],
+)
 def test_bad_input_is_refused_as_for_a_measured_run(changes, error, words):
     with pytest.raises(error, match=words):
         simulate(replace(FAST, **changes))
