@@ -36,16 +36,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import transformers  # noqa: E402
+import transformers
 
-from ckptlab import RunSpec, build_model, compare, measure, simulate  # noqa: E402
-from ckptlab.explore.reference import (  # noqa: E402
+from ckptlab import RunSpec, build_model, compare, measure, simulate
+from ckptlab.explore.reference import (
     PR_48444_ROWS,
     measure_resident_after_forward_cuda,
     pr48444_config,
     simulate_resident_after_forward,
 )
-from ckptlab.units import GIB, MIB  # noqa: E402
+from ckptlab.units import GIB, MIB
 
 
 def main() -> int:

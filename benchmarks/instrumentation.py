@@ -29,10 +29,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ckptlab import RunSpec, load_model  # noqa: E402
-from ckptlab.step.measure import random_batch, train_step  # noqa: E402
-from ckptlab.step.meters import TrackerMeter, meter_for  # noqa: E402
-from ckptlab.step.probe import LayerProbe, StepRecorder  # noqa: E402
+from ckptlab import RunSpec, load_model
+from ckptlab.step.measure import random_batch, train_step
+from ckptlab.step.meters import TrackerMeter, meter_for
+from ckptlab.step.probe import LayerProbe, StepRecorder
 
 RECORDER_LIMIT = 1.05  # "a few percent": the timeline may cost at most this ratio in time or peak
 

@@ -6,17 +6,17 @@
 >>> result.memory.after_forward_bytes, result.timing.step_s
 """
 
-from .model.catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, list_presets
 from .errors import CkptlabError, DoesNotFitError, ModelLoadError, SpecError, UnsupportedModelError
-from .step.measure import load_model, measure
-from .step.simulate import simulate
-from .model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
 from .explore.predict import Prediction, predict
 from .explore.recommend import Recommendation, recommend
-from .show.report import diagram, result_diagram, run_report
-from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, TimingResult, compare
-from .spec import RunSpec
 from .explore.sweep import SweepResult, SweepRow, SweepSpec, sweep
+from .model.catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, list_presets
+from .model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
+from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, TimingResult, compare
+from .show.report import diagram, result_diagram, run_report
+from .spec import RunSpec
+from .step.measure import load_model, measure
+from .step.simulate import simulate
 
 __all__ = [
     "DEFAULT_PRESET",

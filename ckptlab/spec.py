@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .model.catalog import DEFAULT_PRESET
 from .errors import SpecError
+from .model.catalog import DEFAULT_PRESET
 from .model.plan import validate_every_n_layers
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")

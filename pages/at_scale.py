@@ -12,12 +12,7 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
-from ckptlab.show import figures, i18n
-from ckptlab.explore.recommend import budget_bytes
-from ckptlab.lab.query import BATCH_MAX, spec_from_query
-from ckptlab.explore.recommend import GPUS
-from ckptlab.results import RunResult
-from ckptlab.spec import RunSpec
+from ckptlab.explore.recommend import GPUS, budget_bytes
 from ckptlab.explore.scale import (
     SIMULATION_DTYPES,
     ScaleRequest,
@@ -28,9 +23,13 @@ from ckptlab.explore.scale import (
     least_recompute_that_fits,
     scale_settings,
 )
+from ckptlab.lab.query import BATCH_MAX, spec_from_query
 from ckptlab.lab.scalejob import ScaleJob, remember
+from ckptlab.results import RunResult
+from ckptlab.show import figures, i18n
 from ckptlab.show.scale_figures import peak_figure, resident_figure
 from ckptlab.show.timeline_figures import event_label, provenance_label
+from ckptlab.spec import RunSpec
 from ckptlab.units import GIB
 from pages._deep_link import run_through_app
 

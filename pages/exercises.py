@@ -11,15 +11,15 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import exercises
-from ckptlab.show import i18n
 from ckptlab.lab.exercises import EXERCISES, Exercise
 from ckptlab.lab.run import baseline_spec
 from ckptlab.model.plan import planned_roles
 from ckptlab.results import RunResult
-from ckptlab.spec import RunSpec
+from ckptlab.show import i18n
 from ckptlab.show.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
-from pages._learn_runs import measured
+from ckptlab.spec import RunSpec
 from pages._deep_link import run_through_app
+from pages._learn_runs import measured
 
 run_through_app()
 

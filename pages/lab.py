@@ -10,16 +10,16 @@ import streamlit as st
 import torch
 
 import ckptlab
-from ckptlab.show import figures, i18n
-from ckptlab.model import snippets
-from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
 from ckptlab.lab.run import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
-from ckptlab.step.measure import resolve_device
-from ckptlab.show.report import setting_name
+from ckptlab.model import snippets
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
-from ckptlab.spec import DTYPES, RunSpec
+from ckptlab.show import figures, i18n
+from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.show.report import setting_name
 from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
+from ckptlab.spec import DTYPES, RunSpec
+from ckptlab.step.measure import resolve_device
 from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
 

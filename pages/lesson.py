@@ -14,10 +14,9 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import exercises
-from ckptlab.show import i18n
 from ckptlab.lab.run import baseline_spec
 from ckptlab.results import RunResult
-from ckptlab.spec import RunSpec
+from ckptlab.show import i18n
 from ckptlab.show.timeline_figures import (
     diagram_figure,
     event_label,
@@ -28,9 +27,10 @@ from ckptlab.show.timeline_figures import (
     timeline_figure,
     tradeoff_figure,
 )
+from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
-from pages._learn_runs import measured
 from pages._deep_link import run_through_app
+from pages._learn_runs import measured
 
 run_through_app()
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
-from ckptlab.show import i18n
 from ckptlab.lab import learn as learnrun
-from ckptlab.step import timeline as tl
 from ckptlab.lab.run import baseline_spec
-from ckptlab.spec import RunSpec
+from ckptlab.show import i18n
 from ckptlab.show.timeline_figures import (
     diagram_figure,
     event_label,
@@ -24,9 +22,11 @@ from ckptlab.show.timeline_figures import (
     run_label,
     timeline_figure,
 )
+from ckptlab.spec import RunSpec
+from ckptlab.step import timeline as tl
 from ckptlab.units import MIB
-from pages._learn_runs import measured
 from pages._deep_link import run_through_app
+from pages._learn_runs import measured
 
 run_through_app()
 

@@ -11,15 +11,15 @@ import streamlit as st
 import torch
 
 import ckptlab
-from ckptlab.show import i18n
 from ckptlab.explore.accuracy import check_predictions
-from ckptlab.lab.run import build_for_key, model_key
 from ckptlab.explore.recommend import GPUS, recommend
-from ckptlab.spec import DTYPES
 from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
+from ckptlab.lab.run import build_for_key, model_key
 from ckptlab.lab.sweepjob import SweepJob
+from ckptlab.show import i18n
 from ckptlab.show.timeline_figures import provenance_label
 from ckptlab.show.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
+from ckptlab.spec import DTYPES
 from ckptlab.units import MIB, mib, milliseconds
 from pages._deep_link import run_through_app
 

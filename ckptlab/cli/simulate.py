@@ -10,8 +10,8 @@ import json
 
 from ..errors import SpecError
 from ..explore.recommend import GPUS, budget_bytes
-from ..show.report import run_report
 from ..results import RunResult
+from ..show.report import run_report
 from ..step.simulate import simulate
 from ..units import GIB, mib
 from .args import add_run_arguments, spec_from_args

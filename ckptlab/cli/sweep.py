@@ -12,11 +12,11 @@ import json
 import re
 import sys
 
-from ..explore.accuracy import PredictionCheck, check_predictions
 from ..errors import SpecError
+from ..explore.accuracy import PredictionCheck, check_predictions
 from ..explore.recommend import GPUS, Recommendation, gpu_name, recommend
-from ..spec import RunSpec
 from ..explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
+from ..spec import RunSpec
 from ..units import GIB, KIB, MIB, mib, milliseconds
 from .args import EXIT_BAD_INPUT, add_run_arguments, print_progress, spec_from_args
 

@@ -62,8 +62,8 @@ import torch
 import transformers
 from transformers import PretrainedConfig
 
-from ..model import catalog
 from ..errors import SpecError
+from ..model import catalog
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..results import Provenance, RunResult
 

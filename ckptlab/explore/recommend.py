@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 
 from ..errors import SpecError
 from ..model.snippets import model_snippet, trainer_snippet
-from .sweep import SweepRow
 from ..units import GIB, mib, milliseconds
-
+from .sweep import SweepRow
 
 # Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
 # on an H100 80GB, and the CUDA context takes a few hundred MiB outside torch's counts: the

@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..errors import SpecError
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..errors import SpecError
-from ..step.measure import Progress, validate_for_model
 from ..model.plan import planned_roles
 from ..results import RunResult
 from ..spec import RunSpec
+from ..step.measure import Progress, validate_for_model
 from ..step.simulate import simulate
 
 EveryN = Literal["distinct", "all"]

@@ -30,13 +30,13 @@ from typing import Any, Literal
 
 from transformers import PreTrainedModel
 
+from ..errors import SpecError
 from ..model import catalog
 from ..model.catalog import DEFAULT_PRESET, ModelInfo
-from ..errors import SpecError
-from ..step.measure import Progress, load_model, measure, resolve_device, validate_for_model
-from .predict import settings_for
 from ..results import RunResult, compare
 from ..spec import RunSpec
+from ..step.measure import Progress, load_model, measure, resolve_device, validate_for_model
+from .predict import settings_for
 
 OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")

@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import SpecError
-from ..show.i18n import t
 from ..results import RunResult, compare
-from ..spec import RunSpec
+from ..show.i18n import t
 from ..show.timeline_figures import event_label
+from ..spec import RunSpec
 from ..units import mib
 
 Kind = Literal["percent", "choice"]

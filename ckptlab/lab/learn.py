@@ -20,10 +20,10 @@ from transformers import PreTrainedModel
 
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from .run import ModelKey, baseline_spec, build_for_key, run_queued
-from ..step.measure import Progress
 from ..results import RunResult
 from ..spec import RunSpec
+from ..step.measure import Progress
+from .run import ModelKey, baseline_spec, build_for_key, run_queued
 from .runqueue import OnWait
 
 _lock = threading.Lock()

@@ -19,12 +19,12 @@ from datetime import datetime, timezone
 import torch
 from transformers import PreTrainedModel
 
+from ..errors import DoesNotFitError
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..errors import DoesNotFitError
-from ..step.measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
 from ..results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, compare
 from ..spec import RunSpec
+from ..step.measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)

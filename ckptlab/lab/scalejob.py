@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from ..model.catalog import ModelInfo
 from ..errors import CkptlabError
-from .jobs import BackgroundJob
-from ..results import RunResult
 from ..explore.scale import ScaleRequest, ScaleTable, scale_table
+from ..model.catalog import ModelInfo
+from ..results import RunResult
 from ..spec import RunSpec
+from .jobs import BackgroundJob
 
 
 @dataclass(frozen=True)

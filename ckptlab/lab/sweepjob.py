@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..model.catalog import ModelInfo
 from ..errors import CkptlabError
-from .jobs import BackgroundJob
-from ..spec import RunSpec
-from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
 from ..explore.sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
+from ..model.catalog import ModelInfo
+from ..spec import RunSpec
+from .jobs import BackgroundJob
+from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
 
 Loader = Callable[[RunSpec], tuple[object, ModelInfo]]
 

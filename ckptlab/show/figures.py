@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .i18n import t
 from ..model.plan import planned_roles
 from ..results import LayerResult, RunResult
 from ..units import MIB
+from .i18n import t
 
 LAYERS_PER_LINE = 12
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ..results import RunResult
 from ..explore.scale import ScaleTable, Setting, fits
+from ..results import RunResult
 from ..units import GIB, MIB
 
 FONT = "Arial, Helvetica, sans-serif"

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..results import RunResult
 from ..step import timeline as tl
+from ..units import MIB
 from .figures import COLORS, FONT, OFF_COLOR, RUN_COLOR
 from .i18n import t
-from ..results import RunResult
-from ..units import MIB
 
 BAND_COLORS = {"forward": "#56B4E9", "loss": "#999999", "backward": "#009E73", "rerun": COLORS["rerun"]}
 STATE_COLORS = {

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..model import catalog
 from ..explore.accuracy import PredictionCheck
-from .i18n import t
 from ..explore.predict import architecture, predict
 from ..explore.recommend import Recommendation
 from ..explore.sweep import SweepResult, SweepRow
+from ..model import catalog
 from ..units import MIB
+from .i18n import t
 
 FONT = "Arial, Helvetica, sans-serif"
 # Okabe-Ito, as ckptlab.show.figures: colour-blind safe and legible on a projector.

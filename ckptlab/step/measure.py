@@ -26,12 +26,10 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 
+from ..errors import DoesNotFitError, SpecError
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..errors import DoesNotFitError, SpecError
-from .meters import Clock, clock_for, meter_for
 from ..model.plan import describe_plan, observed_roles, planned_roles
-from .probe import LayerCounts, LayerProbe, StepRecorder
 from ..results import (
     LayerResult,
     MemoryResult,
@@ -42,6 +40,8 @@ from ..results import (
     median,
 )
 from ..spec import RunSpec
+from .meters import Clock, clock_for, meter_for
+from .probe import LayerCounts, LayerProbe, StepRecorder
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
 

@@ -45,6 +45,9 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.plan import describe_plan, observed_roles, planned_roles
+from ..results import LayerResult, MemoryResult, Provenance, RunResult
+from ..spec import RunSpec
 from .measure import (
     Progress,
     layer_results,
@@ -54,10 +57,7 @@ from .measure import (
     resolve_dtype,
     validate_for_model,
 )
-from ..model.plan import describe_plan, observed_roles, planned_roles
 from .probe import region_for
-from ..results import LayerResult, MemoryResult, Provenance, RunResult
-from ..spec import RunSpec
 
 SIMULATED_DEVICE = "cuda (simulated)"
 SIMULATION_METHOD = (

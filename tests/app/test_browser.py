@@ -45,7 +45,7 @@ def _free_port() -> int:
 def server():
     port = _free_port()
     (ROOT / "artifacts").mkdir(exist_ok=True)
-    log = open(ROOT / "artifacts" / "streamlit-browser-test.log", "w")
+    log = open(ROOT / "artifacts" / "streamlit-browser-test.log", "w")  # noqa: SIM115 - closed at teardown
     process = subprocess.Popen(
         [
             sys.executable,

@@ -6,12 +6,12 @@ page alone (no navigation, no language selector); each page leaves that mode and
 
 from __future__ import annotations
 
-from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, expect, server, sync_playwright  # noqa: F401 - fixture
+from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, expect, server, sync_playwright
 
 __all__ = ["server"]
 
 
-def test_a_deep_link_on_a_fresh_server_runs_through_app_py(server):  # noqa: F811 - the imported fixture
+def test_a_deep_link_on_a_fresh_server_runs_through_app_py(server):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

@@ -110,7 +110,7 @@ def test_bad_input_through_the_command_line(changes, args, error, words, little_
 
 
 def test_directories_without_config_or_checkpointable_layers(no_config_dir, no_layers_dir, capsys):
-    with pytest.raises(ModelLoadError, match="config.json"):
+    with pytest.raises(ModelLoadError, match=r"config\.json"):
         measure(replace(FAST, model=str(no_config_dir)))
     with pytest.raises(UnsupportedModelError, match="GradientCheckpointingLayer"):
         measure(replace(FAST, model=str(no_layers_dir)))

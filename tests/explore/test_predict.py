@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ckptlab import list_presets
-from ckptlab.explore.accuracy import check_predictions
 from ckptlab.errors import SpecError
+from ckptlab.explore.accuracy import check_predictions
 from ckptlab.explore.predict import architecture, calibrate, layer_activation_bytes, predict, settings_for
 from ckptlab.explore.sweep import SweepSpec, sweep
 

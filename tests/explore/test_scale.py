@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from ckptlab.explore import scale
 from ckptlab.errors import SpecError
+from ckptlab.explore import scale
 from ckptlab.explore.scale import (
     ScaleRequest,
     Setting,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from ckptlab.errors import SpecError
 from ckptlab.lab import exercises
 from ckptlab.show import i18n
-from ckptlab.errors import SpecError
 
 
 def _runs(measured, exercise):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -27,7 +28,7 @@ def _wait_until(condition, timeout: float = 30.0) -> None:
 
 def _assert_no_overlap(intervals: list[tuple[float, float]]) -> None:
     ordered = sorted(intervals)
-    for (_, end), (start, _) in zip(ordered, ordered[1:]):
+    for (_, end), (start, _) in itertools.pairwise(ordered):
         assert end <= start, f"two turns overlap: {ordered}"
 
 
@@ -67,7 +68,7 @@ def test_waiters_are_served_first_in_first_out_and_told_how_many_are_ahead():
             thread = threading.Thread(target=worker, args=(number,))
             thread.start()
             threads.append(thread)
-            _wait_until(lambda: queue.busy() == (True, number + 1))
+            _wait_until(lambda number=number: queue.busy() == (True, number + 1))
     for thread in threads:
         thread.join(10)
 
@@ -114,9 +115,8 @@ def test_a_wait_abandoned_from_on_wait_gives_its_place_back(error):
 
 def test_an_exception_inside_the_turn_frees_the_device():
     queue = DeviceQueue(poll_s=0.01)
-    with pytest.raises(StopException):
-        with queue.turn():
-            raise StopException()
+    with pytest.raises(StopException), queue.turn():
+        raise StopException()
     assert queue.busy() == (False, 0)
     with queue.turn(timeout=1):
         pass
@@ -144,10 +144,8 @@ def test_a_wait_times_out_with_a_message_and_leaves_the_line():
 
 def test_a_nested_turn_in_the_same_thread_is_refused_instead_of_deadlocking():
     queue = DeviceQueue(poll_s=0.01)
-    with queue.turn():
-        with pytest.raises(RuntimeError, match="already holds"):
-            with queue.turn(timeout=1):
-                pass
+    with queue.turn(), pytest.raises(RuntimeError, match="already holds"), queue.turn(timeout=1):
+        pass
     assert queue.busy() == (False, 0)
 
 
@@ -184,7 +182,7 @@ def test_concurrent_runs_take_turns_and_each_measures_as_if_alone():
             thread = threading.Thread(target=session, args=(index,))
             thread.start()
             threads.append(thread)
-            _wait_until(lambda: queue.busy()[1] == index + 1)
+            _wait_until(lambda index=index: queue.busy()[1] == index + 1)
     for thread in threads:
         thread.join(120)
 
@@ -232,7 +230,7 @@ def test_bad_input_fails_before_queueing():
     with queue.turn():  # would time out if the bad spec queued
         with pytest.raises(ckptlab.SpecError, match="longer than"):
             run_queued(replace(SPEC, model="tiny-gpt2", seq_len=4096), queue=queue, timeout=0.05)
-        with pytest.raises(ckptlab.ModelLoadError, match="config.json"):
+        with pytest.raises(ckptlab.ModelLoadError, match=r"config\.json"):
             run_queued(replace(SPEC, model="/"), queue=queue, timeout=0.05)
 
 

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from ckptlab.errors import SpecError
-from ckptlab.lab.runqueue import DeviceQueue
 from ckptlab.explore.sweep import SweepSpec
+from ckptlab.lab.runqueue import DeviceQueue
 from ckptlab.lab.sweepjob import SweepJob
 
 SMALL = SweepSpec(model="tiny-gpt2", seq_lens=(32,), repeats=1, warmup=0)

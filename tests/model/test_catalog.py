@@ -10,20 +10,20 @@ import pytest
 import torch
 from transformers import BertConfig, OpenAIGPTConfig, T5Config, ViTConfig
 
+from ckptlab.errors import ModelLoadError, SpecError, UnsupportedModelError
 from ckptlab.model.catalog import (
     CPU_PARAM_LIMIT,
     DEFAULT_PRESET,
     ModelInfo,
     Preset,
-    build_on_meta,
     build_model,
+    build_on_meta,
     describe,
     get_preset,
     list_presets,
     load_config,
     model_class_for,
 )
-from ckptlab.errors import ModelLoadError, SpecError, UnsupportedModelError
 
 TINY = [p.name for p in list_presets() if p.cpu_ok]
 

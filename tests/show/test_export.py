@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 import ckptlab
-from ckptlab.show.export import COLUMNS, LAYER_COLUMNS, layer_rows, result_csv
 from ckptlab.lab.run import run_queued
+from ckptlab.show.export import COLUMNS, LAYER_COLUMNS, layer_rows, result_csv
 
 SPEC = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=2)
 

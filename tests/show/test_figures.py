@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 import ckptlab
-from ckptlab.show import figures
 from ckptlab.lab.run import run_queued
+from ckptlab.show import figures
 
 SPEC = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=2)
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from ckptlab.units import GIB, MIB
 from ckptlab.explore.scale import ScaleTable, Setting, scale_table
 from ckptlab.show.scale_figures import HOST_PATTERN, WORDS, peak_figure, resident_figure
+from ckptlab.units import GIB, MIB
 
 SETTINGS = (Setting(None), Setting(1), Setting(1, offload=True))
 

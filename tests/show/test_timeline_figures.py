@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ckptlab.show import i18n
+from ckptlab.show.timeline_figures import diagram_figure, offload_figure, step_figure, timeline_figure, tradeoff_figure
 from ckptlab.step import timeline as tl
 from ckptlab.units import MIB
-from ckptlab.show.timeline_figures import diagram_figure, offload_figure, step_figure, timeline_figure, tradeoff_figure
 
 
 @pytest.mark.parametrize("lang", list(i18n.LANGUAGES))

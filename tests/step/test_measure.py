@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ckptlab import build_model, list_presets, measure, planned_roles
-from ckptlab.step.measure import OFFLOAD_ON_CPU_NOTE
 from ckptlab.results import RunResult
+from ckptlab.step.measure import OFFLOAD_ON_CPU_NOTE
 from tests.conftest import FAST, requires_cuda
 
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]

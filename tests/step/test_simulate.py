@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from ckptlab import ModelLoadError, RunSpec, SpecError, list_presets, simulate
-from ckptlab.model.catalog import load_config
 from ckptlab.explore.reference import reproduce_pr48444
+from ckptlab.model.catalog import load_config
 from ckptlab.step.simulate import Reduction
 from ckptlab.units import GIB, MIB
 from tests.conftest import FAST
