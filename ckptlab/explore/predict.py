@@ -18,7 +18,7 @@ GPT-3: 11 for attention (2 QKV input, 4 Q and K, 2 V, 2 output-projection input,
 mask), 19 for the MLP (2 input, 8 GeLU input, 8 GeLU output, 1 dropout mask), 4 for the
 two LayerNorm inputs, and ``5*a*s/h`` for the attention scores (softmax, dropout mask,
 dropout output). The same count, term by term, for the models transformers builds here
-(checked tensor by tensor against autograd's saved tensors, see ``tests/test_predict.py``):
+(checked tensor by tensor against autograd's saved tensors, see ``tests/explore/test_predict.py``):
 
 - bytes per element ``e`` from the dtype (4 in float32: "fp32 doubling"); statistics,
   the logsumexp and the loss are float32 whatever the dtype;

@@ -98,7 +98,7 @@ class _LeanMemTracker(MemTracker):
     per-module peaks; the lab does not use them, and on a 36-layer model that walk is 5/6 of
     the time (62 s against 10 s for a simulated Qwen3-8B step at 8k tokens). This override
     keeps the device-wide peak and its breakdown exactly as the stock code computes them
-    (``tests/test_meters.py`` compares the two), and adds the peak since the last
+    (``tests/step/test_meters.py`` compares the two), and adds the peak since the last
     :meth:`take_region_peak`, so a timeline can say how high memory rose between two events.
     """
 

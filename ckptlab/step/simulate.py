@@ -24,7 +24,7 @@ Two things need care:
   memory at any event is an affine function of how many repeating units lie before and
   after it. :func:`simulate` therefore runs two shallow copies of the model (one and two
   units in the middle) and extrapolates every event of the timeline to the full depth,
-  exactly (``tests/test_simulate.py`` compares it with simulating every layer).
+  exactly (``tests/step/test_simulate.py`` compares it with simulating every layer).
 """
 
 from __future__ import annotations
