@@ -7,7 +7,7 @@ opens in the same language, and every page reads it from ``st.session_state.app_
 
 import streamlit as st
 
-from ckptlab import i18n
+from ckptlab.show import i18n
 
 # The tab title is set before the selector exists, so it reads the URL's language directly.
 st.set_page_config(

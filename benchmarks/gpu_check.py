@@ -5,7 +5,7 @@
 On one H200-class GPU, in about 5 minutes, with no network and no downloads, it:
 
 1. measures the published offload table's three configurations (transformers PR #48444,
-   harness in ckptlab/reference.py) with offload off and on: resident after the forward,
+   harness in ckptlab/explore/reference.py) with offload off and on: resident after the forward,
    beside the published figures, and the lab's full measured step (peak, step time) on
    the 8-layer row;
 2. puts the simulation of the same specs, and of the lab's step, beside the CUDA
@@ -45,18 +45,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import transformers  # noqa: E402
+import transformers
 
-from ckptlab import RunSpec, build_model, compare, measure, simulate  # noqa: E402
-from ckptlab.reference import (  # noqa: E402
-    MIB,
+from ckptlab import RunSpec, build_model, compare, measure, simulate
+from ckptlab.explore.reference import (
     PR_48444_ROWS,
     measure_resident_after_forward_cuda,
     pr48444_config,
     simulate_resident_after_forward,
 )
-
-GIB = 2**30
+from ckptlab.units import GIB, MIB
 
 
 def main() -> int:
@@ -128,14 +126,18 @@ class Report:
         self.line(f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
         self.line(f"- GPU: {props.name}, {props.total_memory / GIB:.1f} GiB")
         self.line(f"- driver: {_driver_version()}")
-        self.line(f"- torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, "
-                  f"Python {platform.python_version()}")
+        self.line(
+            f"- torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, "
+            f"Python {platform.python_version()}"
+        )
         self.line("- command: `python benchmarks/gpu_check.py`")
 
 
 def offload_table(report: Report) -> None:
     report.line("\n## 1-2. The published offload table: measured on CUDA, simulated, published (MiB)\n")
-    report.line("| layers x hidden x seq | offload | published | measured (CUDA) | simulated | measured vs published | simulated vs measured |")
+    report.line(
+        "| layers x hidden x seq | offload | published | measured (CUDA) | simulated | measured vs published | simulated vs measured |"
+    )
     report.line("|---|---|---|---|---|---|---|")
     for row in PR_48444_ROWS:
         config = pr48444_config(row.layers, row.hidden)
@@ -155,12 +157,24 @@ def offload_table(report: Report) -> None:
 
 
 def lab_step_on_the_table(report: Report) -> None:
-    report.line("\n## The lab's full step (Qwen3 causal LM, bf16): CUDA allocator against simulation and the CPU tracker's accounting\n")
-    report.line("| model | seq | setting | resident after fwd CUDA | simulated | peak CUDA | simulated | where (CUDA) | step ms |")
+    report.line(
+        "\n## The lab's full step (Qwen3 causal LM, bf16): CUDA allocator against simulation and the CPU tracker's accounting\n"
+    )
+    report.line(
+        "| model | seq | setting | resident after fwd CUDA | simulated | peak CUDA | simulated | where (CUDA) | step ms |"
+    )
     report.line("|---|---|---|---|---|---|---|---|---|")
     for every_n_layers, offload in ((None, False), (1, False), (1, True), (2, False)):
-        spec = RunSpec(model="qwen3-0.6b", seq_len=8192, every_n_layers=every_n_layers, offload=offload,
-                       device="cuda", dtype="bfloat16", repeats=3, warmup=2)
+        spec = RunSpec(
+            model="qwen3-0.6b",
+            seq_len=8192,
+            every_n_layers=every_n_layers,
+            offload=offload,
+            device="cuda",
+            dtype="bfloat16",
+            repeats=3,
+            warmup=2,
+        )
         run, sim = measure(spec), simulate(spec)
         name = "off" if every_n_layers is None else f"n={every_n_layers}" + (", offload" if offload else "")
         if run.status != "ok":
@@ -172,12 +186,16 @@ def lab_step_on_the_table(report: Report) -> None:
             f"{sim.memory.peak_bytes / MIB:.1f} ({_pct(sim.memory.peak_bytes, run.memory.peak_bytes)}) | "
             f"{run.memory.peak_where['description']} | {run.timing.step_s * 1000:.0f} |"
         )
-    report.line("\nThe simulation stands for the CUDA path; the allocator rounds blocks to 512 bytes and keeps its own "
-                "workspace (cuBLAS), which the simulation does not count. Gaps above 5% are discussed below the tables.")
+    report.line(
+        "\nThe simulation stands for the CUDA path; the allocator rounds blocks to 512 bytes and keeps its own "
+        "workspace (cuBLAS), which the simulation does not count. Gaps above 5% are discussed below the tables."
+    )
 
 
 def step_time_ratios(report: Report) -> None:
-    report.line("\n## 3. Step time against checkpointing off (qwen3-0.6b, 4096 tokens, bf16; 2 warm-ups, median of 5)\n")
+    report.line(
+        "\n## 3. Step time against checkpointing off (qwen3-0.6b, 4096 tokens, bf16; 2 warm-ups, median of 5)\n"
+    )
     report.line("| setting | step ms | spread ms | ratio to off | judged | peak MiB |")
     report.line("|---|---|---|---|---|---|")
     base = RunSpec(model="qwen3-0.6b", seq_len=4096, device="cuda", dtype="bfloat16", repeats=5, warmup=2)
@@ -205,22 +223,34 @@ def equivalence(report: Report) -> None:
         model.activation_checkpointing_enable(every_n_layers=every_n_layers, offload=offload)
         loss, grads = _loss_and_grads(model, ids)
         worst = max((grads[name] - base_grads[name]).abs().max().item() for name in grads)
-        report.line(f"| n={every_n_layers}{', offload' if offload else ''} | {torch.equal(loss, base_loss)} | {worst:.3g} |")
+        report.line(
+            f"| n={every_n_layers}{', offload' if offload else ''} | {torch.equal(loss, base_loss)} | {worst:.3g} |"
+        )
 
 
 def out_of_memory(report: Report) -> None:
     report.line("\n## 5. Out of memory: reported, released, and the next run works\n")
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
-    spec = RunSpec(model="llama-3.2-1b", seq_len=131072, batch_size=8, every_n_layers=None, device="cuda",
-                   dtype="bfloat16", repeats=1, warmup=0)
+    spec = RunSpec(
+        model="llama-3.2-1b",
+        seq_len=131072,
+        batch_size=8,
+        every_n_layers=None,
+        device="cuda",
+        dtype="bfloat16",
+        repeats=1,
+        warmup=0,
+    )
     result = measure(spec)
     torch.cuda.synchronize()
     after = torch.cuda.memory_allocated()
     follow = measure(RunSpec(model="tiny-llama", seq_len=512, device="cuda", repeats=1, warmup=0))
     report.line(f"- status: `{result.status}`; message: {result.message}")
     report.line(f"- allocated before {before / MIB:.1f} MiB, after the failed run {after / MIB:.1f} MiB")
-    report.line(f"- the next run in the same process: status `{follow.status}`, peak {follow.memory.peak_bytes / MIB:.1f} MiB")
+    report.line(
+        f"- the next run in the same process: status `{follow.status}`, peak {follow.memory.peak_bytes / MIB:.1f} MiB"
+    )
 
 
 def cli_run(report: Report) -> None:
@@ -268,8 +298,12 @@ def _pct(value: float, reference: float) -> str:
 
 def _driver_version() -> str:
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         return done.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown (nvidia-smi not found)"

@@ -29,10 +29,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ckptlab import RunSpec, load_model  # noqa: E402
-from ckptlab.measure import random_batch, _step  # noqa: E402
-from ckptlab.meters import TrackerMeter, meter_for  # noqa: E402
-from ckptlab.probe import LayerProbe, StepRecorder  # noqa: E402
+from ckptlab import RunSpec, load_model
+from ckptlab.step.measure import random_batch, train_step
+from ckptlab.step.meters import TrackerMeter, meter_for
+from ckptlab.step.probe import LayerProbe, StepRecorder
 
 RECORDER_LIMIT = 1.05  # "a few percent": the timeline may cost at most this ratio in time or peak
 
@@ -52,11 +52,12 @@ def recorder_ratio(model: torch.nn.Module, batch: dict, device: torch.device, ro
     Returns:
         ``time_ratio`` and ``peak_ratio`` (with over without), the medians in seconds and the peaks in bytes.
     """
+
     def without() -> int:
         meter = meter_for(model, device)
         probe = LayerProbe(model, on_region=None, track_saved=True)
         with meter.watching(), probe.attached():
-            _step(model, batch, probe)
+            train_step(model, batch, probe)
             return meter.take_peak()
 
     def with_recorder() -> int:
@@ -64,7 +65,7 @@ def recorder_ratio(model: torch.nn.Module, batch: dict, device: torch.device, ro
         recorder = StepRecorder(meter)
         probe = LayerProbe(model, on_region=recorder, track_saved=True)
         with meter.watching(), probe.attached():
-            _step(model, batch, probe)
+            train_step(model, batch, probe)
             return recorder.finish().region_peak_bytes
 
     samples: dict[str, list[float]] = {"without": [], "with": []}
@@ -106,19 +107,19 @@ def main() -> None:
     memory_probe = LayerProbe(model, on_region=lambda region: None, track_saved=True)
 
     def bare() -> None:
-        _step(model, batch, None)
+        train_step(model, batch, None)
 
     def with_timed_probe() -> None:
         with timed_probe.attached():
-            _step(model, batch, timed_probe)
+            train_step(model, batch, timed_probe)
 
     def with_memory_probe() -> None:
         with memory_probe.attached():
-            _step(model, batch, memory_probe)
+            train_step(model, batch, memory_probe)
 
     def with_memtracker() -> None:
         with TrackerMeter(model, torch.device("cpu")).watching():
-            _step(model, batch, None)
+            train_step(model, batch, None)
 
     variants = {
         "bare step": bare,
@@ -137,8 +138,10 @@ def main() -> None:
             samples[name].append(time.perf_counter() - start)
 
     bare_median = statistics.median(samples["bare step"])
-    print(f"{info.name}, seq_len {spec.seq_len}, every_n_layers={spec.every_n_layers}, "
-          f"{args.rounds} interleaved rounds, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"{info.name}, seq_len {spec.seq_len}, every_n_layers={spec.every_n_layers}, "
+        f"{args.rounds} interleaved rounds, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print(f"{'variant':<20}{'median ms':>10}{'ratio':>8}")
     for name, values in samples.items():
         median = statistics.median(values)
@@ -148,8 +151,12 @@ def main() -> None:
 
     recorded = recorder_ratio(model, batch, torch.device("cpu"), rounds=args.recorder_rounds)
     print(f"\nmemory step with the timeline's StepRecorder over without it, {args.recorder_rounds} interleaved rounds:")
-    print(f"  time  {recorded['with_s'] * 1000:,.1f} ms over {recorded['without_s'] * 1000:,.1f} ms = {recorded['time_ratio']:.3f}")
-    print(f"  peak  {recorded['with_peak_bytes']:,} over {recorded['without_peak_bytes']:,} bytes = {recorded['peak_ratio']:.4f}")
+    print(
+        f"  time  {recorded['with_s'] * 1000:,.1f} ms over {recorded['without_s'] * 1000:,.1f} ms = {recorded['time_ratio']:.3f}"
+    )
+    print(
+        f"  peak  {recorded['with_peak_bytes']:,} over {recorded['without_peak_bytes']:,} bytes = {recorded['peak_ratio']:.4f}"
+    )
     worst = max(recorded["time_ratio"], recorded["peak_ratio"])
     print(f"  (target < {RECORDER_LIMIT}): {'OK' if worst < RECORDER_LIMIT else 'OVER'}")
 

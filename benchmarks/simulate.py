@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ckptlab import RunSpec, simulate  # noqa: E402
+from ckptlab import RunSpec, simulate
 
 
 def main() -> None:
@@ -42,7 +42,9 @@ def main() -> None:
         full_s = time.perf_counter() - start
         same = fast.memory.timeline == full.memory.timeline and fast.memory.peak_bytes == full.memory.peak_bytes
         name = "off" if every_n_layers is None else f"n={every_n_layers}"
-        print(f"{name:<12}{fast_s:>8.2f}{full_s:>15.2f}{fast_s / full_s:>8.2f}  {str(same):<10}  {'yes' if fast_s < 3 else 'NO'}")
+        print(
+            f"{name:<12}{fast_s:>8.2f}{full_s:>15.2f}{fast_s / full_s:>8.2f}  {same!s:<10}  {'yes' if fast_s < 3 else 'NO'}"
+        )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ckptlab import RunSpec, measure  # noqa: E402
-from ckptlab.sweep import SweepSpec, plan_sweep, sweep  # noqa: E402
+from ckptlab import RunSpec, measure
+from ckptlab.explore.sweep import SweepSpec, plan_sweep, sweep
 
 
 def main() -> None:

@@ -1,21 +1,22 @@
 """ckptlab: activation checkpointing in Hugging Face transformers, measured.
 
-    >>> import ckptlab
-    >>> result = ckptlab.measure(ckptlab.RunSpec(model="tiny-llama", seq_len=512, every_n_layers=2))
-    >>> print(ckptlab.result_diagram(result))
-    >>> result.memory.after_forward_bytes, result.timing.step_s
+>>> import ckptlab
+>>> result = ckptlab.measure(ckptlab.RunSpec(model="tiny-llama", seq_len=512, every_n_layers=2))
+>>> print(ckptlab.result_diagram(result))
+>>> result.memory.after_forward_bytes, result.timing.step_s
 """
 
-from .catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, list_presets
 from .errors import CkptlabError, DoesNotFitError, ModelLoadError, SpecError, UnsupportedModelError
-from .measure import load_model, measure
-from .simulate import simulate
-from .plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
-from .predict import Prediction, predict
-from .recommend import Recommendation, recommend
-from .report import diagram, result_diagram, run_report
-from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, RunSpec, TimingResult, compare
-from .sweep import SweepResult, SweepRow, SweepSpec, sweep
+from .explore.predict import Prediction, predict
+from .explore.recommend import Recommendation, recommend
+from .explore.sweep import SweepResult, SweepRow, SweepSpec, sweep
+from .model.catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, list_presets
+from .model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
+from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, TimingResult, compare
+from .show.report import diagram, result_diagram, run_report
+from .spec import RunSpec
+from .step.measure import load_model, measure
+from .step.simulate import simulate
 
 __all__ = [
     "DEFAULT_PRESET",

@@ -1,6 +1,6 @@
 """The typed result of a run: spec in, raw numbers out, each saying where it came from.
 
-Numbers are bytes and seconds; units are made at the edge (``ckptlab.report``). Every
+Numbers are bytes and seconds; units are made at the edge (``ckptlab.units``). Every
 result carries its :class:`Provenance`, so a figure can always say whether it was
 measured on CUDA, measured on the CPU, simulated or predicted.
 """
@@ -12,61 +12,14 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from .catalog import DEFAULT_PRESET
 from .errors import SpecError
-from .plan import validate_every_n_layers
+from .spec import RunSpec
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
 Status = Literal["ok", "does_not_fit"]
 
 # With fewer timed steps a run, a range from fastest to slowest says nothing about the noise.
 MIN_SAMPLES_TO_JUDGE = 3
-
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """What to run: one model, one shape, one checkpointing setting."""
-
-    model: str = DEFAULT_PRESET  # preset name (python -m ckptlab models) or a local directory with config.json
-    seq_len: int = 512  # tokens per sequence; 512 makes the recompute cost of the default preset visible on 2 CPU cores
-    batch_size: int = 1  # sequences per step
-    dtype: str = "auto"  # "auto" (float32 on the CPU, bfloat16 on CUDA), "float32", "bfloat16" or "float16"
-    device: str = "auto"  # "auto" (CUDA when present), "cpu" or "cuda"
-    every_n_layers: int | None = 1  # checkpoint layers whose 0-based index is a multiple of this; None: off
-    offload: bool = False  # transformers' offload of checkpointed inputs to pinned host memory (CUDA only)
-    repeats: int = 4  # timed steps, after the warm-up; medians are quoted
-    warmup: int = 2  # untimed steps first: the first backwards are slow (allocator, kernels, caches)
-    seed: int = 0  # seeds the random weights and the random tokens
-
-    def validate(self) -> None:
-        """Raise :class:`SpecError` naming the first bad value and its fix."""
-        for name in ("seq_len", "batch_size", "repeats"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(f"{name}={value!r} is not valid: it must be a whole number >= 1.")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise SpecError(f"warmup={self.warmup!r} is not valid: it must be a whole number >= 0.")
-        if self.every_n_layers is not None:
-            validate_every_n_layers(self.every_n_layers)
-        if self.dtype not in DTYPES:
-            raise SpecError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}.")
-        if self.device not in DEVICES:
-            raise SpecError(f"device={self.device!r} is not one of {', '.join(DEVICES)}.")
-        if self.offload and self.every_n_layers is None:
-            raise SpecError(
-                "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "
-                "keep, so there is nothing to move. Set every_n_layers (for example 1) or drop offload."
-            )
-
-    @property
-    def checkpointing(self) -> bool:
-        return self.every_n_layers is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -140,10 +93,14 @@ class MemoryResult:
     peak_where: dict[str, Any]  # the stretch of the step where the peak was reached (phase, layer, rerun, description)
     breakdown_after_forward: dict[str, int] = field(default_factory=dict)  # by category where the tool tells
     breakdown_at_peak: dict[str, int] = field(default_factory=dict)
-    offload_bytes: int = 0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
+    offload_bytes: int = (
+        0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
+    )
     offload_applied: bool = False  # True only when transformers' offload ran (or was simulated)
     host_offload_bytes: int = 0  # pinned host memory offload held at the end of the forward (simulated runs)
-    timeline: list[dict[str, Any]] = field(default_factory=list)  # memory at each event of the step (probe.TimelinePoint)
+    timeline: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # memory at each event of the step (probe.TimelinePoint)
 
     @property
     def peak_above_baseline_bytes(self) -> int:

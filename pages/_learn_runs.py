@@ -12,8 +12,9 @@ from collections.abc import Callable
 import streamlit as st
 
 import ckptlab
-from ckptlab import learnrun
-from ckptlab.results import RunResult, RunSpec
+from ckptlab.lab import learn as learnrun
+from ckptlab.results import RunResult
+from ckptlab.spec import RunSpec
 
 
 def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunResult] | None:

@@ -1,6 +1,6 @@
 """At scale: a real model size on a GPU you do not have, every checkpointing setting simulated.
 
-A flat page: read the widgets, start a :class:`ckptlab.scale.ScaleJob` (the simulations on
+A flat page: read the widgets, start a :class:`ckptlab.lab.scalejob.ScaleJob` (the simulations on
 a thread, one after another, so the page stays responsive and Stop keeps what is done),
 poll it in a fragment with a progress bar, then draw the core's figures from the table
 kept in the session. Changing the GPU or the budget only redraws. The shape lives in the
@@ -12,25 +12,25 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
-from ckptlab import figures, i18n
-from ckptlab.recommend import budget_bytes
-from ckptlab.labquery import BATCH_MAX, spec_from_query
-from ckptlab.recommend import GPUS
-from ckptlab.results import RunResult, RunSpec
-from ckptlab.scale import (
+from ckptlab.explore.recommend import GPUS, budget_bytes
+from ckptlab.explore.scale import (
     SIMULATION_DTYPES,
-    ScaleJob,
     ScaleRequest,
     ScaleTable,
     Setting,
     every_n_choices,
     fits,
     least_recompute_that_fits,
-    remember,
     scale_settings,
 )
-from ckptlab.scale_figures import GIB, peak_figure, resident_figure
-from ckptlab.timeline_figures import event_label, provenance_label
+from ckptlab.lab.query import BATCH_MAX, spec_from_query
+from ckptlab.lab.scalejob import ScaleJob, remember
+from ckptlab.results import RunResult
+from ckptlab.show import figures, i18n
+from ckptlab.show.scale_figures import peak_figure, resident_figure
+from ckptlab.show.timeline_figures import event_label, provenance_label
+from ckptlab.spec import RunSpec
+from ckptlab.units import GIB
 from pages._deep_link import run_through_app
 
 run_through_app()

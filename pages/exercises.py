@@ -1,7 +1,7 @@
 """Predict, then measure: read the settings, enter a prediction, the lab runs it and explains the gap.
 
-A flat page: the exercises, their scoring and explanations are in ``ckptlab.exercises``; the
-runs go through the device queue (``ckptlab.learnrun``) and are shared with the other
+A flat page: the exercises, their scoring and explanations are in ``ckptlab.lab.exercises``; the
+runs go through the device queue (``ckptlab.lab.learn``) and are shared with the other
 Learn pages. The first answer to each exercise counts toward the session's score.
 """
 
@@ -10,14 +10,16 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
-from ckptlab import exercises, i18n
-from ckptlab.exercises import EXERCISES, Exercise
-from ckptlab.labrun import baseline_spec
-from ckptlab.plan import planned_roles
-from ckptlab.results import RunResult, RunSpec
-from ckptlab.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
-from pages._learn_runs import measured
+from ckptlab.lab import exercises
+from ckptlab.lab.exercises import EXERCISES, Exercise
+from ckptlab.lab.run import baseline_spec
+from ckptlab.model.plan import planned_roles
+from ckptlab.results import RunResult
+from ckptlab.show import i18n
+from ckptlab.show.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
+from ckptlab.spec import RunSpec
 from pages._deep_link import run_through_app
+from pages._learn_runs import measured
 
 run_through_app()
 

@@ -1,6 +1,6 @@
 """The lab: pick a model and a checkpointing setting, press Run, see what each layer kept and what it cost.
 
-A flat page: read the widgets, call ``ckptlab.labrun.run_queued`` once, render. The
+A flat page: read the widgets, call ``ckptlab.lab.run.run_queued`` once, render. The
 settings live in the URL, so a link restores them; nothing heavy runs before Run.
 """
 
@@ -10,14 +10,17 @@ import streamlit as st
 import torch
 
 import ckptlab
-from ckptlab import figures, i18n, snippets
-from ckptlab.export import layer_rows, result_csv
-from ckptlab.labquery import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
-from ckptlab.labrun import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
-from ckptlab.measure import resolve_device
-from ckptlab.report import MIB, mib, setting_name
-from ckptlab.results import DTYPES, MIN_SAMPLES_TO_JUDGE, RunSpec
-from ckptlab.timeline_figures import event_label, method_label, provenance_label, setting_label
+from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
+from ckptlab.lab.run import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
+from ckptlab.model import snippets
+from ckptlab.results import MIN_SAMPLES_TO_JUDGE
+from ckptlab.show import figures, i18n
+from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.show.report import setting_name
+from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
+from ckptlab.spec import DTYPES, RunSpec
+from ckptlab.step.measure import resolve_device
+from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
 
 run_through_app()
@@ -26,7 +29,19 @@ LOCAL = "local directory"
 DEVICES = ("auto", "cpu", "cuda") if torch.cuda.is_available() else ("auto", "cpu")
 lang = i18n.normalize(st.session_state.get("app_lang"))
 tr = i18n.translator(lang)
-WIDGETS = ("lab_model", "lab_local_dir", "lab_seq", "lab_batch", "lab_dtype", "lab_device", "lab_ckpt", "lab_n", "lab_offload", "lab_repeats", "lab_warmup")
+WIDGETS = (
+    "lab_model",
+    "lab_local_dir",
+    "lab_seq",
+    "lab_batch",
+    "lab_dtype",
+    "lab_device",
+    "lab_ckpt",
+    "lab_n",
+    "lab_offload",
+    "lab_repeats",
+    "lab_warmup",
+)
 
 
 # -- cached core calls --------------------------------------------------------------------
@@ -109,7 +124,9 @@ def _run(spec: RunSpec) -> None:
             bar.progress(fraction, text=message)
 
         def on_wait(ahead: int) -> None:
-            status.update(label=tr("lab.status_ahead", ahead=ahead, runs=tr("lab.runs_one" if ahead == 1 else "lab.runs_many")))
+            status.update(
+                label=tr("lab.status_ahead", ahead=ahead, runs=tr("lab.runs_one" if ahead == 1 else "lab.runs_many"))
+            )
 
         try:
             lab = run_queued(spec, load=cached_model, progress=progress, on_wait=on_wait)
@@ -144,9 +161,18 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
     result = lab.result
     base = lab.baseline.result if lab.baseline else None
     if result.spec != spec:
-        st.info(tr("lab.settings_changed", model=result.model.name, seq=f"{result.spec.seq_len:,}", batch=result.spec.batch_size,
-                   setting=setting_label(result.spec.every_n_layers, result.spec.offload, lang)))
-    when = tr("lab.reused_at", clock=_clock(lab.run)) if lab.run.reused else tr("lab.measured_at", clock=_clock(lab.run))
+        st.info(
+            tr(
+                "lab.settings_changed",
+                model=result.model.name,
+                seq=f"{result.spec.seq_len:,}",
+                batch=result.spec.batch_size,
+                setting=setting_label(result.spec.every_n_layers, result.spec.offload, lang),
+            )
+        )
+    when = (
+        tr("lab.reused_at", clock=_clock(lab.run)) if lab.run.reused else tr("lab.measured_at", clock=_clock(lab.run))
+    )
     st.caption(f"{provenance_label(result, lang)} · {when}")
     if result.status != "ok":
         st.error(result.message)
@@ -164,8 +190,14 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
     if spec.offload or result.spec.offload:
         memory = result.memory
         if result.spec.offload and not memory.offload_applied:
-            st.info(tr("lab.offload_not_applied", device=result.device, mib=mib(memory.offload_bytes),
-                       layers=sum(layer.planned == "CP" for layer in result.layers)))
+            st.info(
+                tr(
+                    "lab.offload_not_applied",
+                    device=result.device,
+                    mib=mib(memory.offload_bytes),
+                    layers=sum(layer.planned == "CP" for layer in result.layers),
+                )
+            )
         elif memory.offload_applied:
             st.success(tr("lab.offload_moved", mib=mib(memory.offload_bytes)))
     for note in result.notes:
@@ -176,11 +208,35 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
 
     with st.expander(tr("lab.per_layer")):
         st.dataframe(layer_rows(result), hide_index=True)
-        st.caption(tr("lab.methods", memory=method_label(result.memory.method, lang), time=method_label(result.timing.method, lang)))
+        st.caption(
+            tr(
+                "lab.methods",
+                memory=method_label(result.memory.method, lang),
+                time=method_label(result.timing.method, lang),
+            )
+        )
     download_json, download_csv, _ = st.columns([1, 1, 3])
-    stem = f"ckptlab-{result.model.name.strip('/').replace('/', '_')}-seq{result.spec.seq_len}-{setting_name(result.spec.every_n_layers, result.spec.offload).replace(', ', '-').replace('=', '')}".replace(" ", "-")
-    download_json.download_button(tr("lab.download_json"), result.to_json(), file_name=f"{stem}.json", mime="application/json", key="lab_download_json", on_click="ignore", width="stretch")
-    download_csv.download_button(tr("lab.download_csv"), result_csv(result), file_name=f"{stem}.csv", mime="text/csv", key="lab_download_csv", on_click="ignore", width="stretch")
+    stem = f"ckptlab-{result.model.name.strip('/').replace('/', '_')}-seq{result.spec.seq_len}-{setting_name(result.spec.every_n_layers, result.spec.offload).replace(', ', '-').replace('=', '')}".replace(
+        " ", "-"
+    )
+    download_json.download_button(
+        tr("lab.download_json"),
+        result.to_json(),
+        file_name=f"{stem}.json",
+        mime="application/json",
+        key="lab_download_json",
+        on_click="ignore",
+        width="stretch",
+    )
+    download_csv.download_button(
+        tr("lab.download_csv"),
+        result_csv(result),
+        file_name=f"{stem}.csv",
+        mime="text/csv",
+        key="lab_download_csv",
+        on_click="ignore",
+        width="stretch",
+    )
 
 
 def _memory_delta(value: int, reference: int | None) -> dict:
@@ -217,19 +273,42 @@ def _render_metrics(lab: LabRun) -> None:
     def time(phase: str) -> dict:
         if base is None:
             return {}
-        return _time_delta(getattr(timing, f"{phase}_s"), getattr(base.timing, f"{phase}_s"), phase_significant(result, base, phase))
+        return _time_delta(
+            getattr(timing, f"{phase}_s"), getattr(base.timing, f"{phase}_s"), phase_significant(result, base, phase)
+        )
 
     a, b = st.columns(2)
-    a.metric(tr("lab.metric_peak"), f"{mib(memory.peak_bytes)} MiB", **mem("peak_bytes"), help=tr("lab.metric_peak_help"))
-    b.metric(tr("lab.metric_resident"), f"{mib(memory.after_forward_bytes)} MiB", **mem("after_forward_bytes"), help=tr("lab.metric_resident_help"))
-    a.metric(tr("lab.metric_forward"), f"{timing.forward_s * 1000:,.0f} ms", **time("forward"), help=tr("lab.metric_forward_help"))
-    b.metric(tr("lab.metric_backward"), f"{timing.backward_s * 1000:,.0f} ms", **time("backward"), help=tr("lab.metric_backward_help"))
+    a.metric(
+        tr("lab.metric_peak"), f"{mib(memory.peak_bytes)} MiB", **mem("peak_bytes"), help=tr("lab.metric_peak_help")
+    )
+    b.metric(
+        tr("lab.metric_resident"),
+        f"{mib(memory.after_forward_bytes)} MiB",
+        **mem("after_forward_bytes"),
+        help=tr("lab.metric_resident_help"),
+    )
+    a.metric(
+        tr("lab.metric_forward"),
+        f"{timing.forward_s * 1000:,.0f} ms",
+        **time("forward"),
+        help=tr("lab.metric_forward_help"),
+    )
+    b.metric(
+        tr("lab.metric_backward"),
+        f"{timing.backward_s * 1000:,.0f} ms",
+        **time("backward"),
+        help=tr("lab.metric_backward_help"),
+    )
     a.metric(tr("lab.metric_baseline"), f"{mib(memory.baseline_bytes)} MiB", help=tr("lab.metric_baseline_help"))
     b.metric(tr("lab.metric_step"), f"{timing.step_s * 1000:,.0f} ms", **time("step"), help=tr("lab.metric_step_help"))
-    st.markdown(tr("lab.peak_reached", where=event_label(memory.peak_where, lang) if "kind" in memory.peak_where else "?"))
+    st.markdown(
+        tr("lab.peak_reached", where=event_label(memory.peak_where, lang) if "kind" in memory.peak_where else "?")
+    )
     if comparison is not None and base is not None:
         if comparison.step_significant is None:
-            st.markdown(tr("lab.time_too_few", change=f"{(comparison.step_ratio - 1) * 100:+.0f}%", min=MIN_SAMPLES_TO_JUDGE))
+            st.markdown(
+                tr("lab.time_too_few", change=f"{(comparison.step_ratio - 1) * 100:+.0f}%", min=MIN_SAMPLES_TO_JUDGE)
+            )
         elif comparison.step_significant:
             st.markdown(tr("lab.time_significant", change=f"{(comparison.step_ratio - 1) * 100:+.0f}%"))
         else:
@@ -239,7 +318,14 @@ def _render_metrics(lab: LabRun) -> None:
             st.markdown(tr("lab.freed_not_peak", mib=mib(freed)))
     if lab.baseline is not None and lab.baseline.result.status != "ok":
         st.warning(tr("lab.baseline_no_fit", message=lab.baseline.result.message))
-    st.caption(tr("lab.medians", provenance=provenance_label(result, lang), steps=len(timing.step_samples), warmup=result.spec.warmup))
+    st.caption(
+        tr(
+            "lab.medians",
+            provenance=provenance_label(result, lang),
+            steps=len(timing.step_samples),
+            warmup=result.spec.warmup,
+        )
+    )
 
 
 # -- the page: settings -> spec -> URL, then Run, then the result -------------------------
@@ -265,17 +351,34 @@ elif model_name:
         model_problem = tr("lab.cannot_read", model=repr(model_name), error=f"{type(error).__name__}: {error}")
 num_layers = info.num_layers if info else max(2, state.lab_n)
 if state.lab_n > num_layers:
-    state.lab_query_warnings = [*state.get("lab_query_warnings", []), tr("lab.n_lowered", layers=num_layers, model=model_name)]
+    state.lab_query_warnings = [
+        *state.get("lab_query_warnings", []),
+        tr("lab.n_lowered", layers=num_layers, model=model_name),
+    ]
     state.lab_n = num_layers
 
 with st.sidebar:
     st.header(tr("common.settings"))
-    st.selectbox(tr("common.model"), [*preset_infos(), LOCAL], key="lab_model", format_func=_model_label, help=tr("lab.model_help"))
+    st.selectbox(
+        tr("common.model"),
+        [*preset_infos(), LOCAL],
+        key="lab_model",
+        format_func=_model_label,
+        help=tr("lab.model_help"),
+    )
     if state.lab_model == LOCAL:
         st.text_input(tr("lab.folder"), key="lab_local_dir", placeholder="/path/to/saved/model")
     elif info:
-        st.caption(tr("lab.model_caption_positions", family=info.family, hidden=info.hidden_size, positions=f"{info.max_positions:,}")
-                   if info.max_positions else tr("lab.model_caption", family=info.family, hidden=info.hidden_size))
+        st.caption(
+            tr(
+                "lab.model_caption_positions",
+                family=info.family,
+                hidden=info.hidden_size,
+                positions=f"{info.max_positions:,}",
+            )
+            if info.max_positions
+            else tr("lab.model_caption", family=info.family, hidden=info.hidden_size)
+        )
     st.number_input(tr("common.seq_len"), min_value=1, max_value=SEQ_MAX, step=128, key="lab_seq")
     st.number_input(tr("lab.batch"), min_value=1, max_value=BATCH_MAX, step=1, key="lab_batch")
     left, right = st.columns(2)
@@ -283,7 +386,14 @@ with st.sidebar:
     right.selectbox(tr("lab.device"), DEVICES, key="lab_device", help=tr("lab.device_help"))
     st.toggle(tr("lab.checkpointing"), key="lab_ckpt")
     if num_layers > 1:
-        st.slider("every_n_layers", min_value=1, max_value=num_layers, key="lab_n", disabled=not state.lab_ckpt, help=tr("lab.every_n_help"))
+        st.slider(
+            "every_n_layers",
+            min_value=1,
+            max_value=num_layers,
+            key="lab_n",
+            disabled=not state.lab_ckpt,
+            help=tr("lab.every_n_help"),
+        )
     else:
         state.lab_n = 1
         st.caption(tr("lab.one_layer"))
@@ -337,12 +447,29 @@ if problem:
     st.error(problem)
 elif on_cpu and not info.cpu_ok:
     step_s, run_s = cpu_estimate(spec, info)
-    weights_gib = 2 * info.num_params * (2 if spec.dtype in ("bfloat16", "float16") else 4) / 2**30
-    st.warning(tr("lab.meant_for_gpu", model=info.name, step=_duration(step_s), run=_duration(run_s), gib=f"{weights_gib:,.1f}"))
+    weights_gib = 2 * info.num_params * (2 if spec.dtype in ("bfloat16", "float16") else 4) / GIB
+    st.warning(
+        tr(
+            "lab.meant_for_gpu",
+            model=info.name,
+            step=_duration(step_s),
+            run=_duration(run_s),
+            gib=f"{weights_gib:,.1f}",
+        )
+    )
 
 head, button = st.columns([5, 1], vertical_alignment="center")
-head.markdown(tr("lab.head", model=spec.model, seq=f"{spec.seq_len:,}", batch=spec.batch_size, dtype=spec.dtype, device=spec.device,
-                 setting=setting_label(spec.every_n_layers, spec.offload, lang)))
+head.markdown(
+    tr(
+        "lab.head",
+        model=spec.model,
+        seq=f"{spec.seq_len:,}",
+        batch=spec.batch_size,
+        dtype=spec.dtype,
+        device=spec.device,
+        setting=setting_label(spec.every_n_layers, spec.offload, lang),
+    )
+)
 pressed = button.button(tr("lab.run"), type="primary", key="lab_run", disabled=bool(problem), width="stretch")
 
 if pressed:
@@ -363,7 +490,9 @@ if spec.offload and on_cpu and not problem and (lab is None or lab.result.spec !
 try:
     if lab is None:
         if not problem:
-            st.plotly_chart(figures.plan_figure(info.num_layers, spec.every_n_layers, lang=lang), key="lab_plan", theme=None)
+            st.plotly_chart(
+                figures.plan_figure(info.num_layers, spec.every_n_layers, lang=lang), key="lab_plan", theme=None
+            )
     else:
         _render_result(lab, spec)
     _render_code(spec)

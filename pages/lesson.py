@@ -1,7 +1,7 @@
 """Step-through lesson: one idea at a time, each next to a figure from a real run of a tiny model.
 
 A flat page: the part picked at the top decides which settings to measure (through the
-device queue, ``ckptlab.learnrun``; results kept in the session and shared with the other
+device queue, ``ckptlab.lab.learn``; results kept in the session and shared with the other
 Learn pages), then the core's figures are drawn. The last part steps through one training
 step event by event, with a Play button. Words come from the locale files.
 """
@@ -13,10 +13,11 @@ from dataclasses import replace
 import streamlit as st
 
 import ckptlab
-from ckptlab import exercises, i18n
-from ckptlab.labrun import baseline_spec
-from ckptlab.results import RunResult, RunSpec
-from ckptlab.timeline_figures import (
+from ckptlab.lab import exercises
+from ckptlab.lab.run import baseline_spec
+from ckptlab.results import RunResult
+from ckptlab.show import i18n
+from ckptlab.show.timeline_figures import (
     diagram_figure,
     event_label,
     focus_of,
@@ -26,8 +27,10 @@ from ckptlab.timeline_figures import (
     timeline_figure,
     tradeoff_figure,
 )
-from pages._learn_runs import measured
+from ckptlab.spec import RunSpec
+from ckptlab.units import MIB
 from pages._deep_link import run_through_app
+from pages._learn_runs import measured
 
 run_through_app()
 
@@ -92,7 +95,7 @@ if part == "activation":
     text.markdown(tr("lesson.activation.body"))
     loss = next(i for i, point in enumerate(off.memory.timeline) if point["kind"] == "loss")
     figure.plotly_chart(step_figure(off, loss, lang=lang), key="lesson_activation_chart", theme=None)
-    saved = sum(layer.saved_bytes for layer in off.layers) / 2**20
+    saved = sum(layer.saved_bytes for layer in off.layers) / MIB
     figure.caption(tr("lesson.activation.caption", mib=f"{saved:,.1f}", layers=len(off.layers)))
 
 elif part == "trade":
@@ -139,9 +142,7 @@ elif part == "offload":
     text.markdown(tr("lesson.offload.body"))
     chosen = [runs[spec] for spec in specs]
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
-    figure.caption(
-        tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / 2**20:,.1f}", seq=LONG.seq_len)
-    )
+    figure.caption(tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / MIB:,.1f}", seq=LONG.seq_len))
 
 elif part == "peak":
     runs = need(at(None), at(1), at(None, LONG), at(1, LONG))

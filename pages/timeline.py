@@ -1,7 +1,7 @@
 """Memory timeline: memory through one real training step, two settings overlaid, the layer at work highlighted.
 
 A flat page: read the widgets, measure the setting and checkpointing off through the
-device queue (``ckptlab.learnrun``), draw the core's figures. Every word comes from the
+device queue (``ckptlab.lab.learn``), draw the core's figures. Every word comes from the
 locale files in the language the app's selector put in the URL.
 """
 
@@ -10,11 +10,10 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
-from ckptlab import i18n, learnrun
-from ckptlab import timeline as tl
-from ckptlab.labrun import baseline_spec
-from ckptlab.results import RunSpec
-from ckptlab.timeline_figures import (
+from ckptlab.lab import learn as learnrun
+from ckptlab.lab.run import baseline_spec
+from ckptlab.show import i18n
+from ckptlab.show.timeline_figures import (
     diagram_figure,
     event_label,
     focus_of,
@@ -23,8 +22,11 @@ from ckptlab.timeline_figures import (
     run_label,
     timeline_figure,
 )
-from pages._learn_runs import measured
+from ckptlab.spec import RunSpec
+from ckptlab.step import timeline as tl
+from ckptlab.units import MIB
 from pages._deep_link import run_through_app
+from pages._learn_runs import measured
 
 run_through_app()
 
@@ -77,8 +79,8 @@ point = points[index]
 others = [off] if overlay and off is not None and off.status == "ok" else []
 st.plotly_chart(timeline_figure(run, others, lang=lang, cursor=index), key="timeline_chart", theme=None)
 
-now_mib = (point["current_bytes"] - run.memory.baseline_bytes) / 2**20
-high_mib = (point["region_peak_bytes"] - run.memory.baseline_bytes) / 2**20
+now_mib = (point["current_bytes"] - run.memory.baseline_bytes) / MIB
+high_mib = (point["region_peak_bytes"] - run.memory.baseline_bytes) / MIB
 st.markdown(tr("timeline.at_event", event=event_label(point, lang), now=f"{now_mib:,.1f}", high=f"{high_mib:,.1f}"))
 st.plotly_chart(
     diagram_figure(
@@ -99,7 +101,7 @@ if others:
 bumps = tl.rerun_bumps(points)
 if bumps:
     layer, rise = max(bumps.items(), key=lambda item: item[1])
-    st.markdown(tr("timeline.bump_line", count=len(bumps), n=layer + 1, mib=f"{rise / 2**20:,.1f}"))
+    st.markdown(tr("timeline.bump_line", count=len(bumps), n=layer + 1, mib=f"{rise / MIB:,.1f}"))
 problems = tl.check_order(points, [layer.enabled for layer in run.layers])
 if problems:
     st.error(tr("timeline.order_problem", problems="; ".join(problems)))

@@ -1,6 +1,6 @@
 """The trade-off explorer: every every_n_layers of one model, measured, predicted, and the fastest that fits.
 
-A flat page: read the widgets, start a :class:`ckptlab.sweepjob.SweepJob` (a background
+A flat page: read the widgets, start a :class:`ckptlab.lab.sweepjob.SweepJob` (a background
 sweep, one device-queue turn per row), poll it in a fragment with a progress bar and a
 Stop button, then render the core's figures from the result kept in the session.
 """
@@ -11,16 +11,16 @@ import streamlit as st
 import torch
 
 import ckptlab
-from ckptlab import i18n
-from ckptlab.accuracy import check_predictions
-from ckptlab.labrun import build_for_key, model_key
-from ckptlab.recommend import GPUS, recommend
-from ckptlab.report import MIB, mib, milliseconds
-from ckptlab.results import DTYPES
-from ckptlab.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
-from ckptlab.sweepjob import SweepJob
-from ckptlab.timeline_figures import provenance_label
-from ckptlab.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
+from ckptlab.explore.accuracy import check_predictions
+from ckptlab.explore.recommend import GPUS, recommend
+from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
+from ckptlab.lab.run import build_for_key, model_key
+from ckptlab.lab.sweepjob import SweepJob
+from ckptlab.show import i18n
+from ckptlab.show.timeline_figures import provenance_label
+from ckptlab.show.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
+from ckptlab.spec import DTYPES
+from ckptlab.units import MIB, mib, milliseconds
 from pages._deep_link import run_through_app
 
 run_through_app()

@@ -1,0 +1,54 @@
+"""``python -m ckptlab``: list the models, run a measured step, sweep, simulate.
+
+One module per command (``models``, ``run``, ``sweep``, ``simulate``); what they share
+(the spec options, the exit codes, the progress line) is in :mod:`ckptlab.cli.args`.
+
+Bad input exits with status 2 and one message naming the value and the fix, never a
+traceback; so does a step that does not fit in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import CkptlabError
+from .args import EXIT_BAD_INPUT
+from .models import add_models_command
+from .run import add_run_command
+from .simulate import add_simulate_command
+from .sweep import add_sweep_command
+
+# One entry per subcommand: a function that adds its parser to the subparsers and sets
+# ``handler`` (a function of the parsed args returning the exit status). A new command
+# lives in its own module and adds one line here.
+COMMANDS = [add_models_command, add_run_command, add_sweep_command, add_simulate_command]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ckptlab",
+        description="Activation checkpointing in transformers, measured: run real steps and see what each layer keeps.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add_command in COMMANDS:
+        add_command(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except CkptlabError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``... --json | head``): nothing left to say, and no traceback.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout again at exit
+        return 0

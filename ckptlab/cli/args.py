@@ -1,0 +1,63 @@
+"""What the commands share: the options that describe one spec, the exit codes, the progress line.
+
+``run``, ``simulate`` and ``sweep`` add the same spec options (:func:`add_run_arguments`) and
+read them back the same way (:func:`spec_from_args`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..spec import DEVICES, DTYPES, RunSpec
+
+EXIT_BAD_INPUT = 2  # also: the step does not fit
+EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
+
+
+def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec()) -> None:
+    """The options of ``run`` that describe one spec; ``simulate`` and ``sweep`` reuse them."""
+    run.add_argument(
+        "--model",
+        default=defaults.model,
+        help=f"preset name or local directory with config.json (default {defaults.model})",
+    )
+    run.add_argument(
+        "--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})"
+    )
+    run.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 1)")
+    setting = run.add_mutually_exclusive_group()
+    setting.add_argument(
+        "--every-n-layers",
+        type=int,
+        default=defaults.every_n_layers,
+        help="checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)",
+    )
+    setting.add_argument("--no-checkpointing", action="store_true", help="run with checkpointing off")
+    run.add_argument(
+        "--offload", action="store_true", help="keep checkpointed inputs in pinned host memory (CUDA only)"
+    )
+    run.add_argument(
+        "--dtype", choices=DTYPES, default=defaults.dtype, help="default auto: float32 on the CPU, bfloat16 on CUDA"
+    )
+    run.add_argument("--device", choices=DEVICES, default=defaults.device, help="default auto: CUDA when present")
+    run.add_argument("--seed", type=int, default=defaults.seed)
+
+
+def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
+    """The :class:`RunSpec` the options of :func:`add_run_arguments` describe."""
+    return RunSpec(
+        model=args.model,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        device=args.device,
+        every_n_layers=None if args.no_checkpointing else args.every_n_layers,
+        offload=args.offload,
+        seed=args.seed,
+        **extra,
+    )
+
+
+def print_progress(message: str, fraction: float) -> None:
+    print(f"\r[{fraction:>4.0%}] {message:<50}", end="", file=sys.stderr, flush=True)

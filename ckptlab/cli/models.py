@@ -1,0 +1,27 @@
+"""``python -m ckptlab models``: the presets, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..model import catalog
+from ..show.report import models_table
+
+
+def add_models_command(commands) -> None:
+    models = commands.add_parser("models", help="list the model presets")
+    models.add_argument("--json", action="store_true", help="print the list as JSON")
+    models.set_defaults(handler=_models)
+
+
+def _models(args: argparse.Namespace) -> int:
+    infos = [catalog.describe(preset.name) for preset in catalog.list_presets()]
+    if args.json:
+        print(json.dumps([info.to_dict() for info in infos], indent=2))
+    else:
+        print(models_table(infos))
+        print(
+            f"\ndefault: {catalog.DEFAULT_PRESET}. --model also takes a local directory holding a transformers config.json."
+        )
+    return 0

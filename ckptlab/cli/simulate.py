@@ -1,0 +1,70 @@
+"""``python -m ckptlab simulate``: a real model size on fake tensors, and whether it fits a GPU.
+
+Registered in :data:`ckptlab.cli.COMMANDS`; the spec options are ``run``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import SpecError
+from ..explore.recommend import GPUS, budget_bytes
+from ..results import RunResult
+from ..show.report import run_report
+from ..step.simulate import simulate
+from ..units import GIB, mib
+from .args import add_run_arguments, spec_from_args
+
+
+def add_simulate_command(commands) -> None:
+    """Add ``simulate`` to the subcommands (one entry of ``COMMANDS``)."""
+    parser = commands.add_parser(
+        "simulate", help="simulate one step of a real model size on fake tensors: memory a GPU would need"
+    )
+    add_run_arguments(parser)
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--gpu", help=f"say whether it fits this GPU: {', '.join(GPUS)} (e.g. --gpu H100-80)")
+    budget.add_argument("--budget-gib", type=float, help="say whether it fits this many GiB")
+    parser.add_argument(
+        "--exact", action="store_true", help="simulate every layer instead of extrapolating (slower, same bytes)"
+    )
+    parser.add_argument("--json", action="store_true", help="print only the result (and the verdict) as JSON")
+    parser.set_defaults(handler=_simulate_command)
+
+
+def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
+    """Whether the simulated peak fits ``budget``, and by how much."""
+    peak = result.memory.peak_bytes
+    margin = budget - peak
+    fits = margin >= 0
+    words = "fits" if fits else "does not fit"
+    sentence = (
+        f"Simulated peak {mib(peak)} MiB ({peak / GIB:.1f} GiB) {words} in {label} "
+        f"({budget / GIB:.1f} GiB): {'margin' if fits else 'short by'} {abs(margin) / GIB:.1f} GiB. "
+        "An optimizer's state (Adam: two float32 copies of the parameters) and the CUDA context come on top."
+    )
+    return {"budget_bytes": budget, "budget_label": label, "fits": fits, "margin_bytes": margin, "sentence": sentence}
+
+
+def _simulate_command(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    budget = None
+    if args.gpu:
+        budget = budget_bytes(args.gpu)
+    elif args.budget_gib is not None:
+        if args.budget_gib <= 0:
+            raise SpecError(f"--budget-gib {args.budget_gib} is not valid: give a positive number of GiB, e.g. 80.")
+        budget = (int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB")
+    result = simulate(spec, fast=not args.exact)
+    verdict = fit_verdict(result, *budget) if budget else None
+    if args.json:
+        data = result.to_dict()
+        if verdict:
+            data["fit"] = verdict
+        print(json.dumps(data, indent=2))
+    else:
+        print(run_report(result))
+        if verdict:
+            print("\n" + verdict["sentence"])
+    return 0

@@ -1,0 +1,264 @@
+"""``python -m ckptlab sweep``: every setting of one model, measured, predicted and recommended.
+
+Registered in :data:`ckptlab.cli.COMMANDS`. The sweep's own axes (several sequence
+lengths, a list of every_n_layers, offload no/yes/both) are strings parsed here, so that a
+bad value gets the lab's one-line message and exit status 2 rather than argparse's usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from ..errors import SpecError
+from ..explore.accuracy import PredictionCheck, check_predictions
+from ..explore.recommend import GPUS, Recommendation, gpu_name, recommend
+from ..explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
+from ..spec import RunSpec
+from ..units import GIB, KIB, MIB, mib, milliseconds
+from .args import EXIT_BAD_INPUT, add_run_arguments, print_progress, spec_from_args
+
+UNITS = {"": 1, "b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+def add_sweep_command(commands) -> None:
+    """Add ``sweep`` to the subcommands (one entry of ``COMMANDS``)."""
+    # "resolve": the sweep redefines three of the run options as lists.
+    sweep_parser = commands.add_parser(
+        "sweep",
+        help="measure checkpointing off and every every_n_layers: memory against time",
+        conflict_handler="resolve",
+    )
+    defaults = RunSpec()
+    add_run_arguments(sweep_parser, defaults)
+    sweep_parser.add_argument(
+        "--seq-len",
+        default=str(defaults.seq_len),
+        help=f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})",
+    )
+    sweep_parser.add_argument(
+        "--every-n-layers", default="all", help="'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)"
+    )
+    sweep_parser.add_argument(
+        "--offload", default="no", help="no, yes or both (offload rows run on CUDA only; default no)"
+    )
+    sweep_parser.add_argument("--no-checkpointing", action="store_true", help=argparse.SUPPRESS)
+    sweep_parser.add_argument(
+        "--repeats", type=int, default=defaults.repeats, help=f"timed steps per row (default {defaults.repeats})"
+    )
+    sweep_parser.add_argument(
+        "--warmup",
+        type=int,
+        default=defaults.warmup,
+        help=f"untimed steps before the first row of each length (default {defaults.warmup})",
+    )
+    sweep_parser.add_argument(
+        "--warmup-each-row", action="store_true", help="warm up before every row, as single runs do"
+    )
+    sweep_parser.add_argument("--budget", help="memory budget for a recommendation: bytes or e.g. 24GiB, 512MiB")
+    sweep_parser.add_argument(
+        "--gpu", help=f"recommend for a GPU: {', '.join(GPUS)} (or a short name: H100, L4, 4090, ...)"
+    )
+    output = sweep_parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print rows, predictions and recommendation as JSON")
+    output.add_argument("--csv", action="store_true", help="print the rows as CSV")
+    sweep_parser.set_defaults(handler=_sweep)
+
+
+def parse_seq_lens(text: str) -> tuple[int, ...]:
+    """``"256,512"`` -> ``(256, 512)``.
+
+    Raises:
+        SpecError: naming the value that is not a whole number >= 1.
+    """
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise SpecError(
+                f"--seq-len {text!r}: {part!r} is not a whole number >= 1. Give lengths like 512 or 256,512,1024."
+            )
+        values.append(int(part))
+    return tuple(dict.fromkeys(values))
+
+
+def parse_every_n_layers(text: str) -> tuple[int, ...] | None:
+    """``"all"`` -> ``None``; ``"1,2,4"`` -> ``(1, 2, 4)``.
+
+    Raises:
+        SpecError: naming the value that is not ``all`` or a whole number >= 1.
+    """
+    if text.strip().lower() == "all":
+        return None
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise SpecError(
+                f"--every-n-layers {text!r}: {part!r} is not a whole number >= 1. Give 'all' or a list like 1,2,4 "
+                "(checkpointing off is always measured as the reference)."
+            )
+        values.append(int(part))
+    return tuple(dict.fromkeys(values))
+
+
+def parse_budget(text: str) -> int:
+    """``"24GiB"``, ``"512 MiB"``, ``"1000000"`` -> bytes.
+
+    Raises:
+        SpecError: naming the value and the accepted forms.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).lower() not in UNITS or float(match.group(1)) <= 0:
+        raise SpecError(
+            f"--budget {text!r} is not a memory size. Give bytes or a number with KiB, MiB, GiB (or KB, MB, GB), e.g. 24GiB."
+        )
+    return int(float(match.group(1)) * UNITS[match.group(2).lower()])
+
+
+def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
+    """The :class:`SweepSpec` the options describe.
+
+    Raises:
+        SpecError: a bad list, offload choice or flag.
+    """
+    if args.no_checkpointing:
+        raise SpecError(
+            "--no-checkpointing does not apply to sweep: checkpointing off is always its first row. Drop the flag."
+        )
+    if args.offload not in OFFLOAD_CHOICES:
+        raise SpecError(f"--offload {args.offload!r} is not one of {', '.join(OFFLOAD_CHOICES)}.")
+    seq_lens = parse_seq_lens(args.seq_len)
+    base = spec_from_args(
+        replace_namespace(args, seq_len=seq_lens[0], every_n_layers=1, offload=False),
+        repeats=args.repeats,
+        warmup=args.warmup,
+    )
+    spec = SweepSpec.from_run_spec(
+        base,
+        seq_lens=seq_lens,
+        every_n_layers=parse_every_n_layers(args.every_n_layers),
+        offload=args.offload,
+        warmup_each_row=args.warmup_each_row,
+    )
+    spec.validate()
+    return spec
+
+
+def replace_namespace(args: argparse.Namespace, **changes) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), **changes})
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    spec = sweep_spec_from_args(args)
+    budget: int | str | None = None
+    if args.gpu is not None:
+        budget = gpu_name(args.gpu)
+    if args.budget is not None:
+        budget = parse_budget(args.budget)
+    progress = print_progress if sys.stderr.isatty() and not (args.json or args.csv) else None
+    result = sweep(spec, progress=progress)
+    if progress:
+        print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
+    checks = check_predictions(result) if result.rows else []
+    recommendation = recommend(result.rows, budget) if budget is not None and result.rows else None
+    if args.csv:
+        print(result.to_csv(), end="")
+    elif args.json:
+        data = result.to_dict()
+        data["predictions"] = [check.to_dict() for check in checks]
+        data["recommendation"] = None if recommendation is None else _recommendation_dict(recommendation)
+        print(json.dumps(data, indent=2))
+    else:
+        print(sweep_report(result, checks, recommendation))
+    if not any(row.status == "ok" for row in result.rows):
+        print("error: no configuration fitted in memory; try a shorter sequence or a smaller batch.", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+def _recommendation_dict(rec: Recommendation) -> dict:
+    return {
+        "budget_bytes": rec.budget_bytes,
+        "budget_label": rec.budget_label,
+        "seq_len": rec.seq_len,
+        "setting": None if rec.row is None else rec.row.setting,
+        "every_n_layers": None if rec.row is None else rec.row.every_n_layers,
+        "offload": None if rec.row is None else rec.row.offload,
+        "margin_bytes": rec.margin_bytes,
+        "reason": rec.reason,
+        "model_code": rec.model_code,
+        "trainer_code": rec.trainer_code,
+        "suggestions": rec.suggestions,
+    }
+
+
+def sweep_report(
+    result: SweepResult, checks: list[PredictionCheck], recommendation: Recommendation | None = None
+) -> str:
+    """The sweep as text: the measured table, the predictions beside it, the recommendation."""
+    spec = result.spec
+    first = next((row.result for row in result.rows if row.result is not None), None)
+    lines = [
+        f"{result.model}: {result.num_layers} layers · batch {spec.batch_size} · {result.device}"
+        + (f" · {first.dtype} · {first.provenance.label}" if first else "")
+    ]
+    lines += [f"note: {note}" for note in result.notes]
+    if result.cancelled:
+        lines.append(f"note: stopped after {len(result.rows)} rows; the rows measured are below.")
+    lines.append("")
+    lines.append(
+        "Measured: memory in MiB (resident and peak above the baseline; total = peak with the baseline), time in ms (medians):"
+    )
+    lines.append(
+        f"{'seq':>6}  {'setting':<14}{'CP':>3}  {'resident':>9} {'x off':>6}  {'peak':>7} {'x off':>6} {'total':>7}  {'fwd':>6} {'bwd':>6} {'step':>6} {'x off':>6}  peak reached in"
+    )
+    for row in result.rows:
+        if row.status != "ok":
+            lines.append(f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  does not fit: {row.message}")
+            continue
+        lines.append(
+            f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {mib(row.after_forward_bytes):>9} {_x(row.after_forward_ratio):>6}"
+            f"  {mib(row.peak_above_baseline_bytes):>7} {_x(row.peak_ratio):>6} {mib(row.peak_bytes):>7}  {milliseconds(row.forward_s):>6} {milliseconds(row.backward_s):>6}"
+            f" {milliseconds(row.step_s):>6} {_x(row.step_ratio):>6}  {row.peak_where}"
+        )
+    if checks:
+        lines.append("")
+        lines.append(
+            "Predicted resident after the forward, MiB (predicted, not measured; error against the measurement):"
+        )
+        lines.append(
+            f"{'seq':>6}  {'setting':<14}{'measured':>9}  {'formula':>9} {'error':>7}  {'calibrated':>10} {'error':>7}  {'rerun share':>11}"
+        )
+        for check in checks:
+            lines.append(
+                f"{check.seq_len:>6}  {check.setting:<14}{_mib(check.measured_after_forward_bytes):>9}  {mib(check.formula_after_forward_bytes):>9}"
+                f" {_pct(check.formula_error):>7}  {_mib(check.calibrated_after_forward_bytes):>10} {_pct(check.calibrated_error):>7}"
+                f"  {check.recompute_fraction:>10.0%}"
+            )
+        lines.append(
+            "formula: Korthikanti et al. 2022 adapted (ckptlab.predict); calibrated: per-layer bytes of the measured off run."
+        )
+    if recommendation is not None:
+        lines.append("")
+        lines.append(f"Recommendation for {recommendation.budget_label} at seq_len={recommendation.seq_len}:")
+        lines.append(f"  {recommendation.reason}")
+        if recommendation.row is not None:
+            lines.append(f"  {recommendation.model_code}")
+            lines += ["  " + line for line in recommendation.trainer_code.splitlines()]
+        lines += [f"  - {suggestion}" for suggestion in recommendation.suggestions]
+    return "\n".join(lines)
+
+
+def _x(ratio: float | None) -> str:
+    return "" if ratio is None else f"x{ratio:.2f}"
+
+
+def _pct(error: float | None) -> str:
+    return "" if error is None else f"{error * 100:+.1f}%"
+
+
+def _mib(value: int | None) -> str:
+    return "" if value is None else mib(value)

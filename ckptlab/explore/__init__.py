@@ -1,0 +1,1 @@
+"""Many steps and no step: sweeps, the formula's predictions and their accuracy, budgets, scale, published references."""

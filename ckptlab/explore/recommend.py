@@ -1,0 +1,267 @@
+"""The answer to "which setting is fastest while still fitting?", from measured sweep rows.
+
+:func:`recommend` takes the rows of a sweep at one sequence length and a memory budget
+(bytes, or a GPU from :data:`GPUS`) and picks the fastest row whose measured peak fits,
+with the margin left, the reason in words and the transformers code to copy. When
+nothing fits it says what would: a shorter sequence, a smaller batch, offload. Those
+suggestions are estimates unless a measured row backs them, and say so.
+
+The measured peak holds the parameters, their gradients and the activations of one
+training step; an optimizer's state (Adam: two float32 copies of the parameters) comes on
+top, and the reason says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import SpecError
+from ..model.snippets import model_snippet, trainer_snippet
+from ..units import GIB, mib, milliseconds
+from .sweep import SweepRow
+
+# Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
+# on an H100 80GB, and the CUDA context takes a few hundred MiB outside torch's counts: the
+# margin should cover both).
+GPUS: dict[str, int] = {
+    "H100 80 GB": 80 * GIB,
+    "H200 141 GB": 141 * GIB,
+    "A100 40 GB": 40 * GIB,
+    "A100 80 GB": 80 * GIB,
+    "L4 24 GB": 24 * GIB,
+    "RTX 4090 24 GB": 24 * GIB,
+}
+
+OPTIMIZER_NOTE = (
+    "The measured peak holds the parameters, their gradients and the activations of one step; an "
+    "optimizer's state comes on top (Adam: two float32 copies of the parameters), so keep it within the margin."
+)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The fastest setting that fits a budget, or what would fit when none does."""
+
+    budget_bytes: int  # the memory available
+    budget_label: str  # e.g. "H100 80 GB" or "512.0 MiB"
+    seq_len: int  # the sequence length of the rows considered
+    row: SweepRow | None  # the fastest row whose peak fits; None when nothing fits
+    margin_bytes: int | None  # budget minus the chosen row's peak
+    reason: str  # why this row, in words, with the numbers
+    model_code: str  # model.activation_checkpointing_enable(...) for the chosen row ("" if none)
+    trainer_code: str  # TrainingArguments(...) for the chosen row ("" if none)
+    fitting: list[SweepRow] = field(default_factory=list)  # every row that fits, fastest first
+    as_fast: list[str] = field(default_factory=list)  # settings whose step-time range overlaps the chosen one's
+    suggestions: list[str] = field(default_factory=list)  # when nothing fits: what would, measured or estimated
+
+    @property
+    def fits(self) -> bool:
+        return self.row is not None
+
+
+def budget_bytes(budget: int | str) -> tuple[int, str]:
+    """A budget in bytes and its label, from bytes or a name in :data:`GPUS`.
+
+    Raises:
+        SpecError: an unknown GPU name or a budget that is not a positive number of bytes.
+    """
+    if isinstance(budget, str):
+        name = gpu_name(budget)
+        return GPUS[name], name
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise SpecError(
+            f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)})."
+        )
+    return budget, f"{mib(budget)} MiB"
+
+
+def gpu_name(text: str) -> str:
+    """The :data:`GPUS` entry ``text`` names: exactly, or unambiguously ("H100", "a100-40gb", "4090").
+
+    Raises:
+        SpecError: no entry or more than one matches; the message lists them.
+    """
+    if text in GPUS:
+        return text
+    key = _squash(text)
+    matches = [name for name in GPUS if key and key in _squash(name)]
+    if len(matches) == 1:
+        return matches[0]
+    which = f"matches {', '.join(matches)}: say which" if matches else "is not in the list"
+    raise SpecError(f"GPU {text!r} {which} ({', '.join(GPUS)}). Or give a budget in bytes.")
+
+
+def _squash(text: str) -> str:
+    return "".join(ch for ch in text.lower().replace("gb", "") if ch.isalnum())
+
+
+def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None = None) -> Recommendation:
+    """The fastest measured setting whose peak fits ``budget``.
+
+    Args:
+        rows: sweep rows (:attr:`ckptlab.explore.sweep.SweepResult.rows`); rows at other lengths
+            back the "shorter sequence" suggestion.
+        budget: bytes available, or a GPU name from :data:`GPUS`.
+        seq_len: the length to recommend for (default: the longest length in ``rows``).
+
+    Returns:
+        A :class:`Recommendation`; ``row is None`` and ``suggestions`` filled when nothing fits.
+
+    Raises:
+        SpecError: no rows, no rows at ``seq_len``, or a bad budget.
+    """
+    budget, label = budget_bytes(budget)
+    if not rows:
+        raise SpecError("recommend() needs measured rows: run a sweep first.")
+    seq_len = max(row.seq_len for row in rows) if seq_len is None else seq_len
+    here = [row for row in rows if row.seq_len == seq_len]
+    if not here:
+        raise SpecError(f"no rows at seq_len={seq_len}; the rows have {sorted({row.seq_len for row in rows})}.")
+    measured = [row for row in here if row.status == "ok" and row.peak_bytes is not None and row.step_s is not None]
+    fitting = sorted((row for row in measured if row.peak_bytes <= budget), key=lambda row: row.step_s)
+    if not fitting:
+        return Recommendation(
+            budget_bytes=budget,
+            budget_label=label,
+            seq_len=seq_len,
+            row=None,
+            margin_bytes=None,
+            reason=_nothing_fits(measured, budget, label, seq_len),
+            model_code="",
+            trainer_code="",
+            suggestions=_what_would_fit(rows, measured, budget, seq_len),
+        )
+    best = fitting[0]
+    as_fast = [row.setting for row in fitting[1:] if _overlap(row, best)]
+    return Recommendation(
+        budget_bytes=budget,
+        budget_label=label,
+        seq_len=seq_len,
+        row=best,
+        margin_bytes=budget - best.peak_bytes,
+        reason=_reason(best, fitting, measured, budget, label, as_fast),
+        model_code=model_snippet(best.every_n_layers, best.offload),
+        trainer_code=trainer_snippet(best.every_n_layers, best.offload),
+        fitting=fitting,
+        as_fast=as_fast,
+    )
+
+
+def _overlap(row: SweepRow, best: SweepRow) -> bool:
+    low, high = row.step_min_s, row.step_max_s
+    if low is None or high is None or best.step_min_s is None or best.step_max_s is None:
+        return False
+    return low <= best.step_max_s and best.step_min_s <= high
+
+
+def _reason(
+    best: SweepRow, fitting: list[SweepRow], measured: list[SweepRow], budget: int, label: str, as_fast: list[str]
+) -> str:
+    words = [
+        f"{_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label} at "
+        f"seq_len={best.seq_len}: step {milliseconds(best.step_s)} ms"
+        + (
+            f" ({(best.step_ratio - 1) * 100:+.0f}% against checkpointing off{_noise(best)})"
+            if best.step_ratio is not None and best.every_n_layers is not None
+            else ""
+        )
+        + f", peak {mib(best.peak_bytes)} MiB, {mib(budget - best.peak_bytes)} MiB to spare."
+    ]
+    off = next((row for row in measured if row.every_n_layers is None), None)
+    if best.every_n_layers is None:
+        words.append("Checkpointing off fits, so checkpointing would only cost time: leave it off.")
+    elif off is not None and off.peak_bytes > budget:
+        fewest = min(row.cp_layers for row in fitting)
+        words.append(f"Checkpointing off needs {mib(off.peak_bytes)} MiB ({mib(off.peak_bytes - budget)} MiB over).")
+        if best.cp_layers == fewest:
+            words.append(
+                f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, the faster the step."
+            )
+        else:
+            words.append(
+                f"It checkpoints {best.cp_layers} layers where {fewest} would fit: measured faster anyway, which on a busy "
+                "machine can be noise (see the spread)."
+            )
+    if as_fast:
+        words.append(
+            f"{', '.join(as_fast)} fit too and their step times overlap this one's range: on this machine they are "
+            "as fast within the noise; the one with the larger margin is the safer choice."
+        )
+    words.append(OPTIMIZER_NOTE)
+    return " ".join(words)
+
+
+def _nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int) -> str:
+    if not measured:
+        return f"No setting was measured at seq_len={seq_len} (every row ran out of memory), so none is known to fit in {label}."
+    smallest = min(measured, key=lambda row: row.peak_bytes)
+    return (
+        f"Nothing measured fits in {label} at seq_len={seq_len}: the smallest peak, {_name(smallest)}, is "
+        f"{mib(smallest.peak_bytes)} MiB, {mib(smallest.peak_bytes - budget)} MiB over."
+    )
+
+
+def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: int, seq_len: int) -> list[str]:
+    suggestions: list[str] = []
+    shorter = sorted(
+        (
+            row
+            for row in rows
+            if row.seq_len < seq_len and row.status == "ok" and row.peak_bytes is not None and row.peak_bytes <= budget
+        ),
+        key=lambda row: (-row.seq_len, row.step_s),
+    )
+    if shorter:
+        row = shorter[0]
+        suggestions.append(
+            f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak {mib(row.peak_bytes)} MiB)."
+        )
+    if not measured:
+        return suggestions + ["A shorter sequence or a smaller batch; measure again."]
+    smallest = min(measured, key=lambda row: row.peak_bytes)
+    # Parameters and their gradients do not shrink with the tokens; the activations do, about linearly
+    # (SDPA keeps no seq x seq scores). The baseline stands for the parameters, their gradients for as much again.
+    fixed = 2 * smallest.baseline_bytes
+    scaling = smallest.peak_bytes - fixed
+    if budget <= fixed or scaling <= 0:
+        suggestions.append(
+            f"No shorter sequence or smaller batch helps: the parameters and their gradients alone (about "
+            f"{mib(fixed)} MiB) do not leave room in the budget. Use a smaller model, a 16-bit dtype, or shard the "
+            "model (FSDP)."
+        )
+    else:
+        share = (budget - fixed) / scaling
+        tokens = int(seq_len * share)
+        if not shorter and tokens >= 1:
+            suggestions.append(
+                f"A shorter sequence (estimate: activations grow with the tokens): about seq_len={tokens} with "
+                f"{_name(smallest)}; measure it to be sure."
+            )
+        batch = smallest.result.spec.batch_size if smallest.result is not None else 1
+        if batch > 1 and int(batch * share) >= 1:
+            suggestions.append(
+                f"A smaller batch (estimate): about batch_size={int(batch * share)} with {_name(smallest)}."
+            )
+    cp_rows = [row for row in measured if row.every_n_layers is not None and not row.offload and row.offload_bytes]
+    if cp_rows and not any(row.offload for row in measured):
+        row = min(cp_rows, key=lambda row: row.peak_bytes - row.offload_bytes)
+        lower = row.peak_bytes - row.offload_bytes
+        verdict = "which would fit" if lower <= budget else "still over"
+        suggestions.append(
+            f"Offload (CUDA only, not measured here): {_name(row)} with offload=True would move "
+            f"{mib(row.offload_bytes)} MiB of checkpointed inputs to host memory; the peak drops by at most that, "
+            f"to about {mib(lower)} MiB ({verdict}; estimate: it drops less if the peak is in the backward, where "
+            "the inputs are back on the device)."
+        )
+    return suggestions
+
+
+def _noise(row: SweepRow) -> str:
+    return ", within the noise of the repeats" if row.step_significant is False else ""
+
+
+def _name(row: SweepRow) -> str:
+    if row.every_n_layers is None:
+        return "checkpointing off"
+    return f"every_n_layers={row.every_n_layers}" + (" with offload" if row.offload else "")

@@ -1,0 +1,262 @@
+"""At scale without the hardware: one model, many checkpointing settings, each simulated.
+
+:func:`scale_settings` picks which settings to simulate (every value of ``every_n_layers``
+of an 8B model, each with and without offload, is minutes on a laptop, so by default the
+distinct ones), :func:`scale_table` simulates them one after another on fake tensors
+(:func:`ckptlab.simulate`), cancelable between simulations (:class:`ckptlab.lab.scalejob.ScaleJob` runs that on a thread
+so that a page stays responsive and a Stop keeps what was simulated).
+Which settings fit a memory budget is :func:`fits` and :func:`least_recompute_that_fits`.
+
+Numbers are bytes; words and units belong to the front ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..errors import SpecError
+from ..model import catalog
+from ..model.catalog import ModelInfo
+from ..model.plan import planned_roles
+from ..results import RunResult
+from ..spec import RunSpec
+from ..step.measure import Progress, validate_for_model
+from ..step.simulate import simulate
+
+EveryN = Literal["distinct", "all"]
+OffloadFor = Literal["n=1", "all", "none"]
+SIMULATION_DTYPES = ("bfloat16", "float16", "float32")  # "auto" would be bfloat16, as on a GPU
+Cancel = Callable[[], bool] | threading.Event
+
+
+@dataclass(frozen=True, order=True)
+class Setting:
+    """One checkpointing setting: ``every_n_layers`` (None: off) and offload."""
+
+    every_n_layers: int | None  # None: checkpointing off
+    offload: bool = False  # checkpointed inputs to pinned host memory
+
+    @property
+    def key(self) -> str:
+        """A short stable id, e.g. "off", "n=2", "n=1+offload" (for tables, widgets, figures)."""
+        if self.every_n_layers is None:
+            return "off"
+        return f"n={self.every_n_layers}" + ("+offload" if self.offload else "")
+
+    def cp_layers(self, num_layers: int) -> int:
+        """How many layers this setting checkpoints (each reruns its forward in the backward)."""
+        return planned_roles(num_layers, self.every_n_layers).count("CP")
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> Setting:
+        return cls(spec.every_n_layers, spec.offload)
+
+
+def every_n_choices(num_layers: int, every: EveryN = "distinct") -> list[int]:
+    """The values of ``every_n_layers`` worth simulating for a model of ``num_layers`` layers.
+
+    "distinct": the divisors of the layer count, and always 1, 2 and the layer count. With a
+    divisor every checkpointed layer starts an equal stretch of n layers; between two
+    divisors the number of checkpointed layers (and so the memory) changes little, and
+    beyond the layer count nothing changes at all (only the first layer is checkpointed).
+    "all": every value from 1 to the layer count.
+
+    Raises:
+        SpecError: ``num_layers`` < 1 or an unknown ``every``.
+    """
+    if num_layers < 1:
+        raise SpecError(f"num_layers={num_layers} is not valid: a model to checkpoint has at least one layer.")
+    if every == "all":
+        return list(range(1, num_layers + 1))
+    if every != "distinct":
+        raise SpecError(f"every={every!r} is not one of 'distinct', 'all'.")
+    divisors = {n for n in range(1, num_layers + 1) if num_layers % n == 0}
+    return sorted(divisors | {1, min(2, num_layers), num_layers})
+
+
+def scale_settings(num_layers: int, every: EveryN = "distinct", offload: OffloadFor = "n=1") -> list[Setting]:
+    """Checkpointing off, then each chosen ``every_n_layers``, each followed by its offload twin where asked.
+
+    Args:
+        num_layers: the model's checkpointable layers.
+        every: "distinct" (see :func:`every_n_choices`) or "all" values of every_n_layers.
+        offload: "n=1" (offload only where it frees the most: every layer checkpointed),
+            "all" (beside every n) or "none".
+
+    Raises:
+        SpecError: a bad ``num_layers``, ``every`` or ``offload``.
+    """
+    if offload not in ("n=1", "all", "none"):
+        raise SpecError(f"offload={offload!r} is not one of 'n=1', 'all', 'none'.")
+    settings = [Setting(None)]
+    for n in every_n_choices(num_layers, every):
+        settings.append(Setting(n))
+        if offload == "all" or (offload == "n=1" and n == 1):
+            settings.append(Setting(n, offload=True))
+    return settings
+
+
+@dataclass(frozen=True)
+class ScaleRequest:
+    """What to simulate: one model at one shape, several settings."""
+
+    model: str  # preset name or local directory with config.json
+    seq_len: int  # tokens per sequence
+    batch_size: int  # sequences per step
+    dtype: str  # one of SIMULATION_DTYPES
+    settings: tuple[Setting, ...]  # in the order to simulate them
+
+    def spec(self, setting: Setting) -> RunSpec:
+        """The simulation's spec for one setting (timing fields are unused by a simulation)."""
+        return RunSpec(
+            model=self.model,
+            seq_len=self.seq_len,
+            batch_size=self.batch_size,
+            dtype=self.dtype,
+            every_n_layers=setting.every_n_layers,
+            offload=setting.offload,
+            repeats=1,
+            warmup=0,
+        )
+
+    def check(self, info: ModelInfo | None = None) -> ModelInfo:
+        """Validate everything a simulation would, without simulating.
+
+        Args:
+            info: the model's description when the caller has it (saves describing again).
+
+        Returns:
+            The model's :class:`ModelInfo`.
+
+        Raises:
+            SpecError, ModelLoadError: the first bad value, with its fix.
+        """
+        if self.dtype not in SIMULATION_DTYPES:
+            raise SpecError(f"dtype={self.dtype!r} is not one of {', '.join(SIMULATION_DTYPES)}.")
+        if not self.settings:
+            raise SpecError("No settings to simulate: give at least one (scale_settings() picks them).")
+        for setting in self.settings:
+            self.spec(setting).validate()
+        info = info or catalog.describe(self.model)
+        validate_for_model(self.spec(self.settings[0]), info)
+        return info
+
+
+@dataclass(frozen=True)
+class ScaleTable:
+    """The simulated results of a :class:`ScaleRequest`, in the order of its settings."""
+
+    request: ScaleRequest
+    num_layers: int  # the model's checkpointable layers
+    results: list[RunResult]  # one per setting simulated; fewer than the settings when cancelled
+    cancelled: bool = False  # stopped before every setting was simulated
+    elapsed_s: float = 0.0  # wall time of the whole table
+    seconds: dict[str, float] = field(
+        default_factory=dict
+    )  # Setting.key -> seconds its simulation took (absent when reused)
+
+    @property
+    def settings(self) -> list[Setting]:
+        """The settings that have a result."""
+        return [Setting.of(result.spec) for result in self.results]
+
+    def result_for(self, setting: Setting) -> RunResult | None:
+        return next((result for result in self.results if Setting.of(result.spec) == setting), None)
+
+
+def fits(result: RunResult, budget_bytes: int) -> bool:
+    """True when the simulated peak (parameters, gradients, activations, temporaries) fits ``budget_bytes``."""
+    return result.memory is not None and result.memory.peak_bytes <= budget_bytes
+
+
+def least_recompute_that_fits(table: ScaleTable, budget_bytes: int) -> RunResult | None:
+    """The fitting setting that reruns the fewest layers (offload last: it adds copies), or None.
+
+    Off reruns nothing; every_n_layers=n reruns ceil(layers / n) layers; offload adds a
+    device-to-host and a host-to-device copy of each checkpointed input.
+    """
+    fitting = [result for result in table.results if fits(result, budget_bytes)]
+    if not fitting:
+        return None
+
+    def cost(result: RunResult) -> tuple[int, bool]:
+        setting = Setting.of(result.spec)
+        return setting.cp_layers(table.num_layers), setting.offload
+
+    return min(fitting, key=cost)
+
+
+def scale_table(
+    model: str,
+    seq_len: int,
+    batch_size: int,
+    dtype: str,
+    settings: Iterable[Setting],
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+    *,
+    known: Mapping[RunSpec, RunResult] | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+    info: ModelInfo | None = None,
+) -> ScaleTable:
+    """Simulate one model at one shape for each setting, one after another.
+
+    Args:
+        model, seq_len, batch_size, dtype: the shape (dtype one of :data:`SIMULATION_DTYPES`).
+        settings: what to simulate, in order (:func:`scale_settings`).
+        progress: called with a message and the fraction of the table done.
+        cancel: a ``threading.Event`` or a function returning True to stop; checked between
+            simulations. A stopped table keeps the results so far and says ``cancelled``.
+        known: results already simulated, by spec; they are reused, not simulated again
+            (a simulation is a function of its spec).
+        on_result: called with each result as soon as it exists (simulated or reused).
+        info: the model's description if the caller has it (describing an 8B model takes seconds).
+
+    Returns:
+        A :class:`ScaleTable`.
+
+    Raises:
+        SpecError, ModelLoadError: bad input, before anything is simulated.
+    """
+    started = time.monotonic()
+    report = progress or (lambda message, fraction: None)
+    stopped = _stopper(cancel)
+    request = ScaleRequest(model, seq_len, batch_size, dtype, tuple(settings))
+    info = request.check(info)
+    known = known or {}
+    results: list[RunResult] = []
+    seconds: dict[str, float] = {}
+    total = len(request.settings)
+    cancelled = False
+    for index, setting in enumerate(request.settings):
+        if stopped():
+            cancelled = True
+            break
+        spec = request.spec(setting)
+        result = known.get(spec)
+        if result is None:
+            began = time.monotonic()
+            result = simulate(spec, progress=_scaled(report, setting.key, index, total))
+            seconds[setting.key] = time.monotonic() - began
+        results.append(result)
+        report(f"{setting.key}: done", (index + 1) / total)
+        if on_result is not None:
+            on_result(result)
+    return ScaleTable(request, info.num_layers, results, cancelled, time.monotonic() - started, seconds)
+
+
+def _scaled(report: Progress, label: str, index: int, total: int) -> Progress:
+    """One simulation's progress as a part of the table's."""
+    return lambda message, fraction: report(f"{label}: {message}", (index + fraction) / total)
+
+
+def _stopper(cancel: Cancel | None) -> Callable[[], bool]:
+    if cancel is None:
+        return lambda: False
+    if isinstance(cancel, threading.Event):
+        return cancel.is_set
+    return cancel

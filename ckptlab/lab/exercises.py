@@ -1,0 +1,213 @@
+"""Predict, then measure: the workshop's exercises, their scoring and the explanation of each gap.
+
+An exercise names a setting and a question about it (a percentage of the
+checkpointing-off run, or which every_n_layers fits a budget). The participant predicts,
+the lab measures the runs :meth:`Exercise.specs` lists (through the same device queue as
+the lab page), and :func:`evaluate` puts the prediction beside the measurement, scores it
+and explains the gap in one line computed from the measured numbers. Words come from the
+locale files; this module only chooses the key and the numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from ..errors import SpecError
+from ..results import RunResult, compare
+from ..show.i18n import t
+from ..show.timeline_figures import event_label
+from ..spec import RunSpec
+from ..units import mib
+
+Kind = Literal["percent", "choice"]
+Metric = Literal["after_forward", "peak", "step"]
+
+MAX_POINTS = 3
+# Percentage points off -> points: within 10 is a hit, within 25 close, within 50 the right idea.
+PERCENT_BANDS = ((10.0, 3), (25.0, 2), (50.0, 1))
+# Three timed steps: a time difference needs a spread to be judged (results.MIN_SAMPLES_TO_JUDGE).
+QUICK = RunSpec(model="tiny-llama", seq_len=128, every_n_layers=1, repeats=3, warmup=1)
+LONG = RunSpec(
+    model="tiny-llama", seq_len=512, every_n_layers=1, repeats=1, warmup=0
+)  # memory only: where the peak moves
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One question about one setting, in growing order of difficulty."""
+
+    id: str  # locale keys live under exercise.<id>.*
+    level: int  # 1 (warm-up) .. 3 (hard)
+    kind: Kind  # "percent": a number, as % of checkpointing off; "choice": pick an every_n_layers
+    spec: RunSpec  # the setting asked about (for "choice": the model and shape; every_n_layers is the answer)
+    metric: Metric = "after_forward"  # what a "percent" exercise asks for
+    choices: tuple[int, ...] = ()  # every_n_layers to choose from ("choice")
+    budget_fraction: float = (
+        0.0  # "choice": the budget, as a fraction of what checkpointing off holds after the forward
+    )
+
+    def specs(self) -> list[RunSpec]:
+        """The runs to measure (each one's checkpointing-off baseline comes with it from ``run_queued``)."""
+        if self.kind == "choice":
+            return [replace(self.spec, every_n_layers=n) for n in self.choices]
+        return [self.spec]
+
+    def question_values(self) -> dict[str, object]:
+        """The numbers a question's text is filled with."""
+        return {
+            "n": self.spec.every_n_layers,
+            "seq": self.spec.seq_len,
+            "model": self.spec.model,
+            "budget": round(self.budget_fraction * 100),
+            "choices": ", ".join(str(n) for n in self.choices),
+        }
+
+
+EXERCISES: tuple[Exercise, ...] = (
+    Exercise("resident_all", 1, "percent", QUICK, metric="after_forward"),
+    Exercise("resident_half", 1, "percent", replace(QUICK, every_n_layers=2), metric="after_forward"),
+    Exercise("step_time", 2, "percent", QUICK, metric="step"),
+    Exercise("peak_short", 2, "percent", QUICK, metric="peak"),
+    Exercise("budget", 3, "choice", QUICK, choices=(1, 2, 3, 6), budget_fraction=0.6),
+    Exercise("peak_long", 3, "percent", LONG, metric="peak"),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A prediction beside the measurement."""
+
+    predicted: float  # the participant's number (percent) or every_n_layers
+    measured: float  # the measured percent of off, or the every_n_layers that answers the question
+    points: int  # 0 .. MAX_POINTS
+    verdict: str  # one line: how far off, in the page's language
+    explanation: str  # one line: why the measurement is what it is, from the measured numbers
+
+
+def by_id(exercise_id: str) -> Exercise:
+    """The exercise with that id.
+
+    Raises:
+        SpecError: no such exercise.
+    """
+    for exercise in EXERCISES:
+        if exercise.id == exercise_id:
+            return exercise
+    raise SpecError(f"no exercise {exercise_id!r}; the exercises are {', '.join(e.id for e in EXERCISES)}.")
+
+
+def percent_of_off(run: RunResult, off: RunResult, metric: Metric) -> float:
+    """The run's ``metric`` as a percentage of the checkpointing-off run's."""
+    comparison = compare(run, off)
+    ratio = {
+        "after_forward": comparison.after_forward_ratio,
+        "peak": comparison.peak_ratio,
+        "step": comparison.step_ratio,
+    }[metric]
+    return 100.0 * ratio
+
+
+def percent_points(predicted: float, measured: float) -> int:
+    """Points for a percentage prediction: 3 within 10 points, 2 within 25, 1 within 50, else 0."""
+    gap = abs(predicted - measured)
+    return next((points for limit, points in PERCENT_BANDS if gap <= limit), 0)
+
+
+def budget_answer(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> int | None:
+    """The fastest choice that fits: the largest every_n_layers whose resident memory is within the budget.
+
+    Fewer checkpointed layers means fewer reruns, so among the settings that fit, the one
+    with the largest ``every_n_layers`` is the fastest. ``None`` when none fits.
+    """
+    budget = exercise.budget_fraction * runs[None].memory.after_forward_bytes
+    fitting = [n for n in exercise.choices if runs[n].memory.after_forward_bytes <= budget]
+    return max(fitting) if fitting else None
+
+
+def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, RunResult], lang: str = "en") -> Outcome:
+    """Score a prediction against measured runs and explain the gap.
+
+    Args:
+        exercise: the question.
+        predicted: a percentage ("percent") or an every_n_layers ("choice").
+        runs: measured results by every_n_layers, ``None`` for checkpointing off; must hold
+            every spec of :meth:`Exercise.specs` and the off run.
+        lang: language of the verdict and the explanation.
+
+    Raises:
+        SpecError: a needed run is missing or has no measurements.
+    """
+    needed = [spec.every_n_layers for spec in exercise.specs()] + [None]
+    for n in needed:
+        if n not in runs or runs[n].memory is None or runs[n].timing is None:
+            raise SpecError(f"exercise {exercise.id!r} needs a measured run with every_n_layers={n}.")
+    off = runs[None]
+    if exercise.kind == "choice":
+        answer = budget_answer(exercise, runs)
+        points = MAX_POINTS if answer is not None and int(predicted) == answer else 0
+        verdict = t("verdict.right" if points else "verdict.wrong", lang, answer=answer if answer is not None else "-")
+        return Outcome(predicted, float(answer or 0), points, verdict, _explain_budget(exercise, runs, answer, lang))
+
+    run = runs[exercise.spec.every_n_layers]
+    measured = percent_of_off(run, off, exercise.metric)
+    points = percent_points(predicted, measured)
+    gap = predicted - measured
+    if abs(gap) <= PERCENT_BANDS[0][0]:
+        verdict = t("verdict.close", lang, gap=f"{abs(gap):.0f}")
+    else:
+        verdict = t("verdict.high" if gap > 0 else "verdict.low", lang, gap=f"{abs(gap):.0f}")
+    explain = {"after_forward": _explain_resident, "peak": _explain_peak, "step": _explain_step}[exercise.metric]
+    return Outcome(predicted, measured, points, verdict, explain(run, off, lang))
+
+
+def _explain_resident(run: RunResult, off: RunResult, lang: str) -> str:
+    cp = [layer for layer in run.layers if layer.observed == "CP"]
+    cp_off = sum(off.layers[layer.index].saved_bytes for layer in cp)
+    kept = sum(layer.input_bytes for layer in cp)
+    rest = max(run.memory.after_forward_bytes - kept, 0)
+    return t("explain.after_forward", lang, k=len(cp), kept=mib(kept), off=mib(cp_off), rest=mib(rest))
+
+
+def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
+    ratio = percent_of_off(run, off, "peak")
+    point = next(p for p in run.memory.timeline if p["region_peak_bytes"] == run.memory.peak_bytes)
+    where = event_label(point, lang)
+    values = {
+        "where": where,
+        "seq": run.spec.seq_len,
+        "off": mib(off.memory.peak_above_baseline_bytes),
+        "run": mib(run.memory.peak_above_baseline_bytes),
+        "grad": mib(point.get("region_peak_breakdown", {}).get("Gradient", 0)),
+        "freed": mib(max(off.memory.after_forward_bytes - run.memory.after_forward_bytes, 0)),
+    }
+    return t("explain.peak_unmoved" if ratio >= 90 else "explain.peak_moved", lang, **values)
+
+
+def _explain_step(run: RunResult, off: RunResult, lang: str) -> str:
+    comparison = compare(run, off)
+    cp = sum(layer.observed == "CP" for layer in run.layers)
+    key = "explain.step" if comparison.step_significant else "explain.step_noise"
+    return t(
+        key,
+        lang,
+        k=cp,
+        forward=f"{run.timing.forward_s * 1000:,.0f}",
+        backward_off=f"{off.timing.backward_s * 1000:,.0f}",
+        backward=f"{run.timing.backward_s * 1000:,.0f}",
+        ratio=f"{comparison.step_ratio * 100:.0f}",
+    )
+
+
+def _explain_budget(exercise: Exercise, runs: Mapping[int | None, RunResult], answer: int | None, lang: str) -> str:
+    budget = exercise.budget_fraction * runs[None].memory.after_forward_bytes
+    held = ", ".join(f"n={n}: {mib(runs[n].memory.after_forward_bytes)}" for n in exercise.choices)
+    if answer is None:
+        return t("explain.budget_none", lang, budget=mib(budget), held=held)
+    return t("explain.budget", lang, budget=mib(budget), held=held, n=answer)
+
+
+def total_points(answers: Mapping[str, Outcome]) -> tuple[int, int]:
+    """(points scored, points possible) over the exercises answered so far."""
+    return sum(outcome.points for outcome in answers.values()), MAX_POINTS * len(answers)

@@ -1,0 +1,140 @@
+"""Settings in a URL: a :class:`RunSpec` to query parameters and back, forgiving bad values.
+
+A shared link must always open: every value that does not parse or is out of range falls
+back to its default, and the reason is returned as a warning for the page to show.
+
+    ?model=tiny-qwen3&seq=1024&batch=1&dtype=auto&device=auto&n=2&offload=0&repeats=4&warmup=2
+
+``n=off`` is checkpointing off. ``model`` is a preset name or a local directory path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..spec import DEVICES, DTYPES, RunSpec
+
+# Bounds shared by the query parser and the page's widgets.
+SEQ_MAX = 262_144
+BATCH_MAX = 256
+REPEATS_MAX = 50
+WARMUP_MAX = 20
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class _IntField:
+    attr: str
+    low: int
+    high: int
+
+
+_INTS = {
+    "seq": _IntField("seq_len", 1, SEQ_MAX),
+    "batch": _IntField("batch_size", 1, BATCH_MAX),
+    "repeats": _IntField("repeats", 1, REPEATS_MAX),
+    "warmup": _IntField("warmup", 0, WARMUP_MAX),
+}
+
+
+def spec_to_query(spec: RunSpec) -> dict[str, str]:
+    """The query parameters that :func:`spec_from_query` turns back into ``spec`` (seed aside)."""
+    return {
+        "model": spec.model,
+        "seq": str(spec.seq_len),
+        "batch": str(spec.batch_size),
+        "dtype": spec.dtype,
+        "device": spec.device,
+        "n": "off" if spec.every_n_layers is None else str(spec.every_n_layers),
+        "offload": "1" if spec.offload else "0",
+        "repeats": str(spec.repeats),
+        "warmup": str(spec.warmup),
+    }
+
+
+def spec_from_query(
+    params: Mapping[str, str | Sequence[str]],
+    *,
+    devices: Sequence[str] = DEVICES,
+    default: RunSpec | None = None,
+) -> tuple[RunSpec, list[str]]:
+    """Read settings from query parameters; anything unusable falls back with a warning.
+
+    Args:
+        params: the URL's query parameters (a repeated key may come as a list: its last value counts).
+        devices: the device choices this machine offers ("cuda" only where there is one).
+        default: the settings for missing or bad values (``RunSpec()`` if ``None``).
+
+    Returns:
+        ``(spec, warnings)``: a spec that passes ``RunSpec.validate()`` and one sentence per
+        value that was ignored. Whether the model exists is checked later, by the page.
+    """
+    base = default or RunSpec()
+    values = {key: _last(value) for key, value in params.items()}
+    changes: dict[str, object] = {}
+    warnings: list[str] = []
+
+    model = values.get("model", "").strip()
+    if model:
+        changes["model"] = model
+    for key, field in _INTS.items():
+        if key in values:
+            number = _int(values[key])
+            if number is None or not field.low <= number <= field.high:
+                warnings.append(
+                    f"{key}={values[key]!r} in the link is not a whole number from {field.low} to {field.high}; "
+                    f"using {getattr(base, field.attr)}."
+                )
+            else:
+                changes[field.attr] = number
+    for key, choices in (("dtype", DTYPES), ("device", tuple(devices))):
+        if key in values:
+            if values[key] in choices:
+                changes[key] = values[key]
+            else:
+                warnings.append(
+                    f"{key}={values[key]!r} in the link is not available here ({', '.join(choices)}); "
+                    f"using {getattr(base, key)}."
+                )
+    if "n" in values:
+        text = values["n"].strip().lower()
+        number = _int(text)
+        if text in ("off", "none"):
+            changes["every_n_layers"] = None
+        elif number is not None and number >= 1:
+            changes["every_n_layers"] = number
+        else:
+            warnings.append(
+                f"n={values['n']!r} in the link is not a whole number >= 1 or 'off'; using {base.every_n_layers}."
+            )
+    if "offload" in values:
+        flag = values["offload"].strip().lower()
+        if flag in _TRUE or flag in _FALSE:
+            changes["offload"] = flag in _TRUE
+        else:
+            warnings.append(f"offload={values['offload']!r} in the link is not 1 or 0; using {int(base.offload)}.")
+
+    spec = replace(base, **changes)
+    if spec.offload and spec.every_n_layers is None:
+        warnings.append("offload=1 in the link needs checkpointing on (n=off was given); offload is off.")
+        spec = replace(spec, offload=False)
+    return spec, warnings
+
+
+def _last(value: str | Sequence[str]) -> str:
+    if isinstance(value, str):
+        return value
+    return str(value[-1]) if len(value) else ""
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except (TypeError, ValueError):
+        return None
+
+
+QUERY_KEYS = tuple(spec_to_query(RunSpec()))

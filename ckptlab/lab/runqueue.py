@@ -1,0 +1,157 @@
+"""One measured run on a device at a time, across every session of the process.
+
+A workshop puts many browser sessions on one server. Two runs on the same device at once
+would disturb each other's memory (a CUDA peak counts every tensor on the device) and
+time (both share the cores), so every run takes a turn in one process-wide FIFO queue:
+
+    with DEVICE_QUEUE.turn(on_wait=lambda ahead: show(f"{ahead} runs ahead")):
+        result = measure(spec)
+
+A waiting ticket wakes up every ``poll_s`` seconds and calls ``on_wait`` with the number
+of runs ahead of it. That call is also how an abandoned wait ends: Streamlit stops a
+closed or rerun session by raising ``StopException`` / ``RerunException`` from the next
+``st.*`` call that session makes, and the ``finally`` of :meth:`DeviceQueue.turn` then
+gives the place (or the device) back. No lock is held while user code runs, so a slow
+or failing session cannot block the others from joining or leaving the queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ..errors import CkptlabError
+
+OnWait = Callable[[int], None]  # called with the number of runs ahead (the one running included)
+
+DEFAULT_TIMEOUT_S = 900.0  # a workshop of 30 runs of ~10 s each still gets through
+POLL_S = 0.5  # how often a waiter re-reports its position (and notices it was abandoned)
+HISTORY = 256  # turns remembered for tests and for "who used the device"
+
+
+class DeviceBusyError(CkptlabError):
+    """The device stayed busy for longer than the caller was willing to wait."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One use of the device, as the queue saw it."""
+
+    ticket: int  # increasing with the time the ticket joined the queue
+    label: str  # what ran, for people (e.g. the spec)
+    enqueued_at: float  # time.monotonic() when it joined
+    started_at: float  # time.monotonic() when it got the device
+    ended_at: float  # time.monotonic() when it gave the device back
+
+
+@dataclass
+class _Ticket:
+    number: int
+    label: str
+    thread: int
+    enqueued_at: float
+    started_at: float = 0.0
+
+
+class DeviceQueue:
+    """A first-in, first-out queue for one device, safe across threads.
+
+    Args:
+        poll_s: seconds between two ``on_wait`` calls of a waiting ticket.
+    """
+
+    def __init__(self, poll_s: float = POLL_S) -> None:
+        self.poll_s = poll_s
+        self._cond = threading.Condition()
+        self._waiting: deque[_Ticket] = deque()
+        self._holder: _Ticket | None = None
+        self._numbers = itertools.count(1)
+        self._history: deque[Turn] = deque(maxlen=HISTORY)
+
+    @contextmanager
+    def turn(
+        self, on_wait: OnWait | None = None, timeout: float | None = DEFAULT_TIMEOUT_S, label: str = ""
+    ) -> Iterator[Turn]:
+        """Wait for the device, hold it for the ``with`` block, then give it to the next in line.
+
+        Args:
+            on_wait: called about every ``poll_s`` seconds while waiting, with the number
+                of runs ahead; an exception it raises abandons the wait.
+            timeout: seconds to wait at most (``None``: forever).
+            label: what this turn is for, kept in :meth:`history`.
+
+        Yields:
+            The :class:`Turn` (``ended_at`` is 0 until the block ends).
+
+        Raises:
+            DeviceBusyError: still not served after ``timeout`` seconds.
+            RuntimeError: the same thread asks for a turn while it holds one (it would wait forever).
+        """
+        me = threading.get_ident()
+        with self._cond:
+            if self._holder is not None and self._holder.thread == me:
+                raise RuntimeError("this thread already holds the device; a nested turn would wait for itself")
+            ticket = _Ticket(next(self._numbers), label, me, time.monotonic())
+            self._waiting.append(ticket)
+        deadline = None if timeout is None else ticket.enqueued_at + timeout
+        try:
+            while True:
+                with self._cond:
+                    if self._try_take(ticket):
+                        break
+                    ahead = self._ahead(ticket)
+                if on_wait is not None:
+                    on_wait(ahead)  # outside the lock: it may be slow, or raise to abandon the wait
+                with self._cond:
+                    if self._try_take(ticket):
+                        break
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise DeviceBusyError(
+                            f"The device stayed busy for {timeout:.0f} s ({self._ahead(ticket)} runs still ahead of "
+                            "this one). Nothing was run; press Run again to queue once more."
+                        )
+                    self._cond.wait(self.poll_s if remaining is None else min(self.poll_s, remaining))
+            yield Turn(ticket.number, label, ticket.enqueued_at, ticket.started_at, 0.0)
+        finally:
+            with self._cond:
+                if self._holder is ticket:
+                    self._holder = None
+                    self._history.append(
+                        Turn(ticket.number, label, ticket.enqueued_at, ticket.started_at, time.monotonic())
+                    )
+                elif ticket in self._waiting:
+                    self._waiting.remove(ticket)
+                self._cond.notify_all()
+
+    def _try_take(self, ticket: _Ticket) -> bool:
+        # Caller holds the lock. Only the head of the line may take a free device: FIFO.
+        if self._holder is None and self._waiting and self._waiting[0] is ticket:
+            self._waiting.popleft()
+            ticket.started_at = time.monotonic()
+            self._holder = ticket
+            return True
+        return False
+
+    def _ahead(self, ticket: _Ticket) -> int:
+        # Caller holds the lock.
+        return self._waiting.index(ticket) + (1 if self._holder is not None else 0)
+
+    def busy(self) -> tuple[bool, int]:
+        """(a run holds the device, how many are waiting), for a status line."""
+        with self._cond:
+            return self._holder is not None, len(self._waiting)
+
+    def history(self) -> list[Turn]:
+        """The last turns that ended, oldest first."""
+        with self._cond:
+            return list(self._history)
+
+
+# Process-wide: every Streamlit session of one server runs in this process.
+DEVICE_QUEUE = DeviceQueue()

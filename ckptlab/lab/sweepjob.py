@@ -1,0 +1,136 @@
+"""A sweep running in the background, for a page that must stay responsive: progress, live rows, Stop.
+
+A Streamlit script that ran a sweep itself could not be stopped between rows: a click
+reruns the script and interrupts the step in flight. So the page starts a
+:class:`SweepJob`, which runs :func:`ckptlab.explore.sweep.sweep` on its own thread, one device
+turn per row (:mod:`ckptlab.lab.runqueue`, so that one measured run uses the device at a
+time across sessions), and the page polls it. ``stop()`` sets the sweep's cancel event:
+the row in flight finishes, no other starts, and the rows measured are kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import CkptlabError
+from ..explore.sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
+from ..model.catalog import ModelInfo
+from ..spec import RunSpec
+from .jobs import BackgroundJob
+from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
+
+Loader = Callable[[RunSpec], tuple[object, ModelInfo]]
+
+
+class _Stopped(Exception):
+    """Raised from a device-queue wait to abandon it when Stop was pressed."""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A snapshot of the job for one render of the page."""
+
+    running: bool  # the thread is still working
+    message: str  # what is happening now
+    fraction: float  # of the sweep done, in [0, 1]
+    rows: list[SweepRow]  # the rows measured so far (ratios against the off row of each length, once it exists)
+    result: SweepResult | None  # when finished (complete or stopped)
+    error: str  # a user-facing message when the sweep could not run; "" otherwise
+    stop_requested: bool  # Stop was pressed
+
+
+class SweepJob(BackgroundJob):
+    """One sweep on a background thread.
+
+    Args:
+        spec: the sweep.
+        load: builds or returns the (cached) model for a spec; called on the job's thread.
+        queue: the device queue each row takes a turn on.
+        timeout: seconds a row waits for the device at most.
+
+    Raises:
+        SpecError, ModelLoadError: bad input, from the constructor, before any thread starts.
+    """
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        load: Loader | None = None,
+        queue: DeviceQueue = DEVICE_QUEUE,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.plan = plan_sweep(spec)  # validates: bad input never reaches the thread
+        self.spec = spec
+        self._load = load
+        self._queue = queue
+        self._timeout = timeout
+        self._result: SweepResult | None = None
+        super().__init__("ckptlab-sweep", message="waiting to start")
+
+    def state(self) -> JobState:
+        with self._lock:
+            return JobState(
+                running=not self._finished,
+                message=self._message,
+                fraction=self._fraction,
+                rows=rows_from_results(self._results),
+                result=self._result,
+                error=self._error,
+                stop_requested=self._stop.is_set(),
+            )
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def _turn(self, label: str):
+        def on_wait(ahead: int) -> None:
+            if self._stop.is_set():
+                raise _Stopped
+            self._progress(
+                f"{label}: waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead", self._fraction
+            )
+
+        return self._queue.turn(on_wait=on_wait, timeout=self._timeout, label=f"sweep {self.spec.model}: {label}")
+
+    def _run(self) -> None:
+        try:
+            result = sweep(
+                self.spec,
+                progress=self._progress,
+                cancel=self._stop,
+                load=self._load,
+                turn=self._turn,
+                on_result=self._collect,
+            )
+        except _Stopped:
+            result = self._partial()
+        except CkptlabError as error:
+            with self._lock:
+                self._error = str(error)
+            result = self._partial() if self._results else None
+        except Exception as error:  # a bug, not bad input: keep what was measured, say it briefly
+            with self._lock:
+                self._error = (
+                    f"The sweep failed unexpectedly ({type(error).__name__}: {error}); the rows measured are kept."
+                )
+            result = self._partial() if self._results else None
+        with self._lock:
+            self._result = result
+            self._message = (
+                "stopped" if result is not None and result.cancelled else ("done" if result is not None else "failed")
+            )
+            self._finished = True
+
+    def _partial(self) -> SweepResult:
+        results = self._results_so_far()
+        return SweepResult(
+            spec=self.spec,
+            model=self.plan.info.name,
+            num_layers=self.plan.info.num_layers,
+            device=results[0].device if results else "",
+            rows=rows_from_results(results),
+            notes=self.plan.notes,
+            cancelled=True,
+            elapsed_s=time.monotonic() - self._started,
+        )

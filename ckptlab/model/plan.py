@@ -1,0 +1,86 @@
+"""Which layers transformers checkpoints, predicted and read back.
+
+transformers 5.x (``PreTrainedModel._set_gradient_checkpointing``) walks ``model.modules()``
+in order, counts only the modules that inherit ``GradientCheckpointingLayer``, and sets
+``gradient_checkpointing = (index % every_n_layers == 0)`` on the one with 0-based index
+``index``. :func:`planned_roles` restates that rule so the lab can draw a plan before a
+model exists; :func:`observed_roles` reads the flags back from a model on which
+``activation_checkpointing_enable`` was called, so the plan shown is the one that ran.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch.nn as nn
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+from ..errors import SpecError
+
+Role = Literal["CP", "keep"]
+CP: Role = "CP"
+KEEP: Role = "keep"
+
+
+def validate_every_n_layers(every_n_layers: int) -> None:
+    """Raise :class:`SpecError` unless ``every_n_layers`` is an int >= 1."""
+    if isinstance(every_n_layers, bool) or not isinstance(every_n_layers, int) or every_n_layers < 1:
+        raise SpecError(
+            f"every_n_layers={every_n_layers!r} is not valid: it must be a whole number >= 1 "
+            "(1 checkpoints every layer, 2 every other layer, ...). To run without "
+            "checkpointing, turn checkpointing off instead."
+        )
+
+
+def planned_roles(num_layers: int, every_n_layers: int | None) -> list[Role]:
+    """The role of each layer under ``activation_checkpointing_enable(every_n_layers=...)``.
+
+    Args:
+        num_layers: how many ``GradientCheckpointingLayer`` modules the model has.
+        every_n_layers: the setting, or ``None`` for checkpointing off.
+
+    Returns:
+        One role per layer, in module order: ``"CP"`` if the layer is checkpointed
+        (keeps only its input and reruns its forward in the backward), else ``"keep"``.
+
+    Raises:
+        SpecError: if ``every_n_layers`` is not an int >= 1 or ``num_layers`` < 0.
+    """
+    if num_layers < 0:
+        raise SpecError(f"num_layers={num_layers} is negative; a model has zero or more layers.")
+    if every_n_layers is None:
+        return [KEEP] * num_layers
+    validate_every_n_layers(every_n_layers)
+    return [CP if index % every_n_layers == 0 else KEEP for index in range(num_layers)]
+
+
+def checkpointable_layers(model: nn.Module) -> list[GradientCheckpointingLayer]:
+    """The modules transformers counts for ``every_n_layers``, in the order it counts them."""
+    return [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]
+
+
+def observed_roles(model: nn.Module) -> list[Role]:
+    """Read back, from the flags transformers set, which layers are checkpointed.
+
+    Unlike :func:`planned_roles`, this reports what the model will actually do, so a
+    difference between the two (an override in a model class, a future change in
+    transformers) shows up instead of being assumed away.
+    """
+    return [CP if layer.gradient_checkpointing else KEEP for layer in checkpointable_layers(model)]
+
+
+def describe_plan(num_layers: int, every_n_layers: int | None) -> str:
+    """One sentence on what the setting does for this layer count, for notes and captions."""
+    if every_n_layers is None:
+        return f"checkpointing off: all {num_layers} layers keep their activations"
+    roles = planned_roles(num_layers, every_n_layers)
+    cp = [str(i + 1) for i, role in enumerate(roles) if role == CP]
+    sentence = f"every_n_layers={every_n_layers}: {len(cp)} of {num_layers} layers checkpointed (L{', L'.join(cp)})"
+    if every_n_layers == 1:
+        sentence += ", i.e. all of them"
+    elif every_n_layers >= num_layers > 0:
+        sentence += (
+            f"; every_n_layers={every_n_layers} is not smaller than the {num_layers} layers, "
+            "so only the first layer is checkpointed"
+        )
+    return sentence

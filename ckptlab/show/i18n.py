@@ -1,0 +1,117 @@
+"""The lab's words in English, Portuguese (pt-BR) and Japanese, read from ``locales/<lang>.json``.
+
+Every user-facing string of the pages lives in those files under a dotted key; code asks
+for ``t(key, lang, **values)``. The language is an argument, never a global: the page
+layer reads it from the URL (``?lang=ja``) and passes it in, so this module stays free of
+streamlit and the core can translate figure titles too.
+
+Technical terms practitioners say in English (every_n_layers, offload, checkpoint, CP,
+keep, rerun) stay in English in every file.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+LOCALES_DIR = Path(__file__).resolve().parents[2] / "locales"  # the repository root: ckptlab/show/i18n.py
+DEFAULT = "en"
+# Language code -> its own name, as the selector shows it (a person looks for their language in it).
+LANGUAGES: dict[str, str] = {"en": "English", "pt-BR": "Português (Brasil)", "ja": "日本語"}
+
+Translator = Callable[..., str]
+
+
+class MissingKeyError(KeyError):
+    """A key asked for is in no locale file: a typo in code, or a string not yet added."""
+
+
+def normalize(lang: object) -> str:
+    """A supported language code for anything a URL may hold ("ja", "pt-br", "pt", None, a list...).
+
+    Unknown values fall back to English rather than failing: a shared link must always open.
+    """
+    if isinstance(lang, (list, tuple)):
+        lang = lang[-1] if lang else None
+    if not isinstance(lang, str):
+        return DEFAULT
+    text = lang.strip().lower().replace("_", "-")
+    for code in LANGUAGES:
+        if text == code.lower():
+            return code
+    if text.startswith("pt"):
+        return "pt-BR"
+    if text.startswith("ja"):
+        return "ja"
+    return DEFAULT
+
+
+@cache
+def messages(lang: str) -> dict[str, str]:
+    """The flat key -> text table of one language.
+
+    Raises:
+        FileNotFoundError: the language has no file in ``locales/``.
+    """
+    with open(LOCALES_DIR / f"{lang}.json", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
+    """The text of ``key`` in ``lang``, with ``{name}`` placeholders filled from ``values``.
+
+    A key missing in one language falls back to English (the locale tests keep that from
+    happening); a key missing in English is a bug and raises.
+
+    Raises:
+        MissingKeyError: ``key`` is not in the English file.
+    """
+    table = messages(normalize(lang))
+    text = table.get(key)
+    if text is None:
+        text = messages(DEFAULT).get(key)
+        if text is None:
+            raise MissingKeyError(
+                f"translation key {key!r} is not in locales/{DEFAULT}.json; add it to every locale file"
+            )
+    return text.format(**values) if values else text
+
+
+def translator(lang: str) -> Translator:
+    """``t`` bound to one language: ``tr = translator("ja"); tr("lesson.title")``."""
+    code = normalize(lang)
+
+    def bound(key: str, /, **values: object) -> str:
+        return t(key, code, **values)
+
+    return bound
+
+
+def section(prefix: str, lang: str = DEFAULT) -> dict[str, object]:
+    """Every message under ``prefix.`` as a dict (``a.b.c`` nests as ``{"b": {"c": ...}}``), for a page
+    or a figure module that keeps its words in one dict and formats them itself.
+
+    Raises:
+        MissingKeyError: no key starts with ``prefix.`` in English.
+    """
+    english = {key: text for key, text in messages(DEFAULT).items() if key.startswith(prefix + ".")}
+    if not english:
+        raise MissingKeyError(f"no translation key starts with {prefix!r} in locales/{DEFAULT}.json")
+    table = messages(normalize(lang))
+    words: dict[str, object] = {}
+    for key, text in english.items():
+        parts = key[len(prefix) + 1 :].split(".", 1)
+        value = table.get(key, text)
+        if len(parts) == 1:
+            words[parts[0]] = value
+        else:
+            words.setdefault(parts[0], {})[parts[1]] = value  # type: ignore[index]
+    return words
+
+
+def placeholders(text: str) -> set[str]:
+    """The ``{name}`` fields of a message, to check every translation keeps them all."""
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}

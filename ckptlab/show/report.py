@@ -1,0 +1,222 @@
+"""Text at the edge: the CP / keep / rerun diagram and the tables the command line prints.
+
+Pure functions from results to strings; the units come from ``ckptlab.units`` (MiB = 2**20
+bytes, which public tables write as "MB").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..model.catalog import ModelInfo
+from ..results import Comparison, RunResult, TimingResult
+from ..units import mib, milliseconds
+
+LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
+
+
+def setting_name(every_n_layers: int | None, offload: bool = False) -> str:
+    """``"every_n_layers=2"``, ``"every_n_layers=1, offload"`` or ``"checkpointing off"``."""
+    if every_n_layers is None:
+        return "checkpointing off"
+    return f"every_n_layers={every_n_layers}" + (", offload" if offload else "")
+
+
+def diagram(forward_roles: Sequence[str], backward_roles: Sequence[str], title: str) -> str:
+    """DESIGN.md's text diagram of one step.
+
+    Args:
+        forward_roles: per layer, "CP" (keeps only its input) or "keep".
+        backward_roles: per layer in forward order, "rerun" or "keep".
+        title: first line, e.g. "every_n_layers=2".
+
+    Returns:
+        Lines like::
+
+            every_n_layers=2
+            Forward:   input  -> [L1] -> [L2]
+                                  CP     keep
+            Backward:  output <- [L2] <- [L1]
+                                 keep   rerun
+    """
+    count = len(forward_roles)
+    lines = [title]
+    for start in range(0, count, LAYERS_PER_LINE):
+        indices = list(range(start, min(start + LAYERS_PER_LINE, count)))
+        first = start == 0
+        forward_head = "Forward:   input  -> " if first else "               ... -> "
+        lines += _row(forward_head, [f"[L{i + 1}]" for i in indices], [forward_roles[i] for i in indices], " -> ")
+    for start in range(0, count, LAYERS_PER_LINE):
+        indices = list(range(count - 1 - start, max(count - 1 - start - LAYERS_PER_LINE, -1), -1))
+        first = start == 0
+        backward_head = "Backward:  output <- " if first else "               ... <- "
+        lines += _row(backward_head, [f"[L{i + 1}]" for i in indices], [backward_roles[i] for i in indices], " <- ")
+    return "\n".join(lines)
+
+
+def _row(head: str, cells: list[str], roles: list[str], arrow: str) -> list[str]:
+    top = head + arrow.join(cells)
+    under = [" "] * (len(top) + 2)
+    column = len(head)
+    for cell, role in zip(cells, roles):
+        begin = max(0, column + (len(cell) - len(role)) // 2)
+        under[begin : begin + len(role)] = role
+        column += len(cell) + len(arrow)
+    return [top, "".join(under).rstrip()]
+
+
+def result_diagram(result: RunResult) -> str:
+    """The diagram of what a run did: forward row from the flags transformers set, backward row from the reruns observed."""
+    title = setting_name(result.spec.every_n_layers, result.memory.offload_applied if result.memory else False)
+    text = diagram(
+        [layer.enabled for layer in result.layers],
+        ["rerun" if layer.recompute_calls else "keep" for layer in result.layers],
+        title + " (observed)",
+    )
+    if not result.plan_matches:
+        planned = diagram(
+            [layer.planned for layer in result.layers],
+            ["rerun" if layer.planned == "CP" else "keep" for layer in result.layers],
+            title + " (planned: differs from what was observed!)",
+        )
+        text += "\n\n" + planned
+    return text
+
+
+def run_report(result: RunResult, comparison: Comparison | None = None, reference: RunResult | None = None) -> str:
+    """The command line's human-readable report of one run."""
+    spec, model = result.spec, result.model
+    head = (
+        f"{model.name} ({model.family}, {model.num_layers} layers, hidden {model.hidden_size}, "
+        f"{model.num_params / 1e6:,.1f}M parameters, {model.weights} weights)\n"
+        f"seq_len {spec.seq_len} · batch {spec.batch_size} · {result.dtype} · {result.device} · "
+        f"{setting_name(spec.every_n_layers, spec.offload)}\n"
+        f"{result.provenance.label} · torch {result.provenance.torch_version} · "
+        f"transformers {result.provenance.transformers_version}"
+    )
+    if result.status != "ok":
+        return head + "\n\n" + result.message
+    memory, timing = result.memory, result.timing
+    ref_memory = reference.memory if reference else None
+    ref_timing = reference.timing if reference else None
+    rows = [
+        (
+            "baseline before the forward",
+            mib(memory.baseline_bytes),
+            ref_memory and mib(ref_memory.baseline_bytes),
+            "parameters, buffers",
+        ),
+        (
+            "resident after the forward",
+            mib(memory.after_forward_bytes),
+            ref_memory and mib(ref_memory.after_forward_bytes),
+            "above baseline: what the backward needs",
+        ),
+        (
+            "peak over the step",
+            mib(memory.peak_bytes),
+            ref_memory and mib(ref_memory.peak_bytes),
+            f"reached in: {memory.peak_where['description']}",
+        ),
+    ]
+    lines = [head, "", result_diagram(result), ""]
+    lines.append(_table_row("Memory, MiB", "this run", "off" if reference else None, ""))
+    lines += [_table_row(label, value, ref, note) for label, value, ref, note in rows]
+    if memory.breakdown_at_peak:
+        parts = sorted(memory.breakdown_at_peak.items(), key=lambda item: -item[1])
+        lines.append("  at the peak: " + ", ".join(f"{name.lower()} {mib(amount)}" for name, amount in parts))
+    if memory.offload_bytes and spec.offload:
+        if result.provenance.kind == "simulated":
+            verb = "held in pinned host memory instead (simulated)"
+        elif memory.offload_applied:
+            verb = "moved to pinned host memory"
+        else:
+            verb = "would move off a GPU (not applied on the CPU)"
+        lines.append(_table_row("offload", mib(memory.offload_bytes), None, verb))
+    lines.append(f"  ({memory.method})")
+    lines.append("")
+    if timing is None:
+        lines.append("  Time: not simulated: fake tensors carry shapes, not arithmetic.")
+    else:
+        lines += _time_rows(timing, ref_timing, spec.warmup)
+    if comparison is not None:
+        lines += [
+            "",
+            "Against checkpointing off (same process, same inputs):",
+            f"  {comparison.describe_step()}",
+            f"  resident after the forward x{comparison.after_forward_ratio:.2f}, "
+            f"peak above baseline x{comparison.peak_ratio:.2f}",
+        ]
+    lines += ["", "Per layer:", layer_table(result)]
+    if result.notes:
+        lines += ["", "Notes:"] + [f"  - {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: int) -> list[str]:
+    lines = [
+        _table_row(
+            "Time, ms",
+            "median",
+            "off" if ref_timing else None,
+            f"of {len(timing.step_samples)} steps after {warmup} warm-up",
+        )
+    ]
+    for label, value, samples, ref in (
+        ("forward (with loss)", timing.forward_s, timing.forward_samples, ref_timing and ref_timing.forward_s),
+        ("backward", timing.backward_s, timing.backward_samples, ref_timing and ref_timing.backward_s),
+        ("step", timing.step_s, timing.step_samples, ref_timing and ref_timing.step_s),
+    ):
+        spread = f"spread {milliseconds(min(samples))}-{milliseconds(max(samples))}"
+        lines.append(_table_row(label, milliseconds(value), ref and milliseconds(ref), spread))
+    lines.append(f"  ({timing.method})")
+    return lines
+
+
+def _table_row(label: str, value: str, reference: str | None, note: str) -> str:
+    ref = f"{reference:>10}" if reference is not None else ""
+    return f"  {label:<30}{value:>10}{ref}   {note}".rstrip()
+
+
+def layer_table(result: RunResult) -> str:
+    """Per-layer rows: planned, flag, observed, calls, reruns, saved and input MiB.
+
+    Consecutive layers with identical rows are folded into one ("L2-L35"), so a 36-layer
+    model reads as its pattern.
+    """
+    header = f"  {'layer':<8}{'planned':<9}{'flag':<6}{'observed':<10}{'fwd calls':>10}{'reruns':>8}{'saved MiB':>11}{'input MiB':>11}"
+    groups: list[list] = []
+    for layer in result.layers:
+        row = (
+            layer.planned,
+            layer.enabled,
+            layer.observed,
+            layer.forward_calls,
+            layer.recompute_calls,
+            mib(layer.saved_bytes),
+            mib(layer.input_bytes),
+        )
+        if groups and groups[-1][1] == row and groups[-1][0][-1].index == layer.index - 1:
+            groups[-1][0].append(layer)
+        else:
+            groups.append([[layer], row])
+    rows = []
+    for layers, (planned, enabled, observed, calls, reruns, saved, inputs) in groups:
+        name = layers[0].name if len(layers) == 1 else f"{layers[0].name}-{layers[-1].name}"
+        rows.append(f"  {name:<8}{planned:<9}{enabled:<6}{observed:<10}{calls:>10}{reruns:>8}{saved:>11}{inputs:>11}")
+    return "\n".join([header] + rows)
+
+
+def models_table(infos: Sequence[ModelInfo]) -> str:
+    """``python -m ckptlab models``: one row per preset."""
+    header = f"{'name':<14}{'family':<9}{'task':<11}{'layers':>7}{'hidden':>8}{'params':>10}  for"
+    rows = [
+        f"{info.name:<14}{info.family:<9}{info.task:<11}{info.num_layers:>7}{info.hidden_size:>8}"
+        f"{_params(info.num_params):>10}  {'CPU' if info.cpu_ok else 'GPU / simulation'}"
+        for info in infos
+    ]
+    return "\n".join([header] + rows)
+
+
+def _params(count: int) -> str:
+    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.1f}M"

@@ -1,0 +1,435 @@
+"""Pure Plotly builders for the trade-off explorer: a sweep (and its predictions) in, a figure out.
+
+Every figure says where its numbers come from in its subtitle (measured on the CPU or on
+CUDA), and every predicted trace is named "predicted (...)", drawn dashed or hatched, so a
+prediction never passes for a measurement. Also here: the sentence that explains where a
+configuration's peak is and why checkpointing did or did not lower it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..explore.accuracy import PredictionCheck
+from ..explore.predict import architecture, predict
+from ..explore.recommend import Recommendation
+from ..explore.sweep import SweepResult, SweepRow
+from ..model import catalog
+from ..units import MIB
+from .i18n import t
+
+FONT = "Arial, Helvetica, sans-serif"
+# Okabe-Ito, as ckptlab.show.figures: colour-blind safe and legible on a projector.
+SERIES_COLORS = {"off": "#0072B2", "full": "#D55E00", "partial": "#009E73", "offload": "#CC79A7"}
+MEASURED = "#0072B2"
+FORMULA = "#E69F00"
+CALIBRATED = "#56B4E9"
+FRONTIER = "#D55E00"
+BUDGET = "#000000"
+
+
+def provenance_label(result: SweepResult, lang: str = "en") -> str:
+    """e.g. "measured on the CPU (Intel Xeon, 2 cores)", from the sweep's first measured row."""
+    for row in result.rows:
+        if row.result is not None:
+            provenance = row.result.provenance
+            return t(f"provenance.{provenance.kind}", lang, device=provenance.device_name)
+    kinds = {row.provenance for row in result.rows}
+    return {"measured-cuda": "measured on CUDA", "measured-cpu": "measured on the CPU"}.get(
+        min(kinds, default=""), "measured"
+    )
+
+
+def pareto_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
+    """The rows no other row beats on both step time and peak memory, fastest first."""
+    measured = sorted(
+        (row for row in rows if row.step_s is not None and row.peak_bytes is not None),
+        key=lambda r: (r.step_s, r.peak_bytes),
+    )
+    frontier: list[SweepRow] = []
+    for row in measured:
+        if not frontier or row.peak_bytes < frontier[-1].peak_bytes:
+            frontier.append(row)
+    return frontier
+
+
+def tradeoff_figure(
+    result: SweepResult, seq_len: int, recommendation: Recommendation | None = None, lang: str = "en"
+) -> go.Figure:
+    """Peak memory against step time, one point per configuration, the Pareto frontier drawn.
+
+    Args:
+        result: a sweep.
+        seq_len: the sequence length whose rows are drawn.
+        recommendation: when given, its budget is a horizontal line and its row is highlighted.
+
+    Returns:
+        A scatter: x the median step time (ms, bars: fastest to slowest step), y the peak
+        over the step (MiB, baseline included: what has to fit).
+    """
+    rows = [row for row in result.rows_at(seq_len) if row.step_s is not None]
+    figure = go.Figure()
+    figure.add_trace(
+        go.Scatter(
+            x=[row.step_s * 1000 for row in rows],
+            y=[row.peak_bytes / MIB for row in rows],
+            mode="markers+text",
+            text=[row.setting for row in rows],
+            textposition="top center",
+            name=t("tradeoff_fig.configuration", lang),
+            marker={"size": 11, "color": MEASURED},
+            error_x={
+                "type": "data",
+                "symmetric": False,
+                "array": [(row.step_max_s - row.step_s) * 1000 for row in rows],
+                "arrayminus": [(row.step_s - row.step_min_s) * 1000 for row in rows],
+                "color": "#999999",
+            },
+            customdata=[[row.peak_where, row.after_forward_bytes / MIB] for row in rows],
+            hovertemplate="%{text}: step %{x:,.0f} ms, peak %{y:,.1f} MiB<br>resident after the forward %{customdata[1]:,.1f} MiB"
+            "<br>peak reached in: %{customdata[0]}<extra></extra>",
+        )
+    )
+    frontier = pareto_rows(rows)
+    if frontier:
+        # One point when a single setting is both fastest and smallest (short sequences: the peak is
+        # the gradients' and every setting has it), still drawn and named.
+        figure.add_trace(
+            go.Scatter(
+                x=[row.step_s * 1000 for row in frontier],
+                y=[row.peak_bytes / MIB for row in frontier],
+                mode="lines+markers",
+                marker={"size": 17, "symbol": "circle-open", "color": FRONTIER, "line": {"width": 2}},
+                line={"color": FRONTIER, "width": 2, "shape": "hv"},
+                name=t("tradeoff_fig.frontier", lang),
+                hoverinfo="skip",
+            )
+        )
+    if recommendation is not None:
+        figure.add_hline(
+            y=recommendation.budget_bytes / MIB,
+            line={"color": BUDGET, "dash": "dash", "width": 1.5},
+            annotation_text=t("tradeoff_fig.budget", lang, budget=recommendation.budget_label),
+            annotation_position="top left",
+        )
+        if recommendation.row is not None and recommendation.row.seq_len == seq_len:
+            chosen = recommendation.row
+            figure.add_trace(
+                go.Scatter(
+                    x=[chosen.step_s * 1000],
+                    y=[chosen.peak_bytes / MIB],
+                    mode="markers",
+                    marker={"symbol": "star", "size": 22, "color": FRONTIER, "line": {"color": "black", "width": 1}},
+                    name=t("tradeoff_fig.recommended", lang, setting=chosen.setting),
+                    hovertemplate=f"recommended: {chosen.setting}<extra></extra>",
+                )
+            )
+    _layout(
+        figure,
+        t("tradeoff_fig.tradeoff_title", lang, model=result.model, seq=seq_len),
+        provenance_label(result, lang),
+        x_title=t("tradeoff_fig.tradeoff_x", lang),
+        y_title=t("tradeoff_fig.tradeoff_y", lang),
+    )
+    return figure
+
+
+def prediction_figure(
+    result: SweepResult, checks: Sequence[PredictionCheck], seq_len: int, lang: str = "en"
+) -> go.Figure:
+    """Memory and time per setting: measured bars, the two predictions beside them with their error.
+
+    Returns:
+        Two panels: resident after the forward (MiB) and the step (ms); predicted bars are
+        hatched and named "predicted (...)", their hover and label give the error.
+    """
+    rows = [check for check in checks if check.seq_len == seq_len]
+    settings = [check.setting for check in rows]
+    figure = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=(t("tradeoff_fig.resident_panel", lang), t("tradeoff_fig.step_panel", lang)),
+        horizontal_spacing=0.1,
+    )
+    series = [
+        (
+            t("tradeoff_fig.measured", lang),
+            MEASURED,
+            None,
+            [c.measured_after_forward_bytes for c in rows],
+            [c.measured_step_s for c in rows],
+            [None] * len(rows),
+            [None] * len(rows),
+        ),
+        (
+            t("tradeoff_fig.predicted_formula", lang),
+            FORMULA,
+            "/",
+            [c.formula_after_forward_bytes for c in rows],
+            [c.formula_step_s for c in rows],
+            [c.formula_error for c in rows],
+            [c.formula_step_error for c in rows],
+        ),
+        (
+            t("tradeoff_fig.predicted_calibrated", lang),
+            CALIBRATED,
+            "\\",
+            [c.calibrated_after_forward_bytes for c in rows],
+            [c.calibrated_step_s for c in rows],
+            [c.calibrated_error for c in rows],
+            [c.calibrated_step_error for c in rows],
+        ),
+    ]
+    for name, color, pattern, memory, time, memory_error, time_error in series:
+        for col, values, errors, scale, unit in (
+            (1, memory, memory_error, 1 / MIB, "MiB"),
+            (2, time, time_error, 1000, "ms"),
+        ):
+            if all(value is None for value in values):
+                continue
+            figure.add_trace(
+                go.Bar(
+                    x=settings,
+                    y=[None if v is None else v * scale for v in values],
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    marker={"color": color, "pattern": {"shape": pattern} if pattern else None},
+                    text=[_error_text(e) for e in errors],
+                    textposition="outside",
+                    textfont={"size": 11},
+                    cliponaxis=False,
+                    hovertemplate="%{x}: %{y:,.1f} "
+                    + unit
+                    + (" (error %{text})" if pattern else "")
+                    + f"<extra>{name}</extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    _layout(
+        figure,
+        t("tradeoff_fig.prediction_title", lang, model=result.model, seq=seq_len),
+        t("tradeoff_fig.prediction_subtitle", lang, provenance=provenance_label(result, lang)),
+    )
+    figure.update_layout(barmode="group")
+    return figure
+
+
+def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "en") -> go.Figure:
+    """Memory against sequence length for off, full (n=1), partial and offload.
+
+    Measured rows are markers on solid lines; the formula's prediction continues each series
+    (dashed, "predicted") up to ``up_to`` tokens (default 4x the longest measured), which is
+    where checkpointing becomes necessary. Offload not measured (on the CPU) is predicted only.
+
+    Returns:
+        Two panels: resident after the forward, and peak over the step (measured only).
+    """
+    seq_lens = sorted({row.seq_len for row in result.rows})
+    up_to = up_to or 4 * max(seq_lens, default=512)
+    settings = _series_settings(result)
+    figure = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=(t("tradeoff_fig.resident_panel", lang), t("tradeoff_fig.peak_panel", lang)),
+        horizontal_spacing=0.1,
+    )
+    first = next((row.result for row in result.rows if row.result is not None), None)
+    max_positions = catalog.describe(result.spec.model).max_positions or up_to
+    predicted_lens = sorted(set(seq_lens) | set(_doublings(min(seq_lens, default=128), min(up_to, max_positions))))
+    predicted: dict[tuple[int | None, bool], list[int]] = {}
+    if first is not None:
+        arch = architecture(result.spec.model)
+        for length in predicted_lens:
+            for p in predict(
+                arch,
+                seq_len=length,
+                batch_size=result.spec.batch_size,
+                dtype=first.dtype,
+                device=result.device.split(":")[0],
+                every_n_layers=sorted({n for _, n, _ in settings if n is not None}),
+                offload=[False, True],
+            ):
+                predicted.setdefault((p.every_n_layers, p.offload), []).append(p.resident_bytes)
+    for label, n, offload in settings:
+        color = SERIES_COLORS[label.split(" ")[0]]
+        measured = [
+            row
+            for row in result.rows
+            if row.every_n_layers == n and row.offload == offload and row.after_forward_bytes is not None
+        ]
+        if measured:
+            for col, values in (
+                (1, [row.after_forward_bytes for row in measured]),
+                (2, [row.peak_bytes for row in measured]),
+            ):
+                figure.add_trace(
+                    go.Scatter(
+                        x=[row.seq_len for row in measured],
+                        y=[v / MIB for v in values],
+                        mode="lines+markers",
+                        name=t("tradeoff_fig.series_measured", lang, label=label),
+                        legendgroup=label,
+                        showlegend=col == 1,
+                        line={"color": color},
+                        hovertemplate="seq %{x}: %{y:,.1f} MiB<extra>" + label + " (measured)</extra>",
+                    ),
+                    row=1,
+                    col=col,
+                )
+        if (n, offload) in predicted:
+            figure.add_trace(
+                go.Scatter(
+                    x=predicted_lens,
+                    y=[value / MIB for value in predicted[(n, offload)]],
+                    mode="lines",
+                    name=t("tradeoff_fig.series_predicted", lang, label=label),
+                    legendgroup=label,
+                    line={"color": color, "dash": "dash"},
+                    hovertemplate="seq %{x}: %{y:,.1f} MiB<extra>" + label + " (predicted)</extra>",
+                ),
+                row=1,
+                col=1,
+            )
+    _layout(
+        figure,
+        t("tradeoff_fig.seq_title", lang, model=result.model),
+        t("tradeoff_fig.seq_subtitle", lang, provenance=provenance_label(result, lang)),
+        x_title=t("tradeoff_fig.seq_x", lang),
+    )
+    figure.update_xaxes(type="log", title_text=t("tradeoff_fig.seq_x", lang))
+    return figure
+
+
+def peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figure:
+    """Memory through the step for each configuration, its peak marked where it happened.
+
+    Returns:
+        One line per configuration over the step's events (forward, loss, backward and
+        reruns), x the position in the step from 0 (start) to 1 (end), with a marker at
+        the highest point and the stretch named in the hover.
+    """
+    figure = go.Figure()
+    palette = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+    for index, row in enumerate(
+        row for row in result.rows_at(seq_len) if row.result is not None and row.result.memory is not None
+    ):
+        timeline = row.result.memory.timeline
+        if not timeline:
+            continue
+        color = palette[index % len(palette)]
+        last = max(len(timeline) - 1, 1)
+        x = [point["order"] / last for point in timeline]
+        y = [max(point.get("current_bytes", 0), point.get("region_peak_bytes", 0)) / MIB for point in timeline]
+        figure.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="lines",
+                name=row.setting,
+                legendgroup=row.setting,
+                line={"color": color, "width": 1.5},
+                text=[point["event"] for point in timeline],
+                hovertemplate="%{text}: %{y:,.1f} MiB<extra>" + row.setting + "</extra>",
+            )
+        )
+        top = max(range(len(y)), key=y.__getitem__)
+        figure.add_trace(
+            go.Scatter(
+                x=[x[top]],
+                y=[row.peak_bytes / MIB],
+                mode="markers",
+                legendgroup=row.setting,
+                showlegend=False,
+                marker={"color": color, "size": 10, "symbol": "triangle-up"},
+                hovertemplate=f"{row.setting}: peak {row.peak_bytes / MIB:,.1f} MiB in {row.peak_where}<extra></extra>",
+            )
+        )
+    _layout(
+        figure,
+        t("tradeoff_fig.peak_title", lang, model=result.model, seq=seq_len),
+        provenance_label(result, lang),
+        x_title=t("tradeoff_fig.peak_x", lang),
+        y_title=t("tradeoff_fig.peak_y", lang),
+    )
+    return figure
+
+
+def peak_sentence(row: SweepRow, off: SweepRow | None, lang: str = "en") -> str:
+    """Where the row's peak was, and why checkpointing did or did not lower it there.
+
+    Args:
+        row: a measured configuration.
+        off: checkpointing off at the same length, the reference (``None`` if not measured).
+    """
+    if row.peak_bytes is None:
+        return t("tradeoff_fig.no_fit", lang, setting=row.setting)
+    where = row.peak_where or t("tradeoff_fig.unknown_where", lang)
+    if row.peak_rerun:
+        why = t("tradeoff_fig.why_rerun", lang)
+    elif row.peak_phase == "backward" and "last gradients" in where:
+        why = t("tradeoff_fig.why_last", lang)
+    elif row.peak_phase == "backward":
+        why = t("tradeoff_fig.why_backward", lang)
+    else:
+        why = t("tradeoff_fig.why_forward", lang)
+    sentence = t(
+        "tradeoff_fig.sentence", lang, setting=row.setting, mib=f"{row.peak_bytes / MIB:,.1f}", where=where, why=why
+    )
+    if off is None or off.peak_bytes is None or row is off:
+        return sentence
+    change = off.peak_bytes - row.peak_bytes
+    if change > 0.005 * off.peak_bytes:
+        return sentence + t(
+            "tradeoff_fig.lower", lang, mib=f"{change / MIB:,.1f}", ratio=f"{row.peak_bytes / off.peak_bytes:.2f}"
+        )
+    return sentence + t("tradeoff_fig.not_lower", lang)
+
+
+def _series_settings(result: SweepResult) -> list[tuple[str, int | None, bool]]:
+    """off, full (n=1), one partial setting (the middle one measured) and offload where measured or predicted."""
+    ns = sorted({row.every_n_layers for row in result.rows if row.every_n_layers is not None})
+    settings: list[tuple[str, int | None, bool]] = [("off", None, False)]
+    if 1 in ns:
+        settings.append(("full (n=1)", 1, False))
+    partial = [n for n in ns if n > 1]
+    if partial:
+        middle = partial[(len(partial) - 1) // 2]
+        settings.append((f"partial (n={middle})", middle, False))
+    settings.append(("offload (n=1)", 1, True))
+    return settings
+
+
+def _doublings(start: int, stop: int) -> list[int]:
+    values, value = [], start
+    while value <= stop:
+        values.append(value)
+        value *= 2
+    return values
+
+
+def _error_text(error: float | None) -> str:
+    return "" if error is None else f"{error * 100:+.1f}%"
+
+
+def _layout(
+    figure: go.Figure, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None
+) -> None:
+    figure.update_layout(
+        title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
+        height=480,
+        margin={"l": 60, "r": 20, "t": 90, "b": 120},  # the legend sits below the axis title
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        font={"family": FONT, "size": 13},
+        plot_bgcolor="white",
+    )
+    figure.update_yaxes(gridcolor="#e5e5e5", rangemode="tozero")
+    figure.update_xaxes(gridcolor="#f0f0f0")
+    if x_title:
+        figure.update_xaxes(title_text=x_title)
+    if y_title:
+        figure.update_yaxes(title_text=y_title)

@@ -1,0 +1,1 @@
+"""One training step: probe, meters, measured (measure) or on fake tensors (simulate), and its timeline."""

@@ -1,0 +1,472 @@
+"""One real training step, run and measured: the core of the lab.
+
+``measure(spec)`` builds (or takes) the model, enables checkpointing through transformers'
+own ``activation_checkpointing_enable``, and runs real forward and backward passes on
+random tokens:
+
+1. ``spec.warmup`` untimed steps (the first backward is slow everywhere);
+2. ``spec.repeats`` timed steps with the light :class:`~ckptlab.step.probe.LayerProbe` attached,
+   whose per-layer counts must repeat the plan on every step;
+3. one observed step for memory: baseline before the forward, resident after it, the
+   peak and the stretch of the step where it was reached, and the bytes autograd saved
+   per layer. On the CPU it runs under MemTracker, which is too slow to time (see
+   ``ckptlab.step.meters``), hence a step of its own.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import torch
+import transformers
+from transformers import PreTrainedModel
+
+from ..errors import DoesNotFitError, SpecError
+from ..model import catalog
+from ..model.catalog import ModelInfo
+from ..model.plan import describe_plan, observed_roles, planned_roles
+from ..results import (
+    LayerResult,
+    MemoryResult,
+    ModelSummary,
+    Provenance,
+    RunResult,
+    TimingResult,
+    median,
+)
+from ..spec import RunSpec
+from .meters import Clock, clock_for, meter_for
+from .probe import LayerCounts, LayerProbe, StepRecorder
+
+Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
+
+DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+OFFLOAD_ON_CPU_NOTE = (
+    "offload does not apply on the CPU: transformers' offload wraps the checkpoint in "
+    "torch.autograd.graph.save_on_cpu(pin_memory=True), which needs an accelerator (on a "
+    "CPU-only machine the first forward raises 'pin_memory=True requires a CUDA or other "
+    "accelerator backend'), and here the activations already live in host memory. This run "
+    "checkpointed without offload."
+)
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device for ``spec.device``: "auto" takes CUDA when there is one.
+
+    Raises:
+        SpecError: for "cuda" on a machine where torch sees no CUDA device.
+    """
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SpecError(
+            "device='cuda' but torch sees no CUDA device here (torch.cuda.is_available() is False; "
+            f"torch {torch.__version__}). Use device 'cpu' or 'auto'."
+        )
+    return torch.device("cuda:0" if name == "cuda" else name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The dtype for ``spec.dtype``: "auto" is float32 on the CPU (bf16 matmuls are slow there), bfloat16 on CUDA."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPE_BY_NAME[name]
+
+
+def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
+    """Check the spec against the model's limits.
+
+    Raises:
+        SpecError: a sequence longer than the model's positions.
+    """
+    if info.max_positions is not None and spec.seq_len > info.max_positions:
+        raise SpecError(
+            f"seq_len={spec.seq_len} is longer than {info.name} accepts ({info.max_positions} positions). "
+            f"Use a sequence length of at most {info.max_positions}, or a model with longer positions."
+        )
+
+
+def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrainedModel, ModelInfo]:
+    """Validate ``spec`` and build its model on the spec's device and dtype.
+
+    Raises:
+        SpecError, ModelLoadError: for bad input.
+        DoesNotFitError: when the parameters and gradients alone would not fit in host memory.
+    """
+    spec.validate()
+    info = catalog.describe(spec.model)
+    validate_for_model(spec, info)
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    shortfall = host_memory_shortfall(info, dtype, device)
+    if shortfall:
+        raise DoesNotFitError(shortfall)
+    if progress is not None:
+        progress(f"building {info.name} ({info.num_params / 1e6:,.1f}M parameters, {info.weights} weights)", 0.0)
+    return catalog.build_model(spec.model, dtype=dtype, device=device, seed=spec.seed)
+
+
+def measure(
+    spec: RunSpec,
+    *,
+    model: PreTrainedModel | None = None,
+    info: ModelInfo | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Run ``spec`` for real and measure it.
+
+    Args:
+        spec: what to run.
+        model: an already built model for ``spec.model`` on the spec's device and dtype,
+            from :func:`load_model` (the app caches them); built here when ``None``.
+        info: the catalog's description of that model (required with ``model``).
+        progress: called with a message and the fraction done as the run moves on.
+
+    Returns:
+        A :class:`RunResult`; ``status == "does_not_fit"`` when the step ran out of memory
+        (the memory is released and the process can run the next spec).
+
+    Raises:
+        SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything heavy runs.
+    """
+    report = progress or (lambda message, fraction: None)
+    if model is None:
+        model, info = load_model(spec, progress=report)
+    elif info is None:
+        raise ValueError("measure(model=...) needs the catalog's info for that model too")
+    spec.validate()
+    validate_for_model(spec, info)
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    try:
+        return _measure_built(spec, model, info, device, dtype, report)
+    except torch.OutOfMemoryError as error:
+        return _release_after_oom(spec, model, info, device, dtype, error)
+    except RuntimeError as error:
+        if "can't allocate memory" not in str(error):  # the CPU allocator's out-of-memory
+            raise
+        return _release_after_oom(spec, model, info, device, dtype, error)
+
+
+def _measure_built(
+    spec: RunSpec,
+    model: PreTrainedModel,
+    info: ModelInfo,
+    device: torch.device,
+    dtype: torch.dtype,
+    report: Progress,
+) -> RunResult:
+    notes: list[str] = []
+    offload_applies = spec.offload and device.type == "cuda"
+    if spec.offload and not offload_applies:
+        notes.append(OFFLOAD_ON_CPU_NOTE)
+
+    model.train()
+    # enable() registers an input-embeddings hook each call and never removes the last one: on a
+    # model reused across runs (the app's cache, a sweep) they would pile up. Start clean.
+    model.disable_input_require_grads()
+    if spec.checkpointing:
+        model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload_applies)
+        if spec.every_n_layers >= info.num_layers > 1:
+            notes.append(describe_plan(info.num_layers, spec.every_n_layers) + ".")
+    else:
+        model.activation_checkpointing_disable()
+    planned = planned_roles(info.num_layers, spec.every_n_layers)
+    enabled = observed_roles(model)
+
+    batch = random_batch(model, spec, device)
+    total_steps = spec.warmup + spec.repeats + 1
+    for index in range(spec.warmup):
+        report(f"warm-up step {index + 1} of {spec.warmup}", (index + 0.5) / total_steps)
+        train_step(model, batch, probe=None)
+
+    clock = clock_for(device)
+    probe = LayerProbe(model, track_saved=False)
+    forward_samples, backward_samples = [], []
+    with probe.attached():
+        for index in range(spec.repeats):
+            report(f"timed step {index + 1} of {spec.repeats}", (spec.warmup + index + 0.5) / total_steps)
+            forward_s, backward_s = train_step(model, batch, probe, clock=clock)
+            forward_samples.append(forward_s)
+            backward_samples.append(backward_s)
+            _check_repeatable(probe, planned, notes)
+    step_samples = [f + b for f, b in zip(forward_samples, backward_samples)]
+
+    report("memory step (observed, untimed)", (total_steps - 0.5) / total_steps)
+    memory, layer_counts = observe_memory(model, batch, device)
+
+    layers = layer_results(probe.layers, planned, enabled, layer_counts)
+    memory = _with_offload(memory, layers, offload_applies, notes)
+    if not all(layer.planned == layer.enabled == layer.observed for layer in layers):
+        notes.append(_mismatch_note(layers))
+    report("done", 1.0)
+    return RunResult(
+        spec=spec,
+        model=model_summary(info),
+        status="ok",
+        device=str(device),
+        dtype=str(dtype).removeprefix("torch."),
+        layers=layers,
+        memory=memory,
+        timing=TimingResult(
+            method=clock.method,
+            forward_s=median(forward_samples),
+            backward_s=median(backward_samples),
+            step_s=median(step_samples),
+            forward_samples=forward_samples,
+            backward_samples=backward_samples,
+            step_samples=step_samples,
+        ),
+        provenance=provenance_for(device),
+        notes=notes,
+    )
+
+
+def layer_results(
+    modules: list[torch.nn.Module], planned: list[str], enabled: list[str], counts: list[LayerCounts]
+) -> list[LayerResult]:
+    """One :class:`LayerResult` per checkpointable layer, from the plan, the flags and the probe's counts."""
+    return [
+        LayerResult(
+            index=index,
+            name=f"L{index + 1}",
+            module=type(module).__name__,
+            planned=planned[index],
+            enabled=enabled[index],
+            forward_calls=count.forward_calls,
+            recompute_calls=count.recompute_calls,
+            saved_bytes=count.saved_bytes,
+            input_bytes=count.input_bytes,
+        )
+        for index, (module, count) in enumerate(zip(modules, counts))
+    ]
+
+
+def random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) -> dict[str, torch.Tensor]:
+    """Random tokens (seeded by ``spec.seed``) as inputs and labels, one unpadded sequence per row."""
+    generator = torch.Generator().manual_seed(spec.seed)
+    input_ids = torch.randint(
+        model.config.get_text_config().vocab_size, (spec.batch_size, spec.seq_len), generator=generator
+    )
+    input_ids = input_ids.to(device)  # (batch, seq)
+    batch = {"input_ids": input_ids, "labels": input_ids}
+    if getattr(model.config, "use_cache", None) is not None:
+        # Training keeps no KV cache; without this, a run with checkpointing off would hold one.
+        batch["use_cache"] = False
+    return batch
+
+
+def train_step(
+    model: PreTrainedModel,
+    batch: dict[str, torch.Tensor],
+    probe: LayerProbe | None,
+    *,
+    clock: Clock | None = None,
+    after_forward: Callable[[], None] | None = None,
+) -> tuple[float, float] | None:
+    """One forward (with the loss) and backward, leaving no gradients behind.
+
+    Returns:
+        (forward seconds, backward seconds) when a clock is given, else None.
+    """
+    if probe is not None:
+        probe.begin_step()
+    start = clock.mark() if clock else None
+    loss = model(**batch).loss  # only the loss outlives the forward, as in a training loop
+    forward_end = clock.mark() if clock else None
+    if after_forward is not None:
+        after_forward()
+    if probe is not None:
+        probe.set_phase("backward")
+    loss.backward()
+    backward_end = clock.mark() if clock else None
+    if probe is not None:
+        probe.end_step()
+    del loss
+    model.zero_grad(set_to_none=True)
+    if clock is None:
+        return None
+    return clock.seconds(start, forward_end), clock.seconds(forward_end, backward_end)
+
+
+def observe_memory(
+    model: PreTrainedModel, batch: dict[str, torch.Tensor], device: torch.device
+) -> tuple[MemoryResult, list[LayerCounts]]:
+    """One step under the device's meter: baseline, resident after the forward, timeline and peak.
+
+    Returns:
+        The memory figures, and the probe's per-layer counts (calls, reruns, saved bytes) of that step.
+    """
+    gc.collect()
+    meter = meter_for(model, device)
+    with meter.watching():
+        baseline = meter.current()
+        recorder = StepRecorder(meter)
+        probe = LayerProbe(model, on_region=recorder, track_saved=True)
+        resident: dict[str, object] = {}
+
+        def after_forward() -> None:
+            resident["bytes"] = meter.current() - baseline
+            resident["breakdown"] = meter.breakdown()
+
+        with probe.attached():
+            train_step(model, batch, probe, after_forward=after_forward)
+        peak_point = recorder.finish()
+    memory = MemoryResult(
+        method=meter.method,
+        baseline_bytes=baseline,
+        after_forward_bytes=resident["bytes"],
+        peak_bytes=peak_point.region_peak_bytes,
+        peak_where=peak_point.region().to_dict(),
+        breakdown_after_forward=resident["breakdown"],
+        breakdown_at_peak=peak_point.region_peak_breakdown,
+        timeline=[point.to_dict() for point in recorder.timeline],
+    )
+    return memory, probe.counts
+
+
+def _check_repeatable(probe: LayerProbe, planned: list[str], notes: list[str]) -> None:
+    """Every timed step must rerun exactly the planned layers; say so loudly when one does not."""
+    reran = ["CP" if counts.recompute_calls else "keep" for counts in probe.counts]
+    if reran != planned:
+        note = f"PLAN MISMATCH in a timed step: reruns observed {reran}, planned {planned}"
+        if note not in notes:
+            notes.append(note)
+
+
+def _mismatch_note(layers: list[LayerResult]) -> str:
+    rows = ", ".join(
+        f"{layer.name}: planned {layer.planned}, flag {layer.enabled}, observed {layer.observed}"
+        for layer in layers
+        if not layer.planned == layer.enabled == layer.observed
+    )
+    return f"PLAN MISMATCH: the step did not do what every_n_layers says: {rows}"
+
+
+def _with_offload(memory: MemoryResult, layers: list[LayerResult], applied: bool, notes: list[str]) -> MemoryResult:
+    cp_layers = [layer for layer in layers if layer.planned == "CP"]
+    moved = sum(layer.input_bytes for layer in cp_layers)
+    if not applied and any("offload does not apply" in note for note in notes):
+        notes.append(
+            f"On a GPU, offload would move {moved:,} bytes off the device: the inputs kept by the "
+            f"{len(cp_layers)} checkpointed layers (measured here as the inputs those layers received)."
+        )
+    return replace(memory, offload_bytes=moved, offload_applied=applied)
+
+
+def model_summary(info: ModelInfo) -> ModelSummary:
+    """The part of the catalog's description a result carries."""
+    return ModelSummary(
+        name=info.name,
+        family=info.family,
+        task=info.task,
+        num_layers=info.num_layers,
+        hidden_size=info.hidden_size,
+        num_params=info.num_params,
+        weights=info.weights,
+    )
+
+
+def provenance_for(device: torch.device) -> Provenance:
+    """Provenance of a measurement on ``device``, with versions and the time now."""
+    is_cuda = device.type == "cuda"
+    return Provenance(
+        kind="measured-cuda" if is_cuda else "measured-cpu",
+        device_name=torch.cuda.get_device_name(device) if is_cuda else _cpu_name(),
+        torch_version=torch.__version__,
+        transformers_version=transformers.__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+# -- out of memory ------------------------------------------------------------------------
+
+
+def host_memory_shortfall(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> str:
+    """A reason not to start a CPU run whose parameters and gradients alone exceed the free RAM ("" if it may run).
+
+    On the CPU an out-of-memory does not raise: the kernel kills the process (and the app
+    with it). So the lab refuses upfront, from a prediction that is labelled as one.
+    """
+    if device.type != "cpu":
+        return ""
+    available = available_host_bytes()
+    if available is None:
+        return ""
+    element = torch.tensor([], dtype=dtype).element_size()
+    needed = 2 * info.num_params * element  # parameters + gradients, before any activation
+    if needed <= 0.8 * available:
+        return ""
+    return (
+        f"{info.name} does not fit on this CPU: its parameters and gradients alone are predicted at "
+        f"{needed / 2**30:.1f} GiB ({info.num_params / 1e9:.2f}B parameters x {element} bytes x 2), "
+        f"and {available / 2**30:.1f} GiB of memory is available. Run it on a GPU, or pick a tiny preset "
+        "(python -m ckptlab models)."
+    )
+
+
+def available_host_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, or None where there is no such file."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _does_not_fit(spec: RunSpec, info: ModelInfo, device: torch.device, dtype: torch.dtype, message: str) -> RunResult:
+    return RunResult(
+        spec=spec,
+        model=model_summary(info),
+        status="does_not_fit",
+        device=str(device),
+        dtype=str(dtype).removeprefix("torch."),
+        layers=[],
+        memory=None,
+        timing=None,
+        provenance=provenance_for(device),
+        message=message,
+    )
+
+
+def _release_after_oom(
+    spec: RunSpec, model: PreTrainedModel, info: ModelInfo, device: torch.device, dtype: torch.dtype, error: Exception
+) -> RunResult:
+    """Free what the failed step held and report "does not fit" as a result."""
+    model.zero_grad(set_to_none=True)
+    # The traceback holds the failed step's frames and their tensors: drop it before collecting.
+    error.__traceback__ = None
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        capacity = torch.cuda.get_device_properties(device).total_memory
+        where = f"the {capacity / 2**30:.0f} GiB of {torch.cuda.get_device_name(device)}"
+    else:
+        where = "this machine's memory"
+    setting = "off" if spec.every_n_layers is None else f"every_n_layers={spec.every_n_layers}"
+    message = (
+        f"Does not fit: {info.name} at seq_len={spec.seq_len}, batch_size={spec.batch_size}, {setting}"
+        f"{', offload' if spec.offload else ''} ran out of {where}. Try a shorter sequence, a smaller "
+        "batch, every_n_layers=1, or offload."
+    )
+    return _does_not_fit(spec, info, device, dtype, message)

@@ -1,0 +1,339 @@
+"""Observe a training step layer by layer: calls, reruns, saved bytes and where the peak is.
+
+transformers checkpoints a layer's ``forward``, not its ``__call__`` (DESIGN.md): a
+forward hook on the layer fires once per step, while hooks on its children fire again
+when the backward recomputes it. So :class:`LayerProbe` counts forward calls on the
+layer and reruns on the layer's *first child*, and attributes the tensors autograd saves
+during the forward (seen through ``saved_tensors_hooks``) to the layer running then.
+
+The probe also emits a stream of step events (layer entered, layer left, backward
+reached a layer, ...) so that a memory meter can draw the step's timeline and tell in
+which stretch of it the peak occurred (:class:`StepRecorder`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..model.plan import checkpointable_layers
+
+Phase = Literal["idle", "forward", "backward"]
+
+
+@dataclass
+class LayerCounts:
+    """What one layer did during one step, as observed."""
+
+    forward_calls: int = 0  # times the layer's __call__ ran in the forward phase
+    recompute_calls: int = 0  # times its forward ran again during the backward (the rerun)
+    saved_bytes: int = 0  # bytes autograd saved for backward while this layer ran (deduplicated by storage)
+    input_bytes: int = 0  # bytes of the layer's positional tensor inputs: what a CP layer keeps, and what offload moves
+
+
+@dataclass(frozen=True)
+class Region:
+    """A stretch of the step between two probe events."""
+
+    kind: str  # one of KINDS: what starts the stretch
+    phase: str  # "forward", "loss" or "backward"
+    layer: int | None  # 0-based index of the layer the stretch belongs to, None outside the layers
+    rerun: bool  # True while the backward recomputes a checkpointed layer
+    description: str  # for people, e.g. "backward of L3: its rerun, then its gradients"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "layer": self.layer,
+            "rerun": self.rerun,
+            "description": self.description,
+        }
+
+
+# The events of a step, in the order they come: the forward of each layer and its end, the
+# head and the loss, the backward reaching each layer (and rerunning a CP one), the embeddings.
+# kind: (phase, rerun, description; {n} is the 1-based layer number)
+EVENTS: dict[str, tuple[str, bool, str]] = {
+    "embeddings": ("forward", False, "forward: embeddings"),
+    "layer_forward": ("forward", False, "forward of L{n}"),
+    "layer_done": ("forward", False, "forward: L{n} done"),
+    "loss": ("loss", False, "forward: final norm, logits and loss"),
+    "backward": ("backward", False, "backward: loss, logits and final norm"),
+    "layer_backward": ("backward", False, "backward of L{n}"),
+    "rerun": ("backward", True, "backward of L{n}: its rerun, then its gradients"),
+    "backward_end": ("backward", False, "backward: embeddings and the last gradients"),
+}
+
+
+def region_for(kind: str, layer: int | None = None) -> Region:
+    """The :class:`Region` an event of ``kind`` starts (``layer`` 0-based, for the per-layer kinds)."""
+    phase, rerun, description = EVENTS[kind]
+    return Region(kind, phase, layer, rerun, description.format(n=None if layer is None else layer + 1))
+
+
+@dataclass
+class _StepState:
+    counts: list[LayerCounts]
+    outside_saved_bytes: int = 0  # saved by embeddings, final norm, head and loss
+    seen_storages: WeakIdKeyDictionary = field(default_factory=WeakIdKeyDictionary)
+
+
+class LayerProbe:
+    """Hooks on a model's checkpointable layers that observe one step at a time.
+
+    Usage::
+
+        probe = LayerProbe(model)
+        with probe.attached():
+            probe.begin_step()
+            loss = model(...).loss      # phase "forward"
+            probe.set_phase("backward")
+            loss.backward()
+            probe.end_step()
+        probe.counts  # per-layer LayerCounts of the last step
+
+    Args:
+        model: a transformers model.
+        on_region: called with each new :class:`Region` as the step moves on; used to
+            locate the memory peak. ``None`` skips building regions (cheaper, for timed steps).
+        track_saved: attribute autograd's saved tensors to layers (one Python call per
+            saved tensor; the instrumentation benchmark measures its cost).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        on_region: Callable[[Region], None] | None = None,
+        track_saved: bool = True,
+    ) -> None:
+        self.model = model
+        self.layers = checkpointable_layers(model)
+        self.on_region = on_region
+        self.track_saved = track_saved
+        self.phase: Phase = "idle"
+        self._state = _StepState(counts=[LayerCounts() for _ in self.layers])
+        self._current_layer: int | None = None
+        self._entry_child: dict[int, nn.Module] = {}
+        self._param_storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        for param in model.parameters():
+            self._param_storages[param.untyped_storage()] = True
+
+    @property
+    def counts(self) -> list[LayerCounts]:
+        """Per-layer observations of the current or last step."""
+        return self._state.counts
+
+    @property
+    def outside_saved_bytes(self) -> int:
+        """Bytes saved for backward outside any layer (embeddings, final norm, head, loss)."""
+        return self._state.outside_saved_bytes
+
+    # -- step control -------------------------------------------------------------------
+
+    def begin_step(self) -> None:
+        """Reset the counts and enter the forward phase."""
+        self._state = _StepState(counts=[LayerCounts() for _ in self.layers])
+        self._current_layer = None
+        self.phase = "forward"
+        self._emit("embeddings")
+
+    def set_phase(self, phase: Phase) -> None:
+        """Move to ``"backward"`` right before ``loss.backward()``; ``"idle"`` after it."""
+        self.phase = phase
+        if phase == "backward":
+            self._emit("backward")
+
+    def end_step(self) -> None:
+        """Leave the step (the backward has returned)."""
+        self.phase = "idle"
+        self._current_layer = None
+
+    # -- hooks --------------------------------------------------------------------------
+
+    @contextmanager
+    def attached(self) -> Iterator[LayerProbe]:
+        """Register the hooks for the duration of the block and remove them after."""
+        with ExitStack() as stack:
+            for index, layer in enumerate(self.layers):
+                stack.callback(layer.register_forward_pre_hook(self._layer_pre_hook(index)).remove)
+                stack.callback(layer.register_forward_hook(self._layer_post_hook(index)).remove)
+                for child in layer.children():
+                    stack.callback(child.register_forward_pre_hook(self._child_pre_hook(index, child)).remove)
+            if self.track_saved:
+                stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
+            yield self
+
+    def _layer_pre_hook(self, index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            if self.phase != "forward":
+                return
+            counts = self._state.counts[index]
+            counts.forward_calls += 1
+            counts.input_bytes += _storage_bytes(args)
+            self._current_layer = index
+            self._entry_child.pop(index, None)
+            if self.on_region is not None:
+                self._emit("layer_forward", index)
+                if index == 0:
+                    # The gradient reaching the first layer's input ends the layers' backward.
+                    # (Every other layer's input is its predecessor's output, hooked below.)
+                    for tensor in _tensors(args):
+                        if tensor.requires_grad:
+                            tensor.register_hook(self._grad_hook(None))
+                            break
+
+        return hook
+
+    def _layer_post_hook(self, index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            if self.phase != "forward":
+                return
+            self._current_layer = None
+            if self.on_region is None:
+                return
+            last = index == len(self.layers) - 1
+            if last:
+                self._emit("loss")
+            else:
+                self._emit("layer_done", index)
+            # The gradient reaching this layer's output means its backward starts.
+            for tensor in _tensors(output):
+                if tensor.requires_grad:
+                    tensor.register_hook(self._grad_hook(index))
+                    break
+
+        return hook
+
+    def _child_pre_hook(self, index: int, child: nn.Module) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            if self.phase == "forward":
+                # The first child to run is the layer's entry point; its calls in the
+                # backward count the reruns, whatever the early stop of the recompute skips.
+                self._entry_child.setdefault(index, child)
+            elif self.phase == "backward" and self._entry_child.get(index) is child:
+                self._state.counts[index].recompute_calls += 1
+                self._emit("rerun", index)
+
+        return hook
+
+    def _grad_hook(self, index: int | None) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            if index is None:
+                self._emit("backward_end")
+            else:
+                self._emit("layer_backward", index)
+
+        return hook
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.phase == "forward":
+            storage = tensor.untyped_storage()
+            state = self._state
+            if storage not in self._param_storages and storage not in state.seen_storages:
+                state.seen_storages[storage] = True
+                if self._current_layer is None:
+                    state.outside_saved_bytes += storage.nbytes()
+                else:
+                    state.counts[self._current_layer].saved_bytes += storage.nbytes()
+        # detach(): returning the tensor itself would make a reference cycle (see
+        # torch.autograd.graph.saved_tensors_hooks); the storage is shared, nothing is copied.
+        return tensor.detach()
+
+    def _emit(self, kind: str, layer: int | None = None) -> None:
+        if self.on_region is not None:
+            self.on_region(region_for(kind, layer))
+
+
+def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a hook's args or output, in order (tuples, lists and ModelOutputs)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _storage_bytes(value: Any) -> int:
+    """Bytes of the distinct storages behind the tensors in ``value``."""
+    storages = [tensor.untyped_storage() for tensor in _tensors(value)]
+    # The list keeps every storage object alive, so no id() is reused within it.
+    return sum({id(storage): storage.nbytes() for storage in storages}.values())
+
+
+@dataclass
+class TimelinePoint:
+    """Memory at one event of the step, and how high it rose before the next event."""
+
+    order: int  # position in the step, from 0
+    kind: str  # what the event is (probe.KINDS)
+    phase: str  # "forward", "loss" or "backward"
+    layer: int | None  # 0-based layer index, None outside the layers
+    rerun: bool  # the backward is recomputing a checkpointed layer
+    event: str  # the stretch that starts here, for people
+    current_bytes: int  # memory in use at this event
+    region_peak_bytes: int = 0  # highest memory between this event and the next
+    region_peak_breakdown: dict[str, int] = field(default_factory=dict)  # by category at that high point, where told
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def region(self) -> Region:
+        return Region(self.kind, self.phase, self.layer, self.rerun, self.event)
+
+
+class StepRecorder:
+    """Follows a memory meter across the probe's events: the step's timeline and its peak.
+
+    At each event it closes the previous stretch with the meter's peak since then, and
+    opens a new point with the memory in use. The step's peak is the highest stretch, and
+    that stretch says where it happened. Reading counters allocates nothing, so recording
+    changes neither the peak nor the step.
+
+    Args:
+        meter: a :class:`~ckptlab.step.meters.MemoryMeter` that is watching.
+    """
+
+    def __init__(self, meter: Any) -> None:
+        self._meter = meter
+        self.timeline: list[TimelinePoint] = []
+
+    def __call__(self, region: Region) -> None:
+        self._close_last()
+        self.timeline.append(
+            TimelinePoint(
+                order=len(self.timeline),
+                kind=region.kind,
+                phase=region.phase,
+                layer=region.layer,
+                rerun=region.rerun,
+                event=region.description,
+                current_bytes=self._meter.current(),
+            )
+        )
+
+    def finish(self) -> TimelinePoint | None:
+        """Close the last stretch; return the point whose stretch holds the step's peak."""
+        self._close_last()
+        if not self.timeline:
+            return None
+        return max(self.timeline, key=lambda point: point.region_peak_bytes)  # the first of equal highs
+
+    def _close_last(self) -> None:
+        peak = self._meter.take_peak()
+        if self.timeline:
+            last = self.timeline[-1]
+            last.region_peak_bytes = max(peak, last.current_bytes)
+            last.region_peak_breakdown = self._meter.peak_breakdown()

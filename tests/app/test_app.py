@@ -1,0 +1,240 @@
+"""The lab page, driven headless with Streamlit's AppTest.
+
+Runs share the process-wide result cache, so each distinct setting is measured once in
+the whole suite; settings that no other test needs are kept to a minimum.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+FAST = {"seq": "128", "repeats": "1", "warmup": "1"}
+TIMEOUT = 120  # a real measured step plus its baseline; AppTest's default 3 s is far too short
+
+
+def _app(**query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({**FAST, **query})
+    return at.run()
+
+
+def _texts(elements) -> str:
+    return "\n".join(str(element.value) for element in elements)
+
+
+def _assert_alive(at: AppTest) -> None:
+    assert not at.exception, _texts(at.exception)
+
+
+def test_default_path_run_shows_the_diagram_and_the_measurements():
+    at = _app()
+    _assert_alive(at)
+    assert len(at.get("plotly_chart")) == 1  # the planned pattern, before anything ran
+    assert not at.metric
+    assert "activation_checkpointing_enable(every_n_layers=1, offload=False)" in _texts(at.code)
+
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    assert not at.error, _texts(at.error)
+    assert len(at.get("plotly_chart")) == 2  # the observed diagram and the comparison chart
+    metrics = {metric.label: metric for metric in at.metric}
+    assert {"Peak memory", "Resident after forward", "Baseline", "Forward", "Backward", "Step"} <= set(metrics)
+    assert metrics["Resident after forward"].delta.endswith("MiB vs off")
+    markdown = _texts(at.markdown)
+    assert "Peak reached in:" in markdown
+    assert "Time:" in markdown  # one repeat: says it cannot tell an effect from noise
+    assert "measured on the CPU" in _texts(at.caption)
+    assert {button.label for button in at.get("download_button")} == {"Result as JSON", "Result as CSV"}
+    assert at.status[0].label.startswith(("Measured in", "Reused from a run at"))
+
+    # The same settings again: reused, and the page says from when.
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    assert at.status[0].label.startswith("Reused from a run at")
+    assert "reused from a run at" in _texts(at.caption)
+
+
+def test_changing_the_model_changes_the_every_n_layers_range():
+    at = _app()
+    assert at.slider(key="lab_n").max == 6
+    at.selectbox(key="lab_model").set_value("qwen3-8b").run()
+    _assert_alive(at)
+    assert at.slider(key="lab_n").max == 36
+    at.slider(key="lab_n").set_value(30).run()
+    at.selectbox(key="lab_model").set_value("tiny-bert").run()
+    _assert_alive(at)
+    slider = at.slider(key="lab_n")
+    assert (slider.max, slider.value) == (4, 4)
+    assert "lowered to 4" in _texts(at.warning)
+    assert at.query_params["n"] == "4" and at.query_params["model"] == "tiny-bert"
+
+
+def test_a_real_shape_model_on_the_cpu_warns_before_run():
+    at = _app(model="qwen3-0.6b")
+    _assert_alive(at)
+    warning = _texts(at.warning)
+    assert "meant for a GPU" in warning and "a step takes about" in warning
+    assert not at.button(key="lab_run").disabled  # a warning, not a ban
+
+
+def test_offload_on_the_cpu_explains_itself():
+    at = _app(offload="1")
+    _assert_alive(at)
+    assert "offload does not apply on the CPU" in _texts(at.info)
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    assert not at.error, _texts(at.error)
+    info = _texts(at.info)
+    assert "offload did not apply here" in info and "MiB" in info
+    assert "offload does not apply on the CPU" not in info  # said once, with the number, not twice
+    assert "offload=True" in _texts(at.code)
+
+
+def test_bad_query_values_fall_back_with_a_warning():
+    at = _app(seq="lots", device="tpu", n="-2", dtype="int3", offload="perhaps")
+    _assert_alive(at)
+    assert len(at.warning) == 5
+    assert at.number_input(key="lab_seq").value == 512
+    assert at.selectbox(key="lab_device").value == "auto"
+    assert at.query_params["seq"] == "512"  # the URL now holds what is shown
+
+
+def test_query_parameters_restore_the_settings():
+    at = _app(model="tiny-qwen3", seq="256", batch="2", dtype="float32", n="3", repeats="2", warmup="0")
+    _assert_alive(at)
+    assert not at.warning
+    assert at.selectbox(key="lab_model").value == "tiny-qwen3"
+    assert at.number_input(key="lab_seq").value == 256
+    assert at.number_input(key="lab_batch").value == 2
+    assert at.selectbox(key="lab_dtype").value == "float32"
+    assert at.slider(key="lab_n").value == 3
+    assert at.toggle(key="lab_ckpt").value is True
+    assert at.number_input(key="lab_repeats").value == 2
+    assert "every_n_layers=3" in _texts(at.code)
+    at.toggle(key="lab_ckpt").set_value(False).run()
+    assert at.query_params["n"] == "off"
+    assert "activation_checkpointing_disable()" in _texts(at.code)
+
+
+def test_a_sequence_longer_than_the_model_allows_is_explained():
+    at = _app(model="tiny-gpt2", seq="4096")
+    _assert_alive(at)
+    assert "longer than tiny-gpt2 accepts (1024 positions)" in _texts(at.error)
+    assert at.button(key="lab_run").disabled
+
+
+def test_a_directory_without_config_shows_a_message(tmp_path):
+    at = _app(model=str(tmp_path))
+    _assert_alive(at)
+    assert at.selectbox(key="lab_model").value == "local directory"
+    assert at.text_input(key="lab_local_dir").value == str(tmp_path)
+    assert "has no config.json" in _texts(at.error)
+    # Empty path: asks for one instead of failing.
+    at.text_input(key="lab_local_dir").set_value("").run()
+    _assert_alive(at)
+    assert "Enter the path" in _texts(at.info)
+    # Back to a preset: the page works again.
+    at.selectbox(key="lab_model").set_value("tiny-llama").run()
+    _assert_alive(at)
+    assert not at.error and len(at.get("plotly_chart")) == 1
+
+
+def test_an_eight_billion_model_on_the_cpu_says_it_does_not_fit(monkeypatch):
+    measure_module = sys.modules["ckptlab.step.measure"]
+    monkeypatch.setattr(measure_module, "available_host_bytes", lambda: 8 * 2**30)  # any machine's RAM
+    at = _app(model="qwen3-8b", device="cpu")
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    assert "does not fit on this CPU" in _texts(at.error)
+    assert at.status[0].label == "Could not run"
+    # The session keeps working, and the error stays with the settings that caused it.
+    at.selectbox(key="lab_model").set_value("tiny-llama").run()
+    _assert_alive(at)
+    assert not at.error
+
+
+def test_an_unexpected_failure_is_a_short_message_not_a_dead_page(monkeypatch):
+    import ckptlab.lab.run
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(ckptlab.lab.run, "run_queued", broken)
+    at = _app()
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    assert "failed unexpectedly" in _texts(at.error)
+    assert "RuntimeError: simulated bug" in _texts(at.code)
+
+
+@pytest.mark.parametrize("page", ["pages/lab.py"])
+def test_every_page_opens_without_an_exception(page):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(page).run()
+    _assert_alive(at)
+    assert at.button(key="lab_run")
+
+
+def test_a_session_waits_its_turn_while_another_run_holds_the_device():
+    import threading
+
+    from ckptlab.lab.runqueue import DEVICE_QUEUE
+
+    holding, release = threading.Event(), threading.Event()
+
+    def other_session() -> None:
+        with DEVICE_QUEUE.turn(label="another session"):
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=other_session)
+    holder.start()
+    holding.wait(10)
+    threading.Timer(1.0, release.set).start()
+    at = _app(seq="136", n="4")  # a setting no other test measures: it must queue, not be reused
+    at.button(key="lab_run").click().run()
+    holder.join(10)
+    _assert_alive(at)
+    label = at.status[0].label
+    assert label.startswith("Measured in") and "waited" in label and "for the device" in label
+
+
+def test_a_folder_transformers_cannot_read_is_a_message(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    at = _app(model=str(tmp_path))
+    _assert_alive(at)
+    assert "could not be read as JSON" in _texts(at.error)
+
+
+@pytest.mark.parametrize("which", ["run", "baseline"])
+def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
+    """measure returns status "does_not_fit" on OOM; fake that outcome around a real result."""
+    from dataclasses import replace
+
+    import ckptlab
+    import ckptlab.lab.run as labrun
+
+    spec = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=1)
+    real = labrun.run_queued(spec)  # shared cache: measured once for the suite
+    message = "Does not fit: tiny-llama at seq_len=128 ran out of the 80 GiB of a GPU. Try a shorter sequence."
+    failed = lambda result: replace(result, status="does_not_fit", layers=[], memory=None, timing=None, message=message)  # noqa: E731
+    if which == "run":
+        fake = replace(real, run=replace(real.run, result=failed(real.result)), baseline=None, comparison=None)
+    else:
+        fake = replace(real, baseline=replace(real.baseline, result=failed(real.baseline.result)), comparison=None)
+    monkeypatch.setattr(labrun, "run_queued", lambda *args, **kwargs: fake)
+
+    at = _app(n="1")
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    if which == "run":
+        assert message in _texts(at.error)
+        assert len(at.get("plotly_chart")) == 1  # the planned pattern, titled as not fitting
+    else:
+        assert "Without checkpointing it does not fit" in _texts(at.warning)
+        assert len(at.get("plotly_chart")) == 2

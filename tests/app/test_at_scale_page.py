@@ -1,0 +1,143 @@
+"""The At-scale page, driven headless with AppTest: simulate, see the figures, change the GPU without simulating again, bad input."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ckptlab.explore import scale
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = str(ROOT / "pages" / "at_scale.py")
+TIMEOUT = 60  # the first run describes every preset; AppTest's default 3 s is too short
+
+
+def _texts(elements) -> str:
+    return "\n".join(str(element.value) for element in elements)
+
+
+def _page(**query: str) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def _poll(at: AppTest, until, timeout: float = TIMEOUT) -> AppTest:
+    """Rerun the page (as the fragment's timer would) until ``until(at)``."""
+    deadline = time.monotonic() + timeout
+    while not until(at):
+        assert not at.exception, _texts(at.exception)
+        assert time.monotonic() < deadline, "the simulations did not finish in time"
+        time.sleep(0.3)
+        at.run()
+    return at
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    """The page after simulating tiny-llama at 128 tokens (6 settings), with a count of the simulations."""
+    calls: list = []
+    real = scale.simulate
+
+    def counting(spec, **kwargs):
+        calls.append(spec)
+        return real(spec, **kwargs)
+
+    scale.simulate = counting
+    try:
+        at = _page(model="tiny-llama", seq="128", gpu="H100 80 GB")
+        assert not at.exception, _texts(at.exception)
+        assert not at.get("plotly_chart") and "Simulate" in _texts(at.info)  # nothing heavy before the button
+        assert not calls
+        at.button(key="at_scale_run").click().run()
+        _poll(at, lambda at: "at_scale_table" in at.session_state)
+        yield at, calls
+    finally:
+        scale.simulate = real
+
+
+def test_the_page_is_in_the_app_navigation():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    at.switch_page("pages/at_scale.py").run()
+    assert not at.exception, _texts(at.exception)
+    assert at.title[0].value == "At scale, simulated"
+
+
+def test_a_real_shape_by_default_and_which_settings_will_be_simulated():
+    at = _page()
+    assert not at.exception, _texts(at.exception)
+    assert at.selectbox(key="at_scale_model").value == "qwen3-8b" and at.number_input(key="at_scale_seq").value == 8192
+    assert not at.toggle(key="at_scale_tiny").value
+    assert "tiny-llama" not in at.selectbox(key="at_scale_model").options[0]
+    assert "11 simulations" in _texts(at.markdown)  # off, 9 distinct n of 36, offload at n=1
+    at.radio(key="at_scale_every").set_value("all").run()
+    assert "38 simulations" in _texts(at.markdown)  # off, 36 values of n, offload at n=1
+
+
+def test_simulate_shows_the_figures_labelled_simulated(simulated):
+    at, calls = simulated
+    assert not at.exception and not at.error, _texts(at.error)
+    table = at.session_state["at_scale_table"]
+    assert [setting.key for setting in table.settings] == ["off", "n=1", "n=1+offload", "n=2", "n=3", "n=6"]
+    assert len(calls) == 6
+    assert len(at.get("plotly_chart")) == 3  # peak, resident, diagram
+    assert "Checkpointing off" in _texts(at.success)  # a tiny model fits an H100 without checkpointing
+    assert "simulated" in _texts(at.caption)
+    assert at.selectbox(key="at_scale_show").value == "off"  # the verdict's setting is drawn
+    assert at.get("arrow_data_frame") or at.dataframe
+
+
+def test_changing_the_gpu_redraws_without_simulating_again(simulated):
+    at, calls = simulated
+    before, table = len(calls), at.session_state["at_scale_table"]
+    job = at.session_state["at_scale_job"]
+    at.selectbox(key="at_scale_gpu").set_value("L4 24 GB").run()
+    assert not at.exception, _texts(at.exception)
+    assert "L4 24 GB" in _texts(at.success) and len(at.get("plotly_chart")) == 3
+    # A budget below every peak (tiny-llama needs about 53 MiB): the page says nothing fits, and by how much.
+    at.selectbox(key="at_scale_gpu").set_value("custom").run()
+    at.number_input(key="at_scale_budget_gib").set_value(0.01).run()
+    assert not at.exception, _texts(at.exception)
+    assert "Nothing simulated fits 0.01 GiB" in _texts(at.error)
+    assert at.query_params["gpu"] == "0.01GiB"
+    # Another setting to draw: still only drawing.
+    at.selectbox(key="at_scale_show").set_value("n=2").run()
+    assert not at.exception and len(at.get("plotly_chart")) == 3
+    assert at.session_state["at_scale_table"] is table and at.session_state["at_scale_job"] is job
+    assert len(calls) == before
+
+
+def test_a_sequence_beyond_the_positions_is_an_error_not_a_crash():
+    at = _page(model="tiny-llama", seq="4096")  # tiny-llama has 2048 positions
+    assert not at.exception, _texts(at.exception)
+    assert "2048" in _texts(at.error)
+    assert at.button(key="at_scale_run").disabled
+    at.number_input(key="at_scale_seq").set_value(1024).run()
+    assert not at.error and not at.button(key="at_scale_run").disabled
+
+
+def test_a_bad_link_falls_back_with_warnings():
+    at = _page(model="tiny-qwen3", seq="999999", gpu="no-such-card")
+    assert not at.exception, _texts(at.exception)
+    warnings = _texts(at.warning)
+    assert "seq" in warnings and "no-such-card" in warnings
+    assert at.selectbox(key="at_scale_gpu").value == "H100 80 GB"
+    assert at.toggle(key="at_scale_tiny").value  # a tiny preset in the link shows the tiny presets
+
+
+def test_stop_keeps_the_settings_simulated():
+    at = _page(model="tiny-qwen3", seq="128")  # not the fixture's model: nothing is in the shared cache yet
+    at.radio(key="at_scale_every").set_value("all").run()  # 10 settings: Stop lands well before the last
+    at.button(key="at_scale_run").click().run()
+    _poll(at, lambda at: at.session_state["at_scale_job"].state().results or "at_scale_table" in at.session_state)
+    at.button(key="at_scale_stop").click().run()
+    _poll(at, lambda at: "at_scale_table" in at.session_state)
+    assert not at.exception, _texts(at.exception)
+    table = at.session_state["at_scale_table"]
+    assert table.cancelled and 1 <= len(table.results) < 10
+    assert "Stopped" in _texts(at.warning)
+    assert len(at.get("plotly_chart")) == 3  # what was simulated is drawn

@@ -1,0 +1,113 @@
+"""One real browser: `streamlit run app.py`, Debian's Chromium through playwright, press Run, see the diagram.
+
+The screenshot lands in artifacts/ (gitignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    log = open(ROOT / "artifacts" / "streamlit-browser-test.log", "w")  # noqa: SIM115 - closed at teardown
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"streamlit did not start (exit code {process.poll()}); see artifacts/streamlit-browser-test.log"
+                )
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def test_press_run_and_see_the_diagram(server):
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 1400})
+            page.goto(f"{server}/?seq=128&repeats=1&warmup=1&n=2")
+            run = page.get_by_role("button", name="Run", exact=True)
+            run.wait_for(timeout=60_000)
+            page.get_by_text("planned (press Run to observe it)").wait_for(timeout=60_000)
+            run.click()
+            page.get_by_text("what the step did (observed)").wait_for(timeout=120_000)
+            page.get_by_text("Peak reached in:").wait_for(timeout=30_000)
+            # The planned chart of the previous script run lingers (stale) until this run finishes.
+            expect(page.locator(".stPlotlyChart")).to_have_count(2, timeout=30_000)
+            assert page.get_by_text("L3").first.is_visible()
+            assert not page.locator(".stException").count()
+            page.wait_for_timeout(1000)  # let Plotly finish its transitions before the picture
+            page.screenshot(path=str(ROOT / "artifacts" / "browser-lab.png"))
+        finally:
+            browser.close()

@@ -1,0 +1,91 @@
+"""The Learn pages (timeline, lesson, exercises) in every language, driven headless with AppTest.
+
+Runs go through the process-wide result cache, so each setting is measured once for the
+whole suite; every language after the first reuses them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ckptlab.show import i18n
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+TIMEOUT = 300  # real measured steps on 2 shared cores; AppTest's default 3 s is far too short
+LANGS = list(i18n.LANGUAGES)
+
+
+def _open(page: str, lang: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["lang"] = lang
+    at.run()
+    at.switch_page(page).run()
+    _assert_alive(at)
+    return at
+
+
+def _assert_alive(at: AppTest) -> None:
+    assert not at.exception, "\n".join(str(e.value) for e in at.exception)
+    assert not at.error, "\n".join(str(e.value) for e in at.error)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_timeline_page_draws_the_step_and_follows_the_slider(lang):
+    at = _open("pages/timeline.py", lang)
+    tr = i18n.translator(lang)
+    assert at.title[0].value == tr("timeline.page_title")
+    assert len(at.get("plotly_chart")) == 2  # the timeline and the diagram under it
+    slider = at.select_slider(key="timeline_event")
+    slider.set_value(len(slider.options) - 4).run()
+    _assert_alive(at)
+    assert tr("timeline.at_event").split("**")[1] in at.markdown[1].value
+    assert len(at.get("plotly_chart")) == 2
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_lesson_page_shows_a_live_figure_for_each_part(lang):
+    at = _open("pages/lesson.py", lang)
+    tr = i18n.translator(lang)
+    seen = []
+    for part in ("activation", "trade", "every_n", "offload", "peak", "step"):
+        at.segmented_control(key="lesson_part").set_value(part).run()
+        _assert_alive(at)
+        assert at.subheader[0].value == tr(f"lesson.{part}.title")
+        seen.append(len(at.get("plotly_chart")))
+    assert all(count >= 1 for count in seen), seen
+    # The step-through: the slider moves through the events and the figures follow.
+    at.select_slider(key="lesson_step").set_value(10).run()
+    _assert_alive(at)
+    assert len(at.get("plotly_chart")) == 3
+    assert at.button(key="lesson_play").label == tr("lesson.step.play")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
+    at = _open("pages/exercises.py", lang)
+    tr = i18n.translator(lang)
+
+    def score() -> str:
+        return next(metric.value for metric in at.metric if metric.label == tr("exercises.score"))
+
+    assert score() == "0 / 0"
+    at.number_input(key="exercise_pred_resident_all").set_value(40).run()
+    at.button(key="exercise_submit").click().run()
+    _assert_alive(at)
+    assert at.session_state["exercise_answers"] == {"resident_all": 40.0}
+    assert at.number_input(key="exercise_pred_resident_all").disabled  # the first answer counts
+    assert len(at.get("plotly_chart")) == 2  # the setting's diagram, the prediction beside the measurement
+    assert at.subheader[1].value == tr("exercises.result_title")
+    points = next(metric.value for metric in at.metric if metric.label == tr("exercises.points"))
+    assert score() == points  # the session's score in the sidebar: this answer's points, of 3
+    # The next exercise, a choice: answer and measure.
+    at.button(key="exercise_next").click().run()
+    at.selectbox(key="exercise_pick").set_value("budget").run()
+    at.radio(key="exercise_choice_budget").set_value(2).run()
+    at.button(key="exercise_submit").click().run()
+    _assert_alive(at)
+    assert set(at.session_state["exercise_answers"]) == {"resident_all", "budget"}
+    assert score().endswith("/ 6")

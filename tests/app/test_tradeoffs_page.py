@@ -1,0 +1,93 @@
+"""The trade-off explorer page, driven headless with AppTest: a sweep completes, charts and the recommendation appear, Stop keeps rows."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = str(ROOT / "pages" / "tradeoffs.py")
+TIMEOUT = 120  # real measured steps; AppTest's default 3 s is far too short
+
+
+def _page(model: str = "tiny-gpt2", seq_len: int = 64) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    at.run()
+    at.selectbox(key="tradeoffs_model").set_value(model)
+    at.multiselect(key="tradeoffs_seq").set_value([seq_len])
+    at.number_input(key="tradeoffs_repeats").set_value(1)
+    at.number_input(key="tradeoffs_warmup").set_value(0)
+    return at.run()
+
+
+def _texts(elements) -> str:
+    return "\n".join(str(element.value) for element in elements)
+
+
+def _poll(at: AppTest, until, timeout: float = TIMEOUT) -> AppTest:
+    """Rerun the page (as the fragment's timer would) until ``until(at)``."""
+    deadline = time.monotonic() + timeout
+    while not until(at):
+        assert not at.exception, _texts(at.exception)
+        assert time.monotonic() < deadline, "the sweep did not finish in time"
+        time.sleep(0.3)
+        at.run()
+    return at
+
+
+def _finished(at: AppTest) -> bool:
+    return "tradeoffs_result" in at.session_state
+
+
+def test_the_page_is_in_the_app_navigation():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    at.switch_page("pages/tradeoffs.py").run()
+    assert not at.exception, _texts(at.exception)
+    assert at.title[0].value == "Trade-off explorer"
+
+
+def test_a_sweep_completes_and_shows_the_charts_and_the_recommendation():
+    at = _page()
+    assert not at.exception and not at.get("plotly_chart")
+    assert "Run the sweep" in _texts(at.info)
+
+    at.button(key="tradeoffs_run").click().run()
+    _poll(at, _finished)
+    assert not at.exception, _texts(at.exception)
+    assert not at.error, _texts(at.error)
+    result = at.session_state["tradeoffs_result"]
+    assert [row.setting for row in result.rows] == ["off"] + [f"n={n}" for n in range(1, 7)]
+    charts = at.get("plotly_chart")
+    assert len(charts) == 4  # memory against time, predicted beside measured, against length, the peak
+    assert "to spare" in _texts(at.success)  # the recommendation for the default budget (the median peak)
+    assert any("activation_checkpointing" in code.value for code in at.code)
+    assert "the peak" in _texts(at.markdown)
+    assert {button.label for button in at.get("download_button")} == {"Sweep as CSV", "Sweep as JSON"}
+    assert any(
+        "offload" in caption.value or "warm-up" in caption.value or "measured on the CPU" in caption.value
+        for caption in at.caption
+    )
+
+    # A GPU budget: everything fits, checkpointing off is the answer.
+    at.selectbox(key="tradeoffs_gpu").set_value("L4 24 GB").run()
+    assert "checkpointing off" in _texts(at.markdown) or "leave it off" in _texts(at.markdown)
+    # A budget below the parameters: nothing fits, and the page says what would.
+    at.selectbox(key="tradeoffs_gpu").set_value("custom budget").run()
+    at.number_input(key="tradeoffs_budget_mib").set_value(1.0).run()
+    assert "Nothing measured fits" in _texts(at.error)
+    assert "parameters and their gradients alone" in _texts(at.markdown)
+
+
+def test_stop_keeps_the_rows_measured():
+    at = _page("tiny-llama", 128)  # slower rows: Stop lands well before the last one
+    at.button(key="tradeoffs_run").click().run()
+    _poll(at, lambda at: len(at.session_state["tradeoffs_job"].state().rows) >= 2 or _finished(at))
+    at.button(key="tradeoffs_stop").click().run()
+    _poll(at, _finished)
+    assert not at.exception, _texts(at.exception)
+    result = at.session_state["tradeoffs_result"]
+    assert result.cancelled and 2 <= len(result.rows) < 7
+    assert "Stopped" in _texts(at.warning)
+    assert at.get("plotly_chart")  # the rows kept are drawn

@@ -1,0 +1,40 @@
+"""python -m ckptlab simulate: the report, the GPU verdict, JSON, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ckptlab.cli import main
+
+
+def test_simulate_prints_a_labelled_report_and_a_verdict(capsys):
+    assert main(["simulate", "--model", "qwen3-8b", "--seq-len", "4096", "--gpu", "L4"]) == 0
+    out = capsys.readouterr().out
+    assert "simulated (fake tensors)" in out and "Time: not simulated" in out
+    assert "Backward:  output <- [L36]" in out
+    assert "does not fit in L4 24 GB" in out and "short by" in out
+
+
+def test_simulate_json_carries_the_fit(capsys):
+    assert main(["simulate", "--model", "tiny-llama", "--seq-len", "256", "--budget-gib", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["provenance"]["kind"] == "simulated" and data["timing"] is None
+    assert data["fit"]["fits"] is True and data["fit"]["margin_bytes"] > 0
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--gpu", "TPU"], "is not in the list"),
+        (["--gpu", "A100"], "matches A100 40 GB, A100 80 GB: say which"),
+        (["--budget-gib", "0"], "--budget-gib 0"),
+        (["--every-n-layers", "0"], "every_n_layers=0"),
+        (["--seq-len", "99999"], "seq_len=99999"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(args, words, capsys):
+    assert main(["simulate", "--seq-len", "64", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err

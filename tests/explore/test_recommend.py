@@ -1,0 +1,156 @@
+"""Recommendation: the fastest row under the budget from a hand-made table; nothing fits; the code runs."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+import pytest
+import torch
+from transformers import TrainingArguments
+
+from ckptlab import build_model, observed_roles, planned_roles
+from ckptlab.errors import SpecError
+from ckptlab.explore.recommend import GPUS, recommend
+from ckptlab.explore.sweep import SweepRow
+from ckptlab.units import GIB, MIB
+
+
+def row(n, peak_mib, step_ms, *, seq=1024, offload=False, spread=0.01, offload_mib=0, baseline_mib=100):
+    step = step_ms / 1000
+    return SweepRow(
+        seq_len=seq,
+        every_n_layers=n,
+        offload=offload,
+        status="ok",
+        provenance="measured-cuda",
+        cp_layers=0 if n is None else max(1, 8 // n),
+        baseline_bytes=baseline_mib * MIB,
+        after_forward_bytes=(peak_mib - baseline_mib) * MIB // 2,
+        peak_bytes=peak_mib * MIB,
+        offload_bytes=offload_mib * MIB,
+        forward_s=step / 3,
+        backward_s=2 * step / 3,
+        step_s=step,
+        step_min_s=step * (1 - spread),
+        step_max_s=step * (1 + spread),
+        step_ratio=step_ms / 100,
+    )
+
+
+TABLE = [
+    row(None, 1000, 100),  # fastest, too big for 800
+    row(8, 900, 104),  # only L1: still too big
+    row(4, 780, 110),  # fits 800, fastest of those that do
+    row(2, 700, 118),
+    row(1, 600, 130, offload_mib=200),
+    row(1, 400, 131, offload=True),
+]
+
+
+def test_picks_the_fastest_row_that_fits_with_its_margin():
+    rec = recommend(TABLE, 800 * MIB)
+    assert rec.fits and rec.row.every_n_layers == 4 and not rec.row.offload
+    assert rec.margin_bytes == 20 * MIB
+    assert [r.setting for r in rec.fitting] == ["n=4", "n=2", "n=1", "n=1 offload"]
+    assert "every_n_layers=4 is the fastest of the 4 measured settings" in rec.reason
+    assert "Checkpointing off needs 1,000.0 MiB" in rec.reason
+    assert rec.model_code == "model.activation_checkpointing_enable(every_n_layers=4, offload=False)"
+    assert '"every_n_layers": 4' in rec.trainer_code
+
+
+def test_off_is_recommended_when_it_fits():
+    rec = recommend(TABLE, 2 * GIB)
+    assert rec.row.every_n_layers is None and "leave it off" in rec.reason
+    assert rec.model_code == "model.activation_checkpointing_disable()"
+
+
+def test_offload_wins_only_when_nothing_else_fits():
+    rec = recommend(TABLE, 500 * MIB)
+    assert rec.row.setting == "n=1 offload"
+
+
+def test_rows_within_the_noise_are_named():
+    rec = recommend([row(4, 700, 110, spread=0.1), row(2, 650, 115, spread=0.1)], 800 * MIB)
+    assert rec.row.every_n_layers == 4 and rec.as_fast == ["n=2"]
+
+
+def test_nothing_fits_says_what_would():
+    measured_short = row(1, 250, 40, seq=256)
+    rec = recommend([*TABLE[:5], measured_short], 300 * MIB, seq_len=1024)
+    assert not rec.fits and rec.row is None and rec.model_code == ""
+    assert "smallest peak, every_n_layers=1, is 600.0 MiB, 300.0 MiB over" in rec.reason
+    text = " ".join(rec.suggestions)
+    assert "at seq_len=256, every_n_layers=1 fits" in text  # measured
+    assert "Offload" in text and "200.0 MiB" in text  # what offload would move (not measured)
+
+
+def test_nothing_fits_when_even_the_parameters_do_not():
+    rec = recommend(TABLE[:5], 150 * MIB)
+    assert not rec.fits
+    assert any("parameters and their gradients alone" in s for s in rec.suggestions)
+
+
+def test_shorter_sequence_estimate_without_a_measured_one():
+    rec = recommend(TABLE[:5], 500 * MIB)
+    assert any("about seq_len=" in s and "estimate" in s for s in rec.suggestions)
+
+
+def test_gpu_names_and_bad_budgets():
+    assert recommend(TABLE, "H100 80 GB").budget_bytes == 80 * GIB == GPUS["A100 80 GB"]
+    assert set(GPUS) == {"H100 80 GB", "H200 141 GB", "A100 40 GB", "A100 80 GB", "L4 24 GB", "RTX 4090 24 GB"}
+    assert recommend(TABLE, "H100").budget_label == "H100 80 GB"
+    assert recommend(TABLE, "a100-40gb").budget_bytes == 40 * GIB
+    assert recommend(TABLE, "4090").budget_label == "RTX 4090 24 GB"
+    with pytest.raises(SpecError, match="'A100' matches A100 40 GB, A100 80 GB"):
+        recommend(TABLE, "A100")
+    with pytest.raises(SpecError, match="'TPU v5'"):
+        recommend(TABLE, "TPU v5")
+    with pytest.raises(SpecError, match="-1"):
+        recommend(TABLE, -1)
+    with pytest.raises(SpecError, match="seq_len=77"):
+        recommend(TABLE, GIB, seq_len=77)
+
+
+def _trainer_kwargs(source: str) -> dict:
+    """The keyword arguments of the ``TrainingArguments(...)`` call in ``source``, as values."""
+    call = ast.parse(source).body[0].value
+    assert isinstance(call, ast.Call) and call.func.id == "TrainingArguments"
+    return {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+
+
+@pytest.mark.parametrize("budget_mib, expected", [(800, 4), (650, 1), (2000, None)])
+def test_the_recommended_lines_run_on_a_tiny_model(budget_mib, expected):
+    """The model line sets the flags the plan says; the TrainingArguments keywords, applied as Trainer applies them, too."""
+    rec = recommend(TABLE, budget_mib * MIB)
+    assert (rec.row.every_n_layers if rec.row else "none") == expected
+    model, info = build_model("tiny-qwen3")
+    exec(rec.model_code, {"model": model})
+    assert observed_roles(model) == planned_roles(info.num_layers, expected)
+
+    kwargs = _trainer_kwargs(rec.trainer_code)
+    assert set(kwargs) <= {field.name for field in dataclasses.fields(TrainingArguments)}
+    fresh, _ = build_model("tiny-qwen3")
+    # transformers 5.24 Trainer._inner_training_loop, "Activate activation checkpointing if needed":
+    if kwargs["activation_checkpointing"]:
+        options = dict(kwargs.get("activation_checkpointing_kwargs") or {})
+        fresh.activation_checkpointing_enable(
+            every_n_layers=options.pop("every_n_layers", 1),
+            offload=options.pop("offload", False),
+            activation_checkpointing_kwargs=options or None,
+        )
+    assert observed_roles(fresh) == planned_roles(info.num_layers, expected)
+
+
+def test_the_recommended_training_arguments_run_in_a_trainer(tmp_path):
+    """The real thing, where accelerate (which Trainer needs) is installed."""
+    pytest.importorskip("accelerate")
+    from transformers import Trainer
+
+    rec = recommend(TABLE, 800 * MIB)
+    kwargs = {**_trainer_kwargs(rec.trainer_code), "output_dir": str(tmp_path), "max_steps": 1, "report_to": []}
+    model, info = build_model("tiny-qwen3")
+    dataset = [{"input_ids": torch.arange(16), "labels": torch.arange(16)}]
+    trainer = Trainer(model=model, args=TrainingArguments(**kwargs), train_dataset=dataset)
+    trainer.train()
+    assert observed_roles(trainer.model) == planned_roles(info.num_layers, 4)

@@ -1,0 +1,159 @@
+"""The At-scale core: which settings to simulate, the table of simulations, cancel, reuse, what fits."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ckptlab.errors import SpecError
+from ckptlab.explore import scale
+from ckptlab.explore.scale import (
+    ScaleRequest,
+    Setting,
+    every_n_choices,
+    fits,
+    least_recompute_that_fits,
+    scale_settings,
+    scale_table,
+)
+from ckptlab.lab.scalejob import ScaleJob, remember
+
+MODEL, SEQ = "tiny-llama", 128  # 6 layers; about a second a simulation on 2 cores
+SETTINGS = (Setting(None), Setting(1), Setting(1, offload=True), Setting(2))
+
+
+@pytest.fixture(scope="module")
+def table():
+    seen: list[tuple[str, float]] = []
+    result = scale_table(
+        MODEL, SEQ, 1, "bfloat16", SETTINGS, progress=lambda message, fraction: seen.append((message, fraction))
+    )
+    return result, seen
+
+
+def test_distinct_every_n_are_the_divisors_with_1_2_and_the_layer_count():
+    assert every_n_choices(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]  # qwen3-8b
+    assert every_n_choices(32) == [1, 2, 4, 8, 16, 32]  # llama-3.1-8b
+    assert every_n_choices(7) == [1, 2, 7]  # a prime: 2 is still there
+    assert every_n_choices(1) == [1]
+    assert every_n_choices(5, "all") == [1, 2, 3, 4, 5]
+
+
+def test_settings_off_first_offload_beside_n1_by_default():
+    keys = [setting.key for setting in scale_settings(6)]
+    assert keys == ["off", "n=1", "n=1+offload", "n=2", "n=3", "n=6"]
+    assert [s.key for s in scale_settings(4, offload="none")] == ["off", "n=1", "n=2", "n=4"]
+    every = scale_settings(3, every="all", offload="all")
+    assert [s.key for s in every] == ["off", "n=1", "n=1+offload", "n=2", "n=2+offload", "n=3", "n=3+offload"]
+    assert len(scale_settings(36, every="all", offload="all")) == 1 + 2 * 36
+
+
+def test_bad_choices_raise_spec_errors():
+    for call in (
+        lambda: every_n_choices(0),
+        lambda: every_n_choices(4, "some"),
+        lambda: scale_settings(4, offload="maybe"),
+    ):
+        with pytest.raises(SpecError):
+            call()
+
+
+def test_cp_layers_counts_the_checkpointed_layers():
+    assert Setting(None).cp_layers(36) == 0
+    assert Setting(1).cp_layers(36) == 36
+    assert Setting(4).cp_layers(36) == 9
+    assert Setting(36).cp_layers(36) == 1
+
+
+def test_table_simulates_each_setting_in_order(table):
+    result, seen = table
+    assert result.settings == list(SETTINGS) and not result.cancelled
+    assert result.num_layers == 6
+    assert all(run.provenance.kind == "simulated" and run.timing is None for run in result.results)
+    assert set(result.seconds) == {setting.key for setting in SETTINGS}
+    off, full, offload, half = (result.result_for(setting).memory for setting in SETTINGS)
+    assert full.after_forward_bytes < half.after_forward_bytes < off.after_forward_bytes
+    # offload holds the checkpointed inputs on the host, not on the device.
+    assert offload.host_offload_bytes > 0 and full.host_offload_bytes == 0
+    assert offload.after_forward_bytes < full.after_forward_bytes
+    assert offload.host_offload_bytes == offload.offload_bytes
+    fractions = [fraction for _, fraction in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert any(message.startswith("n=1+offload: simulating") for message, _ in seen)
+
+
+def test_known_results_are_reused_not_simulated_again(table, monkeypatch):
+    first, _ = table
+    monkeypatch.setattr(scale, "simulate", lambda *args, **kwargs: pytest.fail("simulated again"))
+    known = {run.spec: run for run in first.results}
+    again = scale_table(MODEL, SEQ, 1, "bfloat16", SETTINGS, known=known)
+    assert again.results == first.results and again.seconds == {}
+
+
+def test_cancel_keeps_the_results_so_far(table, monkeypatch):
+    first, _ = table
+    known = {run.spec: run for run in first.results}
+    done: list = []
+    partial = scale_table(
+        MODEL, SEQ, 1, "bfloat16", SETTINGS, cancel=lambda: len(done) >= 2, known=known, on_result=done.append
+    )
+    assert partial.cancelled and partial.settings == list(SETTINGS[:2])
+
+
+def test_a_sequence_beyond_the_positions_fails_before_simulating(monkeypatch):
+    monkeypatch.setattr(scale, "simulate", lambda *args, **kwargs: pytest.fail("simulated"))
+    with pytest.raises(SpecError, match="2048"):
+        scale_table(MODEL, 4096, 1, "bfloat16", SETTINGS)
+    with pytest.raises(SpecError, match="dtype"):
+        scale_table(MODEL, SEQ, 1, "auto", SETTINGS)
+    with pytest.raises(SpecError, match="batch_size"):
+        scale_table(MODEL, SEQ, 0, "bfloat16", SETTINGS)
+    with pytest.raises(SpecError, match="No settings"):
+        scale_table(MODEL, SEQ, 1, "bfloat16", [])
+
+
+def test_fits_and_the_least_recompute_that_fits(table):
+    result, _ = table
+    peaks = {setting: result.result_for(setting).memory.peak_bytes for setting in SETTINGS}
+    everything = max(peaks.values())
+    assert all(fits(run, everything) for run in result.results)
+    assert Setting.of(least_recompute_that_fits(result, everything).spec) == Setting(None)  # off reruns nothing
+    lowest = min(peaks.values())
+    assert least_recompute_that_fits(result, lowest - 1) is None
+    best = least_recompute_that_fits(result, lowest)
+    assert fits(best, lowest) and best.memory.peak_bytes == lowest
+
+
+def test_the_job_runs_on_a_thread_and_stop_keeps_results(table, monkeypatch):
+    first, _ = table
+    by_spec = {run.spec: run for run in first.results}
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_simulate(spec, progress=None):
+        entered.set()
+        release.wait(5)
+        return by_spec[spec]
+
+    monkeypatch.setattr(scale, "simulate", slow_simulate)
+    job = ScaleJob(ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS)).start()
+    assert entered.wait(10) and job.state().running
+    job.stop()  # while the first simulation is in flight: it finishes, no other starts
+    release.set()
+    job.join(10)
+    state = job.state()
+    assert not state.running and state.stop_requested and not state.error
+    assert state.table.cancelled and state.table.settings == [SETTINGS[0]]
+
+
+def test_the_job_checks_its_input_before_starting():
+    with pytest.raises(SpecError, match="2048"):
+        ScaleJob(ScaleRequest(MODEL, 100_000, 1, "bfloat16", SETTINGS))
+
+
+def test_remember_keeps_the_newest(table):
+    result, _ = table
+    cache: dict = {}
+    for run in result.results:
+        remember(cache, run, limit=2)
+    assert list(cache.values()) == result.results[-2:]

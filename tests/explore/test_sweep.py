@@ -1,0 +1,160 @@
+"""The sweep: rows equal single runs, the model is built once, cancel keeps rows, offload on the CPU, the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+from contextlib import contextmanager
+
+import pytest
+
+from ckptlab import load_model
+from ckptlab.cli import main
+from ckptlab.explore.sweep import OFFLOAD_SKIPPED_NOTE, SweepSpec, plan_sweep, sweep
+
+# Same shape as conftest.FAST, so rows can be checked against the session's cached single runs.
+QUICK = SweepSpec(model="tiny-llama", seq_lens=(128,), repeats=1, warmup=0)
+CLI_QUICK = ["--seq-len", "64", "--repeats", "1", "--warmup", "0", "--every-n-layers", "1,3"]
+
+
+@pytest.fixture(scope="module")
+def swept():
+    return sweep(QUICK)
+
+
+def test_rows_are_off_then_every_distinct_setting(swept):
+    assert [row.setting for row in swept.rows] == ["off", "n=1", "n=2", "n=3", "n=4", "n=5", "n=6"]
+    assert [row.cp_layers for row in swept.rows] == [0, 6, 3, 2, 2, 2, 1]
+    assert not swept.cancelled
+    assert all(row.status == "ok" and row.provenance == "measured-cpu" for row in swept.rows)
+    off = swept.rows[0]
+    assert off.after_forward_ratio == off.peak_ratio == off.step_ratio == 1.0
+    for row in swept.rows[1:]:
+        assert row.after_forward_ratio == row.after_forward_bytes / off.after_forward_bytes
+        assert row.step_ratio == row.step_s / off.step_s
+
+
+def test_rows_equal_single_runs_of_the_same_settings(swept, measured):
+    """MemTracker is deterministic on the CPU: one model reused across rows changes no byte."""
+    for row in swept.rows:
+        single = measured(every_n_layers=row.every_n_layers)  # conftest.FAST with this setting, its own model
+        assert row.result.spec == single.spec
+        assert row.baseline_bytes == single.memory.baseline_bytes
+        assert row.after_forward_bytes == single.memory.after_forward_bytes
+        assert row.peak_bytes == single.memory.peak_bytes
+        assert row.peak_where == single.memory.peak_where["description"]
+        assert [layer.observed for layer in row.result.layers] == [layer.observed for layer in single.layers]
+
+
+def test_model_is_built_once_and_each_row_takes_a_turn():
+    loads, turns = [], []
+
+    def load(spec):
+        loads.append(spec)
+        return load_model(spec)
+
+    @contextmanager
+    def turn(label):
+        turns.append(label)
+        yield
+
+    result = sweep(
+        SweepSpec(model="tiny-gpt2", seq_lens=(32, 64), every_n_layers=(1,), repeats=1, warmup=0), load=load, turn=turn
+    )
+    assert len(loads) == 1
+    assert [(row.seq_len, row.setting) for row in result.rows] == [(32, "off"), (32, "n=1"), (64, "off"), (64, "n=1")]
+    assert len(turns) == 4 and turns[0].startswith("row 1 of 4")
+
+
+def test_cancel_between_rows_keeps_the_rows_measured():
+    stop = threading.Event()
+    fractions = []
+
+    def progress(message, fraction):
+        fractions.append(fraction)
+        if message.startswith("row 2 of"):
+            stop.set()  # pressed during row 2: row 2 finishes, row 3 never starts
+
+    result = sweep(SweepSpec(model="tiny-gpt2", seq_lens=(32,), repeats=1, warmup=0), progress=progress, cancel=stop)
+    assert result.cancelled
+    assert [row.setting for row in result.rows] == ["off", "n=1"]
+    assert fractions == sorted(fractions) and max(fractions) < 1.0
+
+
+def test_cancel_as_a_function_before_the_first_row():
+    result = sweep(QUICK, cancel=lambda: True)
+    assert result.cancelled and result.rows == []
+
+
+def test_offload_rows_are_skipped_on_the_cpu_and_said_once():
+    plan = plan_sweep(SweepSpec(seq_lens=(64, 128), offload="both", device="cpu"))
+    assert all(offload is False for _, _, offload in plan.rows)
+    assert plan.notes.count(OFFLOAD_SKIPPED_NOTE) == 1
+    assert len(plan.rows) == 2 * 7
+
+
+def test_settings_with_the_same_plan_are_measured_once():
+    plan = plan_sweep(SweepSpec(every_n_layers=(6, 8, 2), device="cpu"))
+    assert [n for _, n, _ in plan.rows] == [None, 6, 2]
+    assert any("every_n_layers=8" in note and "measured once" in note for note in plan.notes)
+
+
+def test_sweep_to_csv_and_json(swept):
+    table = list(csv.DictReader(io.StringIO(swept.to_csv())))
+    assert [row["setting"] for row in table] == [row.setting for row in swept.rows]
+    assert int(table[1]["after_forward_bytes"]) == swept.rows[1].after_forward_bytes
+    data = json.loads(swept.to_json())
+    assert data["rows"][0]["every_n_layers"] is None and "result" not in data["rows"][0]
+
+
+# -- command line ---------------------------------------------------------------------------
+
+
+def test_cli_sweep_json_parses(capsys):
+    assert main(["sweep", "--json", *CLI_QUICK, "--budget", "1GiB"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [row["setting"] for row in data["rows"]] == ["off", "n=1", "n=3"]
+    assert {p["setting"] for p in data["predictions"]} == {"off", "n=1", "n=3"}
+    assert (
+        data["recommendation"]["setting"]
+        == min((row for row in data["rows"]), key=lambda row: row["step_s"])["setting"]
+    )
+
+
+def test_cli_sweep_csv_parses(capsys):
+    assert main(["sweep", "--csv", *CLI_QUICK, "--model", "tiny-bert"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["setting"] for row in rows] == ["off", "n=1", "n=3"]
+    assert all(row["provenance"] == "measured-cpu" for row in rows)
+
+
+def test_cli_sweep_text_reports_offload_skip_and_predictions(capsys):
+    assert main(["sweep", *CLI_QUICK, "--offload", "both", "--gpu", "L4 24 GB"]) == 0
+    out = capsys.readouterr().out
+    assert "offload rows skipped" in out and "Predicted resident" in out and "Recommendation for L4 24 GB" in out
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--seq-len", "0"], "'0'"),
+        (["--seq-len", "128,abc"], "'abc'"),
+        (["--every-n-layers", "0"], "'0'"),
+        (["--every-n-layers", "two"], "'two'"),
+        (["--offload", "maybe"], "'maybe'"),
+        (["--budget", "lots"], "'lots'"),
+        (["--gpu", "TPU"], "'TPU'"),
+        (["--seq-len", "100000"], "100000"),
+        (["--model", "no-such-model"], "'no-such-model'"),
+        (["--no-checkpointing"], "--no-checkpointing"),
+    ],
+)
+def test_cli_sweep_bad_input_exits_2_with_one_message(capsys, args, named):
+    assert main(["sweep", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0]
+    assert "Traceback" not in captured.err

@@ -1,0 +1,66 @@
+"""Exercises: scoring, the measured answer and the one-line explanation of the gap."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptlab.errors import SpecError
+from ckptlab.lab import exercises
+from ckptlab.show import i18n
+
+
+def _runs(measured, exercise):
+    runs = {
+        spec.every_n_layers: measured(every_n_layers=spec.every_n_layers, seq_len=spec.seq_len)
+        for spec in exercise.specs()
+    }
+    runs[None] = measured(every_n_layers=None, seq_len=exercise.spec.seq_len)
+    return runs
+
+
+def test_points_by_distance():
+    assert [exercises.percent_points(50, m) for m in (55, 70, 95, 150)] == [3, 2, 1, 0]
+
+
+def test_exercises_grow_in_difficulty_and_have_words_in_every_language():
+    levels = [exercise.level for exercise in exercises.EXERCISES]
+    assert levels == sorted(levels) and len(set(levels)) == 3
+    for exercise in exercises.EXERCISES:
+        for lang in i18n.LANGUAGES:
+            assert i18n.t(f"exercise.{exercise.id}.question", lang, **exercise.question_values())
+    with pytest.raises(SpecError):
+        exercises.by_id("nope")
+
+
+@pytest.mark.parametrize("lang", list(i18n.LANGUAGES))
+def test_resident_prediction_beside_the_measurement(measured, lang):
+    exercise = exercises.by_id("resident_all")
+    runs = _runs(measured, exercise)
+    outcome = exercises.evaluate(exercise, 50, runs, lang)
+    expected = 100 * runs[1].memory.after_forward_bytes / runs[None].memory.after_forward_bytes
+    assert outcome.measured == pytest.approx(expected)
+    assert outcome.points == exercises.percent_points(50, expected)
+    assert outcome.verdict and outcome.explanation and "MiB" in outcome.explanation
+    close = exercises.evaluate(exercise, expected, runs, lang)
+    assert close.points == exercises.MAX_POINTS and close.verdict == i18n.t("verdict.close", lang, gap="0")
+
+
+def test_peak_at_a_short_sequence_is_explained_from_where_it_is(measured):
+    exercise = exercises.by_id("peak_short")
+    runs = _runs(measured, exercise)
+    outcome = exercises.evaluate(exercise, 40, runs, "en")
+    assert outcome.measured > 90  # at 128 tokens the gradients hold the peak: checkpointing does not lower it
+    assert "cannot lower it" in outcome.explanation and outcome.verdict.endswith("below the measurement.")
+
+
+def test_the_budget_answer_is_the_largest_n_that_fits(measured):
+    exercise = exercises.by_id("budget")
+    runs = _runs(measured, exercise)
+    answer = exercises.budget_answer(exercise, runs)
+    budget = exercise.budget_fraction * runs[None].memory.after_forward_bytes
+    assert runs[answer].memory.after_forward_bytes <= budget
+    assert all(runs[n].memory.after_forward_bytes > budget for n in exercise.choices if n > answer)
+    assert exercises.evaluate(exercise, answer, runs, "ja").points == exercises.MAX_POINTS
+    wrong = exercises.evaluate(exercise, 6 if answer != 6 else 1, runs, "pt-BR")
+    assert wrong.points == 0 and f"every_n_layers={answer}" in wrong.verdict
+    assert exercises.total_points({"a": wrong}) == (0, exercises.MAX_POINTS)

@@ -1,0 +1,69 @@
+"""Settings in the URL: round trip, and bad values falling back with a warning."""
+
+from __future__ import annotations
+
+import pytest
+
+import ckptlab
+from ckptlab.lab.query import spec_from_query, spec_to_query
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ckptlab.RunSpec(),
+        ckptlab.RunSpec(
+            model="tiny-qwen3",
+            seq_len=1024,
+            batch_size=2,
+            dtype="bfloat16",
+            device="cpu",
+            every_n_layers=3,
+            offload=True,
+            repeats=1,
+            warmup=0,
+        ),
+        ckptlab.RunSpec(model="/tmp/some model", every_n_layers=None),
+    ],
+)
+def test_round_trip(spec):
+    assert spec_from_query(spec_to_query(spec)) == (spec, [])
+
+
+def test_missing_values_keep_the_defaults():
+    assert spec_from_query({}) == (ckptlab.RunSpec(), [])
+
+
+def test_bad_values_fall_back_each_with_a_warning():
+    spec, warnings = spec_from_query(
+        {
+            "seq": "abc",
+            "batch": "0",
+            "dtype": "int4",
+            "device": "tpu",
+            "n": "-2",
+            "offload": "maybe",
+            "repeats": "9" * 5000,
+            "warmup": "1.5",
+        }
+    )
+    assert spec == ckptlab.RunSpec()
+    assert len(warnings) == 8
+    assert any("seq='abc'" in warning for warning in warnings)
+    assert any("device='tpu'" in warning for warning in warnings)
+    spec.validate()
+
+
+def test_cuda_is_refused_where_the_page_does_not_offer_it():
+    spec, warnings = spec_from_query({"device": "cuda"}, devices=("auto", "cpu"))
+    assert spec.device == "auto" and "not available here" in warnings[0]
+
+
+def test_offload_without_checkpointing_is_dropped():
+    spec, warnings = spec_from_query({"n": "off", "offload": "1"})
+    assert spec.every_n_layers is None and spec.offload is False and "offload" in warnings[0]
+
+
+def test_a_repeated_key_counts_its_last_value():
+    spec, warnings = spec_from_query({"seq": ["128", "256"]})
+    assert spec.seq_len == 256 and warnings == []

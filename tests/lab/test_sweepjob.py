@@ -1,0 +1,57 @@
+"""The background sweep behind the page: live rows, Stop keeps them, one device turn per row, bad input early."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ckptlab.errors import SpecError
+from ckptlab.explore.sweep import SweepSpec
+from ckptlab.lab.runqueue import DeviceQueue
+from ckptlab.lab.sweepjob import SweepJob
+
+SMALL = SweepSpec(model="tiny-gpt2", seq_lens=(32,), repeats=1, warmup=0)
+
+
+def _wait(job, until, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not until(job.state()):
+        assert time.monotonic() < deadline, job.state()
+        time.sleep(0.05)
+    return job.state()
+
+
+def test_job_runs_every_row_through_the_device_queue():
+    queue = DeviceQueue(poll_s=0.05)
+    job = SweepJob(SMALL, queue=queue).start()
+    state = _wait(job, lambda s: not s.running)
+    assert state.error == "" and state.fraction == 1.0
+    assert [row.setting for row in state.result.rows] == ["off"] + [f"n={n}" for n in range(1, 7)]
+    assert [row.setting for row in state.rows] == [row.setting for row in state.result.rows]
+    assert len(queue.history()) == 7 and all(turn.label.startswith("sweep tiny-gpt2: row") for turn in queue.history())
+
+
+def test_stop_keeps_the_rows_measured():
+    job = SweepJob(SMALL, queue=DeviceQueue(poll_s=0.05)).start()
+    _wait(job, lambda s: len(s.rows) >= 2)
+    job.stop()
+    state = _wait(job, lambda s: not s.running)
+    assert state.result.cancelled and state.stop_requested
+    assert 2 <= len(state.result.rows) < 7
+    assert [row.setting for row in state.result.rows][:2] == ["off", "n=1"]
+
+
+def test_stop_while_waiting_for_the_device_keeps_what_there_is():
+    queue = DeviceQueue(poll_s=0.05)
+    with queue.turn(label="someone else's run"):
+        job = SweepJob(SMALL, queue=queue).start()
+        _wait(job, lambda s: "waiting for the device" in s.message)
+        job.stop()
+        state = _wait(job, lambda s: not s.running)
+    assert state.result.cancelled and state.result.rows == [] and state.error == ""
+
+
+def test_bad_input_is_refused_before_any_thread():
+    with pytest.raises(SpecError, match="seq_len=0"):
+        SweepJob(SweepSpec(seq_lens=(0,)))

@@ -1,0 +1,240 @@
+"""Every language has every key, and the pages show no hard-coded words.
+
+The scan reads pages/*.py and app.py as Python syntax trees: a Streamlit call that shows
+text (a title, a label, a message, a help text...) may not get a string literal with
+letters in it, except the technical tokens in ALLOWED. Text must come from ``tr(...)`` /
+``t(...)`` lookups of keys that exist in every locale file.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ckptlab.show import i18n
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCALES = {lang: json.loads((ROOT / "locales" / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
+# Pages converted to the locale files; the others are listed in the report until they are.
+TRANSLATED_PAGES = [
+    "app.py",
+    "pages/lab.py",
+    "pages/tradeoffs.py",
+    "pages/at_scale.py",
+    "pages/timeline.py",
+    "pages/lesson.py",
+    "pages/exercises.py",
+]
+
+# Streamlit calls that put words on the screen: positional args and these keywords are checked.
+TEXT_CALLS = {
+    "title",
+    "header",
+    "subheader",
+    "markdown",
+    "caption",
+    "write",
+    "text",
+    "info",
+    "warning",
+    "error",
+    "success",
+    "toast",
+    "button",
+    "download_button",
+    "link_button",
+    "selectbox",
+    "radio",
+    "slider",
+    "select_slider",
+    "number_input",
+    "text_input",
+    "text_area",
+    "toggle",
+    "checkbox",
+    "metric",
+    "expander",
+    "status",
+    "tabs",
+    "segmented_control",
+    "pills",
+    "multiselect",
+    "progress",
+    "spinner",
+    "update",
+    "Page",
+    "set_page_config",
+    "form_submit_button",
+}
+TEXT_KEYWORDS = {"label", "help", "placeholder", "text", "body", "title", "page_title", "value", "delta", "caption"}
+# Technical tokens practitioners read in English, and layout glue between translated parts.
+ALLOWED = {"every_n_layers", "offload", "dtype", "/path/to/saved/model", "Language · Idioma · 言語"}
+GLUE = re.compile(r"^[\s·:/,.()%✓★*\-–|]*(MiB|GiB|ms)?\s*$")  # punctuation, and a unit after a number
+NO_TEXT_POSITIONALS = {"Page"}  # st.Page's first argument is a file path
+
+
+def _literal_words(node: ast.AST) -> list[str]:
+    """String constants with letters that ``node`` puts on screen as they are."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [] if node.value in ALLOWED or GLUE.match(node.value) else [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return [part for value in node.values for part in _literal_words(value)]
+    if isinstance(node, ast.FormattedValue):
+        return []
+    if isinstance(node, ast.BinOp):
+        return _literal_words(node.left) + _literal_words(node.right)
+    if isinstance(node, ast.IfExp):
+        return _literal_words(node.body) + _literal_words(node.orelse)
+    return []
+
+
+def _hard_coded(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name not in TEXT_CALLS:
+            continue
+        args = [] if name in NO_TEXT_POSITIONALS else list(node.args)
+        args += [kw.value for kw in node.keywords if kw.arg in TEXT_KEYWORDS]
+        for arg in args:
+            found += [f"{path.name}:{node.lineno} {name}({text!r})" for text in _literal_words(arg)]
+    return found
+
+
+def _used_keys(path: Path) -> tuple[set[str], set[str]]:
+    """Keys looked up with a literal (exact) and with an f-string (prefixes to check against the files)."""
+    exact, prefixes = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("t", "tr") and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                exact.add(first.value)
+            elif isinstance(first, ast.JoinedStr) and isinstance(first.values[0], ast.Constant):
+                prefixes.add(first.values[0].value)
+            elif isinstance(first, ast.BinOp) and isinstance(first.left, ast.Constant):
+                prefixes.add(first.left.value)
+    return exact, prefixes
+
+
+def test_the_at_scale_words_exist():
+    """pages/at_scale.py keeps its words in TEXT = i18n.section("at_scale", lang): every TEXT["..."] it reads exists."""
+    tree = ast.parse((ROOT / "pages/at_scale.py").read_text(encoding="utf-8"))
+    read = {
+        node.slice.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript)
+        and getattr(node.value, "id", "") == "TEXT"
+        and isinstance(node.slice, ast.Constant)
+    }
+    for lang in LOCALES:
+        assert read and read <= set(i18n.section("at_scale", lang)), sorted(read - set(i18n.section("at_scale", lang)))
+    from ckptlab.show.scale_figures import WORDS
+
+    assert set(i18n.section("scale_figures", "ja")) == set(WORDS)
+
+
+def test_every_language_has_the_same_keys():
+    english = set(LOCALES["en"])
+    for lang, table in LOCALES.items():
+        assert set(table) == english, (
+            f"{lang}: missing {sorted(english - set(table))}, extra {sorted(set(table) - english)}"
+        )
+
+
+def test_every_translation_keeps_the_placeholders_and_has_words():
+    for key, text in LOCALES["en"].items():
+        for lang, table in LOCALES.items():
+            assert i18n.placeholders(table[key]) == i18n.placeholders(text), f"{lang}:{key}"
+            assert table[key].strip(), f"{lang}:{key} is empty"
+
+
+@pytest.mark.parametrize(
+    "source",
+    TRANSLATED_PAGES + ["ckptlab/show/timeline_figures.py", "ckptlab/lab/exercises.py", "ckptlab/show/figures.py"],
+)
+def test_every_key_the_code_uses_exists(source):
+    exact, prefixes = _used_keys(ROOT / source)
+    missing = sorted(key for key in exact if key not in LOCALES["en"])
+    assert not missing, f"{source} uses keys missing in locales/en.json: {missing}"
+    for prefix in prefixes:
+        assert any(key.startswith(prefix) for key in LOCALES["en"]), f"{source}: no key starts with {prefix!r}"
+
+
+@pytest.mark.parametrize("page", TRANSLATED_PAGES)
+def test_no_page_shows_a_hard_coded_string(page):
+    assert _hard_coded(ROOT / page) == []
+
+
+def test_the_scan_catches_a_hard_coded_label(tmp_path):
+    page = tmp_path / "page.py"
+    page.write_text(
+        'import streamlit as st\nst.button("Run", key="x")\nst.markdown(f"**Peak:** {value}")\nst.caption(tr("a.b"))\n'
+    )
+    assert len(_hard_coded(page)) == 2
+
+
+def test_dynamic_keys_exist_for_every_value_they_take():
+    from ckptlab.lab.exercises import EXERCISES
+    from ckptlab.step.probe import EVENTS
+    from ckptlab.step.timeline import BANDS, STATES
+
+    keys = set(LOCALES["en"])
+    needed = (
+        {f"event.{kind}" for kind in EVENTS} | {f"state.{s}" for s in STATES} | {f"state.short_{s}" for s in STATES}
+    )
+    needed |= {f"band.{band}" for band in BANDS} | {
+        f"provenance.{kind}" for kind in ("measured-cuda", "measured-cpu", "simulated", "predicted")
+    }
+    needed |= {f"exercise.{e.id}.{part}" for e in EXERCISES for part in ("name", "question", "hint")}
+    needed |= {
+        f"lesson.{part}.{what}"
+        for part in ("activation", "trade", "every_n", "offload", "peak", "step")
+        for what in ("tab", "title")
+    }
+    assert sorted(needed - keys) == []
+
+
+def test_t_fills_values_falls_back_and_raises_on_unknown_keys():
+    assert i18n.t("setting.on", "ja", n=2) == "every_n_layers=2"
+    assert i18n.t("lesson.next", "pt-BR") == "Próxima"
+    assert (
+        i18n.normalize("PT_br") == "pt-BR"
+        and i18n.normalize(["xx", "ja"]) == "ja"
+        and i18n.normalize("klingon") == "en"
+    )
+    with pytest.raises(i18n.MissingKeyError):
+        i18n.t("no.such.key", "en")
+
+
+def test_technical_terms_stay_in_english():
+    for lang, table in LOCALES.items():
+        for key in (
+            "setting.on",
+            "diagram.legend_CP",
+            "diagram.legend_keep",
+            "diagram.legend_rerun",
+            "lesson.every_n.tab",
+            "lesson.offload.tab",
+        ):
+            word = {
+                "setting.on": "every_n_layers",
+                "diagram.legend_CP": "CP",
+                "diagram.legend_keep": "keep",
+                "diagram.legend_rerun": "rerun",
+                "lesson.every_n.tab": "every_n_layers",
+                "lesson.offload.tab": "offload",
+            }[key]
+            assert word in table[key], f"{lang}:{key}"
+
+
+def test_metric_deltas_start_with_their_number_in_every_language():
+    """st.metric draws the arrow from the delta's leading sign: a word first would turn -57 MiB into a red up arrow."""
+    for lang, table in LOCALES.items():
+        for key in ("lab.mib_vs_off", "lab.vs_off", "lab.too_few_steps", "lab.noise"):
+            assert table[key].startswith("{diff}"), f"{lang}:{key}"

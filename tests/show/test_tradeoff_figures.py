@@ -1,0 +1,109 @@
+"""The trade-off figures, tested in the core: what they draw, and that every one says where it came from."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptlab.explore.accuracy import check_predictions
+from ckptlab.explore.recommend import recommend
+from ckptlab.explore.sweep import SweepResult, SweepSpec, sweep
+from ckptlab.show.tradeoff_figures import (
+    pareto_rows,
+    peak_figure,
+    peak_sentence,
+    prediction_figure,
+    seq_len_figure,
+    tradeoff_figure,
+)
+from ckptlab.units import MIB
+from tests.explore.test_recommend import TABLE
+
+
+@pytest.fixture(scope="module")
+def swept():
+    return sweep(SweepSpec(model="tiny-gpt2", seq_lens=(32, 64), every_n_layers=(1, 2, 3), repeats=2, warmup=0))
+
+
+def _names(figure):
+    return [trace.name for trace in figure.data if trace.name]
+
+
+def _says_where_from(figure):
+    subtitle = figure.layout.title.subtitle.text
+    assert subtitle.startswith("measured on the CPU"), subtitle
+
+
+def test_pareto_frontier_of_a_hand_made_table():
+    assert [row.setting for row in pareto_rows(TABLE)] == ["off", "n=8", "n=4", "n=2", "n=1", "n=1 offload"]
+    slower_and_bigger = TABLE[2].__class__(
+        **{**TABLE[2].__dict__, "step_s": 0.2, "peak_bytes": 990 * MIB, "every_n_layers": 3}
+    )
+    assert slower_and_bigger not in pareto_rows([*TABLE, slower_and_bigger])
+
+
+def test_tradeoff_figure_points_frontier_budget_and_recommendation():
+    result = SweepResult(spec=SweepSpec(seq_lens=(1024,)), model="hand-made", num_layers=8, device="cuda:0", rows=TABLE)
+    rec = recommend(TABLE, 800 * MIB)
+    figure = tradeoff_figure(result, 1024, rec)
+    points = figure.data[0]
+    assert list(points.text) == [row.setting for row in TABLE]
+    assert list(points.y) == [row.peak_bytes / MIB for row in TABLE]
+    frontier = next(t for t in figure.data if t.name.startswith("Pareto frontier"))
+    assert list(frontier.y) == [row.peak_bytes / MIB for row in pareto_rows(TABLE)]
+    star = next(t for t in figure.data if t.name.startswith("recommended"))
+    assert star.name == "recommended: n=4 (fastest that fits)" and list(star.y) == [780]
+    assert figure.layout.shapes[0].y0 == 800  # the budget line, MiB
+    assert figure.layout.title.subtitle.text == "measured on CUDA"
+
+
+def test_tradeoff_figure_of_a_real_sweep(swept):
+    rows = swept.rows_at(64)
+    figure = tradeoff_figure(swept, 64, recommend(swept.rows, max(row.peak_bytes for row in rows)))
+    assert list(figure.data[0].text) == [row.setting for row in rows]
+    # At 64 tokens every setting has the same peak (the gradients'): the frontier is the fastest point alone.
+    frontier = next(t for t in figure.data if t.name.startswith("Pareto frontier"))
+    assert len(frontier.x) == 1
+    _says_where_from(figure)
+
+
+def test_prediction_figure_puts_predicted_beside_measured_with_errors(swept):
+    checks = check_predictions(swept)
+    figure = prediction_figure(swept, checks, 64)
+    names = set(_names(figure))
+    assert names == {"measured", "predicted (formula)", "predicted (calibrated)"}
+    measured_memory = next(t for t in figure.data if t.name == "measured" and t.xaxis == "x")
+    assert list(measured_memory.y) == [row.after_forward_bytes / MIB for row in swept.rows_at(64)]
+    for trace in figure.data:
+        if trace.name.startswith("predicted"):
+            assert trace.marker.pattern.shape in ("/", "\\")  # hatched: never mistaken for a measurement
+            assert all(text.endswith("%") for text in trace.text)  # the error of the prediction
+    assert "predictions: formula" in figure.layout.title.subtitle.text
+    _says_where_from(figure)
+
+
+def test_seq_len_figure_measured_and_predicted_series(swept):
+    figure = seq_len_figure(swept)
+    names = _names(figure)
+    for label in ("off", "full (n=1)", "partial (n=2)"):
+        assert f"{label} (measured)" in names and f"{label} (predicted, formula)" in names
+    # On the CPU offload is not measured: it appears only as a prediction.
+    assert "offload (n=1) (predicted, formula)" in names and "offload (n=1) (measured)" not in names
+    off = next(t for t in figure.data if t.name == "off (predicted, formula)")
+    assert max(off.x) == 256  # up to 4x the longest measured length
+    full = next(t for t in figure.data if t.name == "full (n=1) (predicted, formula)")
+    assert all(f < o for f, o in zip(full.y, off.y))
+    _says_where_from(figure)
+
+
+def test_peak_figure_and_sentences(swept):
+    figure = peak_figure(swept, 64)
+    assert set(_names(figure)) == {row.setting for row in swept.rows_at(64)}
+    _says_where_from(figure)
+    off = swept.off_row(64)
+    for row in swept.rows_at(64):
+        sentence = peak_sentence(row, off)
+        assert sentence.startswith(f"{row.setting}: the peak") and row.peak_where in sentence
+    # At 64 tokens the peak is at the end of the backward, and checkpointing cannot lower it.
+    full = next(row for row in swept.rows_at(64) if row.every_n_layers == 1)
+    assert "frees activations, not gradients" in peak_sentence(full, off)
+    assert "not lower" in peak_sentence(full, off)

@@ -1,0 +1,110 @@
+"""Simulation: the published offload table, exact extrapolation, agreement with measurement, no real memory."""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import replace
+
+import pytest
+
+from ckptlab import ModelLoadError, RunSpec, SpecError, list_presets, simulate
+from ckptlab.explore.reference import reproduce_pr48444
+from ckptlab.model.catalog import load_config
+from ckptlab.step.simulate import Reduction
+from ckptlab.units import GIB, MIB
+from tests.conftest import FAST
+
+TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
+
+
+def test_reproduces_the_published_offload_table():
+    """transformers PR #48444 (DESIGN.md): freed exactly, plain and offload within 2% (they land to 0.1 MiB)."""
+    for row in reproduce_pr48444():
+        assert row.simulated_freed_bytes == row.formula_freed_bytes
+        assert row.simulated_plain_bytes / MIB == pytest.approx(row.published_plain_mib, rel=0.02)
+        assert row.simulated_offload_bytes / MIB == pytest.approx(row.published_offload_mib, rel=0.02)
+        assert round(row.simulated_plain_bytes / MIB, 1) == row.published_plain_mib
+        assert round(row.simulated_offload_bytes / MIB, 1) == row.published_offload_mib
+
+
+def test_qwen3_8b_at_128k_keeps_36_gib_of_checkpointed_layer_inputs(tmp_path):
+    """Qwen3-8B reaches 128k tokens with YaRN (factor 4 over 32k): a local config with those positions."""
+    config, _, _ = load_config("qwen3-8b")
+    config.max_position_embeddings = 131072
+    config.save_pretrained(tmp_path)
+    result = simulate(RunSpec(model=str(tmp_path), seq_len=131072, every_n_layers=1, offload=True))
+    assert result.memory.offload_bytes == 36 * GIB == 36 * 131072 * 4096 * 2
+    assert result.memory.host_offload_bytes == 36 * GIB
+
+
+def test_an_8b_simulation_allocates_no_real_memory():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result = simulate(RunSpec(model="llama-3.1-8b", seq_len=8192, every_n_layers=1))
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    assert result.memory.baseline_bytes == 2 * result.model.num_params + 512  # bf16 parameters and the rotary buffer
+    assert result.memory.baseline_bytes > 14 * GIB
+    assert grown < 1 * GIB  # while this process's peak resident memory barely moved
+    assert result.provenance.kind == "simulated" and result.timing is None
+    assert result.memory.breakdown_at_peak.keys() >= {"Parameter", "Activation"}
+
+
+@pytest.mark.parametrize(
+    "every_n_layers, offload", [(None, False), (1, False), (1, True), (2, False), (3, True), (28, False)]
+)
+def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(every_n_layers, offload):
+    """qwen3-0.6b has 28 layers: the fast path simulates two shallow copies and extrapolates."""
+    spec = RunSpec(model="qwen3-0.6b", seq_len=256, every_n_layers=every_n_layers, offload=offload)
+    assert Reduction.for_plan(28, every_n_layers) is not None
+    fast, full = simulate(spec), simulate(spec, fast=False)
+    assert any("extrapolated" in note for note in fast.notes)
+    for name in (
+        "baseline_bytes",
+        "after_forward_bytes",
+        "peak_bytes",
+        "peak_where",
+        "breakdown_after_forward",
+        "breakdown_at_peak",
+        "offload_bytes",
+        "host_offload_bytes",
+        "timeline",
+    ):
+        assert getattr(fast.memory, name) == getattr(full.memory, name), name
+    assert fast.layers == full.layers
+
+
+@pytest.mark.parametrize("model", TINY)
+def test_simulation_matches_a_measured_cpu_run(model, measured):
+    """Same spec, float32 as measured on the CPU: resident and peak within 3% (they agree to the byte)."""
+    for every_n_layers in (None, 1, 2, 3):
+        run = measured(model=model, seq_len=64, every_n_layers=every_n_layers)
+        sim = simulate(replace(run.spec, dtype="float32"))
+        assert sim.memory.after_forward_bytes == pytest.approx(run.memory.after_forward_bytes, rel=0.03)
+        assert sim.memory.peak_bytes == pytest.approx(run.memory.peak_bytes, rel=0.03)
+        assert sim.memory.baseline_bytes == run.memory.baseline_bytes
+        assert [layer.observed for layer in sim.layers] == [layer.observed for layer in run.layers]
+        assert sim.memory.peak_where["description"] == run.memory.peak_where["description"]
+
+
+def test_simulated_offload_moves_layer_inputs_to_host():
+    """offload frees layers x seq x hidden x bytes of device memory and holds it on the host."""
+    spec = RunSpec(model="tiny-qwen3", seq_len=512, every_n_layers=1, dtype="bfloat16")
+    plain, offloaded = simulate(spec), simulate(replace(spec, offload=True))
+    layer_inputs = 8 * 512 * 256 * 2
+    assert plain.memory.after_forward_bytes - offloaded.memory.after_forward_bytes == layer_inputs
+    assert offloaded.memory.host_offload_bytes == offloaded.memory.offload_bytes == layer_inputs
+    assert plain.memory.host_offload_bytes == 0
+    assert offloaded.memory.offload_applied and any("offload simulated" in note for note in offloaded.notes)
+
+
+@pytest.mark.parametrize(
+    "changes, error, words",
+    [
+        ({"every_n_layers": 0}, SpecError, "every_n_layers=0"),
+        ({"seq_len": 4096}, SpecError, "seq_len=4096"),
+        ({"batch_size": 0}, SpecError, "batch_size=0"),
+        ({"model": "no-such-model"}, ModelLoadError, "no-such-model"),
+    ],
+)
+def test_bad_input_is_refused_as_for_a_measured_run(changes, error, words):
+    with pytest.raises(error, match=words):
+        simulate(replace(FAST, **changes))
