@@ -30,9 +30,9 @@ Without a CUDA GPU it says so and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
-import platform
 import gc
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -95,7 +95,7 @@ def _run_section(report: Report, section) -> bool:
     section_started = time.perf_counter()
     try:
         section(report)
-    except Exception as error:  # noqa: BLE001 - the report must say what broke and go on
+    except Exception as error:
         report.line(f"\n**This section failed**: `{type(error).__name__}: {str(error)[:500]}`\n")
         report.line("```\n" + "".join(traceback.format_exception(error)[-6:]) + "```")
         return False
@@ -256,11 +256,32 @@ def out_of_memory(report: Report) -> None:
 def cli_run(report: Report) -> None:
     report.line("\n## 6. `python -m ckptlab run` on a real-shape preset (default dtype: bfloat16 on a GPU)\n")
     for model, seq_len in (("qwen3-0.6b", 4096), ("llama-3.2-1b", 8192)):
-        command = [sys.executable, "-m", "ckptlab", "run", "--model", model, "--seq-len", str(seq_len), "--every-n-layers", "2"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1],
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        report.line(f"`python -m ckptlab run --model {model} --seq-len {seq_len} --every-n-layers 2` (exit {done.returncode}):\n")
-        report.line("```\n" + done.stdout.rstrip() + ("\n" + done.stderr.rstrip() if done.stderr.strip() else "") + "\n```")
+        command = [
+            sys.executable,
+            "-m",
+            "ckptlab",
+            "run",
+            "--model",
+            model,
+            "--seq-len",
+            str(seq_len),
+            "--every-n-layers",
+            "2",
+        ]
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        report.line(
+            f"`python -m ckptlab run --model {model} --seq-len {seq_len} --every-n-layers 2` (exit {done.returncode}):\n"
+        )
+        report.line(
+            "```\n" + done.stdout.rstrip() + ("\n" + done.stderr.rstrip() if done.stderr.strip() else "") + "\n```"
+        )
 
 
 def memory_given_back(report: Report, allocated_at_start: int) -> None:
@@ -270,8 +291,10 @@ def memory_given_back(report: Report, allocated_at_start: int) -> None:
     torch.cuda.empty_cache()
     after = torch.cuda.memory_allocated()
     alive = sum(isinstance(o, transformers.PreTrainedModel) for o in gc.get_objects())
-    report.line(f"- `torch.cuda.memory_allocated()` before the first run {allocated_at_start / MIB:.1f} MiB, "
-                f"after the last {after / MIB:.1f} MiB ({(after - allocated_at_start) / MIB:+.1f} MiB)")
+    report.line(
+        f"- `torch.cuda.memory_allocated()` before the first run {allocated_at_start / MIB:.1f} MiB, "
+        f"after the last {after / MIB:.1f} MiB ({(after - allocated_at_start) / MIB:+.1f} MiB)"
+    )
     report.line(f"- transformers models still alive: {alive}")
     # cuBLAS keeps one workspace per thread that ran a matmul (the forward's and autograd's
     # backward thread), allocated through the caching allocator: not a run's leftovers.
