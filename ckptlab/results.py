@@ -15,6 +15,7 @@ from typing import Any, Literal
 from .catalog import DEFAULT_PRESET
 from .errors import SpecError
 from .plan import validate_every_n_layers
+from .training import OPTIMIZERS
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
 Status = Literal["ok", "does_not_fit"]
@@ -40,6 +41,14 @@ class RunSpec:
     repeats: int = 4  # timed steps, after the warm-up; medians are quoted
     warmup: int = 2  # untimed steps first: the first backwards are slow (allocator, kernels, caches)
     seed: int = 0  # seeds the random weights and the random tokens
+    optimizer: str = "adamw"  # "adamw" (torch.optim.AdamW, as Trainer), "sgd" (no state) or "none" (forward + backward only)
+    lora_rank: int | None = None  # LoRA adapters of this rank on a frozen base (peft); None: full fine-tune
+    lora_targets: tuple[str, ...] | None = None  # modules LoRA adapts; None: every attention and MLP projection
+
+    def __post_init__(self) -> None:
+        # JSON and the URL give a list; a tuple keeps the spec hashable (results are cached by spec).
+        if self.lora_targets is not None and not isinstance(self.lora_targets, tuple):
+            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
@@ -55,6 +64,20 @@ class RunSpec:
             raise SpecError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}.")
         if self.device not in DEVICES:
             raise SpecError(f"device={self.device!r} is not one of {', '.join(DEVICES)}.")
+        if self.optimizer not in OPTIMIZERS:
+            raise SpecError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}.")
+        if self.lora_rank is not None and (
+            isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1
+        ):
+            raise SpecError(
+                f"lora_rank={self.lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are "
+                "common). Leave it unset for a full fine-tune."
+            )
+        if self.lora_targets is not None and self.lora_rank is None:
+            raise SpecError(
+                f"lora_targets={list(self.lora_targets)} without lora_rank: targets only mean something with LoRA. "
+                "Set lora_rank (for example 8) or drop the targets."
+            )
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "
@@ -118,10 +141,12 @@ class TimingResult:
     method: str  # how it was timed
     forward_s: float  # median forward time (model call including the loss)
     backward_s: float  # median backward time
-    step_s: float  # median whole step
+    step_s: float  # median whole step: forward, backward and the optimizer's step
+    optimizer_s: float = 0.0  # median optimizer.step() and zero_grad(); 0 with optimizer "none"
     forward_samples: list[float] = field(default_factory=list)
     backward_samples: list[float] = field(default_factory=list)
     step_samples: list[float] = field(default_factory=list)
+    optimizer_samples: list[float] = field(default_factory=list)
 
     @property
     def step_spread(self) -> tuple[float, float]:
@@ -138,8 +163,11 @@ class MemoryResult:
     after_forward_bytes: int  # resident above the baseline once the loss is computed: what the backward will need
     peak_bytes: int  # highest total (baseline included) over the whole step
     peak_where: dict[str, Any]  # the stretch of the step where the peak was reached (phase, layer, rerun, description)
-    breakdown_after_forward: dict[str, int] = field(default_factory=dict)  # by category where the tool tells
+    # By category (meters.CATEGORIES: parameter, buffer, gradient, optimizer_state, activation, temp;
+    # on CUDA activation_and_temp holds the last two, which the allocator cannot tell apart).
+    breakdown_after_forward: dict[str, int] = field(default_factory=dict)
     breakdown_at_peak: dict[str, int] = field(default_factory=dict)
+    optimizer_state_bytes: int = 0  # the optimizer's state on the device, steady state (after the first step)
     offload_bytes: int = 0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
     offload_applied: bool = False  # True only when transformers' offload ran (or was simulated)
     host_offload_bytes: int = 0  # pinned host memory offload held at the end of the forward (simulated runs)

@@ -47,8 +47,10 @@ from . import catalog
 from .catalog import ModelInfo
 from .measure import Progress, layer_results, model_summary, observe_memory, random_batch, resolve_dtype, validate_for_model
 from .plan import describe_plan, observed_roles, planned_roles
+from .lora import adapted
 from .probe import region_for
 from .results import LayerResult, MemoryResult, Provenance, RunResult, RunSpec
+from .training import make_optimizer, prime_state
 
 SIMULATED_DEVICE = "cuda (simulated)"
 SIMULATION_METHOD = (
@@ -133,7 +135,11 @@ def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.d
             model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=spec.offload)
         enabled = observed_roles(model)
         batch = random_batch(model, spec, torch.device("cpu"))
-        memory, counts = observe_memory(model, batch, torch.device("cpu"))
+        with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
+            optimizer = make_optimizer(spec.optimizer, trained)
+            prime_state(optimizer)  # no warm-up here: the state a real run holds from its second step
+            memory, counts = observe_memory(trained, batch, torch.device("cpu"), optimizer)
+            del optimizer
         host_bytes = ledger.after_forward
     layers = layer_results(catalog.checkpointable_layers(model), planned, enabled, counts)
     memory = replace(
@@ -356,6 +362,9 @@ class _Reduction:
             ),
             breakdown_at_peak=peak_point["region_peak_breakdown"],
             offload_bytes=_grow(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
+            optimizer_state_bytes=_grow(
+                one.memory.optimizer_state_bytes, two.memory.optimizer_state_bytes, full_units - 1
+            ),
             timeline=timeline,
         )
         layers = [self._layer_row(one, two, index) for index in range(self.num_layers)]
