@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ckptlab import RunSpec, load_model  # noqa: E402
-from ckptlab.measure import random_batch, _step  # noqa: E402
+from ckptlab.measure import random_batch, step  # noqa: E402
 from ckptlab.meters import TrackerMeter, meter_for  # noqa: E402
 from ckptlab.probe import LayerProbe, StepRecorder  # noqa: E402
 
@@ -56,7 +56,7 @@ def recorder_ratio(model: torch.nn.Module, batch: dict, device: torch.device, ro
         meter = meter_for(model, device)
         probe = LayerProbe(model, on_region=None, track_saved=True)
         with meter.watching(), probe.attached():
-            _step(model, batch, probe)
+            step(model, batch, probe)
             return meter.take_peak()
 
     def with_recorder() -> int:
@@ -64,7 +64,7 @@ def recorder_ratio(model: torch.nn.Module, batch: dict, device: torch.device, ro
         recorder = StepRecorder(meter)
         probe = LayerProbe(model, on_region=recorder, track_saved=True)
         with meter.watching(), probe.attached():
-            _step(model, batch, probe)
+            step(model, batch, probe)
             return recorder.finish().region_peak_bytes
 
     samples: dict[str, list[float]] = {"without": [], "with": []}
@@ -106,19 +106,19 @@ def main() -> None:
     memory_probe = LayerProbe(model, on_region=lambda region: None, track_saved=True)
 
     def bare() -> None:
-        _step(model, batch, None)
+        step(model, batch, None)
 
     def with_timed_probe() -> None:
         with timed_probe.attached():
-            _step(model, batch, timed_probe)
+            step(model, batch, timed_probe)
 
     def with_memory_probe() -> None:
         with memory_probe.attached():
-            _step(model, batch, memory_probe)
+            step(model, batch, memory_probe)
 
     def with_memtracker() -> None:
         with TrackerMeter(model, torch.device("cpu")).watching():
-            _step(model, batch, None)
+            step(model, batch, None)
 
     variants = {
         "bare step": bare,

@@ -212,7 +212,7 @@ def _measure_built(
             step_s=median(samples["step"]),
             forward_samples=samples["forward"],
             backward_samples=samples["backward"],
-            optimizer_samples=samples["optimizer"],
+            optimizer_samples=samples["optimizer"] if spec.optimizer != "none" else [],
             step_samples=samples["step"],
         ),
         provenance=provenance_for(device),

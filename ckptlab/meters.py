@@ -41,7 +41,7 @@ CPU_MEMORY_METHOD = (
 CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temp")
 # On CUDA the allocator cannot tell activations from temporaries: one category holds both.
 ACTIVATION_AND_TEMP = "activation_and_temp"
-_TRACKER_CATEGORIES = {  # MemTracker's names -> the lab's
+TRACKER_CATEGORIES = {  # MemTracker's names -> the lab's
     "Parameter": "parameter",
     "Buffer": "buffer",
     "Gradient": "gradient",
@@ -51,8 +51,8 @@ _TRACKER_CATEGORIES = {  # MemTracker's names -> the lab's
     "Other": "other",
 }
 
-CUDA_TIME_METHOD = "CUDA events around forward and backward, read after torch.cuda.synchronize()"
-CPU_TIME_METHOD = "time.perf_counter around forward and backward"
+CUDA_TIME_METHOD = "CUDA events around forward, backward and the optimizer step, read after torch.cuda.synchronize()"
+CPU_TIME_METHOD = "time.perf_counter around forward, backward and the optimizer step"
 
 
 class MemoryMeter(Protocol):
@@ -232,7 +232,7 @@ class TrackerMeter:
     def _by_category(self, snap: dict) -> dict[str, int]:
         # MemTracker keys are str enums (_MemRefType.ACT == "Activation") plus the plain "Total".
         named = {str(getattr(key, "value", key)): value for key, value in snap.items()}
-        parts = {_TRACKER_CATEGORIES.get(key, key): value for key, value in named.items() if key != _TOTAL_KEY and value}
+        parts = {TRACKER_CATEGORIES.get(key, key): value for key, value in named.items() if key != _TOTAL_KEY and value}
         # MemTracker files every tensor made inside optimizer.step() as optimizer state, the
         # step's temporaries too. The state itself is fixed once created (the warm-up did it):
         # what exceeds it is temporaries.

@@ -137,7 +137,7 @@ def test_a_step_that_does_not_fit_exits_2_and_says_so(monkeypatch, capsys):
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory.")
 
-    monkeypatch.setattr(sys.modules["ckptlab.measure"], "_step", out_of_memory)
+    monkeypatch.setattr(sys.modules["ckptlab.measure"], "step", out_of_memory)
     assert main(["run", *QUICK]) == 2
     captured = capsys.readouterr()
     assert "Does not fit" in captured.out and "Traceback" not in captured.err

@@ -6,8 +6,8 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from ckptlab import RunSpec, load_model
-from ckptlab.measure import random_batch, _step
-from ckptlab.meters import TrackerMeter
+from ckptlab.measure import random_batch, step
+from ckptlab.meters import TRACKER_CATEGORIES, TrackerMeter
 
 
 def _peak_with(tracker_meter_or_stock, model, batch):
@@ -16,12 +16,12 @@ def _peak_with(tracker_meter_or_stock, model, batch):
         tracker = tracker_meter_or_stock
         tracker.track_external(model)
         with tracker:
-            _step(model, batch, None)
+            step(model, batch, None)
         snap = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
         return {str(getattr(k, "value", k)): v for k, v in snap.items() if v}
     meter = tracker_meter_or_stock
     with meter.watching():
-        _step(model, batch, None)
+        step(model, batch, None)
         peak = meter.take_peak()
         breakdown = meter.peak_breakdown()
     return {**breakdown, "Total": peak}
@@ -34,7 +34,7 @@ def test_lean_tracker_finds_the_same_peak_as_torchs_memtracker():
     batch = random_batch(model, spec, torch.device("cpu"))
     stock = _peak_with(MemTracker(), model, batch)
     lean = _peak_with(TrackerMeter(model, torch.device("cpu")), model, batch)
-    assert lean == stock
+    assert lean == {TRACKER_CATEGORIES.get(key, key): value for key, value in stock.items()}
     assert stock["Total"] > stock["Parameter"] > 0
 
 
