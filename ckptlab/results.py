@@ -71,10 +71,12 @@ class TimingResult:
     method: str  # how it was timed
     forward_s: float  # median forward time (model call including the loss)
     backward_s: float  # median backward time
-    step_s: float  # median whole step
+    step_s: float  # median whole step: forward, backward and the optimizer's step
+    optimizer_s: float = 0.0  # median optimizer.step() and zero_grad(); 0 with optimizer "none"
     forward_samples: list[float] = field(default_factory=list)
     backward_samples: list[float] = field(default_factory=list)
     step_samples: list[float] = field(default_factory=list)
+    optimizer_samples: list[float] = field(default_factory=list)
 
     @property
     def step_spread(self) -> tuple[float, float]:
@@ -91,8 +93,11 @@ class MemoryResult:
     after_forward_bytes: int  # resident above the baseline once the loss is computed: what the backward will need
     peak_bytes: int  # highest total (baseline included) over the whole step
     peak_where: dict[str, Any]  # the stretch of the step where the peak was reached (phase, layer, rerun, description)
-    breakdown_after_forward: dict[str, int] = field(default_factory=dict)  # by category where the tool tells
+    # By category (meters.CATEGORIES: parameter, buffer, gradient, optimizer_state, activation, temp;
+    # on CUDA activation_and_temp holds the last two, which the allocator cannot tell apart).
+    breakdown_after_forward: dict[str, int] = field(default_factory=dict)
     breakdown_at_peak: dict[str, int] = field(default_factory=dict)
+    optimizer_state_bytes: int = 0  # the optimizer's state on the device, steady state (after the first step)
     offload_bytes: int = (
         0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
     )

@@ -15,6 +15,7 @@ from .model.plan import validate_every_n_layers
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZERS = ("adamw", "sgd", "none")  # "none": forward and backward only, for lessons on activations alone
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,16 @@ class RunSpec:
     repeats: int = 4  # timed steps, after the warm-up; medians are quoted
     warmup: int = 2  # untimed steps first: the first backwards are slow (allocator, kernels, caches)
     seed: int = 0  # seeds the random weights and the random tokens
+    optimizer: str = (
+        "adamw"  # "adamw" (torch.optim.AdamW, as Trainer), "sgd" (no state) or "none" (forward + backward only)
+    )
+    lora_rank: int | None = None  # LoRA adapters of this rank on a frozen base (peft); None: full fine-tune
+    lora_targets: tuple[str, ...] | None = None  # modules LoRA adapts; None: every attention and MLP projection
+
+    def __post_init__(self) -> None:
+        # JSON and the URL give a list; a tuple keeps the spec hashable (results are cached by spec).
+        if self.lora_targets is not None and not isinstance(self.lora_targets, tuple):
+            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
@@ -46,6 +57,20 @@ class RunSpec:
             raise SpecError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}.")
         if self.device not in DEVICES:
             raise SpecError(f"device={self.device!r} is not one of {', '.join(DEVICES)}.")
+        if self.optimizer not in OPTIMIZERS:
+            raise SpecError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}.")
+        if self.lora_rank is not None and (
+            isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1
+        ):
+            raise SpecError(
+                f"lora_rank={self.lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are "
+                "common). Leave it unset for a full fine-tune."
+            )
+        if self.lora_targets is not None and self.lora_rank is None:
+            raise SpecError(
+                f"lora_targets={list(self.lora_targets)} without lora_rank: targets only mean something with LoRA. "
+                "Set lora_rank (for example 8) or drop the targets."
+            )
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..spec import DEVICES, DTYPES, RunSpec
+from ..spec import DEVICES, DTYPES, OPTIMIZERS, RunSpec
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
@@ -42,6 +42,30 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(
     )
     run.add_argument("--device", choices=DEVICES, default=defaults.device, help="default auto: CUDA when present")
     run.add_argument("--seed", type=int, default=defaults.seed)
+    run.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=defaults.optimizer,
+        help="adamw (default, as Trainer), sgd (no state) or none (forward and backward only)",
+    )
+    run.add_argument(
+        "--lora-rank",
+        type=int,
+        default=defaults.lora_rank,
+        metavar="R",
+        help="train LoRA adapters of rank R on a frozen base (peft); default: full fine-tune",
+    )
+    run.add_argument(
+        "--lora-targets",
+        type=_names,
+        default=defaults.lora_targets,
+        metavar="NAMES",
+        help="comma-separated modules LoRA adapts, e.g. q_proj,v_proj (default: every attention and MLP projection)",
+    )
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
@@ -55,6 +79,9 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
         every_n_layers=None if args.no_checkpointing else args.every_n_layers,
         offload=args.offload,
         seed=args.seed,
+        optimizer=args.optimizer,
+        lora_rank=args.lora_rank,
+        lora_targets=args.lora_targets,
         **extra,
     )
 

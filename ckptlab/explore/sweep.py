@@ -128,7 +128,7 @@ class SweepRow:
     after_forward_bytes: int | None = None  # resident above the baseline after the forward
     peak_bytes: int | None = None  # highest total over the step, baseline included
     peak_where: str = ""  # the stretch of the step where the peak was reached
-    peak_phase: str = ""  # "forward", "loss" or "backward"
+    peak_phase: str = ""  # "forward", "loss", "backward" or "optimizer"
     peak_rerun: bool = False  # the peak came while the backward reran a checkpointed layer
     offload_bytes: int = 0  # inputs of the CP layers: moved to host with offload on CUDA, else what it would move
     forward_s: float | None = None  # median forward (with the loss)

@@ -179,7 +179,7 @@ def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
         "seq": run.spec.seq_len,
         "off": mib(off.memory.peak_above_baseline_bytes),
         "run": mib(run.memory.peak_above_baseline_bytes),
-        "grad": mib(point.get("region_peak_breakdown", {}).get("Gradient", 0)),
+        "grad": mib(point.get("region_peak_breakdown", {}).get("gradient", 0)),
         "freed": mib(max(off.memory.after_forward_bytes - run.memory.after_forward_bytes, 0)),
     }
     return t("explain.peak_unmoved" if ratio >= 90 else "explain.peak_moved", lang, **values)

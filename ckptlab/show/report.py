@@ -10,7 +10,9 @@ from collections.abc import Sequence
 
 from ..model.catalog import ModelInfo
 from ..results import Comparison, RunResult, TimingResult
+from ..spec import RunSpec
 from ..units import mib, milliseconds
+from .i18n import t
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
 
@@ -20,6 +22,24 @@ def setting_name(every_n_layers: int | None, offload: bool = False) -> str:
     if every_n_layers is None:
         return "checkpointing off"
     return f"every_n_layers={every_n_layers}" + (", offload" if offload else "")
+
+
+OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}
+
+
+def training_name(spec: RunSpec) -> str:
+    """What the step trains and with what: ``"full fine-tune, AdamW"``, ``"LoRA r=8 on q_proj, v_proj, AdamW"``."""
+    tuned = "full fine-tune" if spec.lora_rank is None else f"LoRA r={spec.lora_rank}"
+    if spec.lora_targets:
+        tuned += f" on {', '.join(spec.lora_targets)}"
+    if spec.optimizer == "none":
+        return f"{tuned}, forward and backward only (no optimizer step)"
+    return f"{tuned}, {OPTIMIZER_NAMES[spec.optimizer]}"
+
+
+def category_name(key: str) -> str:
+    """A memory category's words (``"optimizer_state"`` -> ``"optimizer state"``), from the English locale."""
+    return t(f"category.{key}", "en")
 
 
 def diagram(forward_roles: Sequence[str], backward_roles: Sequence[str], title: str) -> str:
@@ -90,7 +110,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
         f"{model.name} ({model.family}, {model.num_layers} layers, hidden {model.hidden_size}, "
         f"{model.num_params / 1e6:,.1f}M parameters, {model.weights} weights)\n"
         f"seq_len {spec.seq_len} · batch {spec.batch_size} · {result.dtype} · {result.device} · "
-        f"{setting_name(spec.every_n_layers, spec.offload)}\n"
+        f"{setting_name(spec.every_n_layers, spec.offload)} · {training_name(spec)}\n"
         f"{result.provenance.label} · torch {result.provenance.torch_version} · "
         f"transformers {result.provenance.transformers_version}"
     )
@@ -104,7 +124,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
             "baseline before the forward",
             mib(memory.baseline_bytes),
             ref_memory and mib(ref_memory.baseline_bytes),
-            "parameters, buffers",
+            "parameters, buffers" + (", optimizer state" if memory.optimizer_state_bytes else ""),
         ),
         (
             "resident after the forward",
@@ -122,9 +142,19 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
     lines = [head, "", result_diagram(result), ""]
     lines.append(_table_row("Memory, MiB", "this run", "off" if reference else None, ""))
     lines += [_table_row(label, value, ref, note) for label, value, ref, note in rows]
+    if memory.optimizer_state_bytes:
+        lines.insert(
+            -2,
+            _table_row(
+                "  of which optimizer state",
+                mib(memory.optimizer_state_bytes),
+                ref_memory and mib(ref_memory.optimizer_state_bytes),
+                "steady state, after the first step",
+            ),
+        )
     if memory.breakdown_at_peak:
         parts = sorted(memory.breakdown_at_peak.items(), key=lambda item: -item[1])
-        lines.append("  at the peak: " + ", ".join(f"{name.lower()} {mib(amount)}" for name, amount in parts))
+        lines.append("  at the peak: " + ", ".join(f"{category_name(name)} {mib(amount)}" for name, amount in parts))
     if memory.offload_bytes and spec.offload:
         if result.provenance.kind == "simulated":
             verb = "held in pinned host memory instead (simulated)"
@@ -165,8 +195,11 @@ def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: in
     for label, value, samples, ref in (
         ("forward (with loss)", timing.forward_s, timing.forward_samples, ref_timing and ref_timing.forward_s),
         ("backward", timing.backward_s, timing.backward_samples, ref_timing and ref_timing.backward_s),
+        ("optimizer step", timing.optimizer_s, timing.optimizer_samples, ref_timing and ref_timing.optimizer_s),
         ("step", timing.step_s, timing.step_samples, ref_timing and ref_timing.step_s),
     ):
+        if not samples:  # no optimizer in the step
+            continue
         spread = f"spread {milliseconds(min(samples))}-{milliseconds(max(samples))}"
         lines.append(_table_row(label, milliseconds(value), ref and milliseconds(ref), spread))
     lines.append(f"  ({timing.method})")

@@ -30,10 +30,12 @@ WORDS: dict[str, str] = {
     "x_title": "setting (checkpointed layers)",
     "peak_y": "simulated GPU memory, {unit}",
     "resident_y": "simulated memory, {unit}",
-    "Parameter": "parameters and buffers",
-    "Gradient": "gradients",
-    "Activation": "activations",
-    "Temp": "temporaries",
+    "parameter": "parameters and buffers",
+    "gradient": "gradients",
+    "optimizer_state": "optimizer state",
+    "activation": "activations",
+    "temp": "temporaries",
+    "activation_and_temp": "activations and temporaries",
     "other": "other",
     "resident": "activations resident after the forward",
     "host": "host memory (offload), not GPU",
@@ -48,10 +50,12 @@ WORDS: dict[str, str] = {
 
 # Okabe-Ito: told apart by colour-blind readers and on a washed-out projector.
 COLORS = {
-    "Parameter": "#0072B2",
-    "Gradient": "#56B4E9",
-    "Activation": "#D55E00",
-    "Temp": "#E69F00",
+    "parameter": "#0072B2",
+    "gradient": "#56B4E9",
+    "optimizer_state": "#009E73",
+    "activation": "#D55E00",
+    "temp": "#E69F00",
+    "activation_and_temp": "#D55E00",
     "other": "#000000",
     "host": "#CC79A7",
     "fits": "#009E73",
@@ -60,8 +64,8 @@ COLORS = {
 }
 # Streamlit's plotly.js draws nothing for a pattern with an rgba fgcolor: hex colours only.
 HOST_PATTERN = {"shape": "/", "bgcolor": "#F5E1EC", "fgcolor": "#CC79A7", "size": 8, "solidity": 0.45}
-PARTS = ("Parameter", "Gradient", "Activation", "Temp")  # bottom to top
-FOLDED = {"Buffer": "Parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
+PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
+FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
 OFF_SCALE = 4  # a budget more than this many times the tallest bar is named, not drawn (the bars would vanish)
 
 
@@ -186,7 +190,7 @@ def resident_figure(
     figure.add_trace(
         go.Bar(
             x=slots, y=[v / scale for v in resident], offset=offsets, width=widths, name=say["resident"],
-            marker={"color": COLORS["Activation"]}, text=[f"{v / scale:,.1f}" for v in resident], textposition="outside",
+            marker={"color": COLORS["activation"]}, text=[f"{v / scale:,.1f}" for v in resident], textposition="outside",
             hovertext=[_hover(say, tick, say["resident"], value, provenance) for tick, value in zip(ticks, resident)],
             hoverinfo="text", cliponaxis=False,
         )

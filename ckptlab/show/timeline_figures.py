@@ -18,7 +18,13 @@ from ..units import MIB
 from .figures import COLORS, FONT, OFF_COLOR, RUN_COLOR
 from .i18n import t
 
-BAND_COLORS = {"forward": "#56B4E9", "loss": "#999999", "backward": "#009E73", "rerun": COLORS["rerun"]}
+BAND_COLORS = {
+    "forward": "#56B4E9",
+    "loss": "#999999",
+    "backward": "#009E73",
+    "rerun": COLORS["rerun"],
+    "optimizer": "#E69F00",
+}
 STATE_COLORS = {
     "pending": "#E8E8E8",
     "running": "#56B4E9",
@@ -77,7 +83,7 @@ def peak_cause(run: RunResult, lang: str) -> str:
         (
             (value, key)
             for key, value in point.get("region_peak_breakdown", {}).items()
-            if key not in ("Parameter", "Buffer")
+            if key not in ("parameter", "buffer")
         ),
         reverse=True,
     )[:2]

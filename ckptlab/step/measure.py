@@ -1,10 +1,14 @@
 """One real training step, run and measured: the core of the lab.
 
 ``measure(spec)`` builds (or takes) the model, enables checkpointing through transformers'
-own ``activation_checkpointing_enable``, and runs real forward and backward passes on
-random tokens:
+own ``activation_checkpointing_enable``, wraps it in LoRA adapters when the spec asks
+(``ckptlab.model.lora``), and runs real training steps on random tokens: forward, backward,
+``optimizer.step()`` and ``optimizer.zero_grad(set_to_none=True)`` (``ckptlab.step.training``;
+``optimizer="none"`` stops after the backward):
 
-1. ``spec.warmup`` untimed steps (the first backward is slow everywhere);
+1. ``spec.warmup`` untimed steps (the first backward is slow everywhere, and the first
+   ``optimizer.step()`` allocates the optimizer's state, so later steps start from the
+   steady state a real run is in);
 2. ``spec.repeats`` timed steps with the light :class:`~ckptlab.step.probe.LayerProbe` attached,
    whose per-layer counts must repeat the plan on every step;
 3. one observed step for memory: baseline before the forward, resident after it, the
@@ -29,7 +33,8 @@ from transformers import PreTrainedModel
 from ..errors import DoesNotFitError, SpecError
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..model.plan import describe_plan, observed_roles, planned_roles
+from ..model.lora import adapted
+from ..model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
 from ..results import (
     LayerResult,
     MemoryResult,
@@ -42,6 +47,7 @@ from ..results import (
 from ..spec import RunSpec
 from .meters import Clock, clock_for, meter_for
 from .probe import LayerCounts, LayerProbe, StepRecorder
+from .training import make_optimizer, optimizer_state_bytes
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
 
@@ -179,29 +185,13 @@ def _measure_built(
         model.activation_checkpointing_disable()
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     enabled = observed_roles(model)
-
     batch = random_batch(model, spec, device)
-    total_steps = spec.warmup + spec.repeats + 1
-    for index in range(spec.warmup):
-        report(f"warm-up step {index + 1} of {spec.warmup}", (index + 0.5) / total_steps)
-        train_step(model, batch, probe=None)
+    with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
+        optimizer = make_optimizer(spec.optimizer, trained)
+        samples, layer_counts, memory = _run_steps(spec, trained, optimizer, batch, device, planned, notes, report)
+        del optimizer  # its state is the caller's memory no longer
 
-    clock = clock_for(device)
-    probe = LayerProbe(model, track_saved=False)
-    forward_samples, backward_samples = [], []
-    with probe.attached():
-        for index in range(spec.repeats):
-            report(f"timed step {index + 1} of {spec.repeats}", (spec.warmup + index + 0.5) / total_steps)
-            forward_s, backward_s = train_step(model, batch, probe, clock=clock)
-            forward_samples.append(forward_s)
-            backward_samples.append(backward_s)
-            _check_repeatable(probe, planned, notes)
-    step_samples = [f + b for f, b in zip(forward_samples, backward_samples)]
-
-    report("memory step (observed, untimed)", (total_steps - 0.5) / total_steps)
-    memory, layer_counts = observe_memory(model, batch, device)
-
-    layers = layer_results(probe.layers, planned, enabled, layer_counts)
+    layers = layer_results(checkpointable_layers(model), planned, enabled, layer_counts)
     memory = _with_offload(memory, layers, offload_applies, notes)
     if not all(layer.planned == layer.enabled == layer.observed for layer in layers):
         notes.append(_mismatch_note(layers))
@@ -215,17 +205,51 @@ def _measure_built(
         layers=layers,
         memory=memory,
         timing=TimingResult(
-            method=clock.method,
-            forward_s=median(forward_samples),
-            backward_s=median(backward_samples),
-            step_s=median(step_samples),
-            forward_samples=forward_samples,
-            backward_samples=backward_samples,
-            step_samples=step_samples,
+            method=clock_for(device).method,
+            forward_s=median(samples["forward"]),
+            backward_s=median(samples["backward"]),
+            optimizer_s=median(samples["optimizer"]),
+            step_s=median(samples["step"]),
+            forward_samples=samples["forward"],
+            backward_samples=samples["backward"],
+            optimizer_samples=samples["optimizer"] if spec.optimizer != "none" else [],
+            step_samples=samples["step"],
         ),
         provenance=provenance_for(device),
         notes=notes,
     )
+
+
+def _run_steps(
+    spec: RunSpec,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    batch: dict[str, torch.Tensor],
+    device: torch.device,
+    planned: list[str],
+    notes: list[str],
+    report: Progress,
+) -> tuple[dict[str, list[float]], list[LayerCounts], MemoryResult]:
+    """The warm-up, the timed steps and the memory step of one run on a ready model."""
+    total_steps = spec.warmup + spec.repeats + 1
+    for index in range(spec.warmup):
+        report(f"warm-up step {index + 1} of {spec.warmup}", (index + 0.5) / total_steps)
+        train_step(model, batch, probe=None, optimizer=optimizer)
+
+    clock = clock_for(device)
+    probe = LayerProbe(model, track_saved=False)
+    samples: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
+    with probe.attached():
+        for index in range(spec.repeats):
+            report(f"timed step {index + 1} of {spec.repeats}", (spec.warmup + index + 0.5) / total_steps)
+            for phase, seconds in zip(samples, train_step(model, batch, probe, clock=clock, optimizer=optimizer)):
+                samples[phase].append(seconds)
+            _check_repeatable(probe, planned, notes)
+    samples["step"] = [sum(parts) for parts in zip(*samples.values())]
+
+    report("memory step (observed, untimed)", (total_steps - 0.5) / total_steps)
+    memory, layer_counts = observe_memory(model, batch, device, optimizer)
+    return samples, layer_counts, memory
 
 
 def layer_results(
@@ -263,17 +287,20 @@ def random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) ->
 
 
 def train_step(
-    model: PreTrainedModel,
+    model: torch.nn.Module,
     batch: dict[str, torch.Tensor],
     probe: LayerProbe | None,
     *,
     clock: Clock | None = None,
     after_forward: Callable[[], None] | None = None,
-) -> tuple[float, float] | None:
-    """One forward (with the loss) and backward, leaving no gradients behind.
+    optimizer: torch.optim.Optimizer | None = None,
+) -> tuple[float, float, float] | None:
+    """One training step: forward (with the loss), backward, and the optimizer's step when there is one.
+
+    Leaves no gradients behind (``zero_grad(set_to_none=True)``, as a training loop does).
 
     Returns:
-        (forward seconds, backward seconds) when a clock is given, else None.
+        (forward, backward, optimizer) seconds when a clock is given (optimizer 0.0 without one), else None.
     """
     if probe is not None:
         probe.begin_step()
@@ -286,17 +313,27 @@ def train_step(
         probe.set_phase("backward")
     loss.backward()
     backward_end = clock.mark() if clock else None
+    del loss
+    if optimizer is not None:
+        if probe is not None:
+            probe.set_phase("optimizer")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    optimizer_end = clock.mark() if clock else None
     if probe is not None:
         probe.end_step()
-    del loss
     model.zero_grad(set_to_none=True)
     if clock is None:
         return None
-    return clock.seconds(start, forward_end), clock.seconds(forward_end, backward_end)
+    optimizer_s = clock.seconds(backward_end, optimizer_end) if optimizer is not None else 0.0
+    return clock.seconds(start, forward_end), clock.seconds(forward_end, backward_end), optimizer_s
 
 
 def observe_memory(
-    model: PreTrainedModel, batch: dict[str, torch.Tensor], device: torch.device
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    device: torch.device,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> tuple[MemoryResult, list[LayerCounts]]:
     """One step under the device's meter: baseline, resident after the forward, timeline and peak.
 
@@ -304,7 +341,7 @@ def observe_memory(
         The memory figures, and the probe's per-layer counts (calls, reruns, saved bytes) of that step.
     """
     gc.collect()
-    meter = meter_for(model, device)
+    meter = meter_for(model, device, optimizer)
     with meter.watching():
         baseline = meter.current()
         recorder = StepRecorder(meter)
@@ -316,7 +353,7 @@ def observe_memory(
             resident["breakdown"] = meter.breakdown()
 
         with probe.attached():
-            train_step(model, batch, probe, after_forward=after_forward)
+            train_step(model, batch, probe, after_forward=after_forward, optimizer=optimizer)
         peak_point = recorder.finish()
     memory = MemoryResult(
         method=meter.method,
@@ -326,6 +363,7 @@ def observe_memory(
         peak_where=peak_point.region().to_dict(),
         breakdown_after_forward=resident["breakdown"],
         breakdown_at_peak=peak_point.region_peak_breakdown,
+        optimizer_state_bytes=optimizer_state_bytes(optimizer, device),
         timeline=[point.to_dict() for point in recorder.timeline],
     )
     return memory, probe.counts

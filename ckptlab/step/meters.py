@@ -27,6 +27,8 @@ import torch
 import torch.nn as nn
 from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
 
+from .training import gradient_bytes, optimizer_state_bytes, parameter_bytes
+
 CUDA_MEMORY_METHOD = (
     "CUDA caching allocator statistics: torch.cuda.memory_allocated and max_memory_allocated "
     "(bytes in live tensors, allocator block rounding included)"
@@ -34,8 +36,22 @@ CUDA_MEMORY_METHOD = (
 CPU_MEMORY_METHOD = (
     "torch.distributed._tools.mem_tracker.MemTracker on a separate untimed step (bytes of live tensor storages)"
 )
-CUDA_TIME_METHOD = "CUDA events around forward and backward, read after torch.cuda.synchronize()"
-CPU_TIME_METHOD = "time.perf_counter around forward and backward"
+# Where the bytes of a step go, by one name everywhere (results, tables, figures, locales).
+CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temp")
+# On CUDA the allocator cannot tell activations from temporaries: one category holds both.
+ACTIVATION_AND_TEMP = "activation_and_temp"
+TRACKER_CATEGORIES = {  # MemTracker's names -> the lab's
+    "Parameter": "parameter",
+    "Buffer": "buffer",
+    "Gradient": "gradient",
+    "Optstate": "optimizer_state",
+    "Activation": "activation",
+    "Temp": "temp",
+    "Other": "other",
+}
+
+CUDA_TIME_METHOD = "CUDA events around forward, backward and the optimizer step, read after torch.cuda.synchronize()"
+CPU_TIME_METHOD = "time.perf_counter around forward, backward and the optimizer step"
 
 
 class MemoryMeter(Protocol):
@@ -65,8 +81,13 @@ class CudaMeter:
 
     method = CUDA_MEMORY_METHOD
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(
+        self, device: torch.device, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None
+    ) -> None:
         self.device = device
+        self._model = model
+        self._optimizer = optimizer
+        self._last_peak_breakdown: dict[str, int] = {}
 
     @contextmanager
     def watching(self) -> Iterator[CudaMeter]:
@@ -82,13 +103,31 @@ class CudaMeter:
         # Host-side counters: reading and resetting them does not synchronize or allocate.
         peak = torch.cuda.max_memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
+        # Parameters, buffers and the optimizer's state do not change within a stretch, and
+        # gradients only arrive: read at the stretch's end, they are at most one layer's
+        # gradients above what was held at its peak. The rest is activations and temporaries.
+        self._last_peak_breakdown = self._split(peak)
         return peak
 
     def breakdown(self) -> dict[str, int]:
-        return {}
+        return self._split(self.current())
 
     def peak_breakdown(self) -> dict[str, int]:
-        return {}
+        return self._last_peak_breakdown
+
+    def _split(self, total: int) -> dict[str, int]:
+        """``total`` split into what the model's and the optimizer's tensors hold, and the rest."""
+        if self._model is None:
+            return {}
+        params, buffers = parameter_bytes(self._model, self.device)
+        parts = {
+            "parameter": params,
+            "buffer": buffers,
+            "gradient": gradient_bytes(self._model, self.device),
+            "optimizer_state": optimizer_state_bytes(self._optimizer, self.device),
+        }
+        parts[ACTIVATION_AND_TEMP] = max(0, total - sum(parts.values()))
+        return {key: value for key, value in parts.items() if value}
 
 
 class _LeanMemTracker(MemTracker):
@@ -108,6 +147,16 @@ class _LeanMemTracker(MemTracker):
         self._region_peak = 0
         self._region_peak_snap: dict = {}
 
+    def _track_module_params_and_buffers(self, module: nn.Module, install_grad_hooks: bool = True) -> tuple[int, int]:
+        # Stock MemTracker hooks every parameter's gradient, and torch refuses a hook on a tensor
+        # that does not require grad (a frozen LoRA base). Frozen parameters get no gradient, so
+        # they are marked as hooked with a no-op handle and tracked as parameters all the same.
+        if install_grad_hooks:
+            for param in module.parameters():
+                if not param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
+                    self._param_to_grad_hook_handles[param] = (_NO_HOOK, _NO_HOOK)
+        return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
     def _update_peak_stats(self, peak_state: object) -> None:
         for device, snap in self._curr_mem_snap.items():
             total = snap[_TOTAL_KEY]
@@ -126,14 +175,25 @@ class _LeanMemTracker(MemTracker):
         return peak, peak_snap
 
 
+class _NoHook:
+    """A hook handle for a parameter that has no hook (see ``_LeanMemTracker``)."""
+
+    def remove(self) -> None:
+        pass
+
+
+_NO_HOOK = _NoHook()
+
+
 class TrackerMeter:
-    """torch's MemTracker, following the model's parameters and everything made in the step."""
+    """torch's MemTracker, following the model's parameters, the optimizer's state and everything made in the step."""
 
     method = CPU_MEMORY_METHOD
 
-    def __init__(self, model: nn.Module, device: torch.device) -> None:
+    def __init__(self, model: nn.Module, device: torch.device, optimizer: torch.optim.Optimizer | None = None) -> None:
         self.device = device
         self._model = model
+        self._optimizer = optimizer
         self._tracker: _LeanMemTracker | None = None
         self._last_peak_snap: dict = {}
 
@@ -141,7 +201,7 @@ class TrackerMeter:
     def watching(self) -> Iterator[TrackerMeter]:
         # A fresh tracker per step: MemTracker refuses a second iteration of the same root module.
         self._tracker = _LeanMemTracker(self.device)
-        self._tracker.track_external(self._model)
+        self._tracker.track_external(self._model, self._optimizer)
         with warnings.catch_warnings():
             # ModTracker warns when a module is already gone when its backward hook fires (seen
             # with tiny-bert); the device totals the lab reads do not depend on per-module stats.
@@ -163,16 +223,24 @@ class TrackerMeter:
         return peak
 
     def breakdown(self) -> dict[str, int]:
-        return _by_category(self._live().get_tracker_snapshot("current").get(self.device, {}))
+        return self._by_category(self._live().get_tracker_snapshot("current").get(self.device, {}))
 
     def peak_breakdown(self) -> dict[str, int]:
-        return _by_category(self._last_peak_snap)
+        return self._by_category(self._last_peak_snap)
 
-
-def _by_category(snap: dict) -> dict[str, int]:
-    # MemTracker keys are str enums (_MemRefType.ACT == "Activation") plus the plain "Total".
-    named = {str(getattr(key, "value", key)): value for key, value in snap.items()}
-    return {key: value for key, value in named.items() if key != _TOTAL_KEY and value}
+    def _by_category(self, snap: dict) -> dict[str, int]:
+        # MemTracker keys are str enums (_MemRefType.ACT == "Activation") plus the plain "Total".
+        named = {str(getattr(key, "value", key)): value for key, value in snap.items()}
+        parts = {TRACKER_CATEGORIES.get(key, key): value for key, value in named.items() if key != _TOTAL_KEY and value}
+        # MemTracker files every tensor made inside optimizer.step() as optimizer state, the
+        # step's temporaries too. The state itself is fixed once created (the warm-up did it):
+        # what exceeds it is temporaries.
+        state = optimizer_state_bytes(self._optimizer, self.device)
+        excess = parts.get("optimizer_state", 0) - state
+        if self._optimizer is not None and excess > 0:
+            parts["optimizer_state"] = state
+            parts["temp"] = parts.get("temp", 0) + excess
+        return {key: value for key, value in parts.items() if value}
 
 
 class Clock(Protocol):
@@ -211,9 +279,13 @@ class CudaClock:
         return start.elapsed_time(end) / 1000.0
 
 
-def meter_for(model: nn.Module, device: torch.device) -> CudaMeter | TrackerMeter:
-    """The memory meter the lab trusts on ``device``."""
-    return CudaMeter(device) if device.type == "cuda" else TrackerMeter(model, device)
+def meter_for(
+    model: nn.Module, device: torch.device, optimizer: torch.optim.Optimizer | None = None
+) -> CudaMeter | TrackerMeter:
+    """The memory meter the lab trusts on ``device``, counting ``model``'s tensors and ``optimizer``'s state."""
+    if device.type == "cuda":
+        return CudaMeter(device, model, optimizer)
+    return TrackerMeter(model, device, optimizer)
 
 
 def clock_for(device: torch.device) -> CudaClock | CpuClock:

@@ -24,7 +24,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ..model.plan import checkpointable_layers
 
-Phase = Literal["idle", "forward", "backward"]
+Phase = Literal["idle", "forward", "backward", "optimizer"]
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Region:
     """A stretch of the step between two probe events."""
 
     kind: str  # one of KINDS: what starts the stretch
-    phase: str  # "forward", "loss" or "backward"
+    phase: str  # "forward", "loss", "backward" or "optimizer"
     layer: int | None  # 0-based index of the layer the stretch belongs to, None outside the layers
     rerun: bool  # True while the backward recomputes a checkpointed layer
     description: str  # for people, e.g. "backward of L3: its rerun, then its gradients"
@@ -69,6 +69,7 @@ EVENTS: dict[str, tuple[str, bool, str]] = {
     "layer_backward": ("backward", False, "backward of L{n}"),
     "rerun": ("backward", True, "backward of L{n}: its rerun, then its gradients"),
     "backward_end": ("backward", False, "backward: embeddings and the last gradients"),
+    "optimizer": ("optimizer", False, "optimizer step: the gradients into the weights"),
 }
 
 
@@ -145,10 +146,10 @@ class LayerProbe:
         self._emit("embeddings")
 
     def set_phase(self, phase: Phase) -> None:
-        """Move to ``"backward"`` right before ``loss.backward()``; ``"idle"`` after it."""
+        """Move to ``"backward"`` right before ``loss.backward()``, ``"optimizer"`` before ``optimizer.step()``."""
         self.phase = phase
-        if phase == "backward":
-            self._emit("backward")
+        if phase in ("backward", "optimizer"):
+            self._emit(phase)
 
     def end_step(self) -> None:
         """Leave the step (the backward has returned)."""
@@ -279,7 +280,7 @@ class TimelinePoint:
 
     order: int  # position in the step, from 0
     kind: str  # what the event is (probe.KINDS)
-    phase: str  # "forward", "loss" or "backward"
+    phase: str  # "forward", "loss", "backward" or "optimizer"
     layer: int | None  # 0-based layer index, None outside the layers
     rerun: bool  # the backward is recomputing a checkpointed layer
     event: str  # the stretch that starts here, for people

@@ -45,6 +45,7 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.lora import adapted
 from ..model.plan import describe_plan, observed_roles, planned_roles
 from ..results import LayerResult, MemoryResult, Provenance, RunResult
 from ..spec import RunSpec
@@ -58,6 +59,7 @@ from .measure import (
     validate_for_model,
 )
 from .probe import region_for
+from .training import make_optimizer, prime_state
 
 SIMULATED_DEVICE = "cuda (simulated)"
 SIMULATION_METHOD = (
@@ -142,7 +144,11 @@ def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.d
             model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=spec.offload)
         enabled = observed_roles(model)
         batch = random_batch(model, spec, torch.device("cpu"))
-        memory, counts = observe_memory(model, batch, torch.device("cpu"))
+        with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
+            optimizer = make_optimizer(spec.optimizer, trained)
+            prime_state(optimizer)  # no warm-up here: the state a real run holds from its second step
+            memory, counts = observe_memory(trained, batch, torch.device("cpu"), optimizer)
+            del optimizer
         host_bytes = ledger.after_forward
     layers = layer_results(catalog.checkpointable_layers(model), planned, enabled, counts)
     memory = replace(
@@ -365,6 +371,9 @@ class Reduction:
             ),
             breakdown_at_peak=peak_point["region_peak_breakdown"],
             offload_bytes=_grow(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
+            optimizer_state_bytes=_grow(
+                one.memory.optimizer_state_bytes, two.memory.optimizer_state_bytes, full_units - 1
+            ),
             timeline=timeline,
         )
         layers = [self._layer_row(one, two, index) for index in range(self.num_layers)]

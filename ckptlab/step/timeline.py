@@ -23,10 +23,10 @@ from typing import Any
 
 Point = dict[str, Any]
 
-PHASE_RANK = {"forward": 0, "loss": 1, "backward": 2}
+PHASE_RANK = {"forward": 0, "loss": 1, "backward": 2, "optimizer": 3}
 # What a layer is doing / holding at one event of the step.
 STATES = ("pending", "running", "held", "input_only", "recomputing", "backward", "freed")
-BANDS = ("forward", "loss", "backward", "rerun")  # what the shading of a stretch says
+BANDS = ("forward", "loss", "backward", "rerun", "optimizer")  # what the shading of a stretch says
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,7 @@ def position(kind: str, layer: int | None, layers: int) -> float:
         "layer_backward": backward_slot,
         "rerun": backward_slot + 1,
         "backward_end": 4 * layers + 2,
+        "optimizer": 4 * layers + 3,
     }
     if kind not in table:
         raise ValueError(f"unknown timeline event kind {kind!r}")
@@ -140,7 +141,7 @@ def position(kind: str, layer: int | None, layers: int) -> float:
 
 def end_position(layers: int) -> float:
     """The end of the step on the common axis."""
-    return float(4 * layers + 3)
+    return float(4 * layers + 4)
 
 
 def positions(timeline: Sequence[Point], layers: int | None = None) -> list[float]:

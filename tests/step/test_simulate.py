@@ -41,11 +41,15 @@ def test_an_8b_simulation_allocates_no_real_memory():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = simulate(RunSpec(model="llama-3.1-8b", seq_len=8192, every_n_layers=1))
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-    assert result.memory.baseline_bytes == 2 * result.model.num_params + 512  # bf16 parameters and the rotary buffer
+    # bf16 parameters, the rotary buffer, and AdamW's state: two bf16 moments a parameter and a
+    # float32 step counter per parameter tensor (32 layers x 9, embeddings, final norm, head).
+    tensors = 32 * 9 + 3
+    assert result.memory.optimizer_state_bytes == 4 * result.model.num_params + 4 * tensors
+    assert result.memory.baseline_bytes == 2 * result.model.num_params + 512 + result.memory.optimizer_state_bytes
     assert result.memory.baseline_bytes > 14 * GIB
     assert grown < 1 * GIB  # while this process's peak resident memory barely moved
     assert result.provenance.kind == "simulated" and result.timing is None
-    assert result.memory.breakdown_at_peak.keys() >= {"Parameter", "Activation"}
+    assert result.memory.breakdown_at_peak.keys() >= {"parameter", "gradient", "optimizer_state"}
 
 
 @pytest.mark.parametrize(
@@ -66,6 +70,7 @@ def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(every_n_layers,
         "breakdown_at_peak",
         "offload_bytes",
         "host_offload_bytes",
+        "optimizer_state_bytes",
         "timeline",
     ):
         assert getattr(fast.memory, name) == getattr(full.memory, name), name

@@ -1,0 +1,153 @@
+"""LoRA adapters through ``peft``, on a frozen base, as most people fine-tune a 7-8B model.
+
+Checkpointing stays transformers' own: it is enabled on the base model
+(``peft_model.get_base_model().activation_checkpointing_enable(...)``), as PEFT users do. The
+decoder layers keep their class when peft injects adapters into their projections, so the
+lab's plan and probe find them through the wrapper.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensor
+from transformers import PreTrainedModel
+from transformers.pytorch_utils import Conv1D
+
+from ..errors import SpecError, UnsupportedModelError
+from .plan import checkpointable_layers
+
+# Projection modules peft can wrap: torch's Linear, and transformers' Conv1D (GPT-2's projections).
+_ADAPTABLE = (nn.Linear, Conv1D)
+
+
+def linear_module_names(model: nn.Module) -> list[str]:
+    """Short names of the projections inside the model's checkpointable layers (``q_proj``, ``c_attn``, ...).
+
+    These are the attention and MLP projections of the architecture: the default LoRA targets.
+    """
+    names: list[str] = []
+    for layer in checkpointable_layers(model):
+        for name, module in layer.named_modules():
+            short = name.rsplit(".", 1)[-1]
+            if name and isinstance(module, _ADAPTABLE) and short not in names:
+                names.append(short)
+    return names
+
+
+def resolve_targets(model: nn.Module, targets: Sequence[str] | None) -> list[str]:
+    """The modules to adapt: ``targets`` checked against the model, or every projection it has.
+
+    Raises:
+        UnsupportedModelError: the model has no linear projection in its layers.
+        SpecError: a target the model does not have, naming the ones it has.
+    """
+    available = linear_module_names(model)
+    if not available:
+        raise UnsupportedModelError(
+            f"{type(model).__name__} has no linear projections inside its layers, so LoRA has nothing to adapt. "
+            "Run a full fine-tune (no LoRA rank) instead."
+        )
+    if not targets:
+        return available
+    unknown = [name for name in targets if name not in available]
+    if unknown:
+        raise SpecError(
+            f"lora_targets names {', '.join(unknown)}, which {type(model).__name__} does not have. "
+            f"Its linear modules are: {', '.join(available)}."
+        )
+    return list(targets)
+
+
+def apply_lora(model: PreTrainedModel, rank: int, targets: Sequence[str] | None) -> nn.Module:
+    """Freeze ``model`` and wrap it with rank-``rank`` LoRA adapters on ``targets`` (peft).
+
+    ``lora_alpha = 2 x rank`` and no adapter dropout: neither changes the memory of a step.
+    """
+    from peft import LoraConfig, get_peft_model  # imported here: only LoRA runs pay for it
+
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=resolve_targets(model, targets))
+    with quiet_peft(), _fake_safe(model):
+        return get_peft_model(model, config)
+
+
+_FAKE = threading.local()
+_INSTALL_LOCK = threading.Lock()
+
+
+@contextmanager
+def _fake_safe(model: nn.Module) -> Iterator[None]:
+    """Let peft adapt a model on fake tensors (``ckptlab.simulate``).
+
+    peft creates each adapter in float32, moves it with ``Module.to(device, dtype)`` to the
+    base layer, and (``autocast_adapter_dtype``, its default) casts bfloat16 and float16
+    adapters back to float32. ``Module.to`` swaps fake parameters, which torch refuses
+    ("Cannot swap ... weakref"). On fake tensors an adapter is already where that round trip
+    leaves it (float32, on the one fake device), so ``Module.to`` returns the module unmoved,
+    for this thread and while peft builds the adapters only; real tensors and other threads
+    keep torch's own ``to``.
+    """
+    if not isinstance(next(model.parameters(), None), FakeTensor):
+        yield
+        return
+    with _INSTALL_LOCK:
+        if not getattr(nn.Module.to, "_ckptlab_fake_safe", False):
+            original = nn.Module.to
+
+            def to(self, *args, **kwargs):
+                if getattr(_FAKE, "active", False):
+                    return self
+                return original(self, *args, **kwargs)
+
+            to._ckptlab_fake_safe = True  # type: ignore[attr-defined]
+            nn.Module.to = to  # type: ignore[method-assign]
+    _FAKE.active = True
+    try:
+        yield
+    finally:
+        _FAKE.active = False
+
+
+@contextmanager
+def adapted(model: PreTrainedModel, rank: int | None, targets: Sequence[str] | None) -> Iterator[nn.Module]:
+    """``model`` to train: itself for a full fine-tune, or wrapped in LoRA adapters for the block.
+
+    peft injects the adapters into ``model``'s own modules and freezes its parameters; on the
+    way out the adapters are unloaded and every ``requires_grad`` is as it was, so a model the
+    caller passed in (the app's cache) is the caller's again, error or not.
+    """
+    if rank is None:
+        yield model
+        return
+    trainable = [param.requires_grad for param in model.parameters()]
+    wrapped = apply_lora(model, rank, targets)
+    try:
+        yield wrapped
+    finally:
+        with quiet_peft():
+            wrapped.unload()
+        for param, flag in zip(model.parameters(), trainable):
+            param.requires_grad_(flag)
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The transformers model under a peft wrapper (the model itself when there is none)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+@contextmanager
+def quiet_peft() -> Iterator[None]:
+    """Silence what peft 0.21 says on every call with transformers 5: not the user's concern.
+
+    peft reads transformers' deprecated ``is_gradient_checkpointing`` (a FutureWarning) and
+    warns when a Conv1D target needs ``fan_in_fan_out``, which it then sets itself.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=".*fan_in_fan_out.*", category=UserWarning)
+        yield

@@ -1,0 +1,91 @@
+"""Checkpointing must not change what is learned: the same loss and gradients with it on and off.
+
+transformers' non-reentrant checkpoint saves and restores the RNG state around the rerun,
+so even with dropout the recomputed forward draws the same masks. :func:`check_gradients`
+proves it for a spec: two models built from the same seed, one step each on the same tokens
+under the same RNG seed, one with the spec's checkpointing and one without, and the
+trained parameters' gradients compared exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..model import catalog
+from ..model.lora import adapted
+from ..spec import RunSpec
+from .measure import random_batch, resolve_device, resolve_dtype
+from .training import trainable_parameters
+
+DROPOUT = 0.1  # switched on so that the check covers the RNG state the rerun must restore
+
+
+@dataclass(frozen=True)
+class GradientCheck:
+    """A spec's step against the same step with checkpointing off."""
+
+    loss_equal: bool  # the two losses are the same number
+    gradients_compared: int  # trained parameters whose gradients were compared
+    max_abs_difference: float  # largest |difference| over all gradient elements (0.0 when equal)
+    dropout: float  # dropout probability set in the config for the check
+
+    @property
+    def equal(self) -> bool:
+        return self.loss_equal and self.max_abs_difference == 0.0
+
+
+def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
+    """Compare one step of ``spec`` with the same step with checkpointing off, bit for bit.
+
+    Args:
+        spec: the setting to check (model, shape, checkpointing, offload, LoRA); its optimizer is not run.
+        dropout: the attention and hidden dropout set in the model's config for the check.
+
+    Raises:
+        SpecError, ModelLoadError: for bad input.
+    """
+    spec.validate()
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    offload_applies = spec.offload and device.type == "cuda"
+    gradients = []
+    for checkpointing in (False, True):
+        model, _ = catalog.build_model(
+            spec.model, dtype=dtype, device=device, seed=spec.seed, config_overrides=_dropout_overrides(spec, dropout)
+        )
+        if checkpointing and spec.checkpointing:
+            model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload_applies)
+        batch = random_batch(model, replace(spec, every_n_layers=None), device)
+        with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
+            trained.train()
+            torch.manual_seed(spec.seed)
+            loss = trained(**batch).loss
+            loss.backward()
+            gradients.append((loss.detach(), [param.grad.detach().clone() for param in trainable_parameters(trained)]))
+        del model, trained, loss
+    (loss_off, grads_off), (loss_on, grads_on) = gradients
+    worst = max(((a - b).abs().max().item() for a, b in zip(grads_off, grads_on)), default=0.0)
+    return GradientCheck(
+        loss_equal=bool(torch.equal(loss_off, loss_on)),
+        gradients_compared=len(grads_on),
+        max_abs_difference=worst,
+        dropout=dropout,
+    )
+
+
+def _dropout_overrides(spec: RunSpec, dropout: float) -> dict[str, float]:
+    """The dropout fields the model's config has (names differ by architecture), all set to ``dropout``."""
+    config, _, _ = catalog.load_config(spec.model)
+    names = (
+        "attention_dropout",
+        "hidden_dropout",
+        "attention_probs_dropout_prob",
+        "hidden_dropout_prob",
+        "attn_pdrop",
+        "resid_pdrop",
+        "embd_pdrop",
+        "dropout",
+    )
+    return {name: dropout for name in names if isinstance(getattr(config, name, None), (int, float))}
