@@ -1,6 +1,6 @@
 """The lab on a real GPU, in one command: what only a CUDA machine can prove.
 
-    python benchmarks/gpu_check.py [--out docs/gpu-results.md]
+    python benchmarks/gpu_check.py [--out docs/gpu-results-latest.md]
 
 On one H200-class GPU, in about 5 minutes, with no network and no downloads, it:
 
@@ -60,7 +60,7 @@ from ckptlab.units import GIB, MIB
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/gpu-results.md", help="where to write the Markdown report")
+    parser.add_argument("--out", default="docs/gpu-results-latest.md", help="where to write the Markdown report")
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no section after this many seconds")
     args = parser.parse_args()
     if not torch.cuda.is_available():

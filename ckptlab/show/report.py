@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from ..model.catalog import ModelInfo
 from ..results import Comparison, RunResult, TimingResult
 from ..spec import RunSpec
-from ..units import mib, milliseconds
+from ..units import MIB, mib, milliseconds
 from .i18n import t
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
@@ -153,7 +153,11 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
             ),
         )
     if memory.breakdown_at_peak:
-        parts = sorted(memory.breakdown_at_peak.items(), key=lambda item: -item[1])
+        # Parts under 0.05 MiB (a norm's gradient, the rotary buffer) would print as "0.0": left out.
+        parts = sorted(
+            ((name, amount) for name, amount in memory.breakdown_at_peak.items() if amount >= 0.05 * MIB),
+            key=lambda item: -item[1],
+        )
         lines.append("  at the peak: " + ", ".join(f"{category_name(name)} {mib(amount)}" for name, amount in parts))
     if memory.offload_bytes and spec.offload:
         if result.provenance.kind == "simulated":
