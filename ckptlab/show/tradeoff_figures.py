@@ -375,6 +375,8 @@ def peak_sentence(row: SweepRow, off: SweepRow | None, lang: str = "en") -> str:
         why = t("tradeoff_fig.why_last", lang)
     elif row.peak_phase == "backward":
         why = t("tradeoff_fig.why_backward", lang)
+    elif row.peak_phase == "optimizer":
+        why = t("tradeoff_fig.why_optimizer", lang)
     else:
         why = t("tradeoff_fig.why_forward", lang)
     sentence = t(
