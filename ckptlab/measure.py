@@ -30,6 +30,7 @@ from . import catalog
 from .catalog import ModelInfo
 from .errors import DoesNotFitError, SpecError
 from .meters import Clock, clock_for, meter_for
+from .modelstate import ModelState
 from .plan import describe_plan, observed_roles, planned_roles
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .results import (
@@ -124,7 +125,9 @@ def measure(
     Args:
         spec: what to run.
         model: an already built model for ``spec.model`` on the spec's device and dtype,
-            from :func:`load_model` (the app caches them); built here when ``None``.
+            from :func:`load_model` (the app caches them); built here when ``None``. It is
+            given back as it came: training flags, checkpointing flags and hooks restored,
+            its gradients set to None.
         info: the catalog's description of that model (required with ``model``).
         progress: called with a message and the fraction done as the run moves on.
 
@@ -144,6 +147,7 @@ def measure(
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
+    state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.modelstate)
     try:
         return _measure_built(spec, model, info, device, dtype, report)
     except torch.OutOfMemoryError as error:
@@ -152,6 +156,8 @@ def measure(
         if "can't allocate memory" not in str(error):  # the CPU allocator's out-of-memory
             raise
         return _release_after_oom(spec, model, info, device, dtype, error)
+    finally:
+        state.restore()
 
 
 def _measure_built(
