@@ -46,6 +46,7 @@ from ..results import (
 )
 from ..spec import RunSpec
 from .meters import Clock, clock_for, meter_for
+from .modelstate import ModelState
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .training import make_optimizer, optimizer_state_bytes
 
@@ -130,7 +131,9 @@ def measure(
     Args:
         spec: what to run.
         model: an already built model for ``spec.model`` on the spec's device and dtype,
-            from :func:`load_model` (the app caches them); built here when ``None``.
+            from :func:`load_model` (the app caches them); built here when ``None``. It is
+            given back as it came: training flags, checkpointing flags and hooks restored,
+            its gradients set to None.
         info: the catalog's description of that model (required with ``model``).
         progress: called with a message and the fraction done as the run moves on.
 
@@ -150,6 +153,7 @@ def measure(
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
+    state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
         return _measure_built(spec, model, info, device, dtype, report)
     except torch.OutOfMemoryError as error:
@@ -158,6 +162,8 @@ def measure(
         if "can't allocate memory" not in str(error):  # the CPU allocator's out-of-memory
             raise
         return _release_after_oom(spec, model, info, device, dtype, error)
+    finally:
+        state.restore()
 
 
 def _measure_built(

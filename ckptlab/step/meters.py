@@ -17,6 +17,7 @@ tracker accounts a simulated step on fake tensors (``ckptlab.simulate``).
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -25,7 +26,9 @@ from typing import Protocol
 
 import torch
 import torch.nn as nn
+from torch.distributed._tools import mod_tracker as _mod_tracker
 from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+from torch.utils.hooks import RemovableHandle
 
 from .training import gradient_bytes, optimizer_state_bytes, parameter_bytes
 
@@ -202,7 +205,7 @@ class TrackerMeter:
         # A fresh tracker per step: MemTracker refuses a second iteration of the same root module.
         self._tracker = _LeanMemTracker(self.device)
         self._tracker.track_external(self._model, self._optimizer)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _removing_mod_tracker_grad_hooks():
             # ModTracker warns when a module is already gone when its backward hook fires (seen
             # with tiny-bert); the device totals the lab reads do not depend on per-module stats.
             warnings.filterwarnings("ignore", message="Module is None. Skipping P", category=UserWarning)
@@ -241,6 +244,55 @@ class TrackerMeter:
             parts["optimizer_state"] = state
             parts["temp"] = parts.get("temp", 0) + excess
         return {key: value for key, value in parts.items() if value}
+
+
+# -- the hooks MemTracker leaves behind ----------------------------------------------------------
+#
+# MemTracker's ModTracker calls torch.autograd.graph.register_multi_grad_hook on the inputs and
+# outputs of every module in the forward and throws the handles away. In mode "all" the hook's
+# closure holds the grad_fn of each tensor it is registered on, and the hook dict is held by
+# those same autograd nodes from C++: node -> hook dict -> closure -> grad_fns -> node. gc sees
+# that edge only while the Python grad_fn is the node's sole owner (THPCppFunction_traverse
+# checks use_count() == 1), and in a step's graph every node is also owned by the edge of the
+# node after it. So a full gc.collect() frees one node of the chain: a tiny model's step needed
+# ~56 of them, and automatic full collections are rare. Until then the nodes keep what they
+# reach: AccumulateGrad (the parameters) and every other hook on them, the LayerProbe's among
+# them and through it the model. TrackerMeter keeps the handles and removes those hooks when
+# its step is over, which breaks every cycle at once.
+
+_KEPT_HANDLES = threading.local()  # .handles: the list of the step this thread is watching, or None
+_INSTALL_LOCK = threading.Lock()
+_REAL_MULTI_GRAD_HOOK = getattr(_mod_tracker, "register_multi_grad_hook", None)  # None: a torch that moved it
+
+
+def _register_multi_grad_hook_kept(*args, **kwargs) -> RemovableHandle:
+    """ModTracker's ``register_multi_grad_hook``, keeping the handle for the step this thread watches."""
+    handle = _REAL_MULTI_GRAD_HOOK(*args, **kwargs)
+    kept = getattr(_KEPT_HANDLES, "handles", None)
+    if kept is not None:
+        kept.append(handle)
+    return handle
+
+
+@contextmanager
+def _removing_mod_tracker_grad_hooks() -> Iterator[None]:
+    """Remove, on exit, the multi-grad hooks ModTracker registered in this thread meanwhile.
+
+    The replacement is installed in ``torch.distributed._tools.mod_tracker`` once (ModTracker
+    looks the name up there at each call) and behaves as the original outside a watched step
+    and in other threads; ModTracker registers only in the forward, on the thread running it.
+    """
+    if _REAL_MULTI_GRAD_HOOK is not None:
+        with _INSTALL_LOCK:
+            _mod_tracker.register_multi_grad_hook = _register_multi_grad_hook_kept
+    outer = getattr(_KEPT_HANDLES, "handles", None)
+    _KEPT_HANDLES.handles = handles = []
+    try:
+        yield
+    finally:
+        _KEPT_HANDLES.handles = outer
+        for handle in handles:
+            handle.remove()
 
 
 class Clock(Protocol):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn as nn
+from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..model.plan import checkpointable_layers
@@ -122,6 +123,7 @@ class LayerProbe:
         self._state = _StepState(counts=[LayerCounts() for _ in self.layers])
         self._current_layer: int | None = None
         self._entry_child: dict[int, nn.Module] = {}
+        self._grad_hooks: list[RemovableHandle] = []  # on step tensors; removed when the probe detaches
         self._param_storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
         for param in model.parameters():
             self._param_storages[param.untyped_storage()] = True
@@ -160,8 +162,14 @@ class LayerProbe:
 
     @contextmanager
     def attached(self) -> Iterator[LayerProbe]:
-        """Register the hooks for the duration of the block and remove them after."""
+        """Register the hooks for the duration of the block and remove them after.
+
+        The gradient hooks on the step's tensors go too: they live on autograd nodes, and a
+        node kept alive past the step (MemTracker's hooks did, see ``ckptlab.meters``) would
+        keep this probe, and through it the model, alive with it.
+        """
         with ExitStack() as stack:
+            stack.callback(self._remove_grad_hooks)
             for index, layer in enumerate(self.layers):
                 stack.callback(layer.register_forward_pre_hook(self._layer_pre_hook(index)).remove)
                 stack.callback(layer.register_forward_hook(self._layer_post_hook(index)).remove)
@@ -187,7 +195,7 @@ class LayerProbe:
                     # (Every other layer's input is its predecessor's output, hooked below.)
                     for tensor in _tensors(args):
                         if tensor.requires_grad:
-                            tensor.register_hook(self._grad_hook(None))
+                            self._grad_hooks.append(tensor.register_hook(self._grad_hook(None)))
                             break
 
         return hook
@@ -207,7 +215,7 @@ class LayerProbe:
             # The gradient reaching this layer's output means its backward starts.
             for tensor in _tensors(output):
                 if tensor.requires_grad:
-                    tensor.register_hook(self._grad_hook(index))
+                    self._grad_hooks.append(tensor.register_hook(self._grad_hook(index)))
                     break
 
         return hook
@@ -223,6 +231,11 @@ class LayerProbe:
                 self._emit("rerun", index)
 
         return hook
+
+    def _remove_grad_hooks(self) -> None:
+        for handle in self._grad_hooks:
+            handle.remove()
+        self._grad_hooks.clear()
 
     def _grad_hook(self, index: int | None) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
