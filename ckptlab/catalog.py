@@ -503,6 +503,7 @@ def build_model(
         ModelLoadError: the name or folder cannot be loaded.
         UnsupportedModelError: not a causal/masked text LM, or no ``GradientCheckpointingLayer``.
         SpecError: ``config_overrides`` names an unknown attribute or gives an invalid config.
+        DoesNotFitError: the parameters alone exceed the memory of ``device`` (nothing is built).
     """
     name_or_dir = os.fspath(name_or_dir)
     config, source, task = load_config(name_or_dir)
@@ -515,6 +516,7 @@ def build_model(
         folder_checks.check_weights(_weight_files(name_or_dir), meta_model, config)
     info = _info(name_or_dir, config, source, task, weights, meta_model)
     del meta_model
+    folder_checks.check_fits(info, dtype, device)  # the parameters alone must fit the device
     auto = _auto_class(task)
     torch.manual_seed(seed)
     if loaded:

@@ -16,6 +16,11 @@
    so a truncated file, an absurd header, a pickle that is not plain tensors or a shape
    that does not match the config is refused before the model is allocated.
 
+Then :func:`check_fits` refuses a build whose parameters alone exceed the memory of the
+device it would be built on, from the parameter count the catalog took on the ``meta``
+device. It is not a check of the folder: ``describe`` and ``simulate`` accept any size,
+so a 70B config can still be simulated on a laptop.
+
 Every message names the file and the field or tensor, and says how to fix it.
 """
 
@@ -33,7 +38,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
 
-from .errors import ModelLoadError
+from .errors import DoesNotFitError, ModelLoadError
 
 # describe() builds every layer on the meta device (1-3 ms each on 2 CPU cores) and the
 # lab draws and probes each one; the deepest published language models have about 130.
@@ -352,3 +357,65 @@ def weights_error(path: str, exc: BaseException) -> ModelLoadError | None:
             os.path.join(path, "pytorch_model.bin"), f"cannot be read as a torch.save file ({_first_sentence(exc)})"
         )
     return None
+
+
+# -- building: does it fit the device at all -----------------------------------------------
+
+
+def memory_limit(device: torch.device) -> tuple[int, str, str] | None:
+    """``(bytes, device words, limit words)``: a CUDA device's total memory, the CPU's physical RAM; None if unknown."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return props.total_memory, props.name, f"the {props.total_memory / 2**30:,.1f} GiB of {props.name}"
+    if device.type == "cpu":
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return None
+        return total, "this CPU", f"the {total / 2**30:,.1f} GiB of physical memory of this machine"
+    return None
+
+
+def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> None:
+    """Refuse a model whose parameters alone, in ``dtype``, exceed the device's total memory.
+
+    The rule is the floor of any training step: parameters must be resident, and their
+    gradients, the optimizer and the activations only add to them. So a refusal here is
+    never wrong, whatever the sequence length or checkpointing setting; the finer CPU
+    check (parameters and gradients against the free memory) stays in ``ckptlab.measure``.
+
+    Args:
+        info: the catalog's ``ModelInfo`` (``num_params`` counted on the meta device).
+        dtype: the dtype the parameters will have.
+        device: where the model would be built.
+
+    Raises:
+        DoesNotFitError: naming the parameter count, the bytes and the limit.
+    """
+    device = torch.device(device)
+    limit = memory_limit(device)
+    element = torch.empty((), dtype=dtype).element_size()
+    needed = info.num_params * element
+    if limit is None or needed <= limit[0]:
+        return
+    _, where, what = limit
+    embedding = info.vocab_size * info.hidden_size
+    if info.source == "local":
+        fix = (
+            f"check the sizes in its config.json (here num_hidden_layers={info.num_layers}, hidden_size="
+            f"{info.hidden_size}, vocab_size={info.vocab_size}; also intermediate_size), run it where there is "
+            "more memory"
+        )
+    else:
+        fix = "run it on a GPU with more memory, use a 16-bit dtype"
+    raise DoesNotFitError(
+        f"{info.name!r} does not fit on {where}: its {_count(info.num_params)} parameters "
+        f"(the vocab_size x hidden_size embedding alone {_count(embedding)}) take {needed / 2**30:,.1f} GiB in "
+        f"{str(dtype).removeprefix('torch.')}, more than {what}, before any gradient or activation. Nothing "
+        f"was built. To resolve this error, {fix}, or simulate the step on fake tensors: "
+        f"python -m ckptlab simulate --model {info.name}"
+    )
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.1f}M"

@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers import GPT2LMHeadModel
 
-from ckptlab import ModelLoadError, build_model, catalog, describe, folder_checks, measure
+from ckptlab import DoesNotFitError, ModelLoadError, build_model, catalog, describe, folder_checks, measure
 from ckptlab.cli import main
 from tests.conftest import FAST
 
@@ -171,6 +171,44 @@ def test_absurd_depth_is_refused_under_another_name(tmp_path, nothing_built):
         describe(str(folder))
 
 
+HUGE = [
+    ({"vocab_size": 10**10}, "vocab_size=10000000000"),
+    ({"hidden_size": 10**7, "num_attention_heads": 1, "num_key_value_heads": 1}, "hidden_size=10000000"),
+    ({"intermediate_size": 10**9}, "6,912.01B parameters"),
+]
+
+
+@pytest.mark.parametrize("changes, words", HUGE, ids=["vocab", "hidden", "intermediate"])
+def test_parameters_beyond_the_machines_memory_are_refused_before_allocating(
+    tmp_path, changes, words, nothing_allocated
+):
+    folder = config_folder(tmp_path, **changes)
+    with pytest.raises(DoesNotFitError) as raised:
+        build_model(str(folder))
+    message = str(raised.value)
+    assert words in message and "parameters" in message and "physical memory of this machine" in message
+    assert "Nothing was built" in message and "\n" not in message
+
+
+def test_the_size_rule_uses_the_gpus_total_memory_on_cuda(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        folder_checks, "memory_limit", lambda device: (80 * 2**30, "H100-80", "the 80.0 GiB of H100-80")
+    )
+    info = describe(str(config_folder(tmp_path, vocab_size=10**9)))  # 384 x 1e9 x 2 embeddings: 768B parameters
+    with pytest.raises(
+        DoesNotFitError,
+        match=r"does not fit on H100-80: its 768.\d\dB parameters .* in bfloat16, more than the 80.0 GiB",
+    ):
+        folder_checks.check_fits(info, torch.bfloat16, "cuda")
+    folder_checks.check_fits(replace(info, num_params=10**9), torch.bfloat16, "cuda")  # 2 GB: fits
+
+
+def test_describe_still_accepts_a_huge_config_for_simulation(tmp_path):
+    # simulate() runs real sizes on fake tensors: a config larger than this machine is its point.
+    info = describe(str(config_folder(tmp_path, vocab_size=10**10)))
+    assert info.num_params > 10**12
+
+
 # -- weight files -------------------------------------------------------------------------
 
 
@@ -262,6 +300,8 @@ def _cli_case(tmp_path: Path, case: str) -> Path:
         return tmp_path
     if case == "billion layers":
         return config_folder(tmp_path, "tiny-qwen3", num_hidden_layers=10**9)
+    if case == "huge vocab":
+        return config_folder(tmp_path, vocab_size=10**10)
     folder = weights_folder(tmp_path, bin_file=case == "pickle")
     if case == "truncated safetensors":
         with open(folder / "model.safetensors", "r+b") as f:
@@ -277,6 +317,7 @@ CLI_CASES = [
     ("zero heads", "num_attention_heads=0"),
     ("deep JSON", "nested too deeply"),
     ("billion layers", "num_hidden_layers=1,000,000,000"),
+    ("huge vocab", "does not fit on this CPU"),
     ("truncated safetensors", "model.safetensors"),
     ("pickle", "weights_only=True"),
 ]
