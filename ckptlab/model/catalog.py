@@ -15,8 +15,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import glob
-import json
 import os
+import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -35,6 +36,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 
 from ..errors import ModelLoadError, SpecError, UnsupportedModelError
+from . import folder_checks
 from .plan import checkpointable_layers
 
 CAUSAL_LM = "causal-lm"
@@ -408,12 +410,9 @@ def _load_local_config(path: str) -> PretrainedConfig:
             f"{_preset_names()}."
         )
     # Read the raw JSON first so that a config needing custom code is refused with our
-    # message, before transformers can ask on stdin whether to run it.
-    try:
-        with open(config_file, encoding="utf-8") as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{config_file!r} could not be read as JSON: {exc}") from exc
+    # message, before transformers can ask on stdin whether to run it, and so that sizes
+    # transformers' own arithmetic chokes on are refused by name (ckptlab.folder_checks).
+    raw = folder_checks.read_config_json(config_file)
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if model_type not in CONFIG_MAPPING:
         if isinstance(raw, dict) and raw.get("auto_map"):
@@ -426,11 +425,14 @@ def _load_local_config(path: str) -> PretrainedConfig:
             f"{path!r} has model_type {model_type!r}, which this transformers does not know. "
             f"Use a built-in text LM (llama, qwen3, mistral, gpt2, bert, ...) or a preset: {_preset_names()}."
         )
+    folder_checks.check_raw_config(raw, config_file, CONFIG_MAPPING[model_type].attribute_map)
     try:
         # Never trust_remote_code=True; False (not None) also keeps transformers from prompting.
-        return AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    except (OSError, ValueError, StrictDataclassError) as exc:
-        raise ModelLoadError(f"Could not load the config in {path!r}: {exc}") from exc
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, StrictDataclassError, ArithmeticError, RecursionError) as exc:
+        raise folder_checks.config_error(config_file, exc) from exc
+    folder_checks.check_config(config, config_file)
+    return config
 
 
 def _infer_task(config: PretrainedConfig) -> str:
@@ -486,14 +488,24 @@ def _has_weights(path: str) -> bool:
     return any(glob.glob(os.path.join(path, pattern)) for pattern in _WEIGHT_PATTERNS)
 
 
+def _weight_files(path: str) -> list[str]:
+    return [file for pattern in _WEIGHT_PATTERNS for file in glob.glob(os.path.join(path, pattern))]
+
+
 def build_on_meta(config: PretrainedConfig, task: str) -> PreTrainedModel:
     """The model with shapes but no storage: counting an 8B model costs no memory."""
     kwargs = _model_kwargs(config, task)  # raises UnsupportedModelError with our message
     try:
         with torch.device("meta"):
             return _auto_class(task).from_config(copy.deepcopy(config), **kwargs)
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise ModelLoadError(f"transformers could not build {type(config).__name__}: {exc}") from exc
+    # ArithmeticError and RuntimeError ("negative dimension"): sizes in a config.json of an
+    # architecture ckptlab.folder_checks has no rule for.
+    except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError, RuntimeError) as exc:
+        raise ModelLoadError(
+            f"transformers could not build {type(config).__name__}: {type(exc).__name__}: "
+            f"{folder_checks.one_line(exc)}. To resolve this error, check the sizes in its config "
+            "(positive, and attention heads that divide hidden_size)."
+        ) from exc
 
 
 def _info(
@@ -544,7 +556,10 @@ def describe(name_or_dir: str) -> ModelInfo:
     name_or_dir = os.fspath(name_or_dir)
     config, source, task = load_config(name_or_dir)
     weights = "loaded" if source == "local" and _has_weights(name_or_dir) else "random"
-    return _info(name_or_dir, config, source, task, weights, build_on_meta(config, task))
+    meta_model = build_on_meta(config, task)
+    if weights == "loaded":
+        folder_checks.check_weights(_weight_files(name_or_dir), meta_model, config)
+    return _info(name_or_dir, config, source, task, weights, meta_model)
 
 
 def instantiate(config: PretrainedConfig, task: str, dtype: torch.dtype) -> PreTrainedModel:
@@ -594,6 +609,7 @@ def build_model(
         ModelLoadError: the name or folder cannot be loaded.
         UnsupportedModelError: not a causal/masked text LM, or no ``GradientCheckpointingLayer``.
         SpecError: ``config_overrides`` names an unknown attribute or gives an invalid config.
+        DoesNotFitError: the parameters alone exceed the memory of ``device`` (nothing is built).
     """
     name_or_dir = os.fspath(name_or_dir)
     config, source, task = load_config(name_or_dir)
@@ -601,13 +617,24 @@ def build_model(
     loaded = source == "local" and _has_weights(name_or_dir)
     # Check on meta first: refusing an unsupported model should not cost its weights.
     weights = "loaded" if loaded else "random"
-    info = _info(name_or_dir, config, source, task, weights, build_on_meta(config, task))
+    meta_model = build_on_meta(config, task)
+    if loaded:
+        folder_checks.check_weights(_weight_files(name_or_dir), meta_model, config)
+    info = _info(name_or_dir, config, source, task, weights, meta_model)
+    del meta_model
+    folder_checks.check_fits(info, dtype, device)  # the parameters alone must fit the device
     auto = _auto_class(task)
     torch.manual_seed(seed)
     if loaded:
-        model = auto.from_pretrained(
-            name_or_dir, config=config, local_files_only=True, dtype=dtype, **_model_kwargs(config, task)
-        )
+        try:
+            model = auto.from_pretrained(
+                name_or_dir, config=config, local_files_only=True, dtype=dtype, **_model_kwargs(config, task)
+            )
+        except (SafetensorError, pickle.UnpicklingError, RuntimeError) as exc:
+            problem = folder_checks.weights_error(name_or_dir, exc)
+            if problem is None:
+                raise
+            raise problem from exc
     else:
         # Created on the target device directly: an 8B model never passes through host memory.
         with torch.device(device):

@@ -33,6 +33,7 @@ from transformers import PreTrainedModel
 from ..errors import DoesNotFitError, SpecError
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.folder_checks import check_fits
 from ..model.lora import adapted
 from ..model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
 from ..results import (
@@ -104,13 +105,15 @@ def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrai
 
     Raises:
         SpecError, ModelLoadError: for bad input.
-        DoesNotFitError: when the parameters and gradients alone would not fit in host memory.
+        DoesNotFitError: when the parameters alone exceed the device's memory, or with their
+            gradients would not fit in the free host memory.
     """
     spec.validate()
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
+    check_fits(info, dtype, device)  # parameters alone over the device's total memory: never fits
     shortfall = host_memory_shortfall(info, dtype, device)
     if shortfall:
         raise DoesNotFitError(shortfall)

@@ -238,3 +238,22 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
     else:
         assert "Without checkpointing it does not fit" in _texts(at.warning)
         assert len(at.get("plotly_chart")) == 2
+
+
+def test_a_folder_with_a_bad_size_is_a_message_before_run(tmp_path):
+    from tests.model.test_folders import config_folder
+
+    at = _app(model=str(config_folder(tmp_path, num_attention_heads=0)))
+    _assert_alive(at)
+    assert "num_attention_heads=0" in _texts(at.error) and "config.json" in _texts(at.error)
+
+
+def test_a_folder_too_large_for_the_machine_is_a_message_after_run(tmp_path):
+    from tests.model.test_folders import config_folder
+
+    at = _app(model=str(config_folder(tmp_path, vocab_size=10**10)), device="cpu")
+    _assert_alive(at)
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    assert "does not fit on this CPU" in _texts(at.error) and "Nothing was built" in _texts(at.error)
+    assert at.status[0].label == "Could not run"

@@ -1,0 +1,421 @@
+"""A bad model folder is one message, found before anything is built.
+
+``ckptlab.catalog`` loads a local folder in three steps, and each has its checks here:
+
+1. ``config.json`` as raw JSON (:func:`read_config_json`, :func:`check_raw_config`):
+   readable, an object, every size or count a positive whole number, and no more than
+   :data:`MAX_LAYERS` layers. These run before transformers builds the config, whose
+   own arithmetic fails with a ``ZeroDivisionError`` for zero heads and which spends
+   minutes on per-layer lists for a billion layers.
+2. The config transformers built (:func:`check_config`, :func:`config_error`): its
+   validation errors and arithmetic failures become one line, and heads must divide the
+   width where the architecture derives ``head_dim`` from it, for architectures that do
+   not check this themselves too.
+3. The weight files (:func:`check_weights`, :func:`weights_error`): safetensors headers
+   and ``pytorch_model.bin`` pickles are read on the ``meta`` device (no tensor data),
+   so a truncated file, an absurd header, a pickle that is not plain tensors or a shape
+   that does not match the config is refused before the model is allocated.
+
+Then :func:`check_fits` refuses a build whose parameters alone exceed the memory of the
+device it would be built on, from the parameter count the catalog took on the ``meta``
+device. It is not a check of the folder: ``describe`` and ``simulate`` accept any size,
+so a 70B config can still be simulated on a laptop.
+
+Every message names the file and the field or tensor, and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from safetensors import SafetensorError
+
+from ..errors import DoesNotFitError, ModelLoadError
+
+# describe() builds every layer on the meta device (1-3 ms each on 2 CPU cores) and the
+# lab draws and probes each one; the deepest published language models have about 130.
+MAX_LAYERS: int = 1024
+
+# safetensors itself refuses headers above 100 MB ("header too large").
+MAX_SAFETENSORS_HEADER: int = 100_000_000
+
+# Sizes and counts that must be positive whole numbers when set (None means "derive it"),
+# by their usual name and GPT-2's names; the names other architectures store them under
+# come from their config class's attribute_map.
+_SIZE_FIELDS: dict[str, tuple[str, ...]] = {
+    "num_hidden_layers": ("num_hidden_layers", "n_layer"),
+    "hidden_size": ("hidden_size", "n_embd"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",),
+    "intermediate_size": ("intermediate_size", "n_inner"),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
+}
+_MEANING = {
+    "num_hidden_layers": "the number of layers",
+    "hidden_size": "the width of the residual stream",
+    "num_attention_heads": "the number of attention heads",
+    "num_key_value_heads": "the number of key/value heads",
+    "head_dim": "the width of one attention head",
+    "intermediate_size": "the width of the MLP",
+    "vocab_size": "the number of token ids",
+    "max_position_embeddings": "the longest sequence",
+}
+
+_FIX_CONFIG = (
+    "To resolve this error, set it in config.json to the model's real value (the one "
+    "save_pretrained() wrote), or pick a preset (python -m ckptlab models)."
+)
+_FIX_WEIGHTS = (
+    "To resolve this error, copy or save the weights again (model.save_pretrained(folder) "
+    "writes a complete model.safetensors), or move the weight files away to run the config "
+    "with random weights."
+)
+
+
+def one_line(text: object, limit: int = 400) -> str:
+    """``text`` with its whitespace (newlines, tabs) folded to single spaces, ANSI bold dropped, cut at ``limit``."""
+    flat = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(text)).split())
+    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+
+
+# -- 1. config.json as JSON ---------------------------------------------------------------
+
+
+def read_config_json(config_file: str) -> dict[str, Any]:
+    """The JSON object in ``config_file``.
+
+    Raises:
+        ModelLoadError: unreadable, not JSON, nested too deeply, or not an object.
+    """
+    try:
+        with open(config_file, encoding="utf-8") as f:
+            raw = json.load(f)
+    except RecursionError:
+        raise ModelLoadError(
+            f"{config_file!r} is JSON nested too deeply to parse (thousands of levels of [ or {{); "
+            "a transformers config is one flat object of fields. To resolve this error, replace it with "
+            "the config.json that save_pretrained() wrote."
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{config_file!r} could not be read as JSON: {one_line(exc)}") from exc
+    if not isinstance(raw, dict):
+        raise ModelLoadError(
+            f"{config_file!r} holds a JSON {type(raw).__name__}, not an object of fields such as "
+            '{"model_type": "llama", "hidden_size": ...}. To resolve this error, replace it with the '
+            "config.json that save_pretrained() wrote."
+        )
+    return raw
+
+
+def check_raw_config(raw: Mapping[str, Any], config_file: str, aliases: Mapping[str, str] | None = None) -> None:
+    """Sizes and counts in the raw ``config.json``: positive whole numbers, at most :data:`MAX_LAYERS` layers.
+
+    Args:
+        raw: the JSON object; a nested ``text_config`` object is checked too.
+        config_file: named in the message.
+        aliases: the config class's ``attribute_map`` (``{"num_hidden_layers": "n_layer"}``),
+            so names an architecture stores under are checked whatever they are.
+
+    Raises:
+        ModelLoadError: the first field that is wrong, by name, with its value.
+    """
+    fields = {usual: set(names) for usual, names in _SIZE_FIELDS.items()}
+    for usual, stored in (aliases or {}).items():
+        if usual in fields:
+            fields[usual].add(stored)
+    sections: list[tuple[str, Mapping[str, Any]]] = [("", raw)]
+    if isinstance(raw.get("text_config"), dict):
+        sections.append(("text_config.", raw["text_config"]))
+    for prefix, section in sections:
+        for usual, names in fields.items():
+            for name in sorted(names & section.keys()):
+                value = section[name]
+                _check_size(f"{prefix}{name}", value, usual, config_file)
+                if usual == "num_hidden_layers" and isinstance(value, int) and value > MAX_LAYERS:
+                    raise ModelLoadError(
+                        f"{config_file!r} sets {prefix}{name}={value:,}, more layers than the lab handles "
+                        f"(at most {MAX_LAYERS:,}; the deepest published language models have about 130). "
+                        f"Nothing was built. {_FIX_CONFIG}"
+                    )
+
+
+def _check_size(name: str, value: Any, usual: str, config_file: str) -> None:
+    if value is None or isinstance(value, (list, tuple, dict)):
+        return  # "derive it" (n_inner, head_dim, ...); per-stage lists belong to vision models, refused later
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelLoadError(
+            f"{config_file!r} sets {name}={json.dumps(value)[:60]}, but {name} is {_MEANING[usual]} and must "
+            f"be a positive whole number. {_FIX_CONFIG}"
+        )
+
+
+# -- 2. the config transformers built ------------------------------------------------------
+
+
+def config_error(config_file: str, exc: BaseException) -> ModelLoadError:
+    """One line for an exception transformers raised while building the config or the model from it."""
+    cause = exc.__cause__ if isinstance(exc, StrictDataclassError) and exc.__cause__ else exc
+    return ModelLoadError(
+        f"{config_file!r} does not give a valid model: {type(cause).__name__}: {one_line(cause).rstrip('.')}. "
+        "To resolve this error, correct the field it names in config.json (sizes must be positive, and the "
+        "attention heads must divide hidden_size unless head_dim is given), or save the config again with "
+        "save_pretrained()."
+    )
+
+
+def check_config(config: Any, config_file: str) -> None:
+    """The sizes of the built config (defaults included), and heads against width.
+
+    ``head_dim`` absent or None means the architecture derives it as
+    ``hidden_size // num_attention_heads``, which needs the division to be exact;
+    grouped-query attention needs ``num_attention_heads`` to be a multiple of
+    ``num_key_value_heads``.
+
+    Raises:
+        ModelLoadError: naming the fields and their values.
+    """
+    text = config.get_text_config()
+    stored = {usual: (getattr(text, "attribute_map", None) or {}).get(usual, usual) for usual in _SIZE_FIELDS}
+    for usual in _SIZE_FIELDS:
+        if usual != "max_position_embeddings":
+            _check_size(stored[usual], getattr(text, usual, None), usual, config_file)
+    hidden = getattr(text, "hidden_size", None)
+    heads = getattr(text, "num_attention_heads", None)
+    kv_heads = getattr(text, "num_key_value_heads", None)
+    if hidden and heads and getattr(text, "head_dim", None) is None and hidden % heads:
+        divisors = [n for n in range(1, min(hidden, 256) + 1) if hidden % n == 0]
+        nearest = min(divisors, key=lambda n: abs(n - heads))
+        raise ModelLoadError(
+            f"{config_file!r} sets {stored['hidden_size']}={hidden} and {stored['num_attention_heads']}={heads}, "
+            f"but {heads} heads do not divide {hidden}: each head is {stored['hidden_size']} / "
+            f"{stored['num_attention_heads']} wide. "
+            f"To resolve this error, set {stored['num_attention_heads']} to a divisor of {stored['hidden_size']} "
+            f"(e.g. {nearest}), or set head_dim if the architecture takes one."
+        )
+    if heads and kv_heads and heads % kv_heads:
+        raise ModelLoadError(
+            f"{config_file!r} sets {stored['num_attention_heads']}={heads} and {stored['num_key_value_heads']}="
+            f"{kv_heads}, but {heads} query heads do not split into {kv_heads} equal groups: each key/value head "
+            "serves a whole group of query heads. To "
+            f"resolve this error, set {stored['num_key_value_heads']} to a divisor of {stored['num_attention_heads']}."
+        )
+
+
+# -- 3. the weight files -------------------------------------------------------------------
+
+
+def check_weights(files: Iterable[str], meta_model: torch.nn.Module, config: Any) -> None:
+    """Read the headers of ``files`` (no tensor data) and compare their shapes with ``meta_model``.
+
+    Only tensors whose name the model has are compared; names transformers renames on
+    loading are left to it, and quantized checkpoints (``quantization_config``) are not
+    compared at all, since their stored shapes are packed.
+
+    Raises:
+        ModelLoadError: a truncated or corrupt file, a pickle that is not plain tensors,
+            or a tensor whose shape the config contradicts.
+    """
+    expected = {name: tuple(t.shape) for name, t in meta_model.state_dict().items()}
+    compare = getattr(config, "quantization_config", None) is None
+    for file in sorted(files):
+        shapes = _safetensors_shapes(file) if file.endswith(".safetensors") else _bin_shapes(file)
+        if not compare or shapes is None:
+            continue
+        wrong = [
+            (name, shape, expected[name])
+            for name, shape in shapes.items()
+            if name in expected and shape != expected[name]
+        ]
+        if wrong:
+            name, stored, built = wrong[0]
+            text = config.get_text_config().to_dict()
+            fields = [
+                f"{key}={value}"
+                for key, value in text.items()
+                if type(value) is int and value in set(built) - set(stored)
+            ][:3]
+            more = f", and {len(wrong) - 1} more tensors differ" if len(wrong) > 1 else ""
+            raise ModelLoadError(
+                f"{file!r} holds {name} with shape {list(stored)}, but config.json gives {list(built)}"
+                f"{' (' + ', '.join(fields) + ')' if fields else ''}{more}: the weights were saved from another "
+                "config. To resolve this error, put back the config.json saved with these weights, or move the "
+                "weight files away to run this config with random weights."
+            )
+
+
+def _safetensors_shapes(file: str) -> dict[str, tuple[int, ...]]:
+    size = os.path.getsize(file)
+    with open(file, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise _bad_weights(
+                file,
+                f"is {size} bytes long, shorter than the 8-byte length every safetensors file starts with: "
+                "it is empty or was cut off",
+            )
+        (header_len,) = struct.unpack("<Q", head)
+        if header_len > MAX_SAFETENSORS_HEADER:
+            raise _bad_weights(
+                file,
+                f"declares a header of {header_len:,} bytes, more than safetensors' limit of "
+                f"{MAX_SAFETENSORS_HEADER:,}: it is corrupt or not a safetensors file",
+            )
+        if 8 + header_len > size:
+            raise _bad_weights(
+                file,
+                f"declares a header of {header_len:,} bytes but is only {size:,} bytes long: it was cut off "
+                "(an interrupted download or copy)",
+            )
+        header = f.read(header_len)
+    try:
+        entries = json.loads(header)
+        if not isinstance(entries, dict):
+            raise TypeError("not an object")
+        shapes, end = {}, 0
+        for name, entry in entries.items():
+            if name != "__metadata__":
+                shapes[name] = tuple(int(d) for d in entry["shape"])
+                end = max(end, int(entry["data_offsets"][1]))
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        raise _bad_weights(
+            file, "has a header that is not a valid safetensors table of tensors: it is corrupt"
+        ) from None
+    data = size - 8 - header_len
+    if end > data:
+        raise _bad_weights(
+            file,
+            f"is cut off: its header places tensor data up to byte {end:,}, but only {data:,} bytes of data "
+            "follow (an interrupted download or copy)",
+        )
+    return shapes
+
+
+def _bin_shapes(file: str) -> dict[str, tuple[int, ...]] | None:
+    """Shapes in a ``torch.save`` zip file, loaded onto ``meta``; None for the legacy format (left to transformers)."""
+    with open(file, "rb") as f:
+        if f.read(2) != b"PK":
+            if os.path.getsize(file) == 0:
+                raise _bad_weights(file, "is empty")
+            return None
+    try:
+        state = torch.load(file, map_location="meta", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        raise _refused_pickle(file, exc) from None
+    except (RuntimeError, OSError) as exc:  # torch's zip reader: RuntimeError, or OSError under mmap
+        raise _bad_weights(file, f"cannot be read as a torch.save file ({_first_sentence(exc)})") from None
+    if not isinstance(state, dict):
+        raise _bad_weights(file, f"holds a {type(state).__name__}, not a state dict of named tensors")
+    return {name: tuple(t.shape) for name, t in state.items() if isinstance(t, torch.Tensor)}
+
+
+def _first_sentence(exc: BaseException) -> str:
+    return one_line(exc, 160).split(". ")[0].rstrip(".")
+
+
+def _bad_weights(file: str, problem: str) -> ModelLoadError:
+    return ModelLoadError(f"{file!r} {problem}. {_FIX_WEIGHTS}")
+
+
+def _refused_pickle(file: str, exc: BaseException) -> ModelLoadError:
+    blocked = re.search(r"GLOBAL (\S+)", str(exc))
+    what = f" ({blocked.group(1)})" if blocked else ""
+    return ModelLoadError(
+        f"{file!r} holds Python objects besides tensors{what}, so torch.load(weights_only=True) refused to "
+        "unpickle it, as it should: unpickling runs code. To resolve this error, if you trust the file, load it "
+        "once yourself and save the model with save_pretrained() (which writes safetensors); otherwise delete it."
+    )
+
+
+def weights_error(path: str, exc: BaseException) -> ModelLoadError | None:
+    """One line for what ``from_pretrained`` raised on the weights of ``path``; None if it is not about them."""
+    if isinstance(exc, pickle.UnpicklingError):
+        return _refused_pickle(os.path.join(path, "pytorch_model.bin"), exc)
+    if isinstance(exc, SafetensorError):
+        return _bad_weights(
+            os.path.join(path, "model.safetensors"), f"could not be read by safetensors ({_first_sentence(exc)})"
+        )
+    text = str(exc)
+    if "ignore_mismatched_sizes" in text:
+        return ModelLoadError(
+            f"The weights in {path!r} do not have the shapes its config.json gives (transformers' loading "
+            "report above lists them): they were saved from another config. To resolve this error, put back the "
+            "config.json saved with these weights, or move the weight files away to run this config with random "
+            "weights."
+        )
+    if "PytorchStreamReader" in text or "zip archive" in text:
+        return _bad_weights(
+            os.path.join(path, "pytorch_model.bin"), f"cannot be read as a torch.save file ({_first_sentence(exc)})"
+        )
+    return None
+
+
+# -- building: does it fit the device at all -----------------------------------------------
+
+
+def memory_limit(device: torch.device) -> tuple[int, str, str] | None:
+    """``(bytes, device words, limit words)``: a CUDA device's total memory, the CPU's physical RAM; None if unknown."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return props.total_memory, props.name, f"the {props.total_memory / 2**30:,.1f} GiB of {props.name}"
+    if device.type == "cpu":
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return None
+        return total, "this CPU", f"the {total / 2**30:,.1f} GiB of physical memory of this machine"
+    return None
+
+
+def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> None:
+    """Refuse a model whose parameters alone, in ``dtype``, exceed the device's total memory.
+
+    The rule is the floor of any training step: parameters must be resident, and their
+    gradients, the optimizer and the activations only add to them. So a refusal here is
+    never wrong, whatever the sequence length or checkpointing setting; the finer CPU
+    check (parameters and gradients against the free memory) stays in ``ckptlab.measure``.
+
+    Args:
+        info: the catalog's ``ModelInfo`` (``num_params`` counted on the meta device).
+        dtype: the dtype the parameters will have.
+        device: where the model would be built.
+
+    Raises:
+        DoesNotFitError: naming the parameter count, the bytes and the limit.
+    """
+    device = torch.device(device)
+    limit = memory_limit(device)
+    element = torch.empty((), dtype=dtype).element_size()
+    needed = info.num_params * element
+    if limit is None or needed <= limit[0]:
+        return
+    _, where, what = limit
+    embedding = info.vocab_size * info.hidden_size
+    if info.source == "local":
+        fix = (
+            f"check the sizes in its config.json (here num_hidden_layers={info.num_layers}, hidden_size="
+            f"{info.hidden_size}, vocab_size={info.vocab_size}; also intermediate_size), run it where there is "
+            "more memory"
+        )
+    else:
+        fix = "run it on a GPU with more memory, use a 16-bit dtype"
+    raise DoesNotFitError(
+        f"{info.name!r} does not fit on {where}: its {_count(info.num_params)} parameters "
+        f"(the vocab_size x hidden_size embedding alone {_count(embedding)}) take {needed / 2**30:,.1f} GiB in "
+        f"{str(dtype).removeprefix('torch.')}, more than {what}, before any gradient or activation. Nothing "
+        f"was built. To resolve this error, {fix}, or simulate the step on fake tensors: "
+        f"python -m ckptlab simulate --model {info.name}"
+    )
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.1f}M"
