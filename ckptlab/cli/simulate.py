@@ -9,7 +9,7 @@ import argparse
 import json
 
 from ..errors import SpecError
-from ..explore.recommend import GPUS, budget_bytes
+from ..explore.recommend import GPUS, budget_bytes, counts_note
 from ..results import RunResult
 from ..show.report import run_report
 from ..step.simulate import simulate
@@ -34,17 +34,29 @@ def add_simulate_command(commands) -> None:
 
 
 def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
-    """Whether the simulated peak fits ``budget``, and by how much."""
-    peak = result.memory.peak_bytes
+    """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts."""
+    memory, spec = result.memory, result.spec
+    peak = memory.peak_bytes
     margin = budget - peak
     fits = margin >= 0
     words = "fits" if fits else "does not fit"
+    phase = memory.peak_where.get("phase") or "step"
+    state = f" Optimizer state: {memory.optimizer_state_bytes / GIB:.1f} GiB." if memory.optimizer_state_bytes else ""
     sentence = (
-        f"Simulated peak {mib(peak)} MiB ({peak / GIB:.1f} GiB) {words} in {label} "
-        f"({budget / GIB:.1f} GiB): {'margin' if fits else 'short by'} {abs(margin) / GIB:.1f} GiB. "
-        "An optimizer's state (Adam: two float32 copies of the parameters) and the CUDA context come on top."
+        f"Simulated peak {mib(peak)} MiB ({peak / GIB:.1f} GiB, in the {phase}) {words} in {label} "
+        f"({budget / GIB:.1f} GiB): {'margin' if fits else 'short by'} {abs(margin) / GIB:.1f} GiB.{state} "
+        + counts_note(spec.optimizer, spec.lora_rank)
     )
-    return {"budget_bytes": budget, "budget_label": label, "fits": fits, "margin_bytes": margin, "sentence": sentence}
+    return {
+        "budget_bytes": budget,
+        "budget_label": label,
+        "fits": fits,
+        "margin_bytes": margin,
+        "peak_phase": memory.peak_where.get("phase"),
+        "optimizer": spec.optimizer,
+        "optimizer_state_bytes": memory.optimizer_state_bytes,
+        "sentence": sentence,
+    }
 
 
 def _simulate_command(args: argparse.Namespace) -> int:

@@ -35,6 +35,12 @@ class PredictionCheck:
     calibrated_step_error: float | None
     recompute_fraction: float  # the rerun's predicted share of the forward's FLOPs
     rerun_extra_bytes: int  # predicted: added while the backward reruns one CP layer (formula)
+    measured_peak_bytes: int | None = None  # measured peak of the step, total
+    formula_peak_bytes: int | None = None  # predicted peak (parameters, gradients, optimizer state, activations)
+    formula_peak_phase: str | None = None  # "optimizer" (exact arithmetic) or "backward" (an estimate)
+    formula_peak_error: float | None = None  # (predicted - measured) / measured
+    measured_optimizer_state_bytes: int | None = None  # the optimizer's state, measured
+    predicted_optimizer_state_bytes: int | None = None  # the same, arithmetic on the meta model
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,6 +71,9 @@ def check_predictions(result: SweepResult) -> list[PredictionCheck]:
             every_n_layers=settings or [1],
             offload=sorted({row.offload for row in rows}),
             calibration=calibration,
+            optimizer=spec.optimizer,
+            lora_rank=spec.lora_rank,
+            lora_targets=spec.lora_targets,
         )
         by_key = {(p.method, p.every_n_layers, p.offload): p for p in predictions}
         for row in rows:
@@ -94,6 +103,12 @@ def _check(row: SweepRow, formula: Prediction, calibrated: Prediction | None) ->
         calibrated_step_error=None if calibrated is None else _error(calibrated.step_s, row.step_s),
         recompute_fraction=formula.recompute_fraction,
         rerun_extra_bytes=formula.rerun_extra_bytes,
+        measured_peak_bytes=row.peak_bytes,
+        formula_peak_bytes=formula.peak_bytes,
+        formula_peak_phase=formula.peak_phase,
+        formula_peak_error=_error(formula.peak_bytes, row.peak_bytes),
+        measured_optimizer_state_bytes=row.optimizer_state_bytes,
+        predicted_optimizer_state_bytes=formula.optimizer_state_bytes,
     )
 
 

@@ -6,9 +6,10 @@ with the margin left, the reason in words and the transformers code to copy. Whe
 nothing fits it says what would: a shorter sequence, a smaller batch, offload. Those
 suggestions are estimates unless a measured row backs them, and say so.
 
-The measured peak holds the parameters, their gradients and the activations of one
-training step; an optimizer's state (Adam: two float32 copies of the parameters) comes on
-top, and the reason says so.
+The measured peak is the whole training step's: parameters, their gradients, the
+optimizer's state (and its update's temporaries) and the activations; the reason says what
+it counts for the rows' optimizer and LoRA, and the code carries both (``optim=...``, and
+peft's ``LoraConfig`` after checkpointing is enabled on the base model).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from ..errors import SpecError
-from ..model.snippets import model_snippet, trainer_snippet
+from ..model.snippets import lora_snippet, model_snippet, trainer_snippet
 from ..units import GIB, mib, milliseconds
+from .predict_training import training_bytes
 from .sweep import SweepRow
 
 # Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
@@ -33,10 +37,19 @@ GPUS: dict[str, int] = {
     "RTX 4090 24 GB": 24 * GIB,
 }
 
-OPTIMIZER_NOTE = (
-    "The measured peak holds the parameters, their gradients and the activations of one step; an "
-    "optimizer's state comes on top (Adam: two float32 copies of the parameters), so keep it within the margin."
-)
+
+def counts_note(optimizer: str, lora_rank: int | None) -> str:
+    """What a measured or simulated peak of the whole training step counts, in words."""
+    state = {
+        "adamw": "AdamW's state (two moments per trained parameter) and its update's temporaries",
+        "sgd": "no optimizer state (SGD keeps none)",
+        "none": "no optimizer step (forward and backward only: add the optimizer you train with)",
+    }[optimizer]
+    trained = "the LoRA adapters' gradients (the base is frozen)" if lora_rank else "their gradients"
+    return (
+        f"The peak counts the parameters, {trained}, {state} and the activations of one step; the CUDA context "
+        "(a few hundred MiB) comes on top, so keep it within the margin."
+    )
 
 
 @dataclass(frozen=True)
@@ -49,7 +62,9 @@ class Recommendation:
     row: SweepRow | None  # the fastest row whose peak fits; None when nothing fits
     margin_bytes: int | None  # budget minus the chosen row's peak
     reason: str  # why this row, in words, with the numbers
-    model_code: str  # model.activation_checkpointing_enable(...) for the chosen row ("" if none)
+    model_code: (
+        str  # model.activation_checkpointing_enable(...) for the chosen row, then peft's line with LoRA ("" if none)
+    )
     trainer_code: str  # TrainingArguments(...) for the chosen row ("" if none)
     fitting: list[SweepRow] = field(default_factory=list)  # every row that fits, fastest first
     as_fast: list[str] = field(default_factory=list)  # settings whose step-time range overlaps the chosen one's
@@ -134,6 +149,12 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         )
     best = fitting[0]
     as_fast = [row.setting for row in fitting[1:] if _overlap(row, best)]
+    spec = best.result.spec if best.result is not None else None
+    optimizer = spec.optimizer if spec is not None else "adamw"
+    model_code = model_snippet(best.every_n_layers, best.offload)
+    if spec is not None and spec.lora_rank is not None:
+        targets = training_bytes(spec.model, torch.float32, lora_rank=spec.lora_rank, lora_targets=spec.lora_targets)
+        model_code += "\n" + lora_snippet(spec.lora_rank, targets.lora_targets)
     return Recommendation(
         budget_bytes=budget,
         budget_label=label,
@@ -141,8 +162,8 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         row=best,
         margin_bytes=budget - best.peak_bytes,
         reason=_reason(best, fitting, measured, budget, label, as_fast),
-        model_code=model_snippet(best.every_n_layers, best.offload),
-        trainer_code=trainer_snippet(best.every_n_layers, best.offload),
+        model_code=model_code,
+        trainer_code=trainer_snippet(best.every_n_layers, best.offload, optimizer),
         fitting=fitting,
         as_fast=as_fast,
     )
@@ -188,7 +209,8 @@ def _reason(
             f"{', '.join(as_fast)} fit too and their step times overlap this one's range: on this machine they are "
             "as fast within the noise; the one with the larger margin is the safer choice."
         )
-    words.append(OPTIMIZER_NOTE)
+    spec = best.result.spec if best.result is not None else None
+    words.append(counts_note(spec.optimizer if spec else "adamw", spec.lora_rank if spec else None))
     return " ".join(words)
 
 

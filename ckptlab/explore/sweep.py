@@ -67,8 +67,8 @@ class SweepSpec:
     warmup_each_row: bool = False  # True: every row warms up as a single run does (slower, see the module doc)
     include_off: bool = True  # measure checkpointing off first: the reference of every ratio
     seed: int = 0  # seeds the random weights and tokens
-    optimizer: str = "adamw"  # as RunSpec.optimizer: the whole training step by default
-    lora_rank: int | None = None  # as RunSpec.lora_rank
+    optimizer: str = "adamw"  # as RunSpec.optimizer: every row runs the same training step
+    lora_rank: int | None = None  # as RunSpec.lora_rank; None: full fine-tune
     lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets
 
     def validate(self) -> None:
@@ -106,7 +106,7 @@ class SweepSpec:
 
     @classmethod
     def from_run_spec(cls, spec: RunSpec, **axes: Any) -> SweepSpec:
-        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up and seed; ``axes`` set the rest."""
+        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up, seed, optimizer and LoRA; ``axes`` set the rest."""
         axes.setdefault("seq_lens", (spec.seq_len,))
         return cls(
             model=spec.model,
@@ -133,12 +133,13 @@ class SweepRow:
     status: str  # "ok" or "does_not_fit"
     provenance: str  # kind: "measured-cpu" or "measured-cuda"
     cp_layers: int = 0  # layers checkpointed
-    baseline_bytes: int | None = None  # before the forward: parameters and buffers
+    baseline_bytes: int | None = None  # before the forward: parameters, buffers and the optimizer's state
     after_forward_bytes: int | None = None  # resident above the baseline after the forward
     peak_bytes: int | None = None  # highest total over the step, baseline included
     peak_where: str = ""  # the stretch of the step where the peak was reached
     peak_phase: str = ""  # "forward", "loss", "backward" or "optimizer"
     peak_rerun: bool = False  # the peak came while the backward reran a checkpointed layer
+    optimizer_state_bytes: int | None = None  # the optimizer's state, in the baseline and the peak (0: sgd, none)
     offload_bytes: int = 0  # inputs of the CP layers: moved to host with offload on CUDA, else what it would move
     forward_s: float | None = None  # median forward (with the loss)
     backward_s: float | None = None  # median backward
@@ -379,6 +380,7 @@ def _row(result: RunResult, off: RunResult | None) -> SweepRow:
         peak_where=memory.peak_where.get("description", ""),
         peak_phase=memory.peak_where.get("phase") or "",
         peak_rerun=bool(memory.peak_where.get("rerun")),
+        optimizer_state_bytes=memory.optimizer_state_bytes,
         offload_bytes=memory.offload_bytes,
         forward_s=timing.forward_s,
         backward_s=timing.backward_s,

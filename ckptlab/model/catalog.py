@@ -435,6 +435,15 @@ def _load_local_config(path: str) -> PretrainedConfig:
     return config
 
 
+def infer_task(config: PretrainedConfig) -> str:
+    """The head ``config`` asks for: :data:`CAUSAL_LM` or :data:`MASKED_LM`.
+
+    Raises:
+        UnsupportedModelError: neither a causal nor a masked language model.
+    """
+    return _infer_task(config)
+
+
 def _infer_task(config: PretrainedConfig) -> str:
     # The architectures a model was saved from say what its head is, and some types
     # (bert, roberta, ...) have both a causal and a masked model.

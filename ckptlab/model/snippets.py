@@ -7,6 +7,11 @@ Pure functions from a setting to Python source. They write the current names
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+# TrainingArguments(optim=...) for each RunSpec.optimizer; "none" (no optimizer step) has no Trainer twin.
+TRAINER_OPTIM = {"adamw": "adamw_torch", "sgd": "sgd"}
+
 
 def model_snippet(every_n_layers: int | None, offload: bool = False) -> str:
     """The line that sets up checkpointing on a loaded model.
@@ -23,22 +28,40 @@ def model_snippet(every_n_layers: int | None, offload: bool = False) -> str:
     return f"model.activation_checkpointing_enable(every_n_layers={every_n_layers}, offload={offload})"
 
 
-def trainer_snippet(every_n_layers: int | None, offload: bool = False) -> str:
+def trainer_snippet(every_n_layers: int | None, offload: bool = False, optimizer: str | None = None) -> str:
     """The ``TrainingArguments`` keyword arguments for the same setting, as a call to copy.
 
     Args:
         every_n_layers: as in :func:`model_snippet`; ``None``: checkpointing off.
         offload: as in :func:`model_snippet`.
+        optimizer: a ``RunSpec.optimizer``: "adamw" adds ``optim="adamw_torch"``, "sgd" ``optim="sgd"``;
+            None or "none" add nothing.
 
     Returns:
         Python source of a ``TrainingArguments(...)`` call; ``output_dir`` stands for your other arguments.
     """
+    lines = ['    output_dir="out",']
     if every_n_layers is None:
-        return 'TrainingArguments(\n    output_dir="out",\n    activation_checkpointing=False,\n)'
-    return (
-        "TrainingArguments(\n"
-        '    output_dir="out",\n'
-        "    activation_checkpointing=True,\n"
-        f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},\n'
-        ")"
-    )
+        lines.append("    activation_checkpointing=False,")
+    else:
+        lines += [
+            "    activation_checkpointing=True,",
+            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},',
+        ]
+    if optimizer in TRAINER_OPTIM:
+        lines.append(f'    optim="{TRAINER_OPTIM[optimizer]}",')
+    return "TrainingArguments(\n" + "\n".join(lines) + "\n)"
+
+
+def lora_snippet(rank: int, targets: Sequence[str]) -> str:
+    """The peft line that wraps a model whose checkpointing is already set (PEFT users enable it on the base first).
+
+    Args:
+        rank: the LoRA rank.
+        targets: the module names to adapt (resolved: peft needs them for a model it does not know).
+
+    Returns:
+        Python source, e.g. ``model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))``.
+    """
+    names = ", ".join(f'"{name}"' for name in targets)
+    return f"model = get_peft_model(model, LoraConfig(r={rank}, target_modules=[{names}]))"

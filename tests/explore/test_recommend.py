@@ -154,3 +154,16 @@ def test_the_recommended_training_arguments_run_in_a_trainer(tmp_path):
     trainer = Trainer(model=model, args=TrainingArguments(**kwargs), train_dataset=dataset)
     trainer.train()
     assert observed_roles(trainer.model) == planned_roles(info.num_layers, 4)
+
+
+def test_a_lora_recommendation_enables_checkpointing_then_wraps_with_peft(measured):
+    """The optimizer and LoRA of the measured rows go into the code, and the reason says what the peak counts."""
+    from ckptlab.explore.sweep import rows_from_results
+
+    rows = rows_from_results([measured(every_n_layers=None, lora_rank=4, optimizer="sgd")])
+    rec = recommend(rows, "H100")
+    first, second = rec.model_code.splitlines()
+    assert first == "model.activation_checkpointing_disable()"
+    assert second.startswith("model = get_peft_model(model, LoraConfig(r=4, target_modules=[")
+    assert '"q_proj"' in second and _trainer_kwargs(rec.trainer_code)["optim"] == "sgd"
+    assert "LoRA adapters' gradients" in rec.reason and "no optimizer state" in rec.reason

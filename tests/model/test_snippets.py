@@ -57,3 +57,23 @@ def test_the_keyword_names_exist_in_this_transformers():
 
     names = {field.name for field in dataclasses.fields(TrainingArguments)}
     assert {"activation_checkpointing", "activation_checkpointing_kwargs"} <= names
+
+
+@pytest.mark.parametrize("optimizer, optim", [("adamw", "adamw_torch"), ("sgd", "sgd")])
+def test_the_trainer_arguments_carry_the_optimizer(optimizer, optim):
+    keywords = _keywords(trainer_snippet(2, False, optimizer))
+    assert keywords["optim"] == optim and keywords["activation_checkpointing_kwargs"]["every_n_layers"] == 2
+    assert "optim" not in _keywords(trainer_snippet(2, False, "none"))
+
+
+def test_the_lora_line_wraps_a_checkpointed_model_with_peft():
+    from peft import LoraConfig, get_peft_model
+
+    from ckptlab.model.snippets import lora_snippet
+
+    model, info = ckptlab.build_model("tiny-llama")
+    scope = {"model": model, "LoraConfig": LoraConfig, "get_peft_model": get_peft_model}
+    exec(model_snippet(2) + "\n" + lora_snippet(4, ["q_proj", "v_proj"]), scope)
+    trainable = {name.split(".")[-3] for name, p in scope["model"].named_parameters() if p.requires_grad}
+    assert trainable == {"lora_A", "lora_B"}
+    assert ckptlab.observed_roles(model) == ckptlab.planned_roles(info.num_layers, 2)

@@ -1,0 +1,199 @@
+"""The formula: what a transformers layer saves for its backward, from the config alone.
+
+Korthikanti et al. 2022 (*Reducing Activation Recomputation in Large Transformer Models*)
+count ``s*b*h*(34 + 5*a*s/h)`` bytes per layer in 16-bit for GPT-3: 11 for attention
+(2 QKV input, 4 Q and K, 2 V, 2 output-projection input, 1 dropout mask), 19 for the MLP
+(2 input, 8 GeLU input, 8 GeLU output, 1 dropout mask), 4 for the two LayerNorm inputs, and
+``5*a*s/h`` for the attention scores (softmax, dropout mask, dropout output). The same
+count, term by term, for the models transformers builds here (checked tensor by tensor
+against autograd's saved tensors, see ``tests/explore/test_predict.py``):
+
+- bytes per element ``e`` from the dtype (4 in float32: "fp32 doubling"); statistics,
+  the logsumexp and the loss are float32 whatever the dtype;
+- no dropout masks: the presets and modern LLMs train with dropout 0;
+- no ``s x s`` scores: PyTorch SDPA (the lab's attention) keeps the output and a float32
+  logsumexp per head and token instead (flash / memory-efficient kernels);
+- GQA: Q and the attention output have ``a*d`` elements per token, K and V ``kv*d`` each;
+- the norms: each keeps its input and its output (the next matmul's input), ``4h`` for two;
+  transformers' RMSNorm also keeps the normalised tensor before the weight (``+2h``) and
+  upcasts its input to float32 (so the input counts 4 bytes); Qwen3's per-head q/k norms
+  add the same for Q and K;
+- the MLP: SwiGLU (``intermediate_size`` ``i``) keeps gate, SiLU(gate), up and their
+  product, ``4i``; a fused GELU ``2i``; GPT-2's ``gelu_new``, written out as
+  ``0.5*x*(1+tanh(...))``, ``5i``;
+- outside the layers: token ids and shifted labels (int64), the final norm, the rotary
+  cos/sin tables (shared by all layers, kept once), and the loss's float32 log-probabilities
+  ``b*s*vocab*4``, usually the biggest term.
+
+The counts are a full fine-tune's; with LoRA see :mod:`.predict_training`. Used by
+:func:`ckptlab.predict` (:mod:`.predict`), which puts the layers together per setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PretrainedConfig
+
+from ..errors import SpecError
+from ..model import catalog
+
+FLOAT32 = 4  # bytes: statistics, logsumexp, log-probabilities and RMSNorm's upcast input
+INDEX = 8  # bytes of an int64 token id
+FORMULA_SOURCE = "Korthikanti et al. 2022, s*b*h*(34 + 5*a*s/h), adapted to the architecture"
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The shape of a model's layers, as the formula needs it (read from its config)."""
+
+    family: str  # config.model_type
+    num_layers: int  # GradientCheckpointingLayer modules
+    hidden_size: int  # h
+    num_heads: int  # a: query heads
+    num_kv_heads: int  # kv: key/value heads (GQA when fewer than a)
+    head_dim: int  # d
+    intermediate_size: int  # i: MLP width
+    vocab_size: int  # V: columns of the logits
+    norm: str  # "rms" (transformers' RMSNorm) or "layer" (LayerNorm)
+    mlp: str  # "swiglu", "gelu" (fused) or "gelu-composite" (GPT-2's gelu_new)
+    qk_norm: bool  # per-head RMSNorm on Q and K (Qwen3)
+    rotary: bool  # RoPE: cos/sin tables computed once and shared by the layers
+    post_norm: bool  # BERT-style: the norm after the residual, and a transform before the head
+
+
+def architecture(model: str | PretrainedConfig | Architecture, num_layers: int | None = None) -> Architecture:
+    """The :class:`Architecture` of a preset, a local folder or a config.
+
+    Args:
+        model: a preset name, a local directory, a transformers config (or an architecture, returned as is).
+        num_layers: the count of checkpointable layers; looked up when a name is given.
+
+    Raises:
+        ModelLoadError, UnsupportedModelError: for a name the catalog cannot load.
+    """
+    if isinstance(model, Architecture):
+        return model
+    if isinstance(model, PretrainedConfig):
+        config = model
+    else:
+        config, _, _ = catalog.load_config(model)
+        num_layers = num_layers or catalog.describe(model).num_layers
+    text = config.get_text_config()
+    hidden = text.hidden_size
+    heads = text.num_attention_heads
+    family = config.model_type
+    activation = getattr(text, "hidden_act", None) or getattr(text, "activation_function", "gelu")
+    swiglu = activation in ("silu", "swish") and getattr(text, "intermediate_size", None) is not None
+    if swiglu:
+        mlp = "swiglu"
+    elif activation == "gelu_new":
+        mlp = "gelu-composite"  # transformers' NewGELUActivation is written out op by op
+    else:
+        mlp = "gelu"
+    intermediate = getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None) or 4 * hidden
+    return Architecture(
+        family=family,
+        num_layers=num_layers or text.num_hidden_layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        head_dim=getattr(text, "head_dim", None) or hidden // heads,
+        intermediate_size=intermediate,
+        vocab_size=text.vocab_size,
+        norm="rms" if hasattr(text, "rms_norm_eps") else "layer",
+        mlp=mlp,
+        qk_norm=family.startswith("qwen3"),
+        rotary=family not in ("gpt2", "bert", "roberta", "distilbert"),
+        post_norm=family in ("bert", "roberta"),
+    )
+
+
+def layer_activation_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int) -> int:
+    """Formula: bytes one kept layer saves for its backward (see the module docstring).
+
+    Args:
+        arch: the model's :class:`Architecture`.
+        seq_len, batch_size: the shape of the step.
+        element: bytes per element of the activations (4 in float32, 2 in bfloat16).
+    """
+    h, a, kv, d, i = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.intermediate_size
+    tokens = seq_len * batch_size
+    per_token = 0.0
+    # Two norms, input and output each (Korthikanti: 2 LayerNorm inputs + the QKV and MLP inputs).
+    norm_input = FLOAT32 if arch.norm == "rms" else element
+    per_token += 2 * (norm_input * h + element * h)
+    if arch.norm == "rms":
+        per_token += 2 * (element * h + FLOAT32)  # normalised tensor before the weight, and rsqrt
+    else:
+        per_token += 2 * 2 * FLOAT32  # mean and rstd
+    # Attention: Q and the output over a heads, K and V over kv heads; no s x s scores with SDPA.
+    per_token += element * (2 * a * d + 2 * kv * d) + FLOAT32 * a  # + logsumexp
+    if arch.qk_norm:
+        per_token += (a + kv) * d * (FLOAT32 + element) + FLOAT32 * (a + kv)
+    per_token += element * i * {"swiglu": 4, "gelu": 2, "gelu-composite": 5}[arch.mlp]
+    return int(tokens * per_token)
+
+
+def outside_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int) -> int:
+    """Formula: bytes resident after the forward outside the layers (embeddings, head, loss, shared tables)."""
+    h = arch.hidden_size
+    tokens = seq_len * batch_size
+    per_token = 2 * INDEX  # token ids (the embedding's backward) and the shifted labels
+    per_token += FLOAT32 * arch.vocab_size  # the loss upcasts the logits and keeps the log-probabilities
+    if arch.post_norm:
+        per_token += (element * h + 2 * FLOAT32) + 4 * element * h  # embeddings' norm; the head's transform
+    else:
+        norm_input = FLOAT32 if arch.norm == "rms" else element
+        per_token += norm_input * h + element * h + (element * h + FLOAT32 if arch.norm == "rms" else 2 * FLOAT32)
+    if arch.rotary:
+        per_token += 2 * element * arch.head_dim  # cos and sin, computed once, shared by every layer
+    return int(tokens * per_token)
+
+
+def forward_flops(arch: Architecture, seq_len: int, causal: bool = True) -> tuple[float, float]:
+    """Matmul FLOPs per token of one layer's forward, and of the whole forward.
+
+    Returns:
+        ``(per layer, total)``: 2 FLOPs per multiply-add; attention scores over ``seq_len``
+        keys (half of them when causal); the head's ``h x vocab`` matmul outside the layers.
+    """
+    h, a, kv, d, i = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.intermediate_size
+    projections = h * a * d + 2 * h * kv * d + a * d * h
+    mlp = (3 if arch.mlp == "swiglu" else 2) * h * i
+    keys = seq_len / 2 if causal else seq_len
+    layer = 2 * (projections + mlp) + 2 * 2 * keys * a * d  # QK^T and scores x V
+    head = 2 * h * arch.vocab_size + (2 * h * h if arch.post_norm else 0)
+    return layer, arch.num_layers * layer + head
+
+
+def element_bytes(dtype: str, device: str = "auto") -> int:
+    """Bytes per element for a spec's dtype ("auto": bfloat16 on CUDA, float32 otherwise).
+
+    Args:
+        dtype: "auto", "float32", "bfloat16" or "float16".
+        device: "auto", "cpu" or "cuda"; with "auto" this machine decides, as a run would.
+    """
+    if dtype == "auto":
+        cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+        return 2 if cuda else 4
+    if dtype not in DTYPE_BYTES:
+        raise SpecError(f"dtype={dtype!r} is not one of auto, {', '.join(DTYPE_BYTES)}.")
+    return DTYPE_BYTES[dtype]
+
+
+def device_type(device: str) -> str:
+    """Where a spec's device runs: "cuda" or "cpu" ("auto": CUDA when this machine has it)."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def torch_dtype(dtype: str, device: str) -> torch.dtype:
+    """The parameters' dtype for a spec's dtype and device ("auto": bfloat16 on CUDA, float32 otherwise)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device_type(device) == "cuda" else torch.float32
+    element_bytes(dtype, device)  # a bad name raises SpecError here
+    return getattr(torch, dtype)

@@ -1,0 +1,183 @@
+"""The training half of a prediction: parameters, gradients, the optimizer's state, and the step's peak.
+
+None of these depend on the tokens, so they are arithmetic, not a model of the step
+(``ckptlab.step.training`` holds the same terms measured):
+
+- parameters: counted on the model built on the ``meta`` device, in the spec's dtype, each
+  tensor once (tied embeddings once); with LoRA plus the adapters;
+- LoRA (peft): for each module peft adapts (a target name equal to a module's name or ending
+  it), ``rank x (in + out)`` parameters in float32 (peft upcasts 16-bit adapters by default),
+  two tensors (A and B); the base is frozen, so only the adapters train;
+- gradients: one per trained parameter, in its dtype (all three optimizers: the backward makes them);
+- AdamW (torch, foreach): ``exp_avg`` and ``exp_avg_sq`` in the parameter's dtype, two times the
+  trained bytes, plus a 4-byte ``step`` counter per trained tensor where the optimizer keeps it
+  (on the host on CUDA, so counted on the CPU only); during ``step()`` the multi-tensor update
+  holds one more copy of the trained bytes (``sqrt(exp_avg_sq)``); SGD without momentum: no
+  state and an in-place update.
+
+The step's peak is the larger of two moments. The optimizer step: parameters, buffers,
+gradients, the state and the update's temporaries (exact). The backward: parameters,
+buffers, the state, the activations resident after the forward, one rerun's rebuilt
+activations and every gradient, counted as if they were all alive at once, and none of its
+temporaries (the logits' gradient, a matmul's output): an estimate, not a bound, since the two
+errors pull opposite ways. On the tiny presets at 64 tokens it came out between -9% (BERT,
+SGD) and +20% of the measured peak (``tests/explore/test_predict_training.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from transformers import PretrainedConfig
+from transformers.pytorch_utils import Conv1D
+
+from ..errors import SpecError
+from ..model import catalog
+from ..model.lora import resolve_targets
+from ..spec import OPTIMIZERS
+
+PeakPhase = Literal["backward", "optimizer"]
+ADAPTER = 4  # bytes: peft keeps LoRA adapters in float32 (autocast_adapter_dtype) whatever the base's dtype
+STEP_COUNTER = 4  # bytes: AdamW's float32 ``step`` per parameter tensor
+
+LORA_ACTIVATIONS_NOTE = (
+    "With LoRA the formula's activations are a full fine-tune's and only approximate: a frozen projection "
+    "saves no input for a weight gradient and frozen norms skip a tensor, while peft's adapters save their "
+    "input (upcast to float32 in a 16-bit dtype: one copy per adapted projection) and the rank-sized product. "
+    "It is neither an upper nor a lower bound (tiny-llama, 128 tokens, checkpointing off: +11% in float32, "
+    "-28% in bfloat16). Calibrate on a measured run of the same LoRA spec for exact activations."
+)
+
+
+@dataclass(frozen=True)
+class TrainingBytes:
+    """What a training step holds besides its activations, for one model, dtype, optimizer and LoRA."""
+
+    optimizer: str  # "adamw", "sgd" or "none"
+    lora_rank: int | None  # None: full fine-tune
+    lora_targets: tuple[str, ...]  # the modules' names peft adapts (empty for a full fine-tune)
+    parameter_bytes: int  # every parameter on the device: the base in the dtype, adapters in float32
+    buffer_bytes: int  # the model's buffers (rotary tables' inverse frequencies, position ids, ...)
+    trainable_bytes: int  # the parameters that train: all of them, or the adapters
+    trainable_tensors: int  # how many tensors train (AdamW keeps a step counter for each)
+    gradient_bytes: int  # one gradient per trained parameter, after the backward
+    optimizer_state_bytes: int  # AdamW's two moments (+ step counters on the CPU); 0 for sgd and none
+    optimizer_temp_bytes: int  # held during step() only: AdamW foreach's copy of the trained bytes
+
+    @property
+    def baseline_bytes(self) -> int:
+        """Held before the forward from the second step on: parameters, buffers, the optimizer's state."""
+        return self.parameter_bytes + self.buffer_bytes + self.optimizer_state_bytes
+
+    @property
+    def optimizer_peak_bytes(self) -> int:
+        """Held during ``optimizer.step()``: 0 without an optimizer (the step ends with the backward)."""
+        if self.optimizer == "none":
+            return 0
+        return self.baseline_bytes + self.gradient_bytes + self.optimizer_temp_bytes
+
+    def backward_peak_estimate(self, resident_bytes: int, rerun_extra_bytes: int) -> int:
+        """The backward's peak, estimated: every activation and every gradient alive at once, no temporaries."""
+        return self.baseline_bytes + resident_bytes + rerun_extra_bytes + self.gradient_bytes
+
+    def peak(self, resident_bytes: int, rerun_extra_bytes: int) -> tuple[int, PeakPhase]:
+        """The step's predicted peak (total, parameters included) and the phase it comes from."""
+        backward = self.backward_peak_estimate(resident_bytes, rerun_extra_bytes)
+        optimizer = self.optimizer_peak_bytes
+        return (optimizer, "optimizer") if optimizer >= backward else (backward, "backward")
+
+
+def training_bytes(
+    model: str | PretrainedConfig,
+    dtype: torch.dtype,
+    *,
+    optimizer: str = "adamw",
+    lora_rank: int | None = None,
+    lora_targets: Sequence[str] | None = None,
+    device: str = "cpu",
+) -> TrainingBytes:
+    """Parameters, gradients and optimizer state of one training step, counted on the ``meta`` device.
+
+    Args:
+        model: a preset name, a local directory or a transformers config.
+        dtype: the parameters' dtype.
+        optimizer, lora_rank, lora_targets: as in :class:`~ckptlab.RunSpec`.
+        device: "cpu" or "cuda": AdamW keeps its step counters on the device on the CPU only.
+
+    Raises:
+        SpecError: an optimizer, rank or target that is not valid (naming the fix).
+        ModelLoadError, UnsupportedModelError: a model the catalog cannot build.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise SpecError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}.")
+    if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
+        raise SpecError(
+            f"lora_rank={lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). "
+            "Leave it unset for a full fine-tune."
+        )
+    if lora_targets and lora_rank is None:
+        raise SpecError(
+            f"lora_targets={list(lora_targets)} without lora_rank: targets only mean something with LoRA. "
+            "Set lora_rank (for example 8) or drop the targets."
+        )
+    if isinstance(model, PretrainedConfig):
+        counts = _count(model, catalog.infer_task(model), dtype, lora_rank, tuple(lora_targets or ()))
+    else:
+        counts = _count_named(str(model), dtype, lora_rank, tuple(lora_targets or ()))
+    params, buffers, trainable, tensors, targets = counts
+    adamw = optimizer == "adamw"
+    counters = STEP_COUNTER * tensors if device != "cuda" else 0
+    return TrainingBytes(
+        optimizer=optimizer,
+        lora_rank=lora_rank,
+        lora_targets=targets,
+        parameter_bytes=params,
+        buffer_bytes=buffers,
+        trainable_bytes=trainable,
+        trainable_tensors=tensors,
+        gradient_bytes=trainable,
+        optimizer_state_bytes=2 * trainable + counters if adamw else 0,
+        optimizer_temp_bytes=trainable if adamw else 0,
+    )
+
+
+_Counts = tuple[int, int, int, int, tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=64)
+def _count_named(name: str, dtype: torch.dtype, rank: int | None, targets: tuple[str, ...]) -> _Counts:
+    config, _, task = catalog.load_config(name)
+    return _count(config, task, dtype, rank, targets)
+
+
+def _count(
+    config: PretrainedConfig, task: str, dtype: torch.dtype, rank: int | None, targets: tuple[str, ...]
+) -> _Counts:
+    with torch.device("meta"):
+        model = catalog.instantiate(copy.deepcopy(config), task, dtype)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    if rank is None:
+        trained = list(model.parameters())
+        return params, buffers, sum(p.numel() * p.element_size() for p in trained), len(trained), ()
+    names = tuple(resolve_targets(model, targets or None))
+    adapters = 0
+    modules = 0
+    for full_name, module in model.named_modules():
+        # peft's rule for a list of targets: the module's name is a target or ends with "." + a target.
+        if not any(full_name == name or full_name.endswith("." + name) for name in names):
+            continue
+        if isinstance(module, torch.nn.Linear):
+            fan_in, fan_out = module.in_features, module.out_features
+        elif isinstance(module, Conv1D):
+            fan_in, fan_out = module.weight.shape  # Conv1D stores (in, out)
+        else:
+            continue
+        adapters += rank * (fan_in + fan_out) * ADAPTER  # A: rank x in, B: out x rank
+        modules += 1
+    return params + adapters, buffers, adapters, 2 * modules, names
