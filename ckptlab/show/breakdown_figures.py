@@ -16,15 +16,15 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from ..results import RunResult
+from ..spec import RunSpec
 from ..units import GIB, MIB
 from .i18n import t
 from .scale_figures import COLORS, FOLDED, FONT, PARTS, part_bytes
 from .timeline_figures import provenance_label
 
 
-def training_label(run: RunResult, lang: str = "en") -> str:
-    """What the step trains, in words: "AdamW, full fine-tune", "SGD, LoRA rank 8", "no optimizer step"."""
-    spec = run.spec
+def training_label(spec: RunSpec, lang: str = "en") -> str:
+    """What the step trains, in words: "AdamW, full fine-tune", "SGD, LoRA rank 8"."""
     if spec.lora_rank is None:
         return t("breakdown.training_full", lang, optimizer=t(f"optimizer.{spec.optimizer}", lang))
     return t("breakdown.training_lora", lang, optimizer=t(f"optimizer.{spec.optimizer}", lang), rank=spec.lora_rank)
@@ -91,7 +91,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
         )
     )
     # What all bars share goes in the subtitle; what differs is the caller's to put in the labels.
-    shared = list(dict.fromkeys(training_label(run, lang) for run in runs))
+    shared = list(dict.fromkeys(training_label(run.spec, lang) for run in runs))
     pieces = [t("breakdown.subtitle", lang, model=runs[0].spec.model, seq=f"{runs[0].spec.seq_len:,}")] if runs else []
     subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else []), provenance])
     figure.update_layout(

@@ -62,7 +62,7 @@ def test_the_subtitle_says_where_the_numbers_come_from_and_what_is_trained(runs)
     assert "simulated" in _bars(figure)[0].hovertext[0]
     mixed = breakdown_figure([("full", runs["off"]), ("LoRA", runs["lora"])]).layout.title.subtitle.text
     assert "fine-tune" not in mixed  # bars differ in what they train: their labels say it, not the subtitle
-    assert training_label(runs["lora"]) == "AdamW, LoRA rank 8"
+    assert training_label(runs["lora"].spec) == "AdamW, LoRA rank 8"
 
 
 def test_lora_keeps_almost_no_optimizer_state(runs):
