@@ -447,7 +447,7 @@ elif len(kept) < len(state.lab_lora_targets):  # names from the link this model 
     unknown = ", ".join(name for name in state.lab_lora_targets if name not in lora_choices)
     state.lab_query_warnings = [
         *state.get("lab_query_warnings", []),
-        tr("lab.lora_targets_unknown", unknown=unknown, model=model_name, choices=", ".join(lora_choices)),
+        tr("training.lora_targets_unknown", unknown=unknown, model=model_name, choices=", ".join(lora_choices)),
     ]
     state.lab_lora_targets = kept or list(lora_choices)
 if not lora_choices:
@@ -498,15 +498,15 @@ with st.sidebar:
         tr("lab.check_grads"), key="lab_check_grads", disabled=not state.lab_ckpt, help=tr("lab.check_grads_help")
     )
     st.selectbox(
-        tr("lab.optimizer"),
+        tr("training.optimizer"),
         OPTIMIZERS,
         key="lab_optimizer",
-        format_func=lambda name: tr(f"lab.optimizer_{name}"),
-        help=tr("lab.optimizer_help"),
+        format_func=lambda name: tr(f"training.optimizer_{name}"),
+        help=tr("training.optimizer_help"),
     )
-    st.toggle(tr("lab.lora"), key="lab_lora", disabled=not lora_choices, help=tr("lab.lora_help"))
+    st.toggle(tr("training.lora"), key="lab_lora", disabled=not lora_choices, help=tr("training.lora_help"))
     st.number_input(
-        tr("lab.lora_rank"),
+        tr("training.lora_rank"),
         min_value=1,
         max_value=LORA_RANK_MAX,
         step=1,
@@ -514,12 +514,12 @@ with st.sidebar:
         disabled=not state.lab_lora,
     )
     st.multiselect(
-        tr("lab.lora_targets"),
+        tr("training.lora_targets"),
         lora_choices,
         key="lab_lora_targets",
         disabled=not state.lab_lora,
-        placeholder=tr("lab.lora_targets_none"),
-        help=tr("lab.lora_targets_help"),
+        placeholder=tr("training.lora_targets_none"),
+        help=tr("training.lora_targets_help"),
     )
     with st.expander(tr("lab.timing")):
         st.number_input(tr("lab.repeats"), min_value=1, max_value=REPEATS_MAX, key="lab_repeats")
@@ -574,7 +574,7 @@ except Exception as error:  # not bad input but a failure: still a message, not 
     problem, on_cpu = tr("lab.cannot_check", error=f"{type(error).__name__}: {error}"), True
 
 if spec.lora_rank is not None and not state.lab_lora_targets:
-    problem = problem or tr("lab.lora_targets_needed")
+    problem = problem or tr("training.lora_targets_needed")
 if problem:
     st.error(problem)
 elif on_cpu and not info.cpu_ok:

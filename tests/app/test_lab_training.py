@@ -69,7 +69,7 @@ def test_optimizer_and_lora_widgets_write_the_link(lang):
     assert at.query_params["opt"] == "sgd" and at.query_params["lora"] == "8"
     assert at.query_params["targets"] == "q_proj,v_proj"
     at.multiselect(key="lab_lora_targets").set_value([]).run()
-    assert i18n.t("lab.lora_targets_needed", lang) in _texts(at.error)
+    assert i18n.t("training.lora_targets_needed", lang) in _texts(at.error)
     assert at.button(key="lab_run").disabled
 
 
