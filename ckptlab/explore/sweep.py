@@ -67,6 +67,9 @@ class SweepSpec:
     warmup_each_row: bool = False  # True: every row warms up as a single run does (slower, see the module doc)
     include_off: bool = True  # measure checkpointing off first: the reference of every ratio
     seed: int = 0  # seeds the random weights and tokens
+    optimizer: str = "adamw"  # as RunSpec.optimizer: every row is the whole training step
+    lora_rank: int | None = None  # as RunSpec.lora_rank; None: full fine-tune
+    lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets; None: every projection
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
@@ -96,11 +99,14 @@ class SweepSpec:
             repeats=self.repeats,
             warmup=self.warmup if warmup is None else warmup,
             seed=self.seed,
+            optimizer=self.optimizer,
+            lora_rank=self.lora_rank,
+            lora_targets=self.lora_targets,
         )
 
     @classmethod
     def from_run_spec(cls, spec: RunSpec, **axes: Any) -> SweepSpec:
-        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up and seed; ``axes`` set the rest."""
+        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up, seed and training; ``axes`` set the rest."""
         axes.setdefault("seq_lens", (spec.seq_len,))
         return cls(
             model=spec.model,
@@ -110,6 +116,9 @@ class SweepSpec:
             repeats=spec.repeats,
             warmup=spec.warmup,
             seed=spec.seed,
+            optimizer=spec.optimizer,
+            lora_rank=spec.lora_rank,
+            lora_targets=spec.lora_targets,
             **axes,
         )
 
