@@ -15,7 +15,7 @@ from ckptlab.cli import main
 from ckptlab.explore.sweep import OFFLOAD_SKIPPED_NOTE, SweepSpec, plan_sweep, sweep
 
 # Same shape as conftest.FAST, so rows can be checked against the session's cached single runs.
-QUICK = SweepSpec(model="tiny-llama", seq_lens=(128,), repeats=1, warmup=0)
+QUICK = SweepSpec(model="tiny-llama", seq_lens=(128,), repeats=1, warmup=0, optimizer="none")
 CLI_QUICK = ["--seq-len", "64", "--repeats", "1", "--warmup", "0", "--every-n-layers", "1,3"]
 
 
