@@ -93,12 +93,13 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     # What all bars share goes in the subtitle; what differs is the caller's to put in the labels.
     shared = list(dict.fromkeys(training_label(run.spec, lang) for run in runs))
     pieces = [t("breakdown.subtitle", lang, model=runs[0].spec.model, seq=f"{runs[0].spec.seq_len:,}")] if runs else []
-    subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else []), provenance])
+    # The provenance on a line of its own: beside a diagram the figure is narrow, and it must not be cut off.
+    subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else [])]) + f"<br>{provenance}"
     figure.update_layout(
         title={"text": t("breakdown.title", lang), "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
         barmode="stack",
         height=height,
-        margin={"l": 60, "r": 20, "t": 90, "b": 40},
+        margin={"l": 60, "r": 20, "t": 105, "b": 40},  # a title and a two-line subtitle
         legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "traceorder": "reversed"},
         font={"family": FONT, "size": 13},
         hoverlabel={"font": {"size": 14}},
