@@ -21,7 +21,9 @@ from tests.explore.test_recommend import TABLE
 
 @pytest.fixture(scope="module")
 def swept():
-    return sweep(SweepSpec(model="tiny-gpt2", seq_lens=(32, 64), every_n_layers=(1, 2, 3), repeats=2, warmup=0))
+    return sweep(
+        SweepSpec(model="tiny-gpt2", seq_lens=(32, 64), every_n_layers=(1, 2, 3), repeats=2, warmup=0, optimizer="none")
+    )
 
 
 def _names(figure):
