@@ -9,6 +9,8 @@ URL, so a link restores it; nothing heavy runs before **Simulate**.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
 import ckptlab
@@ -23,13 +25,15 @@ from ckptlab.explore.scale import (
     least_recompute_that_fits,
     scale_settings,
 )
-from ckptlab.lab.query import BATCH_MAX, spec_from_query
+from ckptlab.lab.query import BATCH_MAX, LORA_RANK_MAX, spec_from_query
+from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.scalejob import ScaleJob, remember
 from ckptlab.results import RunResult
 from ckptlab.show import figures, i18n
+from ckptlab.show.breakdown_figures import training_label
 from ckptlab.show.scale_figures import peak_figure, resident_figure
 from ckptlab.show.timeline_figures import event_label, provenance_label
-from ckptlab.spec import RunSpec
+from ckptlab.spec import OPTIMIZERS, RunSpec
 from ckptlab.units import GIB
 from pages._deep_link import run_through_app
 
@@ -39,6 +43,7 @@ lang = i18n.normalize(st.session_state.get("app_lang"))
 # Every word the page shows, in one place: locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 TEXT = i18n.section("at_scale", lang)
 FIGURE_WORDS = i18n.section("scale_figures", lang)
+tr = i18n.translator(lang)  # the training controls' words, shared with the lab page ("training.")
 
 THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
 SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
@@ -47,7 +52,9 @@ CUSTOM = "custom"
 DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16")
 DEFAULT_GPU = "H100 80 GB"
 WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
-           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_budget_gib")  # fmt: skip
+           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_budget_gib", "at_scale_optimizer",
+           "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets")  # fmt: skip
+LORA_RANK_DEFAULT = 16
 state = st.session_state
 
 
@@ -66,6 +73,12 @@ def simulation_cache() -> dict[RunSpec, RunResult]:
     return {}
 
 
+@st.cache_resource(show_spinner=False, max_entries=64)
+def target_choices(model: str) -> list[str]:
+    """The projections LoRA can adapt in ``model``, read once per process (meta device)."""
+    return lora_target_choices(model)
+
+
 # -- settings: URL -> session state -> widgets -> request -> URL --------------------------
 
 
@@ -78,11 +91,17 @@ def _load_into_widgets() -> list[str]:
         return []
     params = st.query_params.to_dict()
     spec, warnings = spec_from_query(
-        {k: v for k, v in params.items() if k in ("model", "seq", "batch", "dtype")}, default=DEFAULT
+        {k: v for k, v in params.items() if k in ("model", "seq", "batch", "dtype", "opt", "lora", "targets")},
+        default=DEFAULT,
     )
+    state.at_scale_optimizer = spec.optimizer
+    state.at_scale_lora = spec.lora_rank is not None
+    state.at_scale_lora_rank = spec.lora_rank or LORA_RANK_DEFAULT
+    state.at_scale_lora_targets = list(spec.lora_targets or ())
+    state.at_scale_targets_for = None if spec.lora_targets is None else spec.model  # None: all, once the model is read
     if spec.seq_len > SEQ_LIMIT:
         warnings.append(TEXT["seq_clamped"].format(seq=spec.seq_len, limit=SEQ_LIMIT))
-        spec = RunSpec(model=spec.model, seq_len=SEQ_LIMIT, batch_size=spec.batch_size, dtype=spec.dtype)
+        spec = replace(spec, seq_len=SEQ_LIMIT)
     infos = preset_infos()
     is_preset = spec.model in infos
     state.at_scale_tiny = is_preset and infos[spec.model].cpu_ok
@@ -109,7 +128,7 @@ def _load_into_widgets() -> list[str]:
     return warnings
 
 
-def _query(model: str) -> dict[str, str]:
+def _query(model: str, targets: tuple[str, ...] | None) -> dict[str, str]:
     gpu = f"{state.at_scale_budget_gib:g}GiB" if state.at_scale_gpu == CUSTOM else state.at_scale_gpu
     return {
         "model": model,
@@ -117,6 +136,9 @@ def _query(model: str) -> dict[str, str]:
         "batch": str(state.at_scale_batch),
         "dtype": state.at_scale_dtype,
         "gpu": gpu,
+        "opt": state.at_scale_optimizer,
+        "lora": str(state.at_scale_lora_rank) if state.at_scale_lora else "off",
+        **({"targets": ",".join(targets)} if state.at_scale_lora and targets else {}),
     }
 
 
@@ -149,6 +171,14 @@ with st.sidebar:
     st.number_input(TEXT["seq"], min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
     st.number_input(TEXT["batch"], min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
     st.selectbox(TEXT["dtype"], SIMULATION_DTYPES, key="at_scale_dtype")
+    st.selectbox(
+        tr("training.optimizer"),
+        OPTIMIZERS,
+        key="at_scale_optimizer",
+        format_func=lambda name: tr(f"training.optimizer_{name}"),
+        help=tr("training.optimizer_help"),
+    )
+    lora_box = st.container()  # filled once the model is read: its projections are the LoRA targets
     st.radio(
         TEXT["every"],
         tuple(TEXT["every_options"]),
@@ -178,11 +208,6 @@ with st.sidebar:
 
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
 model = state.at_scale_local_dir.strip() if state.at_scale_model == LOCAL else state.at_scale_model
-if model:
-    # Only this page's keys: others in the link (the language, say) stay as they are.
-    for name, value in _query(model).items():
-        if st.query_params.get(name) != value:
-            st.query_params[name] = value
 if state.at_scale_gpu == CUSTOM:
     budget, budget_label = int(state.at_scale_budget_gib * GIB), f"{state.at_scale_budget_gib:g} GiB"
 else:
@@ -215,16 +240,67 @@ model_caption.caption(
     )
 )
 
+lora_choices: list[str] = []
+try:
+    lora_choices = target_choices(model)
+except Exception:  # a model peft cannot adapt: LoRA is offered only where it applies
+    lora_choices = []
+kept = [name for name in state.at_scale_lora_targets if name in lora_choices]
+if state.get("at_scale_targets_for") != model:  # another model, or "all" from the link
+    state.at_scale_lora_targets = kept if kept and state.get("at_scale_targets_for") is not None else lora_choices
+    state.at_scale_targets_for = model
+elif len(kept) < len(state.at_scale_lora_targets):
+    state.at_scale_lora_targets = kept or lora_choices  # names this model does not have
+if not lora_choices:
+    state.at_scale_lora = False
+with lora_box:
+    st.toggle(tr("training.lora"), key="at_scale_lora", disabled=not lora_choices, help=tr("training.lora_help"))
+    st.number_input(
+        tr("training.lora_rank"),
+        min_value=1,
+        max_value=LORA_RANK_MAX,
+        step=1,
+        key="at_scale_lora_rank",
+        disabled=not state.at_scale_lora,
+    )
+    st.multiselect(
+        tr("training.lora_targets"),
+        lora_choices,
+        key="at_scale_lora_targets",
+        disabled=not state.at_scale_lora,
+        placeholder=tr("training.lora_targets_none"),
+        help=tr("training.lora_targets_help"),
+    )
+lora_targets = (
+    tuple(name for name in lora_choices if name in state.at_scale_lora_targets)
+    if state.at_scale_lora and set(state.at_scale_lora_targets) != set(lora_choices)
+    else None
+)
+if model:
+    # Only this page's keys: others in the link (the language, say) stay as they are.
+    for name, value in _query(model, lora_targets).items():
+        if st.query_params.get(name) != value:
+            st.query_params[name] = value
+    if "targets" in st.query_params and not lora_targets:
+        del st.query_params["targets"]
+state.at_scale_saved = {key: state[key] for key in WIDGETS}
+
 request = ScaleRequest(
     model=model,
     seq_len=int(state.at_scale_seq),
     batch_size=int(state.at_scale_batch),
     dtype=state.at_scale_dtype,
     settings=tuple(scale_settings(info.num_layers, state.at_scale_every, state.at_scale_offload)),
+    optimizer=state.at_scale_optimizer,
+    lora_rank=int(state.at_scale_lora_rank) if state.at_scale_lora else None,
+    lora_targets=lora_targets,
 )
 problem = ""
+if state.at_scale_lora and not state.at_scale_lora_targets:
+    problem = tr("training.lora_targets_needed")
 try:
-    request.check(info)
+    if not problem:
+        request.check(info)
 except ckptlab.CkptlabError as error:
     problem = str(error)
 
@@ -399,7 +475,7 @@ st.caption(_summary(table))
 
 try:
     pick = _verdict(table)
-    st.caption(TEXT["optimizer"].format(adam=8 * table.results[0].model.num_params / GIB))
+    st.caption(TEXT["optimizer"].format(training=training_label(table.results[0].spec, lang)))
     # The drawn setting follows the verdict whenever the table or the budget changes; the person may pick another.
     keys = [setting.key for setting in table.settings]
     if state.get("at_scale_show_for") != (id(table), budget) or state.get("at_scale_show") not in keys:

@@ -10,15 +10,34 @@ import streamlit as st
 import torch
 
 import ckptlab
-from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
-from ckptlab.lab.run import LabRun, Measured, build_for_key, check, cpu_estimate, phase_significant, run_queued
+from ckptlab.lab.query import (
+    BATCH_MAX,
+    LORA_RANK_MAX,
+    REPEATS_MAX,
+    SEQ_MAX,
+    WARMUP_MAX,
+    spec_from_query,
+    spec_to_query,
+)
+from ckptlab.lab.run import (
+    LabRun,
+    Measured,
+    build_for_key,
+    check,
+    check_gradients_queued,
+    cpu_estimate,
+    lora_target_choices,
+    phase_significant,
+    run_queued,
+)
 from ckptlab.model import snippets
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show import figures, i18n
+from ckptlab.show.breakdown_figures import breakdown_figure, training_label
 from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.show.report import setting_name
 from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
-from ckptlab.spec import DTYPES, RunSpec
+from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
 from ckptlab.step.measure import resolve_device
 from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
@@ -41,7 +60,12 @@ WIDGETS = (
     "lab_offload",
     "lab_repeats",
     "lab_warmup",
+    "lab_optimizer",
+    "lab_lora",
+    "lab_lora_rank",
+    "lab_lora_targets",
 )
+LORA_RANK_DEFAULT = 8
 
 
 # -- cached core calls --------------------------------------------------------------------
@@ -51,6 +75,12 @@ WIDGETS = (
 def preset_infos() -> dict[str, ckptlab.ModelInfo]:
     """Every preset, described once per process (meta device: no weights allocated)."""
     return {preset.name: ckptlab.describe(preset.name) for preset in ckptlab.list_presets()}
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def target_choices(model: str) -> list[str]:
+    """The projections LoRA can adapt in ``model``, read once per process (meta device)."""
+    return lora_target_choices(model)
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -84,6 +114,11 @@ def _load_into_widgets(spec: RunSpec) -> None:
     state.lab_n = spec.every_n_layers or 1
     state.lab_offload = spec.offload
     state.lab_repeats, state.lab_warmup = spec.repeats, spec.warmup
+    state.lab_optimizer = spec.optimizer
+    state.lab_lora = spec.lora_rank is not None
+    state.lab_lora_rank = spec.lora_rank or LORA_RANK_DEFAULT
+    state.lab_lora_targets = list(spec.lora_targets or ())
+    state.lab_targets_for = None if spec.lora_targets is None else spec.model  # None: all, once the model is read
 
 
 def _model_label(name: str) -> str:
@@ -145,6 +180,39 @@ def _run(spec: RunSpec) -> None:
             label = tr("lab.measured_in", seconds=f"{lab.elapsed_s:.1f}", waited=waited)
         status.update(label=label, state="complete", expanded=False)
         state.lab_last = lab
+    if state.get("lab_check_grads") and spec.checkpointing and lab.result.status == "ok":
+        _check_gradients(spec)
+
+
+def _check_gradients(spec: RunSpec) -> None:
+    """Two more steps, checkpointing off and on (dropout on): are the gradients the same bits?"""
+    state = st.session_state
+    with st.spinner(tr("lab.grads_checking")):
+        try:
+            state.lab_grads = (spec, check_gradients_queued(spec), "")
+        except Exception as error:  # the run itself succeeded: say the check failed, keep its result
+            state.lab_grads = (spec, None, f"{type(error).__name__}: {error}")
+
+
+def _render_gradients(spec: RunSpec) -> None:
+    """One line when the check agrees; loud when it does not (checkpointing changed what is learned)."""
+    found = st.session_state.get("lab_grads")
+    if not found or found[0] != spec:
+        return
+    _, outcome, problem = found
+    if outcome is None:
+        st.warning(tr("lab.grads_failed", error=problem))
+    elif outcome.equal:
+        st.success(tr("lab.grads_equal", count=outcome.gradients_compared, dropout=outcome.dropout))
+    else:
+        st.error(
+            tr(
+                "lab.grads_differ",
+                diff=f"{outcome.max_abs_difference:.3g}",
+                loss=tr("lab.grads_loss_same" if outcome.loss_equal else "lab.grads_loss_differs"),
+                count=outcome.gradients_compared,
+            )
+        )
 
 
 def _render_code(spec: RunSpec) -> None:
@@ -178,7 +246,14 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
         st.error(result.message)
         st.plotly_chart(figures.diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
         return
-    st.plotly_chart(figures.diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+    diagram, where = st.columns([3, 2])
+    diagram.plotly_chart(figures.diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+    bars = [(setting_label(result.spec.every_n_layers, result.spec.offload, lang), result)]
+    if base is not None and base is not result and base.status == "ok":
+        bars.insert(0, (tr("setting.off"), base))
+    where.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lab_breakdown", theme=None)
+    where.caption(tr("lab.breakdown_caption"))
+    _render_gradients(result.spec)
 
     numbers, chart = st.columns([2, 3])
     with numbers:
@@ -357,6 +432,27 @@ if state.lab_n > num_layers:
     ]
     state.lab_n = num_layers
 
+# LoRA's targets are the model's projections: all of them unless the link or the person chose some.
+lora_choices: list[str] = []
+if info is not None:
+    try:
+        lora_choices = target_choices(model_name)
+    except Exception:  # a model peft cannot adapt: LoRA is offered only where it applies
+        lora_choices = []
+kept = [name for name in state.lab_lora_targets if name in lora_choices]
+if state.get("lab_targets_for") != model_name:  # another model, or "all" from the link: all unless some carry over
+    state.lab_lora_targets = kept if kept and state.get("lab_targets_for") is not None else list(lora_choices)
+    state.lab_targets_for = model_name
+elif len(kept) < len(state.lab_lora_targets):  # names from the link this model does not have
+    unknown = ", ".join(name for name in state.lab_lora_targets if name not in lora_choices)
+    state.lab_query_warnings = [
+        *state.get("lab_query_warnings", []),
+        tr("training.lora_targets_unknown", unknown=unknown, model=model_name, choices=", ".join(lora_choices)),
+    ]
+    state.lab_lora_targets = kept or list(lora_choices)
+if not lora_choices:
+    state.lab_lora = False
+
 with st.sidebar:
     st.header(tr("common.settings"))
     st.selectbox(
@@ -398,6 +494,33 @@ with st.sidebar:
         state.lab_n = 1
         st.caption(tr("lab.one_layer"))
     st.toggle("offload", key="lab_offload", disabled=not state.lab_ckpt, help=tr("lab.offload_help"))
+    st.checkbox(
+        tr("lab.check_grads"), key="lab_check_grads", disabled=not state.lab_ckpt, help=tr("lab.check_grads_help")
+    )
+    st.selectbox(
+        tr("training.optimizer"),
+        OPTIMIZERS,
+        key="lab_optimizer",
+        format_func=lambda name: tr(f"training.optimizer_{name}"),
+        help=tr("training.optimizer_help"),
+    )
+    st.toggle(tr("training.lora"), key="lab_lora", disabled=not lora_choices, help=tr("training.lora_help"))
+    st.number_input(
+        tr("training.lora_rank"),
+        min_value=1,
+        max_value=LORA_RANK_MAX,
+        step=1,
+        key="lab_lora_rank",
+        disabled=not state.lab_lora,
+    )
+    st.multiselect(
+        tr("training.lora_targets"),
+        lora_choices,
+        key="lab_lora_targets",
+        disabled=not state.lab_lora,
+        placeholder=tr("training.lora_targets_none"),
+        help=tr("training.lora_targets_help"),
+    )
     with st.expander(tr("lab.timing")):
         st.number_input(tr("lab.repeats"), min_value=1, max_value=REPEATS_MAX, key="lab_repeats")
         st.number_input(tr("lab.warmup"), min_value=0, max_value=WARMUP_MAX, key="lab_warmup")
@@ -413,6 +536,13 @@ spec = RunSpec(
     offload=bool(state.lab_offload) and checkpointing,
     repeats=int(state.lab_repeats),
     warmup=int(state.lab_warmup),
+    optimizer=state.lab_optimizer,
+    lora_rank=int(state.lab_lora_rank) if state.lab_lora else None,
+    lora_targets=(
+        tuple(name for name in lora_choices if name in state.lab_lora_targets)
+        if state.lab_lora and set(state.lab_lora_targets) != set(lora_choices)
+        else None
+    ),
 )
 state.lab_saved = spec
 # The page owns its settings' keys in the URL; app.py owns ?lang=, which stays.
@@ -443,6 +573,8 @@ except ckptlab.CkptlabError as error:
 except Exception as error:  # not bad input but a failure: still a message, not a dead page
     problem, on_cpu = tr("lab.cannot_check", error=f"{type(error).__name__}: {error}"), True
 
+if spec.lora_rank is not None and not state.lab_lora_targets:
+    problem = problem or tr("training.lora_targets_needed")
 if problem:
     st.error(problem)
 elif on_cpu and not info.cpu_ok:
@@ -469,6 +601,7 @@ head.markdown(
         device=spec.device,
         setting=setting_label(spec.every_n_layers, spec.offload, lang),
     )
+    + f" · {training_label(spec, lang)}"
 )
 pressed = button.button(tr("lab.run"), type="primary", key="lab_run", disabled=bool(problem), width="stretch")
 

@@ -17,6 +17,7 @@ from ckptlab.lab import exercises
 from ckptlab.lab.run import baseline_spec
 from ckptlab.results import RunResult
 from ckptlab.show import i18n
+from ckptlab.show.breakdown_figures import breakdown_figure
 from ckptlab.show.timeline_figures import (
     diagram_figure,
     event_label,
@@ -38,9 +39,13 @@ state = st.session_state
 lang = i18n.normalize(state.get("app_lang"))
 tr = i18n.translator(lang)
 
-PARTS = ("activation", "trade", "every_n", "offload", "peak", "step")
+PARTS = ("activation", "trade", "every_n", "offload", "peak", "shrink", "step")
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
 LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
+# The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
+# full fine-tune and LoRA, at 512 tokens, where the activations weigh enough for the backward to hold the peak.
+FULL = replace(LONG, optimizer="adamw")
+LORA = replace(FULL, lora_rank=8)
 STEP_SETTINGS = (None, 1, 2, 3)
 PLAY_SECONDS = 0.8  # between two events while playing: slow enough to read on a projector
 
@@ -166,6 +171,35 @@ elif part == "peak":
             long=f"{ratios[1] * 100:.0f}",
             seq_short=BASE.seq_len,
             seq_long=LONG.seq_len,
+        )
+    )
+
+elif part == "shrink":
+    runs = need(at(None, FULL), at(1, FULL), at(None, LORA), at(1, LORA))
+    text, figure = st.columns([2, 3])
+    text.markdown(tr("lesson.shrink.body"))
+    bars = [
+        (tr("lesson.shrink.bar_full", setting=tr("setting.short_off")), runs[at(None, FULL)]),
+        (tr("lesson.shrink.bar_full", setting="n=1"), runs[at(1, FULL)]),
+        (tr("lesson.shrink.bar_lora", rank=LORA.lora_rank, setting=tr("setting.short_off")), runs[at(None, LORA)]),
+        (tr("lesson.shrink.bar_lora", rank=LORA.lora_rank, setting="n=1"), runs[at(1, LORA)]),
+    ]
+    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=480), key="lesson_shrink_chart", theme=None)
+
+    def share(spec: RunSpec) -> str:
+        """Activations (and temporaries where CUDA cannot split them) as a share of the peak without checkpointing."""
+        parts = runs[at(None, spec)].memory.breakdown_at_peak
+        return f"{(parts.get('activation', 0) + parts.get('activation_and_temp', 0)) / sum(parts.values()) * 100:.0f}"
+
+    ratios = [ckptlab.compare(runs[at(1, spec)], runs[at(None, spec)]).peak_ratio for spec in (FULL, LORA)]
+    figure.caption(
+        tr(
+            "lesson.shrink.caption",
+            seq=FULL.seq_len,
+            full=f"{ratios[0] * 100:.0f}",
+            lora=f"{ratios[1] * 100:.0f}",
+            full_share=share(FULL),
+            lora_share=share(LORA),
         )
     )
 

@@ -58,7 +58,8 @@ with st.sidebar:
     every_n = st.slider("every_n_layers", 1, max(counts[model], 2), key="timeline_n", help=tr("common.every_n_help"))
     overlay = st.toggle(tr("timeline.overlay_off"), key="timeline_overlay")
 
-spec = RunSpec(model=model, seq_len=int(seq_len), every_n_layers=int(every_n), repeats=1, warmup=0)
+# Forward and backward alone: the timeline teaches what activations do during a step.
+spec = RunSpec(model=model, seq_len=int(seq_len), every_n_layers=int(every_n), repeats=1, warmup=0, optimizer="none")
 results = measured([spec], tr)
 if results is None:
     st.stop()

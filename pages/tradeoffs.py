@@ -14,12 +14,14 @@ import ckptlab
 from ckptlab.explore.accuracy import check_predictions
 from ckptlab.explore.recommend import GPUS, recommend
 from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
-from ckptlab.lab.run import build_for_key, model_key
+from ckptlab.lab.query import LORA_RANK_MAX
+from ckptlab.lab.run import build_for_key, lora_target_choices, model_key
 from ckptlab.lab.sweepjob import SweepJob
 from ckptlab.show import i18n
+from ckptlab.show.breakdown_figures import training_label
 from ckptlab.show.timeline_figures import provenance_label
 from ckptlab.show.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
-from ckptlab.spec import DTYPES
+from ckptlab.spec import DTYPES, OPTIMIZERS
 from ckptlab.units import MIB, mib, milliseconds
 from pages._deep_link import run_through_app
 
@@ -36,6 +38,15 @@ tr = i18n.translator(lang)
 def preset_names() -> list[str]:
     """Presets, the CPU-sized ones first (the catalog's order)."""
     return [preset.name for preset in ckptlab.list_presets()]
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def target_choices(model: str) -> list[str]:
+    """The projections LoRA can adapt in ``model``, read once per process (meta device)."""
+    try:
+        return lora_target_choices(model)
+    except Exception:  # a model peft cannot adapt: LoRA is offered only where it applies
+        return []
 
 
 st.title(tr("tradeoffs.title"), anchor=False)
@@ -62,6 +73,31 @@ with st.sidebar:
     )
     batch = st.number_input(tr("tradeoffs.batch"), 1, 64, 1, key="tradeoffs_batch")
     dtype = st.selectbox("dtype", DTYPES, key="tradeoffs_dtype")
+    optimizer = st.selectbox(
+        tr("training.optimizer"),
+        OPTIMIZERS,
+        key="tradeoffs_optimizer",
+        format_func=lambda name: tr(f"training.optimizer_{name}"),
+        help=tr("training.optimizer_help"),
+    )
+    lora_choices = target_choices(model)
+    lora = st.toggle(
+        tr("training.lora"), value=False, key="tradeoffs_lora", disabled=not lora_choices, help=tr("training.lora_help")
+    )
+    lora_rank = st.number_input(
+        tr("training.lora_rank"), 1, LORA_RANK_MAX, 8, key="tradeoffs_lora_rank", disabled=not lora
+    )
+    if state.get("tradeoffs_targets_for") != model:  # a new model: all its projections
+        state.tradeoffs_lora_targets = list(lora_choices)
+        state.tradeoffs_targets_for = model
+    targets = st.multiselect(
+        tr("training.lora_targets"),
+        lora_choices,
+        key="tradeoffs_lora_targets",
+        disabled=not lora,
+        placeholder=tr("training.lora_targets_none"),
+        help=tr("training.lora_targets_help"),
+    )
     repeats = st.number_input(tr("tradeoffs.repeats"), 1, 20, 4, key="tradeoffs_repeats")
     warmup = st.number_input(tr("tradeoffs.warmup"), 0, 10, 2, key="tradeoffs_warmup")
 
@@ -74,9 +110,17 @@ spec = SweepSpec(
     dtype=dtype,
     repeats=int(repeats),
     warmup=int(warmup),
+    optimizer=optimizer,
+    lora_rank=int(lora_rank) if lora and lora_choices else None,
+    lora_targets=(
+        tuple(name for name in lora_choices if name in targets) if lora and set(targets) != set(lora_choices) else None
+    ),
 )
 if not seq_lens:
     st.info(tr("tradeoffs.pick_seq"))
+    st.stop()
+if spec.lora_rank is not None and not targets:
+    st.info(tr("training.lora_targets_needed"))
     st.stop()
 
 
@@ -166,7 +210,7 @@ provenance = next(
 st.caption(
     tr(
         "tradeoffs.summary",
-        model=result.model,
+        model=f"{result.model} · {training_label(result.spec.run_spec(result.spec.seq_lens[0], None, False), lang)}",
         layers=result.num_layers,
         batch=result.spec.batch_size,
         provenance=provenance,

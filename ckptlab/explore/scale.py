@@ -109,6 +109,9 @@ class ScaleRequest:
     batch_size: int  # sequences per step
     dtype: str  # one of SIMULATION_DTYPES
     settings: tuple[Setting, ...]  # in the order to simulate them
+    optimizer: str = "adamw"  # as RunSpec.optimizer: its state is part of the simulated peak
+    lora_rank: int | None = None  # as RunSpec.lora_rank: LoRA adapters on a frozen base; None: full fine-tune
+    lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets; None: every projection
 
     def spec(self, setting: Setting) -> RunSpec:
         """The simulation's spec for one setting (timing fields are unused by a simulation)."""
@@ -121,6 +124,9 @@ class ScaleRequest:
             offload=setting.offload,
             repeats=1,
             warmup=0,
+            optimizer=self.optimizer,
+            lora_rank=self.lora_rank,
+            lora_targets=self.lora_targets,
         )
 
     def check(self, info: ModelInfo | None = None) -> ModelInfo:
@@ -202,6 +208,9 @@ def scale_table(
     known: Mapping[RunSpec, RunResult] | None = None,
     on_result: Callable[[RunResult], None] | None = None,
     info: ModelInfo | None = None,
+    optimizer: str = "adamw",
+    lora_rank: int | None = None,
+    lora_targets: tuple[str, ...] | None = None,
 ) -> ScaleTable:
     """Simulate one model at one shape for each setting, one after another.
 
@@ -215,6 +224,7 @@ def scale_table(
             (a simulation is a function of its spec).
         on_result: called with each result as soon as it exists (simulated or reused).
         info: the model's description if the caller has it (describing an 8B model takes seconds).
+        optimizer, lora_rank, lora_targets: what the step trains, as in :class:`~ckptlab.RunSpec`.
 
     Returns:
         A :class:`ScaleTable`.
@@ -225,7 +235,7 @@ def scale_table(
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
     stopped = _stopper(cancel)
-    request = ScaleRequest(model, seq_len, batch_size, dtype, tuple(settings))
+    request = ScaleRequest(model, seq_len, batch_size, dtype, tuple(settings), optimizer, lora_rank, lora_targets)
     info = request.check(info)
     known = known or {}
     results: list[RunResult] = []

@@ -28,9 +28,10 @@ MAX_POINTS = 3
 # Percentage points off -> points: within 10 is a hit, within 25 close, within 50 the right idea.
 PERCENT_BANDS = ((10.0, 3), (25.0, 2), (50.0, 1))
 # Three timed steps: a time difference needs a spread to be judged (results.MIN_SAMPLES_TO_JUDGE).
-QUICK = RunSpec(model="tiny-llama", seq_len=128, every_n_layers=1, repeats=3, warmup=1)
+# optimizer="none": the exercises (and the lesson parts that share these runs) are about activations alone.
+QUICK = RunSpec(model="tiny-llama", seq_len=128, every_n_layers=1, repeats=3, warmup=1, optimizer="none")
 LONG = RunSpec(
-    model="tiny-llama", seq_len=512, every_n_layers=1, repeats=1, warmup=0
+    model="tiny-llama", seq_len=512, every_n_layers=1, repeats=1, warmup=0, optimizer="none"
 )  # memory only: where the peak moves
 
 

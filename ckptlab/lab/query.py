@@ -3,9 +3,12 @@
 A shared link must always open: every value that does not parse or is out of range falls
 back to its default, and the reason is returned as a warning for the page to show.
 
-    ?model=tiny-qwen3&seq=1024&batch=1&dtype=auto&device=auto&n=2&offload=0&repeats=4&warmup=2
+    ?model=tiny-qwen3&seq=1024&batch=1&dtype=auto&device=auto&n=2&offload=0&repeats=4&warmup=2&opt=adamw&lora=off
 
 ``n=off`` is checkpointing off. ``model`` is a preset name or a local directory path.
+``opt`` is the optimizer (adamw, sgd, none); ``lora=8`` trains rank-8 LoRA adapters on a
+frozen base, on the modules in ``targets=q_proj,v_proj`` (absent: every projection).
+Whether the targets exist in the model is checked later, by the page, which has the model.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..spec import DEVICES, DTYPES, RunSpec
+from ..spec import DEVICES, DTYPES, OPTIMIZERS, RunSpec
 
 # Bounds shared by the query parser and the page's widgets.
 SEQ_MAX = 262_144
 BATCH_MAX = 256
 REPEATS_MAX = 50
 WARMUP_MAX = 20
+LORA_RANK_MAX = 1024
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -52,6 +56,9 @@ def spec_to_query(spec: RunSpec) -> dict[str, str]:
         "offload": "1" if spec.offload else "0",
         "repeats": str(spec.repeats),
         "warmup": str(spec.warmup),
+        "opt": spec.optimizer,
+        "lora": "off" if spec.lora_rank is None else str(spec.lora_rank),
+        **({"targets": ",".join(spec.lora_targets)} if spec.lora_targets else {}),
     }
 
 
@@ -117,7 +124,32 @@ def spec_from_query(
         else:
             warnings.append(f"offload={values['offload']!r} in the link is not 1 or 0; using {int(base.offload)}.")
 
+    if "opt" in values:
+        if values["opt"].strip().lower() in OPTIMIZERS:
+            changes["optimizer"] = values["opt"].strip().lower()
+        else:
+            warnings.append(
+                f"opt={values['opt']!r} in the link is not one of {', '.join(OPTIMIZERS)}; using {base.optimizer}."
+            )
+    if "lora" in values:
+        text = values["lora"].strip().lower()
+        number = _int(text)
+        if text in _FALSE or text == "none":
+            changes["lora_rank"] = None
+        elif number is not None and 1 <= number <= LORA_RANK_MAX:
+            changes["lora_rank"] = number
+        else:
+            warnings.append(
+                f"lora={values['lora']!r} in the link is not a rank from 1 to {LORA_RANK_MAX} or 'off'; "
+                f"using {base.lora_rank or 'off'}."
+            )
+    if "targets" in values:
+        names = tuple(dict.fromkeys(name.strip() for name in values["targets"].split(",") if name.strip()))
+        changes["lora_targets"] = names or None  # empty: every projection
+
     spec = replace(base, **changes)
+    if spec.lora_targets is not None and spec.lora_rank is None:
+        spec = replace(spec, lora_targets=None)  # targets without LoRA mean nothing; not worth a warning
     if spec.offload and spec.every_n_layers is None:
         warnings.append("offload=1 in the link needs checkpointing on (n=off was given); offload is off.")
         spec = replace(spec, offload=False)
@@ -137,4 +169,4 @@ def _int(text: str) -> int | None:
         return None
 
 
-QUERY_KEYS = tuple(spec_to_query(RunSpec()))
+QUERY_KEYS = (*spec_to_query(RunSpec()), "targets")

@@ -22,8 +22,10 @@ from transformers import PreTrainedModel
 from ..errors import DoesNotFitError
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.lora import linear_module_names
 from ..results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, compare
 from ..spec import RunSpec
+from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 
@@ -123,6 +125,36 @@ def check(spec: RunSpec) -> ModelInfo:
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
     return info
+
+
+def lora_target_choices(model: str) -> list[str]:
+    """The projections LoRA can adapt in ``model`` (``q_proj``, ``c_attn``, ...), read on the ``meta`` device.
+
+    Raises:
+        ModelLoadError: the model cannot be read.
+    """
+    config, _, task = catalog.load_config(model)
+    return linear_module_names(catalog.build_on_meta(config, task))
+
+
+def check_gradients_queued(
+    spec: RunSpec,
+    *,
+    on_wait: OnWait | None = None,
+    queue: DeviceQueue = DEVICE_QUEUE,
+    timeout: float | None = DEFAULT_TIMEOUT_S,
+) -> GradientCheck:
+    """:func:`ckptlab.step.equivalence.check_gradients` in a turn of the device queue (two more steps).
+
+    It builds its own two models (dropout on), so the app's cached model is not touched.
+
+    Raises:
+        SpecError, ModelLoadError: for bad input, before anything waits.
+        DeviceBusyError: the device stayed busy for ``timeout`` seconds.
+    """
+    check(spec)
+    with queue.turn(on_wait=on_wait, timeout=timeout, label=f"gradient check {_label(spec)}"):
+        return check_gradients(spec)
 
 
 def cpu_estimate(spec: RunSpec, info: ModelInfo) -> tuple[float, float]:
@@ -258,4 +290,5 @@ def _scaled(report: Progress, index: int, count: int, prefix: str) -> Progress:
 
 def _label(spec: RunSpec) -> str:
     setting = "off" if spec.every_n_layers is None else f"n={spec.every_n_layers}"
-    return f"{spec.model} seq {spec.seq_len} x{spec.batch_size} {setting}{' offload' if spec.offload else ''}"
+    lora = f" lora={spec.lora_rank}" if spec.lora_rank else ""
+    return f"{spec.model} seq {spec.seq_len} x{spec.batch_size} {setting}{' offload' if spec.offload else ''} {spec.optimizer}{lora}"

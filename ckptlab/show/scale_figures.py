@@ -101,12 +101,12 @@ def peak_figure(
     provenance = _provenance(results)
 
     figure = go.Figure()
-    parts = [part for part in PARTS if any(_part(r.memory.breakdown_at_peak, part) for r in results)]
+    parts = [part for part in PARTS if any(part_bytes(r.memory.breakdown_at_peak, part) for r in results)]
     if any(set(r.memory.breakdown_at_peak) - set(PARTS) - set(FOLDED) for r in results):
         parts.append("other")
     base = [0] * len(results)
     for part in parts:
-        values = [_part(result.memory.breakdown_at_peak, part) for result in results]
+        values = [part_bytes(result.memory.breakdown_at_peak, part) for result in results]
         figure.add_trace(
             go.Bar(
                 x=slots, y=[v / scale for v in values], base=[b / scale for b in base], offset=offsets, width=widths,
@@ -239,7 +239,8 @@ def _gib_text(num_bytes: int) -> str:
     return f"{num_bytes / GIB:,.1f} GiB"
 
 
-def _part(breakdown: Mapping[str, int], part: str) -> int:
+def part_bytes(breakdown: Mapping[str, int], part: str) -> int:
+    """Bytes of one drawn segment: a category of :data:`PARTS` with what :data:`FOLDED` puts into it, or "other"."""
     if part == "other":
         return sum(value for key, value in breakdown.items() if key not in PARTS and key not in FOLDED)
     return breakdown.get(part, 0) + sum(breakdown.get(key, 0) for key, into in FOLDED.items() if into == part)

@@ -41,7 +41,7 @@ def test_default_path_run_shows_the_diagram_and_the_measurements():
     at.button(key="lab_run").click().run()
     _assert_alive(at)
     assert not at.error, _texts(at.error)
-    assert len(at.get("plotly_chart")) == 2  # the observed diagram and the comparison chart
+    assert len(at.get("plotly_chart")) == 3  # the observed diagram, where the memory goes, the comparison chart
     metrics = {metric.label: metric for metric in at.metric}
     assert {"Peak memory", "Resident after forward", "Baseline", "Forward", "Backward", "Step"} <= set(metrics)
     assert metrics["Resident after forward"].delta.endswith("MiB vs off")
@@ -237,7 +237,7 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
         assert len(at.get("plotly_chart")) == 1  # the planned pattern, titled as not fitting
     else:
         assert "Without checkpointing it does not fit" in _texts(at.warning)
-        assert len(at.get("plotly_chart")) == 2
+        assert len(at.get("plotly_chart")) == 3  # the diagram, the run's memory alone (no baseline), the comparison
 
 
 def test_a_folder_with_a_bad_size_is_a_message_before_run(tmp_path):

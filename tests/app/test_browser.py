@@ -104,7 +104,9 @@ def test_press_run_and_see_the_diagram(server):
             page.get_by_text("what the step did (observed)").wait_for(timeout=120_000)
             page.get_by_text("Peak reached in:").wait_for(timeout=30_000)
             # The planned chart of the previous script run lingers (stale) until this run finishes.
-            expect(page.locator(".stPlotlyChart")).to_have_count(2, timeout=30_000)
+            expect(page.locator(".stPlotlyChart")).to_have_count(
+                3, timeout=30_000
+            )  # diagram, where the memory goes, comparison
             assert page.get_by_text("L3").first.is_visible()
             assert not page.locator(".stException").count()
             page.wait_for_timeout(1000)  # let Plotly finish its transitions before the picture

@@ -50,7 +50,7 @@ def test_lesson_page_shows_a_live_figure_for_each_part(lang):
     at = _open("pages/lesson.py", lang)
     tr = i18n.translator(lang)
     seen = []
-    for part in ("activation", "trade", "every_n", "offload", "peak", "step"):
+    for part in ("activation", "trade", "every_n", "offload", "peak", "shrink", "step"):
         at.segmented_control(key="lesson_part").set_value(part).run()
         _assert_alive(at)
         assert at.subheader[0].value == tr(f"lesson.{part}.title")
@@ -89,3 +89,27 @@ def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
     _assert_alive(at)
     assert set(at.session_state["exercise_answers"]) == {"resident_all", "budget"}
     assert score().endswith("/ 6")
+
+
+def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_tune():
+    at = _open("pages/lesson.py", "en")
+    at.segmented_control(key="lesson_part").set_value("shrink").run()
+    _assert_alive(at)
+    assert len(at.get("plotly_chart")) == 1
+    caption = "\n".join(str(element.value) for element in at.caption)
+    assert "Peak with every_n_layers=1 as a share of checkpointing off" in caption
+    results = at.session_state["learn_results"]
+    lora = {spec.every_n_layers: result for spec, result in results.items() if spec.lora_rank is not None}
+    full = {
+        spec.every_n_layers: result
+        for spec, result in results.items()
+        if spec.optimizer == "adamw" and spec.lora_rank is None
+    }
+    ratio = {
+        name: runs[1].memory.peak_bytes / runs[None].memory.peak_bytes
+        for name, runs in (("lora", lora), ("full", full))
+    }
+    assert ratio["lora"] < ratio["full"]  # with LoRA, activations are most of the step: checkpointing shrinks more
+    for runs in (lora, full):  # never the parameters or the optimizer state
+        off, on = (runs[n].memory.breakdown_at_peak for n in (None, 1))
+        assert on["parameter"] == off["parameter"] and on["optimizer_state"] == off["optimizer_state"]

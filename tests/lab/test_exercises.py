@@ -64,3 +64,9 @@ def test_the_budget_answer_is_the_largest_n_that_fits(measured):
     wrong = exercises.evaluate(exercise, 6 if answer != 6 else 1, runs, "pt-BR")
     assert wrong.points == 0 and f"every_n_layers={answer}" in wrong.verdict
     assert exercises.total_points({"a": wrong}) == (0, exercises.MAX_POINTS)
+
+
+def test_the_exercises_and_the_lessons_on_activations_run_forward_and_backward_only():
+    """Their figures and expected answers are about activations alone: no optimizer step in their runs."""
+    assert exercises.QUICK.optimizer == exercises.LONG.optimizer == "none"
+    assert all(spec.optimizer == "none" for exercise in exercises.EXERCISES for spec in exercise.specs())

@@ -24,6 +24,8 @@ from ckptlab.lab.query import spec_from_query, spec_to_query
             warmup=0,
         ),
         ckptlab.RunSpec(model="/tmp/some model", every_n_layers=None),
+        ckptlab.RunSpec(optimizer="sgd", lora_rank=8),
+        ckptlab.RunSpec(optimizer="none", lora_rank=16, lora_targets=("q_proj", "v_proj")),
     ],
 )
 def test_round_trip(spec):
@@ -67,3 +69,20 @@ def test_offload_without_checkpointing_is_dropped():
 def test_a_repeated_key_counts_its_last_value():
     spec, warnings = spec_from_query({"seq": ["128", "256"]})
     assert spec.seq_len == 256 and warnings == []
+
+
+def test_optimizer_and_lora_in_the_link():
+    spec, warnings = spec_from_query({"opt": "SGD", "lora": "8", "targets": "q_proj, v_proj,,q_proj"})
+    assert warnings == []
+    assert (spec.optimizer, spec.lora_rank, spec.lora_targets) == ("sgd", 8, ("q_proj", "v_proj"))
+    assert spec_to_query(spec)["targets"] == "q_proj,v_proj"
+    assert "targets" not in spec_to_query(ckptlab.RunSpec(lora_rank=8))  # absent: every projection
+    assert spec_from_query({"lora": "off", "targets": "q_proj"}) == (ckptlab.RunSpec(), [])  # targets need LoRA
+
+
+@pytest.mark.parametrize("query", [{"opt": "adam"}, {"lora": "-1"}, {"lora": "big"}, {"lora": "99999"}])
+def test_a_bad_optimizer_or_rank_falls_back_with_a_warning(query):
+    spec, warnings = spec_from_query(query)
+    assert spec == ckptlab.RunSpec() and len(warnings) == 1
+    assert next(iter(query)) + "=" in warnings[0]
+    spec.validate()

@@ -194,9 +194,12 @@ def test_dynamic_keys_exist_for_every_value_they_take():
     needed |= {f"exercise.{e.id}.{part}" for e in EXERCISES for part in ("name", "question", "hint")}
     needed |= {
         f"lesson.{part}.{what}"
-        for part in ("activation", "trade", "every_n", "offload", "peak", "step")
+        for part in ("activation", "trade", "every_n", "offload", "peak", "shrink", "step")
         for what in ("tab", "title")
     }
+    from ckptlab.spec import OPTIMIZERS
+
+    needed |= {f"optimizer.{name}" for name in OPTIMIZERS} | {f"training.optimizer_{name}" for name in OPTIMIZERS}
     assert sorted(needed - keys) == []
 
 

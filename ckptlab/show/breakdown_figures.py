@@ -1,0 +1,114 @@
+"""Where the memory goes: a pure Plotly builder of the memory at a step's peak, by category, run beside run.
+
+One stacked bar per run: parameters (buffers folded in), gradients, optimizer state,
+activations and temporaries, bottom to top, in the colours of
+:mod:`ckptlab.show.scale_figures` (one palette for the categories across the lab). On CUDA
+the allocator cannot split activations from temporaries: one ``activation_and_temp``
+segment. The subtitle says where the numbers come from; each tick says where the peak sat
+(in the optimizer step of a full fine-tune, activations are gone and checkpointing has
+nothing to shrink).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from ..results import RunResult
+from ..spec import RunSpec
+from ..units import GIB, MIB
+from .i18n import t
+from .scale_figures import COLORS, FOLDED, FONT, PARTS, part_bytes
+from .timeline_figures import provenance_label
+
+
+def training_label(spec: RunSpec, lang: str = "en") -> str:
+    """What the step trains, in words: "AdamW, full fine-tune", "SGD, LoRA rank 8"."""
+    if spec.lora_rank is None:
+        return t("breakdown.training_full", lang, optimizer=t(f"optimizer.{spec.optimizer}", lang))
+    return t("breakdown.training_lora", lang, optimizer=t(f"optimizer.{spec.optimizer}", lang), rank=spec.lora_rank)
+
+
+def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", height: int = 430) -> go.Figure:
+    """The memory at the peak of each run's step, stacked by category, one bar per run.
+
+    Args:
+        bars: ``(label, result)`` in the order to draw, e.g. checkpointing off, then this run.
+            Results without memory (a run that did not fit) are left out.
+        lang: language of the words (``ckptlab.show.i18n``).
+        height: pixels.
+
+    Returns:
+        A bar figure; the total sits above each bar, hover gives each part in MiB and its provenance.
+    """
+    drawn = [(label, run) for label, run in bars if run.memory is not None and run.memory.breakdown_at_peak]
+    runs = [run for _, run in drawn]
+    totals = [sum(run.memory.breakdown_at_peak.values()) for run in runs]
+    scale, unit = (GIB, "GiB") if max(totals, default=0) >= GIB else (MIB, "MiB")
+    provenance = " / ".join(dict.fromkeys(provenance_label(run, lang) for run in runs))
+    ticks = [
+        t(
+            "breakdown.tick",
+            lang,
+            label=label,
+            phase=t(f"band.{run.memory.peak_where.get('phase', 'backward')}", lang),
+        )
+        for label, run in drawn
+    ]
+    parts = [part for part in PARTS if any(part_bytes(run.memory.breakdown_at_peak, part) for run in runs)]
+    if any(set(run.memory.breakdown_at_peak) - set(PARTS) - set(FOLDED) for run in runs):
+        parts.append("other")
+
+    figure = go.Figure()
+    for part in parts:
+        values = [part_bytes(run.memory.breakdown_at_peak, part) for run in runs]
+        name = t(f"category.{part}", lang)
+        figure.add_trace(
+            go.Bar(
+                x=ticks,
+                y=[value / scale for value in values],
+                name=name,
+                marker={"color": COLORS[part], "line": {"color": "white", "width": 0.5}},
+                hovertext=[
+                    t("breakdown.hover", lang, bar=label, part=name, mib=value / MIB, provenance=provenance)
+                    for (label, _), value in zip(drawn, values)
+                ],
+                hoverinfo="text",
+            )
+        )
+    figure.add_trace(
+        go.Scatter(
+            x=ticks,
+            y=[total / scale for total in totals],
+            mode="text",
+            text=[f"{total / scale:,.1f} {unit}" for total in totals],
+            textposition="top center",
+            textfont={"size": 14},
+            showlegend=False,
+            hoverinfo="skip",
+            cliponaxis=False,
+        )
+    )
+    # What all bars share goes in the subtitle; what differs is the caller's to put in the labels.
+    shared = list(dict.fromkeys(training_label(run.spec, lang) for run in runs))
+    pieces = [t("breakdown.subtitle", lang, model=runs[0].spec.model, seq=f"{runs[0].spec.seq_len:,}")] if runs else []
+    # The provenance on a line of its own: beside a diagram the figure is narrow, and it must not be cut off.
+    subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else [])]) + f"<br>{provenance}"
+    figure.update_layout(
+        title={"text": t("breakdown.title", lang), "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
+        barmode="stack",
+        height=height,
+        margin={"l": 60, "r": 20, "t": 105, "b": 40},  # a title and a two-line subtitle
+        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "traceorder": "reversed"},
+        font={"family": FONT, "size": 13},
+        hoverlabel={"font": {"size": 14}},
+        plot_bgcolor="white",
+    )
+    figure.update_yaxes(
+        gridcolor="#e5e5e5",
+        title_text=t("breakdown.y", lang, unit=unit),
+        range=[0, max(totals, default=0) / scale * 1.15 or 1],
+    )
+    figure.update_xaxes(showgrid=False)
+    return figure

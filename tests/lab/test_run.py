@@ -1,0 +1,52 @@
+"""The Run button's core: a LoRA run leaves the app's cached base model as it found it; the gradient check takes a turn."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from peft.tuners.tuners_utils import BaseTunerLayer
+
+from ckptlab.lab.run import (
+    ModelKey,
+    ResultCache,
+    build_for_key,
+    check_gradients_queued,
+    lora_target_choices,
+    run_queued,
+)
+from ckptlab.lab.runqueue import DeviceQueue
+from ckptlab.spec import RunSpec
+
+LORA = RunSpec(model="tiny-llama", seq_len=32, every_n_layers=1, repeats=1, warmup=0, lora_rank=4)
+
+
+def test_a_lora_run_leaves_the_cached_model_a_plain_trainable_model():
+    cached: dict[ModelKey, object] = {}
+    loads = []
+
+    def load(key: ModelKey):
+        loads.append(key)
+        if key not in cached:
+            cached[key] = build_for_key(key)
+        return cached[key]
+
+    lab = run_queued(LORA, load=load, queue=DeviceQueue(), cache=ResultCache())
+    assert lab.result.status == "ok" and lab.baseline.result.status == "ok"
+    assert len(cached) == 1 and len(loads) == 2  # the LoRA run and its baseline share one base model
+    model, _ = next(iter(cached.values()))
+    assert not any(isinstance(module, BaseTunerLayer) for module in model.modules())
+    assert not any("lora_" in name for name, _ in model.named_modules())
+    assert all(param.requires_grad for param in model.parameters())
+    # A full fine-tune on the same cached model afterwards trains every parameter again.
+    full = run_queued(replace(LORA, lora_rank=None), load=load, queue=DeviceQueue(), cache=ResultCache())
+    assert full.result.memory.optimizer_state_bytes > 10 * lab.result.memory.optimizer_state_bytes
+
+
+def test_lora_target_choices_are_the_models_projections():
+    assert {"q_proj", "v_proj", "down_proj"} <= set(lora_target_choices("tiny-llama"))
+
+
+def test_the_gradient_check_waits_for_its_turn_and_reports_equal():
+    queue = DeviceQueue()
+    check = check_gradients_queued(LORA, queue=queue)
+    assert check.equal and check.gradients_compared > 0

@@ -1,0 +1,89 @@
+"""Where the memory goes: the peak by category, one stacked bar per run, the lab's one palette, provenance said."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import ckptlab
+from ckptlab.show import i18n
+from ckptlab.show.breakdown_figures import breakdown_figure, training_label
+from ckptlab.show.scale_figures import COLORS
+from ckptlab.spec import RunSpec
+from ckptlab.units import MIB
+
+SPEC = RunSpec(model="tiny-llama", seq_len=128, every_n_layers=None, repeats=1, warmup=0)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, ckptlab.RunResult]:
+    # Simulated: a fraction of a second each, and the same categories a measured run has on the CPU.
+    return {
+        "off": ckptlab.simulate(SPEC),
+        "n=1": ckptlab.simulate(replace(SPEC, every_n_layers=1)),
+        "lora": ckptlab.simulate(replace(SPEC, lora_rank=8)),
+    }
+
+
+def _bars(figure):
+    return [trace for trace in figure.data if trace.type == "bar"]
+
+
+def test_each_bar_stacks_the_categories_to_the_total_at_the_peak(runs):
+    figure = breakdown_figure([("off", runs["off"]), ("n=1", runs["n=1"])])
+    names = [trace.name for trace in _bars(figure)]
+    assert {"parameters", "optimizer state"} <= set(names)
+    assert "buffers" not in names  # folded into the parameters
+    for slot, run in enumerate((runs["off"], runs["n=1"])):
+        stacked = sum(trace.y[slot] for trace in _bars(figure))
+        assert stacked == pytest.approx(sum(run.memory.breakdown_at_peak.values()) / MIB)
+    parameters = next(trace for trace in _bars(figure) if trace.name == "parameters")
+    breakdown = runs["off"].memory.breakdown_at_peak
+    assert parameters.y[0] == pytest.approx((breakdown["parameter"] + breakdown.get("buffer", 0)) / MIB)
+    totals = next(trace for trace in figure.data if trace.type == "scatter")
+    assert totals.text[0].endswith("MiB")
+
+
+def test_one_palette_and_the_peak_phase_on_each_tick(runs):
+    figure = breakdown_figure([("off", runs["off"]), ("n=1", runs["n=1"])])
+    colours = {trace.name: trace.marker.color for trace in _bars(figure)}
+    assert colours["parameters"] == COLORS["parameter"]
+    assert colours["optimizer state"] == COLORS["optimizer_state"]
+    ticks = list(_bars(figure)[0].x)
+    assert ticks[0].startswith("off<br>peak in: ") and ticks[1].startswith("n=1<br>peak in: ")
+
+
+def test_the_subtitle_says_where_the_numbers_come_from_and_what_is_trained(runs):
+    figure = breakdown_figure([("off", runs["off"]), ("n=1", runs["n=1"])])
+    subtitle = figure.layout.title.subtitle.text
+    assert "simulated" in subtitle and "tiny-llama, seq 128" in subtitle
+    assert "AdamW, full fine-tune" in subtitle
+    assert "simulated" in _bars(figure)[0].hovertext[0]
+    mixed = breakdown_figure([("full", runs["off"]), ("LoRA", runs["lora"])]).layout.title.subtitle.text
+    assert "fine-tune" not in mixed  # bars differ in what they train: their labels say it, not the subtitle
+    assert training_label(runs["lora"].spec) == "AdamW, LoRA rank 8"
+
+
+def test_lora_keeps_almost_no_optimizer_state(runs):
+    figure = breakdown_figure([("full", runs["off"]), ("LoRA", runs["lora"])])
+    state = next(trace for trace in _bars(figure) if trace.name == "optimizer state")
+    assert state.y[1] < state.y[0] / 10
+
+
+def test_cuda_draws_activations_and_temporaries_as_one_segment(runs):
+    run = runs["off"]
+    breakdown = dict(run.memory.breakdown_at_peak)
+    breakdown["activation_and_temp"] = breakdown.pop("activation", 0) + breakdown.pop("temp", 0)
+    cuda = replace(run, memory=replace(run.memory, breakdown_at_peak=breakdown))
+    names = [trace.name for trace in _bars(breakdown_figure([("off", cuda)]))]
+    assert "activations and temporaries" in names
+    assert "activations" not in names and "temporaries" not in names
+
+
+def test_a_run_without_memory_is_left_out_and_words_follow_the_language(runs):
+    failed = replace(runs["n=1"], memory=None)
+    figure = breakdown_figure([("off", runs["off"]), ("n=1", failed)], lang="ja")
+    assert len(_bars(figure)[0].x) == 1
+    assert figure.layout.title.text == i18n.t("breakdown.title", "ja")
+    assert i18n.t("category.parameter", "ja") in [trace.name for trace in _bars(figure)]
