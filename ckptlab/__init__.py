@@ -10,6 +10,7 @@ from .errors import CkptlabError, DoesNotFitError, ModelLoadError, SpecError, Un
 from .explore.predict import Prediction, predict
 from .explore.recommend import Recommendation, recommend
 from .explore.sweep import SweepResult, SweepRow, SweepSpec, sweep
+from .integrations.trainer import CheckpointingCallback, CheckpointingReport
 from .model.catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, list_presets
 from .model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
 from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, TimingResult, compare
@@ -20,6 +21,8 @@ from .step.simulate import simulate
 
 __all__ = [
     "DEFAULT_PRESET",
+    "CheckpointingCallback",
+    "CheckpointingReport",
     "CkptlabError",
     "Comparison",
     "DoesNotFitError",

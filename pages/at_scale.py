@@ -40,7 +40,7 @@ from pages._deep_link import run_through_app
 run_through_app()
 
 lang = i18n.normalize(st.session_state.get("app_lang"))
-# Every word the page shows, in one place: locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
+# Every word the page shows, in one place: ckptlab/locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 TEXT = i18n.section("at_scale", lang)
 FIGURE_WORDS = i18n.section("scale_figures", lang)
 tr = i18n.translator(lang)  # the training controls' words, shared with the lab page ("training.")

@@ -18,7 +18,7 @@ LAYERS = [
     {"ckptlab.step"},
     {"ckptlab.explore"},
     {"ckptlab.show"},
-    {"ckptlab.lab", "ckptlab.cli"},
+    {"ckptlab.lab", "ckptlab.cli", "ckptlab.integrations"},  # front ends: the app's, the command line, a Trainer
     {"ckptlab", "ckptlab.__main__"},
 ]
 

@@ -1,4 +1,6 @@
-"""The lab's words in English, Portuguese (pt-BR) and Japanese, read from ``locales/<lang>.json``.
+"""The lab's words in English, Portuguese (pt-BR) and Japanese, read from ``ckptlab/locales/<lang>.json``.
+
+The files are package data: they install with ckptlab (``pip install .``), so an installed lab has its texts.
 
 Every user-facing string of the pages lives in those files under a dotted key; code asks
 for ``t(key, lang, **values)``. The language is an argument, never a global: the page
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-LOCALES_DIR = Path(__file__).resolve().parents[2] / "locales"  # the repository root: ckptlab/show/i18n.py
+LOCALES_DIR = Path(__file__).resolve().parents[1] / "locales"  # ckptlab/locales, beside the package's modules
 DEFAULT = "en"
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).
 LANGUAGES: dict[str, str] = {"en": "English", "pt-BR": "Português (Brasil)", "ja": "日本語"}
@@ -54,7 +56,7 @@ def messages(lang: str) -> dict[str, str]:
     """The flat key -> text table of one language.
 
     Raises:
-        FileNotFoundError: the language has no file in ``locales/``.
+        FileNotFoundError: the language has no file in ``ckptlab/locales/``.
     """
     with open(LOCALES_DIR / f"{lang}.json", encoding="utf-8") as handle:
         return json.load(handle)
@@ -75,7 +77,7 @@ def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
         text = messages(DEFAULT).get(key)
         if text is None:
             raise MissingKeyError(
-                f"translation key {key!r} is not in locales/{DEFAULT}.json; add it to every locale file"
+                f"translation key {key!r} is not in ckptlab/locales/{DEFAULT}.json; add it to every locale file"
             )
     return text.format(**values) if values else text
 
@@ -99,7 +101,7 @@ def section(prefix: str, lang: str = DEFAULT) -> dict[str, object]:
     """
     english = {key: text for key, text in messages(DEFAULT).items() if key.startswith(prefix + ".")}
     if not english:
-        raise MissingKeyError(f"no translation key starts with {prefix!r} in locales/{DEFAULT}.json")
+        raise MissingKeyError(f"no translation key starts with {prefix!r} in ckptlab/locales/{DEFAULT}.json")
     table = messages(normalize(lang))
     words: dict[str, object] = {}
     for key, text in english.items():

@@ -18,7 +18,7 @@ import pytest
 from ckptlab.show import i18n
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCALES = {lang: json.loads((ROOT / "locales" / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
+LOCALES = {lang: json.loads((i18n.LOCALES_DIR / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
 # Pages converted to the locale files; the others are listed in the report until they are.
 TRANSLATED_PAGES = [
     "app.py",
@@ -161,7 +161,7 @@ def test_every_translation_keeps_the_placeholders_and_has_words():
 def test_every_key_the_code_uses_exists(source):
     exact, prefixes = _used_keys(ROOT / source)
     missing = sorted(key for key in exact if key not in LOCALES["en"])
-    assert not missing, f"{source} uses keys missing in locales/en.json: {missing}"
+    assert not missing, f"{source} uses keys missing in ckptlab/locales/en.json: {missing}"
     for prefix in prefixes:
         assert any(key.startswith(prefix) for key in LOCALES["en"]), f"{source}: no key starts with {prefix!r}"
 

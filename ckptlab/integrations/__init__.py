@@ -1,0 +1,1 @@
+"""Where people already train: a ``transformers.TrainerCallback`` that shows what checkpointing did in their run."""

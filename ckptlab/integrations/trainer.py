@@ -1,0 +1,415 @@
+"""``ckptlab.CheckpointingCallback``: proof, from a user's own ``Trainer``, that the checkpointing setting took effect.
+
+Added to a ``transformers.Trainer``, the callback watches one training step (the first by
+default) with the lab's own instruments (:class:`~ckptlab.step.observe.StepObserver`: the
+layer probe, the memory meter), reports once what that step did (the CP / keep / rerun
+diagram observed, whether it is what ``TrainingArguments(activation_checkpointing=...,
+activation_checkpointing_kwargs=...)`` asked for, the memory resident after the forward and
+the peak, and where the peak was), then removes every hook so the rest of training runs at
+full speed. The observed step itself is slower (on the CPU the meter is torch's MemTracker,
+which looks at every operator).
+
+What Trainer does with the setting (transformers 5.24, ``Trainer.train``): it pops
+``every_n_layers`` (default 1) and ``offload`` (default False) from
+``activation_checkpointing_kwargs`` and passes the rest to ``torch.utils.checkpoint.checkpoint``;
+an empty rest becomes None, and transformers turns None into ``use_reentrant=False``. Any other
+key without ``use_reentrant`` leaves that choice to torch, whose default is the reentrant
+variant. The callback says which one a run ended up with, and warns where a setting does
+not do what it looks like it does.
+
+The report goes to the ``ckptlab.trainer`` logger, into ``state.log_history`` (numbers only,
+keys ``ckptlab/...``) and to ``<output_dir>/ckptlab_checkpointing.json``. The callback never
+stops training: when it cannot observe (a model it does not understand, a failure of its own),
+it says so once and steps aside.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from ..model.plan import describe_plan, observed_roles, planned_roles
+from ..results import LayerResult, MemoryResult
+from ..show.report import diagram, setting_name
+from ..step.measure import layer_results
+from ..step.observe import StepObserver, model_device
+from ..units import mib
+
+logger = logging.getLogger("ckptlab.trainer")
+
+REPORT_FILE = "ckptlab_checkpointing.json"
+# What torch.utils.checkpoint.checkpoint does without use_reentrant (torch 2.4 to 2.13: warn, then reentrant).
+TORCH_DEFAULT_USE_REENTRANT = True
+
+
+OFFLOAD_WITHOUT_ACCELERATOR = (
+    "offload=True on a machine without an accelerator: transformers wraps the checkpoint in "
+    "torch.autograd.graph.save_on_cpu(pin_memory=True), and torch raises 'pin_memory=True requires a CUDA or "
+    "other accelerator backend' at the first forward. Drop offload here: the activations already live in host memory."
+)
+
+
+@dataclass(frozen=True)
+class RequestedSetting:
+    """What a run asked for, and what the checkpoint function ends up called with."""
+
+    activation_checkpointing: bool  # TrainingArguments.activation_checkpointing
+    every_n_layers: int | None  # popped by Trainer (default 1); None when checkpointing is off
+    offload: bool  # popped by Trainer (default False)
+    checkpoint_kwargs: dict[str, Any]  # what reaches torch.utils.checkpoint.checkpoint
+    use_reentrant: bool  # the checkpoint variant that runs
+    use_reentrant_from: str  # who chose it, for people
+
+    @property
+    def title(self) -> str:
+        return setting_name(self.every_n_layers, self.offload)
+
+
+def requested_setting(activation_checkpointing: bool, kwargs: dict[str, Any] | str | None) -> RequestedSetting:
+    """What ``TrainingArguments(activation_checkpointing=..., activation_checkpointing_kwargs=...)`` asks for.
+
+    Restates ``Trainer.train`` and ``PreTrainedModel.activation_checkpointing_enable`` of transformers 5.24.
+    """
+    if isinstance(kwargs, str):  # TrainingArguments also takes the dict as JSON text
+        kwargs = json.loads(kwargs)
+    rest = dict(kwargs or {})
+    every_n_layers = rest.pop("every_n_layers", 1)
+    offload = bool(rest.pop("offload", False))
+    if not activation_checkpointing:
+        return RequestedSetting(False, None, False, {}, False, "checkpointing is off")
+    passed, reentrant, source = checkpoint_call(rest)
+    return RequestedSetting(True, every_n_layers, offload, passed, reentrant, source)
+
+
+def checkpoint_call(rest: dict[str, Any]) -> tuple[dict[str, Any], bool, str]:
+    """(kwargs given to torch's checkpoint, its use_reentrant, who chose it) for the kwargs left after Trainer's pops."""
+    if not rest:
+        return {"use_reentrant": False}, False, "transformers' default for empty kwargs"
+    if "use_reentrant" in rest:
+        return dict(rest), bool(rest["use_reentrant"]), "your activation_checkpointing_kwargs"
+    return (
+        dict(rest),
+        TORCH_DEFAULT_USE_REENTRANT,
+        f"torch's default: your kwargs {sorted(rest)} reach torch.utils.checkpoint as they are, without use_reentrant",
+    )
+
+
+def model_checkpoint_kwargs(model: torch.nn.Module) -> dict[str, Any] | None:
+    """The kwargs transformers bound into the checkpoint function of the model's first checkpointed layer."""
+    for module in model.modules():
+        func = module.__dict__.get("_gradient_checkpointing_func")
+        if getattr(module, "gradient_checkpointing", False) and isinstance(func, functools.partial):
+            return dict(func.keywords)
+    return None
+
+
+def setting_warnings(requested: RequestedSetting, num_layers: int, device: torch.device) -> list[str]:
+    """Settings that do not do what they look like they do, one sentence each."""
+    found = []
+    if requested.activation_checkpointing and requested.use_reentrant:
+        found.append(
+            f"use_reentrant=True ({requested.use_reentrant_from}), not the use_reentrant=False transformers uses "
+            "when activation_checkpointing_kwargs has nothing but every_n_layers and offload. The reentrant "
+            "checkpoint ignores torch.autograd.grad inputs and keyword arguments it was not given, and torch "
+            'warns about it. Add "use_reentrant": False to activation_checkpointing_kwargs to keep the '
+            "non-reentrant checkpoint."
+        )
+    if requested.offload and device.type == "cpu":
+        found.append(
+            "offload=True does nothing here: the model is on the CPU, so the activations transformers would "
+            "move to host memory (save_on_cpu) already live there. Offload frees memory only on an accelerator."
+        )
+    if requested.activation_checkpointing and num_layers == 0:
+        found.append(
+            "activation_checkpointing=True, but the model has no checkpointable layers (no module inherits "
+            "transformers' GradientCheckpointingLayer): no layer is checkpointed and no memory is saved."
+        )
+    n = requested.every_n_layers
+    if requested.activation_checkpointing and isinstance(n, int) and n >= num_layers > 1:
+        found.append(describe_plan(num_layers, n) + ".")
+    return found
+
+
+@dataclass(frozen=True)
+class CheckpointingReport:
+    """What one observed Trainer step did, beside what TrainingArguments asked for."""
+
+    step: int  # the Trainer's global step observed (1 = the first)
+    model: str  # the model's class
+    device: str
+    requested: RequestedSetting
+    model_checkpoint_kwargs: dict[str, Any] | None  # read back from the model's first checkpointed layer
+    layers: list[LayerResult]
+    memory: MemoryResult
+    micro_batches: int  # forwards in the step (gradient accumulation runs several)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def observed(self) -> list[str]:
+        return [layer.observed for layer in self.layers]
+
+    @property
+    def matches(self) -> bool:
+        """Asked, flagged by transformers and observed agree for every layer."""
+        return all(layer.planned == layer.enabled == layer.observed for layer in self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "model": self.model,
+            "device": self.device,
+            "requested": asdict(self.requested),
+            "model_checkpoint_kwargs": self.model_checkpoint_kwargs,
+            "observed": self.observed,
+            "matches": self.matches,
+            "layers": [asdict(layer) | {"observed": layer.observed} for layer in self.layers],
+            "memory": asdict(self.memory) | {"peak_above_baseline_bytes": self.memory.peak_above_baseline_bytes},
+            "micro_batches": self.micro_batches,
+            "warnings": self.warnings,
+            "notes": self.notes,
+        }
+
+    def log_values(self) -> dict[str, float]:
+        """The report's numbers, for ``state.log_history`` and the Trainer's loggers."""
+        return {
+            "ckptlab/plan_matches": float(self.matches),
+            "ckptlab/checkpointed_layers": float(sum(layer.enabled == "CP" for layer in self.layers)),
+            "ckptlab/reran_layers": float(sum(layer.observed == "CP" for layer in self.layers)),
+            "ckptlab/resident_after_forward_bytes": float(self.memory.after_forward_bytes),
+            "ckptlab/peak_bytes": float(self.memory.peak_bytes),
+            "ckptlab/peak_above_baseline_bytes": float(self.memory.peak_above_baseline_bytes),
+        }
+
+    def text(self) -> str:
+        memory, asked = self.memory, self.requested
+        lines = [
+            f"ckptlab: step {self.step} of this Trainer, observed ({self.model}, {len(self.layers)} checkpointable "
+            f"layers, {self.device})",
+            f"asked: activation_checkpointing={asked.activation_checkpointing}"
+            + (
+                f", every_n_layers={asked.every_n_layers}, offload={asked.offload}, "
+                f"use_reentrant={asked.use_reentrant} ({asked.use_reentrant_from})"
+                if asked.activation_checkpointing
+                else ""
+            ),
+            "",
+            diagram(
+                [layer.enabled for layer in self.layers],
+                ["rerun" if layer.recompute_calls else "keep" for layer in self.layers],
+                asked.title + " (observed)",
+            ),
+            "",
+        ]
+        if self.matches:
+            lines.append("matches what TrainingArguments asked for: yes")
+        else:
+            rows = ", ".join(
+                f"{layer.name}: asked {layer.planned}, flag {layer.enabled}, observed {layer.observed}"
+                for layer in self.layers
+                if not layer.planned == layer.enabled == layer.observed
+            )
+            lines.append(f"MISMATCH: the step did not do what TrainingArguments asked for: {rows}")
+        lines += [
+            f"memory, MiB ({memory.method}):",
+            f"  baseline before the forward {mib(memory.baseline_bytes)}",
+            f"  resident after the forward  {mib(memory.after_forward_bytes)} above the baseline",
+            f"  peak over the step          {mib(memory.peak_bytes)} ({mib(memory.peak_above_baseline_bytes)} above "
+            f"the baseline), reached in: {memory.peak_where['description']}",
+        ]
+        lines += [f"warning: {warning}" for warning in self.warnings]
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+class CheckpointingCallback(TrainerCallback):
+    """A ``TrainerCallback`` that proves the checkpointing setting took effect, once, then steps aside.
+
+    Usage::
+
+        trainer = Trainer(model=model, args=TrainingArguments(..., activation_checkpointing=True,
+                          activation_checkpointing_kwargs={"every_n_layers": 2}), train_dataset=data,
+                          callbacks=[ckptlab.CheckpointingCallback()])
+        trainer.train()   # logs the report at the first step; ckptlab_checkpointing.json in output_dir
+
+    Args:
+        observe_step: which optimizer step to observe (1 = the first). The first step also creates
+            the optimizer's state (AdamW's moments), which the report says; later steps hold it from the start.
+        report_file: file name of the JSON report inside ``args.output_dir`` (None: no file).
+        log_level: level of the report on the ``ckptlab.trainer`` logger (warnings are logged as warnings).
+    """
+
+    def __init__(
+        self, observe_step: int = 1, report_file: str | None = REPORT_FILE, log_level: int = logging.WARNING
+    ) -> None:
+        if isinstance(observe_step, bool) or not isinstance(observe_step, int) or observe_step < 1:
+            raise ValueError(f"observe_step={observe_step!r}: pass the optimizer step to observe, 1 or more.")
+        self.observe_step = observe_step
+        self.report_file = report_file
+        self.log_level = log_level
+        self.report: CheckpointingReport | None = None  # set once the step is observed
+        self.message: str | None = None  # why the callback stepped aside, when it did
+        self._observer: StepObserver | None = None
+        self._done = False
+
+    # -- Trainer events -----------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._detach()  # an earlier train() that raised inside the observed step left one inert hook
+        self._safely(self._warn_before_training, args)
+        self._safely(self._check_model, model)
+
+    def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if not self._done and self._observer is None and state.global_step + 1 == self.observe_step:
+            self._safely(self._begin, model, optimizer)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if self._observer is not None:
+            self._safely(self._observer.optimizer_phase)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self._observer is not None:
+            self._safely(self._end, args, state, model)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._detach()  # training stopped inside the observed step: leave nothing behind
+
+    # -- the work -----------------------------------------------------------------------------
+
+    def _warn_before_training(self, args: Any) -> None:
+        requested = requested_setting(
+            bool(getattr(args, "activation_checkpointing", False)),
+            getattr(args, "activation_checkpointing_kwargs", None),
+        )
+        if requested.offload and torch.accelerator.current_accelerator() is None:
+            logger.warning("ckptlab: %s", OFFLOAD_WITHOUT_ACCELERATOR)
+
+    def _check_model(self, model: Any) -> None:
+        if not isinstance(model, torch.nn.Module):
+            self._step_aside(f"the Trainer's model is a {type(model).__name__}, not a torch module")
+            return
+        observer = StepObserver(model)
+        if not observer.layers:
+            self._step_aside(
+                f"{type(model).__name__} has no checkpointable layers (no module inherits transformers' "
+                "GradientCheckpointingLayer), so checkpointing cannot act on it and there is no layer to observe"
+            )
+
+    def _begin(self, model: Any, optimizer: Any) -> None:
+        self._check_model(model)
+        if self._done:
+            return
+        self._observer = StepObserver(model, optimizer, on_failure=self._forward_raised)
+        self._observer.begin()
+
+    def _end(self, args: Any, state: Any, model: torch.nn.Module) -> None:
+        observer = self._observer
+        try:
+            counts, memory = observer.finish()
+        finally:
+            self._detach()
+        self._done = True
+        requested = requested_setting(
+            bool(getattr(args, "activation_checkpointing", False)),
+            getattr(args, "activation_checkpointing_kwargs", None),
+        )
+        self.report = build_report(model, observer, requested, counts, memory, state.global_step)
+        self._publish(args, state)
+
+    def _forward_raised(self, error: BaseException) -> None:
+        self._step_aside(
+            f"the observed step's forward raised {type(error).__name__} ({error}); the lab's meter and probe are "
+            "off the model again (the error is the training's own)"
+        )
+
+    def _publish(self, args: Any, state: Any) -> None:
+        report = self.report
+        level = self.log_level if report.matches and not report.warnings else logging.WARNING
+        logger.log(level, "%s", report.text())  # the warnings are in it, one line each
+        state.log_history.append({**report.log_values(), "step": state.global_step})
+        if self.report_file and getattr(state, "is_world_process_zero", True) and getattr(args, "output_dir", None):
+            path = Path(args.output_dir) / self.report_file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+
+    def _safely(self, action: Any, *args: Any) -> None:
+        """Run ``action``; a failure of the lab's own becomes one message, never the end of someone's training."""
+        if self._done:
+            return
+        try:
+            action(*args)
+        except Exception as error:  # the user's training matters more than the report
+            self._detach()
+            self._step_aside(f"it could not observe this step ({type(error).__name__}: {error})")
+
+    def _step_aside(self, reason: str) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.message = f"ckptlab.CheckpointingCallback steps aside: {reason}. Training goes on unobserved."
+        logger.warning("%s", self.message)
+
+    def _detach(self) -> None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.detach()
+
+
+def build_report(
+    model: torch.nn.Module,
+    observer: StepObserver,
+    requested: RequestedSetting,
+    counts: list,
+    memory: MemoryResult,
+    step: int,
+) -> CheckpointingReport:
+    """The report of an observed step: asked, flagged and observed per layer, memory, warnings and notes."""
+    num_layers = len(observer.layers)
+    planned = planned_roles(num_layers, requested.every_n_layers)
+    layers = layer_results(observer.layers, planned, observed_roles(model), counts)
+    on_model = model_checkpoint_kwargs(model)
+    if on_model is not None and requested.activation_checkpointing:
+        # The model's own binding is the truth (checkpointing may have been enabled outside the Trainer).
+        passed, reentrant, source = (
+            (on_model, bool(on_model["use_reentrant"]), requested.use_reentrant_from)
+            if "use_reentrant" in on_model
+            else checkpoint_call(on_model)
+        )
+        requested = RequestedSetting(True, requested.every_n_layers, requested.offload, passed, reentrant, source)
+    warnings = setting_warnings(requested, num_layers, model_device(model))
+    if not requested.activation_checkpointing and any(layer.enabled == "CP" for layer in layers):
+        warnings.append(
+            "activation_checkpointing is off in TrainingArguments, yet the model's layers are checkpointed: "
+            "checkpointing was enabled on the model before the Trainer got it."
+        )
+    notes = []
+    if observer.optimizer_state_created:
+        notes.append(
+            f"this step created the optimizer's state ({mib(memory.optimizer_state_bytes)} MiB): its peak "
+            "includes that allocation, and later steps start with it in the baseline "
+            "(CheckpointingCallback(observe_step=2) observes a steady-state step)."
+        )
+    if observer.micro_batches > 1:
+        notes.append(
+            f"{observer.micro_batches} micro-batches in this step (gradient accumulation): forward calls and "
+            "reruns are counted over all of them; resident after the forward is the first one's."
+        )
+    return CheckpointingReport(
+        step=step,
+        model=type(model).__name__,
+        device=str(model_device(model)),
+        requested=requested,
+        model_checkpoint_kwargs=on_model,
+        layers=layers,
+        memory=memory,
+        micro_batches=observer.micro_batches,
+        warnings=warnings,
+        notes=notes,
+    )
