@@ -96,6 +96,7 @@ class MemoryResult:
     # By category (meters.CATEGORIES: parameter, buffer, gradient, optimizer_state, activation, temp;
     # on CUDA activation_and_temp holds the last two, which the allocator cannot tell apart).
     breakdown_after_forward: dict[str, int] = field(default_factory=dict)
+    breakdown_baseline: dict[str, int] = field(default_factory=dict)  # by category before the forward
     breakdown_at_peak: dict[str, int] = field(default_factory=dict)
     optimizer_state_bytes: int = 0  # the optimizer's state on the device, steady state (after the first step)
     offload_bytes: int = (
@@ -126,6 +127,20 @@ class ModelSummary:
 
 
 @dataclass(frozen=True)
+class RankResult:
+    """One rank of a run across ranks (FSDP2): its own memory, time and per-layer rows."""
+
+    rank: int  # global rank, 0-based
+    memory: MemoryResult | None  # None when the step did not fit on this rank
+    timing: TimingResult | None  # None for a simulated rank
+    layers: list[LayerResult]
+
+    @property
+    def plan_matches(self) -> bool:
+        return all(layer.planned == layer.enabled == layer.observed for layer in self.layers)
+
+
+@dataclass(frozen=True)
 class RunResult:
     """Everything a run found out, ready for JSON, a table or a figure."""
 
@@ -140,11 +155,14 @@ class RunResult:
     provenance: Provenance
     notes: list[str] = field(default_factory=list)  # what a reader must know: offload not applied, n > layers, ...
     message: str = ""  # for status "does_not_fit": what did not fit and what to try
+    # Across ranks (spec.world_size > 1): every rank measured, or rank 0 simulated; the fields above are rank 0's.
+    ranks: list[RankResult] = field(default_factory=list)
 
     @property
     def plan_matches(self) -> bool:
         """True when the observed reruns, the flags and the rule all agree on every layer."""
-        return all(layer.planned == layer.enabled == layer.observed for layer in self.layers)
+        layers_agree = all(layer.planned == layer.enabled == layer.observed for layer in self.layers)
+        return layers_agree and all(rank.plan_matches for rank in self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -152,6 +170,9 @@ class RunResult:
         data["provenance"]["label"] = self.provenance.label
         for row, layer in zip(data["layers"], self.layers):
             row["observed"] = layer.observed
+        for rank_data, rank in zip(data["ranks"], self.ranks):
+            for row, layer in zip(rank_data["layers"], rank.layers):
+                row["observed"] = layer.observed
         if self.memory is not None:
             data["memory"]["peak_above_baseline_bytes"] = self.memory.peak_above_baseline_bytes
         return data
@@ -181,6 +202,15 @@ class RunResult:
             provenance=build(Provenance, data["provenance"]),
             notes=list(data.get("notes", [])),
             message=data.get("message", ""),
+            ranks=[
+                RankResult(
+                    rank=row["rank"],
+                    memory=build(MemoryResult, row["memory"]),
+                    timing=build(TimingResult, row["timing"]),
+                    layers=[build(LayerResult, layer) for layer in row["layers"]],
+                )
+                for row in data.get("ranks", [])
+            ],
         )
 
 

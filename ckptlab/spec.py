@@ -16,6 +16,7 @@ from .model.plan import validate_every_n_layers
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("adamw", "sgd", "none")  # "none": forward and backward only, for lessons on activations alone
+MAX_WORLD_SIZE = 1024  # the most ranks a spec may name (a simulation's fake process group goes this far)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class RunSpec:
     )
     lora_rank: int | None = None  # LoRA adapters of this rank on a frozen base (peft); None: full fine-tune
     lora_targets: tuple[str, ...] | None = None  # modules LoRA adapts; None: every attention and MLP projection
+    world_size: int = 1  # ranks the step runs on: launched processes (run) or a fake process group (simulate)
+    fsdp: bool = False  # shard with FSDP2's fully_shard, every decoder layer and then the root; needs world_size > 1
 
     def __post_init__(self) -> None:
         # JSON and the URL give a list; a tuple keeps the spec hashable (results are cached by spec).
@@ -71,10 +74,31 @@ class RunSpec:
                 f"lora_targets={list(self.lora_targets)} without lora_rank: targets only mean something with LoRA. "
                 "Set lora_rank (for example 8) or drop the targets."
             )
+        self._validate_ranks()
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "
                 "keep, so there is nothing to move. Set every_n_layers (for example 1) or drop offload."
+            )
+
+    def _validate_ranks(self) -> None:
+        size = self.world_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORLD_SIZE:
+            raise SpecError(f"world_size={size!r} is not valid: it must be a whole number from 1 to {MAX_WORLD_SIZE}.")
+        if self.fsdp and size < 2:
+            raise SpecError(
+                "fsdp=True with world_size=1: FSDP shards over ranks, and one rank holds everything. Launch 2 or "
+                "more (python -m ckptlab run --nproc-per-node 2 --fsdp) or simulate them (--world-size 8 --fsdp)."
+            )
+        if size > 1 and not self.fsdp:
+            raise SpecError(
+                f"world_size={size} without fsdp: across ranks the lab measures FSDP2 sharding only (plain data "
+                "parallel is not measured). Add fsdp (--fsdp), or use world_size=1."
+            )
+        if self.fsdp and self.lora_rank is not None:
+            raise SpecError(
+                f"fsdp=True with lora_rank={self.lora_rank}: LoRA under FSDP2 is not supported by the lab yet (the "
+                "adapters would have to be added before sharding). Drop one of the two."
             )
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..spec import DEVICES, DTYPES, OPTIMIZERS, RunSpec
+from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, OPTIMIZERS, RunSpec
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
@@ -82,8 +82,45 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
         optimizer=args.optimizer,
         lora_rank=args.lora_rank,
         lora_targets=args.lora_targets,
-        **extra,
+        **{"world_size": getattr(args, "world_size", 1), "fsdp": getattr(args, "fsdp", False), **extra},
     )
+
+
+def add_fsdp_argument(parser: argparse.ArgumentParser) -> None:
+    """``--fsdp``, for the commands that run across ranks (``run``, ``simulate``)."""
+    parser.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="shard with FSDP2 (fully_shard on every decoder layer, then the root) across the ranks",
+    )
+
+
+def add_world_size_argument(parser: argparse.ArgumentParser) -> None:
+    """``--world-size N``: the ranks a simulation stands for (``simulate``)."""
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"ranks to simulate with a fake process group, 1 to {MAX_WORLD_SIZE} (with --fsdp); figures are rank 0's",
+    )
+
+
+def argv_from_spec(spec: RunSpec) -> list[str]:
+    """The ``run`` options that give back ``spec`` (world size aside: the launcher sets it); for launched ranks."""
+    argv = ["--model", spec.model, "--seq-len", str(spec.seq_len), "--batch-size", str(spec.batch_size)]
+    argv += ["--dtype", spec.dtype, "--device", spec.device, "--seed", str(spec.seed), "--optimizer", spec.optimizer]
+    argv += ["--repeats", str(spec.repeats), "--warmup", str(spec.warmup)]
+    argv += ["--no-checkpointing"] if spec.every_n_layers is None else ["--every-n-layers", str(spec.every_n_layers)]
+    if spec.offload:
+        argv.append("--offload")
+    if spec.lora_rank is not None:
+        argv += ["--lora-rank", str(spec.lora_rank)]
+    if spec.lora_targets is not None:
+        argv += ["--lora-targets", ",".join(spec.lora_targets)]
+    if spec.fsdp:
+        argv.append("--fsdp")
+    return argv
 
 
 def print_progress(message: str, fraction: float) -> None:

@@ -1,16 +1,48 @@
-"""``python -m ckptlab run``: one measured step (and checkpointing off beside it), as text or JSON."""
+"""``python -m ckptlab run``: one measured step (and checkpointing off beside it), as text or JSON.
+
+Across ranks, ``--nproc-per-node N --fsdp`` starts N processes through torch's own launcher
+(``python -m torch.distributed.run``, i.e. torchrun), each running this same command as one
+rank (``ckptlab.step.fsdp.measure_ranks``); rank 0 prints the result with every rank's
+figures. ``torchrun --nproc-per-node N -m ckptlab run --fsdp`` does the same by hand.
+Several machines: the same command on each, with ``--nnodes M --rdzv-endpoint HOST:PORT``
+(the launcher's c10d rendezvous; HOST is one of the machines, PORT free there).
+
+When a rank fails, it records its message in a file the launching command reads; the launcher
+ends the other ranks, and the command prints that one message and exits with status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import replace
+from pathlib import Path
 
+from ..errors import CkptlabError, SpecError
 from ..results import compare
 from ..show.report import run_report
 from ..spec import RunSpec
+from ..step.fsdp import launched, measure_ranks
 from ..step.measure import load_model, measure
-from .args import EXIT_BAD_INPUT, EXIT_PLAN_MISMATCH, add_run_arguments, print_progress, spec_from_args
+from .args import (
+    EXIT_BAD_INPUT,
+    EXIT_PLAN_MISMATCH,
+    add_fsdp_argument,
+    add_run_arguments,
+    argv_from_spec,
+    print_progress,
+    spec_from_args,
+)
+
+RANK_ERRORS_ENV = (
+    "CKPTLAB_RANK_ERRORS"  # a folder where a failing rank writes what went wrong, for the launcher's caller
+)
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding ckptlab/: the ranks import it from there
 
 
 def add_run_command(commands) -> None:
@@ -27,14 +59,31 @@ def add_run_command(commands) -> None:
         dest="compare",
         action="store_true",
         default=None,
-        help="also run checkpointing off and compare (default without --json)",
+        help="also run checkpointing off and compare (default without --json; not across ranks)",
     )
     compare_flag.add_argument("--no-compare", dest="compare", action="store_false")
     run.add_argument("--json", action="store_true", help="print only the result as JSON")
+    ranks = run.add_argument_group("across ranks (torch's launcher, torchrun)")
+    add_fsdp_argument(ranks)
+    ranks.add_argument(
+        "--nproc-per-node", type=int, metavar="N", help="start N ranks on this machine through torchrun (with --fsdp)"
+    )
+    ranks.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines taking part (default 1)")
+    ranks.add_argument(
+        "--rdzv-endpoint",
+        metavar="HOST:PORT",
+        help="where the ranks meet (needed with --nnodes > 1); default on one machine: a free local port",
+    )
     run.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if launched():
+        return _run_rank(args)
+    if args.nproc_per_node is not None:
+        return _launch(args)
+    if args.nnodes != 1 or args.rdzv_endpoint:
+        raise SpecError("--nnodes and --rdzv-endpoint need --nproc-per-node N (the ranks to start on this machine).")
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup)
     # A progress line only where a person watches; pipes and --json get clean output.
     progress = print_progress if sys.stderr.isatty() and not args.json else None
@@ -62,3 +111,88 @@ def _run(args: argparse.Namespace) -> int:
         print("PLAN MISMATCH: the observed reruns differ from the plan; see the notes above.", file=sys.stderr)
         return EXIT_PLAN_MISMATCH
     return 0
+
+
+# -- across ranks -----------------------------------------------------------------------------
+
+
+def _launch(args: argparse.Namespace) -> int:
+    """Start ``--nproc-per-node`` ranks of this command through torch's launcher; one message if a rank fails."""
+    for name in ("nproc_per_node", "nnodes"):
+        value = getattr(args, name)
+        if value < 1:
+            raise SpecError(f"--{name.replace('_', '-')} {value} is not valid: give a whole number >= 1.")
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        raise SpecError(
+            f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT: one machine's address and a free port there, "
+            "the same on every machine."
+        )
+    spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=args.nproc_per_node * args.nnodes)
+    spec.validate()  # bad input: one message and status 2 before any process starts
+    if args.compare:
+        raise SpecError("--compare does not apply across ranks: run checkpointing off as a second command.")
+    if args.rdzv_endpoint:
+        where = ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint]
+    else:
+        where = ["--standalone"]  # a rendezvous on a free local port: two runs at once do not collide
+    command = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(args.nproc_per_node)]
+    command += ["--max-restarts", "0", "-m", "ckptlab", "run", *argv_from_spec(spec)]
+    command += ["--json"] if args.json else []
+    with tempfile.TemporaryDirectory(prefix="ckptlab-ranks-") as errors, tempfile.TemporaryFile("w+") as log:
+        env = {
+            **os.environ,
+            RANK_ERRORS_ENV: errors,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        # The ranks' stdout is the result; the launcher's own lines and the ranks' tracebacks go to a log,
+        # shown only when no rank said what went wrong.
+        launcher = subprocess.run(command, env=env, stderr=log, check=False)
+        if launcher.returncode == 0:
+            return 0
+        failure = _first_failure(Path(errors))
+        if failure is not None:
+            print(f"error: {failure['message']}", file=sys.stderr)
+            return failure["exit"]
+        log.seek(0)
+        tail = "\n".join(log.read().splitlines()[-15:])
+        print(f"{tail}\nerror: the launcher (torchrun) exited with status {launcher.returncode}.", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _run_rank(args: argparse.Namespace) -> int:
+    """One rank of a launched run: measure, and on rank 0 print every rank's result."""
+    try:
+        spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=int(os.environ["WORLD_SIZE"]))
+        spec.validate()
+        progress = print_progress if sys.stderr.isatty() and not args.json else None
+        result = measure_ranks(spec, progress=progress)
+    except CkptlabError as error:
+        _record_failure(str(error), EXIT_BAD_INPUT)
+        raise  # the command prints it and exits with status 2; the launcher ends the other ranks
+    except Exception as error:
+        _record_failure(f"rank {os.environ.get('RANK')}: {type(error).__name__}: {error}", EXIT_BAD_INPUT)
+        raise
+    if result is None:
+        return 0
+    print(result.to_json() if args.json else run_report(result))
+    if not result.plan_matches:
+        message = "PLAN MISMATCH: the observed reruns differ from the plan on some rank; see the notes above."
+        print(message, file=sys.stderr)
+        _record_failure(message, EXIT_PLAN_MISMATCH)
+        return EXIT_PLAN_MISMATCH
+    return 0
+
+
+def _record_failure(message: str, status: int) -> None:
+    folder = os.environ.get(RANK_ERRORS_ENV)
+    if not folder:
+        return
+    record = {"rank": int(os.environ.get("RANK", 0)), "exit": status, "message": message, "at": time.time()}
+    with open(Path(folder) / f"rank{record['rank']}.json", "w") as file:
+        json.dump(record, file)
+
+
+def _first_failure(folder: Path) -> dict | None:
+    """The failure recorded first (its rank failed; the others were ended after it), or None."""
+    records = [json.loads(path.read_text()) for path in folder.glob("rank*.json")]
+    return min(records, key=lambda record: record["at"], default=None)

@@ -14,7 +14,7 @@ from ..results import RunResult
 from ..show.report import run_report
 from ..step.simulate import simulate
 from ..units import GIB, mib
-from .args import add_run_arguments, spec_from_args
+from .args import add_fsdp_argument, add_run_arguments, add_world_size_argument, spec_from_args
 
 
 def add_simulate_command(commands) -> None:
@@ -23,6 +23,8 @@ def add_simulate_command(commands) -> None:
         "simulate", help="simulate one step of a real model size on fake tensors: memory a GPU would need"
     )
     add_run_arguments(parser)
+    add_world_size_argument(parser)
+    add_fsdp_argument(parser)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--gpu", help=f"say whether it fits this GPU: {', '.join(GPUS)} (e.g. --gpu H100-80)")
     budget.add_argument("--budget-gib", type=float, help="say whether it fits this many GiB")

@@ -181,10 +181,34 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
             f"  resident after the forward x{comparison.after_forward_ratio:.2f}, "
             f"peak above baseline x{comparison.peak_ratio:.2f}",
         ]
+    if result.ranks:
+        lines += ["", *rank_table(result)]
     lines += ["", "Per layer:", layer_table(result)]
     if result.notes:
         lines += ["", "Notes:"] + [f"  - {note}" for note in result.notes]
     return "\n".join(lines)
+
+
+def rank_table(result: RunResult) -> list[str]:
+    """Every rank's memory (MiB) and step time, and whether the ranks showed the same CP / keep / rerun pattern."""
+    spec = result.spec
+    lines = [
+        f"Per rank (FSDP2, {spec.world_size} ranks{', rank 0 simulated' if result.timing is None else ''}), MiB:",
+        f"  {'rank':>4}  {'baseline':>9} {'params':>9} {'optim':>9}  {'resident':>9}  {'peak':>9}  {'step ms':>8}",
+    ]
+    for row in result.ranks:
+        memory = row.memory
+        step = milliseconds(row.timing.step_s) if row.timing else "-"
+        lines.append(
+            f"  {row.rank:>4}  {mib(memory.baseline_bytes):>9} {mib(memory.breakdown_baseline.get('parameter', 0)):>9}"
+            f" {mib(memory.optimizer_state_bytes):>9}  {mib(memory.after_forward_bytes):>9}  {mib(memory.peak_bytes):>9}"
+            f"  {step:>8}"
+        )
+    patterns = {tuple(layer.observed for layer in row.layers) for row in result.ranks}
+    if len(result.ranks) > 1:
+        same = "the same on every rank" if len(patterns) == 1 else "NOT the same on every rank (see the notes)"
+        lines.append(f"  The diagram above (CP / keep / rerun, observed): {same}.")
+    return lines
 
 
 def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: int) -> list[str]:

@@ -70,14 +70,15 @@ def resolve_device(name: str) -> torch.device:
     Raises:
         SpecError: for "cuda" on a machine where torch sees no CUDA device.
     """
-    if name == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise SpecError(
             "device='cuda' but torch sees no CUDA device here (torch.cuda.is_available() is False; "
             f"torch {torch.__version__}). Use device 'cpu' or 'auto'."
         )
-    return torch.device("cuda:0" if name == "cuda" else name)
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        # The current device: 0 in a single process, the rank's own GPU once fsdp.py has set it.
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -353,6 +354,7 @@ def observe_memory(
     meter = meter_for(model, device, optimizer)
     with meter.watching():
         baseline = meter.current()
+        baseline_breakdown = meter.breakdown()
         recorder = StepRecorder(meter)
         probe = LayerProbe(model, on_region=recorder, track_saved=True)
         resident: dict[str, object] = {}
@@ -371,6 +373,7 @@ def observe_memory(
         peak_bytes=peak_point.region_peak_bytes,
         peak_where=peak_point.region().to_dict(),
         breakdown_after_forward=resident["breakdown"],
+        breakdown_baseline=baseline_breakdown,
         breakdown_at_peak=peak_point.region_peak_breakdown,
         optimizer_state_bytes=optimizer_state_bytes(optimizer, device),
         timeline=[point.to_dict() for point in recorder.timeline],

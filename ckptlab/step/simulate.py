@@ -47,8 +47,10 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import describe_plan, observed_roles, planned_roles
-from ..results import LayerResult, MemoryResult, Provenance, RunResult
+from ..results import LayerResult, MemoryResult, Provenance, RankResult, RunResult
 from ..spec import RunSpec
+from .fake_pg import fake_mesh
+from .fsdp import shard_model
 from .measure import (
     Progress,
     layer_results,
@@ -137,11 +139,14 @@ def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.d
     config = catalog.config_with(config, {"num_hidden_layers": depth})
     planned = planned_roles(depth, spec.every_n_layers)
     ledger = HostLedger()
-    with FakeTensorMode(), simulating(ledger):
+    # The fake process group and its mesh come first: made inside FakeTensorMode, the mesh fails.
+    with fake_mesh(spec) as mesh, FakeTensorMode(), simulating(ledger):
         model = catalog.instantiate(config, task, dtype)
         model.train()
         if spec.checkpointing:
             model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=spec.offload)
+        if mesh is not None:
+            shard_model(model, mesh)
         enabled = observed_roles(model)
         batch = random_batch(model, spec, torch.device("cpu"))
         with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
@@ -165,6 +170,13 @@ def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: _Step, not
     if [layer.observed for layer in step.layers] != planned:
         notes.append("PLAN MISMATCH: the simulated step did not rerun the layers every_n_layers plans.")
     memory = replace(step.memory, host_offload_bytes=step.host_bytes)
+    ranks = []
+    if spec.fsdp:
+        ranks = [RankResult(rank=0, memory=memory, timing=None, layers=step.layers)]
+        notes.append(
+            f"FSDP2 over {spec.world_size} ranks, simulated with a fake process group: the figures are rank 0's "
+            "(every rank holds the same bytes but for the rounding of uneven shards)."
+        )
     return RunResult(
         spec=spec,
         model=model_summary(replace(info, weights="fake")),
@@ -182,6 +194,7 @@ def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: _Step, not
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         ),
         notes=notes,
+        ranks=ranks,
     )
 
 
@@ -369,6 +382,7 @@ class Reduction:
             breakdown_after_forward=_grow_dict(
                 one.memory.breakdown_after_forward, two.memory.breakdown_after_forward, full_units - 1
             ),
+            breakdown_baseline=_grow_dict(one.memory.breakdown_baseline, two.memory.breakdown_baseline, full_units - 1),
             breakdown_at_peak=peak_point["region_peak_breakdown"],
             offload_bytes=_grow(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
             optimizer_state_bytes=_grow(

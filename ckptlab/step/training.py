@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
+from torch.distributed.tensor import DTensor
 
 from ..spec import OPTIMIZERS
 
@@ -98,6 +99,8 @@ def _storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     seen: set[int] = set()
     total = 0
     for tensor in tensors:
+        if isinstance(tensor, DTensor):  # FSDP2's sharded parameters, their gradients and states: this rank's shard
+            tensor = tensor.to_local()
         storage = tensor.untyped_storage()
         if storage._cdata in seen:  # the C storage's address: the same for every view, fake tensors too
             continue

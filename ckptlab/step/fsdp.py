@@ -1,0 +1,163 @@
+"""Checkpointing under FSDP2 across ranks: the sharding, and the measured step each rank runs.
+
+Every rank is a process started by torch's own launcher (``torch.distributed.run``, i.e.
+``torchrun``; ``python -m ckptlab run --nproc-per-node N --fsdp`` starts it). Each rank
+
+1. joins the process group the launcher describes (gloo on the CPU, NCCL on CUDA), with a
+   timeout on every collective, so that no rank waits forever on one that has died;
+2. builds the same model (the spec's seed), enables checkpointing with transformers' own
+   ``activation_checkpointing_enable``, and shards it with FSDP2's ``fully_shard``: every
+   decoder layer, then the root, as torchtitan and accelerate do;
+3. runs the lab's measured step (:func:`ckptlab.step.measure.measure`: forward, backward,
+   optimizer step, the probe and the meters) on its own batch (seed + rank);
+4. sends its memory, time and per-layer rows to rank 0 (``dist.gather_object``).
+
+A rank that fails raises; the launcher sees it exit and ends the others (its own failure
+handling), and the collective timeout is the backstop. The lab spawns no process and
+writes no collective of its own.
+
+The simulated counterpart (fake tensors, a fake process group, up to 1024 ranks) is
+``ckptlab.step.fake_pg``; both shard with :func:`shard_model`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from ..errors import CkptlabError, SpecError
+from ..model.plan import checkpointable_layers
+from ..results import RankResult, RunResult
+from ..spec import RunSpec
+from .measure import Progress, load_model, measure, resolve_device
+
+COLLECTIVE_TIMEOUT_S = 120  # a collective that waits longer raises: the backstop when a rank dies silently
+FAIL_ON_RANK_ENV = "CKPTLAB_FAIL_ON_RANK"  # a test hook: that rank fails just before its first step
+
+
+class RankFailedError(CkptlabError):
+    """A rank could not run its step (it did not fit, or a failure on that rank); the launcher ends the rest."""
+
+
+def shard_model(model: nn.Module, mesh: DeviceMesh) -> None:
+    """Shard ``model`` with FSDP2 in place: each checkpointable (decoder) layer, then the root.
+
+    Each layer is then one all-gather in the forward (and again for a checkpointed layer's rerun)
+    and one reduce-scatter in the backward; the root holds the embeddings, the final norm and the head.
+    """
+    for layer in checkpointable_layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def launched() -> bool:
+    """True in a process started by torch's launcher (torchrun sets these for every rank)."""
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def backend_for(device: torch.device) -> str:
+    """The collective backend for ``device``: NCCL on CUDA, gloo on the CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+@contextmanager
+def launched_group(device_name: str) -> Iterator[torch.device]:
+    """The process group torch's launcher describes (env://): joined here and left at the end, or the caller's.
+
+    A process that runs several steps across ranks initializes the group once itself (as a training
+    script does) and this uses it: re-initializing a gloo group in the same launched process reuses
+    the launcher's store keys and can hang in gloo's connectFullMesh until the timeout.
+
+    Yields:
+        This rank's device (its own GPU on CUDA, from ``LOCAL_RANK``).
+
+    Raises:
+        SpecError: outside a launched process, with no process group of the caller's.
+    """
+    if not launched() and not dist.is_initialized():
+        raise SpecError(
+            "measure_ranks needs a process started by torch's launcher (RANK, WORLD_SIZE, MASTER_ADDR and "
+            "MASTER_PORT are not all set). Run: python -m ckptlab run --nproc-per-node 2 --fsdp "
+            "(or torchrun --nproc-per-node 2 -m ckptlab run --fsdp)."
+        )
+    wants_cuda = device_name == "cuda" or (device_name == "auto" and torch.cuda.is_available())
+    if wants_cuda and torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    device = resolve_device(device_name)
+    if dist.is_initialized():
+        yield device
+        return
+    dist.init_process_group(backend_for(device), timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    try:
+        yield device
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResult | None:
+    """Run ``spec`` sharded with FSDP2 on this rank of a launched group, and gather every rank's figures.
+
+    Call it in every process the launcher started. ``spec.world_size`` and ``spec.fsdp`` are
+    taken from the group (the group's size, sharding on).
+
+    Returns:
+        On rank 0: rank 0's :class:`RunResult` with ``ranks`` holding every rank's memory, time
+        and layers, and notes where the ranks disagree. On the other ranks: None.
+
+    Raises:
+        SpecError, ModelLoadError, DoesNotFitError: for bad input, on every rank alike.
+        RankFailedError: when this rank's step did not fit or failed.
+    """
+    with launched_group(spec.device) as device:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        spec = replace(spec, world_size=world_size, fsdp=True)
+        spec.validate()
+        model, info = load_model(spec)  # the spec's seed on every rank: the same weights everywhere
+        model.train()
+        if spec.checkpointing:
+            # Before sharding, as a training script does; measure() enables it again, harmlessly.
+            model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=False)
+        shard_model(model, init_device_mesh(device.type, (world_size,)))
+        if os.environ.get(FAIL_ON_RANK_ENV) == str(rank):
+            raise RankFailedError(f"rank {rank} of {world_size}: failure injected by {FAIL_ON_RANK_ENV} (a test hook)")
+        own_batch = replace(spec, seed=spec.seed + rank)  # each rank its own tokens; the weights stay the same
+        result = measure(own_batch, model=model, info=info, progress=progress if rank == 0 else None)
+        if result.status != "ok":
+            # Its collectives are now out of step with the other ranks': end this rank, the launcher ends the rest.
+            raise RankFailedError(f"rank {rank} of {world_size}: {result.message}")
+        own = RankResult(rank=rank, memory=result.memory, timing=result.timing, layers=result.layers)
+        gathered: list[RankResult | None] | None = [None] * world_size if rank == 0 else None
+        dist.gather_object(own, gathered, dst=0)
+    if rank != 0:
+        return None
+    ranks = sorted(gathered, key=lambda row: row.rank)
+    notes = [*result.notes, _sharding_note(spec, device), *_disagreements(ranks)]
+    return replace(result, spec=spec, ranks=ranks, notes=notes)
+
+
+def _sharding_note(spec: RunSpec, device: torch.device) -> str:
+    return (
+        f"FSDP2 over {spec.world_size} ranks ({backend_for(device)}): fully_shard on every decoder layer and the "
+        "root, so each rank holds 1/N of the parameters, gradients and optimizer state, and all-gathers a layer's "
+        "parameters for its forward, its rerun and its backward. Each rank ran its own batch (seed + rank); the "
+        "figures above the per-rank table are rank 0's."
+    )
+
+
+def _disagreements(ranks: list[RankResult]) -> list[str]:
+    """Notes where a rank's CP / keep / rerun pattern differs from rank 0's (it must not)."""
+    first = [layer.observed for layer in ranks[0].layers]
+    return [
+        f"RANKS DISAGREE: rank {row.rank} observed {[layer.observed for layer in row.layers]}, rank 0 {first}"
+        for row in ranks[1:]
+        if [layer.observed for layer in row.layers] != first
+    ]

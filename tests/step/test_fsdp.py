@@ -1,0 +1,110 @@
+"""FSDP2 across ranks: 2 gloo ranks measured on the CPU, the fake process group simulated, and the two compared."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from ckptlab import RunResult, RunSpec, SpecError, list_presets, simulate
+from ckptlab.model.plan import planned_roles
+from ckptlab.spec import MAX_WORLD_SIZE
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
+# Short, one timed step, no warm-up: the whole launch (two ranks, four presets) takes about 30 s on 2 cores.
+RANKED = RunSpec(seq_len=128, every_n_layers=2, repeats=1, warmup=0, world_size=2, fsdp=True)
+SIMULATED_AS_MEASURED = {"dtype": "float32"}  # a simulation stands for bf16 on CUDA; the CPU run is float32
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> dict[str, RunResult]:
+    """Every tiny preset measured on 2 gloo ranks, in one torchrun launch."""
+    out = tmp_path_factory.mktemp("fsdp") / "ranks.json"
+    specs = [json.dumps(replace(RANKED, model=name).to_dict()) for name in TINY]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    command += ["--max-restarts", "0", str(ROOT / "tests" / "step" / "fsdp_ranks.py"), str(out), *specs]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {row["model"]["name"]: RunResult.from_dict(row) for row in json.loads(out.read_text())}
+
+
+@pytest.mark.parametrize("model", TINY)
+def test_two_gloo_ranks_shard_the_parameters_and_keep_the_plan(two_ranks, model):
+    result = two_ranks[model]
+    assert result.status == "ok" and result.spec.world_size == 2 and result.spec.fsdp
+    assert [row.rank for row in result.ranks] == [0, 1]
+    total = result.model.num_params * 4  # float32
+    layer = total / result.model.num_layers  # FSDP pads each parameter to a multiple of the world size
+    planned = planned_roles(result.model.num_layers, 2)
+    for row in result.ranks:
+        assert abs(row.memory.breakdown_baseline["parameter"] - total / 2) <= layer
+        assert [layer.observed for layer in row.layers] == planned
+        assert row.plan_matches and row.timing.step_s > 0
+    assert result.plan_matches
+    assert RunResult.from_dict(json.loads(result.to_json())) == result
+
+
+@pytest.mark.parametrize("model", TINY)
+def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, model):
+    measured = two_ranks[model]
+    simulated = simulate(replace(measured.spec, **SIMULATED_AS_MEASURED))
+    assert simulated.ranks[0].rank == 0 and simulated.spec.world_size == 2
+    sim = simulated.ranks[0].memory
+    for rank in measured.ranks:
+        real = rank.memory
+        for name in ("baseline_bytes", "after_forward_bytes", "peak_bytes", "optimizer_state_bytes"):
+            assert getattr(sim, name) == pytest.approx(getattr(real, name), rel=0.03), (rank.rank, name)
+        for stage in ("breakdown_baseline", "breakdown_after_forward", "breakdown_at_peak"):
+            sim_parts, real_parts = getattr(sim, stage), getattr(real, stage)
+            big = {key for key, value in real_parts.items() if value > 0.01 * real.peak_bytes}
+            for key in big:
+                assert sim_parts.get(key, 0) == pytest.approx(real_parts[key], rel=0.03), (rank.rank, stage, key)
+
+
+def test_qwen3_8b_on_8_simulated_ranks_holds_an_eighth_of_the_parameters():
+    result = simulate(RunSpec(model="qwen3-8b", seq_len=512, world_size=8, fsdp=True))
+    total = result.model.num_params * 2  # bfloat16
+    assert result.memory.breakdown_baseline["parameter"] == pytest.approx(total / 8, rel=0.01)
+    assert result.plan_matches and not dist.is_initialized()  # the fake process group is gone
+
+
+def test_the_fast_path_is_exact_under_fsdp():
+    """tiny-qwen3 has 8 layers: simulated as 3 and 4 and extrapolated, against all 8."""
+    spec = RunSpec(model="tiny-qwen3", seq_len=64, every_n_layers=1, world_size=4, fsdp=True)
+    fast, full = simulate(spec), simulate(spec, fast=False)
+    assert any("extrapolated" in note for note in fast.notes)
+    for name in ("baseline_bytes", "after_forward_bytes", "peak_bytes", "optimizer_state_bytes"):
+        assert getattr(fast.memory, name) == getattr(full.memory, name), name
+    assert fast.memory.breakdown_baseline == full.memory.breakdown_baseline
+
+
+def test_a_simulation_refuses_to_run_beside_a_real_process_group():
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        with pytest.raises(SpecError, match="already belongs to a process group"):
+            simulate(replace(RANKED, model="tiny-gpt2"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"world_size": 0}, "whole number from 1 to"),
+        ({"world_size": MAX_WORLD_SIZE + 1}, "whole number from 1 to"),
+        ({"world_size": 1, "fsdp": True}, "one rank holds everything"),
+        ({"world_size": 4, "fsdp": False}, "without fsdp"),
+        ({"lora_rank": 8}, "LoRA under FSDP2"),
+    ],
+)
+def test_bad_rank_settings_are_refused(changes, words):
+    with pytest.raises(SpecError, match=words):
+        replace(RANKED, **changes).validate()
