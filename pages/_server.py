@@ -6,8 +6,9 @@ on every run of a page: cheap, and a changed setting needs no restart of the ser
 
 from __future__ import annotations
 
+import uuid
+
 import streamlit as st
-from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
@@ -25,7 +26,10 @@ def server_policy() -> tuple[ServerPolicy, ckptlab.CkptlabError | None]:
         return ServerPolicy(), error
 
 
-def session_owner() -> str | None:
-    """This browser session's id: the device queue gives each one place at most."""
-    ctx = get_script_run_ctx()
-    return None if ctx is None else ctx.session_id
+def session_owner() -> str:
+    """An id of this browser session, kept in its state: the device queue gives each one place at most.
+
+    Not Streamlit's own session id: every AppTest shares one ("test session id"), so a test
+    of several sessions would be one owner.
+    """
+    return st.session_state.setdefault("ckptlab_owner", uuid.uuid4().hex)

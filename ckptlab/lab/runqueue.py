@@ -18,6 +18,8 @@ or failing session cannot block the others from joining or leaving the queue.
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import threading
 import time
 from collections import deque
@@ -68,10 +70,14 @@ class DeviceQueue:
 
     Args:
         poll_s: seconds between two ``on_wait`` calls of a waiting ticket.
+        log_path: a file to append one JSON line to as each turn starts and ends (``None``:
+            no log). The instructor's record of who used the device, and how a load test
+            run against a real server (benchmarks/workshop_load.py) sees the queue.
     """
 
-    def __init__(self, poll_s: float = POLL_S) -> None:
+    def __init__(self, poll_s: float = POLL_S, log_path: str | None = None) -> None:
         self.poll_s = poll_s
+        self.log_path = log_path
         self._cond = threading.Condition()
         self._waiting: deque[_Ticket] = deque()
         self._holder: _Ticket | None = None
@@ -144,6 +150,7 @@ class DeviceQueue:
             with self._cond:
                 if self._holder is ticket:
                     self._holder = None
+                    self._log("end", ticket)
                     self._history.append(
                         Turn(ticket.number, label, ticket.enqueued_at, ticket.started_at, time.monotonic())
                     )
@@ -157,8 +164,18 @@ class DeviceQueue:
             self._waiting.popleft()
             ticket.started_at = time.monotonic()
             self._holder = ticket
+            self._log("start", ticket)
             return True
         return False
+
+    def _log(self, event: str, ticket: _Ticket) -> None:
+        # Caller holds the lock, so lines never interleave. Times are time.monotonic() of this process.
+        if self.log_path is None:
+            return
+        line = {"event": event, "ticket": ticket.number, "label": ticket.label, "owner": ticket.owner}
+        line.update({"enqueued_at": ticket.enqueued_at, "started_at": ticket.started_at, "at": time.monotonic()})
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(json.dumps(line) + "\n")
 
     def _tickets(self) -> list[_Ticket]:
         # Caller holds the lock: every ticket waiting or holding the device.
@@ -180,4 +197,4 @@ class DeviceQueue:
 
 
 # Process-wide: every Streamlit session of one server runs in this process.
-DEVICE_QUEUE = DeviceQueue()
+DEVICE_QUEUE = DeviceQueue(log_path=os.environ.get("CKPTLAB_QUEUE_LOG") or None)
