@@ -3,13 +3,33 @@
 Every message names the offending value and says how to fix it, in the spirit of
 ``torch.utils.checkpoint``'s "To resolve this error, ...". Front ends catch
 ``CkptlabError`` and show its message; anything else is a bug.
+
+The message is English, the language of the CLI and of the code, written where the error
+is raised (as gettext does, the source text lives in the source). An error a participant
+can meet in the app also carries a ``key`` and its ``params``: the app looks up
+``errors.<key>`` in its language's locale file and fills in the same params
+(``ckptlab.show.i18n.error_text``), and falls back to the English message when a key has
+no translation. So the core never needs to know the reader's language.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CkptlabError(Exception):
-    """Base class: a request the lab cannot carry out, with a message fit for a user."""
+    """Base class: a request the lab cannot carry out, with a message fit for a user.
+
+    Args:
+        message: the English text (what the CLI prints).
+        key: the translation key under ``errors.`` in the locale files, or None (English everywhere).
+        params: the values the translated text fills in (the same the English one names).
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, **params: Any) -> None:
+        super().__init__(message)
+        self.key = key
+        self.params = params
 
 
 class SpecError(CkptlabError, ValueError):
@@ -30,3 +50,7 @@ class DoesNotFitError(CkptlabError):
     A step that runs out of memory once started is not an exception: ``measure`` returns
     a result with status ``"does_not_fit"``.
     """
+
+
+class RunStoppedError(CkptlabError):
+    """A run stopped before its end because its caller asked (a cancel, a time limit): nothing was measured."""

@@ -51,34 +51,67 @@ class RunSpec:
         for name in ("seq_len", "batch_size", "repeats"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(f"{name}={value!r} is not valid: it must be a whole number >= 1.")
+                raise SpecError(
+                    f"{name}={value!r} is not valid: it must be a whole number >= 1.",
+                    key="spec.whole_number",
+                    name=name,
+                    value=value,
+                )
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise SpecError(f"warmup={self.warmup!r} is not valid: it must be a whole number >= 0.")
+            raise SpecError(
+                f"warmup={self.warmup!r} is not valid: it must be a whole number >= 0.",
+                key="spec.whole_number_or_zero",
+                name="warmup",
+                value=self.warmup,
+            )
         if self.every_n_layers is not None:
             validate_every_n_layers(self.every_n_layers)
         if self.dtype not in DTYPES:
-            raise SpecError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}.")
+            raise SpecError(
+                f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}.",
+                key="spec.not_one_of",
+                name="dtype",
+                value=self.dtype,
+                choices=", ".join(DTYPES),
+            )
         if self.device not in DEVICES:
-            raise SpecError(f"device={self.device!r} is not one of {', '.join(DEVICES)}.")
+            raise SpecError(
+                f"device={self.device!r} is not one of {', '.join(DEVICES)}.",
+                key="spec.not_one_of",
+                name="device",
+                value=self.device,
+                choices=", ".join(DEVICES),
+            )
         if self.optimizer not in OPTIMIZERS:
-            raise SpecError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}.")
+            raise SpecError(
+                f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}.",
+                key="spec.not_one_of",
+                name="optimizer",
+                value=self.optimizer,
+                choices=", ".join(OPTIMIZERS),
+            )
         if self.lora_rank is not None and (
             isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1
         ):
             raise SpecError(
                 f"lora_rank={self.lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are "
-                "common). Leave it unset for a full fine-tune."
+                "common). Leave it unset for a full fine-tune.",
+                key="spec.lora_rank",
+                value=self.lora_rank,
             )
         if self.lora_targets is not None and self.lora_rank is None:
             raise SpecError(
                 f"lora_targets={list(self.lora_targets)} without lora_rank: targets only mean something with LoRA. "
-                "Set lora_rank (for example 8) or drop the targets."
+                "Set lora_rank (for example 8) or drop the targets.",
+                key="spec.lora_targets_without_rank",
+                targets=list(self.lora_targets),
             )
         self._validate_ranks()
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "
-                "keep, so there is nothing to move. Set every_n_layers (for example 1) or drop offload."
+                "keep, so there is nothing to move. Set every_n_layers (for example 1) or drop offload.",
+                key="spec.offload_without_checkpointing",
             )
 
     def _validate_ranks(self) -> None:

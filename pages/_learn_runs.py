@@ -14,7 +14,9 @@ import streamlit as st
 import ckptlab
 from ckptlab.lab import learn as learnrun
 from ckptlab.results import RunResult
+from ckptlab.show import i18n
 from ckptlab.spec import RunSpec
+from pages._server import session_owner
 
 
 def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunResult] | None:
@@ -41,10 +43,10 @@ def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunR
             status.update(label=tr("run.waiting", ahead=ahead))
 
         try:
-            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait))
+            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait, owner=session_owner()))
         except ckptlab.CkptlabError as error:
             status.update(label=tr("run.failed"), state="error", expanded=True)
-            st.code(str(error), language=None)
+            st.code(i18n.error_text(error, st.session_state.get("app_lang")), language=None)
             return None
         status.update(label=tr("run.measured", count=len(missing)), state="complete")
     return cache

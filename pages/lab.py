@@ -6,6 +6,9 @@ settings live in the URL, so a link restores them; nothing heavy runs before Run
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 import streamlit as st
 import torch
 
@@ -41,6 +44,7 @@ from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
 from ckptlab.step.measure import resolve_device
 from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
+from pages._server import server_policy, session_owner
 
 run_through_app()
 
@@ -48,6 +52,8 @@ LOCAL = "local directory"
 DEVICES = ("auto", "cpu", "cuda") if torch.cuda.is_available() else ("auto", "cpu")
 lang = i18n.normalize(st.session_state.get("app_lang"))
 tr = i18n.translator(lang)
+policy, policy_problem = server_policy()
+STOP_CHECK_S = 0.3  # how often a run in flight looks for a Cancel (each look is one Streamlit message)
 WIDGETS = (
     "lab_model",
     "lab_local_dir",
@@ -106,8 +112,12 @@ def _initial_spec() -> tuple[RunSpec, list[str]]:
 def _load_into_widgets(spec: RunSpec) -> None:
     state = st.session_state
     is_preset = spec.model in preset_infos()
+    folder = "" if is_preset else _offered_folder(spec.model)
+    if not is_preset and not folder:  # a link to a folder this server does not offer: the default preset
+        spec = replace(spec, model=RunSpec().model)
+        is_preset = True
     state.lab_model = spec.model if is_preset else LOCAL
-    state.lab_local_dir = "" if is_preset else spec.model
+    state.lab_local_dir = folder
     state.lab_seq, state.lab_batch = spec.seq_len, spec.batch_size
     state.lab_dtype, state.lab_device = spec.dtype, spec.device
     state.lab_ckpt = spec.every_n_layers is not None
@@ -119,6 +129,26 @@ def _load_into_widgets(spec: RunSpec) -> None:
     state.lab_lora_rank = spec.lora_rank or LORA_RANK_DEFAULT
     state.lab_lora_targets = list(spec.lora_targets or ())
     state.lab_targets_for = None if spec.lora_targets is None else spec.model  # None: all, once the model is read
+
+
+def _offered_folder(path: str) -> str:
+    """``path`` as one of the folders the policy offers (relative to its root), or "" with a warning why not."""
+    try:
+        absolute = policy.local_folder(path)
+    except ckptlab.CkptlabError as error:
+        st.session_state.lab_query_warnings = [*st.session_state.get("lab_query_warnings", []), _said(error)]
+        return ""
+    offered = {policy.local_folder(name): name for name in policy.model_folders()}
+    if absolute not in offered:
+        warning = tr("lab.folder_not_offered", name=path)
+        st.session_state.lab_query_warnings = [*st.session_state.get("lab_query_warnings", []), warning]
+        return ""
+    return offered[absolute]
+
+
+def _said(error: Exception) -> str:
+    """A core error in the page's language."""
+    return i18n.error_text(error, lang)
 
 
 def _model_label(name: str) -> str:
@@ -150,8 +180,20 @@ def _run(spec: RunSpec) -> None:
     state = st.session_state
     state.lab_query_warnings = []
     state.lab_error = None
+    # A click reruns the page, and Streamlit interrupts this run at its next message: the stop
+    # check below sends one every STOP_CHECK_S, from inside the step (ckptlab.step.stopping).
+    # Outside the status box, which folds its contents away as it updates.
+    cancel = st.empty()  # emptied once the run ends: a Cancel after the end would cancel nothing
+    cancel.button(tr("lab.cancel"), key="lab_cancel", help=tr("lab.cancel_help"))
     with st.status(tr("lab.status_waiting"), expanded=True) as status:
         bar = st.progress(0.0, text=tr("lab.queued"))
+        looked = [time.monotonic()]
+
+        def should_stop() -> bool:
+            if time.monotonic() - looked[0] >= STOP_CHECK_S:
+                looked[0] = time.monotonic()
+                status.update()  # a message to the browser: where a pending Cancel interrupts the run
+            return False
 
         def progress(message: str, fraction: float) -> None:
             fraction = min(max(fraction, 0.0), 1.0)
@@ -164,12 +206,23 @@ def _run(spec: RunSpec) -> None:
             )
 
         try:
-            lab = run_queued(spec, load=cached_model, progress=progress, on_wait=on_wait)
+            lab = run_queued(
+                spec,
+                load=cached_model,
+                progress=progress,
+                on_wait=on_wait,
+                should_stop=should_stop,
+                owner=session_owner(),
+                limit_s=policy.run_limit_s,
+            )
+            cancel.empty()
         except ckptlab.CkptlabError as error:
+            cancel.empty()
             status.update(label=tr("lab.could_not_run"), state="error", expanded=False)
-            state.lab_error = (spec, str(error), None)
+            state.lab_error = (spec, _said(error), None)
             return
         except Exception as error:  # a bug, not bad input: say so briefly, keep the page alive
+            cancel.empty()
             status.update(label=tr("lab.run_failed"), state="error", expanded=False)
             state.lab_error = (spec, tr("lab.run_failed_long"), f"{type(error).__name__}: {error}")
             return
@@ -412,7 +465,10 @@ if any(key not in state for key in WIDGETS):
     _load_into_widgets(first_spec)
 
 # The model decides the every_n_layers range, so describe it before drawing the controls.
-model_name = state.lab_local_dir.strip() if state.lab_model == LOCAL else state.lab_model
+folders = policy.model_folders()  # what the instructor offers under CKPTLAB_MODELS_ROOT; none when unset
+if state.lab_model == LOCAL and state.lab_local_dir not in folders:  # the folder went away since
+    state.lab_model, state.lab_local_dir = RunSpec().model, ""
+model_name = policy.local_folder(state.lab_local_dir) if state.lab_model == LOCAL else state.lab_model
 info: ckptlab.ModelInfo | None = None
 model_problem = ""
 if state.lab_model != LOCAL:
@@ -421,7 +477,7 @@ elif model_name:
     try:
         info = ckptlab.describe(model_name)
     except ckptlab.CkptlabError as error:
-        model_problem = str(error)
+        model_problem = _said(error)
     except Exception as error:  # a folder transformers chokes on must not take the page down
         model_problem = tr("lab.cannot_read", model=repr(model_name), error=f"{type(error).__name__}: {error}")
 num_layers = info.num_layers if info else max(2, state.lab_n)
@@ -457,13 +513,13 @@ with st.sidebar:
     st.header(tr("common.settings"))
     st.selectbox(
         tr("common.model"),
-        [*preset_infos(), LOCAL],
+        [*preset_infos(), *([LOCAL] if folders else [])],
         key="lab_model",
         format_func=_model_label,
         help=tr("lab.model_help"),
     )
     if state.lab_model == LOCAL:
-        st.text_input(tr("lab.folder"), key="lab_local_dir", placeholder="/path/to/saved/model")
+        st.selectbox(tr("lab.folder"), folders, key="lab_local_dir", help=tr("lab.folder_help"))
     elif info:
         st.caption(
             tr(
@@ -554,12 +610,11 @@ if model_name and st.query_params.to_dict() != wanted:
 st.header(tr("lab.title"), anchor=False)
 st.caption(tr("lab.intro"))
 
+if policy_problem is not None:  # the instructor's setting, shown to all: presets and default limits meanwhile
+    st.error(tr("lab.policy_problem", problem=_said(policy_problem)))
 for warning in state.get("lab_query_warnings", []):
     st.warning(warning)
 
-if state.lab_model == LOCAL and not model_name:
-    st.info(tr("lab.enter_path"))
-    st.stop()
 if model_problem:
     st.error(model_problem)
     st.stop()
@@ -568,8 +623,9 @@ problem = ""
 try:
     check(spec)
     on_cpu = resolve_device(spec.device).type == "cpu"
+    policy.check(spec, info, on_cpu)
 except ckptlab.CkptlabError as error:
-    problem, on_cpu = str(error), True
+    problem, on_cpu = _said(error), True
 except Exception as error:  # not bad input but a failure: still a message, not a dead page
     problem, on_cpu = tr("lab.cannot_check", error=f"{type(error).__name__}: {error}"), True
 
@@ -605,8 +661,10 @@ head.markdown(
 )
 pressed = button.button(tr("lab.run"), type="primary", key="lab_run", disabled=bool(problem), width="stretch")
 
-if pressed:
+if pressed and not problem:  # a disabled button is the browser's word; the server checks again
     _run(spec)
+elif state.get("lab_cancel"):
+    st.info(tr("lab.cancelled"))
 
 error = state.get("lab_error")
 if error and error[0] == spec:  # an error belongs to the settings that caused it

@@ -24,6 +24,7 @@ from ckptlab.show.tradeoff_figures import peak_figure, peak_sentence, prediction
 from ckptlab.spec import DTYPES, OPTIMIZERS
 from ckptlab.units import MIB, mib, milliseconds
 from pages._deep_link import run_through_app
+from pages._server import session_owner
 
 run_through_app()
 
@@ -128,9 +129,9 @@ def _start() -> None:
     try:
         # The model is built once for the sweep, inside its first device turn, and dropped when the sweep
         # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
-        job = SweepJob(spec, load=lambda run_spec: build_for_key(model_key(run_spec)))
+        job = SweepJob(spec, load=lambda run_spec: build_for_key(model_key(run_spec)), owner=session_owner())
     except ckptlab.CkptlabError as error:
-        state.tradeoffs_error = str(error)
+        state.tradeoffs_error = i18n.error_text(error, lang)
         return
     state.tradeoffs_error = ""
     state.tradeoffs_job = job.start()

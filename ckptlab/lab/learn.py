@@ -52,6 +52,7 @@ def measure_all(
     progress: Progress | None = None,
     on_wait: OnWait | None = None,
     load: Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]] = shared_model,
+    owner: str | None = None,
 ) -> dict[RunSpec, RunResult]:
     """Measure every spec (and its checkpointing-off baseline) through the device queue.
 
@@ -60,6 +61,7 @@ def measure_all(
         progress: ``(message, fraction)`` over the whole set.
         on_wait: called with the number of runs ahead while waiting for the device.
         load: builds or returns the model for a key.
+        owner: who asks (the browser session), one place in the device queue at a time.
 
     Returns:
         Results by spec, the baselines included (under ``baseline_spec(spec)``).
@@ -77,7 +79,7 @@ def measure_all(
         def scaled(message: str, fraction: float, index: int = index) -> None:
             report(message, (index + fraction) / len(unique))
 
-        lab = run_queued(spec, load=load, progress=scaled, on_wait=on_wait)
+        lab = run_queued(spec, load=load, progress=scaled, on_wait=on_wait, owner=owner)
         results[spec] = lab.result
         if lab.baseline is not None:
             results[baseline_spec(spec)] = lab.baseline.result

@@ -9,6 +9,8 @@ settings gets the first one's numbers at once, labelled as reused.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import threading
 import time
 from collections import OrderedDict
@@ -19,7 +21,7 @@ from datetime import datetime, timezone
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import DoesNotFitError
+from ..errors import DoesNotFitError, RunStoppedError
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.lora import linear_module_names
@@ -27,6 +29,7 @@ from ..results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, compare
 from ..spec import RunSpec
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
+from ..step.stopping import ShouldStop
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)
@@ -189,6 +192,9 @@ def run_queued(
     queue: DeviceQueue = DEVICE_QUEUE,
     cache: ResultCache = RESULTS,
     timeout: float | None = DEFAULT_TIMEOUT_S,
+    should_stop: ShouldStop | None = None,
+    owner: str | None = None,
+    limit_s: float | None = None,
 ) -> LabRun:
     """Measure ``spec`` and its checkpointing-off baseline, one run on the device at a time.
 
@@ -204,6 +210,9 @@ def run_queued(
         queue: the device queue (tests pass their own).
         cache: where results are kept and looked up.
         timeout: seconds to wait for the device at most.
+        should_stop: asked while waiting and while running (a participant's Cancel).
+        owner: who asks, one place in the queue each (:meth:`DeviceQueue.turn`).
+        limit_s: seconds the turn may hold the device; then the run is stopped (``None``: no limit).
 
     Returns:
         A :class:`LabRun`; ``run.result.status == "does_not_fit"`` when the step ran out of memory.
@@ -211,6 +220,9 @@ def run_queued(
     Raises:
         SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything runs.
         DeviceBusyError: the device stayed busy for ``timeout`` seconds.
+        AlreadyQueuedError: ``owner`` already has a run in the queue.
+        RunStoppedError: ``should_stop`` answered True, or the run held the device for ``limit_s``;
+            the memory it took is given back first.
     """
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
@@ -221,18 +233,24 @@ def run_queued(
     if run is None or (base is None and _wants_baseline(spec, run)):
         report("waiting for the device", 0.0)
         queued_at = time.monotonic()
-        with queue.turn(on_wait=on_wait, timeout=timeout, label=_label(spec)):
+        with queue.turn(on_wait=_asking(on_wait, should_stop), timeout=timeout, label=_label(spec), owner=owner):
             wait_s = time.monotonic() - queued_at
+            stop = _Stopper(should_stop, limit_s)
             # Look again: another session may have measured these while this one waited.
             run, base = _cached(cache, spec), _cached(cache, reference)
             count = (run is None) + (base is None and spec.checkpointing)
             done = 0
-            if run is None:
-                run = cache.put(_measure_one(spec, load, _scaled(report, done, count, "")))
-                done += 1
-            if base is None and _wants_baseline(spec, run):
-                prefix = "checkpointing off (baseline): "
-                base = cache.put(_measure_one(reference, load, _scaled(report, done, count, prefix)))
+            try:
+                if run is None:
+                    run = cache.put(_measure_one(spec, load, _scaled(report, done, count, ""), stop))
+                    done += 1
+                if base is None and _wants_baseline(spec, run):
+                    prefix = "checkpointing off (baseline): "
+                    base = cache.put(_measure_one(reference, load, _scaled(report, done, count, prefix), stop))
+            except RunStoppedError:
+                raise stop.reason() from None
+            finally:
+                give_back_memory()  # before the next turn measures from its baseline
     if not spec.checkpointing:
         base = run  # the run is its own baseline
     comparison = None
@@ -240,6 +258,33 @@ def run_queued(
         comparison = compare(run.result, base.result)
     report("done", 1.0)
     return LabRun(run=run, baseline=base, comparison=comparison, wait_s=wait_s, elapsed_s=time.monotonic() - started)
+
+
+def give_back_memory() -> None:
+    """Return what the last run freed to the device and the operating system.
+
+    A collection frees what the run's reference cycles still held; CUDA's cache goes back
+    to the driver. On the CPU, glibc keeps freed heap pages, so a server's resident memory
+    would stay at the largest run's high-water mark; ``malloc_trim(0)`` hands them back
+    (30 runs of 8 browser sessions: see benchmarks/workshop_load.py).
+    """
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # noqa: B018 - glibc only (not musl, not macOS)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _glibc()
 
 
 def phase_significant(run: RunResult, reference: RunResult, phase: str) -> bool | None:
@@ -268,7 +313,7 @@ def _wants_baseline(spec: RunSpec, run: Measured) -> bool:
     return spec.checkpointing and run.result.status == "ok"
 
 
-def _measure_one(spec: RunSpec, load: Loader, report: Progress) -> RunResult:
+def _measure_one(spec: RunSpec, load: Loader, report: Progress, stop: ShouldStop | None = None) -> RunResult:
     try:
         model, info = load(model_key(spec))
     except torch.OutOfMemoryError as error:
@@ -278,7 +323,45 @@ def _measure_one(spec: RunSpec, load: Loader, report: Progress) -> RunResult:
         ) from None
     # A session stopped mid-step can leave gradients on the shared model; they would count as baseline.
     model.zero_grad(set_to_none=True)
-    return measure(spec, model=model, info=info, progress=report)
+    return measure(spec, model=model, info=info, progress=report, should_stop=stop)
+
+
+class _Stopper:
+    """``should_stop`` for a turn: the caller's own answer, or the time limit reached; and which it was."""
+
+    def __init__(self, asked: ShouldStop | None, limit_s: float | None) -> None:
+        self.asked, self.limit_s = asked, limit_s
+        self.deadline = None if limit_s is None else time.monotonic() + limit_s
+
+    def __call__(self) -> bool:
+        return (self.asked is not None and self.asked()) or self.timed_out()
+
+    def timed_out(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def reason(self) -> RunStoppedError:
+        if self.timed_out():
+            return RunStoppedError(
+                f"The run was stopped after {self.limit_s:g} s on the device, this server's limit per run; "
+                "its memory was given back. Try a shorter sequence, a smaller batch or a smaller model.",
+                key="run.time_limit",
+                seconds=f"{self.limit_s:g}",
+            )
+        return RunStoppedError("The run was cancelled; nothing was measured.", key="run.cancelled")
+
+
+def _asking(on_wait: OnWait | None, should_stop: ShouldStop | None) -> OnWait | None:
+    """``on_wait`` that first asks ``should_stop``: a Cancel while queued gives the place back."""
+    if should_stop is None:
+        return on_wait
+
+    def ask_then_report(ahead: int) -> None:
+        if should_stop():
+            raise RunStoppedError("The run was cancelled while it waited; nothing was measured.", key="run.cancelled")
+        if on_wait is not None:
+            on_wait(ahead)
+
+    return ask_then_report
 
 
 def _scaled(report: Progress, index: int, count: int, prefix: str) -> Progress:

@@ -18,6 +18,8 @@ or failing session cannot block the others from joining or leaving the queue.
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import threading
 import time
 from collections import deque
@@ -38,6 +40,10 @@ class DeviceBusyError(CkptlabError):
     """The device stayed busy for longer than the caller was willing to wait."""
 
 
+class AlreadyQueuedError(CkptlabError):
+    """One owner (a browser session) asked for a second turn while its first still waits or runs."""
+
+
 @dataclass(frozen=True)
 class Turn:
     """One use of the device, as the queue saw it."""
@@ -55,6 +61,7 @@ class _Ticket:
     label: str
     thread: int
     enqueued_at: float
+    owner: str | None = None
     started_at: float = 0.0
 
 
@@ -63,10 +70,14 @@ class DeviceQueue:
 
     Args:
         poll_s: seconds between two ``on_wait`` calls of a waiting ticket.
+        log_path: a file to append one JSON line to as each turn starts and ends (``None``:
+            no log). The instructor's record of who used the device, and how a load test
+            run against a real server (benchmarks/workshop_load.py) sees the queue.
     """
 
-    def __init__(self, poll_s: float = POLL_S) -> None:
+    def __init__(self, poll_s: float = POLL_S, log_path: str | None = None) -> None:
         self.poll_s = poll_s
+        self.log_path = log_path
         self._cond = threading.Condition()
         self._waiting: deque[_Ticket] = deque()
         self._holder: _Ticket | None = None
@@ -75,7 +86,11 @@ class DeviceQueue:
 
     @contextmanager
     def turn(
-        self, on_wait: OnWait | None = None, timeout: float | None = DEFAULT_TIMEOUT_S, label: str = ""
+        self,
+        on_wait: OnWait | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
+        label: str = "",
+        owner: str | None = None,
     ) -> Iterator[Turn]:
         """Wait for the device, hold it for the ``with`` block, then give it to the next in line.
 
@@ -84,19 +99,29 @@ class DeviceQueue:
                 of runs ahead; an exception it raises abandons the wait.
             timeout: seconds to wait at most (``None``: forever).
             label: what this turn is for, kept in :meth:`history`.
+            owner: who asks (the app passes its browser session's id): one owner holds at
+                most one place in the queue, so a participant cannot stack runs ahead of the
+                others. ``None``: no such limit (tests, the CLI).
 
         Yields:
             The :class:`Turn` (``ended_at`` is 0 until the block ends).
 
         Raises:
             DeviceBusyError: still not served after ``timeout`` seconds.
+            AlreadyQueuedError: ``owner`` already waits for or holds the device.
             RuntimeError: the same thread asks for a turn while it holds one (it would wait forever).
         """
         me = threading.get_ident()
         with self._cond:
+            if owner is not None and any(ticket.owner == owner for ticket in self._tickets()):
+                raise AlreadyQueuedError(
+                    "This session already has a run waiting for or using the device. Wait for it to end, or "
+                    "cancel it, before starting another.",
+                    key="queue.already_queued",
+                )
             if self._holder is not None and self._holder.thread == me:
                 raise RuntimeError("this thread already holds the device; a nested turn would wait for itself")
-            ticket = _Ticket(next(self._numbers), label, me, time.monotonic())
+            ticket = _Ticket(next(self._numbers), label, me, time.monotonic(), owner)
             self._waiting.append(ticket)
         deadline = None if timeout is None else ticket.enqueued_at + timeout
         try:
@@ -114,7 +139,10 @@ class DeviceQueue:
                     if remaining is not None and remaining <= 0:
                         raise DeviceBusyError(
                             f"The device stayed busy for {timeout:.0f} s ({self._ahead(ticket)} runs still ahead of "
-                            "this one). Nothing was run; press Run again to queue once more."
+                            "this one). Nothing was run; press Run again to queue once more.",
+                            key="queue.busy",
+                            seconds=f"{timeout:.0f}",
+                            ahead=self._ahead(ticket),
                         )
                     self._cond.wait(self.poll_s if remaining is None else min(self.poll_s, remaining))
             yield Turn(ticket.number, label, ticket.enqueued_at, ticket.started_at, 0.0)
@@ -122,6 +150,7 @@ class DeviceQueue:
             with self._cond:
                 if self._holder is ticket:
                     self._holder = None
+                    self._log("end", ticket)
                     self._history.append(
                         Turn(ticket.number, label, ticket.enqueued_at, ticket.started_at, time.monotonic())
                     )
@@ -135,8 +164,22 @@ class DeviceQueue:
             self._waiting.popleft()
             ticket.started_at = time.monotonic()
             self._holder = ticket
+            self._log("start", ticket)
             return True
         return False
+
+    def _log(self, event: str, ticket: _Ticket) -> None:
+        # Caller holds the lock, so lines never interleave. Times are time.monotonic() of this process.
+        if self.log_path is None:
+            return
+        line = {"event": event, "ticket": ticket.number, "label": ticket.label, "owner": ticket.owner}
+        line.update({"enqueued_at": ticket.enqueued_at, "started_at": ticket.started_at, "at": time.monotonic()})
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(json.dumps(line) + "\n")
+
+    def _tickets(self) -> list[_Ticket]:
+        # Caller holds the lock: every ticket waiting or holding the device.
+        return [*self._waiting, *([self._holder] if self._holder is not None else [])]
 
     def _ahead(self, ticket: _Ticket) -> int:
         # Caller holds the lock.
@@ -154,4 +197,4 @@ class DeviceQueue:
 
 
 # Process-wide: every Streamlit session of one server runs in this process.
-DEVICE_QUEUE = DeviceQueue()
+DEVICE_QUEUE = DeviceQueue(log_path=os.environ.get("CKPTLAB_QUEUE_LOG") or None)

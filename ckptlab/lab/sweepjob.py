@@ -49,6 +49,8 @@ class SweepJob(BackgroundJob):
         load: builds or returns the (cached) model for a spec; called on the job's thread.
         queue: the device queue each row takes a turn on.
         timeout: seconds a row waits for the device at most.
+        owner: who asks (the browser session): it holds one place in the device queue at a
+            time, so its lab Run waits for the sweep rather than stacking beside it.
 
     Raises:
         SpecError, ModelLoadError: bad input, from the constructor, before any thread starts.
@@ -60,12 +62,14 @@ class SweepJob(BackgroundJob):
         load: Loader | None = None,
         queue: DeviceQueue = DEVICE_QUEUE,
         timeout: float | None = DEFAULT_TIMEOUT_S,
+        owner: str | None = None,
     ) -> None:
         self.plan = plan_sweep(spec)  # validates: bad input never reaches the thread
         self.spec = spec
         self._load = load
         self._queue = queue
         self._timeout = timeout
+        self._owner = owner
         self._result: SweepResult | None = None
         super().__init__("ckptlab-sweep", message="waiting to start")
 
@@ -91,7 +95,9 @@ class SweepJob(BackgroundJob):
                 f"{label}: waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead", self._fraction
             )
 
-        return self._queue.turn(on_wait=on_wait, timeout=self._timeout, label=f"sweep {self.spec.model}: {label}")
+        return self._queue.turn(
+            on_wait=on_wait, timeout=self._timeout, label=f"sweep {self.spec.model}: {label}", owner=self._owner
+        )
 
     def _run(self) -> None:
         try:

@@ -28,7 +28,9 @@ def validate_every_n_layers(every_n_layers: int) -> None:
         raise SpecError(
             f"every_n_layers={every_n_layers!r} is not valid: it must be a whole number >= 1 "
             "(1 checkpoints every layer, 2 every other layer, ...). To run without "
-            "checkpointing, turn checkpointing off instead."
+            "checkpointing, turn checkpointing off instead.",
+            key="spec.every_n_layers",
+            value=every_n_layers,
         )
 
 

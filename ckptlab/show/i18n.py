@@ -117,3 +117,24 @@ def section(prefix: str, lang: str = DEFAULT) -> dict[str, object]:
 def placeholders(text: str) -> set[str]:
     """The ``{name}`` fields of a message, to check every translation keeps them all."""
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+ERRORS = "errors."  # the prefix of the translations of keyed core errors (ckptlab.errors)
+
+
+def error_text(error: Exception, lang: str = DEFAULT) -> str:
+    """What the app shows for ``error`` in ``lang``: its ``errors.<key>`` translation, or its English message.
+
+    English is the core's own message (written where the error is raised), so ``en.json``
+    has no ``errors.`` keys; the other languages translate the keyed ones, filled in with
+    the error's params. An error without a key, or a key without a translation yet,
+    shows its English message rather than nothing.
+    """
+    key = getattr(error, "key", None)
+    code = normalize(lang)
+    if key is None or code == DEFAULT:
+        return str(error)
+    text = messages(code).get(ERRORS + key)
+    if text is None:
+        return str(error)
+    return text.format(**getattr(error, "params", {}))

@@ -49,6 +49,7 @@ from ..spec import RunSpec
 from .meters import Clock, clock_for, meter_for
 from .modelstate import ModelState
 from .probe import LayerCounts, LayerProbe, StepRecorder
+from .stopping import ShouldStop, checked, stoppable
 from .training import make_optimizer, optimizer_state_bytes
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
@@ -73,7 +74,9 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise SpecError(
             "device='cuda' but torch sees no CUDA device here (torch.cuda.is_available() is False; "
-            f"torch {torch.__version__}). Use device 'cpu' or 'auto'."
+            f"torch {torch.__version__}). Use device 'cpu' or 'auto'.",
+            key="spec.no_cuda",
+            torch=torch.__version__,
         )
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         # The current device: 0 in a single process, the rank's own GPU once fsdp.py has set it.
@@ -97,7 +100,11 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
     if info.max_positions is not None and spec.seq_len > info.max_positions:
         raise SpecError(
             f"seq_len={spec.seq_len} is longer than {info.name} accepts ({info.max_positions} positions). "
-            f"Use a sequence length of at most {info.max_positions}, or a model with longer positions."
+            f"Use a sequence length of at most {info.max_positions}, or a model with longer positions.",
+            key="spec.seq_too_long",
+            seq_len=spec.seq_len,
+            model=info.name,
+            positions=info.max_positions,
         )
 
 
@@ -129,6 +136,7 @@ def measure(
     model: PreTrainedModel | None = None,
     info: ModelInfo | None = None,
     progress: Progress | None = None,
+    should_stop: ShouldStop | None = None,
 ) -> RunResult:
     """Run ``spec`` for real and measure it.
 
@@ -140,6 +148,9 @@ def measure(
             its gradients set to None.
         info: the catalog's description of that model (required with ``model``).
         progress: called with a message and the fraction done as the run moves on.
+        should_stop: asked between steps and at every checkpointable layer's forward and
+            rerun; when it answers True the run ends with :class:`RunStoppedError`
+            (``ckptlab.step.stopping``), the model given back as it came.
 
     Returns:
         A :class:`RunResult`; ``status == "does_not_fit"`` when the step ran out of memory
@@ -147,8 +158,9 @@ def measure(
 
     Raises:
         SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything heavy runs.
+        RunStoppedError: ``should_stop`` answered True.
     """
-    report = progress or (lambda message, fraction: None)
+    report = checked(progress or (lambda message, fraction: None), should_stop)
     if model is None:
         model, info = load_model(spec, progress=report)
     elif info is None:
@@ -159,7 +171,8 @@ def measure(
     dtype = resolve_dtype(spec.dtype, device)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
-        return _measure_built(spec, model, info, device, dtype, report)
+        with stoppable(model, should_stop):
+            return _measure_built(spec, model, info, device, dtype, report)
     except torch.OutOfMemoryError as error:
         return _release_after_oom(spec, model, info, device, dtype, error)
     except RuntimeError as error:

@@ -128,25 +128,70 @@ def test_a_sequence_longer_than_the_model_allows_is_explained():
     assert at.button(key="lab_run").disabled
 
 
-def test_a_directory_without_config_shows_a_message(tmp_path):
-    at = _app(model=str(tmp_path))
+def test_local_folders_are_off_unless_the_instructor_sets_a_root(monkeypatch):
+    monkeypatch.delenv("CKPTLAB_MODELS_ROOT", raising=False)
+    at = _app(model="/etc")
     _assert_alive(at)
-    assert at.selectbox(key="lab_model").value == "local directory"
-    assert at.text_input(key="lab_local_dir").value == str(tmp_path)
-    assert "has no config.json" in _texts(at.error)
-    # Empty path: asks for one instead of failing.
-    at.text_input(key="lab_local_dir").set_value("").run()
-    _assert_alive(at)
-    assert "Enter the path" in _texts(at.info)
-    # Back to a preset: the page works again.
-    at.selectbox(key="lab_model").set_value("tiny-llama").run()
-    _assert_alive(at)
+    assert "local directory" not in at.selectbox(key="lab_model").options
+    assert at.selectbox(key="lab_model").value == "tiny-llama"  # the link falls back to the default model
+    assert "Local model folders are off on this server" in _texts(at.warning)
     assert not at.error and len(at.get("plotly_chart")) == 1
+
+
+def test_a_folder_outside_the_models_root_is_not_opened(tmp_path, monkeypatch):
+    from tests.model.test_folders import config_folder
+
+    config_folder(tmp_path / "models" / "mine")
+    outside = config_folder(tmp_path / "elsewhere")
+    monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path / "models"))
+    for link in (str(outside), str(tmp_path / "models" / ".." / "elsewhere")):
+        at = _app(model=link)
+        _assert_alive(at)
+        assert at.selectbox(key="lab_model").value == "tiny-llama"
+        assert "outside the models folder this server offers" in _texts(at.warning)
+    # The folder inside the root is offered by name, and runs.
+    at = _app(model=str(tmp_path / "models" / "mine"))
+    assert at.selectbox(key="lab_model").value == "local directory"
+    assert at.selectbox(key="lab_local_dir").options == ["mine"]
+    assert not at.error and not at.warning
+
+
+def test_a_directory_without_config_is_not_offered(tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))
+    at = _app(model=str(tmp_path / "empty"))
+    _assert_alive(at)
+    assert "local directory" not in at.selectbox(key="lab_model").options  # no model folder under the root
+    assert "is not one this server offers" in _texts(at.warning)
+
+
+def test_a_run_larger_than_the_server_allows_is_refused_in_the_apps_language(monkeypatch):
+    monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "tiny-llama=100")
+    at = _app(seq="128")
+    _assert_alive(at)
+    assert "128 tokens x batch 1 = 128 tokens is more than this server allows for tiny-llama (100)" in _texts(at.error)
+    assert at.button(key="lab_run").disabled
+    at = _app(seq="128", lang="pt-BR")
+    assert "mais do que este servidor permite para tiny-llama (100)" in _texts(at.error)
+
+
+def test_a_run_past_the_servers_time_limit_is_stopped_and_said(monkeypatch):
+    monkeypatch.setenv("CKPTLAB_RUN_LIMIT_S", "0.001")
+    monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "*=4096")  # else the predicted token limit of 1 ms refuses it first
+    at = _app(seq="144", lang="ja")  # a setting no other test measures: it must run, not be reused
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    assert "上限 0.001 秒に達したため" in _texts(at.error)
+    monkeypatch.setenv("CKPTLAB_RUN_LIMIT_S", "600")  # the next run of the session is whole
+    at.button(key="lab_run").click().run()
+    _assert_alive(at)
+    assert not at.error and at.metric
 
 
 def test_an_eight_billion_model_on_the_cpu_says_it_does_not_fit(monkeypatch):
     measure_module = sys.modules["ckptlab.step.measure"]
     monkeypatch.setattr(measure_module, "available_host_bytes", lambda: 8 * 2**30)  # any machine's RAM
+    monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "*=1000000")  # past the server's limit to the machine's
     at = _app(model="qwen3-8b", device="cpu")
     at.button(key="lab_run").click().run()
     _assert_alive(at)
@@ -204,9 +249,11 @@ def test_a_session_waits_its_turn_while_another_run_holds_the_device():
     assert label.startswith("Measured in") and "waited" in label and "for the device" in label
 
 
-def test_a_folder_transformers_cannot_read_is_a_message(tmp_path):
-    (tmp_path / "config.json").write_text("{not json")
-    at = _app(model=str(tmp_path))
+def test_a_folder_transformers_cannot_read_is_a_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    at = _app(model=str(tmp_path / "broken"))
     _assert_alive(at)
     assert "could not be read as JSON" in _texts(at.error)
 
@@ -240,18 +287,21 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
         assert len(at.get("plotly_chart")) == 3  # the diagram, the run's memory alone (no baseline), the comparison
 
 
-def test_a_folder_with_a_bad_size_is_a_message_before_run(tmp_path):
+def test_a_folder_with_a_bad_size_is_a_message_before_run(tmp_path, monkeypatch):
     from tests.model.test_folders import config_folder
 
-    at = _app(model=str(config_folder(tmp_path, num_attention_heads=0)))
+    monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))
+    at = _app(model=str(config_folder(tmp_path / "heads", num_attention_heads=0)))
     _assert_alive(at)
     assert "num_attention_heads=0" in _texts(at.error) and "config.json" in _texts(at.error)
 
 
-def test_a_folder_too_large_for_the_machine_is_a_message_after_run(tmp_path):
+def test_a_folder_too_large_for_the_machine_is_a_message_after_run(tmp_path, monkeypatch):
     from tests.model.test_folders import config_folder
 
-    at = _app(model=str(config_folder(tmp_path, vocab_size=10**10)), device="cpu")
+    monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))
+    monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "*=1000000")  # past the server's limit to the machine's
+    at = _app(model=str(config_folder(tmp_path / "huge", vocab_size=10**10)), device="cpu")
     _assert_alive(at)
     at.button(key="lab_run").click().run()
     _assert_alive(at)

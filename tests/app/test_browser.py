@@ -113,3 +113,23 @@ def test_press_run_and_see_the_diagram(server):
             page.screenshot(path=str(ROOT / "artifacts" / "browser-lab.png"))
         finally:
             browser.close()
+
+
+def test_cancel_stops_a_run_in_flight(server):
+    """A long run (tiny-llama, 2048 tokens x 4, 20 timed steps: minutes on 2 cores), cancelled from the page."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 1400})
+            page.goto(f"{server}/?seq=2048&batch=4&repeats=20&warmup=0&n=1")
+            run = page.get_by_role("button", name="Run", exact=True)
+            run.wait_for(timeout=60_000)
+            page.get_by_text("planned (press Run to observe it)").wait_for(timeout=60_000)
+            run.click()
+            page.get_by_text("timed step 1 of 20").first.wait_for(timeout=120_000)  # the run is in flight
+            page.get_by_role("button", name="Cancel", exact=True).click()
+            page.get_by_text("Run cancelled").wait_for(timeout=60_000)
+            assert not page.get_by_text("Peak reached in:").count()  # nothing was measured
+            assert not page.locator(".stException").count()
+        finally:
+            browser.close()

@@ -1,0 +1,203 @@
+"""A workshop's rush on one server: browser sessions pressing Run within a second, some with bad input.
+
+It starts ``streamlit run app.py`` as an instructor would, opens ``--sessions`` tabs of
+Debian's Chromium (through playwright), and has them press Run together, round after
+round, until about ``--runs`` presses were made; every fourth session's first press has
+bad input. The server logs each device turn (``CKPTLAB_QUEUE_LOG``), which is how this
+script sees the queue from outside. It prints the figures the README's workshop section
+quotes and checks what a workshop needs:
+
+- every session ends each press with a result or a message;
+- no two runs used the device at once, and no turn is left open at the end;
+- the server's memory (resident set) after all runs is within 10% of where it was
+  after one warm-up run.
+
+    python benchmarks/workshop_load.py [--sessions 8] [--runs 30]
+
+Exit code 0 when all of it holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+CHROMIUM_ARGS += ["--disable-sync", "--no-first-run", "--disable-quic"]
+BAD_INPUT = "model=tiny-gpt2&seq=4096"  # longer than the model's positions: a message, Run disabled
+BAD_EVERY = 4
+PRESS_TIMEOUT_MS = 600_000  # one press may wait for every other session's run
+RESULT = "Peak reached in:"
+SESSION_TTL_S = 2
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    sessions: int
+    outcomes: dict[str, int]  # "result" / "message" / "nothing" -> presses
+    turns: int  # device turns taken (a Run and its baseline share one)
+    overlaps: int  # turns that started before the previous one ended: must be 0
+    open_turns: int  # turns started and never ended: must be 0
+    total_s: float
+    longest_wait_s: float
+    rss_before_mib: float  # the server's, after one warm-up run
+    rss_after_mib: float
+
+    @property
+    def rss_change(self) -> float:
+        return self.rss_after_mib / self.rss_before_mib - 1
+
+    @property
+    def holds(self) -> bool:
+        return not self.outcomes.get("nothing") and not self.overlaps and not self.open_turns and self.rss_change < 0.10
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def resident_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc: the load test needs Linux")
+
+
+def _start_server(port: int, queue_log: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true"]
+    command += ["--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
+    # A closed tab's session (its state, its figures) is dropped this long after it disconnects (default 120 s).
+    command += ["--server.disconnectedSessionTTL", str(SESSION_TTL_S)]
+    env = {**os.environ, "CKPTLAB_QUEUE_LOG": str(queue_log)}
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return server
+        except OSError:
+            pass
+        if server.poll() is not None:
+            break
+        time.sleep(0.3)
+    server.kill()
+    raise RuntimeError(f"streamlit did not start on port {port}")
+
+
+def _open(page, url: str) -> None:
+    page.goto(url)
+    page.get_by_role("button", name="Run", exact=True).wait_for(timeout=PRESS_TIMEOUT_MS)
+    page.get_by_text("every_n_layers", exact=True).first.wait_for(timeout=PRESS_TIMEOUT_MS)
+
+
+def _outcome(page) -> str:
+    """Wait until the page shows a result or a message; which one it was."""
+    found = page.get_by_text(RESULT).or_(page.locator(".stAlert [data-testid='stAlertContentError']"))
+    try:
+        found.first.wait_for(timeout=PRESS_TIMEOUT_MS)
+    except Exception:
+        return "nothing"
+    return "result" if page.get_by_text(RESULT).count() else "message"
+
+
+def _query(session: int, press: int) -> str:
+    if session % BAD_EVERY == 0 and press == 0:
+        return BAD_INPUT
+    # A length no other press uses: each press measures, none is reused from the server's cache.
+    return f"seq={64 + 8 * (session * 16 + press)}&n=2&repeats=1&warmup=0"
+
+
+def _turns(queue_log: Path) -> list[dict]:
+    if not queue_log.exists():
+        return []
+    return [json.loads(line) for line in queue_log.read_text().splitlines() if line.strip()]
+
+
+def load_test(sessions: int = 8, runs: int = 30) -> LoadReport:
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as scratch:
+        queue_log = Path(scratch) / "queue.jsonl"
+        server = _start_server(port, queue_log)
+        try:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                warm = browser.new_page()
+                _open(warm, f"{url}/?seq=56&n=2&repeats=1&warmup=0")
+                warm.get_by_role("button", name="Run", exact=True).click()
+                _outcome(warm)  # imports, the model, the page's caches: memory is compared from here
+                warm.close()
+                time.sleep(SESSION_TTL_S + 8.0)  # as after the load: the warm-up tab's session is gone too
+                rss_before = resident_mib(server.pid)
+                warm_turns = len(_turns(queue_log))
+                pages = [browser.new_page(viewport={"width": 1200, "height": 900}) for _ in range(sessions)]
+                outcomes = {"result": 0, "message": 0, "nothing": 0}
+                started = time.monotonic()
+                for press in range(max(1, -(-runs // sessions))):
+                    for session, page in enumerate(pages):
+                        _open(page, f"{url}/?{_query(session, press)}")
+                    for page in pages:  # all within a second: clicks only, nothing waited for between them
+                        run = page.get_by_role("button", name="Run", exact=True)
+                        if run.is_enabled():
+                            run.click()
+                    for page in pages:
+                        outcomes[_outcome(page)] += 1
+                total_s = time.monotonic() - started
+                browser.close()
+            time.sleep(SESSION_TTL_S + 8.0)  # the closed tabs' sessions are dropped on the server
+            rss_after = resident_mib(server.pid)
+            turns = _turns(queue_log)[warm_turns:]
+        finally:
+            server.terminate()
+            server.wait(30)
+    starts = [turn for turn in turns if turn["event"] == "start"]
+    ends = {turn["ticket"]: turn for turn in turns if turn["event"] == "end"}
+    spans = sorted((turn["started_at"], ends[turn["ticket"]]["at"]) for turn in starts if turn["ticket"] in ends)
+    return LoadReport(
+        sessions=sessions,
+        outcomes=outcomes,
+        turns=len(starts),
+        overlaps=sum(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)),
+        open_turns=len(starts) - len(spans),
+        total_s=total_s,
+        longest_wait_s=max((turn["started_at"] - turn["enqueued_at"] for turn in starts), default=0.0),
+        rss_before_mib=rss_before,
+        rss_after_mib=rss_after,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=30, help="presses of Run in all (about)")
+    args = parser.parse_args()
+    report = load_test(args.sessions, args.runs)
+    print(f"{report.sessions} browser sessions, {sum(report.outcomes.values())} presses of Run: {report.outcomes}")
+    print(f"device turns: {report.turns}, overlapping: {report.overlaps}, left open: {report.open_turns}")
+    print(f"total {report.total_s:.1f} s, longest wait for the device {report.longest_wait_s:.1f} s")
+    print(
+        f"server memory (RSS) after a warm-up run {report.rss_before_mib:,.0f} MiB, after all "
+        f"{report.rss_after_mib:,.0f} MiB ({report.rss_change:+.1%})"
+    )
+    print("holds" if report.holds else "DOES NOT HOLD")
+    return 0 if report.holds else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""What a participant may ask of a shared workshop server: the instructor's policy.
+
+``python -m ckptlab`` and ``import ckptlab`` have no such policy: the person at the terminal
+owns the machine. The app, which anyone with the URL can use, reads one from its
+environment when the server starts (``streamlit run app.py``), each setting from an
+environment variable or, beside it, the same name in ``.streamlit/secrets.toml``:
+
+``CKPTLAB_MODELS_ROOT``
+    The folder under which participants may pick local model folders (each one a folder
+    with a ``config.json``, at most two levels down). Unset: local folders are off, and
+    only the presets can be run. Paths are resolved (``..`` and symbolic links followed)
+    and must stay inside the root.
+``CKPTLAB_RUN_LIMIT_S``
+    Seconds a run may hold the device (its measurement and its checkpointing-off
+    baseline together) before it is stopped, its memory given back and its participant
+    told. Default 300.
+``CKPTLAB_MAX_TOKENS``
+    The largest sequence length x batch a participant may ask for, per model:
+    ``"tiny-llama=65536,qwen3-0.6b=256,*=8192"`` (``*``: every model not named). Unset, a
+    model's limit is predicted: the most tokens whose one training step, checkpointing on
+    (:func:`ckptlab.lab.run.cpu_estimate` on the CPU; the same FLOP count at
+    ``GPU_FLOP_PER_S`` on CUDA), fits in the run limit. One step, not the whole Run of
+    several: the formula is pessimistic for small models (tiny-llama at 2048 tokens: 18.8 s
+    predicted, 6.8 s measured on 2 busy cores), so the limit errs on the side of letting a
+    run start, and the time limit is what stops one that takes too long.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import CkptlabError, SpecError
+from ..model.catalog import ModelInfo
+from ..spec import RunSpec
+from .run import CPU_FLOP_PER_S, cpu_estimate
+
+DEFAULT_RUN_LIMIT_S = 300.0  # a workshop of 30 participants gets through one run each in well under an hour
+# A Run on CUDA, for the token limit only: a conservative sustained bf16 rate for a workshop GPU
+# (an H200 peaks near 1e15; small models and short sequences reach a few percent of it).
+GPU_FLOP_PER_S = 20e12
+FOLDER_DEPTH = 2  # root/model or root/group/model: deep enough for a workshop, shallow enough to list fast
+
+
+class NotAllowedError(CkptlabError):
+    """A participant asked for something the instructor's policy does not allow (a folder, a size)."""
+
+
+@dataclass(frozen=True)
+class ServerPolicy:
+    """The instructor's limits for participants of the app."""
+
+    models_root: Path | None = None  # local model folders only inside it; None: no local folders
+    run_limit_s: float = DEFAULT_RUN_LIMIT_S  # seconds a run may hold the device
+    max_tokens: Mapping[str, int] = field(default_factory=dict)  # model -> seq x batch; "*" for the others
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, object]) -> ServerPolicy:
+        """The policy from environment-like settings (``os.environ``, ``st.secrets``), checked.
+
+        Raises:
+            SpecError: a setting that does not parse, naming it and the fix.
+        """
+        root = settings.get("CKPTLAB_MODELS_ROOT")
+        models_root = None
+        if root:
+            models_root = Path(str(root)).expanduser().resolve()
+            if not models_root.is_dir():
+                raise SpecError(
+                    f"CKPTLAB_MODELS_ROOT={str(root)!r} is not a folder on this server. Point it at the folder "
+                    "that holds the workshop's model folders, or unset it to offer the presets only."
+                )
+        limit = settings.get("CKPTLAB_RUN_LIMIT_S")
+        run_limit_s = DEFAULT_RUN_LIMIT_S
+        if limit not in (None, ""):
+            try:
+                run_limit_s = float(str(limit))
+            except ValueError:
+                run_limit_s = -1.0
+            if not run_limit_s > 0:
+                raise SpecError(f"CKPTLAB_RUN_LIMIT_S={limit!r} is not valid: use seconds > 0, e.g. 300.")
+        return cls(models_root, run_limit_s, parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or "")))
+
+    # -- local folders ------------------------------------------------------------------
+
+    def model_folders(self) -> list[str]:
+        """The model folders under the root a participant may pick (relative paths, sorted); none when off."""
+        if self.models_root is None:
+            return []
+        found = []
+        for depth in range(1, FOLDER_DEPTH + 1):
+            for config in sorted(self.models_root.glob("/".join(["*"] * depth) + "/config.json")):
+                folder = config.parent
+                if self._inside(folder):  # a symbolic link out of the root is not offered
+                    found.append(folder.relative_to(self.models_root).as_posix())
+        return sorted(found)
+
+    def local_folder(self, name: str) -> str:
+        """The absolute path of the local model folder ``name`` (relative to the root, or absolute inside it).
+
+        Raises:
+            NotAllowedError: local folders are off, or the path leads outside the root.
+        """
+        if self.models_root is None:
+            raise NotAllowedError(
+                f"Local model folders are off on this server, so {name!r} cannot be opened. Pick a preset; the "
+                "instructor can offer folders by setting CKPTLAB_MODELS_ROOT.",
+                key="server.folders_off",
+                name=name,
+            )
+        folder = (self.models_root / name).resolve()  # an absolute name replaces the root: checked below
+        if not self._inside(folder):
+            raise NotAllowedError(
+                f"{name!r} is outside the models folder this server offers. Pick one of the folders listed.",
+                key="server.folder_outside",
+                name=name,
+            )
+        return str(folder)
+
+    def _inside(self, path: Path) -> bool:
+        assert self.models_root is not None
+        return path.resolve().is_relative_to(self.models_root)
+
+    # -- sizes and time -----------------------------------------------------------------
+
+    def max_tokens_for(self, info: ModelInfo, on_cpu: bool) -> int:
+        """The largest ``seq_len x batch_size`` a participant may run on ``info``'s model here."""
+        named = self.max_tokens.get(info.name, self.max_tokens.get("*"))
+        if named is not None:
+            return named
+        probe = RunSpec(model=info.name, seq_len=1, every_n_layers=1)  # one token, checkpointing on (the dearer)
+        step_s, _ = cpu_estimate(probe, info)
+        if not on_cpu:
+            step_s *= CPU_FLOP_PER_S / GPU_FLOP_PER_S
+        return int(self.run_limit_s / step_s)
+
+    def check(self, spec: RunSpec, info: ModelInfo, on_cpu: bool) -> None:
+        """Refuse a run larger than the policy allows, before it queues.
+
+        Raises:
+            NotAllowedError: naming the tokens asked for, the limit and the fix.
+        """
+        tokens, limit = spec.seq_len * spec.batch_size, self.max_tokens_for(info, on_cpu)
+        if tokens > limit:
+            raise NotAllowedError(
+                f"{spec.seq_len} tokens x batch {spec.batch_size} = {tokens:,} tokens is more than this server "
+                f"allows for {info.name} ({limit:,}). Use a shorter sequence or a smaller batch.",
+                key="server.too_many_tokens",
+                seq=spec.seq_len,
+                batch=spec.batch_size,
+                tokens=f"{tokens:,}",
+                model=info.name,
+                limit=f"{limit:,}",
+            )
+
+
+def parse_max_tokens(text: str) -> dict[str, int]:
+    """``"tiny-llama=65536,*=8192"`` as a dict.
+
+    Raises:
+        SpecError: a part that is not ``name=whole number >= 1``.
+    """
+    table: dict[str, int] = {}
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        name, _, number = part.partition("=")
+        if not name.strip() or not number.strip().isdigit() or int(number) < 1:
+            raise SpecError(
+                f"CKPTLAB_MAX_TOKENS part {part!r} is not valid: write model=tokens pairs separated by commas, "
+                "for example 'tiny-llama=65536,*=8192'."
+            )
+        table[name.strip()] = int(number)
+    return table
+
+
+def policy_from_environment(secrets: Mapping[str, object] | None = None) -> ServerPolicy:
+    """The server's policy: environment variables first, then the same names in ``secrets``."""
+    settings: dict[str, object] = dict(secrets or {})
+    settings.update({key: value for key, value in os.environ.items() if key.startswith("CKPTLAB_")})
+    return ServerPolicy.from_settings(settings)

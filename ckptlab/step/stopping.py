@@ -1,0 +1,57 @@
+"""Stopping a step in flight when its caller asks: a participant's Cancel, a server's time limit.
+
+A training step cannot be interrupted from outside its thread, so the step asks: a
+forward pre-hook on every checkpointable layer calls ``should_stop()``, in the forward and
+in the backward's reruns alike, and so do the progress reports between steps. When it
+answers True, :class:`~ckptlab.errors.RunStoppedError` is raised from inside the step; it
+unwinds through autograd like any Python error, and ``measure``'s own clean-up gives the
+model back as it came. A step stops within one layer's work, not within one operation:
+a single huge matmul still runs to its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from ..errors import RunStoppedError
+from ..model.plan import checkpointable_layers
+
+ShouldStop = Callable[[], bool]
+Progress = Callable[[str, float], None]
+
+
+def stop_if_asked(should_stop: ShouldStop | None) -> None:
+    """Raise :class:`RunStoppedError` when ``should_stop()`` says so."""
+    if should_stop is not None and should_stop():
+        raise RunStoppedError("The run was stopped before its end at its caller's request; nothing was measured.")
+
+
+@contextmanager
+def stoppable(model: torch.nn.Module, should_stop: ShouldStop | None) -> Iterator[None]:
+    """Ask ``should_stop`` at the start of every checkpointable layer's forward (and rerun) inside the block."""
+    if should_stop is None:
+        yield
+        return
+
+    def ask(module: torch.nn.Module, args: object) -> None:
+        stop_if_asked(should_stop)
+
+    handles = [layer.register_forward_pre_hook(ask) for layer in checkpointable_layers(model)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def checked(report: Progress, should_stop: ShouldStop | None) -> Progress:
+    """``report`` that first asks ``should_stop``: the moments between two steps."""
+
+    def ask_then_report(message: str, fraction: float) -> None:
+        stop_if_asked(should_stop)
+        report(message, fraction)
+
+    return ask_then_report

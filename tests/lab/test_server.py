@@ -1,0 +1,94 @@
+"""The instructor's policy: which local folders participants may open, how large and how long a run may be."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ckptlab import RunSpec
+from ckptlab.errors import SpecError
+from ckptlab.lab.server import NotAllowedError, ServerPolicy, parse_max_tokens, policy_from_environment
+from ckptlab.model.catalog import describe
+
+
+def _model_folder(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+@pytest.fixture
+def root(tmp_path):
+    """A models root with two model folders, a folder that is no model, and a link leading out of the root."""
+    models = tmp_path / "models"
+    _model_folder(models / "llama-small")
+    _model_folder(models / "group" / "qwen-small")
+    (models / "notes").mkdir()
+    outside = _model_folder(tmp_path / "secret-model")
+    os.symlink(outside, models / "escape")
+    return models
+
+
+def test_local_folders_are_off_without_a_root():
+    policy = policy_from_environment({})
+    assert policy.models_root is None and policy.model_folders() == []
+    with pytest.raises(NotAllowedError) as refused:
+        policy.local_folder("/etc")
+    assert refused.value.key == "server.folders_off" and "CKPTLAB_MODELS_ROOT" in str(refused.value)
+
+
+def test_only_model_folders_inside_the_root_are_offered(root):
+    policy = ServerPolicy(models_root=root.resolve())
+    assert policy.model_folders() == ["group/qwen-small", "llama-small"]  # no "notes" (no config), no "escape"
+    assert policy.local_folder("llama-small") == str(root.resolve() / "llama-small")
+    assert policy.local_folder(str(root / "group" / "qwen-small")) == str(root.resolve() / "group" / "qwen-small")
+
+
+@pytest.mark.parametrize("name", ["..", "../secret-model", "escape", "/etc", "llama-small/../../secret-model"])
+def test_no_path_leads_out_of_the_root(root, name):
+    with pytest.raises(NotAllowedError) as refused:
+        ServerPolicy(models_root=root.resolve()).local_folder(name)
+    assert refused.value.key == "server.folder_outside" and repr(name) in str(refused.value)
+
+
+def test_settings_come_from_the_environment_before_the_secrets(root, monkeypatch):
+    monkeypatch.setenv("CKPTLAB_RUN_LIMIT_S", "60")
+    policy = policy_from_environment({"CKPTLAB_RUN_LIMIT_S": "5", "CKPTLAB_MODELS_ROOT": str(root)})
+    assert policy.run_limit_s == 60 and policy.models_root == root.resolve()
+
+
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        ({"CKPTLAB_MODELS_ROOT": "/no/such/folder"}, "CKPTLAB_MODELS_ROOT"),
+        ({"CKPTLAB_RUN_LIMIT_S": "soon"}, "CKPTLAB_RUN_LIMIT_S"),
+        ({"CKPTLAB_RUN_LIMIT_S": "0"}, "CKPTLAB_RUN_LIMIT_S"),
+        ({"CKPTLAB_MAX_TOKENS": "tiny-llama:4096"}, "CKPTLAB_MAX_TOKENS"),
+    ],
+)
+def test_a_bad_setting_names_itself(settings, named):
+    with pytest.raises(SpecError, match=named):
+        ServerPolicy.from_settings(settings)
+
+
+def test_the_token_limit_per_model_is_the_instructors_or_predicted_from_the_run_limit():
+    assert parse_max_tokens("tiny-llama=65536, *=8192") == {"tiny-llama": 65536, "*": 8192}
+    tiny, real = describe("tiny-llama"), describe("qwen3-8b")
+    named = ServerPolicy(max_tokens={"tiny-llama": 512, "*": 64})
+    assert named.max_tokens_for(tiny, on_cpu=True) == 512 and named.max_tokens_for(real, on_cpu=True) == 64
+    predicted = ServerPolicy(run_limit_s=300)
+    # A bigger model gets fewer tokens; a GPU more than a CPU; a longer run limit more.
+    assert predicted.max_tokens_for(tiny, on_cpu=True) > predicted.max_tokens_for(real, on_cpu=True)
+    assert predicted.max_tokens_for(real, on_cpu=False) > predicted.max_tokens_for(real, on_cpu=True)
+    assert ServerPolicy(run_limit_s=600).max_tokens_for(tiny, on_cpu=True) > predicted.max_tokens_for(tiny, True)
+    assert predicted.max_tokens_for(tiny, on_cpu=True) >= 16384  # the lessons' tiny runs fit a CPU laptop
+
+
+def test_a_run_over_the_limit_is_refused_naming_both_numbers():
+    policy = ServerPolicy(max_tokens={"*": 1000})
+    policy.check(RunSpec(seq_len=500, batch_size=2), describe("tiny-llama"), on_cpu=True)  # exactly the limit
+    with pytest.raises(NotAllowedError) as refused:
+        policy.check(RunSpec(seq_len=501, batch_size=2), describe("tiny-llama"), on_cpu=True)
+    assert refused.value.key == "server.too_many_tokens"
+    assert "1,002 tokens" in str(refused.value) and "(1,000)" in str(refused.value)
