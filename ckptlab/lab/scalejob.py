@@ -85,6 +85,7 @@ class ScaleJob(BackgroundJob):
                 request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
                 progress=self._progress, cancel=self._stop, known=self._known, on_result=self._collect, info=self.info,
                 optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
+                world_size=request.world_size,
             )  # fmt: skip
         except CkptlabError as error:
             table = self._partial(str(error))
