@@ -50,7 +50,9 @@ def test_two_gpus_from_the_link_simulate_fsdp_and_draw_one_gpus_memory_by_catego
     assert "rank 0 of 2" in _texts(at.subheader) and "2 GPUs (FSDP2)" in _texts(at.success)
     assert len(at.get("plotly_chart")) == 3
     frame = at.dataframe[0].value
-    assert {"at the peak: parameters, GiB", "gradients, GiB", "optimizer state, GiB", "activations, GiB"} <= set(frame.columns)
+    assert {"at the peak: parameters, GiB", "gradients, GiB", "optimizer state, GiB", "activations, GiB"} <= set(
+        frame.columns
+    )
     assert list(frame["setting"]) == [s.key for s in table.settings]
 
     at.selectbox(key="at_scale_gpus").set_value(4).run()  # another count: the link follows, nothing runs by itself
@@ -62,7 +64,9 @@ def test_the_search_finds_the_fewest_gpus_that_fit_and_prints_the_code():
     # 0.1 GiB a GPU: one GPU holds tiny-llama's AdamW step (about 131 MiB in bf16) only past the budget.
     at = _page(model="tiny-llama", seq="64", gpu="0.1GiB")
     at.radio(key="at_scale_offload").set_value("none").run()
-    assert at.selectbox(key="at_scale_gpu").value == "custom" and at.number_input(key="at_scale_budget_gib").value == 0.1
+    assert (
+        at.selectbox(key="at_scale_gpu").value == "custom" and at.number_input(key="at_scale_budget_gib").value == 0.1
+    )
     at.button(key="at_scale_search").click().run()
     _finish(at)
     found = at.session_state["at_scale_found"]
