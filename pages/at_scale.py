@@ -411,11 +411,13 @@ if found is not None:
     if code is not None:
         launch, setup = st.columns(2)
         launch.caption(TEXT["code_launch"])
-        launch.code(f"{code.launch}\n\n# {TEXT['code_ckptlab']}\n{code.ckptlab_launch}", language="bash")
+        launch.code(
+            f"{code.launch}\n\n# {TEXT['code_ckptlab']}\n{code.ckptlab_launch}", language="bash", wrap_lines=True
+        )
         launch.caption(TEXT["code_trainer"])
-        launch.code(code.trainer_code, language="python")
+        launch.code(code.trainer_code, language="python", wrap_lines=True)
         setup.caption(TEXT["code_model"] if found.gpus == 1 else TEXT["code_fsdp"])
-        setup.code(code.model_code, language="python")
+        setup.code(code.model_code, language="python", wrap_lines=True)
 
 table: ScaleTable | None = state.get("at_scale_table")
 if table is None:
