@@ -1,10 +1,12 @@
 """At scale: a real model size on a GPU you do not have, every checkpointing setting simulated.
 
 A flat page: read the widgets, start a :class:`ckptlab.lab.scalejob.ScaleJob` (the simulations on
-a thread, one after another, so the page stays responsive and Stop keeps what is done),
-poll it in a fragment with a progress bar, then draw the core's figures from the table
-kept in the session. Changing the GPU or the budget only redraws. The shape lives in the
-URL, so a link restores it; nothing heavy runs before **Simulate**.
+a thread, one after another, so the page stays responsive and Stop keeps what is done) or a
+:class:`~ckptlab.lab.scalejob.SearchJob` (the fewest GPUs that fit), poll it in a fragment with a
+progress bar, then draw the core's figures from what is kept in the session. Past one GPU each
+setting is simulated under FSDP2 (rank 0's memory). Changing the GPU or the budget only redraws.
+The shape lives in the URL, so a link restores it; nothing heavy runs before a button.
+Words, rows and verdicts come from :mod:`ckptlab.lab.scalepage`.
 """
 
 from __future__ import annotations
@@ -14,25 +16,17 @@ from dataclasses import replace
 import streamlit as st
 
 import ckptlab
+from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.recommend import GPUS, budget_bytes
-from ckptlab.explore.scale import (
-    SIMULATION_DTYPES,
-    ScaleRequest,
-    ScaleTable,
-    Setting,
-    every_n_choices,
-    fits,
-    least_recompute_that_fits,
-    scale_settings,
-)
-from ckptlab.lab.query import BATCH_MAX, LORA_RANK_MAX, spec_from_query
+from ckptlab.explore.scale import SIMULATION_DTYPES, ScaleRequest, ScaleTable, Setting, every_n_choices, scale_settings
+from ckptlab.lab import scalepage
+from ckptlab.lab.query import BATCH_MAX, LORA_RANK_MAX, gpus_from_query, spec_from_query
 from ckptlab.lab.run import lora_target_choices
-from ckptlab.lab.scalejob import ScaleJob, remember
+from ckptlab.lab.scalejob import ScaleJob, SearchJob, remember
 from ckptlab.results import RunResult
 from ckptlab.show import figures, i18n
 from ckptlab.show.breakdown_figures import training_label
 from ckptlab.show.scale_figures import peak_figure, resident_figure
-from ckptlab.show.timeline_figures import event_label, provenance_label
 from ckptlab.spec import OPTIMIZERS, RunSpec
 from ckptlab.units import GIB
 from pages._deep_link import run_through_app
@@ -45,14 +39,13 @@ TEXT = i18n.section("at_scale", lang)
 FIGURE_WORDS = i18n.section("scale_figures", lang)
 tr = i18n.translator(lang)  # the training controls' words, shared with the lab page ("training.")
 
-THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
 SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
 LOCAL = "local"
 CUSTOM = "custom"
 DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16")
 DEFAULT_GPU = "H100 80 GB"
 WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
-           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_budget_gib", "at_scale_optimizer",
+           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer",
            "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets")  # fmt: skip
 LORA_RANK_DEFAULT = 16
 state = st.session_state
@@ -94,6 +87,8 @@ def _load_into_widgets() -> list[str]:
         {k: v for k, v in params.items() if k in ("model", "seq", "batch", "dtype", "opt", "lora", "targets")},
         default=DEFAULT,
     )
+    state.at_scale_gpus, gpu_warnings = gpus_from_query(params.get("gpus", "1"), GPU_COUNTS)
+    warnings += gpu_warnings
     state.at_scale_optimizer = spec.optimizer
     state.at_scale_lora = spec.lora_rank is not None
     state.at_scale_lora_rank = spec.lora_rank or LORA_RANK_DEFAULT
@@ -136,22 +131,11 @@ def _query(model: str, targets: tuple[str, ...] | None) -> dict[str, str]:
         "batch": str(state.at_scale_batch),
         "dtype": state.at_scale_dtype,
         "gpu": gpu,
+        "gpus": str(state.at_scale_gpus),
         "opt": state.at_scale_optimizer,
         "lora": str(state.at_scale_lora_rank) if state.at_scale_lora else "off",
         **({"targets": ",".join(targets)} if state.at_scale_lora and targets else {}),
     }
-
-
-def _model_label(name: str) -> str:
-    if name == LOCAL:
-        return TEXT["local_label"]
-    info = preset_infos()[name]
-    size = f"{info.num_params / 1e9:.1f}B" if info.num_params >= 1e9 else f"{info.num_params / 1e6:.0f}M"
-    return f"{name} · {info.num_layers} layers · {size}"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"
 
 
 if any(key not in state for key in WIDGETS):
@@ -164,7 +148,14 @@ with st.sidebar:
     names = [name for name, info in preset_infos().items() if state.at_scale_tiny or not info.cpu_ok]
     if state.at_scale_model not in names and state.at_scale_model != LOCAL:
         state.at_scale_model = DEFAULT.model  # tiny presets hidden again
-    st.selectbox(TEXT["model"], [*names, LOCAL], key="at_scale_model", format_func=_model_label)
+    st.selectbox(
+        TEXT["model"],
+        [*names, LOCAL],
+        key="at_scale_model",
+        format_func=lambda name: (
+            TEXT["local_label"] if name == LOCAL else scalepage.model_label(name, preset_infos()[name])
+        ),
+    )
     if state.at_scale_model == LOCAL:
         st.text_input(TEXT["local_dir"], key="at_scale_local_dir", placeholder=TEXT["local_placeholder"])
     model_caption = st.empty()
@@ -205,6 +196,7 @@ with st.sidebar:
         st.number_input(
             TEXT["budget_gib"], min_value=0.01, max_value=4096.0, step=1.0, format="%g", key="at_scale_budget_gib"
         )
+    st.selectbox(TEXT["gpus"], GPU_COUNTS, key="at_scale_gpus", help=TEXT["gpus_help"])
 
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
 model = state.at_scale_local_dir.strip() if state.at_scale_model == LOCAL else state.at_scale_model
@@ -294,6 +286,7 @@ request = ScaleRequest(
     optimizer=state.at_scale_optimizer,
     lora_rank=int(state.at_scale_lora_rank) if state.at_scale_lora else None,
     lora_targets=lora_targets,
+    world_size=int(state.at_scale_gpus),
 )
 problem = ""
 if state.at_scale_lora and not state.at_scale_lora_targets:
@@ -334,6 +327,19 @@ def _start() -> None:
     state.at_scale_job = job.start()
 
 
+def _search() -> None:
+    cache = simulation_cache()
+    try:
+        job = SearchJob(
+            replace(request, world_size=1), budget, known=cache, on_result=lambda r: remember(cache, r), info=info
+        )
+    except ckptlab.CkptlabError as error:
+        state.at_scale_error = str(error)
+        return
+    state.at_scale_error = ""
+    state.at_scale_job = job.start()
+
+
 def _stop() -> None:
     job = state.get("at_scale_job")
     if job is not None:
@@ -342,13 +348,21 @@ def _stop() -> None:
 
 job: ScaleJob | None = state.get("at_scale_job")
 running = job is not None and job.state().running
-start, stop, _ = st.columns([1, 1, 4])
+start, search, stop, _ = st.columns([1, 1, 1, 3])
 start.button(
     TEXT["simulate"],
     type="primary",
     key="at_scale_run",
     on_click=_start,
     disabled=running or bool(problem),
+    width="stretch",
+)
+search.button(
+    TEXT["search"],
+    key="at_scale_search",
+    on_click=_search,
+    disabled=running or bool(problem),
+    help=TEXT["search_help"],
     width="stretch",
 )
 stop.button(TEXT["stop"], key="at_scale_stop", on_click=_stop, disabled=not running, width="stretch")
@@ -364,18 +378,21 @@ def _progress() -> None:
         return
     snapshot = job.state()
     if snapshot.running:
-        total = len(job.request.settings)
-        words = (
-            TEXT["stopping"]
-            if snapshot.stop_requested
-            else TEXT["progress"].format(done=len(snapshot.results), total=total, message=snapshot.message)
-        )
+        if snapshot.stop_requested:
+            words = TEXT["stopping"]
+        elif isinstance(job, SearchJob):
+            words = TEXT["searching"].format(done=len(snapshot.results), message=snapshot.message)
+        else:
+            total = len(job.request.settings)
+            words = TEXT["progress"].format(done=len(snapshot.results), total=total, message=snapshot.message)
         st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=words)
         return
     if state.get("at_scale_shown") is not job:
         state.at_scale_shown = job
         if snapshot.table is not None:
             state.at_scale_table = snapshot.table
+        if snapshot.search is not None:
+            state.at_scale_found = snapshot.search
         if snapshot.error:
             state.at_scale_error = snapshot.error
         st.rerun()
@@ -383,98 +400,55 @@ def _progress() -> None:
 
 _progress()
 
+found: GpuSearch | None = state.get("at_scale_found")
+if found is not None:
+    st.subheader(TEXT["search_header"], anchor=False)
+    if not scalepage.search_is_for(found, request, budget):
+        st.info(TEXT["search_changed"])
+    answer = scalepage.search_verdict(found, budget_label, TEXT)
+    getattr(st, answer.kind)(answer.text)
+    code = found.code()
+    if code is not None:
+        launch, setup = st.columns(2)
+        launch.caption(TEXT["code_launch"])
+        launch.code(
+            f"{code.launch}\n\n# {TEXT['code_ckptlab']}\n{code.ckptlab_launch}", language="bash", wrap_lines=True
+        )
+        launch.caption(TEXT["code_trainer"])
+        launch.code(code.trainer_code, language="python", wrap_lines=True)
+        setup.caption(TEXT["code_model"] if found.gpus == 1 else TEXT["code_fsdp"])
+        setup.code(code.model_code, language="python", wrap_lines=True)
+
 table: ScaleTable | None = state.get("at_scale_table")
 if table is None:
-    if not running and not problem:  # with a problem the error above says what to change
+    if not running and not problem and found is None:  # with a problem the error above says what to change
         st.info(TEXT["press"])
     st.stop()
 
 # -- the result: everything below only draws ----------------------------------------------
 
 
-def _summary(table: ScaleTable) -> str:
-    seconds = list(table.seconds.values())
-    each = TEXT["each"].format(low=min(seconds), high=max(seconds)) if seconds else ""
-    reused = len(table.results) - len(seconds)
-    return (
-        TEXT["summary"]
-        .format(
-            provenance=provenance_label(table.results[0], lang) if table.results else TEXT["simulated"],
-            model=table.request.model,
-            layers=table.num_layers,
-            count=len(table.results),
-            elapsed=_duration(table.elapsed_s),
-            each=each,
-            reused=TEXT["reused"].format(count=reused) if reused else "",
-        )
-        .replace(" ()", "")
-    )
-
-
-def _verdict(table: ScaleTable) -> RunResult | None:
-    """Say which setting fits with the least recompute, or by how much nothing does; return the one to draw."""
-    best = least_recompute_that_fits(table, budget)
-    if best is not None:
-        setting = Setting.of(best.spec)
-        peak, margin = best.memory.peak_bytes / GIB, (budget - best.memory.peak_bytes) / GIB
-        if setting.every_n_layers is None:
-            words = TEXT["fits_off"].format(budget=budget_label, peak=peak, margin=margin)
-        else:
-            words = TEXT["fits"].format(
-                setting=setting.key,
-                budget=budget_label,
-                peak=peak,
-                margin=margin,
-                cp=setting.cp_layers(table.num_layers),
-                layers=table.num_layers,
-            )
-        st.success(words + (TEXT["thin"] if margin * GIB < THIN_MARGIN * budget else ""))
-        return best
-    lowest = min(table.results, key=lambda result: result.memory.peak_bytes)
-    st.error(
-        TEXT["no_fit"].format(
-            budget=budget_label,
-            peak=lowest.memory.peak_bytes / GIB,
-            setting=Setting.of(lowest.spec).key,
-            short=(lowest.memory.peak_bytes - budget) / GIB,
-        )
-    )
-    return lowest
-
-
-def _rows(table: ScaleTable) -> list[dict]:
-    rows = [
-        {
-            TEXT["col_setting"]: (setting := Setting.of(result.spec)).key,
-            TEXT["col_cp"]: setting.cp_layers(table.num_layers),
-            TEXT["col_peak"]: round(result.memory.peak_bytes / GIB, 2),
-            TEXT["col_fits"].format(budget=budget_label): TEXT["yes"] if fits(result, budget) else TEXT["no"],
-            TEXT["col_margin"]: round((budget - result.memory.peak_bytes) / GIB, 2),
-            TEXT["col_resident"]: round(result.memory.after_forward_bytes / GIB, 3),
-            TEXT["col_host"]: round(result.memory.host_offload_bytes / GIB, 3),
-            TEXT["col_where"]: event_label(result.memory.peak_where, lang)
-            if "kind" in result.memory.peak_where
-            else "",
-            TEXT["col_seconds"]: round(table.seconds[setting.key], 1) if setting.key in table.seconds else None,
-        }
-        for result in table.results
-    ]
-    if not table.seconds:  # every result reused: no times to show
-        rows = [{key: value for key, value in row.items() if key != TEXT["col_seconds"]} for row in rows]
-    return rows
-
-
 shown = table.request
 if shown != request:
-    st.info(TEXT["changed"].format(model=shown.model, seq=shown.seq_len, batch=shown.batch_size, dtype=shown.dtype))
+    st.info(
+        TEXT["changed"].format(
+            model=shown.model,
+            seq=shown.seq_len,
+            batch=shown.batch_size,
+            dtype=shown.dtype,
+            gpus=scalepage.gpus_label(shown.world_size, TEXT),
+        )
+    )
 if table.cancelled:
     st.warning(TEXT["stopped"].format(done=len(table.results), total=len(shown.settings)))
 if not table.results:
     st.stop()
-st.caption(_summary(table))
+st.caption(scalepage.summary(table, TEXT, lang))
 
 try:
-    pick = _verdict(table)
+    verdict = scalepage.verdict(table, budget, budget_label, TEXT)
+    getattr(st, verdict.kind)(verdict.text)
+    pick = verdict.result
     st.caption(TEXT["optimizer"].format(training=training_label(table.results[0].spec, lang)))
     # The drawn setting follows the verdict whenever the table or the budget changes; the person may pick another.
     keys = [setting.key for setting in table.settings]
@@ -483,7 +457,8 @@ try:
         state.at_scale_show = Setting.of(pick.spec).key
     selected = next(setting for setting in table.settings if setting.key == state.at_scale_show)
 
-    st.subheader(TEXT["peak_header"], anchor=False)
+    gpus = table.request.world_size
+    st.subheader(TEXT["peak_header"] if gpus == 1 else TEXT["peak_header_gpus"].format(gpus=gpus), anchor=False)
     st.plotly_chart(
         peak_figure(table, budget, budget_label, selected=selected, words=FIGURE_WORDS), key="at_scale_peak", theme=None
     )
@@ -496,7 +471,7 @@ try:
     st.plotly_chart(figures.diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
 
     st.subheader(TEXT["table_header"], anchor=False)
-    rows = _rows(table)
+    rows = scalepage.rows(table, budget, budget_label, TEXT, lang)
     st.dataframe(
         rows, hide_index=True, key="at_scale_table_view", height=min(36 * (len(rows) + 1) + 4, 720)
     )  # all rows, no inner scroll

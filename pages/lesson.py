@@ -14,10 +14,11 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import exercises
+from ckptlab.lab import learn as learnrun
 from ckptlab.lab.run import baseline_spec
 from ckptlab.results import RunResult
 from ckptlab.show import i18n
-from ckptlab.show.breakdown_figures import breakdown_figure
+from ckptlab.show.breakdown_figures import breakdown_figure, sharding_figure
 from ckptlab.show.timeline_figures import (
     diagram_figure,
     event_label,
@@ -39,7 +40,7 @@ state = st.session_state
 lang = i18n.normalize(state.get("app_lang"))
 tr = i18n.translator(lang)
 
-PARTS = ("activation", "trade", "every_n", "offload", "peak", "shrink", "step")
+PARTS = ("activation", "trade", "every_n", "offload", "peak", "shrink", "shard", "step")
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
 LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
 # The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
@@ -200,6 +201,43 @@ elif part == "shrink":
             lora=f"{ratios[1] * 100:.0f}",
             full_share=share(FULL),
             lora_share=share(LORA),
+        )
+    )
+
+elif part == "shard":  # simulated (it needs several GPUs), kept for the process: the next participant waits for nothing
+    if "lesson_shard" not in state:
+        with st.status(tr("lesson.shard.simulating"), expanded=False) as status:
+            bar = st.progress(0.0)
+            try:
+                state.lesson_shard = learnrun.sharding_idea(progress=lambda m, f: bar.progress(min(max(f, 0.0), 1.0)))
+            except ckptlab.CkptlabError as error:
+                status.update(label=tr("run.failed"), state="error", expanded=True)
+                st.code(str(error), language=None)
+                st.stop()
+            status.update(label=tr("lesson.shard.simulated"), state="complete")
+    idea = state.lesson_shard
+    text, figure = st.columns([2, 3])
+    text.markdown(tr("lesson.shard.body"))
+    labels = [
+        tr("lesson.shard.bar_one" if b.spec.world_size == 1 else "lesson.shard.bar_many", gpus=b.spec.world_size,
+           setting=tr("setting.short_off") if b.spec.every_n_layers is None else f"n={b.spec.every_n_layers}")
+        for b in idea.bars
+    ]  # fmt: skip
+    spec = idea.bars[0].spec
+    subtitle = tr("lesson.shard.subtitle", model=spec.model, seq=f"{spec.seq_len:,}")
+    figure.plotly_chart(
+        sharding_figure([(label, b.parts) for label, b in zip(labels, idea.bars)], subtitle, lang=lang),
+        key="lesson_shard_chart",
+        theme=None,
+    )
+    figure.caption(
+        tr(
+            "lesson.shard.caption",
+            gpus=idea.bars[-1].spec.world_size,
+            state=f"{idea.state_ratio * 100:.0f}",
+            act_gpus=f"{idea.activation_ratio_gpus * 100:.0f}",
+            act_ckpt=f"{idea.activation_ratio_checkpointing * 100:.0f}",
+            gathered=f"{idea.gathered_bytes / MIB:,.0f}",
         )
     )
 

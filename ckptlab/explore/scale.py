@@ -112,9 +112,16 @@ class ScaleRequest:
     optimizer: str = "adamw"  # as RunSpec.optimizer: its state is part of the simulated peak
     lora_rank: int | None = None  # as RunSpec.lora_rank: LoRA adapters on a frozen base; None: full fine-tune
     lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets; None: every projection
+    world_size: int = 1  # GPUs; above 1 each is a rank of FSDP2 (fully_shard), and the figures are rank 0's
 
-    def spec(self, setting: Setting) -> RunSpec:
-        """The simulation's spec for one setting (timing fields are unused by a simulation)."""
+    def spec(self, setting: Setting, world_size: int | None = None) -> RunSpec:
+        """The simulation's spec for one setting (timing fields are unused by a simulation).
+
+        Args:
+            setting: the checkpointing setting.
+            world_size: GPUs, if not the request's own (the GPU search asks for other counts).
+        """
+        size = self.world_size if world_size is None else world_size
         return RunSpec(
             model=self.model,
             seq_len=self.seq_len,
@@ -127,6 +134,8 @@ class ScaleRequest:
             optimizer=self.optimizer,
             lora_rank=self.lora_rank,
             lora_targets=self.lora_targets,
+            world_size=size,
+            fsdp=size > 1,
         )
 
     def check(self, info: ModelInfo | None = None) -> ModelInfo:
@@ -179,21 +188,21 @@ def fits(result: RunResult, budget_bytes: int) -> bool:
     return result.memory is not None and result.memory.peak_bytes <= budget_bytes
 
 
-def least_recompute_that_fits(table: ScaleTable, budget_bytes: int) -> RunResult | None:
-    """The fitting setting that reruns the fewest layers (offload last: it adds copies), or None.
+def recompute_cost(setting: Setting, num_layers: int) -> tuple[int, bool]:
+    """How much a setting adds to the step, as a sort key: the layers it reruns, then offload's copies.
 
     Off reruns nothing; every_n_layers=n reruns ceil(layers / n) layers; offload adds a
     device-to-host and a host-to-device copy of each checkpointed input.
     """
+    return setting.cp_layers(num_layers), setting.offload
+
+
+def least_recompute_that_fits(table: ScaleTable, budget_bytes: int) -> RunResult | None:
+    """The fitting setting that reruns the fewest layers (offload last: it adds copies), or None."""
     fitting = [result for result in table.results if fits(result, budget_bytes)]
     if not fitting:
         return None
-
-    def cost(result: RunResult) -> tuple[int, bool]:
-        setting = Setting.of(result.spec)
-        return setting.cp_layers(table.num_layers), setting.offload
-
-    return min(fitting, key=cost)
+    return min(fitting, key=lambda result: recompute_cost(Setting.of(result.spec), table.num_layers))
 
 
 def scale_table(
@@ -211,6 +220,7 @@ def scale_table(
     optimizer: str = "adamw",
     lora_rank: int | None = None,
     lora_targets: tuple[str, ...] | None = None,
+    world_size: int = 1,
 ) -> ScaleTable:
     """Simulate one model at one shape for each setting, one after another.
 
@@ -225,6 +235,7 @@ def scale_table(
         on_result: called with each result as soon as it exists (simulated or reused).
         info: the model's description if the caller has it (describing an 8B model takes seconds).
         optimizer, lora_rank, lora_targets: what the step trains, as in :class:`~ckptlab.RunSpec`.
+        world_size: GPUs; above 1 each setting is simulated under FSDP2 on a fake process group, rank 0's figures.
 
     Returns:
         A :class:`ScaleTable`.
@@ -234,8 +245,10 @@ def scale_table(
     """
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
-    stopped = _stopper(cancel)
-    request = ScaleRequest(model, seq_len, batch_size, dtype, tuple(settings), optimizer, lora_rank, lora_targets)
+    stopped = stopper(cancel)
+    request = ScaleRequest(
+        model, seq_len, batch_size, dtype, tuple(settings), optimizer, lora_rank, lora_targets, world_size
+    )
     info = request.check(info)
     known = known or {}
     results: list[RunResult] = []
@@ -264,7 +277,8 @@ def _scaled(report: Progress, label: str, index: int, total: int) -> Progress:
     return lambda message, fraction: report(f"{label}: {message}", (index + fraction) / total)
 
 
-def _stopper(cancel: Cancel | None) -> Callable[[], bool]:
+def stopper(cancel: Cancel | None) -> Callable[[], bool]:
+    """A function that says whether ``cancel`` (an event, a function or None) asks to stop."""
     if cancel is None:
         return lambda: False
     if isinstance(cancel, threading.Event):

@@ -9,12 +9,17 @@ cache when another participant already measured the same settings.
 The model is kept in one slot (:func:`shared_model`): the settings of a lesson differ only
 in checkpointing, so one tiny model serves them all, and no second model stays alive to
 count in another session's baseline on a GPU.
+
+One idea is simulated, not measured: "sharding divides parameters, gradients and optimizer
+state; checkpointing divides activations" needs several GPUs, so :func:`sharding_idea` runs
+FSDP2 on a fake process group (``ckptlab.simulate``) at 1, 2 and 4 GPUs, checkpointing off and on.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from transformers import PreTrainedModel
 
@@ -23,6 +28,7 @@ from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import RunSpec
 from ..step.measure import Progress
+from ..step.simulate import simulate
 from .run import ModelKey, baseline_spec, build_for_key, run_queued
 from .runqueue import OnWait
 
@@ -85,3 +91,107 @@ def measure_all(
             results[baseline_spec(spec)] = lab.baseline.result
     report("done", 1.0)
     return results
+
+
+# -- the lesson's sharding idea: simulated, not measured --------------------------------------
+
+SHARDING = RunSpec(
+    model="qwen3-0.6b", seq_len=1024, batch_size=1, dtype="bfloat16", optimizer="adamw", repeats=1, warmup=0
+)
+SHARDING_GPUS = (1, 2, 4)  # world sizes; past one, FSDP2 on a fake process group (rank 0's memory)
+SHARDING_PARTS = ("parameter", "gradient", "optimizer_state", "activation")  # what the lesson's figure draws
+
+_simulated: dict[RunSpec, RunResult] = {}  # process-wide: every participant of a workshop sees the same simulations
+_simulated_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ShardingBar:
+    """One GPU of one configuration: how many GPUs, which checkpointing, and its memory by part."""
+
+    spec: RunSpec  # world_size and every_n_layers say which configuration
+    parts: dict[str, int]  # SHARDING_PARTS -> bytes on one GPU (see per_gpu_parts)
+    result: RunResult
+
+
+@dataclass(frozen=True)
+class ShardingIdea:
+    """ "Sharding divides parameters, gradients and optimizer state; checkpointing divides activations", in numbers."""
+
+    bars: list[ShardingBar]  # for each GPU count, checkpointing off then every_n_layers=1
+    state_ratio: float  # parameters + gradients + optimizer state on one GPU at the most GPUs, over one GPU's (off)
+    activation_ratio_gpus: float  # activations on one GPU at the most GPUs over one GPU's (off): sharding leaves them
+    activation_ratio_checkpointing: float  # activations with every_n_layers=1 over off, on one GPU
+    gathered_bytes: int  # parameters beyond the shard at the most GPUs: the layer at work and the root, gathered
+
+    def bar(self, gpus: int, every_n_layers: int | None) -> ShardingBar:
+        return next(b for b in self.bars if (b.spec.world_size, b.spec.every_n_layers) == (gpus, every_n_layers))
+
+
+def per_gpu_parts(result: RunResult) -> dict[str, int]:
+    """One GPU's memory by part, each taken where it says the most about the idea.
+
+    Parameters: the shard held between steps (before the forward; FSDP gathers the layer at work on
+    top, see :attr:`ShardingIdea.gathered_bytes`). Optimizer state: its steady state. Gradients and
+    activations: the most the step held at any moment (activations peak at the end of the forward,
+    gradients in the backward).
+    """
+    memory = result.memory
+    most: dict[str, int] = {}
+    for point in memory.timeline:
+        for part, value in point.get("region_peak_breakdown", {}).items():
+            most[part] = max(most.get(part, 0), value)
+    baseline = memory.breakdown_baseline
+    return {
+        "parameter": baseline.get("parameter", 0) + baseline.get("buffer", 0),
+        "gradient": most.get("gradient", 0),
+        "optimizer_state": memory.optimizer_state_bytes,
+        "activation": most.get("activation", 0) + most.get("activation_and_temp", 0),
+    }
+
+
+def sharding_specs(base: RunSpec = SHARDING, gpus: Sequence[int] = SHARDING_GPUS) -> list[RunSpec]:
+    """For each GPU count, checkpointing off then every_n_layers=1 (FSDP2 past one GPU)."""
+    return [
+        replace(base, world_size=count, fsdp=count > 1, every_n_layers=n, offload=False)
+        for count in gpus
+        for n in (None, 1)
+    ]
+
+
+def sharding_idea(
+    base: RunSpec = SHARDING, gpus: Sequence[int] = SHARDING_GPUS, progress: Progress | None = None
+) -> ShardingIdea:
+    """Simulate :func:`sharding_specs` (or reuse them: kept for the process) and put the idea in numbers.
+
+    Raises:
+        SpecError, ModelLoadError: a bad ``base``.
+    """
+    report = progress or (lambda message, fraction: None)
+    specs = sharding_specs(base, gpus)
+    results = {}
+    for index, spec in enumerate(specs):
+        with _simulated_lock:
+            known = _simulated.get(spec)
+        if known is None:
+            known = simulate(spec, progress=lambda m, f, i=index: report(m, (i + f) / len(specs)))
+            with _simulated_lock:
+                _simulated[spec] = known
+        results[spec] = known
+    report("done", 1.0)
+    bars = [ShardingBar(spec, per_gpu_parts(results[spec]), results[spec]) for spec in specs]
+    by_config = {(b.spec.world_size, b.spec.every_n_layers): b for b in bars}
+    off_one, off_most, on_one = by_config[min(gpus), None], by_config[max(gpus), None], by_config[min(gpus), 1]
+    state = ("parameter", "gradient", "optimizer_state")
+    held = max((point.get("parameter", 0) for point in _most_parts(off_most.result)), default=0)
+    return ShardingIdea(
+        bars=bars,
+        state_ratio=sum(off_most.parts[p] for p in state) / sum(off_one.parts[p] for p in state),
+        activation_ratio_gpus=off_most.parts["activation"] / off_one.parts["activation"],
+        activation_ratio_checkpointing=on_one.parts["activation"] / off_one.parts["activation"],
+        gathered_bytes=max(held - off_most.parts["parameter"], 0),
+    )
+
+
+def _most_parts(result: RunResult) -> list[dict[str, int]]:
+    return [point.get("region_peak_breakdown", {}) for point in result.memory.timeline]

@@ -9,6 +9,7 @@ back to its default, and the reason is returned as a warning for the page to sho
 ``opt`` is the optimizer (adamw, sgd, none); ``lora=8`` trains rank-8 LoRA adapters on a
 frozen base, on the modules in ``targets=q_proj,v_proj`` (absent: every projection).
 Whether the targets exist in the model is checked later, by the page, which has the model.
+The At-scale page adds ``gpus=8`` (:func:`gpus_from_query`): GPUs sharing the model under FSDP2.
 """
 
 from __future__ import annotations
@@ -154,6 +155,20 @@ def spec_from_query(
         warnings.append("offload=1 in the link needs checkpointing on (n=off was given); offload is off.")
         spec = replace(spec, offload=False)
     return spec, warnings
+
+
+def gpus_from_query(value: str | Sequence[str], choices: Sequence[int], default: int = 1) -> tuple[int, list[str]]:
+    """The number of GPUs in a link (``?gpus=8``), one of ``choices``; anything else falls back with a warning.
+
+    Returns:
+        ``(gpus, warnings)``.
+    """
+    text = _last(value).strip()
+    number = _int(text)
+    if number in choices:
+        return number, []
+    listed = ", ".join(str(choice) for choice in choices)
+    return default, [f"gpus={text!r} in the link is not one of {listed}; using {default}."]
 
 
 def _last(value: str | Sequence[str]) -> str:

@@ -1,4 +1,5 @@
-"""At scale on a thread, for a page: :func:`~ckptlab.explore.scale.scale_table` as a background job.
+"""At scale on a thread, for a page: :func:`~ckptlab.explore.scale.scale_table` as a background job,
+and :func:`~ckptlab.explore.gpu_search.cheapest_that_fits` (the GPU search) as another.
 
 A click on a page reruns its script and would interrupt a simulation made inside it; a
 :class:`ScaleJob` is polled instead, and Stop keeps what was simulated. :func:`remember`
@@ -13,6 +14,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from ..errors import CkptlabError
+from ..explore.gpu_search import GPU_COUNTS, GpuSearch, cheapest_that_fits
 from ..explore.scale import ScaleRequest, ScaleTable, scale_table
 from ..model.catalog import ModelInfo
 from ..results import RunResult
@@ -31,6 +33,7 @@ class ScaleJobState:
     table: ScaleTable | None  # when finished (complete or stopped)
     error: str  # the message of a failure ("" if none)
     stop_requested: bool  # Stop was pressed
+    search: GpuSearch | None = None  # a SearchJob's answer, when finished
 
 
 class ScaleJob(BackgroundJob):
@@ -85,6 +88,7 @@ class ScaleJob(BackgroundJob):
                 request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
                 progress=self._progress, cancel=self._stop, known=self._known, on_result=self._collect, info=self.info,
                 optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
+                world_size=request.world_size,
             )  # fmt: skip
         except CkptlabError as error:
             table = self._partial(str(error))
@@ -101,6 +105,76 @@ class ScaleJob(BackgroundJob):
         if not results:
             return None
         return ScaleTable(self.request, self.info.num_layers, results, True, time.monotonic() - self._started)
+
+
+class SearchJob(BackgroundJob):
+    """:func:`cheapest_that_fits` on a background thread, polled like a :class:`ScaleJob`; ``stop()`` ends the search.
+
+    Args:
+        request: the shape and the settings to search (its world_size is not used); checked in the constructor.
+        budget_bytes: one GPU's memory.
+        counts: the GPU counts to consider.
+        known, on_result, info: as in :class:`ScaleJob`.
+
+    Raises:
+        SpecError, ModelLoadError: bad input.
+    """
+
+    def __init__(
+        self,
+        request: ScaleRequest,
+        budget_bytes: int,
+        *,
+        counts: tuple[int, ...] = GPU_COUNTS,
+        known: Mapping[RunSpec, RunResult] | None = None,
+        on_result: Callable[[RunResult], None] | None = None,
+        info: ModelInfo | None = None,
+    ) -> None:
+        self.info = request.check(info)
+        for count in counts:  # LoRA past one GPU, say, is refused here and not on the thread
+            request.spec(request.settings[0], count).validate()
+        self.request, self.budget_bytes, self.counts = request, budget_bytes, counts
+        self._known = known
+        self._on_result_outer = on_result
+        self._search: GpuSearch | None = None
+        super().__init__("ckptlab-gpu-search")
+
+    def state(self) -> ScaleJobState:
+        with self._lock:
+            return ScaleJobState(
+                not self._finished,
+                self._message,
+                self._fraction,
+                list(self._results),
+                None,
+                self._error,
+                self._stop.is_set(),
+                self._search,
+            )
+
+    def _collect(self, result: RunResult) -> None:
+        super()._collect(result)
+        if self._on_result_outer is not None:
+            self._on_result_outer(result)
+
+    def _run(self) -> None:
+        search = None
+        try:
+            search = cheapest_that_fits(
+                self.request, self.budget_bytes, counts=self.counts, known=self._known, on_result=self._collect,
+                progress=self._progress, cancel=self._stop, info=self.info,
+            )  # fmt: skip
+        except CkptlabError as error:
+            self._fail(str(error))
+        except Exception as error:  # a bug, not bad input: say it briefly
+            self._fail(f"{type(error).__name__}: {error}")
+        with self._lock:
+            self._search = search
+            self._finished = True
+
+    def _fail(self, error: str) -> None:
+        with self._lock:
+            self._error = error
 
 
 _REMEMBER_LOCK = threading.Lock()  # jobs of several sessions may share one cache

@@ -65,3 +65,167 @@ def lora_snippet(rank: int, targets: Sequence[str]) -> str:
     """
     names = ", ".join(f'"{name}"' for name in targets)
     return f"model = get_peft_model(model, LoraConfig(r={rank}, target_modules=[{names}]))"
+
+
+# -- past one GPU: FSDP2 ----------------------------------------------------------------------
+
+GPUS_PER_NODE = 8  # GPUs per machine the launch lines assume beyond one machine (an 8-GPU server)
+RDZV_ENDPOINT = "HOST:29500"  # stands for one of the machines and a free port on it
+
+
+def machines(gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> int:
+    """How many machines ``gpus`` GPUs take: 1 up to ``gpus_per_node``, then whole machines.
+
+    Raises:
+        ValueError: ``gpus`` < 1, or more than one machine's worth that is not a multiple of ``gpus_per_node``.
+    """
+    if gpus < 1:
+        raise ValueError(f"gpus={gpus} is not valid: at least 1.")
+    if gpus <= gpus_per_node:
+        return 1
+    if gpus % gpus_per_node:
+        raise ValueError(f"gpus={gpus} is not a whole number of {gpus_per_node}-GPU machines.")
+    return gpus // gpus_per_node
+
+
+def torchrun_line(gpus: int, script: str = "train.py", gpus_per_node: int = GPUS_PER_NODE) -> str:
+    """The line that starts ``script`` on ``gpus`` GPUs: plain python for one, torchrun for more.
+
+    Past ``gpus_per_node`` the ranks span machines: the same line runs on each, meeting at
+    torchrun's c10d rendezvous, and a comment says so.
+
+    Raises:
+        ValueError: as :func:`machines`.
+    """
+    nodes = machines(gpus, gpus_per_node)
+    if gpus == 1:
+        return f"python {script}"
+    if nodes == 1:
+        return f"torchrun --nproc-per-node {gpus} {script}"
+    return (
+        f"torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} --rdzv-backend c10d "
+        f"--rdzv-endpoint {RDZV_ENDPOINT} {script}  # on each of the {nodes} machines"
+    )
+
+
+def ckptlab_run_line(
+    gpus: int,
+    model: str,
+    seq_len: int,
+    batch_size: int,
+    dtype: str,
+    every_n_layers: int | None,
+    offload: bool = False,
+    optimizer: str = "adamw",
+    gpus_per_node: int = GPUS_PER_NODE,
+) -> str:
+    """The ``python -m ckptlab run`` line that measures the same step on real GPUs (FSDP2 across them past one).
+
+    Raises:
+        ValueError: as :func:`machines`.
+    """
+    nodes = machines(gpus, gpus_per_node)
+    setting = "--no-checkpointing" if every_n_layers is None else f"--every-n-layers {every_n_layers}"
+    options = (
+        f"--model {model} --seq-len {seq_len} --batch-size {batch_size} --dtype {dtype} {setting}"
+        + (" --offload" if offload else "")
+        + f" --optimizer {optimizer}"
+    )
+    if gpus == 1:
+        return f"python -m ckptlab run {options}"
+    if nodes == 1:
+        return f"python -m ckptlab run --nproc-per-node {gpus} --fsdp {options}"
+    return (
+        f"python -m ckptlab run --nnodes {nodes} --nproc-per-node {gpus_per_node} --rdzv-endpoint {RDZV_ENDPOINT} "
+        f"--fsdp {options}  # on each of the {nodes} machines"
+    )
+
+
+def fsdp_snippet(every_n_layers: int | None, offload: bool = False, optimizer: str = "adamw") -> str:
+    """A training script's lines for checkpointing under FSDP2, in the order the lab runs them.
+
+    Checkpointing is enabled first (transformers marks its decoder layers), then ``fully_shard`` wraps
+    every decoder layer and last the root, and the optimizer is made after sharding so that its
+    state is sharded too. The decoder layers are the modules transformers checkpoints
+    (``GradientCheckpointingLayer``), whatever the model calls its list of layers.
+
+    Args:
+        every_n_layers, offload: as in :func:`model_snippet`.
+        optimizer: a ``RunSpec.optimizer``; "none" writes no optimizer line.
+
+    Returns:
+        Python source; ``model`` is your loaded model, run under torchrun (:func:`torchrun_line`).
+    """
+    lines = [
+        "import os",
+        "",
+        "import torch",
+        "import torch.distributed as dist",
+        "from torch.distributed.fsdp import fully_shard",
+        "from transformers.modeling_layers import GradientCheckpointingLayer",
+        "",
+        'dist.init_process_group("nccl")  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT',
+        'torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))',
+        "# model = AutoModelForCausalLM.from_pretrained(...), in the dtype you train in",
+        model_snippet(every_n_layers, offload) + "  # before sharding",
+        "for layer in [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]:",
+        "    fully_shard(layer)  # each decoder layer: gathered for its forward, and again for its rerun",
+        "fully_shard(model)  # then the root: embeddings, final norm, head",
+    ]
+    if optimizer == "adamw":
+        lines.append(
+            "optimizer = torch.optim.AdamW(model.parameters())  # after sharding: each rank keeps its shard's state"
+        )
+    elif optimizer == "sgd":
+        lines.append("optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)  # after sharding")
+    return "\n".join(lines)
+
+
+def fsdp_trainer_snippet(every_n_layers: int | None, offload: bool = False, optimizer: str | None = None) -> str:
+    """``TrainingArguments`` for the same setting under FSDP2, for Trainer users (transformers 5.24, accelerate 1.15).
+
+    What the source says: ``fsdp=True`` turns FSDP on through accelerate, wrapping each of the model's
+    ``_no_split_modules`` (its decoder layers) and then the root; ``fsdp_config["version"] = 2`` is
+    FSDP2 (``fully_shard``; 2 is already the default). Checkpointing is transformers' own
+    (``activation_checkpointing=True`` and its kwargs, enabled on the model before accelerate
+    shards it): the only Trainer route that takes ``every_n_layers`` and ``offload``.
+    ``fsdp_config["activation_checkpointing"] = True`` is the other route, accelerate's
+    ``checkpoint_wrapper`` on every wrapped layer (every layer, no ``every_n_layers``; its offload,
+    accelerate's ``activation_checkpointing_offload``, is not a key TrainingArguments passes on);
+    transformers warns that its own argument adds a redundant all-gather under FSDP and prefers
+    that route, and Trainer raises a ValueError when both are True.
+
+    Args:
+        every_n_layers, offload, optimizer: as in :func:`trainer_snippet`.
+
+    Returns:
+        Python source of a ``TrainingArguments(...)`` call with comments; launch it with :func:`torchrun_line`.
+    """
+    lines = [
+        '    output_dir="out",',
+        "    fsdp=True,  # FSDP through accelerate: each decoder layer (_no_split_modules), then the root",
+        '    fsdp_config={"version": 2},  # FSDP2 (fully_shard), the default in transformers 5',
+    ]
+    if every_n_layers is None:
+        lines.append("    activation_checkpointing=False,")
+    else:
+        lines += [
+            "    activation_checkpointing=True,  # transformers' checkpointing, as the lab simulated it",
+            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},',
+        ]
+    if optimizer in TRAINER_OPTIM:
+        lines.append(f'    optim="{TRAINER_OPTIM[optimizer]}",')
+    source = "TrainingArguments(\n" + "\n".join(lines) + "\n)"
+    if every_n_layers == 1 and not offload:
+        source += (
+            "\n# Or FSDP's own checkpointing of every layer, which transformers prefers under FSDP (no redundant"
+            '\n# all-gather in the backward): fsdp_config={"version": 2, "activation_checkpointing": True} with'
+            "\n# activation_checkpointing=False. Both True raises a ValueError in Trainer."
+        )
+    elif every_n_layers is not None:
+        source += (
+            '\n# fsdp_config["activation_checkpointing"] checkpoints every layer (no every_n_layers'
+            + (", no offload" if offload else "")
+            + "): leave it unset here;\n# with activation_checkpointing=True as well, Trainer raises a ValueError."
+        )
+    return source

@@ -11,7 +11,7 @@ nothing to shrink).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -110,5 +110,58 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
         title_text=t("breakdown.y", lang, unit=unit),
         range=[0, max(totals, default=0) / scale * 1.15 or 1],
     )
+    figure.update_xaxes(showgrid=False)
+    return figure
+
+
+SHARDING_PARTS = ("parameter", "gradient", "optimizer_state", "activation")
+
+
+def sharding_figure(
+    bars: Sequence[tuple[str, Mapping[str, int]]], subtitle: str, lang: str = "en", height: int = 460
+) -> go.Figure:
+    """One GPU's memory by part, side by side (not stacked: each part is its own measure), per configuration.
+
+    Args:
+        bars: ``(label, parts)`` per configuration, e.g. "2 GPUs · off" and its bytes by
+            :data:`SHARDING_PARTS` (``ckptlab.lab.learn.per_gpu_parts`` says what each part counts).
+        subtitle: the shape and the provenance, in words.
+        lang: language of the words.
+        height: pixels.
+
+    Returns:
+        A grouped bar figure in the lab's category colours; hover gives MiB.
+    """
+    labels = [label for label, _ in bars]
+    top = max((value for _, parts in bars for value in parts.values()), default=0)
+    scale, unit = (GIB, "GiB") if top >= GIB else (MIB, "MiB")
+    figure = go.Figure()
+    for part in SHARDING_PARTS:
+        name = t(f"category.{part}", lang)
+        values = [parts.get(part, 0) for _, parts in bars]
+        figure.add_trace(
+            go.Bar(
+                x=labels,
+                y=[value / scale for value in values],
+                name=name,
+                marker={"color": COLORS[part]},
+                hovertext=[
+                    t("breakdown.hover", lang, bar=label, part=name, mib=value / MIB, provenance=subtitle)
+                    for label, value in zip(labels, values)
+                ],
+                hoverinfo="text",
+            )
+        )
+    figure.update_layout(
+        title={"text": t("sharding_fig.title", lang), "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
+        barmode="group",
+        height=height,
+        margin={"l": 60, "r": 20, "t": 90, "b": 40},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        font={"family": FONT, "size": 13},
+        hoverlabel={"font": {"size": 14}},
+        plot_bgcolor="white",
+    )
+    figure.update_yaxes(gridcolor="#e5e5e5", title_text=t("sharding_fig.y", lang, unit=unit))
     figure.update_xaxes(showgrid=False)
     return figure

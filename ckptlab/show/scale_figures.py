@@ -45,6 +45,7 @@ WORDS: dict[str, str] = {
     "budget_off_scale": "<br>{budget} ({gib:,.0f} GiB) is far above every bar: everything fits",
     "tick": "{setting}<br>{cp} CP",
     "hover": "<b>{setting}</b><br>{part}: {mib:,.1f} MiB ({gib:,.2f} GiB)<br>{provenance}",
+    "per_gpu": ", one GPU: rank 0 of {gpus} (FSDP2)",
     "hover_peak": "<b>{setting}</b>: peak {mib:,.1f} MiB ({gib:,.2f} GiB), {verdict}<br>reached in: {where}<br>{provenance}",
 }
 
@@ -154,7 +155,7 @@ def peak_figure(
         )
     _layout(
         figure,
-        say["peak_title"].format(**_shape(table)),
+        say["peak_title"].format(**_shape(table)) + _per_gpu(table, say),
         subtitle,
         say["x_title"],
         say["peak_y"].format(unit=unit),
@@ -196,7 +197,7 @@ def resident_figure(
         )
     )  # fmt: skip
     _add_host(figure, results, ticks, scale, say, provenance, labels=True)
-    title = say["resident_title"].format(**_shape(table))
+    title = say["resident_title"].format(**_shape(table)) + _per_gpu(table, say)
     _layout(
         figure,
         title,
@@ -224,6 +225,12 @@ def _shape(table: ScaleTable) -> dict[str, Any]:
         "batch_size": request.batch_size,
         "dtype": request.dtype,
     }
+
+
+def _per_gpu(table: ScaleTable, say: Mapping[str, str]) -> str:
+    """Past one GPU the figures are rank 0's: the title says so."""
+    gpus = table.request.world_size
+    return say["per_gpu"].format(gpus=gpus) if gpus > 1 else ""
 
 
 def _provenance(results: list[RunResult]) -> str:

@@ -113,3 +113,20 @@ def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_
     for runs in (lora, full):  # never the parameters or the optimizer state
         off, on = (runs[n].memory.breakdown_at_peak for n in (None, 1))
         assert on["parameter"] == off["parameter"] and on["optimizer_state"] == off["optimizer_state"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_shard_part_draws_one_gpus_memory_from_simulations(lang):
+    at = _open("pages/lesson.py", lang)
+    tr = i18n.translator(lang)
+    at.segmented_control(key="lesson_part").set_value("shard").run()
+    _assert_alive(at)
+    assert at.subheader[0].value == tr("lesson.shard.title")
+    assert len(at.get("plotly_chart")) == 1
+    idea = at.session_state["lesson_shard"]
+    caption = "\n".join(str(element.value) for element in at.caption)
+    assert (
+        f"**{idea.state_ratio * 100:.0f}%**" in caption
+        and f"**{idea.activation_ratio_checkpointing * 100:.0f}%**" in caption
+    )
+    assert {bar.result.provenance.kind for bar in idea.bars} == {"simulated"}

@@ -86,3 +86,14 @@ def test_a_bad_optimizer_or_rank_falls_back_with_a_warning(query):
     assert spec == ckptlab.RunSpec() and len(warnings) == 1
     assert next(iter(query)) + "=" in warnings[0]
     spec.validate()
+
+
+def test_gpus_in_the_link_are_one_of_the_choices_or_fall_back():
+    from ckptlab.explore.gpu_search import GPU_COUNTS
+    from ckptlab.lab.query import gpus_from_query
+
+    assert gpus_from_query("8", GPU_COUNTS) == (8, [])
+    assert gpus_from_query(["2", "64"], GPU_COUNTS) == (64, [])  # a repeated key: the last counts
+    for bad in ("3", "eight", "", "-1"):
+        gpus, warnings = gpus_from_query(bad, GPU_COUNTS)
+        assert gpus == 1 and len(warnings) == 1 and "gpus=" in warnings[0] and "64" in warnings[0]

@@ -7,7 +7,14 @@ import ast
 import pytest
 
 import ckptlab
-from ckptlab.model.snippets import model_snippet, trainer_snippet
+from ckptlab.model.snippets import (
+    ckptlab_run_line,
+    fsdp_snippet,
+    fsdp_trainer_snippet,
+    model_snippet,
+    torchrun_line,
+    trainer_snippet,
+)
 
 
 @pytest.mark.parametrize("every_n_layers", [1, 2, 4, 7])
@@ -77,3 +84,97 @@ def test_the_lora_line_wraps_a_checkpointed_model_with_peft():
     trainable = {name.split(".")[-3] for name, p in scope["model"].named_parameters() if p.requires_grad}
     assert trainable == {"lora_A", "lora_B"}
     assert ckptlab.observed_roles(model) == ckptlab.planned_roles(info.num_layers, 2)
+
+
+# -- past one GPU ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("every_n_layers, offload", [(None, False), (1, False), (2, False), (1, True)])
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd", "none"])
+def test_the_fsdp_lines_are_python_and_shard_after_enabling(every_n_layers, offload, optimizer):
+    source = fsdp_snippet(every_n_layers, offload, optimizer)
+    compile(source, "fsdp_snippet", "exec")
+    lines = source.splitlines()
+    enable = next(i for i, line in enumerate(lines) if line.startswith("model.activation_checkpointing_"))
+    layers = next(i for i, line in enumerate(lines) if line.startswith("    fully_shard(layer)"))
+    root = lines.index("fully_shard(model)  # then the root: embeddings, final norm, head")
+    assert enable < layers < root  # checkpointing first, every decoder layer, then the root
+    assert lines[enable].split("  #")[0] == model_snippet(every_n_layers, offload)
+    optimizer_lines = [i for i, line in enumerate(lines) if line.startswith("optimizer = ")]
+    assert optimizer_lines == ([] if optimizer == "none" else [len(lines) - 1])  # made after sharding
+
+
+def test_the_fsdp_lines_shard_the_layers_transformers_checkpoints():
+    """The loop's filter, run on a real model: it finds exactly the layers the plan counts."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    model, info = ckptlab.build_model("tiny-qwen3")
+    loop = next(line for line in fsdp_snippet(2).splitlines() if line.startswith("for layer in "))
+    found = eval(
+        loop.removeprefix("for layer in ").removesuffix(":"),
+        {"model": model, "GradientCheckpointingLayer": GradientCheckpointingLayer},
+    )
+    assert len(found) == info.num_layers
+
+
+@pytest.mark.parametrize("every_n_layers, offload", [(None, False), (1, False), (3, False), (2, True)])
+def test_the_fsdp_trainer_arguments_are_fsdp2_with_transformers_checkpointing(every_n_layers, offload):
+    source = fsdp_trainer_snippet(every_n_layers, offload, "adamw")
+    compile(source, "fsdp_trainer_snippet", "exec")
+    keywords = _keywords(source)  # the comments after the call are no code
+    assert keywords["fsdp"] is True and keywords["fsdp_config"] == {"version": 2}  # FSDP2; no FSDP checkpointing too
+    assert keywords["optim"] == "adamw_torch"
+    if every_n_layers is None:
+        assert keywords["activation_checkpointing"] is False
+    else:
+        assert keywords["activation_checkpointing"] is True
+        assert keywords["activation_checkpointing_kwargs"] == {"every_n_layers": every_n_layers, "offload": offload}
+        assert "ValueError" in source  # says why fsdp_config's activation_checkpointing stays unset
+
+
+def test_the_fsdp_trainer_arguments_are_accepted_by_transformers():
+    """TrainingArguments reads them into accelerate's FSDP2 plugin arguments (no GPU needed to build them)."""
+    from transformers import TrainingArguments
+
+    args = eval(fsdp_trainer_snippet(2, False, "adamw"), {"TrainingArguments": TrainingArguments})
+    assert args.fsdp_plugin_args["fsdp_version"] == 2
+    assert "activation_checkpointing" not in args.fsdp_plugin_args  # transformers' own checkpointing does it
+    assert args.activation_checkpointing_kwargs == {"every_n_layers": 2, "offload": False}
+
+
+@pytest.mark.parametrize(
+    "gpus, launch, run",
+    [
+        (1, "python train.py", "python -m ckptlab run --model m"),
+        (8, "torchrun --nproc-per-node 8 train.py", "python -m ckptlab run --nproc-per-node 8 --fsdp --model m"),
+        (
+            64,
+            "torchrun --nnodes 8 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 train.py",
+            "python -m ckptlab run --nnodes 8 --nproc-per-node 8 --rdzv-endpoint HOST:29500 --fsdp --model m",
+        ),
+    ],
+)
+def test_the_launch_lines(gpus, launch, run):
+    assert torchrun_line(gpus).startswith(launch)
+    line = ckptlab_run_line(gpus, "m", 4096, 1, "bfloat16", 2, True, "adamw")
+    assert line.startswith(run) and line.split("  #")[0].endswith(
+        "--seq-len 4096 --batch-size 1 --dtype bfloat16 --every-n-layers 2 --offload --optimizer adamw"
+    )
+    for bad in (0, 12):
+        with pytest.raises(ValueError):
+            torchrun_line(bad)
+
+
+def test_the_ckptlab_line_parses_as_the_cli_reads_it():
+    """The options the line writes are the ones `python -m ckptlab run` takes, and give back the setting."""
+    import argparse
+    import shlex
+
+    from ckptlab.cli.run import add_run_command
+
+    parser = argparse.ArgumentParser()
+    add_run_command(parser.add_subparsers())
+    line = ckptlab_run_line(4, "tiny-llama", 256, 2, "bfloat16", 3, False, "sgd")
+    args = parser.parse_args(shlex.split(line.removeprefix("python -m ckptlab ")))
+    assert (args.nproc_per_node, args.fsdp, args.every_n_layers, args.seq_len, args.batch_size) == (4, True, 3, 256, 2)
+    assert (args.optimizer, args.dtype, args.offload, args.no_checkpointing) == ("sgd", "bfloat16", False, False)

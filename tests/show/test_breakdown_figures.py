@@ -87,3 +87,17 @@ def test_a_run_without_memory_is_left_out_and_words_follow_the_language(runs):
     assert len(_bars(figure)[0].x) == 1
     assert figure.layout.title.text == i18n.t("breakdown.title", "ja")
     assert i18n.t("category.parameter", "ja") in [trace.name for trace in _bars(figure)]
+
+
+def test_the_sharding_figure_draws_each_part_side_by_side_in_the_category_colours():
+    from ckptlab.show.breakdown_figures import SHARDING_PARTS, sharding_figure
+    from ckptlab.show.scale_figures import COLORS
+    from ckptlab.units import MIB
+
+    bars = [("1 GPU · off", {"parameter": 8 * MIB, "gradient": 8 * MIB, "optimizer_state": 16 * MIB, "activation": 20 * MIB}),
+            ("2 GPUs · off", {"parameter": 4 * MIB, "gradient": 4 * MIB, "optimizer_state": 8 * MIB, "activation": 20 * MIB})]  # fmt: skip
+    figure = sharding_figure(bars, "tiny · simulated", lang="ja")
+    assert figure.layout.barmode == "group"  # not stacked: each part is its own maximum
+    assert [trace.marker.color for trace in figure.data] == [COLORS[part] for part in SHARDING_PARTS]
+    assert list(figure.data[2].y) == [16, 8] and list(figure.data[3].x) == ["1 GPU · off", "2 GPUs · off"]
+    assert "simulated" in figure.layout.title.subtitle.text and "MiB" in figure.layout.yaxis.title.text
