@@ -12,6 +12,7 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
+from ckptlab.show import i18n
 
 
 def server_policy() -> tuple[ServerPolicy, ckptlab.CkptlabError | None]:
@@ -33,3 +34,21 @@ def session_owner() -> str:
     of several sessions would be one owner.
     """
     return st.session_state.setdefault("ckptlab_owner", uuid.uuid4().hex)
+
+
+def offered_folder(policy: ServerPolicy, path: str, lang: str) -> tuple[str, str]:
+    """A link's model folder as one the policy offers (its name under the root), or ("", why not).
+
+    Args:
+        policy: the server's policy.
+        path: the folder as the link gives it (absolute, or relative to the root).
+        lang: the page's language, for the reason.
+    """
+    try:
+        absolute = policy.local_folder(path)
+    except ckptlab.CkptlabError as error:
+        return "", i18n.error_text(error, lang)
+    offered = {policy.local_folder(name): name for name in policy.model_folders()}
+    if absolute not in offered:
+        return "", i18n.t("lab.folder_not_offered", lang, name=path)
+    return offered[absolute], ""

@@ -30,12 +30,14 @@ from ckptlab.show.scale_figures import peak_figure, resident_figure
 from ckptlab.spec import OPTIMIZERS, RunSpec
 from ckptlab.units import GIB
 from pages._deep_link import run_through_app
+from pages._server import offered_folder, server_policy
 
 run_through_app()
 
 lang = i18n.normalize(st.session_state.get("app_lang"))
 # Every word the page shows, in one place: ckptlab/locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 TEXT = i18n.section("at_scale", lang)
+policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
 FIGURE_WORDS = i18n.section("scale_figures", lang)
 tr = i18n.translator(lang)  # the training controls' words, shared with the lab page ("training.")
 
@@ -99,9 +101,13 @@ def _load_into_widgets() -> list[str]:
         spec = replace(spec, seq_len=SEQ_LIMIT)
     infos = preset_infos()
     is_preset = spec.model in infos
+    folder, why_not = ("", "") if is_preset else offered_folder(policy, spec.model, lang)
+    if why_not:  # a link to a folder this server does not offer: the default preset
+        warnings.append(why_not)
+        spec, is_preset = replace(spec, model=DEFAULT.model), True
     state.at_scale_tiny = is_preset and infos[spec.model].cpu_ok
     state.at_scale_model = spec.model if is_preset else LOCAL
-    state.at_scale_local_dir = "" if is_preset else spec.model
+    state.at_scale_local_dir = folder
     state.at_scale_seq, state.at_scale_batch = spec.seq_len, spec.batch_size
     state.at_scale_dtype = (
         spec.dtype if spec.dtype in SIMULATION_DTYPES else DEFAULT.dtype
@@ -141,6 +147,9 @@ def _query(model: str, targets: tuple[str, ...] | None) -> dict[str, str]:
 if any(key not in state for key in WIDGETS):
     # First run of this session, or back from another page (Streamlit drops widget state then).
     state.at_scale_warnings = _load_into_widgets()
+folders = policy.model_folders()  # what the instructor offers under CKPTLAB_MODELS_ROOT; none when unset
+if state.at_scale_model == LOCAL and state.at_scale_local_dir not in folders:  # the folder went away since
+    state.at_scale_model, state.at_scale_local_dir = DEFAULT.model, ""
 
 with st.sidebar:
     st.header(TEXT["sidebar_model"], anchor=False)
@@ -150,14 +159,14 @@ with st.sidebar:
         state.at_scale_model = DEFAULT.model  # tiny presets hidden again
     st.selectbox(
         TEXT["model"],
-        [*names, LOCAL],
+        [*names, *([LOCAL] if folders else [])],
         key="at_scale_model",
         format_func=lambda name: (
             TEXT["local_label"] if name == LOCAL else scalepage.model_label(name, preset_infos()[name])
         ),
     )
     if state.at_scale_model == LOCAL:
-        st.text_input(TEXT["local_dir"], key="at_scale_local_dir", placeholder=TEXT["local_placeholder"])
+        st.selectbox(TEXT["local_dir"], folders, key="at_scale_local_dir", help=i18n.t("lab.folder_help", lang))
     model_caption = st.empty()
     st.number_input(TEXT["seq"], min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
     st.number_input(TEXT["batch"], min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
@@ -199,7 +208,7 @@ with st.sidebar:
     st.selectbox(TEXT["gpus"], GPU_COUNTS, key="at_scale_gpus", help=TEXT["gpus_help"])
 
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
-model = state.at_scale_local_dir.strip() if state.at_scale_model == LOCAL else state.at_scale_model
+model = policy.local_folder(state.at_scale_local_dir) if state.at_scale_model == LOCAL else state.at_scale_model
 if state.at_scale_gpu == CUSTOM:
     budget, budget_label = int(state.at_scale_budget_gib * GIB), f"{state.at_scale_budget_gib:g} GiB"
 else:
@@ -212,15 +221,12 @@ for warning in state.get("at_scale_warnings", []):
 
 # -- the model and what to simulate -------------------------------------------------------
 
-if not model:
-    st.info(TEXT["local_needed"])
-    st.stop()
 info: ckptlab.ModelInfo | None = preset_infos().get(model)
 if info is None:
     try:
         info = ckptlab.describe(model)
     except ckptlab.CkptlabError as error:
-        st.error(str(error))
+        st.error(i18n.error_text(error, lang))
         st.stop()
     except Exception as error:  # a folder transformers chokes on must not take the page down
         st.error(TEXT["model_failed"].format(model=model, error=f"{type(error).__name__}: {error}"))
@@ -295,7 +301,7 @@ try:
     if not problem:
         request.check(info)
 except ckptlab.CkptlabError as error:
-    problem = str(error)
+    problem = i18n.error_text(error, lang)
 
 if problem:
     st.error(problem)
@@ -321,7 +327,7 @@ def _start() -> None:
     try:
         job = ScaleJob(request, known=cache, on_result=lambda result: remember(cache, result), info=info)
     except ckptlab.CkptlabError as error:
-        state.at_scale_error = str(error)
+        state.at_scale_error = i18n.error_text(error, lang)
         return
     state.at_scale_error = ""
     state.at_scale_job = job.start()
@@ -334,7 +340,7 @@ def _search() -> None:
             replace(request, world_size=1), budget, known=cache, on_result=lambda r: remember(cache, r), info=info
         )
     except ckptlab.CkptlabError as error:
-        state.at_scale_error = str(error)
+        state.at_scale_error = i18n.error_text(error, lang)
         return
     state.at_scale_error = ""
     state.at_scale_job = job.start()

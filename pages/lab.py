@@ -44,7 +44,7 @@ from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
 from ckptlab.step.measure import resolve_device
 from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
-from pages._server import server_policy, session_owner
+from pages._server import offered_folder, server_policy, session_owner
 
 run_through_app()
 
@@ -132,18 +132,11 @@ def _load_into_widgets(spec: RunSpec) -> None:
 
 
 def _offered_folder(path: str) -> str:
-    """``path`` as one of the folders the policy offers (relative to its root), or "" with a warning why not."""
-    try:
-        absolute = policy.local_folder(path)
-    except ckptlab.CkptlabError as error:
-        st.session_state.lab_query_warnings = [*st.session_state.get("lab_query_warnings", []), _said(error)]
-        return ""
-    offered = {policy.local_folder(name): name for name in policy.model_folders()}
-    if absolute not in offered:
-        warning = tr("lab.folder_not_offered", name=path)
-        st.session_state.lab_query_warnings = [*st.session_state.get("lab_query_warnings", []), warning]
-        return ""
-    return offered[absolute]
+    """``path`` as one of the folders the policy offers, or "" with a warning why not."""
+    folder, why_not = offered_folder(policy, path, lang)
+    if why_not:
+        st.session_state.lab_query_warnings = [*st.session_state.get("lab_query_warnings", []), why_not]
+    return folder
 
 
 def _said(error: Exception) -> str:

@@ -141,3 +141,20 @@ def test_stop_keeps_the_settings_simulated():
     assert table.cancelled and 1 <= len(table.results) < 10
     assert "Stopped" in _texts(at.warning)
     assert len(at.get("plotly_chart")) == 3  # what was simulated is drawn
+
+
+def test_a_link_to_a_folder_the_server_does_not_offer_opens_the_default(tmp_path, monkeypatch):
+    from tests.model.test_folders import config_folder
+
+    monkeypatch.delenv("CKPTLAB_MODELS_ROOT", raising=False)
+    at = _page(model="/etc")
+    assert not at.exception
+    assert (
+        at.selectbox(key="at_scale_model").value == "qwen3-8b"
+        and "local" not in at.selectbox(key="at_scale_model").options
+    )
+    assert "Local model folders are off on this server" in _texts(at.warning)
+    config_folder(tmp_path / "mine")
+    monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))
+    at = _page(model=str(tmp_path / "mine"))
+    assert not at.exception and at.selectbox(key="at_scale_local_dir").value == "mine"
