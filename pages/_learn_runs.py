@@ -16,7 +16,7 @@ from ckptlab.lab import learn as learnrun
 from ckptlab.results import RunResult
 from ckptlab.show import i18n
 from ckptlab.spec import RunSpec
-from pages._server import session_owner
+from pages._server import server_policy, session_owner
 
 
 def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunResult] | None:
@@ -43,7 +43,12 @@ def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunR
             status.update(label=tr("run.waiting", ahead=ahead))
 
         try:
-            cache.update(learnrun.measure_all(missing, progress=progress, on_wait=on_wait, owner=session_owner()))
+            limit_s = server_policy()[0].run_limit_s
+            cache.update(
+                learnrun.measure_all(
+                    missing, progress=progress, on_wait=on_wait, owner=session_owner(), limit_s=limit_s
+                )
+            )
         except ckptlab.CkptlabError as error:
             status.update(label=tr("run.failed"), state="error", expanded=True)
             st.code(i18n.error_text(error, st.session_state.get("app_lang")), language=None)

@@ -59,6 +59,7 @@ def measure_all(
     on_wait: OnWait | None = None,
     load: Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]] = shared_model,
     owner: str | None = None,
+    limit_s: float | None = None,
 ) -> dict[RunSpec, RunResult]:
     """Measure every spec (and its checkpointing-off baseline) through the device queue.
 
@@ -68,6 +69,7 @@ def measure_all(
         on_wait: called with the number of runs ahead while waiting for the device.
         load: builds or returns the model for a key.
         owner: who asks (the browser session), one place in the device queue at a time.
+        limit_s: seconds each run may hold the device (the server's limit; ``None``: none).
 
     Returns:
         Results by spec, the baselines included (under ``baseline_spec(spec)``).
@@ -85,7 +87,7 @@ def measure_all(
         def scaled(message: str, fraction: float, index: int = index) -> None:
             report(message, (index + fraction) / len(unique))
 
-        lab = run_queued(spec, load=load, progress=scaled, on_wait=on_wait, owner=owner)
+        lab = run_queued(spec, load=load, progress=scaled, on_wait=on_wait, owner=owner, limit_s=limit_s)
         results[spec] = lab.result
         if lab.baseline is not None:
             results[baseline_spec(spec)] = lab.baseline.result

@@ -240,7 +240,15 @@ def test_a_session_waits_its_turn_while_another_run_holds_the_device():
     holder = threading.Thread(target=other_session)
     holder.start()
     holding.wait(10)
-    threading.Timer(1.0, release.set).start()
+
+    def release_once_the_page_waits() -> None:
+        # On the queue's own state, not on a timer: a loaded machine may take seconds to reach Run.
+        while DEVICE_QUEUE.busy() != (True, 1):
+            release.wait(0.05)
+        release.wait(0.6)  # the page says "waited" from half a second on: held at least that long
+        release.set()
+
+    threading.Thread(target=release_once_the_page_waits, daemon=True).start()
     at = _app(seq="136", n="4")  # a setting no other test measures: it must queue, not be reused
     at.button(key="lab_run").click().run()
     holder.join(10)
