@@ -35,8 +35,10 @@ from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show import figures, i18n
 from ckptlab.show.breakdown_figures import breakdown_figure, training_label
 from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.report import setting_name
 from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
+from ckptlab.show.wording import for_app
 from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
 from ckptlab.step.measure import resolve_device
 from ckptlab.units import GIB, MIB, mib
@@ -167,7 +169,7 @@ def _run(spec: RunSpec) -> None:
             lab = run_queued(spec, load=cached_model, progress=progress, on_wait=on_wait)
         except ckptlab.CkptlabError as error:
             status.update(label=tr("lab.could_not_run"), state="error", expanded=False)
-            state.lab_error = (spec, str(error), None)
+            state.lab_error = (spec, for_app(str(error), lang), None)
             return
         except Exception as error:  # a bug, not bad input: say so briefly, keep the page alive
             status.update(label=tr("lab.run_failed"), state="error", expanded=False)
@@ -242,6 +244,9 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
         tr("lab.reused_at", clock=_clock(lab.run)) if lab.run.reused else tr("lab.measured_at", clock=_clock(lab.run))
     )
     st.caption(f"{provenance_label(result, lang)} · {when}")
+    busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
+    if busy:
+        st.warning(busy)
     if result.status != "ok":
         st.error(result.message)
         st.plotly_chart(figures.diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
@@ -421,7 +426,7 @@ elif model_name:
     try:
         info = ckptlab.describe(model_name)
     except ckptlab.CkptlabError as error:
-        model_problem = str(error)
+        model_problem = for_app(str(error), lang)
     except Exception as error:  # a folder transformers chokes on must not take the page down
         model_problem = tr("lab.cannot_read", model=repr(model_name), error=f"{type(error).__name__}: {error}")
 num_layers = info.num_layers if info else max(2, state.lab_n)
@@ -569,7 +574,7 @@ try:
     check(spec)
     on_cpu = resolve_device(spec.device).type == "cpu"
 except ckptlab.CkptlabError as error:
-    problem, on_cpu = str(error), True
+    problem, on_cpu = for_app(str(error), lang), True
 except Exception as error:  # not bad input but a failure: still a message, not a dead page
     problem, on_cpu = tr("lab.cannot_check", error=f"{type(error).__name__}: {error}"), True
 
