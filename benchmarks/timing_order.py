@@ -79,7 +79,7 @@ def main() -> int:
     )
     for index, name in enumerate(names):
         cells = []
-        for order in ORDERS:
+        for order in ("blocks", "interleaved"):
             step = statistics.median(medians[order][index])
             ratio = step / statistics.median(medians[order][0])
             cells.append(
@@ -96,7 +96,7 @@ def main() -> int:
             f"{name:<8} | {b_ms:>15,.0f} {b_sp:>7.0%} {b_x:>6.2f} {b_rs:>12.0%} {b_v:<22}"
             f" | {i_ms:>20,.0f} {i_sp:>7.0%} {i_x:>6.2f} {i_rs:>12.0%} {i_v}"
         )
-    for order in ORDERS:
+    for order in ("blocks", "interleaved"):
         everything = [value for row in spreads[order] for value in row]
         ratios = [value for row in ratio_spreads[order][1:] for value in row]
         print(
