@@ -265,8 +265,9 @@ def sweep(
             the app passes its cached loader).
         turn: ``turn(label)`` returns a context manager held while one row runs (the app's
             device queue, so that one measured run uses the device at a time).
-        on_result: called with each row's :class:`RunResult` as soon as it is measured and timed
-            (a page shows the rows live, and keeps them if the sweep is stopped).
+        on_result: called with each row's :class:`RunResult` as soon as its memory is measured
+            (``timing`` None), and again with the same spec once its length's rounds are timed
+            (a page shows the rows live, replaces them when timed, and keeps them if the sweep is stopped).
         on_timed_step: called with a row's spec just before each of its timed steps, in the
             order they run (tests observe the interleaving through it).
 
@@ -308,9 +309,12 @@ def sweep(
                 model.zero_grad(set_to_none=True)
                 progress_here = _scaled(report, f"{label}: memory", done, total)
                 pending.append(measure(run_spec, model=model, info=info, progress=progress_here, timed=False))
+            if on_result is not None:
+                on_result(pending[-1])
             done += 1
         ok = [result for result in pending if result.status == "ok"]
-        if ok and not cancelled:
+        timed_here = bool(ok) and not cancelled
+        if timed_here:
             label = f"seq {seq_len}: {len(ok)} settings timed {spec.timing_order}"
             step_hook: OnStep | None = None
             if on_timed_step is not None:
@@ -340,7 +344,7 @@ def sweep(
             cancelled = cancelled or stopped()
         done += 1
         measured += pending
-        if on_result is not None:
+        if on_result is not None and timed_here:
             for result in pending:
                 on_result(result)
         if cancelled:

@@ -37,14 +37,21 @@ CLI_PHRASES = {
 # The command line's flag -> the locale key of the widget that sets the same thing in the app.
 APP_WIDGETS = {"--model": "common.model", "--no-checkpointing": "lab.checkpointing"}
 
-_FIELD = re.compile(r"\b(" + "|".join(CLI_FLAGS) + r")(=(\S+?))?(?=[\s,.:;)]|$)")
+# Fields whose names are also plain words ("device", "optimizer") are flags only as ``name=value``.
+_ALSO_WORDS = ("repeats", "warmup", "dtype", "device", "optimizer")
+_FIELD = re.compile(
+    r"\b(?:(" + "|".join(CLI_FLAGS) + r")=(\S+?)|(" + "|".join(n for n in CLI_FLAGS if n not in _ALSO_WORDS) + r"))"
+    r"(?=[\s,.:;)]|$)"
+)
 
 
 def for_cli(message: str) -> str:
     """``"every_n_layers=0 is not valid"`` -> ``"--every-n-layers 0 is not valid"``; flags stay flags."""
     for phrase, flag in CLI_PHRASES.items():
         message = message.replace(phrase, flag)
-    return _FIELD.sub(lambda m: CLI_FLAGS[m.group(1)] + (f" {m.group(3)}" if m.group(3) else ""), message)
+    return _FIELD.sub(
+        lambda m: f"{CLI_FLAGS[m.group(1)]} {m.group(2)}" if m.group(1) else CLI_FLAGS[m.group(3)], message
+    )
 
 
 def for_app(message: str, lang: str = "en") -> str:

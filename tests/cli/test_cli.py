@@ -144,6 +144,10 @@ def test_messages_speak_flags_on_the_command_line_and_widgets_in_the_app():
         == "--every-n-layers 0 is not valid. To run without checkpointing, use --no-checkpointing instead."
     )
     assert for_cli("offload=True with checkpointing off") == "--offload with --no-checkpointing"
+    assert (
+        for_cli("device='cuda' but torch sees no CUDA device here")
+        == "--device 'cuda' but torch sees no CUDA device here"
+    )
     assert for_app("point --model at the folder", "en") == "point “Model” at the folder"
 
 
@@ -166,7 +170,7 @@ def test_offload_without_checkpointing_is_refused():
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_cuda_requested_without_a_gpu(capsys):
     assert main(["run", "--device", "cuda", *QUICK]) == 2
-    assert "device='cuda'" in capsys.readouterr().err
+    assert "--device 'cuda'" in capsys.readouterr().err
 
 
 def test_a_step_that_does_not_fit_exits_2_and_says_so(monkeypatch, capsys):
