@@ -10,16 +10,21 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 from typing import Any, Literal
 
 from .errors import SpecError
 from .spec import RunSpec
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
+BusyReason = Literal["load", "spread"]
 Status = Literal["ok", "does_not_fit"]
 
 # With fewer timed steps a run, a range from fastest to slowest says nothing about the noise.
 MIN_SAMPLES_TO_JUDGE = 3
+# Identical steps whose fastest-to-slowest range exceeds this share of their median: the machine is too
+# busy to time (on an idle 2-core machine tiny-llama's steps stay within about 10%; under a second job, 30-90%).
+BUSY_SPREAD = 0.25
 
 
 @dataclass(frozen=True)
@@ -78,10 +83,39 @@ class TimingResult:
     step_samples: list[float] = field(default_factory=list)
     optimizer_samples: list[float] = field(default_factory=list)
 
+    # The machine while it timed (None where unknown, e.g. a result saved before these fields existed):
+    load_average: float | None = None  # the highest 1-minute load average read around the timed steps
+    cores: int | None = None  # CPU cores this process may run on
+
     @property
     def step_spread(self) -> tuple[float, float]:
         """Fastest and slowest timed step."""
         return min(self.step_samples), max(self.step_samples)
+
+    @property
+    def relative_spread(self) -> float | None:
+        """Fastest-to-slowest range of the timed steps over their median; None with fewer than 2 steps."""
+        if len(self.step_samples) < 2 or self.step_s <= 0:
+            return None
+        low, high = self.step_spread
+        return (high - low) / self.step_s
+
+    @property
+    def busy_reasons(self) -> tuple[BusyReason, ...]:
+        """Why this machine was too busy to time, if it was: "load" (more runnable tasks than cores) and/or
+        "spread" (identical steps differed by more than :data:`BUSY_SPREAD` of their median)."""
+        reasons: list[BusyReason] = []
+        if self.load_average is not None and self.cores and self.load_average > self.cores:
+            reasons.append("load")
+        spread = self.relative_spread
+        if spread is not None and len(self.step_samples) >= MIN_SAMPLES_TO_JUDGE and spread > BUSY_SPREAD:
+            reasons.append("spread")
+        return tuple(reasons)
+
+    @property
+    def too_busy(self) -> bool:
+        """True when the timings are not to be trusted: see :attr:`busy_reasons`."""
+        return bool(self.busy_reasons)
 
 
 @dataclass(frozen=True)
@@ -214,31 +248,117 @@ class RunResult:
         )
 
 
+class Judgement(str, Enum):
+    """What a time difference between two sets of timed steps is worth."""
+
+    MEASURABLE = "measurable"  # the two ranges (fastest to slowest) do not overlap
+    NOISE = "noise"  # they overlap: within the spread of the repeats, not a measurable difference
+    TOO_FEW = "too_few"  # fewer than MIN_SAMPLES_TO_JUDGE steps on a side: no spread worth the name
+
+
+@dataclass(frozen=True)
+class TimeVerdict:
+    """One timed figure against a reference: the ratio of medians, the spread, and whether it is measurable.
+
+    The one home of the lab's judgement of time: :func:`compare`, the sweep's rows, the
+    recommendation, the figures, the lesson and the exercises all take it from :func:`judge_time`.
+    """
+
+    ratio: float  # median of the samples over the reference's median
+    spread: float  # the wider relative spread (fastest-to-slowest over the median) of the two sides
+    samples: int  # timed steps on the side with fewer
+    judgement: Judgement
+
+    @property
+    def measurable(self) -> bool:
+        return self.judgement is Judgement.MEASURABLE
+
+    @property
+    def noise(self) -> bool:
+        """True when the figure is not to be read as a difference: within the spread, or too few steps."""
+        return not self.measurable
+
+    @property
+    def change(self) -> str:
+        """The difference as a signed percentage, e.g. "+55%"; "0%" rather than "-0%"."""
+        percent = round((self.ratio - 1) * 100)
+        return f"{percent:+d}%" if percent else "0%"
+
+    def describe(self, what: str = "step time") -> str:
+        """The verdict in English words, for the command line and the Python API."""
+        if self.judgement is Judgement.TOO_FEW:
+            return (
+                f"{what} {self.change}, from fewer than {MIN_SAMPLES_TO_JUDGE} timed steps a run: too few to tell "
+                "an effect from noise"
+            )
+        if self.measurable:
+            return f"{what} {self.change} (outside the spread of both runs)"
+        return f"{what} {self.change}, within the spread of the repeats: not a measurable difference"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ratio": self.ratio,
+            "spread": self.spread,
+            "samples": self.samples,
+            "judgement": self.judgement.value,
+            "measurable": self.measurable,
+        }
+
+
+def judge_time(samples: list[float], reference: list[float]) -> TimeVerdict:
+    """The lab's rule for a time difference: measurable only when the two ranges of samples do not overlap.
+
+    On a shared 2-core machine a small model's recompute cost can be smaller than the noise;
+    then the lab says so instead of reporting it. With fewer than ``MIN_SAMPLES_TO_JUDGE``
+    samples on either side there is no judgement (``Judgement.TOO_FEW``).
+
+    Raises:
+        SpecError: an empty side (nothing was timed).
+    """
+    if not samples or not reference:
+        raise SpecError("cannot judge a time difference without timed steps on both sides.")
+    middle, ref_middle = statistics.median(samples), statistics.median(reference)
+    spread = max(_relative_spread(samples), _relative_spread(reference))
+    count = min(len(samples), len(reference))
+    if count < MIN_SAMPLES_TO_JUDGE:
+        judgement = Judgement.TOO_FEW
+    elif max(samples) < min(reference) or max(reference) < min(samples):
+        judgement = Judgement.MEASURABLE
+    else:
+        judgement = Judgement.NOISE
+    return TimeVerdict(ratio=_ratio(middle, ref_middle), spread=spread, samples=count, judgement=judgement)
+
+
+def _relative_spread(samples: list[float]) -> float:
+    middle = statistics.median(samples)
+    return (max(samples) - min(samples)) / middle if middle > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A run's time and memory against a reference run (usually checkpointing off)."""
 
-    step_ratio: float  # median step time of the run over the reference's
-    step_significant: bool | None  # False when the step-time ranges overlap (noise); None with too few repeats to tell
+    step: TimeVerdict  # the median step of the run over the reference's, judged against the spread
     peak_ratio: float  # peak memory above baseline, run over reference
     after_forward_ratio: float  # resident activations after the forward, run over reference
 
+    @property
+    def step_ratio(self) -> float:
+        return self.step.ratio
+
+    @property
+    def step_significant(self) -> bool | None:
+        """True: measurable; False: within the noise; None: too few repeats to tell (``step.judgement``)."""
+        if self.step.judgement is Judgement.TOO_FEW:
+            return None
+        return self.step.measurable
+
     def describe_step(self) -> str:
-        change = f"{(self.step_ratio - 1) * 100:+.0f}%"
-        if self.step_significant is None:
-            return f"step time {change}, from fewer than {MIN_SAMPLES_TO_JUDGE} timed steps a run: too few to tell an effect from noise"
-        if self.step_significant:
-            return f"step time {change} (outside the spread of both runs)"
-        return f"step time {change}, within the spread of the repeats: not a measurable difference"
+        return self.step.describe("step time")
 
 
 def compare(run: RunResult, reference: RunResult) -> Comparison:
-    """Ratios of ``run`` to ``reference``, with the step-time difference judged against the spread.
-
-    The two step-time ranges (fastest to slowest repeat) must not overlap for the
-    difference to count; on a shared 2-core machine a small model's recompute cost
-    can be smaller than the noise, and then the lab says so instead of reporting it.
-    With fewer than ``MIN_SAMPLES_TO_JUDGE`` repeats a run there is no judgement (None).
+    """Ratios of ``run`` to ``reference``, with the step-time difference judged by :func:`judge_time`.
 
     Raises:
         SpecError: if either run has no measurements (it did not fit).
@@ -246,13 +366,8 @@ def compare(run: RunResult, reference: RunResult) -> Comparison:
     for result in (run, reference):
         if result.memory is None or result.timing is None:
             raise SpecError(f"cannot compare a run with status {result.status!r}: it has no measurements.")
-    low, high = run.timing.step_spread
-    ref_low, ref_high = reference.timing.step_spread
-    overlap = low <= ref_high and ref_low <= high
-    enough = min(len(run.timing.step_samples), len(reference.timing.step_samples)) >= MIN_SAMPLES_TO_JUDGE
     return Comparison(
-        step_ratio=run.timing.step_s / reference.timing.step_s,
-        step_significant=(not overlap) if enough else None,
+        step=judge_time(run.timing.step_samples, reference.timing.step_samples),
         peak_ratio=_ratio(run.memory.peak_above_baseline_bytes, reference.memory.peak_above_baseline_bytes),
         after_forward_ratio=_ratio(run.memory.after_forward_bytes, reference.memory.after_forward_bytes),
     )

@@ -15,6 +15,7 @@ import ckptlab
 from ckptlab.lab import learn as learnrun
 from ckptlab.results import RunResult
 from ckptlab.show import i18n
+from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._server import server_policy, session_owner
 
@@ -51,7 +52,7 @@ def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunR
             )
         except ckptlab.CkptlabError as error:
             status.update(label=tr("run.failed"), state="error", expanded=True)
-            st.code(i18n.error_text(error, st.session_state.get("app_lang")), language=None)
+            st.code(app_message(error, i18n.normalize(st.session_state.get("app_lang"))), language=None)
             return None
         status.update(label=tr("run.measured", count=len(missing)), state="complete")
     return cache

@@ -13,6 +13,7 @@ import streamlit as st
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
 from ckptlab.show import i18n
+from ckptlab.show.wording import app_message
 
 
 def server_policy() -> tuple[ServerPolicy, ckptlab.CkptlabError | None]:
@@ -47,7 +48,7 @@ def offered_folder(policy: ServerPolicy, path: str, lang: str) -> tuple[str, str
     try:
         absolute = policy.local_folder(path)
     except ckptlab.CkptlabError as error:
-        return "", i18n.error_text(error, lang)
+        return "", app_message(error, lang)
     offered = {policy.local_folder(name): name for name in policy.model_folders()}
     if absolute not in offered:
         return "", i18n.t("lab.folder_not_offered", lang, name=path)

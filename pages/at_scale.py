@@ -27,6 +27,7 @@ from ckptlab.results import RunResult
 from ckptlab.show import figures, i18n
 from ckptlab.show.breakdown_figures import training_label
 from ckptlab.show.scale_figures import peak_figure, resident_figure
+from ckptlab.show.wording import app_message
 from ckptlab.spec import OPTIMIZERS, RunSpec
 from ckptlab.units import GIB
 from pages._deep_link import run_through_app
@@ -226,7 +227,7 @@ if info is None:
     try:
         info = ckptlab.describe(model)
     except ckptlab.CkptlabError as error:
-        st.error(i18n.error_text(error, lang))
+        st.error(app_message(error, lang))
         st.stop()
     except Exception as error:  # a folder transformers chokes on must not take the page down
         st.error(TEXT["model_failed"].format(model=model, error=f"{type(error).__name__}: {error}"))
@@ -301,7 +302,7 @@ try:
     if not problem:
         request.check(info)
 except ckptlab.CkptlabError as error:
-    problem = i18n.error_text(error, lang)
+    problem = app_message(error, lang)
 
 if problem:
     st.error(problem)
@@ -327,7 +328,7 @@ def _start() -> None:
     try:
         job = ScaleJob(request, known=cache, on_result=lambda result: remember(cache, result), info=info)
     except ckptlab.CkptlabError as error:
-        state.at_scale_error = i18n.error_text(error, lang)
+        state.at_scale_error = app_message(error, lang)
         return
     state.at_scale_error = ""
     state.at_scale_job = job.start()
@@ -340,7 +341,7 @@ def _search() -> None:
             replace(request, world_size=1), budget, known=cache, on_result=lambda r: remember(cache, r), info=info
         )
     except ckptlab.CkptlabError as error:
-        state.at_scale_error = i18n.error_text(error, lang)
+        state.at_scale_error = app_message(error, lang)
         return
     state.at_scale_error = ""
     state.at_scale_job = job.start()

@@ -38,8 +38,10 @@ from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show import figures, i18n
 from ckptlab.show.breakdown_figures import breakdown_figure, training_label
 from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.report import setting_name
 from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
+from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
 from ckptlab.step.measure import resolve_device
 from ckptlab.units import GIB, MIB, mib
@@ -140,8 +142,8 @@ def _offered_folder(path: str) -> str:
 
 
 def _said(error: Exception) -> str:
-    """A core error in the page's language."""
-    return i18n.error_text(error, lang)
+    """A core error in the page's language and the page's words."""
+    return app_message(error, lang)
 
 
 def _model_label(name: str) -> str:
@@ -288,6 +290,9 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
         tr("lab.reused_at", clock=_clock(lab.run)) if lab.run.reused else tr("lab.measured_at", clock=_clock(lab.run))
     )
     st.caption(f"{provenance_label(result, lang)} · {when}")
+    busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
+    if busy:
+        st.warning(busy)
     if result.status != "ok":
         st.error(result.message)
         st.plotly_chart(figures.diagram_figure(result, lang=lang), key="lab_diagram", theme=None)

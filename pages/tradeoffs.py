@@ -19,8 +19,10 @@ from ckptlab.lab.run import build_for_key, lora_target_choices, model_key
 from ckptlab.lab.sweepjob import SweepJob
 from ckptlab.show import i18n
 from ckptlab.show.breakdown_figures import training_label
+from ckptlab.show.noise import sweep_busy_message, sweep_table
 from ckptlab.show.timeline_figures import provenance_label
 from ckptlab.show.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
+from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, OPTIMIZERS
 from ckptlab.units import MIB, mib, milliseconds
 from pages._deep_link import run_through_app
@@ -131,7 +133,7 @@ def _start() -> None:
         # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
         job = SweepJob(spec, load=lambda run_spec: build_for_key(model_key(run_spec)), owner=session_owner())
     except ckptlab.CkptlabError as error:
-        state.tradeoffs_error = i18n.error_text(error, lang)
+        state.tradeoffs_error = app_message(error, lang)
         return
     state.tradeoffs_error = ""
     state.tradeoffs_job = job.start()
@@ -176,22 +178,8 @@ def _progress() -> None:
         st.rerun()
 
 
-def _table(rows) -> list[dict]:
-    return [
-        {
-            tr("tradeoffs.col_seq"): row.seq_len,
-            tr("tradeoffs.col_setting"): row.setting,
-            tr("tradeoffs.col_cp"): row.cp_layers,
-            tr("tradeoffs.col_resident"): None
-            if row.after_forward_bytes is None
-            else round(row.after_forward_bytes / MIB, 1),
-            tr("tradeoffs.col_peak"): None if row.peak_bytes is None else round(row.peak_bytes / MIB, 1),
-            tr("tradeoffs.col_step"): None if row.step_s is None else round(row.step_s * 1000),
-            tr("tradeoffs.col_ratio"): None if row.step_ratio is None else round(row.step_ratio, 2),
-            tr("tradeoffs.col_where"): row.peak_where or row.message,
-        }
-        for row in rows
-    ]
+def _table(rows, checks=()) -> list[dict]:
+    return sweep_table(rows, lang, checks)
 
 
 _progress()
@@ -219,6 +207,9 @@ st.caption(
         seconds=f"{result.elapsed_s:.0f}",
     )
 )
+busy = sweep_busy_message(result, lang)
+if busy:
+    st.warning(busy)
 if result.cancelled:
     st.warning(tr("tradeoffs.stopped", rows=len(result.rows)))
 for note in result.notes:
@@ -265,6 +256,8 @@ if recommendation.row is not None:
         )
     )
     st.markdown(recommendation.reason)
+    if recommendation.ranked_by == "predicted":
+        st.info(tr("tradeoffs.ranked_by_prediction"))
     st.caption(tr("tradeoffs.on_a_model"))
     st.code(recommendation.model_code, language="python")
     st.caption(tr("tradeoffs.with_trainer"))
@@ -290,7 +283,8 @@ for row in result.rows_at(seq_len):
     st.markdown(f"- {peak_sentence(row, off, lang)}")
 
 st.subheader(tr("tradeoffs.h_table"), anchor=False)
-st.dataframe(_table(result.rows), hide_index=True, key="tradeoffs_table")
+st.dataframe(_table(result.rows, checks), hide_index=True, key="tradeoffs_table")
+st.caption(tr("tradeoffs.table_caption"))
 stem = f"ckptlab-sweep-{result.model.strip('/').replace('/', '_')}"
 csv_button, json_button, _ = st.columns([1, 1, 3])
 csv_button.download_button(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from ckptlab import RunResult, TimingResult, compare
 
 
@@ -37,3 +39,64 @@ def test_json_round_trip(measured):
     assert RunResult.from_dict(result.to_dict()) == result
     data = result.to_dict()
     assert data["plan_matches"] is True and data["provenance"]["label"].startswith("measured on the CPU")
+
+
+# -- the verdict on time, and a machine too busy to time (constructed timings: no clock, no load) ----------
+
+
+def _timing(samples, **machine):
+    return TimingResult(
+        method="test",
+        forward_s=0.0,
+        backward_s=0.0,
+        step_s=sorted(samples)[len(samples) // 2],
+        step_samples=samples,
+        **machine,
+    )
+
+
+def test_judge_time_measurable_noise_and_too_few():
+    from ckptlab.results import Judgement, judge_time
+
+    measurable = judge_time([1.30, 1.32, 1.35], [1.00, 1.02, 1.05])
+    assert measurable.judgement is Judgement.MEASURABLE and measurable.measurable and not measurable.noise
+    assert measurable.ratio == pytest.approx(1.32 / 1.02) and measurable.samples == 3
+    assert measurable.spread == pytest.approx(0.05 / 1.02)  # the wider of the two relative spreads
+    # x0.67 of the reference, as the busy machine printed: inside the reference's spread, so noise.
+    noise = judge_time([0.70, 0.68, 0.80], [0.60, 1.05, 1.40])
+    assert noise.judgement is Judgement.NOISE and not noise.measurable and noise.noise
+    assert "not a measurable difference" in noise.describe()
+    too_few = judge_time([0.5], [1.0, 1.0, 1.0])
+    assert too_few.judgement is Judgement.TOO_FEW and too_few.noise and "too few" in too_few.describe()
+    assert judge_time([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]).change == "0%"
+
+
+def test_compare_takes_its_verdict_from_judge_time(measured):
+    from ckptlab.results import judge_time
+
+    base = measured()
+    run, ref = _with_steps(base, [1.30, 1.32, 1.35]), _with_steps(base, [1.00, 1.02, 1.05])
+    assert compare(run, ref).step == judge_time(run.timing.step_samples, ref.timing.step_samples)
+
+
+def test_a_busy_machine_is_told_from_the_load_or_the_spread():
+    calm = _timing([1.00, 1.02, 1.05], load_average=1.0, cores=2)
+    assert calm.busy_reasons == () and not calm.too_busy
+    loaded = _timing([1.00, 1.02, 1.05], load_average=3.5, cores=2)
+    assert loaded.busy_reasons == ("load",) and loaded.too_busy
+    jumpy = _timing([1.00, 1.60, 2.90], load_average=None, cores=None)  # load unknown: the spread alone decides
+    assert jumpy.busy_reasons == ("spread",)
+    assert _timing([1.0, 1.5, 3.0], load_average=9.0, cores=4).busy_reasons == ("load", "spread")
+    # Two steps have no spread worth judging.
+    assert _timing([1.0, 3.0], load_average=0.1, cores=2).busy_reasons == ()
+
+
+def test_the_load_figure_is_read_through_an_injected_function():
+    from ckptlab.step.meters import machine_load
+
+    assert machine_load(lambda: (5.25, 1.0, 1.0), cores=2) == (5.25, 2)
+
+    def no_load():
+        raise OSError("no load average here")
+
+    assert machine_load(no_load, cores=8) == (None, 8)

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import CkptlabError
-from .args import EXIT_BAD_INPUT
+from ..show.wording import for_cli
+from .args import EXIT_BAD_INPUT, Parser
 from .models import add_models_command
 from .run import add_run_command
 from .simulate import add_simulate_command
@@ -28,7 +29,7 @@ COMMANDS = [add_models_command, add_run_command, add_sweep_command, add_simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m ckptlab",
         description="Activation checkpointing in transformers, measured: run real steps and see what each layer keeps.",
     )
@@ -43,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except CkptlabError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {for_cli(str(error))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -8,11 +8,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, OPTIMIZERS, RunSpec
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the lab's way of refusing bad input: one line naming the value (and the choices), exit 2.
+
+    argparse's own ``error`` prints the whole usage block first; a newcomer who typed
+    ``--dtype float64`` needs the one line that says what is accepted. Subcommands' parsers
+    are made of this class too (``add_subparsers`` uses the parent's class).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (see: {self.prog} --help)\n")
 
 
 def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec()) -> None:

@@ -17,6 +17,7 @@ from ..explore.accuracy import PredictionCheck, check_predictions
 from ..explore.predict_training import LORA_ACTIVATIONS_NOTE
 from ..explore.recommend import GPUS, Recommendation, gpu_name, recommend
 from ..explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
+from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent
 from ..spec import RunSpec
 from ..units import GIB, KIB, MIB, mib, milliseconds
 from .args import EXIT_BAD_INPUT, add_run_arguments, print_progress, spec_from_args
@@ -193,6 +194,8 @@ def _recommendation_dict(rec: Recommendation) -> dict:
         "model_code": rec.model_code,
         "trainer_code": rec.trainer_code,
         "suggestions": rec.suggestions,
+        "ranked_by": rec.ranked_by,
+        "predicted_recompute": rec.recompute,
     }
 
 
@@ -208,16 +211,25 @@ def sweep_report(
         + (f" · {first.dtype} · {first.provenance.label}" if first else "")
         + f" · optimizer {spec.optimizer} · {lora}"
     ]
+    timings = [row.result.timing for row in result.rows if row.result is not None and row.result.timing is not None]
+    busy = busy_note(
+        result.busy_reasons,
+        max((t.load_average for t in timings if t.load_average is not None), default=None),
+        next((t.cores for t in timings if t.cores), None),
+        max((t.relative_spread for t in timings if t.relative_spread is not None), default=None),
+    )
+    if busy:
+        lines.append(busy)
     lines += [f"note: {note}" for note in result.notes]
     if result.cancelled:
         lines.append(f"note: stopped after {len(result.rows)} rows; the rows measured are below.")
     lines.append("")
     lines.append(
         "Measured: memory in MiB (resident and peak above the baseline; total = peak with the baseline, which holds "
-        "the parameters and the optimizer's state, shown as optim), time in ms (medians):"
+        "the parameters and the optimizer's state, shown as optim), time in ms (medians; x off: ratio of medians):"
     )
     lines.append(
-        f"{'seq':>6}  {'setting':<14}{'CP':>3}  {'resident':>9} {'x off':>6}  {'peak':>7} {'x off':>6} {'total':>7} {'optim':>7}  {'fwd':>6} {'bwd':>6} {'step':>6} {'x off':>6}  peak reached in"
+        f"{'seq':>6}  {'setting':<14}{'CP':>3}  {'resident':>9} {'x off':>6}  {'peak':>7} {'x off':>6} {'total':>7} {'optim':>7}  {'fwd':>6} {'bwd':>6} {'step':>6} {'x off':>6} {'spread':>6} {'time':>10}  peak reached in"
     )
     for row in result.rows:
         if row.status != "ok":
@@ -225,9 +237,11 @@ def sweep_report(
             continue
         lines.append(
             f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {mib(row.after_forward_bytes):>9} {_x(row.after_forward_ratio):>6}"
-            f"  {mib(row.peak_above_baseline_bytes):>7} {_x(row.peak_ratio):>6} {mib(row.peak_bytes):>7} {_mib(row.optimizer_state_bytes):>7}  {milliseconds(row.forward_s):>6} {milliseconds(row.backward_s):>6}"
-            f" {milliseconds(row.step_s):>6} {_x(row.step_ratio):>6}  {row.peak_where}"
+            f"  {mib(row.peak_above_baseline_bytes):>7} {_x(row.peak_ratio):>6} {mib(row.peak_bytes):>7} {_mib(row.optimizer_state_bytes):>7}  {_ms(row.forward_s):>6} {_ms(row.backward_s):>6}"
+            f" {_ms(row.step_s):>6} {_x(row.step_ratio):>6} {_spread(row.step_spread):>6} {VERDICT_WORDS.get(row.step_verdict, ''):>10}"
+            f"  {row.peak_where}"
         )
+    lines.append(VERDICT_LEGEND)
     if checks:
         lines.append("")
         lines.append(
@@ -241,12 +255,13 @@ def sweep_report(
             lines.append(
                 f"{check.seq_len:>6}  {check.setting:<14}{_mib(check.measured_after_forward_bytes):>9}  {mib(check.formula_after_forward_bytes):>9}"
                 f" {_pct(check.formula_error):>7}  {_mib(check.calibrated_after_forward_bytes):>10} {_pct(check.calibrated_error):>7}"
-                f"  {check.recompute_fraction:>10.0%}  {_mib(check.measured_peak_bytes):>7} {_mib(check.formula_peak_bytes):>8}"
+                f"  {check.recompute_fraction + 0.0:>10.0%}  {_mib(check.measured_peak_bytes):>7} {_mib(check.formula_peak_bytes):>8}"
                 f" {_pct(check.formula_peak_error):>7} {check.formula_peak_phase or ''}"
             )
         lines.append(
             "formula: Korthikanti et al. 2022 adapted (ckptlab.predict); calibrated: per-layer bytes of the measured off run."
         )
+        lines.append(RERUN_SHARE_NOTE)
         lines.append(
             "peak: the formula's peak of the whole step, total; in the optimizer step it is exact arithmetic "
             "(parameters, gradients, optimizer state, the update's copy), in the backward an estimate (measured -9% to +20% on the tiny presets)."
@@ -269,7 +284,15 @@ def _x(ratio: float | None) -> str:
 
 
 def _pct(error: float | None) -> str:
-    return "" if error is None else f"{error * 100:+.1f}%"
+    return percent(error)
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else milliseconds(seconds)
+
+
+def _spread(spread: float | None) -> str:
+    return "" if spread is None else f"{spread:.0%}"
 
 
 def _mib(value: int | None) -> str:

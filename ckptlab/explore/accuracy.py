@@ -59,7 +59,8 @@ def check_predictions(result: SweepResult) -> list[PredictionCheck]:
     for seq_len in dict.fromkeys(row.seq_len for row in result.rows):
         rows = result.rows_at(seq_len)
         off = result.off_row(seq_len)
-        calibration = off.result if off is not None and off.status == "ok" and off.result is not None else None
+        # A stopped sweep can keep an off row whose memory was measured but whose rounds were never timed.
+        calibration = off.result if off is not None and off.status == "ok" and off.step_s is not None else None
         settings = [row.every_n_layers for row in rows if row.every_n_layers is not None]
         spec = result.spec
         predictions = predict(

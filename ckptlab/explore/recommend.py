@@ -6,6 +6,12 @@ with the margin left, the reason in words and the transformers code to copy. Whe
 nothing fits it says what would: a shorter sequence, a smaller batch, offload. Those
 suggestions are estimates unless a measured row backs them, and say so.
 
+Time is ranked only where it is measurable (:func:`ckptlab.results.judge_time`): when the
+fastest row's step time is within the noise of another row that fits, or the machine was too
+busy to time, the rows are ranked by the formula's predicted recompute cost instead (the
+rerun's share of the forward, :func:`ckptlab.predict`), and the reason says so
+(``Recommendation.ranked_by == "predicted"``).
+
 The measured peak is the whole training step's: parameters, their gradients, the
 optimizer's state (and its update's temporaries) and the activations; the reason says what
 it counts for the rows' optimizer and LoRA, and the code carries both (``optim=...``, and
@@ -16,14 +22,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
-from ..errors import SpecError
+from ..errors import CkptlabError, SpecError
 from ..model.snippets import lora_snippet, model_snippet, trainer_snippet
+from ..results import judge_time
 from ..units import GIB, mib, milliseconds
+from .formula import architecture
+from .predict import predict
 from .predict_training import training_bytes
 from .sweep import SweepRow
+
+RankedBy = Literal["measured", "predicted"]
 
 # Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
 # on an H100 80GB, and the CUDA context takes a few hundred MiB outside torch's counts: the
@@ -67,8 +79,10 @@ class Recommendation:
     )
     trainer_code: str  # TrainingArguments(...) for the chosen row ("" if none)
     fitting: list[SweepRow] = field(default_factory=list)  # every row that fits, fastest first
-    as_fast: list[str] = field(default_factory=list)  # settings whose step-time range overlaps the chosen one's
+    as_fast: list[str] = field(default_factory=list)  # settings whose step time is within the noise of the fastest's
     suggestions: list[str] = field(default_factory=list)  # when nothing fits: what would, measured or estimated
+    ranked_by: RankedBy = "measured"  # "predicted": the measured times could not tell the settings apart
+    recompute: dict[str, float] = field(default_factory=dict)  # predicted rerun share of the forward, by setting
 
     @property
     def fits(self) -> bool:
@@ -147,8 +161,18 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
             trainer_code="",
             suggestions=_what_would_fit(rows, measured, budget, seq_len),
         )
-    best = fitting[0]
-    as_fast = [row.setting for row in fitting[1:] if _overlap(row, best)]
+    fastest = fitting[0]
+    tied = [row for row in fitting[1:] if not _measurably_slower(row, fastest)]
+    busy = any(
+        row.result is not None and row.result.timing is not None and row.result.timing.too_busy for row in fitting
+    )
+    best, ranked_by, recompute = fastest, "measured", {}
+    if tied or busy:
+        candidates = fitting if busy else [fastest, *tied]
+        recompute = predicted_recompute(candidates)
+        best = min(candidates, key=lambda row: (recompute[row.setting], row.offload, row.peak_bytes))
+        ranked_by = "predicted"
+    as_fast = [row.setting for row in tied]
     spec = best.result.spec if best.result is not None else None
     optimizer = spec.optimizer if spec is not None else "adamw"
     model_code = model_snippet(best.every_n_layers, best.offload)
@@ -161,34 +185,90 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         seq_len=seq_len,
         row=best,
         margin_bytes=budget - best.peak_bytes,
-        reason=_reason(best, fitting, measured, budget, label, as_fast),
+        reason=_reason(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
         model_code=model_code,
         trainer_code=trainer_snippet(best.every_n_layers, best.offload, optimizer),
         fitting=fitting,
         as_fast=as_fast,
+        ranked_by=ranked_by,
+        recompute=recompute,
     )
 
 
-def _overlap(row: SweepRow, best: SweepRow) -> bool:
-    low, high = row.step_min_s, row.step_max_s
-    if low is None or high is None or best.step_min_s is None or best.step_max_s is None:
-        return False
-    return low <= best.step_max_s and best.step_min_s <= high
+def _measurably_slower(row: SweepRow, fastest: SweepRow) -> bool:
+    """The lab's verdict (judge_time) on the two rows' timed steps; from the rows' ranges when the runs are gone."""
+    if row.result is not None and fastest.result is not None and row.result.timing and fastest.result.timing:
+        return judge_time(row.result.timing.step_samples, fastest.result.timing.step_samples).measurable
+    if None in (row.step_min_s, row.step_max_s, fastest.step_min_s, fastest.step_max_s):
+        return False  # nothing to judge by: not a measurable difference
+    return row.step_min_s > fastest.step_max_s
+
+
+def predicted_recompute(rows: Sequence[SweepRow]) -> dict[str, float]:
+    """The formula's predicted rerun share of the forward for each row's setting (0 for checkpointing off).
+
+    Predicted from the model's architecture (:func:`ckptlab.predict`); where the rows carry no
+    run to name the model, the share of layers checkpointed stands in (the formula's share
+    grows with it).
+    """
+    shares: dict[str, float] = {}
+    spec = next((row.result.spec for row in rows if row.result is not None), None)
+    if spec is not None:
+        try:
+            arch = architecture(spec.model)
+            settings = sorted({row.every_n_layers for row in rows if row.every_n_layers is not None})
+            for prediction in predict(
+                arch, seq_len=rows[0].seq_len, batch_size=spec.batch_size, every_n_layers=settings or [1]
+            ):
+                for offload in (False, True):
+                    shares[_setting(prediction.every_n_layers, offload)] = prediction.recompute_fraction
+        except CkptlabError:
+            shares = {}
+    layers = max((row.result.model.num_layers for row in rows if row.result is not None), default=0)
+    return {
+        row.setting: shares.get(row.setting, row.cp_layers / layers if layers else float(row.cp_layers)) for row in rows
+    }
+
+
+def _setting(every_n_layers: int | None, offload: bool) -> str:
+    """As :attr:`SweepRow.setting`: "off", "n=2", "n=2 offload"."""
+    return "off" if every_n_layers is None else f"n={every_n_layers}" + (" offload" if offload else "")
 
 
 def _reason(
-    best: SweepRow, fitting: list[SweepRow], measured: list[SweepRow], budget: int, label: str, as_fast: list[str]
+    best: SweepRow,
+    fitting: list[SweepRow],
+    measured: list[SweepRow],
+    budget: int,
+    label: str,
+    as_fast: list[str],
+    ranked_by: RankedBy,
+    recompute: dict[str, float],
+    busy: bool,
 ) -> str:
+    step = f"step {milliseconds(best.step_s)} ms" + (
+        f", {best.time_verdict.describe('against checkpointing off')}"
+        if best.time_verdict is not None and best.every_n_layers is not None
+        else ""
+    )
+    if ranked_by == "measured":
+        head = f"{_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label}"
+    else:
+        head = f"{_name(best)} reruns the least of the settings that fit in {label} by the predicted recompute cost"
     words = [
-        f"{_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label} at "
-        f"seq_len={best.seq_len}: step {milliseconds(best.step_s)} ms"
-        + (
-            f" ({(best.step_ratio - 1) * 100:+.0f}% against checkpointing off{_noise(best)})"
-            if best.step_ratio is not None and best.every_n_layers is not None
-            else ""
-        )
-        + f", peak {mib(best.peak_bytes)} MiB, {mib(budget - best.peak_bytes)} MiB to spare."
+        f"{head} at seq_len={best.seq_len}: {step}, peak {mib(best.peak_bytes)} MiB, {mib(budget - best.peak_bytes)} MiB to spare."
     ]
+    if ranked_by == "predicted":
+        why = (
+            "this machine was too busy to time (see the warning on load)"
+            if busy
+            else f"the measured step times of {', '.join([_name(fitting[0]), *as_fast])} are within the noise of each other"
+        )
+        shares = ", ".join(f"{setting} {share:.0%}" for setting, share in sorted(recompute.items(), key=lambda i: i[1]))
+        words.append(
+            f"They are not ranked by time: {why}. Ranked by the predicted recompute cost instead (predicted by the "
+            f"formula, not measured: the rerun's share of the forward, {shares})."
+        )
     off = next((row for row in measured if row.every_n_layers is None), None)
     if best.every_n_layers is None:
         words.append("Checkpointing off fits, so checkpointing would only cost time: leave it off.")
@@ -201,14 +281,9 @@ def _reason(
             )
         else:
             words.append(
-                f"It checkpoints {best.cp_layers} layers where {fewest} would fit: measured faster anyway, which on a busy "
-                "machine can be noise (see the spread)."
+                f"It checkpoints {best.cp_layers} layers where {fewest} would fit: measured faster, outside the "
+                "spread of the repeats."
             )
-    if as_fast:
-        words.append(
-            f"{', '.join(as_fast)} fit too and their step times overlap this one's range: on this machine they are "
-            "as fast within the noise; the one with the larger margin is the safer choice."
-        )
     spec = best.result.spec if best.result is not None else None
     words.append(counts_note(spec.optimizer if spec else "adamw", spec.lora_rank if spec else None))
     return " ".join(words)
@@ -277,10 +352,6 @@ def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: 
             "the inputs are back on the device)."
         )
     return suggestions
-
-
-def _noise(row: SweepRow) -> str:
-    return ", within the noise of the repeats" if row.step_significant is False else ""
 
 
 def _name(row: SweepRow) -> str:

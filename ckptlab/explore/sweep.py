@@ -6,14 +6,21 @@ only), at one or more sequence lengths. The model is built once for the whole sw
 handed to :func:`ckptlab.measure` (``model=``, ``info=``); a cancel callback is checked
 between rows, and the rows measured so far are kept.
 
+Memory, then time. At each sequence length every setting first runs its memory step
+(``measure(..., timed=False)``: one or more untimed steps, then the observed one). Then the
+settings' timed steps run interleaved, round by round (off, n=1, n=2, off, n=1, n=2, ...;
+:mod:`ckptlab.step.rounds`), so a burst of load on a shared machine hits every setting
+alike, and each row quotes the ratio of medians over those rounds with the verdict of
+:func:`ckptlab.results.judge_time` (measurable, or within the noise). ``SweepSpec.timing_order
+= "blocks"`` times each setting's steps together instead, as single runs do;
+``benchmarks/timing_order.py`` measures both orders side by side (the figures are in the README).
+
 Warm-up: a single run warms up ``warmup`` steps before timing because the first
 backwards are slow (lazy initialisation, allocator growth, caches). In a sweep those costs
 are paid by the first row of each sequence length: later rows run the same model on the
-same shapes, so by default they get no warm-up of their own
-(``SweepSpec.warmup_each_row=False``). ``benchmarks/sweep.py`` measures the rows both ways
-side by side: the later rows' median steps came out within 0.95-1.08 of single runs either
-way, and the sweep took 0.77 of the single runs' time. Memory is unaffected: it is read on
-its own observed step.
+same shapes, so by default they get one untimed step (which creates the optimizer's state
+before their memory step) and no more (``SweepSpec.warmup_each_row=False``; True: every row
+warms up ``warmup`` steps, and ``warmup`` untimed rounds precede the timed ones).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -33,10 +40,14 @@ from transformers import PreTrainedModel
 from ..errors import SpecError
 from ..model import catalog
 from ..model.catalog import DEFAULT_PRESET, ModelInfo
-from ..results import RunResult, compare
+from ..results import BusyReason, RunResult
 from ..spec import RunSpec
 from ..step.measure import Progress, load_model, measure, resolve_device, validate_for_model
+from ..step.rounds import ORDERS, OnStep, Order, time_settings
 from .predict import settings_for
+from .sweep_rows import COLUMNS, SweepRow, rows_from_results
+
+__all__ = ["COLUMNS", "SweepResult", "SweepRow", "SweepSpec", "plan_sweep", "rows_from_results", "sweep"]
 
 OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")
@@ -70,9 +81,12 @@ class SweepSpec:
     optimizer: str = "adamw"  # as RunSpec.optimizer: every row runs the same training step
     lora_rank: int | None = None  # as RunSpec.lora_rank; None: full fine-tune
     lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets
+    timing_order: Order = "interleaved"  # "interleaved": A B C A B C ... (see the module doc); "blocks": A A B B C C
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
+        if self.timing_order not in ORDERS:
+            raise SpecError(f"timing_order={self.timing_order!r} is not one of {', '.join(ORDERS)}.")
         if not self.seq_lens:
             raise SpecError("seq_lens is empty: give at least one sequence length, e.g. 512.")
         for seq_len in self.seq_lens:
@@ -124,59 +138,6 @@ class SweepSpec:
 
 
 @dataclass(frozen=True)
-class SweepRow:
-    """One configuration, measured: raw bytes and seconds, and ratios to checkpointing off at the same length."""
-
-    seq_len: int  # tokens per sequence
-    every_n_layers: int | None  # None: checkpointing off
-    offload: bool  # transformers' offload ran (CUDA only)
-    status: str  # "ok" or "does_not_fit"
-    provenance: str  # kind: "measured-cpu" or "measured-cuda"
-    cp_layers: int = 0  # layers checkpointed
-    baseline_bytes: int | None = None  # before the forward: parameters, buffers and the optimizer's state
-    after_forward_bytes: int | None = None  # resident above the baseline after the forward
-    peak_bytes: int | None = None  # highest total over the step, baseline included
-    peak_where: str = ""  # the stretch of the step where the peak was reached
-    peak_phase: str = ""  # "forward", "loss", "backward" or "optimizer"
-    peak_rerun: bool = False  # the peak came while the backward reran a checkpointed layer
-    optimizer_state_bytes: int | None = None  # the optimizer's state, in the baseline and the peak (0: sgd, none)
-    offload_bytes: int = 0  # inputs of the CP layers: moved to host with offload on CUDA, else what it would move
-    forward_s: float | None = None  # median forward (with the loss)
-    backward_s: float | None = None  # median backward
-    step_s: float | None = None  # median step
-    step_min_s: float | None = None  # fastest timed step
-    step_max_s: float | None = None  # slowest timed step
-    after_forward_ratio: float | None = None  # resident after the forward over checkpointing off's
-    peak_ratio: float | None = None  # peak above the baseline over checkpointing off's
-    step_ratio: float | None = None  # median step over checkpointing off's
-    step_significant: bool | None = None  # the step-time ranges of this row and off's do not overlap
-    message: str = ""  # for does_not_fit: what did not fit
-    result: RunResult | None = field(default=None, compare=False, repr=False)  # the full run (timeline, layers, notes)
-
-    @property
-    def setting(self) -> str:
-        """``"off"``, ``"n=2"`` or ``"n=2 offload"``: a short name for tables and figures."""
-        if self.every_n_layers is None:
-            return "off"
-        return f"n={self.every_n_layers}" + (" offload" if self.offload else "")
-
-    @property
-    def peak_above_baseline_bytes(self) -> int | None:
-        if self.peak_bytes is None or self.baseline_bytes is None:
-            return None
-        return self.peak_bytes - self.baseline_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        """The flat row, without the full result."""
-        data = {key: value for key, value in asdict(self).items() if key != "result"}
-        data["setting"] = self.setting
-        return data
-
-
-COLUMNS = tuple(name for name in SweepRow.__dataclass_fields__ if name != "result") + ("setting",)
-
-
-@dataclass(frozen=True)
 class SweepResult:
     """The rows of a sweep, in the order measured, and what a reader must know."""
 
@@ -188,6 +149,17 @@ class SweepResult:
     notes: list[str] = field(default_factory=list)  # offload skipped, duplicates dropped, warm-up policy, ...
     cancelled: bool = False  # True when stopped before the last row; the rows measured are kept
     elapsed_s: float = 0.0  # wall time of the whole sweep, model building included
+
+    @property
+    def busy_reasons(self) -> tuple[BusyReason, ...]:
+        """Why the machine was too busy to time any row ("load", "spread"), from the rows' timings; () if not."""
+        reasons = {
+            reason
+            for row in self.rows
+            if row.result is not None and row.result.timing is not None
+            for reason in row.result.timing.busy_reasons
+        }
+        return tuple(reason for reason in ("load", "spread") if reason in reasons)
 
     def rows_at(self, seq_len: int) -> list[SweepRow]:
         return [row for row in self.rows if row.seq_len == seq_len]
@@ -256,8 +228,13 @@ def plan_sweep(spec: SweepSpec) -> _Plan:
         offloads = [False]
     if not spec.warmup_each_row and spec.warmup:
         notes.append(
-            f"warm-up: {spec.warmup} untimed steps before the first row of each sequence length, none before "
+            f"warm-up: {spec.warmup} untimed steps before the first row of each sequence length, one before "
             "later rows (same model, same shapes: the first-step costs are already paid)."
+        )
+    if spec.timing_order == "interleaved":
+        notes.append(
+            f"time: the settings' {spec.repeats} timed steps ran interleaved, one step of each setting per round, "
+            "so that load on the machine hits them alike; each x off is the ratio of medians over the rounds."
         )
     rows: list[tuple[int, int | None, bool]] = []
     for seq_len in spec.seq_lens:
@@ -275,6 +252,7 @@ def sweep(
     load: Loader | None = None,
     turn: Turn | None = None,
     on_result: Callable[[RunResult], None] | None = None,
+    on_timed_step: Callable[[RunSpec], None] | None = None,
 ) -> SweepResult:
     """Measure every configuration of ``spec``, building the model once.
 
@@ -287,8 +265,11 @@ def sweep(
             the app passes its cached loader).
         turn: ``turn(label)`` returns a context manager held while one row runs (the app's
             device queue, so that one measured run uses the device at a time).
-        on_result: called with each row's :class:`RunResult` as soon as it is measured
-            (a page shows the rows live, and keeps them if the sweep is stopped).
+        on_result: called with each row's :class:`RunResult` as soon as its memory is measured
+            (``timing`` None), and again with the same spec once its length's rounds are timed
+            (a page shows the rows live, replaces them when timed, and keeps them if the sweep is stopped).
+        on_timed_step: called with a row's spec just before each of its timed steps, in the
+            order they run (tests observe the interleaving through it).
 
     Returns:
         A :class:`SweepResult`.
@@ -305,28 +286,69 @@ def sweep(
     device = resolve_device(spec.device)
     measured: list[RunResult] = []
     model = info = None
-    warmed: set[int] = set()
     cancelled = False
-    total = len(plan.rows)
-    for index, (seq_len, n, offload) in enumerate(plan.rows):
-        if stopped():
-            cancelled = True
+    groups = list(dict.fromkeys(seq_len for seq_len, _, _ in plan.rows))
+    total = len(plan.rows) + len(groups)  # every row's memory step, and one timing unit per length
+    done = 0
+    for seq_len in groups:
+        pending: list[RunResult] = []
+        for index, (length, n, offload) in enumerate(plan.rows):
+            if length != seq_len:
+                continue
+            if stopped():
+                cancelled = True
+                break
+            first = not pending or spec.warmup_each_row
+            run_spec = spec.run_spec(seq_len, n, offload, warmup=spec.warmup if first else 0)
+            label = f"row {index + 1} of {len(plan.rows)}: seq {seq_len}, {_setting(n, offload)}"
+            with hold(label):
+                if model is None:
+                    report(f"{label}: building the model", done / total)
+                    # One model for every row: the sequence length is checked per run by measure.
+                    model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
+                model.zero_grad(set_to_none=True)
+                progress_here = _scaled(report, f"{label}: memory", done, total)
+                pending.append(measure(run_spec, model=model, info=info, progress=progress_here, timed=False))
+            if on_result is not None:
+                on_result(pending[-1])
+            done += 1
+        ok = [result for result in pending if result.status == "ok"]
+        timed_here = bool(ok) and not cancelled
+        if timed_here:
+            label = f"seq {seq_len}: {len(ok)} settings timed {spec.timing_order}"
+            step_hook: OnStep | None = None
+            if on_timed_step is not None:
+                specs = [result.spec for result in ok]
+
+                def step_hook(round_: int, index: int, specs: list[RunSpec] = specs) -> None:
+                    on_timed_step(specs[index])
+
+            with hold(label):
+                rounds = time_settings(
+                    [result.spec for result in ok],
+                    model,
+                    info,
+                    order=spec.timing_order,
+                    warmup_rounds=spec.warmup if spec.warmup_each_row else 0,
+                    on_step=step_hook,
+                    stopped=stopped,
+                    progress=_scaled(report, label, done, total),
+                )
+            timed = {id(result): (timing, notes) for result, timing, notes in zip(ok, rounds.timings, rounds.notes)}
+            pending = [
+                replace(result, timing=timed[id(result)][0], notes=result.notes + timed[id(result)][1])
+                if id(result) in timed
+                else result
+                for result in pending
+            ]
+            cancelled = cancelled or stopped()
+        done += 1
+        measured += pending
+        if on_result is not None and timed_here:
+            for result in pending:
+                on_result(result)
+        if cancelled:
             break
-        warmup = spec.warmup if spec.warmup_each_row or seq_len not in warmed else 0
-        run_spec = spec.run_spec(seq_len, n, offload, warmup=warmup)
-        label = f"row {index + 1} of {total}: seq {seq_len}, {_setting(n, offload)}"
-        with hold(label):
-            if model is None:
-                report(f"{label}: building the model", index / total)
-                # One model for every row: the sequence length is checked per run by measure.
-                model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
-            model.zero_grad(set_to_none=True)
-            result = measure(run_spec, model=model, info=info, progress=_scaled(report, label, index, total))
-        if result.status == "ok":
-            warmed.add(seq_len)
-        measured.append(result)
-        if on_result is not None:
-            on_result(result)
     if total and not cancelled:
         report("sweep done", 1.0)
     return SweepResult(
@@ -338,56 +360,6 @@ def sweep(
         notes=plan.notes,
         cancelled=cancelled,
         elapsed_s=time.monotonic() - started,
-    )
-
-
-def rows_from_results(results: Sequence[RunResult]) -> list[SweepRow]:
-    """Table rows from measured runs, each compared with the run with checkpointing off at its length (if any)."""
-    off = {r.spec.seq_len: r for r in results if r.spec.every_n_layers is None and r.status == "ok"}
-    return [_row(result, off.get(result.spec.seq_len)) for result in results]
-
-
-def _row(result: RunResult, off: RunResult | None) -> SweepRow:
-    spec = result.spec
-    cp_layers = sum(layer.planned == "CP" for layer in result.layers)
-    base = {
-        "seq_len": spec.seq_len,
-        "every_n_layers": spec.every_n_layers,
-        "offload": spec.offload,
-        "status": result.status,
-        "provenance": result.provenance.kind,
-        "cp_layers": cp_layers,
-        "message": result.message,
-        "result": result,
-    }
-    if result.memory is None or result.timing is None:
-        return SweepRow(**base)
-    memory, timing = result.memory, result.timing
-    ratios: dict[str, Any] = {}
-    if off is not None:
-        comparison = compare(result, off)
-        ratios = {
-            "after_forward_ratio": comparison.after_forward_ratio,
-            "peak_ratio": comparison.peak_ratio,
-            "step_ratio": comparison.step_ratio,
-            "step_significant": comparison.step_significant,
-        }
-    return SweepRow(
-        **base,
-        baseline_bytes=memory.baseline_bytes,
-        after_forward_bytes=memory.after_forward_bytes,
-        peak_bytes=memory.peak_bytes,
-        peak_where=memory.peak_where.get("description", ""),
-        peak_phase=memory.peak_where.get("phase") or "",
-        peak_rerun=bool(memory.peak_where.get("rerun")),
-        optimizer_state_bytes=memory.optimizer_state_bytes,
-        offload_bytes=memory.offload_bytes,
-        forward_s=timing.forward_s,
-        backward_s=timing.backward_s,
-        step_s=timing.step_s,
-        step_min_s=min(timing.step_samples),
-        step_max_s=max(timing.step_samples),
-        **ratios,
     )
 
 

@@ -189,7 +189,7 @@ def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
 def _explain_step(run: RunResult, off: RunResult, lang: str) -> str:
     comparison = compare(run, off)
     cp = sum(layer.observed == "CP" for layer in run.layers)
-    key = "explain.step" if comparison.step_significant else "explain.step_noise"
+    key = "explain.step" if comparison.step.measurable else "explain.step_noise"  # results.judge_time's verdict
     return t(
         key,
         lang,

@@ -51,7 +51,12 @@ class BackgroundJob:
             self._message, self._fraction = message, fraction
 
     def _collect(self, result: RunResult) -> None:
+        """Keep ``result``; one for a spec already kept replaces it (a sweep reports a row's memory, then its time)."""
         with self._lock:
+            for index, kept in enumerate(self._results):
+                if kept.spec == result.spec:
+                    self._results[index] = result
+                    return
             self._results.append(result)
 
     def _results_so_far(self) -> list[RunResult]:

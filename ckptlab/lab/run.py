@@ -25,7 +25,7 @@ from ..errors import DoesNotFitError, RunStoppedError
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.lora import linear_module_names
-from ..results import MIN_SAMPLES_TO_JUDGE, Comparison, RunResult, compare
+from ..results import Comparison, Judgement, RunResult, compare, judge_time
 from ..spec import RunSpec
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
@@ -288,7 +288,7 @@ _LIBC = _glibc()
 
 
 def phase_significant(run: RunResult, reference: RunResult, phase: str) -> bool | None:
-    """The rule of :func:`ckptlab.compare` for one phase: True when the two ranges of samples do not overlap.
+    """The verdict of :func:`ckptlab.results.judge_time` on one phase: True when measurable, False within the noise.
 
     Args:
         run, reference: measured results.
@@ -297,11 +297,8 @@ def phase_significant(run: RunResult, reference: RunResult, phase: str) -> bool 
     Returns:
         None, no judgement, when either run has fewer than ``MIN_SAMPLES_TO_JUDGE`` timed steps.
     """
-    samples = getattr(run.timing, f"{phase}_samples")
-    ref_samples = getattr(reference.timing, f"{phase}_samples")
-    if min(len(samples), len(ref_samples)) < MIN_SAMPLES_TO_JUDGE:
-        return None  # too few samples to have a spread worth the name
-    return max(samples) < min(ref_samples) or max(ref_samples) < min(samples)
+    verdict = judge_time(getattr(run.timing, f"{phase}_samples"), getattr(reference.timing, f"{phase}_samples"))
+    return None if verdict.judgement is Judgement.TOO_FEW else verdict.measurable
 
 
 def _cached(cache: ResultCache, spec: RunSpec) -> Measured | None:

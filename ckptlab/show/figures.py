@@ -1,6 +1,6 @@
 """Pure Plotly builders: a result (or a plan) in, a figure out.
 
-The diagram follows DESIGN.md's text diagram: a forward row saying what each layer keeps
+The diagram follows the text diagram of show/report.py (the README's sample output): a forward row saying what each layer keeps
 (CP or keep) and a backward row saying what the backward does there (rerun or keep),
 layers in order from left to right, wrapped every :data:`LAYERS_PER_LINE` layers so that
 a 36-layer model stays legible on a projector. Boxes are bars (so they scale with the

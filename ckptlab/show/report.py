@@ -9,12 +9,61 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..model.catalog import ModelInfo
-from ..results import Comparison, RunResult, TimingResult
+from ..results import BUSY_SPREAD, MIN_SAMPLES_TO_JUDGE, BusyReason, Comparison, Judgement, RunResult, TimingResult
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .i18n import t
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
+
+# A sweep row's time against checkpointing off, in one word (results.Judgement).
+VERDICT_WORDS = {
+    Judgement.MEASURABLE.value: "measurable",
+    Judgement.NOISE.value: "noise",
+    Judgement.TOO_FEW.value: "too few",
+}
+VERDICT_LEGEND = (
+    "time: 'measurable' when this row's fastest-to-slowest steps do not overlap off's; 'noise' when they do (the "
+    "x off is then not a measurable difference); 'too few' under "
+    f"{MIN_SAMPLES_TO_JUDGE} timed steps a row. spread: fastest-to-slowest step over the median."
+)
+RERUN_SHARE_NOTE = (
+    "rerun share: the predicted share of the forward's work (matmul FLOPs) that the backward repeats to rebuild "
+    "the checkpointed layers (0% with checkpointing off); the formula turns it into a step time of about "
+    "1 + share/3 of off's, a backward costing two forwards. Predicted, not measured."
+)
+
+
+def percent(value: float | None, digits: int = 1) -> str:
+    """A signed percentage, e.g. "+2.5%"; "0.0%" rather than "-0.0%" or "+0.0%"; "" for None."""
+    if value is None:
+        return ""
+    text = f"{value * 100:+.{digits}f}%"
+    return text[1:] if float(text[:-1]) == 0 else text
+
+
+def busy_note(reasons: Sequence[BusyReason], load: float | None, cores: int | None, spread: float | None) -> str:
+    """Up front when the machine was too busy to time: why, with the figures; "" when it was not."""
+    if not reasons:
+        return ""
+    why = []
+    if "load" in reasons and load is not None:
+        why.append(f"load average {load:.1f} on {cores} cores (more tasks waiting to run than cores)")
+    if "spread" in reasons and spread is not None:
+        why.append(f"identical steps differed by {spread:.0%} of their median (over {BUSY_SPREAD:.0%})")
+    return (
+        "WARNING: this machine is too busy to time: "
+        + "; ".join(why)
+        + ". The times below say more about the other work than about checkpointing; the memory is unaffected. "
+        "Time again on an idle machine (or with more --repeats)."
+    )
+
+
+def timing_busy_note(timing: TimingResult | None) -> str:
+    """:func:`busy_note` for one run's timing."""
+    if timing is None:
+        return ""
+    return busy_note(timing.busy_reasons, timing.load_average, timing.cores, timing.relative_spread)
 
 
 def setting_name(every_n_layers: int | None, offload: bool = False) -> str:
@@ -43,7 +92,7 @@ def category_name(key: str) -> str:
 
 
 def diagram(forward_roles: Sequence[str], backward_roles: Sequence[str], title: str) -> str:
-    """DESIGN.md's text diagram of one step.
+    """The text diagram of one step (as the README's sample output shows it).
 
     Args:
         forward_roles: per layer, "CP" (keeps only its input) or "keep".
@@ -116,6 +165,9 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
     )
     if result.status != "ok":
         return head + "\n\n" + result.message
+    busy = timing_busy_note(result.timing) or (reference is not None and timing_busy_note(reference.timing))
+    if busy:
+        head += "\n\n" + busy
     memory, timing = result.memory, result.timing
     ref_memory = reference.memory if reference else None
     ref_timing = reference.timing if reference else None

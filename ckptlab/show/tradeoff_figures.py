@@ -20,6 +20,7 @@ from ..explore.sweep import SweepResult, SweepRow
 from ..model import catalog
 from ..units import MIB
 from .i18n import t
+from .noise import NOISE_GREY
 
 FONT = "Arial, Helvetica, sans-serif"
 # Okabe-Ito, as ckptlab.show.figures: colour-blind safe and legible on a projector.
@@ -68,7 +69,8 @@ def tradeoff_figure(
 
     Returns:
         A scatter: x the median step time (ms, bars: fastest to slowest step), y the peak
-        over the step (MiB, baseline included: what has to fit).
+        over the step (MiB, baseline included: what has to fit). A point whose step time is
+        within the noise of checkpointing off's (``SweepRow.time_is_noise``) is grey and says so.
     """
     rows = [row for row in result.rows_at(seq_len) if row.step_s is not None]
     figure = go.Figure()
@@ -77,10 +79,14 @@ def tradeoff_figure(
             x=[row.step_s * 1000 for row in rows],
             y=[row.peak_bytes / MIB for row in rows],
             mode="markers+text",
-            text=[row.setting for row in rows],
+            text=[
+                t("tradeoff_fig.noise_point", lang, setting=row.setting) if row.time_is_noise else row.setting
+                for row in rows
+            ],
             textposition="top center",
+            textfont={"color": [NOISE_GREY if row.time_is_noise else "#000000" for row in rows]},
             name=t("tradeoff_fig.configuration", lang),
-            marker={"size": 11, "color": MEASURED},
+            marker={"size": 11, "color": [NOISE_GREY if row.time_is_noise else MEASURED for row in rows]},
             error_x={
                 "type": "data",
                 "symmetric": False,
@@ -93,6 +99,17 @@ def tradeoff_figure(
             "<br>peak reached in: %{customdata[0]}<extra></extra>",
         )
     )
+    if any(row.time_is_noise for row in rows):
+        figure.add_trace(  # a legend entry for the grey points
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker={"size": 11, "color": NOISE_GREY},
+                name=t("tradeoff_fig.noise_legend", lang),
+                hoverinfo="skip",
+            )
+        )
     frontier = pareto_rows(rows)
     if frontier:
         # One point when a single setting is both fastest and smallest (short sequences: the peak is
@@ -148,6 +165,7 @@ def prediction_figure(
     """
     rows = [check for check in checks if check.seq_len == seq_len]
     settings = [check.setting for check in rows]
+    noisy = {row.setting for row in result.rows_at(seq_len) if row.time_is_noise}
     figure = make_subplots(
         rows=1,
         cols=2,
@@ -197,7 +215,13 @@ def prediction_figure(
                     name=name,
                     legendgroup=name,
                     showlegend=col == 1,
-                    marker={"color": color, "pattern": {"shape": pattern} if pattern else None},
+                    marker={
+                        # A measured step time within the noise of off's is grey, as on the trade-off figure.
+                        "color": [NOISE_GREY if setting in noisy else color for setting in settings]
+                        if col == 2 and pattern is None
+                        else color,
+                        "pattern": {"shape": pattern} if pattern else None,
+                    },
                     text=[_error_text(e) for e in errors],
                     textposition="outside",
                     textfont={"size": 11},

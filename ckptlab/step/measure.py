@@ -46,7 +46,7 @@ from ..results import (
     median,
 )
 from ..spec import RunSpec
-from .meters import Clock, clock_for, meter_for
+from .meters import Clock, clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .stopping import ShouldStop, checked, stoppable
@@ -137,6 +137,7 @@ def measure(
     info: ModelInfo | None = None,
     progress: Progress | None = None,
     should_stop: ShouldStop | None = None,
+    timed: bool = True,
 ) -> RunResult:
     """Run ``spec`` for real and measure it.
 
@@ -151,6 +152,9 @@ def measure(
         should_stop: asked between steps and at every checkpointable layer's forward and
             rerun; when it answers True the run ends with :class:`RunStoppedError`
             (``ckptlab.step.stopping``), the model given back as it came.
+        timed: False skips the timed steps (``timing`` is None): the sweep times its settings
+            interleaved, round by round (:mod:`ckptlab.step.rounds`), and fills it in. At least
+            one untimed step still runs first, so the memory step starts from the steady state.
 
     Returns:
         A :class:`RunResult`; ``status == "does_not_fit"`` when the step ran out of memory
@@ -172,7 +176,7 @@ def measure(
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
         with stoppable(model, should_stop):
-            return _measure_built(spec, model, info, device, dtype, report)
+            return _measure_built(spec, model, info, device, dtype, report, timed)
     except torch.OutOfMemoryError as error:
         return _release_after_oom(spec, model, info, device, dtype, error)
     except RuntimeError as error:
@@ -190,6 +194,7 @@ def _measure_built(
     device: torch.device,
     dtype: torch.dtype,
     report: Progress,
+    timed: bool = True,
 ) -> RunResult:
     notes: list[str] = []
     offload_applies = spec.offload and device.type == "cuda"
@@ -197,21 +202,17 @@ def _measure_built(
         notes.append(OFFLOAD_ON_CPU_NOTE)
 
     model.train()
-    # enable() registers an input-embeddings hook each call and never removes the last one: on a
-    # model reused across runs (the app's cache, a sweep) they would pile up. Start clean.
-    model.disable_input_require_grads()
-    if spec.checkpointing:
-        model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload_applies)
-        if spec.every_n_layers >= info.num_layers > 1:
-            notes.append(describe_plan(info.num_layers, spec.every_n_layers) + ".")
-    else:
-        model.activation_checkpointing_disable()
+    apply_setting(model, spec, device)
+    if spec.checkpointing and spec.every_n_layers >= info.num_layers > 1:
+        notes.append(describe_plan(info.num_layers, spec.every_n_layers) + ".")
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     enabled = observed_roles(model)
     batch = random_batch(model, spec, device)
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
         optimizer = make_optimizer(spec.optimizer, trained)
-        samples, layer_counts, memory = _run_steps(spec, trained, optimizer, batch, device, planned, notes, report)
+        samples, layer_counts, memory = _run_steps(
+            spec, trained, optimizer, batch, device, planned, notes, report, timed
+        )
         del optimizer  # its state is the caller's memory no longer
 
     layers = layer_results(checkpointable_layers(model), planned, enabled, layer_counts)
@@ -227,20 +228,52 @@ def _measure_built(
         dtype=str(dtype).removeprefix("torch."),
         layers=layers,
         memory=memory,
-        timing=TimingResult(
-            method=clock_for(device).method,
-            forward_s=median(samples["forward"]),
-            backward_s=median(samples["backward"]),
-            optimizer_s=median(samples["optimizer"]),
-            step_s=median(samples["step"]),
-            forward_samples=samples["forward"],
-            backward_samples=samples["backward"],
-            optimizer_samples=samples["optimizer"] if spec.optimizer != "none" else [],
-            step_samples=samples["step"],
-        ),
+        timing=timing_result(clock_for(device).method, samples, spec.optimizer, samples["load"]) if timed else None,
         provenance=provenance_for(device),
         notes=notes,
     )
+
+
+def apply_setting(model: PreTrainedModel, spec: RunSpec, device: torch.device) -> None:
+    """Turn checkpointing on (``spec.every_n_layers``, offload where it applies) or off on ``model``, with transformers' calls."""
+    # enable() registers an input-embeddings hook each call and never removes the last one: on a
+    # model reused across runs (the app's cache, a sweep) they would pile up. Start clean.
+    model.disable_input_require_grads()
+    if spec.checkpointing:
+        offload = spec.offload and device.type == "cuda"
+        model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload)
+    else:
+        model.activation_checkpointing_disable()
+
+
+def timing_result(
+    method: str, samples: dict[str, list[float]], optimizer: str, loads: list[float | None]
+) -> TimingResult:
+    """A :class:`TimingResult` from the per-phase samples (``forward``, ``backward``, ``optimizer``, ``step``)
+    and the load averages read around the timed steps."""
+    known = [load for load in loads if load is not None]
+    return TimingResult(
+        method=method,
+        forward_s=median(samples["forward"]),
+        backward_s=median(samples["backward"]),
+        optimizer_s=median(samples["optimizer"]),
+        step_s=median(samples["step"]),
+        forward_samples=samples["forward"],
+        backward_samples=samples["backward"],
+        optimizer_samples=samples["optimizer"] if optimizer != "none" else [],
+        step_samples=samples["step"],
+        load_average=max(known) if known else None,
+        cores=machine_load()[1],
+    )
+
+
+def check_repeatable(probe: LayerProbe, planned: list[str], notes: list[str]) -> None:
+    """Every timed step must rerun exactly the planned layers; say so loudly when one does not."""
+    reran = ["CP" if counts.recompute_calls else "keep" for counts in probe.counts]
+    if reran != planned:
+        note = f"PLAN MISMATCH in a timed step: reruns observed {reran}, planned {planned}"
+        if note not in notes:
+            notes.append(note)
 
 
 def _run_steps(
@@ -252,23 +285,30 @@ def _run_steps(
     planned: list[str],
     notes: list[str],
     report: Progress,
-) -> tuple[dict[str, list[float]], list[LayerCounts], MemoryResult]:
+    timed: bool = True,
+) -> tuple[dict[str, list], list[LayerCounts], MemoryResult]:
     """The warm-up, the timed steps and the memory step of one run on a ready model."""
-    total_steps = spec.warmup + spec.repeats + 1
-    for index in range(spec.warmup):
-        report(f"warm-up step {index + 1} of {spec.warmup}", (index + 0.5) / total_steps)
+    warmup = spec.warmup if timed else max(spec.warmup, 1)  # the memory step starts from the steady state
+    repeats = spec.repeats if timed else 0
+    total_steps = warmup + repeats + 1
+    for index in range(warmup):
+        report(f"warm-up step {index + 1} of {warmup}", (index + 0.5) / total_steps)
         train_step(model, batch, probe=None, optimizer=optimizer)
 
     clock = clock_for(device)
     probe = LayerProbe(model, track_saved=False)
-    samples: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
+    samples: dict[str, list] = {"forward": [], "backward": [], "optimizer": []}
+    loads = [machine_load()[0]] if timed else []
     with probe.attached():
-        for index in range(spec.repeats):
-            report(f"timed step {index + 1} of {spec.repeats}", (spec.warmup + index + 0.5) / total_steps)
+        for index in range(repeats):
+            report(f"timed step {index + 1} of {repeats}", (warmup + index + 0.5) / total_steps)
             for phase, seconds in zip(samples, train_step(model, batch, probe, clock=clock, optimizer=optimizer)):
                 samples[phase].append(seconds)
-            _check_repeatable(probe, planned, notes)
+            check_repeatable(probe, planned, notes)
     samples["step"] = [sum(parts) for parts in zip(*samples.values())]
+    if timed:
+        loads.append(machine_load()[0])
+    samples["load"] = loads
 
     report("memory step (observed, untimed)", (total_steps - 0.5) / total_steps)
     memory, layer_counts = observe_memory(model, batch, device, optimizer)
@@ -392,15 +432,6 @@ def observe_memory(
         timeline=[point.to_dict() for point in recorder.timeline],
     )
     return memory, probe.counts
-
-
-def _check_repeatable(probe: LayerProbe, planned: list[str], notes: list[str]) -> None:
-    """Every timed step must rerun exactly the planned layers; say so loudly when one does not."""
-    reran = ["CP" if counts.recompute_calls else "keep" for counts in probe.counts]
-    if reran != planned:
-        note = f"PLAN MISMATCH in a timed step: reruns observed {reran}, planned {planned}"
-        if note not in notes:
-            notes.append(note)
 
 
 def _mismatch_note(layers: list[LayerResult]) -> str:

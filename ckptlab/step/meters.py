@@ -17,10 +17,11 @@ tracker accounts a simulated step on fake tensors (``ckptlab.simulate``).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -338,6 +339,25 @@ def meter_for(
     if device.type == "cuda":
         return CudaMeter(device, model, optimizer)
     return TrackerMeter(model, device, optimizer)
+
+
+def machine_load(
+    getloadavg: Callable[[], tuple[float, float, float]] | None = None, cores: int | None = None
+) -> tuple[float | None, int | None]:
+    """(1-minute load average, CPU cores this process may use): what says a machine is too busy to time.
+
+    A load average above the core count means more runnable tasks than cores: a timed step
+    then waits its turn, and its time says more about the neighbours than about the step.
+    Tests pass ``getloadavg`` and ``cores``; None where the platform has no load average.
+    """
+    read = getloadavg or getattr(os, "getloadavg", None)
+    try:
+        load = read()[0] if read is not None else None
+    except OSError:
+        load = None
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return load, cores
 
 
 def clock_for(device: torch.device) -> CudaClock | CpuClock:

@@ -84,29 +84,71 @@ def little_memory(monkeypatch):
 
 
 BAD_INPUTS = [
-    # (spec changes, CLI arguments, exception, words the message must hold)
-    ({"every_n_layers": 0}, ["--every-n-layers", "0"], SpecError, "every_n_layers=0"),
-    ({"every_n_layers": -2}, ["--every-n-layers", "-2"], SpecError, "every_n_layers=-2"),
-    ({"seq_len": 4096}, ["--seq-len", "4096"], SpecError, "seq_len=4096 is longer than tiny-llama accepts (2048"),
-    ({"seq_len": 0}, ["--seq-len", "0"], SpecError, "seq_len=0"),
-    ({"batch_size": 0}, ["--batch-size", "0"], SpecError, "batch_size=0"),
-    ({"model": "no-such-model"}, ["--model", "no-such-model"], ModelLoadError, "no-such-model"),
-    ({"model": "qwen3-8b"}, ["--model", "qwen3-8b"], DoesNotFitError, "does not fit on this CPU"),
+    # (spec changes, CLI arguments, exception, words the message must hold, the same words on the command line)
+    ({"every_n_layers": 0}, ["--every-n-layers", "0"], SpecError, "every_n_layers=0", "--every-n-layers 0"),
+    ({"every_n_layers": -2}, ["--every-n-layers", "-2"], SpecError, "every_n_layers=-2", "--every-n-layers -2"),
+    (
+        {"seq_len": 4096},
+        ["--seq-len", "4096"],
+        SpecError,
+        "seq_len=4096 is longer than tiny-llama accepts (2048",
+        "--seq-len 4096 is longer than tiny-llama accepts (2048",
+    ),
+    ({"seq_len": 0}, ["--seq-len", "0"], SpecError, "seq_len=0", "--seq-len 0"),
+    ({"batch_size": 0}, ["--batch-size", "0"], SpecError, "batch_size=0", "--batch-size 0"),
+    ({"model": "no-such-model"}, ["--model", "no-such-model"], ModelLoadError, "no-such-model", "no-such-model"),
+    (
+        {"model": "qwen3-8b"},
+        ["--model", "qwen3-8b"],
+        DoesNotFitError,
+        "does not fit on this CPU",
+        "does not fit on this CPU",
+    ),
 ]
 
 
-@pytest.mark.parametrize("changes, args, error, words", BAD_INPUTS)
-def test_bad_input_through_the_api(changes, args, error, words, little_memory):
+@pytest.mark.parametrize("changes, args, error, words, cli_words", BAD_INPUTS)
+def test_bad_input_through_the_api(changes, args, error, words, cli_words, little_memory):
     with pytest.raises(error) as raised:
         measure(replace(FAST, **changes))
     assert words in str(raised.value)
 
 
-@pytest.mark.parametrize("changes, args, error, words", BAD_INPUTS)
-def test_bad_input_through_the_command_line(changes, args, error, words, little_memory, capsys):
+@pytest.mark.parametrize("changes, args, error, words, cli_words", BAD_INPUTS)
+def test_bad_input_through_the_command_line(changes, args, error, words, cli_words, little_memory, capsys):
     assert main(["run", *QUICK, *args]) == 2
     err = capsys.readouterr().err
-    assert words in err and "Traceback" not in err
+    assert cli_words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args, value",
+    [(["--dtype", "float64"], "'float64'"), (["--optimizer", "adam"], "'adam'"), (["--device", "tpu"], "'tpu'")],
+)
+def test_a_bad_choice_is_one_line_naming_the_value_and_the_choices(args, value, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["run", *args])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and value in lines[0] and "choose from" in lines[0]
+    assert "usage:" not in captured.err and captured.out == ""
+
+
+def test_messages_speak_flags_on_the_command_line_and_widgets_in_the_app():
+    from ckptlab.show.wording import for_app, for_cli
+
+    message = "every_n_layers=0 is not valid. To run without checkpointing, turn checkpointing off instead."
+    assert (
+        for_cli(message)
+        == "--every-n-layers 0 is not valid. To run without checkpointing, use --no-checkpointing instead."
+    )
+    assert for_cli("offload=True with checkpointing off") == "--offload with --no-checkpointing"
+    assert (
+        for_cli("device='cuda' but torch sees no CUDA device here")
+        == "--device 'cuda' but torch sees no CUDA device here"
+    )
+    assert for_app("point --model at the folder", "en") == "point “Model” at the folder"
 
 
 def test_directories_without_config_or_checkpointable_layers(no_config_dir, no_layers_dir, capsys):
@@ -128,7 +170,7 @@ def test_offload_without_checkpointing_is_refused():
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_cuda_requested_without_a_gpu(capsys):
     assert main(["run", "--device", "cuda", *QUICK]) == 2
-    assert "device='cuda'" in capsys.readouterr().err
+    assert "--device 'cuda'" in capsys.readouterr().err
 
 
 def test_a_step_that_does_not_fit_exits_2_and_says_so(monkeypatch, capsys):
@@ -148,4 +190,4 @@ def test_python_dash_m_entry_point_exits_2_without_traceback():
         [sys.executable, "-m", "ckptlab", "run", "--every-n-layers", "0"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2
-    assert "every_n_layers=0" in done.stderr and "Traceback" not in done.stderr
+    assert "--every-n-layers 0" in done.stderr and "Traceback" not in done.stderr

@@ -75,6 +75,45 @@ def test_rows_within_the_noise_are_named():
     assert rec.row.every_n_layers == 4 and rec.as_fast == ["n=2"]
 
 
+def test_a_difference_within_the_noise_is_not_ranked_by_time():
+    """n=1 is measured 'faster' than n=4, but within the spread: the predicted recompute cost decides, and says so."""
+    rec = recommend([row(1, 600, 100, spread=0.2), row(4, 700, 110, spread=0.2)], 800 * MIB)
+    assert rec.ranked_by == "predicted" and rec.row.every_n_layers == 4  # 2 of 8 layers rerun, not all 8
+    assert rec.recompute["n=4"] < rec.recompute["n=1"]
+    assert "not ranked by time" in rec.reason and "predicted recompute cost" in rec.reason
+
+
+def test_a_measurable_difference_is_ranked_by_time():
+    rec = recommend([row(1, 600, 100, spread=0.01), row(4, 700, 130, spread=0.01)], 800 * MIB)
+    assert rec.ranked_by == "measured" and rec.row.every_n_layers == 1 and rec.recompute == {}
+
+
+def test_a_busy_machine_ranks_by_the_prediction_from_the_model(measured):
+    """Rows from real runs whose timing says the machine was loaded: the formula's recompute share decides."""
+    from ckptlab.explore.sweep import rows_from_results
+    from ckptlab.results import TimingResult
+
+    def loaded(result, step):
+        timing = TimingResult(
+            method="test",
+            forward_s=step / 3,
+            backward_s=step / 3,
+            step_s=step,
+            step_samples=[step] * 3,
+            load_average=6.0,
+            cores=2,
+        )
+        return dataclasses.replace(result, timing=timing)
+
+    runs = [loaded(measured(every_n_layers=None), 2.0), loaded(measured(every_n_layers=1), 1.0)]
+    rows = rows_from_results(runs)
+    assert rows[1].step_verdict == "measurable"  # 1.0 s against 2.0 s, ranges apart: yet the load says busy
+    rec = recommend(rows, 1 * GIB)
+    assert rec.ranked_by == "predicted" and rec.row.every_n_layers is None
+    assert rec.recompute["off"] == 0 and rec.recompute["n=1"] > 0
+    assert "too busy to time" in rec.reason
+
+
 def test_nothing_fits_says_what_would():
     measured_short = row(1, 250, 40, seq=256)
     rec = recommend([*TABLE[:5], measured_short], 300 * MIB, seq_len=1024)

@@ -65,7 +65,34 @@ def test_model_is_built_once_and_each_row_takes_a_turn():
     )
     assert len(loads) == 1
     assert [(row.seq_len, row.setting) for row in result.rows] == [(32, "off"), (32, "n=1"), (64, "off"), (64, "n=1")]
-    assert len(turns) == 4 and turns[0].startswith("row 1 of 4")
+    # A turn per row's memory step, and one per length for its interleaved timed rounds.
+    assert len(turns) == 6 and turns[0].startswith("row 1 of 4") and turns[2] == "seq 32: 2 settings timed interleaved"
+
+
+@pytest.mark.parametrize(
+    "order, expected",
+    [("interleaved", [None, 1, 2] * 3), ("blocks", [None] * 3 + [1] * 3 + [2] * 3)],
+)
+def test_timed_steps_run_round_by_round(order, expected):
+    """A B C A B C: the order of the timed steps, observed through the sweep's callback (no clock involved)."""
+    seen = []
+    spec = SweepSpec(
+        model="tiny-gpt2",
+        seq_lens=(32,),
+        every_n_layers=(1, 2),
+        repeats=3,
+        warmup=0,
+        optimizer="none",
+        timing_order=order,
+    )
+    result = sweep(spec, on_timed_step=lambda run_spec: seen.append(run_spec.every_n_layers))
+    assert seen == expected
+    off = result.rows[0]
+    for row in result.rows[1:]:
+        assert len(row.result.timing.step_samples) == 3
+        assert row.step_ratio == row.time_verdict.ratio == row.step_s / off.step_s  # ratio of medians over the rounds
+        assert row.step_verdict in ("measurable", "noise") and row.step_verdict == row.time_verdict.judgement.value
+    assert off.step_verdict == "" and off.time_verdict is None
 
 
 def test_cancel_between_rows_keeps_the_rows_measured():
@@ -117,10 +144,10 @@ def test_cli_sweep_json_parses(capsys):
     data = json.loads(capsys.readouterr().out)
     assert [row["setting"] for row in data["rows"]] == ["off", "n=1", "n=3"]
     assert {p["setting"] for p in data["predictions"]} == {"off", "n=1", "n=3"}
-    assert (
-        data["recommendation"]["setting"]
-        == min((row for row in data["rows"]), key=lambda row: row["step_s"])["setting"]
-    )
+    # One timed step a row cannot tell settings apart: ranked by the predicted recompute cost, off reruns nothing.
+    assert all(row["step_verdict"] in ("", "too_few") for row in data["rows"])
+    assert data["recommendation"]["ranked_by"] == "predicted" and data["recommendation"]["setting"] == "off"
+    assert data["recommendation"]["predicted_recompute"]["off"] == 0
 
 
 def test_cli_sweep_csv_parses(capsys):

@@ -29,7 +29,11 @@ def test_job_runs_every_row_through_the_device_queue():
     assert state.error == "" and state.fraction == 1.0
     assert [row.setting for row in state.result.rows] == ["off"] + [f"n={n}" for n in range(1, 7)]
     assert [row.setting for row in state.rows] == [row.setting for row in state.result.rows]
-    assert len(queue.history()) == 7 and all(turn.label.startswith("sweep tiny-gpt2: row") for turn in queue.history())
+    # A turn per row's memory step, then one for the length's interleaved timed rounds.
+    labels = [turn.label for turn in queue.history()]
+    assert len(labels) == 8 and all(label.startswith("sweep tiny-gpt2: row") for label in labels[:7])
+    assert labels[7] == "sweep tiny-gpt2: seq 32: 7 settings timed interleaved"
+    assert all(row.step_s is not None for row in state.rows)  # the live rows were replaced once timed
 
 
 def test_stop_keeps_the_rows_measured():

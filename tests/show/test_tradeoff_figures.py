@@ -63,7 +63,9 @@ def test_tradeoff_figure_points_frontier_budget_and_recommendation():
 def test_tradeoff_figure_of_a_real_sweep(swept):
     rows = swept.rows_at(64)
     figure = tradeoff_figure(swept, 64, recommend(swept.rows, max(row.peak_bytes for row in rows)))
-    assert list(figure.data[0].text) == [row.setting for row in rows]
+    # Two timed steps a row are too few to judge: every setting but off is greyed and says so.
+    assert list(figure.data[0].text) == ["off"] + [f"{row.setting} (noise)" for row in rows[1:]]
+    assert all(row.time_is_noise for row in rows[1:])
     # At 64 tokens every setting has the same peak (the gradients'): the frontier is the fastest point alone.
     frontier = next(t for t in figure.data if t.name.startswith("Pareto frontier"))
     assert len(frontier.x) == 1
@@ -118,3 +120,25 @@ def test_a_peak_in_the_optimizer_step_says_checkpointing_cannot_lower_it():
     full, off = adamw.rows_at(32)[1], adamw.off_row(32)
     assert full.peak_phase == "optimizer"
     assert "optimizer's state" in peak_sentence(full, off) and "not lower" in peak_sentence(full, off)
+
+
+def test_a_time_within_the_noise_is_greyed_and_named():
+    from ckptlab.results import Judgement, TimeVerdict
+    from ckptlab.show.noise import NOISE_GREY, sweep_table
+    from ckptlab.show.tradeoff_figures import MEASURED
+
+    noise = TimeVerdict(ratio=0.67, spread=0.8, samples=4, judgement=Judgement.NOISE)
+    clear = TimeVerdict(ratio=1.3, spread=0.02, samples=4, judgement=Judgement.MEASURABLE)
+    rows = [
+        TABLE[0],
+        TABLE[2].__class__(**{**TABLE[2].__dict__, "time_verdict": noise, "step_verdict": "noise"}),
+        TABLE[3].__class__(**{**TABLE[3].__dict__, "time_verdict": clear, "step_verdict": "measurable"}),
+    ]
+    result = SweepResult(spec=SweepSpec(seq_lens=(1024,)), model="hand-made", num_layers=8, device="cuda:0", rows=rows)
+    points = tradeoff_figure(result, 1024).data[0]
+    assert list(points.marker.color) == [MEASURED, NOISE_GREY, MEASURED]
+    assert list(points.text) == ["off", "n=4 (noise)", "n=2"]
+    assert "time within the noise (grey)" in _names(tradeoff_figure(result, 1024))
+    table = sweep_table(rows, "en")
+    assert [line["time vs off"] for line in table] == ["", "noise: not measurable", "measurable"]
+    assert sweep_table(rows, "ja")[1]["off との時間差"] == "ノイズ:測定可能な差ではない"

@@ -89,7 +89,7 @@ def test_peak_and_baseline_are_consistent(measured):
 
 
 def test_a_lower_peak_needs_a_long_enough_sequence(measured):
-    """DESIGN.md's pitfall, measured: memory freed after the forward is not always a lower peak.
+    """The README's pitfall ("where the peak really is"), measured: memory freed after the forward is not always a lower peak.
 
     At 128 tokens the peak sits at the end of the backward, where the gradients of all
     parameters have arrived, and checkpointing does not lower it; at 512 tokens the activations

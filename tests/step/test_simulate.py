@@ -18,7 +18,7 @@ TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 
 
 def test_reproduces_the_published_offload_table():
-    """transformers PR #48444 (DESIGN.md): freed exactly, plain and offload within 2% (they land to 0.1 MiB)."""
+    """transformers PR #48444 (README.md, "The published offload table"): freed exactly, plain and offload within 2% (they land to 0.1 MiB)."""
     for row in reproduce_pr48444():
         assert row.simulated_freed_bytes == row.formula_freed_bytes
         assert row.simulated_plain_bytes / MIB == pytest.approx(row.published_plain_mib, rel=0.02)
