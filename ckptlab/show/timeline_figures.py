@@ -12,11 +12,12 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results import RunResult
+from ..results import RunResult, judge_time
 from ..step import timeline as tl
 from ..units import MIB
 from .figures import COLORS, FONT, OFF_COLOR, RUN_COLOR
 from .i18n import t
+from .noise import NOISE_GREY
 
 BAND_COLORS = {
     "forward": "#56B4E9",
@@ -487,14 +488,31 @@ def tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int 
             col=1,
         )
     times = [run.timing.step_s * 1000 for run in runs]
+    # The same verdict as everywhere (results.judge_time): a step time within the noise of
+    # checkpointing off's is grey and says so; the whiskers are the fastest and slowest step.
+    off = next((run for run in runs if not run.spec.checkpointing), None)
+    noise = [
+        off is not None and run is not off and judge_time(run.timing.step_samples, off.timing.step_samples).noise
+        for run in runs
+    ]
     figure.add_trace(
         go.Bar(
             x=names,
             y=times,
             name=t("trade.step", lang),
-            marker={"color": colors},
-            text=[f"{v:,.0f}" for v in times],
+            marker={"color": [NOISE_GREY if grey else color for grey, color in zip(noise, colors)]},
+            text=[
+                t("tradeoff_fig.noise_point", lang, setting=f"{v:,.0f}") if grey else f"{v:,.0f}"
+                for grey, v in zip(noise, times)
+            ],
             textposition="outside",
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [(max(run.timing.step_samples) - run.timing.step_s) * 1000 for run in runs],
+                "arrayminus": [(run.timing.step_s - min(run.timing.step_samples)) * 1000 for run in runs],
+                "color": "#666666",
+            },
             showlegend=False,
             hovertemplate="%{x}: %{y:,.0f} ms<extra></extra>",
         ),

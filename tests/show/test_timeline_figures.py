@@ -81,3 +81,23 @@ def test_a_run_without_timeline_is_refused(measured):
     with pytest.raises(ValueError):
         timeline_figure(replace(run, memory=replace(run.memory, timeline=[])))
     assert tl.num_layers(run.memory.timeline) == run.model.num_layers
+
+
+@pytest.mark.parametrize("checkpointed_steps, grey", [([0.30, 0.31, 0.32], False), ([0.19, 0.22, 0.26], True)])
+def test_a_step_time_within_the_noise_of_off_is_grey_with_its_spread(measured, checkpointed_steps, grey):
+    """The lesson's and the exercises' time bars follow results.judge_time, as the trade-off page does."""
+    from dataclasses import replace
+
+    from ckptlab.show.noise import NOISE_GREY
+
+    def timed(run, steps):
+        return replace(run, timing=replace(run.timing, step_s=sorted(steps)[1], step_samples=steps))
+
+    off, one = (
+        timed(measured(every_n_layers=None), [0.20, 0.21, 0.25]),
+        timed(measured(every_n_layers=1), checkpointed_steps),
+    )
+    bars = next(trace for trace in tradeoff_figure([off, one], lang="en").data if trace.name == "step")
+    assert (bars.marker.color[1] == NOISE_GREY) is grey and bars.marker.color[0] != NOISE_GREY
+    assert bars.text[1].endswith("(noise)") is grey
+    assert list(bars.error_y.array) == pytest.approx([40.0, checkpointed_steps[2] * 1000 - bars.y[1]])
