@@ -140,7 +140,13 @@ def tradeoff_figure(
                     y=[chosen.peak_bytes / MIB],
                     mode="markers",
                     marker={"symbol": "star", "size": 22, "color": FRONTIER, "line": {"color": "black", "width": 1}},
-                    name=t("tradeoff_fig.recommended", lang, setting=chosen.setting),
+                    name=t(
+                        "tradeoff_fig.recommended_predicted"
+                        if recommendation.ranked_by == "predicted"
+                        else "tradeoff_fig.recommended",
+                        lang,
+                        setting=chosen.setting,
+                    ),
                     hovertemplate=f"recommended: {chosen.setting}<extra></extra>",
                 )
             )

@@ -70,6 +70,9 @@ def test_tradeoff_figure_of_a_real_sweep(swept):
     frontier = next(t for t in figure.data if t.name.startswith("Pareto frontier"))
     assert len(frontier.x) == 1
     _says_where_from(figure)
+    # Ranked by the prediction, the star says so rather than "fastest".
+    star = next(t for t in figure.data if t.name.startswith("recommended"))
+    assert "least predicted recompute" in star.name and "fastest" not in star.name
 
 
 def test_prediction_figure_puts_predicted_beside_measured_with_errors(swept):
