@@ -158,6 +158,7 @@ def load_test(sessions: int = 8, runs: int = 30) -> LoadReport:
                             run.click()
                     for page in pages:
                         outcomes[_outcome(page)] += 1
+                    print(f"round {press + 1}: {outcomes} after {time.monotonic() - started:.0f} s", flush=True)
                 total_s = time.monotonic() - started
                 browser.close()
             time.sleep(SESSION_TTL_S + 8.0)  # the closed tabs' sessions are dropped on the server
