@@ -124,6 +124,9 @@ class ModelSummary:
     hidden_size: int
     num_params: int
     weights: str  # "random" or "loaded"
+    experts_implementation: str | None = None  # transformers' experts setting the step ran (MoE); None: dense
+    num_experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0  # top_k: experts each token is routed to
 
 
 @dataclass(frozen=True)

@@ -420,6 +420,9 @@ def model_summary(info: ModelInfo) -> ModelSummary:
         hidden_size=info.hidden_size,
         num_params=info.num_params,
         weights=info.weights,
+        experts_implementation=info.experts_implementation,
+        num_experts=info.num_experts,
+        experts_per_token=info.experts_per_token,
     )
 
 
