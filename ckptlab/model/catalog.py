@@ -78,6 +78,7 @@ class ModelInfo:
     experts_per_token: int = 0  # top_k: experts each token is routed to
     moe_layers: int = 0  # checkpointable layers that hold routed experts
     layers_alike: bool = True  # every layer has the same modules and shapes (the simulation's fast path needs it)
+    supports_checkpointing: bool = True  # transformers' supports_gradient_checkpointing for the class
 
     def to_dict(self) -> dict:
         """A plain dict of the fields, for JSON and tables."""
@@ -350,6 +351,7 @@ def _info(
         experts_per_token=moe.experts_per_token,
         moe_layers=moe.moe_layers,
         layers_alike=experts.layers_alike(layers),
+        supports_checkpointing=bool(getattr(meta_model, "supports_gradient_checkpointing", False)),
     )
 
 

@@ -80,7 +80,7 @@ def unsupported_moe_error(model_name: str, family: str, exc: Exception) -> Unsup
         f"{model_name!r} ({family}) cannot be simulated: its layers make a decision from the values of a "
         f"tensor (torch: {type(exc).__name__}: {first_line[:160]}), which fake tensors do not have. Mixture-of-"
         "experts models whose experts use transformers' experts implementations (Mixtral, Qwen2-MoE, Qwen3-MoE, "
-        "DeepSeek-style, ...) can be simulated; this one routes tokens in a Python loop over its experts. To "
+        "DeepSeek-style, ...) can be simulated; this one decides its routing in Python from tensor values (a loop over the experts that were hit, .item(), nonzero). To "
         "resolve this, measure it on a device (python -m ckptlab run), or simulate a model built with "
         "@use_experts_implementation."
     )

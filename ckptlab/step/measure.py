@@ -30,7 +30,7 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 
-from ..errors import DoesNotFitError, SpecError
+from ..errors import DoesNotFitError, SpecError, UnsupportedModelError
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits
@@ -93,7 +93,15 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
 
     Raises:
         SpecError: a sequence longer than the model's positions.
+        UnsupportedModelError: checkpointing asked of a class transformers cannot checkpoint.
     """
+    if spec.checkpointing and not info.supports_checkpointing:
+        raise UnsupportedModelError(
+            f"{info.name} ({info.family}) does not support activation checkpointing in transformers "
+            f"(its class sets supports_gradient_checkpointing=False), so every_n_layers={spec.every_n_layers} "
+            "cannot be applied. To resolve this, run it with checkpointing off (--no-checkpointing) or pick a "
+            "model whose class supports it."
+        )
     if info.max_positions is not None and spec.seq_len > info.max_positions:
         raise SpecError(
             f"seq_len={spec.seq_len} is longer than {info.name} accepts ({info.max_positions} positions). "
