@@ -106,3 +106,18 @@ def experts_note(info: Any) -> str:
         f"through transformers' experts_implementation={info.experts_implementation!r} (set explicitly; "
         "transformers' default, torch's grouped matmul on the CPU and on CUDA GPUs from compute capability 8.0)."
     )
+
+
+def moe_parts(layer: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+    """A layer's router and experts modules, ``(None, None)`` for a dense layer.
+
+    The router is the experts' sibling that picks them: transformers names it ``gate``
+    (Mixtral, Qwen2/3-MoE, DeepSeek) or ``router`` (gpt-oss, ...).
+    """
+    for parent in layer.modules():
+        children = dict(parent.named_children())
+        found = next((child for child in children.values() if is_experts_module(child)), None)
+        if found is not None:
+            router = children.get("gate", children.get("router"))
+            return router, found
+    return None, None

@@ -285,6 +285,9 @@ def layer_results(
             recompute_calls=count.recompute_calls,
             saved_bytes=count.saved_bytes,
             input_bytes=count.input_bytes,
+            moe=count.moe,
+            router_recompute_calls=count.router_recompute_calls,
+            experts_recompute_calls=count.experts_recompute_calls,
         )
         for index, (module, count) in enumerate(zip(modules, counts))
     ]

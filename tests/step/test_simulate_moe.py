@@ -100,6 +100,12 @@ def _assert_simulation_lands_on_the_run(run: RunResult, sim: RunResult) -> None:
     # The observed reruns (router and experts included) follow the plan in both.
     assert [layer.observed for layer in sim.layers] == [layer.planned for layer in run.layers]
     assert run.plan_matches and sim.plan_matches
+    # A CP MoE layer's rerun runs its router and its experts again, seen on those modules themselves.
+    for result in (run, sim):
+        for layer in result.layers:
+            if layer.moe:
+                reruns = 1 if layer.planned == "CP" else 0
+                assert layer.router_recompute_calls == layer.experts_recompute_calls == reruns, layer
 
 
 @pytest.mark.parametrize("every_n_layers", [None, 1, 2])
@@ -136,6 +142,7 @@ def test_layers_that_differ_are_simulated_one_by_one(folders):
     sim, run = simulate(spec), measure(spec)
     assert not any("extrapolated to" in note for note in sim.notes)
     _assert_simulation_lands_on_the_run(run, sim)
+    assert [layer.moe for layer in sim.layers] == [False, True] * 3  # (index + 1) % 2 == 0 holds experts
 
 
 def test_the_experts_path_is_chosen_explicitly_and_dense_models_have_none(folders):
