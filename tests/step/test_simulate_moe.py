@@ -7,6 +7,7 @@ around a second.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -17,6 +18,8 @@ from ckptlab import RunResult, RunSpec, UnsupportedModelError, describe, measure
 from ckptlab.cli import main
 from ckptlab.model.experts import EXPERTS_IMPLEMENTATION, ROUTING_NOTE
 from ckptlab.step.fake_experts import grouped_mm_output_shape
+from ckptlab.step.measure import load_model, random_batch
+from ckptlab.step.routing import collapse_routing, expert_load
 
 SEQ = 48
 CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temp")
@@ -185,3 +188,24 @@ def test_the_fake_grouped_mm_shape_is_the_kernels(a, b):
     ends = torch.tensor([2, 5, 5, 10], dtype=torch.int32)
     out = torch._grouped_mm(mat_a, mat_b, offs=ends)
     assert list(out.shape) == grouped_mm_output_shape(mat_a, mat_b, ends)
+
+
+def test_the_routing_changes_no_byte_and_the_simulation_lands_on_the_median():
+    """Seeds 0 and 1 and a collapsed router (every token on the same 2 experts): same bytes, simulation within 3%."""
+    spec = _spec("tiny-qwen3-moe", 1, seq_len=32)
+    runs, loads = [], []
+    for seed, collapse in ((0, False), (1, False), (0, True)):
+        model, info = load_model(replace(spec, seed=seed))
+        if collapse:
+            assert collapse_routing(model) == info.moe_layers
+        loads.append(expert_load(model, random_batch(model, replace(spec, seed=seed), torch.device("cpu"))))
+        runs.append(measure(replace(spec, seed=seed), model=model, info=info))
+    assert all(sum(load) == 32 * 2 for load in loads)  # tokens x top_k, whatever the split
+    assert len({tuple(load) for load in loads}) == 3 and max(loads[2]) == 32  # three different splits
+    sim = simulate(spec)
+    for part in ("breakdown_after_forward", "breakdown_at_peak"):
+        for category in getattr(sim.memory, part):
+            measured = [getattr(run.memory, part)[category] for run in runs]
+            middle = statistics.median(measured)
+            assert getattr(sim.memory, part)[category] == pytest.approx(middle, rel=0.03), (part, category)
+    assert len({run.memory.peak_bytes for run in runs}) == 1  # the spread of the peak: zero bytes
