@@ -31,6 +31,7 @@ from ckptlab.lab.scalejob import ScaleJob, remember
 from ckptlab.results import RunResult
 from ckptlab.show import figures, i18n
 from ckptlab.show.breakdown_figures import training_label
+from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.scale_figures import peak_figure, resident_figure
 from ckptlab.show.timeline_figures import event_label, provenance_label
 from ckptlab.spec import OPTIMIZERS, RunSpec
@@ -239,6 +240,8 @@ model_caption.caption(
         family=info.family, layers=info.num_layers, hidden=info.hidden_size, positions=positions
     )
 )
+if experts_caption(info, lang):
+    st.caption(experts_caption(info, lang))
 
 lora_choices: list[str] = []
 try:

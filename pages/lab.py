@@ -34,6 +34,7 @@ from ckptlab.model import snippets
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show import figures, i18n
 from ckptlab.show.breakdown_figures import breakdown_figure, training_label
+from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.show.report import setting_name
 from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
@@ -563,6 +564,8 @@ if state.lab_model == LOCAL and not model_name:
 if model_problem:
     st.error(model_problem)
     st.stop()
+if experts_caption(info, lang):
+    st.caption(experts_caption(info, lang))
 
 problem = ""
 try:

@@ -95,6 +95,7 @@ class Prediction:
     peak_bytes: int | None = None  # the step's predicted peak, total (parameters included)
     peak_phase: PeakPhase | None = None  # "optimizer" (exact) or "backward" (an estimate, see predict_training)
     activations_approximate: bool = False  # True: the formula's full fine-tune activations stand in for LoRA's
+    experts: int = 0  # routed experts per MoE layer of the architecture (0: dense)
     experts_counted: bool = True  # False: an MoE whose experts' activations the formula leaves out (see notes)
     notes: tuple[str, ...] = ()  # what a reader must know about these numbers, in words
 
@@ -299,9 +300,9 @@ def _with_experts(prediction: Prediction, arch: Architecture) -> Prediction:
     if not arch.experts:
         return prediction
     if arch.experts_counted:
-        return replace(prediction, notes=prediction.notes + (EXPERTS_COUNTED_NOTE,))
+        return replace(prediction, experts=arch.experts, notes=prediction.notes + (EXPERTS_COUNTED_NOTE,))
     note = EXPERTS_NOT_COUNTED_NOTE.format(family=arch.family)
-    return replace(prediction, experts_counted=False, notes=prediction.notes + (note,))
+    return replace(prediction, experts=arch.experts, experts_counted=False, notes=prediction.notes + (note,))
 
 
 def _with_training(prediction: Prediction, training: TrainingBytes | None, lora_rank: int | None) -> Prediction:
