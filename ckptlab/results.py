@@ -62,11 +62,19 @@ class LayerResult:
     recompute_calls: int  # reruns observed during that step's backward
     saved_bytes: int  # bytes autograd saved while the layer ran in the forward (deduplicated by storage)
     input_bytes: int  # bytes of the layer's positional inputs (what a CP layer keeps; what offload moves)
+    moe: bool = False  # the layer routes tokens to experts
+    router_recompute_calls: int = 0  # MoE: reruns of its router observed during the backward
+    experts_recompute_calls: int = 0  # MoE: reruns of its experts observed during the backward
 
     @property
     def observed(self) -> str:
         """The role the step showed: "CP" if the layer was rerun, else "keep"."""
         return "CP" if self.recompute_calls > 0 else "keep"
+
+    @property
+    def moe_rerun_complete(self) -> bool:
+        """MoE: a rerun recomputed the router and the experts as often as the layer (True for dense layers)."""
+        return not self.moe or self.router_recompute_calls == self.experts_recompute_calls == self.recompute_calls
 
 
 @dataclass(frozen=True)
@@ -158,6 +166,9 @@ class ModelSummary:
     hidden_size: int
     num_params: int
     weights: str  # "random" or "loaded"
+    experts_implementation: str | None = None  # transformers' experts setting the step ran (MoE); None: dense
+    num_experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0  # top_k: experts each token is routed to
 
 
 @dataclass(frozen=True)
@@ -171,7 +182,9 @@ class RankResult:
 
     @property
     def plan_matches(self) -> bool:
-        return all(layer.planned == layer.enabled == layer.observed for layer in self.layers)
+        return all(
+            layer.planned == layer.enabled == layer.observed and layer.moe_rerun_complete for layer in self.layers
+        )
 
 
 @dataclass(frozen=True)
@@ -195,7 +208,9 @@ class RunResult:
     @property
     def plan_matches(self) -> bool:
         """True when the observed reruns, the flags and the rule all agree on every layer."""
-        layers_agree = all(layer.planned == layer.enabled == layer.observed for layer in self.layers)
+        layers_agree = all(
+            layer.planned == layer.enabled == layer.observed and layer.moe_rerun_complete for layer in self.layers
+        )
         return layers_agree and all(rank.plan_matches for rank in self.ranks)
 
     def to_dict(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ckptlab.lab.scalejob import ScaleJob, SearchJob, remember
 from ckptlab.results import RunResult
 from ckptlab.show import figures, i18n
 from ckptlab.show.breakdown_figures import training_label
+from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.scale_figures import peak_figure, resident_figure
 from ckptlab.show.wording import app_message
 from ckptlab.spec import OPTIMIZERS, RunSpec
@@ -238,6 +239,8 @@ model_caption.caption(
         family=info.family, layers=info.num_layers, hidden=info.hidden_size, positions=positions
     )
 )
+if experts_caption(info, lang):
+    st.caption(experts_caption(info, lang))
 
 lora_choices: list[str] = []
 try:

@@ -37,6 +37,7 @@ from ckptlab.model import snippets
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show import figures, i18n
 from ckptlab.show.breakdown_figures import breakdown_figure, training_label
+from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.report import setting_name
@@ -616,6 +617,8 @@ for warning in state.get("lab_query_warnings", []):
 if model_problem:
     st.error(model_problem)
     st.stop()
+if experts_caption(info, lang):
+    st.caption(experts_caption(info, lang))
 
 problem = ""
 try:

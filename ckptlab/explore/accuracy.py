@@ -41,6 +41,7 @@ class PredictionCheck:
     formula_peak_error: float | None = None  # (predicted - measured) / measured
     measured_optimizer_state_bytes: int | None = None  # the optimizer's state, measured
     predicted_optimizer_state_bytes: int | None = None  # the same, arithmetic on the meta model
+    formula_experts_counted: bool | None = None  # MoE: True counted, False left out by the formula; None: dense
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +110,7 @@ def _check(row: SweepRow, formula: Prediction, calibrated: Prediction | None) ->
         formula_peak_phase=formula.peak_phase,
         formula_peak_error=_error(formula.peak_bytes, row.peak_bytes),
         measured_optimizer_state_bytes=row.optimizer_state_bytes,
+        formula_experts_counted=formula.experts_counted if formula.experts else None,
         predicted_optimizer_state_bytes=formula.optimizer_state_bytes,
     )
 

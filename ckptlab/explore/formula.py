@@ -23,7 +23,16 @@ against autograd's saved tensors, see ``tests/explore/test_predict.py``):
   ``0.5*x*(1+tanh(...))``, ``5i``;
 - outside the layers: token ids and shifted labels (int64), the final norm, the rotary
   cos/sin tables (shared by all layers, kept once), and the loss's float32 log-probabilities
-  ``b*s*vocab*4``, usually the biggest term.
+  ``b*s*vocab*4``, usually the biggest term;
+- mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE through transformers' ``grouped_mm``
+  experts, ``ckptlab.model.experts``): the MLP term becomes the router's float32
+  probabilities ``4E`` and top-k ids ``8k`` per token (plus ``4 + 4k`` when it renormalises
+  the top-k), and per routed copy (``k`` per token) the gathered input ``h``, the gate and
+  up projections ``2i``, SiLU(gate) ``i``, their product ``i``, the down projection's output
+  ``h``, the routing weight and three int64 permutation indices; the shared expert
+  (Qwen2-MoE) is a SwiGLU MLP ``4i_s`` plus its sigmoid gate and gated output. Every
+  expert's parameters count in the training terms (:mod:`.predict_training`). Other MoE
+  families are flagged ``experts_counted=False``: their experts are left out, and said so.
 
 The counts are a full fine-tune's; with LoRA see :mod:`.predict_training`. Used by
 :func:`ckptlab.predict` (:mod:`.predict`), which puts the layers together per setting.
@@ -62,6 +71,58 @@ class Architecture:
     qk_norm: bool  # per-head RMSNorm on Q and K (Qwen3)
     rotary: bool  # RoPE: cos/sin tables computed once and shared by the layers
     post_norm: bool  # BERT-style: the norm after the residual, and a transform before the head
+    experts: int = 0  # E: routed experts per layer (0: a dense MLP)
+    experts_per_token: int = 0  # k: top-k experts each token is routed to
+    expert_intermediate_size: int = 0  # i_e: one expert's MLP width
+    shared_expert_intermediate_size: int = 0  # i_s: the shared expert's width (Qwen2-MoE), 0 for none
+    renormalizes_top_k: bool = False  # the router divides the top-k weights by their sum
+    float32_routing_weights: bool = False  # Mixtral keeps the routing weights in float32 in any dtype
+    experts_counted: bool = True  # False: an MoE the formula does not know; its experts' activations are left out
+
+
+EXPERTS_COUNTED_NOTE = (
+    "Mixture of experts: the formula counts the router, the top-k routed copies of every token through "
+    "transformers' grouped_mm experts and the shared expert; the parameters, gradients and optimizer state "
+    "count every expert."
+)
+EXPERTS_NOT_COUNTED_NOTE = (
+    "Mixture of experts the formula does not know ({family}, or layers that mix dense and sparse MLPs): its "
+    "experts' activations are left out of these predictions, which are too low. The parameters, gradients and "
+    "optimizer state still count every expert. Simulate it (ckptlab.simulate) for its real bytes."
+)
+
+# Families whose MoE layers the formula counts, term by term (checked against autograd's saved tensors).
+COUNTED_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe")
+
+
+def _moe_fields(family: str, text: PretrainedConfig) -> dict:
+    """The Architecture's MoE fields from a config (empty for a dense model)."""
+    top_k = getattr(text, "num_experts_per_tok", 0) or 0
+    experts = (
+        getattr(text, "num_local_experts", 0) or getattr(text, "num_experts", 0) or getattr(text, "n_routed_experts", 0)
+    )
+    if not top_k or not experts:
+        return {}
+    # Qwen-MoE models may mix dense and sparse layers; the formula counts one kind of layer.
+    alike = not getattr(text, "mlp_only_layers", None) and getattr(text, "decoder_sparse_step", 1) == 1
+    fields = {
+        "experts": experts,
+        "experts_per_token": top_k,
+        "experts_counted": family in COUNTED_MOE_FAMILIES and alike,
+    }
+    if family == "mixtral":
+        fields |= {
+            "expert_intermediate_size": text.intermediate_size,
+            "renormalizes_top_k": True,
+            "float32_routing_weights": True,
+        }
+    elif family in ("qwen2_moe", "qwen3_moe"):
+        fields |= {
+            "expert_intermediate_size": text.moe_intermediate_size,
+            "renormalizes_top_k": bool(getattr(text, "norm_topk_prob", False)),
+            "shared_expert_intermediate_size": getattr(text, "shared_expert_intermediate_size", 0) or 0,
+        }
+    return fields
 
 
 def architecture(model: str | PretrainedConfig | Architecture, num_layers: int | None = None) -> Architecture:
@@ -108,6 +169,7 @@ def architecture(model: str | PretrainedConfig | Architecture, num_layers: int |
         qk_norm=family.startswith("qwen3"),
         rotary=family not in ("gpt2", "bert", "roberta", "distilbert"),
         post_norm=family in ("bert", "roberta"),
+        **_moe_fields(family, text),
     )
 
 
@@ -133,8 +195,24 @@ def layer_activation_bytes(arch: Architecture, seq_len: int, batch_size: int, el
     per_token += element * (2 * a * d + 2 * kv * d) + FLOAT32 * a  # + logsumexp
     if arch.qk_norm:
         per_token += (a + kv) * d * (FLOAT32 + element) + FLOAT32 * (a + kv)
+    if arch.experts:
+        return int(tokens * (per_token + _moe_per_token(arch, element))) + 4 * arch.experts  # + int32 offsets
     per_token += element * i * {"swiglu": 4, "gelu": 2, "gelu-composite": 5}[arch.mlp]
     return int(tokens * per_token)
+
+
+def _moe_per_token(arch: Architecture, element: int) -> float:
+    """An MoE block's saved bytes per token (its input is the norm's output, counted above)."""
+    if not arch.experts_counted:
+        return 0.0
+    h, k, i = arch.hidden_size, arch.experts_per_token, arch.expert_intermediate_size
+    router = FLOAT32 * arch.experts + INDEX * k + (FLOAT32 * (1 + k) if arch.renormalizes_top_k else 0)
+    weight = FLOAT32 if arch.float32_routing_weights else element
+    routed = k * (element * (2 * h + 4 * i) + weight + 3 * INDEX)
+    shared = 0
+    if arch.shared_expert_intermediate_size:
+        shared = element * (4 * arch.shared_expert_intermediate_size + h + 1)  # SwiGLU, gated output, sigmoid
+    return router + routed + shared
 
 
 def outside_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int) -> int:
@@ -163,6 +241,10 @@ def forward_flops(arch: Architecture, seq_len: int, causal: bool = True) -> tupl
     h, a, kv, d, i = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.intermediate_size
     projections = h * a * d + 2 * h * kv * d + a * d * h
     mlp = (3 if arch.mlp == "swiglu" else 2) * h * i
+    if arch.experts:
+        # The router, k routed experts and the shared expert: the work of the active parameters.
+        mlp = h * arch.experts + 3 * h * (arch.experts_per_token * arch.expert_intermediate_size)
+        mlp += 3 * h * arch.shared_expert_intermediate_size
     keys = seq_len / 2 if causal else seq_len
     layer = 2 * (projections + mlp) + 2 * 2 * keys * a * d  # QK^T and scores x V
     head = 2 * h * arch.vocab_size + (2 * h * h if arch.post_norm else 0)

@@ -48,6 +48,8 @@ from ..errors import SpecError
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..results import Provenance, RunResult
 from .formula import (
+    EXPERTS_COUNTED_NOTE,
+    EXPERTS_NOT_COUNTED_NOTE,
     FLOAT32,
     FORMULA_SOURCE,
     Architecture,
@@ -93,6 +95,8 @@ class Prediction:
     peak_bytes: int | None = None  # the step's predicted peak, total (parameters included)
     peak_phase: PeakPhase | None = None  # "optimizer" (exact) or "backward" (an estimate, see predict_training)
     activations_approximate: bool = False  # True: the formula's full fine-tune activations stand in for LoRA's
+    experts: int = 0  # routed experts per MoE layer of the architecture (0: dense)
+    experts_counted: bool = True  # False: an MoE whose experts' activations the formula leaves out (see notes)
     notes: tuple[str, ...] = ()  # what a reader must know about these numbers, in words
 
     @property
@@ -273,6 +277,7 @@ def predict(
         _with_training(formula.predict("formula", n, flag, seq_len, batch_size, *flops), training, lora_rank)
         for n, flag in settings
     ]
+    predictions = [_with_experts(prediction, arch) for prediction in predictions]
     if cal is not None:
         source = _Source(
             layer_bytes=cal.layer_bytes,
@@ -288,6 +293,16 @@ def predict(
             for n, flag in settings
         ]
     return predictions
+
+
+def _with_experts(prediction: Prediction, arch: Architecture) -> Prediction:
+    """The formula's prediction flagged and noted for an MoE architecture (unchanged for a dense one)."""
+    if not arch.experts:
+        return prediction
+    if arch.experts_counted:
+        return replace(prediction, experts=arch.experts, notes=prediction.notes + (EXPERTS_COUNTED_NOTE,))
+    note = EXPERTS_NOT_COUNTED_NOTE.format(family=arch.family)
+    return replace(prediction, experts=arch.experts, experts_counted=False, notes=prediction.notes + (note,))
 
 
 def _with_training(prediction: Prediction, training: TrainingBytes | None, lora_rank: int | None) -> Prediction:

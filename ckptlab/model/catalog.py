@@ -19,7 +19,6 @@ import os
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -36,13 +35,15 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 
 from ..errors import ModelLoadError, SpecError, UnsupportedModelError
-from . import folder_checks
+from . import experts, folder_checks, presets
 from .plan import checkpointable_layers
 
-CAUSAL_LM = "causal-lm"
-MASKED_LM = "masked-lm"
-
-DEFAULT_PRESET = "tiny-llama"
+# The preset table lives in .presets; these names stay importable from here.
+PRESETS = presets.PRESETS
+Preset = presets.Preset
+CAUSAL_LM = presets.CAUSAL_LM
+MASKED_LM = presets.MASKED_LM
+DEFAULT_PRESET = presets.DEFAULT_PRESET
 
 # Above this a local model is not "meant for the CPU": a training step of a 200M model in
 # fp32 needs several GiB (weights, grads, activations) and tens of seconds on a laptop.
@@ -54,18 +55,6 @@ CPU_PARAM_LIMIT: int = 200_000_000
 _ATTN_IMPLEMENTATION = "sdpa"
 
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A named model shape the lab can build without any files."""
-
-    name: str  # what --model takes, e.g. "tiny-llama"
-    family: str  # transformers model_type: "llama", "qwen3", "gpt2", "bert", "mistral"
-    task: str  # "causal-lm" or "masked-lm"
-    cpu_ok: bool  # True: a full step fits 2 CPU cores; False: real shape, for a GPU or simulation
-    description: str  # one line for menus and --help
-    config: Mapping[str, Any]  # kwargs for AutoConfig.for_model; "model_type" selects the class
 
 
 @dataclass(frozen=True)
@@ -84,216 +73,21 @@ class ModelInfo:
     cpu_ok: bool  # presets: as declared; local dirs: num_params <= CPU_PARAM_LIMIT
     source: str  # "preset" or "local"
     weights: str  # "random" or "loaded" (what build_model does)
+    experts_implementation: str | None = None  # transformers' experts setting the lab builds with; None: dense
+    num_experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0  # top_k: experts each token is routed to
+    moe_layers: int = 0  # checkpointable layers that hold routed experts
+    layers_alike: bool = True  # every layer has the same modules and shapes (the simulation's fast path needs it)
+    supports_checkpointing: bool = True  # transformers' supports_gradient_checkpointing for the class
 
     def to_dict(self) -> dict:
         """A plain dict of the fields, for JSON and tables."""
         return dataclasses.asdict(self)
 
 
-def _preset(name: str, task: str, cpu_ok: bool, description: str, **config: Any) -> Preset:
-    return Preset(
-        name=name,
-        family=config["model_type"],
-        task=task,
-        cpu_ok=cpu_ok,
-        description=description,
-        config=MappingProxyType(config),
-    )
-
-
-# Dropout is 0.0 in every preset so that two measured runs, and a run with and without
-# checkpointing, compute the same thing; tests switch it on with config_overrides.
-# Measured forward+backward with loss, batch 1, seq 256, fp32, 2 CPU cores (torch 2.13,
-# transformers 5.24, median of 7 after 2 warm-ups): tiny-llama 0.09 s, tiny-qwen3 0.07 s,
-# tiny-gpt2 0.05 s, tiny-bert 0.03 s.
-_TINY = (
-    # Hidden 384 so that the recompute of full checkpointing shows above timing noise on
-    # 2 CPU cores at seq 512 (a probe saw +24% step time).
-    _preset(
-        "tiny-llama",
-        CAUSAL_LM,
-        True,
-        "Llama architecture, 6 layers, hidden 384, random weights",
-        model_type="llama",
-        hidden_size=384,
-        num_hidden_layers=6,
-        intermediate_size=1024,
-        num_attention_heads=6,
-        num_key_value_heads=6,
-        vocab_size=4096,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        attention_dropout=0.0,
-    ),
-    _preset(
-        "tiny-qwen3",
-        CAUSAL_LM,
-        True,
-        "Qwen3 architecture, 8 layers, hidden 256, GQA 4:2, random weights",
-        model_type="qwen3",
-        hidden_size=256,
-        num_hidden_layers=8,
-        intermediate_size=768,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        vocab_size=4096,
-        max_position_embeddings=2048,
-        attention_dropout=0.0,
-    ),
-    _preset(
-        "tiny-gpt2",
-        CAUSAL_LM,
-        True,
-        "GPT-2 architecture, 6 layers, hidden 256, random weights",
-        model_type="gpt2",
-        n_embd=256,
-        n_layer=6,
-        n_head=4,
-        vocab_size=4096,
-        n_positions=1024,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        # GPT-2's <|endoftext|> is id 50256; keep it inside the small vocabulary.
-        bos_token_id=4095,
-        eos_token_id=4095,
-    ),
-    _preset(
-        "tiny-bert",
-        MASKED_LM,
-        True,
-        "BERT architecture (masked LM), 4 layers, hidden 256, random weights",
-        model_type="bert",
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=1024,
-        vocab_size=4096,
-        max_position_embeddings=512,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    ),
-)
-
-# Published dimensions (the models' config.json on the Hub). RoPE is the default kind with
-# the published theta: Llama 3.x's "llama3" frequency scaling changes values, not shapes.
-_REAL_SHAPE = (
-    _preset(
-        "qwen3-0.6b",
-        CAUSAL_LM,
-        False,
-        "Qwen3-0.6B dimensions (28 layers, hidden 1024), random weights",
-        model_type="qwen3",
-        hidden_size=1024,
-        num_hidden_layers=28,
-        intermediate_size=3072,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=151936,
-        max_position_embeddings=40960,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-    ),
-    _preset(
-        "qwen3-8b",
-        CAUSAL_LM,
-        False,
-        "Qwen3-8B dimensions (36 layers, hidden 4096), random weights",
-        model_type="qwen3",
-        hidden_size=4096,
-        num_hidden_layers=36,
-        intermediate_size=12288,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=151936,
-        max_position_embeddings=40960,
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-    ),
-    _preset(
-        "llama-3.2-1b",
-        CAUSAL_LM,
-        False,
-        "Llama-3.2-1B dimensions (16 layers, hidden 2048), random weights",
-        model_type="llama",
-        hidden_size=2048,
-        num_hidden_layers=16,
-        intermediate_size=8192,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        vocab_size=128256,
-        max_position_embeddings=131072,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default", "rope_theta": 500_000.0},
-    ),
-    _preset(
-        "llama-3.1-8b",
-        CAUSAL_LM,
-        False,
-        "Llama-3.1-8B dimensions (32 layers, hidden 4096), random weights",
-        model_type="llama",
-        hidden_size=4096,
-        num_hidden_layers=32,
-        intermediate_size=14336,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=128256,
-        max_position_embeddings=131072,
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default", "rope_theta": 500_000.0},
-    ),
-    # v0.2 shape: no sliding window (v0.1 had 4096), theta 1e6, vocab 32000.
-    _preset(
-        "mistral-7b",
-        CAUSAL_LM,
-        False,
-        "Mistral-7B-v0.2 dimensions (32 layers, hidden 4096), random weights",
-        model_type="mistral",
-        hidden_size=4096,
-        num_hidden_layers=32,
-        intermediate_size=14336,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=32000,
-        max_position_embeddings=32768,
-        sliding_window=None,
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-    ),
-    _preset(
-        "gpt2-small",
-        CAUSAL_LM,
-        False,
-        "GPT-2 small dimensions (12 layers, hidden 768), random weights",
-        model_type="gpt2",
-        n_embd=768,
-        n_layer=12,
-        n_head=12,
-        vocab_size=50257,
-        n_positions=1024,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    ),
-)
-
-_PRESETS: dict[str, Preset] = {preset.name: preset for preset in _TINY + _REAL_SHAPE}
-
-
 def list_presets() -> list[Preset]:
     """All presets: the CPU-sized ones first, then the real shapes."""
-    return list(_PRESETS.values())
+    return list(PRESETS.values())
 
 
 def get_preset(name: str) -> Preset:
@@ -303,13 +97,13 @@ def get_preset(name: str) -> Preset:
         ModelLoadError: if there is no such preset; the message lists the valid names.
     """
     try:
-        return _PRESETS[name]
+        return PRESETS[name]
     except KeyError:
         raise ModelLoadError(f"There is no preset {name!r}. Valid presets: {_preset_names()}.") from None
 
 
 def _preset_names() -> str:
-    return ", ".join(_PRESETS)
+    return ", ".join(PRESETS)
 
 
 def model_class_for(config: PretrainedConfig, task: str) -> type:
@@ -356,10 +150,15 @@ def _auto_class(task: str) -> type:
 
 
 def _model_kwargs(config: PretrainedConfig, task: str) -> dict[str, Any]:
-    """Keyword arguments every build passes: SDPA where the class has it, no remote code."""
+    """Keyword arguments every build passes: SDPA where the class has it, grouped_mm experts, no remote code."""
     kwargs: dict[str, Any] = {"trust_remote_code": False}
-    if getattr(model_class_for(config, task), "_supports_sdpa", False):
+    model_class = model_class_for(config, task)
+    if getattr(model_class, "_supports_sdpa", False):
         kwargs["attn_implementation"] = _ATTN_IMPLEMENTATION
+    if experts.supports_experts_implementation(model_class):
+        # transformers' own default, asked for by name so that the measured step and the
+        # simulation are sure to run the same experts path (ckptlab.model.experts).
+        kwargs["experts_implementation"] = experts.EXPERTS_IMPLEMENTATION
     return kwargs
 
 
@@ -380,8 +179,8 @@ def load_config(name_or_dir: str) -> tuple[PretrainedConfig, str, str]:
         UnsupportedModelError: not a causal or masked text LM, or the config needs remote code.
     """
     name_or_dir = os.fspath(name_or_dir)
-    if name_or_dir in _PRESETS:
-        preset = _PRESETS[name_or_dir]
+    if name_or_dir in PRESETS:
+        preset = PRESETS[name_or_dir]
         kwargs = dict(preset.config)
         config = AutoConfig.for_model(kwargs.pop("model_type"), **copy.deepcopy(kwargs))
         return config, "preset", preset.task
@@ -532,7 +331,8 @@ def _info(
     num_params = sum(p.numel() for p in meta_model.parameters())
     text = config.get_text_config()
     max_positions = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
-    cpu_ok = _PRESETS[name].cpu_ok if source == "preset" else num_params <= CPU_PARAM_LIMIT
+    cpu_ok = PRESETS[name].cpu_ok if source == "preset" else num_params <= CPU_PARAM_LIMIT
+    moe = experts.experts_shape(config, layers, getattr(meta_model.config, "_experts_implementation", None))
     return ModelInfo(
         name=name,
         family=config.model_type,
@@ -546,6 +346,12 @@ def _info(
         cpu_ok=cpu_ok,
         source=source,
         weights=weights,
+        experts_implementation=moe.implementation,
+        num_experts=moe.num_experts,
+        experts_per_token=moe.experts_per_token,
+        moe_layers=moe.moe_layers,
+        layers_alike=experts.layers_alike(layers),
+        supports_checkpointing=bool(getattr(meta_model, "supports_gradient_checkpointing", False)),
     )
 
 

@@ -43,6 +43,7 @@ class _Row:
     roles: Sequence[str]  # "CP" / "keep" / "rerun", one per layer in model order
     hover: Sequence[str]  # one per layer
     planned: bool  # hatched, legend says "(planned)"
+    extra: Sequence[str] = ()  # a short line under the role in a box, one per layer ("" for none)
 
 
 def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
@@ -67,6 +68,10 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         )
     layers = result.layers
     hover = [_layer_hover(layer, lang) for layer in layers]
+    # MoE: a rerun seen on the router and the experts themselves says so in its box.
+    moe_reruns = [
+        layer.moe and layer.router_recompute_calls > 0 and layer.experts_recompute_calls > 0 for layer in layers
+    ]
     rows = [
         _Row(t("fig.forward_row", lang), [layer.enabled for layer in layers], hover, planned=False),
         _Row(
@@ -74,6 +79,7 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
             ["rerun" if layer.recompute_calls else "keep" for layer in layers],
             hover,
             planned=False,
+            extra=[t("fig.moe_rerun_box", lang) if rerun else "" for rerun in moe_reruns],
         ),
     ]
     # A simulated step is observed too, on fake tensors: the title says which.
@@ -92,6 +98,8 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         ]
         title = t("fig.differs", lang, setting=setting)
     subtitle = t(f"provenance.{result.provenance.kind}", lang, device=result.provenance.device_name)
+    if any(moe_reruns):
+        subtitle += " · " + t("fig.moe_subtitle", lang, count=sum(moe_reruns))
     return _diagram(rows, title, subtitle=subtitle, lang=lang)
 
 
@@ -125,7 +133,7 @@ def _setting(every_n_layers: int | None, offload: bool, lang: str) -> str:
 
 
 def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
-    return t(
+    text = t(
         "fig.layer_hover",
         lang,
         name=layer.name,
@@ -139,6 +147,11 @@ def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
         flag=layer.enabled,
         observed=layer.observed,
     )
+    if layer.moe:
+        text += t(
+            "fig.layer_hover_moe", lang, router=layer.router_recompute_calls, experts=layer.experts_recompute_calls
+        )
+    return text
 
 
 def _diagram(rows: list[_Row], title: str, subtitle: str, lang: str = "en") -> go.Figure:
@@ -163,7 +176,8 @@ def _diagram(rows: list[_Row], title: str, subtitle: str, lang: str = "en") -> g
                 bucket = traces.setdefault((role, row.planned), {"x": [], "base": [], "text": [], "hover": []})
                 bucket["x"].append(index - first)
                 bucket["base"].append(y - 0.42)
-                bucket["text"].append(f"L{index + 1}<br><b>{role}</b>")
+                extra = row.extra[index] if row.extra else ""
+                bucket["text"].append(f"L{index + 1}<br><b>{role}</b>" + (f"<br>{extra}" if extra else ""))
                 bucket["hover"].append(row.hover[index])
 
     figure = go.Figure()

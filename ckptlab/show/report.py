@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..model.catalog import ModelInfo
-from ..results import BUSY_SPREAD, MIN_SAMPLES_TO_JUDGE, BusyReason, Comparison, Judgement, RunResult, TimingResult
+from ..results import (
+    BUSY_SPREAD,
+    MIN_SAMPLES_TO_JUDGE,
+    BusyReason,
+    Comparison,
+    Judgement,
+    ModelSummary,
+    RunResult,
+    TimingResult,
+)
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .i18n import t
@@ -149,7 +158,24 @@ def result_diagram(result: RunResult) -> str:
             title + " (planned: differs from what was observed!)",
         )
         text += "\n\n" + planned
+    moe_reruns = sum(
+        1 for layer in result.layers if layer.moe and layer.router_recompute_calls and layer.experts_recompute_calls
+    )
+    if moe_reruns:
+        text += (
+            "\nMoE: each rerun above recomputed the layer's router and its experts too "
+            f"({moe_reruns} layers; seen on those modules in the backward)."
+        )
     return text
+
+
+def _experts_words(model: ModelSummary) -> str:
+    if not model.experts_implementation:
+        return ""
+    return (
+        f", {model.num_experts} experts, {model.experts_per_token} per token, "
+        f"experts_implementation={model.experts_implementation!r}"
+    )
 
 
 def run_report(result: RunResult, comparison: Comparison | None = None, reference: RunResult | None = None) -> str:
@@ -157,7 +183,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
     spec, model = result.spec, result.model
     head = (
         f"{model.name} ({model.family}, {model.num_layers} layers, hidden {model.hidden_size}, "
-        f"{model.num_params / 1e6:,.1f}M parameters, {model.weights} weights)\n"
+        f"{model.num_params / 1e6:,.1f}M parameters, {model.weights} weights{_experts_words(model)})\n"
         f"seq_len {spec.seq_len} · batch {spec.batch_size} · {result.dtype} · {result.device} · "
         f"{setting_name(spec.every_n_layers, spec.offload)} · {training_name(spec)}\n"
         f"{result.provenance.label} · torch {result.provenance.torch_version} · "

@@ -240,11 +240,13 @@ def prediction_figure(
                 row=1,
                 col=col,
             )
-    _layout(
-        figure,
-        t("tradeoff_fig.prediction_title", lang, model=result.model, seq=seq_len),
-        t("tradeoff_fig.prediction_subtitle", lang, provenance=provenance_label(result, lang)),
-    )
+    subtitle = t("tradeoff_fig.prediction_subtitle", lang, provenance=provenance_label(result, lang))
+    experts = {check.formula_experts_counted for check in rows} - {None}
+    if experts:  # MoE: whether the formula counted the experts' activations, said where the prediction is shown
+        subtitle += " · " + t(
+            "tradeoff_fig.experts_counted" if experts == {True} else "tradeoff_fig.experts_left_out", lang
+        )
+    _layout(figure, t("tradeoff_fig.prediction_title", lang, model=result.model, seq=seq_len), subtitle)
     figure.update_layout(barmode="group")
     return figure
 

@@ -30,7 +30,7 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 
-from ..errors import DoesNotFitError, SpecError
+from ..errors import DoesNotFitError, SpecError, UnsupportedModelError
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits
@@ -96,7 +96,15 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
 
     Raises:
         SpecError: a sequence longer than the model's positions.
+        UnsupportedModelError: checkpointing asked of a class transformers cannot checkpoint.
     """
+    if spec.checkpointing and not info.supports_checkpointing:
+        raise UnsupportedModelError(
+            f"{info.name} ({info.family}) does not support activation checkpointing in transformers "
+            f"(its class sets supports_gradient_checkpointing=False), so every_n_layers={spec.every_n_layers} "
+            "cannot be applied. To resolve this, run it with checkpointing off (--no-checkpointing) or pick a "
+            "model whose class supports it."
+        )
     if info.max_positions is not None and spec.seq_len > info.max_positions:
         raise SpecError(
             f"seq_len={spec.seq_len} is longer than {info.name} accepts ({info.max_positions} positions). "
@@ -330,6 +338,9 @@ def layer_results(
             recompute_calls=count.recompute_calls,
             saved_bytes=count.saved_bytes,
             input_bytes=count.input_bytes,
+            moe=count.moe,
+            router_recompute_calls=count.router_recompute_calls,
+            experts_recompute_calls=count.experts_recompute_calls,
         )
         for index, (module, count) in enumerate(zip(modules, counts))
     ]
@@ -464,6 +475,9 @@ def model_summary(info: ModelInfo) -> ModelSummary:
         hidden_size=info.hidden_size,
         num_params=info.num_params,
         weights=info.weights,
+        experts_implementation=info.experts_implementation,
+        num_experts=info.num_experts,
+        experts_per_token=info.experts_per_token,
     )
 
 

@@ -23,6 +23,7 @@ import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..model.experts import moe_parts
 from ..model.plan import checkpointable_layers
 
 Phase = Literal["idle", "forward", "backward", "optimizer"]
@@ -36,6 +37,9 @@ class LayerCounts:
     recompute_calls: int = 0  # times its forward ran again during the backward (the rerun)
     saved_bytes: int = 0  # bytes autograd saved for backward while this layer ran (deduplicated by storage)
     input_bytes: int = 0  # bytes of the layer's positional tensor inputs: what a CP layer keeps, and what offload moves
+    moe: bool = False  # the layer routes tokens to experts (a router and an experts module)
+    router_recompute_calls: int = 0  # MoE: times its router ran again during the backward
+    experts_recompute_calls: int = 0  # MoE: times its experts ran again during the backward
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,8 @@ class LayerProbe:
         self.on_region = on_region
         self.track_saved = track_saved
         self.phase: Phase = "idle"
-        self._state = _StepState(counts=[LayerCounts() for _ in self.layers])
+        self._moe_parts = [moe_parts(layer) for layer in self.layers]
+        self._state = self._fresh_state()
         self._current_layer: int | None = None
         self._entry_child: dict[int, nn.Module] = {}
         self._grad_hooks: list[RemovableHandle] = []  # on step tensors; removed when the probe detaches
@@ -142,7 +147,7 @@ class LayerProbe:
 
     def begin_step(self) -> None:
         """Reset the counts and enter the forward phase."""
-        self._state = _StepState(counts=[LayerCounts() for _ in self.layers])
+        self._state = self._fresh_state()
         self._current_layer = None
         self.phase = "forward"
         self._emit("embeddings")
@@ -152,6 +157,9 @@ class LayerProbe:
         self.phase = phase
         if phase in ("backward", "optimizer"):
             self._emit(phase)
+
+    def _fresh_state(self) -> _StepState:
+        return _StepState(counts=[LayerCounts(moe=experts is not None) for _, experts in self._moe_parts])
 
     def end_step(self) -> None:
         """Leave the step (the backward has returned)."""
@@ -175,6 +183,10 @@ class LayerProbe:
                 stack.callback(layer.register_forward_hook(self._layer_post_hook(index)).remove)
                 for child in layer.children():
                     stack.callback(child.register_forward_pre_hook(self._child_pre_hook(index, child)).remove)
+                # In an MoE layer the rerun is seen on the router and the experts themselves too.
+                for part, module in zip(("router", "experts"), self._moe_parts[index]):
+                    if module is not None:
+                        stack.callback(module.register_forward_pre_hook(self._moe_pre_hook(index, part)).remove)
             if self.track_saved:
                 stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
             yield self
@@ -229,6 +241,15 @@ class LayerProbe:
             elif self.phase == "backward" and self._entry_child.get(index) is child:
                 self._state.counts[index].recompute_calls += 1
                 self._emit("rerun", index)
+
+        return hook
+
+    def _moe_pre_hook(self, index: int, part: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            if self.phase == "backward":
+                counts = self._state.counts[index]
+                name = f"{part}_recompute_calls"
+                setattr(counts, name, getattr(counts, name) + 1)
 
         return hook
 

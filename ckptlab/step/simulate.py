@@ -19,12 +19,12 @@ Two things need care:
   allocates a new device tensor of the same shape, as the host-to-device copy does. The
   bytes moved are counted as host memory, not device memory. Real tensors still go to the
   real ``save_on_cpu``, so a measured CUDA run in another thread is unaffected.
-- **speed.** A 36-layer 8B step takes about 10 s of fake-tensor dispatch. Layers are
-  identical but for their role, and the plan repeats every ``every_n_layers`` layers, so
-  memory at any event is an affine function of how many repeating units lie before and
-  after it. :func:`simulate` therefore runs two shallow copies of the model (one and two
-  units in the middle) and extrapolates every event of the timeline to the full depth,
-  exactly (``tests/step/test_simulate.py`` compares it with simulating every layer).
+- **speed.** A 36-layer 8B step takes about 10 s of fake-tensor dispatch, so deep models
+  whose layers are alike are simulated as two shallow copies and extrapolated exactly
+  (:mod:`.fold`).
+- **mixture of experts.** transformers' ``grouped_mm`` experts run as in a measured step;
+  :mod:`.fake_experts` gives torch's grouped matmul its output on fake float32 tensors, and
+  the routing, which fake tensors cannot decide, changes no byte (``ROUTING_NOTE``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -45,11 +45,14 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
 from ..model.plan import describe_plan, observed_roles, planned_roles
-from ..results import LayerResult, MemoryResult, Provenance, RankResult, RunResult
+from ..results import Provenance, RankResult, RunResult
 from ..spec import RunSpec
+from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
+from .fold import Reduction, SimulatedStep
 from .fsdp import shard_model
 from .measure import (
     Progress,
@@ -60,7 +63,6 @@ from .measure import (
     resolve_dtype,
     validate_for_model,
 )
-from .probe import region_for
 from .training import make_optimizer, prime_state
 
 SIMULATED_DEVICE = "cuda (simulated)"
@@ -93,9 +95,14 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     validate_for_model(spec, info)
     dtype = resolve_dtype(spec.dtype, torch.device("cuda"))
     config, _, task = catalog.load_config(spec.model)
-    shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast else None
+    shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast and info.layers_alike else None
 
     notes = []
+    if fast and not info.layers_alike:
+        notes.append("The layers differ (e.g. some without experts), so every layer was simulated, none extrapolated.")
+    if info.experts_implementation is not None:
+        notes.append(experts_note(info))
+        notes.append(ROUTING_NOTE)
     if spec.every_n_layers is not None and spec.every_n_layers >= info.num_layers > 1:
         notes.append(describe_plan(info.num_layers, spec.every_n_layers) + ".")
     if shape is None:
@@ -123,38 +130,17 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
 # -- one simulated step -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Step:
-    """What one simulated step of a given depth gave."""
-
-    depth: int  # layers simulated
-    memory: MemoryResult
-    layers: list[LayerResult]
-    host_bytes: int  # bytes offload held in host memory at the end of the forward
-    plan_observed: list[str]  # roles as transformers flagged them
-
-
-def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.dtype) -> _Step:
+def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.dtype) -> SimulatedStep:
     """Simulate the spec's step on a copy of the model with ``depth`` layers."""
     config = catalog.config_with(config, {"num_hidden_layers": depth})
     planned = planned_roles(depth, spec.every_n_layers)
     ledger = HostLedger()
     # The fake process group and its mesh come first: made inside FakeTensorMode, the mesh fails.
-    with fake_mesh(spec) as mesh, FakeTensorMode(), simulating(ledger):
-        model = catalog.instantiate(config, task, dtype)
-        model.train()
-        if spec.checkpointing:
-            model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=spec.offload)
-        if mesh is not None:
-            shard_model(model, mesh)
-        enabled = observed_roles(model)
-        batch = random_batch(model, spec, torch.device("cpu"))
-        with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
-            optimizer = make_optimizer(spec.optimizer, trained)
-            prime_state(optimizer)  # no warm-up here: the state a real run holds from its second step
-            memory, counts = observe_memory(trained, batch, torch.device("cpu"), optimizer)
-            del optimizer
-        host_bytes = ledger.after_forward
+    try:
+        with fake_mesh(spec) as mesh, FakeTensorMode(), GroupedMmShapes(), simulating(ledger):
+            model, enabled, memory, counts, host_bytes = _fake_step(config, task, spec, dtype, ledger, mesh)
+    except DATA_DEPENDENT_ERRORS as exc:
+        raise unsupported_moe_error(spec.model, config.model_type, exc) from exc
     layers = layer_results(catalog.checkpointable_layers(model), planned, enabled, counts)
     memory = replace(
         memory,
@@ -162,10 +148,28 @@ def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.d
         offload_bytes=sum(layer.input_bytes for layer in layers if layer.planned == "CP") if spec.offload else 0,
         offload_applied=spec.offload,
     )
-    return _Step(depth, memory, layers, host_bytes, enabled)
+    return SimulatedStep(depth, memory, layers, host_bytes, enabled)
 
 
-def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: _Step, notes: list[str]) -> RunResult:
+def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: HostLedger, mesh) -> tuple:
+    """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
+    model = catalog.instantiate(config, task, dtype)
+    model.train()
+    if spec.checkpointing:
+        model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=spec.offload)
+    if mesh is not None:
+        shard_model(model, mesh)
+    enabled = observed_roles(model)
+    batch = random_batch(model, spec, torch.device("cpu"))
+    with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
+        optimizer = make_optimizer(spec.optimizer, trained)
+        prime_state(optimizer)  # no warm-up here: the state a real run holds from its second step
+        memory, counts = observe_memory(trained, batch, torch.device("cpu"), optimizer)
+        del optimizer
+    return model, enabled, memory, counts, ledger.after_forward
+
+
+def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedStep, notes: list[str]) -> RunResult:
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     if [layer.observed for layer in step.layers] != planned:
         notes.append("PLAN MISMATCH: the simulated step did not rerun the layers every_n_layers plans.")
@@ -276,193 +280,3 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
         yield
     finally:
         _ACTIVE_LEDGER.ledger = None
-
-
-# -- the fast path ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reduction:
-    """How a deep model is folded into shallow copies with the same plan at both ends.
-
-    The layers split into a head (the first repeating unit, which holds layer 0), a middle of
-    ``middle_units`` whole units, and a tail (the last unit plus the remainder). Removing
-    whole units from the middle keeps every other layer's role.
-    """
-
-    unit: int  # layers per repeating unit of the plan
-    head: int  # layers before the middle
-    tail: int  # layers after the middle
-    middle_units: int  # units in the middle of the full model
-
-    @classmethod
-    def for_plan(cls, num_layers: int, every_n_layers: int | None) -> Reduction | None:
-        # Off, or only L1 checkpointed: every layer after the first is the same (keep).
-        unit = 1 if every_n_layers is None or every_n_layers >= num_layers else every_n_layers
-        head, tail = unit, unit + num_layers % unit
-        middle_units = (num_layers - head - tail) // unit
-        reduction = cls(unit, head, tail, middle_units)
-        # Worth it only when the two shallow copies together are shallower than the model.
-        if middle_units < 2 or reduction.depth(1) + reduction.depth(2) >= num_layers:
-            return None
-        return reduction
-
-    @property
-    def num_layers(self) -> int:
-        return self.depth(self.middle_units)
-
-    def depth(self, middle_units: int) -> int:
-        return self.head + middle_units * self.unit + self.tail
-
-    def _place(self, layer: int | None, depth: int) -> tuple[Any, ...]:
-        """Where a layer of a model of ``depth`` layers sits: head, middle unit and offset, or tail."""
-        if layer is None:
-            return ("outside",)
-        if layer < self.head:
-            return ("head", layer)
-        if layer >= depth - self.tail:
-            return ("tail", layer - (depth - self.tail))
-        unit, offset = divmod(layer - self.head, self.unit)
-        return ("middle", unit, offset)
-
-    def _layer_index(self, place: tuple[Any, ...], unit: int = 0) -> int | None:
-        if place[0] == "outside":
-            return None
-        if place[0] == "head":
-            return place[1]
-        if place[0] == "tail":
-            return self.num_layers - self.tail + place[1]
-        return self.head + unit * self.unit + place[2]
-
-    def extrapolate(self, one: _Step, two: _Step) -> _Step:
-        """The full-depth step from steps with one and two middle units.
-
-        A value at an event is ``c + a * (units before it) + b * (units after it)``: for events
-        outside the middle, ``two - one`` is the change per middle unit; for an event of middle
-        unit ``j`` of ``M``, ``one`` gives ``c`` (unit 0 of 1), ``two``'s unit 0 adds ``b`` and
-        its unit 1 adds ``a``.
-        """
-        full_units = self.middle_units
-        timeline_one, timeline_two = one.memory.timeline, two.memory.timeline
-        keys_one = [self._key(point, one.depth) for point in timeline_one]
-        by_key_two = {self._key(point, two.depth): point for point in timeline_two}
-        timeline: list[dict[str, Any]] = []
-        block: list[tuple[dict[str, Any], tuple[Any, ...]]] = []  # consecutive events of the middle unit
-
-        def flush_block() -> None:
-            # The shallow copy has one middle unit; the full model walks all of them, each
-            # unit's events in the same order.
-            if not block:
-                return
-            for unit in self._units_in_step_order(block[0][0]["phase"]):
-                for point, key in block:
-                    after = by_key_two[key]  # unit 0 of two: one more unit after it
-                    before = by_key_two[(key[0], ("middle", 1, key[1][2]), key[2])]  # unit 1: one more before
-                    value = _combine(point, before, after, unit, full_units - 1 - unit)
-                    timeline.append(self._relabel(value, key, unit=unit))
-            block.clear()
-
-        for point, key in zip(timeline_one, keys_one):
-            if key[1][0] == "middle":
-                block.append((point, key))
-                continue
-            flush_block()
-            timeline.append(self._relabel(_affine(point, by_key_two[key], full_units - 1), key, unit=0))
-        flush_block()
-        for order, point in enumerate(timeline):
-            point["order"] = order
-        peak_point = max(timeline, key=lambda point: point["region_peak_bytes"])
-        memory = replace(
-            one.memory,
-            baseline_bytes=timeline[0]["current_bytes"],
-            after_forward_bytes=_grow(one.memory.after_forward_bytes, two.memory.after_forward_bytes, full_units - 1),
-            peak_bytes=peak_point["region_peak_bytes"],
-            peak_where={name: peak_point[name] for name in ("kind", "phase", "layer", "rerun")}
-            | {"description": peak_point["event"]},
-            breakdown_after_forward=_grow_dict(
-                one.memory.breakdown_after_forward, two.memory.breakdown_after_forward, full_units - 1
-            ),
-            breakdown_baseline=_grow_dict(one.memory.breakdown_baseline, two.memory.breakdown_baseline, full_units - 1),
-            breakdown_at_peak=peak_point["region_peak_breakdown"],
-            offload_bytes=_grow(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
-            optimizer_state_bytes=_grow(
-                one.memory.optimizer_state_bytes, two.memory.optimizer_state_bytes, full_units - 1
-            ),
-            timeline=timeline,
-        )
-        layers = [self._layer_row(one, two, index) for index in range(self.num_layers)]
-        return _Step(
-            depth=self.num_layers,
-            memory=memory,
-            layers=layers,
-            host_bytes=_grow(one.host_bytes, two.host_bytes, full_units - 1),
-            plan_observed=[layer.enabled for layer in layers],
-        )
-
-    def _units_in_step_order(self, phase: str) -> range:
-        # The forward meets the middle units first to last, the backward last to first.
-        return range(self.middle_units) if phase != "backward" else range(self.middle_units - 1, -1, -1)
-
-    def _key(self, point: dict[str, Any], depth: int) -> tuple[Any, ...]:
-        return (point["kind"], self._place(point["layer"], depth), point["phase"])
-
-    def _relabel(self, point: dict[str, Any], key: tuple[Any, ...], unit: int) -> dict[str, Any]:
-        layer = self._layer_index(key[1], unit)
-        region = region_for(point["kind"], layer)
-        return {**point, "layer": layer, "event": region.description}
-
-    def _layer_row(self, one: _Step, two: _Step, index: int) -> LayerResult:
-        place = self._place(index, self.num_layers)
-        if place[0] == "head":
-            row = one.layers[place[1]]
-        elif place[0] == "tail":
-            row = one.layers[one.depth - self.tail + place[1]]
-        elif place[1] == 0:
-            row = one.layers[self.head + place[2]]
-        else:
-            # Not the first middle unit: shared tensors (the rotary tables) were already saved
-            # by an earlier layer, as in unit 1 of the two-unit copy.
-            row = two.layers[self.head + self.unit + place[2]]
-        return replace(row, index=index, name=f"L{index + 1}")
-
-
-def _grow(one: int, two: int, extra_units: int) -> int:
-    return one + extra_units * (two - one)
-
-
-def _grow_dict(one: dict[str, int], two: dict[str, int], extra_units: int) -> dict[str, int]:
-    keys = one.keys() | two.keys()
-    grown = {key: _grow(one.get(key, 0), two.get(key, 0), extra_units) for key in keys}
-    return {key: value for key, value in grown.items() if value}
-
-
-def _affine(one: dict[str, Any], two: dict[str, Any], extra_units: int) -> dict[str, Any]:
-    return {
-        **one,
-        "current_bytes": _grow(one["current_bytes"], two["current_bytes"], extra_units),
-        "region_peak_bytes": _grow(one["region_peak_bytes"], two["region_peak_bytes"], extra_units),
-        "region_peak_breakdown": _grow_dict(one["region_peak_breakdown"], two["region_peak_breakdown"], extra_units),
-    }
-
-
-def _combine(base: dict[str, Any], before: dict[str, Any], after: dict[str, Any], units_before: int, units_after: int):
-    def value(name: str) -> int:
-        return base[name] + units_before * (before[name] - base[name]) + units_after * (after[name] - base[name])
-
-    keys = (
-        base["region_peak_breakdown"].keys()
-        | before["region_peak_breakdown"].keys()
-        | after["region_peak_breakdown"].keys()
-    )
-
-    def part(key: str) -> int:
-        b, x, y = (p["region_peak_breakdown"].get(key, 0) for p in (base, before, after))
-        return b + units_before * (x - b) + units_after * (y - b)
-
-    breakdown = {key: part(key) for key in keys}
-    return {
-        **base,
-        "current_bytes": value("current_bytes"),
-        "region_peak_bytes": value("region_peak_bytes"),
-        "region_peak_breakdown": {key: amount for key, amount in breakdown.items() if amount},
-    }

@@ -33,12 +33,15 @@ EXPECTED = {
     "tiny-qwen3": (8, 256, None),
     "tiny-gpt2": (6, 256, None),
     "tiny-bert": (4, 256, None),
+    "tiny-qwen3-moe": (4, 128, None),
     "qwen3-0.6b": (28, 1024, 0.60e9),
     "qwen3-8b": (36, 4096, 8.19e9),
     "llama-3.2-1b": (16, 2048, 1.24e9),
     "llama-3.1-8b": (32, 4096, 8.03e9),
     "mistral-7b": (32, 4096, 7.24e9),
     "gpt2-small": (12, 768, 124e6),
+    "qwen3-30b-a3b": (48, 2048, 30.5e9),  # the model card: 30.5B in total, 3.3B activated
+    "mixtral-8x7b": (32, 4096, 46.7e9),  # Mistral's announcement: 46.7B in total, 12.9B per token
 }
 
 

@@ -141,3 +141,17 @@ def test_a_simulated_step_is_titled_simulated():
 
     figure = diagram_figure(simulate(RunSpec(model="tiny-llama", seq_len=64, every_n_layers=2)))
     assert "(simulated)" in figure.layout.title.text and "observed" not in figure.layout.title.text
+
+
+def test_the_diagram_shows_moe_reruns_recomputing_router_and_experts():
+    """Simulated tiny-qwen3-moe, n=2: the rerun boxes (L1, L3) say router + experts, the keep ones do not."""
+    from ckptlab import RunSpec, simulate
+    from ckptlab.show.figures import diagram_figure
+
+    result = simulate(RunSpec(model="tiny-qwen3-moe", seq_len=32, every_n_layers=2, optimizer="none"))
+    figure = diagram_figure(result)
+    texts = [text for trace in figure.data for text in trace.text]
+    with_experts = sorted(text.split("<br>")[0] for text in texts if "router + experts" in text)
+    assert with_experts == ["L1", "L3"]
+    assert "router and experts" in figure.layout.title.subtitle.text
+    assert all("MoE reruns observed" in hover for trace in figure.data for hover in trace.hovertext)

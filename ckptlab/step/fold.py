@@ -1,0 +1,215 @@
+"""The simulation's fast path: a deep model folded into two shallow copies, extrapolated exactly.
+
+Layers are identical but for their role, and the plan repeats every ``every_n_layers``
+layers, so memory at any event of the step is an affine function of how many repeating
+units lie before and after it. :class:`Reduction` says which shallow copies to simulate and
+extrapolates every event of their timelines to the full depth
+(``tests/step/test_simulate.py`` compares it with simulating every layer). A model whose
+layers differ (``ModelInfo.layers_alike`` False) is simulated layer by layer instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..results import LayerResult, MemoryResult
+from .probe import region_for
+
+
+@dataclass(frozen=True)
+class SimulatedStep:
+    """What one simulated step of a given depth gave."""
+
+    depth: int  # layers simulated
+    memory: MemoryResult
+    layers: list[LayerResult]
+    host_bytes: int  # bytes offload held in host memory at the end of the forward
+    plan_observed: list[str]  # roles as transformers flagged them
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How a deep model is folded into shallow copies with the same plan at both ends.
+
+    The layers split into a head (the first repeating unit, which holds layer 0), a middle of
+    ``middle_units`` whole units, and a tail (the last unit plus the remainder). Removing
+    whole units from the middle keeps every other layer's role.
+    """
+
+    unit: int  # layers per repeating unit of the plan
+    head: int  # layers before the middle
+    tail: int  # layers after the middle
+    middle_units: int  # units in the middle of the full model
+
+    @classmethod
+    def for_plan(cls, num_layers: int, every_n_layers: int | None) -> Reduction | None:
+        # Off, or only L1 checkpointed: every layer after the first is the same (keep).
+        unit = 1 if every_n_layers is None or every_n_layers >= num_layers else every_n_layers
+        head, tail = unit, unit + num_layers % unit
+        middle_units = (num_layers - head - tail) // unit
+        reduction = cls(unit, head, tail, middle_units)
+        # Worth it only when the two shallow copies together are shallower than the model.
+        if middle_units < 2 or reduction.depth(1) + reduction.depth(2) >= num_layers:
+            return None
+        return reduction
+
+    @property
+    def num_layers(self) -> int:
+        return self.depth(self.middle_units)
+
+    def depth(self, middle_units: int) -> int:
+        return self.head + middle_units * self.unit + self.tail
+
+    def _place(self, layer: int | None, depth: int) -> tuple[Any, ...]:
+        """Where a layer of a model of ``depth`` layers sits: head, middle unit and offset, or tail."""
+        if layer is None:
+            return ("outside",)
+        if layer < self.head:
+            return ("head", layer)
+        if layer >= depth - self.tail:
+            return ("tail", layer - (depth - self.tail))
+        unit, offset = divmod(layer - self.head, self.unit)
+        return ("middle", unit, offset)
+
+    def _layer_index(self, place: tuple[Any, ...], unit: int = 0) -> int | None:
+        if place[0] == "outside":
+            return None
+        if place[0] == "head":
+            return place[1]
+        if place[0] == "tail":
+            return self.num_layers - self.tail + place[1]
+        return self.head + unit * self.unit + place[2]
+
+    def extrapolate(self, one: SimulatedStep, two: SimulatedStep) -> SimulatedStep:
+        """The full-depth step from steps with one and two middle units.
+
+        A value at an event is ``c + a * (units before it) + b * (units after it)``: for events
+        outside the middle, ``two - one`` is the change per middle unit; for an event of middle
+        unit ``j`` of ``M``, ``one`` gives ``c`` (unit 0 of 1), ``two``'s unit 0 adds ``b`` and
+        its unit 1 adds ``a``.
+        """
+        full_units = self.middle_units
+        timeline_one, timeline_two = one.memory.timeline, two.memory.timeline
+        keys_one = [self._key(point, one.depth) for point in timeline_one]
+        by_key_two = {self._key(point, two.depth): point for point in timeline_two}
+        timeline: list[dict[str, Any]] = []
+        block: list[tuple[dict[str, Any], tuple[Any, ...]]] = []  # consecutive events of the middle unit
+
+        def flush_block() -> None:
+            # The shallow copy has one middle unit; the full model walks all of them, each
+            # unit's events in the same order.
+            if not block:
+                return
+            for unit in self._units_in_step_order(block[0][0]["phase"]):
+                for point, key in block:
+                    after = by_key_two[key]  # unit 0 of two: one more unit after it
+                    before = by_key_two[(key[0], ("middle", 1, key[1][2]), key[2])]  # unit 1: one more before
+                    value = _combine(point, before, after, unit, full_units - 1 - unit)
+                    timeline.append(self._relabel(value, key, unit=unit))
+            block.clear()
+
+        for point, key in zip(timeline_one, keys_one):
+            if key[1][0] == "middle":
+                block.append((point, key))
+                continue
+            flush_block()
+            timeline.append(self._relabel(_affine(point, by_key_two[key], full_units - 1), key, unit=0))
+        flush_block()
+        for order, point in enumerate(timeline):
+            point["order"] = order
+        peak_point = max(timeline, key=lambda point: point["region_peak_bytes"])
+        memory = replace(
+            one.memory,
+            baseline_bytes=timeline[0]["current_bytes"],
+            after_forward_bytes=_grow(one.memory.after_forward_bytes, two.memory.after_forward_bytes, full_units - 1),
+            peak_bytes=peak_point["region_peak_bytes"],
+            peak_where={name: peak_point[name] for name in ("kind", "phase", "layer", "rerun")}
+            | {"description": peak_point["event"]},
+            breakdown_after_forward=_grow_dict(
+                one.memory.breakdown_after_forward, two.memory.breakdown_after_forward, full_units - 1
+            ),
+            breakdown_baseline=_grow_dict(one.memory.breakdown_baseline, two.memory.breakdown_baseline, full_units - 1),
+            breakdown_at_peak=peak_point["region_peak_breakdown"],
+            offload_bytes=_grow(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
+            optimizer_state_bytes=_grow(
+                one.memory.optimizer_state_bytes, two.memory.optimizer_state_bytes, full_units - 1
+            ),
+            timeline=timeline,
+        )
+        layers = [self._layer_row(one, two, index) for index in range(self.num_layers)]
+        return SimulatedStep(
+            depth=self.num_layers,
+            memory=memory,
+            layers=layers,
+            host_bytes=_grow(one.host_bytes, two.host_bytes, full_units - 1),
+            plan_observed=[layer.enabled for layer in layers],
+        )
+
+    def _units_in_step_order(self, phase: str) -> range:
+        # The forward meets the middle units first to last, the backward last to first.
+        return range(self.middle_units) if phase != "backward" else range(self.middle_units - 1, -1, -1)
+
+    def _key(self, point: dict[str, Any], depth: int) -> tuple[Any, ...]:
+        return (point["kind"], self._place(point["layer"], depth), point["phase"])
+
+    def _relabel(self, point: dict[str, Any], key: tuple[Any, ...], unit: int) -> dict[str, Any]:
+        layer = self._layer_index(key[1], unit)
+        region = region_for(point["kind"], layer)
+        return {**point, "layer": layer, "event": region.description}
+
+    def _layer_row(self, one: SimulatedStep, two: SimulatedStep, index: int) -> LayerResult:
+        place = self._place(index, self.num_layers)
+        if place[0] == "head":
+            row = one.layers[place[1]]
+        elif place[0] == "tail":
+            row = one.layers[one.depth - self.tail + place[1]]
+        elif place[1] == 0:
+            row = one.layers[self.head + place[2]]
+        else:
+            # Not the first middle unit: shared tensors (the rotary tables) were already saved
+            # by an earlier layer, as in unit 1 of the two-unit copy.
+            row = two.layers[self.head + self.unit + place[2]]
+        return replace(row, index=index, name=f"L{index + 1}")
+
+
+def _grow(one: int, two: int, extra_units: int) -> int:
+    return one + extra_units * (two - one)
+
+
+def _grow_dict(one: dict[str, int], two: dict[str, int], extra_units: int) -> dict[str, int]:
+    keys = one.keys() | two.keys()
+    grown = {key: _grow(one.get(key, 0), two.get(key, 0), extra_units) for key in keys}
+    return {key: value for key, value in grown.items() if value}
+
+
+def _affine(one: dict[str, Any], two: dict[str, Any], extra_units: int) -> dict[str, Any]:
+    return {
+        **one,
+        "current_bytes": _grow(one["current_bytes"], two["current_bytes"], extra_units),
+        "region_peak_bytes": _grow(one["region_peak_bytes"], two["region_peak_bytes"], extra_units),
+        "region_peak_breakdown": _grow_dict(one["region_peak_breakdown"], two["region_peak_breakdown"], extra_units),
+    }
+
+
+def _combine(base: dict[str, Any], before: dict[str, Any], after: dict[str, Any], units_before: int, units_after: int):
+    def value(name: str) -> int:
+        return base[name] + units_before * (before[name] - base[name]) + units_after * (after[name] - base[name])
+
+    keys = (
+        base["region_peak_breakdown"].keys()
+        | before["region_peak_breakdown"].keys()
+        | after["region_peak_breakdown"].keys()
+    )
+
+    def part(key: str) -> int:
+        b, x, y = (p["region_peak_breakdown"].get(key, 0) for p in (base, before, after))
+        return b + units_before * (x - b) + units_after * (y - b)
+
+    breakdown = {key: part(key) for key in keys}
+    return {
+        **base,
+        "current_bytes": value("current_bytes"),
+        "region_peak_bytes": value("region_peak_bytes"),
+        "region_peak_breakdown": {key: amount for key, amount in breakdown.items() if amount},
+    }
