@@ -220,7 +220,7 @@ def run_queued(
     Raises:
         SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything runs.
         DeviceBusyError: the device stayed busy for ``timeout`` seconds.
-        AlreadyQueuedError: ``owner`` already has a run in the queue.
+        SupersededError: a newer request of the same ``owner`` took this one's place in the line.
         RunStoppedError: ``should_stop`` answered True, or the run held the device for ``limit_s``;
             the memory it took is given back first.
     """
