@@ -23,10 +23,11 @@ from ckptlab.show.noise import sweep_busy_message, sweep_table
 from ckptlab.show.timeline_figures import provenance_label
 from ckptlab.show.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
 from ckptlab.show.wording import app_message
-from ckptlab.spec import DTYPES, OPTIMIZERS
+from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
+from ckptlab.step.measure import resolve_device
 from ckptlab.units import MIB, mib, milliseconds
 from pages._deep_link import run_through_app
-from pages._server import session_owner
+from pages._server import server_policy, session_owner
 
 run_through_app()
 
@@ -34,6 +35,7 @@ SEQ_CHOICES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 CUSTOM = "custom budget"
 HAS_CUDA = torch.cuda.is_available()
 lang = i18n.normalize(st.session_state.get("app_lang"))
+policy, _ = server_policy()  # the instructor's limits (ckptlab.lab.server); the lab page shows a bad setting
 tr = i18n.translator(lang)
 
 
@@ -131,7 +133,14 @@ def _start() -> None:
     try:
         # The model is built once for the sweep, inside its first device turn, and dropped when the sweep
         # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
-        job = SweepJob(spec, load=lambda run_spec: build_for_key(model_key(run_spec)), owner=session_owner())
+        longest = RunSpec(model=spec.model, seq_len=max(spec.seq_lens), batch_size=spec.batch_size, device=spec.device)
+        policy.check(longest, ckptlab.describe(spec.model), resolve_device(spec.device).type == "cpu")
+        job = SweepJob(
+            spec,
+            load=lambda run_spec: build_for_key(model_key(run_spec)),
+            owner=session_owner(),
+            limit_s=policy.run_limit_s,
+        )
     except ckptlab.CkptlabError as error:
         state.tradeoffs_error = app_message(error, lang)
         return
@@ -174,7 +183,7 @@ def _progress() -> None:
         if snapshot.result is not None:
             state.tradeoffs_result = snapshot.result
         if snapshot.error:
-            state.tradeoffs_error = snapshot.error
+            state.tradeoffs_error = app_message(snapshot.failure, lang) if snapshot.failure else snapshot.error
         st.rerun()
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import threading
 
 import pytest
 
 from ckptlab import RunSpec
 from ckptlab.errors import CkptlabError, RunStoppedError
-from ckptlab.lab.runqueue import AlreadyQueuedError, DeviceQueue
+from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import describe
 from ckptlab.show import i18n
@@ -35,9 +35,7 @@ def _keyed_errors(tmp_path) -> list[CkptlabError]:
     ]
     found = [_raised(spec.validate) for spec in bad_specs]
     found.append(_raised(lambda: validate_for_model(RunSpec(model="tiny-gpt2", seq_len=4096), describe("tiny-gpt2"))))
-    queue = DeviceQueue()
-    with queue.turn(owner="me"):
-        found.append(_raised(lambda: queue.turn(owner="me").__enter__()))
+    found.append(_superseded())
     found.append(_raised(lambda: ServerPolicy().local_folder("/etc")))
     found.append(_raised(lambda: ServerPolicy(models_root=tmp_path).local_folder("../..")))
     policy = ServerPolicy(max_tokens={"*": 100})
@@ -65,12 +63,36 @@ def test_an_error_without_a_key_or_translation_shows_its_english():
     assert i18n.error_text(ValueError("a bug"), "ja") == "a bug"
 
 
-def test_a_second_turn_of_one_owner_is_refused_and_others_queue_as_before():
-    queue = DeviceQueue()
-    with queue.turn(owner="a"):
-        with pytest.raises(AlreadyQueuedError):
-            queue.turn(owner="a").__enter__()
-        assert queue.busy() == (True, 0)  # the refused one left no ticket behind
-    with queue.turn(owner="a"):  # once the first turn ended, the same owner may queue again
-        pass
-    assert json.dumps([turn.label for turn in queue.history()])
+def _superseded() -> SupersededError:
+    """A session's waiting run, replaced by its newer request (as a Streamlit rerun makes one)."""
+    queue = DeviceQueue(poll_s=0.01)
+    caught: list[SupersededError] = []
+
+    def older() -> None:
+        try:
+            with queue.turn(owner="me", label="older"):
+                pass
+        except SupersededError as error:
+            caught.append(error)
+
+    with queue.turn(owner="someone else"):
+        first = threading.Thread(target=older)
+        first.start()
+        while queue.busy() != (True, 1):  # the older request is in line
+            first.join(0.01)
+
+        def newer_run() -> None:
+            with queue.turn(owner="me", label="newer"):
+                pass
+
+        newer = threading.Thread(target=newer_run)
+        newer.start()
+        first.join()
+    newer.join()
+    assert [turn.label for turn in queue.history()] == ["", "newer"]  # the newer one ran, the older did not
+    return caught[0]
+
+
+def test_a_sessions_newer_request_replaces_its_waiting_one_and_never_stacks():
+    error = _superseded()
+    assert isinstance(error, SupersededError) and error.key == "queue.superseded"

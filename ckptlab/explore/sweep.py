@@ -260,7 +260,9 @@ def sweep(
         spec: what to sweep.
         progress: called with a message and the fraction of the sweep done.
         cancel: a ``threading.Event`` or a function returning True to stop; checked between
-            rows. A stopped sweep returns the rows measured so far with ``cancelled=True``.
+            rows and timed steps, where a stopped sweep returns the rows measured so far with
+            ``cancelled=True``, and inside a row's memory step, which then ends with
+            :class:`~ckptlab.errors.RunStoppedError`.
         load: builds the model for a :class:`RunSpec` (default :func:`ckptlab.load_model`;
             the app passes its cached loader).
         turn: ``turn(label)`` returns a context manager held while one row runs (the app's
@@ -308,7 +310,10 @@ def sweep(
                     model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
                 model.zero_grad(set_to_none=True)
                 progress_here = _scaled(report, f"{label}: memory", done, total)
-                pending.append(measure(run_spec, model=model, info=info, progress=progress_here, timed=False))
+                # Asked inside the step too (ckptlab.step.stopping): a server's time limit stops a long row.
+                pending.append(
+                    measure(run_spec, model=model, info=info, progress=progress_here, timed=False, should_stop=stopped)
+                )
             if on_result is not None:
                 on_result(pending[-1])
             done += 1

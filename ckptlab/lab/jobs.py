@@ -28,6 +28,7 @@ class BackgroundJob:
         self._message, self._fraction = message, 0.0
         self._results: list[RunResult] = []
         self._error = ""
+        self._failure: Exception | None = None  # the error behind ``_error``, for a page to say in its language
         self._finished = False
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)

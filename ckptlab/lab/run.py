@@ -220,7 +220,7 @@ def run_queued(
     Raises:
         SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything runs.
         DeviceBusyError: the device stayed busy for ``timeout`` seconds.
-        AlreadyQueuedError: ``owner`` already has a run in the queue.
+        SupersededError: a newer request of the same ``owner`` took this one's place in the line.
         RunStoppedError: ``should_stop`` answered True, or the run held the device for ``limit_s``;
             the memory it took is given back first.
     """
@@ -235,7 +235,7 @@ def run_queued(
         queued_at = time.monotonic()
         with queue.turn(on_wait=_asking(on_wait, should_stop), timeout=timeout, label=_label(spec), owner=owner):
             wait_s = time.monotonic() - queued_at
-            stop = _Stopper(should_stop, limit_s)
+            stop = TurnStopper(should_stop, limit_s)
             # Look again: another session may have measured these while this one waited.
             run, base = _cached(cache, spec), _cached(cache, reference)
             count = (run is None) + (base is None and spec.checkpointing)
@@ -323,7 +323,7 @@ def _measure_one(spec: RunSpec, load: Loader, report: Progress, stop: ShouldStop
     return measure(spec, model=model, info=info, progress=report, should_stop=stop)
 
 
-class _Stopper:
+class TurnStopper:
     """``should_stop`` for a turn: the caller's own answer, or the time limit reached; and which it was."""
 
     def __init__(self, asked: ShouldStop | None, limit_s: float | None) -> None:

@@ -40,8 +40,8 @@ class DeviceBusyError(CkptlabError):
     """The device stayed busy for longer than the caller was willing to wait."""
 
 
-class AlreadyQueuedError(CkptlabError):
-    """One owner (a browser session) asked for a second turn while its first still waits or runs."""
+class SupersededError(CkptlabError):
+    """A waiting turn replaced by a newer request of the same owner (a browser session)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class _Ticket:
     thread: int
     enqueued_at: float
     owner: str | None = None
+    superseded: bool = False  # a newer request of the same owner took its place
     started_at: float = 0.0
 
 
@@ -99,26 +100,30 @@ class DeviceQueue:
                 of runs ahead; an exception it raises abandons the wait.
             timeout: seconds to wait at most (``None``: forever).
             label: what this turn is for, kept in :meth:`history`.
-            owner: who asks (the app passes its browser session's id): one owner holds at
-                most one place in the queue, so a participant cannot stack runs ahead of the
-                others. ``None``: no such limit (tests, the CLI).
+            owner: who asks (the app passes its browser session's id). An owner has at most
+                one place in the line: a newer request replaces its waiting one, which ends with
+                :class:`SupersededError`, and joins at the back, so a participant never stacks
+                runs ahead of the others. Replaced rather than refused: in Streamlit the older
+                request is the orphan of a rerun (a click while a run waits or runs leaves the
+                old script thread finishing), and the newer one is what the participant asked
+                for. A run the owner already holds the device with is not touched (it stops
+                at its own next check). ``None``: no such rule (tests, the CLI).
 
         Yields:
             The :class:`Turn` (``ended_at`` is 0 until the block ends).
 
         Raises:
             DeviceBusyError: still not served after ``timeout`` seconds.
-            AlreadyQueuedError: ``owner`` already waits for or holds the device.
+            SupersededError: a newer request of the same ``owner`` took this one's place.
             RuntimeError: the same thread asks for a turn while it holds one (it would wait forever).
         """
         me = threading.get_ident()
         with self._cond:
-            if owner is not None and any(ticket.owner == owner for ticket in self._tickets()):
-                raise AlreadyQueuedError(
-                    "This session already has a run waiting for or using the device. Wait for it to end, or "
-                    "cancel it, before starting another.",
-                    key="queue.already_queued",
-                )
+            if owner is not None:
+                for older in self._waiting:
+                    if older.owner == owner:
+                        older.superseded = True
+                self._cond.notify_all()  # the replaced one leaves at once
             if self._holder is not None and self._holder.thread == me:
                 raise RuntimeError("this thread already holds the device; a nested turn would wait for itself")
             ticket = _Ticket(next(self._numbers), label, me, time.monotonic(), owner)
@@ -127,12 +132,14 @@ class DeviceQueue:
         try:
             while True:
                 with self._cond:
+                    self._leave_if_superseded(ticket)
                     if self._try_take(ticket):
                         break
                     ahead = self._ahead(ticket)
                 if on_wait is not None:
                     on_wait(ahead)  # outside the lock: it may be slow, or raise to abandon the wait
                 with self._cond:
+                    self._leave_if_superseded(ticket)
                     if self._try_take(ticket):
                         break
                     remaining = None if deadline is None else deadline - time.monotonic()
@@ -158,8 +165,19 @@ class DeviceQueue:
                     self._waiting.remove(ticket)
                 self._cond.notify_all()
 
+    def _leave_if_superseded(self, ticket: _Ticket) -> None:
+        # Caller holds the lock.
+        if ticket.superseded:
+            raise SupersededError(
+                "A newer run of this session took this one's place in the line; this one was not run.",
+                key="queue.superseded",
+            )
+
     def _try_take(self, ticket: _Ticket) -> bool:
-        # Caller holds the lock. Only the head of the line may take a free device: FIFO.
+        # Caller holds the lock. Only the head of the line may take a free device: FIFO. A replaced
+        # ticket at the head does not hold the line up while its thread is busy elsewhere.
+        while self._waiting and self._waiting[0].superseded:
+            self._waiting.popleft()
         if self._holder is None and self._waiting and self._waiting[0] is ticket:
             self._waiting.popleft()
             ticket.started_at = time.monotonic()
@@ -176,10 +194,6 @@ class DeviceQueue:
         line.update({"enqueued_at": ticket.enqueued_at, "started_at": ticket.started_at, "at": time.monotonic()})
         with open(self.log_path, "a", encoding="utf-8") as log:
             log.write(json.dumps(line) + "\n")
-
-    def _tickets(self) -> list[_Ticket]:
-        # Caller holds the lock: every ticket waiting or holding the device.
-        return [*self._waiting, *([self._holder] if self._holder is not None else [])]
 
     def _ahead(self, ticket: _Ticket) -> int:
         # Caller holds the lock.

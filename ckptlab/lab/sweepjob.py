@@ -11,14 +11,16 @@ the row in flight finishes, no other starts, and the rows measured are kept.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
-from ..errors import CkptlabError
+from ..errors import CkptlabError, RunStoppedError
 from ..explore.sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
 from ..model.catalog import ModelInfo
 from ..spec import RunSpec
 from .jobs import BackgroundJob
+from .run import TurnStopper
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
 
 Loader = Callable[[RunSpec], tuple[object, ModelInfo]]
@@ -38,6 +40,7 @@ class JobState:
     rows: list[SweepRow]  # the rows measured so far (ratios against the off row of each length, once it exists)
     result: SweepResult | None  # when finished (complete or stopped)
     error: str  # a user-facing message when the sweep could not run; "" otherwise
+    failure: Exception | None  # the lab's error behind ``error`` (a page translates it); None otherwise
     stop_requested: bool  # Stop was pressed
 
 
@@ -63,6 +66,7 @@ class SweepJob(BackgroundJob):
         queue: DeviceQueue = DEVICE_QUEUE,
         timeout: float | None = DEFAULT_TIMEOUT_S,
         owner: str | None = None,
+        limit_s: float | None = None,
     ) -> None:
         self.plan = plan_sweep(spec)  # validates: bad input never reaches the thread
         self.spec = spec
@@ -70,6 +74,9 @@ class SweepJob(BackgroundJob):
         self._queue = queue
         self._timeout = timeout
         self._owner = owner
+        self._limit_s = limit_s
+        self._held: TurnStopper | None = None  # the turn held now, with its time limit
+        self._timed_out: TurnStopper | None = None  # the turn the time limit stopped
         self._result: SweepResult | None = None
         super().__init__("ckptlab-sweep", message="waiting to start")
 
@@ -82,6 +89,7 @@ class SweepJob(BackgroundJob):
                 rows=rows_from_results(self._results),
                 result=self._result,
                 error=self._error,
+                failure=self._failure,
                 stop_requested=self._stop.is_set(),
             )
 
@@ -95,16 +103,34 @@ class SweepJob(BackgroundJob):
                 f"{label}: waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead", self._fraction
             )
 
-        return self._queue.turn(
+        turn = self._queue.turn(
             on_wait=on_wait, timeout=self._timeout, label=f"sweep {self.spec.model}: {label}", owner=self._owner
         )
+        return self._limited(turn)
+
+    @contextmanager
+    def _limited(self, turn: AbstractContextManager[object]) -> Iterator[None]:
+        """Hold ``turn`` with the server's time limit running (``limit_s``): each turn is one run of the sweep."""
+        with turn:
+            self._held = TurnStopper(None, self._limit_s)
+            try:
+                yield
+            finally:
+                self._held = None
+
+    def _should_stop(self) -> bool:
+        """Stop pressed, or the turn held now past its time limit (then remembered, to say so)."""
+        held = self._held
+        if held is not None and held.timed_out():
+            self._timed_out = held
+        return self._stop.is_set() or self._timed_out is not None
 
     def _run(self) -> None:
         try:
             result = sweep(
                 self.spec,
                 progress=self._progress,
-                cancel=self._stop,
+                cancel=self._should_stop,
                 load=self._load,
                 turn=self._turn,
                 on_result=self._collect,
@@ -112,8 +138,11 @@ class SweepJob(BackgroundJob):
         except _Stopped:
             result = self._partial()
         except CkptlabError as error:
+            if isinstance(error, RunStoppedError) and self._timed_out is not None:
+                error = self._timed_out.reason()
             with self._lock:
                 self._error = str(error)
+                self._failure = error
             result = self._partial() if self._results else None
         except Exception as error:  # a bug, not bad input: keep what was measured, say it briefly
             with self._lock:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from ckptlab.explore import scale
+from tests.app.polling import rerun_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "at_scale.py")
@@ -26,15 +26,9 @@ def _page(**query: str) -> AppTest:
     return at.run()
 
 
-def _poll(at: AppTest, until, timeout: float = TIMEOUT) -> AppTest:
-    """Rerun the page (as the fragment's timer would) until ``until(at)``."""
-    deadline = time.monotonic() + timeout
-    while not until(at):
-        assert not at.exception, _texts(at.exception)
-        assert time.monotonic() < deadline, "the simulations did not finish in time"
-        time.sleep(0.3)
-        at.run()
-    return at
+def _poll(at: AppTest, until) -> AppTest:
+    """Rerun the page (as its fragment's timer would) until ``until(at)``, waiting on its job between reruns."""
+    return rerun_until(at, until, "at_scale_job")
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,11 @@ assumes about routing, and completes a run without an error.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+
+from tests.app.polling import rerun_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120  # real measured steps; AppTest's default 3 s is far too short
@@ -20,14 +21,9 @@ def _texts(elements) -> str:
 
 
 def _poll(at: AppTest, until) -> AppTest:
-    """Rerun the page (as its fragment's timer would) until ``until(at)``."""
-    deadline = time.monotonic() + TIMEOUT
-    while not until(at):
-        assert not at.exception, _texts(at.exception)
-        assert time.monotonic() < deadline, "the page's job did not finish in time"
-        time.sleep(0.3)
-        at.run()
-    return at
+    """Rerun the page (as its fragment's timer would) until ``until(at)``, waiting on its job between reruns."""
+    job = next((key for key in ("at_scale_job", "tradeoffs_job") if key in at.session_state), None)
+    return rerun_until(at, until, job)
 
 
 def test_the_lab_runs_the_tiny_moe_and_its_diagram_shows_router_and_experts_rerun():

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+
+from tests.app.polling import rerun_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "tradeoffs.py")
@@ -26,15 +27,9 @@ def _texts(elements) -> str:
     return "\n".join(str(element.value) for element in elements)
 
 
-def _poll(at: AppTest, until, timeout: float = TIMEOUT) -> AppTest:
-    """Rerun the page (as the fragment's timer would) until ``until(at)``."""
-    deadline = time.monotonic() + timeout
-    while not until(at):
-        assert not at.exception, _texts(at.exception)
-        assert time.monotonic() < deadline, "the sweep did not finish in time"
-        time.sleep(0.3)
-        at.run()
-    return at
+def _poll(at: AppTest, until) -> AppTest:
+    """Rerun the page (as its fragment's timer would) until ``until(at)``, waiting on its job between reruns."""
+    return rerun_until(at, until, "tradeoffs_job")
 
 
 def _finished(at: AppTest) -> bool:
@@ -91,3 +86,12 @@ def test_stop_keeps_the_rows_measured():
     assert result.cancelled and 2 <= len(result.rows) < 7
     assert "Stopped" in _texts(at.warning)
     assert at.get("plotly_chart")  # the rows kept are drawn
+
+
+def test_a_sweep_longer_than_the_server_allows_is_refused_before_it_starts(monkeypatch):
+    monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "tiny-gpt2=32")
+    at = _page()
+    at.button(key="tradeoffs_run").click().run()
+    assert not at.exception, _texts(at.exception)
+    assert "64 tokens x batch 1 = 64 tokens is more than this server allows for tiny-gpt2 (32)" in _texts(at.error)
+    assert "tradeoffs_job" not in at.session_state or at.session_state["tradeoffs_job"] is None

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 import threading
+from dataclasses import replace
 
 import pytest
 
 from ckptlab.errors import RunStoppedError
 from ckptlab.lab.run import ModelKey, ResultCache, build_for_key, run_queued
-from ckptlab.lab.runqueue import AlreadyQueuedError, DeviceQueue
+from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.spec import RunSpec
 
 SPEC = RunSpec(model="tiny-llama", seq_len=32, every_n_layers=1, repeats=2, warmup=1, optimizer="adamw")
@@ -91,7 +92,36 @@ def test_a_cancel_while_waiting_gives_the_place_back():
     other.join(30)
 
 
-def test_one_session_cannot_queue_two_runs():
-    queue = DeviceQueue()
-    with queue.turn(owner="session-1"), pytest.raises(AlreadyQueuedError):
-        run_queued(SPEC, queue=queue, cache=ResultCache(), owner="session-1")
+def test_one_session_never_has_two_runs_in_line():
+    """A session's newer Run replaces its waiting one (the orphan of a Streamlit rerun) and waits at the back."""
+    queue = DeviceQueue(poll_s=0.01)
+    release = threading.Event()
+    outcomes: list[str] = []
+
+    def session_run(label: str) -> None:
+        try:
+            run_queued(replace(SPEC, seq_len=24 + len(outcomes)), queue=queue, cache=ResultCache(), owner="session-1")
+            outcomes.append(f"{label} ran")
+        except SupersededError:
+            outcomes.append(f"{label} replaced")
+
+    def holder() -> None:
+        with queue.turn(owner="another session"):
+            release.wait(60)
+
+    other = threading.Thread(target=holder)
+    other.start()
+    while queue.busy() != (True, 0):
+        release.wait(0.01)
+    older = threading.Thread(target=session_run, args=("older",))
+    older.start()
+    while queue.busy() != (True, 1):
+        release.wait(0.01)
+    newer = threading.Thread(target=session_run, args=("newer",))
+    newer.start()
+    older.join()
+    assert outcomes == ["older replaced"] and queue.busy() == (True, 1)  # one place in line, the newer one's
+    release.set()
+    for thread in (other, newer):
+        thread.join()
+    assert outcomes == ["older replaced", "newer ran"]
