@@ -104,15 +104,25 @@ def read_config_json(config_file: str) -> dict[str, Any]:
         raise ModelLoadError(
             f"{config_file!r} is JSON nested too deeply to parse (thousands of levels of [ or {{); "
             "a transformers config is one flat object of fields. To resolve this error, replace it with "
-            "the config.json that save_pretrained() wrote."
+            "the config.json that save_pretrained() wrote.",
+            key="folder.deep_json",
+            file=config_file,
         ) from None
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{config_file!r} could not be read as JSON: {one_line(exc)}") from exc
+        raise ModelLoadError(
+            f"{config_file!r} could not be read as JSON: {one_line(exc)}",
+            key="folder.not_json",
+            file=config_file,
+            detail=one_line(exc),
+        ) from exc
     if not isinstance(raw, dict):
         raise ModelLoadError(
             f"{config_file!r} holds a JSON {type(raw).__name__}, not an object of fields such as "
             '{"model_type": "llama", "hidden_size": ...}. To resolve this error, replace it with the '
-            "config.json that save_pretrained() wrote."
+            "config.json that save_pretrained() wrote.",
+            key="folder.not_object",
+            file=config_file,
+            kind=type(raw).__name__,
         )
     return raw
 
@@ -145,7 +155,12 @@ def check_raw_config(raw: Mapping[str, Any], config_file: str, aliases: Mapping[
                     raise ModelLoadError(
                         f"{config_file!r} sets {prefix}{name}={value:,}, more layers than the lab handles "
                         f"(at most {MAX_LAYERS:,}; the deepest published language models have about 130). "
-                        f"Nothing was built. {_FIX_CONFIG}"
+                        f"Nothing was built. {_FIX_CONFIG}",
+                        key="folder.too_many_layers",
+                        file=config_file,
+                        name=f"{prefix}{name}",
+                        value=f"{value:,}",
+                        limit=f"{MAX_LAYERS:,}",
                     )
 
 
@@ -155,7 +170,11 @@ def _check_size(name: str, value: Any, usual: str, config_file: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ModelLoadError(
             f"{config_file!r} sets {name}={json.dumps(value)[:60]}, but {name} is {_MEANING[usual]} and must "
-            f"be a positive whole number. {_FIX_CONFIG}"
+            f"be a positive whole number. {_FIX_CONFIG}",
+            key="folder.bad_size",
+            file=config_file,
+            name=name,
+            value=json.dumps(value)[:60],
         )
 
 
@@ -169,7 +188,10 @@ def config_error(config_file: str, exc: BaseException) -> ModelLoadError:
         f"{config_file!r} does not give a valid model: {type(cause).__name__}: {one_line(cause).rstrip('.')}. "
         "To resolve this error, correct the field it names in config.json (sizes must be positive, and the "
         "attention heads must divide hidden_size unless head_dim is given), or save the config again with "
-        "save_pretrained()."
+        "save_pretrained().",
+        key="folder.invalid_model",
+        file=config_file,
+        detail=f"{type(cause).__name__}: {one_line(cause).rstrip('.')}",
     )
 
 
@@ -200,14 +222,27 @@ def check_config(config: Any, config_file: str) -> None:
             f"but {heads} heads do not divide {hidden}: each head is {stored['hidden_size']} / "
             f"{stored['num_attention_heads']} wide. "
             f"To resolve this error, set {stored['num_attention_heads']} to a divisor of {stored['hidden_size']} "
-            f"(e.g. {nearest}), or set head_dim if the architecture takes one."
+            f"(e.g. {nearest}), or set head_dim if the architecture takes one.",
+            key="folder.heads_divide",
+            file=config_file,
+            hidden_name=stored["hidden_size"],
+            hidden=hidden,
+            heads_name=stored["num_attention_heads"],
+            heads=heads,
+            nearest=nearest,
         )
     if heads and kv_heads and heads % kv_heads:
         raise ModelLoadError(
             f"{config_file!r} sets {stored['num_attention_heads']}={heads} and {stored['num_key_value_heads']}="
             f"{kv_heads}, but {heads} query heads do not split into {kv_heads} equal groups: each key/value head "
             "serves a whole group of query heads. To "
-            f"resolve this error, set {stored['num_key_value_heads']} to a divisor of {stored['num_attention_heads']}."
+            f"resolve this error, set {stored['num_key_value_heads']} to a divisor of {stored['num_attention_heads']}.",
+            key="folder.kv_groups",
+            file=config_file,
+            heads_name=stored["num_attention_heads"],
+            heads=heads,
+            kv_name=stored["num_key_value_heads"],
+            kv_heads=kv_heads,
         )
 
 
@@ -323,7 +358,7 @@ def _first_sentence(exc: BaseException) -> str:
 
 
 def _bad_weights(file: str, problem: str) -> ModelLoadError:
-    return ModelLoadError(f"{file!r} {problem}. {_FIX_WEIGHTS}")
+    return ModelLoadError(f"{file!r} {problem}. {_FIX_WEIGHTS}", key="weights.bad", file=file, problem=problem)
 
 
 def _refused_pickle(file: str, exc: BaseException) -> ModelLoadError:
@@ -332,7 +367,10 @@ def _refused_pickle(file: str, exc: BaseException) -> ModelLoadError:
     return ModelLoadError(
         f"{file!r} holds Python objects besides tensors{what}, so torch.load(weights_only=True) refused to "
         "unpickle it, as it should: unpickling runs code. To resolve this error, if you trust the file, load it "
-        "once yourself and save the model with save_pretrained() (which writes safetensors); otherwise delete it."
+        "once yourself and save the model with save_pretrained() (which writes safetensors); otherwise delete it.",
+        key="weights.pickle",
+        file=file,
+        what=what,
     )
 
 
@@ -350,7 +388,9 @@ def weights_error(path: str, exc: BaseException) -> ModelLoadError | None:
             f"The weights in {path!r} do not have the shapes its config.json gives (transformers' loading "
             "report above lists them): they were saved from another config. To resolve this error, put back the "
             "config.json saved with these weights, or move the weight files away to run this config with random "
-            "weights."
+            "weights.",
+            key="weights.mismatch",
+            path=path,
         )
     if "PytorchStreamReader" in text or "zip archive" in text:
         return _bad_weights(
