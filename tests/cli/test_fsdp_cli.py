@@ -62,7 +62,7 @@ def test_two_runs_at_once_one_of_them_failing_on_a_rank():
 
 def test_bad_input_across_ranks_is_refused_before_any_rank_starts(capsys):
     assert main(["run", "--nproc-per-node", "2", "--fsdp", "--seq-len", "0"]) == 2
-    assert "seq_len=0 is not valid" in capsys.readouterr().err
+    assert "--seq-len 0 is not valid" in capsys.readouterr().err
     assert main(["run", "--nproc-per-node", "2", *QUICK]) == 2
     assert "without fsdp" in capsys.readouterr().err
     assert main(["run", "--nproc-per-node", "2", "--fsdp", "--nnodes", "2", *QUICK]) == 2

@@ -30,8 +30,8 @@ def test_simulate_json_carries_the_fit(capsys):
         (["--gpu", "TPU"], "is not in the list"),
         (["--gpu", "A100"], "matches A100 40 GB, A100 80 GB: say which"),
         (["--budget-gib", "0"], "--budget-gib 0"),
-        (["--every-n-layers", "0"], "every_n_layers=0"),
-        (["--seq-len", "99999"], "seq_len=99999"),
+        (["--every-n-layers", "0"], "--every-n-layers 0"),  # the CLI names its flags (show/wording.for_cli)
+        (["--seq-len", "99999"], "--seq-len 99999"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(args, words, capsys):
