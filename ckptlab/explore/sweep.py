@@ -44,6 +44,7 @@ from ..results import BusyReason, RunResult
 from ..spec import RunSpec
 from ..step.measure import Progress, load_model, measure, resolve_device, validate_for_model
 from ..step.rounds import ORDERS, OnStep, Order, time_settings
+from ..step.stopping import ShouldStop
 from .predict import settings_for
 from .sweep_rows import COLUMNS, SweepRow, rows_from_results
 
@@ -253,6 +254,7 @@ def sweep(
     turn: Turn | None = None,
     on_result: Callable[[RunResult], None] | None = None,
     on_timed_step: Callable[[RunSpec], None] | None = None,
+    should_stop: ShouldStop | None = None,
 ) -> SweepResult:
     """Measure every configuration of ``spec``, building the model once.
 
@@ -260,9 +262,10 @@ def sweep(
         spec: what to sweep.
         progress: called with a message and the fraction of the sweep done.
         cancel: a ``threading.Event`` or a function returning True to stop; checked between
-            rows and timed steps, where a stopped sweep returns the rows measured so far with
-            ``cancelled=True``, and inside a row's memory step, which then ends with
-            :class:`~ckptlab.errors.RunStoppedError`.
+            rows and timed steps. A stopped sweep returns the rows measured so far with
+            ``cancelled=True``.
+        should_stop: asked inside each row's memory step too (a server's time limit per
+            turn); when it answers True the sweep ends with :class:`~ckptlab.errors.RunStoppedError`.
         load: builds the model for a :class:`RunSpec` (default :func:`ckptlab.load_model`;
             the app passes its cached loader).
         turn: ``turn(label)`` returns a context manager held while one row runs (the app's
@@ -310,9 +313,12 @@ def sweep(
                     model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
                 model.zero_grad(set_to_none=True)
                 progress_here = _scaled(report, f"{label}: memory", done, total)
-                # Asked inside the step too (ckptlab.step.stopping): a server's time limit stops a long row.
+                # should_stop is asked inside the step (ckptlab.step.stopping): a server's time limit ends a
+                # long row. cancel (Stop) is not: the row in flight finishes and is kept.
                 pending.append(
-                    measure(run_spec, model=model, info=info, progress=progress_here, timed=False, should_stop=stopped)
+                    measure(
+                        run_spec, model=model, info=info, progress=progress_here, timed=False, should_stop=should_stop
+                    )
                 )
             if on_result is not None:
                 on_result(pending[-1])

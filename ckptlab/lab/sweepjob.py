@@ -118,12 +118,16 @@ class SweepJob(BackgroundJob):
             finally:
                 self._held = None
 
-    def _should_stop(self) -> bool:
-        """Stop pressed, or the turn held now past its time limit (then remembered, to say so)."""
+    def _over_limit(self) -> bool:
+        """The turn held now ran past the server's time limit (remembered, to say so); asked inside a row's step."""
         held = self._held
         if held is not None and held.timed_out():
             self._timed_out = held
-        return self._stop.is_set() or self._timed_out is not None
+        return self._timed_out is not None
+
+    def _should_stop(self) -> bool:
+        """Stop pressed (the row in flight finishes), or the time limit reached; asked between rows and steps."""
+        return self._stop.is_set() or self._over_limit()
 
     def _run(self) -> None:
         try:
@@ -131,6 +135,7 @@ class SweepJob(BackgroundJob):
                 self.spec,
                 progress=self._progress,
                 cancel=self._should_stop,
+                should_stop=self._over_limit,
                 load=self._load,
                 turn=self._turn,
                 on_result=self._collect,
@@ -150,6 +155,10 @@ class SweepJob(BackgroundJob):
                     f"The sweep failed unexpectedly ({type(error).__name__}: {error}); the rows measured are kept."
                 )
             result = self._partial() if self._results else None
+        if self._timed_out is not None and not self._error:  # stopped between steps by the limit, not inside one
+            reason = self._timed_out.reason()
+            with self._lock:
+                self._error, self._failure = str(reason), reason
         with self._lock:
             self._result = result
             self._message = (
