@@ -378,14 +378,19 @@ def compare(run: RunResult, reference: RunResult) -> Comparison:
     Raises:
         SpecError: if either run has no measurements (it did not fit).
     """
-    for result in (run, reference):
-        if result.memory is None or result.timing is None:
-            raise SpecError(f"cannot compare a run with status {result.status!r}: it has no measurements.")
+    run_memory, run_timing = _measurements(run)
+    ref_memory, ref_timing = _measurements(reference)
     return Comparison(
-        step=judge_time(run.timing.step_samples, reference.timing.step_samples),
-        peak_ratio=_ratio(run.memory.peak_above_baseline_bytes, reference.memory.peak_above_baseline_bytes),
-        after_forward_ratio=_ratio(run.memory.after_forward_bytes, reference.memory.after_forward_bytes),
+        step=judge_time(run_timing.step_samples, ref_timing.step_samples),
+        peak_ratio=_ratio(run_memory.peak_above_baseline_bytes, ref_memory.peak_above_baseline_bytes),
+        after_forward_ratio=_ratio(run_memory.after_forward_bytes, ref_memory.after_forward_bytes),
     )
+
+
+def _measurements(result: RunResult) -> tuple[MemoryResult, TimingResult]:
+    if result.memory is None or result.timing is None:
+        raise SpecError(f"cannot compare a run with status {result.status!r}: it has no measurements.")
+    return result.memory, result.timing
 
 
 def _ratio(value: float, reference: float) -> float:
