@@ -81,7 +81,7 @@ def rows_from_results(results: Sequence[RunResult]) -> list[SweepRow]:
 def _row(result: RunResult, off: RunResult | None) -> SweepRow:
     spec = result.spec
     cp_layers = sum(layer.planned == "CP" for layer in result.layers)
-    base = {
+    base: dict[str, Any] = {  # SweepRow's fields shared by every row
         "seq_len": spec.seq_len,
         "every_n_layers": spec.every_n_layers,
         "offload": spec.offload,
