@@ -378,8 +378,8 @@ def compare(run: RunResult, reference: RunResult) -> Comparison:
     Raises:
         SpecError: if either run has no measurements (it did not fit).
     """
-    run_memory, run_timing = _measurements(run)
-    ref_memory, ref_timing = _measurements(reference)
+    run_memory, run_timing = measurements(run)
+    ref_memory, ref_timing = measurements(reference)
     return Comparison(
         step=judge_time(run_timing.step_samples, ref_timing.step_samples),
         peak_ratio=_ratio(run_memory.peak_above_baseline_bytes, ref_memory.peak_above_baseline_bytes),
@@ -387,10 +387,26 @@ def compare(run: RunResult, reference: RunResult) -> Comparison:
     )
 
 
-def _measurements(result: RunResult) -> tuple[MemoryResult, TimingResult]:
+def measurements(result: RunResult) -> tuple[MemoryResult, TimingResult]:
+    """A measured run's memory and time figures.
+
+    Raises:
+        SpecError: the run has none (it did not fit), or no time (a simulation).
+    """
     if result.memory is None or result.timing is None:
         raise SpecError(f"cannot compare a run with status {result.status!r}: it has no measurements.")
     return result.memory, result.timing
+
+
+def memory_of(result: RunResult) -> MemoryResult:
+    """A run's memory figures, measured or simulated.
+
+    Raises:
+        SpecError: the run has none (it did not fit).
+    """
+    if result.memory is None:
+        raise SpecError(f"a run with status {result.status!r} has no memory figures: {result.message}")
+    return result.memory
 
 
 def _ratio(value: float, reference: float) -> float:
