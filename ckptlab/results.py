@@ -398,6 +398,19 @@ def measurements(result: RunResult) -> tuple[MemoryResult, TimingResult]:
     return result.memory, result.timing
 
 
+def timing_of(result: RunResult) -> TimingResult:
+    """A measured run's time figures.
+
+    Raises:
+        SpecError: the run has none (it did not fit, or was simulated).
+    """
+    if result.timing is None:
+        raise SpecError(
+            f"a run with status {result.status!r} and {result.provenance.kind} figures has no time figures."
+        )
+    return result.timing
+
+
 def memory_of(result: RunResult) -> MemoryResult:
     """A run's memory figures, measured or simulated.
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Literal
 
 import torch
 
@@ -34,6 +34,7 @@ from .formula import architecture
 from .predict import predict
 from .predict_training import training_bytes
 from .sweep import SweepRow
+from .sweep_rows import known, known_peak, known_step
 
 RankedBy = Literal["measured", "predicted"]
 
@@ -148,7 +149,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     if not here:
         raise SpecError(f"no rows at seq_len={seq_len}; the rows have {sorted({row.seq_len for row in rows})}.")
     measured = [row for row in here if row.status == "ok" and row.peak_bytes is not None and row.step_s is not None]
-    fitting = sorted((row for row in measured if _peak(row) <= budget), key=_step)
+    fitting = sorted((row for row in measured if known_peak(row) <= budget), key=known_step)
     if not fitting:
         return Recommendation(
             budget_bytes=budget,
@@ -186,7 +187,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         budget_label=label,
         seq_len=seq_len,
         row=best,
-        margin_bytes=budget - _peak(best),
+        margin_bytes=budget - known_peak(best),
         reason=_reason(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
         model_code=model_code,
         trainer_code=trainer_snippet(best.every_n_layers, best.offload, optimizer),
@@ -249,7 +250,7 @@ def _reason(
     recompute: dict[str, float],
     busy: bool,
 ) -> str:
-    step = f"step {milliseconds(_step(best))} ms" + (
+    step = f"step {milliseconds(known_step(best))} ms" + (
         f", {best.time_verdict.describe('against checkpointing off')}"
         if best.time_verdict is not None and best.every_n_layers is not None
         else ""
@@ -259,7 +260,7 @@ def _reason(
     else:
         head = f"{_name(best)} reruns the least of the settings that fit in {label} by the predicted recompute cost"
     words = [
-        f"{head} at seq_len={best.seq_len}: {step}, peak {mib(_peak(best))} MiB, {mib(budget - _peak(best))} MiB to spare."
+        f"{head} at seq_len={best.seq_len}: {step}, peak {mib(known_peak(best))} MiB, {mib(budget - known_peak(best))} MiB to spare."
     ]
     if ranked_by == "predicted":
         why = (
@@ -275,9 +276,9 @@ def _reason(
     off = next((row for row in measured if row.every_n_layers is None), None)
     if best.every_n_layers is None:
         words.append("Checkpointing off fits, so checkpointing would only cost time: leave it off.")
-    elif off is not None and _peak(off) > budget:
+    elif off is not None and known_peak(off) > budget:
         fewest = min(row.cp_layers for row in fitting)
-        words.append(f"Checkpointing off needs {mib(_peak(off))} MiB ({mib(_peak(off) - budget)} MiB over).")
+        words.append(f"Checkpointing off needs {mib(known_peak(off))} MiB ({mib(known_peak(off) - budget)} MiB over).")
         if best.cp_layers == fewest:
             words.append(
                 f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, the faster the step."
@@ -295,10 +296,10 @@ def _reason(
 def _nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int) -> str:
     if not measured:
         return f"No setting was measured at seq_len={seq_len} (every row ran out of memory), so none is known to fit in {label}."
-    smallest = min(measured, key=_peak)
+    smallest = min(measured, key=known_peak)
     return (
         f"Nothing measured fits in {label} at seq_len={seq_len}: the smallest peak, {_name(smallest)}, is "
-        f"{mib(_peak(smallest))} MiB, {mib(_peak(smallest) - budget)} MiB over."
+        f"{mib(known_peak(smallest))} MiB, {mib(known_peak(smallest) - budget)} MiB over."
     )
 
 
@@ -316,15 +317,15 @@ def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: 
     if shorter:
         row = shorter[0]
         suggestions.append(
-            f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak {mib(_peak(row))} MiB)."
+            f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak {mib(known_peak(row))} MiB)."
         )
     if not measured:
         return suggestions + ["A shorter sequence or a smaller batch; measure again."]
-    smallest = min(measured, key=_peak)
+    smallest = min(measured, key=known_peak)
     # Parameters and their gradients do not shrink with the tokens; the activations do, about linearly
     # (SDPA keeps no seq x seq scores). The baseline stands for the parameters, their gradients for as much again.
-    fixed = 2 * _known(smallest.baseline_bytes, smallest, "measured baseline")
-    scaling = _peak(smallest) - fixed
+    fixed = 2 * known(smallest.baseline_bytes, smallest, "measured baseline")
+    scaling = known_peak(smallest) - fixed
     if budget <= fixed or scaling <= 0:
         suggestions.append(
             f"No shorter sequence or smaller batch helps: the parameters and their gradients alone (about "
@@ -346,8 +347,8 @@ def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: 
             )
     cp_rows = [row for row in measured if row.every_n_layers is not None and not row.offload and row.offload_bytes]
     if cp_rows and not any(row.offload for row in measured):
-        row = min(cp_rows, key=lambda row: _peak(row) - row.offload_bytes)
-        lower = _peak(row) - row.offload_bytes
+        row = min(cp_rows, key=lambda row: known_peak(row) - row.offload_bytes)
+        lower = known_peak(row) - row.offload_bytes
         verdict = "which would fit" if lower <= budget else "still over"
         suggestions.append(
             f"Offload (CUDA only, not measured here): {_name(row)} with offload=True would move "
@@ -362,24 +363,3 @@ def _name(row: SweepRow) -> str:
     if row.every_n_layers is None:
         return "checkpointing off"
     return f"every_n_layers={row.every_n_layers}" + (" with offload" if row.offload else "")
-
-
-_Value = TypeVar("_Value")
-
-
-def _known(value: _Value | None, row: SweepRow, what: str) -> _Value:
-    """A figure every measured row (status "ok") has; a row without it cannot be recommended from."""
-    if value is None:
-        raise SpecError(
-            f"the row {row.setting} at seq_len={row.seq_len} (status {row.status!r}) has no {what}: "
-            "recommend() needs rows a sweep measured."
-        )
-    return value
-
-
-def _peak(row: SweepRow) -> int:
-    return _known(row.peak_bytes, row, "measured peak")
-
-
-def _step(row: SweepRow) -> float:
-    return _known(row.step_s, row, "timed step")
