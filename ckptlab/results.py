@@ -378,14 +378,48 @@ def compare(run: RunResult, reference: RunResult) -> Comparison:
     Raises:
         SpecError: if either run has no measurements (it did not fit).
     """
-    for result in (run, reference):
-        if result.memory is None or result.timing is None:
-            raise SpecError(f"cannot compare a run with status {result.status!r}: it has no measurements.")
+    run_memory, run_timing = measurements(run)
+    ref_memory, ref_timing = measurements(reference)
     return Comparison(
-        step=judge_time(run.timing.step_samples, reference.timing.step_samples),
-        peak_ratio=_ratio(run.memory.peak_above_baseline_bytes, reference.memory.peak_above_baseline_bytes),
-        after_forward_ratio=_ratio(run.memory.after_forward_bytes, reference.memory.after_forward_bytes),
+        step=judge_time(run_timing.step_samples, ref_timing.step_samples),
+        peak_ratio=_ratio(run_memory.peak_above_baseline_bytes, ref_memory.peak_above_baseline_bytes),
+        after_forward_ratio=_ratio(run_memory.after_forward_bytes, ref_memory.after_forward_bytes),
     )
+
+
+def measurements(result: RunResult) -> tuple[MemoryResult, TimingResult]:
+    """A measured run's memory and time figures.
+
+    Raises:
+        SpecError: the run has none (it did not fit), or no time (a simulation).
+    """
+    if result.memory is None or result.timing is None:
+        raise SpecError(f"cannot compare a run with status {result.status!r}: it has no measurements.")
+    return result.memory, result.timing
+
+
+def timing_of(result: RunResult) -> TimingResult:
+    """A measured run's time figures.
+
+    Raises:
+        SpecError: the run has none (it did not fit, or was simulated).
+    """
+    if result.timing is None:
+        raise SpecError(
+            f"a run with status {result.status!r} and {result.provenance.kind} figures has no time figures."
+        )
+    return result.timing
+
+
+def memory_of(result: RunResult) -> MemoryResult:
+    """A run's memory figures, measured or simulated.
+
+    Raises:
+        SpecError: the run has none (it did not fit).
+    """
+    if result.memory is None:
+        raise SpecError(f"a run with status {result.status!r} has no memory figures: {result.message}")
+    return result.memory
 
 
 def _ratio(value: float, reference: float) -> float:

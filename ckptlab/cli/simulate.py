@@ -38,6 +38,7 @@ def add_simulate_command(commands) -> None:
 def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts."""
     memory, spec = result.memory, result.spec
+    assert memory is not None  # a simulation always has its memory (status "ok"; no time)
     peak = memory.peak_bytes
     margin = budget - peak
     fits = margin >= 0

@@ -236,8 +236,8 @@ def sweep_report(
             lines.append(f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  does not fit: {row.message}")
             continue
         lines.append(
-            f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {mib(row.after_forward_bytes):>9} {_x(row.after_forward_ratio):>6}"
-            f"  {mib(row.peak_above_baseline_bytes):>7} {_x(row.peak_ratio):>6} {mib(row.peak_bytes):>7} {_mib(row.optimizer_state_bytes):>7}  {_ms(row.forward_s):>6} {_ms(row.backward_s):>6}"
+            f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {_mib(row.after_forward_bytes):>9} {_x(row.after_forward_ratio):>6}"
+            f"  {_mib(row.peak_above_baseline_bytes):>7} {_x(row.peak_ratio):>6} {_mib(row.peak_bytes):>7} {_mib(row.optimizer_state_bytes):>7}  {_ms(row.forward_s):>6} {_ms(row.backward_s):>6}"
             f" {_ms(row.step_s):>6} {_x(row.step_ratio):>6} {_spread(row.step_spread):>6} {VERDICT_WORDS.get(row.step_verdict, ''):>10}"
             f"  {row.peak_where}"
         )

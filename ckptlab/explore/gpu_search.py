@@ -106,8 +106,12 @@ class GpuSearch:
 
     def lowest(self) -> RunResult | None:
         """When nothing fits: the smallest peak at the most GPUs searched (what comes closest)."""
-        most = [result for result in self.tried if result.spec.world_size == self.counts[-1] and result.memory]
-        return min(most, key=lambda result: result.memory.peak_bytes, default=None)
+        most = [
+            (result.memory.peak_bytes, result)
+            for result in self.tried
+            if result.spec.world_size == self.counts[-1] and result.memory
+        ]
+        return min(most, key=lambda pair: pair[0], default=(0, None))[1]
 
     def code(self, script: str = "train.py") -> SearchCode | None:
         """The launch lines and the code for the answer; None when nothing fits."""

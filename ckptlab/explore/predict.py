@@ -308,7 +308,7 @@ def _with_experts(prediction: Prediction, arch: Architecture) -> Prediction:
 def _with_training(prediction: Prediction, training: TrainingBytes | None, lora_rank: int | None) -> Prediction:
     """The prediction with the step's parameters, gradients, optimizer state and peak."""
     approximate = lora_rank is not None and prediction.method == "formula"
-    notes = (LORA_ACTIVATIONS_NOTE,) if approximate else ()
+    notes: tuple[str, ...] = (LORA_ACTIVATIONS_NOTE,) if approximate else ()
     if training is None:
         return replace(prediction, lora_rank=lora_rank, activations_approximate=approximate, notes=notes)
     peak, phase = training.peak(prediction.resident_bytes, prediction.rerun_extra_bytes)
@@ -372,6 +372,7 @@ class _Source:
             ratio = 1 + fraction / 3  # a backward costs about two forwards
             step = None if self.step_s is None else self.step_s * ratio
         else:
+            assert self.step_s is not None and self.forward_s is not None  # a calibration always carries both
             step = self.step_s + fraction * self.forward_s
             ratio = step / self.step_s
         return Prediction(

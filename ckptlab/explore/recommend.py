@@ -34,6 +34,7 @@ from .formula import architecture
 from .predict import predict
 from .predict_training import training_bytes
 from .sweep import SweepRow
+from .sweep_rows import known, known_peak, known_step
 
 RankedBy = Literal["measured", "predicted"]
 
@@ -148,7 +149,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     if not here:
         raise SpecError(f"no rows at seq_len={seq_len}; the rows have {sorted({row.seq_len for row in rows})}.")
     measured = [row for row in here if row.status == "ok" and row.peak_bytes is not None and row.step_s is not None]
-    fitting = sorted((row for row in measured if row.peak_bytes <= budget), key=lambda row: row.step_s)
+    fitting = sorted((row for row in measured if known_peak(row) <= budget), key=known_step)
     if not fitting:
         return Recommendation(
             budget_bytes=budget,
@@ -166,7 +167,9 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     busy = any(
         row.result is not None and row.result.timing is not None and row.result.timing.too_busy for row in fitting
     )
-    best, ranked_by, recompute = fastest, "measured", {}
+    best = fastest
+    ranked_by: RankedBy = "measured"
+    recompute: dict[str, float] = {}
     if tied or busy:
         candidates = fitting if busy else [fastest, *tied]
         recompute = predicted_recompute(candidates)
@@ -184,7 +187,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         budget_label=label,
         seq_len=seq_len,
         row=best,
-        margin_bytes=budget - best.peak_bytes,
+        margin_bytes=budget - known_peak(best),
         reason=_reason(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
         model_code=model_code,
         trainer_code=trainer_snippet(best.every_n_layers, best.offload, optimizer),
@@ -199,9 +202,10 @@ def _measurably_slower(row: SweepRow, fastest: SweepRow) -> bool:
     """The lab's verdict (judge_time) on the two rows' timed steps; from the rows' ranges when the runs are gone."""
     if row.result is not None and fastest.result is not None and row.result.timing and fastest.result.timing:
         return judge_time(row.result.timing.step_samples, fastest.result.timing.step_samples).measurable
-    if None in (row.step_min_s, row.step_max_s, fastest.step_min_s, fastest.step_max_s):
+    slowest_of_fastest, fastest_of_row = fastest.step_max_s, row.step_min_s
+    if None in (row.step_max_s, fastest.step_min_s) or slowest_of_fastest is None or fastest_of_row is None:
         return False  # nothing to judge by: not a measurable difference
-    return row.step_min_s > fastest.step_max_s
+    return fastest_of_row > slowest_of_fastest
 
 
 def predicted_recompute(rows: Sequence[SweepRow]) -> dict[str, float]:
@@ -246,7 +250,7 @@ def _reason(
     recompute: dict[str, float],
     busy: bool,
 ) -> str:
-    step = f"step {milliseconds(best.step_s)} ms" + (
+    step = f"step {milliseconds(known_step(best))} ms" + (
         f", {best.time_verdict.describe('against checkpointing off')}"
         if best.time_verdict is not None and best.every_n_layers is not None
         else ""
@@ -256,7 +260,7 @@ def _reason(
     else:
         head = f"{_name(best)} reruns the least of the settings that fit in {label} by the predicted recompute cost"
     words = [
-        f"{head} at seq_len={best.seq_len}: {step}, peak {mib(best.peak_bytes)} MiB, {mib(budget - best.peak_bytes)} MiB to spare."
+        f"{head} at seq_len={best.seq_len}: {step}, peak {mib(known_peak(best))} MiB, {mib(budget - known_peak(best))} MiB to spare."
     ]
     if ranked_by == "predicted":
         why = (
@@ -272,9 +276,9 @@ def _reason(
     off = next((row for row in measured if row.every_n_layers is None), None)
     if best.every_n_layers is None:
         words.append("Checkpointing off fits, so checkpointing would only cost time: leave it off.")
-    elif off is not None and off.peak_bytes > budget:
+    elif off is not None and known_peak(off) > budget:
         fewest = min(row.cp_layers for row in fitting)
-        words.append(f"Checkpointing off needs {mib(off.peak_bytes)} MiB ({mib(off.peak_bytes - budget)} MiB over).")
+        words.append(f"Checkpointing off needs {mib(known_peak(off))} MiB ({mib(known_peak(off) - budget)} MiB over).")
         if best.cp_layers == fewest:
             words.append(
                 f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, the faster the step."
@@ -292,10 +296,10 @@ def _reason(
 def _nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int) -> str:
     if not measured:
         return f"No setting was measured at seq_len={seq_len} (every row ran out of memory), so none is known to fit in {label}."
-    smallest = min(measured, key=lambda row: row.peak_bytes)
+    smallest = min(measured, key=known_peak)
     return (
         f"Nothing measured fits in {label} at seq_len={seq_len}: the smallest peak, {_name(smallest)}, is "
-        f"{mib(smallest.peak_bytes)} MiB, {mib(smallest.peak_bytes - budget)} MiB over."
+        f"{mib(known_peak(smallest))} MiB, {mib(known_peak(smallest) - budget)} MiB over."
     )
 
 
@@ -307,20 +311,21 @@ def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: 
             for row in rows
             if row.seq_len < seq_len and row.status == "ok" and row.peak_bytes is not None and row.peak_bytes <= budget
         ),
-        key=lambda row: (-row.seq_len, row.step_s),
+        # The longest length first, then the fastest; a row the sweep stopped before timing last.
+        key=lambda row: (-row.seq_len, row.step_s is None, row.step_s or 0.0),
     )
     if shorter:
         row = shorter[0]
         suggestions.append(
-            f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak {mib(row.peak_bytes)} MiB)."
+            f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak {mib(known_peak(row))} MiB)."
         )
     if not measured:
         return suggestions + ["A shorter sequence or a smaller batch; measure again."]
-    smallest = min(measured, key=lambda row: row.peak_bytes)
+    smallest = min(measured, key=known_peak)
     # Parameters and their gradients do not shrink with the tokens; the activations do, about linearly
     # (SDPA keeps no seq x seq scores). The baseline stands for the parameters, their gradients for as much again.
-    fixed = 2 * smallest.baseline_bytes
-    scaling = smallest.peak_bytes - fixed
+    fixed = 2 * known(smallest.baseline_bytes, smallest, "measured baseline")
+    scaling = known_peak(smallest) - fixed
     if budget <= fixed or scaling <= 0:
         suggestions.append(
             f"No shorter sequence or smaller batch helps: the parameters and their gradients alone (about "
@@ -342,8 +347,8 @@ def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: 
             )
     cp_rows = [row for row in measured if row.every_n_layers is not None and not row.offload and row.offload_bytes]
     if cp_rows and not any(row.offload for row in measured):
-        row = min(cp_rows, key=lambda row: row.peak_bytes - row.offload_bytes)
-        lower = row.peak_bytes - row.offload_bytes
+        row = min(cp_rows, key=lambda row: known_peak(row) - row.offload_bytes)
+        lower = known_peak(row) - row.offload_bytes
         verdict = "which would fit" if lower <= budget else "still over"
         suggestions.append(
             f"Offload (CUDA only, not measured here): {_name(row)} with offload=True would move "

@@ -334,6 +334,7 @@ def sweep(
                 def step_hook(round_: int, index: int, specs: list[RunSpec] = specs) -> None:
                     on_timed_step(specs[index])
 
+            assert model is not None and info is not None  # built by the rows that ran ("ok")
             with hold(label):
                 rounds = time_settings(
                     [result.spec for result in ok],

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from ..errors import SpecError
 from ..results import RunResult, TimeVerdict, compare
 
 
@@ -81,7 +82,7 @@ def rows_from_results(results: Sequence[RunResult]) -> list[SweepRow]:
 def _row(result: RunResult, off: RunResult | None) -> SweepRow:
     spec = result.spec
     cp_layers = sum(layer.planned == "CP" for layer in result.layers)
-    base = {
+    base: dict[str, Any] = {  # SweepRow's fields shared by every row
         "seq_len": spec.seq_len,
         "every_n_layers": spec.every_n_layers,
         "offload": spec.offload,
@@ -134,3 +135,28 @@ def _row(result: RunResult, off: RunResult | None) -> SweepRow:
 
 def _safe_ratio(value: int, reference: int) -> float:
     return value / reference if reference else float("nan")
+
+
+_Value = TypeVar("_Value")
+
+
+def known(value: _Value | None, row: SweepRow, what: str) -> _Value:
+    """A figure of ``row`` that its status promises (a measured row has its peak, a timed one its steps).
+
+    Raises:
+        SpecError: the row does not have it (a row a sweep did not measure, or did not time).
+    """
+    if value is None:
+        raise SpecError(
+            f"the row {row.setting} at seq_len={row.seq_len} (status {row.status!r}) has no {what}: "
+            "use rows a sweep measured."
+        )
+    return value
+
+
+def known_peak(row: SweepRow) -> int:
+    return known(row.peak_bytes, row, "measured peak")
+
+
+def known_step(row: SweepRow) -> float:
+    return known(row.step_s, row, "timed step")

@@ -77,9 +77,9 @@ def requested_setting(activation_checkpointing: bool, kwargs: dict[str, Any] | s
 
     Restates ``Trainer.train`` and ``PreTrainedModel.activation_checkpointing_enable`` of transformers 5.24.
     """
-    if isinstance(kwargs, str):  # TrainingArguments also takes the dict as JSON text
-        kwargs = json.loads(kwargs)
-    rest = dict(kwargs or {})
+    # TrainingArguments also takes the dict as JSON text.
+    parsed = json.loads(kwargs) if isinstance(kwargs, str) else kwargs
+    rest = dict(parsed or {})
     every_n_layers = rest.pop("every_n_layers", 1)
     offload = bool(rest.pop("offload", False))
     if not activation_checkpointing:
@@ -276,7 +276,7 @@ class CheckpointingCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self._observer is not None:
-            self._safely(self._end, args, state, model)
+            self._safely(self._end, self._observer, args, state, model)
 
     def on_train_end(self, args, state, control, **kwargs):
         self._detach()  # training stopped inside the observed step: leave nothing behind
@@ -309,8 +309,7 @@ class CheckpointingCallback(TrainerCallback):
         self._observer = StepObserver(model, optimizer, on_failure=self._forward_raised)
         self._observer.begin()
 
-    def _end(self, args: Any, state: Any, model: torch.nn.Module) -> None:
-        observer = self._observer
+    def _end(self, observer: StepObserver, args: Any, state: Any, model: torch.nn.Module) -> None:
         try:
             counts, memory = observer.finish()
         finally:
@@ -321,7 +320,7 @@ class CheckpointingCallback(TrainerCallback):
             getattr(args, "activation_checkpointing_kwargs", None),
         )
         self.report = build_report(model, observer, requested, counts, memory, state.global_step)
-        self._publish(args, state)
+        self._publish(self.report, args, state)
 
     def _forward_raised(self, error: BaseException) -> None:
         self._step_aside(
@@ -329,8 +328,7 @@ class CheckpointingCallback(TrainerCallback):
             "off the model again (the error is the training's own)"
         )
 
-    def _publish(self, args: Any, state: Any) -> None:
-        report = self.report
+    def _publish(self, report: CheckpointingReport, args: Any, state: Any) -> None:
         level = self.log_level if report.matches and not report.warnings else logging.WARNING
         logger.log(level, "%s", report.text())  # the warnings are in it, one line each
         state.log_history.append({**report.log_values(), "step": state.global_step})

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import SpecError
-from ..results import RunResult, compare
+from ..results import RunResult, compare, measurements, memory_of
 from ..show.i18n import t
 from ..show.timeline_figures import event_label
 from ..spec import RunSpec
@@ -122,8 +122,8 @@ def budget_answer(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> i
     Fewer checkpointed layers means fewer reruns, so among the settings that fit, the one
     with the largest ``every_n_layers`` is the fastest. ``None`` when none fits.
     """
-    budget = exercise.budget_fraction * runs[None].memory.after_forward_bytes
-    fitting = [n for n in exercise.choices if runs[n].memory.after_forward_bytes <= budget]
+    budget = exercise.budget_fraction * memory_of(runs[None]).after_forward_bytes
+    fitting = [n for n in exercise.choices if memory_of(runs[n]).after_forward_bytes <= budget]
     return max(fitting) if fitting else None
 
 
@@ -167,43 +167,45 @@ def _explain_resident(run: RunResult, off: RunResult, lang: str) -> str:
     cp = [layer for layer in run.layers if layer.observed == "CP"]
     cp_off = sum(off.layers[layer.index].saved_bytes for layer in cp)
     kept = sum(layer.input_bytes for layer in cp)
-    rest = max(run.memory.after_forward_bytes - kept, 0)
+    rest = max(memory_of(run).after_forward_bytes - kept, 0)
     return t("explain.after_forward", lang, k=len(cp), kept=mib(kept), off=mib(cp_off), rest=mib(rest))
 
 
 def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
     ratio = percent_of_off(run, off, "peak")
-    point = next(p for p in run.memory.timeline if p["region_peak_bytes"] == run.memory.peak_bytes)
+    memory, off_memory = memory_of(run), memory_of(off)
+    point = next(p for p in memory.timeline if p["region_peak_bytes"] == memory.peak_bytes)
     where = event_label(point, lang)
     values = {
         "where": where,
         "seq": run.spec.seq_len,
-        "off": mib(off.memory.peak_above_baseline_bytes),
-        "run": mib(run.memory.peak_above_baseline_bytes),
+        "off": mib(off_memory.peak_above_baseline_bytes),
+        "run": mib(memory.peak_above_baseline_bytes),
         "grad": mib(point.get("region_peak_breakdown", {}).get("gradient", 0)),
-        "freed": mib(max(off.memory.after_forward_bytes - run.memory.after_forward_bytes, 0)),
+        "freed": mib(max(off_memory.after_forward_bytes - memory.after_forward_bytes, 0)),
     }
     return t("explain.peak_unmoved" if ratio >= 90 else "explain.peak_moved", lang, **values)
 
 
 def _explain_step(run: RunResult, off: RunResult, lang: str) -> str:
     comparison = compare(run, off)
+    (_, timing), (_, off_timing) = measurements(run), measurements(off)
     cp = sum(layer.observed == "CP" for layer in run.layers)
     key = "explain.step" if comparison.step.measurable else "explain.step_noise"  # results.judge_time's verdict
     return t(
         key,
         lang,
         k=cp,
-        forward=f"{run.timing.forward_s * 1000:,.0f}",
-        backward_off=f"{off.timing.backward_s * 1000:,.0f}",
-        backward=f"{run.timing.backward_s * 1000:,.0f}",
+        forward=f"{timing.forward_s * 1000:,.0f}",
+        backward_off=f"{off_timing.backward_s * 1000:,.0f}",
+        backward=f"{timing.backward_s * 1000:,.0f}",
         ratio=f"{comparison.step_ratio * 100:.0f}",
     )
 
 
 def _explain_budget(exercise: Exercise, runs: Mapping[int | None, RunResult], answer: int | None, lang: str) -> str:
-    budget = exercise.budget_fraction * runs[None].memory.after_forward_bytes
-    held = ", ".join(f"n={n}: {mib(runs[n].memory.after_forward_bytes)}" for n in exercise.choices)
+    budget = exercise.budget_fraction * memory_of(runs[None]).after_forward_bytes
+    held = ", ".join(f"n={n}: {mib(memory_of(runs[n]).after_forward_bytes)}" for n in exercise.choices)
     if answer is None:
         return t("explain.budget_none", lang, budget=mib(budget), held=held)
     return t("explain.budget", lang, budget=mib(budget), held=held, n=answer)

@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..results import RunResult
+from ..results import RunResult, memory_of
 from ..spec import RunSpec
 from ..step.measure import Progress
 from ..step.simulate import simulate
@@ -138,7 +138,7 @@ def per_gpu_parts(result: RunResult) -> dict[str, int]:
     activations: the most the step held at any moment (activations peak at the end of the forward,
     gradients in the backward).
     """
-    memory = result.memory
+    memory = memory_of(result)
     most: dict[str, int] = {}
     for point in memory.timeline:
         for part, value in point.get("region_peak_breakdown", {}).items():
@@ -171,12 +171,16 @@ def sharding_idea(
     """
     report = progress or (lambda message, fraction: None)
     specs = sharding_specs(base, gpus)
-    results = {}
+    results: dict[RunSpec, RunResult] = {}
     for index, spec in enumerate(specs):
         with _simulated_lock:
             known = _simulated.get(spec)
         if known is None:
-            known = simulate(spec, progress=lambda m, f, i=index: report(m, (i + f) / len(specs)))
+
+            def progress_here(message: str, fraction: float, i: int = index) -> None:
+                report(message, (i + fraction) / len(specs))
+
+            known = simulate(spec, progress=progress_here)
             with _simulated_lock:
                 _simulated[spec] = known
         results[spec] = known
@@ -196,4 +200,4 @@ def sharding_idea(
 
 
 def _most_parts(result: RunResult) -> list[dict[str, int]]:
-    return [point.get("region_peak_breakdown", {}) for point in result.memory.timeline]
+    return [point.get("region_peak_breakdown", {}) for point in memory_of(result).timeline]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..spec import DEVICES, DTYPES, OPTIMIZERS, RunSpec
 
@@ -82,7 +83,7 @@ def spec_from_query(
     """
     base = default or RunSpec()
     values = {key: _last(value) for key, value in params.items()}
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}  # RunSpec fields, each value checked above: replace(base, **changes)
     warnings: list[str] = []
 
     model = values.get("model", "").strip()
@@ -165,7 +166,7 @@ def gpus_from_query(value: str | Sequence[str], choices: Sequence[int], default:
     """
     text = _last(value).strip()
     number = _int(text)
-    if number in choices:
+    if number is not None and number in choices:
         return number, []
     listed = ", ".join(str(choice) for choice in choices)
     return default, [f"gpus={text!r} in the link is not one of {listed}; using {default}."]

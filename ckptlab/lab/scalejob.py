@@ -83,6 +83,7 @@ class ScaleJob(BackgroundJob):
 
     def _run(self) -> None:
         request = self.request
+        table: ScaleTable | None
         try:
             table = scale_table(
                 request.model, request.seq_len, request.batch_size, request.dtype, request.settings,

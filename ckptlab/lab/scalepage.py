@@ -13,7 +13,7 @@ from typing import Literal
 from ..explore.gpu_search import GpuSearch
 from ..explore.scale import ScaleRequest, ScaleTable, Setting, fits, least_recompute_that_fits
 from ..model.catalog import ModelInfo
-from ..results import RunResult
+from ..results import RunResult, memory_of
 from ..show.scale_figures import part_bytes
 from ..show.timeline_figures import event_label, provenance_label
 from ..units import GIB
@@ -72,7 +72,8 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, words: Mapping[st
     gpus = gpus_label(table.request.world_size, words)
     if best is not None:
         setting = Setting.of(best.spec)
-        peak, margin = best.memory.peak_bytes / GIB, (budget - best.memory.peak_bytes) / GIB
+        best_peak = memory_of(best).peak_bytes
+        peak, margin = best_peak / GIB, (budget - best_peak) / GIB
         if setting.every_n_layers is None:
             text = words["fits_off"].format(budget=budget_label, peak=peak, margin=margin)
         else:
@@ -86,12 +87,13 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, words: Mapping[st
             )
         thin = words["thin"] if margin * GIB < THIN_MARGIN * budget else ""
         return Verdict("success", f"{gpus}: {text}{thin}", best)
-    lowest = min(table.results, key=lambda result: result.memory.peak_bytes)
+    lowest = min(table.results, key=lambda result: memory_of(result).peak_bytes)
+    lowest_peak = memory_of(lowest).peak_bytes
     text = words["no_fit"].format(
         budget=budget_label,
-        peak=lowest.memory.peak_bytes / GIB,
+        peak=lowest_peak / GIB,
         setting=Setting.of(lowest.spec).key,
-        short=(lowest.memory.peak_bytes - budget) / GIB,
+        short=(lowest_peak - budget) / GIB,
     )
     return Verdict("error", f"{gpus}: {text}", lowest)
 
@@ -102,7 +104,7 @@ def rows(table: ScaleTable, budget: int, budget_label: str, words: Mapping[str, 
     out = []
     for result in table.results:
         setting = Setting.of(result.spec)
-        memory = result.memory
+        memory = memory_of(result)
         row = {
             words["col_setting"]: setting.key,
             words["col_cp"]: setting.cp_layers(table.num_layers),
@@ -138,13 +140,14 @@ def search_verdict(search: GpuSearch, budget_label: str, words: Mapping[str, str
         text = words["search_no_fit"].format(
             budget=budget_label,
             gpus=search.counts[-1],
-            peak=lowest.memory.peak_bytes / GIB,
+            peak=memory_of(lowest).peak_bytes / GIB,
             setting=Setting.of(lowest.spec).key,
         )
         return Verdict("error", text + " " + counted, lowest)
-    setting, peak = search.setting, search.result.memory.peak_bytes
+    # search.setting and search.gpus, read from the result itself: it is there.
+    setting, peak = Setting.of(search.result.spec), memory_of(search.result).peak_bytes
     text = words["search_fits"].format(
-        gpus=gpus_label(search.gpus, words),
+        gpus=gpus_label(search.result.spec.world_size, words),
         setting=setting.key,
         budget=budget_label,
         peak=peak / GIB,

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
+from transformers import PreTrainedModel
+
 from ..errors import CkptlabError, RunStoppedError
 from ..explore.sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
 from ..model.catalog import ModelInfo
@@ -23,7 +25,7 @@ from .jobs import BackgroundJob
 from .run import TurnStopper
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
 
-Loader = Callable[[RunSpec], tuple[object, ModelInfo]]
+Loader = Callable[[RunSpec], tuple[PreTrainedModel, ModelInfo]]
 
 
 class _Stopped(Exception):
@@ -130,6 +132,7 @@ class SweepJob(BackgroundJob):
         return self._stop.is_set() or self._over_limit()
 
     def _run(self) -> None:
+        result: SweepResult | None
         try:
             result = sweep(
                 self.spec,

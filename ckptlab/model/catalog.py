@@ -145,7 +145,7 @@ def _task_mapping(task: str) -> Mapping[type, Any]:
     raise SpecError(f"task={task!r} is not valid: use {CAUSAL_LM!r} or {MASKED_LM!r}.")
 
 
-def _auto_class(task: str) -> type:
+def _auto_class(task: str) -> type[AutoModelForCausalLM] | type[AutoModelForMaskedLM]:
     return AutoModelForCausalLM if task == CAUSAL_LM else AutoModelForMaskedLM
 
 
@@ -213,7 +213,8 @@ def _load_local_config(path: str) -> PretrainedConfig:
     # transformers' own arithmetic chokes on are refused by name (ckptlab.folder_checks).
     raw = folder_checks.read_config_json(config_file)
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
-    if model_type not in CONFIG_MAPPING:
+    # A model_type that is not a string (a list, say) is unknown too: `in` would raise TypeError on it.
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         if isinstance(raw, dict) and raw.get("auto_map"):
             raise UnsupportedModelError(
                 f"{path!r} has model_type {model_type!r}, which needs the model's own Python code "
@@ -454,6 +455,7 @@ def build_model(
         # Created on the target device directly: an 8B model never passes through host memory.
         with torch.device(device):
             model = instantiate(config, task, dtype)
-    model.to(device)
+    # transformers wraps PreTrainedModel.to in functools.wraps, whose stub mypy calls unbound.
+    model.to(device)  # type: ignore[arg-type]
     model.train()
     return model, info

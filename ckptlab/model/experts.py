@@ -22,8 +22,9 @@ changes the work each expert does, not a single byte (``benchmarks/moe.py`` meas
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch.nn as nn
 from transformers import PretrainedConfig
@@ -61,7 +62,13 @@ def is_experts_module(module: nn.Module) -> bool:
     return hasattr(module, "has_gate") and hasattr(module, "is_transposed") and hasattr(module, "num_experts")
 
 
-def experts_shape(config: PretrainedConfig, layers: list[nn.Module], implementation: str | None) -> ExpertsShape:
+def experts_count(module: nn.Module) -> int:
+    """``num_experts`` of an experts module (:func:`is_experts_module`)."""
+    # transformers sets it as a plain int; torch's stubs type any Module attribute Tensor | Module.
+    return int(cast(int, module.num_experts))
+
+
+def experts_shape(config: PretrainedConfig, layers: Sequence[nn.Module], implementation: str | None) -> ExpertsShape:
     """How many experts, how many per token and how many MoE layers ``layers`` hold.
 
     Args:
@@ -76,13 +83,13 @@ def experts_shape(config: PretrainedConfig, layers: list[nn.Module], implementat
     text = config.get_text_config()
     return ExpertsShape(
         implementation=implementation,
-        num_experts=int(moe[0].num_experts),
+        num_experts=experts_count(moe[0]),
         experts_per_token=int(getattr(text, "num_experts_per_tok", 0) or 0),
         moe_layers=len(moe),
     )
 
 
-def layers_alike(layers: list[nn.Module]) -> bool:
+def layers_alike(layers: Sequence[nn.Module]) -> bool:
     """True when every layer has the same modules and parameter shapes.
 
     A model whose layers differ (Qwen2-MoE's ``mlp_only_layers`` or ``decoder_sparse_step``,

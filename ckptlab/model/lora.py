@@ -12,6 +12,7 @@ import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch.nn as nn
 from torch._subclasses.fake_tensor import FakeTensor
@@ -20,6 +21,9 @@ from transformers.pytorch_utils import Conv1D
 
 from ..errors import SpecError, UnsupportedModelError
 from .plan import checkpointable_layers
+
+if TYPE_CHECKING:  # peft is imported where LoRA runs: only they pay for it
+    from peft import PeftModel
 
 # Projection modules peft can wrap: torch's Linear, and transformers' Conv1D (GPT-2's projections).
 _ADAPTABLE = (nn.Linear, Conv1D)
@@ -63,7 +67,7 @@ def resolve_targets(model: nn.Module, targets: Sequence[str] | None) -> list[str
     return list(targets)
 
 
-def apply_lora(model: PreTrainedModel, rank: int, targets: Sequence[str] | None) -> nn.Module:
+def apply_lora(model: PreTrainedModel, rank: int, targets: Sequence[str] | None) -> PeftModel:
     """Freeze ``model`` and wrap it with rank-``rank`` LoRA adapters on ``targets`` (peft).
 
     ``lora_alpha = 2 x rank`` and no adapter dropout: neither changes the memory of a step.

@@ -42,9 +42,10 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     Returns:
         A bar figure; the total sits above each bar, hover gives each part in MiB and its provenance.
     """
-    drawn = [(label, run) for label, run in bars if run.memory is not None and run.memory.breakdown_at_peak]
-    runs = [run for _, run in drawn]
-    totals = [sum(run.memory.breakdown_at_peak.values()) for run in runs]
+    drawn = [(label, run, run.memory) for label, run in bars if run.memory is not None and run.memory.breakdown_at_peak]
+    runs = [run for _, run, _ in drawn]
+    peaks = [memory.breakdown_at_peak for _, _, memory in drawn]
+    totals = [sum(peak.values()) for peak in peaks]
     scale, unit = (GIB, "GiB") if max(totals, default=0) >= GIB else (MIB, "MiB")
     provenance = " / ".join(dict.fromkeys(provenance_label(run, lang) for run in runs))
     ticks = [
@@ -52,17 +53,17 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
             "breakdown.tick",
             lang,
             label=label,
-            phase=t(f"band.{run.memory.peak_where.get('phase', 'backward')}", lang),
+            phase=t(f"band.{memory.peak_where.get('phase', 'backward')}", lang),
         )
-        for label, run in drawn
+        for label, _, memory in drawn
     ]
-    parts = [part for part in PARTS if any(part_bytes(run.memory.breakdown_at_peak, part) for run in runs)]
-    if any(set(run.memory.breakdown_at_peak) - set(PARTS) - set(FOLDED) for run in runs):
+    parts = [part for part in PARTS if any(part_bytes(peak, part) for peak in peaks)]
+    if any(set(peak) - set(PARTS) - set(FOLDED) for peak in peaks):
         parts.append("other")
 
     figure = go.Figure()
     for part in parts:
-        values = [part_bytes(run.memory.breakdown_at_peak, part) for run in runs]
+        values = [part_bytes(peak, part) for peak in peaks]
         name = t(f"category.{part}", lang)
         figure.add_trace(
             go.Bar(
@@ -72,7 +73,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
                 marker={"color": COLORS[part], "line": {"color": "white", "width": 0.5}},
                 hovertext=[
                     t("breakdown.hover", lang, bar=label, part=name, mib=value / MIB, provenance=provenance)
-                    for (label, _), value in zip(drawn, values)
+                    for (label, _, _), value in zip(drawn, values)
                 ],
                 hoverinfo="text",
             )

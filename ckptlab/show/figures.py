@@ -183,9 +183,9 @@ def _diagram(rows: list[_Row], title: str, subtitle: str, lang: str = "en") -> g
     figure = go.Figure()
     for role in ("CP", "keep", "rerun"):
         for planned in (False, True):
-            bucket = traces.get((role, planned))
-            if bucket is None:
+            if (role, planned) not in traces:
                 continue
+            bucket = traces[(role, planned)]
             figure.add_trace(
                 go.Bar(
                     x=bucket["x"],
@@ -262,17 +262,18 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
     """
     if result.memory is None or result.timing is None:
         raise ValueError(f"a run with status {result.status!r} has no measurements to chart")
-    series = [(_setting(result.spec.every_n_layers, result.spec.offload, lang), result, RUN_COLOR)]
+    series = [
+        (_setting(result.spec.every_n_layers, result.spec.offload, lang), result.memory, result.timing, RUN_COLOR)
+    ]
     if result.spec.every_n_layers is None:
-        series = [(t("setting.off", lang), result, OFF_COLOR)]
+        series = [(t("setting.off", lang), result.memory, result.timing, OFF_COLOR)]
     elif baseline is not None and baseline.memory is not None and baseline.timing is not None:
-        series.append((t("setting.off", lang), baseline, OFF_COLOR))
+        series.append((t("setting.off", lang), baseline.memory, baseline.timing, OFF_COLOR))
 
     figure = make_subplots(rows=1, cols=2, subplot_titles=(t("fig.memory_panel", lang), t("fig.time_panel", lang)))
     memory_labels = [t("fig.after_forward", lang), t("fig.peak_of_step", lang)]
     time_labels = [t("fig.forward", lang), t("fig.backward", lang), t("fig.step", lang)]
-    for name, run, color in series:
-        memory, timing = run.memory, run.timing
+    for name, memory, timing, color in series:
         memory_mib = [memory.after_forward_bytes / MIB, memory.peak_above_baseline_bytes / MIB]
         figure.add_trace(
             go.Bar(

@@ -195,25 +195,26 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
     if busy:
         head += "\n\n" + busy
     memory, timing = result.memory, result.timing
+    assert memory is not None  # status "ok": measured or simulated, memory is always there
     ref_memory = reference.memory if reference else None
     ref_timing = reference.timing if reference else None
     rows = [
         (
             "baseline before the forward",
             mib(memory.baseline_bytes),
-            ref_memory and mib(ref_memory.baseline_bytes),
+            mib(ref_memory.baseline_bytes) if ref_memory else None,
             "parameters, buffers" + (", optimizer state" if memory.optimizer_state_bytes else ""),
         ),
         (
             "resident after the forward",
             mib(memory.after_forward_bytes),
-            ref_memory and mib(ref_memory.after_forward_bytes),
+            mib(ref_memory.after_forward_bytes) if ref_memory else None,
             "above baseline: what the backward needs",
         ),
         (
             "peak over the step",
             mib(memory.peak_bytes),
-            ref_memory and mib(ref_memory.peak_bytes),
+            mib(ref_memory.peak_bytes) if ref_memory else None,
             f"reached in: {memory.peak_where['description']}",
         ),
     ]
@@ -226,7 +227,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
             _table_row(
                 "  of which optimizer state",
                 mib(memory.optimizer_state_bytes),
-                ref_memory and mib(ref_memory.optimizer_state_bytes),
+                mib(ref_memory.optimizer_state_bytes) if ref_memory else None,
                 "steady state, after the first step",
             ),
         )
@@ -276,6 +277,7 @@ def rank_table(result: RunResult) -> list[str]:
     ]
     for row in result.ranks:
         memory = row.memory
+        assert memory is not None  # a rank's result is gathered only from a step that ran
         step = milliseconds(row.timing.step_s) if row.timing else "-"
         lines.append(
             f"  {row.rank:>4}  {mib(memory.baseline_bytes):>9} {mib(memory.breakdown_baseline.get('parameter', 0)):>9}"
@@ -299,15 +301,20 @@ def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: in
         )
     ]
     for label, value, samples, ref in (
-        ("forward (with loss)", timing.forward_s, timing.forward_samples, ref_timing and ref_timing.forward_s),
-        ("backward", timing.backward_s, timing.backward_samples, ref_timing and ref_timing.backward_s),
-        ("optimizer step", timing.optimizer_s, timing.optimizer_samples, ref_timing and ref_timing.optimizer_s),
-        ("step", timing.step_s, timing.step_samples, ref_timing and ref_timing.step_s),
+        ("forward (with loss)", timing.forward_s, timing.forward_samples, ref_timing.forward_s if ref_timing else None),
+        ("backward", timing.backward_s, timing.backward_samples, ref_timing.backward_s if ref_timing else None),
+        (
+            "optimizer step",
+            timing.optimizer_s,
+            timing.optimizer_samples,
+            ref_timing.optimizer_s if ref_timing else None,
+        ),
+        ("step", timing.step_s, timing.step_samples, ref_timing.step_s if ref_timing else None),
     ):
         if not samples:  # no optimizer in the step
             continue
         spread = f"spread {milliseconds(min(samples))}-{milliseconds(max(samples))}"
-        lines.append(_table_row(label, milliseconds(value), ref and milliseconds(ref), spread))
+        lines.append(_table_row(label, milliseconds(value), None if ref is None else milliseconds(ref), spread))
     lines.append(f"  ({timing.method})")
     return lines
 

@@ -17,7 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from ..explore.scale import ScaleTable, Setting, fits
-from ..results import RunResult
+from ..results import RunResult, memory_of
 from ..units import GIB, MIB
 
 FONT = "Arial, Helvetica, sans-serif"
@@ -91,23 +91,23 @@ def peak_figure(
     """
     say = {**WORDS, **(words or {})}
     results = _with_memory(table)
-    peaks = [result.memory.peak_bytes for result in results]
-    hosts = [result.memory.host_offload_bytes for result in results]
+    peaks = [memory_of(result).peak_bytes for result in results]
+    hosts = [memory_of(result).host_offload_bytes for result in results]
     tallest = max(peaks + hosts, default=0)
     draw_budget = budget_bytes is not None and budget_bytes <= OFF_SCALE * max(tallest, 1)
-    scale, unit = _unit(max(tallest, budget_bytes if draw_budget else 0))
+    scale, unit = _unit(max(tallest, budget_bytes if draw_budget and budget_bytes is not None else 0))
     ticks = _ticks(table, results, selected, say)
     offsets, widths = _device_slots(results)
     slots = list(range(len(results)))
     provenance = _provenance(results)
 
     figure = go.Figure()
-    parts = [part for part in PARTS if any(part_bytes(r.memory.breakdown_at_peak, part) for r in results)]
-    if any(set(r.memory.breakdown_at_peak) - set(PARTS) - set(FOLDED) for r in results):
+    parts = [part for part in PARTS if any(part_bytes(memory_of(r).breakdown_at_peak, part) for r in results)]
+    if any(set(memory_of(r).breakdown_at_peak) - set(PARTS) - set(FOLDED) for r in results):
         parts.append("other")
     base = [0] * len(results)
     for part in parts:
-        values = [part_bytes(result.memory.breakdown_at_peak, part) for result in results]
+        values = [part_bytes(memory_of(result).breakdown_at_peak, part) for result in results]
         figure.add_trace(
             go.Bar(
                 x=slots, y=[v / scale for v in values], base=[b / scale for b in base], offset=offsets, width=widths,
@@ -133,7 +133,7 @@ def peak_figure(
                             "line": {"color": "white", "width": 1}},
                     hovertext=[
                         say["hover_peak"].format(setting=_plain(ticks[i]), mib=peaks[i] / MIB, gib=peaks[i] / GIB, verdict=verdict,
-                                                 where=results[i].memory.peak_where.get("description", "?"), provenance=provenance)
+                                                 where=memory_of(results[i]).peak_where.get("description", "?"), provenance=provenance)
                         for i in index
                     ],
                     hoverinfo="text", cliponaxis=False,
@@ -161,7 +161,7 @@ def peak_figure(
         say["peak_y"].format(unit=unit),
         ticks,
     )
-    top = max(max(peaks + hosts, default=0), budget_bytes if draw_budget else 0) / scale
+    top = max(max(peaks + hosts, default=0), budget_bytes if draw_budget and budget_bytes is not None else 0) / scale
     figure.update_yaxes(range=[0, top * 1.12 or 1])
     return figure
 
@@ -180,8 +180,8 @@ def resident_figure(
     """
     say = {**WORDS, **(words or {})}
     results = _with_memory(table)
-    resident = [result.memory.after_forward_bytes for result in results]
-    hosts = [result.memory.host_offload_bytes for result in results]
+    resident = [memory_of(result).after_forward_bytes for result in results]
+    hosts = [memory_of(result).host_offload_bytes for result in results]
     scale, unit = _unit(max(resident + hosts, default=0))
     ticks = _ticks(table, results, selected, say)
     offsets, widths = _device_slots(results)
@@ -290,7 +290,7 @@ def _add_host(
     index = [i for i, result in enumerate(results) if result.spec.offload]
     if not index:
         return
-    values = [results[i].memory.host_offload_bytes for i in index]
+    values = [memory_of(results[i]).host_offload_bytes for i in index]
     figure.add_trace(
         go.Bar(
             x=index, y=[v / scale for v in values], offset=0.02, width=0.4, name=say["host"],

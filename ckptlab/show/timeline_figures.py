@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results import RunResult, judge_time
+from ..results import RunResult, judge_time, memory_of, timing_of
 from ..step import timeline as tl
 from ..units import MIB
 from .figures import COLORS, FONT, OFF_COLOR, RUN_COLOR
@@ -77,7 +77,7 @@ def event_label(point: dict, lang: str) -> str:
 
 def peak_cause(run: RunResult, lang: str) -> str:
     """Why the peak is where it is: the stretch, and the largest categories held there (where the meter tells)."""
-    timeline = run.memory.timeline
+    timeline = memory_of(run).timeline
     point = timeline[tl.peak_index(timeline)]
     where = event_label(point, lang)
     parts = sorted(
@@ -95,7 +95,7 @@ def peak_cause(run: RunResult, lang: str) -> str:
 
 
 def _above(run: RunResult, value: int) -> float:
-    return (value - run.memory.baseline_bytes) / MIB
+    return (value - memory_of(run).baseline_bytes) / MIB
 
 
 def timeline_figure(
@@ -123,11 +123,11 @@ def timeline_figure(
         ValueError: a run has no memory timeline (it did not fit, or predates timelines).
     """
     for each in (run, *others):
-        if each.memory is None or not each.memory.timeline:
+        if each.memory is None or not memory_of(each).timeline:
             raise ValueError(f"the run {each.spec} has no memory timeline to draw")
     layers = run.model.num_layers
     figure = go.Figure()
-    for span in tl.phase_spans(run.memory.timeline, layers):
+    for span in tl.phase_spans(memory_of(run).timeline, layers):
         figure.add_vrect(
             x0=span.start,
             x1=span.end,
@@ -136,7 +136,7 @@ def timeline_figure(
             line_width=0,
             layer="below",
         )
-    for band, (start, end) in _band_extents(tl.phase_spans(run.memory.timeline, layers)).items():
+    for band, (start, end) in _band_extents(tl.phase_spans(memory_of(run).timeline, layers)).items():
         if band == "rerun":
             continue
         figure.add_annotation(  # a row of its own between the subtitle and the plot: peak labels sit inside
@@ -148,7 +148,7 @@ def timeline_figure(
             text=f"<b>{t('band.' + band, lang)}</b>",
             font={"size": 15, "color": BAND_COLORS[band] if band != "loss" else "#555555"},
         )
-    if any(span.band == "rerun" for span in tl.phase_spans(run.memory.timeline, layers)):
+    if any(span.band == "rerun" for span in tl.phase_spans(memory_of(run).timeline, layers)):
         figure.add_trace(
             go.Scatter(
                 x=[None],
@@ -165,7 +165,7 @@ def timeline_figure(
         series.append((other, color))
     top = 0.0
     for position_in_list, (each, color) in enumerate(series):
-        points = each.memory.timeline
+        points = memory_of(each).timeline
         xs = tl.positions(points, layers)
         ends = tl.stretch_ends(points, layers)
         name = run_label(each, lang)
@@ -230,7 +230,7 @@ def timeline_figure(
         )
 
     if cursor is not None:
-        points = run.memory.timeline
+        points = memory_of(run).timeline
         cursor = min(max(cursor, 0), len(points) - 1)
         x = tl.positions(points, layers)[cursor]
         figure.add_vline(x=x, line={"color": CURSOR_COLOR, "width": 2, "dash": "dash"})
@@ -274,7 +274,7 @@ def timeline_figure(
         gridcolor="#e5e5e5",
         rangemode="tozero",
         range=[
-            min(0.0, *(_above(e, p["current_bytes"]) for e, _ in series for p in e.memory.timeline)),
+            min(0.0, *(_above(e, p["current_bytes"]) for e, _ in series for p in memory_of(e).timeline)),
             top * 1.22 or 1,
         ],
         fixedrange=True,
@@ -404,7 +404,7 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
     Raises:
         IndexError: ``index`` is outside the run's timeline.
     """
-    points = run.memory.timeline
+    points = memory_of(run).timeline
     roles = [layer.enabled for layer in run.layers]
     states = tl.layer_states(points, roles, index)
     values = [value / MIB for value in tl.layer_bytes(states, run.layers, points[index])]
@@ -470,8 +470,8 @@ def tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int 
         for i, run in enumerate(runs)
     ]
     for key, getter in (
-        ("trade.after_forward", lambda r: r.memory.after_forward_bytes),
-        ("trade.peak", lambda r: r.memory.peak_above_baseline_bytes),
+        ("trade.after_forward", lambda r: memory_of(r).after_forward_bytes),
+        ("trade.peak", lambda r: memory_of(r).peak_above_baseline_bytes),
     ):
         values = [getter(run) / MIB for run in runs]
         figure.add_trace(
@@ -487,12 +487,14 @@ def tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int 
             row=1,
             col=1,
         )
-    times = [run.timing.step_s * 1000 for run in runs]
+    times = [timing_of(run).step_s * 1000 for run in runs]
     # The same verdict as everywhere (results.judge_time): a step time within the noise of
     # checkpointing off's is grey and says so; the whiskers are the fastest and slowest step.
     off = next((run for run in runs if not run.spec.checkpointing), None)
     noise = [
-        off is not None and run is not off and judge_time(run.timing.step_samples, off.timing.step_samples).noise
+        off is not None
+        and run is not off
+        and judge_time(timing_of(run).step_samples, timing_of(off).step_samples).noise
         for run in runs
     ]
     figure.add_trace(
@@ -509,8 +511,8 @@ def tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int 
             error_y={
                 "type": "data",
                 "symmetric": False,
-                "array": [(max(run.timing.step_samples) - run.timing.step_s) * 1000 for run in runs],
-                "arrayminus": [(run.timing.step_s - min(run.timing.step_samples)) * 1000 for run in runs],
+                "array": [(max(timing_of(run).step_samples) - timing_of(run).step_s) * 1000 for run in runs],
+                "arrayminus": [(timing_of(run).step_s - min(timing_of(run).step_samples)) * 1000 for run in runs],
                 "color": "#666666",
             },
             showlegend=False,
@@ -546,8 +548,8 @@ def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int =
         runs: checkpointed runs of one model at growing sequence lengths.
     """
     labels = [t("offload.seq", lang, seq=run.spec.seq_len) for run in runs]
-    moved = [run.memory.offload_bytes / MIB for run in runs]
-    rest = [max(run.memory.after_forward_bytes - run.memory.offload_bytes, 0) / MIB for run in runs]
+    moved = [memory_of(run).offload_bytes / MIB for run in runs]
+    rest = [max(memory_of(run).after_forward_bytes - memory_of(run).offload_bytes, 0) / MIB for run in runs]
     figure = go.Figure()
     figure.add_trace(
         go.Bar(

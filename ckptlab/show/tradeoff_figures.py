@@ -17,6 +17,7 @@ from ..explore.accuracy import PredictionCheck
 from ..explore.predict import architecture, predict
 from ..explore.recommend import Recommendation
 from ..explore.sweep import SweepResult, SweepRow
+from ..explore.sweep_rows import known, known_peak, known_step
 from ..model import catalog
 from ..units import MIB
 from .i18n import t
@@ -48,11 +49,11 @@ def pareto_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
     """The rows no other row beats on both step time and peak memory, fastest first."""
     measured = sorted(
         (row for row in rows if row.step_s is not None and row.peak_bytes is not None),
-        key=lambda r: (r.step_s, r.peak_bytes),
+        key=lambda r: (known_step(r), known_peak(r)),
     )
     frontier: list[SweepRow] = []
     for row in measured:
-        if not frontier or row.peak_bytes < frontier[-1].peak_bytes:
+        if not frontier or known_peak(row) < known_peak(frontier[-1]):
             frontier.append(row)
     return frontier
 
@@ -76,8 +77,8 @@ def tradeoff_figure(
     figure = go.Figure()
     figure.add_trace(
         go.Scatter(
-            x=[row.step_s * 1000 for row in rows],
-            y=[row.peak_bytes / MIB for row in rows],
+            x=[known_step(row) * 1000 for row in rows],
+            y=[known_peak(row) / MIB for row in rows],
             mode="markers+text",
             text=[
                 t("tradeoff_fig.noise_point", lang, setting=row.setting) if row.time_is_noise else row.setting
@@ -90,11 +91,11 @@ def tradeoff_figure(
             error_x={
                 "type": "data",
                 "symmetric": False,
-                "array": [(row.step_max_s - row.step_s) * 1000 for row in rows],
-                "arrayminus": [(row.step_s - row.step_min_s) * 1000 for row in rows],
+                "array": [(known(row.step_max_s, row, "slowest step") - known_step(row)) * 1000 for row in rows],
+                "arrayminus": [(known_step(row) - known(row.step_min_s, row, "fastest step")) * 1000 for row in rows],
                 "color": "#999999",
             },
-            customdata=[[row.peak_where, row.after_forward_bytes / MIB] for row in rows],
+            customdata=[[row.peak_where, known(row.after_forward_bytes, row, "resident bytes") / MIB] for row in rows],
             hovertemplate="%{text}: step %{x:,.0f} ms, peak %{y:,.1f} MiB<br>resident after the forward %{customdata[1]:,.1f} MiB"
             "<br>peak reached in: %{customdata[0]}<extra></extra>",
         )
@@ -116,8 +117,8 @@ def tradeoff_figure(
         # the gradients' and every setting has it), still drawn and named.
         figure.add_trace(
             go.Scatter(
-                x=[row.step_s * 1000 for row in frontier],
-                y=[row.peak_bytes / MIB for row in frontier],
+                x=[known_step(row) * 1000 for row in frontier],
+                y=[known_peak(row) / MIB for row in frontier],
                 mode="lines+markers",
                 marker={"size": 17, "symbol": "circle-open", "color": FRONTIER, "line": {"width": 2}},
                 line={"color": FRONTIER, "width": 2, "shape": "hv"},
@@ -136,8 +137,8 @@ def tradeoff_figure(
             chosen = recommendation.row
             figure.add_trace(
                 go.Scatter(
-                    x=[chosen.step_s * 1000],
-                    y=[chosen.peak_bytes / MIB],
+                    x=[known_step(chosen) * 1000],
+                    y=[known_peak(chosen) / MIB],
                     mode="markers",
                     marker={"symbol": "star", "size": 22, "color": FRONTIER, "line": {"color": "black", "width": 1}},
                     name=t(
@@ -178,7 +179,18 @@ def prediction_figure(
         subplot_titles=(t("tradeoff_fig.resident_panel", lang), t("tradeoff_fig.step_panel", lang)),
         horizontal_spacing=0.1,
     )
-    series = [
+    # (name, color, hatch, resident bytes, step seconds, their errors), one per source of numbers.
+    series: list[
+        tuple[
+            str,
+            str,
+            str | None,
+            Sequence[float | None],
+            Sequence[float | None],
+            Sequence[float | None],
+            Sequence[float | None],
+        ]
+    ] = [
         (
             t("tradeoff_fig.measured", lang),
             MEASURED,
@@ -296,8 +308,8 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
         ]
         if measured:
             for col, values in (
-                (1, [row.after_forward_bytes for row in measured]),
-                (2, [row.peak_bytes for row in measured]),
+                (1, [known(row.after_forward_bytes, row, "resident bytes") for row in measured]),
+                (2, [known_peak(row) for row in measured]),
             ):
                 figure.add_trace(
                     go.Scatter(
@@ -347,10 +359,12 @@ def peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figur
     """
     figure = go.Figure()
     palette = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
-    for index, row in enumerate(
-        row for row in result.rows_at(seq_len) if row.result is not None and row.result.memory is not None
-    ):
-        timeline = row.result.memory.timeline
+    drawn = [
+        (row, row.result.memory.timeline)
+        for row in result.rows_at(seq_len)
+        if row.result is not None and row.result.memory is not None
+    ]
+    for index, (row, timeline) in enumerate(drawn):
         if not timeline:
             continue
         color = palette[index % len(palette)]
@@ -373,12 +387,12 @@ def peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figur
         figure.add_trace(
             go.Scatter(
                 x=[x[top]],
-                y=[row.peak_bytes / MIB],
+                y=[known_peak(row) / MIB],
                 mode="markers",
                 legendgroup=row.setting,
                 showlegend=False,
                 marker={"color": color, "size": 10, "symbol": "triangle-up"},
-                hovertemplate=f"{row.setting}: peak {row.peak_bytes / MIB:,.1f} MiB in {row.peak_where}<extra></extra>",
+                hovertemplate=f"{row.setting}: peak {known_peak(row) / MIB:,.1f} MiB in {row.peak_where}<extra></extra>",
             )
         )
     _layout(

@@ -55,7 +55,7 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
         model, _ = catalog.build_model(
             spec.model, dtype=dtype, device=device, seed=spec.seed, config_overrides=_dropout_overrides(spec, dropout)
         )
-        if checkpointing and spec.checkpointing:
+        if checkpointing and spec.every_n_layers is not None:  # spec.checkpointing
             model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload_applies)
         batch = random_batch(model, replace(spec, every_n_layers=None), device)
         with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
@@ -63,7 +63,7 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
             torch.manual_seed(spec.seed)
             loss = trained(**batch).loss
             loss.backward()
-            gradients.append((loss.detach(), [param.grad.detach().clone() for param in trainable_parameters(trained)]))
+            gradients.append((loss.detach(), [_gradient(param) for param in trainable_parameters(trained)]))
         del model, trained, loss
     (loss_off, grads_off), (loss_on, grads_on) = gradients
     worst = max(((a - b).abs().max().item() for a, b in zip(grads_off, grads_on)), default=0.0)
@@ -89,3 +89,8 @@ def _dropout_overrides(spec: RunSpec, dropout: float) -> dict[str, float]:
         "dropout",
     )
     return {name: dropout for name in names if isinstance(getattr(config, name, None), (int, float))}
+
+
+def _gradient(param: torch.nn.Parameter) -> torch.Tensor:
+    """A trained parameter's gradient; zeros for one the loss does not reach (its ``grad`` stays None)."""
+    return torch.zeros_like(param) if param.grad is None else param.grad.detach().clone()

@@ -42,6 +42,8 @@ _GROUPED_MM = torch.ops.aten._grouped_mm.default
 def grouped_mm_output_shape(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: torch.Tensor | None) -> list[int]:
     """The shape of ``aten._grouped_mm(mat_a, mat_b, offs)``'s output (torch's rule, all four layouts)."""
     if mat_a.dim() == 2 and mat_b.dim() == 2:
+        if offs is None:  # torch refuses this layout without offsets too
+            raise ValueError("grouped_mm of two 2D matrices needs offs (one group per expert).")
         return [offs.size(0), mat_a.size(0), mat_b.size(1)]  # (groups, m, n): the weights' gradient
     if mat_a.dim() == 2:
         return [mat_a.size(0), mat_b.size(-1)]  # (tokens, n): the forward, and the input's gradient

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -123,7 +124,7 @@ def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResu
         spec.validate()
         model, info = load_model(spec)  # the spec's seed on every rank: the same weights everywhere
         model.train()
-        if spec.checkpointing:
+        if spec.every_n_layers is not None:  # spec.checkpointing
             # Before sharding, as a training script does; measure() enables it again, harmlessly.
             model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=False)
         shard_model(model, init_device_mesh(device.type, (world_size,)))
@@ -139,7 +140,8 @@ def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResu
         dist.gather_object(own, gathered, dst=0)
     if rank != 0:
         return None
-    ranks = sorted(gathered, key=lambda row: row.rank)
+    # On rank 0 gather_object has filled every slot with that rank's RankResult.
+    ranks = sorted(cast("list[RankResult]", gathered), key=lambda row: row.rank)
     notes = [*result.notes, _sharding_note(spec, device), *_disagreements(ranks)]
     return replace(result, spec=spec, ranks=ranks, notes=notes)
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import gc
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
+from typing import overload
 
 import torch
 import transformers
@@ -51,6 +52,9 @@ from .modelstate import ModelState
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .stopping import ShouldStop, checked, stoppable
 from .training import make_optimizer, optimizer_state_bytes
+
+# A training step's keyword arguments for the model: tokens and labels, and use_cache=False where the config has it.
+Batch = dict[str, torch.Tensor | bool]
 
 Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
 
@@ -211,7 +215,7 @@ def _measure_built(
 
     model.train()
     apply_setting(model, spec, device)
-    if spec.checkpointing and spec.every_n_layers >= info.num_layers > 1:
+    if spec.every_n_layers is not None and spec.every_n_layers >= info.num_layers > 1:
         notes.append(describe_plan(info.num_layers, spec.every_n_layers) + ".")
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     enabled = observed_roles(model)
@@ -247,7 +251,7 @@ def apply_setting(model: PreTrainedModel, spec: RunSpec, device: torch.device) -
     # enable() registers an input-embeddings hook each call and never removes the last one: on a
     # model reused across runs (the app's cache, a sweep) they would pile up. Start clean.
     model.disable_input_require_grads()
-    if spec.checkpointing:
+    if spec.every_n_layers is not None:  # spec.checkpointing
         offload = spec.offload and device.type == "cuda"
         model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload)
     else:
@@ -275,10 +279,10 @@ def timing_result(
     )
 
 
-def check_repeatable(probe: LayerProbe, planned: list[str], notes: list[str]) -> None:
+def check_repeatable(probe: LayerProbe, planned: Sequence[str], notes: list[str]) -> None:
     """Every timed step must rerun exactly the planned layers; say so loudly when one does not."""
     reran = ["CP" if counts.recompute_calls else "keep" for counts in probe.counts]
-    if reran != planned:
+    if reran != list(planned):
         note = f"PLAN MISMATCH in a timed step: reruns observed {reran}, planned {planned}"
         if note not in notes:
             notes.append(note)
@@ -288,9 +292,9 @@ def _run_steps(
     spec: RunSpec,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
-    batch: dict[str, torch.Tensor],
+    batch: Batch,
     device: torch.device,
-    planned: list[str],
+    planned: Sequence[str],
     notes: list[str],
     report: Progress,
     timed: bool = True,
@@ -324,7 +328,7 @@ def _run_steps(
 
 
 def layer_results(
-    modules: list[torch.nn.Module], planned: list[str], enabled: list[str], counts: list[LayerCounts]
+    modules: Sequence[torch.nn.Module], planned: Sequence[str], enabled: Sequence[str], counts: list[LayerCounts]
 ) -> list[LayerResult]:
     """One :class:`LayerResult` per checkpointable layer, from the plan, the flags and the probe's counts."""
     return [
@@ -346,23 +350,47 @@ def layer_results(
     ]
 
 
-def random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) -> dict[str, torch.Tensor]:
+def random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) -> Batch:
     """Random tokens (seeded by ``spec.seed``) as inputs and labels, one unpadded sequence per row."""
     generator = torch.Generator().manual_seed(spec.seed)
     input_ids = torch.randint(
         model.config.get_text_config().vocab_size, (spec.batch_size, spec.seq_len), generator=generator
     )
     input_ids = input_ids.to(device)  # (batch, seq)
-    batch = {"input_ids": input_ids, "labels": input_ids}
+    batch: Batch = {"input_ids": input_ids, "labels": input_ids}
     if getattr(model.config, "use_cache", None) is not None:
         # Training keeps no KV cache; without this, a run with checkpointing off would hold one.
         batch["use_cache"] = False
     return batch
 
 
+@overload
 def train_step(
     model: torch.nn.Module,
-    batch: dict[str, torch.Tensor],
+    batch: Batch,
+    probe: LayerProbe | None,
+    *,
+    clock: Clock,
+    after_forward: Callable[[], None] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> tuple[float, float, float]: ...
+
+
+@overload
+def train_step(
+    model: torch.nn.Module,
+    batch: Batch,
+    probe: LayerProbe | None,
+    *,
+    clock: None = None,
+    after_forward: Callable[[], None] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> None: ...
+
+
+def train_step(
+    model: torch.nn.Module,
+    batch: Batch,
     probe: LayerProbe | None,
     *,
     clock: Clock | None = None,
@@ -405,7 +433,7 @@ def train_step(
 
 def observe_memory(
     model: torch.nn.Module,
-    batch: dict[str, torch.Tensor],
+    batch: Batch,
     device: torch.device,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> tuple[MemoryResult, list[LayerCounts]]:
@@ -421,22 +449,24 @@ def observe_memory(
         baseline_breakdown = meter.breakdown()
         recorder = StepRecorder(meter)
         probe = LayerProbe(model, on_region=recorder, track_saved=True)
-        resident: dict[str, object] = {}
+        resident: list[tuple[int, dict[str, int]]] = []  # (bytes, breakdown) after the forward
 
         def after_forward() -> None:
-            resident["bytes"] = meter.current() - baseline
-            resident["breakdown"] = meter.breakdown()
+            resident.append((meter.current() - baseline, meter.breakdown()))
 
         with probe.attached():
             train_step(model, batch, probe, after_forward=after_forward, optimizer=optimizer)
         peak_point = recorder.finish()
+    if peak_point is None:  # describe() refuses a model without layers, so a step always has events
+        raise RuntimeError("the memory step recorded no event: the probe saw no layer run")
+    after_forward_bytes, breakdown_after_forward = resident[0]
     memory = MemoryResult(
         method=meter.method,
         baseline_bytes=baseline,
-        after_forward_bytes=resident["bytes"],
+        after_forward_bytes=after_forward_bytes,
         peak_bytes=peak_point.region_peak_bytes,
         peak_where=peak_point.region().to_dict(),
-        breakdown_after_forward=resident["breakdown"],
+        breakdown_after_forward=breakdown_after_forward,
         breakdown_baseline=baseline_breakdown,
         breakdown_at_peak=peak_point.region_peak_breakdown,
         optimizer_state_bytes=optimizer_state_bytes(optimizer, device),

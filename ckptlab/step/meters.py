@@ -23,7 +23,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn as nn
@@ -205,7 +205,10 @@ class TrackerMeter:
     def watching(self) -> Iterator[TrackerMeter]:
         # A fresh tracker per step: MemTracker refuses a second iteration of the same root module.
         self._tracker = _LeanMemTracker(self.device)
-        self._tracker.track_external(self._model, self._optimizer)
+        external: list[nn.Module | torch.optim.Optimizer] = [self._model]
+        if self._optimizer is not None:  # MemTracker skips a None too; its stub takes none
+            external.append(self._optimizer)
+        self._tracker.track_external(*external)
         with warnings.catch_warnings(), _removing_mod_tracker_grad_hooks():
             # ModTracker warns when a module is already gone when its backward hook fires (seen
             # with tiny-bert); the device totals the lab reads do not depend on per-module stats.
@@ -268,6 +271,7 @@ _REAL_MULTI_GRAD_HOOK = getattr(_mod_tracker, "register_multi_grad_hook", None) 
 
 def _register_multi_grad_hook_kept(*args, **kwargs) -> RemovableHandle:
     """ModTracker's ``register_multi_grad_hook``, keeping the handle for the step this thread watches."""
+    assert _REAL_MULTI_GRAD_HOOK is not None  # installed only where torch has it
     handle = _REAL_MULTI_GRAD_HOOK(*args, **kwargs)
     kept = getattr(_KEPT_HANDLES, "handles", None)
     if kept is not None:
@@ -287,7 +291,8 @@ def _removing_mod_tracker_grad_hooks() -> Iterator[None]:
         with _INSTALL_LOCK:
             _mod_tracker.register_multi_grad_hook = _register_multi_grad_hook_kept
     outer = getattr(_KEPT_HANDLES, "handles", None)
-    _KEPT_HANDLES.handles = handles = []
+    handles: list[RemovableHandle] = []
+    _KEPT_HANDLES.handles = handles
     try:
         yield
     finally:
@@ -297,13 +302,16 @@ def _removing_mod_tracker_grad_hooks() -> Iterator[None]:
 
 
 class Clock(Protocol):
-    """Marks points in a step and tells the seconds between two marks."""
+    """Marks points in a step and tells the seconds between two marks.
+
+    A mark is the clock's own token (a float, a CUDA event): only the clock that made it reads it.
+    """
 
     method: str
 
-    def mark(self) -> object: ...
+    def mark(self) -> Any: ...
 
-    def seconds(self, start: object, end: object) -> float: ...
+    def seconds(self, start: Any, end: Any) -> float: ...
 
 
 class CpuClock:

@@ -55,8 +55,10 @@ class ModelState:
                 module.__dict__.pop(name, None)
             else:
                 setattr(module, name, value)
+        # transformers' PreTrainedModel (and a peft wrapper) has the pair; a plain Module has neither.
         disable = getattr(self.model, "disable_input_require_grads", None)
-        if disable is not None:
+        enable = getattr(self.model, "enable_input_require_grads", None)
+        if disable is not None and enable is not None:
             disable()  # the run's hook
             if self.input_require_grads:
-                self.model.enable_input_require_grads()  # the caller's, registered anew
+                enable()  # the caller's, registered anew

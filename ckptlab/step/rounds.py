@@ -104,7 +104,7 @@ def time_settings(
     device = resolve_device(first.device)
     clock = clock or clock_for(device)
     planned = [planned_roles(info.num_layers, spec.every_n_layers) for spec in specs]
-    samples = [{"forward": [], "backward": [], "optimizer": []} for _ in specs]
+    samples: list[dict[str, list[float]]] = [{"forward": [], "backward": [], "optimizer": []} for _ in specs]
     notes: list[list[str]] = [[] for _ in specs]
     steps = step_order(len(specs), first.repeats, order)
     state = ModelState.capture(model)
@@ -142,13 +142,13 @@ def time_settings(
             torch.cuda.empty_cache()
     timings: list[TimingResult | None] = []
     for index, spec in enumerate(specs):
-        phases = samples[index]
-        if not phases["forward"]:
+        timed = samples[index]
+        if not timed["forward"]:
             timings.append(None)
             continue
-        phases["step"] = [sum(parts) for parts in zip(phases["forward"], phases["backward"], phases["optimizer"])]
-        timings.append(timing_result(clock.method, phases, spec.optimizer, loads))
-    rounds_done = min(len(phases["forward"]) for phases in samples)
+        timed["step"] = [sum(parts) for parts in zip(timed["forward"], timed["backward"], timed["optimizer"])]
+        timings.append(timing_result(clock.method, timed, spec.optimizer, loads))
+    rounds_done = min(len(timed["forward"]) for timed in samples)
     return RoundsTiming(timings=timings, notes=notes, rounds_done=rounds_done, order=order)
 
 

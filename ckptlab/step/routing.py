@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from ..model.experts import moe_parts
+from ..model.experts import experts_count, moe_parts
 from ..model.plan import checkpointable_layers
+from .measure import Batch
 
 
-def expert_load(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> list[int]:
+def expert_load(model: torch.nn.Module, batch: Batch) -> list[int]:
     """Tokens routed to each expert of the model's first MoE layer in one forward of ``batch`` (no gradients).
 
     Raises:
@@ -23,7 +24,7 @@ def expert_load(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> list[
     """
     parts = [moe_parts(layer) for layer in checkpointable_layers(model)]
     router, experts = next(((r, e) for r, e in parts if r is not None and e is not None), (None, None))
-    if router is None:
+    if router is None or experts is None:
         raise ValueError(f"{type(model).__name__} has no layer with a router and experts.")
     seen: list[torch.Tensor] = []
     # transformers' top-k routers return (logits, scores, indices); the indices are (tokens, top_k).
@@ -33,7 +34,7 @@ def expert_load(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> list[
             model(**batch)
     finally:
         handle.remove()
-    return torch.bincount(seen[0].flatten(), minlength=experts.num_experts).tolist()
+    return torch.bincount(seen[0].flatten(), minlength=experts_count(experts)).tolist()
 
 
 def collapse_routing(model: torch.nn.Module) -> int:
@@ -41,8 +42,9 @@ def collapse_routing(model: torch.nn.Module) -> int:
     changed = 0
     for layer in checkpointable_layers(model):
         router, _ = moe_parts(layer)
-        if router is not None and isinstance(getattr(router, "weight", None), torch.Tensor):
+        weight = getattr(router, "weight", None)  # None for a dense layer (no router)
+        if isinstance(weight, torch.Tensor):
             with torch.no_grad():
-                router.weight.zero_()
+                weight.zero_()
             changed += 1
     return changed

@@ -155,7 +155,7 @@ def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: Hos
     """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
     model = catalog.instantiate(config, task, dtype)
     model.train()
-    if spec.checkpointing:
+    if spec.every_n_layers is not None:  # spec.checkpointing
         model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=spec.offload)
     if mesh is not None:
         shard_model(model, mesh)
@@ -273,7 +273,7 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
     """
     with _INSTALL_LOCK:
         # transformers looks both names up in its modules at each call.
-        transformers.modeling_utils.save_on_cpu = _SimulatedSaveOnCpu
+        transformers.modeling_utils.save_on_cpu = _SimulatedSaveOnCpu  # type: ignore[misc, assignment]  # our stand-in for torch's class
         transformers.masking_utils.find_packed_sequence_indices = _unpacked_when_simulating
     _ACTIVE_LEDGER.ledger = ledger
     try:

@@ -206,3 +206,20 @@ def test_a_lora_recommendation_enables_checkpointing_then_wraps_with_peft(measur
     assert second.startswith("model = get_peft_model(model, LoraConfig(r=4, target_modules=[")
     assert '"q_proj"' in second and _trainer_kwargs(rec.trainer_code)["optim"] == "sgd"
     assert "LoRA adapters' gradients" in rec.reason and "no optimizer state" in rec.reason
+
+
+def test_shorter_sequence_suggestion_skips_rows_a_stopped_sweep_never_timed():
+    # A sweep stopped during a length's timing leaves rows measured but untimed (step_s None); sorting
+    # them beside timed rows raised TypeError (found by mypy). Untimed rows now come after timed ones.
+    untimed = dataclasses.replace(row(1, 400, 60, seq=512), step_s=None, step_min_s=None, step_max_s=None)
+    rows = [row(None, 1000, 100, seq=1024), row(1, 900, 130, seq=1024), untimed, row(None, 500, 50, seq=512)]
+    rec = recommend(rows, 800 * MIB)
+    assert not rec.fits
+    assert rec.suggestions[0].startswith("A shorter sequence, measured: at seq_len=512, checkpointing off fits")
+
+
+def test_a_measured_row_without_a_baseline_is_refused_by_name():
+    # The estimate of what would fit starts from the baseline: None there was a TypeError.
+    rows = [dataclasses.replace(row(1, 900, 130), baseline_bytes=None)]
+    with pytest.raises(SpecError, match=r"n=1 at seq_len=1024 .*no measured baseline"):
+        recommend(rows, 800 * MIB)

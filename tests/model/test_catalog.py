@@ -279,6 +279,14 @@ def test_remote_code_config_is_refused_without_prompting(tmp_path):
         describe(str(tmp_path))
 
 
+@pytest.mark.parametrize("model_type", [["llama"], {"name": "llama"}, 7, None], ids=["list", "dict", "int", "null"])
+def test_a_model_type_that_is_not_a_string_is_unsupported_not_a_type_error(tmp_path, model_type):
+    # A list or dict model_type made the `in CONFIG_MAPPING` test raise TypeError (unhashable), found by mypy.
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    with pytest.raises(UnsupportedModelError, match="does not know"):
+        describe(str(tmp_path))
+
+
 def test_unreadable_config_is_a_load_error(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="JSON"):

@@ -107,6 +107,25 @@ def test_gradients_are_equal_with_checkpointing_on_and_off_with_dropout(changes)
     assert check.equal, check
 
 
+def test_gradient_check_counts_a_trained_parameter_the_loss_never_reaches(monkeypatch):
+    # Its grad stays None after backward (found by mypy): compared as zeros, it was an AttributeError.
+    from ckptlab.model import catalog
+
+    real_build = catalog.build_model
+
+    def build_with_unused(*args, **kwargs):
+        model, info = real_build(*args, **kwargs)
+        model.register_parameter("unused", torch.nn.Parameter(torch.ones(3)))
+        return model, info
+
+    monkeypatch.setattr(catalog, "build_model", build_with_unused)
+    spec = RunSpec(model="tiny-llama", seq_len=16, every_n_layers=1)
+    check = check_gradients(spec)
+    model, _ = build_with_unused(spec.model)
+    assert check.gradients_compared == len(trainable_parameters(model))
+    assert check.equal, check
+
+
 def test_qwen3_8b_full_fine_tune_counts_adamw_in_the_verdict():
     """bf16 AdamW: two bf16 moments (4 bytes a parameter) and a step counter per tensor, all in the peak."""
     adamw = simulate(RunSpec(model="qwen3-8b", seq_len=8192, every_n_layers=1))
