@@ -1,5 +1,9 @@
 """What to run: :class:`RunSpec` (one model, one shape, one checkpointing setting) and its choices.
 
+:class:`Setting` is the checkpointing pair alone (``every_n_layers``, ``offload``) and the one
+home of its short key ("off", "n=2", "n=1+offload"), the id that tables, JSON rows, progress
+messages and figures share. Words for a setting in a language belong to ``ckptlab.show``.
+
 A spec goes into the core (measure, simulate, sweep, predict) and comes back inside every
 result; the front ends build one from widgets, a URL or command-line flags.
 """
@@ -11,7 +15,7 @@ from typing import Any
 
 from .errors import SpecError
 from .model.catalog import DEFAULT_PRESET
-from .model.plan import validate_every_n_layers
+from .model.plan import planned_roles, validate_every_n_layers
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -140,3 +144,26 @@ class RunSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True, order=True)
+class Setting:
+    """One checkpointing setting: ``every_n_layers`` (None: off) and offload."""
+
+    every_n_layers: int | None  # None: checkpointing off
+    offload: bool = False  # checkpointed inputs to pinned host memory
+
+    @property
+    def key(self) -> str:
+        """A short stable id, e.g. "off", "n=2", "n=1+offload" (for tables, JSON rows, widgets, figures)."""
+        if self.every_n_layers is None:
+            return "off"
+        return f"n={self.every_n_layers}" + ("+offload" if self.offload else "")
+
+    def cp_layers(self, num_layers: int) -> int:
+        """How many layers this setting checkpoints (each reruns its forward in the backward)."""
+        return planned_roles(num_layers, self.every_n_layers).count("CP")
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> Setting:
+        return cls(spec.every_n_layers, spec.offload)

@@ -21,7 +21,7 @@ class PredictionCheck:
     seq_len: int  # tokens per sequence
     every_n_layers: int | None  # None: checkpointing off
     offload: bool  # offload ran
-    setting: str  # "off", "n=2", "n=2 offload"
+    setting: str  # "off", "n=2", "n=2+offload" (Setting.key)
     measured_provenance: str  # e.g. "measured-cpu"
     measured_after_forward_bytes: int | None  # measured resident activations after the forward
     formula_after_forward_bytes: int  # predicted from the config (Korthikanti et al. 2022, adapted)

@@ -53,10 +53,10 @@ from ..model.snippets import (
     trainer_snippet,
 )
 from ..results import RunResult
-from ..spec import RunSpec
-from ..step.measure import Progress
+from ..spec import RunSpec, Setting
 from ..step.simulate import simulate
-from .scale import Cancel, ScaleRequest, Setting, fits, recompute_cost, stopper
+from ..step.stopping import Cancel, Progress, stopper
+from .scale import ScaleRequest, fits, recompute_cost
 
 GPU_COUNTS = (
     1,

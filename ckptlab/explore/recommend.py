@@ -29,6 +29,7 @@ import torch
 from ..errors import CkptlabError, SpecError
 from ..model.snippets import lora_snippet, model_snippet, trainer_snippet
 from ..results import judge_time
+from ..spec import Setting
 from ..units import GIB, mib, milliseconds
 from .formula import architecture
 from .predict import predict
@@ -225,18 +226,13 @@ def predicted_recompute(rows: Sequence[SweepRow]) -> dict[str, float]:
                 arch, seq_len=rows[0].seq_len, batch_size=spec.batch_size, every_n_layers=settings or [1]
             ):
                 for offload in (False, True):
-                    shares[_setting(prediction.every_n_layers, offload)] = prediction.recompute_fraction
+                    shares[Setting(prediction.every_n_layers, offload).key] = prediction.recompute_fraction
         except CkptlabError:
             shares = {}
     layers = max((row.result.model.num_layers for row in rows if row.result is not None), default=0)
     return {
         row.setting: shares.get(row.setting, row.cp_layers / layers if layers else float(row.cp_layers)) for row in rows
     }
-
-
-def _setting(every_n_layers: int | None, offload: bool) -> str:
-    """As :attr:`SweepRow.setting`: "off", "n=2", "n=2 offload"."""
-    return "off" if every_n_layers is None else f"n={every_n_layers}" + (" offload" if offload else "")
 
 
 def _reason(

@@ -12,7 +12,6 @@ Numbers are bytes; words and units belong to the front ends.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,39 +20,15 @@ from typing import Literal
 from ..errors import SpecError
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..model.plan import planned_roles
 from ..results import RunResult
-from ..spec import RunSpec
-from ..step.measure import Progress, validate_for_model
+from ..spec import RunSpec, Setting
+from ..step.measure import validate_for_model
 from ..step.simulate import simulate
+from ..step.stopping import Cancel, Progress, scaled, stopper
 
 EveryN = Literal["distinct", "all"]
 OffloadFor = Literal["n=1", "all", "none"]
 SIMULATION_DTYPES = ("bfloat16", "float16", "float32")  # "auto" would be bfloat16, as on a GPU
-Cancel = Callable[[], bool] | threading.Event
-
-
-@dataclass(frozen=True, order=True)
-class Setting:
-    """One checkpointing setting: ``every_n_layers`` (None: off) and offload."""
-
-    every_n_layers: int | None  # None: checkpointing off
-    offload: bool = False  # checkpointed inputs to pinned host memory
-
-    @property
-    def key(self) -> str:
-        """A short stable id, e.g. "off", "n=2", "n=1+offload" (for tables, widgets, figures)."""
-        if self.every_n_layers is None:
-            return "off"
-        return f"n={self.every_n_layers}" + ("+offload" if self.offload else "")
-
-    def cp_layers(self, num_layers: int) -> int:
-        """How many layers this setting checkpoints (each reruns its forward in the backward)."""
-        return planned_roles(num_layers, self.every_n_layers).count("CP")
-
-    @classmethod
-    def of(cls, spec: RunSpec) -> Setting:
-        return cls(spec.every_n_layers, spec.offload)
 
 
 def every_n_choices(num_layers: int, every: EveryN = "distinct") -> list[int]:
@@ -263,7 +238,7 @@ def scale_table(
         result = known.get(spec)
         if result is None:
             began = time.monotonic()
-            result = simulate(spec, progress=_scaled(report, setting.key, index, total))
+            result = simulate(spec, progress=scaled(report, index, total, f"{setting.key}: "))
             seconds[setting.key] = time.monotonic() - began
         results.append(result)
         report(f"{setting.key}: done", (index + 1) / total)
@@ -271,16 +246,3 @@ def scale_table(
             on_result(result)
     return ScaleTable(request, info.num_layers, results, cancelled, time.monotonic() - started, seconds)
 
-
-def _scaled(report: Progress, label: str, index: int, total: int) -> Progress:
-    """One simulation's progress as a part of the table's."""
-    return lambda message, fraction: report(f"{label}: {message}", (index + fraction) / total)
-
-
-def stopper(cancel: Cancel | None) -> Callable[[], bool]:
-    """A function that says whether ``cancel`` (an event, a function or None) asks to stop."""
-    if cancel is None:
-        return lambda: False
-    if isinstance(cancel, threading.Event):
-        return cancel.is_set
-    return cancel

@@ -28,7 +28,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -41,10 +40,10 @@ from ..errors import SpecError
 from ..model import catalog
 from ..model.catalog import DEFAULT_PRESET, ModelInfo
 from ..results import BusyReason, RunResult
-from ..spec import RunSpec
-from ..step.measure import Progress, load_model, measure, resolve_device, validate_for_model
+from ..spec import RunSpec, Setting
+from ..step.measure import load_model, measure, resolve_device, validate_for_model
 from ..step.rounds import ORDERS, OnStep, Order, time_settings
-from ..step.stopping import ShouldStop
+from ..step.stopping import Cancel, Progress, ShouldStop, scaled, stopper
 from .predict import settings_for
 from .sweep_rows import COLUMNS, SweepRow, rows_from_results
 
@@ -52,7 +51,6 @@ __all__ = ["COLUMNS", "SweepResult", "SweepRow", "SweepSpec", "plan_sweep", "row
 
 OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")
-Cancel = Callable[[], bool] | threading.Event
 Loader = Callable[[RunSpec], tuple[PreTrainedModel, ModelInfo]]
 Turn = Callable[[str], AbstractContextManager]  # label of the row -> a context that holds the device
 
@@ -284,7 +282,7 @@ def sweep(
     """
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
-    stopped = _stopper(cancel)
+    stopped = stopper(cancel)
     plan = plan_sweep(spec)
     load = load or load_model
     hold = turn or (lambda label: nullcontext())
@@ -305,14 +303,14 @@ def sweep(
                 break
             first = not pending or spec.warmup_each_row
             run_spec = spec.run_spec(seq_len, n, offload, warmup=spec.warmup if first else 0)
-            label = f"row {index + 1} of {len(plan.rows)}: seq {seq_len}, {_setting(n, offload)}"
+            label = f"row {index + 1} of {len(plan.rows)}: seq {seq_len}, {Setting(n, offload).key}"
             with hold(label):
                 if model is None:
                     report(f"{label}: building the model", done / total)
                     # One model for every row: the sequence length is checked per run by measure.
                     model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
                 model.zero_grad(set_to_none=True)
-                progress_here = _scaled(report, f"{label}: memory", done, total)
+                progress_here = scaled(report, done, total, f"{label}: memory: ")
                 # should_stop is asked inside the step (ckptlab.step.stopping): a server's time limit ends a
                 # long row. cancel (Stop) is not: the row in flight finishes and is kept.
                 pending.append(
@@ -344,7 +342,7 @@ def sweep(
                     warmup_rounds=spec.warmup if spec.warmup_each_row else 0,
                     on_step=step_hook,
                     stopped=stopped,
-                    progress=_scaled(report, label, done, total),
+                    progress=scaled(report, done, total, f"{label}: "),
                 )
             timed = {id(result): (timing, notes) for result, timing, notes in zip(ok, rounds.timings, rounds.notes)}
             pending = [
@@ -374,21 +372,3 @@ def sweep(
         elapsed_s=time.monotonic() - started,
     )
 
-
-def _setting(n: int | None, offload: bool) -> str:
-    return "checkpointing off" if n is None else f"every_n_layers={n}" + (", offload" if offload else "")
-
-
-def _stopper(cancel: Cancel | None) -> Callable[[], bool]:
-    if cancel is None:
-        return lambda: False
-    if isinstance(cancel, threading.Event):
-        return cancel.is_set
-    return cancel
-
-
-def _scaled(report: Progress, label: str, index: int, total: int) -> Progress:
-    def scaled(message: str, fraction: float) -> None:
-        report(f"{label}: {message}", (index + fraction) / total)
-
-    return scaled

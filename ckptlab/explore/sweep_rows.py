@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from ..errors import SpecError
 from ..results import RunResult, TimeVerdict, compare
+from ..spec import Setting
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,8 @@ class SweepRow:
 
     @property
     def setting(self) -> str:
-        """``"off"``, ``"n=2"`` or ``"n=2 offload"``: a short name for tables and figures."""
-        if self.every_n_layers is None:
-            return "off"
-        return f"n={self.every_n_layers}" + (" offload" if self.offload else "")
+        """``"off"``, ``"n=2"`` or ``"n=2+offload"``: the setting's :attr:`~ckptlab.spec.Setting.key`."""
+        return Setting(self.every_n_layers, self.offload).key
 
     @property
     def peak_above_baseline_bytes(self) -> int | None:

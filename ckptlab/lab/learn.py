@@ -27,8 +27,8 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import RunResult, memory_of
 from ..spec import RunSpec
-from ..step.measure import Progress
 from ..step.simulate import simulate
+from ..step.stopping import Progress
 from .run import ModelKey, baseline_spec, build_for_key, run_queued
 from .runqueue import OnWait
 

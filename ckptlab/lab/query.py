@@ -184,5 +184,3 @@ def _int(text: str) -> int | None:
     except (TypeError, ValueError):
         return None
 
-
-QUERY_KEYS = (*spec_to_query(RunSpec()), "targets")

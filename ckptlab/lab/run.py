@@ -26,10 +26,10 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.lora import linear_module_names
 from ..results import Comparison, Judgement, RunResult, compare, judge_time
-from ..spec import RunSpec
+from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
-from ..step.measure import Progress, load_model, measure, resolve_device, resolve_dtype, validate_for_model
-from ..step.stopping import ShouldStop
+from ..step.measure import load_model, measure, resolve_device, resolve_dtype, validate_for_model
+from ..step.stopping import Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)
@@ -242,11 +242,11 @@ def run_queued(
             done = 0
             try:
                 if run is None:
-                    run = cache.put(_measure_one(spec, load, _scaled(report, done, count, ""), stop))
+                    run = cache.put(_measure_one(spec, load, scaled(report, done, count), stop))
                     done += 1
                 if base is None and _wants_baseline(spec, run):
                     prefix = "checkpointing off (baseline): "
-                    base = cache.put(_measure_one(reference, load, _scaled(report, done, count, prefix), stop))
+                    base = cache.put(_measure_one(reference, load, scaled(report, done, count, prefix), stop))
             except RunStoppedError:
                 raise stop.reason() from None
             finally:
@@ -361,14 +361,6 @@ def _asking(on_wait: OnWait | None, should_stop: ShouldStop | None) -> OnWait | 
     return ask_then_report
 
 
-def _scaled(report: Progress, index: int, count: int, prefix: str) -> Progress:
-    def scaled(message: str, fraction: float) -> None:
-        report(prefix + message, (index + fraction) / count)
-
-    return scaled
-
-
 def _label(spec: RunSpec) -> str:
-    setting = "off" if spec.every_n_layers is None else f"n={spec.every_n_layers}"
     lora = f" lora={spec.lora_rank}" if spec.lora_rank else ""
-    return f"{spec.model} seq {spec.seq_len} x{spec.batch_size} {setting}{' offload' if spec.offload else ''} {spec.optimizer}{lora}"
+    return f"{spec.model} seq {spec.seq_len} x{spec.batch_size} {Setting.of(spec).key} {spec.optimizer}{lora}"

@@ -11,11 +11,12 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..explore.gpu_search import GpuSearch
-from ..explore.scale import ScaleRequest, ScaleTable, Setting, fits, least_recompute_that_fits
+from ..explore.scale import ScaleRequest, ScaleTable, fits, least_recompute_that_fits
 from ..model.catalog import ModelInfo
 from ..results import RunResult, memory_of
 from ..show.scale_figures import part_bytes
 from ..show.timeline_figures import event_label, provenance_label
+from ..spec import Setting
 from ..units import GIB
 
 THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns

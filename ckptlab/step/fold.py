@@ -25,7 +25,6 @@ class SimulatedStep:
     memory: MemoryResult
     layers: list[LayerResult]
     host_bytes: int  # bytes offload held in host memory at the end of the forward
-    plan_observed: list[str]  # roles as transformers flagged them
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,6 @@ class Reduction:
             memory=memory,
             layers=layers,
             host_bytes=_grow(one.host_bytes, two.host_bytes, full_units - 1),
-            plan_observed=[layer.enabled for layer in layers],
         )
 
     def _units_in_step_order(self, phase: str) -> range:

@@ -50,13 +50,11 @@ from ..spec import RunSpec
 from .meters import Clock, clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .probe import LayerCounts, LayerProbe, StepRecorder
-from .stopping import ShouldStop, checked, stoppable
+from .stopping import Progress, ShouldStop, checked, stoppable
 from .training import make_optimizer, optimizer_state_bytes
 
 # A training step's keyword arguments for the model: tokens and labels, and use_cache=False where the config has it.
 Batch = dict[str, torch.Tensor | bool]
-
-Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
 
 DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

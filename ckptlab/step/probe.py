@@ -25,6 +25,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ..model.experts import moe_parts
 from ..model.plan import checkpointable_layers
+from .meters import MemoryMeter
 
 Phase = Literal["idle", "forward", "backward", "optimizer"]
 
@@ -341,7 +342,7 @@ class StepRecorder:
         meter: a :class:`~ckptlab.step.meters.MemoryMeter` that is watching.
     """
 
-    def __init__(self, meter: Any) -> None:
+    def __init__(self, meter: MemoryMeter) -> None:
         self._meter = meter
         self.timeline: list[TimelinePoint] = []
 

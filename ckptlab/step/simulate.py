@@ -148,7 +148,7 @@ def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.d
         offload_bytes=sum(layer.input_bytes for layer in layers if layer.planned == "CP") if spec.offload else 0,
         offload_applied=spec.offload,
     )
-    return SimulatedStep(depth, memory, layers, host_bytes, enabled)
+    return SimulatedStep(depth, memory, layers, host_bytes)
 
 
 def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: HostLedger, mesh) -> tuple:

@@ -7,10 +7,14 @@ answers True, :class:`~ckptlab.errors.RunStoppedError` is raised from inside the
 unwinds through autograd like any Python error, and ``measure``'s own clean-up gives the
 model back as it came. A step stops within one layer's work, not within one operation:
 a single huge matmul still runs to its end.
+
+Between runs a longer job (a sweep, a table of simulations) asks a :data:`Cancel` through
+:func:`stopper`, and reports each run's progress as a share of its own with :func:`scaled`.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -20,7 +24,8 @@ from ..errors import RunStoppedError
 from ..model.plan import checkpointable_layers
 
 ShouldStop = Callable[[], bool]
-Progress = Callable[[str, float], None]
+Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
+Cancel = Callable[[], bool] | threading.Event  # a job's stop button: an event, or a function that says so
 
 
 def stop_if_asked(should_stop: ShouldStop | None) -> None:
@@ -55,3 +60,21 @@ def checked(report: Progress, should_stop: ShouldStop | None) -> Progress:
         report(message, fraction)
 
     return ask_then_report
+
+
+def stopper(cancel: Cancel | None) -> ShouldStop:
+    """A function that says whether ``cancel`` (an event, a function or None) asks to stop."""
+    if cancel is None:
+        return lambda: False
+    if isinstance(cancel, threading.Event):
+        return cancel.is_set
+    return cancel
+
+
+def scaled(report: Progress, index: int, total: int, prefix: str = "") -> Progress:
+    """Progress of the ``index``-th of ``total`` runs as a share of the whole job's, its messages after ``prefix``."""
+
+    def report_share(message: str, fraction: float) -> None:
+        report(prefix + message, (index + fraction) / total)
+
+    return report_share

@@ -52,7 +52,7 @@ def test_picks_the_fastest_row_that_fits_with_its_margin():
     rec = recommend(TABLE, 800 * MIB)
     assert rec.fits and rec.row.every_n_layers == 4 and not rec.row.offload
     assert rec.margin_bytes == 20 * MIB
-    assert [r.setting for r in rec.fitting] == ["n=4", "n=2", "n=1", "n=1 offload"]
+    assert [r.setting for r in rec.fitting] == ["n=4", "n=2", "n=1", "n=1+offload"]
     assert "every_n_layers=4 is the fastest of the 4 measured settings" in rec.reason
     assert "Checkpointing off needs 1,000.0 MiB" in rec.reason
     assert rec.model_code == "model.activation_checkpointing_enable(every_n_layers=4, offload=False)"
@@ -67,7 +67,7 @@ def test_off_is_recommended_when_it_fits():
 
 def test_offload_wins_only_when_nothing_else_fits():
     rec = recommend(TABLE, 500 * MIB)
-    assert rec.row.setting == "n=1 offload"
+    assert rec.row.setting == "n=1+offload"
 
 
 def test_rows_within_the_noise_are_named():

@@ -38,7 +38,7 @@ def _says_where_from(figure):
 
 
 def test_pareto_frontier_of_a_hand_made_table():
-    assert [row.setting for row in pareto_rows(TABLE)] == ["off", "n=8", "n=4", "n=2", "n=1", "n=1 offload"]
+    assert [row.setting for row in pareto_rows(TABLE)] == ["off", "n=8", "n=4", "n=2", "n=1", "n=1+offload"]
     slower_and_bigger = TABLE[2].__class__(
         **{**TABLE[2].__dict__, "step_s": 0.2, "peak_bytes": 990 * MIB, "every_n_layers": 3}
     )
