@@ -202,7 +202,7 @@ def lab_step_on_the_table(report: Report) -> None:
             f"| {label} | {m.after_forward_bytes / MIB:.1f} | {sm.after_forward_bytes / MIB:.1f} "
             f"({_pct(sm.after_forward_bytes, m.after_forward_bytes)}) | {m.peak_bytes / MIB:.1f} | "
             f"{sm.peak_bytes / MIB:.1f} ({_pct(sm.peak_bytes, m.peak_bytes)}) | {m.optimizer_state_bytes / MIB:.1f} | "
-            f"{sm.optimizer_state_bytes / MIB:.1f} | {m.peak_where['description']} | {run.timing.step_s * 1000:.0f} | "
+            f"{sm.optimizer_state_bytes / MIB:.1f} | {m.peak_where.description} | {run.timing.step_s * 1000:.0f} | "
             f"{run.timing.optimizer_s * 1000:.1f} |"
         )
         breakdowns.append((label, m.breakdown_at_peak, sm.breakdown_at_peak))

@@ -44,7 +44,7 @@ from ckptlab.show.report import setting_name
 from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
 from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
-from ckptlab.step.measure import resolve_device
+from ckptlab.step.measure import offload_notes, resolve_device
 from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
 from pages._server import offered_folder, server_policy, session_owner
@@ -330,7 +330,7 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
     for note in result.notes:
         if note.startswith("PLAN MISMATCH"):
             st.error(note)
-        elif "offload" not in note:
+        elif note not in offload_notes(result.spec, result.memory, result.layers):  # said above in the box
             st.caption(note)
 
     with st.expander(tr("lab.per_layer")):
@@ -429,7 +429,7 @@ def _render_metrics(lab: LabRun) -> None:
     a.metric(tr("lab.metric_baseline"), f"{mib(memory.baseline_bytes)} MiB", help=tr("lab.metric_baseline_help"))
     b.metric(tr("lab.metric_step"), f"{timing.step_s * 1000:,.0f} ms", **time("step"), help=tr("lab.metric_step_help"))
     st.markdown(
-        tr("lab.peak_reached", where=event_label(memory.peak_where, lang) if "kind" in memory.peak_where else "?")
+        tr("lab.peak_reached", where=event_label(memory.peak_where.to_dict(), lang) if memory.peak_where.kind else "?")
     )
     if comparison is not None and base is not None:
         if comparison.step_significant is None:

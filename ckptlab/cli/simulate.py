@@ -43,7 +43,7 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     margin = budget - peak
     fits = margin >= 0
     words = "fits" if fits else "does not fit"
-    phase = memory.peak_where.get("phase") or "step"
+    phase = memory.peak_where.phase or "step"
     state = f" Optimizer state: {memory.optimizer_state_bytes / GIB:.1f} GiB." if memory.optimizer_state_bytes else ""
     sentence = (
         f"Simulated peak {mib(peak)} MiB ({peak / GIB:.1f} GiB, in the {phase}) {words} in {label} "
@@ -55,7 +55,7 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
         "budget_label": label,
         "fits": fits,
         "margin_bytes": margin,
-        "peak_phase": memory.peak_where.get("phase"),
+        "peak_phase": memory.peak_where.phase or None,
         "optimizer": spec.optimizer,
         "optimizer_state_bytes": memory.optimizer_state_bytes,
         "sentence": sentence,

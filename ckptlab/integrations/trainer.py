@@ -222,7 +222,7 @@ class CheckpointingReport:
             f"  baseline before the forward {mib(memory.baseline_bytes)}",
             f"  resident after the forward  {mib(memory.after_forward_bytes)} above the baseline",
             f"  peak over the step          {mib(memory.peak_bytes)} ({mib(memory.peak_above_baseline_bytes)} above "
-            f"the baseline), reached in: {memory.peak_where['description']}",
+            f"the baseline), reached in: {memory.peak_where.description}",
         ]
         lines += [f"warning: {warning}" for warning in self.warnings]
         lines += [f"note: {note}" for note in self.notes]

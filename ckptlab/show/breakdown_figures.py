@@ -53,7 +53,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
             "breakdown.tick",
             lang,
             label=label,
-            phase=t(f"band.{memory.peak_where.get('phase', 'backward')}", lang),
+            phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang),
         )
         for label, _, memory in drawn
     ]

@@ -65,7 +65,7 @@ def run_row(result: RunResult) -> dict[str, Any]:
         "baseline_bytes": memory.baseline_bytes if memory else "",
         "after_forward_bytes": memory.after_forward_bytes if memory else "",
         "peak_bytes": memory.peak_bytes if memory else "",
-        "peak_where": memory.peak_where.get("description", "") if memory else "",
+        "peak_where": memory.peak_where.description if memory else "",
         "offload_bytes": memory.offload_bytes if memory else "",
         "offload_applied": memory.offload_applied if memory else "",
         "forward_s": timing.forward_s if timing else "",

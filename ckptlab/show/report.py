@@ -215,7 +215,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
             "peak over the step",
             mib(memory.peak_bytes),
             mib(ref_memory.peak_bytes) if ref_memory else None,
-            f"reached in: {memory.peak_where['description']}",
+            f"reached in: {memory.peak_where.description}",
         ),
     ]
     lines = [head, "", result_diagram(result), ""]

@@ -133,7 +133,7 @@ def peak_figure(
                             "line": {"color": "white", "width": 1}},
                     hovertext=[
                         say["hover_peak"].format(setting=_plain(ticks[i]), mib=peaks[i] / MIB, gib=peaks[i] / GIB, verdict=verdict,
-                                                 where=memory_of(results[i]).peak_where.get("description", "?"), provenance=provenance)
+                                                 where=memory_of(results[i]).peak_where.description or "?", provenance=provenance)
                         for i in index
                     ],
                     hoverinfo="text", cliponaxis=False,

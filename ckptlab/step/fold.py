@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..results import LayerResult, MemoryResult
+from ..results import LayerResult, MemoryResult, Region
 from .probe import region_for
 
 
@@ -123,8 +123,9 @@ class Reduction:
             baseline_bytes=timeline[0]["current_bytes"],
             after_forward_bytes=_grow(one.memory.after_forward_bytes, two.memory.after_forward_bytes, full_units - 1),
             peak_bytes=peak_point["region_peak_bytes"],
-            peak_where={name: peak_point[name] for name in ("kind", "phase", "layer", "rerun")}
-            | {"description": peak_point["event"]},
+            peak_where=Region(
+                peak_point["kind"], peak_point["phase"], peak_point["layer"], peak_point["rerun"], peak_point["event"]
+            ),
             breakdown_after_forward=_grow_dict(
                 one.memory.breakdown_after_forward, two.memory.breakdown_after_forward, full_units - 1
             ),

@@ -208,8 +208,6 @@ def _measure_built(
 ) -> RunResult:
     notes: list[str] = []
     offload_applies = spec.offload and device.type == "cuda"
-    if spec.offload and not offload_applies:
-        notes.append(OFFLOAD_ON_CPU_NOTE)
 
     model.train()
     apply_setting(model, spec, device)
@@ -226,7 +224,8 @@ def _measure_built(
         del optimizer  # its state is the caller's memory no longer
 
     layers = layer_results(checkpointable_layers(model), planned, enabled, layer_counts)
-    memory = _with_offload(memory, layers, offload_applies, notes)
+    memory = _with_offload(memory, layers, offload_applies)
+    notes[:0] = offload_notes(spec, memory, layers)
     if not all(layer.planned == layer.enabled == layer.observed for layer in layers):
         notes.append(_mismatch_note(layers))
     report("done", 1.0)
@@ -463,7 +462,7 @@ def observe_memory(
         baseline_bytes=baseline,
         after_forward_bytes=after_forward_bytes,
         peak_bytes=peak_point.region_peak_bytes,
-        peak_where=peak_point.region().to_dict(),
+        peak_where=peak_point.region(),
         breakdown_after_forward=breakdown_after_forward,
         breakdown_baseline=baseline_breakdown,
         breakdown_at_peak=peak_point.region_peak_breakdown,
@@ -482,15 +481,25 @@ def _mismatch_note(layers: list[LayerResult]) -> str:
     return f"PLAN MISMATCH: the step did not do what every_n_layers says: {rows}"
 
 
-def _with_offload(memory: MemoryResult, layers: list[LayerResult], applied: bool, notes: list[str]) -> MemoryResult:
-    cp_layers = [layer for layer in layers if layer.planned == "CP"]
-    moved = sum(layer.input_bytes for layer in cp_layers)
-    if not applied and any("offload does not apply" in note for note in notes):
-        notes.append(
-            f"On a GPU, offload would move {moved:,} bytes off the device: the inputs kept by the "
-            f"{len(cp_layers)} checkpointed layers (measured here as the inputs those layers received)."
-        )
+def _with_offload(memory: MemoryResult, layers: list[LayerResult], applied: bool) -> MemoryResult:
+    moved = sum(layer.input_bytes for layer in layers if layer.planned == "CP")
     return replace(memory, offload_bytes=moved, offload_applied=applied)
+
+
+def offload_notes(spec: RunSpec, memory: MemoryResult | None, layers: Sequence[LayerResult]) -> list[str]:
+    """The notes of a measured run that asked for offload where it does not apply (the CPU); else none.
+
+    Decided on the fields (``spec.offload``, ``memory.offload_applied``), so a front end that says
+    the same in its own words can leave exactly these notes out.
+    """
+    if not spec.offload or memory is None or memory.offload_applied:
+        return []
+    cp_layers = sum(layer.planned == "CP" for layer in layers)
+    return [
+        OFFLOAD_ON_CPU_NOTE,
+        f"On a GPU, offload would move {memory.offload_bytes:,} bytes off the device: the inputs kept by the "
+        f"{cp_layers} checkpointed layers (measured here as the inputs those layers received).",
+    ]
 
 
 def model_summary(info: ModelInfo) -> ModelSummary:

@@ -25,6 +25,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ..model.experts import moe_parts
 from ..model.plan import checkpointable_layers
+from ..results import Region
 from .meters import MemoryMeter
 
 Phase = Literal["idle", "forward", "backward", "optimizer"]
@@ -41,26 +42,6 @@ class LayerCounts:
     moe: bool = False  # the layer routes tokens to experts (a router and an experts module)
     router_recompute_calls: int = 0  # MoE: times its router ran again during the backward
     experts_recompute_calls: int = 0  # MoE: times its experts ran again during the backward
-
-
-@dataclass(frozen=True)
-class Region:
-    """A stretch of the step between two probe events."""
-
-    kind: str  # one of KINDS: what starts the stretch
-    phase: str  # "forward", "loss", "backward" or "optimizer"
-    layer: int | None  # 0-based index of the layer the stretch belongs to, None outside the layers
-    rerun: bool  # True while the backward recomputes a checkpointed layer
-    description: str  # for people, e.g. "backward of L3: its rerun, then its gradients"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "phase": self.phase,
-            "layer": self.layer,
-            "rerun": self.rerun,
-            "description": self.description,
-        }
 
 
 # The events of a step, in the order they come: the forward of each layer and its end, the

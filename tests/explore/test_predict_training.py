@@ -88,7 +88,7 @@ def test_full_fine_tune_adamw_peak_is_the_optimizer_step_within_a_kib(model, run
     """
     result = runs[(model, "adamw")]
     predicted = _predicted(_spec(model, {}))
-    assert result.memory.peak_where["phase"] == predicted.peak_phase == "optimizer"
+    assert result.memory.peak_where.phase == predicted.peak_phase == "optimizer"
     assert 0 <= result.memory.peak_bytes - predicted.peak_bytes <= 1024
     assert predicted.optimizer_temp_bytes == predicted.gradient_bytes == predicted.parameter_bytes
 

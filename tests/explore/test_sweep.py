@@ -44,7 +44,7 @@ def test_rows_equal_single_runs_of_the_same_settings(swept, measured):
         assert row.baseline_bytes == single.memory.baseline_bytes
         assert row.after_forward_bytes == single.memory.after_forward_bytes
         assert row.peak_bytes == single.memory.peak_bytes
-        assert row.peak_where == single.memory.peak_where["description"]
+        assert row.peak_where == single.memory.peak_where.description
         assert [layer.observed for layer in row.result.layers] == [layer.observed for layer in single.layers]
 
 

@@ -83,7 +83,7 @@ def test_the_report_of_a_three_step_trainer_equals_measure_of_the_same_setting(t
     assert report.warnings == []
     memory = report.memory
     assert memory.baseline_bytes > 0 and memory.after_forward_bytes > 0 and memory.peak_above_baseline_bytes > 0
-    assert memory.peak_where["description"] and memory.breakdown_at_peak
+    assert memory.peak_where.description and memory.breakdown_at_peak
     # A CP layer keeps exactly its input, in the Trainer's step as in the lab's.
     assert [layer.saved_bytes for layer in report.layers if layer.observed == "CP"] == [
         layer.saved_bytes for layer in measured.layers if layer.observed == "CP"

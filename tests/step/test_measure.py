@@ -84,7 +84,7 @@ def test_peak_and_baseline_are_consistent(measured):
         memory = measured(every_n_layers=n).memory
         assert memory.baseline_bytes >= measured().model.num_params * 4  # parameters are in the baseline
         assert memory.peak_bytes >= memory.baseline_bytes + memory.after_forward_bytes
-        assert memory.peak_where["phase"] in {"forward", "loss", "backward", "optimizer"}
+        assert memory.peak_where.phase in {"forward", "loss", "backward", "optimizer"}
         assert memory.breakdown_at_peak["parameter"] == measured().model.num_params * 4
 
 
@@ -97,7 +97,7 @@ def test_a_lower_peak_needs_a_long_enough_sequence(measured):
     """
     short_full, short_off = measured(every_n_layers=1), measured(every_n_layers=None)
     assert short_full.memory.peak_bytes == short_off.memory.peak_bytes
-    assert short_full.memory.peak_where["phase"] == "backward"
+    assert short_full.memory.peak_where.phase == "backward"
     long_full, long_off = measured(every_n_layers=1, seq_len=512), measured(every_n_layers=None, seq_len=512)
     assert long_full.memory.peak_bytes < long_off.memory.peak_bytes
 

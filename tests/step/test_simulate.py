@@ -87,7 +87,7 @@ def test_simulation_matches_a_measured_cpu_run(model, measured):
         assert sim.memory.peak_bytes == pytest.approx(run.memory.peak_bytes, rel=0.03)
         assert sim.memory.baseline_bytes == run.memory.baseline_bytes
         assert [layer.observed for layer in sim.layers] == [layer.observed for layer in run.layers]
-        assert sim.memory.peak_where["description"] == run.memory.peak_where["description"]
+        assert sim.memory.peak_where.description == run.memory.peak_where.description
 
 
 def test_simulated_offload_moves_layer_inputs_to_host():

@@ -99,7 +99,7 @@ def _assert_simulation_lands_on_the_run(run: RunResult, sim: RunResult) -> None:
         for category in measured:
             assert category in CATEGORIES
             assert simulated[category] == pytest.approx(measured[category], rel=0.03), (part, category)
-    assert sim.memory.peak_where["description"] == run.memory.peak_where["description"]
+    assert sim.memory.peak_where.description == run.memory.peak_where.description
     # The observed reruns (router and experts included) follow the plan in both.
     assert [layer.observed for layer in sim.layers] == [layer.planned for layer in run.layers]
     assert run.plan_matches and sim.plan_matches

@@ -89,7 +89,7 @@ def test_simulated_equals_measured_for_every_category(model, changes):
         assert getattr(simulated.memory, name) == pytest.approx(getattr(measured.memory, name), rel=0.03), name
     for key, value in measured.memory.breakdown_at_peak.items():
         assert simulated.memory.breakdown_at_peak.get(key, 0) == pytest.approx(value, rel=0.03, abs=4096), key
-    assert simulated.memory.peak_where["kind"] == measured.memory.peak_where["kind"]
+    assert simulated.memory.peak_where.kind == measured.memory.peak_where.kind
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_qwen3_8b_full_fine_tune_counts_adamw_in_the_verdict():
     tensors = 36 * 11 + 3  # per layer: 7 projections, 2 norms, q/k norms; embeddings, final norm, head
     assert adamw.memory.optimizer_state_bytes == 4 * params + 4 * tensors
     # The step's peak is the optimizer's: parameters, gradients, the state and the update's temporaries.
-    assert adamw.memory.peak_where["phase"] == "optimizer"
+    assert adamw.memory.peak_where.phase == "optimizer"
     assert adamw.memory.peak_bytes >= 2 * params + 2 * params + adamw.memory.optimizer_state_bytes
     no_optimizer = simulate(RunSpec(model="qwen3-8b", seq_len=8192, every_n_layers=1, optimizer="none"))
     assert adamw.memory.peak_bytes - no_optimizer.memory.peak_bytes >= adamw.memory.optimizer_state_bytes

@@ -1,4 +1,4 @@
-"""The typed result of a run: spec in, raw numbers out, each saying where it came from.
+"""The typed result of a run: spec in, raw numbers out, each saying where it came from; and its JSON.
 
 Numbers are bytes and seconds; units are made at the edge (``ckptlab.units``). Every
 result carries its :class:`Provenance`, so a figure can always say whether it was
@@ -8,13 +8,11 @@ measured on CUDA, measured on the CPU, simulated or predicted.
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
 from typing import Any, Literal
 
-from .errors import SpecError
-from .spec import RunSpec
+from ..errors import SpecError
+from ..spec import RunSpec
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
 BusyReason = Literal["load", "spread"]
@@ -127,6 +125,40 @@ class TimingResult:
 
 
 @dataclass(frozen=True)
+class Region:
+    """A stretch of the step between two probe events; a result's peak says in which one it was reached.
+
+    Its JSON (:meth:`to_dict`) has the keys kind, phase, layer, rerun and description.
+    """
+
+    kind: str  # the probe event that starts the stretch (ckptlab.step.probe.EVENTS); "" when unknown
+    phase: str  # "forward", "loss", "backward" or "optimizer"; "" when unknown
+    layer: int | None = None  # 0-based index of the layer the stretch belongs to, None outside the layers
+    rerun: bool = False  # True while the backward recomputes a checkpointed layer
+    description: str = ""  # for people, e.g. "backward of L3: its rerun, then its gradients"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "layer": self.layer,
+            "rerun": self.rerun,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Region:
+        """Rebuild from :meth:`to_dict` output; a key missing from an older result takes its "unknown" value."""
+        return cls(
+            kind=data.get("kind") or "",
+            phase=data.get("phase") or "",
+            layer=data.get("layer"),
+            rerun=bool(data.get("rerun")),
+            description=data.get("description") or "",
+        )
+
+
+@dataclass(frozen=True)
 class MemoryResult:
     """Memory of one observed step."""
 
@@ -134,7 +166,7 @@ class MemoryResult:
     baseline_bytes: int  # held before the forward: parameters, buffers, anything left from setup
     after_forward_bytes: int  # resident above the baseline once the loss is computed: what the backward will need
     peak_bytes: int  # highest total (baseline included) over the whole step
-    peak_where: dict[str, Any]  # the stretch of the step where the peak was reached (phase, layer, rerun, description)
+    peak_where: Region  # the stretch of the step where the peak was reached
     # By category (meters.CATEGORIES: parameter, buffer, gradient, optimizer_state, activation, temp;
     # on CUDA activation_and_temp holds the last two, which the allocator cannot tell apart).
     breakdown_after_forward: dict[str, int] = field(default_factory=dict)
@@ -237,7 +269,10 @@ class RunResult:
             if values is None:
                 return None
             names = {f.name for f in fields(kind)}
-            return kind(**{k: v for k, v in values.items() if k in names})
+            kept = {k: v for k, v in values.items() if k in names}
+            if kind is MemoryResult:
+                kept["peak_where"] = Region.from_dict(kept.get("peak_where") or {})
+            return kind(**kept)
 
         return cls(
             spec=build(RunSpec, data["spec"]),
@@ -261,130 +296,6 @@ class RunResult:
                 for row in data.get("ranks", [])
             ],
         )
-
-
-class Judgement(str, Enum):
-    """What a time difference between two sets of timed steps is worth."""
-
-    MEASURABLE = "measurable"  # the two ranges (fastest to slowest) do not overlap
-    NOISE = "noise"  # they overlap: within the spread of the repeats, not a measurable difference
-    TOO_FEW = "too_few"  # fewer than MIN_SAMPLES_TO_JUDGE steps on a side: no spread worth the name
-
-
-@dataclass(frozen=True)
-class TimeVerdict:
-    """One timed figure against a reference: the ratio of medians, the spread, and whether it is measurable.
-
-    The one home of the lab's judgement of time: :func:`compare`, the sweep's rows, the
-    recommendation, the figures, the lesson and the exercises all take it from :func:`judge_time`.
-    """
-
-    ratio: float  # median of the samples over the reference's median
-    spread: float  # the wider relative spread (fastest-to-slowest over the median) of the two sides
-    samples: int  # timed steps on the side with fewer
-    judgement: Judgement
-
-    @property
-    def measurable(self) -> bool:
-        return self.judgement is Judgement.MEASURABLE
-
-    @property
-    def noise(self) -> bool:
-        """True when the figure is not to be read as a difference: within the spread, or too few steps."""
-        return not self.measurable
-
-    @property
-    def change(self) -> str:
-        """The difference as a signed percentage, e.g. "+55%"; "0%" rather than "-0%"."""
-        percent = round((self.ratio - 1) * 100)
-        return f"{percent:+d}%" if percent else "0%"
-
-    def describe(self, what: str = "step time") -> str:
-        """The verdict in English words, for the command line and the Python API."""
-        if self.judgement is Judgement.TOO_FEW:
-            return (
-                f"{what} {self.change}, from fewer than {MIN_SAMPLES_TO_JUDGE} timed steps a run: too few to tell "
-                "an effect from noise"
-            )
-        if self.measurable:
-            return f"{what} {self.change} (outside the spread of both runs)"
-        return f"{what} {self.change}, within the spread of the repeats: not a measurable difference"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ratio": self.ratio,
-            "spread": self.spread,
-            "samples": self.samples,
-            "judgement": self.judgement.value,
-            "measurable": self.measurable,
-        }
-
-
-def judge_time(samples: list[float], reference: list[float]) -> TimeVerdict:
-    """The lab's rule for a time difference: measurable only when the two ranges of samples do not overlap.
-
-    On a shared 2-core machine a small model's recompute cost can be smaller than the noise;
-    then the lab says so instead of reporting it. With fewer than ``MIN_SAMPLES_TO_JUDGE``
-    samples on either side there is no judgement (``Judgement.TOO_FEW``).
-
-    Raises:
-        SpecError: an empty side (nothing was timed).
-    """
-    if not samples or not reference:
-        raise SpecError("cannot judge a time difference without timed steps on both sides.")
-    middle, ref_middle = statistics.median(samples), statistics.median(reference)
-    spread = max(_relative_spread(samples), _relative_spread(reference))
-    count = min(len(samples), len(reference))
-    if count < MIN_SAMPLES_TO_JUDGE:
-        judgement = Judgement.TOO_FEW
-    elif max(samples) < min(reference) or max(reference) < min(samples):
-        judgement = Judgement.MEASURABLE
-    else:
-        judgement = Judgement.NOISE
-    return TimeVerdict(ratio=_ratio(middle, ref_middle), spread=spread, samples=count, judgement=judgement)
-
-
-def _relative_spread(samples: list[float]) -> float:
-    middle = statistics.median(samples)
-    return (max(samples) - min(samples)) / middle if middle > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A run's time and memory against a reference run (usually checkpointing off)."""
-
-    step: TimeVerdict  # the median step of the run over the reference's, judged against the spread
-    peak_ratio: float  # peak memory above baseline, run over reference
-    after_forward_ratio: float  # resident activations after the forward, run over reference
-
-    @property
-    def step_ratio(self) -> float:
-        return self.step.ratio
-
-    @property
-    def step_significant(self) -> bool | None:
-        """True: measurable; False: within the noise; None: too few repeats to tell (``step.judgement``)."""
-        if self.step.judgement is Judgement.TOO_FEW:
-            return None
-        return self.step.measurable
-
-    def describe_step(self) -> str:
-        return self.step.describe("step time")
-
-
-def compare(run: RunResult, reference: RunResult) -> Comparison:
-    """Ratios of ``run`` to ``reference``, with the step-time difference judged by :func:`judge_time`.
-
-    Raises:
-        SpecError: if either run has no measurements (it did not fit).
-    """
-    run_memory, run_timing = measurements(run)
-    ref_memory, ref_timing = measurements(reference)
-    return Comparison(
-        step=judge_time(run_timing.step_samples, ref_timing.step_samples),
-        peak_ratio=_ratio(run_memory.peak_above_baseline_bytes, ref_memory.peak_above_baseline_bytes),
-        after_forward_ratio=_ratio(run_memory.after_forward_bytes, ref_memory.after_forward_bytes),
-    )
 
 
 def measurements(result: RunResult) -> tuple[MemoryResult, TimingResult]:
@@ -420,11 +331,3 @@ def memory_of(result: RunResult) -> MemoryResult:
     if result.memory is None:
         raise SpecError(f"a run with status {result.status!r} has no memory figures: {result.message}")
     return result.memory
-
-
-def _ratio(value: float, reference: float) -> float:
-    return value / reference if reference else float("nan")
-
-
-def median(samples: list[float]) -> float:
-    return statistics.median(samples)

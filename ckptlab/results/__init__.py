@@ -1,0 +1,52 @@
+"""The typed result of a run (:mod:`.run`: what a run found, its parts and its JSON) and the lab's one
+verdict on time (:mod:`.verdict`: ``judge_time``, ``compare``).
+
+Numbers are bytes and seconds; units are made at the edge (``ckptlab.units``). Every
+result carries its :class:`Provenance`, so a figure can always say whether it was
+measured on CUDA, measured on the CPU, simulated or predicted.
+"""
+
+from .run import (
+    BUSY_SPREAD,
+    MIN_SAMPLES_TO_JUDGE,
+    BusyReason,
+    Kind,
+    LayerResult,
+    MemoryResult,
+    ModelSummary,
+    Provenance,
+    RankResult,
+    Region,
+    RunResult,
+    Status,
+    TimingResult,
+    measurements,
+    memory_of,
+    timing_of,
+)
+from .verdict import Comparison, Judgement, TimeVerdict, compare, judge_time, median
+
+__all__ = [
+    "BUSY_SPREAD",
+    "MIN_SAMPLES_TO_JUDGE",
+    "BusyReason",
+    "Comparison",
+    "Judgement",
+    "Kind",
+    "LayerResult",
+    "MemoryResult",
+    "ModelSummary",
+    "Provenance",
+    "RankResult",
+    "Region",
+    "RunResult",
+    "Status",
+    "TimeVerdict",
+    "TimingResult",
+    "compare",
+    "judge_time",
+    "measurements",
+    "median",
+    "memory_of",
+    "timing_of",
+]
