@@ -245,4 +245,3 @@ def scale_table(
         if on_result is not None:
             on_result(result)
     return ScaleTable(request, info.num_layers, results, cancelled, time.monotonic() - started, seconds)
-

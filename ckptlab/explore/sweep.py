@@ -371,4 +371,3 @@ def sweep(
         cancelled=cancelled,
         elapsed_s=time.monotonic() - started,
     )
-

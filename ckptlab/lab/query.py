@@ -183,4 +183,3 @@ def _int(text: str) -> int | None:
         return int(text.strip())
     except (TypeError, ValueError):
         return None
-

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import glob
 import os
 import pickle
@@ -359,6 +360,10 @@ def _info(
 def describe(name_or_dir: str) -> ModelInfo:
     """Shape and size of a model, without allocating it.
 
+    Described once: the answer is kept per preset, and per folder as long as its files are
+    unchanged (a Run validates its spec, builds its model and its checkpointing-off reference
+    from one description; an 8B shape takes seconds on the meta device).
+
     Args:
         name_or_dir: a preset name or a local model directory.
 
@@ -370,6 +375,27 @@ def describe(name_or_dir: str) -> ModelInfo:
         UnsupportedModelError: not a causal/masked text LM, or no ``GradientCheckpointingLayer``.
     """
     name_or_dir = os.fspath(name_or_dir)
+    return _described(name_or_dir, _files_stamp(name_or_dir))
+
+
+def _files_stamp(name_or_dir: str) -> tuple[tuple[str, int, int], ...]:
+    """What a description depends on besides the name: a folder's files now (name, mtime, size); none for a preset."""
+    if name_or_dir in PRESETS:  # a preset name wins over a folder of the same name (load_config)
+        return ()
+    try:
+        with os.scandir(name_or_dir) as entries:
+            return tuple(
+                sorted(
+                    (entry.name, entry.stat().st_mtime_ns, entry.stat().st_size) for entry in entries if entry.is_file()
+                )
+            )
+    except OSError:  # no such folder: load_config says so, and nothing is kept
+        return ()
+
+
+@functools.lru_cache(maxsize=64)
+def _described(name_or_dir: str, stamp: tuple[tuple[str, int, int], ...]) -> ModelInfo:
+    """:func:`describe` itself; ``stamp`` (:func:`_files_stamp`) keys the cache, a failure is not kept."""
     config, source, task = load_config(name_or_dir)
     weights = "loaded" if source == "local" and _has_weights(name_or_dir) else "random"
     meta_model = build_on_meta(config, task)
@@ -429,15 +455,17 @@ def build_model(
     """
     name_or_dir = os.fspath(name_or_dir)
     config, source, task = load_config(name_or_dir)
-    config = _apply_overrides(config, config_overrides)
     loaded = source == "local" and _has_weights(name_or_dir)
-    # Check on meta first: refusing an unsupported model should not cost its weights.
-    weights = "loaded" if loaded else "random"
-    meta_model = build_on_meta(config, task)
-    if loaded:
-        folder_checks.check_weights(_weight_files(name_or_dir), meta_model, config)
-    info = _info(name_or_dir, config, source, task, weights, meta_model)
-    del meta_model
+    # Checked on meta first (describe): refusing an unsupported model should not cost its weights.
+    if config_overrides:
+        config = _apply_overrides(config, config_overrides)
+        meta_model = build_on_meta(config, task)
+        if loaded:
+            folder_checks.check_weights(_weight_files(name_or_dir), meta_model, config)
+        info = _info(name_or_dir, config, source, task, "loaded" if loaded else "random", meta_model)
+        del meta_model
+    else:
+        info = describe(name_or_dir)
     folder_checks.check_fits(info, dtype, device)  # the parameters alone must fit the device
     auto = _auto_class(task)
     torch.manual_seed(seed)

@@ -50,3 +50,28 @@ def test_the_gradient_check_waits_for_its_turn_and_reports_equal():
     queue = DeviceQueue()
     check = check_gradients_queued(LORA, queue=queue)
     assert check.equal and check.gradients_compared > 0
+
+
+def test_a_first_run_describes_its_model_once(tmp_path, monkeypatch):
+    """Validation once: checking the spec, building the model and its checkpointing-off reference share one
+    description, so the model is built on the meta device once (an 8B shape takes seconds there)."""
+    from ckptlab.model import catalog
+
+    catalog.load_config("tiny-llama")[0].save_pretrained(tmp_path)  # a folder no earlier test has described
+    real_build_on_meta = catalog.build_on_meta
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real_build_on_meta(*args, **kwargs)
+
+    monkeypatch.setattr(catalog, "build_on_meta", counted)
+    spec = RunSpec(model=str(tmp_path), seq_len=16, every_n_layers=1, repeats=1, warmup=0)
+    lab = run_queued(spec, queue=DeviceQueue(), cache=ResultCache())
+    assert lab.result.status == "ok" and lab.baseline is not None and lab.baseline.result.status == "ok"
+    assert len(calls) == 1
+    # A changed folder is described again: the description follows the files.
+    config = catalog.load_config(str(tmp_path))[0]
+    config.num_hidden_layers = 3
+    config.save_pretrained(tmp_path)
+    assert catalog.describe(str(tmp_path)).num_layers == 3 and len(calls) == 2
