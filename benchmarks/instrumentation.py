@@ -30,9 +30,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ckptlab import RunSpec, load_model
-from ckptlab.step.measure import random_batch, train_step
 from ckptlab.step.meters import TrackerMeter, meter_for
 from ckptlab.step.probe import LayerProbe, StepRecorder
+from ckptlab.step.trainstep import random_batch, train_step
 
 RECORDER_LIMIT = 1.05  # "a few percent": the timeline may cost at most this ratio in time or peak
 

@@ -25,8 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ckptlab import RunSpec, measure, simulate
-from ckptlab.step.measure import load_model, random_batch
+from ckptlab.step.preflight import load_model
 from ckptlab.step.routing import collapse_routing, expert_load
+from ckptlab.step.trainstep import random_batch
 
 TOLERANCE = 0.03
 

@@ -16,7 +16,8 @@ from .model.plan import checkpointable_layers, describe_plan, observed_roles, pl
 from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, TimingResult, compare
 from .show.report import diagram, result_diagram, run_report
 from .spec import RunSpec
-from .step.measure import load_model, measure
+from .step.measure import measure
+from .step.preflight import load_model
 from .step.simulate import simulate
 
 __all__ = [

@@ -44,7 +44,8 @@ from ckptlab.show.report import setting_name
 from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
 from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
-from ckptlab.step.measure import offload_notes, resolve_device
+from ckptlab.step.measure import offload_notes
+from ckptlab.step.preflight import resolve_device
 from ckptlab.units import GIB, MIB, mib
 from pages._deep_link import run_through_app
 from pages._server import offered_folder, server_policy, session_owner

@@ -24,7 +24,7 @@ from ckptlab.show.timeline_figures import provenance_label
 from ckptlab.show.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
 from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
-from ckptlab.step.measure import resolve_device
+from ckptlab.step.preflight import resolve_device
 from ckptlab.units import MIB, mib, milliseconds
 from pages._deep_link import run_through_app
 from pages._server import server_policy, session_owner

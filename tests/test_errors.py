@@ -12,7 +12,7 @@ from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import describe
 from ckptlab.show import i18n
-from ckptlab.step.measure import validate_for_model
+from ckptlab.step.preflight import validate_for_model
 
 
 def _raised(action) -> CkptlabError:

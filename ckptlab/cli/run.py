@@ -28,7 +28,8 @@ from ..results import compare
 from ..show.report import run_report
 from ..spec import RunSpec
 from ..step.fsdp import launched, measure_ranks
-from ..step.measure import load_model, measure
+from ..step.measure import measure
+from ..step.preflight import load_model
 from .args import (
     EXIT_BAD_INPUT,
     EXIT_PLAN_MISMATCH,

@@ -22,7 +22,7 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import RunSpec, Setting
-from ..step.measure import validate_for_model
+from ..step.preflight import validate_for_model
 from ..step.simulate import simulate
 from ..step.stopping import Cancel, Progress, scaled, stopper
 

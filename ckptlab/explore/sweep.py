@@ -41,7 +41,8 @@ from ..model import catalog
 from ..model.catalog import DEFAULT_PRESET, ModelInfo
 from ..results import BusyReason, RunResult
 from ..spec import RunSpec, Setting
-from ..step.measure import load_model, measure, resolve_device, validate_for_model
+from ..step.measure import measure
+from ..step.preflight import load_model, resolve_device, validate_for_model
 from ..step.rounds import ORDERS, OnStep, Order, time_settings
 from ..step.stopping import Cancel, Progress, ShouldStop, scaled, stopper
 from .predict import settings_for

@@ -28,7 +28,8 @@ from ..model.lora import linear_module_names
 from ..results import Comparison, Judgement, RunResult, compare, judge_time
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
-from ..step.measure import load_model, measure, resolve_device, resolve_dtype, validate_for_model
+from ..step.measure import measure
+from ..step.preflight import load_model, resolve_device, resolve_dtype, validate_for_model
 from ..step.stopping import Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 

@@ -16,8 +16,9 @@ import torch
 from ..model import catalog
 from ..model.lora import adapted
 from ..spec import RunSpec
-from .measure import random_batch, resolve_device, resolve_dtype
+from .preflight import resolve_device, resolve_dtype
 from .training import trainable_parameters
+from .trainstep import random_batch
 
 DROPOUT = 0.1  # switched on so that the check covers the RNG state the rerun must restore
 

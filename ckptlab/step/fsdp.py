@@ -39,7 +39,9 @@ from ..errors import CkptlabError, SpecError
 from ..model.plan import checkpointable_layers
 from ..results import RankResult, RunResult
 from ..spec import RunSpec
-from .measure import Progress, load_model, measure, resolve_device
+from .measure import measure
+from .preflight import load_model, resolve_device
+from .stopping import Progress
 
 COLLECTIVE_TIMEOUT_S = 120  # a collective that waits longer raises: the backstop when a rank dies silently
 FAIL_ON_RANK_ENV = "CKPTLAB_FAIL_ON_RANK"  # a test hook: that rank fails just before its first step

@@ -15,6 +15,10 @@ own ``activation_checkpointing_enable``, wraps it in LoRA adapters when the spec
    peak and the stretch of the step where it was reached, and the bytes autograd saved
    per layer. On the CPU it runs under MemTracker, which is too slow to time (see
    ``ckptlab.step.meters``), hence a step of its own.
+
+What is checked and built before (the device, the dtype, the spec against its model) is
+``ckptlab.step.preflight``; one training step and its timing, shared with the sweep's
+rounds, is ``ckptlab.step.trainstep``.
 """
 
 from __future__ import annotations
@@ -22,19 +26,15 @@ from __future__ import annotations
 import gc
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import overload
 
 import torch
 import transformers
 from transformers import PreTrainedModel
 
-from ..errors import DoesNotFitError, SpecError, UnsupportedModelError
-from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..model.folder_checks import check_fits
 from ..model.lora import adapted
 from ..model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
 from ..results import (
@@ -43,20 +43,15 @@ from ..results import (
     ModelSummary,
     Provenance,
     RunResult,
-    TimingResult,
-    median,
 )
 from ..spec import RunSpec
-from .meters import Clock, clock_for, machine_load, meter_for
+from .meters import clock_for, machine_load, meter_for
 from .modelstate import ModelState
+from .preflight import load_model, resolve_device, resolve_dtype, validate_for_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .stopping import Progress, ShouldStop, checked, stoppable
 from .training import make_optimizer, optimizer_state_bytes
-
-# A training step's keyword arguments for the model: tokens and labels, and use_cache=False where the config has it.
-Batch = dict[str, torch.Tensor | bool]
-
-DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
 
 OFFLOAD_ON_CPU_NOTE = (
     "offload does not apply on the CPU: transformers' offload wraps the checkpoint in "
@@ -65,79 +60,6 @@ OFFLOAD_ON_CPU_NOTE = (
     "accelerator backend'), and here the activations already live in host memory. This run "
     "checkpointed without offload."
 )
-
-
-def resolve_device(name: str) -> torch.device:
-    """The device for ``spec.device``: "auto" takes CUDA when there is one.
-
-    Raises:
-        SpecError: for "cuda" on a machine where torch sees no CUDA device.
-    """
-    if name == "cuda" and not torch.cuda.is_available():
-        raise SpecError(
-            "device='cuda' but torch sees no CUDA device here (torch.cuda.is_available() is False; "
-            f"torch {torch.__version__}). Use device 'cpu' or 'auto'.",
-            key="spec.no_cuda",
-            torch=torch.__version__,
-        )
-    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
-        # The current device: 0 in a single process, the rank's own GPU once fsdp.py has set it.
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """The dtype for ``spec.dtype``: "auto" is float32 on the CPU (bf16 matmuls are slow there), bfloat16 on CUDA."""
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return DTYPE_BY_NAME[name]
-
-
-def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
-    """Check the spec against the model's limits.
-
-    Raises:
-        SpecError: a sequence longer than the model's positions.
-        UnsupportedModelError: checkpointing asked of a class transformers cannot checkpoint.
-    """
-    if spec.checkpointing and not info.supports_checkpointing:
-        raise UnsupportedModelError(
-            f"{info.name} ({info.family}) does not support activation checkpointing in transformers "
-            f"(its class sets supports_gradient_checkpointing=False), so every_n_layers={spec.every_n_layers} "
-            "cannot be applied. To resolve this, run it with checkpointing off (--no-checkpointing) or pick a "
-            "model whose class supports it."
-        )
-    if info.max_positions is not None and spec.seq_len > info.max_positions:
-        raise SpecError(
-            f"seq_len={spec.seq_len} is longer than {info.name} accepts ({info.max_positions} positions). "
-            f"Use a sequence length of at most {info.max_positions}, or a model with longer positions.",
-            key="spec.seq_too_long",
-            seq_len=spec.seq_len,
-            model=info.name,
-            positions=info.max_positions,
-        )
-
-
-def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrainedModel, ModelInfo]:
-    """Validate ``spec`` and build its model on the spec's device and dtype.
-
-    Raises:
-        SpecError, ModelLoadError: for bad input.
-        DoesNotFitError: when the parameters alone exceed the device's memory, or with their
-            gradients would not fit in the free host memory.
-    """
-    spec.validate()
-    info = catalog.describe(spec.model)
-    validate_for_model(spec, info)
-    device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device)
-    check_fits(info, dtype, device)  # parameters alone over the device's total memory: never fits
-    shortfall = host_memory_shortfall(info, dtype, device)
-    if shortfall:
-        raise DoesNotFitError(shortfall)
-    if progress is not None:
-        progress(f"building {info.name} ({info.num_params / 1e6:,.1f}M parameters, {info.weights} weights)", 0.0)
-    return catalog.build_model(spec.model, dtype=dtype, device=device, seed=spec.seed)
 
 
 def measure(
@@ -255,36 +177,6 @@ def apply_setting(model: PreTrainedModel, spec: RunSpec, device: torch.device) -
         model.activation_checkpointing_disable()
 
 
-def timing_result(
-    method: str, samples: dict[str, list[float]], optimizer: str, loads: list[float | None]
-) -> TimingResult:
-    """A :class:`TimingResult` from the per-phase samples (``forward``, ``backward``, ``optimizer``, ``step``)
-    and the load averages read around the timed steps."""
-    known = [load for load in loads if load is not None]
-    return TimingResult(
-        method=method,
-        forward_s=median(samples["forward"]),
-        backward_s=median(samples["backward"]),
-        optimizer_s=median(samples["optimizer"]),
-        step_s=median(samples["step"]),
-        forward_samples=samples["forward"],
-        backward_samples=samples["backward"],
-        optimizer_samples=samples["optimizer"] if optimizer != "none" else [],
-        step_samples=samples["step"],
-        load_average=max(known) if known else None,
-        cores=machine_load()[1],
-    )
-
-
-def check_repeatable(probe: LayerProbe, planned: Sequence[str], notes: list[str]) -> None:
-    """Every timed step must rerun exactly the planned layers; say so loudly when one does not."""
-    reran = ["CP" if counts.recompute_calls else "keep" for counts in probe.counts]
-    if reran != list(planned):
-        note = f"PLAN MISMATCH in a timed step: reruns observed {reran}, planned {planned}"
-        if note not in notes:
-            notes.append(note)
-
-
 def _run_steps(
     spec: RunSpec,
     model: torch.nn.Module,
@@ -345,87 +237,6 @@ def layer_results(
         )
         for index, (module, count) in enumerate(zip(modules, counts))
     ]
-
-
-def random_batch(model: PreTrainedModel, spec: RunSpec, device: torch.device) -> Batch:
-    """Random tokens (seeded by ``spec.seed``) as inputs and labels, one unpadded sequence per row."""
-    generator = torch.Generator().manual_seed(spec.seed)
-    input_ids = torch.randint(
-        model.config.get_text_config().vocab_size, (spec.batch_size, spec.seq_len), generator=generator
-    )
-    input_ids = input_ids.to(device)  # (batch, seq)
-    batch: Batch = {"input_ids": input_ids, "labels": input_ids}
-    if getattr(model.config, "use_cache", None) is not None:
-        # Training keeps no KV cache; without this, a run with checkpointing off would hold one.
-        batch["use_cache"] = False
-    return batch
-
-
-@overload
-def train_step(
-    model: torch.nn.Module,
-    batch: Batch,
-    probe: LayerProbe | None,
-    *,
-    clock: Clock,
-    after_forward: Callable[[], None] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-) -> tuple[float, float, float]: ...
-
-
-@overload
-def train_step(
-    model: torch.nn.Module,
-    batch: Batch,
-    probe: LayerProbe | None,
-    *,
-    clock: None = None,
-    after_forward: Callable[[], None] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-) -> None: ...
-
-
-def train_step(
-    model: torch.nn.Module,
-    batch: Batch,
-    probe: LayerProbe | None,
-    *,
-    clock: Clock | None = None,
-    after_forward: Callable[[], None] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-) -> tuple[float, float, float] | None:
-    """One training step: forward (with the loss), backward, and the optimizer's step when there is one.
-
-    Leaves no gradients behind (``zero_grad(set_to_none=True)``, as a training loop does).
-
-    Returns:
-        (forward, backward, optimizer) seconds when a clock is given (optimizer 0.0 without one), else None.
-    """
-    if probe is not None:
-        probe.begin_step()
-    start = clock.mark() if clock else None
-    loss = model(**batch).loss  # only the loss outlives the forward, as in a training loop
-    forward_end = clock.mark() if clock else None
-    if after_forward is not None:
-        after_forward()
-    if probe is not None:
-        probe.set_phase("backward")
-    loss.backward()
-    backward_end = clock.mark() if clock else None
-    del loss
-    if optimizer is not None:
-        if probe is not None:
-            probe.set_phase("optimizer")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    optimizer_end = clock.mark() if clock else None
-    if probe is not None:
-        probe.end_step()
-    model.zero_grad(set_to_none=True)
-    if clock is None:
-        return None
-    optimizer_s = clock.seconds(backward_end, optimizer_end) if optimizer is not None else 0.0
-    return clock.seconds(start, forward_end), clock.seconds(forward_end, backward_end), optimizer_s
 
 
 def observe_memory(
@@ -542,41 +353,6 @@ def _cpu_name() -> str:
 
 
 # -- out of memory ------------------------------------------------------------------------
-
-
-def host_memory_shortfall(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> str:
-    """A reason not to start a CPU run whose parameters and gradients alone exceed the free RAM ("" if it may run).
-
-    On the CPU an out-of-memory does not raise: the kernel kills the process (and the app
-    with it). So the lab refuses upfront, from a prediction that is labelled as one.
-    """
-    if device.type != "cpu":
-        return ""
-    available = available_host_bytes()
-    if available is None:
-        return ""
-    element = torch.tensor([], dtype=dtype).element_size()
-    needed = 2 * info.num_params * element  # parameters + gradients, before any activation
-    if needed <= 0.8 * available:
-        return ""
-    return (
-        f"{info.name} does not fit on this CPU: its parameters and gradients alone are predicted at "
-        f"{needed / 2**30:.1f} GiB ({info.num_params / 1e9:.2f}B parameters x {element} bytes x 2), "
-        f"and {available / 2**30:.1f} GiB of memory is available. Run it on a GPU, or pick a tiny preset "
-        "(python -m ckptlab models)."
-    )
-
-
-def available_host_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo, or None where there is no such file."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _does_not_fit(spec: RunSpec, info: ModelInfo, device: torch.device, dtype: torch.dtype, message: str) -> RunResult:

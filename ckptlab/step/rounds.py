@@ -29,11 +29,14 @@ from ..model.lora import adapted
 from ..model.plan import planned_roles
 from ..results import TimingResult
 from ..spec import RunSpec
-from .measure import Progress, apply_setting, check_repeatable, random_batch, resolve_device, timing_result, train_step
+from .measure import apply_setting
 from .meters import Clock, clock_for, machine_load
 from .modelstate import ModelState
+from .preflight import resolve_device
 from .probe import LayerProbe
+from .stopping import Progress
 from .training import make_optimizer
+from .trainstep import check_repeatable, random_batch, timing_result, train_step
 
 Order = Literal["interleaved", "blocks"]
 ORDERS: tuple[Order, ...] = ("interleaved", "blocks")

@@ -13,7 +13,7 @@ import torch
 
 from ..model.experts import experts_count, moe_parts
 from ..model.plan import checkpointable_layers
-from .measure import Batch
+from .trainstep import Batch
 
 
 def expert_load(model: torch.nn.Module, batch: Batch) -> list[int]:

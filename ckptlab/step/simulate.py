@@ -54,16 +54,11 @@ from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_mo
 from .fake_pg import fake_mesh
 from .fold import Reduction, SimulatedStep
 from .fsdp import shard_model
-from .measure import (
-    Progress,
-    layer_results,
-    model_summary,
-    observe_memory,
-    random_batch,
-    resolve_dtype,
-    validate_for_model,
-)
+from .measure import layer_results, model_summary, observe_memory
+from .preflight import resolve_dtype, validate_for_model
+from .stopping import Progress
 from .training import make_optimizer, prime_state
+from .trainstep import random_batch
 
 SIMULATED_DEVICE = "cuda (simulated)"
 SIMULATION_METHOD = (

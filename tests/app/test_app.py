@@ -189,8 +189,8 @@ def test_a_run_past_the_servers_time_limit_is_stopped_and_said(monkeypatch):
 
 
 def test_an_eight_billion_model_on_the_cpu_says_it_does_not_fit(monkeypatch):
-    measure_module = sys.modules["ckptlab.step.measure"]
-    monkeypatch.setattr(measure_module, "available_host_bytes", lambda: 8 * 2**30)  # any machine's RAM
+    preflight = sys.modules["ckptlab.step.preflight"]
+    monkeypatch.setattr(preflight, "available_host_bytes", lambda: 8 * 2**30)  # any machine's RAM
     monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "*=1000000")  # past the server's limit to the machine's
     at = _app(model="qwen3-8b", device="cpu")
     at.button(key="lab_run").click().run()

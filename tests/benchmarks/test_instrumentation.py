@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ckptlab import RunSpec, load_model
-from ckptlab.step.measure import random_batch
+from ckptlab.step.trainstep import random_batch
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "instrumentation.py"
 

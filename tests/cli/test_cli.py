@@ -80,7 +80,7 @@ def no_layers_dir(tmp_path):
 @pytest.fixture
 def little_memory(monkeypatch):
     """Pretend the machine has 16 GiB free, so an 8B model is refused on any CI machine."""
-    monkeypatch.setattr(sys.modules["ckptlab.step.measure"], "available_host_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(sys.modules["ckptlab.step.preflight"], "available_host_bytes", lambda: 16 * 2**30)
 
 
 BAD_INPUTS = [

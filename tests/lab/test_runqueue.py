@@ -235,9 +235,9 @@ def test_bad_input_fails_before_queueing():
 
 
 def test_an_eight_billion_model_on_the_cpu_is_refused_and_frees_the_device(monkeypatch):
-    measure_module = sys.modules["ckptlab.step.measure"]  # the package's `measure` attribute is the function
+    preflight = sys.modules["ckptlab.step.preflight"]
     # Whatever this machine's RAM, the refusal must come before any weights exist.
-    monkeypatch.setattr(measure_module, "available_host_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(preflight, "available_host_bytes", lambda: 8 * 2**30)
     queue = DeviceQueue(poll_s=0.01)
     with pytest.raises(ckptlab.DoesNotFitError, match="does not fit"):
         run_queued(replace(SPEC, model="qwen3-8b", device="cpu"), queue=queue, cache=ResultCache())

@@ -6,8 +6,8 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from ckptlab import RunSpec, load_model
-from ckptlab.step.measure import random_batch, train_step
 from ckptlab.step.meters import TRACKER_CATEGORIES, TrackerMeter
+from ckptlab.step.trainstep import random_batch, train_step
 
 
 def _peak_with(tracker_meter_or_stock, model, batch):

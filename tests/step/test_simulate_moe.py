@@ -18,8 +18,9 @@ from ckptlab import RunResult, RunSpec, UnsupportedModelError, describe, measure
 from ckptlab.cli import main
 from ckptlab.model.experts import EXPERTS_IMPLEMENTATION, ROUTING_NOTE
 from ckptlab.step.fake_experts import grouped_mm_output_shape
-from ckptlab.step.measure import load_model, random_batch
+from ckptlab.step.preflight import load_model
 from ckptlab.step.routing import collapse_routing, expert_load
+from ckptlab.step.trainstep import random_batch
 
 SEQ = 48
 CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temp")

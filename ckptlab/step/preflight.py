@@ -1,0 +1,129 @@
+"""Before a measured run: the device and dtype a spec names, the spec against its model, and building the model.
+
+Everything here can refuse a run before anything heavy is allocated: a sequence longer than the
+model's positions, checkpointing asked of a class that cannot checkpoint, parameters that alone
+exceed the device, or (on the CPU, where an out-of-memory kills the process) parameters and
+gradients above the free host memory.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from ..errors import DoesNotFitError, SpecError, UnsupportedModelError
+from ..model import catalog
+from ..model.catalog import ModelInfo
+from ..model.folder_checks import check_fits
+from ..spec import RunSpec
+from .stopping import Progress
+
+DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device for ``spec.device``: "auto" takes CUDA when there is one.
+
+    Raises:
+        SpecError: for "cuda" on a machine where torch sees no CUDA device.
+    """
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SpecError(
+            "device='cuda' but torch sees no CUDA device here (torch.cuda.is_available() is False; "
+            f"torch {torch.__version__}). Use device 'cpu' or 'auto'.",
+            key="spec.no_cuda",
+            torch=torch.__version__,
+        )
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        # The current device: 0 in a single process, the rank's own GPU once fsdp.py has set it.
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The dtype for ``spec.dtype``: "auto" is float32 on the CPU (bf16 matmuls are slow there), bfloat16 on CUDA."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPE_BY_NAME[name]
+
+
+def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
+    """Check the spec against the model's limits.
+
+    Raises:
+        SpecError: a sequence longer than the model's positions.
+        UnsupportedModelError: checkpointing asked of a class transformers cannot checkpoint.
+    """
+    if spec.checkpointing and not info.supports_checkpointing:
+        raise UnsupportedModelError(
+            f"{info.name} ({info.family}) does not support activation checkpointing in transformers "
+            f"(its class sets supports_gradient_checkpointing=False), so every_n_layers={spec.every_n_layers} "
+            "cannot be applied. To resolve this, run it with checkpointing off (--no-checkpointing) or pick a "
+            "model whose class supports it."
+        )
+    if info.max_positions is not None and spec.seq_len > info.max_positions:
+        raise SpecError(
+            f"seq_len={spec.seq_len} is longer than {info.name} accepts ({info.max_positions} positions). "
+            f"Use a sequence length of at most {info.max_positions}, or a model with longer positions.",
+            key="spec.seq_too_long",
+            seq_len=spec.seq_len,
+            model=info.name,
+            positions=info.max_positions,
+        )
+
+
+def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrainedModel, ModelInfo]:
+    """Validate ``spec`` and build its model on the spec's device and dtype.
+
+    Raises:
+        SpecError, ModelLoadError: for bad input.
+        DoesNotFitError: when the parameters alone exceed the device's memory, or with their
+            gradients would not fit in the free host memory.
+    """
+    spec.validate()
+    info = catalog.describe(spec.model)
+    validate_for_model(spec, info)
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    check_fits(info, dtype, device)  # parameters alone over the device's total memory: never fits
+    shortfall = host_memory_shortfall(info, dtype, device)
+    if shortfall:
+        raise DoesNotFitError(shortfall)
+    if progress is not None:
+        progress(f"building {info.name} ({info.num_params / 1e6:,.1f}M parameters, {info.weights} weights)", 0.0)
+    return catalog.build_model(spec.model, dtype=dtype, device=device, seed=spec.seed)
+
+
+def host_memory_shortfall(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> str:
+    """A reason not to start a CPU run whose parameters and gradients alone exceed the free RAM ("" if it may run).
+
+    On the CPU an out-of-memory does not raise: the kernel kills the process (and the app
+    with it). So the lab refuses upfront, from a prediction that is labelled as one.
+    """
+    if device.type != "cpu":
+        return ""
+    available = available_host_bytes()
+    if available is None:
+        return ""
+    element = torch.tensor([], dtype=dtype).element_size()
+    needed = 2 * info.num_params * element  # parameters + gradients, before any activation
+    if needed <= 0.8 * available:
+        return ""
+    return (
+        f"{info.name} does not fit on this CPU: its parameters and gradients alone are predicted at "
+        f"{needed / 2**30:.1f} GiB ({info.num_params / 1e9:.2f}B parameters x {element} bytes x 2), "
+        f"and {available / 2**30:.1f} GiB of memory is available. Run it on a GPU, or pick a tiny preset "
+        "(python -m ckptlab models)."
+    )
+
+
+def available_host_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, or None where there is no such file."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
