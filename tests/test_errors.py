@@ -49,7 +49,7 @@ def _folder_errors(tmp_path) -> list[CkptlabError]:
     import json as jsonlib
     import pickle
 
-    from ckptlab.model import folder_checks
+    from ckptlab.model import weight_checks
     from tests.model.test_folders import config_folder
 
     def folder(name: str, text: str):
@@ -74,9 +74,9 @@ def _folder_errors(tmp_path) -> list[CkptlabError]:
             _raised(lambda change=change, index=index: describe(str(config_folder(tmp_path / f"c{index}", **change))))
         )
     path = str(tmp_path / "c0")
-    found.append(folder_checks.weights_error(path, pickle.UnpicklingError("Unsupported GLOBAL os.system")))
-    found.append(folder_checks.weights_error(path, RuntimeError("size mismatch: use ignore_mismatched_sizes=True")))
-    found.append(folder_checks.weights_error(path, RuntimeError("PytorchStreamReader failed reading zip archive")))
+    found.append(weight_checks.weights_error(path, pickle.UnpicklingError("Unsupported GLOBAL os.system")))
+    found.append(weight_checks.weights_error(path, RuntimeError("size mismatch: use ignore_mismatched_sizes=True")))
+    found.append(weight_checks.weights_error(path, RuntimeError("PytorchStreamReader failed reading zip archive")))
     assert jsonlib.dumps([error.key for error in found])
     return found
 

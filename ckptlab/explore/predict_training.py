@@ -38,6 +38,7 @@ from transformers.pytorch_utils import Conv1D
 
 from ..errors import SpecError
 from ..model import catalog
+from ..model.configs import infer_task
 from ..model.lora import resolve_targets
 from ..spec import OPTIMIZERS
 
@@ -126,7 +127,7 @@ def training_bytes(
             "Set lora_rank (for example 8) or drop the targets."
         )
     if isinstance(model, PretrainedConfig):
-        counts = _count(model, catalog.infer_task(model), dtype, lora_rank, tuple(lora_targets or ()))
+        counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()))
     else:
         counts = _count_named(str(model), dtype, lora_rank, tuple(lora_targets or ()))
     params, buffers, trainable, tensors, targets = counts

@@ -11,10 +11,7 @@
    validation errors and arithmetic failures become one line, and heads must divide the
    width where the architecture derives ``head_dim`` from it, for architectures that do
    not check this themselves too.
-3. The weight files (:func:`check_weights`, :func:`weights_error`): safetensors headers
-   and ``pytorch_model.bin`` pickles are read on the ``meta`` device (no tensor data),
-   so a truncated file, an absurd header, a pickle that is not plain tensors or a shape
-   that does not match the config is refused before the model is allocated.
+3. The weight files: their checks are ``ckptlab.model.weight_checks``.
 
 Then :func:`check_fits` refuses a build whose parameters alone exceed the memory of the
 device it would be built on, from the parameter count the catalog took on the ``meta``
@@ -28,24 +25,18 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import re
-import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
-from safetensors import SafetensorError
 
 from ..errors import DoesNotFitError, ModelLoadError
 
 # describe() builds every layer on the meta device (1-3 ms each on 2 CPU cores) and the
 # lab draws and probes each one; the deepest published language models have about 130.
 MAX_LAYERS: int = 1024
-
-# safetensors itself refuses headers above 100 MB ("header too large").
-MAX_SAFETENSORS_HEADER: int = 100_000_000
 
 # Sizes and counts that must be positive whole numbers when set (None means "derive it"),
 # by their usual name and GPT-2's names; the names other architectures store them under
@@ -74,11 +65,6 @@ _MEANING = {
 _FIX_CONFIG = (
     "To resolve this error, set it in config.json to the model's real value (the one "
     "save_pretrained() wrote), or pick a preset (python -m ckptlab models)."
-)
-_FIX_WEIGHTS = (
-    "To resolve this error, copy or save the weights again (model.save_pretrained(folder) "
-    "writes a complete model.safetensors), or move the weight files away to run the config "
-    "with random weights."
 )
 
 
@@ -244,159 +230,6 @@ def check_config(config: Any, config_file: str) -> None:
             kv_name=stored["num_key_value_heads"],
             kv_heads=kv_heads,
         )
-
-
-# -- 3. the weight files -------------------------------------------------------------------
-
-
-def check_weights(files: Iterable[str], meta_model: torch.nn.Module, config: Any) -> None:
-    """Read the headers of ``files`` (no tensor data) and compare their shapes with ``meta_model``.
-
-    Only tensors whose name the model has are compared; names transformers renames on
-    loading are left to it, and quantized checkpoints (``quantization_config``) are not
-    compared at all, since their stored shapes are packed.
-
-    Raises:
-        ModelLoadError: a truncated or corrupt file, a pickle that is not plain tensors,
-            or a tensor whose shape the config contradicts.
-    """
-    expected = {name: tuple(t.shape) for name, t in meta_model.state_dict().items()}
-    compare = getattr(config, "quantization_config", None) is None
-    for file in sorted(files):
-        shapes = _safetensors_shapes(file) if file.endswith(".safetensors") else _bin_shapes(file)
-        if not compare or shapes is None:
-            continue
-        wrong = [
-            (name, shape, expected[name])
-            for name, shape in shapes.items()
-            if name in expected and shape != expected[name]
-        ]
-        if wrong:
-            name, stored, built = wrong[0]
-            text = config.get_text_config().to_dict()
-            fields = [
-                f"{key}={value}"
-                for key, value in text.items()
-                if type(value) is int and value in set(built) - set(stored)
-            ][:3]
-            more = f", and {len(wrong) - 1} more tensors differ" if len(wrong) > 1 else ""
-            raise ModelLoadError(
-                f"{file!r} holds {name} with shape {list(stored)}, but config.json gives {list(built)}"
-                f"{' (' + ', '.join(fields) + ')' if fields else ''}{more}: the weights were saved from another "
-                "config. To resolve this error, put back the config.json saved with these weights, or move the "
-                "weight files away to run this config with random weights."
-            )
-
-
-def _safetensors_shapes(file: str) -> dict[str, tuple[int, ...]]:
-    size = os.path.getsize(file)
-    with open(file, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise _bad_weights(
-                file,
-                f"is {size} bytes long, shorter than the 8-byte length every safetensors file starts with: "
-                "it is empty or was cut off",
-            )
-        (header_len,) = struct.unpack("<Q", head)
-        if header_len > MAX_SAFETENSORS_HEADER:
-            raise _bad_weights(
-                file,
-                f"declares a header of {header_len:,} bytes, more than safetensors' limit of "
-                f"{MAX_SAFETENSORS_HEADER:,}: it is corrupt or not a safetensors file",
-            )
-        if 8 + header_len > size:
-            raise _bad_weights(
-                file,
-                f"declares a header of {header_len:,} bytes but is only {size:,} bytes long: it was cut off "
-                "(an interrupted download or copy)",
-            )
-        header = f.read(header_len)
-    try:
-        entries = json.loads(header)
-        if not isinstance(entries, dict):
-            raise TypeError("not an object")
-        shapes, end = {}, 0
-        for name, entry in entries.items():
-            if name != "__metadata__":
-                shapes[name] = tuple(int(d) for d in entry["shape"])
-                end = max(end, int(entry["data_offsets"][1]))
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
-        raise _bad_weights(
-            file, "has a header that is not a valid safetensors table of tensors: it is corrupt"
-        ) from None
-    data = size - 8 - header_len
-    if end > data:
-        raise _bad_weights(
-            file,
-            f"is cut off: its header places tensor data up to byte {end:,}, but only {data:,} bytes of data "
-            "follow (an interrupted download or copy)",
-        )
-    return shapes
-
-
-def _bin_shapes(file: str) -> dict[str, tuple[int, ...]] | None:
-    """Shapes in a ``torch.save`` zip file, loaded onto ``meta``; None for the legacy format (left to transformers)."""
-    with open(file, "rb") as f:
-        if f.read(2) != b"PK":
-            if os.path.getsize(file) == 0:
-                raise _bad_weights(file, "is empty")
-            return None
-    try:
-        state = torch.load(file, map_location="meta", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as exc:
-        raise _refused_pickle(file, exc) from None
-    except (RuntimeError, OSError) as exc:  # torch's zip reader: RuntimeError, or OSError under mmap
-        raise _bad_weights(file, f"cannot be read as a torch.save file ({_first_sentence(exc)})") from None
-    if not isinstance(state, dict):
-        raise _bad_weights(file, f"holds a {type(state).__name__}, not a state dict of named tensors")
-    return {name: tuple(t.shape) for name, t in state.items() if isinstance(t, torch.Tensor)}
-
-
-def _first_sentence(exc: BaseException) -> str:
-    return one_line(exc, 160).split(". ")[0].rstrip(".")
-
-
-def _bad_weights(file: str, problem: str) -> ModelLoadError:
-    return ModelLoadError(f"{file!r} {problem}. {_FIX_WEIGHTS}", key="weights.bad", file=file, problem=problem)
-
-
-def _refused_pickle(file: str, exc: BaseException) -> ModelLoadError:
-    blocked = re.search(r"GLOBAL (\S+)", str(exc))
-    what = f" ({blocked.group(1)})" if blocked else ""
-    return ModelLoadError(
-        f"{file!r} holds Python objects besides tensors{what}, so torch.load(weights_only=True) refused to "
-        "unpickle it, as it should: unpickling runs code. To resolve this error, if you trust the file, load it "
-        "once yourself and save the model with save_pretrained() (which writes safetensors); otherwise delete it.",
-        key="weights.pickle",
-        file=file,
-        what=what,
-    )
-
-
-def weights_error(path: str, exc: BaseException) -> ModelLoadError | None:
-    """One line for what ``from_pretrained`` raised on the weights of ``path``; None if it is not about them."""
-    if isinstance(exc, pickle.UnpicklingError):
-        return _refused_pickle(os.path.join(path, "pytorch_model.bin"), exc)
-    if isinstance(exc, SafetensorError):
-        return _bad_weights(
-            os.path.join(path, "model.safetensors"), f"could not be read by safetensors ({_first_sentence(exc)})"
-        )
-    text = str(exc)
-    if "ignore_mismatched_sizes" in text:
-        return ModelLoadError(
-            f"The weights in {path!r} do not have the shapes its config.json gives (transformers' loading "
-            "report above lists them): they were saved from another config. To resolve this error, put back the "
-            "config.json saved with these weights, or move the weight files away to run this config with random "
-            "weights.",
-            key="weights.mismatch",
-            path=path,
-        )
-    if "PytorchStreamReader" in text or "zip archive" in text:
-        return _bad_weights(
-            os.path.join(path, "pytorch_model.bin"), f"cannot be read as a torch.save file ({_first_sentence(exc)})"
-        )
-    return None
 
 
 # -- building: does it fit the device at all -----------------------------------------------

@@ -19,11 +19,11 @@ from ckptlab.model.catalog import (
     build_model,
     build_on_meta,
     describe,
-    get_preset,
     list_presets,
     load_config,
     model_class_for,
 )
+from ckptlab.model.configs import get_preset
 
 TINY = [p.name for p in list_presets() if p.cpu_ok]
 

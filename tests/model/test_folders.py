@@ -19,7 +19,7 @@ from transformers import GPT2LMHeadModel
 
 from ckptlab import DoesNotFitError, ModelLoadError, build_model, describe, measure
 from ckptlab.cli import main
-from ckptlab.model import catalog, folder_checks
+from ckptlab.model import catalog, configs, folder_checks, weight_checks
 from tests.conftest import FAST
 
 QUICK = ["--seq-len", "64", "--repeats", "1", "--warmup", "0"]
@@ -65,7 +65,7 @@ def nothing_built(monkeypatch):
     def built(*args, **kwargs):
         raise AssertionError("built something before refusing")
 
-    monkeypatch.setattr(catalog.AutoConfig, "from_pretrained", built)
+    monkeypatch.setattr(configs.AutoConfig, "from_pretrained", built)
     monkeypatch.setattr(catalog, "build_on_meta", built)
     monkeypatch.setattr(catalog, "instantiate", built)
 
@@ -281,11 +281,11 @@ def test_transformers_errors_on_loading_become_one_line(tmp_path):
     # What from_pretrained raises when a file passes the header checks but not safetensors' own.
     from safetensors import SafetensorError
 
-    error = folder_checks.weights_error(str(tmp_path), SafetensorError("Error while deserializing header: oops"))
+    error = weight_checks.weights_error(str(tmp_path), SafetensorError("Error while deserializing header: oops"))
     assert "model.safetensors' could not be read by safetensors (Error while deserializing header: oops)" in str(error)
     mismatch = RuntimeError("You set `ignore_mismatched_sizes` to `False`, thus raising an error.")
-    assert "do not have the shapes its config.json gives" in str(folder_checks.weights_error(str(tmp_path), mismatch))
-    assert folder_checks.weights_error(str(tmp_path), torch.OutOfMemoryError("CUDA out of memory")) is None
+    assert "do not have the shapes its config.json gives" in str(weight_checks.weights_error(str(tmp_path), mismatch))
+    assert weight_checks.weights_error(str(tmp_path), torch.OutOfMemoryError("CUDA out of memory")) is None
 
 
 # -- the command line: exit 2, one line, no traceback -------------------------------------

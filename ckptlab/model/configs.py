@@ -1,0 +1,210 @@
+"""Configs: a preset or a ``save_pretrained()`` folder into a transformers config, its task, and its model class.
+
+Nothing is downloaded and no remote code is run: a folder's ``config.json`` is read as JSON
+and checked (``ckptlab.model.folder_checks``) before transformers parses it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig, PretrainedConfig
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
+
+from ..errors import ModelLoadError, SpecError, UnsupportedModelError
+from . import folder_checks
+from .presets import CAUSAL_LM, MASKED_LM, PRESETS, Preset
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``.
+
+    Raises:
+        ModelLoadError: if there is no such preset; the message lists the valid names.
+    """
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ModelLoadError(f"There is no preset {name!r}. Valid presets: {preset_names()}.") from None
+
+
+def preset_names() -> str:
+    """The presets' names, for a message that lists them."""
+    return ", ".join(PRESETS)
+
+
+def model_class_for(config: PretrainedConfig, task: str) -> type:
+    """The transformers class that ``AutoModelForCausalLM`` / ``AutoModelForMaskedLM`` picks.
+
+    Args:
+        config: a transformers config.
+        task: ``"causal-lm"`` or ``"masked-lm"``.
+
+    Returns:
+        The concrete model class, e.g. ``LlamaForCausalLM``.
+
+    Raises:
+        UnsupportedModelError: if the config has no model for that task.
+        SpecError: if ``task`` is neither of the two.
+    """
+    mapping = _task_mapping(task)
+    if type(config) not in mapping:
+        raise UnsupportedModelError(
+            f"model_type {config.model_type!r} has no {task} model in transformers. The lab runs "
+            "causal or masked text language models (Llama, Qwen3, Mistral, GPT-2, BERT, ...)."
+        )
+    classes = mapping[type(config)]
+    if not isinstance(classes, (list, tuple)):
+        return classes
+    # Same tie-break as transformers' own resolution: the config's architectures, else the first.
+    by_name = {cls.__name__: cls for cls in classes}
+    for arch in getattr(config, "architectures", None) or []:
+        if arch in by_name:
+            return by_name[arch]
+    return classes[0]
+
+
+def _task_mapping(task: str) -> Mapping[type, Any]:
+    if task == CAUSAL_LM:
+        return MODEL_FOR_CAUSAL_LM_MAPPING
+    if task == MASKED_LM:
+        return MODEL_FOR_MASKED_LM_MAPPING
+    raise SpecError(f"task={task!r} is not valid: use {CAUSAL_LM!r} or {MASKED_LM!r}.")
+
+
+def load_config(name_or_dir: str) -> tuple[PretrainedConfig, str, str]:
+    """The config of a preset or of a local ``save_pretrained()`` folder.
+
+    A preset name wins over a folder of the same name in the working directory.
+
+    Args:
+        name_or_dir: a preset name (see :func:`list_presets`) or an existing directory.
+
+    Returns:
+        ``(config, source, task)``: a fresh config the caller may change, ``"preset"`` or
+        ``"local"``, and ``"causal-lm"`` or ``"masked-lm"``.
+
+    Raises:
+        ModelLoadError: unknown name, missing or unreadable ``config.json``.
+        UnsupportedModelError: not a causal or masked text LM, or the config needs remote code.
+    """
+    name_or_dir = os.fspath(name_or_dir)
+    if name_or_dir in PRESETS:
+        preset = PRESETS[name_or_dir]
+        kwargs = dict(preset.config)
+        config = AutoConfig.for_model(kwargs.pop("model_type"), **copy.deepcopy(kwargs))
+        return config, "preset", preset.task
+    if os.path.isdir(name_or_dir):
+        config = _load_local_config(name_or_dir)
+        return config, "local", infer_task(config)
+    if os.path.exists(name_or_dir):
+        raise ModelLoadError(
+            f"{name_or_dir!r} is a file, not a directory: point --model at the folder that holds "
+            f"config.json, or use a preset: {preset_names()}."
+        )
+    raise ModelLoadError(
+        f"{name_or_dir!r} is neither a preset nor an existing directory. Presets: {preset_names()}. "
+        "A directory must exist on this machine and hold a config.json. Hub ids such as "
+        "'Qwen/Qwen3-8B' are not downloaded: save the config (or model) locally with "
+        "save_pretrained() and pass that folder."
+    )
+
+
+def _load_local_config(path: str) -> PretrainedConfig:
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        raise ModelLoadError(
+            f"{path!r} has no config.json; it is not a transformers model folder. To resolve this, "
+            "point --model at a folder saved with save_pretrained(), or use a preset: "
+            f"{preset_names()}."
+        )
+    # Read the raw JSON first so that a config needing custom code is refused with our
+    # message, before transformers can ask on stdin whether to run it, and so that sizes
+    # transformers' own arithmetic chokes on are refused by name (ckptlab.folder_checks).
+    raw = folder_checks.read_config_json(config_file)
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    # A model_type that is not a string (a list, say) is unknown too: `in` would raise TypeError on it.
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        if isinstance(raw, dict) and raw.get("auto_map"):
+            raise UnsupportedModelError(
+                f"{path!r} has model_type {model_type!r}, which needs the model's own Python code "
+                "(auto_map in config.json). The lab does not run remote code (trust_remote_code "
+                "stays False); use a model built into transformers or a preset."
+            )
+        raise UnsupportedModelError(
+            f"{path!r} has model_type {model_type!r}, which this transformers does not know. "
+            f"Use a built-in text LM (llama, qwen3, mistral, gpt2, bert, ...) or a preset: {preset_names()}."
+        )
+    folder_checks.check_raw_config(raw, config_file, CONFIG_MAPPING[model_type].attribute_map)
+    try:
+        # Never trust_remote_code=True; False (not None) also keeps transformers from prompting.
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, StrictDataclassError, ArithmeticError, RecursionError) as exc:
+        raise folder_checks.config_error(config_file, exc) from exc
+    folder_checks.check_config(config, config_file)
+    return config
+
+
+def infer_task(config: PretrainedConfig) -> str:
+    """The head ``config`` asks for: :data:`CAUSAL_LM` or :data:`MASKED_LM`.
+
+    Raises:
+        UnsupportedModelError: neither a causal nor a masked language model.
+    """
+    # The architectures a model was saved from say what its head is, and some types
+    # (bert, roberta, ...) have both a causal and a masked model.
+    for arch in getattr(config, "architectures", None) or []:
+        if arch.endswith(("ForCausalLM", "LMHeadModel")) and type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:
+            return CAUSAL_LM
+        if arch.endswith("ForMaskedLM") and type(config) in MODEL_FOR_MASKED_LM_MAPPING:
+            return MASKED_LM
+    causal = type(config) in MODEL_FOR_CAUSAL_LM_MAPPING
+    masked = type(config) in MODEL_FOR_MASKED_LM_MAPPING
+    if causal and masked:
+        # Encoders like BERT list a causal head too, but it only makes sense with is_decoder.
+        return CAUSAL_LM if getattr(config, "is_decoder", False) else MASKED_LM
+    if causal:
+        return CAUSAL_LM
+    if masked:
+        return MASKED_LM
+    raise UnsupportedModelError(
+        f"model_type {config.model_type!r} ({type(config).__name__}) is neither a causal nor a "
+        "masked language model in transformers. The lab runs causal or masked text LMs "
+        f"(Llama, Qwen3, Mistral, GPT-2, BERT, ...); try a preset: {preset_names()}."
+    )
+
+
+def config_with(config: PretrainedConfig, overrides: Mapping[str, Any] | None) -> PretrainedConfig:
+    """A copy of ``config`` with ``overrides`` applied (aliases resolved, per-layer lists rebuilt); ``config`` itself
+    when there are none.
+
+    Raises:
+        SpecError: an unknown attribute or an invalid resulting config.
+    """
+    if not overrides:
+        return config
+    unknown = [key for key in overrides if not hasattr(config, key)]
+    if unknown:
+        raise SpecError(
+            f"config_overrides names {unknown} which {type(config).__name__} does not have; "
+            "check the spelling against the config's attributes (e.g. attention_dropout, resid_pdrop)."
+        )
+    # Aliases (GPT-2's num_hidden_layers -> n_layer) are resolved so the new value cannot
+    # lose to the old one stored under the real name.
+    aliases = getattr(config, "attribute_map", {}) or {}
+    resolved = {aliases.get(key, key): value for key, value in overrides.items()}
+    values = {**config.to_dict(), **resolved}
+    # A per-layer list saved for the old depth would fail validation; let it be rebuilt.
+    if aliases.get("num_hidden_layers", "num_hidden_layers") in resolved and "layer_types" not in resolved:
+        values.pop("layer_types", None)
+    try:
+        return type(config).from_dict(values)
+    # transformers 5 validates configs with huggingface_hub strict dataclasses, whose
+    # errors are not ValueErrors.
+    except (TypeError, ValueError, StrictDataclassError) as exc:
+        raise SpecError(f"config_overrides={dict(overrides)!r} gives an invalid config: {exc}") from exc
