@@ -7,7 +7,8 @@ import pytest
 from ckptlab import list_presets
 from ckptlab.errors import SpecError
 from ckptlab.explore.accuracy import check_predictions
-from ckptlab.explore.predict import architecture, calibrate, layer_activation_bytes, predict, settings_for
+from ckptlab.explore.calibration import calibrate
+from ckptlab.explore.predict import architecture, layer_activation_bytes, predict, settings_for
 from ckptlab.explore.sweep import SweepSpec, sweep
 
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]

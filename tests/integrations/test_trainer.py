@@ -13,7 +13,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 import ckptlab
-from ckptlab.integrations.trainer import REPORT_FILE, requested_setting
+from ckptlab.integrations.trainer import REPORT_FILE
+from ckptlab.integrations.trainer_setting import requested_setting
 from ckptlab.step.observe import StepObserver
 
 SEQ = 64
