@@ -21,7 +21,7 @@ from pages._server import server_policy, session_owner
 
 
 def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunResult] | None:
-    """Results for ``specs`` (and their baselines) from this session, measuring what is missing.
+    """Results for ``specs`` (and their checkpointing-off references) from this session, measuring what is missing.
 
     Args:
         specs: the settings a page shows.

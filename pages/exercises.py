@@ -12,7 +12,7 @@ import streamlit as st
 import ckptlab
 from ckptlab.lab import exercises
 from ckptlab.lab.exercises import EXERCISES, Exercise
-from ckptlab.lab.run import baseline_spec
+from ckptlab.lab.run import reference_spec
 from ckptlab.model.plan import planned_roles
 from ckptlab.results import RunResult
 from ckptlab.show import i18n
@@ -38,7 +38,7 @@ def layer_count(model: str) -> int:
 def runs_for(exercise: Exercise, results: dict[RunSpec, RunResult]) -> dict[int | None, RunResult]:
     """The exercise's runs by every_n_layers (None: checkpointing off)."""
     runs: dict[int | None, RunResult] = {spec.every_n_layers: results[spec] for spec in exercise.specs()}
-    runs[None] = results[baseline_spec(exercise.specs()[0])]
+    runs[None] = results[reference_spec(exercise.specs()[0])]
     return runs
 
 

@@ -223,7 +223,7 @@ def _run(spec: RunSpec) -> None:
             status.update(label=tr("lab.run_failed"), state="error", expanded=False)
             state.lab_error = (spec, tr("lab.run_failed_long"), f"{type(error).__name__}: {error}")
             return
-        if lab.run.reused and (lab.baseline is None or lab.baseline.reused):
+        if lab.run.reused and (lab.reference is None or lab.reference.reused):
             label = tr("lab.reused_label", clock=_clock(lab.run))
         else:
             waited = tr("lab.waited", seconds=f"{lab.wait_s:.1f}") if lab.wait_s >= 0.5 else ""
@@ -277,7 +277,7 @@ def _render_code(spec: RunSpec) -> None:
 def _render_result(lab: LabRun, spec: RunSpec) -> None:
     """The last run: diagram, measurements against checkpointing off, notes, downloads."""
     result = lab.result
-    base = lab.baseline.result if lab.baseline else None
+    base = lab.reference.result if lab.reference else None
     if result.spec != spec:
         st.info(
             tr(
@@ -391,9 +391,9 @@ def _render_metrics(lab: LabRun) -> None:
     """st.metric figures with deltas against checkpointing off, and what they mean."""
     result, comparison = lab.result, lab.comparison
     memory, timing = result.memory, result.timing
-    base = lab.baseline.result if lab.baseline and lab.baseline.result.status == "ok" else None
+    base = lab.reference.result if lab.reference and lab.reference.result.status == "ok" else None
     if base is result:
-        base = None  # checkpointing off: the run is its own baseline, nothing to compare
+        base = None  # checkpointing off: the run is its own reference, nothing to compare
 
     def mem(field: str) -> dict:
         return _memory_delta(getattr(memory, field), getattr(base.memory, field) if base else None)
@@ -444,8 +444,8 @@ def _render_metrics(lab: LabRun) -> None:
         freed = base.memory.after_forward_bytes - memory.after_forward_bytes
         if freed > 0 and comparison.peak_ratio > 0.98:
             st.markdown(tr("lab.freed_not_peak", mib=mib(freed)))
-    if lab.baseline is not None and lab.baseline.result.status != "ok":
-        st.warning(tr("lab.baseline_no_fit", message=lab.baseline.result.message))
+    if lab.reference is not None and lab.reference.result.status != "ok":
+        st.warning(tr("lab.baseline_no_fit", message=lab.reference.result.message))
     st.caption(
         tr(
             "lab.medians",

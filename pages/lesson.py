@@ -15,7 +15,7 @@ import streamlit as st
 import ckptlab
 from ckptlab.lab import exercises
 from ckptlab.lab import learn as learnrun
-from ckptlab.lab.run import baseline_spec
+from ckptlab.lab.run import reference_spec
 from ckptlab.results import RunResult
 from ckptlab.show import i18n
 from ckptlab.show.breakdown_figures import breakdown_figure, sharding_figure
@@ -52,8 +52,8 @@ PLAY_SECONDS = 0.8  # between two events while playing: slow enough to read on a
 
 
 def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
-    """``spec`` with every_n_layers ``n`` (None: checkpointing off, which run_queued measures as the baseline)."""
-    return baseline_spec(spec) if n is None else replace(spec, every_n_layers=n)
+    """``spec`` with every_n_layers ``n`` (None: checkpointing off, which run_queued measures as the reference)."""
+    return reference_spec(spec) if n is None else replace(spec, every_n_layers=n)
 
 
 def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:

@@ -11,7 +11,7 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import learn as learnrun
-from ckptlab.lab.run import baseline_spec
+from ckptlab.lab.run import reference_spec
 from ckptlab.show import i18n
 from ckptlab.show.timeline_figures import (
     diagram_figure,
@@ -63,7 +63,7 @@ spec = RunSpec(model=model, seq_len=int(seq_len), every_n_layers=int(every_n), r
 results = measured([spec], tr)
 if results is None:
     st.stop()
-run, off = results[spec], results.get(baseline_spec(spec))
+run, off = results[spec], results.get(reference_spec(spec))
 if run.status != "ok":
     st.error(run.message)
     st.stop()

@@ -50,7 +50,7 @@ class Exercise:
     )
 
     def specs(self) -> list[RunSpec]:
-        """The runs to measure (each one's checkpointing-off baseline comes with it from ``run_queued``)."""
+        """The runs to measure (each one's checkpointing-off reference comes with it from ``run_queued``)."""
         if self.kind == "choice":
             return [replace(self.spec, every_n_layers=n) for n in self.choices]
         return [self.spec]

@@ -29,7 +29,7 @@ from ..results import RunResult, memory_of
 from ..spec import RunSpec
 from ..step.simulate import simulate
 from ..step.stopping import Progress
-from .run import ModelKey, baseline_spec, build_for_key, run_queued
+from .run import ModelKey, build_for_key, reference_spec, run_queued
 from .runqueue import OnWait
 
 _lock = threading.Lock()
@@ -61,7 +61,7 @@ def measure_all(
     owner: str | None = None,
     limit_s: float | None = None,
 ) -> dict[RunSpec, RunResult]:
-    """Measure every spec (and its checkpointing-off baseline) through the device queue.
+    """Measure every spec (and its checkpointing-off reference) through the device queue.
 
     Args:
         specs: the settings, in the order to run them.
@@ -72,7 +72,7 @@ def measure_all(
         limit_s: seconds each run may hold the device (the server's limit; ``None``: none).
 
     Returns:
-        Results by spec, the baselines included (under ``baseline_spec(spec)``).
+        Results by spec, the checkpointing-off references included (under ``reference_spec(spec)``).
 
     Raises:
         SpecError, ModelLoadError, DoesNotFitError, DeviceBusyError: as ``run_queued``.
@@ -89,8 +89,8 @@ def measure_all(
 
         lab = run_queued(spec, load=load, progress=scaled, on_wait=on_wait, owner=owner, limit_s=limit_s)
         results[spec] = lab.result
-        if lab.baseline is not None:
-            results[baseline_spec(spec)] = lab.baseline.result
+        if lab.reference is not None:
+            results[reference_spec(spec)] = lab.reference.result
     report("done", 1.0)
     return results
 

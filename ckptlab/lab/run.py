@@ -1,4 +1,4 @@
-"""What the lab's Run button does: a measured run and its checkpointing-off baseline, queued and reused.
+"""What the lab's Run button does: a measured run and its checkpointing-off reference, queued and reused.
 
 :func:`run_queued` is the one core call behind the page. It validates the spec before
 queueing (bad input never waits), takes a turn on the device (:mod:`ckptlab.lab.runqueue`),
@@ -58,8 +58,8 @@ class LabRun:
     """What one press of Run produced."""
 
     run: Measured  # the settings asked for
-    baseline: Measured | None  # same model and shape with checkpointing off; None if the run itself did not fit
-    comparison: Comparison | None  # run against baseline, when both have measurements
+    reference: Measured | None  # same model and shape with checkpointing off; None if the run itself did not fit
+    comparison: Comparison | None  # run against its reference, when both have measurements
     wait_s: float  # seconds spent waiting for the device
     elapsed_s: float  # seconds from the call to the answer, waiting included
 
@@ -100,7 +100,7 @@ class ResultCache:
 RESULTS = ResultCache()
 
 
-def baseline_spec(spec: RunSpec) -> RunSpec:
+def reference_spec(spec: RunSpec) -> RunSpec:
     """The same run with checkpointing off: the reference every run is compared with."""
     return replace(spec, every_n_layers=None, offload=False)
 
@@ -171,7 +171,7 @@ def cpu_estimate(spec: RunSpec, info: ModelInfo) -> tuple[float, float]:
     Returns:
         ``(step_s, run_s)``: one training step at about ``6 x parameters x tokens`` FLOP
         (a third more with checkpointing's rerun), and the Run's warm-up, timed and memory
-        steps, with its checkpointing-off baseline.
+        steps, with its checkpointing-off reference.
     """
     tokens = spec.seq_len * spec.batch_size
     step_s = 6 * info.num_params * tokens / CPU_FLOP_PER_S
@@ -197,7 +197,7 @@ def run_queued(
     owner: str | None = None,
     limit_s: float | None = None,
 ) -> LabRun:
-    """Measure ``spec`` and its checkpointing-off baseline, one run on the device at a time.
+    """Measure ``spec`` and its checkpointing-off reference, one run on the device at a time.
 
     Results already measured for the same spec in this process are reused without
     queueing. The model is built inside the turn, so its allocation cannot disturb
@@ -228,10 +228,10 @@ def run_queued(
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
     check(spec)
-    reference = baseline_spec(spec)
+    reference = reference_spec(spec)
     run, base = _cached(cache, spec), _cached(cache, reference)
     wait_s = 0.0
-    if run is None or (base is None and _wants_baseline(spec, run)):
+    if run is None or (base is None and _wants_reference(spec, run)):
         report("waiting for the device", 0.0)
         queued_at = time.monotonic()
         with queue.turn(on_wait=_asking(on_wait, should_stop), timeout=timeout, label=_label(spec), owner=owner):
@@ -245,20 +245,20 @@ def run_queued(
                 if run is None:
                     run = cache.put(_measure_one(spec, load, scaled(report, done, count), stop))
                     done += 1
-                if base is None and _wants_baseline(spec, run):
-                    prefix = "checkpointing off (baseline): "
+                if base is None and _wants_reference(spec, run):
+                    prefix = "checkpointing off (reference): "
                     base = cache.put(_measure_one(reference, load, scaled(report, done, count, prefix), stop))
             except RunStoppedError:
                 raise stop.reason() from None
             finally:
                 give_back_memory()  # before the next turn measures from its baseline
     if not spec.checkpointing:
-        base = run  # the run is its own baseline
+        base = run  # the run is its own reference
     comparison = None
     if base is not None and run.result.status == "ok" and base.result.status == "ok":
         comparison = compare(run.result, base.result)
     report("done", 1.0)
-    return LabRun(run=run, baseline=base, comparison=comparison, wait_s=wait_s, elapsed_s=time.monotonic() - started)
+    return LabRun(run=run, reference=base, comparison=comparison, wait_s=wait_s, elapsed_s=time.monotonic() - started)
 
 
 def give_back_memory() -> None:
@@ -307,7 +307,7 @@ def _cached(cache: ResultCache, spec: RunSpec) -> Measured | None:
     return None if found is None else replace(found, reused=True)
 
 
-def _wants_baseline(spec: RunSpec, run: Measured) -> bool:
+def _wants_reference(spec: RunSpec, run: Measured) -> bool:
     return spec.checkpointing and run.result.status == "ok"
 
 

@@ -12,7 +12,7 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
     and must stay inside the root.
 ``CKPTLAB_RUN_LIMIT_S``
     Seconds a run may hold the device (its measurement and its checkpointing-off
-    baseline together) before it is stopped, its memory given back and its participant
+    reference together) before it is stopped, its memory given back and its participant
     told. Default 300.
 ``CKPTLAB_MAX_TOKENS``
     The largest sequence length x batch a participant may ask for, per model:

@@ -266,7 +266,7 @@ def test_a_folder_transformers_cannot_read_is_a_message(tmp_path, monkeypatch):
     assert "could not be read as JSON" in _texts(at.error)
 
 
-@pytest.mark.parametrize("which", ["run", "baseline"])
+@pytest.mark.parametrize("which", ["run", "reference"])
 def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
     """measure returns status "does_not_fit" on OOM; fake that outcome around a real result."""
     from dataclasses import replace
@@ -279,9 +279,9 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
     message = "Does not fit: tiny-llama at seq_len=128 ran out of the 80 GiB of a GPU. Try a shorter sequence."
     failed = lambda result: replace(result, status="does_not_fit", layers=[], memory=None, timing=None, message=message)  # noqa: E731
     if which == "run":
-        fake = replace(real, run=replace(real.run, result=failed(real.result)), baseline=None, comparison=None)
+        fake = replace(real, run=replace(real.run, result=failed(real.result)), reference=None, comparison=None)
     else:
-        fake = replace(real, baseline=replace(real.baseline, result=failed(real.baseline.result)), comparison=None)
+        fake = replace(real, reference=replace(real.reference, result=failed(real.reference.result)), comparison=None)
     monkeypatch.setattr(labrun, "run_queued", lambda *args, **kwargs: fake)
 
     at = _app(n="1")
@@ -292,7 +292,7 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
         assert len(at.get("plotly_chart")) == 1  # the planned pattern, titled as not fitting
     else:
         assert "Without checkpointing it does not fit" in _texts(at.warning)
-        assert len(at.get("plotly_chart")) == 3  # the diagram, the run's memory alone (no baseline), the comparison
+        assert len(at.get("plotly_chart")) == 3  # the diagram, the run's memory alone (no reference), the comparison
 
 
 def test_a_folder_with_a_bad_size_is_a_message_before_run(tmp_path, monkeypatch):

@@ -31,8 +31,8 @@ def test_a_lora_run_leaves_the_cached_model_a_plain_trainable_model():
         return cached[key]
 
     lab = run_queued(LORA, load=load, queue=DeviceQueue(), cache=ResultCache())
-    assert lab.result.status == "ok" and lab.baseline.result.status == "ok"
-    assert len(cached) == 1 and len(loads) == 2  # the LoRA run and its baseline share one base model
+    assert lab.result.status == "ok" and lab.reference.result.status == "ok"
+    assert len(cached) == 1 and len(loads) == 2  # the LoRA run and its reference share one base model
     model, _ = next(iter(cached.values()))
     assert not any(isinstance(module, BaseTunerLayer) for module in model.modules())
     assert not any("lora_" in name for name, _ in model.named_modules())
@@ -68,7 +68,7 @@ def test_a_first_run_describes_its_model_once(tmp_path, monkeypatch):
     monkeypatch.setattr(catalog, "build_on_meta", counted)
     spec = RunSpec(model=str(tmp_path), seq_len=16, every_n_layers=1, repeats=1, warmup=0)
     lab = run_queued(spec, queue=DeviceQueue(), cache=ResultCache())
-    assert lab.result.status == "ok" and lab.baseline is not None and lab.baseline.result.status == "ok"
+    assert lab.result.status == "ok" and lab.reference is not None and lab.reference.result.status == "ok"
     assert len(calls) == 1
     # A changed folder is described again: the description follows the files.
     config = catalog.load_config(str(tmp_path))[0]

@@ -12,7 +12,7 @@ import pytest
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import ckptlab
-from ckptlab.lab.run import ResultCache, baseline_spec, build_for_key, run_queued
+from ckptlab.lab.run import ResultCache, build_for_key, reference_spec, run_queued
 from ckptlab.lab.runqueue import DeviceBusyError, DeviceQueue
 
 SPEC = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1)
@@ -194,12 +194,12 @@ def test_concurrent_runs_take_turns_and_each_measures_as_if_alone():
     _assert_no_overlap([(turn.started_at, turn.ended_at) for turn in queue.history()])
     _assert_no_overlap([(min(times), max(times)) for times in spans.values()])
 
-    # The first session measured the shared baseline; the later ones reused it.
-    assert not results[0].baseline.reused and results[1].baseline.reused and results[2].baseline.reused
+    # The first session measured the shared reference; the later ones reused it.
+    assert not results[0].reference.reused and results[1].reference.reused and results[2].reference.reused
     for index, spec in enumerate(specs):
         lab = results[index]
         assert lab.result.status == "ok" and lab.result.spec == spec and lab.comparison is not None
-        assert lab.baseline.result.spec == baseline_spec(spec)
+        assert lab.reference.result.spec == reference_spec(spec)
 
     # Nobody saw anybody else's memory: the numbers equal a run made alone (the process-wide
     # cache holds runs other tests made alone; whatever is missing is measured alone here).
@@ -208,19 +208,19 @@ def test_concurrent_runs_take_turns_and_each_measures_as_if_alone():
         shared = results[index].result.memory
         assert shared.baseline_bytes == solo.result.memory.baseline_bytes
         assert shared.after_forward_bytes == solo.result.memory.after_forward_bytes
-        assert results[index].baseline.result.memory.baseline_bytes == solo.baseline.result.memory.baseline_bytes
+        assert results[index].reference.result.memory.baseline_bytes == solo.reference.result.memory.baseline_bytes
 
 
 def test_identical_settings_are_reused_without_queueing():
-    off = replace(SPEC, every_n_layers=None)  # one measurement: checkpointing off is its own baseline
+    off = replace(SPEC, every_n_layers=None)  # one measurement: checkpointing off is its own reference
     queue, cache = DeviceQueue(poll_s=0.01), ResultCache()
     first = run_queued(off, queue=queue, cache=cache)
-    assert not first.run.reused and first.baseline is first.run
+    assert not first.run.reused and first.reference is first.run
     assert first.comparison.step_ratio == 1.0
     turns = len(queue.history())
     with queue.turn():  # a busy device does not delay a reused result
         again = run_queued(off, queue=queue, cache=cache, timeout=0.05)
-    assert again.run.reused and again.baseline.reused
+    assert again.run.reused and again.reference.reused
     assert again.result is first.result and again.run.measured_at == first.run.measured_at
     assert len(queue.history()) == turns + 1  # only the holder's turn was added
 
@@ -249,7 +249,7 @@ def test_phase_significance_follows_compare_and_needs_enough_steps():
     from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 
     lab = run_queued(SPEC)  # shared cache
-    run, base = lab.result, lab.baseline.result
+    run, base = lab.result, lab.reference.result
 
     def timed(result, samples):
         return replace(result, timing=replace(result.timing, forward_samples=samples))

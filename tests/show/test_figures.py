@@ -101,12 +101,12 @@ def test_a_run_that_did_not_fit_draws_its_plan(lab):
 
 
 def test_comparison_chart_puts_the_run_next_to_checkpointing_off(lab):
-    figure = figures.comparison_figure(lab.result, lab.baseline.result)
+    figure = figures.comparison_figure(lab.result, lab.reference.result)
     names = [trace.name for trace in figure.data]
     assert names == ["every_n_layers=2", "every_n_layers=2", "checkpointing off", "checkpointing off"]
     memory_run, time_run, memory_off, _ = figure.data
     assert memory_run.y[0] == pytest.approx(lab.result.memory.after_forward_bytes / 2**20)
-    assert memory_off.y[0] == pytest.approx(lab.baseline.result.memory.after_forward_bytes / 2**20)
+    assert memory_off.y[0] == pytest.approx(lab.reference.result.memory.after_forward_bytes / 2**20)
     assert time_run.y[2] == pytest.approx(lab.result.timing.step_s * 1000)
     assert memory_run.marker.color == figures.RUN_COLOR and memory_off.marker.color == figures.OFF_COLOR
 
@@ -114,11 +114,11 @@ def test_comparison_chart_puts_the_run_next_to_checkpointing_off(lab):
 def test_comparison_chart_of_a_run_without_measurements_is_refused(lab):
     failed = replace(lab.result, status="does_not_fit", memory=None, timing=None)
     with pytest.raises(ValueError, match="does_not_fit"):
-        figures.comparison_figure(failed, lab.baseline.result)
+        figures.comparison_figure(failed, lab.reference.result)
 
 
 def test_checkpointing_off_charts_one_series(lab):
-    figure = figures.comparison_figure(lab.baseline.result, lab.baseline.result)
+    figure = figures.comparison_figure(lab.reference.result, lab.reference.result)
     assert {trace.name for trace in figure.data} == {"checkpointing off"}
 
 
