@@ -1,6 +1,6 @@
 """A bad model folder is one message, found before anything is built.
 
-``ckptlab.catalog`` loads a local folder in three steps, and each has its checks here:
+``ckptlab.model.configs`` and ``catalog`` load a local folder in three steps; the first two have their checks here:
 
 1. ``config.json`` as raw JSON (:func:`read_config_json`, :func:`check_raw_config`):
    readable, an object, every size or count a positive whole number, and no more than
