@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,8 @@ from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import describe
 from ckptlab.show import i18n
 from ckptlab.step.measure import validate_for_model
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ckptlab"
 
 
 def _raised(action) -> CkptlabError:
@@ -134,3 +138,94 @@ def _superseded() -> SupersededError:
 def test_a_sessions_newer_request_replaces_its_waiting_one_and_never_stacks():
     error = _superseded()
     assert isinstance(error, SupersededError) and error.key == "queue.superseded"
+
+
+# Errors a participant cannot meet in the app, so English is where they are read: the API's
+# own misuse (a programmer reads it), the instructor's server settings (read in the
+# terminal that starts the server), and the launcher's. Keyed by how the message starts.
+ENGLISH_ONLY = {
+    "calibrate() needs": "API: calibrate() given the wrong run",
+    "the calibration run has": "API: predict() given a calibration of another shape",
+    "the row ": "API: a sweep row without the figure asked for",
+    "no exercise ": "the exercises page offers only exercises that exist",
+    "exercise ": "the exercises page measures the runs an exercise needs before scoring",
+    "CKPTLAB_": "the instructor's server settings, read where the server starts",
+    "task=": "API: the app never passes a task",
+    "config_overrides": "API: the app offers no config overrides",
+    "num_layers=": "API: plan of a negative layer count",
+    "cannot judge a time": "API: judging runs without timings",
+    "cannot compare a run": "API: comparing a run that was not measured",
+    "a run with status": "API: figures asked of a run that has none",
+    "cannot simulate ": "API: a simulation inside a process group",
+    "measure_ranks needs": "the torchrun side of the CLI",
+    "order=": "API: sweep internals",
+    "time_settings needs": "API: sweep internals",
+    "settings timed together": "API: sweep internals",
+}
+
+
+def _error_calls() -> list[tuple[str, int, ast.Call]]:
+    """Every construction of a CkptlabError subclass in the core (not cli/, whose readers are at a terminal)."""
+    import inspect
+
+    from ckptlab import errors
+    from ckptlab.lab import runqueue, server
+
+    classes = {
+        name
+        for module in (errors, runqueue, server)
+        for name, value in vars(module).items()
+        if inspect.isclass(value) and issubclass(value, CkptlabError)
+    }
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "cli" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if name in classes and node.args:
+                    found.append((str(path.relative_to(PACKAGE)), node.lineno, node))
+    assert len(found) > 50  # the scan sees the core's errors
+    return found
+
+
+def _first_words(call: ast.Call) -> str:
+    message = call.args[0]
+    if isinstance(message, ast.JoinedStr):
+        return (
+            "".join(part.value for part in message.values if isinstance(part, ast.Constant))
+            if isinstance(message.values[0], ast.Constant)
+            else ""
+        )
+    return message.value if isinstance(message, ast.Constant) else ""
+
+
+def test_every_error_a_participant_can_meet_has_a_key():
+    unkeyed = [
+        f"{path}:{line}: {_first_words(call)[:60]!r}"
+        for path, line, call in _error_calls()
+        if not any(keyword.arg == "key" for keyword in call.keywords)
+        and not any(_first_words(call).startswith(start) for start in ENGLISH_ONLY)
+    ]
+    assert not unkeyed, "give these a key and translations, or say in ENGLISH_ONLY why no participant meets them"
+
+
+def test_every_key_raised_has_translations_that_fill_only_its_params():
+    tables = {lang: i18n.messages(lang) for lang in i18n.LANGUAGES if lang != i18n.DEFAULT}
+    checked = 0
+    for path, line, call in _error_calls():
+        keyword = next((k for k in call.keywords if k.arg == "key"), None)
+        if keyword is None:
+            continue
+        value = keyword.value
+        keys = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+        params = {k.arg for k in call.keywords if k.arg not in ("key", None)}
+        for node in keys:
+            assert isinstance(node, ast.Constant), f"{path}:{line}: a key is a string written where it is raised"
+            for lang, table in tables.items():
+                text = table.get(i18n.ERRORS + node.value)
+                assert text, f"{path}:{line}: {lang} has no errors.{node.value}"
+                assert i18n.placeholders(text) <= params, (path, line, lang, node.value)
+            checked += 1
+    assert checked > 50

@@ -101,7 +101,10 @@ def budget_bytes(budget: int | str) -> tuple[int, str]:
         return GPUS[name], name
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
         raise SpecError(
-            f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)})."
+            f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)}).",
+            key="recommend.bad_budget",
+            value=budget,
+            gpus=", ".join(GPUS),
         )
     return budget, f"{mib(budget)} MiB"
 
@@ -119,7 +122,13 @@ def gpu_name(text: str) -> str:
     if len(matches) == 1:
         return matches[0]
     which = f"matches {', '.join(matches)}: say which" if matches else "is not in the list"
-    raise SpecError(f"GPU {text!r} {which} ({', '.join(GPUS)}). Or give a budget in bytes.")
+    raise SpecError(
+        f"GPU {text!r} {which} ({', '.join(GPUS)}). Or give a budget in bytes.",
+        key="recommend.ambiguous_gpu" if matches else "recommend.unknown_gpu",
+        name=repr(text),
+        matches=", ".join(matches),
+        gpus=", ".join(GPUS),
+    )
 
 
 def _squash(text: str) -> str:
@@ -143,11 +152,17 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     """
     budget, label = budget_bytes(budget)
     if not rows:
-        raise SpecError("recommend() needs measured rows: run a sweep first.")
+        raise SpecError("recommend() needs measured rows: run a sweep first.", key="recommend.no_rows")
     seq_len = max(row.seq_len for row in rows) if seq_len is None else seq_len
     here = [row for row in rows if row.seq_len == seq_len]
     if not here:
-        raise SpecError(f"no rows at seq_len={seq_len}; the rows have {sorted({row.seq_len for row in rows})}.")
+        lengths = sorted({row.seq_len for row in rows})
+        raise SpecError(
+            f"no rows at seq_len={seq_len}; the rows have {lengths}.",
+            key="recommend.no_rows_at",
+            seq_len=seq_len,
+            lengths=", ".join(map(str, lengths)),
+        )
     measured = [row for row in here if row.status == "ok" and row.peak_bytes is not None and row.step_s is not None]
     fitting = sorted((row for row in measured if known_peak(row) <= budget), key=known_step)
     if not fitting:
