@@ -164,8 +164,11 @@ ENGLISH_ONLY = {
 }
 
 
-def _error_calls() -> list[tuple[str, int, ast.Call]]:
-    """Every construction of a CkptlabError subclass in the core (not cli/, whose readers are at a terminal)."""
+def _error_calls(also: tuple[str, ...] = ()) -> list[tuple[str, int, ast.Call]]:
+    """Every construction of a CkptlabError subclass (and of the classes named in ``also``) in the core.
+
+    Not cli/: its readers are at a terminal, in English.
+    """
     import inspect
 
     from ckptlab import errors
@@ -176,7 +179,7 @@ def _error_calls() -> list[tuple[str, int, ast.Call]]:
         for module in (errors, runqueue, server)
         for name, value in vars(module).items()
         if inspect.isclass(value) and issubclass(value, CkptlabError)
-    }
+    } | set(also)
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if "cli" in path.relative_to(PACKAGE).parts:
@@ -211,21 +214,56 @@ def test_every_error_a_participant_can_meet_has_a_key():
     assert not unkeyed, "give these a key and translations, or say in ENGLISH_ONLY why no participant meets them"
 
 
-def test_every_key_raised_has_translations_that_fill_only_its_params():
+def test_every_key_said_has_translations_that_fill_only_its_params():
+    """Keyed errors (``errors.``) and the core's other sentences (``Message``, ``said.``), where they are written."""
     tables = {lang: i18n.messages(lang) for lang in i18n.LANGUAGES if lang != i18n.DEFAULT}
     checked = 0
-    for path, line, call in _error_calls():
+    for path, line, call in _error_calls(also=("Message",)):
         keyword = next((k for k in call.keywords if k.arg == "key"), None)
         if keyword is None:
             continue
-        value = keyword.value
-        keys = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
-        params = {k.arg for k in call.keywords if k.arg not in ("key", None)}
-        for node in keys:
-            assert isinstance(node, ast.Constant), f"{path}:{line}: a key is a string written where it is raised"
+        is_message = getattr(call.func, "id", None) == "Message"
+        prefix = i18n.SAID if is_message else i18n.ERRORS
+        params = _params(call, is_message)
+        for node in _keys(keyword.value):
             for lang, table in tables.items():
-                text = table.get(i18n.ERRORS + node.value)
-                assert text, f"{path}:{line}: {lang} has no errors.{node.value}"
-                assert i18n.placeholders(text) <= params, (path, line, lang, node.value)
+                text = table.get(prefix + node)
+                assert text, f"{path}:{line}: {lang} has no {prefix}{node}"
+                assert params is None or i18n.placeholders(text) <= params, (path, line, lang, node)
             checked += 1
-    assert checked > 50
+    assert checked > 70
+
+
+def _keys(node: ast.expr) -> list[str]:
+    """The keys a ``key=`` can give: a string, or either side of ``a if c else b``; none for a key built at run time."""
+    if isinstance(node, ast.IfExp):
+        return _keys(node.body) + _keys(node.orelse)
+    return [node.value] if isinstance(node, ast.Constant) else []
+
+
+def _params(call: ast.Call, is_message: bool) -> set[str] | None:
+    """The names a call fills: an error's keyword arguments, a Message's ``params`` dict (None: built at run time)."""
+    if not is_message:
+        return {k.arg for k in call.keywords if k.arg not in ("key", None)}
+    given = next((k.value for k in call.keywords if k.arg == "params"), None)
+    if given is None:
+        return set()
+    if isinstance(given, ast.Dict):
+        names: set[str] = set()
+        for key in given.keys:
+            if key is None:  # **figures: the names of that dict are not known here
+                return None
+            names.add(key.value)
+        return names
+    return None
+
+
+def test_the_sentence_of_what_a_peak_counts_has_a_translation_for_every_optimizer_and_lora():
+    from ckptlab.explore.recommend import counts_message
+    from ckptlab.spec import OPTIMIZERS
+
+    for optimizer in OPTIMIZERS:
+        for rank in (None, 8):
+            message = counts_message(optimizer, rank)
+            for lang in ("pt-BR", "ja"):
+                assert i18n.say(message, lang) != message.text, (optimizer, rank, lang)
