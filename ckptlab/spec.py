@@ -121,21 +121,31 @@ class RunSpec:
     def _validate_ranks(self) -> None:
         size = self.world_size
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORLD_SIZE:
-            raise SpecError(f"world_size={size!r} is not valid: it must be a whole number from 1 to {MAX_WORLD_SIZE}.")
+            raise SpecError(
+                f"world_size={size!r} is not valid: it must be a whole number from 1 to {MAX_WORLD_SIZE}.",
+                key="spec.world_size",
+                value=size,
+                limit=MAX_WORLD_SIZE,
+            )
         if self.fsdp and size < 2:
             raise SpecError(
                 "fsdp=True with world_size=1: FSDP shards over ranks, and one rank holds everything. Launch 2 or "
-                "more (python -m ckptlab run --nproc-per-node 2 --fsdp) or simulate them (--world-size 8 --fsdp)."
+                "more (python -m ckptlab run --nproc-per-node 2 --fsdp) or simulate them (--world-size 8 --fsdp).",
+                key="spec.fsdp_one_rank",
             )
         if size > 1 and not self.fsdp:
             raise SpecError(
                 f"world_size={size} without fsdp: across ranks the lab measures FSDP2 sharding only (plain data "
-                "parallel is not measured). Add fsdp (--fsdp), or use world_size=1."
+                "parallel is not measured). Add fsdp (--fsdp), or use world_size=1.",
+                key="spec.ranks_without_fsdp",
+                value=size,
             )
         if self.fsdp and self.lora_rank is not None:
             raise SpecError(
                 f"fsdp=True with lora_rank={self.lora_rank}: LoRA under FSDP2 is not supported by the lab yet (the "
-                "adapters would have to be added before sharding). Drop one of the two."
+                "adapters would have to be added before sharding). Drop one of the two.",
+                key="spec.fsdp_with_lora",
+                rank=self.lora_rank,
             )
 
     @property

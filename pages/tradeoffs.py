@@ -264,7 +264,7 @@ if recommendation.row is not None:
             budget=recommendation.budget_label,
         )
     )
-    st.markdown(recommendation.reason)
+    st.markdown(i18n.say_all(recommendation.reasons, lang))
     if recommendation.ranked_by == "predicted":
         st.info(tr("tradeoffs.ranked_by_prediction"))
     st.caption(tr("tradeoffs.on_a_model"))
@@ -272,9 +272,9 @@ if recommendation.row is not None:
     st.caption(tr("tradeoffs.with_trainer"))
     st.code(recommendation.trainer_code, language="python")
 else:
-    st.error(recommendation.reason)
-    for suggestion in recommendation.suggestions:
-        st.markdown(f"- {suggestion}")
+    st.error(i18n.say_all(recommendation.reasons, lang))
+    for advice in recommendation.advice:
+        st.markdown(f"- {i18n.say(advice, lang)}")
 
 st.subheader(tr("tradeoffs.h_predicted"), anchor=False)
 checks = check_predictions(result)

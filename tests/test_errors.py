@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,8 @@ from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import describe
 from ckptlab.show import i18n
 from ckptlab.step.preflight import validate_for_model
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ckptlab"
 
 
 def _raised(action) -> CkptlabError:
@@ -134,3 +138,132 @@ def _superseded() -> SupersededError:
 def test_a_sessions_newer_request_replaces_its_waiting_one_and_never_stacks():
     error = _superseded()
     assert isinstance(error, SupersededError) and error.key == "queue.superseded"
+
+
+# Errors a participant cannot meet in the app, so English is where they are read: the API's
+# own misuse (a programmer reads it), the instructor's server settings (read in the
+# terminal that starts the server), and the launcher's. Keyed by how the message starts.
+ENGLISH_ONLY = {
+    "calibrate() needs": "API: calibrate() given the wrong run",
+    "the calibration run has": "API: predict() given a calibration of another shape",
+    "the row ": "API: a sweep row without the figure asked for",
+    "no exercise ": "the exercises page offers only exercises that exist",
+    "exercise ": "the exercises page measures the runs an exercise needs before scoring",
+    "CKPTLAB_": "the instructor's server settings, read where the server starts",
+    "task=": "API: the app never passes a task",
+    "config_overrides": "API: the app offers no config overrides",
+    "num_layers=": "API: plan of a negative layer count",
+    "cannot judge a time": "API: judging runs without timings",
+    "cannot compare a run": "API: comparing a run that was not measured",
+    "a run with status": "API: figures asked of a run that has none",
+    "cannot simulate ": "API: a simulation inside a process group",
+    "measure_ranks needs": "the torchrun side of the CLI",
+    "order=": "API: sweep internals",
+    "time_settings needs": "API: sweep internals",
+    "settings timed together": "API: sweep internals",
+}
+
+
+def _error_calls(also: tuple[str, ...] = ()) -> list[tuple[str, int, ast.Call]]:
+    """Every construction of a CkptlabError subclass (and of the classes named in ``also``) in the core.
+
+    Not cli/: its readers are at a terminal, in English.
+    """
+    import inspect
+
+    from ckptlab import errors
+    from ckptlab.lab import runqueue, server
+
+    classes = {
+        name
+        for module in (errors, runqueue, server)
+        for name, value in vars(module).items()
+        if inspect.isclass(value) and issubclass(value, CkptlabError)
+    } | set(also)
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "cli" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if name in classes and node.args:
+                    found.append((str(path.relative_to(PACKAGE)), node.lineno, node))
+    assert len(found) > 50  # the scan sees the core's errors
+    return found
+
+
+def _first_words(call: ast.Call) -> str:
+    message = call.args[0]
+    if isinstance(message, ast.JoinedStr):
+        return (
+            "".join(part.value for part in message.values if isinstance(part, ast.Constant))
+            if isinstance(message.values[0], ast.Constant)
+            else ""
+        )
+    return message.value if isinstance(message, ast.Constant) else ""
+
+
+def test_every_error_a_participant_can_meet_has_a_key():
+    unkeyed = [
+        f"{path}:{line}: {_first_words(call)[:60]!r}"
+        for path, line, call in _error_calls()
+        if not any(keyword.arg == "key" for keyword in call.keywords)
+        and not any(_first_words(call).startswith(start) for start in ENGLISH_ONLY)
+    ]
+    assert not unkeyed, "give these a key and translations, or say in ENGLISH_ONLY why no participant meets them"
+
+
+def test_every_key_said_has_translations_that_fill_only_its_params():
+    """Keyed errors (``errors.``) and the core's other sentences (``Message``, ``said.``), where they are written."""
+    tables = {lang: i18n.messages(lang) for lang in i18n.LANGUAGES if lang != i18n.DEFAULT}
+    checked = 0
+    for path, line, call in _error_calls(also=("Message",)):
+        keyword = next((k for k in call.keywords if k.arg == "key"), None)
+        if keyword is None:
+            continue
+        is_message = getattr(call.func, "id", None) == "Message"
+        prefix = i18n.SAID if is_message else i18n.ERRORS
+        params = _params(call, is_message)
+        for node in _keys(keyword.value):
+            for lang, table in tables.items():
+                text = table.get(prefix + node)
+                assert text, f"{path}:{line}: {lang} has no {prefix}{node}"
+                assert params is None or i18n.placeholders(text) <= params, (path, line, lang, node)
+            checked += 1
+    assert checked > 70
+
+
+def _keys(node: ast.expr) -> list[str]:
+    """The keys a ``key=`` can give: a string, or either side of ``a if c else b``; none for a key built at run time."""
+    if isinstance(node, ast.IfExp):
+        return _keys(node.body) + _keys(node.orelse)
+    return [node.value] if isinstance(node, ast.Constant) else []
+
+
+def _params(call: ast.Call, is_message: bool) -> set[str] | None:
+    """The names a call fills: an error's keyword arguments, a Message's ``params`` dict (None: built at run time)."""
+    if not is_message:
+        return {k.arg for k in call.keywords if k.arg not in ("key", None)}
+    given = next((k.value for k in call.keywords if k.arg == "params"), None)
+    if given is None:
+        return set()
+    if isinstance(given, ast.Dict):
+        names: set[str] = set()
+        for key in given.keys:
+            if key is None:  # **figures: the names of that dict are not known here
+                return None
+            names.add(key.value)
+        return names
+    return None
+
+
+def test_the_sentence_of_what_a_peak_counts_has_a_translation_for_every_optimizer_and_lora():
+    from ckptlab.explore.recommend import counts_message
+    from ckptlab.spec import OPTIMIZERS
+
+    for optimizer in OPTIMIZERS:
+        for rank in (None, 8):
+            message = counts_message(optimizer, rank)
+            for lang in ("pt-BR", "ja"):
+                assert i18n.say(message, lang) != message.text, (optimizer, rank, lang)

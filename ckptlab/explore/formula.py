@@ -262,7 +262,13 @@ def element_bytes(dtype: str, device: str = "auto") -> int:
         cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
         return 2 if cuda else 4
     if dtype not in DTYPE_BYTES:
-        raise SpecError(f"dtype={dtype!r} is not one of auto, {', '.join(DTYPE_BYTES)}.")
+        raise SpecError(
+            f"dtype={dtype!r} is not one of auto, {', '.join(DTYPE_BYTES)}.",
+            key="spec.not_one_of",
+            name="dtype",
+            value=dtype,
+            choices=", ".join(("auto", *DTYPE_BYTES)),
+        )
     return DTYPE_BYTES[dtype]
 
 

@@ -168,7 +168,12 @@ def predict(
     """
     for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(f"{name}={value!r} is not valid: it must be a whole number >= 1.")
+            raise SpecError(
+                f"{name}={value!r} is not valid: it must be a whole number >= 1.",
+                key="spec.whole_number",
+                name=name,
+                value=value,
+            )
     arch = architecture(model, num_layers)
     element = element_bytes(dtype, device)
     training = None

@@ -115,16 +115,26 @@ def training_bytes(
         ModelLoadError, UnsupportedModelError: a model the catalog cannot build.
     """
     if optimizer not in OPTIMIZERS:
-        raise SpecError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}.")
+        raise SpecError(
+            f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}.",
+            key="spec.not_one_of",
+            name="optimizer",
+            value=optimizer,
+            choices=", ".join(OPTIMIZERS),
+        )
     if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
         raise SpecError(
             f"lora_rank={lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). "
-            "Leave it unset for a full fine-tune."
+            "Leave it unset for a full fine-tune.",
+            key="spec.lora_rank",
+            value=lora_rank,
         )
     if lora_targets and lora_rank is None:
         raise SpecError(
             f"lora_targets={list(lora_targets)} without lora_rank: targets only mean something with LoRA. "
-            "Set lora_rank (for example 8) or drop the targets."
+            "Set lora_rank (for example 8) or drop the targets.",
+            key="spec.lora_targets_without_rank",
+            targets=list(lora_targets),
         )
     if isinstance(model, PretrainedConfig):
         counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()))

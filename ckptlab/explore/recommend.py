@@ -27,6 +27,7 @@ from typing import Literal
 import torch
 
 from ..errors import CkptlabError, SpecError
+from ..message import Message, joined
 from ..model.snippets import lora_snippet, model_snippet, trainer_snippet
 from ..results import judge_time
 from ..spec import Setting
@@ -54,15 +55,22 @@ GPUS: dict[str, int] = {
 
 def counts_note(optimizer: str, lora_rank: int | None) -> str:
     """What a measured or simulated peak of the whole training step counts, in words."""
+    return counts_message(optimizer, lora_rank).text
+
+
+def counts_message(optimizer: str, lora_rank: int | None) -> Message:
+    """What a measured or simulated peak of the whole training step counts (one key per optimizer, LoRA or not)."""
     state = {
         "adamw": "AdamW's state (two moments per trained parameter) and its update's temporaries",
         "sgd": "no optimizer state (SGD keeps none)",
         "none": "no optimizer step (forward and backward only: add the optimizer you train with)",
     }[optimizer]
-    trained = "the LoRA adapters' gradients (the base is frozen)" if lora_rank else "their gradients"
-    return (
+    lora = lora_rank is not None
+    trained = "the LoRA adapters' gradients (the base is frozen)" if lora else "their gradients"
+    return Message(
         f"The peak counts the parameters, {trained}, {state} and the activations of one step; the CUDA context "
-        "(a few hundred MiB) comes on top, so keep it within the margin."
+        "(a few hundred MiB) comes on top, so keep it within the margin.",
+        key=f"counts.{optimizer}" + ("_lora" if lora else ""),  # six keys: tests/explore/test_recommend.py
     )
 
 
@@ -75,20 +83,30 @@ class Recommendation:
     seq_len: int  # the sequence length of the rows considered
     row: SweepRow | None  # the fastest row whose peak fits; None when nothing fits
     margin_bytes: int | None  # budget minus the chosen row's peak
-    reason: str  # why this row, in words, with the numbers
+    reasons: tuple[Message, ...]  # why this row (or why none), sentence by sentence, with the numbers
     model_code: (
         str  # model.activation_checkpointing_enable(...) for the chosen row, then peft's line with LoRA ("" if none)
     )
     trainer_code: str  # TrainingArguments(...) for the chosen row ("" if none)
     fitting: list[SweepRow] = field(default_factory=list)  # every row that fits, fastest first
     as_fast: list[str] = field(default_factory=list)  # settings whose step time is within the noise of the fastest's
-    suggestions: list[str] = field(default_factory=list)  # when nothing fits: what would, measured or estimated
+    advice: tuple[Message, ...] = ()  # when nothing fits: what would, measured or estimated
     ranked_by: RankedBy = "measured"  # "predicted": the measured times could not tell the settings apart
     recompute: dict[str, float] = field(default_factory=dict)  # predicted rerun share of the forward, by setting
 
     @property
     def fits(self) -> bool:
         return self.row is not None
+
+    @property
+    def reason(self) -> str:
+        """The reasons in English, as one paragraph (the command line's)."""
+        return joined(self.reasons)
+
+    @property
+    def suggestions(self) -> list[str]:
+        """The advice in English, one line each (the command line's)."""
+        return [message.text for message in self.advice]
 
 
 def budget_bytes(budget: int | str) -> tuple[int, str]:
@@ -102,7 +120,10 @@ def budget_bytes(budget: int | str) -> tuple[int, str]:
         return GPUS[name], name
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
         raise SpecError(
-            f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)})."
+            f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)}).",
+            key="recommend.bad_budget",
+            value=budget,
+            gpus=", ".join(GPUS),
         )
     return budget, f"{mib(budget)} MiB"
 
@@ -120,7 +141,13 @@ def gpu_name(text: str) -> str:
     if len(matches) == 1:
         return matches[0]
     which = f"matches {', '.join(matches)}: say which" if matches else "is not in the list"
-    raise SpecError(f"GPU {text!r} {which} ({', '.join(GPUS)}). Or give a budget in bytes.")
+    raise SpecError(
+        f"GPU {text!r} {which} ({', '.join(GPUS)}). Or give a budget in bytes.",
+        key="recommend.ambiguous_gpu" if matches else "recommend.unknown_gpu",
+        name=repr(text),
+        matches=", ".join(matches),
+        gpus=", ".join(GPUS),
+    )
 
 
 def _squash(text: str) -> str:
@@ -144,11 +171,17 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     """
     budget, label = budget_bytes(budget)
     if not rows:
-        raise SpecError("recommend() needs measured rows: run a sweep first.")
+        raise SpecError("recommend() needs measured rows: run a sweep first.", key="recommend.no_rows")
     seq_len = max(row.seq_len for row in rows) if seq_len is None else seq_len
     here = [row for row in rows if row.seq_len == seq_len]
     if not here:
-        raise SpecError(f"no rows at seq_len={seq_len}; the rows have {sorted({row.seq_len for row in rows})}.")
+        lengths = sorted({row.seq_len for row in rows})
+        raise SpecError(
+            f"no rows at seq_len={seq_len}; the rows have {lengths}.",
+            key="recommend.no_rows_at",
+            seq_len=seq_len,
+            lengths=", ".join(map(str, lengths)),
+        )
     measured = [row for row in here if row.status == "ok" and row.peak_bytes is not None and row.step_s is not None]
     fitting = sorted((row for row in measured if known_peak(row) <= budget), key=known_step)
     if not fitting:
@@ -158,10 +191,10 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
             seq_len=seq_len,
             row=None,
             margin_bytes=None,
-            reason=_nothing_fits(measured, budget, label, seq_len),
+            reasons=(_nothing_fits(measured, budget, label, seq_len),),
             model_code="",
             trainer_code="",
-            suggestions=_what_would_fit(rows, measured, budget, seq_len),
+            advice=tuple(_what_would_fit(rows, measured, budget, seq_len)),
         )
     fastest = fitting[0]
     tied = [row for row in fitting[1:] if not _measurably_slower(row, fastest)]
@@ -189,7 +222,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         seq_len=seq_len,
         row=best,
         margin_bytes=budget - known_peak(best),
-        reason=_reason(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
+        reasons=_reasons(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
         model_code=model_code,
         trainer_code=trainer_snippet(best.every_n_layers, best.offload, optimizer),
         fitting=fitting,
@@ -235,7 +268,7 @@ def predicted_recompute(rows: Sequence[SweepRow]) -> dict[str, float]:
     }
 
 
-def _reason(
+def _reasons(
     best: SweepRow,
     fitting: list[SweepRow],
     measured: list[SweepRow],
@@ -245,62 +278,122 @@ def _reason(
     ranked_by: RankedBy,
     recompute: dict[str, float],
     busy: bool,
-) -> str:
+) -> tuple[Message, ...]:
     step = f"step {milliseconds(known_step(best))} ms" + (
         f", {best.time_verdict.describe('against checkpointing off')}"
         if best.time_verdict is not None and best.every_n_layers is not None
         else ""
     )
+    figures = {
+        "setting": best.setting,
+        "budget": label,
+        "seq_len": best.seq_len,
+        "step_ms": milliseconds(known_step(best)),
+        "peak_mib": mib(known_peak(best)),
+        "spare_mib": mib(budget - known_peak(best)),
+    }
+    tail = f"at seq_len={best.seq_len}: {step}, peak {figures['peak_mib']} MiB, {figures['spare_mib']} MiB to spare."
     if ranked_by == "measured":
-        head = f"{_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label}"
+        words = [
+            Message(
+                f"{_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label} {tail}",
+                key="recommend.fastest",
+                params={**figures, "count": len(fitting)},
+            )
+        ]
     else:
-        head = f"{_name(best)} reruns the least of the settings that fit in {label} by the predicted recompute cost"
-    words = [
-        f"{head} at seq_len={best.seq_len}: {step}, peak {mib(known_peak(best))} MiB, {mib(budget - known_peak(best))} MiB to spare."
-    ]
+        words = [
+            Message(
+                f"{_name(best)} reruns the least of the settings that fit in {label} by the predicted recompute cost "
+                f"{tail}",
+                key="recommend.least_recompute",
+                params=figures,
+            )
+        ]
     if ranked_by == "predicted":
-        why = (
-            "this machine was too busy to time (see the warning on load)"
-            if busy
-            else f"the measured step times of {', '.join([_name(fitting[0]), *as_fast])} are within the noise of each other"
-        )
         shares = ", ".join(f"{setting} {share:.0%}" for setting, share in sorted(recompute.items(), key=lambda i: i[1]))
-        words.append(
-            f"They are not ranked by time: {why}. Ranked by the predicted recompute cost instead (predicted by the "
-            f"formula, not measured: the rerun's share of the forward, {shares})."
+        ranked = (
+            "Ranked by the predicted recompute cost instead (predicted by the formula, not measured: the rerun's "
+            f"share of the forward, {shares})."
         )
+        if busy:
+            words.append(
+                Message(
+                    f"They are not ranked by time: this machine was too busy to time (see the warning on load). {ranked}",
+                    key="recommend.unranked_busy",
+                    params={"shares": shares},
+                )
+            )
+        else:
+            tied = ", ".join([fitting[0].setting, *as_fast])
+            words.append(
+                Message(
+                    "They are not ranked by time: the measured step times of "
+                    f"{', '.join([_name(fitting[0]), *as_fast])} are within the noise of each other. {ranked}",
+                    key="recommend.unranked_noise",
+                    params={"settings": tied, "shares": shares},
+                )
+            )
     off = next((row for row in measured if row.every_n_layers is None), None)
     if best.every_n_layers is None:
-        words.append("Checkpointing off fits, so checkpointing would only cost time: leave it off.")
+        words.append(
+            Message(
+                "Checkpointing off fits, so checkpointing would only cost time: leave it off.", key="recommend.off_fits"
+            )
+        )
     elif off is not None and known_peak(off) > budget:
         fewest = min(row.cp_layers for row in fitting)
-        words.append(f"Checkpointing off needs {mib(known_peak(off))} MiB ({mib(known_peak(off) - budget)} MiB over).")
+        needs, over = mib(known_peak(off)), mib(known_peak(off) - budget)
+        words.append(
+            Message(
+                f"Checkpointing off needs {needs} MiB ({over} MiB over).",
+                key="recommend.off_over",
+                params={"peak_mib": needs, "over_mib": over},
+            )
+        )
         if best.cp_layers == fewest:
             words.append(
-                f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, the faster the step."
+                Message(
+                    f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, "
+                    "the faster the step.",
+                    key="recommend.fewest",
+                    params={"layers": best.cp_layers},
+                )
             )
         else:
             words.append(
-                f"It checkpoints {best.cp_layers} layers where {fewest} would fit: measured faster, outside the "
-                "spread of the repeats."
+                Message(
+                    f"It checkpoints {best.cp_layers} layers where {fewest} would fit: measured faster, outside the "
+                    "spread of the repeats.",
+                    key="recommend.more_layers_faster",
+                    params={"layers": best.cp_layers, "fewest": fewest},
+                )
             )
     spec = best.result.spec if best.result is not None else None
-    words.append(counts_note(spec.optimizer if spec else "adamw", spec.lora_rank if spec else None))
-    return " ".join(words)
+    words.append(counts_message(spec.optimizer if spec else "adamw", spec.lora_rank if spec else None))
+    return tuple(words)
 
 
-def _nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int) -> str:
+def _nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int) -> Message:
     if not measured:
-        return f"No setting was measured at seq_len={seq_len} (every row ran out of memory), so none is known to fit in {label}."
+        return Message(
+            f"No setting was measured at seq_len={seq_len} (every row ran out of memory), so none is known to fit "
+            f"in {label}.",
+            key="recommend.none_measured",
+            params={"seq_len": seq_len, "budget": label},
+        )
     smallest = min(measured, key=known_peak)
-    return (
+    peak, over = mib(known_peak(smallest)), mib(known_peak(smallest) - budget)
+    return Message(
         f"Nothing measured fits in {label} at seq_len={seq_len}: the smallest peak, {_name(smallest)}, is "
-        f"{mib(known_peak(smallest))} MiB, {mib(known_peak(smallest) - budget)} MiB over."
+        f"{peak} MiB, {over} MiB over.",
+        key="recommend.nothing_fits",
+        params={"budget": label, "seq_len": seq_len, "setting": smallest.setting, "peak_mib": peak, "over_mib": over},
     )
 
 
-def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: int, seq_len: int) -> list[str]:
-    suggestions: list[str] = []
+def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: int, seq_len: int) -> list[Message]:
+    advice: list[Message] = []
     shorter = sorted(
         (
             row
@@ -312,47 +405,71 @@ def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: 
     )
     if shorter:
         row = shorter[0]
-        suggestions.append(
-            f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak {mib(known_peak(row))} MiB)."
+        advice.append(
+            Message(
+                f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak "
+                f"{mib(known_peak(row))} MiB).",
+                key="advice.shorter_measured",
+                params={"seq_len": row.seq_len, "setting": row.setting, "peak_mib": mib(known_peak(row))},
+            )
         )
     if not measured:
-        return suggestions + ["A shorter sequence or a smaller batch; measure again."]
+        return [
+            *advice,
+            Message("A shorter sequence or a smaller batch; measure again.", key="advice.shorter_or_smaller"),
+        ]
     smallest = min(measured, key=known_peak)
     # Parameters and their gradients do not shrink with the tokens; the activations do, about linearly
     # (SDPA keeps no seq x seq scores). The baseline stands for the parameters, their gradients for as much again.
     fixed = 2 * known(smallest.baseline_bytes, smallest, "measured baseline")
     scaling = known_peak(smallest) - fixed
     if budget <= fixed or scaling <= 0:
-        suggestions.append(
-            f"No shorter sequence or smaller batch helps: the parameters and their gradients alone (about "
-            f"{mib(fixed)} MiB) do not leave room in the budget. Use a smaller model, a 16-bit dtype, or shard the "
-            "model (FSDP)."
+        advice.append(
+            Message(
+                f"No shorter sequence or smaller batch helps: the parameters and their gradients alone (about "
+                f"{mib(fixed)} MiB) do not leave room in the budget. Use a smaller model, a 16-bit dtype, or shard "
+                "the model (FSDP).",
+                key="advice.fixed_too_big",
+                params={"fixed_mib": mib(fixed)},
+            )
         )
     else:
         share = (budget - fixed) / scaling
         tokens = int(seq_len * share)
         if not shorter and tokens >= 1:
-            suggestions.append(
-                f"A shorter sequence (estimate: activations grow with the tokens): about seq_len={tokens} with "
-                f"{_name(smallest)}; measure it to be sure."
+            advice.append(
+                Message(
+                    f"A shorter sequence (estimate: activations grow with the tokens): about seq_len={tokens} with "
+                    f"{_name(smallest)}; measure it to be sure.",
+                    key="advice.shorter_estimate",
+                    params={"seq_len": tokens, "setting": smallest.setting},
+                )
             )
         batch = smallest.result.spec.batch_size if smallest.result is not None else 1
         if batch > 1 and int(batch * share) >= 1:
-            suggestions.append(
-                f"A smaller batch (estimate): about batch_size={int(batch * share)} with {_name(smallest)}."
+            advice.append(
+                Message(
+                    f"A smaller batch (estimate): about batch_size={int(batch * share)} with {_name(smallest)}.",
+                    key="advice.smaller_batch",
+                    params={"batch": int(batch * share), "setting": smallest.setting},
+                )
             )
     cp_rows = [row for row in measured if row.every_n_layers is not None and not row.offload and row.offload_bytes]
     if cp_rows and not any(row.offload for row in measured):
         row = min(cp_rows, key=lambda row: known_peak(row) - row.offload_bytes)
         lower = known_peak(row) - row.offload_bytes
-        verdict = "which would fit" if lower <= budget else "still over"
-        suggestions.append(
-            f"Offload (CUDA only, not measured here): {_name(row)} with offload=True would move "
-            f"{mib(row.offload_bytes)} MiB of checkpointed inputs to host memory; the peak drops by at most that, "
-            f"to about {mib(lower)} MiB ({verdict}; estimate: it drops less if the peak is in the backward, where "
-            "the inputs are back on the device)."
+        fits = lower <= budget
+        advice.append(
+            Message(
+                f"Offload (CUDA only, not measured here): {_name(row)} with offload=True would move "
+                f"{mib(row.offload_bytes)} MiB of checkpointed inputs to host memory; the peak drops by at most that, "
+                f"to about {mib(lower)} MiB ({'which would fit' if fits else 'still over'}; estimate: it drops less "
+                "if the peak is in the backward, where the inputs are back on the device).",
+                key="advice.offload_would_fit" if fits else "advice.offload_still_over",
+                params={"setting": row.setting, "moved_mib": mib(row.offload_bytes), "peak_mib": mib(lower)},
+            )
         )
-    return suggestions
+    return advice
 
 
 def _name(row: SweepRow) -> str:

@@ -44,11 +44,22 @@ def every_n_choices(num_layers: int, every: EveryN = "distinct") -> list[int]:
         SpecError: ``num_layers`` < 1 or an unknown ``every``.
     """
     if num_layers < 1:
-        raise SpecError(f"num_layers={num_layers} is not valid: a model to checkpoint has at least one layer.")
+        raise SpecError(
+            f"num_layers={num_layers} is not valid: a model to checkpoint has at least one layer.",
+            key="spec.whole_number",
+            name="num_layers",
+            value=num_layers,
+        )
     if every == "all":
         return list(range(1, num_layers + 1))
     if every != "distinct":
-        raise SpecError(f"every={every!r} is not one of 'distinct', 'all'.")
+        raise SpecError(
+            f"every={every!r} is not one of 'distinct', 'all'.",
+            key="spec.not_one_of",
+            name="every",
+            value=every,
+            choices="distinct, all",
+        )
     divisors = {n for n in range(1, num_layers + 1) if num_layers % n == 0}
     return sorted(divisors | {1, min(2, num_layers), num_layers})
 
@@ -66,7 +77,13 @@ def scale_settings(num_layers: int, every: EveryN = "distinct", offload: Offload
         SpecError: a bad ``num_layers``, ``every`` or ``offload``.
     """
     if offload not in ("n=1", "all", "none"):
-        raise SpecError(f"offload={offload!r} is not one of 'n=1', 'all', 'none'.")
+        raise SpecError(
+            f"offload={offload!r} is not one of 'n=1', 'all', 'none'.",
+            key="spec.not_one_of",
+            name="offload",
+            value=offload,
+            choices="n=1, all, none",
+        )
     settings = [Setting(None)]
     for n in every_n_choices(num_layers, every):
         settings.append(Setting(n))
@@ -126,9 +143,17 @@ class ScaleRequest:
             SpecError, ModelLoadError: the first bad value, with its fix.
         """
         if self.dtype not in SIMULATION_DTYPES:
-            raise SpecError(f"dtype={self.dtype!r} is not one of {', '.join(SIMULATION_DTYPES)}.")
+            raise SpecError(
+                f"dtype={self.dtype!r} is not one of {', '.join(SIMULATION_DTYPES)}.",
+                key="spec.not_one_of",
+                name="dtype",
+                value=self.dtype,
+                choices=", ".join(SIMULATION_DTYPES),
+            )
         if not self.settings:
-            raise SpecError("No settings to simulate: give at least one (scale_settings() picks them).")
+            raise SpecError(
+                "No settings to simulate: give at least one (scale_settings() picks them).", key="scale.no_settings"
+            )
         for setting in self.settings:
             self.spec(setting).validate()
         info = info or catalog.describe(self.model)

@@ -317,7 +317,10 @@ def _measure_one(spec: RunSpec, load: Loader, report: Progress, stop: ShouldStop
     except torch.OutOfMemoryError as error:
         raise DoesNotFitError(
             f"{spec.model} does not fit on {spec.device}: building it ran out of memory ({error}). "
-            "Pick a smaller model, or free the device."
+            "Pick a smaller model, or free the device.",
+            key="model.build_out_of_memory",
+            model=spec.model,
+            device=spec.device,
         ) from None
     # A session stopped mid-step can leave gradients on the shared model; they would count as baseline.
     model.zero_grad(set_to_none=True)

@@ -126,7 +126,10 @@ def build_on_meta(config: PretrainedConfig, task: str) -> PreTrainedModel:
         raise ModelLoadError(
             f"transformers could not build {type(config).__name__}: {type(exc).__name__}: "
             f"{folder_checks.one_line(exc)}. To resolve this error, check the sizes in its config "
-            "(positive, and attention heads that divide hidden_size)."
+            "(positive, and attention heads that divide hidden_size).",
+            key="model.cannot_build",
+            config_class=type(config).__name__,
+            detail=f"{type(exc).__name__}: {folder_checks.one_line(exc)}",
         ) from exc
 
 
@@ -139,7 +142,10 @@ def _info(
             f"{type(meta_model).__name__} has no layer that inherits "
             "transformers.modeling_layers.GradientCheckpointingLayer, so every_n_layers has nothing "
             "to count and transformers cannot checkpoint it the standard way. Use a model whose "
-            f"layers do (Llama, Qwen3, Mistral, GPT-2, BERT, ...) or a preset: {preset_names()}."
+            f"layers do (Llama, Qwen3, Mistral, GPT-2, BERT, ...) or a preset: {preset_names()}.",
+            key="model.no_checkpointable_layer",
+            model_class=type(meta_model).__name__,
+            presets=preset_names(),
         )
     # parameters() yields each tensor once, so tied embeddings are counted once.
     num_params = sum(p.numel() for p in meta_model.parameters())
@@ -172,15 +178,15 @@ def _info(
 def describe(name_or_dir: str) -> ModelInfo:
     """Shape and size of a model, without allocating it.
 
-    Described once: the answer is kept per preset, and per folder as long as its files are
-    unchanged (a Run validates its spec, builds its model and its checkpointing-off reference
-    from one description; an 8B shape takes seconds on the meta device).
-
     Args:
         name_or_dir: a preset name or a local model directory.
 
     Returns:
         A :class:`ModelInfo`; layers and parameters are counted on a ``meta``-device model.
+
+    Described once: the answer is kept per preset, and per folder as long as its files are
+    unchanged (a Run validates its spec, builds its model and its checkpointing-off reference
+    from one description; an 8B shape takes seconds on the meta device).
 
     Raises:
         ModelLoadError: the name or folder cannot be loaded.

@@ -30,7 +30,12 @@ def get_preset(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ModelLoadError(f"There is no preset {name!r}. Valid presets: {preset_names()}.") from None
+        raise ModelLoadError(
+            f"There is no preset {name!r}. Valid presets: {preset_names()}.",
+            key="model.no_preset",
+            name=name,
+            presets=preset_names(),
+        ) from None
 
 
 def preset_names() -> str:
@@ -56,7 +61,10 @@ def model_class_for(config: PretrainedConfig, task: str) -> type:
     if type(config) not in mapping:
         raise UnsupportedModelError(
             f"model_type {config.model_type!r} has no {task} model in transformers. The lab runs "
-            "causal or masked text language models (Llama, Qwen3, Mistral, GPT-2, BERT, ...)."
+            "causal or masked text language models (Llama, Qwen3, Mistral, GPT-2, BERT, ...).",
+            key="model.no_task_model",
+            model_type=repr(config.model_type),
+            task=task,
         )
     classes = mapping[type(config)]
     if not isinstance(classes, (list, tuple)):
@@ -105,13 +113,19 @@ def load_config(name_or_dir: str) -> tuple[PretrainedConfig, str, str]:
     if os.path.exists(name_or_dir):
         raise ModelLoadError(
             f"{name_or_dir!r} is a file, not a directory: point --model at the folder that holds "
-            f"config.json, or use a preset: {preset_names()}."
+            f"config.json, or use a preset: {preset_names()}.",
+            key="model.is_a_file",
+            name=repr(name_or_dir),
+            presets=preset_names(),
         )
     raise ModelLoadError(
         f"{name_or_dir!r} is neither a preset nor an existing directory. Presets: {preset_names()}. "
         "A directory must exist on this machine and hold a config.json. Hub ids such as "
         "'Qwen/Qwen3-8B' are not downloaded: save the config (or model) locally with "
-        "save_pretrained() and pass that folder."
+        "save_pretrained() and pass that folder.",
+        key="model.not_found",
+        name=repr(name_or_dir),
+        presets=preset_names(),
     )
 
 
@@ -121,7 +135,10 @@ def _load_local_config(path: str) -> PretrainedConfig:
         raise ModelLoadError(
             f"{path!r} has no config.json; it is not a transformers model folder. To resolve this, "
             "point --model at a folder saved with save_pretrained(), or use a preset: "
-            f"{preset_names()}."
+            f"{preset_names()}.",
+            key="model.no_config",
+            path=repr(path),
+            presets=preset_names(),
         )
     # Read the raw JSON first so that a config needing custom code is refused with our
     # message, before transformers can ask on stdin whether to run it, and so that sizes
@@ -134,11 +151,18 @@ def _load_local_config(path: str) -> PretrainedConfig:
             raise UnsupportedModelError(
                 f"{path!r} has model_type {model_type!r}, which needs the model's own Python code "
                 "(auto_map in config.json). The lab does not run remote code (trust_remote_code "
-                "stays False); use a model built into transformers or a preset."
+                "stays False); use a model built into transformers or a preset.",
+                key="model.remote_code",
+                path=repr(path),
+                model_type=repr(model_type),
             )
         raise UnsupportedModelError(
             f"{path!r} has model_type {model_type!r}, which this transformers does not know. "
-            f"Use a built-in text LM (llama, qwen3, mistral, gpt2, bert, ...) or a preset: {preset_names()}."
+            f"Use a built-in text LM (llama, qwen3, mistral, gpt2, bert, ...) or a preset: {preset_names()}.",
+            key="model.unknown_type",
+            path=repr(path),
+            model_type=repr(model_type),
+            presets=preset_names(),
         )
     folder_checks.check_raw_config(raw, config_file, CONFIG_MAPPING[model_type].attribute_map)
     try:
@@ -175,7 +199,11 @@ def infer_task(config: PretrainedConfig) -> str:
     raise UnsupportedModelError(
         f"model_type {config.model_type!r} ({type(config).__name__}) is neither a causal nor a "
         "masked language model in transformers. The lab runs causal or masked text LMs "
-        f"(Llama, Qwen3, Mistral, GPT-2, BERT, ...); try a preset: {preset_names()}."
+        f"(Llama, Qwen3, Mistral, GPT-2, BERT, ...); try a preset: {preset_names()}.",
+        key="model.not_a_language_model",
+        model_type=repr(config.model_type),
+        config_class=type(config).__name__,
+        presets=preset_names(),
     )
 
 

@@ -273,7 +273,8 @@ def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> Non
         return
     _, where, what = limit
     embedding = info.vocab_size * info.hidden_size
-    if info.source == "local":
+    local = info.source == "local"
+    if local:
         fix = (
             f"check the sizes in its config.json (here num_hidden_layers={info.num_layers}, hidden_size="
             f"{info.hidden_size}, vocab_size={info.vocab_size}; also intermediate_size), run it where there is "
@@ -286,7 +287,17 @@ def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> Non
         f"(the vocab_size x hidden_size embedding alone {_count(embedding)}) take {needed / 2**30:,.1f} GiB in "
         f"{str(dtype).removeprefix('torch.')}, more than {what}, before any gradient or activation. Nothing "
         f"was built. To resolve this error, {fix}, or simulate the step on fake tensors: "
-        f"python -m ckptlab simulate --model {info.name}"
+        f"python -m ckptlab simulate --model {info.name}",
+        key="model.too_big_local" if local else "model.too_big_preset",
+        name=repr(info.name),
+        parameters=_count(info.num_params),
+        needed_gib=f"{needed / 2**30:,.1f}",
+        dtype=str(dtype).removeprefix("torch."),
+        limit_gib=f"{limit[0] / 2**30:,.1f}",
+        device="CPU" if device.type == "cpu" else where,
+        layers=info.num_layers,
+        hidden=info.hidden_size,
+        vocab=info.vocab_size,
     )
 
 

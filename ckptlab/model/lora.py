@@ -54,7 +54,9 @@ def resolve_targets(model: nn.Module, targets: Sequence[str] | None) -> list[str
     if not available:
         raise UnsupportedModelError(
             f"{type(model).__name__} has no linear projections inside its layers, so LoRA has nothing to adapt. "
-            "Run a full fine-tune (no LoRA rank) instead."
+            "Run a full fine-tune (no LoRA rank) instead.",
+            key="lora.no_linear",
+            model_class=type(model).__name__,
         )
     if not targets:
         return available
@@ -62,7 +64,11 @@ def resolve_targets(model: nn.Module, targets: Sequence[str] | None) -> list[str
     if unknown:
         raise SpecError(
             f"lora_targets names {', '.join(unknown)}, which {type(model).__name__} does not have. "
-            f"Its linear modules are: {', '.join(available)}."
+            f"Its linear modules are: {', '.join(available)}.",
+            key="lora.unknown_targets",
+            unknown=", ".join(unknown),
+            model_class=type(model).__name__,
+            available=", ".join(available),
         )
     return list(targets)
 

@@ -68,7 +68,12 @@ def check_weights(files: Iterable[str], meta_model: torch.nn.Module, config: Any
                 f"{file!r} holds {name} with shape {list(stored)}, but config.json gives {list(built)}"
                 f"{' (' + ', '.join(fields) + ')' if fields else ''}{more}: the weights were saved from another "
                 "config. To resolve this error, put back the config.json saved with these weights, or move the "
-                "weight files away to run this config with random weights."
+                "weight files away to run this config with random weights.",
+                key="weights.shapes",
+                file=repr(file),
+                tensor=name,
+                stored=str(list(stored)),
+                built=str(list(built)),
             )
 
 

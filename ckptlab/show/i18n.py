@@ -19,6 +19,8 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from ..message import Message
+
 LOCALES_DIR = Path(__file__).resolve().parents[1] / "locales"  # ckptlab/locales, beside the package's modules
 DEFAULT = "en"
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).
@@ -138,3 +140,22 @@ def error_text(error: Exception, lang: str = DEFAULT) -> str:
     if text is None:
         return str(error)
     return text.format(**getattr(error, "params", {}))
+
+
+SAID = "said."  # the prefix of the translations of the core's other sentences (ckptlab.message.Message)
+CORE_PREFIXES = (ERRORS, SAID)  # keys whose English is the core's own, so en.json has none
+
+
+def say(message: Message, lang: str = DEFAULT) -> str:
+    """A core sentence in ``lang``: its ``said.<key>`` translation filled with its params, or its English.
+
+    As with :func:`error_text`, ``en.json`` has no ``said.`` keys: the English is the core's own.
+    """
+    code = normalize(lang)
+    text = None if code == DEFAULT else messages(code).get(SAID + message.key)
+    return message.text if text is None else text.format(**message.params)
+
+
+def say_all(messages: tuple[Message, ...] | list[Message], lang: str = DEFAULT) -> str:
+    """Several core sentences in ``lang``, as one paragraph."""
+    return " ".join(say(message, lang) for message in messages)

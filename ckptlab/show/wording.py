@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import re
 
+from ..errors import DoesNotFitError
+from ..explore.scale import Setting
+from ..results import RunResult
 from .i18n import error_text, t
 
 # RunSpec field -> the command line's flag (cli/args.py).
@@ -64,3 +67,24 @@ def for_app(message: str, lang: str = "en") -> str:
 def app_message(error: Exception, lang: str = "en") -> str:
     """A core error as a page shows it: translated where it has a key (:func:`error_text`), in the widgets' names."""
     return for_app(error_text(error, lang), lang)
+
+
+def run_message(result: RunResult, lang: str = "en") -> str:
+    """Why a run has no figures, as a page shows it: a "does not fit" worded from the result's fields in ``lang``.
+
+    The core writes the English sentence when the step runs out of memory (``RunResult.message``);
+    the other languages are built from the typed fields the result carries, never from that sentence.
+    """
+    if result.status != "does_not_fit":
+        return result.message
+    spec = result.spec
+    said = DoesNotFitError(
+        result.message,
+        key="run.does_not_fit",
+        model=result.model.name,
+        seq_len=spec.seq_len,
+        batch=spec.batch_size,
+        setting=Setting.of(spec).key,
+        device=result.device,
+    )
+    return app_message(said, lang)

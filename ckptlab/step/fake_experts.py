@@ -84,5 +84,9 @@ def unsupported_moe_error(model_name: str, family: str, exc: Exception) -> Unsup
         "experts models whose experts use transformers' experts implementations (Mixtral, Qwen2-MoE, Qwen3-MoE, "
         "DeepSeek-style, ...) can be simulated; this one decides its routing in Python from tensor values (a loop over the experts that were hit, .item(), nonzero). To "
         "resolve this, measure it on a device (python -m ckptlab run), or simulate a model built with "
-        "@use_experts_implementation."
+        "@use_experts_implementation.",
+        key="model.moe_not_simulable",
+        name=repr(model_name),
+        family=family,
+        detail=f"{type(exc).__name__}: {first_line[:160]}",
     )

@@ -59,7 +59,11 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
             f"{info.name} ({info.family}) does not support activation checkpointing in transformers "
             f"(its class sets supports_gradient_checkpointing=False), so every_n_layers={spec.every_n_layers} "
             "cannot be applied. To resolve this, run it with checkpointing off (--no-checkpointing) or pick a "
-            "model whose class supports it."
+            "model whose class supports it.",
+            key="model.no_checkpointing_support",
+            name=info.name,
+            family=info.family,
+            every_n_layers=spec.every_n_layers,
         )
     if info.max_positions is not None and spec.seq_len > info.max_positions:
         raise SpecError(
@@ -86,34 +90,40 @@ def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrai
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     check_fits(info, dtype, device)  # parameters alone over the device's total memory: never fits
-    shortfall = host_memory_shortfall(info, dtype, device)
-    if shortfall:
-        raise DoesNotFitError(shortfall)
+    refusal = host_memory_refusal(info, dtype, device)
+    if refusal is not None:
+        raise refusal
     if progress is not None:
         progress(f"building {info.name} ({info.num_params / 1e6:,.1f}M parameters, {info.weights} weights)", 0.0)
     return catalog.build_model(spec.model, dtype=dtype, device=device, seed=spec.seed)
 
 
-def host_memory_shortfall(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> str:
-    """A reason not to start a CPU run whose parameters and gradients alone exceed the free RAM ("" if it may run).
+def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> DoesNotFitError | None:
+    """The refusal of a CPU run whose parameters and gradients alone exceed the free RAM (None if it may run).
 
     On the CPU an out-of-memory does not raise: the kernel kills the process (and the app
     with it). So the lab refuses upfront, from a prediction that is labelled as one.
     """
     if device.type != "cpu":
-        return ""
+        return None
     available = available_host_bytes()
     if available is None:
-        return ""
+        return None
     element = torch.tensor([], dtype=dtype).element_size()
     needed = 2 * info.num_params * element  # parameters + gradients, before any activation
     if needed <= 0.8 * available:
-        return ""
-    return (
+        return None
+    return DoesNotFitError(
         f"{info.name} does not fit on this CPU: its parameters and gradients alone are predicted at "
         f"{needed / 2**30:.1f} GiB ({info.num_params / 1e9:.2f}B parameters x {element} bytes x 2), "
         f"and {available / 2**30:.1f} GiB of memory is available. Run it on a GPU, or pick a tiny preset "
-        "(python -m ckptlab models)."
+        "(python -m ckptlab models).",
+        key="model.host_memory",
+        name=info.name,
+        needed_gib=f"{needed / 2**30:.1f}",
+        parameters=f"{info.num_params / 1e9:.2f}B",
+        element=element,
+        available_gib=f"{available / 2**30:.1f}",
     )
 
 

@@ -223,3 +223,26 @@ def test_a_measured_row_without_a_baseline_is_refused_by_name():
     rows = [dataclasses.replace(row(1, 900, 130), baseline_bytes=None)]
     with pytest.raises(SpecError, match=r"n=1 at seq_len=1024 .*no measured baseline"):
         recommend(rows, 800 * MIB)
+
+
+@pytest.mark.parametrize("lang", ["pt-BR", "ja"])
+def test_every_sentence_of_a_recommendation_is_said_in_the_apps_languages(lang):
+    """Each reason and piece of advice has its translation, filled with its own params (no English left over)."""
+    from ckptlab.show import i18n
+
+    cases = [
+        recommend(TABLE, 800 * MIB),  # the fastest that fits; off over
+        recommend(TABLE, 2 * GIB),  # off fits
+        recommend([row(1, 600, 100, spread=0.2), row(4, 700, 110, spread=0.2)], 800 * MIB),  # within the noise
+        recommend([*TABLE[:5], row(1, 250, 40, seq=256)], 300 * MIB, seq_len=1024),  # nothing fits: measured shorter
+        recommend(TABLE[:5], 150 * MIB),  # not even the parameters
+        recommend(TABLE[:5], 500 * MIB),  # a shorter sequence, estimated
+        recommend([dataclasses.replace(row(None, 900, 100), status="does_not_fit", peak_bytes=None)], 800 * MIB),
+    ]
+    keys = set()
+    for rec in cases:
+        for message in (*rec.reasons, *rec.advice):
+            said = i18n.say(message, lang)
+            assert said != message.text and "{" not in said, message.key
+            keys.add(message.key)
+    assert len(keys) >= 10  # the cases reach most sentences

@@ -142,13 +142,13 @@ def test_the_at_scale_words_exist():
 def test_every_language_has_the_same_keys():
     english = set(LOCALES["en"])
     for lang, table in LOCALES.items():
-        own = {key for key in table if not key.startswith(i18n.ERRORS)}  # core errors: English lives in the code
+        own = {key for key in table if not key.startswith(i18n.CORE_PREFIXES)}  # the core's English lives in the code
         assert own == english, f"{lang}: missing {sorted(english - own)}, extra {sorted(own - english)}"
 
 
-def test_the_translated_core_errors_are_the_same_in_every_other_language():
-    assert not any(key.startswith(i18n.ERRORS) for key in LOCALES["en"])  # the English is the core's message
-    keys = {lang: {key for key in table if key.startswith(i18n.ERRORS)} for lang, table in LOCALES.items()}
+def test_the_translated_core_errors_and_sentences_are_the_same_in_every_other_language():
+    assert not any(key.startswith(i18n.CORE_PREFIXES) for key in LOCALES["en"])  # the English is the core's message
+    keys = {lang: {key for key in table if key.startswith(i18n.CORE_PREFIXES)} for lang, table in LOCALES.items()}
     assert keys["pt-BR"] and keys["pt-BR"] == keys["ja"]
     for key in keys["ja"]:
         assert i18n.placeholders(LOCALES["pt-BR"][key]) == i18n.placeholders(LOCALES["ja"][key]), key
