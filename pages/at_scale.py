@@ -404,7 +404,7 @@ def _progress() -> None:
         if snapshot.search is not None:
             state.at_scale_found = snapshot.search
         if snapshot.error:
-            state.at_scale_error = snapshot.error
+            state.at_scale_error = app_message(snapshot.failure, lang) if snapshot.failure else snapshot.error
         st.rerun()
 
 

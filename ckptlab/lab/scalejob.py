@@ -24,7 +24,7 @@ from .jobs import BackgroundJob
 
 @dataclass(frozen=True)
 class ScaleJobState:
-    """A snapshot of a :class:`ScaleJob` for one render of a page."""
+    """A snapshot of a :class:`ScaleJob` or :class:`SearchJob` for one render of a page."""
 
     running: bool  # the thread is still working
     message: str  # what is being simulated now
@@ -34,9 +34,50 @@ class ScaleJobState:
     error: str  # the message of a failure ("" if none)
     stop_requested: bool  # Stop was pressed
     search: GpuSearch | None = None  # a SearchJob's answer, when finished
+    failure: CkptlabError | None = None  # the lab's error behind ``error`` (a page says it in its language)
 
 
-class ScaleJob(BackgroundJob):
+class _SimulationJob(BackgroundJob):
+    """What the two simulation jobs share: the request checked up front, a page's cache fed, the snapshot."""
+
+    def __init__(
+        self,
+        thread_name: str,
+        request: ScaleRequest,
+        known: Mapping[RunSpec, RunResult] | None,
+        on_result: Callable[[RunResult], None] | None,
+        info: ModelInfo | None,
+    ) -> None:
+        self.info = request.check(info)
+        self.request = request
+        self._known = known
+        self._on_result_outer = on_result
+        self._table: ScaleTable | None = None
+        self._search: GpuSearch | None = None
+        super().__init__(thread_name)
+
+    def state(self) -> ScaleJobState:
+        with self._lock:
+            failure = self._failure if isinstance(self._failure, CkptlabError) else None
+            return ScaleJobState(
+                not self._finished,
+                self._message,
+                self._fraction,
+                list(self._results),
+                self._table,
+                self._error,
+                self._stop.is_set(),
+                self._search,
+                failure,
+            )
+
+    def _collect(self, result: RunResult) -> None:
+        super()._collect(result)
+        if self._on_result_outer is not None:
+            self._on_result_outer(result)
+
+
+class ScaleJob(_SimulationJob):
     """:func:`scale_table` on a background thread: a click on a page reruns its script and would
     interrupt a simulation made inside it; a job is polled instead, and ``stop()`` keeps the results.
 
@@ -57,29 +98,7 @@ class ScaleJob(BackgroundJob):
         on_result: Callable[[RunResult], None] | None = None,
         info: ModelInfo | None = None,
     ) -> None:
-        self.info = request.check(info)
-        self.request = request
-        self._known = known
-        self._on_result_outer = on_result
-        self._table: ScaleTable | None = None
-        super().__init__("ckptlab-scale")
-
-    def state(self) -> ScaleJobState:
-        with self._lock:
-            return ScaleJobState(
-                not self._finished,
-                self._message,
-                self._fraction,
-                list(self._results),
-                self._table,
-                self._error,
-                self._stop.is_set(),
-            )
-
-    def _collect(self, result: RunResult) -> None:
-        super()._collect(result)
-        if self._on_result_outer is not None:
-            self._on_result_outer(result)
+        super().__init__("ckptlab-scale", request, known, on_result, info)
 
     def _run(self) -> None:
         request = self.request
@@ -91,24 +110,21 @@ class ScaleJob(BackgroundJob):
                 optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
                 world_size=request.world_size,
             )  # fmt: skip
-        except CkptlabError as error:
-            table = self._partial(str(error))
-        except Exception as error:  # a bug, not bad input: keep what was simulated, say it briefly
-            table = self._partial(f"{type(error).__name__}: {error}")
+        except Exception as error:  # bad input or a bug: keep what was simulated, and say why it ended
+            self._fail(error)
+            table = self._partial()
         with self._lock:
             self._table = table
             self._finished = True
 
-    def _partial(self, error: str) -> ScaleTable | None:
-        with self._lock:
-            self._error = error
+    def _partial(self) -> ScaleTable | None:
         results = self._results_so_far()
         if not results:
             return None
         return ScaleTable(self.request, self.info.num_layers, results, True, time.monotonic() - self._started)
 
 
-class SearchJob(BackgroundJob):
+class SearchJob(_SimulationJob):
     """:func:`cheapest_that_fits` on a background thread, polled like a :class:`ScaleJob`; ``stop()`` ends the search.
 
     Args:
@@ -131,32 +147,10 @@ class SearchJob(BackgroundJob):
         on_result: Callable[[RunResult], None] | None = None,
         info: ModelInfo | None = None,
     ) -> None:
-        self.info = request.check(info)
+        super().__init__("ckptlab-gpu-search", request, known, on_result, info)
         for count in counts:  # LoRA past one GPU, say, is refused here and not on the thread
             request.spec(request.settings[0], count).validate()
-        self.request, self.budget_bytes, self.counts = request, budget_bytes, counts
-        self._known = known
-        self._on_result_outer = on_result
-        self._search: GpuSearch | None = None
-        super().__init__("ckptlab-gpu-search")
-
-    def state(self) -> ScaleJobState:
-        with self._lock:
-            return ScaleJobState(
-                not self._finished,
-                self._message,
-                self._fraction,
-                list(self._results),
-                None,
-                self._error,
-                self._stop.is_set(),
-                self._search,
-            )
-
-    def _collect(self, result: RunResult) -> None:
-        super()._collect(result)
-        if self._on_result_outer is not None:
-            self._on_result_outer(result)
+        self.budget_bytes, self.counts = budget_bytes, counts
 
     def _run(self) -> None:
         search = None
@@ -165,17 +159,11 @@ class SearchJob(BackgroundJob):
                 self.request, self.budget_bytes, counts=self.counts, known=self._known, on_result=self._collect,
                 progress=self._progress, cancel=self._stop, info=self.info,
             )  # fmt: skip
-        except CkptlabError as error:
-            self._fail(str(error))
-        except Exception as error:  # a bug, not bad input: say it briefly
-            self._fail(f"{type(error).__name__}: {error}")
+        except Exception as error:  # bad input or a bug: say why it ended
+            self._fail(error)
         with self._lock:
             self._search = search
             self._finished = True
-
-    def _fail(self, error: str) -> None:
-        with self._lock:
-            self._error = error
 
 
 _REMEMBER_LOCK = threading.Lock()  # jobs of several sessions may share one cache

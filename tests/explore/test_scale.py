@@ -157,3 +157,30 @@ def test_remember_keeps_the_newest(table):
     for run in result.results:
         remember(cache, run, limit=2)
     assert list(cache.values()) == result.results[-2:]
+
+
+@pytest.mark.parametrize("raised", ["keyed", "bug"])
+def test_a_failed_job_keeps_what_it_simulated_and_the_error_a_page_translates(monkeypatch, raised):
+    from ckptlab.errors import RunStoppedError
+    from ckptlab.explore import scale
+
+    real = scale.simulate
+    calls = {"n": 0}
+
+    def second_fails(spec, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            if raised == "keyed":
+                raise RunStoppedError("stopped for the test", key="run.stopped")
+            raise ZeroDivisionError("a bug")
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(scale, "simulate", second_fails)
+    job = ScaleJob(ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS)).start()
+    job.join()
+    state = job.state()
+    assert not state.running and state.table.cancelled and len(state.table.results) == 1
+    if raised == "keyed":
+        assert state.error == "stopped for the test" and state.failure.key == "run.stopped"
+    else:
+        assert state.error == "ZeroDivisionError: a bug" and state.failure is None
