@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from ..errors import CkptlabError
+from ..errors import CkptlabError, RunStoppedError
 from ..explore.gpu_search import GPU_COUNTS, GpuSearch, cheapest_that_fits
 from ..explore.scale import ScaleRequest, ScaleTable, scale_table
 from ..model.catalog import ModelInfo
@@ -38,7 +38,10 @@ class ScaleJobState:
 
 
 class _SimulationJob(BackgroundJob):
-    """What the two simulation jobs share: the request checked up front, a page's cache fed, the snapshot."""
+    """What the two simulation jobs share: the request checked up front, a page's cache fed, the snapshot,
+    and the server's time limit: past ``limit_s`` seconds the job ends as Stop ends it (after the
+    simulation in flight, the ones done kept) and says why.
+    """
 
     def __init__(
         self,
@@ -47,6 +50,7 @@ class _SimulationJob(BackgroundJob):
         known: Mapping[RunSpec, RunResult] | None,
         on_result: Callable[[RunResult], None] | None,
         info: ModelInfo | None,
+        limit_s: float | None,
     ) -> None:
         self.info = request.check(info)
         self.request = request
@@ -54,7 +58,27 @@ class _SimulationJob(BackgroundJob):
         self._on_result_outer = on_result
         self._table: ScaleTable | None = None
         self._search: GpuSearch | None = None
+        self.limit_s = limit_s
         super().__init__(thread_name)
+
+    def _over_limit(self) -> bool:
+        return self.limit_s is not None and time.monotonic() - self._started >= self.limit_s
+
+    def _should_stop(self) -> bool:
+        """Asked between simulations: Stop pressed, or the time limit passed."""
+        return self._stop.is_set() or self._over_limit()
+
+    def _say_if_timed_out(self) -> None:
+        if self._over_limit() and not self._stop.is_set() and not self._error:
+            seconds = f"{self.limit_s:g}"
+            self._fail(
+                RunStoppedError(
+                    f"The simulations were stopped after {seconds} s, this server's limit per run; the settings "
+                    "simulated by then are kept. Simulate fewer settings or a shorter sequence.",
+                    key="simulation.time_limit",
+                    seconds=seconds,
+                )
+            )
 
     def state(self) -> ScaleJobState:
         with self._lock:
@@ -85,6 +109,7 @@ class ScaleJob(_SimulationJob):
         request: what to simulate; checked in the constructor, so bad input never reaches the thread.
         known, on_result: as in :func:`scale_table` (a page passes its cache of results).
         info: the model's description if the caller has it.
+        limit_s: seconds after which the job stops as Stop does (a shared server's limit per run), or None.
 
     Raises:
         SpecError, ModelLoadError: bad input.
@@ -97,8 +122,9 @@ class ScaleJob(_SimulationJob):
         known: Mapping[RunSpec, RunResult] | None = None,
         on_result: Callable[[RunResult], None] | None = None,
         info: ModelInfo | None = None,
+        limit_s: float | None = None,
     ) -> None:
-        super().__init__("ckptlab-scale", request, known, on_result, info)
+        super().__init__("ckptlab-scale", request, known, on_result, info, limit_s)
 
     def _run(self) -> None:
         request = self.request
@@ -106,13 +132,14 @@ class ScaleJob(_SimulationJob):
         try:
             table = scale_table(
                 request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
-                progress=self._progress, cancel=self._stop, known=self._known, on_result=self._collect, info=self.info,
+                progress=self._progress, cancel=self._should_stop, known=self._known, on_result=self._collect, info=self.info,
                 optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
                 world_size=request.world_size,
             )  # fmt: skip
         except Exception as error:  # bad input or a bug: keep what was simulated, and say why it ended
             self._fail(error)
             table = self._partial()
+        self._say_if_timed_out()
         with self._lock:
             self._table = table
             self._finished = True
@@ -131,7 +158,7 @@ class SearchJob(_SimulationJob):
         request: the shape and the settings to search (its world_size is not used); checked in the constructor.
         budget_bytes: one GPU's memory.
         counts: the GPU counts to consider.
-        known, on_result, info: as in :class:`ScaleJob`.
+        known, on_result, info, limit_s: as in :class:`ScaleJob`.
 
     Raises:
         SpecError, ModelLoadError: bad input.
@@ -146,8 +173,9 @@ class SearchJob(_SimulationJob):
         known: Mapping[RunSpec, RunResult] | None = None,
         on_result: Callable[[RunResult], None] | None = None,
         info: ModelInfo | None = None,
+        limit_s: float | None = None,
     ) -> None:
-        super().__init__("ckptlab-gpu-search", request, known, on_result, info)
+        super().__init__("ckptlab-gpu-search", request, known, on_result, info, limit_s)
         for count in counts:  # LoRA past one GPU, say, is refused here and not on the thread
             request.spec(request.settings[0], count).validate()
         self.budget_bytes, self.counts = budget_bytes, counts
@@ -157,10 +185,11 @@ class SearchJob(_SimulationJob):
         try:
             search = cheapest_that_fits(
                 self.request, self.budget_bytes, counts=self.counts, known=self._known, on_result=self._collect,
-                progress=self._progress, cancel=self._stop, info=self.info,
+                progress=self._progress, cancel=self._should_stop, info=self.info,
             )  # fmt: skip
         except Exception as error:  # bad input or a bug: say why it ended
             self._fail(error)
+        self._say_if_timed_out()
         with self._lock:
             self._search = search
             self._finished = True

@@ -184,3 +184,23 @@ def test_a_failed_job_keeps_what_it_simulated_and_the_error_a_page_translates(mo
         assert state.error == "stopped for the test" and state.failure.key == "run.stopped"
     else:
         assert state.error == "ZeroDivisionError: a bug" and state.failure is None
+
+
+def test_a_job_past_the_servers_time_limit_stops_between_simulations_and_says_so(monkeypatch):
+    from ckptlab.explore import scale
+
+    real = scale.simulate
+    jobs: list[ScaleJob] = []
+
+    def first_uses_up_the_time(spec, **kwargs):
+        result = real(spec, **kwargs)
+        jobs[0].limit_s = 0.0  # as if this simulation had taken the whole limit (no wall clock in a test)
+        return result
+
+    monkeypatch.setattr(scale, "simulate", first_uses_up_the_time)
+    jobs.append(ScaleJob(ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS), limit_s=3600))
+    jobs[0].start().join()
+    state = jobs[0].state()
+    assert len(state.table.results) == 1 and state.table.cancelled  # the one in flight finished, no other started
+    assert state.failure.key == "simulation.time_limit" and "this server's limit" in state.error
+    assert not state.stop_requested
