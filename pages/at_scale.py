@@ -329,7 +329,9 @@ else:
 def _start() -> None:
     cache = simulation_cache()
     try:
-        job = ScaleJob(request, known=cache, on_result=lambda result: remember(cache, result), info=info)
+        job = ScaleJob(
+            request, known=cache, on_result=lambda r: remember(cache, r), info=info, limit_s=policy.run_limit_s
+        )
     except ckptlab.CkptlabError as error:
         state.at_scale_error = app_message(error, lang)
         return
@@ -341,7 +343,12 @@ def _search() -> None:
     cache = simulation_cache()
     try:
         job = SearchJob(
-            replace(request, world_size=1), budget, known=cache, on_result=lambda r: remember(cache, r), info=info
+            replace(request, world_size=1),
+            budget,
+            known=cache,
+            on_result=lambda r: remember(cache, r),
+            info=info,
+            limit_s=policy.run_limit_s,
         )
     except ckptlab.CkptlabError as error:
         state.at_scale_error = app_message(error, lang)
@@ -404,7 +411,7 @@ def _progress() -> None:
         if snapshot.search is not None:
             state.at_scale_found = snapshot.search
         if snapshot.error:
-            state.at_scale_error = snapshot.error
+            state.at_scale_error = app_message(snapshot.failure, lang) if snapshot.failure else snapshot.error
         st.rerun()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
+from ..errors import CkptlabError
 from ..results import RunResult
 
 
@@ -63,3 +64,11 @@ class BackgroundJob:
     def _results_so_far(self) -> list[RunResult]:
         with self._lock:
             return list(self._results)
+
+    def _fail(self, error: Exception) -> None:
+        """Keep why the work failed: the lab's own error as it is (a page says it in its language), a bug briefly."""
+        with self._lock:
+            if isinstance(error, CkptlabError):
+                self._error, self._failure = str(error), error
+            else:  # a bug, not bad input: say it briefly, the page's words around it
+                self._error, self._failure = f"{type(error).__name__}: {error}", None

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from ..errors import CkptlabError
+from ..errors import CkptlabError, RunStoppedError
 from ..explore.gpu_search import GPU_COUNTS, GpuSearch, cheapest_that_fits
 from ..explore.scale import ScaleRequest, ScaleTable, scale_table
 from ..model.catalog import ModelInfo
@@ -24,7 +24,7 @@ from .jobs import BackgroundJob
 
 @dataclass(frozen=True)
 class ScaleJobState:
-    """A snapshot of a :class:`ScaleJob` for one render of a page."""
+    """A snapshot of a :class:`ScaleJob` or :class:`SearchJob` for one render of a page."""
 
     running: bool  # the thread is still working
     message: str  # what is being simulated now
@@ -34,9 +34,74 @@ class ScaleJobState:
     error: str  # the message of a failure ("" if none)
     stop_requested: bool  # Stop was pressed
     search: GpuSearch | None = None  # a SearchJob's answer, when finished
+    failure: CkptlabError | None = None  # the lab's error behind ``error`` (a page says it in its language)
 
 
-class ScaleJob(BackgroundJob):
+class _SimulationJob(BackgroundJob):
+    """What the two simulation jobs share: the request checked up front, a page's cache fed, the snapshot,
+    and the server's time limit: past ``limit_s`` seconds the job ends as Stop ends it (after the
+    simulation in flight, the ones done kept) and says why.
+    """
+
+    def __init__(
+        self,
+        thread_name: str,
+        request: ScaleRequest,
+        known: Mapping[RunSpec, RunResult] | None,
+        on_result: Callable[[RunResult], None] | None,
+        info: ModelInfo | None,
+        limit_s: float | None,
+    ) -> None:
+        self.info = request.check(info)
+        self.request = request
+        self._known = known
+        self._on_result_outer = on_result
+        self._table: ScaleTable | None = None
+        self._search: GpuSearch | None = None
+        self.limit_s = limit_s
+        super().__init__(thread_name)
+
+    def _over_limit(self) -> bool:
+        return self.limit_s is not None and time.monotonic() - self._started >= self.limit_s
+
+    def _should_stop(self) -> bool:
+        """Asked between simulations: Stop pressed, or the time limit passed."""
+        return self._stop.is_set() or self._over_limit()
+
+    def _say_if_timed_out(self) -> None:
+        if self._over_limit() and not self._stop.is_set() and not self._error:
+            seconds = f"{self.limit_s:g}"
+            self._fail(
+                RunStoppedError(
+                    f"The simulations were stopped after {seconds} s, this server's limit per run; the settings "
+                    "simulated by then are kept. Simulate fewer settings or a shorter sequence.",
+                    key="simulation.time_limit",
+                    seconds=seconds,
+                )
+            )
+
+    def state(self) -> ScaleJobState:
+        with self._lock:
+            failure = self._failure if isinstance(self._failure, CkptlabError) else None
+            return ScaleJobState(
+                not self._finished,
+                self._message,
+                self._fraction,
+                list(self._results),
+                self._table,
+                self._error,
+                self._stop.is_set(),
+                self._search,
+                failure,
+            )
+
+    def _collect(self, result: RunResult) -> None:
+        super()._collect(result)
+        if self._on_result_outer is not None:
+            self._on_result_outer(result)
+
+
+class ScaleJob(_SimulationJob):
     """:func:`scale_table` on a background thread: a click on a page reruns its script and would
     interrupt a simulation made inside it; a job is polled instead, and ``stop()`` keeps the results.
 
@@ -44,6 +109,7 @@ class ScaleJob(BackgroundJob):
         request: what to simulate; checked in the constructor, so bad input never reaches the thread.
         known, on_result: as in :func:`scale_table` (a page passes its cache of results).
         info: the model's description if the caller has it.
+        limit_s: seconds after which the job stops as Stop does (a shared server's limit per run), or None.
 
     Raises:
         SpecError, ModelLoadError: bad input.
@@ -56,30 +122,9 @@ class ScaleJob(BackgroundJob):
         known: Mapping[RunSpec, RunResult] | None = None,
         on_result: Callable[[RunResult], None] | None = None,
         info: ModelInfo | None = None,
+        limit_s: float | None = None,
     ) -> None:
-        self.info = request.check(info)
-        self.request = request
-        self._known = known
-        self._on_result_outer = on_result
-        self._table: ScaleTable | None = None
-        super().__init__("ckptlab-scale")
-
-    def state(self) -> ScaleJobState:
-        with self._lock:
-            return ScaleJobState(
-                not self._finished,
-                self._message,
-                self._fraction,
-                list(self._results),
-                self._table,
-                self._error,
-                self._stop.is_set(),
-            )
-
-    def _collect(self, result: RunResult) -> None:
-        super()._collect(result)
-        if self._on_result_outer is not None:
-            self._on_result_outer(result)
+        super().__init__("ckptlab-scale", request, known, on_result, info, limit_s)
 
     def _run(self) -> None:
         request = self.request
@@ -87,35 +132,33 @@ class ScaleJob(BackgroundJob):
         try:
             table = scale_table(
                 request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
-                progress=self._progress, cancel=self._stop, known=self._known, on_result=self._collect, info=self.info,
+                progress=self._progress, cancel=self._should_stop, known=self._known, on_result=self._collect, info=self.info,
                 optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
                 world_size=request.world_size,
             )  # fmt: skip
-        except CkptlabError as error:
-            table = self._partial(str(error))
-        except Exception as error:  # a bug, not bad input: keep what was simulated, say it briefly
-            table = self._partial(f"{type(error).__name__}: {error}")
+        except Exception as error:  # bad input or a bug: keep what was simulated, and say why it ended
+            self._fail(error)
+            table = self._partial()
+        self._say_if_timed_out()
         with self._lock:
             self._table = table
             self._finished = True
 
-    def _partial(self, error: str) -> ScaleTable | None:
-        with self._lock:
-            self._error = error
+    def _partial(self) -> ScaleTable | None:
         results = self._results_so_far()
         if not results:
             return None
         return ScaleTable(self.request, self.info.num_layers, results, True, time.monotonic() - self._started)
 
 
-class SearchJob(BackgroundJob):
+class SearchJob(_SimulationJob):
     """:func:`cheapest_that_fits` on a background thread, polled like a :class:`ScaleJob`; ``stop()`` ends the search.
 
     Args:
         request: the shape and the settings to search (its world_size is not used); checked in the constructor.
         budget_bytes: one GPU's memory.
         counts: the GPU counts to consider.
-        known, on_result, info: as in :class:`ScaleJob`.
+        known, on_result, info, limit_s: as in :class:`ScaleJob`.
 
     Raises:
         SpecError, ModelLoadError: bad input.
@@ -130,52 +173,26 @@ class SearchJob(BackgroundJob):
         known: Mapping[RunSpec, RunResult] | None = None,
         on_result: Callable[[RunResult], None] | None = None,
         info: ModelInfo | None = None,
+        limit_s: float | None = None,
     ) -> None:
-        self.info = request.check(info)
+        super().__init__("ckptlab-gpu-search", request, known, on_result, info, limit_s)
         for count in counts:  # LoRA past one GPU, say, is refused here and not on the thread
             request.spec(request.settings[0], count).validate()
-        self.request, self.budget_bytes, self.counts = request, budget_bytes, counts
-        self._known = known
-        self._on_result_outer = on_result
-        self._search: GpuSearch | None = None
-        super().__init__("ckptlab-gpu-search")
-
-    def state(self) -> ScaleJobState:
-        with self._lock:
-            return ScaleJobState(
-                not self._finished,
-                self._message,
-                self._fraction,
-                list(self._results),
-                None,
-                self._error,
-                self._stop.is_set(),
-                self._search,
-            )
-
-    def _collect(self, result: RunResult) -> None:
-        super()._collect(result)
-        if self._on_result_outer is not None:
-            self._on_result_outer(result)
+        self.budget_bytes, self.counts = budget_bytes, counts
 
     def _run(self) -> None:
         search = None
         try:
             search = cheapest_that_fits(
                 self.request, self.budget_bytes, counts=self.counts, known=self._known, on_result=self._collect,
-                progress=self._progress, cancel=self._stop, info=self.info,
+                progress=self._progress, cancel=self._should_stop, info=self.info,
             )  # fmt: skip
-        except CkptlabError as error:
-            self._fail(str(error))
-        except Exception as error:  # a bug, not bad input: say it briefly
-            self._fail(f"{type(error).__name__}: {error}")
+        except Exception as error:  # bad input or a bug: say why it ended
+            self._fail(error)
+        self._say_if_timed_out()
         with self._lock:
             self._search = search
             self._finished = True
-
-    def _fail(self, error: str) -> None:
-        with self._lock:
-            self._error = error
 
 
 _REMEMBER_LOCK = threading.Lock()  # jobs of several sessions may share one cache

@@ -157,3 +157,50 @@ def test_remember_keeps_the_newest(table):
     for run in result.results:
         remember(cache, run, limit=2)
     assert list(cache.values()) == result.results[-2:]
+
+
+@pytest.mark.parametrize("raised", ["keyed", "bug"])
+def test_a_failed_job_keeps_what_it_simulated_and_the_error_a_page_translates(monkeypatch, raised):
+    from ckptlab.errors import RunStoppedError
+    from ckptlab.explore import scale
+
+    real = scale.simulate
+    calls = {"n": 0}
+
+    def second_fails(spec, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            if raised == "keyed":
+                raise RunStoppedError("stopped for the test", key="run.stopped")
+            raise ZeroDivisionError("a bug")
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(scale, "simulate", second_fails)
+    job = ScaleJob(ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS)).start()
+    job.join()
+    state = job.state()
+    assert not state.running and state.table.cancelled and len(state.table.results) == 1
+    if raised == "keyed":
+        assert state.error == "stopped for the test" and state.failure.key == "run.stopped"
+    else:
+        assert state.error == "ZeroDivisionError: a bug" and state.failure is None
+
+
+def test_a_job_past_the_servers_time_limit_stops_between_simulations_and_says_so(monkeypatch):
+    from ckptlab.explore import scale
+
+    real = scale.simulate
+    jobs: list[ScaleJob] = []
+
+    def first_uses_up_the_time(spec, **kwargs):
+        result = real(spec, **kwargs)
+        jobs[0].limit_s = 0.0  # as if this simulation had taken the whole limit (no wall clock in a test)
+        return result
+
+    monkeypatch.setattr(scale, "simulate", first_uses_up_the_time)
+    jobs.append(ScaleJob(ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS), limit_s=3600))
+    jobs[0].start().join()
+    state = jobs[0].state()
+    assert len(state.table.results) == 1 and state.table.cancelled  # the one in flight finished, no other started
+    assert state.failure.key == "simulation.time_limit" and "this server's limit" in state.error
+    assert not state.stop_requested

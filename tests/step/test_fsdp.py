@@ -65,10 +65,13 @@ def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, m
         for stage in ("breakdown_baseline", "breakdown_after_forward", "breakdown_at_peak"):
             sim_parts, real_parts = getattr(sim, stage), getattr(real, stage)
             big = {key for key, value in real_parts.items() if value > 0.01 * real.peak_bytes}
-            if stage == "breakdown_at_peak":
-                # Not compared by category: on a gloo rank the split of the peak between temp and activation
-                # differs between identical runs (tiny-llama: temp 15.5 or 21.4 MB, activation 4.33 or 4.92 MB,
-                # 2026-12-01); the total peak above stays within 3%. Cause not yet found: see the note.
+            if stage == "breakdown_at_peak" and real.peak_where != sim.peak_where:
+                # gloo's worker thread can hold a finished collective's buffers a little after FSDP2 drops them;
+                # the buffer then overlaps the next allocations and the peak moves to another moment (seen in 1
+                # of 3 launches here: tiny-llama 147,970,284 B in the backward of L2 instead of 146,135,276 B in
+                # L3's rerun, with 5.9 MB more temp). A late release only adds memory, so such a peak is higher
+                # than the simulated one (the schedule without delays), and its split belongs to another moment.
+                assert real.peak_bytes >= sim.peak_bytes, (rank.rank, real.peak_where, sim.peak_where)
                 continue
             for key in big:
                 assert sim_parts.get(key, 0) == pytest.approx(real_parts[key], rel=0.03), (rank.rank, stage, key)
