@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from ckptlab import RunResult, TimingResult, compare
+from ckptlab.results import Region
 
 
 def _with_steps(result: RunResult, samples: list[float]) -> RunResult:
@@ -39,6 +40,20 @@ def test_json_round_trip(measured):
     assert RunResult.from_dict(result.to_dict()) == result
     data = result.to_dict()
     assert data["plan_matches"] is True and data["provenance"]["label"].startswith("measured on the CPU")
+
+
+def test_the_peaks_region_is_typed_and_its_json_keeps_the_dicts_keys(measured):
+    where = measured(every_n_layers=2).memory.peak_where
+    assert isinstance(where, Region) and where.phase in {"forward", "loss", "backward", "optimizer"}
+    assert list(where.to_dict()) == ["kind", "phase", "layer", "rerun", "description"]
+    assert Region.from_dict(where.to_dict()) == where
+    assert where["description"] == where.description  # code written for the dict it replaced still reads it
+    with pytest.raises(KeyError):
+        where["peak_bytes"]
+    # A result saved before the kind existed still loads; an unknown kind is "".
+    assert (
+        Region.from_dict({"phase": "backward", "layer": 2, "rerun": True, "description": "backward of L3"}).kind == ""
+    )
 
 
 # -- the verdict on time, and a machine too busy to time (constructed timings: no clock, no load) ----------

@@ -128,7 +128,8 @@ class TimingResult:
 class Region:
     """A stretch of the step between two probe events; a result's peak says in which one it was reached.
 
-    Its JSON (:meth:`to_dict`) has the keys kind, phase, layer, rerun and description.
+    Its JSON (:meth:`to_dict`) has the keys kind, phase, layer, rerun and description. It replaced a
+    plain dict: ``region["description"]`` still reads a field, so code written for the dict keeps running.
     """
 
     kind: str  # the probe event that starts the stretch (ckptlab.step.probe.EVENTS); "" when unknown
@@ -145,6 +146,12 @@ class Region:
             "rerun": self.rerun,
             "description": self.description,
         }
+
+    def __getitem__(self, name: str) -> Any:
+        """A field by its JSON key, as the dict this type replaced gave it (``KeyError`` for any other key)."""
+        if name not in self.to_dict():
+            raise KeyError(name)
+        return getattr(self, name)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Region:
