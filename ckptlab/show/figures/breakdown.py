@@ -25,6 +25,12 @@ PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "acti
 FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
 
 
+def bar_unit(top_bytes: float) -> tuple[int, str]:
+    """The unit to draw bars up to ``top_bytes`` in: GiB for real shapes (tens of GiB), MiB for tiny presets
+    (a few MiB, which GiB would draw as 0.0)."""
+    return (GIB, "GiB") if top_bytes >= GIB else (MIB, "MiB")
+
+
 def part_bytes(breakdown: Mapping[str, int], part: str) -> int:
     """Bytes of one drawn segment: a category of :data:`PARTS` with what :data:`FOLDED` puts into it, or "other"."""
     if part == "other":
@@ -48,7 +54,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     runs = [run for _, run, _ in drawn]
     peaks = [memory.breakdown_at_peak for _, _, memory in drawn]
     totals = [sum(peak.values()) for peak in peaks]
-    scale, unit = (GIB, "GiB") if max(totals, default=0) >= GIB else (MIB, "MiB")
+    scale, unit = bar_unit(max(totals, default=0))
     provenance = " / ".join(dict.fromkeys(provenance_label(run.provenance, lang) for run in runs))
     ticks = [
         t(
@@ -137,7 +143,7 @@ def sharding_figure(
     """
     labels = [label for label, _ in bars]
     top = max((value for _, parts in bars for value in parts.values()), default=0)
-    scale, unit = (GIB, "GiB") if top >= GIB else (MIB, "MiB")
+    scale, unit = bar_unit(top)
     figure = go.Figure()
     for part in SHARDING_PARTS:
         name = t(f"category.{part}", lang)

@@ -1,8 +1,9 @@
 """Measured runs side by side, as bars: a run beside checkpointing off, several settings, offload's share.
 
 The memory bars are bytes above the baseline (what the step added to the parameters); the
-time bars are medians, their whiskers the fastest and slowest of the repeats. A step time
-within the noise of checkpointing off's is grey and says so (:func:`ckptlab.results.judge_time`).
+time bars are medians, their whiskers the fastest and slowest of the repeats. Among several
+settings, a step time within the noise of checkpointing off's is grey and says so
+(:func:`ckptlab.results.judge_time`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
         (setting_label(result.spec.every_n_layers, result.spec.offload, lang), result.memory, result.timing, RUN_COLOR)
     ]
     if result.spec.every_n_layers is None:
-        series = [(t("setting.off", lang), result.memory, result.timing, OFF_COLOR)]
+        series = [(setting_label(None, False, lang), result.memory, result.timing, OFF_COLOR)]
     elif baseline is not None and baseline.memory is not None and baseline.timing is not None:
-        series.append((t("setting.off", lang), baseline.memory, baseline.timing, OFF_COLOR))
+        series.append((setting_label(None, False, lang), baseline.memory, baseline.timing, OFF_COLOR))
 
     figure = make_subplots(rows=1, cols=2, subplot_titles=(t("fig.memory_panel", lang), t("fig.time_panel", lang)))
     memory_labels = [t("fig.after_forward", lang), t("fig.peak_of_step", lang)]

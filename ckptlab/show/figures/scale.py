@@ -21,7 +21,7 @@ from ...units import GIB, MIB
 from ..i18n import t
 from ..labels import provenance_label
 from ._style import BUDGET_COLOR, CATEGORY_COLORS, FIT_COLORS, FONT, GRID, HOST_PATTERN
-from .breakdown import FOLDED, PARTS, part_bytes
+from .breakdown import FOLDED, PARTS, bar_unit, part_bytes
 
 OFF_SCALE = 4  # a budget more than this many times the tallest bar is named, not drawn (the bars would vanish)
 
@@ -50,7 +50,7 @@ def scale_peak_figure(
     hosts = [memory_of(result).host_offload_bytes for result in results]
     tallest = max(peaks + hosts, default=0)
     draw_budget = budget_bytes is not None and budget_bytes <= OFF_SCALE * max(tallest, 1)
-    scale, unit = _unit(max(tallest, budget_bytes if draw_budget and budget_bytes is not None else 0))
+    scale, unit = bar_unit(max(tallest, budget_bytes if draw_budget and budget_bytes is not None else 0))
     ticks = _ticks(table, results, selected, lang)
     offsets, widths = _device_slots(results)
     slots = list(range(len(results)))
@@ -139,7 +139,7 @@ def resident_figure(table: ScaleTable, selected: Setting | None = None, lang: st
     results = _with_memory(table)
     resident = [memory_of(result).after_forward_bytes for result in results]
     hosts = [memory_of(result).host_offload_bytes for result in results]
-    scale, unit = _unit(max(resident + hosts, default=0))
+    scale, unit = bar_unit(max(resident + hosts, default=0))
     ticks = _ticks(table, results, selected, lang)
     offsets, widths = _device_slots(results)
     slots = list(range(len(results)))
@@ -197,11 +197,6 @@ def _provenance(results: list[RunResult], lang: str) -> str:
 def _word(part: str, lang: str) -> str:
     """A drawn segment's name ("parameters and buffers": the buffers are folded in)."""
     return t(f"scale_figures.{part}", lang)
-
-
-def _unit(top_bytes: float) -> tuple[int, str]:
-    # Real shapes are tens of GiB; tiny presets a few MiB, which GiB would draw as 0.0.
-    return (GIB, "GiB") if top_bytes >= GIB else (MIB, "MiB")
 
 
 def _gib_text(num_bytes: int) -> str:
