@@ -24,10 +24,11 @@ from ckptlab.lab.query import BATCH_MAX, LORA_RANK_MAX, gpus_from_query, spec_fr
 from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.scalejob import ScaleJob, SearchJob, remember
 from ckptlab.results import RunResult
-from ckptlab.show import figures, i18n
-from ckptlab.show.breakdown_figures import training_label
+from ckptlab.show import i18n
 from ckptlab.show.experts_words import experts_caption
-from ckptlab.show.scale_figures import peak_figure, resident_figure
+from ckptlab.show.figures.diagram import diagram_figure
+from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
+from ckptlab.show.labels import training_label
 from ckptlab.show.wording import app_message
 from ckptlab.spec import OPTIMIZERS, RunSpec
 from ckptlab.units import GIB
@@ -40,7 +41,6 @@ lang = i18n.normalize(st.session_state.get("app_lang"))
 # Every word the page shows, in one place: ckptlab/locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 TEXT = i18n.section("at_scale", lang)
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
-FIGURE_WORDS = i18n.section("scale_figures", lang)
 tr = i18n.translator(lang)  # the training controls' words, shared with the lab page ("training.")
 
 SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
@@ -477,15 +477,15 @@ try:
     gpus = table.request.world_size
     st.subheader(TEXT["peak_header"] if gpus == 1 else TEXT["peak_header_gpus"].format(gpus=gpus), anchor=False)
     st.plotly_chart(
-        peak_figure(table, budget, budget_label, selected=selected, words=FIGURE_WORDS), key="at_scale_peak", theme=None
+        scale_peak_figure(table, budget, budget_label, selected=selected, lang=lang), key="at_scale_peak", theme=None
     )
     st.subheader(TEXT["resident_header"], anchor=False)
-    st.plotly_chart(resident_figure(table, selected=selected, words=FIGURE_WORDS), key="at_scale_resident", theme=None)
+    st.plotly_chart(resident_figure(table, selected=selected, lang=lang), key="at_scale_resident", theme=None)
     st.caption(TEXT["resident_caption"])
 
     st.subheader(TEXT["diagram_header"], anchor=False)
     st.selectbox(TEXT["show"], keys, key="at_scale_show")
-    st.plotly_chart(figures.diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
+    st.plotly_chart(diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
 
     st.subheader(TEXT["table_header"], anchor=False)
     rows = scalepage.rows(table, budget, budget_label, TEXT, lang)

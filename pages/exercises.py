@@ -16,7 +16,9 @@ from ckptlab.lab.run import baseline_spec
 from ckptlab.model.plan import planned_roles
 from ckptlab.results import RunResult
 from ckptlab.show import i18n
-from ckptlab.show.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
+from ckptlab.show.figures.diagram import roles_diagram_figure
+from ckptlab.show.figures.prediction import guess_figure
+from ckptlab.show.figures.run import runs_tradeoff_figure
 from ckptlab.spec import RunSpec
 from pages._deep_link import run_through_app
 from pages._learn_runs import measured
@@ -93,7 +95,7 @@ st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
 st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
 if exercise.kind == "percent":
     st.plotly_chart(
-        diagram_figure(
+        roles_diagram_figure(
             planned_roles(layer_count(exercise.spec.model), exercise.spec.every_n_layers), lang=lang, height=220
         ),
         key="exercise_plan",
@@ -142,11 +144,11 @@ if locked:
     left, right = st.columns([3, 2])
     if exercise.kind == "percent":
         left.plotly_chart(
-            prediction_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None
+            guess_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None
         )
     else:
         left.plotly_chart(
-            tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang),
+            runs_tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang),
             key="exercise_result_chart",
             theme=None,
         )

@@ -35,13 +35,15 @@ from ckptlab.lab.run import (
 )
 from ckptlab.model import snippets
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
-from ckptlab.show import figures, i18n
-from ckptlab.show.breakdown_figures import breakdown_figure, training_label
+from ckptlab.show import i18n
 from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.show.figures.breakdown import breakdown_figure
+from ckptlab.show.figures.diagram import diagram_figure, plan_figure
+from ckptlab.show.figures.run import comparison_figure
+from ckptlab.show.labels import event_label, method_label, provenance_label, setting_label, training_label
 from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.report import setting_name
-from ckptlab.show.timeline_figures import event_label, method_label, provenance_label, setting_label
 from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
 from ckptlab.step.measure import resolve_device
@@ -290,16 +292,16 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
     when = (
         tr("lab.reused_at", clock=_clock(lab.run)) if lab.run.reused else tr("lab.measured_at", clock=_clock(lab.run))
     )
-    st.caption(f"{provenance_label(result, lang)} · {when}")
+    st.caption(f"{provenance_label(result.provenance, lang)} · {when}")
     busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
     if busy:
         st.warning(busy)
     if result.status != "ok":
         st.error(result.message)
-        st.plotly_chart(figures.diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+        st.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
         return
     diagram, where = st.columns([3, 2])
-    diagram.plotly_chart(figures.diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+    diagram.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
     bars = [(setting_label(result.spec.every_n_layers, result.spec.offload, lang), result)]
     if base is not None and base is not result and base.status == "ok":
         bars.insert(0, (tr("setting.off"), base))
@@ -311,8 +313,8 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
     with numbers:
         _render_metrics(lab)
     with chart:
-        st.plotly_chart(figures.comparison_figure(result, base, lang=lang), key="lab_comparison", theme=None)
-        st.caption(tr("lab.comparison_caption", provenance=provenance_label(result, lang)))
+        st.plotly_chart(comparison_figure(result, base, lang=lang), key="lab_comparison", theme=None)
+        st.caption(tr("lab.comparison_caption", provenance=provenance_label(result.provenance, lang)))
 
     if spec.offload or result.spec.offload:
         memory = result.memory
@@ -448,7 +450,7 @@ def _render_metrics(lab: LabRun) -> None:
     st.caption(
         tr(
             "lab.medians",
-            provenance=provenance_label(result, lang),
+            provenance=provenance_label(result.provenance, lang),
             steps=len(timing.step_samples),
             warmup=result.spec.warmup,
         )
@@ -682,9 +684,7 @@ if spec.offload and on_cpu and not problem and (lab is None or lab.result.spec !
 try:
     if lab is None:
         if not problem:
-            st.plotly_chart(
-                figures.plan_figure(info.num_layers, spec.every_n_layers, lang=lang), key="lab_plan", theme=None
-            )
+            st.plotly_chart(plan_figure(info.num_layers, spec.every_n_layers, lang=lang), key="lab_plan", theme=None)
     else:
         _render_result(lab, spec)
     _render_code(spec)

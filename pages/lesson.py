@@ -18,17 +18,11 @@ from ckptlab.lab import learn as learnrun
 from ckptlab.lab.run import baseline_spec
 from ckptlab.results import RunResult
 from ckptlab.show import i18n
-from ckptlab.show.breakdown_figures import breakdown_figure, sharding_figure
-from ckptlab.show.timeline_figures import (
-    diagram_figure,
-    event_label,
-    focus_of,
-    offload_figure,
-    peak_cause,
-    step_figure,
-    timeline_figure,
-    tradeoff_figure,
-)
+from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
+from ckptlab.show.figures.diagram import focus_of, roles_diagram_figure
+from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
+from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
+from ckptlab.show.labels import event_label
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
 from pages._deep_link import run_through_app
@@ -109,7 +103,7 @@ elif part == "trade":
     off, one = runs[at(None)], runs[at(1)]
     text, figure = st.columns([2, 3])
     text.markdown(tr("lesson.trade.body"))
-    figure.plotly_chart(tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
+    figure.plotly_chart(runs_tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
     comparison = ckptlab.compare(one, off)
     # A step time inside the repeats' spread is noise on a shared CPU: the caption says so rather than quote it bare.
     caption = "lesson.trade.caption" if comparison.step_significant else "lesson.trade.caption_noise"
@@ -117,7 +111,7 @@ elif part == "trade":
         tr(caption, resident=f"{comparison.after_forward_ratio * 100:.0f}", step=f"{comparison.step_ratio * 100:.0f}")
     )
     figure.plotly_chart(
-        diagram_figure(
+        roles_diagram_figure(
             [layer.enabled for layer in one.layers], lang=lang, reruns=[layer.recompute_calls for layer in one.layers]
         ),
         key="lesson_trade_diagram",
@@ -130,14 +124,14 @@ elif part == "every_n":
     text.markdown(tr("lesson.every_n.body"))
     two = runs[at(2)]
     figure.plotly_chart(
-        diagram_figure(
+        roles_diagram_figure(
             [layer.enabled for layer in two.layers], lang=lang, reruns=[layer.recompute_calls for layer in two.layers]
         ),
         key="lesson_every_n_diagram",
         theme=None,
     )
     figure.plotly_chart(
-        tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None
+        runs_tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None
     )
     figure.caption(tr("lesson.every_n.caption"))
 
@@ -287,7 +281,7 @@ else:  # the step-through
             timeline_figure(run, lang=lang, cursor=index, height=420), key="lesson_step_timeline", theme=None
         )
         st.plotly_chart(
-            diagram_figure(
+            roles_diagram_figure(
                 [layer.enabled for layer in run.layers],
                 lang=lang,
                 focus=focus_of(points[index]),

@@ -13,15 +13,9 @@ import ckptlab
 from ckptlab.lab import learn as learnrun
 from ckptlab.lab.run import baseline_spec
 from ckptlab.show import i18n
-from ckptlab.show.timeline_figures import (
-    diagram_figure,
-    event_label,
-    focus_of,
-    method_label,
-    peak_cause,
-    run_label,
-    timeline_figure,
-)
+from ckptlab.show.figures.diagram import focus_of, roles_diagram_figure
+from ckptlab.show.figures.timeline import peak_cause, timeline_figure
+from ckptlab.show.labels import event_label, method_label, run_label
 from ckptlab.spec import RunSpec
 from ckptlab.step import timeline as tl
 from ckptlab.units import MIB
@@ -84,7 +78,7 @@ now_mib = (point["current_bytes"] - run.memory.baseline_bytes) / MIB
 high_mib = (point["region_peak_bytes"] - run.memory.baseline_bytes) / MIB
 st.markdown(tr("timeline.at_event", event=event_label(point, lang), now=f"{now_mib:,.1f}", high=f"{high_mib:,.1f}"))
 st.plotly_chart(
-    diagram_figure(
+    roles_diagram_figure(
         [layer.enabled for layer in run.layers],
         lang=lang,
         focus=focus_of(point),

@@ -18,10 +18,10 @@ from ckptlab.lab.query import LORA_RANK_MAX
 from ckptlab.lab.run import build_for_key, lora_target_choices, model_key
 from ckptlab.lab.sweepjob import SweepJob
 from ckptlab.show import i18n
-from ckptlab.show.breakdown_figures import training_label
+from ckptlab.show.figures.prediction import sweep_prediction_figure
+from ckptlab.show.figures.tradeoff import peak_sentence, seq_len_figure, sweep_peak_figure, sweep_tradeoff_figure
+from ckptlab.show.labels import provenance_label, training_label
 from ckptlab.show.noise import sweep_busy_message, sweep_table
-from ckptlab.show.timeline_figures import provenance_label
-from ckptlab.show.tradeoff_figures import peak_figure, peak_sentence, prediction_figure, seq_len_figure, tradeoff_figure
 from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, OPTIMIZERS, RunSpec
 from ckptlab.step.measure import resolve_device
@@ -203,7 +203,8 @@ if result is None:
 # -- the result ---------------------------------------------------------------------------
 
 provenance = next(
-    (provenance_label(row.result, lang) for row in result.rows if row.result is not None), tr("tradeoffs.measured")
+    (provenance_label(row.result.provenance, lang) for row in result.rows if row.result is not None),
+    tr("tradeoffs.measured"),
 )
 st.caption(
     tr(
@@ -248,7 +249,7 @@ else:
 recommendation = recommend(result.rows, budget, seq_len=seq_len)
 
 st.subheader(tr("tradeoffs.h_tradeoff"), anchor=False)
-st.plotly_chart(tradeoff_figure(result, seq_len, recommendation, lang=lang), key="tradeoffs_pareto", theme=None)
+st.plotly_chart(sweep_tradeoff_figure(result, seq_len, recommendation, lang=lang), key="tradeoffs_pareto", theme=None)
 
 st.subheader(tr("tradeoffs.h_recommendation"), anchor=False)
 if recommendation.row is not None:
@@ -278,7 +279,7 @@ else:
 
 st.subheader(tr("tradeoffs.h_predicted"), anchor=False)
 checks = check_predictions(result)
-st.plotly_chart(prediction_figure(result, checks, seq_len, lang=lang), key="tradeoffs_predicted", theme=None)
+st.plotly_chart(sweep_prediction_figure(result, checks, seq_len, lang=lang), key="tradeoffs_predicted", theme=None)
 st.caption(tr("tradeoffs.predicted_caption"))
 
 st.subheader(tr("tradeoffs.h_seq"), anchor=False)
@@ -286,7 +287,7 @@ st.plotly_chart(seq_len_figure(result, lang=lang), key="tradeoffs_seq_len", them
 st.caption(tr("tradeoffs.seq_caption"))
 
 st.subheader(tr("tradeoffs.h_peak"), anchor=False)
-st.plotly_chart(peak_figure(result, seq_len, lang=lang), key="tradeoffs_peak", theme=None)
+st.plotly_chart(sweep_peak_figure(result, seq_len, lang=lang), key="tradeoffs_peak", theme=None)
 off = result.off_row(seq_len)
 for row in result.rows_at(seq_len):
     st.markdown(f"- {peak_sentence(row, off, lang)}")

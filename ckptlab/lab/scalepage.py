@@ -14,8 +14,8 @@ from ..explore.gpu_search import GpuSearch
 from ..explore.scale import ScaleRequest, ScaleTable, Setting, fits, least_recompute_that_fits
 from ..model.catalog import ModelInfo
 from ..results import RunResult, memory_of
-from ..show.scale_figures import part_bytes
-from ..show.timeline_figures import event_label, provenance_label
+from ..show.figures.breakdown import part_bytes
+from ..show.labels import event_label, provenance_label
 from ..units import GIB
 
 THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
@@ -53,7 +53,7 @@ def summary(table: ScaleTable, words: Mapping[str, str], lang: str) -> str:
     line = (
         words["summary"]
         .format(
-            provenance=provenance_label(table.results[0], lang) if table.results else words["simulated"],
+            provenance=provenance_label(table.results[0].provenance, lang) if table.results else words["simulated"],
             model=table.request.model,
             layers=table.num_layers,
             count=len(table.results),
