@@ -13,8 +13,9 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import labpage
+from ckptlab.lab import run as labrun
 from ckptlab.lab.query import spec_from_query
-from ckptlab.lab.run import LabRun, Loader, check_gradients_queued, phase_significant, run_queued
+from ckptlab.lab.run import LabRun, Loader, check_gradients_queued, phase_significant
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model import snippets
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
@@ -83,7 +84,7 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
             )
 
         try:
-            lab = run_queued(
+            lab = labrun.run_queued(  # looked up on each Run: tests replace it
                 spec,
                 load=load,
                 progress=progress,
