@@ -41,7 +41,6 @@ WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_se
            "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets")  # fmt: skip
 state = st.session_state
 
-
 if any(key not in state for key in WIDGETS):
     # First run of this session, or back from another page (Streamlit drops widget state then).
     state.at_scale_warnings = load_widgets(policy, lang, TEXT)
