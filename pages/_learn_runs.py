@@ -1,4 +1,4 @@
-"""The Learn pages' one way to get their real runs: measure what the session lacks, with progress.
+"""The Learn pages' one way to get their runs: measure what the session lacks (the sharding idea: simulate), with progress.
 
 Not a page (app.py's navigation lists the pages); the Timeline, Lesson and Exercises pages
 import it as ``pages._learn_runs``. It shows a status box while it measures, so it lives
@@ -14,9 +14,9 @@ import streamlit as st
 import ckptlab
 from ckptlab.lab import learn as learnrun
 from ckptlab.results import RunResult
-from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
+from pages._common import language
 from pages._server import server_policy, session_owner
 
 
@@ -52,7 +52,26 @@ def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunR
             )
         except ckptlab.CkptlabError as error:
             status.update(label=tr("run.failed"), state="error", expanded=True)
-            st.code(app_message(error, i18n.normalize(st.session_state.get("app_lang"))), language=None)
+            st.code(app_message(error, language()[0]), language=None)
             return None
         status.update(label=tr("run.measured", count=len(missing)), state="complete")
     return cache
+
+
+def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea:
+    """The lesson's sharding idea, simulated once per session with a status box (kept in ``lesson_shard``).
+
+    Stops the page with the error shown when the simulation cannot run.
+    """
+    state = st.session_state
+    if "lesson_shard" not in state:
+        with st.status(tr("lesson.shard.simulating"), expanded=False) as status:
+            bar = st.progress(0.0)
+            try:
+                state.lesson_shard = learnrun.sharding_idea(progress=lambda m, f: bar.progress(min(max(f, 0.0), 1.0)))
+            except ckptlab.CkptlabError as error:
+                status.update(label=tr("run.failed"), state="error", expanded=True)
+                st.code(str(error), language=None)
+                st.stop()
+            status.update(label=tr("lesson.shard.simulated"), state="complete")
+    return state.lesson_shard

@@ -9,37 +9,24 @@ from __future__ import annotations
 
 import streamlit as st
 
-import ckptlab
-from ckptlab.lab import exercises
-from ckptlab.lab.exercises import EXERCISES, Exercise
-from ckptlab.lab.run import reference_spec
+from ckptlab.lab import exercises, learnpage
+from ckptlab.lab.exercises import EXERCISES
 from ckptlab.model.plan import planned_roles
 from ckptlab.results import RunResult
-from ckptlab.show import i18n
-from ckptlab.show.timeline_figures import diagram_figure, prediction_figure, tradeoff_figure
+from ckptlab.show.figures.diagram import roles_diagram_figure
+from ckptlab.show.figures.prediction import guess_figure
+from ckptlab.show.figures.run import runs_tradeoff_figure
+from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
+from pages._common import language, preset_infos
 from pages._deep_link import run_through_app
 from pages._learn_runs import measured
 
 run_through_app()
 
 state = st.session_state
-lang = i18n.normalize(state.get("app_lang"))
-tr = i18n.translator(lang)
+lang, tr = language()
 IDS = [exercise.id for exercise in EXERCISES]
-
-
-@st.cache_resource(show_spinner=False)
-def layer_count(model: str) -> int:
-    """Layers of a preset, described once per process (no weights built)."""
-    return ckptlab.describe(model).num_layers
-
-
-def runs_for(exercise: Exercise, results: dict[RunSpec, RunResult]) -> dict[int | None, RunResult]:
-    """The exercise's runs by every_n_layers (None: checkpointing off)."""
-    runs: dict[int | None, RunResult] = {spec.every_n_layers: results[spec] for spec in exercise.specs()}
-    runs[None] = results[reference_spec(exercise.specs()[0])]
-    return runs
 
 
 def go_next() -> None:
@@ -58,12 +45,7 @@ st.markdown(tr("exercises.intro"))
 
 # The score is recomputed from the locked-in predictions and the measured runs, in the current language.
 results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
-outcomes = {}
-for exercise in EXERCISES:
-    if exercise.id in state.exercise_answers and all(spec in results_now for spec in exercise.specs()):
-        outcomes[exercise.id] = exercises.evaluate(
-            exercise, state.exercise_answers[exercise.id], runs_for(exercise, results_now), lang
-        )
+outcomes = learnpage.outcomes(EXERCISES, state.exercise_answers, results_now, lang)
 scored, possible = exercises.total_points(outcomes)
 with st.sidebar:
     st.header(tr("exercises.score_title"), anchor=False)
@@ -93,8 +75,10 @@ st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
 st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
 if exercise.kind == "percent":
     st.plotly_chart(
-        diagram_figure(
-            planned_roles(layer_count(exercise.spec.model), exercise.spec.every_n_layers), lang=lang, height=220
+        roles_diagram_figure(
+            planned_roles(preset_infos()[exercise.spec.model].num_layers, exercise.spec.every_n_layers),
+            lang=lang,
+            height=220,
         ),
         key="exercise_plan",
         theme=None,
@@ -132,21 +116,21 @@ if locked:
     results = measured(exercise.specs(), tr)
     if results is None:
         st.stop()
-    runs = runs_for(exercise, results)
+    runs = learnpage.exercise_runs(exercise, results)
     failed = [run for run in runs.values() if run.status != "ok"]
     if failed:
-        st.error(failed[0].message)
+        st.error(run_message(failed[0], lang))
         st.stop()
     outcome = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs, lang)
     st.subheader(tr("exercises.result_title"), anchor=False)
     left, right = st.columns([3, 2])
     if exercise.kind == "percent":
         left.plotly_chart(
-            prediction_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None
+            guess_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None
         )
     else:
         left.plotly_chart(
-            tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang),
+            runs_tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang),
             key="exercise_result_chart",
             theme=None,
         )

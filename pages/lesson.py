@@ -13,32 +13,24 @@ from dataclasses import replace
 import streamlit as st
 
 import ckptlab
-from ckptlab.lab import exercises
-from ckptlab.lab import learn as learnrun
+from ckptlab.lab import exercises, learnpage
 from ckptlab.lab.run import reference_spec
 from ckptlab.results import RunResult
-from ckptlab.show import i18n
-from ckptlab.show.breakdown_figures import breakdown_figure, sharding_figure
-from ckptlab.show.timeline_figures import (
-    diagram_figure,
-    event_label,
-    focus_of,
-    offload_figure,
-    peak_cause,
-    step_figure,
-    timeline_figure,
-    tradeoff_figure,
-)
+from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
+from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
+from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
+from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
+from pages._common import language
 from pages._deep_link import run_through_app
-from pages._learn_runs import measured
+from pages._learn_runs import measured, simulated_sharding
+from pages._lesson_step import draw_step_through
 
 run_through_app()
 
 state = st.session_state
-lang = i18n.normalize(state.get("app_lang"))
-tr = i18n.translator(lang)
+lang, tr = language()
 
 PARTS = ("activation", "trade", "every_n", "offload", "peak", "shrink", "shard", "step")
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
@@ -47,12 +39,10 @@ LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
 # full fine-tune and LoRA, at 512 tokens, where the activations weigh enough for the backward to hold the peak.
 FULL = replace(LONG, optimizer="adamw")
 LORA = replace(FULL, lora_rank=8)
-STEP_SETTINGS = (None, 1, 2, 3)
-PLAY_SECONDS = 0.8  # between two events while playing: slow enough to read on a projector
 
 
 def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
-    """``spec`` with every_n_layers ``n`` (None: checkpointing off, which run_queued measures as the reference)."""
+    """``spec`` with every_n_layers ``n`` (None: checkpointing off, which run_queued measures as the baseline)."""
     return reference_spec(spec) if n is None else replace(spec, every_n_layers=n)
 
 
@@ -64,20 +54,13 @@ def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:
         st.stop()
     for spec in specs:
         if results[spec].status != "ok":
-            st.error(results[spec].message)
+            st.error(run_message(results[spec], lang))
             st.stop()
     return results
 
 
 def go_next() -> None:
     state.lesson_part = PARTS[min(PARTS.index(state.lesson_part) + 1, len(PARTS) - 1)]
-
-
-def toggle_play() -> None:
-    playing = not state.get("lesson_playing", False)
-    if playing and state.get("lesson_step", 0) >= state.get("lesson_last", 0):
-        state.lesson_step = 0  # Play at the end starts over
-    state.lesson_playing = playing
 
 
 st.title(tr("lesson.page_title"), anchor=False)
@@ -99,9 +82,10 @@ if part == "activation":
     off = runs[at(None)]
     text, figure = st.columns([2, 3])
     text.markdown(tr("lesson.activation.body"))
-    loss = next(i for i, point in enumerate(off.memory.timeline) if point["kind"] == "loss")
-    figure.plotly_chart(step_figure(off, loss, lang=lang), key="lesson_activation_chart", theme=None)
-    saved = sum(layer.saved_bytes for layer in off.layers) / MIB
+    figure.plotly_chart(
+        step_figure(off, learnpage.loss_index(off), lang=lang), key="lesson_activation_chart", theme=None
+    )
+    saved = learnpage.saved_bytes(off) / MIB
     figure.caption(tr("lesson.activation.caption", mib=f"{saved:,.1f}", layers=len(off.layers)))
 
 elif part == "trade":
@@ -109,35 +93,23 @@ elif part == "trade":
     off, one = runs[at(None)], runs[at(1)]
     text, figure = st.columns([2, 3])
     text.markdown(tr("lesson.trade.body"))
-    figure.plotly_chart(tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
+    figure.plotly_chart(runs_tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
     comparison = ckptlab.compare(one, off)
     # A step time inside the repeats' spread is noise on a shared CPU: the caption says so rather than quote it bare.
     caption = "lesson.trade.caption" if comparison.step_significant else "lesson.trade.caption_noise"
     figure.caption(
         tr(caption, resident=f"{comparison.after_forward_ratio * 100:.0f}", step=f"{comparison.step_ratio * 100:.0f}")
     )
-    figure.plotly_chart(
-        diagram_figure(
-            [layer.enabled for layer in one.layers], lang=lang, reruns=[layer.recompute_calls for layer in one.layers]
-        ),
-        key="lesson_trade_diagram",
-        theme=None,
-    )
+    figure.plotly_chart(learnpage.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
 
 elif part == "every_n":
     runs = need(at(None), at(1), at(2), at(3))
     text, figure = st.columns([2, 3])
     text.markdown(tr("lesson.every_n.body"))
     two = runs[at(2)]
+    figure.plotly_chart(learnpage.run_diagram(two, lang), key="lesson_every_n_diagram", theme=None)
     figure.plotly_chart(
-        diagram_figure(
-            [layer.enabled for layer in two.layers], lang=lang, reruns=[layer.recompute_calls for layer in two.layers]
-        ),
-        key="lesson_every_n_diagram",
-        theme=None,
-    )
-    figure.plotly_chart(
-        tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None
+        runs_tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None
     )
     figure.caption(tr("lesson.every_n.caption"))
 
@@ -186,12 +158,7 @@ elif part == "shrink":
         (tr("lesson.shrink.bar_lora", rank=LORA.lora_rank, setting="n=1"), runs[at(1, LORA)]),
     ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=480), key="lesson_shrink_chart", theme=None)
-
-    def share(spec: RunSpec) -> str:
-        """Activations (and temporaries where CUDA cannot split them) as a share of the peak without checkpointing."""
-        parts = runs[at(None, spec)].memory.breakdown_at_peak
-        return f"{(parts.get('activation', 0) + parts.get('activation_and_temp', 0)) / sum(parts.values()) * 100:.0f}"
-
+    shares = [f"{learnpage.activation_share(runs[at(None, spec)]) * 100:.0f}" for spec in (FULL, LORA)]
     ratios = [ckptlab.compare(runs[at(1, spec)], runs[at(None, spec)]).peak_ratio for spec in (FULL, LORA)]
     figure.caption(
         tr(
@@ -199,30 +166,16 @@ elif part == "shrink":
             seq=FULL.seq_len,
             full=f"{ratios[0] * 100:.0f}",
             lora=f"{ratios[1] * 100:.0f}",
-            full_share=share(FULL),
-            lora_share=share(LORA),
+            full_share=shares[0],
+            lora_share=shares[1],
         )
     )
 
 elif part == "shard":  # simulated (it needs several GPUs), kept for the process: the next participant waits for nothing
-    if "lesson_shard" not in state:
-        with st.status(tr("lesson.shard.simulating"), expanded=False) as status:
-            bar = st.progress(0.0)
-            try:
-                state.lesson_shard = learnrun.sharding_idea(progress=lambda m, f: bar.progress(min(max(f, 0.0), 1.0)))
-            except ckptlab.CkptlabError as error:
-                status.update(label=tr("run.failed"), state="error", expanded=True)
-                st.code(str(error), language=None)
-                st.stop()
-            status.update(label=tr("lesson.shard.simulated"), state="complete")
-    idea = state.lesson_shard
+    idea = simulated_sharding(tr)
     text, figure = st.columns([2, 3])
     text.markdown(tr("lesson.shard.body"))
-    labels = [
-        tr("lesson.shard.bar_one" if b.spec.world_size == 1 else "lesson.shard.bar_many", gpus=b.spec.world_size,
-           setting=tr("setting.short_off") if b.spec.every_n_layers is None else f"n={b.spec.every_n_layers}")
-        for b in idea.bars
-    ]  # fmt: skip
+    labels = learnpage.shard_labels(idea, tr)
     spec = idea.bars[0].spec
     subtitle = tr("lesson.shard.subtitle", model=spec.model, seq=f"{spec.seq_len:,}")
     figure.plotly_chart(
@@ -230,73 +183,7 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
         key="lesson_shard_chart",
         theme=None,
     )
-    figure.caption(
-        tr(
-            "lesson.shard.caption",
-            gpus=idea.bars[-1].spec.world_size,
-            state=f"{idea.state_ratio * 100:.0f}",
-            act_gpus=f"{idea.activation_ratio_gpus * 100:.0f}",
-            act_ckpt=f"{idea.activation_ratio_checkpointing * 100:.0f}",
-            gathered=f"{idea.gathered_bytes / MIB:,.0f}",
-        )
-    )
+    figure.caption(learnpage.shard_caption(idea, tr))
 
 else:  # the step-through
-    st.markdown(tr("lesson.step.body"))
-    state.setdefault("lesson_step_setting", 2)
-    setting = st.segmented_control(
-        tr("lesson.step.setting"),
-        STEP_SETTINGS,
-        key="lesson_step_setting",
-        required=True,
-        format_func=lambda n: tr("setting.off") if n is None else tr("setting.on", n=n),
-    )
-    spec = at(setting)
-    run = need(spec)[spec]
-    points = run.memory.timeline
-    state.lesson_last = len(points) - 1
-    state.setdefault("lesson_step", 0)
-    state.lesson_step = min(state.lesson_step, len(points) - 1)
-    playing = state.get("lesson_playing", False)
-    st.button(
-        tr("lesson.step.pause") if playing else tr("lesson.step.play"),
-        key="lesson_play",
-        on_click=toggle_play,
-        type="primary",
-        icon=":material/pause:" if playing else ":material/play_arrow:",
-    )
-
-    @st.fragment(run_every=PLAY_SECONDS if playing else None)
-    def stepper() -> None:
-        """The slider and the figures; while playing, each timer tick moves one event on."""
-        if state.get("lesson_playing", False):
-            if state.lesson_step < len(points) - 1:
-                state.lesson_step += 1
-            else:
-                state.lesson_playing = False
-                st.rerun()  # a full run, so the fragment's timer stops and the button says Play again
-        index = st.select_slider(
-            tr("lesson.step.slider"),
-            options=list(range(len(points))),
-            key="lesson_step",
-            format_func=lambda i: f"{i + 1}/{len(points)} · {event_label(points[i], lang)}",
-        )
-        left, right = st.columns(2)
-        left.plotly_chart(step_figure(run, index, lang=lang, height=420), key="lesson_step_chart", theme=None)
-        right.plotly_chart(
-            timeline_figure(run, lang=lang, cursor=index, height=420), key="lesson_step_timeline", theme=None
-        )
-        st.plotly_chart(
-            diagram_figure(
-                [layer.enabled for layer in run.layers],
-                lang=lang,
-                focus=focus_of(points[index]),
-                reruns=[layer.recompute_calls for layer in run.layers],
-                height=230,
-            ),
-            key="lesson_step_diagram",
-            theme=None,
-        )
-        st.caption(tr("lesson.step.legend"))
-
-    stepper()
+    draw_step_through(lambda n: need(at(n))[at(n)], lang, tr)

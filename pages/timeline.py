@@ -9,42 +9,28 @@ from __future__ import annotations
 
 import streamlit as st
 
-import ckptlab
 from ckptlab.lab import learn as learnrun
+from ckptlab.lab import learnpage
 from ckptlab.lab.run import reference_spec
-from ckptlab.show import i18n
-from ckptlab.show.timeline_figures import (
-    diagram_figure,
-    event_label,
-    focus_of,
-    method_label,
-    peak_cause,
-    run_label,
-    timeline_figure,
-)
+from ckptlab.show.figures.diagram import focus_of
+from ckptlab.show.figures.timeline import peak_cause, timeline_figure
+from ckptlab.show.labels import event_label, method_label, run_label
+from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from ckptlab.step import timeline as tl
 from ckptlab.units import MIB
+from pages._common import language, preset_infos
 from pages._deep_link import run_through_app
 from pages._learn_runs import measured
 
 run_through_app()
 
 state = st.session_state
-lang = i18n.normalize(state.get("app_lang"))
-tr = i18n.translator(lang)
-
-
-@st.cache_resource(show_spinner=False)
-def layer_counts() -> dict[str, int]:
-    """Layers of each CPU-sized preset, described once per process (no weights built)."""
-    return {name: ckptlab.describe(name).num_layers for name in learnrun.cpu_presets()}
-
-
+lang, tr = language()
 st.title(tr("timeline.page_title"), anchor=False)
 st.markdown(tr("timeline.intro"))
 
-counts = layer_counts()
+counts = {name: preset_infos()[name].num_layers for name in learnrun.cpu_presets()}  # the CPU-sized presets
 # Defaults through the session, not value=: the page also moves these keys (range clamps), and both would warn.
 state.setdefault("timeline_seq", 512)  # long enough for activations to lead: memory rises, then falls
 state.setdefault("timeline_n", 2)
@@ -65,7 +51,7 @@ if results is None:
     st.stop()
 run, off = results[spec], results.get(reference_spec(spec))
 if run.status != "ok":
-    st.error(run.message)
+    st.error(run_message(run, lang))
     st.stop()
 
 points = run.memory.timeline
@@ -74,35 +60,24 @@ index = st.select_slider(
     tr("timeline.slider"),
     options=list(range(len(points))),
     key="timeline_event",
-    format_func=lambda i: f"{i + 1}/{len(points)} · {event_label(points[i], lang)}",
+    format_func=lambda i: learnpage.event_option(points, i, lang),
 )
 point = points[index]
 others = [off] if overlay and off is not None and off.status == "ok" else []
 st.plotly_chart(timeline_figure(run, others, lang=lang, cursor=index), key="timeline_chart", theme=None)
 
-now_mib = (point["current_bytes"] - run.memory.baseline_bytes) / MIB
-high_mib = (point["region_peak_bytes"] - run.memory.baseline_bytes) / MIB
-st.markdown(tr("timeline.at_event", event=event_label(point, lang), now=f"{now_mib:,.1f}", high=f"{high_mib:,.1f}"))
-st.plotly_chart(
-    diagram_figure(
-        [layer.enabled for layer in run.layers],
-        lang=lang,
-        focus=focus_of(point),
-        reruns=[layer.recompute_calls for layer in run.layers],
-    ),
-    key="timeline_diagram",
-    theme=None,
-)
+now, high = learnpage.above_baseline(run, point)
+st.markdown(tr("timeline.at_event", event=event_label(point, lang), now=f"{now / MIB:,.1f}", high=f"{high / MIB:,.1f}"))
+st.plotly_chart(learnpage.run_diagram(run, lang, focus=focus_of(point)), key="timeline_diagram", theme=None)
 st.caption(tr("timeline.diagram_caption"))
 
 st.subheader(tr("timeline.read_title"), anchor=False)
 st.markdown(tr("timeline.peak_line", setting=run_label(run, lang), cause=peak_cause(run, lang)))
 if others:
     st.markdown(tr("timeline.peak_line", setting=run_label(off, lang), cause=peak_cause(off, lang)))
-bumps = tl.rerun_bumps(points)
+bumps = learnpage.bump_line(points, tr)
 if bumps:
-    layer, rise = max(bumps.items(), key=lambda item: item[1])
-    st.markdown(tr("timeline.bump_line", count=len(bumps), n=layer + 1, mib=f"{rise / MIB:,.1f}"))
+    st.markdown(bumps)
 problems = tl.check_order(points, [layer.enabled for layer in run.layers])
 if problems:
     st.error(tr("timeline.order_problem", problems="; ".join(problems)))

@@ -17,7 +17,7 @@ from typing import Literal
 from ..errors import SpecError
 from ..results import RunResult, compare, measurements, memory_of
 from ..show.i18n import t
-from ..show.timeline_figures import event_label
+from ..show.labels import event_label
 from ..spec import RunSpec
 from ..units import mib
 

@@ -8,19 +8,41 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
+from ..errors import CkptlabError
 from ..explore.gpu_search import GpuSearch
-from ..explore.scale import ScaleRequest, ScaleTable, fits, least_recompute_that_fits
+from ..explore.recommend import GPUS, budget_bytes
+from ..explore.scale import (
+    SIMULATION_DTYPES,
+    EveryN,
+    ScaleRequest,
+    ScaleTable,
+    Setting,
+    every_n_choices,
+    fits,
+    least_recompute_that_fits,
+    scale_settings,
+)
 from ..model.catalog import ModelInfo
 from ..results import RunResult, memory_of
-from ..show.scale_figures import part_bytes
-from ..show.timeline_figures import event_label, provenance_label
-from ..spec import Setting
+from ..show.figures.breakdown import part_bytes
+from ..show.labels import event_label, provenance_label
+from ..show.wording import app_message
+from ..spec import RunSpec
 from ..units import GIB
+from .labpage import params_label
 
 THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
 CATEGORY_COLUMNS = ("parameter", "gradient", "optimizer_state", "activation", "temp")  # per GPU at the peak
+LOCAL = "local"  # the model box's entry for a folder the instructor offers
+CUSTOM = "custom"  # the GPU box's entry for a budget in GiB
+DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16")
+DEFAULT_GPU = "H100 80 GB"
+DEFAULT_BUDGET_GIB = 40.0  # the custom budget's first value
+SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
+LORA_RANK_DEFAULT = 16
+PLAN_KEYS_SHOWN = 14  # more settings than this: the plan line names the first four and the last two
 
 
 @dataclass(frozen=True)
@@ -38,8 +60,138 @@ def duration(seconds: float) -> str:
 
 def model_label(name: str, info: ModelInfo) -> str:
     """A preset in the model box: name, layers and size."""
-    size = f"{info.num_params / 1e9:.1f}B" if info.num_params >= 1e9 else f"{info.num_params / 1e6:.0f}M"
-    return f"{name} · {info.num_layers} layers · {size}"
+    return f"{name} · {info.num_layers} layers · {params_label(info.num_params)}"
+
+
+def model_caption(info: ModelInfo, words: Mapping[str, str]) -> str:
+    """The sidebar's line under the model: family, layers, hidden size and positions (∞ when the config says none)."""
+    positions = f"{info.max_positions:,}" if info.max_positions else "∞"
+    return words["model_caption"].format(
+        family=info.family, layers=info.num_layers, hidden=info.hidden_size, positions=positions
+    )
+
+
+def gpu_from_link(text: str) -> tuple[str, float] | None:
+    """A link's ``gpu=``: a GPU of the list (its name, the default custom budget) or a budget in GiB
+    (``CUSTOM``, at least 0.01); None when it is neither."""
+    try:
+        return budget_bytes(text)[1], DEFAULT_BUDGET_GIB
+    except CkptlabError:
+        pass
+    try:
+        return CUSTOM, max(float(text.lower().removesuffix("gib")), 0.01)
+    except ValueError:
+        return None
+
+
+def widget_values(spec: RunSpec, folder: str, tiny: bool) -> dict[str, Any]:
+    """The model and shape boxes for ``spec`` (session-state keys); the GPU boxes at their defaults.
+
+    Args:
+        spec: the link's settings (its sequence already within :data:`SEQ_LIMIT`).
+        folder: the offered folder's name when ``spec.model`` is a local folder, "" for a preset.
+        tiny: whether the preset is a CPU-sized one (the tiny presets are shown then).
+    """
+    return {
+        "at_scale_optimizer": spec.optimizer,
+        "at_scale_lora": spec.lora_rank is not None,
+        "at_scale_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
+        "at_scale_lora_targets": list(spec.lora_targets or ()),
+        "at_scale_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
+        "at_scale_tiny": not folder and tiny,
+        "at_scale_model": LOCAL if folder else spec.model,
+        "at_scale_local_dir": folder,
+        "at_scale_seq": spec.seq_len,
+        "at_scale_batch": spec.batch_size,
+        "at_scale_dtype": spec.dtype
+        if spec.dtype in SIMULATION_DTYPES
+        else DEFAULT.dtype,  # "auto" is bf16, as on a GPU
+        "at_scale_every": "distinct",
+        "at_scale_offload": "n=1",
+        "at_scale_gpu": DEFAULT_GPU,
+        "at_scale_budget_gib": DEFAULT_BUDGET_GIB,
+    }
+
+
+def query(values: Mapping[str, Any], model: str, targets: tuple[str, ...] | None) -> dict[str, str]:
+    """The page's keys in the URL, from its widget values: a link that opens the same shape on the same GPU."""
+    custom = values["at_scale_gpu"] == CUSTOM
+    return {
+        "model": model,
+        "seq": str(values["at_scale_seq"]),
+        "batch": str(values["at_scale_batch"]),
+        "dtype": values["at_scale_dtype"],
+        "gpu": f"{values['at_scale_budget_gib']:g}GiB" if custom else values["at_scale_gpu"],
+        "gpus": str(values["at_scale_gpus"]),
+        "opt": values["at_scale_optimizer"],
+        "lora": str(values["at_scale_lora_rank"]) if values["at_scale_lora"] else "off",
+        **({"targets": ",".join(targets)} if values["at_scale_lora"] and targets else {}),
+    }
+
+
+def request_from_widgets(
+    values: Mapping[str, Any], model: str, num_layers: int, lora_targets: tuple[str, ...] | None
+) -> ScaleRequest:
+    """The :class:`ScaleRequest` the page's widgets say: the shape, the settings to simulate, training, GPUs."""
+    return ScaleRequest(
+        model=model,
+        seq_len=int(values["at_scale_seq"]),
+        batch_size=int(values["at_scale_batch"]),
+        dtype=values["at_scale_dtype"],
+        settings=tuple(scale_settings(num_layers, values["at_scale_every"], values["at_scale_offload"])),
+        optimizer=values["at_scale_optimizer"],
+        lora_rank=int(values["at_scale_lora_rank"]) if values["at_scale_lora"] else None,
+        lora_targets=lora_targets,
+        world_size=int(values["at_scale_gpus"]),
+    )
+
+
+def request_problem(request: ScaleRequest, info: ModelInfo, lang: str) -> str:
+    """Why ``request`` cannot be simulated, in the page's language; "" when it can."""
+    try:
+        request.check(info)
+    except CkptlabError as error:
+        return app_message(error, lang)
+    return ""
+
+
+def budget(gpu: str, budget_gib: float) -> tuple[int, str]:
+    """The budget in bytes and its label: a GPU of the list, or a custom number of GiB."""
+    if gpu == CUSTOM:
+        return int(budget_gib * GIB), f"{budget_gib:g} GiB"
+    return GPUS[gpu], gpu
+
+
+def plan_line(request: ScaleRequest, every: EveryN, num_layers: int, known: int, words: Mapping[str, str]) -> str:
+    """What Simulate will run: how many settings, which (a long list shortened), and how many are known already."""
+    if every == "all":
+        which = words["plan_all"].format(layers=num_layers)
+    else:
+        which = words["plan_distinct"].format(chosen=len(every_n_choices(num_layers, every)), layers=num_layers)
+    keys = [setting.key for setting in request.settings]
+    shown = ", ".join(keys if len(keys) <= PLAN_KEYS_SHOWN else [*keys[:4], "…", *keys[-2:]])
+    line = words["plan"].format(count=len(request.settings), keys=shown, which=which)
+    return line + (words["plan_known"].format(known=known) if known else "")
+
+
+def progress_words(done: int, total: int | None, message: str, stop_requested: bool, words: Mapping[str, str]) -> str:
+    """The progress bar's text: stopping, searching (``total`` None) or so many of so many simulated."""
+    if stop_requested:
+        return words["stopping"]
+    if total is None:
+        return words["searching"].format(done=done, message=message)
+    return words["progress"].format(done=done, total=total, message=message)
+
+
+def changed_line(shown: ScaleRequest, words: Mapping[str, str]) -> str:
+    """The table drawn is for other settings than the boxes say: which."""
+    return words["changed"].format(
+        model=shown.model,
+        seq=shown.seq_len,
+        batch=shown.batch_size,
+        dtype=shown.dtype,
+        gpus=gpus_label(shown.world_size, words),
+    )
 
 
 def gpus_label(gpus: int, words: Mapping[str, str]) -> str:
@@ -54,7 +206,7 @@ def summary(table: ScaleTable, words: Mapping[str, str], lang: str) -> str:
     line = (
         words["summary"]
         .format(
-            provenance=provenance_label(table.results[0], lang) if table.results else words["simulated"],
+            provenance=provenance_label(table.results[0].provenance, lang) if table.results else words["simulated"],
             model=table.request.model,
             layers=table.num_layers,
             count=len(table.results),

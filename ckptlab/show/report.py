@@ -22,6 +22,7 @@ from ..results import (
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .i18n import t
+from .labels import setting_label
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
 
@@ -76,10 +77,8 @@ def timing_busy_note(timing: TimingResult | None) -> str:
 
 
 def setting_name(every_n_layers: int | None, offload: bool = False) -> str:
-    """``"every_n_layers=2"``, ``"every_n_layers=1, offload"`` or ``"checkpointing off"``."""
-    if every_n_layers is None:
-        return "checkpointing off"
-    return f"every_n_layers={every_n_layers}" + (", offload" if offload else "")
+    """``"every_n_layers=2"``, ``"every_n_layers=1, offload"`` or ``"checkpointing off"`` (the label, in English)."""
+    return setting_label(every_n_layers, offload, "en")
 
 
 OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}

@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ckptlab.show import i18n
-from ckptlab.show.breakdown_figures import training_label
+from ckptlab.show.labels import training_label
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 120  # the first run describes every preset, then tiny simulations; AppTest's default 3 s is too short

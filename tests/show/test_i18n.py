@@ -134,9 +134,11 @@ def test_the_at_scale_words_exist():
     }
     for lang in LOCALES:
         assert read and read <= set(i18n.section("at_scale", lang)), sorted(read - set(i18n.section("at_scale", lang)))
-    from ckptlab.show.scale_figures import WORDS
+    from ckptlab.show.figures.breakdown import PARTS
 
-    assert set(i18n.section("scale_figures", "ja")) == set(WORDS)
+    # The At-scale figures name each drawn segment by its own key (f"scale_figures.{part}").
+    for lang in LOCALES:
+        assert {f"scale_figures.{part}" for part in (*PARTS, "other", "host", "resident")} <= set(LOCALES[lang])
 
 
 def test_every_language_has_the_same_keys():
@@ -163,7 +165,9 @@ def test_every_translation_keeps_the_placeholders_and_has_words():
 
 @pytest.mark.parametrize(
     "source",
-    TRANSLATED_PAGES + ["ckptlab/show/timeline_figures.py", "ckptlab/lab/exercises.py", "ckptlab/show/figures.py"],
+    TRANSLATED_PAGES
+    + ["ckptlab/lab/exercises.py", "ckptlab/show/labels.py"]
+    + [str(path.relative_to(ROOT)) for path in sorted((ROOT / "ckptlab/show/figures").glob("*.py"))],
 )
 def test_every_key_the_code_uses_exists(source):
     exact, prefixes = _used_keys(ROOT / source)

@@ -1,31 +1,21 @@
-"""The trade-off figures, tested in the core: what they draw, and that every one says where it came from."""
+"""A sweep's figures, tested in the core: what they draw, and that every one says where it came from."""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
 
-from ckptlab.explore.accuracy import check_predictions
 from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import SweepResult, SweepSpec, sweep
-from ckptlab.show.tradeoff_figures import (
+from ckptlab.show.figures.tradeoff import (
     pareto_rows,
-    peak_figure,
     peak_sentence,
-    prediction_figure,
     seq_len_figure,
-    tradeoff_figure,
+    sweep_peak_figure,
+    sweep_provenance_label,
+    sweep_tradeoff_figure,
 )
 from ckptlab.units import MIB
 from tests.explore.test_recommend import TABLE
-
-
-@pytest.fixture(scope="module")
-def swept():
-    # The forward and backward alone: the figures' lessons are about where activations put the peak.
-    spec = SweepSpec(
-        model="tiny-gpt2", seq_lens=(32, 64), every_n_layers=(1, 2, 3), repeats=2, warmup=0, optimizer="none"
-    )
-    return sweep(spec)
 
 
 def _names(figure):
@@ -48,7 +38,7 @@ def test_pareto_frontier_of_a_hand_made_table():
 def test_tradeoff_figure_points_frontier_budget_and_recommendation():
     result = SweepResult(spec=SweepSpec(seq_lens=(1024,)), model="hand-made", num_layers=8, device="cuda:0", rows=TABLE)
     rec = recommend(TABLE, 800 * MIB)
-    figure = tradeoff_figure(result, 1024, rec)
+    figure = sweep_tradeoff_figure(result, 1024, rec)
     points = figure.data[0]
     assert list(points.text) == [row.setting for row in TABLE]
     assert list(points.y) == [row.peak_bytes / MIB for row in TABLE]
@@ -62,7 +52,7 @@ def test_tradeoff_figure_points_frontier_budget_and_recommendation():
 
 def test_tradeoff_figure_of_a_real_sweep(swept):
     rows = swept.rows_at(64)
-    figure = tradeoff_figure(swept, 64, recommend(swept.rows, max(row.peak_bytes for row in rows)))
+    figure = sweep_tradeoff_figure(swept, 64, recommend(swept.rows, max(row.peak_bytes for row in rows)))
     # Two timed steps a row are too few to judge: every setting but off is greyed and says so.
     assert list(figure.data[0].text) == ["off"] + [f"{row.setting} (noise)" for row in rows[1:]]
     assert all(row.time_is_noise for row in rows[1:])
@@ -73,21 +63,6 @@ def test_tradeoff_figure_of_a_real_sweep(swept):
     # Ranked by the prediction, the star says so rather than "fastest".
     star = next(t for t in figure.data if t.name.startswith("recommended"))
     assert "least predicted recompute" in star.name and "fastest" not in star.name
-
-
-def test_prediction_figure_puts_predicted_beside_measured_with_errors(swept):
-    checks = check_predictions(swept)
-    figure = prediction_figure(swept, checks, 64)
-    names = set(_names(figure))
-    assert names == {"measured", "predicted (formula)", "predicted (calibrated)"}
-    measured_memory = next(t for t in figure.data if t.name == "measured" and t.xaxis == "x")
-    assert list(measured_memory.y) == [row.after_forward_bytes / MIB for row in swept.rows_at(64)]
-    for trace in figure.data:
-        if trace.name.startswith("predicted"):
-            assert trace.marker.pattern.shape in ("/", "\\")  # hatched: never mistaken for a measurement
-            assert all(text.endswith("%") for text in trace.text)  # the error of the prediction
-    assert "predictions: formula" in figure.layout.title.subtitle.text
-    _says_where_from(figure)
 
 
 def test_seq_len_figure_measured_and_predicted_series(swept):
@@ -105,7 +80,7 @@ def test_seq_len_figure_measured_and_predicted_series(swept):
 
 
 def test_peak_figure_and_sentences(swept):
-    figure = peak_figure(swept, 64)
+    figure = sweep_peak_figure(swept, 64)
     assert set(_names(figure)) == {row.setting for row in swept.rows_at(64)}
     _says_where_from(figure)
     off = swept.off_row(64)
@@ -128,7 +103,6 @@ def test_a_peak_in_the_optimizer_step_says_checkpointing_cannot_lower_it():
 def test_a_time_within_the_noise_is_greyed_and_named():
     from ckptlab.results import Judgement, TimeVerdict
     from ckptlab.show.noise import NOISE_GREY, sweep_table
-    from ckptlab.show.tradeoff_figures import MEASURED
 
     noise = TimeVerdict(ratio=0.67, spread=0.8, samples=4, judgement=Judgement.NOISE)
     clear = TimeVerdict(ratio=1.3, spread=0.02, samples=4, judgement=Judgement.MEASURABLE)
@@ -138,10 +112,21 @@ def test_a_time_within_the_noise_is_greyed_and_named():
         TABLE[3].__class__(**{**TABLE[3].__dict__, "time_verdict": clear, "step_verdict": "measurable"}),
     ]
     result = SweepResult(spec=SweepSpec(seq_lens=(1024,)), model="hand-made", num_layers=8, device="cuda:0", rows=rows)
-    points = tradeoff_figure(result, 1024).data[0]
-    assert list(points.marker.color) == [MEASURED, NOISE_GREY, MEASURED]
+    figure = sweep_tradeoff_figure(result, 1024)
+    points = figure.data[0]
+    grey = next(trace for trace in figure.data if trace.name == "time within the noise (grey)").marker.color
+    colours = list(points.marker.color)
+    assert colours[1] == grey == NOISE_GREY and colours[0] == colours[2] != grey  # only the noisy point is grey
     assert list(points.text) == ["off", "n=4 (noise)", "n=2"]
-    assert "time within the noise (grey)" in _names(tradeoff_figure(result, 1024))
     table = sweep_table(rows, "en")
     assert [line["time vs off"] for line in table] == ["", "noise: not measurable", "measurable"]
     assert sweep_table(rows, "ja")[1]["off との時間差"] == "ノイズ:測定可能な差ではない"
+
+
+def test_a_table_without_its_runs_says_the_kind_of_measurement_in_the_language_asked_for():
+    result = SweepResult(spec=SweepSpec(seq_lens=(1024,)), model="hand-made", num_layers=8, device="cuda:0", rows=TABLE)
+    assert sweep_provenance_label(result) == "measured on CUDA"
+    assert sweep_provenance_label(result, "ja") == "CUDA で実測"
+    cpu = [TABLE[0].__class__(**{**TABLE[0].__dict__, "provenance": "measured-cpu"})]
+    assert sweep_provenance_label(replace(result, rows=cpu), "pt-BR") == "medido na CPU"
+    assert sweep_provenance_label(replace(result, rows=[])) == "measured"

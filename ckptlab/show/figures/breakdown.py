@@ -1,8 +1,8 @@
-"""Where the memory goes: a pure Plotly builder of the memory at a step's peak, by category, run beside run.
+"""Where the memory goes: the memory at a step's peak, by category, run beside run; and one GPU's parts under sharding.
 
 One stacked bar per run: parameters (buffers folded in), gradients, optimizer state,
-activations and temporaries, bottom to top, in the colours of
-:mod:`ckptlab.show.scale_figures` (one palette for the categories across the lab). On CUDA
+activations and temporaries, bottom to top (:data:`PARTS`, which the At-scale figures
+stack too), in the lab's one palette of categories. On CUDA
 the allocator cannot split activations from temporaries: one ``activation_and_temp``
 segment. The subtitle says where the numbers come from; each tick says where the peak sat
 (in the optimizer step of a full fine-tune, activations are gone and checkpointing has
@@ -15,19 +15,27 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ..results import RunResult
-from ..spec import RunSpec
-from ..units import GIB, MIB
-from .i18n import t
-from .scale_figures import COLORS, FOLDED, FONT, PARTS, part_bytes
-from .timeline_figures import provenance_label
+from ...results import RunResult
+from ...units import GIB, MIB
+from ..i18n import t
+from ..labels import provenance_label, training_label
+from ._style import CATEGORY_COLORS, FONT, GRID
+
+PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
+FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
 
 
-def training_label(spec: RunSpec, lang: str = "en") -> str:
-    """What the step trains, in words: "AdamW, full fine-tune", "SGD, LoRA rank 8"."""
-    if spec.lora_rank is None:
-        return t("breakdown.training_full", lang, optimizer=t(f"optimizer.{spec.optimizer}", lang))
-    return t("breakdown.training_lora", lang, optimizer=t(f"optimizer.{spec.optimizer}", lang), rank=spec.lora_rank)
+def bar_unit(top_bytes: float) -> tuple[int, str]:
+    """The unit to draw bars up to ``top_bytes`` in: GiB for real shapes (tens of GiB), MiB for tiny presets
+    (a few MiB, which GiB would draw as 0.0)."""
+    return (GIB, "GiB") if top_bytes >= GIB else (MIB, "MiB")
+
+
+def part_bytes(breakdown: Mapping[str, int], part: str) -> int:
+    """Bytes of one drawn segment: a category of :data:`PARTS` with what :data:`FOLDED` puts into it, or "other"."""
+    if part == "other":
+        return sum(value for key, value in breakdown.items() if key not in PARTS and key not in FOLDED)
+    return breakdown.get(part, 0) + sum(breakdown.get(key, 0) for key, into in FOLDED.items() if into == part)
 
 
 def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", height: int = 430) -> go.Figure:
@@ -46,8 +54,8 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     runs = [run for _, run, _ in drawn]
     peaks = [memory.breakdown_at_peak for _, _, memory in drawn]
     totals = [sum(peak.values()) for peak in peaks]
-    scale, unit = (GIB, "GiB") if max(totals, default=0) >= GIB else (MIB, "MiB")
-    provenance = " / ".join(dict.fromkeys(provenance_label(run, lang) for run in runs))
+    scale, unit = bar_unit(max(totals, default=0))
+    provenance = " / ".join(dict.fromkeys(provenance_label(run.provenance, lang) for run in runs))
     ticks = [
         t(
             "breakdown.tick",
@@ -70,7 +78,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
                 x=ticks,
                 y=[value / scale for value in values],
                 name=name,
-                marker={"color": COLORS[part], "line": {"color": "white", "width": 0.5}},
+                marker={"color": CATEGORY_COLORS[part], "line": {"color": "white", "width": 0.5}},
                 hovertext=[
                     t("breakdown.hover", lang, bar=label, part=name, mib=value / MIB, provenance=provenance)
                     for (label, _, _), value in zip(drawn, values)
@@ -107,7 +115,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
         plot_bgcolor="white",
     )
     figure.update_yaxes(
-        gridcolor="#e5e5e5",
+        gridcolor=GRID,
         title_text=t("breakdown.y", lang, unit=unit),
         range=[0, max(totals, default=0) / scale * 1.15 or 1],
     )
@@ -135,7 +143,7 @@ def sharding_figure(
     """
     labels = [label for label, _ in bars]
     top = max((value for _, parts in bars for value in parts.values()), default=0)
-    scale, unit = (GIB, "GiB") if top >= GIB else (MIB, "MiB")
+    scale, unit = bar_unit(top)
     figure = go.Figure()
     for part in SHARDING_PARTS:
         name = t(f"category.{part}", lang)
@@ -145,7 +153,7 @@ def sharding_figure(
                 x=labels,
                 y=[value / scale for value in values],
                 name=name,
-                marker={"color": COLORS[part]},
+                marker={"color": CATEGORY_COLORS[part]},
                 hovertext=[
                     t("breakdown.hover", lang, bar=label, part=name, mib=value / MIB, provenance=subtitle)
                     for label, value in zip(labels, values)
@@ -163,6 +171,6 @@ def sharding_figure(
         hoverlabel={"font": {"size": 14}},
         plot_bgcolor="white",
     )
-    figure.update_yaxes(gridcolor="#e5e5e5", title_text=t("sharding_fig.y", lang, unit=unit))
+    figure.update_yaxes(gridcolor=GRID, title_text=t("sharding_fig.y", lang, unit=unit))
     figure.update_xaxes(showgrid=False)
     return figure

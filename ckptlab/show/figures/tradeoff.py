@@ -1,9 +1,10 @@
-"""Pure Plotly builders for the trade-off explorer: a sweep (and its predictions) in, a figure out.
+"""The trade-off explorer's figures: a sweep (and the formula's prediction) in, a figure out.
 
 Every figure says where its numbers come from in its subtitle (measured on the CPU or on
-CUDA), and every predicted trace is named "predicted (...)", drawn dashed or hatched, so a
+CUDA), and every predicted trace is named "predicted (...)" and drawn dashed, so a
 prediction never passes for a measurement. Also here: the sentence that explains where a
-configuration's peak is and why checkpointing did or did not lower it.
+configuration's peak is and why checkpointing did or did not lower it. The measured bars
+beside the formula's are in :mod:`ckptlab.show.figures.prediction`.
 """
 
 from __future__ import annotations
@@ -13,36 +14,47 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..explore.accuracy import PredictionCheck
-from ..explore.predict import architecture, predict
-from ..explore.recommend import Recommendation
-from ..explore.sweep import SweepResult, SweepRow
-from ..explore.sweep_rows import known, known_peak, known_step
-from ..model import catalog
-from ..units import MIB
-from .i18n import t
-from .noise import NOISE_GREY
+from ...explore.predict import architecture, predict
+from ...explore.recommend import Recommendation
+from ...explore.sweep import SweepResult, SweepRow
+from ...explore.sweep_rows import known, known_peak, known_step
+from ...model import catalog
+from ...units import MIB
+from ..i18n import t
+from ..labels import provenance_label
+from ..noise import NOISE_GREY
+from ._style import (
+    BLACK,
+    BUDGET_COLOR,
+    FONT,
+    FRONTIER_COLOR,
+    GREEN,
+    GREY,
+    GRID,
+    LIGHT_GRID,
+    MEASURED_COLOR,
+    OFF_COLOR,
+    PURPLE,
+    RUN_COLOR,
+    SERIES_COLORS,
+)
 
-FONT = "Arial, Helvetica, sans-serif"
-# Okabe-Ito, as ckptlab.show.figures: colour-blind safe and legible on a projector.
-SERIES_COLORS = {"off": "#0072B2", "full": "#D55E00", "partial": "#009E73", "offload": "#CC79A7"}
-MEASURED = "#0072B2"
-FORMULA = "#E69F00"
-CALIBRATED = "#56B4E9"
-FRONTIER = "#D55E00"
-BUDGET = "#000000"
+# The seq_len figure's four series, by the first word of their label.
+SETTING_COLORS = {"off": OFF_COLOR, "full": RUN_COLOR, "partial": GREEN, "offload": PURPLE}
 
 
-def provenance_label(result: SweepResult, lang: str = "en") -> str:
-    """e.g. "measured on the CPU (Intel Xeon, 2 cores)", from the sweep's first measured row."""
+def sweep_provenance_label(result: SweepResult, lang: str = "en") -> str:
+    """e.g. "measured on the CPU (Intel Xeon, 2 cores)", from the sweep's first measured row.
+
+    Rows without their run (a table made by hand) say the kind alone, "measured on CUDA".
+    """
     for row in result.rows:
         if row.result is not None:
-            provenance = row.result.provenance
-            return t(f"provenance.{provenance.kind}", lang, device=provenance.device_name)
-    kinds = {row.provenance for row in result.rows}
-    return {"measured-cuda": "measured on CUDA", "measured-cpu": "measured on the CPU"}.get(
-        min(kinds, default=""), "measured"
-    )
+            return provenance_label(row.result.provenance, lang)
+    kind = min((row.provenance for row in result.rows), default="")
+    if kind in ("measured-cuda", "measured-cpu"):
+        return provenance_label(kind, lang)
+    return t("tradeoff_fig.measured", lang)
 
 
 def pareto_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
@@ -58,10 +70,12 @@ def pareto_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
     return frontier
 
 
-def tradeoff_figure(
+def sweep_tradeoff_figure(
     result: SweepResult, seq_len: int, recommendation: Recommendation | None = None, lang: str = "en"
 ) -> go.Figure:
-    """Peak memory against step time, one point per configuration, the Pareto frontier drawn.
+    """Peak memory against step time, one point per configuration of a sweep, the Pareto frontier drawn.
+
+    A few runs' memory and time as bars side by side are :func:`ckptlab.show.figures.run.runs_tradeoff_figure`.
 
     Args:
         result: a sweep.
@@ -85,15 +99,15 @@ def tradeoff_figure(
                 for row in rows
             ],
             textposition="top center",
-            textfont={"color": [NOISE_GREY if row.time_is_noise else "#000000" for row in rows]},
+            textfont={"color": [NOISE_GREY if row.time_is_noise else BLACK for row in rows]},
             name=t("tradeoff_fig.configuration", lang),
-            marker={"size": 11, "color": [NOISE_GREY if row.time_is_noise else MEASURED for row in rows]},
+            marker={"size": 11, "color": [NOISE_GREY if row.time_is_noise else MEASURED_COLOR for row in rows]},
             error_x={
                 "type": "data",
                 "symmetric": False,
                 "array": [(known(row.step_max_s, row, "slowest step") - known_step(row)) * 1000 for row in rows],
                 "arrayminus": [(known_step(row) - known(row.step_min_s, row, "fastest step")) * 1000 for row in rows],
-                "color": "#999999",
+                "color": GREY,
             },
             customdata=[[row.peak_where, known(row.after_forward_bytes, row, "resident bytes") / MIB] for row in rows],
             hovertemplate="%{text}: step %{x:,.0f} ms, peak %{y:,.1f} MiB<br>resident after the forward %{customdata[1]:,.1f} MiB"
@@ -120,8 +134,8 @@ def tradeoff_figure(
                 x=[known_step(row) * 1000 for row in frontier],
                 y=[known_peak(row) / MIB for row in frontier],
                 mode="lines+markers",
-                marker={"size": 17, "symbol": "circle-open", "color": FRONTIER, "line": {"width": 2}},
-                line={"color": FRONTIER, "width": 2, "shape": "hv"},
+                marker={"size": 17, "symbol": "circle-open", "color": FRONTIER_COLOR, "line": {"width": 2}},
+                line={"color": FRONTIER_COLOR, "width": 2, "shape": "hv"},
                 name=t("tradeoff_fig.frontier", lang),
                 hoverinfo="skip",
             )
@@ -129,7 +143,7 @@ def tradeoff_figure(
     if recommendation is not None:
         figure.add_hline(
             y=recommendation.budget_bytes / MIB,
-            line={"color": BUDGET, "dash": "dash", "width": 1.5},
+            line={"color": BUDGET_COLOR, "dash": "dash", "width": 1.5},
             annotation_text=t("tradeoff_fig.budget", lang, budget=recommendation.budget_label),
             annotation_position="top left",
         )
@@ -140,7 +154,12 @@ def tradeoff_figure(
                     x=[known_step(chosen) * 1000],
                     y=[known_peak(chosen) / MIB],
                     mode="markers",
-                    marker={"symbol": "star", "size": 22, "color": FRONTIER, "line": {"color": "black", "width": 1}},
+                    marker={
+                        "symbol": "star",
+                        "size": 22,
+                        "color": FRONTIER_COLOR,
+                        "line": {"color": "black", "width": 1},
+                    },
                     name=t(
                         "tradeoff_fig.recommended_predicted"
                         if recommendation.ranked_by == "predicted"
@@ -151,115 +170,13 @@ def tradeoff_figure(
                     hovertemplate=f"recommended: {chosen.setting}<extra></extra>",
                 )
             )
-    _layout(
+    sweep_layout(
         figure,
         t("tradeoff_fig.tradeoff_title", lang, model=result.model, seq=seq_len),
-        provenance_label(result, lang),
+        sweep_provenance_label(result, lang),
         x_title=t("tradeoff_fig.tradeoff_x", lang),
         y_title=t("tradeoff_fig.tradeoff_y", lang),
     )
-    return figure
-
-
-def prediction_figure(
-    result: SweepResult, checks: Sequence[PredictionCheck], seq_len: int, lang: str = "en"
-) -> go.Figure:
-    """Memory and time per setting: measured bars, the two predictions beside them with their error.
-
-    Returns:
-        Two panels: resident after the forward (MiB) and the step (ms); predicted bars are
-        hatched and named "predicted (...)", their hover and label give the error.
-    """
-    rows = [check for check in checks if check.seq_len == seq_len]
-    settings = [check.setting for check in rows]
-    noisy = {row.setting for row in result.rows_at(seq_len) if row.time_is_noise}
-    figure = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=(t("tradeoff_fig.resident_panel", lang), t("tradeoff_fig.step_panel", lang)),
-        horizontal_spacing=0.1,
-    )
-    # (name, color, hatch, resident bytes, step seconds, their errors), one per source of numbers.
-    series: list[
-        tuple[
-            str,
-            str,
-            str | None,
-            Sequence[float | None],
-            Sequence[float | None],
-            Sequence[float | None],
-            Sequence[float | None],
-        ]
-    ] = [
-        (
-            t("tradeoff_fig.measured", lang),
-            MEASURED,
-            None,
-            [c.measured_after_forward_bytes for c in rows],
-            [c.measured_step_s for c in rows],
-            [None] * len(rows),
-            [None] * len(rows),
-        ),
-        (
-            t("tradeoff_fig.predicted_formula", lang),
-            FORMULA,
-            "/",
-            [c.formula_after_forward_bytes for c in rows],
-            [c.formula_step_s for c in rows],
-            [c.formula_error for c in rows],
-            [c.formula_step_error for c in rows],
-        ),
-        (
-            t("tradeoff_fig.predicted_calibrated", lang),
-            CALIBRATED,
-            "\\",
-            [c.calibrated_after_forward_bytes for c in rows],
-            [c.calibrated_step_s for c in rows],
-            [c.calibrated_error for c in rows],
-            [c.calibrated_step_error for c in rows],
-        ),
-    ]
-    for name, color, pattern, memory, time, memory_error, time_error in series:
-        for col, values, errors, scale, unit in (
-            (1, memory, memory_error, 1 / MIB, "MiB"),
-            (2, time, time_error, 1000, "ms"),
-        ):
-            if all(value is None for value in values):
-                continue
-            figure.add_trace(
-                go.Bar(
-                    x=settings,
-                    y=[None if v is None else v * scale for v in values],
-                    name=name,
-                    legendgroup=name,
-                    showlegend=col == 1,
-                    marker={
-                        # A measured step time within the noise of off's is grey, as on the trade-off figure.
-                        "color": [NOISE_GREY if setting in noisy else color for setting in settings]
-                        if col == 2 and pattern is None
-                        else color,
-                        "pattern": {"shape": pattern} if pattern else None,
-                    },
-                    text=[_error_text(e) for e in errors],
-                    textposition="outside",
-                    textfont={"size": 11},
-                    cliponaxis=False,
-                    hovertemplate="%{x}: %{y:,.1f} "
-                    + unit
-                    + (" (error %{text})" if pattern else "")
-                    + f"<extra>{name}</extra>",
-                ),
-                row=1,
-                col=col,
-            )
-    subtitle = t("tradeoff_fig.prediction_subtitle", lang, provenance=provenance_label(result, lang))
-    experts = {check.formula_experts_counted for check in rows} - {None}
-    if experts:  # MoE: whether the formula counted the experts' activations, said where the prediction is shown
-        subtitle += " · " + t(
-            "tradeoff_fig.experts_counted" if experts == {True} else "tradeoff_fig.experts_left_out", lang
-        )
-    _layout(figure, t("tradeoff_fig.prediction_title", lang, model=result.model, seq=seq_len), subtitle)
-    figure.update_layout(barmode="group")
     return figure
 
 
@@ -300,7 +217,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
             ):
                 predicted.setdefault((p.every_n_layers, p.offload), []).append(p.resident_bytes)
     for label, n, offload in settings:
-        color = SERIES_COLORS[label.split(" ")[0]]
+        color = SETTING_COLORS[label.split(" ")[0]]
         measured = [
             row
             for row in result.rows
@@ -339,18 +256,20 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
                 row=1,
                 col=1,
             )
-    _layout(
+    sweep_layout(
         figure,
         t("tradeoff_fig.seq_title", lang, model=result.model),
-        t("tradeoff_fig.seq_subtitle", lang, provenance=provenance_label(result, lang)),
+        t("tradeoff_fig.seq_subtitle", lang, provenance=sweep_provenance_label(result, lang)),
         x_title=t("tradeoff_fig.seq_x", lang),
     )
     figure.update_xaxes(type="log", title_text=t("tradeoff_fig.seq_x", lang))
     return figure
 
 
-def peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figure:
-    """Memory through the step for each configuration, its peak marked where it happened.
+def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figure:
+    """Memory through the step for each configuration of a sweep, its peak marked where it happened.
+
+    What a GPU holds at the peak, by category, is :func:`ckptlab.show.figures.scale.scale_peak_figure`.
 
     Returns:
         One line per configuration over the step's events (forward, loss, backward and
@@ -358,7 +277,6 @@ def peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figur
         the highest point and the stretch named in the hover.
     """
     figure = go.Figure()
-    palette = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
     drawn = [
         (row, row.result.memory.timeline)
         for row in result.rows_at(seq_len)
@@ -367,7 +285,7 @@ def peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figur
     for index, (row, timeline) in enumerate(drawn):
         if not timeline:
             continue
-        color = palette[index % len(palette)]
+        color = SERIES_COLORS[index % len(SERIES_COLORS)]
         last = max(len(timeline) - 1, 1)
         x = [point["order"] / last for point in timeline]
         y = [max(point.get("current_bytes", 0), point.get("region_peak_bytes", 0)) / MIB for point in timeline]
@@ -395,10 +313,10 @@ def peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go.Figur
                 hovertemplate=f"{row.setting}: peak {known_peak(row) / MIB:,.1f} MiB in {row.peak_where}<extra></extra>",
             )
         )
-    _layout(
+    sweep_layout(
         figure,
         t("tradeoff_fig.peak_title", lang, model=result.model, seq=seq_len),
-        provenance_label(result, lang),
+        sweep_provenance_label(result, lang),
         x_title=t("tradeoff_fig.peak_x", lang),
         y_title=t("tradeoff_fig.peak_y", lang),
     )
@@ -438,6 +356,26 @@ def peak_sentence(row: SweepRow, off: SweepRow | None, lang: str = "en") -> str:
     return sentence + t("tradeoff_fig.not_lower", lang)
 
 
+def sweep_layout(
+    figure: go.Figure, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None
+) -> None:
+    """The layout every sweep figure shares: title and provenance subtitle, the legend under the axis title."""
+    figure.update_layout(
+        title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
+        height=480,
+        margin={"l": 60, "r": 20, "t": 90, "b": 120},  # the legend sits below the axis title
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        font={"family": FONT, "size": 13},
+        plot_bgcolor="white",
+    )
+    figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
+    figure.update_xaxes(gridcolor=LIGHT_GRID)
+    if x_title:
+        figure.update_xaxes(title_text=x_title)
+    if y_title:
+        figure.update_yaxes(title_text=y_title)
+
+
 def _series_settings(result: SweepResult) -> list[tuple[str, int | None, bool]]:
     """off, full (n=1), one partial setting (the middle one measured) and offload where measured or predicted."""
     ns = sorted({row.every_n_layers for row in result.rows if row.every_n_layers is not None})
@@ -458,26 +396,3 @@ def _doublings(start: int, stop: int) -> list[int]:
         values.append(value)
         value *= 2
     return values
-
-
-def _error_text(error: float | None) -> str:
-    return "" if error is None else f"{error * 100:+.1f}%"
-
-
-def _layout(
-    figure: go.Figure, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None
-) -> None:
-    figure.update_layout(
-        title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
-        height=480,
-        margin={"l": 60, "r": 20, "t": 90, "b": 120},  # the legend sits below the axis title
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
-        font={"family": FONT, "size": 13},
-        plot_bgcolor="white",
-    )
-    figure.update_yaxes(gridcolor="#e5e5e5", rangemode="tozero")
-    figure.update_xaxes(gridcolor="#f0f0f0")
-    if x_title:
-        figure.update_xaxes(title_text=x_title)
-    if y_title:
-        figure.update_yaxes(title_text=y_title)

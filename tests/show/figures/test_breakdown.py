@@ -8,8 +8,8 @@ import pytest
 
 import ckptlab
 from ckptlab.show import i18n
-from ckptlab.show.breakdown_figures import breakdown_figure, training_label
-from ckptlab.show.scale_figures import COLORS
+from ckptlab.show.figures.breakdown import SHARDING_PARTS, breakdown_figure, sharding_figure
+from ckptlab.show.labels import training_label
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
 
@@ -46,10 +46,18 @@ def test_each_bar_stacks_the_categories_to_the_total_at_the_peak(runs):
 
 
 def test_one_palette_and_the_peak_phase_on_each_tick(runs):
+    """A category has one colour across the lab: here and on the At-scale figure, and one apart from another."""
+    from ckptlab.explore.scale import Setting, scale_table
+    from ckptlab.show.figures.scale import scale_peak_figure
+
     figure = breakdown_figure([("off", runs["off"]), ("n=1", runs["n=1"])])
     colours = {trace.name: trace.marker.color for trace in _bars(figure)}
-    assert colours["parameters"] == COLORS["parameter"]
-    assert colours["optimizer state"] == COLORS["optimizer_state"]
+    at_scale = scale_peak_figure(scale_table("tiny-llama", 64, 1, "bfloat16", (Setting(None),)))
+    scale_colours = {trace.name: trace.marker.color for trace in at_scale.data if trace.type == "bar"}
+    for part in ("parameter", "optimizer_state"):
+        name = i18n.t(f"category.{part}", "en")
+        assert colours[name] == scale_colours[i18n.t(f"scale_figures.{part}", "en")], part
+    assert len(set(colours.values())) == len(colours)
     ticks = list(_bars(figure)[0].x)
     assert ticks[0].startswith("off<br>peak in: ") and ticks[1].startswith("n=1<br>peak in: ")
 
@@ -89,15 +97,16 @@ def test_a_run_without_memory_is_left_out_and_words_follow_the_language(runs):
     assert i18n.t("category.parameter", "ja") in [trace.name for trace in _bars(figure)]
 
 
-def test_the_sharding_figure_draws_each_part_side_by_side_in_the_category_colours():
-    from ckptlab.show.breakdown_figures import SHARDING_PARTS, sharding_figure
-    from ckptlab.show.scale_figures import COLORS
-    from ckptlab.units import MIB
-
+def test_the_sharding_figure_draws_each_part_side_by_side_in_the_category_colours(runs):
     bars = [("1 GPU · off", {"parameter": 8 * MIB, "gradient": 8 * MIB, "optimizer_state": 16 * MIB, "activation": 20 * MIB}),
             ("2 GPUs · off", {"parameter": 4 * MIB, "gradient": 4 * MIB, "optimizer_state": 8 * MIB, "activation": 20 * MIB})]  # fmt: skip
     figure = sharding_figure(bars, "tiny · simulated", lang="ja")
     assert figure.layout.barmode == "group"  # not stacked: each part is its own maximum
-    assert [trace.marker.color for trace in figure.data] == [COLORS[part] for part in SHARDING_PARTS]
+    assert [trace.name for trace in figure.data] == [i18n.t(f"category.{part}", "ja") for part in SHARDING_PARTS]
+    # Each part in the colour the breakdown figure gives that category.
+    breakdown = breakdown_figure([("off", runs["off"]), ("n=1", runs["n=1"])], lang="ja")
+    colours = {trace.name: trace.marker.color for trace in _bars(breakdown)}
+    shared = [trace for trace in figure.data if trace.name in colours]
+    assert len(shared) >= 3 and all(trace.marker.color == colours[trace.name] for trace in shared)
     assert list(figure.data[2].y) == [16, 8] and list(figure.data[3].x) == ["1 GPU · off", "2 GPUs · off"]
     assert "simulated" in figure.layout.title.subtitle.text and "MiB" in figure.layout.yaxis.title.text

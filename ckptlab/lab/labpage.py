@@ -1,0 +1,245 @@
+"""What the Lab page shows in words and numbers, worked out here so the page only reads widgets and draws.
+
+Every function takes plain values (a spec, a result, the page's translator ``tr``) and returns
+text, a dict of widget values or ``st.metric`` keyword arguments; nothing here imports streamlit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from ..errors import CkptlabError
+from ..model import catalog
+from ..model.catalog import ModelInfo
+from ..results import Comparison, MemoryResult, RunResult
+from ..show.i18n import Translator
+from ..show.labels import setting_label, training_label
+from ..show.report import setting_name
+from ..show.wording import app_message
+from ..spec import RunSpec
+from ..step.equivalence import GradientCheck
+from ..step.preflight import resolve_device
+from ..units import GIB, MIB, mib
+from .run import LabRun, Measured, check, cpu_estimate
+from .server import ServerPolicy
+
+LOCAL = "local directory"  # the model box's entry for a folder the instructor offers
+LORA_RANK_DEFAULT = 8
+SAME_MEMORY_BYTES = MIB / 20  # a memory delta below it reads "same as off"
+PEAK_UNMOVED = 0.98  # peak ratio above it: what the forward freed did not lower the peak
+
+
+def params_label(num_params: int) -> str:
+    """A parameter count in the model boxes' words: ``1.5B`` or ``135M``."""
+    return f"{num_params / 1e9:.1f}B" if num_params >= 1e9 else f"{num_params / 1e6:.0f}M"
+
+
+def model_label(name: str, info: ModelInfo | None, tr: Translator) -> str:
+    """A preset in the model box: its group (tiny or real), name, layers and size; the folder entry in words."""
+    if name == LOCAL or info is None:
+        return tr("lab.local_dir")
+    group = tr("lab.group_tiny") if info.cpu_ok else tr("lab.group_real")
+    return tr("lab.model_label", group=group, name=name, layers=info.num_layers, size=params_label(info.num_params))
+
+
+def duration(seconds: float) -> str:
+    """Seconds in whole seconds, minutes or hours, whichever reads best."""
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:,.0f} min"
+    return f"{seconds / 3600:,.0f} h"
+
+
+def weights_and_gradients_bytes(num_params: int, dtype: str) -> int:
+    """Parameters plus gradients in ``dtype`` ("auto" counts as float32, as on a CPU): a prediction, not a measurement."""
+    return 2 * num_params * (2 if dtype in ("bfloat16", "float16") else 4)
+
+
+def model_caption(info: ModelInfo, tr: Translator) -> str:
+    """The sidebar's line under a preset: family, hidden size and, when the config says, its positions."""
+    if info.max_positions:
+        return tr(
+            "lab.model_caption_positions",
+            family=info.family,
+            hidden=info.hidden_size,
+            positions=f"{info.max_positions:,}",
+        )
+    return tr("lab.model_caption", family=info.family, hidden=info.hidden_size)
+
+
+def folder_info(path: str, lang: str, tr: Translator) -> tuple[ModelInfo | None, str]:
+    """A local folder described, or None and why not in the page's words (a folder that breaks transformers too)."""
+    try:
+        return catalog.describe(path), ""
+    except CkptlabError as error:
+        return None, app_message(error, lang)
+    except Exception as error:  # a folder transformers chokes on must not take the page down
+        return None, tr("lab.cannot_read", model=repr(path), error=f"{type(error).__name__}: {error}")
+
+
+def problem_with(
+    spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, lang: str, tr: Translator
+) -> tuple[str, bool]:
+    """Why ``spec`` cannot run here ("" when it can), and whether it would run on the CPU.
+
+    The spec's own checks, then the server's limits for that model and device; a failure of the
+    checks themselves is a message too. LoRA without a target is refused.
+    """
+    problem = ""
+    try:
+        check(spec)
+        on_cpu = resolve_device(spec.device).type == "cpu"
+        policy.check(spec, info, on_cpu)  # type: ignore[arg-type]  # check() raised already when info is None
+    except CkptlabError as error:
+        problem, on_cpu = app_message(error, lang), True
+    except Exception as error:  # not bad input but a failure: still a message, not a dead page
+        problem, on_cpu = tr("lab.cannot_check", error=f"{type(error).__name__}: {error}"), True
+    if spec.lora_rank is not None and spec.lora_targets == ():
+        problem = problem or tr("training.lora_targets_needed")
+    return problem, on_cpu
+
+
+def cpu_warning(spec: RunSpec, info: ModelInfo, tr: Translator) -> str:
+    """A model meant for a GPU, run on the CPU: the predicted step and Run times and its weights and gradients."""
+    step_s, run_s = cpu_estimate(spec, info)
+    gib = f"{weights_and_gradients_bytes(info.num_params, spec.dtype) / GIB:,.1f}"
+    return tr("lab.meant_for_gpu", model=info.name, step=duration(step_s), run=duration(run_s), gib=gib)
+
+
+def head_line(spec: RunSpec, lang: str, tr: Translator) -> str:
+    """The line beside Run: model, shape, dtype, device, setting and what is trained."""
+    setting = setting_label(spec.every_n_layers, spec.offload, lang)
+    line = tr(
+        "lab.head",
+        model=spec.model,
+        seq=f"{spec.seq_len:,}",
+        batch=spec.batch_size,
+        dtype=spec.dtype,
+        device=spec.device,
+        setting=setting,
+    )
+    return line + f" · {training_label(spec, lang)}"
+
+
+def clock(measured: Measured) -> str:
+    """When a run was measured, in the local time of the server (``HH:MM``)."""
+    return measured.measured_at.astimezone().strftime("%H:%M")
+
+
+def widget_values(spec: RunSpec, folder: str) -> dict[str, Any]:
+    """The Lab page's widget values (session-state keys) for ``spec``.
+
+    Args:
+        spec: the settings to show.
+        folder: the offered folder's name when ``spec.model`` is a local folder, "" for a preset.
+    """
+    return {
+        "lab_model": LOCAL if folder else spec.model,
+        "lab_local_dir": folder,
+        "lab_seq": spec.seq_len,
+        "lab_batch": spec.batch_size,
+        "lab_dtype": spec.dtype,
+        "lab_device": spec.device,
+        "lab_ckpt": spec.every_n_layers is not None,
+        "lab_n": spec.every_n_layers or 1,
+        "lab_offload": spec.offload,
+        "lab_repeats": spec.repeats,
+        "lab_warmup": spec.warmup,
+        "lab_optimizer": spec.optimizer,
+        "lab_lora": spec.lora_rank is not None,
+        "lab_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
+        "lab_lora_targets": list(spec.lora_targets or ()),
+        "lab_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
+    }
+
+
+def spec_from_widgets(values: Mapping[str, Any], model: str, lora_targets: tuple[str, ...] | None) -> RunSpec:
+    """The :class:`RunSpec` the Lab page's widgets say (every_n_layers and offload only with checkpointing on)."""
+    checkpointing = values["lab_ckpt"]
+    return RunSpec(
+        model=model,
+        seq_len=int(values["lab_seq"]),
+        batch_size=int(values["lab_batch"]),
+        dtype=values["lab_dtype"],
+        device=values["lab_device"],
+        every_n_layers=int(values["lab_n"]) if checkpointing else None,
+        offload=bool(values["lab_offload"]) and checkpointing,
+        repeats=int(values["lab_repeats"]),
+        warmup=int(values["lab_warmup"]),
+        optimizer=values["lab_optimizer"],
+        lora_rank=int(values["lab_lora_rank"]) if values["lab_lora"] else None,
+        lora_targets=lora_targets,
+    )
+
+
+def status_label(lab: LabRun, tr: Translator) -> str:
+    """The run's status line once done: reused from the cache at a time, or measured in so many seconds."""
+    if lab.run.reused and (lab.reference is None or lab.reference.reused):
+        return tr("lab.reused_label", clock=clock(lab.run))
+    waited = tr("lab.waited", seconds=f"{lab.wait_s:.1f}") if lab.wait_s >= 0.5 else ""
+    return tr("lab.measured_in", seconds=f"{lab.elapsed_s:.1f}", waited=waited)
+
+
+def gradients_message(
+    outcome: GradientCheck | None, problem: str, tr: Translator
+) -> tuple[Literal["success", "warning", "error"], str]:
+    """The gradient check in words and how loud (``st.success``, ``st.warning`` or ``st.error``)."""
+    if outcome is None:
+        return "warning", tr("lab.grads_failed", error=problem)
+    if outcome.equal:
+        return "success", tr("lab.grads_equal", count=outcome.gradients_compared, dropout=outcome.dropout)
+    return "error", tr(
+        "lab.grads_differ",
+        diff=f"{outcome.max_abs_difference:.3g}",
+        loss=tr("lab.grads_loss_same" if outcome.loss_equal else "lab.grads_loss_differs"),
+        count=outcome.gradients_compared,
+    )
+
+
+def memory_delta(value: int, reference: int | None, tr: Translator) -> dict[str, Any]:
+    """``st.metric`` delta arguments for a memory figure against checkpointing off (none without a reference)."""
+    if reference is None:
+        return {}
+    diff = value - reference
+    if abs(diff) < SAME_MEMORY_BYTES:
+        return {"delta": tr("lab.same_as_off"), "delta_color": "off", "delta_arrow": "off"}
+    return {"delta": tr("lab.mib_vs_off", diff=f"{diff / MIB:+,.1f}"), "delta_color": "inverse"}
+
+
+def time_delta(value: float, reference: float | None, significant: bool | None, tr: Translator) -> dict[str, Any]:
+    """``st.metric`` delta arguments for a time against checkpointing off: grey when too few steps or noise."""
+    if reference is None:
+        return {}
+    diff = f"{(value - reference) * 1000:+,.0f} ms"
+    if significant is None:
+        return {"delta": tr("lab.too_few_steps", diff=diff), "delta_color": "off", "delta_arrow": "off"}
+    if not significant:
+        return {"delta": tr("lab.noise", diff=diff), "delta_color": "off", "delta_arrow": "off"}
+    return {"delta": tr("lab.vs_off", diff=diff), "delta_color": "inverse"}
+
+
+def time_sentence(comparison: Comparison, min_samples: int, tr: Translator) -> str:
+    """The step time's change against checkpointing off, said as measurable, noise or too few steps to tell."""
+    change = f"{(comparison.step_ratio - 1) * 100:+.0f}%"
+    if comparison.step_significant is None:
+        return tr("lab.time_too_few", change=change, min=min_samples)
+    if comparison.step_significant:
+        return tr("lab.time_significant", change=change)
+    return tr("lab.time_noise", change=change)
+
+
+def freed_sentence(memory: MemoryResult, base: MemoryResult, comparison: Comparison, tr: Translator) -> str:
+    """ "" unless the forward freed memory that did not lower the peak; then how much, in words."""
+    freed = base.after_forward_bytes - memory.after_forward_bytes
+    if freed > 0 and comparison.peak_ratio > PEAK_UNMOVED:
+        return tr("lab.freed_not_peak", mib=mib(freed))
+    return ""
+
+
+def file_stem(result: RunResult) -> str:
+    """The downloads' file name without extension: model, sequence length and setting, no spaces or slashes."""
+    model = result.model.name.strip("/").replace("/", "_")
+    setting = setting_name(result.spec.every_n_layers, result.spec.offload).replace(", ", "-").replace("=", "")
+    return f"ckptlab-{model}-seq{result.spec.seq_len}-{setting}".replace(" ", "-")

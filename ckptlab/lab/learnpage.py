@@ -1,0 +1,111 @@
+"""What the Learn pages (Lesson, Timeline, Exercises) say about a run, worked out here so the pages only draw.
+
+Each function takes measured results (or the lesson's simulated sharding idea) and the page's
+translator ``tr`` and returns numbers in bytes, labels or sentences; nothing here imports streamlit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from ..results import RunResult, memory_of
+from ..show.figures.diagram import roles_diagram_figure
+from ..show.i18n import Translator
+from ..show.labels import event_label
+from ..spec import RunSpec
+from ..step import timeline as tl
+from ..step.timeline import Point  # one event of a run's memory timeline
+from ..units import MIB
+from .exercises import Exercise, Outcome, evaluate
+from .learn import ShardingIdea
+from .run import reference_spec
+
+
+def run_diagram(run: RunResult, lang: str, **options: Any) -> go.Figure:
+    """The CP / keep / rerun diagram of a measured run: its layers' roles and the reruns observed.
+
+    ``options``: ``focus`` and ``height``, as :func:`~ckptlab.show.figures.diagram.roles_diagram_figure` takes them.
+    """
+    roles = [layer.enabled for layer in run.layers]  # "CP" or "keep", as read back from transformers' flags
+    return roles_diagram_figure(roles, lang=lang, reruns=[layer.recompute_calls for layer in run.layers], **options)
+
+
+def event_option(points: Sequence[Point], index: int, lang: str) -> str:
+    """A step slider's option: ``3/40 · forward L2``."""
+    return f"{index + 1}/{len(points)} · {event_label(points[index], lang)}"
+
+
+def loss_index(run: RunResult) -> int:
+    """The index of the loss in the run's timeline: where the forward's activations are all held."""
+    return next(i for i, point in enumerate(memory_of(run).timeline) if point["kind"] == "loss")
+
+
+def saved_bytes(run: RunResult) -> int:
+    """Activations the layers saved for the backward, all layers together."""
+    return sum(layer.saved_bytes for layer in run.layers)
+
+
+def activation_share(off: RunResult) -> float:
+    """Activations (and temporaries where CUDA cannot split them) as a share of the peak, checkpointing off."""
+    parts = memory_of(off).breakdown_at_peak
+    return (parts.get("activation", 0) + parts.get("activation_and_temp", 0)) / sum(parts.values())
+
+
+def above_baseline(run: RunResult, point: Point) -> tuple[int, int]:
+    """At one event: memory now and the highest since the last event, both above the memory before the forward."""
+    baseline = memory_of(run).baseline_bytes
+    return point["current_bytes"] - baseline, point["region_peak_bytes"] - baseline
+
+
+def bump_line(points: Sequence[Point], tr: Translator) -> str:
+    """How many reruns raised memory, and the largest rise ("" when none did)."""
+    bumps = tl.rerun_bumps(points)
+    if not bumps:
+        return ""
+    layer, rise = max(bumps.items(), key=lambda item: item[1])
+    return tr("timeline.bump_line", count=len(bumps), n=layer + 1, mib=f"{rise / MIB:,.1f}")
+
+
+def shard_labels(idea: ShardingIdea, tr: Translator) -> list[str]:
+    """The lesson's sharding bars: how many GPUs and which checkpointing."""
+    return [
+        tr(
+            "lesson.shard.bar_one" if bar.spec.world_size == 1 else "lesson.shard.bar_many",
+            gpus=bar.spec.world_size,
+            setting=tr("setting.short_off") if bar.spec.every_n_layers is None else f"n={bar.spec.every_n_layers}",
+        )
+        for bar in idea.bars
+    ]
+
+
+def shard_caption(idea: ShardingIdea, tr: Translator) -> str:
+    """What the sharding figure shows, in numbers: state divided by the GPUs, activations by checkpointing."""
+    return tr(
+        "lesson.shard.caption",
+        gpus=idea.bars[-1].spec.world_size,
+        state=f"{idea.state_ratio * 100:.0f}",
+        act_gpus=f"{idea.activation_ratio_gpus * 100:.0f}",
+        act_ckpt=f"{idea.activation_ratio_checkpointing * 100:.0f}",
+        gathered=f"{idea.gathered_bytes / MIB:,.0f}",
+    )
+
+
+def exercise_runs(exercise: Exercise, results: Mapping[RunSpec, RunResult]) -> dict[int | None, RunResult]:
+    """The exercise's runs by every_n_layers (None: checkpointing off)."""
+    runs: dict[int | None, RunResult] = {spec.every_n_layers: results[spec] for spec in exercise.specs()}
+    runs[None] = results[reference_spec(exercise.specs()[0])]
+    return runs
+
+
+def outcomes(
+    exercises: Sequence[Exercise], answers: Mapping[str, float], results: Mapping[RunSpec, RunResult], lang: str
+) -> dict[str, Outcome]:
+    """The answered exercises whose runs are measured, scored in ``lang``: the score is recomputed, never stored."""
+    return {
+        exercise.id: evaluate(exercise, answers[exercise.id], exercise_runs(exercise, results), lang)
+        for exercise in exercises
+        if exercise.id in answers and all(spec in results for spec in exercise.specs())
+    }

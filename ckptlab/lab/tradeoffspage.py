@@ -1,0 +1,88 @@
+"""What the Trade-offs page shows in words and numbers, worked out here so the page only reads widgets and draws.
+
+Nothing here imports streamlit: the functions take the page's widget values (session-state keys
+``tradeoffs_*``), a :class:`~ckptlab.explore.sweep.SweepResult` and the translator ``tr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..explore.recommend import Recommendation
+from ..explore.sweep import SweepResult, SweepSpec
+from ..show.i18n import Translator
+from ..show.labels import provenance_label, training_label
+from ..spec import RunSpec
+from ..units import MIB, mib, milliseconds
+from .targets import spec_targets
+
+DEFAULT_BUDGET_MIB = 1024.0  # the custom budget's first value when no row has a peak
+
+
+def spec_from_widgets(values: Mapping[str, Any], lora_choices: Sequence[str]) -> SweepSpec:
+    """The sweep the page's widgets say: every_n_layers only when chosen, LoRA only where the model offers targets."""
+    every_n = values["tradeoffs_n"]
+    lora = values["tradeoffs_lora"]
+    return SweepSpec(
+        model=values["tradeoffs_model"],
+        seq_lens=tuple(sorted(values["tradeoffs_seq"])),
+        every_n_layers=tuple(sorted(every_n)) if values["tradeoffs_choose_n"] and every_n else None,
+        offload=values["tradeoffs_offload"],
+        batch_size=int(values["tradeoffs_batch"]),
+        dtype=values["tradeoffs_dtype"],
+        repeats=int(values["tradeoffs_repeats"]),
+        warmup=int(values["tradeoffs_warmup"]),
+        optimizer=values["tradeoffs_optimizer"],
+        lora_rank=int(values["tradeoffs_lora_rank"]) if lora and lora_choices else None,
+        lora_targets=spec_targets(values["tradeoffs_lora_targets"], lora_choices, lora),
+    )
+
+
+def longest(spec: SweepSpec) -> RunSpec:
+    """The sweep's longest run: the one the server's limits are checked against before it starts."""
+    return RunSpec(model=spec.model, seq_len=max(spec.seq_lens), batch_size=spec.batch_size, device=spec.device)
+
+
+def summary(result: SweepResult, lang: str, tr: Translator) -> str:
+    """One line: model and training, layers, batch, where the numbers came from, rows and seconds."""
+    provenance = next(
+        (provenance_label(row.result.provenance, lang) for row in result.rows if row.result is not None),
+        tr("tradeoffs.measured"),
+    )
+    training = training_label(result.spec.run_spec(result.spec.seq_lens[0], None, False), lang)
+    return tr(
+        "tradeoffs.summary",
+        model=f"{result.model} · {training}",
+        layers=result.num_layers,
+        batch=result.spec.batch_size,
+        provenance=provenance,
+        rows=len(result.rows),
+        seconds=f"{result.elapsed_s:.0f}",
+    )
+
+
+def default_budget_mib(result: SweepResult, seq_len: int) -> float:
+    """The custom budget's first value: the median peak at ``seq_len``, in MiB to one decimal."""
+    peaks = [row.peak_bytes for row in result.rows_at(seq_len) if row.peak_bytes is not None]
+    return float(round(sorted(peaks)[len(peaks) // 2] / MIB, 1)) if peaks else DEFAULT_BUDGET_MIB
+
+
+def recommended(recommendation: Recommendation, seq_len: int, tr: Translator) -> str:
+    """The setting that fits, in words: its step time, peak and what it leaves of the budget."""
+    row = recommendation.row
+    assert row is not None and row.step_s is not None and row.peak_bytes is not None, "only for a fitting row"
+    return tr(
+        "tradeoffs.recommended",
+        setting=row.setting,
+        seq=seq_len,
+        ms=milliseconds(row.step_s),
+        peak=mib(row.peak_bytes),
+        spare=mib(recommendation.margin_bytes or 0),
+        budget=recommendation.budget_label,
+    )
+
+
+def file_stem(result: SweepResult) -> str:
+    """The downloads' file name without extension."""
+    return f"ckptlab-sweep-{result.model.strip('/').replace('/', '_')}"

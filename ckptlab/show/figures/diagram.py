@@ -1,0 +1,300 @@
+"""The CP / keep / rerun diagram: a run's step, the plan of a setting, or bare roles with the layer at work outlined.
+
+The diagram follows the text diagram of show/report.py (the README's sample output): a
+forward row saying what each layer keeps (CP or keep) and a backward row saying what the
+backward does there (rerun or keep), layers in order from left to right, wrapped every
+:data:`LAYERS_PER_LINE` layers so that a 36-layer model stays legible on a projector. Boxes
+are bars (so they scale with the figure, carry hover text and make a legend), with the role
+written inside. Planned rows are hatched so they never pass for observed ones.
+
+All three builders draw through one function: the boxes, colours and legend are the same
+on every page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from ...model.plan import planned_roles
+from ...results import LayerResult, RunResult
+from ...units import MIB
+from ..i18n import t
+from ..labels import provenance_label, setting_label
+from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS
+
+LAYERS_PER_LINE = 12
+ROLES = ("CP", "keep", "rerun")
+
+
+@dataclass(frozen=True)
+class _Row:
+    label: str  # y-axis words, e.g. "Forward →"
+    phase: str  # "forward" or "backward": which row a focus outlines
+    roles: Sequence[str]  # "CP" / "keep" / "rerun", one per layer in model order
+    hover: Sequence[str]  # one per layer
+    planned: bool = False  # hatched, legend says "(planned)"
+    extra: Sequence[str] = ()  # a short line under the role in a box, one per layer ("" for none)
+
+
+def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
+    """The step a run observed: forward row from the flags, backward row from the reruns.
+
+    When the observed pattern differs from the every_n_layers rule, the planned rows are
+    added below (hatched) and the title says so. A run that did not fit has no layers;
+    its planned pattern is drawn instead, titled as such.
+
+    Args:
+        result: a :class:`~ckptlab.RunResult`.
+        lang: language of the words on the figure (``ckptlab.show.i18n``).
+
+    Returns:
+        A Plotly figure; hover on a box shows what was measured for that layer.
+    """
+    spec = result.spec
+    setting = setting_label(spec.every_n_layers, result.memory.offload_applied if result.memory else False, lang)
+    if not result.layers:
+        return plan_figure(
+            result.model.num_layers, spec.every_n_layers, title=t("fig.did_not_fit", lang, setting=setting), lang=lang
+        )
+    layers = result.layers
+    hover = [_layer_hover(layer, lang) for layer in layers]
+    # MoE: a rerun seen on the router and the experts themselves says so in its box.
+    moe_reruns = [
+        layer.moe and layer.router_recompute_calls > 0 and layer.experts_recompute_calls > 0 for layer in layers
+    ]
+    rows = [
+        _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover),
+        _Row(
+            t("diagram.backward", lang),
+            "backward",
+            ["rerun" if layer.recompute_calls else "keep" for layer in layers],
+            hover,
+            extra=[t("fig.moe_rerun_box", lang) if rerun else "" for rerun in moe_reruns],
+        ),
+    ]
+    # A simulated step is observed too, on fake tensors: the title says which.
+    seen = t("fig.seen_simulated" if result.provenance.kind == "simulated" else "fig.seen_observed", lang)
+    title = t("fig.what_step_did", lang, setting=setting, seen=seen)
+    if not result.plan_matches:
+        planned_hover = [t("fig.planned_hover", lang, name=layer.name, role=layer.planned) for layer in layers]
+        planned = [layer.planned for layer in layers]
+        rows += [
+            _Row(t("fig.planned_forward", lang), "forward", planned, planned_hover, planned=True),
+            _Row(t("fig.planned_backward", lang), "backward", _backward(planned), planned_hover, planned=True),
+        ]
+        title = t("fig.differs", lang, setting=setting)
+    subtitle = provenance_label(result.provenance, lang)
+    if any(moe_reruns):
+        subtitle += " · " + t("fig.moe_subtitle", lang, count=sum(moe_reruns))
+    return _draw(rows, lang, title=title, subtitle=subtitle)
+
+
+def plan_figure(num_layers: int, every_n_layers: int | None, title: str | None = None, lang: str = "en") -> go.Figure:
+    """The pattern every_n_layers plans, before anything ran (hatched, like all planned rows).
+
+    Args:
+        num_layers: checkpointable layers of the model.
+        every_n_layers: the setting, ``None`` for checkpointing off.
+        title: replaces the default title.
+        lang: language of the words on the figure (``ckptlab.show.i18n``).
+
+    Returns:
+        A Plotly figure with a planned forward and backward row.
+    """
+    roles = planned_roles(num_layers, every_n_layers)
+    hover = [t(f"fig.plan_hover_{role}", lang, n=index + 1) for index, role in enumerate(roles)]
+    rows = [
+        _Row(t("diagram.forward", lang), "forward", roles, hover, planned=True),
+        _Row(t("diagram.backward", lang), "backward", _backward(roles), hover, planned=True),
+    ]
+    default = t("fig.plan_title", lang, setting=setting_label(every_n_layers, False, lang))
+    return _draw(rows, lang, title=title or default, subtitle=t("fig.plan_subtitle", lang))
+
+
+def roles_diagram_figure(
+    roles: Sequence[str],
+    *,
+    lang: str = "en",
+    focus: tuple[int, str] | None = None,
+    reruns: Sequence[int] | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """The diagram of given roles, untitled and compact (beside other figures), the layer at work outlined.
+
+    Args:
+        roles: per layer "CP" or "keep" (the forward row); the backward row says "rerun"
+            where a layer reran (``reruns``, observed counts) or, without counts, where it is CP.
+        lang: language of the labels.
+        focus: ``(layer, "forward" | "backward")`` to outline (see :func:`focus_of`); the other boxes fade.
+        reruns: observed reruns per layer, from the run's layer rows.
+        height: pixels; by default from the number of layers.
+    """
+    back = ["rerun" if reruns[i] else "keep" for i in range(len(roles))] if reruns is not None else _backward(roles)
+    rows = [
+        _Row(
+            t(f"diagram.{phase}", lang),
+            phase,
+            row_roles,
+            [t(f"diagram.hover_{role}", lang, n=i + 1) for i, role in enumerate(row_roles)],
+        )
+        for phase, row_roles in (("forward", list(roles)), ("backward", back))
+    ]
+    return _draw(rows, lang, focus=focus, height=height)
+
+
+def focus_of(point: dict) -> tuple[int, str] | None:
+    """The layer at work at one event of a timeline, and in which row of the diagram: None outside the layers."""
+    if point["layer"] is None:
+        return None
+    return point["layer"], "backward" if point["phase"] == "backward" else "forward"
+
+
+def _backward(roles: Sequence[str]) -> list[str]:
+    """What the backward plans to do at each layer: rerun a CP layer, nothing more at a keep one."""
+    return ["rerun" if role == "CP" else "keep" for role in roles]
+
+
+def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
+    text = t(
+        "fig.layer_hover",
+        lang,
+        name=layer.name,
+        module=layer.module,
+        calls=layer.forward_calls,
+        reruns=layer.recompute_calls,
+        saved=f"{layer.saved_bytes / MIB:,.2f}",
+        saved_bytes=f"{layer.saved_bytes:,}",
+        input=f"{layer.input_bytes / MIB:,.2f}",
+        planned=layer.planned,
+        flag=layer.enabled,
+        observed=layer.observed,
+    )
+    if layer.moe:
+        text += t(
+            "fig.layer_hover_moe", lang, router=layer.router_recompute_calls, experts=layer.experts_recompute_calls
+        )
+    return text
+
+
+def _draw(
+    rows: list[_Row],
+    lang: str,
+    *,
+    title: str | None = None,
+    subtitle: str = "",
+    focus: tuple[int, str] | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """The boxes of ``rows``, wrapped into lines; untitled diagrams are compact (they sit beside other figures)."""
+    compact = title is None
+    count = len(rows[0].roles)
+    per_line = min(count, LAYERS_PER_LINE) or 1
+    lines = (count + per_line - 1) // per_line or 1
+    pitch = len(rows) + 0.6  # a gap between wrapped lines
+    small = per_line > 8
+    text_size = (14 if small else 18) if compact else (16 if small else 20)
+
+    tick_vals: list[float] = []
+    tick_text: list[str] = []
+    boxes: dict[tuple[str, bool], dict[str, list]] = {}
+    for line in range(lines):
+        first, last = line * per_line, min((line + 1) * per_line, count)
+        for row_index, row in enumerate(rows):
+            y = -(line * pitch + row_index)
+            tick_vals.append(y)
+            tick_text.append(row.label if lines == 1 else f"{row.label}<br>L{first + 1}–L{last}")
+            for index in range(first, last):
+                role = row.roles[index]
+                box = boxes.setdefault((role, row.planned), {"x": [], "base": [], "text": [], "hover": [], "at": []})
+                box["x"].append(index - first)
+                box["base"].append(y - 0.42)
+                extra = row.extra[index] if row.extra else ""
+                box["text"].append(f"L{index + 1}<br><b>{role}</b>" + (f"<br>{extra}" if extra else ""))
+                box["hover"].append(row.hover[index])
+                box["at"].append(focus is not None and focus == (index, row.phase) and not row.planned)
+
+    figure = go.Figure()
+    for role in ROLES:
+        for planned in (False, True):
+            if (role, planned) not in boxes:
+                continue
+            box = boxes[(role, planned)]
+            figure.add_trace(
+                go.Bar(
+                    x=box["x"],
+                    y=[0.84] * len(box["x"]),
+                    base=box["base"],
+                    width=0.86,
+                    name=t(f"diagram.legend_{role}", lang) + (t("fig.planned_suffix", lang) if planned else ""),
+                    legendgroup=role,
+                    marker={
+                        "color": ROLE_COLORS[role],
+                        "pattern": _pattern(role, planned),
+                        **_outline(box["at"], focus),
+                    },
+                    text=box["text"],
+                    textposition="inside",
+                    insidetextanchor="middle",
+                    textangle=0,
+                    textfont={"color": "white", "size": text_size, "family": FONT},
+                    hovertext=box["hover"],
+                    hoverinfo="text",
+                )
+            )
+    # Explicit room for the row labels: Streamlit's plotly.js cuts them off with automargin alone.
+    longest = max(len(part) for text in tick_text for part in text.split("<br>"))
+    if compact:
+        size = 14
+        layout = {"height": height or 60 + 190 * lines, "margin": {"l": 24 + 9 * longest, "r": 10, "t": 10, "b": 50}}
+    else:
+        size = 15
+        legend_rows = 1 if len(figure.data) <= 2 else 2
+        row_px = 70 if small else 78
+        layout = {
+            "title": {"text": title, "subtitle": {"text": subtitle}, "font": {"size": 20}, "x": 0, "xref": "paper"},
+            "height": height or int(95 + 34 * legend_rows + lines * pitch * row_px),
+            "margin": {"l": 24 + 9 * longest, "r": 10, "t": 75, "b": 10 + 34 * legend_rows},
+            "hoverlabel": {"font": {"size": 15}},
+        }
+    figure.update_layout(
+        barmode="overlay",
+        legend={"orientation": "h", "yanchor": "top", "y": -0.02, "x": 0, "font": {"size": size}},
+        font={"family": FONT, "size": size},
+        plot_bgcolor="white",
+        uniformtext={"minsize": 9 if compact else 10, "mode": "show"},
+        **layout,
+    )
+    figure.update_xaxes(visible=False, range=[-0.5, per_line - 0.5], fixedrange=True)
+    figure.update_yaxes(
+        tickvals=tick_vals,
+        ticktext=tick_text,
+        tickfont={"size": size + 1},
+        range=[-((lines - 1) * pitch + len(rows) - 1) - 0.5, 0.5],
+        showgrid=False,
+        zeroline=False,
+        fixedrange=True,
+    )
+    return figure
+
+
+def _pattern(role: str, planned: bool) -> dict:
+    """Planned boxes: thin, sparse stripes, visibly "planned" while the words stay readable; observed ones solid."""
+    if not planned:
+        return {"shape": ""}
+    return {"shape": "/", "bgcolor": ROLE_COLORS[role], "fgcolor": HATCH_COLORS[role], "size": 14, "solidity": 0.25}
+
+
+def _outline(at: list[bool], focus: tuple[int, str] | None) -> dict:
+    """The box at work outlined in the cursor's colour, the others faded; white borders when nothing is in focus."""
+    if focus is None:
+        return {"line": {"color": "white", "width": 2}}
+    return {
+        "opacity": [1.0 if here else 0.45 for here in at],
+        "line": {
+            "color": [CURSOR_COLOR if here else "white" for here in at],
+            "width": [6 if here else 2 for here in at],
+        },
+    }

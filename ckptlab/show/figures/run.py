@@ -1,0 +1,229 @@
+"""Measured runs side by side, as bars: a run beside checkpointing off, several settings, offload's share.
+
+The memory bars are bytes above the baseline (what the step added to the parameters); the
+time bars are medians, their whiskers the fastest and slowest of the repeats. Among several
+settings, a step time within the noise of checkpointing off's is grey and says so
+(:func:`ckptlab.results.judge_time`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ...results import RunResult, judge_time, memory_of, timing_of
+from ...units import MIB
+from ..i18n import t
+from ..labels import setting_label, short_setting_label
+from ..noise import NOISE_GREY
+from ._style import EXTRA_COLORS, FONT, GREY, GRID, LIGHT_GREY, OFF_COLOR, ROLE_COLORS, RUN_COLOR
+
+
+def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str = "en") -> go.Figure:
+    """Memory and time of a run next to the same run with checkpointing off.
+
+    Args:
+        result: the run (must have measurements).
+        baseline: the checkpointing-off run, or ``None`` / the run itself when there is none to show.
+
+    Returns:
+        Two bar panels, MiB and ms; the time bars carry the fastest-to-slowest spread of the repeats.
+
+    Raises:
+        ValueError: if ``result`` has no measurements (it did not fit).
+    """
+    if result.memory is None or result.timing is None:
+        raise ValueError(f"a run with status {result.status!r} has no measurements to chart")
+    series = [
+        (setting_label(result.spec.every_n_layers, result.spec.offload, lang), result.memory, result.timing, RUN_COLOR)
+    ]
+    if result.spec.every_n_layers is None:
+        series = [(setting_label(None, False, lang), result.memory, result.timing, OFF_COLOR)]
+    elif baseline is not None and baseline.memory is not None and baseline.timing is not None:
+        series.append((setting_label(None, False, lang), baseline.memory, baseline.timing, OFF_COLOR))
+
+    figure = make_subplots(rows=1, cols=2, subplot_titles=(t("fig.memory_panel", lang), t("fig.time_panel", lang)))
+    memory_labels = [t("fig.after_forward", lang), t("fig.peak_of_step", lang)]
+    time_labels = [t("fig.forward", lang), t("fig.backward", lang), t("fig.step", lang)]
+    for name, memory, timing, color in series:
+        memory_mib = [memory.after_forward_bytes / MIB, memory.peak_above_baseline_bytes / MIB]
+        figure.add_trace(
+            go.Bar(
+                x=memory_labels,
+                y=memory_mib,
+                name=name,
+                legendgroup=name,
+                marker_color=color,
+                text=[f"{value:,.1f}" for value in memory_mib],
+                textposition="outside",
+                hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + name + "</extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        medians = [timing.forward_s, timing.backward_s, timing.step_s]
+        samples = [timing.forward_samples, timing.backward_samples, timing.step_samples]
+        figure.add_trace(
+            go.Bar(
+                x=time_labels,
+                y=[value * 1000 for value in medians],
+                name=name,
+                legendgroup=name,
+                showlegend=False,
+                marker_color=color,
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [(max(s, default=m) - m) * 1000 for s, m in zip(samples, medians)],
+                    "arrayminus": [(m - min(s, default=m)) * 1000 for s, m in zip(samples, medians)],
+                    "color": "#333333",
+                },
+                hovertemplate="%{x}: %{y:,.0f} ms " + t("fig.median", lang) + "<extra>" + name + "</extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    figure.update_layout(
+        barmode="group",
+        height=360,
+        margin={"l": 55, "r": 10, "t": 70, "b": 55},  # room for the two-line category labels
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 14}},
+        font={"family": FONT, "size": 14},
+        plot_bgcolor="white",
+    )
+    figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
+    return figure
+
+
+def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int = 360) -> go.Figure:
+    """Memory held after the forward, peak, and step time of several settings side by side.
+
+    The bars of a few measured runs; a sweep's trade-off (peak against step time, the Pareto
+    frontier) is :func:`ckptlab.show.figures.tradeoff.sweep_tradeoff_figure`.
+
+    Args:
+        runs: measured runs of one model and shape (checkpointing off first reads best).
+    """
+    panels = (t("trade.memory_title", lang), t("trade.time_title", lang))
+    figure = make_subplots(rows=1, cols=2, subplot_titles=panels, horizontal_spacing=0.12)
+    # Short, horizontal tick labels: the long setting names turn sideways and get cut in a half-width column.
+    names = [short_setting_label(run.spec.every_n_layers, lang) for run in runs]
+    colors = [
+        OFF_COLOR if not run.spec.checkpointing else EXTRA_COLORS[i % len(EXTRA_COLORS)] if i > 1 else RUN_COLOR
+        for i, run in enumerate(runs)
+    ]
+    for key, getter in (
+        ("trade.after_forward", lambda r: memory_of(r).after_forward_bytes),
+        ("trade.peak", lambda r: memory_of(r).peak_above_baseline_bytes),
+    ):
+        values = [getter(run) / MIB for run in runs]
+        figure.add_trace(
+            go.Bar(
+                x=names,
+                y=values,
+                name=t(key, lang),
+                text=[f"{v:,.1f}" for v in values],
+                textposition="outside",
+                marker={"color": OFF_COLOR if key == "trade.after_forward" else GREY},
+                hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + t(key, lang) + "</extra>",
+            ),
+            row=1,
+            col=1,
+        )
+    times = [timing_of(run).step_s * 1000 for run in runs]
+    # The same verdict as everywhere (results.judge_time): a step time within the noise of
+    # checkpointing off's is grey and says so; the whiskers are the fastest and slowest step.
+    off = next((run for run in runs if not run.spec.checkpointing), None)
+    noise = [
+        off is not None
+        and run is not off
+        and judge_time(timing_of(run).step_samples, timing_of(off).step_samples).noise
+        for run in runs
+    ]
+    figure.add_trace(
+        go.Bar(
+            x=names,
+            y=times,
+            name=t("trade.step", lang),
+            marker={"color": [NOISE_GREY if grey else color for grey, color in zip(noise, colors)]},
+            text=[
+                t("tradeoff_fig.noise_point", lang, setting=f"{v:,.0f}") if grey else f"{v:,.0f}"
+                for grey, v in zip(noise, times)
+            ],
+            textposition="outside",
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [(max(timing_of(run).step_samples) - timing_of(run).step_s) * 1000 for run in runs],
+                "arrayminus": [(timing_of(run).step_s - min(timing_of(run).step_samples)) * 1000 for run in runs],
+                "color": "#666666",
+            },
+            showlegend=False,
+            hovertemplate="%{x}: %{y:,.0f} ms<extra></extra>",
+        ),
+        row=1,
+        col=2,
+    )
+    figure.update_layout(
+        barmode="group",
+        height=height,
+        margin={"l": 50, "r": 10, "t": 60, "b": 50},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 13}},
+        font={"family": FONT, "size": 14},
+        plot_bgcolor="white",
+    )
+    figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
+    figure.update_xaxes(tickangle=0, title={"text": "every_n_layers", "font": {"size": 12}})
+    for axis in ("yaxis", "yaxis2"):
+        top = max(
+            (trace.y and max(v for v in trace.y if v is not None)) or 0
+            for trace in figure.data
+            if (trace.yaxis or "y") == ("y" if axis == "yaxis" else "y2")
+        )
+        figure.layout[axis].range = [0, top * 1.22 or 1]
+    return figure
+
+
+def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int = 340) -> go.Figure:
+    """What offload would move off a GPU, against everything else resident after the forward, per sequence length.
+
+    Args:
+        runs: checkpointed runs of one model at growing sequence lengths.
+    """
+    labels = [t("offload.seq", lang, seq=run.spec.seq_len) for run in runs]
+    moved = [memory_of(run).offload_bytes / MIB for run in runs]
+    rest = [max(memory_of(run).after_forward_bytes - memory_of(run).offload_bytes, 0) / MIB for run in runs]
+    figure = go.Figure()
+    figure.add_trace(
+        go.Bar(
+            x=labels,
+            y=moved,
+            name=t("offload.moved", lang),
+            marker={"color": ROLE_COLORS["CP"]},
+            text=[f"{v:,.1f}" for v in moved],
+            textposition="inside",
+        )
+    )
+    figure.add_trace(
+        go.Bar(
+            x=labels,
+            y=rest,
+            name=t("offload.rest", lang),
+            marker={"color": LIGHT_GREY},
+            text=[f"{v:,.1f}" for v in rest],
+            textposition="inside",
+        )
+    )
+    figure.update_layout(
+        barmode="stack",
+        height=height,
+        title={"text": t("offload.title", lang), "x": 0, "xref": "paper", "font": {"size": 18}},
+        margin={"l": 60, "r": 10, "t": 60, "b": 40},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0},
+        font={"family": FONT, "size": 14},
+        plot_bgcolor="white",
+    )
+    figure.update_yaxes(title={"text": "MiB"}, gridcolor=GRID, rangemode="tozero")
+    return figure

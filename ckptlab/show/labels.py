@@ -1,0 +1,70 @@
+"""Short labels in the app's languages: a setting, a run, where numbers came from, a meter, an event, what is trained.
+
+One function per thing labelled, used by the figures, the pages and ``ckptlab.lab`` alike;
+every word comes from the locale files through :func:`ckptlab.show.i18n.t`. The command
+line's English words are in :mod:`ckptlab.show.report`.
+"""
+
+from __future__ import annotations
+
+from ..results import Provenance, RunResult
+from ..spec import RunSpec
+from .i18n import t
+
+
+def setting_label(every_n_layers: int | None, offload: bool, lang: str = "en") -> str:
+    """ "every_n_layers=2", "every_n_layers=1, offload" or "checkpointing off", in ``lang``."""
+    if every_n_layers is None:
+        return t("setting.off", lang)
+    return t("setting.on_offload" if offload else "setting.on", lang, n=every_n_layers)
+
+
+def short_setting_label(every_n_layers: int | None, lang: str = "en") -> str:
+    """ "n=2" or "off" (in ``lang``): a tick label that stays horizontal in a half-width column."""
+    return t("setting.short_off", lang) if every_n_layers is None else f"n={every_n_layers}"
+
+
+def run_label(run: RunResult, lang: str = "en") -> str:
+    """The setting of a run, for a legend."""
+    return setting_label(run.spec.every_n_layers, run.spec.offload, lang)
+
+
+def provenance_label(provenance: Provenance | str, lang: str = "en") -> str:
+    """Where numbers came from, in ``lang``.
+
+    Args:
+        provenance: a result's :class:`~ckptlab.results.Provenance` ("measured on the CPU
+            (Intel Xeon, 2 cores)"), or a bare kind (:data:`ckptlab.results.Kind`, e.g.
+            ``"measured-cuda"``) where only that is known, as in a table row ("measured on CUDA").
+        lang: language of the words.
+    """
+    if isinstance(provenance, str):
+        return t(f"provenance_kind.{provenance}", lang)
+    return t(f"provenance.{provenance.kind}", lang, device=provenance.device_name)
+
+
+def method_label(method: str, lang: str = "en") -> str:
+    """How a number was measured (the meters' method strings), in ``lang``; an unknown method as it is."""
+    from ..step import meters  # the method strings live with the meters that produce them
+
+    keys = {
+        meters.CPU_MEMORY_METHOD: "method.memory_cpu",
+        meters.CUDA_MEMORY_METHOD: "method.memory_cuda",
+        meters.CPU_TIME_METHOD: "method.time_cpu",
+        meters.CUDA_TIME_METHOD: "method.time_cuda",
+    }
+    return t(keys[method], lang) if method in keys else method
+
+
+def event_label(point: dict, lang: str = "en") -> str:
+    """An event of the timeline for people, e.g. "backward of L3: its rerun, then its gradients"."""
+    layer = point.get("layer")
+    return t(f"event.{point['kind']}", lang, n="" if layer is None else layer + 1)
+
+
+def training_label(spec: RunSpec, lang: str = "en") -> str:
+    """What the step trains, in words: "AdamW, full fine-tune", "SGD, LoRA rank 8"."""
+    optimizer = t(f"optimizer.{spec.optimizer}", lang)
+    if spec.lora_rank is None:
+        return t("breakdown.training_full", lang, optimizer=optimizer)
+    return t("breakdown.training_lora", lang, optimizer=optimizer, rank=spec.lora_rank)

@@ -1,0 +1,243 @@
+"""The Lab page's parts: Run (the device queue, a status box, Cancel), the gradient check, the measurements. Not a page.
+
+The words and numbers come from :mod:`ckptlab.lab.labpage`; here they are drawn. The outcome is
+kept in the session (``lab_last``, ``lab_error``, ``lab_grads``) for the page to draw on each rerun.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import streamlit as st
+
+import ckptlab
+from ckptlab.lab import labpage
+from ckptlab.lab import run as labrun
+from ckptlab.lab.query import spec_from_query
+from ckptlab.lab.run import LabRun, Loader, check_gradients_queued, phase_significant
+from ckptlab.lab.server import ServerPolicy
+from ckptlab.model import snippets
+from ckptlab.results import MIN_SAMPLES_TO_JUDGE
+from ckptlab.show.figures.breakdown import breakdown_figure
+from ckptlab.show.figures.diagram import diagram_figure
+from ckptlab.show.figures.run import comparison_figure
+from ckptlab.show.i18n import Translator
+from ckptlab.show.labels import event_label, provenance_label, setting_label
+from ckptlab.show.noise import timing_busy_message
+from ckptlab.show.wording import app_message, run_message
+from ckptlab.spec import RunSpec
+from ckptlab.units import mib
+from pages._common import preset_infos
+from pages._server import offered_folder, session_owner
+
+STOP_CHECK_S = 0.3  # how often a run in flight looks for a Cancel (each look is one Streamlit message)
+
+
+def load_widgets(devices: tuple[str, ...], policy: ServerPolicy, lang: str) -> None:
+    """Fill the widgets from the link, or from this session's last settings; warnings go to ``lab_query_warnings``.
+
+    A link to a folder this server does not offer opens the default preset, and says why.
+    """
+    state = st.session_state
+    if st.query_params:
+        spec, state.lab_query_warnings = spec_from_query(st.query_params.to_dict(), devices=devices)
+    else:
+        spec, state.lab_query_warnings = state.get("lab_saved", RunSpec()), []
+    folder = ""
+    if spec.model not in preset_infos():
+        folder, why_not = offered_folder(policy, spec.model, lang)
+        if why_not:
+            state.lab_query_warnings = [*state.get("lab_query_warnings", []), why_not]
+        if not folder:  # a link to a folder this server does not offer: the default preset
+            spec = replace(spec, model=RunSpec().model)
+    state.update(labpage.widget_values(spec, folder))
+
+
+def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, tr: Translator) -> None:
+    """Run through the device queue with progress; keep the outcome in the session."""
+    state = st.session_state
+    state.lab_query_warnings = []
+    state.lab_error = None
+    # A click reruns the page, and Streamlit interrupts this run at its next message: the stop
+    # check below sends one every STOP_CHECK_S, from inside the step (ckptlab.step.stopping).
+    # Outside the status box, which folds its contents away as it updates.
+    cancel = st.empty()  # emptied once the run ends: a Cancel after the end would cancel nothing
+    cancel.button(tr("lab.cancel"), key="lab_cancel", help=tr("lab.cancel_help"))
+    with st.status(tr("lab.status_waiting"), expanded=True) as status:
+        bar = st.progress(0.0, text=tr("lab.queued"))
+        looked = [time.monotonic()]
+
+        def should_stop() -> bool:
+            if time.monotonic() - looked[0] >= STOP_CHECK_S:
+                looked[0] = time.monotonic()
+                status.update()  # a message to the browser: where a pending Cancel interrupts the run
+            return False
+
+        def progress(message: str, fraction: float) -> None:
+            fraction = min(max(fraction, 0.0), 1.0)
+            status.update(label=tr("lab.status_running", pct=f"{fraction:.0%}", message=message))
+            bar.progress(fraction, text=message)
+
+        def on_wait(ahead: int) -> None:
+            status.update(
+                label=tr("lab.status_ahead", ahead=ahead, runs=tr("lab.runs_one" if ahead == 1 else "lab.runs_many"))
+            )
+
+        try:
+            lab = labrun.run_queued(  # looked up on each Run: tests replace it
+                spec,
+                load=load,
+                progress=progress,
+                on_wait=on_wait,
+                should_stop=should_stop,
+                owner=session_owner(),
+                limit_s=policy.run_limit_s,
+            )
+            cancel.empty()
+        except ckptlab.CkptlabError as error:
+            cancel.empty()
+            status.update(label=tr("lab.could_not_run"), state="error", expanded=False)
+            state.lab_error = (spec, app_message(error, lang), None)
+            return
+        except Exception as error:  # a bug, not bad input: say so briefly, keep the page alive
+            cancel.empty()
+            status.update(label=tr("lab.run_failed"), state="error", expanded=False)
+            state.lab_error = (spec, tr("lab.run_failed_long"), f"{type(error).__name__}: {error}")
+            return
+        status.update(label=labpage.status_label(lab, tr), state="complete", expanded=False)
+        state.lab_last = lab
+    if state.get("lab_check_grads") and spec.checkpointing and lab.result.status == "ok":
+        _check_gradients(spec, tr)
+
+
+def _check_gradients(spec: RunSpec, tr: Translator) -> None:
+    """Two more steps, checkpointing off and on (dropout on): are the gradients the same bits?"""
+    state = st.session_state
+    with st.spinner(tr("lab.grads_checking")):
+        try:
+            state.lab_grads = (spec, check_gradients_queued(spec), "")
+        except Exception as error:  # the run itself succeeded: say the check failed, keep its result
+            state.lab_grads = (spec, None, f"{type(error).__name__}: {error}")
+
+
+def draw_gradients(spec: RunSpec, tr: Translator) -> None:
+    """One line when the check agrees; loud when it does not (checkpointing changed what is learned)."""
+    found = st.session_state.get("lab_grads")
+    if not found or found[0] != spec:
+        return
+    _, outcome, problem = found
+    kind, text = labpage.gradients_message(outcome, problem, tr)
+    getattr(st, kind)(text)
+
+
+def draw_metrics(lab: LabRun, lang: str, tr: Translator) -> None:
+    """st.metric figures with deltas against checkpointing off, and what they mean."""
+    result, comparison = lab.result, lab.comparison
+    memory, timing = result.memory, result.timing
+    base = lab.reference.result if lab.reference and lab.reference.result.status == "ok" else None
+    if base is result:
+        base = None  # checkpointing off: the run is its own baseline, nothing to compare
+
+    def mem(field: str) -> dict:
+        return labpage.memory_delta(getattr(memory, field), getattr(base.memory, field) if base else None, tr)
+
+    def phase(name: str) -> dict:
+        if base is None:
+            return {}
+        value, reference = getattr(timing, f"{name}_s"), getattr(base.timing, f"{name}_s")
+        return labpage.time_delta(value, reference, phase_significant(result, base, name), tr)
+
+    a, b = st.columns(2)
+    a.metric(
+        tr("lab.metric_peak"), f"{mib(memory.peak_bytes)} MiB", **mem("peak_bytes"), help=tr("lab.metric_peak_help")
+    )
+    b.metric(
+        tr("lab.metric_resident"),
+        f"{mib(memory.after_forward_bytes)} MiB",
+        **mem("after_forward_bytes"),
+        help=tr("lab.metric_resident_help"),
+    )
+    a.metric(
+        tr("lab.metric_forward"),
+        f"{timing.forward_s * 1000:,.0f} ms",
+        **phase("forward"),
+        help=tr("lab.metric_forward_help"),
+    )
+    b.metric(
+        tr("lab.metric_backward"),
+        f"{timing.backward_s * 1000:,.0f} ms",
+        **phase("backward"),
+        help=tr("lab.metric_backward_help"),
+    )
+    a.metric(tr("lab.metric_baseline"), f"{mib(memory.baseline_bytes)} MiB", help=tr("lab.metric_baseline_help"))
+    b.metric(tr("lab.metric_step"), f"{timing.step_s * 1000:,.0f} ms", **phase("step"), help=tr("lab.metric_step_help"))
+    st.markdown(
+        tr("lab.peak_reached", where=event_label(memory.peak_where.to_dict(), lang) if memory.peak_where.kind else "?")
+    )
+    if comparison is not None and base is not None:
+        st.markdown(labpage.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, tr))
+        freed = labpage.freed_sentence(memory, base.memory, comparison, tr)
+        if freed:
+            st.markdown(freed)
+    if lab.reference is not None and lab.reference.result.status != "ok":
+        st.warning(tr("lab.baseline_no_fit", message=run_message(lab.reference.result, lang)))
+    st.caption(
+        tr(
+            "lab.medians",
+            provenance=provenance_label(result.provenance, lang),
+            steps=len(timing.step_samples),
+            warmup=result.spec.warmup,
+        )
+    )
+
+
+def draw_code(spec: RunSpec, tr: Translator) -> None:
+    """The transformers lines for the current settings (not the last run's)."""
+    st.subheader(tr("lab.code_title"), anchor=False)
+    st.caption(tr("lab.on_a_model"))
+    st.code(snippets.model_snippet(spec.every_n_layers, spec.offload), language="python")
+    st.caption(tr("lab.with_trainer"))
+    st.code(snippets.trainer_snippet(spec.every_n_layers, spec.offload), language="python")
+
+
+def draw_measurements(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> bool:
+    """The last run's diagram, breakdown, metrics and comparison; False when it did not run (its error shown)."""
+    result = lab.result
+    base = lab.reference.result if lab.reference else None
+    setting = setting_label(result.spec.every_n_layers, result.spec.offload, lang)
+    if result.spec != spec:
+        st.info(
+            tr(
+                "lab.settings_changed",
+                model=result.model.name,
+                seq=f"{result.spec.seq_len:,}",
+                batch=result.spec.batch_size,
+                setting=setting,
+            )
+        )
+    when = tr("lab.reused_at" if lab.run.reused else "lab.measured_at", clock=labpage.clock(lab.run))
+    st.caption(f"{provenance_label(result.provenance, lang)} · {when}")
+    busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
+    if busy:
+        st.warning(busy)
+    if result.status != "ok":
+        st.error(run_message(result, lang))
+        st.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+        return False
+    diagram, where = st.columns([3, 2])
+    diagram.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+    bars = [(setting, result)]
+    if base is not None and base is not result and base.status == "ok":
+        bars.insert(0, (tr("setting.off"), base))
+    where.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lab_breakdown", theme=None)
+    where.caption(tr("lab.breakdown_caption"))
+    draw_gradients(result.spec, tr)
+
+    numbers, chart = st.columns([2, 3])
+    with numbers:
+        draw_metrics(lab, lang, tr)
+    with chart:
+        st.plotly_chart(comparison_figure(result, base, lang=lang), key="lab_comparison", theme=None)
+        st.caption(tr("lab.comparison_caption", provenance=provenance_label(result.provenance, lang)))
+    return True

@@ -1,0 +1,229 @@
+"""The At-scale page's parts: widgets from a link, the buttons and the job, its progress, the answers. Not a page.
+
+Words, rows and verdicts come from :mod:`ckptlab.lab.scalepage`; here they are drawn. The page
+keeps its job and what it produced in the session (``at_scale_job``, ``at_scale_table``,
+``at_scale_found``, ``at_scale_error``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import streamlit as st
+
+import ckptlab
+from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
+from ckptlab.explore.scale import ScaleRequest, ScaleTable, Setting
+from ckptlab.lab import scalepage
+from ckptlab.lab.query import gpus_from_query, spec_from_query
+from ckptlab.lab.scalejob import ScaleJob, SearchJob, remember
+from ckptlab.lab.scalepage import DEFAULT, SEQ_LIMIT
+from ckptlab.lab.server import ServerPolicy
+from ckptlab.model.catalog import ModelInfo
+from ckptlab.results import RunResult
+from ckptlab.show.figures.diagram import diagram_figure
+from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
+from ckptlab.show.labels import training_label
+from ckptlab.show.wording import app_message
+from ckptlab.spec import RunSpec
+from pages._common import preset_infos
+from pages._server import offered_folder
+
+LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets")  # the shape's keys in a link (gpu= aside)
+POLL_S = 0.5  # how often the progress bar looks at a running job
+
+
+def load_widgets(policy: ServerPolicy, lang: str, words: Mapping[str, Any]) -> list[str]:
+    """Fill the widgets from the link, or from this session's last settings; returns warnings."""
+    state = st.session_state
+    saved = state.get("at_scale_saved")
+    if saved and not st.query_params:
+        state.update(saved)
+        return []
+    params = st.query_params.to_dict()
+    spec, warnings = spec_from_query({k: v for k, v in params.items() if k in LINK_KEYS}, default=DEFAULT)
+    state.at_scale_gpus, gpu_warnings = gpus_from_query(params.get("gpus", "1"), GPU_COUNTS)
+    warnings += gpu_warnings
+    if spec.seq_len > SEQ_LIMIT:
+        warnings.append(words["seq_clamped"].format(seq=spec.seq_len, limit=SEQ_LIMIT))
+        spec = replace(spec, seq_len=SEQ_LIMIT)
+    infos = preset_infos()
+    folder, why_not = ("", "") if spec.model in infos else offered_folder(policy, spec.model, lang)
+    if why_not:  # a link to a folder this server does not offer: the default preset
+        warnings.append(why_not)
+        spec = replace(spec, model=DEFAULT.model)
+    state.update(scalepage.widget_values(spec, folder, not folder and infos[spec.model].cpu_ok))
+    gpu = params.get("gpu", "").strip()
+    if gpu:
+        chosen = scalepage.gpu_from_link(gpu)
+        if chosen is None:
+            warnings.append(words["gpu_unknown"].format(gpu=gpu, default=scalepage.DEFAULT_GPU))
+        else:
+            state.at_scale_gpu, state.at_scale_budget_gib = chosen
+    return warnings
+
+
+def poll(running: bool, lang: str, words: Mapping[str, Any]) -> None:
+    """While the job runs: a bar that moves with each simulation; when it ends, one full rerun to draw."""
+
+    @st.fragment(run_every=POLL_S if running else None)
+    def progress() -> None:
+        state = st.session_state
+        job = state.get("at_scale_job")
+        if job is None:
+            return
+        snapshot = job.state()
+        if snapshot.running:
+            total = None if isinstance(job, SearchJob) else len(job.request.settings)
+            done = len(snapshot.results)
+            text = scalepage.progress_words(done, total, snapshot.message, snapshot.stop_requested, words)
+            st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
+            return
+        if state.get("at_scale_shown") is not job:
+            state.at_scale_shown = job
+            if snapshot.table is not None:
+                state.at_scale_table = snapshot.table
+            if snapshot.search is not None:
+                state.at_scale_found = snapshot.search
+            if snapshot.error:  # the lab's own error in the page's language; a bug's words as they are
+                state.at_scale_error = app_message(snapshot.failure, lang) if snapshot.failure else snapshot.error
+            st.rerun()
+
+    progress()
+
+
+def draw_search(
+    found: GpuSearch, request: ScaleRequest, budget: int, budget_label: str, words: Mapping[str, Any]
+) -> None:
+    """The GPU search's answer, and the launch and model code for it when something fits."""
+    st.subheader(words["search_header"], anchor=False)
+    if not scalepage.search_is_for(found, request, budget):
+        st.info(words["search_changed"])
+    answer = scalepage.search_verdict(found, budget_label, words)
+    getattr(st, answer.kind)(answer.text)
+    code = found.code()
+    if code is not None:
+        launch, setup = st.columns(2)
+        launch.caption(words["code_launch"])
+        launch.code(
+            f"{code.launch}\n\n# {words['code_ckptlab']}\n{code.ckptlab_launch}", language="bash", wrap_lines=True
+        )
+        launch.caption(words["code_trainer"])
+        launch.code(code.trainer_code, language="python", wrap_lines=True)
+        setup.caption(words["code_model"] if found.gpus == 1 else words["code_fsdp"])
+        setup.code(code.model_code, language="python", wrap_lines=True)
+
+
+def draw_table(
+    table: ScaleTable,
+    budget: int,
+    budget_label: str,
+    words: Mapping[str, Any],
+    lang: str,
+) -> None:
+    """The verdict, the peak and resident figures, one setting's diagram and the table; raises if drawing fails."""
+    state = st.session_state
+    verdict = scalepage.verdict(table, budget, budget_label, words)
+    getattr(st, verdict.kind)(verdict.text)
+    pick = verdict.result
+    st.caption(words["optimizer"].format(training=training_label(table.results[0].spec, lang)))
+    # The drawn setting follows the verdict whenever the table or the budget changes; the person may pick another.
+    keys = [setting.key for setting in table.settings]
+    if state.get("at_scale_show_for") != (id(table), budget) or state.get("at_scale_show") not in keys:
+        state.at_scale_show_for = (id(table), budget)
+        state.at_scale_show = Setting.of(pick.spec).key
+    selected = next(setting for setting in table.settings if setting.key == state.at_scale_show)
+
+    gpus = table.request.world_size
+    st.subheader(words["peak_header"] if gpus == 1 else words["peak_header_gpus"].format(gpus=gpus), anchor=False)
+    st.plotly_chart(
+        scale_peak_figure(table, budget, budget_label, selected=selected, lang=lang), key="at_scale_peak", theme=None
+    )
+    st.subheader(words["resident_header"], anchor=False)
+    st.plotly_chart(resident_figure(table, selected=selected, lang=lang), key="at_scale_resident", theme=None)
+    st.caption(words["resident_caption"])
+
+    st.subheader(words["diagram_header"], anchor=False)
+    st.selectbox(words["show"], keys, key="at_scale_show")
+    st.plotly_chart(diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
+
+    st.subheader(words["table_header"], anchor=False)
+    rows = scalepage.rows(table, budget, budget_label, words, lang)
+    st.dataframe(
+        rows, hide_index=True, key="at_scale_table_view", height=min(36 * (len(rows) + 1) + 4, 720)
+    )  # all rows, no inner scroll
+
+
+@st.cache_resource(show_spinner=False)
+def simulation_cache() -> dict[RunSpec, RunResult]:
+    """Simulations by spec, shared by every session: a workshop that asks for the same 8B shape simulates it once."""
+    return {}
+
+
+def draw_buttons(
+    request: ScaleRequest,
+    budget: int,
+    info: ModelInfo,
+    problem: bool,
+    limit_s: float,
+    lang: str,
+    words: Mapping[str, Any],
+) -> bool:
+    """Simulate, Search GPUs and Stop, and the last start's error; returns whether a job is running.
+
+    ``limit_s``: the server's seconds per run; a job past them stops between two simulations.
+    """
+    state = st.session_state
+
+    def start(search: bool = False) -> None:
+        """Simulate every setting (``search``: look for the fewest GPUs that fit) on a thread; :func:`poll` polls."""
+        cache = simulation_cache()
+        try:
+            if search:
+                job = SearchJob(
+                    replace(request, world_size=1),
+                    budget,
+                    known=cache,
+                    on_result=lambda r: remember(cache, r),
+                    info=info,
+                    limit_s=limit_s,
+                )
+            else:
+                job = ScaleJob(request, known=cache, on_result=lambda r: remember(cache, r), info=info, limit_s=limit_s)
+        except ckptlab.CkptlabError as error:
+            state.at_scale_error = app_message(error, lang)
+            return
+        state.at_scale_error = ""
+        state.at_scale_job = job.start()
+
+    def stop() -> None:
+        job = state.get("at_scale_job")
+        if job is not None:
+            job.stop()
+
+    job: ScaleJob | None = state.get("at_scale_job")
+    running = job is not None and job.state().running
+    start_column, search_column, stop_column, _ = st.columns([1, 1, 1, 3])
+    start_column.button(
+        words["simulate"],
+        type="primary",
+        key="at_scale_run",
+        on_click=start,
+        disabled=running or problem,
+        width="stretch",
+    )
+    search_column.button(
+        words["search"],
+        key="at_scale_search",
+        on_click=start,
+        args=(True,),
+        disabled=running or problem,
+        help=words["search_help"],
+        width="stretch",
+    )
+    stop_column.button(words["stop"], key="at_scale_stop", on_click=stop, disabled=not running, width="stretch")
+    if state.get("at_scale_error"):
+        st.error(words["failed"].format(error=state.at_scale_error))
+    return running

@@ -1,0 +1,150 @@
+"""The Lab page's words and numbers (ckptlab.lab.labpage), without Streamlit: what the page draws is decided here."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+
+import ckptlab
+from ckptlab.lab import labpage
+from ckptlab.lab.run import LabRun, Measured
+from ckptlab.lab.server import ServerPolicy
+from ckptlab.show import i18n
+from ckptlab.spec import RunSpec
+from ckptlab.step.equivalence import GradientCheck
+from ckptlab.units import GIB, MIB
+
+tr = i18n.translator("en")
+
+
+def test_model_labels_group_size_and_the_folder_entry():
+    tiny, real = ckptlab.describe("tiny-llama"), ckptlab.describe("qwen3-8b")
+    assert (
+        labpage.model_label("tiny-llama", tiny, tr)
+        == f"tiny · tiny-llama · {tiny.num_layers} layers · {labpage.params_label(tiny.num_params)}"
+    )
+    assert labpage.model_label("qwen3-8b", real, tr).endswith(f"{real.num_layers} layers · 8.2B")
+    assert labpage.model_label(labpage.LOCAL, None, tr) == tr("lab.local_dir")
+    assert labpage.params_label(135_000_000) == "135M" and labpage.params_label(1_540_000_000) == "1.5B"
+
+
+def test_durations_read_in_seconds_minutes_or_hours():
+    assert labpage.duration(59.4) == "59 s"
+    assert labpage.duration(600) == "10 min"
+    assert labpage.duration(3 * 3600) == "3 h"
+
+
+def test_weights_and_gradients_are_two_copies_at_the_dtypes_width():
+    assert labpage.weights_and_gradients_bytes(GIB, "bfloat16") == 4 * GIB
+    assert labpage.weights_and_gradients_bytes(GIB, "float32") == 8 * GIB
+    assert labpage.weights_and_gradients_bytes(GIB, "auto") == 8 * GIB  # "auto" is float32 on a CPU
+
+
+def test_widget_values_and_spec_from_widgets_round_trip():
+    spec = RunSpec(model="tiny-llama", seq_len=256, batch_size=2, every_n_layers=2, offload=False, lora_rank=4,
+                   lora_targets=("q_proj",), optimizer="adamw", repeats=3, warmup=1)  # fmt: skip
+    values = labpage.widget_values(spec, "")
+    assert values["lab_model"] == "tiny-llama" and values["lab_ckpt"] and values["lab_targets_for"] == "tiny-llama"
+    assert labpage.spec_from_widgets(values, spec.model, spec.lora_targets) == spec
+    off = labpage.widget_values(RunSpec(every_n_layers=None), "")
+    assert not off["lab_ckpt"] and off["lab_n"] == 1 and off["lab_lora_rank"] == labpage.LORA_RANK_DEFAULT
+    assert off["lab_targets_for"] is None  # "all targets", once the model is read
+    # checkpointing off: every_n_layers and offload are not part of the spec, whatever their boxes say
+    assert (
+        labpage.spec_from_widgets({**off, "lab_n": 3, "lab_offload": True}, "tiny-llama", None).every_n_layers is None
+    )
+    assert labpage.widget_values(spec, "my-model")["lab_model"] == labpage.LOCAL
+
+
+def _measured(reused: bool) -> Measured:
+    return Measured(result=None, measured_at=datetime(2026, 1, 1, 12, 30, tzinfo=timezone.utc), reused=reused)  # type: ignore[arg-type]
+
+
+def test_the_status_label_says_reused_or_measured_and_the_wait():
+    reused = LabRun(_measured(True), _measured(True), None, wait_s=0.0, elapsed_s=0.1)
+    assert labpage.status_label(reused, tr) == tr("lab.reused_label", clock=labpage.clock(reused.run))
+    fresh = replace(reused, run=_measured(False), wait_s=2.0, elapsed_s=3.25)
+    assert labpage.status_label(fresh, tr) == "Measured in 3.2 s (waited 2.0 s for the device)"
+    assert labpage.status_label(replace(fresh, wait_s=0.1), tr) == "Measured in 3.2 s"
+
+
+def test_the_gradient_check_is_loud_only_when_it_differs():
+    equal = GradientCheck(loss_equal=True, gradients_compared=7, max_abs_difference=0.0, dropout=0.1)
+    assert labpage.gradients_message(equal, "", tr)[0] == "success"
+    kind, text = labpage.gradients_message(replace(equal, max_abs_difference=1e-3), "", tr)
+    assert kind == "error" and "0.001" in text
+    assert labpage.gradients_message(None, "RuntimeError: boom", tr) == (
+        "warning",
+        tr("lab.grads_failed", error="RuntimeError: boom"),
+    )
+
+
+def test_memory_and_time_deltas_are_grey_within_the_noise():
+    assert labpage.memory_delta(10 * MIB, None, tr) == {}
+    assert labpage.memory_delta(10 * MIB, 10 * MIB + 1000, tr)["delta_color"] == "off"
+    assert labpage.memory_delta(8 * MIB, 10 * MIB, tr) == {
+        "delta": tr("lab.mib_vs_off", diff="-2.0"),
+        "delta_color": "inverse",
+    }
+    assert labpage.time_delta(0.2, None, True, tr) == {}
+    assert labpage.time_delta(0.2, 0.1, True, tr) == {
+        "delta": tr("lab.vs_off", diff="+100 ms"),
+        "delta_color": "inverse",
+    }
+    assert labpage.time_delta(0.2, 0.1, False, tr)["delta"] == tr("lab.noise", diff="+100 ms")
+    assert labpage.time_delta(0.2, 0.1, None, tr)["delta"] == tr("lab.too_few_steps", diff="+100 ms")
+
+
+@pytest.mark.parametrize(
+    ("significant", "key"), [(None, "lab.time_too_few"), (True, "lab.time_significant"), (False, "lab.time_noise")]
+)
+def test_the_time_sentence_follows_the_verdict(significant, key):
+    comparison = SimpleNamespace(step_ratio=1.25, step_significant=significant, peak_ratio=1.0)
+    assert labpage.time_sentence(comparison, 3, tr) == tr(key, change="+25%", min=3)
+
+
+def test_freed_memory_is_said_only_when_the_peak_did_not_move():
+    base, run = SimpleNamespace(after_forward_bytes=30 * MIB), SimpleNamespace(after_forward_bytes=10 * MIB)
+    unmoved, lowered = SimpleNamespace(peak_ratio=0.99), SimpleNamespace(peak_ratio=0.5)
+    assert labpage.freed_sentence(run, base, unmoved, tr) == tr("lab.freed_not_peak", mib="20.0")
+    assert labpage.freed_sentence(run, base, lowered, tr) == ""
+    assert labpage.freed_sentence(base, run, unmoved, tr) == ""
+
+
+def test_problems_are_said_in_the_pages_words_and_lora_needs_a_target():
+    info = ckptlab.describe("tiny-llama")
+    fine = RunSpec(model="tiny-llama", seq_len=64, device="cpu")
+    assert labpage.problem_with(fine, info, ServerPolicy(), "en", tr) == ("", True)
+    problem, on_cpu = labpage.problem_with(replace(fine, seq_len=0), info, ServerPolicy(), "en", tr)
+    assert problem and on_cpu
+    no_target = replace(fine, lora_rank=4, lora_targets=())
+    assert labpage.problem_with(no_target, info, ServerPolicy(), "en", tr)[0] != ""
+
+
+def test_a_real_model_on_the_cpu_is_warned_about_with_a_prediction():
+    info = ckptlab.describe("qwen3-8b")
+    text = labpage.cpu_warning(RunSpec(model="qwen3-8b", seq_len=512, dtype="bfloat16"), info, tr)
+    assert text.startswith("**qwen3-8b is meant for a GPU.**")
+    assert f"{4 * info.num_params / GIB:,.1f} GiB" in text
+
+
+def test_the_head_line_and_the_model_caption():
+    line = labpage.head_line(RunSpec(model="tiny-llama", seq_len=2048, every_n_layers=2), "en", tr)
+    assert line.startswith("**tiny-llama** · seq 2,048 · batch 1") and " · " in line
+    info = ckptlab.describe("tiny-llama")
+    caption = labpage.model_caption(info, tr)
+    assert info.family in caption and str(info.hidden_size) in caption
+
+
+def test_a_folder_that_cannot_be_read_is_a_message(tmp_path):
+    info, problem = labpage.folder_info(str(tmp_path / "missing"), "en", tr)
+    assert info is None and problem
+
+
+def test_file_stems_carry_model_length_and_setting_without_spaces_or_slashes(measured):
+    result = measured(every_n_layers=2, offload=False)
+    stem = labpage.file_stem(replace(result, model=replace(result.model, name="/models/my model/")))
+    assert stem.startswith("ckptlab-models_my-model-seq128-") and " " not in stem and "/" not in stem

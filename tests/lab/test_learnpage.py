@@ -1,0 +1,78 @@
+"""The Learn pages' numbers and words (ckptlab.lab.learnpage), on real runs of the tiny preset."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ckptlab.lab import learnpage
+from ckptlab.lab.exercises import EXERCISES, MAX_POINTS
+from ckptlab.lab.run import reference_spec
+from ckptlab.show import i18n
+from ckptlab.step import timeline as tl
+from ckptlab.units import MIB
+from tests.conftest import FAST
+
+tr = i18n.translator("en")
+
+
+def test_the_loss_event_and_the_saved_activations(measured):
+    off = measured(every_n_layers=None)
+    points = off.memory.timeline
+    index = learnpage.loss_index(off)
+    assert points[index]["kind"] == "loss" and all(p["kind"] != "loss" for p in points[:index])
+    assert learnpage.saved_bytes(off) == sum(layer.saved_bytes for layer in off.layers) > 0
+    assert 0 < learnpage.activation_share(off) <= 1
+
+
+def test_memory_above_the_baseline_and_the_rerun_bumps(measured):
+    run = measured(every_n_layers=1)
+    point = run.memory.timeline[-1]
+    now, high = learnpage.above_baseline(run, point)
+    assert now == point["current_bytes"] - run.memory.baseline_bytes and high >= now
+    bumps = tl.rerun_bumps(run.memory.timeline)
+    line = learnpage.bump_line(run.memory.timeline, tr)
+    assert bool(line) == bool(bumps)
+    if bumps:
+        layer, rise = max(bumps.items(), key=lambda item: item[1])
+        assert f"L{layer + 1}" in line and f"{rise / MIB:,.1f}" in line
+    assert learnpage.bump_line([], tr) == ""
+
+
+def test_slider_options_and_the_run_diagram(measured):
+    run = measured(every_n_layers=2)
+    points = run.memory.timeline
+    assert learnpage.event_option(points, 0, "en").startswith(f"1/{len(points)} · ")
+    figure = learnpage.run_diagram(run, "en", height=230)
+    assert figure.layout.height == 230
+
+
+def test_the_sharding_bars_and_caption_say_gpus_and_setting():
+    def bar(gpus, n):
+        return SimpleNamespace(spec=SimpleNamespace(world_size=gpus, every_n_layers=n, model="m", seq_len=1024))
+
+    idea = SimpleNamespace(
+        bars=[bar(1, None), bar(1, 1), bar(4, None), bar(4, 1)],
+        state_ratio=0.25,
+        activation_ratio_gpus=1.0,
+        activation_ratio_checkpointing=0.1,
+        gathered_bytes=300 * MIB,
+    )
+    off = tr("setting.short_off")
+    assert learnpage.shard_labels(idea, tr) == [f"1 GPU · {off}", "1 GPU · n=1", f"4 GPUs · {off}", "4 GPUs · n=1"]
+    caption = learnpage.shard_caption(idea, tr)
+    assert caption == tr("lesson.shard.caption", gpus=4, state="25", act_gpus="100", act_ckpt="10", gathered="300")
+
+
+def test_exercise_runs_and_outcomes_only_where_answered_and_measured(measured):
+    exercise = EXERCISES[0]
+    results = {}
+    for spec in exercise.specs():
+        assert spec.model == FAST.model
+        results[spec] = measured(**{f: getattr(spec, f) for f in ("seq_len", "every_n_layers", "repeats", "warmup")})
+        results[reference_spec(spec)] = measured(every_n_layers=None, seq_len=spec.seq_len, repeats=spec.repeats,
+                                                warmup=spec.warmup)  # fmt: skip
+    runs = learnpage.exercise_runs(exercise, results)
+    assert None in runs and runs[None].spec.every_n_layers is None
+    assert learnpage.outcomes(EXERCISES, {}, results, "en") == {}
+    scored = learnpage.outcomes(EXERCISES, {exercise.id: 50.0}, results, "en")
+    assert list(scored) == [exercise.id] and 0 <= scored[exercise.id].points <= MAX_POINTS

@@ -1,0 +1,79 @@
+"""The At-scale page's words and decisions (ckptlab.lab.scalepage) that the page used to work out itself."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import ckptlab
+from ckptlab.explore.scale import ScaleRequest, scale_settings
+from ckptlab.lab import scalepage
+from ckptlab.lab.scalepage import CUSTOM, DEFAULT, DEFAULT_BUDGET_GIB, LOCAL
+from ckptlab.show import i18n
+from ckptlab.spec import RunSpec
+from ckptlab.units import GIB
+
+WORDS = i18n.section("at_scale", "en")
+
+
+def test_a_links_gpu_is_a_listed_gpu_a_budget_in_gib_or_nothing():
+    assert scalepage.gpu_from_link("H100 80 GB") == ("H100 80 GB", DEFAULT_BUDGET_GIB)
+    assert scalepage.gpu_from_link("h200") == ("H200 141 GB", DEFAULT_BUDGET_GIB)
+    assert scalepage.gpu_from_link("24GiB") == (CUSTOM, 24.0)
+    assert scalepage.gpu_from_link("0") == (CUSTOM, 0.01)  # at least 0.01 GiB
+    assert scalepage.gpu_from_link("a toaster") is None
+
+
+def test_budgets_in_bytes_and_words():
+    assert scalepage.budget("H100 80 GB", 12.0) == (80 * GIB, "H100 80 GB")
+    assert scalepage.budget(CUSTOM, 12.5) == (int(12.5 * GIB), "12.5 GiB")
+
+
+def _values(**changes) -> dict:
+    spec = RunSpec(model="qwen3-8b", seq_len=4096, batch_size=2, dtype="auto", optimizer="adamw", lora_rank=8)
+    return {**scalepage.widget_values(spec, "", tiny=False), "at_scale_gpus": 4, **changes}
+
+
+def test_widget_values_from_a_link_and_the_link_from_widget_values():
+    values = _values()
+    assert values["at_scale_dtype"] == DEFAULT.dtype  # "auto" is bf16, as on a GPU
+    assert values["at_scale_model"] == "qwen3-8b" and values["at_scale_targets_for"] is None
+    assert not values["at_scale_tiny"] and values["at_scale_gpu"] == scalepage.DEFAULT_GPU
+    assert scalepage.widget_values(DEFAULT, "my-folder", tiny=True)["at_scale_model"] == LOCAL
+    query = scalepage.query(values, "qwen3-8b", ("q_proj",))
+    assert query == {"model": "qwen3-8b", "seq": "4096", "batch": "2", "dtype": "bfloat16", "gpu": "H100 80 GB",
+                     "gpus": "4", "opt": "adamw", "lora": "8", "targets": "q_proj"}  # fmt: skip
+    custom = scalepage.query(_values(at_scale_gpu=CUSTOM, at_scale_budget_gib=24.0, at_scale_lora=False), "m", ("q",))
+    assert custom["gpu"] == "24GiB" and custom["lora"] == "off" and "targets" not in custom
+
+
+def test_the_request_follows_the_widgets_and_its_problem_is_in_words():
+    info = ckptlab.describe("qwen3-8b")
+    request = scalepage.request_from_widgets(_values(), "qwen3-8b", info.num_layers, None)
+    assert (request.seq_len, request.batch_size, request.world_size, request.lora_rank) == (4096, 2, 4, 8)
+    assert request.settings == tuple(scale_settings(info.num_layers, "distinct", "n=1"))
+    assert "LoRA under FSDP2" in scalepage.request_problem(request, info, "en")  # a problem, in words
+    assert scalepage.request_problem(replace(request, world_size=1), info, "en") == ""
+
+
+def test_the_plan_line_names_a_long_list_by_its_ends_and_counts_what_is_known():
+    request = ScaleRequest(model="m", seq_len=128, batch_size=1, dtype="bfloat16",
+                           settings=tuple(scale_settings(36, "all", "none")))  # fmt: skip
+    line = scalepage.plan_line(request, "all", 36, known=3, words=WORDS)
+    assert line.startswith(f"**{len(request.settings)} simulations**: off, n=1, n=2, n=3, …,")
+    assert line.endswith(WORDS["plan_known"].format(known=3))
+    short = replace(request, settings=request.settings[:2])
+    assert "…" not in scalepage.plan_line(short, "distinct", 36, known=0, words=WORDS)
+
+
+def test_progress_words_and_the_changed_line():
+    assert scalepage.progress_words(2, 5, "n=2", False, WORDS) == "Simulating (2 of 5 done): n=2"
+    assert scalepage.progress_words(2, None, "x", False, WORDS) == WORDS["searching"].format(done=2, message="x")
+    assert scalepage.progress_words(2, 5, "n=2", True, WORDS) == WORDS["stopping"]
+    shown = ScaleRequest(model="m", seq_len=8192, batch_size=1, dtype="bfloat16", settings=(), world_size=8)
+    assert "seq 8,192" in scalepage.changed_line(shown, WORDS) and "8 GPUs" in scalepage.changed_line(shown, WORDS)
+
+
+def test_the_model_caption_says_infinite_positions_when_the_config_has_none():
+    info = ckptlab.describe("qwen3-8b")
+    assert f"{info.max_positions:,}" in scalepage.model_caption(info, WORDS)
+    assert "∞" in scalepage.model_caption(replace(info, max_positions=None), WORDS)

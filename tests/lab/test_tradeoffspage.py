@@ -1,0 +1,63 @@
+"""The Trade-offs page's words and numbers (ckptlab.lab.tradeoffspage) that the page used to work out itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptlab.explore.recommend import recommend
+from ckptlab.explore.sweep import sweep
+from ckptlab.lab import tradeoffspage
+from ckptlab.show import i18n
+from ckptlab.spec import RunSpec
+from ckptlab.units import MIB, mib
+
+tr = i18n.translator("en")
+VALUES = {
+    "tradeoffs_model": "tiny-gpt2",
+    "tradeoffs_seq": [64, 32],
+    "tradeoffs_choose_n": False,
+    "tradeoffs_n": [4, 1],
+    "tradeoffs_offload": "no",
+    "tradeoffs_batch": 1,
+    "tradeoffs_dtype": "auto",
+    "tradeoffs_repeats": 1,
+    "tradeoffs_warmup": 0,
+    "tradeoffs_optimizer": "none",
+    "tradeoffs_lora": False,
+    "tradeoffs_lora_rank": 8,
+    "tradeoffs_lora_targets": ["c_attn"],
+}
+
+
+@pytest.fixture(scope="module")
+def result():
+    return sweep(
+        tradeoffspage.spec_from_widgets(
+            {**VALUES, "tradeoffs_seq": [32], "tradeoffs_choose_n": True, "tradeoffs_n": [1]}, []
+        )
+    )
+
+
+def test_the_sweep_spec_follows_the_widgets():
+    spec = tradeoffspage.spec_from_widgets(VALUES, ["c_attn", "c_proj"])
+    assert spec.seq_lens == (32, 64) and spec.every_n_layers is None  # every n unless chosen
+    assert (spec.lora_rank, spec.lora_targets) == (None, None)
+    chosen = tradeoffspage.spec_from_widgets(
+        {**VALUES, "tradeoffs_choose_n": True, "tradeoffs_lora": True}, ["c_attn", "c_proj"]
+    )
+    assert chosen.every_n_layers == (1, 4) and (chosen.lora_rank, chosen.lora_targets) == (8, ("c_attn",))
+    no_targets = tradeoffspage.spec_from_widgets({**VALUES, "tradeoffs_lora": True}, [])
+    assert no_targets.lora_rank is None  # a model without targets: no LoRA
+    assert tradeoffspage.longest(chosen) == RunSpec(model="tiny-gpt2", seq_len=64, batch_size=1, device="auto")
+
+
+def test_summary_budget_and_recommendation_words(result):
+    line = tradeoffspage.summary(result, "en", tr)
+    assert result.model in line and f"{len(result.rows)}" in line
+    peaks = sorted(row.peak_bytes for row in result.rows_at(32) if row.peak_bytes is not None)
+    assert tradeoffspage.default_budget_mib(result, 32) == round(peaks[len(peaks) // 2] / MIB, 1)
+    assert tradeoffspage.default_budget_mib(result, 999) == tradeoffspage.DEFAULT_BUDGET_MIB
+    recommendation = recommend(result.rows, 10**12, seq_len=32)
+    words = tradeoffspage.recommended(recommendation, 32, tr)
+    assert recommendation.row.setting in words and mib(recommendation.row.peak_bytes) in words
+    assert tradeoffspage.file_stem(result) == "ckptlab-sweep-tiny-gpt2"

@@ -1,0 +1,74 @@
+"""The labels of a setting, a run, a provenance, a meter and an event: one function each, in every language."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ckptlab.results import Provenance
+from ckptlab.show import i18n
+from ckptlab.show.labels import (
+    event_label,
+    method_label,
+    provenance_label,
+    run_label,
+    setting_label,
+    short_setting_label,
+    training_label,
+)
+from ckptlab.show.report import setting_name
+from ckptlab.spec import RunSpec
+
+PROVENANCE = Provenance(
+    kind="measured-cpu",
+    device_name="Intel Xeon, 2 cores",
+    torch_version="2.13",
+    transformers_version="5.24",
+    created_at="2026-01-01T00:00:00Z",
+)
+
+
+@pytest.mark.parametrize("every_n_layers, offload", [(None, False), (2, False), (1, True)])
+def test_the_setting_label_is_the_command_lines_words_in_english(every_n_layers, offload):
+    assert setting_label(every_n_layers, offload) == setting_name(every_n_layers, offload)
+    assert setting_label(every_n_layers, offload, "en") in (
+        "checkpointing off",
+        f"every_n_layers={every_n_layers}",
+        f"every_n_layers={every_n_layers}, offload",
+    )
+
+
+def test_the_setting_label_follows_the_language_and_keeps_the_technical_words():
+    assert setting_label(None, False, "ja") == i18n.t("setting.off", "ja") != setting_label(None, False)
+    assert "every_n_layers=2" in setting_label(2, False, "pt-BR")
+    assert "offload" in setting_label(1, True, "ja")
+    assert short_setting_label(None, "pt-BR") == i18n.t("setting.short_off", "pt-BR")
+    assert short_setting_label(4) == "n=4"
+
+
+def test_a_run_is_labelled_by_its_setting():
+    class Run:
+        spec = RunSpec(model="tiny-llama", every_n_layers=3, offload=True)
+
+    assert run_label(Run(), "ja") == setting_label(3, True, "ja")  # type: ignore[arg-type]
+
+
+def test_one_provenance_label_for_a_result_and_for_a_bare_kind():
+    assert provenance_label(PROVENANCE) == PROVENANCE.label == "measured on the CPU (Intel Xeon, 2 cores)"
+    assert provenance_label(PROVENANCE, "ja") == "CPU で実測 (Intel Xeon, 2 cores)"
+    assert provenance_label("measured-cpu") == "measured on the CPU"  # a table row knows only the kind
+    for kind in ("measured-cuda", "measured-cpu", "simulated", "predicted"):
+        full = provenance_label(replace(PROVENANCE, kind=kind), "pt-BR")  # type: ignore[arg-type]
+        assert full.startswith(provenance_label(kind, "pt-BR")) and full.endswith("(Intel Xeon, 2 cores)")
+
+
+def test_method_event_and_training_labels():
+    from ckptlab.step import meters
+
+    assert method_label(meters.CPU_MEMORY_METHOD, "ja") == i18n.t("method.memory_cpu", "ja")
+    assert method_label("a meter of its own") == "a meter of its own"
+    assert event_label({"kind": "rerun", "layer": 2}, "pt-BR") == i18n.t("event.rerun", "pt-BR", n=3)
+    assert event_label({"kind": "loss", "layer": None}) == i18n.t("event.loss", "en", n="")
+    assert training_label(RunSpec(model="tiny-llama", lora_rank=8)) == "AdamW, LoRA rank 8"
+    assert training_label(RunSpec(model="tiny-llama", optimizer="sgd")) == "SGD, full fine-tune"
