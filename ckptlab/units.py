@@ -6,9 +6,15 @@ bytes and seconds; only the edges (report, figures, pages, the command line) div
 
 from __future__ import annotations
 
+import re
+
+from .errors import SpecError
+
 KIB = 2**10
 MIB = 2**20
 GIB = 2**30
+# Sizes as people write them: binary (KiB, MiB, GiB) and decimal (KB, MB, GB) units, or bytes.
+SIZE_UNITS = {"": 1, "b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
 
 def mib(num_bytes: float) -> str:
@@ -18,3 +24,25 @@ def mib(num_bytes: float) -> str:
 
 def milliseconds(seconds: float) -> str:
     return f"{seconds * 1000:,.0f}"
+
+
+def parse_size(text: str, name: str = "size") -> int:
+    """``"24GiB"``, ``"512 MiB"``, ``"1000000"`` -> bytes.
+
+    Args:
+        text: a positive number, with or without a unit of :data:`SIZE_UNITS` (any case).
+        name: what the value is called where it was given (a flag such as ``--budget``), for the message.
+
+    Raises:
+        SpecError: naming the value and the accepted forms.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).lower() not in SIZE_UNITS or float(match.group(1)) <= 0:
+        raise SpecError(
+            f"{name} {text!r} is not a memory size. Give bytes or a number with KiB, MiB, GiB (or KB, MB, GB), "
+            "e.g. 24GiB.",
+            key="spec.not_a_size",
+            name=name,
+            value=repr(text),
+        )
+    return int(float(match.group(1)) * SIZE_UNITS[match.group(2).lower()])

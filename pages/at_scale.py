@@ -14,8 +14,8 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
+from ckptlab.explore.budget import GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
-from ckptlab.explore.recommend import GPUS
 from ckptlab.explore.scale import SIMULATION_DTYPES, ScaleTable
 from ckptlab.lab import scalepage
 from ckptlab.lab.query import BATCH_MAX

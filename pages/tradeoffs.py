@@ -10,7 +10,8 @@ from __future__ import annotations
 import streamlit as st
 
 from ckptlab.explore.accuracy import check_predictions
-from ckptlab.explore.recommend import GPUS, recommend
+from ckptlab.explore.budget import GPUS
+from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult
 from ckptlab.lab import tradeoffspage
 from ckptlab.lab.query import LORA_RANK_MAX

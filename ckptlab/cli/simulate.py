@@ -9,7 +9,8 @@ import argparse
 import json
 
 from ..errors import SpecError
-from ..explore.recommend import GPUS, budget_bytes, counts_note
+from ..explore.budget import GPUS, budget_bytes
+from ..explore.recommend import counts_note
 from ..results import RunResult
 from ..show.report import run_report
 from ..step.simulate import simulate

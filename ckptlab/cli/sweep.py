@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
 from ..errors import SpecError
 from ..explore.accuracy import PredictionCheck, check_predictions
+from ..explore.budget import GPUS, gpu_name
 from ..explore.predict_training import LORA_ACTIVATIONS_NOTE
-from ..explore.recommend import GPUS, Recommendation, gpu_name, recommend
+from ..explore.recommend import Recommendation, recommend
 from ..explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent
 from ..spec import RunSpec
-from ..units import GIB, KIB, MIB, mib, milliseconds
+from ..units import mib, milliseconds, parse_size
 from .args import EXIT_BAD_INPUT, add_run_arguments, print_progress, spec_from_args
-
-UNITS = {"": 1, "b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
 
 def add_sweep_command(commands) -> None:
@@ -106,20 +104,6 @@ def parse_every_n_layers(text: str) -> tuple[int, ...] | None:
     return tuple(dict.fromkeys(values))
 
 
-def parse_budget(text: str) -> int:
-    """``"24GiB"``, ``"512 MiB"``, ``"1000000"`` -> bytes.
-
-    Raises:
-        SpecError: naming the value and the accepted forms.
-    """
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(2).lower() not in UNITS or float(match.group(1)) <= 0:
-        raise SpecError(
-            f"--budget {text!r} is not a memory size. Give bytes or a number with KiB, MiB, GiB (or KB, MB, GB), e.g. 24GiB."
-        )
-    return int(float(match.group(1)) * UNITS[match.group(2).lower()])
-
-
 def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
     """The :class:`SweepSpec` the options describe.
 
@@ -159,7 +143,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.gpu is not None:
         budget = gpu_name(args.gpu)
     if args.budget is not None:
-        budget = parse_budget(args.budget)
+        budget = parse_size(args.budget, "--budget")
     progress = print_progress if sys.stderr.isatty() and not (args.json or args.csv) else None
     result = sweep(spec, progress=progress)
     if progress:

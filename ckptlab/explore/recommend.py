@@ -31,26 +31,16 @@ from ..message import Message, joined
 from ..model.snippets import lora_snippet, model_snippet, trainer_snippet
 from ..results import judge_time
 from ..spec import Setting
-from ..units import GIB, mib, milliseconds
+from ..units import mib, milliseconds
+from .advice import nothing_fits, what_would_fit
+from .budget import budget_bytes
 from .formula import architecture
 from .predict import predict
 from .predict_training import training_bytes
 from .sweep import SweepRow
-from .sweep_rows import known, known_peak, known_step
+from .sweep_rows import known_peak, known_step, row_name
 
 RankedBy = Literal["measured", "predicted"]
-
-# Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
-# on an H100 80GB, and the CUDA context takes a few hundred MiB outside torch's counts: the
-# margin should cover both).
-GPUS: dict[str, int] = {
-    "H100 80 GB": 80 * GIB,
-    "H200 141 GB": 141 * GIB,
-    "A100 40 GB": 40 * GIB,
-    "A100 80 GB": 80 * GIB,
-    "L4 24 GB": 24 * GIB,
-    "RTX 4090 24 GB": 24 * GIB,
-}
 
 
 def counts_note(optimizer: str, lora_rank: int | None) -> str:
@@ -109,51 +99,6 @@ class Recommendation:
         return [message.text for message in self.advice]
 
 
-def budget_bytes(budget: int | str) -> tuple[int, str]:
-    """A budget in bytes and its label, from bytes or a name in :data:`GPUS`.
-
-    Raises:
-        SpecError: an unknown GPU name or a budget that is not a positive number of bytes.
-    """
-    if isinstance(budget, str):
-        name = gpu_name(budget)
-        return GPUS[name], name
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
-        raise SpecError(
-            f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)}).",
-            key="recommend.bad_budget",
-            value=budget,
-            gpus=", ".join(GPUS),
-        )
-    return budget, f"{mib(budget)} MiB"
-
-
-def gpu_name(text: str) -> str:
-    """The :data:`GPUS` entry ``text`` names: exactly, or unambiguously ("H100", "a100-40gb", "4090").
-
-    Raises:
-        SpecError: no entry or more than one matches; the message lists them.
-    """
-    if text in GPUS:
-        return text
-    key = _squash(text)
-    matches = [name for name in GPUS if key and key in _squash(name)]
-    if len(matches) == 1:
-        return matches[0]
-    which = f"matches {', '.join(matches)}: say which" if matches else "is not in the list"
-    raise SpecError(
-        f"GPU {text!r} {which} ({', '.join(GPUS)}). Or give a budget in bytes.",
-        key="recommend.ambiguous_gpu" if matches else "recommend.unknown_gpu",
-        name=repr(text),
-        matches=", ".join(matches),
-        gpus=", ".join(GPUS),
-    )
-
-
-def _squash(text: str) -> str:
-    return "".join(ch for ch in text.lower().replace("gb", "") if ch.isalnum())
-
-
 def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None = None) -> Recommendation:
     """The fastest measured setting whose peak fits ``budget``.
 
@@ -191,10 +136,10 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
             seq_len=seq_len,
             row=None,
             margin_bytes=None,
-            reasons=(_nothing_fits(measured, budget, label, seq_len),),
+            reasons=(nothing_fits(measured, budget, label, seq_len),),
             model_code="",
             trainer_code="",
-            advice=tuple(_what_would_fit(rows, measured, budget, seq_len)),
+            advice=tuple(what_would_fit(rows, measured, budget, seq_len)),
         )
     fastest = fitting[0]
     tied = [row for row in fitting[1:] if not _measurably_slower(row, fastest)]
@@ -296,7 +241,7 @@ def _reasons(
     if ranked_by == "measured":
         words = [
             Message(
-                f"{_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label} {tail}",
+                f"{row_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label} {tail}",
                 key="recommend.fastest",
                 params={**figures, "count": len(fitting)},
             )
@@ -304,7 +249,7 @@ def _reasons(
     else:
         words = [
             Message(
-                f"{_name(best)} reruns the least of the settings that fit in {label} by the predicted recompute cost "
+                f"{row_name(best)} reruns the least of the settings that fit in {label} by the predicted recompute cost "
                 f"{tail}",
                 key="recommend.least_recompute",
                 params=figures,
@@ -329,7 +274,7 @@ def _reasons(
             words.append(
                 Message(
                     "They are not ranked by time: the measured step times of "
-                    f"{', '.join([_name(fitting[0]), *as_fast])} are within the noise of each other. {ranked}",
+                    f"{', '.join([row_name(fitting[0]), *as_fast])} are within the noise of each other. {ranked}",
                     key="recommend.unranked_noise",
                     params={"settings": tied, "shares": shares},
                 )
@@ -372,107 +317,3 @@ def _reasons(
     spec = best.result.spec if best.result is not None else None
     words.append(counts_message(spec.optimizer if spec else "adamw", spec.lora_rank if spec else None))
     return tuple(words)
-
-
-def _nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int) -> Message:
-    if not measured:
-        return Message(
-            f"No setting was measured at seq_len={seq_len} (every row ran out of memory), so none is known to fit "
-            f"in {label}.",
-            key="recommend.none_measured",
-            params={"seq_len": seq_len, "budget": label},
-        )
-    smallest = min(measured, key=known_peak)
-    peak, over = mib(known_peak(smallest)), mib(known_peak(smallest) - budget)
-    return Message(
-        f"Nothing measured fits in {label} at seq_len={seq_len}: the smallest peak, {_name(smallest)}, is "
-        f"{peak} MiB, {over} MiB over.",
-        key="recommend.nothing_fits",
-        params={"budget": label, "seq_len": seq_len, "setting": smallest.setting, "peak_mib": peak, "over_mib": over},
-    )
-
-
-def _what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: int, seq_len: int) -> list[Message]:
-    advice: list[Message] = []
-    shorter = sorted(
-        (
-            row
-            for row in rows
-            if row.seq_len < seq_len and row.status == "ok" and row.peak_bytes is not None and row.peak_bytes <= budget
-        ),
-        # The longest length first, then the fastest; a row the sweep stopped before timing last.
-        key=lambda row: (-row.seq_len, row.step_s is None, row.step_s or 0.0),
-    )
-    if shorter:
-        row = shorter[0]
-        advice.append(
-            Message(
-                f"A shorter sequence, measured: at seq_len={row.seq_len}, {_name(row)} fits (peak "
-                f"{mib(known_peak(row))} MiB).",
-                key="advice.shorter_measured",
-                params={"seq_len": row.seq_len, "setting": row.setting, "peak_mib": mib(known_peak(row))},
-            )
-        )
-    if not measured:
-        return [
-            *advice,
-            Message("A shorter sequence or a smaller batch; measure again.", key="advice.shorter_or_smaller"),
-        ]
-    smallest = min(measured, key=known_peak)
-    # Parameters and their gradients do not shrink with the tokens; the activations do, about linearly
-    # (SDPA keeps no seq x seq scores). The baseline stands for the parameters, their gradients for as much again.
-    fixed = 2 * known(smallest.baseline_bytes, smallest, "measured baseline")
-    scaling = known_peak(smallest) - fixed
-    if budget <= fixed or scaling <= 0:
-        advice.append(
-            Message(
-                f"No shorter sequence or smaller batch helps: the parameters and their gradients alone (about "
-                f"{mib(fixed)} MiB) do not leave room in the budget. Use a smaller model, a 16-bit dtype, or shard "
-                "the model (FSDP).",
-                key="advice.fixed_too_big",
-                params={"fixed_mib": mib(fixed)},
-            )
-        )
-    else:
-        share = (budget - fixed) / scaling
-        tokens = int(seq_len * share)
-        if not shorter and tokens >= 1:
-            advice.append(
-                Message(
-                    f"A shorter sequence (estimate: activations grow with the tokens): about seq_len={tokens} with "
-                    f"{_name(smallest)}; measure it to be sure.",
-                    key="advice.shorter_estimate",
-                    params={"seq_len": tokens, "setting": smallest.setting},
-                )
-            )
-        batch = smallest.result.spec.batch_size if smallest.result is not None else 1
-        if batch > 1 and int(batch * share) >= 1:
-            advice.append(
-                Message(
-                    f"A smaller batch (estimate): about batch_size={int(batch * share)} with {_name(smallest)}.",
-                    key="advice.smaller_batch",
-                    params={"batch": int(batch * share), "setting": smallest.setting},
-                )
-            )
-    cp_rows = [row for row in measured if row.every_n_layers is not None and not row.offload and row.offload_bytes]
-    if cp_rows and not any(row.offload for row in measured):
-        row = min(cp_rows, key=lambda row: known_peak(row) - row.offload_bytes)
-        lower = known_peak(row) - row.offload_bytes
-        fits = lower <= budget
-        advice.append(
-            Message(
-                f"Offload (CUDA only, not measured here): {_name(row)} with offload=True would move "
-                f"{mib(row.offload_bytes)} MiB of checkpointed inputs to host memory; the peak drops by at most that, "
-                f"to about {mib(lower)} MiB ({'which would fit' if fits else 'still over'}; estimate: it drops less "
-                "if the peak is in the backward, where the inputs are back on the device).",
-                key="advice.offload_would_fit" if fits else "advice.offload_still_over",
-                params={"setting": row.setting, "moved_mib": mib(row.offload_bytes), "peak_mib": mib(lower)},
-            )
-        )
-    return advice
-
-
-def _name(row: SweepRow) -> str:
-    if row.every_n_layers is None:
-        return "checkpointing off"
-    return f"every_n_layers={row.every_n_layers}" + (" with offload" if row.offload else "")

@@ -159,3 +159,10 @@ def known_peak(row: SweepRow) -> int:
 
 def known_step(row: SweepRow) -> float:
     return known(row.step_s, row, "timed step")
+
+
+def row_name(row: SweepRow) -> str:
+    """A row's setting in words: "checkpointing off", "every_n_layers=2 with offload"."""
+    if row.every_n_layers is None:
+        return "checkpointing off"
+    return f"every_n_layers={row.every_n_layers}" + (" with offload" if row.offload else "")

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..errors import CkptlabError
+from ..explore.budget import GPUS, budget_bytes
 from ..explore.gpu_search import GpuSearch
-from ..explore.recommend import GPUS, budget_bytes
 from ..explore.scale import (
     SIMULATION_DTYPES,
     EveryN,

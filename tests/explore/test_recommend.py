@@ -11,7 +11,8 @@ from transformers import TrainingArguments
 
 from ckptlab import build_model, observed_roles, planned_roles
 from ckptlab.errors import SpecError
-from ckptlab.explore.recommend import GPUS, recommend
+from ckptlab.explore.budget import GPUS
+from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import SweepRow
 from ckptlab.units import GIB, MIB
 

@@ -7,7 +7,7 @@ import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ckptlab import RunSpec, SpecError, UnsupportedModelError, build_model, list_presets, measure, simulate
-from ckptlab.explore.recommend import budget_bytes
+from ckptlab.explore.budget import budget_bytes
 from ckptlab.model.lora import adapted, linear_module_names, resolve_targets
 from ckptlab.step.equivalence import check_gradients
 from ckptlab.step.training import gradient_bytes, trainable_parameters
