@@ -14,6 +14,7 @@ no translation. So the core never needs to know the reader's language.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -54,3 +55,26 @@ class DoesNotFitError(CkptlabError):
 
 class RunStoppedError(CkptlabError):
     """A run stopped before its end because its caller asked (a cancel, a time limit): nothing was measured."""
+
+
+def not_one_of(name: str, value: object, choices: Iterable[object]) -> SpecError:
+    """The one wording of a value outside its choices: ``dtype='float64' is not one of auto, float32, ...``."""
+    listed = ", ".join(map(str, choices))
+    return SpecError(
+        f"{name}={value!r} is not one of {listed}.", key="spec.not_one_of", name=name, value=value, choices=listed
+    )
+
+
+def check_whole_number(name: str, value: object, minimum: int = 1) -> None:
+    """Raise :class:`SpecError` unless ``value`` is a whole number >= ``minimum`` (1 or 0; a bool is not a number).
+
+    Raises:
+        SpecError: naming the value and the least it may be.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(
+            f"{name}={value!r} is not valid: it must be a whole number >= {minimum}.",
+            key="spec.whole_number" if minimum == 1 else "spec.whole_number_or_zero",
+            name=name,
+            value=value,
+        )

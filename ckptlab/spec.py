@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import SpecError
+from .errors import SpecError, check_whole_number, not_one_of
 from .model.catalog import DEFAULT_PRESET
 from .model.plan import planned_roles, validate_every_n_layers
 
@@ -53,47 +53,13 @@ class RunSpec:
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
         for name in ("seq_len", "batch_size", "repeats"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(
-                    f"{name}={value!r} is not valid: it must be a whole number >= 1.",
-                    key="spec.whole_number",
-                    name=name,
-                    value=value,
-                )
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise SpecError(
-                f"warmup={self.warmup!r} is not valid: it must be a whole number >= 0.",
-                key="spec.whole_number_or_zero",
-                name="warmup",
-                value=self.warmup,
-            )
+            check_whole_number(name, getattr(self, name))
+        check_whole_number("warmup", self.warmup, minimum=0)
         if self.every_n_layers is not None:
             validate_every_n_layers(self.every_n_layers)
-        if self.dtype not in DTYPES:
-            raise SpecError(
-                f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}.",
-                key="spec.not_one_of",
-                name="dtype",
-                value=self.dtype,
-                choices=", ".join(DTYPES),
-            )
-        if self.device not in DEVICES:
-            raise SpecError(
-                f"device={self.device!r} is not one of {', '.join(DEVICES)}.",
-                key="spec.not_one_of",
-                name="device",
-                value=self.device,
-                choices=", ".join(DEVICES),
-            )
-        if self.optimizer not in OPTIMIZERS:
-            raise SpecError(
-                f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}.",
-                key="spec.not_one_of",
-                name="optimizer",
-                value=self.optimizer,
-                choices=", ".join(OPTIMIZERS),
-            )
+        for name, choices in (("dtype", DTYPES), ("device", DEVICES), ("optimizer", OPTIMIZERS)):
+            if getattr(self, name) not in choices:
+                raise not_one_of(name, getattr(self, name), choices)
         if self.lora_rank is not None and (
             isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1
         ):

@@ -158,7 +158,6 @@ ENGLISH_ONLY = {
     "a run with status": "API: figures asked of a run that has none",
     "cannot simulate ": "API: a simulation inside a process group",
     "measure_ranks needs": "the torchrun side of the CLI",
-    "order=": "API: sweep internals",
     "time_settings needs": "API: sweep internals",
     "settings timed together": "API: sweep internals",
 }

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
-from ..errors import SpecError
+from ..errors import not_one_of
 from ..model import catalog
 
 FLOAT32 = 4  # bytes: statistics, logsumexp, log-probabilities and RMSNorm's upcast input
@@ -262,13 +262,7 @@ def element_bytes(dtype: str, device: str = "auto") -> int:
         cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
         return 2 if cuda else 4
     if dtype not in DTYPE_BYTES:
-        raise SpecError(
-            f"dtype={dtype!r} is not one of auto, {', '.join(DTYPE_BYTES)}.",
-            key="spec.not_one_of",
-            name="dtype",
-            value=dtype,
-            choices=", ".join(("auto", *DTYPE_BYTES)),
-        )
+        raise not_one_of("dtype", dtype, ("auto", *DTYPE_BYTES))
     return DTYPE_BYTES[dtype]
 
 

@@ -43,7 +43,7 @@ import torch
 import transformers
 from transformers import PretrainedConfig
 
-from ..errors import SpecError
+from ..errors import SpecError, check_whole_number
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..results import Provenance, RunResult
 from .calibration import Calibration, calibrate
@@ -166,14 +166,8 @@ def predict(
     Raises:
         SpecError: bad shape, setting, optimizer or LoRA, or a calibration of another shape or spec.
     """
-    for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(
-                f"{name}={value!r} is not valid: it must be a whole number >= 1.",
-                key="spec.whole_number",
-                name=name,
-                value=value,
-            )
+    check_whole_number("seq_len", seq_len)
+    check_whole_number("batch_size", batch_size)
     arch = architecture(model, num_layers)
     element = element_bytes(dtype, device)
     training = None

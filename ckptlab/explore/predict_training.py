@@ -36,7 +36,7 @@ import torch
 from transformers import PretrainedConfig
 from transformers.pytorch_utils import Conv1D
 
-from ..errors import SpecError
+from ..errors import SpecError, not_one_of
 from ..model import catalog
 from ..model.configs import infer_task
 from ..model.lora import resolve_targets
@@ -115,13 +115,7 @@ def training_bytes(
         ModelLoadError, UnsupportedModelError: a model the catalog cannot build.
     """
     if optimizer not in OPTIMIZERS:
-        raise SpecError(
-            f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}.",
-            key="spec.not_one_of",
-            name="optimizer",
-            value=optimizer,
-            choices=", ".join(OPTIMIZERS),
-        )
+        raise not_one_of("optimizer", optimizer, OPTIMIZERS)
     if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
         raise SpecError(
             f"lora_rank={lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). "

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import SpecError
+from ..errors import SpecError, check_whole_number, not_one_of
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import RunResult
@@ -43,23 +43,11 @@ def every_n_choices(num_layers: int, every: EveryN = "distinct") -> list[int]:
     Raises:
         SpecError: ``num_layers`` < 1 or an unknown ``every``.
     """
-    if num_layers < 1:
-        raise SpecError(
-            f"num_layers={num_layers} is not valid: a model to checkpoint has at least one layer.",
-            key="spec.whole_number",
-            name="num_layers",
-            value=num_layers,
-        )
+    check_whole_number("num_layers", num_layers)  # a model to checkpoint has at least one layer
     if every == "all":
         return list(range(1, num_layers + 1))
     if every != "distinct":
-        raise SpecError(
-            f"every={every!r} is not one of 'distinct', 'all'.",
-            key="spec.not_one_of",
-            name="every",
-            value=every,
-            choices="distinct, all",
-        )
+        raise not_one_of("every", every, ("distinct", "all"))
     divisors = {n for n in range(1, num_layers + 1) if num_layers % n == 0}
     return sorted(divisors | {1, min(2, num_layers), num_layers})
 
@@ -77,13 +65,7 @@ def scale_settings(num_layers: int, every: EveryN = "distinct", offload: Offload
         SpecError: a bad ``num_layers``, ``every`` or ``offload``.
     """
     if offload not in ("n=1", "all", "none"):
-        raise SpecError(
-            f"offload={offload!r} is not one of 'n=1', 'all', 'none'.",
-            key="spec.not_one_of",
-            name="offload",
-            value=offload,
-            choices="n=1, all, none",
-        )
+        raise not_one_of("offload", offload, ("n=1", "all", "none"))
     settings = [Setting(None)]
     for n in every_n_choices(num_layers, every):
         settings.append(Setting(n))
@@ -143,13 +125,7 @@ class ScaleRequest:
             SpecError, ModelLoadError: the first bad value, with its fix.
         """
         if self.dtype not in SIMULATION_DTYPES:
-            raise SpecError(
-                f"dtype={self.dtype!r} is not one of {', '.join(SIMULATION_DTYPES)}.",
-                key="spec.not_one_of",
-                name="dtype",
-                value=self.dtype,
-                choices=", ".join(SIMULATION_DTYPES),
-            )
+            raise not_one_of("dtype", self.dtype, SIMULATION_DTYPES)
         if not self.settings:
             raise SpecError(
                 "No settings to simulate: give at least one (scale_settings() picks them).", key="scale.no_settings"

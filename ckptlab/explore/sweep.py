@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from transformers import PreTrainedModel
 
-from ..errors import SpecError
+from ..errors import SpecError, check_whole_number, not_one_of
 from ..model import catalog
 from ..model.catalog import DEFAULT_PRESET, ModelInfo
 from ..results import BusyReason, RunResult
@@ -86,31 +86,13 @@ class SweepSpec:
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
         if self.timing_order not in ORDERS:
-            raise SpecError(
-                f"timing_order={self.timing_order!r} is not one of {', '.join(ORDERS)}.",
-                key="spec.not_one_of",
-                name="timing_order",
-                value=self.timing_order,
-                choices=", ".join(ORDERS),
-            )
+            raise not_one_of("timing_order", self.timing_order, ORDERS)
         if not self.seq_lens:
             raise SpecError("seq_lens is empty: give at least one sequence length, e.g. 512.", key="sweep.no_seq_lens")
         for seq_len in self.seq_lens:
-            if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-                raise SpecError(
-                    f"seq_len={seq_len!r} is not valid: every sequence length must be a whole number >= 1.",
-                    key="spec.whole_number",
-                    name="seq_len",
-                    value=seq_len,
-                )
+            check_whole_number("seq_len", seq_len)
         if self.offload not in OFFLOAD_CHOICES:
-            raise SpecError(
-                f"offload={self.offload!r} is not one of {', '.join(OFFLOAD_CHOICES)}.",
-                key="spec.not_one_of",
-                name="offload",
-                value=self.offload,
-                choices=", ".join(OFFLOAD_CHOICES),
-            )
+            raise not_one_of("offload", self.offload, OFFLOAD_CHOICES)
         if self.every_n_layers is not None and not self.every_n_layers:
             raise SpecError(
                 "every_n_layers is empty: give at least one value (e.g. 1,2,4), or None for all.",

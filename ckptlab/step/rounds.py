@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import SpecError
+from ..errors import SpecError, not_one_of
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import planned_roles
@@ -62,7 +62,7 @@ def step_order(settings: int, rounds: int, order: Order = "interleaved") -> list
         return [(round_, index) for round_ in range(rounds) for index in range(settings)]
     if order == "blocks":
         return [(round_, index) for index in range(settings) for round_ in range(rounds)]
-    raise SpecError(f"order={order!r} is not one of {', '.join(ORDERS)}.")
+    raise not_one_of("order", order, ORDERS)
 
 
 def time_settings(
