@@ -77,10 +77,11 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
             )
         elif memory.offload_applied:
             st.success(tr("lab.offload_moved", mib=mib(memory.offload_bytes)))
+    if not result.plan_matches:  # decided on the layers' fields; the diagram shows where, the notes the details
+        st.error(tr("lab.plan_mismatch"))
+    said_above = offload_notes(result.spec, result.memory, result.layers)  # in the box above, in the page's words
     for note in result.notes:
-        if note.startswith("PLAN MISMATCH"):
-            st.error(note)
-        elif note not in offload_notes(result.spec, result.memory, result.layers):  # said above in the box
+        if note not in said_above:
             st.caption(note)
 
     with st.expander(tr("lab.per_layer")):
