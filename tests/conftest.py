@@ -29,3 +29,21 @@ def measured():
         return cache[spec]
 
     return run
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test that uses one of our module-, package- or session-scoped fixtures.
+
+    Those fixtures exist because what they build is expensive (a measured run, a sweep, a table
+    of simulations), so a test that needs one cannot be among the fast ones: ``pytest -m 'not slow'``
+    runs the unit tests alone in under a minute; CI runs everything.
+    """
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        definitions = info.name2fixturedefs.values() if info is not None else ()
+        if any(
+            defs[-1].scope in ("module", "package", "session")
+            and getattr(defs[-1].func, "__module__", "").startswith("tests")
+            for defs in definitions
+        ):
+            item.add_marker(pytest.mark.slow)

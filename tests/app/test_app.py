@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 FAST = {"seq": "128", "repeats": "1", "warmup": "1"}
 TIMEOUT = 120  # a real measured step plus its baseline; AppTest's default 3 s is far too short

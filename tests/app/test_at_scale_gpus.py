@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from ckptlab.explore.scale import Setting
 from ckptlab.units import GIB
+
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "at_scale.py")
 TIMEOUT = 120  # the first run describes every preset; AppTest's default 3 s is too short

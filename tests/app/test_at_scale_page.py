@@ -10,6 +10,8 @@ from streamlit.testing.v1 import AppTest
 from ckptlab.explore import scale
 from tests.app.polling import rerun_until
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "at_scale.py")
 TIMEOUT = 60  # the first run describes every preset; AppTest's default 3 s is too short

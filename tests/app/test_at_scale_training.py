@@ -10,6 +10,8 @@ from streamlit.testing.v1 import AppTest
 from ckptlab.show import i18n
 from ckptlab.show.labels import training_label
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 120  # the first run describes every preset, then tiny simulations; AppTest's default 3 s is too short
 LANGS = list(i18n.LANGUAGES)

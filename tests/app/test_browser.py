@@ -30,6 +30,7 @@ CHROMIUM_ARGS = [
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.browser,
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
 ]

@@ -6,7 +6,11 @@ page alone (no navigation, no language selector); each page leaves that mode and
 
 from __future__ import annotations
 
+import pytest
+
 from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, expect, server, sync_playwright
+
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
 __all__ = ["server"]
 

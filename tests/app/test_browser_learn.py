@@ -16,6 +16,7 @@ from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, server  # noqa
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.browser,
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
 ]

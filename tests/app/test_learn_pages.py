@@ -13,6 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from ckptlab.show import i18n
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 300  # real measured steps on 2 shared cores; AppTest's default 3 s is far too short
 LANGS = list(i18n.LANGUAGES)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.polling import rerun_until
+
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120  # real measured steps; AppTest's default 3 s is far too short

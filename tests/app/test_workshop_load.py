@@ -13,6 +13,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "workshop_load.
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.browser,
     pytest.mark.skipif(
         not os.path.exists("/usr/bin/chromium"), reason="chromium is missing (apt-get install chromium)"

@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 from ckptlab import RunSpec, load_model
 from ckptlab.step.trainstep import random_batch
+
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "instrumentation.py"
 

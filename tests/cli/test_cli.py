@@ -14,6 +14,8 @@ from ckptlab import DoesNotFitError, ModelLoadError, RunSpec, SpecError, Unsuppo
 from ckptlab.cli import main
 from tests.conftest import FAST
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 QUICK = ["--seq-len", "64", "--repeats", "1", "--warmup", "0"]
 
 DESIGN_DIAGRAM = """\

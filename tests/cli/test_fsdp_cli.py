@@ -16,6 +16,8 @@ from ckptlab import RunResult, run_report
 from ckptlab.cli import main
 from ckptlab.step.fsdp import FAIL_ON_RANK_ENV
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["--model", "tiny-gpt2", "--seq-len", "32", "--repeats", "1", "--warmup", "0"]
 

@@ -8,6 +8,8 @@ import pytest
 
 from ckptlab.cli import main
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 
 def test_simulate_prints_a_labelled_report_and_a_verdict(capsys):
     assert main(["simulate", "--model", "qwen3-8b", "--seq-len", "4096", "--gpu", "L4"]) == 0

@@ -13,6 +13,8 @@ from ckptlab.explore.gpu_search import GpuSearch, cheapest_that_fits
 from ckptlab.explore.scale import ScaleRequest, Setting, fits, recompute_cost
 from ckptlab.step.simulate import simulate
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 MODEL, SEQ = "tiny-llama", 64  # 6 layers: a second or two a simulation on 2 cores
 SETTINGS = (Setting(None), Setting(1), Setting(2), Setting(6))
 COUNTS = (1, 2, 4, 8)

@@ -11,6 +11,8 @@ from ckptlab.explore.calibration import calibrate
 from ckptlab.explore.predict import architecture, layer_activation_bytes, predict, settings_for
 from ckptlab.explore.sweep import SweepSpec, sweep
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 SEQ = 128
 

@@ -10,6 +10,8 @@ from transformers import MixtralConfig, OlmoeConfig, Qwen2MoeConfig
 from ckptlab import RunSpec, predict, simulate
 from ckptlab.explore.formula import architecture, layer_activation_bytes
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 SMALL = {"vocab_size": 512, "max_position_embeddings": 256, "num_attention_heads": 4, "num_key_value_heads": 2}
 CONFIGS = {
     "mixtral": lambda: MixtralConfig(

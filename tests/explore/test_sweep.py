@@ -14,6 +14,8 @@ from ckptlab import load_model
 from ckptlab.cli import main
 from ckptlab.explore.sweep import OFFLOAD_SKIPPED_NOTE, SweepSpec, plan_sweep, sweep
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 # Same shape as conftest.FAST, so rows can be checked against the session's cached single runs.
 QUICK = SweepSpec(model="tiny-llama", seq_lens=(128,), repeats=1, warmup=0, optimizer="none")  # as conftest.FAST
 CLI_QUICK = ["--seq-len", "64", "--repeats", "1", "--warmup", "0", "--every-n-layers", "1,3"]

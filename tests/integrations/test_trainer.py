@@ -17,6 +17,8 @@ from ckptlab.integrations.trainer import REPORT_FILE
 from ckptlab.integrations.trainer_setting import requested_setting
 from ckptlab.step.observe import StepObserver
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 SEQ = 64
 
 

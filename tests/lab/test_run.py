@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from peft.tuners.tuners_utils import BaseTunerLayer
 
 from ckptlab.lab.run import (
@@ -16,6 +17,8 @@ from ckptlab.lab.run import (
 )
 from ckptlab.lab.runqueue import DeviceQueue
 from ckptlab.spec import RunSpec
+
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
 LORA = RunSpec(model="tiny-llama", seq_len=32, every_n_layers=1, repeats=1, warmup=0, lora_rank=4)
 

@@ -13,6 +13,8 @@ from ckptlab.lab.run import ModelKey, ResultCache, build_for_key, run_queued
 from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.spec import RunSpec
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 SPEC = RunSpec(model="tiny-llama", seq_len=32, every_n_layers=1, repeats=2, warmup=1, optimizer="adamw")
 
 

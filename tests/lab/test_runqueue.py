@@ -15,6 +15,8 @@ import ckptlab
 from ckptlab.lab.run import ResultCache, build_for_key, reference_spec, run_queued
 from ckptlab.lab.runqueue import DeviceBusyError, DeviceQueue
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 SPEC = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1)
 
 

@@ -12,6 +12,8 @@ from ckptlab.lab.runqueue import DeviceQueue
 from ckptlab.lab.sweepjob import SweepJob
 from tests.app.polling import HANG_S
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 SMALL = SweepSpec(model="tiny-gpt2", seq_lens=(32,), repeats=1, warmup=0)
 
 

@@ -335,6 +335,7 @@ def test_the_command_line_prints_one_line_and_exits_2(tmp_path, case, words, cap
     assert words in err and str(folder) in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # a subprocess: python -m ckptlab
 def test_python_dash_m_on_a_bad_folder_exits_2_without_traceback(tmp_path):
     import subprocess
 

@@ -16,6 +16,8 @@ from ckptlab import RunResult, RunSpec, SpecError, list_presets, simulate
 from ckptlab.model.plan import planned_roles
 from ckptlab.spec import MAX_WORLD_SIZE
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 # Short, one timed step, no warm-up: the whole launch (two ranks, four presets) takes about 30 s on 2 cores.

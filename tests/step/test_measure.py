@@ -13,6 +13,8 @@ from ckptlab.results import RunResult
 from ckptlab.step.measure import OFFLOAD_ON_CPU_NOTE
 from tests.conftest import FAST, requires_cuda
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 
 

@@ -26,6 +26,8 @@ from ckptlab.lab.scalejob import ScaleJob
 from ckptlab.lab.sweepjob import SweepJob
 from tests.conftest import requires_cuda
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 PRESETS = ("tiny-llama", "tiny-qwen3", "tiny-gpt2", "tiny-bert")
 SETTINGS = (None, 1, 2, 3)
 

@@ -14,6 +14,8 @@ from ckptlab.step.simulate import Reduction
 from ckptlab.units import GIB, MIB
 from tests.conftest import FAST
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 
 

@@ -22,6 +22,8 @@ from ckptlab.step.preflight import load_model
 from ckptlab.step.routing import collapse_routing, expert_load
 from ckptlab.step.trainstep import random_batch
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 SEQ = 48
 CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temp")
 SMALL = {"vocab_size": 512, "max_position_embeddings": 256, "num_attention_heads": 4, "num_key_value_heads": 2}

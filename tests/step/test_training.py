@@ -12,6 +12,8 @@ from ckptlab.model.lora import adapted, linear_module_names, resolve_targets
 from ckptlab.step.equivalence import check_gradients
 from ckptlab.step.training import gradient_bytes, trainable_parameters
 
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 # One timed step creates the optimizer's state before the memory step, as a warm-up would.
 STEP = RunSpec(seq_len=64, repeats=1, warmup=0, every_n_layers=2, dtype="float32")
