@@ -11,6 +11,7 @@ import json
 from ..errors import SpecError
 from ..explore.budget import GPUS, budget_bytes
 from ..explore.recommend import counts_note
+from ..explore.scale import fits
 from ..results import RunResult
 from ..show.report import run_report
 from ..step.simulate import simulate
@@ -42,19 +43,19 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     assert memory is not None  # a simulation always has its memory (status "ok"; no time)
     peak = memory.peak_bytes
     margin = budget - peak
-    fits = margin >= 0
-    words = "fits" if fits else "does not fit"
+    fitting = fits(result, budget)  # the one rule: the whole step's simulated peak within the budget
+    words = "fits" if fitting else "does not fit"
     phase = memory.peak_where.phase or "step"
     state = f" Optimizer state: {memory.optimizer_state_bytes / GIB:.1f} GiB." if memory.optimizer_state_bytes else ""
     sentence = (
         f"Simulated peak {mib(peak)} MiB ({peak / GIB:.1f} GiB, in the {phase}) {words} in {label} "
-        f"({budget / GIB:.1f} GiB): {'margin' if fits else 'short by'} {abs(margin) / GIB:.1f} GiB.{state} "
+        f"({budget / GIB:.1f} GiB): {'margin' if fitting else 'short by'} {abs(margin) / GIB:.1f} GiB.{state} "
         + counts_note(spec.optimizer, spec.lora_rank)
     )
     return {
         "budget_bytes": budget,
         "budget_label": label,
-        "fits": fits,
+        "fits": fitting,
         "margin_bytes": margin,
         "peak_phase": memory.peak_where.phase or None,
         "optimizer": spec.optimizer,
