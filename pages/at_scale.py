@@ -58,7 +58,7 @@ with st.sidebar:
         [*names, *([LOCAL] if folders else [])],
         key="at_scale_model",
         format_func=lambda name: (
-            TEXT["local_label"] if name == LOCAL else scalepage.model_label(name, preset_infos()[name])
+            TEXT["local_label"] if name == LOCAL else scalepage.model_label(name, preset_infos()[name], TEXT)
         ),
     )
     if state.at_scale_model == LOCAL:

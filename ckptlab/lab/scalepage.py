@@ -58,9 +58,9 @@ def duration(seconds: float) -> str:
     return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"
 
 
-def model_label(name: str, info: ModelInfo) -> str:
-    """A preset in the model box: name, layers and size."""
-    return f"{name} · {info.num_layers} layers · {params_label(info.num_params)}"
+def model_label(name: str, info: ModelInfo, words: Mapping[str, str]) -> str:
+    """A preset in the model box: name, layers and size, in the page's words."""
+    return words["model_label"].format(name=name, layers=info.num_layers, size=params_label(info.num_params))
 
 
 def model_caption(info: ModelInfo, words: Mapping[str, str]) -> str:

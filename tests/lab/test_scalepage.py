@@ -77,3 +77,10 @@ def test_the_model_caption_says_infinite_positions_when_the_config_has_none():
     info = ckptlab.describe("qwen3-8b")
     assert f"{info.max_positions:,}" in scalepage.model_caption(info, WORDS)
     assert "∞" in scalepage.model_caption(replace(info, max_positions=None), WORDS)
+
+
+def test_the_model_box_names_layers_in_the_pages_language():
+    info = ckptlab.describe("qwen3-8b")
+    assert scalepage.model_label("qwen3-8b", info, WORDS) == f"qwen3-8b · {info.num_layers} layers · 8.2B"
+    portuguese = scalepage.model_label("qwen3-8b", info, i18n.section("at_scale", "pt-BR"))
+    assert portuguese == f"qwen3-8b · {info.num_layers} camadas · 8.2B"
