@@ -16,6 +16,7 @@ from ckptlab.lab.labpage import LOCAL
 from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_to_query
 from ckptlab.lab.run import LabRun, build_for_key
 from ckptlab.lab.targets import spec_targets
+from ckptlab.show import i18n
 from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.show.figures.diagram import plan_figure
@@ -82,7 +83,7 @@ def _render_result(lab: LabRun, spec: RunSpec) -> None:
     said_above = offload_notes(result.spec, result.memory, result.layers)  # in the box above, in the page's words
     for note in result.notes:
         if note not in said_above:
-            st.caption(note)
+            st.caption(i18n.say(note, lang))
 
     with st.expander(tr("lab.per_layer")):
         st.dataframe(layer_rows(result), hide_index=True)

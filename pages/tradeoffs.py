@@ -103,7 +103,7 @@ if busy:
 if result.cancelled:
     st.warning(tr("tradeoffs.stopped", rows=len(result.rows)))
 for note in result.notes:
-    st.caption(note)
+    st.caption(i18n.say(note, lang))
 if not any(row.status == "ok" for row in result.rows):
     st.info(tr("tradeoffs.nothing"))
     st.stop()

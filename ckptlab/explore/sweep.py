@@ -37,6 +37,7 @@ from typing import Any, Literal
 from transformers import PreTrainedModel
 
 from ..errors import SpecError, check_whole_number, not_one_of
+from ..message import Message
 from ..model import catalog
 from ..model.catalog import DEFAULT_PRESET, ModelInfo
 from ..results import BusyReason, RunResult
@@ -217,26 +218,44 @@ def plan_sweep(spec: SweepSpec) -> _Plan:
     notes: list[str] = []
     settings = settings_for(info.num_layers, spec.every_n_layers)
     if spec.every_n_layers is not None and len(settings) < len(dict.fromkeys(spec.every_n_layers)):
-        dropped = [value for value in dict.fromkeys(spec.every_n_layers) if value not in settings]
+        dropped = ", ".join(str(value) for value in dict.fromkeys(spec.every_n_layers) if value not in settings)
+        kept = min(v for v in settings if v >= info.num_layers)
         notes.append(
-            f"every_n_layers={', '.join(map(str, dropped))} give the same plan as every_n_layers="
-            f"{min(v for v in settings if v >= info.num_layers)} on {info.num_layers} layers (only L1 checkpointed): measured once."
+            Message(
+                f"every_n_layers={dropped} give the same plan as every_n_layers={kept} on {info.num_layers} layers "
+                "(only L1 checkpointed): measured once.",
+                key="note.same_plan",
+                params={"dropped": dropped, "kept": kept, "layers": info.num_layers},
+            )
         )
     offloads = {"no": [False], "yes": [True], "both": [False, True]}[spec.offload]
     if spec.offload != "no" and device.type != "cuda":
+        instead = " The rows without offload are measured instead." if spec.offload == "yes" else ""
         notes.append(
-            OFFLOAD_SKIPPED_NOTE + (" The rows without offload are measured instead." if spec.offload == "yes" else "")
+            Message(
+                OFFLOAD_SKIPPED_NOTE + instead,
+                key="note.offload_skipped_instead" if instead else "note.offload_skipped",
+            )
         )
         offloads = [False]
     if not spec.warmup_each_row and spec.warmup:
         notes.append(
-            f"warm-up: {spec.warmup} untimed steps before the first row of each sequence length, one before "
-            "later rows (same model, same shapes: the first-step costs are already paid)."
+            Message(
+                f"warm-up: {spec.warmup} untimed steps before the first row of each sequence length, one before "
+                "later rows (same model, same shapes: the first-step costs are already paid).",
+                key="note.warmup",
+                params={"warmup": spec.warmup},
+            )
         )
     if spec.timing_order == "interleaved":
         notes.append(
-            f"time: the settings' {spec.repeats} timed steps ran interleaved, one step of each setting per round, "
-            "so that load on the machine hits them alike; each x off is the ratio of medians over the rounds."
+            Message(
+                f"time: the settings' {spec.repeats} timed steps ran interleaved, one step of each setting per "
+                "round, so that load on the machine hits them alike; each x off is the ratio of medians over the "
+                "rounds.",
+                key="note.interleaved",
+                params={"repeats": spec.repeats},
+            )
         )
     rows: list[tuple[int, int | None, bool]] = []
     for seq_len in spec.seq_lens:

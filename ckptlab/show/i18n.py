@@ -146,13 +146,16 @@ SAID = "said."  # the prefix of the translations of the core's other sentences (
 CORE_PREFIXES = (ERRORS, SAID)  # keys whose English is the core's own, so en.json has none
 
 
-def say(message: Message, lang: str = DEFAULT) -> str:
-    """A core sentence in ``lang``: its ``said.<key>`` translation filled with its params, or its English.
+def say(message: str, lang: str = DEFAULT) -> str:
+    """A core sentence in ``lang``: a :class:`Message`'s ``said.<key>`` translation filled with its params;
+    its English otherwise, and a plain string (a note read back from JSON, say) as it is.
 
     As with :func:`error_text`, ``en.json`` has no ``said.`` keys: the English is the core's own.
     """
     code = normalize(lang)
-    text = None if code == DEFAULT else messages(code).get(SAID + message.key)
+    if not isinstance(message, Message) or code == DEFAULT:
+        return str(message)
+    text = messages(code).get(SAID + message.key)
     return message.text if text is None else text.format(**message.params)
 
 

@@ -34,6 +34,7 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 
+from ..message import Message
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
@@ -134,7 +135,13 @@ def _measure_built(
     model.train()
     apply_setting(model, spec, device)
     if spec.every_n_layers is not None and spec.every_n_layers >= info.num_layers > 1:
-        notes.append(describe_plan(info.num_layers, spec.every_n_layers) + ".")
+        notes.append(
+            Message(
+                describe_plan(info.num_layers, spec.every_n_layers) + ".",
+                key="note.only_first_layer",
+                params={"n": spec.every_n_layers, "layers": info.num_layers},
+            )
+        )
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     enabled = observed_roles(model)
     batch = random_batch(model, spec, device)
@@ -283,13 +290,17 @@ def observe_memory(
     return memory, probe.counts
 
 
-def _mismatch_note(layers: list[LayerResult]) -> str:
+def _mismatch_note(layers: list[LayerResult]) -> Message:
     rows = ", ".join(
         f"{layer.name}: planned {layer.planned}, flag {layer.enabled}, observed {layer.observed}"
         for layer in layers
         if not layer.planned == layer.enabled == layer.observed
     )
-    return f"PLAN MISMATCH: the step did not do what every_n_layers says: {rows}"
+    return Message(
+        f"PLAN MISMATCH: the step did not do what every_n_layers says: {rows}",
+        key="note.plan_mismatch",
+        params={"rows": rows},
+    )
 
 
 def _with_offload(memory: MemoryResult, layers: list[LayerResult], applied: bool) -> MemoryResult:

@@ -14,6 +14,7 @@ from typing import overload
 import torch
 from transformers import PreTrainedModel
 
+from ..message import Message
 from ..results import TimingResult, median
 from ..spec import RunSpec
 from .meters import Clock, machine_load
@@ -129,6 +130,10 @@ def check_repeatable(probe: LayerProbe, planned: Sequence[str], notes: list[str]
     """Every timed step must rerun exactly the planned layers; say so loudly when one does not."""
     reran = ["CP" if counts.recompute_calls else "keep" for counts in probe.counts]
     if reran != list(planned):
-        note = f"PLAN MISMATCH in a timed step: reruns observed {reran}, planned {planned}"
+        note = Message(
+            f"PLAN MISMATCH in a timed step: reruns observed {reran}, planned {planned}",
+            key="note.plan_mismatch_timed",
+            params={"reran": str(reran), "planned": str(list(planned))},
+        )
         if note not in notes:
             notes.append(note)

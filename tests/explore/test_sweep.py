@@ -187,3 +187,21 @@ def test_cli_sweep_bad_input_exits_2_with_one_message(capsys, args, named):
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0]
     assert "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("lang", ["pt-BR", "ja"])
+def test_the_plans_notes_are_said_in_the_apps_languages(lang):
+    """The notes a page shows under a sweep carry keys: each is translated and filled, none left in English."""
+    from ckptlab.show import i18n
+
+    plans = [
+        plan_sweep(SweepSpec(every_n_layers=(6, 8, 2), offload="yes", warmup=2, device="cpu")),
+        plan_sweep(SweepSpec(offload="both", device="cpu")),
+    ]
+    notes = [note for plan in plans for note in plan.notes]
+    assert {note.key for note in notes} >= {"note.same_plan", "note.offload_skipped_instead", "note.offload_skipped"}
+    for note in notes:
+        said = i18n.say(note, lang)
+        assert said != str(note) and "{" not in said, note.key
+    assert i18n.say(notes[0], "en") == str(notes[0])  # English is the core's own sentence
+    assert i18n.say("a note read back from JSON", lang) == "a note read back from JSON"
