@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from ..errors import DoesNotFitError
-from ..explore.scale import Setting
 from ..results import RunResult
+from ..spec import Setting
 from .i18n import error_text, t
 
 # RunSpec field -> the command line's flag (cli/args.py).
