@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 # Short, one timed step, no warm-up: the whole launch (two ranks, four presets) takes about 30 s on 2 cores.
 RANKED = RunSpec(seq_len=128, every_n_layers=2, repeats=1, warmup=0, world_size=2, fsdp=True)
+GLOO_ABORT = "terminate called without an active exception"  # a rank's C++ abort, seen intermittently in CI
 SIMULATED_AS_MEASURED = {"dtype": "float32"}  # a simulation stands for bf16 on CUDA; the CPU run is float32
 
 
@@ -34,6 +35,12 @@ def two_ranks(tmp_path_factory) -> dict[str, RunResult]:
     command += ["--max-restarts", "0", str(ROOT / "tests" / "step" / "fsdp_ranks.py"), str(out), *specs]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0 and GLOO_ABORT in done.stderr:
+        # Seen in CI runs of 2026-12-01 (this launch once, the CLI's two-launch test twice): a rank aborts in
+        # C++ ("terminate called without an active exception", SIGABRT) with no Python error. Not reproduced
+        # in 8 launches here; the cause is not known (see the closing note). One relaunch, and only for
+        # that abort: any other failure, or the same abort twice, still fails the tests.
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return {row["model"]["name"]: RunResult.from_dict(row) for row in json.loads(out.read_text())}
 
