@@ -132,14 +132,7 @@ def error_text(error: Exception, lang: str = DEFAULT) -> str:
     the error's params. An error without a key, or a key without a translation yet,
     shows its English message rather than nothing.
     """
-    key = getattr(error, "key", None)
-    code = normalize(lang)
-    if key is None or code == DEFAULT:
-        return str(error)
-    text = messages(code).get(ERRORS + key)
-    if text is None:
-        return str(error)
-    return text.format(**getattr(error, "params", {}))
+    return _translated(ERRORS, getattr(error, "key", None), getattr(error, "params", {}), str(error), lang)
 
 
 SAID = "said."  # the prefix of the translations of the core's other sentences (ckptlab.message.Message)
@@ -152,11 +145,16 @@ def say(message: str, lang: str = DEFAULT) -> str:
 
     As with :func:`error_text`, ``en.json`` has no ``said.`` keys: the English is the core's own.
     """
-    code = normalize(lang)
-    if not isinstance(message, Message) or code == DEFAULT:
+    if not isinstance(message, Message):
         return str(message)
-    text = messages(code).get(SAID + message.key)
-    return message.text if text is None else text.format(**message.params)
+    return _translated(SAID, message.key, message.params, message.text, lang)
+
+
+def _translated(prefix: str, key: str | None, params: dict, english: str, lang: str) -> str:
+    """The one lookup of the core's words: ``prefix + key`` in ``lang`` filled with ``params``, else the English."""
+    code = normalize(lang)
+    text = None if key is None or code == DEFAULT else messages(code).get(prefix + key)
+    return english if text is None else text.format(**params)
 
 
 def say_all(messages: tuple[Message, ...] | list[Message], lang: str = DEFAULT) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from ..errors import DoesNotFitError
+from ..message import Message
 from ..results import RunResult
 from ..spec import Setting
-from .i18n import error_text, t
+from .i18n import error_text, say, t
 
 # RunSpec field -> the command line's flag (cli/args.py).
 CLI_FLAGS = {
@@ -78,13 +78,11 @@ def run_message(result: RunResult, lang: str = "en") -> str:
     if result.status != "does_not_fit":
         return result.message
     spec = result.spec
-    said = DoesNotFitError(
-        result.message,
-        key="run.does_not_fit",
-        model=result.model.name,
-        seq_len=spec.seq_len,
-        batch=spec.batch_size,
-        setting=Setting.of(spec).key,
-        device=result.device,
-    )
-    return app_message(said, lang)
+    params = {
+        "model": result.model.name,
+        "seq_len": spec.seq_len,
+        "batch": spec.batch_size,
+        "setting": Setting.of(spec).key,
+        "device": result.device,
+    }
+    return say(Message(result.message, key="run.does_not_fit", params=params), lang)
