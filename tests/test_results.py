@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from ckptlab import RunResult, TimingResult, compare
-from ckptlab.results import Region
+from ckptlab.results import Region, TimelinePoint
 
 
 def _with_steps(result: RunResult, samples: list[float]) -> RunResult:
@@ -54,6 +54,21 @@ def test_the_peaks_region_is_typed_and_its_json_keeps_the_dicts_keys(measured):
     assert (
         Region.from_dict({"phase": "backward", "layer": 2, "rerun": True, "description": "backward of L3"}).kind == ""
     )
+
+
+def test_the_timeline_is_typed_and_its_json_keeps_the_dicts_keys(measured):
+    result = measured(every_n_layers=2)
+    points = result.memory.timeline
+    assert points and all(isinstance(point, TimelinePoint) for point in points)
+    keys = ["order", "kind", "phase", "layer", "rerun", "event", "current_bytes", "region_peak_bytes"]
+    assert list(result.to_dict()["memory"]["timeline"][0]) == [*keys, "region_peak_breakdown"]
+    # Read back from JSON, every point is typed again and equal to the one recorded.
+    assert RunResult.from_dict(result.to_dict()).memory.timeline == points
+    peak = max(points, key=lambda point: point.region_peak_bytes)
+    assert peak.region == result.memory.peak_where and peak.rise_bytes >= 0
+    assert peak["event"] == peak.event  # code written for the dict it replaced still reads it
+    with pytest.raises(KeyError):
+        peak["description"]  # a Region's key, not a point's
 
 
 # -- the verdict on time, and a machine too busy to time (constructed timings: no clock, no load) ----------

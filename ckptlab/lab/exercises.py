@@ -174,14 +174,14 @@ def _explain_resident(run: RunResult, off: RunResult, lang: str) -> str:
 def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
     ratio = percent_of_off(run, off, "peak")
     memory, off_memory = memory_of(run), memory_of(off)
-    point = next(p for p in memory.timeline if p["region_peak_bytes"] == memory.peak_bytes)
+    point = next(p for p in memory.timeline if p.region_peak_bytes == memory.peak_bytes)
     where = event_label(point, lang)
     values = {
         "where": where,
         "seq": run.spec.seq_len,
         "off": mib(off_memory.peak_above_baseline_bytes),
         "run": mib(memory.peak_above_baseline_bytes),
-        "grad": mib(point.get("region_peak_breakdown", {}).get("gradient", 0)),
+        "grad": mib(point.region_peak_breakdown.get("gradient", 0)),
         "freed": mib(max(off_memory.after_forward_bytes - memory.after_forward_bytes, 0)),
     }
     return t("explain.peak_unmoved" if ratio >= 90 else "explain.peak_moved", lang, **values)

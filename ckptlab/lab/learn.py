@@ -141,7 +141,7 @@ def per_gpu_parts(result: RunResult) -> dict[str, int]:
     memory = memory_of(result)
     most: dict[str, int] = {}
     for point in memory.timeline:
-        for part, value in point.get("region_peak_breakdown", {}).items():
+        for part, value in point.region_peak_breakdown.items():
             most[part] = max(most.get(part, 0), value)
     baseline = memory.breakdown_baseline
     return {
@@ -189,7 +189,7 @@ def sharding_idea(
     by_config = {(b.spec.world_size, b.spec.every_n_layers): b for b in bars}
     off_one, off_most, on_one = by_config[min(gpus), None], by_config[max(gpus), None], by_config[min(gpus), 1]
     state = ("parameter", "gradient", "optimizer_state")
-    held = max((point.get("parameter", 0) for point in _most_parts(off_most.result)), default=0)
+    held = max((breakdown.get("parameter", 0) for breakdown in _most_parts(off_most.result)), default=0)
     return ShardingIdea(
         bars=bars,
         state_ratio=sum(off_most.parts[p] for p in state) / sum(off_one.parts[p] for p in state),
@@ -200,4 +200,4 @@ def sharding_idea(
 
 
 def _most_parts(result: RunResult) -> list[dict[str, int]]:
-    return [point.get("region_peak_breakdown", {}) for point in memory_of(result).timeline]
+    return [point.region_peak_breakdown for point in memory_of(result).timeline]

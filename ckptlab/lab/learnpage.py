@@ -11,13 +11,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ..results import RunResult, memory_of
+from ..results import RunResult, TimelinePoint, memory_of
 from ..show.figures.diagram import roles_diagram_figure
 from ..show.i18n import Translator
 from ..show.labels import event_label
 from ..spec import RunSpec
 from ..step import timeline as tl
-from ..step.timeline import Point  # one event of a run's memory timeline
 from ..units import MIB
 from .exercises import Exercise, Outcome, evaluate
 from .learn import ShardingIdea
@@ -33,14 +32,14 @@ def run_diagram(run: RunResult, lang: str, **options: Any) -> go.Figure:
     return roles_diagram_figure(roles, lang=lang, reruns=[layer.recompute_calls for layer in run.layers], **options)
 
 
-def event_option(points: Sequence[Point], index: int, lang: str) -> str:
+def event_option(points: Sequence[TimelinePoint], index: int, lang: str) -> str:
     """A step slider's option: ``3/40 · forward L2``."""
     return f"{index + 1}/{len(points)} · {event_label(points[index], lang)}"
 
 
 def loss_index(run: RunResult) -> int:
     """The index of the loss in the run's timeline: where the forward's activations are all held."""
-    return next(i for i, point in enumerate(memory_of(run).timeline) if point["kind"] == "loss")
+    return next(i for i, point in enumerate(memory_of(run).timeline) if point.kind == "loss")
 
 
 def saved_bytes(run: RunResult) -> int:
@@ -54,13 +53,13 @@ def activation_share(off: RunResult) -> float:
     return (parts.get("activation", 0) + parts.get("activation_and_temp", 0)) / sum(parts.values())
 
 
-def above_baseline(run: RunResult, point: Point) -> tuple[int, int]:
+def above_baseline(run: RunResult, point: TimelinePoint) -> tuple[int, int]:
     """At one event: memory now and the highest since the last event, both above the memory before the forward."""
     baseline = memory_of(run).baseline_bytes
-    return point["current_bytes"] - baseline, point["region_peak_bytes"] - baseline
+    return point.current_bytes - baseline, point.region_peak_bytes - baseline
 
 
-def bump_line(points: Sequence[Point], tr: Translator) -> str:
+def bump_line(points: Sequence[TimelinePoint], tr: Translator) -> str:
     """How many reruns raised memory, and the largest rise ("" when none did)."""
     bumps = tl.rerun_bumps(points)
     if not bumps:

@@ -270,7 +270,7 @@ def rows(table: ScaleTable, budget: int, budget_label: str, words: Mapping[str, 
             },
             words["col_resident"]: round(memory.after_forward_bytes / GIB, 3),
             words["col_host"]: round(memory.host_offload_bytes / GIB, 3),
-            words["col_where"]: event_label(memory.peak_where.to_dict(), lang) if memory.peak_where.kind else "",
+            words["col_where"]: event_label(memory.peak_where, lang) if memory.peak_where.kind else "",
             words["col_seconds"]: round(table.seconds[setting.key], 1) if setting.key in table.seconds else None,
         }
         if not table.seconds:  # every result reused: no times to show

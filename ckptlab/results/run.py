@@ -124,12 +124,28 @@ class TimingResult:
         return bool(self.busy_reasons)
 
 
+class ReadsLikeADict:
+    """``item["name"]`` reads the field ``name``: the typed results that replaced plain dicts keep old code running.
+
+    Only the JSON keys of :meth:`to_dict` read (``KeyError`` for any other), so a key that
+    worked on the dict works here and nothing else does.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.to_dict():
+            raise KeyError(name)
+        return getattr(self, name)
+
+
 @dataclass(frozen=True)
-class Region:
+class Region(ReadsLikeADict):
     """A stretch of the step between two probe events; a result's peak says in which one it was reached.
 
     Its JSON (:meth:`to_dict`) has the keys kind, phase, layer, rerun and description. It replaced a
-    plain dict: ``region["description"]`` still reads a field, so code written for the dict keeps running.
+    plain dict: ``region["description"]`` still reads a field.
     """
 
     kind: str  # the probe event that starts the stretch (ckptlab.step.probe.EVENTS); "" when unknown
@@ -147,12 +163,6 @@ class Region:
             "description": self.description,
         }
 
-    def __getitem__(self, name: str) -> Any:
-        """A field by its JSON key, as the dict this type replaced gave it (``KeyError`` for any other key)."""
-        if name not in self.to_dict():
-            raise KeyError(name)
-        return getattr(self, name)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Region:
         """Rebuild from :meth:`to_dict` output; a key missing from an older result takes its "unknown" value."""
@@ -163,6 +173,44 @@ class Region:
             rerun=bool(data.get("rerun")),
             description=data.get("description") or "",
         )
+
+
+@dataclass(frozen=True)
+class TimelinePoint(ReadsLikeADict):
+    """Memory at one event of the step, and how high it rose before the next event.
+
+    The events are the probe's (``ckptlab.step.probe.EVENTS``); ``ckptlab.step.timeline`` reads a
+    list of these (order, positions, what each layer holds). It replaced a plain dict:
+    ``point["kind"]`` still reads a field, and its JSON has the same keys.
+    """
+
+    order: int  # position in the step, from 0
+    kind: str  # what the event is (probe.EVENTS)
+    phase: str  # "forward", "loss", "backward" or "optimizer"
+    layer: int | None  # 0-based layer index, None outside the layers
+    rerun: bool  # the backward is recomputing a checkpointed layer
+    event: str  # the stretch that starts here, for people
+    current_bytes: int  # memory in use at this event
+    region_peak_bytes: int = 0  # highest memory between this event and the next
+    region_peak_breakdown: dict[str, int] = field(default_factory=dict)  # by category at that high point, where told
+
+    @property
+    def region(self) -> Region:
+        """The stretch this event starts."""
+        return Region(self.kind, self.phase, self.layer, self.rerun, self.event)
+
+    @property
+    def rise_bytes(self) -> int:
+        """How far memory rose above its level at this event before the next one (never below 0)."""
+        return max(self.region_peak_bytes - self.current_bytes, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TimelinePoint:
+        names = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in names})
 
 
 @dataclass(frozen=True)
@@ -185,9 +233,7 @@ class MemoryResult:
     )
     offload_applied: bool = False  # True only when transformers' offload ran (or was simulated)
     host_offload_bytes: int = 0  # pinned host memory offload held at the end of the forward (simulated runs)
-    timeline: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # memory at each event of the step (probe.TimelinePoint)
+    timeline: list[TimelinePoint] = field(default_factory=list)  # memory at each event of the step
 
     @property
     def peak_above_baseline_bytes(self) -> int:
@@ -279,6 +325,7 @@ class RunResult:
             kept = {k: v for k, v in values.items() if k in names}
             if kind is MemoryResult:
                 kept["peak_where"] = Region.from_dict(kept.get("peak_where") or {})
+                kept["timeline"] = [TimelinePoint.from_dict(point) for point in kept.get("timeline", [])]
             return kind(**kept)
 
         return cls(

@@ -7,7 +7,7 @@ line's English words are in :mod:`ckptlab.show.report`.
 
 from __future__ import annotations
 
-from ..results import Provenance, RunResult
+from ..results import Provenance, Region, RunResult, TimelinePoint
 from ..spec import RunSpec
 from .i18n import t
 
@@ -56,10 +56,10 @@ def method_label(method: str, lang: str = "en") -> str:
     return t(keys[method], lang) if method in keys else method
 
 
-def event_label(point: dict, lang: str = "en") -> str:
-    """An event of the timeline for people, e.g. "backward of L3: its rerun, then its gradients"."""
-    layer = point.get("layer")
-    return t(f"event.{point['kind']}", lang, n="" if layer is None else layer + 1)
+def event_label(point: TimelinePoint | Region, lang: str = "en") -> str:
+    """An event of the timeline (or the stretch it starts) for people, e.g. "backward of L3: its rerun, then its
+    gradients"."""
+    return t(f"event.{point.kind}", lang, n="" if point.layer is None else point.layer + 1)
 
 
 def training_label(spec: RunSpec, lang: str = "en") -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..results import LayerResult, MemoryResult, Region
+from ..results import LayerResult, MemoryResult, TimelinePoint
 from .probe import region_for
 
 
@@ -92,15 +92,15 @@ class Reduction:
         timeline_one, timeline_two = one.memory.timeline, two.memory.timeline
         keys_one = [self._key(point, one.depth) for point in timeline_one]
         by_key_two = {self._key(point, two.depth): point for point in timeline_two}
-        timeline: list[dict[str, Any]] = []
-        block: list[tuple[dict[str, Any], tuple[Any, ...]]] = []  # consecutive events of the middle unit
+        timeline: list[TimelinePoint] = []
+        block: list[tuple[TimelinePoint, tuple[Any, ...]]] = []  # consecutive events of the middle unit
 
         def flush_block() -> None:
             # The shallow copy has one middle unit; the full model walks all of them, each
             # unit's events in the same order.
             if not block:
                 return
-            for unit in self._units_in_step_order(block[0][0]["phase"]):
+            for unit in self._units_in_step_order(block[0][0].phase):
                 for point, key in block:
                     after = by_key_two[key]  # unit 0 of two: one more unit after it
                     before = by_key_two[(key[0], ("middle", 1, key[1][2]), key[2])]  # unit 1: one more before
@@ -115,22 +115,19 @@ class Reduction:
             flush_block()
             timeline.append(self._relabel(_affine(point, by_key_two[key], full_units - 1), key, unit=0))
         flush_block()
-        for order, point in enumerate(timeline):
-            point["order"] = order
-        peak_point = max(timeline, key=lambda point: point["region_peak_bytes"])
+        timeline = [replace(point, order=order) for order, point in enumerate(timeline)]
+        peak_point = max(timeline, key=lambda point: point.region_peak_bytes)
         memory = replace(
             one.memory,
-            baseline_bytes=timeline[0]["current_bytes"],
+            baseline_bytes=timeline[0].current_bytes,
             after_forward_bytes=_grow(one.memory.after_forward_bytes, two.memory.after_forward_bytes, full_units - 1),
-            peak_bytes=peak_point["region_peak_bytes"],
-            peak_where=Region(
-                peak_point["kind"], peak_point["phase"], peak_point["layer"], peak_point["rerun"], peak_point["event"]
-            ),
+            peak_bytes=peak_point.region_peak_bytes,
+            peak_where=peak_point.region,
             breakdown_after_forward=_grow_dict(
                 one.memory.breakdown_after_forward, two.memory.breakdown_after_forward, full_units - 1
             ),
             breakdown_baseline=_grow_dict(one.memory.breakdown_baseline, two.memory.breakdown_baseline, full_units - 1),
-            breakdown_at_peak=peak_point["region_peak_breakdown"],
+            breakdown_at_peak=peak_point.region_peak_breakdown,
             offload_bytes=_grow(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
             optimizer_state_bytes=_grow(
                 one.memory.optimizer_state_bytes, two.memory.optimizer_state_bytes, full_units - 1
@@ -149,13 +146,12 @@ class Reduction:
         # The forward meets the middle units first to last, the backward last to first.
         return range(self.middle_units) if phase != "backward" else range(self.middle_units - 1, -1, -1)
 
-    def _key(self, point: dict[str, Any], depth: int) -> tuple[Any, ...]:
-        return (point["kind"], self._place(point["layer"], depth), point["phase"])
+    def _key(self, point: TimelinePoint, depth: int) -> tuple[Any, ...]:
+        return (point.kind, self._place(point.layer, depth), point.phase)
 
-    def _relabel(self, point: dict[str, Any], key: tuple[Any, ...], unit: int) -> dict[str, Any]:
+    def _relabel(self, point: TimelinePoint, key: tuple[Any, ...], unit: int) -> TimelinePoint:
         layer = self._layer_index(key[1], unit)
-        region = region_for(point["kind"], layer)
-        return {**point, "layer": layer, "event": region.description}
+        return replace(point, layer=layer, event=region_for(point.kind, layer).description)
 
     def _layer_row(self, one: SimulatedStep, two: SimulatedStep, index: int) -> LayerResult:
         place = self._place(index, self.num_layers)
@@ -182,33 +178,25 @@ def _grow_dict(one: dict[str, int], two: dict[str, int], extra_units: int) -> di
     return {key: value for key, value in grown.items() if value}
 
 
-def _affine(one: dict[str, Any], two: dict[str, Any], extra_units: int) -> dict[str, Any]:
-    return {
-        **one,
-        "current_bytes": _grow(one["current_bytes"], two["current_bytes"], extra_units),
-        "region_peak_bytes": _grow(one["region_peak_bytes"], two["region_peak_bytes"], extra_units),
-        "region_peak_breakdown": _grow_dict(one["region_peak_breakdown"], two["region_peak_breakdown"], extra_units),
-    }
+def _affine(one: TimelinePoint, two: TimelinePoint, extra_units: int) -> TimelinePoint:
+    return _combine(one, two, one, extra_units, 0)
 
 
-def _combine(base: dict[str, Any], before: dict[str, Any], after: dict[str, Any], units_before: int, units_after: int):
-    def value(name: str) -> int:
-        return base[name] + units_before * (before[name] - base[name]) + units_after * (after[name] - base[name])
+def _combine(
+    base: TimelinePoint, before: TimelinePoint, after: TimelinePoint, units_before: int, units_after: int
+) -> TimelinePoint:
+    """``base`` grown by ``units_before`` steps of ``before - base`` and ``units_after`` of ``after - base``."""
 
-    keys = (
-        base["region_peak_breakdown"].keys()
-        | before["region_peak_breakdown"].keys()
-        | after["region_peak_breakdown"].keys()
-    )
-
-    def part(key: str) -> int:
-        b, x, y = (p["region_peak_breakdown"].get(key, 0) for p in (base, before, after))
+    def grown(b: int, x: int, y: int) -> int:
         return b + units_before * (x - b) + units_after * (y - b)
 
-    breakdown = {key: part(key) for key in keys}
-    return {
-        **base,
-        "current_bytes": value("current_bytes"),
-        "region_peak_bytes": value("region_peak_bytes"),
-        "region_peak_breakdown": {key: amount for key, amount in breakdown.items() if amount},
+    parts = (base.region_peak_breakdown, before.region_peak_breakdown, after.region_peak_breakdown)
+    breakdown = {
+        key: grown(*(part.get(key, 0) for part in parts)) for key in parts[0].keys() | parts[1].keys() | parts[2].keys()
     }
+    return replace(
+        base,
+        current_bytes=grown(base.current_bytes, before.current_bytes, after.current_bytes),
+        region_peak_bytes=grown(base.region_peak_bytes, before.region_peak_bytes, after.region_peak_bytes),
+        region_peak_breakdown={key: amount for key, amount in breakdown.items() if amount},
+    )

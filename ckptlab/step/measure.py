@@ -280,12 +280,12 @@ def observe_memory(
         baseline_bytes=baseline,
         after_forward_bytes=after_forward_bytes,
         peak_bytes=peak_point.region_peak_bytes,
-        peak_where=peak_point.region(),
+        peak_where=peak_point.region,
         breakdown_after_forward=breakdown_after_forward,
         breakdown_baseline=baseline_breakdown,
         breakdown_at_peak=peak_point.region_peak_breakdown,
         optimizer_state_bytes=optimizer_state_bytes(optimizer, device),
-        timeline=[point.to_dict() for point in recorder.timeline],
+        timeline=list(recorder.timeline),
     )
     return memory, probe.counts
 

@@ -150,11 +150,11 @@ class StepObserver:
             baseline_bytes=self._baseline,
             after_forward_bytes=self._resident["bytes"],
             peak_bytes=peak_point.region_peak_bytes,
-            peak_where=peak_point.region(),
+            peak_where=peak_point.region,
             breakdown_after_forward=self._resident["breakdown"],
             breakdown_at_peak=peak_point.region_peak_breakdown,
             optimizer_state_bytes=optimizer_state_bytes(self.optimizer, self.device),
-            timeline=[point.to_dict() for point in self._recorder.timeline],
+            timeline=list(self._recorder.timeline),
         )
         return self._probe.counts, memory
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -25,7 +25,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ..model.experts import moe_parts
 from ..model.plan import checkpointable_layers
-from ..results import Region
+from ..results import Region, TimelinePoint
 from .meters import MemoryMeter
 
 Phase = Literal["idle", "forward", "backward", "optimizer"]
@@ -290,27 +290,6 @@ def _storage_bytes(value: Any) -> int:
     return sum({id(storage): storage.nbytes() for storage in storages}.values())
 
 
-@dataclass
-class TimelinePoint:
-    """Memory at one event of the step, and how high it rose before the next event."""
-
-    order: int  # position in the step, from 0
-    kind: str  # what the event is (probe.KINDS)
-    phase: str  # "forward", "loss", "backward" or "optimizer"
-    layer: int | None  # 0-based layer index, None outside the layers
-    rerun: bool  # the backward is recomputing a checkpointed layer
-    event: str  # the stretch that starts here, for people
-    current_bytes: int  # memory in use at this event
-    region_peak_bytes: int = 0  # highest memory between this event and the next
-    region_peak_breakdown: dict[str, int] = field(default_factory=dict)  # by category at that high point, where told
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    def region(self) -> Region:
-        return Region(self.kind, self.phase, self.layer, self.rerun, self.event)
-
-
 class StepRecorder:
     """Follows a memory meter across the probe's events: the step's timeline and its peak.
 
@@ -352,5 +331,8 @@ class StepRecorder:
         peak = self._meter.take_peak()
         if self.timeline:
             last = self.timeline[-1]
-            last.region_peak_bytes = max(peak, last.current_bytes)
-            last.region_peak_breakdown = self._meter.peak_breakdown()
+            self.timeline[-1] = replace(
+                last,
+                region_peak_bytes=max(peak, last.current_bytes),
+                region_peak_breakdown=self._meter.peak_breakdown(),
+            )

@@ -1,8 +1,8 @@
 """Pure helpers over a run's memory timeline (``MemoryResult.timeline``): order, positions, layer states.
 
-A timeline is one dict per probe event of the observed memory step (``probe.TimelinePoint``):
-``kind``, ``phase``, ``layer`` (0-based or None), ``rerun``, ``current_bytes`` (memory in use
-at the event) and ``region_peak_bytes`` (the highest memory before the next event). From it
+A timeline is one :class:`~ckptlab.results.TimelinePoint` per probe event of the observed memory
+step: ``kind``, ``phase``, ``layer`` (0-based or None), ``rerun``, ``current_bytes`` (memory in
+use at the event) and ``region_peak_bytes`` (the highest memory before the next event). From it
 and the per-layer roles (CP / keep) these functions say:
 
 - whether the events came in a valid order (:func:`check_order`);
@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-Point = dict[str, Any]
+from ..results import LayerResult, TimelinePoint
 
 PHASE_RANK = {"forward": 0, "loss": 1, "backward": 2, "optimizer": 3}
 # What a layer is doing / holding at one event of the step.
@@ -39,7 +38,7 @@ class Span:
     layer: int | None = None  # for a rerun span: the layer being recomputed
 
 
-def check_order(timeline: Sequence[Point], roles: Sequence[str]) -> list[str]:
+def check_order(timeline: Sequence[TimelinePoint], roles: Sequence[str]) -> list[str]:
     """Problems with the order of a timeline's events; an empty list means a valid step.
 
     Valid: the orders count up from 0; all forward events come before the loss, the loss
@@ -57,59 +56,62 @@ def check_order(timeline: Sequence[Point], roles: Sequence[str]) -> list[str]:
     problems: list[str] = []
     if not timeline:
         return ["the timeline is empty"]
-    orders = [point["order"] for point in timeline]
+    orders = [point.order for point in timeline]
     if orders != list(range(len(timeline))):
         problems.append(f"orders are not 0..{len(timeline) - 1}: {orders}")
-    ranks = [PHASE_RANK.get(point["phase"], -1) for point in timeline]
+    ranks = [PHASE_RANK.get(point.phase, -1) for point in timeline]
     if -1 in ranks:
         problems.append("an event has an unknown phase")
     if ranks != sorted(ranks):
         first_bad = next(i for i in range(1, len(ranks)) if ranks[i] < ranks[i - 1])
         problems.append(f"event {first_bad} ({timeline[first_bad]['phase']}) comes after a later phase")
-    if sum(point["kind"] == "loss" for point in timeline) != 1:
+    if sum(point.kind == "loss" for point in timeline) != 1:
         problems.append("the step must have exactly one loss event")
 
-    forward_layers = [point["layer"] for point in timeline if point["kind"] == "layer_forward"]
+    forward_layers = [point.layer for point in timeline if point.kind == "layer_forward"]
     if forward_layers != list(range(len(roles))):
         problems.append(f"the forward visited layers {forward_layers}, expected 0..{len(roles) - 1} in order")
-    backward_layers = [point["layer"] for point in timeline if point["kind"] == "layer_backward"]
+    backward_layers = [point.layer for point in timeline if point.kind == "layer_backward"]
     if backward_layers != list(range(len(roles) - 1, -1, -1)):
         problems.append(f"the backward visited layers {backward_layers}, expected {len(roles) - 1}..0 in order")
 
     reruns: dict[int, int] = {}
     for index, point in enumerate(timeline):
-        if point["kind"] != "rerun":
+        if point.kind != "rerun":
             continue
-        layer = point["layer"]
+        layer = point.layer
+        if layer is None:
+            problems.append(f"the rerun at event {index} names no layer")
+            continue
         reruns[layer] = reruns.get(layer, 0) + 1
-        if point["phase"] != "backward" or not point["rerun"]:
+        if point.phase != "backward" or not point.rerun:
             problems.append(f"the rerun of L{layer + 1} (event {index}) is not marked as a backward rerun")
         previous = timeline[index - 1] if index else None
-        if previous is None or previous["kind"] != "layer_backward" or previous["layer"] != layer:
+        if previous is None or previous.kind != "layer_backward" or previous.layer != layer:
             problems.append(
                 f"the rerun of L{layer + 1} (event {index}) does not follow the start of L{layer + 1}'s backward"
             )
-        if layer is None or not 0 <= layer < len(roles) or roles[layer] != "CP":
-            problems.append(f"L{(layer or 0) + 1} reran (event {index}) but is not a CP layer")
+        if not 0 <= layer < len(roles) or roles[layer] != "CP":
+            problems.append(f"L{layer + 1} reran (event {index}) but is not a CP layer")
     for layer, role in enumerate(roles):
         if role == "CP" and reruns.get(layer, 0) != 1:
             problems.append(f"CP layer L{layer + 1} reran {reruns.get(layer, 0)} times, expected once")
     return problems
 
 
-def peak_index(timeline: Sequence[Point]) -> int:
+def peak_index(timeline: Sequence[TimelinePoint]) -> int:
     """The event whose stretch holds the step's highest memory (the first of equal highs)."""
-    return max(range(len(timeline)), key=lambda index: timeline[index]["region_peak_bytes"])
+    return max(range(len(timeline)), key=lambda index: timeline[index].region_peak_bytes)
 
 
-def peak_bytes(timeline: Sequence[Point]) -> int:
+def peak_bytes(timeline: Sequence[TimelinePoint]) -> int:
     """The highest memory over the whole step, as the timeline saw it."""
-    return timeline[peak_index(timeline)]["region_peak_bytes"]
+    return timeline[peak_index(timeline)].region_peak_bytes
 
 
-def num_layers(timeline: Sequence[Point]) -> int:
+def num_layers(timeline: Sequence[TimelinePoint]) -> int:
     """How many layers the step ran (the highest layer index seen, plus one)."""
-    return 1 + max((point["layer"] for point in timeline if point["layer"] is not None), default=-1)
+    return 1 + max((point.layer for point in timeline if point.layer is not None), default=-1)
 
 
 def position(kind: str, layer: int | None, layers: int) -> float:
@@ -144,26 +146,26 @@ def end_position(layers: int) -> float:
     return float(4 * layers + 4)
 
 
-def positions(timeline: Sequence[Point], layers: int | None = None) -> list[float]:
+def positions(timeline: Sequence[TimelinePoint], layers: int | None = None) -> list[float]:
     """Each event's place on the common axis (see :func:`position`)."""
     count = num_layers(timeline) if layers is None else layers
-    return [position(point["kind"], point["layer"], count) for point in timeline]
+    return [position(point.kind, point.layer, count) for point in timeline]
 
 
-def stretch_ends(timeline: Sequence[Point], layers: int | None = None) -> list[float]:
+def stretch_ends(timeline: Sequence[TimelinePoint], layers: int | None = None) -> list[float]:
     """Where each event's stretch ends: the next event's place, and the step's end for the last one."""
     count = num_layers(timeline) if layers is None else layers
     places = positions(timeline, count)
     return [*places[1:], end_position(count)]
 
 
-def phase_spans(timeline: Sequence[Point], layers: int | None = None) -> list[Span]:
+def phase_spans(timeline: Sequence[TimelinePoint], layers: int | None = None) -> list[Span]:
     """The stretches of the step by band: forward, loss, backward, and each rerun on its own."""
     count = num_layers(timeline) if layers is None else layers
     spans: list[Span] = []
     for point, start, end in zip(timeline, positions(timeline, count), stretch_ends(timeline, count)):
-        band = "rerun" if point["rerun"] else point["phase"]
-        layer = point["layer"] if band == "rerun" else None
+        band = "rerun" if point.rerun else point.phase
+        layer = point.layer if band == "rerun" else None
         if spans and spans[-1].band == band and band != "rerun" and spans[-1].end == start:
             spans[-1] = Span(band, spans[-1].start, end)
         else:
@@ -171,7 +173,7 @@ def phase_spans(timeline: Sequence[Point], layers: int | None = None) -> list[Sp
     return spans
 
 
-def layer_states(timeline: Sequence[Point], roles: Sequence[str], index: int) -> list[str]:
+def layer_states(timeline: Sequence[TimelinePoint], roles: Sequence[str], index: int) -> list[str]:
     """What each layer holds or does during event ``index``'s stretch (one of :data:`STATES`).
 
     pending: the forward has not reached it; running: its forward is running; held: a keep
@@ -190,24 +192,26 @@ def layer_states(timeline: Sequence[Point], roles: Sequence[str], index: int) ->
         return "held" if roles[layer] == "keep" else "input_only"
 
     for point in timeline[: index + 1]:
-        kind, layer = point["kind"], point["layer"]
-        if kind == "layer_forward":
+        kind, layer = point.kind, point.layer
+        if kind == "loss" and roles:
+            states[-1] = done(len(roles) - 1)
+        elif kind == "backward_end":
+            states = ["freed" if state != "pending" else state for state in states]
+        elif layer is None:  # every other kind of event is a layer's
+            continue
+        elif kind == "layer_forward":
             states[layer] = "running"
         elif kind == "layer_done":
             states[layer] = done(layer)
-        elif kind == "loss" and roles:
-            states[-1] = done(len(roles) - 1)
         elif kind == "layer_backward":
             states = ["freed" if state in ("backward", "recomputing") else state for state in states]
             states[layer] = "backward" if roles[layer] == "keep" else "input_only"
         elif kind == "rerun":
             states[layer] = "recomputing"
-        elif kind == "backward_end":
-            states = ["freed" if state != "pending" else state for state in states]
     return states
 
 
-def layer_bytes(states: Sequence[str], layers: Sequence[Any], point: Point) -> list[int]:
+def layer_bytes(states: Sequence[str], layers: Sequence[LayerResult], point: TimelinePoint) -> list[int]:
     """Bytes each layer accounts for in one stretch, all of them measured by the run.
 
     held / backward / running: what autograd saved while the layer ran (``saved_bytes``);
@@ -219,7 +223,7 @@ def layer_bytes(states: Sequence[str], layers: Sequence[Any], point: Point) -> l
         layers: the run's ``LayerResult`` rows (``saved_bytes``, ``input_bytes``).
         point: the timeline point of the event.
     """
-    rise = max(point["region_peak_bytes"] - point["current_bytes"], 0)
+    rise = point.rise_bytes
     values = []
     for state, layer in zip(states, layers):
         if state in ("held", "backward", "running"):
@@ -233,10 +237,6 @@ def layer_bytes(states: Sequence[str], layers: Sequence[Any], point: Point) -> l
     return values
 
 
-def rerun_bumps(timeline: Sequence[Point]) -> dict[int, int]:
+def rerun_bumps(timeline: Sequence[TimelinePoint]) -> dict[int, int]:
     """For each rerun: how far memory rose above the level at its start (layer -> bytes)."""
-    return {
-        point["layer"]: point["region_peak_bytes"] - point["current_bytes"]
-        for point in timeline
-        if point["kind"] == "rerun"
-    }
+    return {point.layer: point.rise_bytes for point in timeline if point.kind == "rerun" and point.layer is not None}

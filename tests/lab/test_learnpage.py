@@ -19,7 +19,7 @@ def test_the_loss_event_and_the_saved_activations(measured):
     off = measured(every_n_layers=None)
     points = off.memory.timeline
     index = learnpage.loss_index(off)
-    assert points[index]["kind"] == "loss" and all(p["kind"] != "loss" for p in points[:index])
+    assert points[index].kind == "loss" and all(p.kind != "loss" for p in points[:index])
     assert learnpage.saved_bytes(off) == sum(layer.saved_bytes for layer in off.layers) > 0
     assert 0 < learnpage.activation_share(off) <= 1
 
@@ -28,7 +28,7 @@ def test_memory_above_the_baseline_and_the_rerun_bumps(measured):
     run = measured(every_n_layers=1)
     point = run.memory.timeline[-1]
     now, high = learnpage.above_baseline(run, point)
-    assert now == point["current_bytes"] - run.memory.baseline_bytes and high >= now
+    assert now == point.current_bytes - run.memory.baseline_bytes and high >= now
     bumps = tl.rerun_bumps(run.memory.timeline)
     line = learnpage.bump_line(run.memory.timeline, tr)
     assert bool(line) == bool(bumps)

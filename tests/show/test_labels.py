@@ -19,6 +19,7 @@ from ckptlab.show.labels import (
 )
 from ckptlab.show.report import setting_name
 from ckptlab.spec import RunSpec
+from ckptlab.step.probe import region_for
 
 PROVENANCE = Provenance(
     kind="measured-cpu",
@@ -68,7 +69,7 @@ def test_method_event_and_training_labels():
 
     assert method_label(meters.CPU_MEMORY_METHOD, "ja") == i18n.t("method.memory_cpu", "ja")
     assert method_label("a meter of its own") == "a meter of its own"
-    assert event_label({"kind": "rerun", "layer": 2}, "pt-BR") == i18n.t("event.rerun", "pt-BR", n=3)
-    assert event_label({"kind": "loss", "layer": None}) == i18n.t("event.loss", "en", n="")
+    assert event_label(region_for("rerun", 2), "pt-BR") == i18n.t("event.rerun", "pt-BR", n=3)
+    assert event_label(region_for("loss")) == i18n.t("event.loss", "en", n="")
     assert training_label(RunSpec(model="tiny-llama", lora_rank=8)) == "AdamW, LoRA rank 8"
     assert training_label(RunSpec(model="tiny-llama", optimizer="sgd")) == "SGD, full fine-tune"

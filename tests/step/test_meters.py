@@ -41,6 +41,6 @@ def test_lean_tracker_finds_the_same_peak_as_torchs_memtracker():
 def test_timeline_peak_is_the_runs_peak(measured):
     for n in (None, 1, 2):
         memory = measured(every_n_layers=n).memory
-        assert max(point["region_peak_bytes"] for point in memory.timeline) == memory.peak_bytes
-        assert memory.timeline[0]["current_bytes"] == memory.baseline_bytes
-        assert all(point["region_peak_bytes"] >= point["current_bytes"] for point in memory.timeline)
+        assert max(point.region_peak_bytes for point in memory.timeline) == memory.peak_bytes
+        assert memory.timeline[0].current_bytes == memory.baseline_bytes
+        assert all(point.region_peak_bytes >= point.current_bytes for point in memory.timeline)

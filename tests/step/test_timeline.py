@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+from dataclasses import replace
 
 import pytest
 
@@ -18,41 +18,39 @@ def test_events_come_in_a_valid_order_and_the_peak_is_the_runs(measured, every_n
     result = measured(every_n_layers=every_n)
     points = result.memory.timeline
     assert tl.check_order(points, _roles(result)) == []
-    phases = [point["phase"] for point in points]
+    phases = [point.phase for point in points]
     last_forward = max(i for i, phase in enumerate(phases) if phase == "forward")
     first_backward = phases.index("backward")
     assert last_forward < phases.index("loss") < first_backward  # forward, loss, then backward
-    reruns = [point for point in points if point["kind"] == "rerun"]
-    assert all(point["phase"] == "backward" and point["order"] > first_backward for point in reruns)
-    assert sorted(point["layer"] for point in reruns) == [i for i, role in enumerate(_roles(result)) if role == "CP"]
+    reruns = [point for point in points if point.kind == "rerun"]
+    assert all(point.phase == "backward" and point.order > first_backward for point in reruns)
+    assert sorted(point.layer for point in reruns) == [i for i, role in enumerate(_roles(result)) if role == "CP"]
     assert tl.peak_bytes(points) == result.memory.peak_bytes
     assert points[tl.peak_index(points)]["event"] == result.memory.peak_where.description
 
 
 def test_the_checks_catch_a_rerun_of_a_keep_layer_and_a_backward_before_the_loss(measured):
     result = measured(every_n_layers=2)
-    points = copy.deepcopy(result.memory.timeline)
+    points = list(result.memory.timeline)
     roles = _roles(result)
     assert tl.check_order(points, ["keep"] * len(roles))  # reruns where the roles say keep
-    swapped = copy.deepcopy(points)
-    loss = next(i for i, p in enumerate(swapped) if p["kind"] == "loss")
+    swapped = list(points)
+    loss = next(i for i, p in enumerate(swapped) if p.kind == "loss")
     swapped[loss], swapped[loss + 1] = swapped[loss + 1], swapped[loss]
-    for order, point in enumerate(swapped):
-        point["order"] = order
+    swapped = [replace(point, order=order) for order, point in enumerate(swapped)]
     assert any("phase" in problem for problem in tl.check_order(swapped, roles))
-    missing = [p for p in points if p["kind"] != "rerun" or p["layer"] != 0]
-    for order, point in enumerate(missing):
-        point["order"] = order
+    missing = [p for p in points if p.kind != "rerun" or p.layer != 0]
+    missing = [replace(point, order=order) for order, point in enumerate(missing)]
     assert any("L1 reran 0 times" in problem for problem in tl.check_order(missing, roles))
 
 
 def test_positions_put_a_layer_at_the_same_place_for_every_setting(measured):
     off, two = measured(every_n_layers=None), measured(every_n_layers=2)
     layers = off.model.num_layers
-    place = {(p["kind"], p["layer"]): x for p, x in zip(off.memory.timeline, tl.positions(off.memory.timeline, layers))}
+    place = {(p.kind, p.layer): x for p, x in zip(off.memory.timeline, tl.positions(off.memory.timeline, layers))}
     for point, x in zip(two.memory.timeline, tl.positions(two.memory.timeline, layers)):
-        if (point["kind"], point["layer"]) in place:
-            assert place[(point["kind"], point["layer"])] == x
+        if (point.kind, point.layer) in place:
+            assert place[(point.kind, point.layer)] == x
     assert tl.positions(two.memory.timeline, layers) == sorted(tl.positions(two.memory.timeline, layers))
     spans = tl.phase_spans(two.memory.timeline, layers)
     assert [span.layer for span in spans if span.band == "rerun"] == [4, 2, 0]
@@ -62,7 +60,7 @@ def test_positions_put_a_layer_at_the_same_place_for_every_setting(measured):
 def test_layer_states_follow_the_step(measured):
     result = measured(every_n_layers=2)
     points, roles = result.memory.timeline, _roles(result)
-    kinds = [(p["kind"], p["layer"]) for p in points]
+    kinds = [(p.kind, p.layer) for p in points]
     assert set(tl.layer_states(points, roles, 0)) == {"pending"}
     at_loss = tl.layer_states(points, roles, kinds.index(("loss", None)))
     assert at_loss == ["input_only", "held"] * 3  # CP layers kept their input, keep layers their activations

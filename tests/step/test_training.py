@@ -47,7 +47,7 @@ def test_sgd_and_no_optimizer_hold_no_state():
 def test_no_optimizer_keeps_the_forward_and_backward_step_of_the_lessons():
     result = measure(RunSpec(**{**STEP.to_dict(), "optimizer": "none"}))
     assert result.timing.optimizer_samples == [] and result.timing.optimizer_s == 0.0
-    assert all(point["phase"] != "optimizer" for point in result.memory.timeline)
+    assert all(point.phase != "optimizer" for point in result.memory.timeline)
 
 
 def test_adamw_step_time_and_timeline_include_the_optimizer():
@@ -56,7 +56,7 @@ def test_adamw_step_time_and_timeline_include_the_optimizer():
     assert result.timing.step_s == pytest.approx(
         result.timing.forward_s + result.timing.backward_s + result.timing.optimizer_s
     )
-    assert result.memory.timeline[-1]["kind"] == "optimizer"
+    assert result.memory.timeline[-1].kind == "optimizer"
 
 
 def test_lora_trains_only_the_adapters_and_keeps_the_plan():

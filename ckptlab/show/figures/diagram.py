@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from ...model.plan import planned_roles
-from ...results import LayerResult, RunResult
+from ...results import LayerResult, Region, RunResult, TimelinePoint
 from ...units import MIB
 from ..i18n import t
 from ..labels import provenance_label, setting_label
@@ -145,11 +145,11 @@ def roles_diagram_figure(
     return _draw(rows, lang, focus=focus, height=height)
 
 
-def focus_of(point: dict) -> tuple[int, str] | None:
+def focus_of(point: TimelinePoint | Region) -> tuple[int, str] | None:
     """The layer at work at one event of a timeline, and in which row of the diagram: None outside the layers."""
-    if point["layer"] is None:
+    if point.layer is None:
         return None
-    return point["layer"], "backward" if point["phase"] == "backward" else "forward"
+    return point.layer, "backward" if point.phase == "backward" else "forward"
 
 
 def _backward(roles: Sequence[str]) -> list[str]:

@@ -26,11 +26,7 @@ def peak_cause(run: RunResult, lang: str) -> str:
     point = timeline[tl.peak_index(timeline)]
     where = event_label(point, lang)
     parts = sorted(
-        (
-            (value, key)
-            for key, value in point.get("region_peak_breakdown", {}).items()
-            if key not in ("parameter", "buffer")
-        ),
+        ((value, key) for key, value in point.region_peak_breakdown.items() if key not in ("parameter", "buffer")),
         reverse=True,
     )[:2]
     if not parts:
@@ -114,8 +110,8 @@ def timeline_figure(
         xs = tl.positions(points, layers)
         ends = tl.stretch_ends(points, layers)
         name = run_label(each, lang)
-        now = [_above(each, point["current_bytes"]) for point in points]
-        high = [_above(each, point["region_peak_bytes"]) for point in points]
+        now = [_above(each, point.current_bytes) for point in points]
+        high = [_above(each, point.region_peak_bytes) for point in points]
         top = max(top, *high)
         hover = [
             f"<b>{event_label(point, lang)}</b><br>{t('timeline.hover_now', lang, mib=f'{a:,.1f}')}<br>"
@@ -182,7 +178,7 @@ def timeline_figure(
         figure.add_trace(
             go.Scatter(
                 x=[x],
-                y=[_above(run, points[cursor]["current_bytes"])],
+                y=[_above(run, points[cursor].current_bytes)],
                 mode="markers",
                 showlegend=False,
                 hoverinfo="skip",
@@ -219,7 +215,7 @@ def timeline_figure(
         gridcolor=GRID,
         rangemode="tozero",
         range=[
-            min(0.0, *(_above(e, p["current_bytes"]) for e, _ in series for p in memory_of(e).timeline)),
+            min(0.0, *(_above(e, p.current_bytes) for e, _ in series for p in memory_of(e).timeline)),
             top * 1.22 or 1,
         ],
         fixedrange=True,
@@ -285,7 +281,7 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
                 hovertemplate="%{x}: %{y:,.2f} MiB<extra>" + t(f"state.{state}", lang) + "</extra>",
             )
         )
-    now = _above(run, point["current_bytes"])
+    now = _above(run, point.current_bytes)
     top = max((layer.saved_bytes for layer in run.layers), default=0) / MIB
     top = max(top, *values) if values else top
     figure.update_layout(

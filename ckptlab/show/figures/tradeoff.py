@@ -287,8 +287,8 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
             continue
         color = SERIES_COLORS[index % len(SERIES_COLORS)]
         last = max(len(timeline) - 1, 1)
-        x = [point["order"] / last for point in timeline]
-        y = [max(point.get("current_bytes", 0), point.get("region_peak_bytes", 0)) / MIB for point in timeline]
+        x = [point.order / last for point in timeline]
+        y = [max(point.current_bytes, point.region_peak_bytes) / MIB for point in timeline]
         figure.add_trace(
             go.Scatter(
                 x=x,
@@ -297,7 +297,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
                 name=row.setting,
                 legendgroup=row.setting,
                 line={"color": color, "width": 1.5},
-                text=[point["event"] for point in timeline],
+                text=[point.event for point in timeline],
                 hovertemplate="%{text}: %{y:,.1f} MiB<extra>" + row.setting + "</extra>",
             )
         )

@@ -10,6 +10,7 @@ import ckptlab
 from ckptlab.lab.run import run_queued
 from ckptlab.show.figures.diagram import diagram_figure, focus_of, plan_figure, roles_diagram_figure
 from ckptlab.show.i18n import t
+from ckptlab.step.probe import region_for
 
 SPEC = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=2)
 LEGEND = {role: t(f"diagram.legend_{role}", "en") for role in ("CP", "keep", "rerun")}
@@ -144,9 +145,9 @@ def test_diagram_outlines_the_layer_at_work(measured):
 
 
 def test_the_focus_follows_the_timeline():
-    assert focus_of({"layer": None, "phase": "forward"}) is None
-    assert focus_of({"layer": 2, "phase": "backward"}) == (2, "backward")
-    assert focus_of({"layer": 0, "phase": "forward"}) == (0, "forward")
+    assert focus_of(region_for("embeddings")) is None
+    assert focus_of(region_for("rerun", 2)) == (2, "backward")
+    assert focus_of(region_for("layer_forward", 0)) == (0, "forward")
 
 
 def test_a_simulated_step_is_titled_simulated():

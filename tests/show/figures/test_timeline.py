@@ -22,7 +22,7 @@ def test_timeline_overlays_two_settings_with_phases_peaks_and_a_cursor(measured,
     line = next(
         trace for trace in figure.data if trace.name == i18n.t("timeline.legend_now", lang, setting="every_n_layers=2")
     )
-    expected = [(p["current_bytes"] - run.memory.baseline_bytes) / MIB for p in run.memory.timeline]
+    expected = [(p.current_bytes - run.memory.baseline_bytes) / MIB for p in run.memory.timeline]
     assert list(line.y) == pytest.approx(expected)
     # Phases shaded, each rerun a band of its own in the legend's rerun colour, the cursor a vertical line.
     rerun = next(trace for trace in figure.data if trace.name == i18n.t("timeline.legend_rerun", lang))
@@ -36,12 +36,12 @@ def test_timeline_overlays_two_settings_with_phases_peaks_and_a_cursor(measured,
 def test_step_figure_bars_are_what_each_layer_holds(measured):
     run = measured(every_n_layers=2)
     points = run.memory.timeline
-    index = next(i for i, p in enumerate(points) if p["kind"] == "rerun" and p["layer"] == 2)
+    index = next(i for i, p in enumerate(points) if p.kind == "rerun" and p.layer == 2)
     figure = step_figure(run, index, lang="pt-BR")
     by_state = {trace.name: dict(zip(trace.x, trace.y)) for trace in figure.data}
     assert set(by_state[i18n.t("state.recomputing", "pt-BR")]) == {"L3"}
     assert set(by_state[i18n.t("state.freed", "pt-BR")]) == {"L4", "L5", "L6"}
-    rise = points[index]["region_peak_bytes"] - points[index]["current_bytes"]
+    rise = points[index].region_peak_bytes - points[index].current_bytes
     assert by_state[i18n.t("state.recomputing", "pt-BR")]["L3"] == pytest.approx(
         (run.layers[2].input_bytes + rise) / MIB
     )
