@@ -22,6 +22,7 @@ The simulated counterpart (fake tensors, a fake process group, up to 1024 ranks)
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -140,6 +141,13 @@ def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResu
         own = RankResult(rank=rank, memory=result.memory, timing=result.timing, layers=result.layers)
         gathered: list[RankResult | None] | None = [None] * world_size if rank == 0 else None
         dist.gather_object(own, gathered, dst=0)
+        # The sharded model's hooks hold the device mesh, and through it the process group: free them here,
+        # while the group and the interpreter are alive, not at the interpreter's exit, where tearing gloo's
+        # worker threads down is not safe (pytorch/pytorch#179291). A guess at the rare rank abort seen in CI
+        # ("terminate called without an active exception"), which was never reproduced here: see
+        # tests/step/test_fsdp.py.
+        del model
+        gc.collect()
     if rank != 0:
         return None
     # On rank 0 gather_object has filled every slot with that rank's RankResult.

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 import torch.distributed as dist
 
 from ckptlab import RunResult, RunSpec, SpecError, list_presets, simulate
-from ckptlab.model.plan import planned_roles
+from ckptlab.model.catalog import build_model
+from ckptlab.model.plan import checkpointable_layers, planned_roles
 from ckptlab.spec import MAX_WORLD_SIZE
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
@@ -33,13 +35,18 @@ def two_ranks(tmp_path_factory) -> dict[str, RunResult]:
     specs = [json.dumps(replace(RANKED, model=name).to_dict()) for name in TINY]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     command += ["--max-restarts", "0", str(ROOT / "tests" / "step" / "fsdp_ranks.py"), str(out), *specs]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_SHOW_CPP_STACKTRACES": "1"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0 and GLOO_ABORT in done.stderr:
         # Seen in CI runs of 2026-12-01 (this launch once, the CLI's two-launch test twice): a rank aborts in
         # C++ ("terminate called without an active exception", SIGABRT) with no Python error. Not reproduced
-        # in 8 launches here; the cause is not known (see the closing note). One relaunch, and only for
-        # that abort: any other failure, or the same abort twice, still fails the tests.
+        # in 29 launches here, alone or two at a time; the cause is not known (measure_ranks now frees the
+        # sharded model before the group goes, a guess). One relaunch, and only for that abort: any other
+        # failure, or the same abort twice, still fails the tests. The warning carries the launch's last
+        # lines (C++ stack traces on) into the CI log, for whoever looks next.
+        warnings.warn(
+            f"a gloo rank aborted; relaunched once. Its launch ended with:\n{done.stderr[-3000:]}", stacklevel=1
+        )
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return {row["model"]["name"]: RunResult.from_dict(row) for row in json.loads(out.read_text())}
@@ -61,26 +68,38 @@ def test_two_gloo_ranks_shard_the_parameters_and_keep_the_plan(two_ranks, model)
     assert RunResult.from_dict(json.loads(result.to_json())) == result
 
 
+def _largest_unit_bytes(model: str) -> int:
+    """The unsharded float32 parameters of the model's largest FSDP unit: a decoder layer, or the root's rest."""
+    built, _ = build_model(model)
+    total = sum(parameter.numel() for parameter in built.parameters())
+    layers = [sum(parameter.numel() for parameter in layer.parameters()) for layer in checkpointable_layers(built)]
+    return 4 * max(*layers, total - sum(layers))
+
+
 @pytest.mark.parametrize("model", TINY)
 def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, model):
     measured = two_ranks[model]
     simulated = simulate(replace(measured.spec, **SIMULATED_AS_MEASURED))
     assert simulated.ranks[0].rank == 0 and simulated.spec.world_size == 2
     sim = simulated.ranks[0].memory
+    late_buffer = _largest_unit_bytes(model)
     for rank in measured.ranks:
         real = rank.memory
-        for name in ("baseline_bytes", "after_forward_bytes", "peak_bytes", "optimizer_state_bytes"):
+        for name in ("baseline_bytes", "after_forward_bytes", "optimizer_state_bytes"):
             assert getattr(sim, name) == pytest.approx(getattr(real, name), rel=0.03), (rank.rank, name)
+        # gloo's worker thread can hold a finished collective's buffer a little after FSDP2 drops it, and the
+        # buffer then overlaps the next allocations: in 16 launches here (160 rank peaks), 142 peaks were the
+        # simulated ones to the byte and 18 were higher by one such buffer, up to tiny-bert's 3,159,040 B (one
+        # layer's all-gathered parameters, to the byte), some at another moment of the step. A late release only
+        # adds memory, and one buffer at most: the peak is the simulated one within 3%, plus at most the
+        # largest FSDP unit's unsharded parameters.
+        extra = real.peak_bytes - sim.peak_bytes
+        assert -0.03 * sim.peak_bytes <= extra <= 0.03 * sim.peak_bytes + late_buffer, (rank.rank, real.peak_where)
+        released_late = extra > 0.005 * sim.peak_bytes  # then the split at the peak is another moment's
         for stage in ("breakdown_baseline", "breakdown_after_forward", "breakdown_at_peak"):
             sim_parts, real_parts = getattr(sim, stage), getattr(real, stage)
             big = {key for key, value in real_parts.items() if value > 0.01 * real.peak_bytes}
-            if stage == "breakdown_at_peak" and real.peak_where != sim.peak_where:
-                # gloo's worker thread can hold a finished collective's buffers a little after FSDP2 drops them;
-                # the buffer then overlaps the next allocations and the peak moves to another moment (seen in 1
-                # of 3 launches here: tiny-llama 147,970,284 B in the backward of L2 instead of 146,135,276 B in
-                # L3's rerun, with 5.9 MB more temp). A late release only adds memory, so such a peak is higher
-                # than the simulated one (the schedule without delays), and its split belongs to another moment.
-                assert real.peak_bytes >= sim.peak_bytes, (rank.rank, real.peak_where, sim.peak_where)
+            if stage == "breakdown_at_peak" and released_late:
                 continue
             for key in big:
                 assert sim_parts.get(key, 0) == pytest.approx(real_parts[key], rel=0.03), (rank.rank, stage, key)
