@@ -13,7 +13,7 @@ from typing import Any, Literal
 from ..errors import CkptlabError
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..results import Comparison, MemoryResult, RunResult
+from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
 from ..show.i18n import Translator
 from ..show.labels import event_label, provenance_label, setting_label, training_label
 from ..show.report import setting_name
@@ -266,16 +266,16 @@ def reference_run(lab: LabRun) -> RunResult | None:
 def metrics(lab: LabRun, tr: Translator) -> list[Metric]:
     """The run's figures, in the page's order (two columns, left then right): peak, resident, forward,
     backward, baseline, step; memory and times with deltas against checkpointing off where it ran."""
-    memory, timing = lab.result.memory, lab.result.timing
+    memory, timing = memory_of(lab.result), timing_of(lab.result)
     base = reference_run(lab)
 
     def mem(field: str) -> dict[str, Any]:
-        return memory_delta(getattr(memory, field), getattr(base.memory, field) if base else None, tr)
+        return memory_delta(getattr(memory, field), getattr(memory_of(base), field) if base else None, tr)
 
     def phase(name: str) -> dict[str, Any]:
         if base is None:
             return {}
-        value, reference = getattr(timing, f"{name}_s"), getattr(base.timing, f"{name}_s")
+        value, reference = getattr(timing, f"{name}_s"), getattr(timing_of(base), f"{name}_s")
         return time_delta(value, reference, phase_significant(lab.result, base, name), tr)
 
     def ms(seconds: float) -> str:
@@ -303,7 +303,7 @@ def medians_caption(result: RunResult, lang: str, tr: Translator) -> str:
     return tr(
         "lab.medians",
         provenance=provenance_label(result.provenance, lang),
-        steps=len(result.timing.step_samples),
+        steps=len(timing_of(result).step_samples),
         warmup=result.spec.warmup,
     )
 
@@ -324,7 +324,7 @@ def offload_box(spec: RunSpec, result: RunResult, tr: Translator) -> tuple[Liter
     here and what it would move on a GPU (``st.info``); None when there is nothing to say."""
     if not (spec.offload or result.spec.offload):
         return None
-    memory = result.memory
+    memory = memory_of(result)
     if result.spec.offload and not memory.offload_applied:
         layers = sum(layer.planned == "CP" for layer in result.layers)
         return "info", tr("lab.offload_not_applied", device=result.device, mib=mib(memory.offload_bytes), layers=layers)
