@@ -294,7 +294,7 @@ def metrics(lab: LabRun, tr: Translator) -> list[Metric]:
 
 def peak_line(memory: MemoryResult, lang: str, tr: Translator) -> str:
     """Where the step reached its peak, in the page's words ("?" when the probe did not say)."""
-    where = event_label(memory.peak_where.to_dict(), lang) if memory.peak_where.kind else "?"
+    where = event_label(memory.peak_where, lang) if memory.peak_where.kind else "?"
     return tr("lab.peak_reached", where=where)
 
 

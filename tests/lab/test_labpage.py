@@ -180,7 +180,7 @@ def test_the_lines_around_the_metrics_say_the_peak_the_medians_and_a_changed_set
     where = full.memory.peak_where
     assert where.kind  # the probe said where
     assert labpage.peak_line(full.memory, "ja", i18n.translator("ja")) == i18n.t(
-        "lab.peak_reached", "ja", where=event_label(where.to_dict(), "ja")
+        "lab.peak_reached", "ja", where=event_label(where, "ja")
     )
     unknown = replace(full.memory, peak_where=replace(full.memory.peak_where, kind=""))
     assert labpage.peak_line(unknown, "en", tr) == tr("lab.peak_reached", where="?")
