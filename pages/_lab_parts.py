@@ -1,7 +1,9 @@
-"""The Lab page's parts: Run (the device queue, a status box, Cancel), the gradient check, the measurements. Not a page.
+"""The Lab page's parts: its widgets from a link, Run (the device queue, a status box, Cancel), the gradient
+check, the code. Not a page.
 
 The words and numbers come from :mod:`ckptlab.lab.labpage`; here they are drawn. The outcome is
-kept in the session (``lab_last``, ``lab_error``, ``lab_grads``) for the page to draw on each rerun.
+kept in the session (``lab_last``, ``lab_error``, ``lab_grads``) for the page to draw on each rerun
+(``pages/_lab_result.py``).
 """
 
 from __future__ import annotations
@@ -15,19 +17,12 @@ import ckptlab
 from ckptlab.lab import labpage
 from ckptlab.lab import run as labrun
 from ckptlab.lab.query import spec_from_query
-from ckptlab.lab.run import LabRun, Loader, check_gradients_queued, phase_significant
+from ckptlab.lab.run import Loader, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model import snippets
-from ckptlab.results import MIN_SAMPLES_TO_JUDGE
-from ckptlab.show.figures.breakdown import breakdown_figure
-from ckptlab.show.figures.diagram import diagram_figure
-from ckptlab.show.figures.run import comparison_figure
 from ckptlab.show.i18n import Translator
-from ckptlab.show.labels import event_label, provenance_label, setting_label
-from ckptlab.show.noise import timing_busy_message
-from ckptlab.show.wording import app_message, run_message
+from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
-from ckptlab.units import mib
 from pages._common import preset_infos
 from pages._server import offered_folder, session_owner
 
@@ -121,77 +116,6 @@ def _check_gradients(spec: RunSpec, tr: Translator) -> None:
             state.lab_grads = (spec, None, f"{type(error).__name__}: {error}")
 
 
-def draw_gradients(spec: RunSpec, tr: Translator) -> None:
-    """One line when the check agrees; loud when it does not (checkpointing changed what is learned)."""
-    found = st.session_state.get("lab_grads")
-    if not found or found[0] != spec:
-        return
-    _, outcome, problem = found
-    kind, text = labpage.gradients_message(outcome, problem, tr)
-    getattr(st, kind)(text)
-
-
-def draw_metrics(lab: LabRun, lang: str, tr: Translator) -> None:
-    """st.metric figures with deltas against checkpointing off, and what they mean."""
-    result, comparison = lab.result, lab.comparison
-    memory, timing = result.memory, result.timing
-    base = lab.reference.result if lab.reference and lab.reference.result.status == "ok" else None
-    if base is result:
-        base = None  # checkpointing off: the run is its own baseline, nothing to compare
-
-    def mem(field: str) -> dict:
-        return labpage.memory_delta(getattr(memory, field), getattr(base.memory, field) if base else None, tr)
-
-    def phase(name: str) -> dict:
-        if base is None:
-            return {}
-        value, reference = getattr(timing, f"{name}_s"), getattr(base.timing, f"{name}_s")
-        return labpage.time_delta(value, reference, phase_significant(result, base, name), tr)
-
-    a, b = st.columns(2)
-    a.metric(
-        tr("lab.metric_peak"), f"{mib(memory.peak_bytes)} MiB", **mem("peak_bytes"), help=tr("lab.metric_peak_help")
-    )
-    b.metric(
-        tr("lab.metric_resident"),
-        f"{mib(memory.after_forward_bytes)} MiB",
-        **mem("after_forward_bytes"),
-        help=tr("lab.metric_resident_help"),
-    )
-    a.metric(
-        tr("lab.metric_forward"),
-        f"{timing.forward_s * 1000:,.0f} ms",
-        **phase("forward"),
-        help=tr("lab.metric_forward_help"),
-    )
-    b.metric(
-        tr("lab.metric_backward"),
-        f"{timing.backward_s * 1000:,.0f} ms",
-        **phase("backward"),
-        help=tr("lab.metric_backward_help"),
-    )
-    a.metric(tr("lab.metric_baseline"), f"{mib(memory.baseline_bytes)} MiB", help=tr("lab.metric_baseline_help"))
-    b.metric(tr("lab.metric_step"), f"{timing.step_s * 1000:,.0f} ms", **phase("step"), help=tr("lab.metric_step_help"))
-    st.markdown(
-        tr("lab.peak_reached", where=event_label(memory.peak_where.to_dict(), lang) if memory.peak_where.kind else "?")
-    )
-    if comparison is not None and base is not None:
-        st.markdown(labpage.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, tr))
-        freed = labpage.freed_sentence(memory, base.memory, comparison, tr)
-        if freed:
-            st.markdown(freed)
-    if lab.reference is not None and lab.reference.result.status != "ok":
-        st.warning(tr("lab.baseline_no_fit", message=run_message(lab.reference.result, lang)))
-    st.caption(
-        tr(
-            "lab.medians",
-            provenance=provenance_label(result.provenance, lang),
-            steps=len(timing.step_samples),
-            warmup=result.spec.warmup,
-        )
-    )
-
-
 def draw_code(spec: RunSpec, tr: Translator) -> None:
     """The transformers lines for the current settings (not the last run's)."""
     st.subheader(tr("lab.code_title"), anchor=False)
@@ -199,45 +123,3 @@ def draw_code(spec: RunSpec, tr: Translator) -> None:
     st.code(snippets.model_snippet(spec.every_n_layers, spec.offload), language="python")
     st.caption(tr("lab.with_trainer"))
     st.code(snippets.trainer_snippet(spec.every_n_layers, spec.offload), language="python")
-
-
-def draw_measurements(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> bool:
-    """The last run's diagram, breakdown, metrics and comparison; False when it did not run (its error shown)."""
-    result = lab.result
-    base = lab.reference.result if lab.reference else None
-    setting = setting_label(result.spec.every_n_layers, result.spec.offload, lang)
-    if result.spec != spec:
-        st.info(
-            tr(
-                "lab.settings_changed",
-                model=result.model.name,
-                seq=f"{result.spec.seq_len:,}",
-                batch=result.spec.batch_size,
-                setting=setting,
-            )
-        )
-    when = tr("lab.reused_at" if lab.run.reused else "lab.measured_at", clock=labpage.clock(lab.run))
-    st.caption(f"{provenance_label(result.provenance, lang)} · {when}")
-    busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
-    if busy:
-        st.warning(busy)
-    if result.status != "ok":
-        st.error(run_message(result, lang))
-        st.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
-        return False
-    diagram, where = st.columns([3, 2])
-    diagram.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
-    bars = [(setting, result)]
-    if base is not None and base is not result and base.status == "ok":
-        bars.insert(0, (tr("setting.off"), base))
-    where.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lab_breakdown", theme=None)
-    where.caption(tr("lab.breakdown_caption"))
-    draw_gradients(result.spec, tr)
-
-    numbers, chart = st.columns([2, 3])
-    with numbers:
-        draw_metrics(lab, lang, tr)
-    with chart:
-        st.plotly_chart(comparison_figure(result, base, lang=lang), key="lab_comparison", theme=None)
-        st.caption(tr("lab.comparison_caption", provenance=provenance_label(result.provenance, lang)))
-    return True

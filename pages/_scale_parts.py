@@ -1,6 +1,7 @@
-"""The At-scale page's parts: widgets from a link, the buttons and the job, its progress, the answers. Not a page.
+"""The At-scale page's parts: widgets from a link, the buttons and the job, its progress. Not a page.
 
-Words, rows and verdicts come from :mod:`ckptlab.lab.scalepage`; here they are drawn. The page
+Words, rows and verdicts come from :mod:`ckptlab.lab.scalepage`; here they are drawn, and the
+answers in ``pages/_scale_answers.py``. The page
 keeps its job and what it produced in the session (``at_scale_job``, ``at_scale_table``,
 ``at_scale_found``, ``at_scale_error``).
 """
@@ -14,8 +15,8 @@ from typing import Any
 import streamlit as st
 
 import ckptlab
-from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
-from ckptlab.explore.scale import ScaleRequest, ScaleTable, Setting
+from ckptlab.explore.gpu_search import GPU_COUNTS
+from ckptlab.explore.scale import ScaleRequest
 from ckptlab.lab import scalepage
 from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import ScaleJob, SearchJob, remember
@@ -23,9 +24,6 @@ from ckptlab.lab.scalepage import DEFAULT, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import ModelInfo
 from ckptlab.results import RunResult
-from ckptlab.show.figures.diagram import diagram_figure
-from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
-from ckptlab.show.labels import training_label
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import preset_infos
@@ -92,68 +90,6 @@ def poll(running: bool, lang: str, words: Mapping[str, Any]) -> None:
             st.rerun()
 
     progress()
-
-
-def draw_search(
-    found: GpuSearch, request: ScaleRequest, budget: int, budget_label: str, words: Mapping[str, Any]
-) -> None:
-    """The GPU search's answer, and the launch and model code for it when something fits."""
-    st.subheader(words["search_header"], anchor=False)
-    if not scalepage.search_is_for(found, request, budget):
-        st.info(words["search_changed"])
-    answer = scalepage.search_verdict(found, budget_label, words)
-    getattr(st, answer.kind)(answer.text)
-    code = found.code()
-    if code is not None:
-        launch, setup = st.columns(2)
-        launch.caption(words["code_launch"])
-        launch.code(
-            f"{code.launch}\n\n# {words['code_ckptlab']}\n{code.ckptlab_launch}", language="bash", wrap_lines=True
-        )
-        launch.caption(words["code_trainer"])
-        launch.code(code.trainer_code, language="python", wrap_lines=True)
-        setup.caption(words["code_model"] if found.gpus == 1 else words["code_fsdp"])
-        setup.code(code.model_code, language="python", wrap_lines=True)
-
-
-def draw_table(
-    table: ScaleTable,
-    budget: int,
-    budget_label: str,
-    words: Mapping[str, Any],
-    lang: str,
-) -> None:
-    """The verdict, the peak and resident figures, one setting's diagram and the table; raises if drawing fails."""
-    state = st.session_state
-    verdict = scalepage.verdict(table, budget, budget_label, words)
-    getattr(st, verdict.kind)(verdict.text)
-    pick = verdict.result
-    st.caption(words["optimizer"].format(training=training_label(table.results[0].spec, lang)))
-    # The drawn setting follows the verdict whenever the table or the budget changes; the person may pick another.
-    keys = [setting.key for setting in table.settings]
-    if state.get("at_scale_show_for") != (id(table), budget) or state.get("at_scale_show") not in keys:
-        state.at_scale_show_for = (id(table), budget)
-        state.at_scale_show = Setting.of(pick.spec).key
-    selected = next(setting for setting in table.settings if setting.key == state.at_scale_show)
-
-    gpus = table.request.world_size
-    st.subheader(words["peak_header"] if gpus == 1 else words["peak_header_gpus"].format(gpus=gpus), anchor=False)
-    st.plotly_chart(
-        scale_peak_figure(table, budget, budget_label, selected=selected, lang=lang), key="at_scale_peak", theme=None
-    )
-    st.subheader(words["resident_header"], anchor=False)
-    st.plotly_chart(resident_figure(table, selected=selected, lang=lang), key="at_scale_resident", theme=None)
-    st.caption(words["resident_caption"])
-
-    st.subheader(words["diagram_header"], anchor=False)
-    st.selectbox(words["show"], keys, key="at_scale_show")
-    st.plotly_chart(diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
-
-    st.subheader(words["table_header"], anchor=False)
-    rows = scalepage.rows(table, budget, budget_label, words, lang)
-    st.dataframe(
-        rows, hide_index=True, key="at_scale_table_view", height=min(36 * (len(rows) + 1) + 4, 720)
-    )  # all rows, no inner scroll
 
 
 @st.cache_resource(show_spinner=False)

@@ -15,6 +15,7 @@ from ckptlab.lab import tradeoffspage
 from ckptlab.lab.run import build_for_key, model_key
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.sweepjob import SweepJob
+from ckptlab.show import i18n
 from ckptlab.show.i18n import Translator
 from ckptlab.show.noise import sweep_table
 from ckptlab.show.wording import app_message
@@ -85,7 +86,10 @@ def poll(running: bool, lang: str, tr: Translator) -> None:
             if snapshot.result is not None:
                 state.tradeoffs_result = snapshot.result
             if snapshot.error:
-                state.tradeoffs_error = app_message(snapshot.failure, lang) if snapshot.failure else snapshot.error
+                # The lab's own error, or a bug in the sweep's words (a Message), in the page's language.
+                state.tradeoffs_error = (
+                    app_message(snapshot.failure, lang) if snapshot.failure else i18n.say(snapshot.error, lang)
+                )
             st.rerun()
 
     progress()

@@ -26,7 +26,8 @@ from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.wording import app_message
 from pages._common import failure, language, lora_boxes, lora_choices, optimizer_box, preset_infos, settle_lora_targets
 from pages._deep_link import run_through_app
-from pages._scale_parts import draw_buttons, draw_search, draw_table, load_widgets, poll, simulation_cache
+from pages._scale_answers import draw_search, draw_table
+from pages._scale_parts import draw_buttons, load_widgets, poll, simulation_cache
 from pages._server import server_policy
 
 run_through_app()

@@ -1,6 +1,7 @@
 """The lab: pick a model and a checkpointing setting, press Run, see what each layer kept and what it cost.
 
-A flat page: read the widgets, call ``ckptlab.lab.run.run_queued`` once (``pages/_lab_parts.py``), render.
+A flat page: read the widgets, call ``ckptlab.lab.run.run_queued`` once (``pages/_lab_parts.py``), render
+(``pages/_lab_result.py``).
 The settings live in the URL, so a link restores them; nothing heavy runs before Run. Words and
 numbers come from ``ckptlab.lab.labpage``.
 """
@@ -16,17 +17,11 @@ from ckptlab.lab.labpage import LOCAL
 from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_to_query
 from ckptlab.lab.run import LabRun, build_for_key
 from ckptlab.lab.targets import spec_targets
-from ckptlab.show import i18n
 from ckptlab.show.experts_words import experts_caption
-from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.show.figures.diagram import plan_figure
-from ckptlab.show.labels import method_label
 from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, RunSpec
-from ckptlab.step.measure import offload_notes
-from ckptlab.units import mib
 from pages._common import (
-    download_buttons,
     failure,
     language,
     lora_boxes,
@@ -36,7 +31,8 @@ from pages._common import (
     settle_lora_targets,
 )
 from pages._deep_link import run_through_app
-from pages._lab_parts import draw_code, draw_measurements, load_widgets, run_and_keep
+from pages._lab_parts import draw_code, load_widgets, run_and_keep
+from pages._lab_result import draw_result
 from pages._server import server_policy
 
 run_through_app()
@@ -57,51 +53,6 @@ def cached_model(key: tuple[str, str, str, int]):
     another session's baseline. Runs of one model back to back, the workshop case, reuse it.
     """
     return build_for_key(key)
-
-
-def _render_result(lab: LabRun, spec: RunSpec) -> None:
-    """The last run: diagram, measurements against checkpointing off, notes, downloads."""
-    result = lab.result
-    if not draw_measurements(lab, spec, lang, tr):
-        return
-
-    if spec.offload or result.spec.offload:
-        memory = result.memory
-        if result.spec.offload and not memory.offload_applied:
-            st.info(
-                tr(
-                    "lab.offload_not_applied",
-                    device=result.device,
-                    mib=mib(memory.offload_bytes),
-                    layers=sum(layer.planned == "CP" for layer in result.layers),
-                )
-            )
-        elif memory.offload_applied:
-            st.success(tr("lab.offload_moved", mib=mib(memory.offload_bytes)))
-    if not result.plan_matches:  # decided on the layers' fields; the diagram shows where, the notes the details
-        st.error(tr("lab.plan_mismatch"))
-    said_above = offload_notes(result.spec, result.memory, result.layers)  # in the box above, in the page's words
-    for note in result.notes:
-        if note not in said_above:
-            st.caption(i18n.say(note, lang))
-
-    with st.expander(tr("lab.per_layer")):
-        st.dataframe(layer_rows(result), hide_index=True)
-        st.caption(
-            tr(
-                "lab.methods",
-                memory=method_label(result.memory.method, lang),
-                time=method_label(result.timing.method, lang),
-            )
-        )
-
-    download_buttons(
-        labpage.file_stem(result),
-        [
-            (tr("lab.download_json"), result.to_json(), "json", "lab_download_json"),
-            (tr("lab.download_csv"), result_csv(result), "csv", "lab_download_csv"),
-        ],
-    )
 
 
 # -- the page: settings -> spec -> URL, then Run, then the result -------------------------
@@ -223,7 +174,7 @@ try:
             plan = plan_figure(info.num_layers, spec.every_n_layers, lang=lang)
             st.plotly_chart(plan, key="lab_plan", theme=None)
     else:
-        _render_result(lab, spec)
+        draw_result(lab, spec, lang, tr)
     draw_code(spec, tr)
 except Exception as error:  # drawing must never take the page down
     failure(tr("lab.draw_failed"), f"{type(error).__name__}: {error}", tr("lab.details"))

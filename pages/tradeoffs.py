@@ -17,8 +17,9 @@ from ckptlab.lab import tradeoffspage
 from ckptlab.lab.query import LORA_RANK_MAX
 from ckptlab.show import i18n
 from ckptlab.show.figures.prediction import sweep_prediction_figure
-from ckptlab.show.figures.tradeoff import peak_sentence, seq_len_figure, sweep_peak_figure, sweep_tradeoff_figure
+from ckptlab.show.figures.tradeoff import seq_len_figure, sweep_peak_figure, sweep_tradeoff_figure
 from ckptlab.show.noise import sweep_busy_message, sweep_table
+from ckptlab.show.peak_words import peak_sentence
 from ckptlab.spec import DTYPES
 from ckptlab.units import MIB
 from pages._common import download_buttons, language, lora_choices, optimizer_box, preset_infos

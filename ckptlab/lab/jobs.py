@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from ..errors import CkptlabError
+from ..message import Message
 from ..results import RunResult
 
 
@@ -65,10 +67,17 @@ class BackgroundJob:
         with self._lock:
             return list(self._results)
 
-    def _fail(self, error: Exception) -> None:
-        """Keep why the work failed: the lab's own error as it is (a page says it in its language), a bug briefly."""
+    def _fail(self, error: Exception, bug_words: Callable[[str], Message] | None = None) -> None:
+        """Keep why the work failed: the lab's own error as it is (a page says it in its language), a bug briefly.
+
+        The one home of "a job failed". ``bug_words``: for a bug, the job's own sentence around its
+        type and message (a sweep's says the rows measured are kept), a :class:`Message` a page
+        says in its language; without it a bug is its type and message alone, for the page's words
+        around it.
+        """
         with self._lock:
             if isinstance(error, CkptlabError):
                 self._error, self._failure = str(error), error
-            else:  # a bug, not bad input: say it briefly, the page's words around it
-                self._error, self._failure = f"{type(error).__name__}: {error}", None
+                return
+            detail = f"{type(error).__name__}: {error}"  # a bug, not bad input: say it briefly
+            self._error, self._failure = (detail if bug_words is None else bug_words(detail)), None

@@ -7,21 +7,23 @@ text, a dict of widget values or ``st.metric`` keyword arguments; nothing here i
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import CkptlabError
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..results import Comparison, MemoryResult, RunResult
+from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
 from ..show.i18n import Translator
-from ..show.labels import setting_label, training_label
+from ..show.labels import event_label, provenance_label, setting_label, training_label
 from ..show.report import setting_name
 from ..show.wording import app_message
 from ..spec import RunSpec
 from ..step.equivalence import GradientCheck
+from ..step.measure import offload_notes
 from ..step.preflight import resolve_device
 from ..units import GIB, MIB, mib
-from .run import LabRun, Measured, check, cpu_estimate
+from .run import LabRun, Measured, check, cpu_estimate, phase_significant
 from .server import ServerPolicy
 
 LOCAL = "local directory"  # the model box's entry for a folder the instructor offers
@@ -243,3 +245,95 @@ def file_stem(result: RunResult) -> str:
     model = result.model.name.strip("/").replace("/", "_")
     setting = setting_name(result.spec.every_n_layers, result.spec.offload).replace(", ", "-").replace("=", "")
     return f"ckptlab-{model}-seq{result.spec.seq_len}-{setting}".replace(" ", "-")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One ``st.metric`` of the Lab page: what it measures, its value, its delta against checkpointing off, its help."""
+
+    label: str
+    value: str  # e.g. "12.5 MiB", "340 ms"
+    delta: dict[str, Any]  # st.metric's delta arguments (:func:`memory_delta`, :func:`time_delta`); {} for none
+    help: str
+
+
+def reference_run(lab: LabRun) -> RunResult | None:
+    """The run with checkpointing off to compare against: None when it did not run or is the run itself."""
+    reference = lab.reference.result if lab.reference and lab.reference.result.status == "ok" else None
+    return None if reference is lab.result else reference  # checkpointing off: nothing to compare
+
+
+def metrics(lab: LabRun, tr: Translator) -> list[Metric]:
+    """The run's figures, in the page's order (two columns, left then right): peak, resident, forward,
+    backward, baseline, step; memory and times with deltas against checkpointing off where it ran."""
+    memory, timing = memory_of(lab.result), timing_of(lab.result)
+    base = reference_run(lab)
+
+    def mem(field: str) -> dict[str, Any]:
+        return memory_delta(getattr(memory, field), getattr(memory_of(base), field) if base else None, tr)
+
+    def phase(name: str) -> dict[str, Any]:
+        if base is None:
+            return {}
+        value, reference = getattr(timing, f"{name}_s"), getattr(timing_of(base), f"{name}_s")
+        return time_delta(value, reference, phase_significant(lab.result, base, name), tr)
+
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1000:,.0f} ms"
+
+    return [
+        Metric(tr("lab.metric_peak"), f"{mib(memory.peak_bytes)} MiB", mem("peak_bytes"), tr("lab.metric_peak_help")),
+        Metric(tr("lab.metric_resident"), f"{mib(memory.after_forward_bytes)} MiB", mem("after_forward_bytes"),
+               tr("lab.metric_resident_help")),
+        Metric(tr("lab.metric_forward"), ms(timing.forward_s), phase("forward"), tr("lab.metric_forward_help")),
+        Metric(tr("lab.metric_backward"), ms(timing.backward_s), phase("backward"), tr("lab.metric_backward_help")),
+        Metric(tr("lab.metric_baseline"), f"{mib(memory.baseline_bytes)} MiB", {}, tr("lab.metric_baseline_help")),
+        Metric(tr("lab.metric_step"), ms(timing.step_s), phase("step"), tr("lab.metric_step_help")),
+    ]  # fmt: skip
+
+
+def peak_line(memory: MemoryResult, lang: str, tr: Translator) -> str:
+    """Where the step reached its peak, in the page's words ("?" when the probe did not say)."""
+    where = event_label(memory.peak_where, lang) if memory.peak_where.kind else "?"
+    return tr("lab.peak_reached", where=where)
+
+
+def medians_caption(result: RunResult, lang: str, tr: Translator) -> str:
+    """Under the figures: where they come from, and how many timed steps the medians are of."""
+    return tr(
+        "lab.medians",
+        provenance=provenance_label(result.provenance, lang),
+        steps=len(timing_of(result).step_samples),
+        warmup=result.spec.warmup,
+    )
+
+
+def settings_changed(result: RunResult, lang: str, tr: Translator) -> str:
+    """The line over a result whose settings are no longer the widgets': which run it is."""
+    return tr(
+        "lab.settings_changed",
+        model=result.model.name,
+        seq=f"{result.spec.seq_len:,}",
+        batch=result.spec.batch_size,
+        setting=setting_label(result.spec.every_n_layers, result.spec.offload, lang),
+    )
+
+
+def offload_box(spec: RunSpec, result: RunResult, tr: Translator) -> tuple[Literal["info", "success"], str] | None:
+    """What offload did, when the widgets or the run ask for it: moved (``st.success``), or not applied
+    here and what it would move on a GPU (``st.info``); None when there is nothing to say."""
+    if not (spec.offload or result.spec.offload):
+        return None
+    memory = memory_of(result)
+    if result.spec.offload and not memory.offload_applied:
+        layers = sum(layer.planned == "CP" for layer in result.layers)
+        return "info", tr("lab.offload_not_applied", device=result.device, mib=mib(memory.offload_bytes), layers=layers)
+    if memory.offload_applied:
+        return "success", tr("lab.offload_moved", mib=mib(memory.offload_bytes))
+    return None
+
+
+def notes_to_show(result: RunResult) -> list[str]:
+    """The run's notes but those :func:`offload_box` says already, in the page's words (decided on the fields)."""
+    said_above = offload_notes(result.spec, result.memory, result.layers)
+    return [note for note in result.notes if note not in said_above]

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from ..errors import CkptlabError
 from ..explore.budget import GPUS, budget_bytes
-from ..explore.gpu_search import GpuSearch
+from ..explore.gpu_search import GpuSearch, SearchCode
 from ..explore.scale import (
     SIMULATION_DTYPES,
     EveryN,
@@ -42,6 +42,8 @@ DEFAULT_GPU = "H100 80 GB"
 DEFAULT_BUDGET_GIB = 40.0  # the custom budget's first value
 SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
 LORA_RANK_DEFAULT = 16
+TABLE_ROW_PX = 36  # st.dataframe's row height: the table is as tall as its rows and header
+TABLE_MAX_PX = 720  # taller than this, the table scrolls inside
 PLAN_KEYS_SHOWN = 14  # more settings than this: the plan line names the first four and the last two
 
 
@@ -315,3 +317,18 @@ def search_verdict(search: GpuSearch, budget_label: str, words: Mapping[str, str
 def search_is_for(search: GpuSearch, request: ScaleRequest, budget: int) -> bool:
     """True when ``search`` answered this shape, these settings and this budget (the GPUs chosen aside)."""
     return search.budget_bytes == budget and replace(search.request, world_size=1) == replace(request, world_size=1)
+
+
+def peak_header(gpus: int, words: Mapping[str, str]) -> str:
+    """The peak figure's header: per GPU past one."""
+    return words["peak_header"] if gpus == 1 else words["peak_header_gpus"].format(gpus=gpus)
+
+
+def table_height(rows: int) -> int:
+    """Pixels for a table of ``rows`` rows and its header to show without an inner scroll (up to ``TABLE_MAX_PX``)."""
+    return min(TABLE_ROW_PX * (rows + 1) + 4, TABLE_MAX_PX)
+
+
+def launch_code(code: SearchCode, words: Mapping[str, str]) -> str:
+    """The launch lines of a search's answer: a user's training script, then the same step measured by ckptlab."""
+    return f"{code.launch}\n\n# {words['code_ckptlab']}\n{code.ckptlab_launch}"

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedModel
 
-from ..errors import CkptlabError, RunStoppedError
+from ..errors import RunStoppedError
 from ..explore.sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
+from ..message import Message
 from ..model.catalog import ModelInfo
 from ..spec import RunSpec
 from .jobs import BackgroundJob
@@ -30,6 +31,15 @@ Loader = Callable[[RunSpec], tuple[PreTrainedModel, ModelInfo]]
 
 class _Stopped(Exception):
     """Raised from a device-queue wait to abandon it when Stop was pressed."""
+
+
+def _rows_kept(detail: str) -> Message:
+    """A sweep's bug in words: what failed, and that the rows measured before it are kept."""
+    return Message(
+        f"The sweep failed unexpectedly ({detail}); the rows measured are kept.",
+        key="sweep.failed_rows_kept",
+        params={"error": detail},
+    )
 
 
 @dataclass(frozen=True)
@@ -145,23 +155,13 @@ class SweepJob(BackgroundJob):
             )
         except _Stopped:
             result = self._partial()
-        except CkptlabError as error:
+        except Exception as error:  # bad input or a bug: keep what was measured, and say why it ended
             if isinstance(error, RunStoppedError) and self._timed_out is not None:
                 error = self._timed_out.reason()
-            with self._lock:
-                self._error = str(error)
-                self._failure = error
-            result = self._partial() if self._results else None
-        except Exception as error:  # a bug, not bad input: keep what was measured, say it briefly
-            with self._lock:
-                self._error = (
-                    f"The sweep failed unexpectedly ({type(error).__name__}: {error}); the rows measured are kept."
-                )
+            self._fail(error, bug_words=_rows_kept)
             result = self._partial() if self._results else None
         if self._timed_out is not None and not self._error:  # stopped between steps by the limit, not inside one
-            reason = self._timed_out.reason()
-            with self._lock:
-                self._error, self._failure = str(reason), reason
+            self._fail(self._timed_out.reason())
         with self._lock:
             self._result = result
             self._message = (

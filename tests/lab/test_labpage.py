@@ -13,6 +13,7 @@ from ckptlab.lab import labpage
 from ckptlab.lab.run import LabRun, Measured
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.show import i18n
+from ckptlab.show.labels import event_label
 from ckptlab.spec import RunSpec
 from ckptlab.step.equivalence import GradientCheck
 from ckptlab.units import GIB, MIB
@@ -148,3 +149,62 @@ def test_file_stems_carry_model_length_and_setting_without_spaces_or_slashes(mea
     result = measured(every_n_layers=2, offload=False)
     stem = labpage.file_stem(replace(result, model=replace(result.model, name="/models/my model/")))
     assert stem.startswith("ckptlab-models_my-model-seq128-") and " " not in stem and "/" not in stem
+
+
+def _lab(run, reference=None) -> LabRun:
+    when = datetime(2026, 1, 1, 12, 30, tzinfo=timezone.utc)
+    measured_ref = None if reference is None else Measured(reference, when, reused=False)
+    return LabRun(Measured(run, when, reused=False), measured_ref, None, wait_s=0.0, elapsed_s=1.0)
+
+
+def test_the_metrics_come_in_the_pages_order_with_deltas_only_against_checkpointing_off(measured):
+    full, off = measured(every_n_layers=1), measured(every_n_layers=None)
+    shown = labpage.metrics(_lab(full, off), tr)
+    assert [metric.label for metric in shown] == [
+        tr(f"lab.metric_{name}") for name in ("peak", "resident", "forward", "backward", "baseline", "step")
+    ]
+    assert shown[0].value == f"{full.memory.peak_bytes / MIB:,.1f} MiB" and shown[0].help == tr("lab.metric_peak_help")
+    assert shown[5].value == f"{full.timing.step_s * 1000:,.0f} ms"
+    resident_change = (full.memory.after_forward_bytes - off.memory.after_forward_bytes) / MIB
+    assert shown[1].delta["delta"] == tr("lab.mib_vs_off", diff=f"{resident_change:+,.1f}")  # checkpointing freed it
+    assert shown[4].delta == {}  # the baseline is the same memory either way: no delta
+    assert all(metric.delta for metric in (shown[0], shown[2], shown[3], shown[5]))
+    # Without a reference, or when the run is checkpointing off itself, nothing to compare against.
+    assert all(metric.delta == {} for metric in labpage.metrics(_lab(full), tr))
+    assert labpage.reference_run(_lab(off, off)) is None and labpage.reference_run(_lab(full, off)) is off
+    assert all(metric.delta == {} for metric in labpage.metrics(_lab(off, off), tr))
+
+
+def test_the_lines_around_the_metrics_say_the_peak_the_medians_and_a_changed_setting(measured):
+    full = measured(every_n_layers=1)
+    where = full.memory.peak_where
+    assert where.kind  # the probe said where
+    assert labpage.peak_line(full.memory, "ja", i18n.translator("ja")) == i18n.t(
+        "lab.peak_reached", "ja", where=event_label(where, "ja")
+    )
+    unknown = replace(full.memory, peak_where=replace(full.memory.peak_where, kind=""))
+    assert labpage.peak_line(unknown, "en", tr) == tr("lab.peak_reached", where="?")
+    caption = labpage.medians_caption(full, "en", tr)
+    assert caption == tr("lab.medians", provenance=full.provenance.label, steps=1, warmup=0)
+    line = labpage.settings_changed(full, "en", tr)
+    assert "tiny-llama" in line and "128" in line
+
+
+def test_offload_is_said_once_in_the_box_and_its_notes_are_left_out_of_the_captions(measured):
+    offloaded = measured(every_n_layers=2, offload=True)  # on the CPU: asked for, not applied
+    kind, text = labpage.offload_box(offloaded.spec, offloaded, tr)
+    assert kind == "info" and text == tr(
+        "lab.offload_not_applied", device=offloaded.device, mib=f"{offloaded.memory.offload_bytes / MIB:,.1f}", layers=3
+    )
+    assert any("would move" in note for note in offloaded.notes)  # the box says it: no caption repeats it
+    assert labpage.notes_to_show(offloaded) == []
+    assert labpage.notes_to_show(replace(offloaded, notes=[*offloaded.notes, "another note"])) == ["another note"]
+    plain = measured(every_n_layers=2)
+    assert labpage.offload_box(plain.spec, plain, tr) is None and labpage.notes_to_show(plain) == plain.notes
+    # The widgets ask for offload, the last run did not: nothing was moved, nothing to say about it.
+    assert labpage.offload_box(offloaded.spec, plain, tr) is None
+    applied = replace(offloaded, memory=replace(offloaded.memory, offload_applied=True))
+    assert labpage.offload_box(applied.spec, applied, tr) == (
+        "success",
+        tr("lab.offload_moved", mib=f"{offloaded.memory.offload_bytes / MIB:,.1f}"),
+    )

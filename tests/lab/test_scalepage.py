@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import ckptlab
+from ckptlab.explore.gpu_search import SearchCode
 from ckptlab.explore.scale import ScaleRequest, scale_settings
 from ckptlab.lab import scalepage
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, DEFAULT_BUDGET_GIB, LOCAL
@@ -84,3 +85,22 @@ def test_the_model_box_names_layers_in_the_pages_language():
     assert scalepage.model_label("qwen3-8b", info, WORDS) == f"qwen3-8b · {info.num_layers} layers · 8.2B"
     portuguese = scalepage.model_label("qwen3-8b", info, i18n.section("at_scale", "pt-BR"))
     assert portuguese == f"qwen3-8b · {info.num_layers} camadas · 8.2B"
+
+
+def test_the_table_is_as_tall_as_its_rows_up_to_a_limit():
+    assert scalepage.table_height(1) == 2 * scalepage.TABLE_ROW_PX + 4  # a row and the header
+    assert scalepage.table_height(10) > scalepage.table_height(9)
+    assert scalepage.table_height(500) == scalepage.TABLE_MAX_PX  # past it the table scrolls inside
+
+
+def test_the_peak_header_is_per_gpu_past_one_and_the_launch_lines_name_ckptlabs():
+    assert scalepage.peak_header(1, WORDS) == WORDS["peak_header"]
+    assert scalepage.peak_header(4, WORDS) == WORDS["peak_header_gpus"].format(gpus=4)
+    code = SearchCode("torchrun --nproc-per-node 4 train.py", "python -m ckptlab run ...", "", "")
+    ja = i18n.section("at_scale", "ja")
+    assert scalepage.launch_code(code, ja).splitlines() == [
+        "torchrun --nproc-per-node 4 train.py",
+        "",
+        f"# {ja['code_ckptlab']}",
+        "python -m ckptlab run ...",
+    ]

@@ -10,6 +10,7 @@ from ckptlab.errors import SpecError
 from ckptlab.explore.sweep import SweepSpec
 from ckptlab.lab.runqueue import DeviceQueue
 from ckptlab.lab.sweepjob import SweepJob
+from ckptlab.show import i18n
 from tests.app.polling import HANG_S
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
@@ -73,3 +74,35 @@ def test_a_row_past_the_servers_time_limit_stops_the_sweep_and_says_so():
     assert not state.running and state.failure is not None and state.failure.key == "run.time_limit"
     assert "this server's limit per run" in state.error
     assert queue.busy() == (False, 0)  # the turn was given back
+
+
+class _BreaksAfter(DeviceQueue):
+    """A device queue with a bug: the turn after ``turns`` raises, as a bug inside a sweep would."""
+
+    def __init__(self, turns: int) -> None:
+        super().__init__(poll_s=0.05)
+        self.left = turns
+
+    def turn(self, *args, **kwargs):
+        if self.left == 0:
+            raise ZeroDivisionError("the queue broke")
+        self.left -= 1
+        return super().turn(*args, **kwargs)
+
+
+def test_a_sweep_that_fails_after_some_rows_keeps_them_and_says_so_in_the_pages_language():
+    job = SweepJob(SMALL, queue=_BreaksAfter(2)).start()
+    state = _wait(job, lambda s: not s.running)
+    assert [row.setting for row in state.result.rows] == ["off", "n=1"] and state.result.cancelled
+    assert (
+        state.error == "The sweep failed unexpectedly (ZeroDivisionError: the queue broke); the rows measured are kept."
+    )
+    assert state.failure is None and state.error.key == "sweep.failed_rows_kept"  # a bug: the Message, no lab error
+    assert i18n.say(state.error, "pt-BR").startswith("A varredura falhou") and "ZeroDivisionError" in i18n.say(
+        state.error, "ja"
+    )
+
+
+def test_a_sweep_that_fails_before_any_row_has_nothing_to_keep():
+    state = _wait(SweepJob(SMALL, queue=_BreaksAfter(0)).start(), lambda s: not s.running)
+    assert state.result is None and state.rows == [] and "ZeroDivisionError" in state.error

@@ -2,9 +2,9 @@
 
 Every figure says where its numbers come from in its subtitle (measured on the CPU or on
 CUDA), and every predicted trace is named "predicted (...)" and drawn dashed, so a
-prediction never passes for a measurement. Also here: the sentence that explains where a
-configuration's peak is and why checkpointing did or did not lower it. The measured bars
-beside the formula's are in :mod:`ckptlab.show.figures.prediction`.
+prediction never passes for a measurement. The sentence that explains where a configuration's
+peak is and why checkpointing did or did not lower it is in :mod:`ckptlab.show.peak_words`; the
+measured bars beside the formula's are in :mod:`ckptlab.show.figures.prediction`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from ...explore.recommend import Recommendation
 from ...explore.sweep import SweepResult, SweepRow
 from ...explore.sweep_rows import known, known_peak, known_step
 from ...model import catalog
-from ...units import MIB
+from ...units import MIB, mib
 from ..i18n import t
-from ..labels import provenance_label
+from ..labels import event_label, provenance_label
 from ..noise import NOISE_GREY
+from ..peak_words import peak_where
 from ._style import (
     BLACK,
     BUDGET_COLOR,
@@ -39,7 +40,7 @@ from ._style import (
     SERIES_COLORS,
 )
 
-# The seq_len figure's four series, by the first word of their label.
+# The seq_len figure's four series, by their kind.
 SETTING_COLORS = {"off": OFF_COLOR, "full": RUN_COLOR, "partial": GREEN, "offload": PURPLE}
 
 
@@ -109,9 +110,10 @@ def sweep_tradeoff_figure(
                 "arrayminus": [(known_step(row) - known(row.step_min_s, row, "fastest step")) * 1000 for row in rows],
                 "color": GREY,
             },
-            customdata=[[row.peak_where, known(row.after_forward_bytes, row, "resident bytes") / MIB] for row in rows],
-            hovertemplate="%{text}: step %{x:,.0f} ms, peak %{y:,.1f} MiB<br>resident after the forward %{customdata[1]:,.1f} MiB"
-            "<br>peak reached in: %{customdata[0]}<extra></extra>",
+            customdata=[
+                [peak_where(row, lang), known(row.after_forward_bytes, row, "resident bytes") / MIB] for row in rows
+            ],
+            hovertemplate=_point_hover(lang),
         )
     )
     if any(row.time_is_noise for row in rows):
@@ -167,7 +169,7 @@ def sweep_tradeoff_figure(
                         lang,
                         setting=chosen.setting,
                     ),
-                    hovertemplate=f"recommended: {chosen.setting}<extra></extra>",
+                    hovertemplate=t("tradeoff_fig.recommended_hover", lang, setting=chosen.setting) + "<extra></extra>",
                 )
             )
     sweep_layout(
@@ -192,7 +194,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
     """
     seq_lens = sorted({row.seq_len for row in result.rows})
     up_to = up_to or 4 * max(seq_lens, default=512)
-    settings = _series_settings(result)
+    settings = _series_settings(result, lang)
     figure = make_subplots(
         rows=1,
         cols=2,
@@ -212,12 +214,13 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
                 batch_size=result.spec.batch_size,
                 dtype=first.dtype,
                 device=result.device.split(":")[0],
-                every_n_layers=sorted({n for _, n, _ in settings if n is not None}),
+                every_n_layers=sorted({n for _, _, n, _ in settings if n is not None}),
                 offload=[False, True],
             ):
                 predicted.setdefault((p.every_n_layers, p.offload), []).append(p.resident_bytes)
-    for label, n, offload in settings:
-        color = SETTING_COLORS[label.split(" ")[0]]
+    hover = t("tradeoff_fig.seq_hover", lang, seq="%{x}", mib="%{y:,.1f}")
+    for kind, label, n, offload in settings:
+        color = SETTING_COLORS[kind]
         measured = [
             row
             for row in result.rows
@@ -228,30 +231,32 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
                 (1, [known(row.after_forward_bytes, row, "resident bytes") for row in measured]),
                 (2, [known_peak(row) for row in measured]),
             ):
+                name = t("tradeoff_fig.series_measured", lang, label=label)
                 figure.add_trace(
                     go.Scatter(
                         x=[row.seq_len for row in measured],
                         y=[v / MIB for v in values],
                         mode="lines+markers",
-                        name=t("tradeoff_fig.series_measured", lang, label=label),
+                        name=name,
                         legendgroup=label,
                         showlegend=col == 1,
                         line={"color": color},
-                        hovertemplate="seq %{x}: %{y:,.1f} MiB<extra>" + label + " (measured)</extra>",
+                        hovertemplate=hover + "<extra>" + name + "</extra>",
                     ),
                     row=1,
                     col=col,
                 )
         if (n, offload) in predicted:
+            name = t("tradeoff_fig.series_predicted", lang, label=label)
             figure.add_trace(
                 go.Scatter(
                     x=predicted_lens,
                     y=[value / MIB for value in predicted[(n, offload)]],
                     mode="lines",
-                    name=t("tradeoff_fig.series_predicted", lang, label=label),
+                    name=name,
                     legendgroup=label,
                     line={"color": color, "dash": "dash"},
-                    hovertemplate="seq %{x}: %{y:,.1f} MiB<extra>" + label + " (predicted)</extra>",
+                    hovertemplate=hover + "<extra>" + name + "</extra>",
                 ),
                 row=1,
                 col=1,
@@ -297,7 +302,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
                 name=row.setting,
                 legendgroup=row.setting,
                 line={"color": color, "width": 1.5},
-                text=[point.event for point in timeline],
+                text=[event_label(point, lang) for point in timeline],
                 hovertemplate="%{text}: %{y:,.1f} MiB<extra>" + row.setting + "</extra>",
             )
         )
@@ -310,7 +315,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
                 legendgroup=row.setting,
                 showlegend=False,
                 marker={"color": color, "size": 10, "symbol": "triangle-up"},
-                hovertemplate=f"{row.setting}: peak {known_peak(row) / MIB:,.1f} MiB in {row.peak_where}<extra></extra>",
+                hovertemplate=_peak_hover(row, lang),
             )
         )
     sweep_layout(
@@ -321,39 +326,6 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
         y_title=t("tradeoff_fig.peak_y", lang),
     )
     return figure
-
-
-def peak_sentence(row: SweepRow, off: SweepRow | None, lang: str = "en") -> str:
-    """Where the row's peak was, and why checkpointing did or did not lower it there.
-
-    Args:
-        row: a measured configuration.
-        off: checkpointing off at the same length, the reference (``None`` if not measured).
-    """
-    if row.peak_bytes is None:
-        return t("tradeoff_fig.no_fit", lang, setting=row.setting)
-    where = row.peak_where or t("tradeoff_fig.unknown_where", lang)
-    if row.peak_rerun:
-        why = t("tradeoff_fig.why_rerun", lang)
-    elif row.peak_phase == "backward" and "last gradients" in where:
-        why = t("tradeoff_fig.why_last", lang)
-    elif row.peak_phase == "backward":
-        why = t("tradeoff_fig.why_backward", lang)
-    elif row.peak_phase == "optimizer":
-        why = t("tradeoff_fig.why_optimizer", lang)
-    else:
-        why = t("tradeoff_fig.why_forward", lang)
-    sentence = t(
-        "tradeoff_fig.sentence", lang, setting=row.setting, mib=f"{row.peak_bytes / MIB:,.1f}", where=where, why=why
-    )
-    if off is None or off.peak_bytes is None or row is off:
-        return sentence
-    change = off.peak_bytes - row.peak_bytes
-    if change > 0.005 * off.peak_bytes:
-        return sentence + t(
-            "tradeoff_fig.lower", lang, mib=f"{change / MIB:,.1f}", ratio=f"{row.peak_bytes / off.peak_bytes:.2f}"
-        )
-    return sentence + t("tradeoff_fig.not_lower", lang)
 
 
 def sweep_layout(
@@ -376,17 +348,43 @@ def sweep_layout(
         figure.update_yaxes(title_text=y_title)
 
 
-def _series_settings(result: SweepResult) -> list[tuple[str, int | None, bool]]:
-    """off, full (n=1), one partial setting (the middle one measured) and offload where measured or predicted."""
+def _point_hover(lang: str) -> str:
+    """The hover of a point of the trade-off figure: its setting, time, memory and where the peak was."""
+    return (
+        t(
+            "tradeoff_fig.point_hover",
+            lang,
+            setting="%{text}",
+            step="%{x:,.0f}",
+            peak="%{y:,.1f}",
+            resident="%{customdata[1]:,.1f}",
+            where="%{customdata[0]}",
+        )
+        + "<extra></extra>"
+    )
+
+
+def _peak_hover(row: SweepRow, lang: str) -> str:
+    """The hover of a peak marker: the setting, its peak and where it was reached."""
+    where = peak_where(row, lang)
+    return (
+        t("tradeoff_fig.peak_hover", lang, setting=row.setting, mib=mib(known_peak(row)), where=where)
+        + "<extra></extra>"
+    )
+
+
+def _series_settings(result: SweepResult, lang: str) -> list[tuple[str, str, int | None, bool]]:
+    """(kind, label, every_n_layers, offload): off, full (n=1), one partial setting (the middle one measured)
+    and offload where measured or predicted."""
     ns = sorted({row.every_n_layers for row in result.rows if row.every_n_layers is not None})
-    settings: list[tuple[str, int | None, bool]] = [("off", None, False)]
+    settings: list[tuple[str, str, int | None, bool]] = [("off", t("setting.short_off", lang), None, False)]
     if 1 in ns:
-        settings.append(("full (n=1)", 1, False))
+        settings.append(("full", t("tradeoff_fig.series_full", lang, n=1), 1, False))
     partial = [n for n in ns if n > 1]
     if partial:
         middle = partial[(len(partial) - 1) // 2]
-        settings.append((f"partial (n={middle})", middle, False))
-    settings.append(("offload (n=1)", 1, True))
+        settings.append(("partial", t("tradeoff_fig.series_partial", lang, n=middle), middle, False))
+    settings.append(("offload", t("tradeoff_fig.series_offload", lang, n=1), 1, True))
     return settings
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import SweepResult, SweepSpec, sweep
 from ckptlab.show.figures.tradeoff import (
     pareto_rows,
-    peak_sentence,
     seq_len_figure,
     sweep_peak_figure,
     sweep_provenance_label,
     sweep_tradeoff_figure,
 )
+from ckptlab.show.peak_words import peak_sentence
 from ckptlab.units import MIB
 from tests.explore.test_recommend import TABLE
 
@@ -130,3 +132,58 @@ def test_a_table_without_its_runs_says_the_kind_of_measurement_in_the_language_a
     cpu = [TABLE[0].__class__(**{**TABLE[0].__dict__, "provenance": "measured-cpu"})]
     assert sweep_provenance_label(replace(result, rows=cpu), "pt-BR") == "medido na CPU"
     assert sweep_provenance_label(replace(result, rows=[])) == "measured"
+
+
+# What the hovers said in English before they went through the locale files (terms like forward,
+# backward, offload and seq stay English in every language, as in the figures' titles).
+ENGLISH_HOVER = ("step", "peak", "resident after", "reached", "recommended", "measured", "predicted", "full (",
+                 "partial (", " of L", " in ", "noise", "last gradients")  # fmt: skip
+
+
+def _hover_words(figure):
+    """Everything a hover shows: its template, the points' text and custom data, the trace's name."""
+    for trace in figure.data:
+        yield trace.hovertemplate or ""
+        yield trace.name or ""
+        text = trace.text if trace.text is not None else ()
+        yield from ([text] if isinstance(text, str) else [str(item) for item in text])
+        for item in trace.customdata if trace.customdata is not None else ():
+            yield from (value for value in item if isinstance(value, str))
+
+
+def _figures(swept, lang):
+    rows = swept.rows_at(64)
+    recommendation = recommend(swept.rows, max(row.peak_bytes for row in rows))
+    return [
+        sweep_tradeoff_figure(swept, 64, recommendation, lang),
+        seq_len_figure(swept, lang=lang),
+        sweep_peak_figure(swept, 64, lang),
+    ]
+
+
+@pytest.mark.parametrize("lang", ["pt-BR", "ja"])
+def test_the_hovers_speak_the_pages_language(swept, lang):
+    said = [words for figure in _figures(swept, lang) for words in _hover_words(figure)]
+    assert any("%{customdata[0]}" in words for words in said)  # the scan sees the hovers
+    english = [(word, words) for words in said for word in ENGLISH_HOVER if word in words]
+    assert not english, english
+
+
+def test_the_english_hovers_say_what_they_said_before(swept):
+    points, *_ = _figures(swept, "en")[0].data
+    assert points.hovertemplate == (
+        "%{text}: step %{x:,.0f} ms, peak %{y:,.1f} MiB<br>resident after the forward %{customdata[1]:,.1f} MiB"
+        "<br>peak reached in: %{customdata[0]}<extra></extra>"
+    )
+    assert [where for where, _ in points.customdata] == [row.peak_where for row in swept.rows_at(64)]
+    star = next(trace for trace in _figures(swept, "en")[0].data if trace.name.startswith("recommended"))
+    assert star.hovertemplate.startswith("recommended: ") and star.hovertemplate.endswith("<extra></extra>")
+    peak = sweep_peak_figure(swept, 64)
+    marker = next(trace for trace in peak.data if trace.mode == "markers")
+    row = swept.rows_at(64)[0]
+    assert (
+        marker.hovertemplate
+        == f"{row.setting}: peak {row.peak_bytes / MIB:,.1f} MiB in {row.peak_where}<extra></extra>"
+    )
+    line = next(trace for trace in peak.data if trace.mode == "lines")
+    assert list(line.text) == [point.event for point in row.result.memory.timeline]

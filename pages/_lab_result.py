@@ -1,0 +1,118 @@
+"""The Lab page's last run drawn: diagram, breakdown, metrics, comparison, notes and downloads. Not a page.
+
+The words and numbers come from :mod:`ckptlab.lab.labpage`; here they are drawn. The run to draw
+is the session's ``lab_last``; the gradient check's outcome is ``lab_grads`` (``pages/_lab_parts.py``).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ckptlab.lab import labpage
+from ckptlab.lab.run import LabRun
+from ckptlab.results import MIN_SAMPLES_TO_JUDGE
+from ckptlab.show import i18n
+from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.show.figures.breakdown import breakdown_figure
+from ckptlab.show.figures.diagram import diagram_figure
+from ckptlab.show.figures.run import comparison_figure
+from ckptlab.show.i18n import Translator
+from ckptlab.show.labels import method_label, provenance_label, setting_label
+from ckptlab.show.noise import timing_busy_message
+from ckptlab.show.wording import run_message
+from ckptlab.spec import RunSpec
+from pages._common import download_buttons
+
+
+def draw_result(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> None:
+    """The last run: diagram, measurements against checkpointing off, notes, downloads."""
+    result = lab.result
+    if not draw_measurements(lab, spec, lang, tr):
+        return
+
+    said = labpage.offload_box(spec, result, tr)
+    if said is not None:
+        getattr(st, said[0])(said[1])
+    if not result.plan_matches:  # decided on the layers' fields; the diagram shows where, the notes the details
+        st.error(tr("lab.plan_mismatch"))
+    for note in labpage.notes_to_show(result):  # what the box above says is left out, in the page's words
+        st.caption(i18n.say(note, lang))
+
+    with st.expander(tr("lab.per_layer")):
+        st.dataframe(layer_rows(result), hide_index=True)
+        st.caption(
+            tr(
+                "lab.methods",
+                memory=method_label(result.memory.method, lang),
+                time=method_label(result.timing.method, lang),
+            )
+        )
+
+    download_buttons(
+        labpage.file_stem(result),
+        [
+            (tr("lab.download_json"), result.to_json(), "json", "lab_download_json"),
+            (tr("lab.download_csv"), result_csv(result), "csv", "lab_download_csv"),
+        ],
+    )
+
+
+def draw_gradients(spec: RunSpec, tr: Translator) -> None:
+    """One line when the check agrees; loud when it does not (checkpointing changed what is learned)."""
+    found = st.session_state.get("lab_grads")
+    if not found or found[0] != spec:
+        return
+    _, outcome, problem = found
+    kind, text = labpage.gradients_message(outcome, problem, tr)
+    getattr(st, kind)(text)
+
+
+def draw_metrics(lab: LabRun, lang: str, tr: Translator) -> None:
+    """st.metric figures with deltas against checkpointing off, and what they mean."""
+    result, comparison = lab.result, lab.comparison
+    base = labpage.reference_run(lab)
+    columns = st.columns(2)
+    for index, metric in enumerate(labpage.metrics(lab, tr)):  # left, right, left, ...
+        columns[index % 2].metric(metric.label, metric.value, **metric.delta, help=metric.help)
+    st.markdown(labpage.peak_line(result.memory, lang, tr))
+    if comparison is not None and base is not None:
+        st.markdown(labpage.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, tr))
+        freed = labpage.freed_sentence(result.memory, base.memory, comparison, tr)
+        if freed:
+            st.markdown(freed)
+    if lab.reference is not None and lab.reference.result.status != "ok":
+        st.warning(tr("lab.baseline_no_fit", message=run_message(lab.reference.result, lang)))
+    st.caption(labpage.medians_caption(result, lang, tr))
+
+
+def draw_measurements(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> bool:
+    """The last run's diagram, breakdown, metrics and comparison; False when it did not run (its error shown)."""
+    result = lab.result
+    base = lab.reference.result if lab.reference else None
+    if result.spec != spec:
+        st.info(labpage.settings_changed(result, lang, tr))
+    when = tr("lab.reused_at" if lab.run.reused else "lab.measured_at", clock=labpage.clock(lab.run))
+    st.caption(f"{provenance_label(result.provenance, lang)} · {when}")
+    busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
+    if busy:
+        st.warning(busy)
+    if result.status != "ok":
+        st.error(run_message(result, lang))
+        st.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+        return False
+    diagram, where = st.columns([3, 2])
+    diagram.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+    bars = [(setting_label(result.spec.every_n_layers, result.spec.offload, lang), result)]
+    if base is not None and base is not result and base.status == "ok":
+        bars.insert(0, (tr("setting.off"), base))
+    where.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lab_breakdown", theme=None)
+    where.caption(tr("lab.breakdown_caption"))
+    draw_gradients(result.spec, tr)
+
+    numbers, chart = st.columns([2, 3])
+    with numbers:
+        draw_metrics(lab, lang, tr)
+    with chart:
+        st.plotly_chart(comparison_figure(result, base, lang=lang), key="lab_comparison", theme=None)
+        st.caption(tr("lab.comparison_caption", provenance=provenance_label(result.provenance, lang)))
+    return True

@@ -1,0 +1,66 @@
+"""One home for "a job failed" (BackgroundJob._fail): the lab's error kept to be translated, a bug said briefly."""
+
+from __future__ import annotations
+
+from ckptlab.errors import SpecError
+from ckptlab.lab.jobs import BackgroundJob
+from ckptlab.lab.scalejob import ScaleJob
+from ckptlab.message import Message
+from ckptlab.show import i18n
+
+
+class _Failing(BackgroundJob):
+    """Work that fails at once with ``error``: what a page polls is what _fail kept."""
+
+    def __init__(self, error: Exception, bug_words=None) -> None:
+        super().__init__("test-failing")
+        self.error, self.bug_words = error, bug_words
+
+    def _run(self) -> None:
+        self._fail(self.error, self.bug_words)
+        with self._lock:
+            self._finished = True
+
+
+def _failed(error: Exception, bug_words=None) -> _Failing:
+    job = _Failing(error, bug_words).start()
+    job.join()
+    return job  # type: ignore[return-value]
+
+
+def test_the_labs_own_error_is_kept_as_it_is_for_the_page_to_translate():
+    error = SpecError("seq_len=0 is not valid", key="spec.whole_number", name="seq_len", value=0)
+    job = _failed(error)
+    assert job._error == "seq_len=0 is not valid" and job._failure is error
+    # Words for a bug are for bugs: the lab's error stays its own sentence.
+    assert _failed(error, bug_words=lambda detail: Message(detail, key="x"))._failure is error
+
+
+def test_a_bug_is_its_type_and_message_or_the_jobs_sentence_around_them():
+    job = _failed(ZeroDivisionError("division by zero"))
+    assert job._error == "ZeroDivisionError: division by zero" and job._failure is None
+
+    def kept(detail: str) -> Message:
+        return Message(
+            f"It failed ({detail}); the rest is kept.", key="sweep.failed_rows_kept", params={"error": detail}
+        )
+
+    said = _failed(RuntimeError("boom"), bug_words=kept)._error
+    assert said == "It failed (RuntimeError: boom); the rest is kept." and isinstance(said, Message)
+    assert said.params == {"error": "RuntimeError: boom"}
+    assert "RuntimeError: boom" in i18n.say(said, "pt-BR") and i18n.say(said, "pt-BR") != said.text
+
+
+def test_a_simulation_job_fails_through_the_same_path(monkeypatch):
+    from ckptlab.explore.scale import ScaleRequest, scale_settings
+    from ckptlab.lab import scalejob
+
+    def broken(*args, **kwargs):
+        raise KeyError("no such thing")
+
+    monkeypatch.setattr(scalejob, "scale_table", broken)
+    request = ScaleRequest("tiny-llama", 64, 1, "float32", tuple(scale_settings(2)[:1]))
+    job = ScaleJob(request).start()
+    job.join()
+    state = job.state()
+    assert not state.running and state.error == "KeyError: 'no such thing'" and state.failure is None
