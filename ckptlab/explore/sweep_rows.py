@@ -28,6 +28,7 @@ class SweepRow:
     peak_where: str = ""  # the stretch of the step where the peak was reached
     peak_phase: str = ""  # "forward", "loss", "backward" or "optimizer"
     peak_rerun: bool = False  # the peak came while the backward reran a checkpointed layer
+    peak_kind: str = ""  # the probe event that starts that stretch (probe.EVENTS), e.g. "backward_end"
     optimizer_state_bytes: int | None = None  # the optimizer's state, in the baseline and the peak (0: sgd, none)
     offload_bytes: int = 0  # inputs of the CP layers: moved to host with offload on CUDA, else what it would move
     forward_s: float | None = None  # median forward (with the loss)
@@ -125,6 +126,7 @@ def _row(result: RunResult, off: RunResult | None) -> SweepRow:
         peak_where=memory.peak_where.description,
         peak_phase=memory.peak_where.phase,
         peak_rerun=memory.peak_where.rerun,
+        peak_kind=memory.peak_where.kind,
         optimizer_state_bytes=memory.optimizer_state_bytes,
         offload_bytes=memory.offload_bytes,
         **times,

@@ -33,7 +33,7 @@ def peak_sentence(row: SweepRow, off: SweepRow | None, lang: str = "en") -> str:
     where = peak_where(row, lang)
     if row.peak_rerun:
         why = t("tradeoff_fig.why_rerun", lang)
-    elif row.peak_phase == "backward" and "last gradients" in row.peak_where:
+    elif row.peak_kind == "backward_end":  # the embeddings' and the last layers' gradients
         why = t("tradeoff_fig.why_last", lang)
     elif row.peak_phase == "backward":
         why = t("tradeoff_fig.why_backward", lang)

@@ -93,6 +93,11 @@ def test_peak_figure_and_sentences(swept):
     full = next(row for row in swept.rows_at(64) if row.every_n_layers == 1)
     assert "frees activations, not gradients" in peak_sentence(full, off)
     assert "not lower" in peak_sentence(full, off)
+    # Decided on the event's kind, never on the words describing it.
+    assert full.peak_kind == "backward_end"
+    worded_alike = replace(full, peak_kind="layer_backward", result=None)
+    assert "last gradients" in worded_alike.peak_where
+    assert "frees activations, not gradients" not in peak_sentence(worded_alike, off)
 
 
 def test_a_peak_in_the_optimizer_step_says_checkpointing_cannot_lower_it():
