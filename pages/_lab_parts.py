@@ -22,7 +22,7 @@ from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show.figures.breakdown import breakdown_figure
 from ckptlab.show.figures.diagram import diagram_figure
 from ckptlab.show.figures.run import comparison_figure
-from ckptlab.show.i18n import Translator
+from ckptlab.show.i18n import Translator, say
 from ckptlab.show.labels import event_label, provenance_label, setting_label
 from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.wording import app_message, run_message
@@ -75,7 +75,7 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
             return False
 
         def progress(message: str, fraction: float) -> None:
-            fraction = min(max(fraction, 0.0), 1.0)
+            fraction, message = min(max(fraction, 0.0), 1.0), say(message, lang)
             status.update(label=tr("lab.status_running", pct=f"{fraction:.0%}", message=message))
             bar.progress(fraction, text=message)
 
