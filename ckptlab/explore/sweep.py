@@ -337,19 +337,15 @@ def sweep(
             label = _row_label(index, len(plan.rows), seq_len, Setting(n, offload).key)
             with hold(label):
                 if model is None:
-                    report(
-                        Message(f"{label}: building the model", key="progress.building_row", params={"label": label}),
-                        done / total,
+                    building = Message(
+                        f"{label}: building the model", key="progress.building_row", params={"label": label}
                     )
+                    report(building, done / total)
                     # One model for every row: the sequence length is checked per run by measure.
                     model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
                 model.zero_grad(set_to_none=True)
-                progress_here = scaled(
-                    report,
-                    done,
-                    total,
-                    Message(f"{label}: memory: ", key="progress.row_memory", params={"label": label}),
-                )
+                prefix = Message(f"{label}: memory: ", key="progress.row_memory", params={"label": label})
+                progress_here = scaled(report, done, total, prefix)
                 # should_stop is asked inside the step (ckptlab.step.stopping): a server's time limit ends a
                 # long row. cancel (Stop) is not: the row in flight finishes and is kept.
                 pending.append(
@@ -376,6 +372,7 @@ def sweep(
                     on_timed_step(specs[index])
 
             assert model is not None and info is not None  # built by the rows that ran ("ok")
+            prefix = Message(f"{label}: ", key="progress.label", params={"label": label})
             with hold(label):
                 rounds = time_settings(
                     [result.spec for result in ok],
@@ -385,9 +382,7 @@ def sweep(
                     warmup_rounds=spec.warmup if spec.warmup_each_row else 0,
                     on_step=step_hook,
                     stopped=stopped,
-                    progress=scaled(
-                        report, done, total, Message(f"{label}: ", key="progress.label", params={"label": label})
-                    ),
+                    progress=scaled(report, done, total, prefix),
                 )
             timed = {id(result): (timing, notes) for result, timing, notes in zip(ok, rounds.timings, rounds.notes)}
             pending = [
