@@ -210,7 +210,7 @@ def cheapest_that_fits(
         spec = request.spec(setting, gpus)
         result = known.get(spec)
         if result is None:
-            label = Message(
+            prefix = Message(
                 f"{gpus} GPU{'s' if gpus > 1 else ''}, {setting.key}: ",
                 key="progress.gpus_many" if gpus > 1 else "progress.gpus_one",
                 params={"gpus": gpus, "setting": setting.key},
@@ -219,7 +219,7 @@ def cheapest_that_fits(
             result = simulate(
                 spec,
                 progress=lambda message, fraction: report(
-                    prefixed(label, message), min((done + fraction) / budget_guess, 0.99)
+                    prefixed(prefix, message), min((done + fraction) / budget_guess, 0.99)
                 ),
             )
             simulated += 1

@@ -25,9 +25,8 @@ from ..message import Message
 from ..model.plan import checkpointable_layers
 
 ShouldStop = Callable[[], bool]
-Progress = Callable[
-    [str, float], None
-]  # (what is happening, a Message where the core says it; fraction done in [0, 1])
+# (what is happening: a Message where the core says it, for a page to say in its language; fraction done in [0, 1])
+Progress = Callable[[str, float], None]
 Cancel = Callable[[], bool] | threading.Event  # a job's stop button: an event, or a function that says so
 
 
