@@ -20,7 +20,7 @@ from ckptlab.lab.query import spec_from_query
 from ckptlab.lab.run import Loader, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model import snippets
-from ckptlab.show.i18n import Translator
+from ckptlab.show.i18n import Translator, say
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import preset_infos
@@ -70,7 +70,7 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
             return False
 
         def progress(message: str, fraction: float) -> None:
-            fraction = min(max(fraction, 0.0), 1.0)
+            fraction, message = min(max(fraction, 0.0), 1.0), say(message, lang)
             status.update(label=tr("lab.status_running", pct=f"{fraction:.0%}", message=message))
             bar.progress(fraction, text=message)
 

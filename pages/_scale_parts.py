@@ -76,7 +76,7 @@ def poll(running: bool, lang: str, words: Mapping[str, Any]) -> None:
         if snapshot.running:
             total = None if isinstance(job, SearchJob) else len(job.request.settings)
             done = len(snapshot.results)
-            text = scalepage.progress_words(done, total, snapshot.message, snapshot.stop_requested, words)
+            text = scalepage.progress_words(done, total, snapshot.message, snapshot.stop_requested, words, lang)
             st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
             return
         if state.get("at_scale_shown") is not job:

@@ -76,7 +76,7 @@ def poll(running: bool, lang: str, tr: Translator) -> None:
             return
         snapshot = job.state()
         if snapshot.running:
-            words = tr("tradeoffs.stopping") if snapshot.stop_requested else snapshot.message
+            words = tradeoffspage.progress_words(snapshot.message, snapshot.stop_requested, lang, tr)
             st.progress(min(snapshot.fraction, 1.0), text=words)
             if snapshot.rows:
                 st.dataframe(sweep_table(snapshot.rows, lang, ()), hide_index=True, key="tradeoffs_live")

@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import SpecError
+from ..message import Message
 from ..model.catalog import ModelInfo
 from ..model.snippets import (
     ckptlab_run_line,
@@ -55,7 +56,7 @@ from ..model.snippets import (
 from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.simulate import simulate
-from ..step.stopping import Cancel, Progress, stopper
+from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
 from .scale import ScaleRequest, fits, recompute_cost
 
 GPU_COUNTS = (
@@ -209,12 +210,16 @@ def cheapest_that_fits(
         spec = request.spec(setting, gpus)
         result = known.get(spec)
         if result is None:
-            label = f"{gpus} GPU{'s' if gpus > 1 else ''}, {setting.key}"
+            prefix = Message(
+                f"{gpus} GPU{'s' if gpus > 1 else ''}, {setting.key}: ",
+                key="progress.gpus_many" if gpus > 1 else "progress.gpus_one",
+                params={"gpus": gpus, "setting": setting.key},
+            )
             done = len(tried)
             result = simulate(
                 spec,
                 progress=lambda message, fraction: report(
-                    f"{label}: {message}", min((done + fraction) / budget_guess, 0.99)
+                    prefixed(prefix, message), min((done + fraction) / budget_guess, 0.99)
                 ),
             )
             simulated += 1
@@ -225,7 +230,7 @@ def cheapest_that_fits(
         return result
 
     def answer(result: RunResult | None, cancelled: bool = False) -> GpuSearch:
-        report("done", 1.0)
+        report(DONE, 1.0)
         elapsed = time.monotonic() - started
         return GpuSearch(request, budget_bytes, counts, info.num_layers, result, tried, simulated, cancelled, elapsed)
 

@@ -24,7 +24,7 @@ from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.preflight import validate_for_model
 from ..step.simulate import simulate
-from ..step.stopping import Cancel, Progress, scaled, stopper
+from ..step.stopping import DONE, Cancel, Progress, prefixed, scaled, stopper
 
 EveryN = Literal["distinct", "all"]
 OffloadFor = Literal["n=1", "all", "none"]
@@ -242,7 +242,7 @@ def scale_table(
             result = simulate(spec, progress=scaled(report, index, total, f"{setting.key}: "))
             seconds[setting.key] = time.monotonic() - began
         results.append(result)
-        report(f"{setting.key}: done", (index + 1) / total)
+        report(prefixed(f"{setting.key}: ", DONE), (index + 1) / total)
         if on_result is not None:
             on_result(result)
     return ScaleTable(request, info.num_layers, results, cancelled, time.monotonic() - started, seconds)

@@ -265,6 +265,15 @@ def plan_sweep(spec: SweepSpec) -> _Plan:
     return _Plan(info=info, rows=rows, notes=notes)
 
 
+def _row_label(index: int, rows: int, seq_len: int, setting: str) -> Message:
+    """A row's name in the progress line and the device queue: "row 2 of 6: seq 512, n=2"."""
+    return Message(
+        f"row {index + 1} of {rows}: seq {seq_len}, {setting}",
+        key="progress.row",
+        params={"row": index + 1, "rows": rows, "seq_len": seq_len, "setting": setting},
+    )
+
+
 def sweep(
     spec: SweepSpec,
     *,
@@ -325,14 +334,18 @@ def sweep(
                 break
             first = not pending or spec.warmup_each_row
             run_spec = spec.run_spec(seq_len, n, offload, warmup=spec.warmup if first else 0)
-            label = f"row {index + 1} of {len(plan.rows)}: seq {seq_len}, {Setting(n, offload).key}"
+            label = _row_label(index, len(plan.rows), seq_len, Setting(n, offload).key)
             with hold(label):
                 if model is None:
-                    report(f"{label}: building the model", done / total)
+                    building = Message(
+                        f"{label}: building the model", key="progress.building_row", params={"label": label}
+                    )
+                    report(building, done / total)
                     # One model for every row: the sequence length is checked per run by measure.
                     model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
                 model.zero_grad(set_to_none=True)
-                progress_here = scaled(report, done, total, f"{label}: memory: ")
+                prefix = Message(f"{label}: memory: ", key="progress.row_memory", params={"label": label})
+                progress_here = scaled(report, done, total, prefix)
                 # should_stop is asked inside the step (ckptlab.step.stopping): a server's time limit ends a
                 # long row. cancel (Stop) is not: the row in flight finishes and is kept.
                 pending.append(
@@ -346,7 +359,11 @@ def sweep(
         ok = [result for result in pending if result.status == "ok"]
         timed_here = bool(ok) and not cancelled
         if timed_here:
-            label = f"seq {seq_len}: {len(ok)} settings timed {spec.timing_order}"
+            label = Message(
+                f"seq {seq_len}: {len(ok)} settings timed {spec.timing_order}",
+                key="progress.timing_interleaved" if spec.timing_order == "interleaved" else "progress.timing_blocks",
+                params={"seq_len": seq_len, "count": len(ok)},
+            )
             step_hook: OnStep | None = None
             if on_timed_step is not None:
                 specs = [result.spec for result in ok]
@@ -355,6 +372,7 @@ def sweep(
                     on_timed_step(specs[index])
 
             assert model is not None and info is not None  # built by the rows that ran ("ok")
+            prefix = Message(f"{label}: ", key="progress.label", params={"label": label})
             with hold(label):
                 rounds = time_settings(
                     [result.spec for result in ok],
@@ -364,7 +382,7 @@ def sweep(
                     warmup_rounds=spec.warmup if spec.warmup_each_row else 0,
                     on_step=step_hook,
                     stopped=stopped,
-                    progress=scaled(report, done, total, f"{label}: "),
+                    progress=scaled(report, done, total, prefix),
                 )
             timed = {id(result): (timing, notes) for result, timing, notes in zip(ok, rounds.timings, rounds.notes)}
             pending = [
@@ -382,7 +400,7 @@ def sweep(
         if cancelled:
             break
     if total and not cancelled:
-        report("sweep done", 1.0)
+        report(Message("sweep done", key="progress.sweep_done"), 1.0)
     return SweepResult(
         spec=spec,
         model=plan.info.name,

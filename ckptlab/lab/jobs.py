@@ -17,6 +17,8 @@ from ..errors import CkptlabError
 from ..message import Message
 from ..results import RunResult
 
+STARTING = Message("starting", key="progress.starting")  # a job's progress line before its work reports
+
 
 class BackgroundJob:
     """The thread, the Stop event, the progress and the results collected so far.
@@ -25,7 +27,7 @@ class BackgroundJob:
     :meth:`_collect` and ``self._stop`` to the work, and reports from :meth:`state`.
     """
 
-    def __init__(self, thread_name: str, message: str = "starting") -> None:
+    def __init__(self, thread_name: str, message: str = STARTING) -> None:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._message, self._fraction = message, 0.0
@@ -51,6 +53,7 @@ class BackgroundJob:
         raise NotImplementedError
 
     def _progress(self, message: str, fraction: float) -> None:
+        """Keep the work's progress line (a :class:`Message` where the core says it: a page says it in its language)."""
         with self._lock:
             self._message, self._fraction = message, fraction
 

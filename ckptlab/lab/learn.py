@@ -28,7 +28,7 @@ from ..model.catalog import ModelInfo
 from ..results import RunResult, memory_of
 from ..spec import RunSpec
 from ..step.simulate import simulate
-from ..step.stopping import Progress
+from ..step.stopping import DONE, Progress
 from .run import ModelKey, build_for_key, reference_spec, run_queued
 from .runqueue import OnWait
 
@@ -91,7 +91,7 @@ def measure_all(
         results[spec] = lab.result
         if lab.reference is not None:
             results[reference_spec(spec)] = lab.reference.result
-    report("done", 1.0)
+    report(DONE, 1.0)
     return results
 
 
@@ -184,7 +184,7 @@ def sharding_idea(
             with _simulated_lock:
                 _simulated[spec] = known
         results[spec] = known
-    report("done", 1.0)
+    report(DONE, 1.0)
     bars = [ShardingBar(spec, per_gpu_parts(results[spec]), results[spec]) for spec in specs]
     by_config = {(b.spec.world_size, b.spec.every_n_layers): b for b in bars}
     off_one, off_most, on_one = by_config[min(gpus), None], by_config[max(gpus), None], by_config[min(gpus), 1]

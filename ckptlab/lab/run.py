@@ -22,6 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import DoesNotFitError, RunStoppedError
+from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.lora import linear_module_names
@@ -30,7 +31,7 @@ from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
 from ..step.preflight import load_model, resolve_device, resolve_dtype, validate_for_model
-from ..step.stopping import Progress, ShouldStop, scaled
+from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)
@@ -232,7 +233,7 @@ def run_queued(
     run, base = _cached(cache, spec), _cached(cache, reference)
     wait_s = 0.0
     if run is None or (base is None and _wants_reference(spec, run)):
-        report("waiting for the device", 0.0)
+        report(Message("waiting for the device", key="progress.waiting"), 0.0)
         queued_at = time.monotonic()
         with queue.turn(on_wait=_asking(on_wait, should_stop), timeout=timeout, label=_label(spec), owner=owner):
             wait_s = time.monotonic() - queued_at
@@ -246,7 +247,7 @@ def run_queued(
                     run = cache.put(_measure_one(spec, load, scaled(report, done, count), stop))
                     done += 1
                 if base is None and _wants_reference(spec, run):
-                    prefix = "checkpointing off (reference): "
+                    prefix = Message("checkpointing off (reference): ", key="progress.reference")
                     base = cache.put(_measure_one(reference, load, scaled(report, done, count, prefix), stop))
             except RunStoppedError:
                 raise stop.reason() from None
@@ -257,7 +258,7 @@ def run_queued(
     comparison = None
     if base is not None and run.result.status == "ok" and base.result.status == "ok":
         comparison = compare(run.result, base.result)
-    report("done", 1.0)
+    report(DONE, 1.0)
     return LabRun(run=run, reference=base, comparison=comparison, wait_s=wait_s, elapsed_s=time.monotonic() - started)
 
 

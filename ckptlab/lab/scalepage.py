@@ -26,6 +26,7 @@ from ..explore.scale import (
 )
 from ..model.catalog import ModelInfo
 from ..results import RunResult, memory_of
+from ..show import i18n
 from ..show.figures.breakdown import part_bytes
 from ..show.labels import event_label, provenance_label
 from ..show.wording import app_message
@@ -176,13 +177,16 @@ def plan_line(request: ScaleRequest, every: EveryN, num_layers: int, known: int,
     return line + (words["plan_known"].format(known=known) if known else "")
 
 
-def progress_words(done: int, total: int | None, message: str, stop_requested: bool, words: Mapping[str, str]) -> str:
-    """The progress bar's text: stopping, searching (``total`` None) or so many of so many simulated."""
+def progress_words(
+    done: int, total: int | None, message: str, stop_requested: bool, words: Mapping[str, str], lang: str = i18n.DEFAULT
+) -> str:
+    """The progress bar's text: stopping, searching (``total`` None) or so many of so many simulated,
+    with the job's progress ``message`` said in ``lang`` (the page's, as ``words`` are)."""
     if stop_requested:
         return words["stopping"]
     if total is None:
-        return words["searching"].format(done=done, message=message)
-    return words["progress"].format(done=done, total=total, message=message)
+        return words["searching"].format(done=done, message=i18n.say(message, lang))
+    return words["progress"].format(done=done, total=total, message=i18n.say(message, lang))
 
 
 def changed_line(shown: ScaleRequest, words: Mapping[str, str]) -> str:

@@ -22,6 +22,7 @@ from ..explore.sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_f
 from ..message import Message
 from ..model.catalog import ModelInfo
 from ..spec import RunSpec
+from ..step.stopping import DONE, prefixed
 from .jobs import BackgroundJob
 from .run import TurnStopper
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
@@ -90,7 +91,7 @@ class SweepJob(BackgroundJob):
         self._held: TurnStopper | None = None  # the turn held now, with its time limit
         self._timed_out: TurnStopper | None = None  # the turn the time limit stopped
         self._result: SweepResult | None = None
-        super().__init__("ckptlab-sweep", message="waiting to start")
+        super().__init__("ckptlab-sweep", message=Message("waiting to start", key="progress.waiting_to_start"))
 
     def state(self) -> JobState:
         with self._lock:
@@ -111,8 +112,13 @@ class SweepJob(BackgroundJob):
         def on_wait(ahead: int) -> None:
             if self._stop.is_set():
                 raise _Stopped
+            waiting = Message(
+                f"waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead",
+                key="progress.waiting_ahead_one" if ahead == 1 else "progress.waiting_ahead_many",
+                params={"ahead": ahead},
+            )
             self._progress(
-                f"{label}: waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead", self._fraction
+                prefixed(Message(f"{label}: ", key="progress.label", params={"label": label}), waiting), self._fraction
             )
 
         turn = self._queue.turn(
@@ -165,7 +171,9 @@ class SweepJob(BackgroundJob):
         with self._lock:
             self._result = result
             self._message = (
-                "stopped" if result is not None and result.cancelled else ("done" if result is not None else "failed")
+                Message("stopped", key="progress.stopped")
+                if result is not None and result.cancelled
+                else (DONE if result is not None else Message("failed", key="progress.failed"))
             )
             self._finished = True
 

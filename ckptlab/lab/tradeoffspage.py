@@ -11,7 +11,7 @@ from typing import Any
 
 from ..explore.recommend import Recommendation
 from ..explore.sweep import SweepResult, SweepSpec
-from ..show.i18n import Translator
+from ..show.i18n import Translator, say
 from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
@@ -86,3 +86,8 @@ def recommended(recommendation: Recommendation, seq_len: int, tr: Translator) ->
 def file_stem(result: SweepResult) -> str:
     """The downloads' file name without extension."""
     return f"ckptlab-sweep-{result.model.strip('/').replace('/', '_')}"
+
+
+def progress_words(message: str, stop_requested: bool, lang: str, tr: Translator) -> str:
+    """The running sweep's progress bar text: stopping after the row in flight, or the sweep's progress line in ``lang``."""
+    return tr("tradeoffs.stopping") if stop_requested else say(message, lang)

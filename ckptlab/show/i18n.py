@@ -144,10 +144,12 @@ def say(message: str, lang: str = DEFAULT) -> str:
     its English otherwise, and a plain string (a note read back from JSON, say) as it is.
 
     As with :func:`error_text`, ``en.json`` has no ``said.`` keys: the English is the core's own.
+    A param that is a Message itself (a progress line's prefix, say) is said in ``lang`` too, and so on down.
     """
     if not isinstance(message, Message):
         return str(message)
-    return _translated(SAID, message.key, message.params, message.text, lang)
+    params = {name: say(value, lang) if isinstance(value, Message) else value for name, value in message.params.items()}
+    return _translated(SAID, message.key, params, message.text, lang)
 
 
 def _translated(prefix: str, key: str | None, params: dict, english: str, lang: str) -> str:

@@ -50,7 +50,7 @@ from .meters import clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .preflight import load_model, resolve_device, resolve_dtype, validate_for_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
-from .stopping import Progress, ShouldStop, checked, stoppable
+from .stopping import DONE, Progress, ShouldStop, checked, stoppable
 from .training import make_optimizer, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
 
@@ -157,7 +157,7 @@ def _measure_built(
     notes[:0] = offload_notes(spec, memory, layers)
     if not all(layer.planned == layer.enabled == layer.observed for layer in layers):
         notes.append(_mismatch_note(layers))
-    report("done", 1.0)
+    report(DONE, 1.0)
     return RunResult(
         spec=spec,
         model=model_summary(info),
@@ -200,7 +200,12 @@ def _run_steps(
     repeats = spec.repeats if timed else 0
     total_steps = warmup + repeats + 1
     for index in range(warmup):
-        report(f"warm-up step {index + 1} of {warmup}", (index + 0.5) / total_steps)
+        said = Message(
+            f"warm-up step {index + 1} of {warmup}",
+            key="progress.warmup_step",
+            params={"step": index + 1, "steps": warmup},
+        )
+        report(said, (index + 0.5) / total_steps)
         train_step(model, batch, probe=None, optimizer=optimizer)
 
     clock = clock_for(device)
@@ -209,7 +214,12 @@ def _run_steps(
     loads = [machine_load()[0]] if timed else []
     with probe.attached():
         for index in range(repeats):
-            report(f"timed step {index + 1} of {repeats}", (warmup + index + 0.5) / total_steps)
+            said = Message(
+                f"timed step {index + 1} of {repeats}",
+                key="progress.timed_step",
+                params={"step": index + 1, "steps": repeats},
+            )
+            report(said, (warmup + index + 0.5) / total_steps)
             for phase, seconds in zip(samples, train_step(model, batch, probe, clock=clock, optimizer=optimizer)):
                 samples[phase].append(seconds)
             check_repeatable(probe, planned, notes)
@@ -218,7 +228,7 @@ def _run_steps(
         loads.append(machine_load()[0])
     samples["load"] = loads
 
-    report("memory step (observed, untimed)", (total_steps - 0.5) / total_steps)
+    report(Message("memory step (observed, untimed)", key="progress.memory_step"), (total_steps - 0.5) / total_steps)
     memory, layer_counts = observe_memory(model, batch, device, optimizer)
     return samples, layer_counts, memory
 

@@ -12,6 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import DoesNotFitError, SpecError, UnsupportedModelError
+from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits
@@ -94,7 +95,13 @@ def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrai
     if refusal is not None:
         raise refusal
     if progress is not None:
-        progress(f"building {info.name} ({info.num_params / 1e6:,.1f}M parameters, {info.weights} weights)", 0.0)
+        millions = f"{info.num_params / 1e6:,.1f}"
+        said = Message(
+            f"building {info.name} ({millions}M parameters, {info.weights} weights)",
+            key="progress.building_loaded" if info.weights == "loaded" else "progress.building_random",
+            params={"name": info.name, "millions": millions},
+        )
+        progress(said, 0.0)
     return catalog.build_model(spec.model, dtype=dtype, device=device, seed=spec.seed)
 
 

@@ -24,6 +24,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import SpecError, not_one_of
+from ..message import Message
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import planned_roles
@@ -119,7 +120,12 @@ def time_settings(
         with adapted(model, first.lora_rank, first.lora_targets) as trained:
             optimizer = make_optimizer(first.optimizer, trained)
             for round_, index in step_order(len(specs), warmup_rounds, order):
-                report(f"warm-up round {round_ + 1} of {warmup_rounds}", 0.0)
+                said = Message(
+                    f"warm-up round {round_ + 1} of {warmup_rounds}",
+                    key="progress.warmup_round",
+                    params={"round": round_ + 1, "rounds": warmup_rounds},
+                )
+                report(said, 0.0)
                 apply_setting(model, specs[index], device)
                 train_step(trained, batch, None, optimizer=optimizer)
             probe = LayerProbe(trained, track_saved=False)
@@ -128,7 +134,12 @@ def time_settings(
                 for done, (round_, index) in enumerate(steps):
                     if stopped is not None and stopped():
                         break
-                    report(f"timed round {round_ + 1} of {first.repeats}", done / len(steps))
+                    said = Message(
+                        f"timed round {round_ + 1} of {first.repeats}",
+                        key="progress.timed_round",
+                        params={"round": round_ + 1, "rounds": first.repeats},
+                    )
+                    report(said, done / len(steps))
                     apply_setting(model, specs[index], device)
                     if on_step is not None:
                         on_step(round_, index)

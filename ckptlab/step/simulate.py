@@ -43,6 +43,7 @@ import transformers.modeling_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.graph import saved_tensors_hooks
 
+from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
@@ -56,7 +57,7 @@ from .fold import Reduction, SimulatedStep
 from .fsdp import shard_model
 from .measure import layer_results, model_summary, observe_memory
 from .preflight import resolve_dtype, validate_for_model
-from .stopping import Progress
+from .stopping import DONE, Progress
 from .training import make_optimizer, prime_state
 from .trainstep import random_batch
 
@@ -92,34 +93,70 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     config, _, task = catalog.load_config(spec.model)
     shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast and info.layers_alike else None
 
-    notes = []
+    notes: list[str] = []
     if fast and not info.layers_alike:
-        notes.append("The layers differ (e.g. some without experts), so every layer was simulated, none extrapolated.")
+        notes.append(
+            Message(
+                "The layers differ (e.g. some without experts), so every layer was simulated, none extrapolated.",
+                key="note.layers_differ",
+            )
+        )
     if info.experts_implementation is not None:
         notes.append(experts_note(info))
         notes.append(ROUTING_NOTE)
     if spec.every_n_layers is not None and spec.every_n_layers >= info.num_layers > 1:
-        notes.append(describe_plan(info.num_layers, spec.every_n_layers) + ".")
+        notes.append(
+            Message(
+                describe_plan(info.num_layers, spec.every_n_layers) + ".",
+                key="note.only_first_layer",
+                params={"n": spec.every_n_layers, "layers": info.num_layers},
+            )
+        )
     if shape is None:
-        report(f"simulating all {info.num_layers} layers of {info.name}", 0.1)
+        report(
+            Message(
+                f"simulating all {info.num_layers} layers of {info.name}",
+                key="progress.simulating_all",
+                params={"layers": info.num_layers, "name": info.name},
+            ),
+            0.1,
+        )
         step = _simulate_depth(config, task, info.num_layers, spec, dtype)
     else:
-        report(f"simulating {shape.depth(1)} of {info.num_layers} layers", 0.1)
+        report(_simulating(shape.depth(1), info.num_layers), 0.1)
         one = _simulate_depth(config, task, shape.depth(1), spec, dtype)
-        report(f"simulating {shape.depth(2)} of {info.num_layers} layers", 0.5)
+        report(_simulating(shape.depth(2), info.num_layers), 0.5)
         two = _simulate_depth(config, task, shape.depth(2), spec, dtype)
         step = shape.extrapolate(one, two)
         notes.append(
-            f"Simulated {shape.depth(1)} and {shape.depth(2)} layers and extrapolated to {info.num_layers}: "
-            "the layers are identical and the plan repeats, so every figure is exact (not an estimate)."
+            Message(
+                f"Simulated {shape.depth(1)} and {shape.depth(2)} layers and extrapolated to {info.num_layers}: "
+                "the layers are identical and the plan repeats, so every figure is exact (not an estimate).",
+                key="note.extrapolated",
+                params={"one": shape.depth(1), "two": shape.depth(2), "layers": info.num_layers},
+            )
         )
     if spec.offload:
+        moved = f"{step.host_bytes:,}"
         notes.append(
-            f"offload simulated: {step.host_bytes:,} bytes of checkpointed inputs held in pinned host "
-            "memory instead of device memory (counted in host_offload_bytes, not in the device figures)."
+            Message(
+                f"offload simulated: {moved} bytes of checkpointed inputs held in pinned host "
+                "memory instead of device memory (counted in host_offload_bytes, not in the device figures).",
+                key="note.offload_simulated",
+                params={"bytes": moved},
+            )
         )
-    report("done", 1.0)
+    report(DONE, 1.0)
     return _result(spec, info, dtype, step, notes)
+
+
+def _simulating(depth: int, layers: int) -> Message:
+    """The progress line of one shallow copy's simulation."""
+    return Message(
+        f"simulating {depth} of {layers} layers",
+        key="progress.simulating_some",
+        params={"depth": depth, "layers": layers},
+    )
 
 
 # -- one simulated step -------------------------------------------------------------------
@@ -167,14 +204,23 @@ def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: Hos
 def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedStep, notes: list[str]) -> RunResult:
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     if [layer.observed for layer in step.layers] != planned:
-        notes.append("PLAN MISMATCH: the simulated step did not rerun the layers every_n_layers plans.")
+        notes.append(
+            Message(
+                "PLAN MISMATCH: the simulated step did not rerun the layers every_n_layers plans.",
+                key="note.plan_mismatch_simulated",
+            )
+        )
     memory = replace(step.memory, host_offload_bytes=step.host_bytes)
     ranks = []
     if spec.fsdp:
         ranks = [RankResult(rank=0, memory=memory, timing=None, layers=step.layers)]
         notes.append(
-            f"FSDP2 over {spec.world_size} ranks, simulated with a fake process group: the figures are rank 0's "
-            "(every rank holds the same bytes but for the rounding of uneven shards)."
+            Message(
+                f"FSDP2 over {spec.world_size} ranks, simulated with a fake process group: the figures are rank 0's "
+                "(every rank holds the same bytes but for the rounding of uneven shards).",
+                key="note.fsdp_simulated",
+                params={"ranks": spec.world_size},
+            )
         )
     return RunResult(
         spec=spec,

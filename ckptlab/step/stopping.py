@@ -21,10 +21,12 @@ from contextlib import contextmanager
 import torch
 
 from ..errors import RunStoppedError
+from ..message import Message
 from ..model.plan import checkpointable_layers
 
 ShouldStop = Callable[[], bool]
-Progress = Callable[[str, float], None]  # (what is happening, fraction done in [0, 1])
+# (what is happening: a Message where the core says it, for a page to say in its language; fraction done in [0, 1])
+Progress = Callable[[str, float], None]
 Cancel = Callable[[], bool] | threading.Event  # a job's stop button: an event, or a function that says so
 
 
@@ -73,10 +75,22 @@ def stopper(cancel: Cancel | None) -> ShouldStop:
     return cancel
 
 
+DONE = Message("done", key="progress.done")  # the last progress message of a run or a job
+
+
+def prefixed(prefix: str, message: str) -> str:
+    """``prefix + message`` as one :class:`Message` that keeps both as params (either may be a Message itself),
+    so a page says the whole line in its language; its English is the two strings joined, as before.
+    """
+    if not prefix:
+        return message
+    return Message(prefix + message, key="progress.prefixed", params={"prefix": prefix, "message": message})
+
+
 def scaled(report: Progress, index: int, total: int, prefix: str = "") -> Progress:
     """Progress of the ``index``-th of ``total`` runs as a share of the whole job's, its messages after ``prefix``."""
 
     def report_share(message: str, fraction: float) -> None:
-        report(prefix + message, (index + fraction) / total)
+        report(prefixed(prefix, message), (index + fraction) / total)
 
     return report_share

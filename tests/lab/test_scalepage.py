@@ -74,6 +74,17 @@ def test_progress_words_and_the_changed_line():
     assert "seq 8,192" in scalepage.changed_line(shown, WORDS) and "8 GPUs" in scalepage.changed_line(shown, WORDS)
 
 
+def test_the_progress_line_is_said_in_the_pages_language():
+    from ckptlab.step.stopping import DONE, prefixed
+
+    words = i18n.section("at_scale", "ja")
+    line = scalepage.progress_words(2, 5, prefixed("n=2: ", DONE), False, words, "ja")
+    assert line == words["progress"].format(done=2, total=5, message="n=2: 完了")
+    assert (
+        scalepage.progress_words(2, 5, prefixed("n=2: ", DONE), False, WORDS) == "Simulating (2 of 5 done): n=2: done"
+    )
+
+
 def test_the_model_caption_says_infinite_positions_when_the_config_has_none():
     info = ckptlab.describe("qwen3-8b")
     assert f"{info.max_positions:,}" in scalepage.model_caption(info, WORDS)

@@ -61,3 +61,12 @@ def test_summary_budget_and_recommendation_words(result):
     words = tradeoffspage.recommended(recommendation, 32, tr)
     assert recommendation.row.setting in words and mib(recommendation.row.peak_bytes) in words
     assert tradeoffspage.file_stem(result) == "ckptlab-sweep-tiny-gpt2"
+
+
+def test_the_running_sweeps_progress_line_is_said_in_the_pages_language():
+    from ckptlab.message import Message
+
+    line = Message("sweep done", key="progress.sweep_done")
+    assert tradeoffspage.progress_words(line, False, "pt-BR", i18n.translator("pt-BR")) == "varredura concluída"
+    assert tradeoffspage.progress_words(line, False, "en", i18n.translator("en")) == "sweep done"
+    assert tradeoffspage.progress_words(line, True, "ja", i18n.translator("ja")) == i18n.t("tradeoffs.stopping", "ja")
