@@ -24,14 +24,10 @@ rounds, is ``ckptlab.step.trainstep``.
 from __future__ import annotations
 
 import gc
-import os
-import platform
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
 
 import torch
-import transformers
 from transformers import PreTrainedModel
 
 from ..message import Message
@@ -41,8 +37,6 @@ from ..model.plan import checkpointable_layers, describe_plan, observed_roles, p
 from ..results import (
     LayerResult,
     MemoryResult,
-    ModelSummary,
-    Provenance,
     RunResult,
 )
 from ..spec import RunSpec
@@ -50,6 +44,7 @@ from .meters import clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .preflight import load_model, resolve_device, resolve_dtype, validate_for_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
+from .provenance import model_summary, provenance_for
 from .stopping import DONE, Progress, ShouldStop, checked, stoppable
 from .training import make_optimizer, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
@@ -332,45 +327,6 @@ def offload_notes(spec: RunSpec, memory: MemoryResult | None, layers: Sequence[L
         f"On a GPU, offload would move {memory.offload_bytes:,} bytes off the device: the inputs kept by the "
         f"{cp_layers} checkpointed layers (measured here as the inputs those layers received).",
     ]
-
-
-def model_summary(info: ModelInfo) -> ModelSummary:
-    """The part of the catalog's description a result carries."""
-    return ModelSummary(
-        name=info.name,
-        family=info.family,
-        task=info.task,
-        num_layers=info.num_layers,
-        hidden_size=info.hidden_size,
-        num_params=info.num_params,
-        weights=info.weights,
-        experts_implementation=info.experts_implementation,
-        num_experts=info.num_experts,
-        experts_per_token=info.experts_per_token,
-    )
-
-
-def provenance_for(device: torch.device) -> Provenance:
-    """Provenance of a measurement on ``device``, with versions and the time now."""
-    is_cuda = device.type == "cuda"
-    return Provenance(
-        kind="measured-cuda" if is_cuda else "measured-cpu",
-        device_name=torch.cuda.get_device_name(device) if is_cuda else _cpu_name(),
-        torch_version=torch.__version__,
-        transformers_version=transformers.__version__,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
 # -- out of memory ------------------------------------------------------------------------

@@ -33,7 +33,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
@@ -49,14 +48,15 @@ from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
 from ..model.plan import describe_plan, observed_roles, planned_roles
-from ..results import Provenance, RankResult, RunResult
+from ..results import RankResult, RunResult
 from ..spec import RunSpec
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
 from .fold import Reduction, SimulatedStep
 from .fsdp import shard_model
-from .measure import layer_results, model_summary, observe_memory
+from .measure import layer_results, observe_memory
 from .preflight import resolve_dtype, validate_for_model
+from .provenance import model_summary, simulated_provenance
 from .stopping import DONE, Progress
 from .training import make_optimizer, prime_state
 from .trainstep import random_batch
@@ -231,13 +231,7 @@ def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedS
         layers=step.layers,
         memory=memory,
         timing=None,
-        provenance=Provenance(
-            kind="simulated",
-            device_name="no GPU used; tensor shapes as on a CUDA device",
-            torch_version=torch.__version__,
-            transformers_version=transformers.__version__,
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        ),
+        provenance=simulated_provenance(),
         notes=notes,
         ranks=ranks,
     )

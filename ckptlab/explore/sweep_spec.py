@@ -1,0 +1,95 @@
+"""What a sweep measures: one model, its sequence lengths and the settings to try (:class:`SweepSpec`).
+
+:mod:`ckptlab.explore.sweep` runs it; each of its rows is one :class:`~ckptlab.spec.RunSpec`
+(:meth:`SweepSpec.run_spec`), so a row is validated and measured as a single run is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import SpecError, check_whole_number, not_one_of
+from ..model.catalog import DEFAULT_PRESET
+from ..spec import RunSpec
+from ..step.rounds import ORDERS, Order
+
+OffloadChoice = Literal["no", "yes", "both"]
+OFFLOAD_CHOICES = ("no", "yes", "both")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep: one model, its shapes and the settings to try."""
+
+    model: str = DEFAULT_PRESET  # preset name or local directory with config.json
+    seq_lens: tuple[int, ...] = (512,)  # one row group per sequence length, in this order
+    every_n_layers: tuple[int, ...] | None = None  # settings to try; None: every distinct one, 1 .. layers
+    offload: OffloadChoice = "no"  # "no", "yes" (offload rows only) or "both"; offload rows need CUDA
+    batch_size: int = 1  # sequences per step
+    dtype: str = "auto"  # as RunSpec.dtype
+    device: str = "auto"  # as RunSpec.device
+    repeats: int = 4  # timed steps per row, as a single run
+    warmup: int = 2  # untimed steps before the first row of each sequence length
+    warmup_each_row: bool = False  # True: every row warms up as a single run does (slower, see the module doc)
+    include_off: bool = True  # measure checkpointing off first: the reference of every ratio
+    seed: int = 0  # seeds the random weights and tokens
+    optimizer: str = "adamw"  # as RunSpec.optimizer: every row runs the same training step
+    lora_rank: int | None = None  # as RunSpec.lora_rank; None: full fine-tune
+    lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets
+    timing_order: Order = "interleaved"  # "interleaved": A B C A B C ... (see the module doc); "blocks": A A B B C C
+
+    def validate(self) -> None:
+        """Raise :class:`SpecError` naming the first bad value and its fix."""
+        if self.timing_order not in ORDERS:
+            raise not_one_of("timing_order", self.timing_order, ORDERS)
+        if not self.seq_lens:
+            raise SpecError("seq_lens is empty: give at least one sequence length, e.g. 512.", key="sweep.no_seq_lens")
+        for seq_len in self.seq_lens:
+            check_whole_number("seq_len", seq_len)
+        if self.offload not in OFFLOAD_CHOICES:
+            raise not_one_of("offload", self.offload, OFFLOAD_CHOICES)
+        if self.every_n_layers is not None and not self.every_n_layers:
+            raise SpecError(
+                "every_n_layers is empty: give at least one value (e.g. 1,2,4), or None for all.",
+                key="sweep.no_every_n_layers",
+            )
+        for value in self.every_n_layers or ():
+            self.run_spec(self.seq_lens[0], value, False).validate()
+        self.run_spec(self.seq_lens[0], None, False).validate()
+
+    def run_spec(self, seq_len: int, every_n_layers: int | None, offload: bool, warmup: int | None = None) -> RunSpec:
+        """The single run of one row."""
+        return RunSpec(
+            model=self.model,
+            seq_len=seq_len,
+            batch_size=self.batch_size,
+            dtype=self.dtype,
+            device=self.device,
+            every_n_layers=every_n_layers,
+            offload=offload,
+            repeats=self.repeats,
+            warmup=self.warmup if warmup is None else warmup,
+            seed=self.seed,
+            optimizer=self.optimizer,
+            lora_rank=self.lora_rank,
+            lora_targets=self.lora_targets,
+        )
+
+    @classmethod
+    def from_run_spec(cls, spec: RunSpec, **axes: Any) -> SweepSpec:
+        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up, seed, optimizer and LoRA; ``axes`` set the rest."""
+        axes.setdefault("seq_lens", (spec.seq_len,))
+        return cls(
+            model=spec.model,
+            batch_size=spec.batch_size,
+            dtype=spec.dtype,
+            device=spec.device,
+            repeats=spec.repeats,
+            warmup=spec.warmup,
+            seed=spec.seed,
+            optimizer=spec.optimizer,
+            lora_rank=spec.lora_rank,
+            lora_targets=spec.lora_targets,
+            **axes,
+        )
