@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..results import Provenance, Region, RunResult, TimelinePoint
 from ..spec import RunSpec
-from .i18n import t
+from .i18n import say, t
 
 
 def setting_label(every_n_layers: int | None, offload: bool, lang: str = "en") -> str:
@@ -40,7 +40,7 @@ def provenance_label(provenance: Provenance | str, lang: str = "en") -> str:
     """
     if isinstance(provenance, str):
         return t(f"provenance_kind.{provenance}", lang)
-    return t(f"provenance.{provenance.kind}", lang, device=provenance.device_name)
+    return t(f"provenance.{provenance.kind}", lang, device=say(provenance.device_name, lang))
 
 
 def method_label(method: str, lang: str = "en") -> str:

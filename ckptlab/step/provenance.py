@@ -13,10 +13,12 @@ from datetime import datetime, timezone
 import torch
 import transformers
 
+from ..message import Message
 from ..model.catalog import ModelInfo
 from ..results import Kind, ModelSummary, Provenance
 
-SIMULATED_DEVICE_NAME = "no GPU used; tensor shapes as on a CUDA device"
+# Where a simulation ran, in the place of a device's name: a sentence, so a page says it in its language.
+SIMULATED_DEVICE_NAME = Message("no GPU used; tensor shapes as on a CUDA device", key="provenance.no_gpu")
 
 
 def model_summary(info: ModelInfo) -> ModelSummary:

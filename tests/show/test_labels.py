@@ -20,6 +20,7 @@ from ckptlab.show.labels import (
 from ckptlab.show.report import setting_name
 from ckptlab.spec import RunSpec
 from ckptlab.step.probe import region_for
+from ckptlab.step.provenance import simulated_provenance
 
 PROVENANCE = Provenance(
     kind="measured-cpu",
@@ -62,6 +63,14 @@ def test_one_provenance_label_for_a_result_and_for_a_bare_kind():
     for kind in ("measured-cuda", "measured-cpu", "simulated", "predicted"):
         full = provenance_label(replace(PROVENANCE, kind=kind), "pt-BR")  # type: ignore[arg-type]
         assert full.startswith(provenance_label(kind, "pt-BR")) and full.endswith("(Intel Xeon, 2 cores)")
+
+
+def test_a_simulation_says_where_it_ran_in_the_pages_language():
+    simulated = simulated_provenance()  # its "device" is a sentence: no GPU was used
+    assert provenance_label(simulated) == "simulated (fake tensors) (no GPU used; tensor shapes as on a CUDA device)"
+    for lang in ("pt-BR", "ja"):
+        label = provenance_label(simulated, lang)
+        assert label.startswith(provenance_label("simulated", lang)) and "no GPU used" not in label
 
 
 def test_method_event_and_training_labels():
