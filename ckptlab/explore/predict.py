@@ -36,16 +36,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from typing import Any, Literal
 
-import torch
-import transformers
 from transformers import PretrainedConfig
 
 from ..errors import SpecError, check_whole_number
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..results import Provenance, RunResult
+from ..step.provenance import made_now
 from .calibration import Calibration, calibrate
 from .formula import (
     EXPERTS_COUNTED_NOTE,
@@ -208,7 +206,7 @@ def predict(
         input_bytes=[input_bytes] * arch.num_layers,
         outside_bytes=outside_bytes(arch, seq_len, batch_size, element),
         input_saved_as_is=not (arch.norm == "rms" and element != FLOAT32),
-        provenance=_provenance(FORMULA_SOURCE),
+        provenance=made_now("predicted", FORMULA_SOURCE),
         # Seconds need a measured step to scale; the ratio itself comes from the config alone.
         step_s=None if cal is None else cal.step_s,
     )
@@ -224,7 +222,7 @@ def predict(
             input_bytes=cal.input_bytes,
             outside_bytes=cal.outside_bytes,
             input_saved_as_is=cal.input_saved_as_is,
-            provenance=_provenance(f"calibrated on one run with checkpointing off, {cal.source}"),
+            provenance=made_now("predicted", f"calibrated on one run with checkpointing off, {cal.source}"),
             forward_s=cal.forward_s,
             step_s=cal.step_s,
         )
@@ -331,13 +329,3 @@ class _Source:
             step_s=step,
             provenance=self.provenance,
         )
-
-
-def _provenance(source: str) -> Provenance:
-    return Provenance(
-        kind="predicted",
-        device_name=source,
-        torch_version=torch.__version__,
-        transformers_version=transformers.__version__,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )

@@ -1,7 +1,9 @@
 """What a result says about where its numbers come from: the model as run, and the device, versions and time.
 
 A measured run names its device (the GPU's name, or the CPU's model and cores); a simulated one
-says that no GPU was used. Both carry the versions of torch and transformers and the time in UTC.
+says that no GPU was used; a prediction (``explore.predict``) names its formula. Every one carries
+the versions of torch and transformers and the time in UTC (:func:`made_now`, the one place a
+:class:`~ckptlab.results.Provenance` is built).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ def model_summary(info: ModelInfo) -> ModelSummary:
 def provenance_for(device: torch.device) -> Provenance:
     """Provenance of a measurement on ``device``, with versions and the time now."""
     if device.type == "cuda":
-        return _provenance("measured-cuda", torch.cuda.get_device_name(device))
-    return _provenance("measured-cpu", _cpu_name())
+        return made_now("measured-cuda", torch.cuda.get_device_name(device))
+    return made_now("measured-cpu", _cpu_name())
 
 
 def _cpu_name() -> str:
@@ -57,10 +59,11 @@ def _cpu_name() -> str:
 
 def simulated_provenance() -> Provenance:
     """Provenance of a simulation: fake tensors, no device."""
-    return _provenance("simulated", SIMULATED_DEVICE_NAME)
+    return made_now("simulated", SIMULATED_DEVICE_NAME)
 
 
-def _provenance(kind: Kind, device_name: str) -> Provenance:
+def made_now(kind: Kind, device_name: str) -> Provenance:
+    """A :class:`Provenance` of ``kind`` with this process's torch and transformers versions and the time now."""
     return Provenance(
         kind=kind,
         device_name=device_name,
