@@ -16,6 +16,7 @@ from typing import Any
 from .errors import SpecError, check_whole_number, not_one_of
 from .model.catalog import DEFAULT_PRESET
 from .model.plan import planned_roles, validate_every_n_layers
+from .model.selective import Selective, check_selective
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -44,11 +45,16 @@ class RunSpec:
     lora_targets: tuple[str, ...] | None = None  # modules LoRA adapts; None: every attention and MLP projection
     world_size: int = 1  # ranks the step runs on: launched processes (run) or a fake process group (simulate)
     fsdp: bool = False  # shard with FSDP2's fully_shard, every decoder layer and then the root; needs world_size > 1
+    # Selective checkpointing (ckptlab.model.selective): what a CP layer keeps besides its input. "none", a
+    # policy ("attention", "matmuls", "torchtitan") or, from Python, a tuple of op names such as ("aten.mm",).
+    selective: Selective = "none"
 
     def __post_init__(self) -> None:
         # JSON and the URL give a list; a tuple keeps the spec hashable (results are cached by spec).
         if self.lora_targets is not None and not isinstance(self.lora_targets, tuple):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        if isinstance(self.selective, list):  # op names, read back from JSON
+            object.__setattr__(self, "selective", tuple(self.selective))
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
@@ -77,6 +83,7 @@ class RunSpec:
                 targets=list(self.lora_targets),
             )
         self._validate_ranks()
+        check_selective(self.selective, self.every_n_layers)
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "

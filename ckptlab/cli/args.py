@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import NoReturn
 
+from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, OPTIMIZERS, RunSpec
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
@@ -75,6 +76,25 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(
         metavar="NAMES",
         help="comma-separated modules LoRA adapts, e.g. q_proj,v_proj (default: every attention and MLP projection)",
     )
+    run.add_argument(
+        "--selective",
+        type=_selective,
+        default=defaults.selective,
+        metavar="POLICY",
+        help=f"selective checkpointing: what a CP layer keeps besides its input: {', '.join(SELECTIVE_CHOICES)}, or "
+        "comma-separated op names such as aten.mm,aten.bmm (default none)",
+    )
+
+
+def _selective(text: str) -> str | tuple[str, ...]:
+    """A policy's name, or op names (any name with a dot); torch's check of the names is the spec's."""
+    if text in SELECTIVE_CHOICES:
+        return text
+    if "." in text:
+        return _names(text)
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not one of {', '.join(SELECTIVE_CHOICES)}, nor op names like aten.mm,aten.bmm"
+    )
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -95,6 +115,7 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
         optimizer=args.optimizer,
         lora_rank=args.lora_rank,
         lora_targets=args.lora_targets,
+        selective=getattr(args, "selective", "none"),
         **{"world_size": getattr(args, "world_size", 1), "fsdp": getattr(args, "fsdp", False), **extra},
     )
 
@@ -133,6 +154,8 @@ def argv_from_spec(spec: RunSpec) -> list[str]:
         argv += ["--lora-targets", ",".join(spec.lora_targets)]
     if spec.fsdp:
         argv.append("--fsdp")
+    if spec.selective != "none":
+        argv += ["--selective", spec.selective if isinstance(spec.selective, str) else ",".join(spec.selective)]
     return argv
 
 

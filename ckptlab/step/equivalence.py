@@ -15,6 +15,7 @@ import torch
 
 from ..model import catalog
 from ..model.lora import adapted
+from ..model.selective import enable_checkpointing
 from ..spec import RunSpec
 from .preflight import resolve_device, resolve_dtype
 from .training import trainable_parameters
@@ -57,7 +58,7 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
             spec.model, dtype=dtype, device=device, seed=spec.seed, config_overrides=_dropout_overrides(spec, dropout)
         )
         if checkpointing and spec.every_n_layers is not None:  # spec.checkpointing
-            model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload_applies)
+            enable_checkpointing(model, spec.every_n_layers, offload_applies, spec.selective)
         batch = random_batch(model, replace(spec, every_n_layers=None), device)
         with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
             trained.train()

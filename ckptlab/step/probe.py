@@ -25,8 +25,10 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ..model.experts import moe_parts
 from ..model.plan import checkpointable_layers
+from ..model.selective import SelectivePolicy, policy_of
 from ..results import Region, TimelinePoint
 from .meters import MemoryMeter
+from .selective import SelectiveObserver
 
 Phase = Literal["idle", "forward", "backward", "optimizer"]
 
@@ -42,6 +44,12 @@ class LayerCounts:
     moe: bool = False  # the layer routes tokens to experts (a router and an experts module)
     router_recompute_calls: int = 0  # MoE: times its router ran again during the backward
     experts_recompute_calls: int = 0  # MoE: times its experts ran again during the backward
+    # Selective checkpointing (ckptlab.step.selective), counted in an observed step (track_saved):
+    selective: str = "none"  # the policy the layer's checkpoint ran with (its key), "none" for plain or keep
+    kept_bytes: int = 0  # bytes of the op outputs the policy kept in SAC's cache (each storage once)
+    kept_ops: dict[str, int] = field(default_factory=dict)  # op -> outputs kept in the forward
+    rerun_ops: dict[str, int] = field(default_factory=dict)  # op -> times it ran again in the backward's rerun
+    reused_ops: dict[str, int] = field(default_factory=dict)  # op -> times the rerun took it from the cache
 
 
 # The events of a step, in the order they come: the forward of each layer and its end, the
@@ -107,6 +115,7 @@ class LayerProbe:
         self.track_saved = track_saved
         self.phase: Phase = "idle"
         self._moe_parts = [moe_parts(layer) for layer in self.layers]
+        self._policies: list[SelectivePolicy | None] = [policy_of(layer) for layer in self.layers]
         self._state = self._fresh_state()
         self._current_layer: int | None = None
         self._entry_child: dict[int, nn.Module] = {}
@@ -114,6 +123,7 @@ class LayerProbe:
         self._param_storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
         for param in model.parameters():
             self._param_storages[param.untyped_storage()] = True
+        self._observer = SelectiveObserver(self._running_counts)
 
     @property
     def counts(self) -> list[LayerCounts]:
@@ -129,6 +139,8 @@ class LayerProbe:
 
     def begin_step(self) -> None:
         """Reset the counts and enter the forward phase."""
+        # Read at each step: the sweep's rounds switch the setting between steps under one probe.
+        self._policies = [policy_of(layer) for layer in self.layers]
         self._state = self._fresh_state()
         self._current_layer = None
         self.phase = "forward"
@@ -141,7 +153,16 @@ class LayerProbe:
             self._emit(phase)
 
     def _fresh_state(self) -> _StepState:
-        return _StepState(counts=[LayerCounts(moe=experts is not None) for _, experts in self._moe_parts])
+        return _StepState(
+            counts=[
+                LayerCounts(moe=experts is not None, selective=policy.key if policy else "none")
+                for (_, experts), policy in zip(self._moe_parts, self._policies)
+            ]
+        )
+
+    def _running_counts(self) -> LayerCounts | None:
+        """The counts of the layer whose forward runs now (the selective observer's attribution)."""
+        return None if self._current_layer is None else self._state.counts[self._current_layer]
 
     def end_step(self) -> None:
         """Leave the step (the backward has returned)."""
@@ -171,7 +192,13 @@ class LayerProbe:
                         stack.callback(module.register_forward_pre_hook(self._moe_pre_hook(index, part)).remove)
             if self.track_saved:
                 stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
+                # What a selective policy keeps is not saved through autograd: its own observer counts it.
+                stack.enter_context(self._observer.watching(self._attached_policies()))
             yield self
+
+    def _attached_policies(self) -> list[SelectivePolicy]:
+        found = {id(policy): policy for policy in map(policy_of, self.layers) if policy is not None}
+        return list(found.values())
 
     def _layer_pre_hook(self, index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
