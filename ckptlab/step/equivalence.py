@@ -38,12 +38,15 @@ class GradientCheck:
         return self.loss_equal and self.max_abs_difference == 0.0
 
 
-def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
+def check_gradients(spec: RunSpec, dropout: float = DROPOUT, attention_dropout: float | None = None) -> GradientCheck:
     """Compare one step of ``spec`` with the same step with checkpointing off, bit for bit.
 
     Args:
         spec: the setting to check (model, shape, checkpointing, offload, LoRA); its optimizer is not run.
         dropout: the attention and hidden dropout set in the model's config for the check.
+        attention_dropout: the attention's own dropout, where it differs (None: ``dropout``). With
+            attention dropout in training, SDPA on the CPU takes its math path, which the
+            ``"attention"`` selective policy has no op to keep in (``ckptlab.model.selective``).
 
     Raises:
         SpecError, ModelLoadError: for bad input.
@@ -55,7 +58,11 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
     gradients = []
     for checkpointing in (False, True):
         model, _ = catalog.build_model(
-            spec.model, dtype=dtype, device=device, seed=spec.seed, config_overrides=_dropout_overrides(spec, dropout)
+            spec.model,
+            dtype=dtype,
+            device=device,
+            seed=spec.seed,
+            config_overrides=_dropout_overrides(spec, dropout, attention_dropout),
         )
         if checkpointing and spec.every_n_layers is not None:  # spec.checkpointing
             enable_checkpointing(model, spec.every_n_layers, offload_applies, spec.selective)
@@ -77,8 +84,12 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
     )
 
 
-def _dropout_overrides(spec: RunSpec, dropout: float) -> dict[str, float]:
-    """The dropout fields the model's config has (names differ by architecture), all set to ``dropout``."""
+ATTENTION_DROPOUT_FIELDS = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop")
+
+
+def _dropout_overrides(spec: RunSpec, dropout: float, attention_dropout: float | None = None) -> dict[str, float]:
+    """The dropout fields the model's config has (names differ by architecture), set to ``dropout``
+    (the attention's to ``attention_dropout`` when given)."""
     config, _, _ = catalog.load_config(spec.model)
     names = (
         "attention_dropout",
@@ -90,7 +101,10 @@ def _dropout_overrides(spec: RunSpec, dropout: float) -> dict[str, float]:
         "embd_pdrop",
         "dropout",
     )
-    return {name: dropout for name in names if isinstance(getattr(config, name, None), (int, float))}
+    chosen = {name: dropout for name in names if isinstance(getattr(config, name, None), (int, float))}
+    if attention_dropout is not None:
+        chosen |= {name: attention_dropout for name in ATTENTION_DROPOUT_FIELDS if name in chosen}
+    return chosen
 
 
 def _gradient(param: torch.nn.Parameter) -> torch.Tensor:
