@@ -215,6 +215,20 @@ class RunSpec:
         reading = read_training_args(args)
         return cls(**{**reading.changes, **overrides})
 
+    def trainer_fields(self) -> dict[str, Any]:
+        """The ``TrainingArguments`` fields, beside checkpointing, whose Trainer step is this spec's (the inverse of
+        :meth:`from_training_args`); without an optimizer ("none") only the batch, which has no Trainer twin else."""
+        fields: dict[str, Any] = {"per_device_train_batch_size": self.batch_size}
+        if self.trainer_optimizer is None:
+            return fields
+        fields |= {"gradient_accumulation_steps": self.gradient_accumulation_steps, "optim": self.trainer_optimizer}
+        if self.optim_args:
+            fields["optim_args"] = self.optim_args
+        fields["max_grad_norm"] = self.max_grad_norm
+        if self.mixed_precision != "none":
+            fields[self.mixed_precision] = True
+        return fields
+
     @property
     def checkpointing(self) -> bool:
         return self.every_n_layers is not None

@@ -160,7 +160,6 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         ranked_by = "predicted"
     as_fast = [row.setting for row in tied]
     spec = best.result.spec if best.result is not None else None
-    optimizer = spec.optimizer if spec is not None else "adamw"
     model_code = model_snippet(best.every_n_layers, best.offload)
     if spec is not None and spec.lora_rank is not None:
         targets = training_bytes(spec.model, torch.float32, lora_rank=spec.lora_rank, lora_targets=spec.lora_targets)
@@ -173,7 +172,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         margin_bytes=budget - known_peak(best),
         reasons=_reasons(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
         model_code=model_code,
-        trainer_code=trainer_snippet(best.every_n_layers, best.offload, optimizer),
+        trainer_code=trainer_snippet(best.every_n_layers, best.offload, spec.trainer_fields() if spec else None),
         fitting=fitting,
         as_fast=as_fast,
         ranked_by=ranked_by,

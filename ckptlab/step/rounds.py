@@ -180,4 +180,8 @@ def _shared(spec: RunSpec) -> tuple:
         spec.lora_targets,
         spec.repeats,
         spec.world_size,
+        spec.optim_args,
+        spec.gradient_accumulation_steps,
+        spec.max_grad_norm,
+        spec.mixed_precision,
     )
