@@ -10,6 +10,7 @@ result; the front ends build one from widgets, a URL or command-line flags.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,10 +18,36 @@ from .errors import SpecError, check_whole_number, not_one_of
 from .model.catalog import DEFAULT_PRESET
 from .model.plan import planned_roles, validate_every_n_layers
 from .model.selective import Selective, check_selective
+from .training_args import read_training_args
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
-OPTIMIZERS = ("adamw", "sgd", "none")  # "none": forward and backward only, for lessons on activations alone
+# Optimizers by the names of TrainingArguments.optim, built as Trainer builds them (ckptlab.step.training),
+# and the lab's own two: "adamw" is Trainer's default (adamw_torch_fused for torch >= 2.8), "none" stops after
+# the backward (lessons on activations alone). The low-bit ones need their package (LOW_BIT_PACKAGES).
+OPTIMIZERS = (
+    "adamw",
+    "adamw_torch_fused",
+    "adamw_torch",
+    "adafactor",
+    "sgd",
+    "adagrad",
+    "rmsprop",
+    "adamw_torch_8bit",
+    "adamw_torch_4bit",
+    "adamw_bnb_8bit",
+    "none",
+)
+# The optimizers that need a package of their own: its import name and pip line.
+LOW_BIT_PACKAGES = {
+    "adamw_torch_8bit": ("torchao", "pip install torchao"),
+    "adamw_torch_4bit": ("torchao", "pip install torchao"),
+    "adamw_bnb_8bit": ("bitsandbytes", "pip install bitsandbytes"),
+}
+TRAINER_DEFAULT_OPTIMIZER = "adamw_torch_fused"  # what "adamw" means: TrainingArguments.optim's default
+# Trainer's mixed precision: "bf16"/"fp16" is TrainingArguments(bf16=True)/(fp16=True), autocast over the weights.
+MIXED_PRECISIONS = ("none", "bf16", "fp16")
+MAX_ACCUMULATION_STEPS = 256  # micro-batches per optimizer step a spec may name; each is a forward and a backward
 MAX_WORLD_SIZE = 1024  # the most ranks a spec may name (a simulation's fake process group goes this far)
 
 
@@ -31,20 +58,22 @@ class RunSpec:
     model: str = DEFAULT_PRESET  # preset name (python -m ckptlab models) or a local directory with config.json
     seq_len: int = 512  # tokens per sequence; 512 makes the recompute cost of the default preset visible on 2 CPU cores
     batch_size: int = 1  # sequences per step
-    dtype: str = "auto"  # "auto" (float32 on the CPU, bfloat16 on CUDA), "float32", "bfloat16" or "float16"
+    dtype: str = "auto"  # the weights: "auto" (float32 on the CPU or with mixed precision, else bfloat16 on CUDA), "float32", ...
     device: str = "auto"  # "auto" (CUDA when present), "cpu" or "cuda"
     every_n_layers: int | None = 1  # checkpoint layers whose 0-based index is a multiple of this; None: off
     offload: bool = False  # transformers' offload of checkpointed inputs to pinned host memory (CUDA only)
     repeats: int = 4  # timed steps, after the warm-up; medians are quoted
     warmup: int = 2  # untimed steps first: the first backwards are slow (allocator, kernels, caches)
     seed: int = 0  # seeds the random weights and the random tokens
-    optimizer: str = (
-        "adamw"  # "adamw" (torch.optim.AdamW, as Trainer), "sgd" (no state) or "none" (forward + backward only)
-    )
+    optimizer: str = "adamw"  # TrainingArguments.optim's name (OPTIMIZERS); "adamw" is Trainer's default, fused AdamW
     lora_rank: int | None = None  # LoRA adapters of this rank on a frozen base (peft); None: full fine-tune
     lora_targets: tuple[str, ...] | None = None  # modules LoRA adapts; None: every attention and MLP projection
     world_size: int = 1  # ranks the step runs on: launched processes (run) or a fake process group (simulate)
     fsdp: bool = False  # shard with FSDP2's fully_shard, every decoder layer and then the root; needs world_size > 1
+    gradient_accumulation_steps: int = 1  # micro-batches per optimizer step, as Trainer's; gradients live across them
+    max_grad_norm: float = 1.0  # Trainer's clip_grad_norm_ bound; <= 0 still computes the norm (an infinite bound)
+    mixed_precision: str = "none"  # "bf16"/"fp16": autocast over float32 weights, as TrainingArguments(bf16=True)
+    optim_args: str | None = None  # TrainingArguments.optim_args, e.g. "momentum=0.9" (SGD's momentum is state)
     # Selective checkpointing (ckptlab.model.selective): what a CP layer keeps besides its input. "none", a
     # policy ("attention", "matmuls", "torchtitan") or, from Python, a tuple of op names such as ("aten.mm",).
     selective: Selective = "none"
@@ -63,9 +92,15 @@ class RunSpec:
         check_whole_number("warmup", self.warmup, minimum=0)
         if self.every_n_layers is not None:
             validate_every_n_layers(self.every_n_layers)
-        for name, choices in (("dtype", DTYPES), ("device", DEVICES), ("optimizer", OPTIMIZERS)):
+        for name, choices in (
+            ("dtype", DTYPES),
+            ("device", DEVICES),
+            ("optimizer", OPTIMIZERS),
+            ("mixed_precision", MIXED_PRECISIONS),
+        ):
             if getattr(self, name) not in choices:
                 raise not_one_of(name, getattr(self, name), choices)
+        self._validate_recipe()
         if self.lora_rank is not None and (
             isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1
         ):
@@ -90,6 +125,58 @@ class RunSpec:
                 "keep, so there is nothing to move. Set every_n_layers (for example 1) or drop offload.",
                 key="spec.offload_without_checkpointing",
             )
+
+    def _validate_recipe(self) -> None:
+        """Trainer's side of the step: accumulation, the clipping bound, mixed precision against the dtype."""
+        check_whole_number("gradient_accumulation_steps", self.gradient_accumulation_steps)
+        if self.gradient_accumulation_steps > MAX_ACCUMULATION_STEPS:
+            raise SpecError(
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps} is more than the lab runs "
+                f"({MAX_ACCUMULATION_STEPS}): every micro-batch is a forward and a backward, and from the second on "
+                "they hold the same bytes. Use at most that many.",
+                key="spec.accumulation_too_many",
+                value=self.gradient_accumulation_steps,
+                limit=MAX_ACCUMULATION_STEPS,
+            )
+        norm = self.max_grad_norm
+        if isinstance(norm, bool) or not isinstance(norm, (int, float)) or norm != norm:  # NaN != NaN
+            raise SpecError(
+                f"max_grad_norm={norm!r} is not valid: it is a number (Trainer's default is 1.0; 0 or less still "
+                "computes the norm, without clipping).",
+                key="spec.max_grad_norm",
+                value=norm,
+            )
+        if self.mixed_precision != "none" and self.dtype == "float16":
+            raise SpecError(
+                f"mixed_precision={self.mixed_precision!r} with dtype='float16': Trainer's mixed precision autocasts "
+                "float32 (or bfloat16) weights, and float16 weights cannot be trained with it (the gradient scaler "
+                "refuses float16 gradients). Use dtype 'float32' (or 'auto') for master weights.",
+                key="spec.mixed_precision_dtype",
+                mixed_precision=self.mixed_precision,
+            )
+        package = LOW_BIT_PACKAGES.get(self.optimizer)
+        if package is not None and importlib.util.find_spec(package[0]) is None:
+            raise SpecError(
+                f"optimizer={self.optimizer!r} needs the package {package[0]}, which is not installed here. Install "
+                f"it ({package[1]}) or pick another optimizer (adamw, adamw_torch, adafactor, sgd, ...).",
+                key="spec.optimizer_package",
+                optimizer=self.optimizer,
+                package=package[0],
+                pip=package[1],
+            )
+        if self.optim_args is not None and not isinstance(self.optim_args, str):
+            raise SpecError(
+                f"optim_args={self.optim_args!r} is not valid: it is TrainingArguments' text, e.g. 'momentum=0.9'.",
+                key="spec.optim_args",
+                value=self.optim_args,
+            )
+
+    @property
+    def trainer_optimizer(self) -> str | None:
+        """The TrainingArguments.optim name this spec's optimizer is ("adamw" -> Trainer's default); None for "none"."""
+        if self.optimizer == "none":
+            return None
+        return TRAINER_DEFAULT_OPTIMIZER if self.optimizer == "adamw" else self.optimizer
 
     def _validate_ranks(self) -> None:
         size = self.world_size
@@ -120,6 +207,34 @@ class RunSpec:
                 key="spec.fsdp_with_lora",
                 rank=self.lora_rank,
             )
+
+    @classmethod
+    def from_training_args(cls, args: Any, **overrides: Any) -> RunSpec:
+        """The spec of the step a ``transformers.Trainer`` runs for ``args`` (a ``TrainingArguments`` or a mapping
+        of its fields, as in a JSON file); ``overrides`` set any field on top (the model, the sequence length, ...).
+
+        Fields the arguments leave out take Trainer's defaults (batch 8 per device);
+        ``ckptlab.training_args.read_training_args`` says which.
+
+        Raises:
+            SpecError: unknown or ill-typed fields, or fields TrainingArguments refuses.
+        """
+        reading = read_training_args(args)
+        return cls(**{**reading.changes, **overrides})
+
+    def trainer_fields(self) -> dict[str, Any]:
+        """The ``TrainingArguments`` fields, beside checkpointing, whose Trainer step is this spec's (the inverse of
+        :meth:`from_training_args`); without an optimizer ("none") only the batch, which has no Trainer twin else."""
+        fields: dict[str, Any] = {"per_device_train_batch_size": self.batch_size}
+        if self.trainer_optimizer is None:
+            return fields
+        fields |= {"gradient_accumulation_steps": self.gradient_accumulation_steps, "optim": self.trainer_optimizer}
+        if self.optim_args:
+            fields["optim_args"] = self.optim_args
+        fields["max_grad_norm"] = self.max_grad_norm
+        if self.mixed_precision != "none":
+            fields[self.mixed_precision] = True
+        return fields
 
     @property
     def checkpointing(self) -> bool:

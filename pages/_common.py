@@ -12,10 +12,11 @@ import streamlit as st
 import ckptlab
 from ckptlab.lab.query import LORA_RANK_MAX
 from ckptlab.lab.run import lora_target_choices
+from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
 from ckptlab.show import i18n
 from ckptlab.show.i18n import Translator
-from ckptlab.spec import OPTIMIZERS
+from ckptlab.spec import MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 
 
 def language() -> tuple[str, Translator]:
@@ -69,6 +70,38 @@ def optimizer_box(key: str, tr: Translator) -> None:
         format_func=lambda name: tr(f"training.optimizer_{name}"),
         help=tr("training.optimizer_help"),
     )
+
+
+def step_boxes(prefix: str, tr: Translator) -> None:
+    """Trainer's side of the step (accumulation, mixed precision, clipping), in ``<prefix>_accumulation``,
+    ``_mixed_precision`` and ``_max_grad_norm`` (``ckptlab.lab.stepboxes`` reads them back)."""
+    state = st.session_state
+    for key, value in step_widget_values(prefix, RunSpec()).items():
+        state.setdefault(key, value)  # the lab's defaults where neither a link nor the session set one
+    with st.expander(tr("training.step")):
+        st.number_input(
+            tr("training.accumulation"),
+            min_value=1,
+            max_value=MAX_ACCUMULATION_STEPS,
+            step=1,
+            key=f"{prefix}_accumulation",
+            help=tr("training.accumulation_help"),
+        )
+        st.selectbox(
+            tr("training.mixed_precision"),
+            MIXED_PRECISIONS,
+            key=f"{prefix}_mixed_precision",
+            format_func=lambda name: tr(f"training.mixed_precision_{name}"),
+            help=tr("training.mixed_precision_help"),
+        )
+        st.number_input(
+            tr("training.max_grad_norm"),
+            min_value=0.0,
+            step=0.1,
+            format="%g",
+            key=f"{prefix}_max_grad_norm",
+            help=tr("training.max_grad_norm_help"),
+        )
 
 
 def lora_boxes(prefix: str, choices: Sequence[str], tr: Translator) -> None:

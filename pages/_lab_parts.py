@@ -122,4 +122,4 @@ def draw_code(spec: RunSpec, tr: Translator) -> None:
     st.caption(tr("lab.on_a_model"))
     st.code(snippets.model_snippet(spec.every_n_layers, spec.offload), language="python")
     st.caption(tr("lab.with_trainer"))
-    st.code(snippets.trainer_snippet(spec.every_n_layers, spec.offload), language="python")
+    st.code(snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields()), language="python")

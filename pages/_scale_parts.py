@@ -29,7 +29,7 @@ from ckptlab.spec import RunSpec
 from pages._common import preset_infos
 from pages._server import offered_folder
 
-LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets")  # the shape's keys in a link (gpu= aside)
+LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum", "mp", "clip")  # the shape's keys in a link (gpu= aside)
 POLL_S = 0.5  # how often the progress bar looks at a running job
 
 

@@ -24,7 +24,16 @@ from ckptlab.lab.targets import spec_targets
 from ckptlab.show import i18n
 from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.wording import app_message
-from pages._common import failure, language, lora_boxes, lora_choices, optimizer_box, preset_infos, settle_lora_targets
+from pages._common import (
+    failure,
+    language,
+    lora_boxes,
+    lora_choices,
+    optimizer_box,
+    preset_infos,
+    settle_lora_targets,
+    step_boxes,
+)
 from pages._deep_link import run_through_app
 from pages._scale_answers import draw_search, draw_table
 from pages._scale_parts import draw_buttons, load_widgets, poll, simulation_cache
@@ -37,7 +46,7 @@ lang, tr = language()  # tr: the training controls' words, shared with the lab p
 TEXT = i18n.section("at_scale", lang)
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
 WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
-           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer",
+           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_accumulation", "at_scale_mixed_precision", "at_scale_max_grad_norm",
            "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets")  # fmt: skip
 state = st.session_state
 
@@ -69,6 +78,7 @@ with st.sidebar:
     st.number_input(TEXT["batch"], min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
     st.selectbox(TEXT["dtype"], SIMULATION_DTYPES, key="at_scale_dtype")
     optimizer_box("at_scale_optimizer", tr)
+    step_boxes("at_scale", tr)
     lora_box = st.container()  # filled once the model is read: its projections are the LoRA targets
     st.radio(
         TEXT["every"],

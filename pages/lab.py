@@ -29,6 +29,7 @@ from pages._common import (
     optimizer_box,
     preset_infos,
     settle_lora_targets,
+    step_boxes,
 )
 from pages._deep_link import run_through_app
 from pages._lab_parts import draw_code, load_widgets, run_and_keep
@@ -41,7 +42,8 @@ DEVICES = ("auto", "cpu", "cuda") if torch.cuda.is_available() else ("auto", "cp
 lang, tr = language()
 policy, policy_problem = server_policy()
 WIDGETS = ("lab_model", "lab_local_dir", "lab_seq", "lab_batch", "lab_dtype", "lab_device", "lab_ckpt", "lab_n",
-           "lab_offload", "lab_repeats", "lab_warmup", "lab_optimizer", "lab_lora", "lab_lora_rank", "lab_lora_targets")  # fmt: skip
+           "lab_offload", "lab_repeats", "lab_warmup", "lab_optimizer", "lab_lora", "lab_lora_rank", "lab_lora_targets",
+           "lab_accumulation", "lab_mixed_precision", "lab_max_grad_norm")  # fmt: skip
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -122,6 +124,7 @@ with st.sidebar:
         tr("lab.check_grads"), key="lab_check_grads", disabled=not state.lab_ckpt, help=tr("lab.check_grads_help")
     )
     optimizer_box("lab_optimizer", tr)
+    step_boxes("lab", tr)
     lora_boxes("lab", choices, tr)
     with st.expander(tr("lab.timing")):
         st.number_input(tr("lab.repeats"), min_value=1, max_value=REPEATS_MAX, key="lab_repeats")

@@ -22,7 +22,7 @@ from ckptlab.show.noise import sweep_busy_message, sweep_table
 from ckptlab.show.peak_words import peak_sentence
 from ckptlab.spec import DTYPES
 from ckptlab.units import MIB
-from pages._common import download_buttons, language, lora_choices, optimizer_box, preset_infos
+from pages._common import download_buttons, language, lora_choices, optimizer_box, preset_infos, step_boxes
 from pages._deep_link import run_through_app
 from pages._server import server_policy
 from pages._sweep_parts import draw_buttons, poll
@@ -57,6 +57,7 @@ with st.sidebar:
     st.number_input(tr("tradeoffs.batch"), 1, 64, 1, key="tradeoffs_batch")
     st.selectbox("dtype", DTYPES, key="tradeoffs_dtype")
     optimizer_box("tradeoffs_optimizer", tr)
+    step_boxes("tradeoffs", tr)
     choices = lora_choices(model)
     lora = st.toggle(
         tr("training.lora"), value=False, key="tradeoffs_lora", disabled=not choices, help=tr("training.lora_help")

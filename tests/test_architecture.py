@@ -13,7 +13,7 @@ PACKAGE = ROOT / "ckptlab"
 LAYERS = [
     {"ckptlab.errors", "ckptlab.message", "ckptlab.units"},
     {"ckptlab.model"},
-    {"ckptlab.spec"},
+    {"ckptlab.spec", "ckptlab.training_args"},  # what to run; a user's TrainingArguments read as it
     {"ckptlab.results"},
     {"ckptlab.step"},
     {"ckptlab.explore"},

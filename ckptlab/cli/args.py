@@ -11,7 +11,8 @@ import sys
 from typing import NoReturn
 
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
-from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, OPTIMIZERS, RunSpec
+from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+from ..training_args import load_training_args_file, read_training_args
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
@@ -29,60 +30,122 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see: {self.prog} --help)\n")
 
 
+class _Given(argparse.Action):
+    """Store the value, and remember that the flag was given: a flag given on the command line wins over
+    ``--training-args`` (argparse's defaults cannot tell a default from a value typed equal to it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
+
+
+def _flag(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *names: str, **options) -> None:
+    """A spec option that records that it was given; ``store_true=True`` for a flag without a value."""
+    if options.pop("store_true", False):
+        options.update(nargs=0, const=True, default=False)
+    parser.add_argument(*names, action=_Given, **options)
+
+
 def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec()) -> None:
     """The options of ``run`` that describe one spec; ``simulate`` and ``sweep`` reuse them."""
-    run.add_argument(
+    _flag(
+        run,
         "--model",
         default=defaults.model,
         help=f"preset name or local directory with config.json (default {defaults.model})",
     )
-    run.add_argument(
-        "--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})"
+    _flag(
+        run, "--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})"
     )
-    run.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 1)")
+    _flag(run, "--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 1)")
     setting = run.add_mutually_exclusive_group()
-    setting.add_argument(
+    _flag(
+        setting,
         "--every-n-layers",
         type=int,
         default=defaults.every_n_layers,
         help="checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)",
     )
-    setting.add_argument("--no-checkpointing", action="store_true", help="run with checkpointing off")
-    run.add_argument(
-        "--offload", action="store_true", help="keep checkpointed inputs in pinned host memory (CUDA only)"
+    _flag(setting, "--no-checkpointing", store_true=True, help="run with checkpointing off")
+    _flag(run, "--offload", store_true=True, help="keep checkpointed inputs in pinned host memory (CUDA only)")
+    _flag(
+        run,
+        "--dtype",
+        choices=DTYPES,
+        default=defaults.dtype,
+        help="the weights; default auto: float32 on the CPU or with --mixed-precision, else bfloat16 on CUDA",
     )
-    run.add_argument(
-        "--dtype", choices=DTYPES, default=defaults.dtype, help="default auto: float32 on the CPU, bfloat16 on CUDA"
-    )
-    run.add_argument("--device", choices=DEVICES, default=defaults.device, help="default auto: CUDA when present")
-    run.add_argument("--seed", type=int, default=defaults.seed)
-    run.add_argument(
+    _flag(run, "--device", choices=DEVICES, default=defaults.device, help="default auto: CUDA when present")
+    _flag(run, "--seed", type=int, default=defaults.seed)
+    _flag(
+        run,
         "--optimizer",
         choices=OPTIMIZERS,
         default=defaults.optimizer,
-        help="adamw (default, as Trainer), sgd (no state) or none (forward and backward only)",
+        metavar="NAME",
+        help="TrainingArguments.optim's name, built as Trainer builds it: adamw (default: Trainer's, fused), "
+        f"{', '.join(name for name in OPTIMIZERS if name not in ('adamw', 'none'))}; or none (forward and backward only)",
     )
-    run.add_argument(
+    _flag(
+        run,
+        "--optim-args",
+        default=defaults.optim_args,
+        metavar="TEXT",
+        help="TrainingArguments.optim_args, e.g. momentum=0.9",
+    )
+    _flag(
+        run,
+        "--gradient-accumulation-steps",
+        type=int,
+        default=defaults.gradient_accumulation_steps,
+        metavar="K",
+        help="micro-batches per optimizer step, as Trainer's (default 1)",
+    )
+    _flag(
+        run,
+        "--max-grad-norm",
+        type=float,
+        default=defaults.max_grad_norm,
+        metavar="X",
+        help="Trainer's gradient clipping bound (default 1.0; 0 still computes the norm, as Trainer)",
+    )
+    _flag(
+        run,
+        "--mixed-precision",
+        choices=MIXED_PRECISIONS,
+        default=defaults.mixed_precision,
+        help="bf16 or fp16: autocast over float32 weights, as TrainingArguments(bf16=True) (default none)",
+    )
+    _flag(
+        run,
         "--lora-rank",
         type=int,
         default=defaults.lora_rank,
         metavar="R",
         help="train LoRA adapters of rank R on a frozen base (peft); default: full fine-tune",
     )
-    run.add_argument(
+    _flag(
+        run,
         "--lora-targets",
         type=_names,
         default=defaults.lora_targets,
         metavar="NAMES",
         help="comma-separated modules LoRA adapts, e.g. q_proj,v_proj (default: every attention and MLP projection)",
     )
-    run.add_argument(
+    _flag(
+        run,
         "--selective",
         type=_selective,
         default=defaults.selective,
         metavar="POLICY",
         help=f"selective checkpointing: what a CP layer keeps besides its input: {', '.join(SELECTIVE_CHOICES)}, or "
         "comma-separated op names such as aten.mm,aten.bmm (default none)",
+    )
+    run.add_argument(
+        "--training-args",
+        metavar="FILE.json",
+        help="your TrainingArguments as JSON (the fields TrainingArguments(**json) takes): the step they run; "
+        "the flags above, where given, win over the file",
     )
 
 
@@ -101,23 +164,80 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
+# The flags of add_run_arguments and the RunSpec field each sets (--no-checkpointing sets every_n_layers).
+_SPEC_FIELDS = {
+    "model": "model",
+    "seq_len": "seq_len",
+    "batch_size": "batch_size",
+    "dtype": "dtype",
+    "device": "device",
+    "every_n_layers": "every_n_layers",
+    "offload": "offload",
+    "seed": "seed",
+    "optimizer": "optimizer",
+    "optim_args": "optim_args",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "max_grad_norm": "max_grad_norm",
+    "mixed_precision": "mixed_precision",
+    "lora_rank": "lora_rank",
+    "lora_targets": "lora_targets",
+    "selective": "selective",
+}
+
+
 def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
-    """The :class:`RunSpec` the options of :func:`add_run_arguments` describe."""
-    return RunSpec(
-        model=args.model,
-        seq_len=args.seq_len,
-        batch_size=args.batch_size,
-        dtype=args.dtype,
-        device=args.device,
-        every_n_layers=None if args.no_checkpointing else args.every_n_layers,
-        offload=args.offload,
-        seed=args.seed,
-        optimizer=args.optimizer,
-        lora_rank=args.lora_rank,
-        lora_targets=args.lora_targets,
-        selective=getattr(args, "selective", "none"),
-        **{"world_size": getattr(args, "world_size", 1), "fsdp": getattr(args, "fsdp", False), **extra},
+    """The :class:`RunSpec` the options of :func:`add_run_arguments` describe.
+
+    With ``--training-args``, the file gives the step's fields (``RunSpec.from_training_args``) and the
+    flags given on the command line win over it; ``extra`` wins over both.
+
+    Raises:
+        SpecError: a training args file that cannot be read as TrainingArguments.
+    """
+    flags = {field: getattr(args, dest) for dest, field in _SPEC_FIELDS.items()}
+    if args.no_checkpointing:
+        flags["every_n_layers"] = None
+    extra = {"world_size": getattr(args, "world_size", 1), "fsdp": getattr(args, "fsdp", False), **extra}
+    path = getattr(args, "training_args", None)
+    if path is None:
+        return RunSpec(**flags, **extra)
+    given: frozenset[str] = getattr(args, "given", frozenset())
+    # The file does not say the model nor the sequence (TrainingArguments has neither): the flags do.
+    chosen = {"model", "seq_len"} | {_SPEC_FIELDS[dest] for dest in given if dest in _SPEC_FIELDS}
+    if "no_checkpointing" in given:
+        chosen.add("every_n_layers")
+    return RunSpec.from_training_args(
+        load_training_args_file(path), **{field: flags[field] for field in chosen}, **extra
     )
+
+
+def training_args_lines(args: argparse.Namespace) -> list[str]:
+    """What a ``--training-args`` file left to Trainer's defaults and what it set that the lab does not count, for
+    the text output; empty without a file."""
+    path = getattr(args, "training_args", None)
+    if path is None:
+        return []
+    reading = read_training_args(load_training_args_file(path))
+    given: frozenset[str] = getattr(args, "given", frozenset())
+    lines = [f"from {path}: the step of TrainingArguments(**json), the flags given winning over it"]
+    defaulted = {name: value for name, value in reading.defaulted.items() if _FLAG_OF.get(name) not in given}
+    if defaulted:
+        listed = ", ".join(f"{name}={value!r}" for name, value in defaulted.items())
+        lines.append(f"  not in the file, Trainer's defaults: {listed}")
+    if reading.unused:
+        lines.append(f"  read, not counted (they change no byte of the step): {', '.join(reading.unused)}")
+    return lines
+
+
+# TrainingArguments' step fields and the flag that overrides each (a defaulted field a flag set is not defaulted).
+_FLAG_OF = {
+    "per_device_train_batch_size": "batch_size",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "max_grad_norm": "max_grad_norm",
+    "optim": "optimizer",
+    "bf16": "mixed_precision",
+    "activation_checkpointing": "every_n_layers",
+}
 
 
 def add_fsdp_argument(parser: argparse.ArgumentParser) -> None:
@@ -154,6 +274,10 @@ def argv_from_spec(spec: RunSpec) -> list[str]:
         argv += ["--lora-targets", ",".join(spec.lora_targets)]
     if spec.fsdp:
         argv.append("--fsdp")
+    argv += ["--gradient-accumulation-steps", str(spec.gradient_accumulation_steps)]
+    argv += ["--max-grad-norm", repr(spec.max_grad_norm), "--mixed-precision", spec.mixed_precision]
+    if spec.optim_args is not None:
+        argv += ["--optim-args", spec.optim_args]
     if spec.selective != "none":
         argv += ["--selective", spec.selective if isinstance(spec.selective, str) else ",".join(spec.selective)]
     return argv

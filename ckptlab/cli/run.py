@@ -38,6 +38,7 @@ from .args import (
     argv_from_spec,
     print_progress,
     spec_from_args,
+    training_args_lines,
 )
 
 RANK_ERRORS_ENV = (
@@ -103,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(result.to_json())
     else:
-        print(run_report(result, comparison, reference))
+        print("\n".join([*training_args_lines(args), run_report(result, comparison, reference)]))
     if result.status != "ok":
         if args.json:
             print(f"error: {result.message}", file=sys.stderr)

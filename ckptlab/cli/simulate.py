@@ -16,7 +16,7 @@ from ..results import RunResult
 from ..show.report import run_report
 from ..step.simulate import simulate
 from ..units import GIB, mib
-from .args import add_fsdp_argument, add_run_arguments, add_world_size_argument, spec_from_args
+from .args import add_fsdp_argument, add_run_arguments, add_world_size_argument, spec_from_args, training_args_lines
 
 
 def add_simulate_command(commands) -> None:
@@ -81,7 +81,7 @@ def _simulate_command(args: argparse.Namespace) -> int:
             data["fit"] = verdict
         print(json.dumps(data, indent=2))
     else:
-        print(run_report(result))
+        print("\n".join([*training_args_lines(args), run_report(result)]))
         if verdict:
             print("\n" + verdict["sentence"])
     return 0

@@ -17,10 +17,10 @@ from ..explore.budget import GPUS, gpu_name
 from ..explore.predict_training import LORA_ACTIVATIONS_NOTE
 from ..explore.recommend import Recommendation, recommend
 from ..explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
-from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent
+from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
-from .args import EXIT_BAD_INPUT, add_run_arguments, print_progress, spec_from_args
+from .args import EXIT_BAD_INPUT, add_run_arguments, print_progress, spec_from_args, training_args_lines
 
 
 def add_sweep_command(commands) -> None:
@@ -158,7 +158,7 @@ def _sweep(args: argparse.Namespace) -> int:
         data["recommendation"] = None if recommendation is None else _recommendation_dict(recommendation)
         print(json.dumps(data, indent=2))
     else:
-        print(sweep_report(result, checks, recommendation))
+        print("\n".join([*training_args_lines(args), sweep_report(result, checks, recommendation)]))
     if not any(row.status == "ok" for row in result.rows):
         print("error: no configuration fitted in memory; try a shorter sequence or a smaller batch.", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -189,11 +189,10 @@ def sweep_report(
     """The sweep as text: the measured table, the predictions beside it, the recommendation."""
     spec = result.spec
     first = next((row.result for row in result.rows if row.result is not None), None)
-    lora = f"LoRA r={spec.lora_rank}" if spec.lora_rank is not None else "full fine-tune"
     lines = [
         f"{result.model}: {result.num_layers} layers · batch {spec.batch_size} · {result.device}"
         + (f" · {first.dtype} · {first.provenance.label}" if first else "")
-        + f" · optimizer {spec.optimizer} · {lora}"
+        + f" · {training_name(spec.run_spec(spec.seq_lens[0], None, False))}"
     ]
     timings = [row.result.timing for row in result.rows if row.result is not None and row.result.timing is not None]
     busy = busy_note(

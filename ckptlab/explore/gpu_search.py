@@ -125,13 +125,16 @@ class GpuSearch:
         )
         if spec.world_size == 1:
             return SearchCode(
-                torchrun_line(1, script), run_line, model_snippet(n, offload), trainer_snippet(n, offload, optimizer)
+                torchrun_line(1, script),
+                run_line,
+                model_snippet(n, offload),
+                trainer_snippet(n, offload, spec.trainer_fields()),
             )
         return SearchCode(
             torchrun_line(spec.world_size, script),
             run_line,
             fsdp_snippet(n, offload, optimizer),
-            fsdp_trainer_snippet(n, offload, optimizer),
+            fsdp_trainer_snippet(n, offload, spec.trainer_fields()),
         )
 
 

@@ -90,8 +90,8 @@ class Prediction:
     parameter_bytes: int | None = None  # every parameter on the device (LoRA: the base and the adapters)
     buffer_bytes: int | None = None  # the model's buffers
     gradient_bytes: int | None = None  # gradients of the trained parameters (LoRA: the adapters only)
-    optimizer_state_bytes: int | None = None  # AdamW's moments (and step counters on the CPU); 0 for sgd, none
-    optimizer_temp_bytes: int | None = None  # held during optimizer.step() only (AdamW foreach: the trained bytes)
+    optimizer_state_bytes: int | None = None  # the optimizer's moments and step counters (predict_training)
+    optimizer_temp_bytes: int | None = None  # held during optimizer.step() only (none fused; foreach: a copy)
     peak_bytes: int | None = None  # the step's predicted peak, total (parameters included)
     peak_phase: PeakPhase | None = None  # "optimizer" (exact) or "backward" (an estimate, see predict_training)
     activations_approximate: bool = False  # True: the formula's full fine-tune activations stand in for LoRA's

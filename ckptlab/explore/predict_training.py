@@ -8,12 +8,17 @@ None of these depend on the tokens, so they are arithmetic, not a model of the s
 - LoRA (peft): for each module peft adapts (a target name equal to a module's name or ending
   it), ``rank x (in + out)`` parameters in float32 (peft upcasts 16-bit adapters by default),
   two tensors (A and B); the base is frozen, so only the adapters train;
-- gradients: one per trained parameter, in its dtype (all three optimizers: the backward makes them);
-- AdamW (torch, foreach): ``exp_avg`` and ``exp_avg_sq`` in the parameter's dtype, two times the
-  trained bytes, plus a 4-byte ``step`` counter per trained tensor where the optimizer keeps it
-  (on the host on CUDA, so counted on the CPU only); during ``step()`` the multi-tensor update
-  holds one more copy of the trained bytes (``sqrt(exp_avg_sq)``); SGD without momentum: no
-  state and an in-place update.
+- gradients: one per trained parameter, in its dtype (every optimizer: the backward makes them);
+- the optimizer's state, by Trainer's name (:data:`STATE_TENSORS`): AdamW keeps ``exp_avg`` and
+  ``exp_avg_sq`` in the parameter's dtype (two times the trained bytes), Adagrad its ``sum`` and
+  RMSprop its ``square_avg`` (one time), each plus a 4-byte ``step`` counter per trained tensor where
+  the optimizer keeps it (on the device when fused, Trainer's default; else on the host on CUDA, so
+  counted on the CPU only); SGD without momentum: none. Adafactor's factored moments and the
+  low-bit optimizers are not counted: simulate them;
+- the step's temporaries: fused AdamW (Trainer's default) makes none; the multi-tensor update
+  torch runs on CUDA for the others holds one more copy of the trained bytes (``sqrt(exp_avg_sq)``,
+  ``sqrt(sum)``); the per-parameter loop it runs on the CPU at most two copies of the largest
+  trained tensor (an estimate: exact for AdamW on tiny-llama).
 
 The step's peak is the larger of two moments. The optimizer step: parameters, buffers,
 gradients, the state and the update's temporaries (exact). The backward: parameters,
@@ -40,9 +45,18 @@ from ..errors import SpecError, not_one_of
 from ..model import catalog
 from ..model.configs import infer_task
 from ..model.lora import resolve_targets
-from ..spec import OPTIMIZERS
+from ..spec import OPTIMIZERS, TRAINER_DEFAULT_OPTIMIZER
 
 PeakPhase = Literal["backward", "optimizer"]
+# Trainer's optimizers the formula counts: (tensors the size of each trained parameter in the state, fused).
+STATE_TENSORS = {
+    "adamw_torch_fused": (2, True),
+    "adamw_torch": (2, False),
+    "adagrad": (1, False),
+    "rmsprop": (1, False),
+    "sgd": (0, False),
+    "none": (0, False),
+}
 ADAPTER = 4  # bytes: peft keeps LoRA adapters in float32 (autocast_adapter_dtype) whatever the base's dtype
 STEP_COUNTER = 4  # bytes: AdamW's float32 ``step`` per parameter tensor
 
@@ -59,7 +73,7 @@ LORA_ACTIVATIONS_NOTE = (
 class TrainingBytes:
     """What a training step holds besides its activations, for one model, dtype, optimizer and LoRA."""
 
-    optimizer: str  # "adamw", "sgd" or "none"
+    optimizer: str  # a RunSpec.optimizer the formula counts (STATE_TENSORS; "adamw" is adamw_torch_fused)
     lora_rank: int | None  # None: full fine-tune
     lora_targets: tuple[str, ...]  # the modules' names peft adapts (empty for a full fine-tune)
     parameter_bytes: int  # every parameter on the device: the base in the dtype, adapters in float32
@@ -67,8 +81,8 @@ class TrainingBytes:
     trainable_bytes: int  # the parameters that train: all of them, or the adapters
     trainable_tensors: int  # how many tensors train (AdamW keeps a step counter for each)
     gradient_bytes: int  # one gradient per trained parameter, after the backward
-    optimizer_state_bytes: int  # AdamW's two moments (+ step counters on the CPU); 0 for sgd and none
-    optimizer_temp_bytes: int  # held during step() only: AdamW foreach's copy of the trained bytes
+    optimizer_state_bytes: int  # the moments (+ step counters where they are on the device); 0 for sgd and none
+    optimizer_temp_bytes: int  # held during step() only: none fused, a copy of the trained bytes with foreach
 
     @property
     def baseline_bytes(self) -> int:
@@ -116,6 +130,14 @@ def training_bytes(
     """
     if optimizer not in OPTIMIZERS:
         raise not_one_of("optimizer", optimizer, OPTIMIZERS)
+    name = TRAINER_DEFAULT_OPTIMIZER if optimizer == "adamw" else optimizer
+    if name not in STATE_TENSORS:
+        raise SpecError(
+            f"optimizer={optimizer!r}: the formula does not count its state (factored or quantized moments). "
+            f"Simulate it instead: python -m ckptlab simulate --optimizer {optimizer} (exact, no GPU needed).",
+            key="predict.optimizer_not_counted",
+            optimizer=optimizer,
+        )
     if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
         raise SpecError(
             f"lora_rank={lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). "
@@ -134,9 +156,12 @@ def training_bytes(
         counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()))
     else:
         counts = _count_named(str(model), dtype, lora_rank, tuple(lora_targets or ()))
-    params, buffers, trainable, tensors, targets = counts
-    adamw = optimizer == "adamw"
-    counters = STEP_COUNTER * tensors if device != "cuda" else 0
+    params, buffers, trainable, tensors, targets, largest = counts
+    moments, fused = STATE_TENSORS[name]
+    stateful = moments > 0
+    counters = STEP_COUNTER * tensors if stateful and (fused or device != "cuda") else 0
+    # None fused; the multi-tensor update on CUDA copies the trained bytes; the CPU's per-parameter loop less.
+    temporaries = 0 if fused or not stateful else trainable if device == "cuda" else 2 * largest
     return TrainingBytes(
         optimizer=optimizer,
         lora_rank=lora_rank,
@@ -146,12 +171,13 @@ def training_bytes(
         trainable_bytes=trainable,
         trainable_tensors=tensors,
         gradient_bytes=trainable,
-        optimizer_state_bytes=2 * trainable + counters if adamw else 0,
-        optimizer_temp_bytes=trainable if adamw else 0,
+        optimizer_state_bytes=moments * trainable + counters,
+        optimizer_temp_bytes=temporaries,
     )
 
 
-_Counts = tuple[int, int, int, int, tuple[str, ...]]
+# (parameters, buffers, trained, trained tensors, LoRA targets, the largest trained tensor), bytes
+_Counts = tuple[int, int, int, int, tuple[str, ...], int]
 
 
 @functools.lru_cache(maxsize=64)
@@ -168,11 +194,12 @@ def _count(
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     if rank is None:
-        trained = list(model.parameters())
-        return params, buffers, sum(p.numel() * p.element_size() for p in trained), len(trained), ()
+        sizes = [p.numel() * p.element_size() for p in model.parameters()]
+        return params, buffers, sum(sizes), len(sizes), (), max(sizes, default=0)
     names = tuple(resolve_targets(model, targets or None))
     adapters = 0
     modules = 0
+    largest = 0
     for full_name, module in model.named_modules():
         # peft's rule for a list of targets: the module's name is a target or ends with "." + a target.
         if not any(full_name == name or full_name.endswith("." + name) for name in names):
@@ -185,4 +212,5 @@ def _count(
             continue
         adapters += rank * (fan_in + fan_out) * ADAPTER  # A: rank x in, B: out x rank
         modules += 1
-    return params + adapters, buffers, adapters, 2 * modules, names
+        largest = max(largest, rank * max(fan_in, fan_out) * ADAPTER)
+    return params + adapters, buffers, adapters, 2 * modules, names, largest

@@ -30,7 +30,7 @@ from ..errors import CkptlabError, SpecError
 from ..message import Message, joined
 from ..model.snippets import lora_snippet, model_snippet, trainer_snippet
 from ..results import judge_time
-from ..spec import Setting
+from ..spec import TRAINER_DEFAULT_OPTIMIZER, Setting
 from ..units import mib, milliseconds
 from .advice import nothing_fits, what_would_fit
 from .budget import budget_bytes
@@ -49,18 +49,22 @@ def counts_note(optimizer: str, lora_rank: int | None) -> str:
 
 
 def counts_message(optimizer: str, lora_rank: int | None) -> Message:
-    """What a measured or simulated peak of the whole training step counts (one key per optimizer, LoRA or not)."""
-    state = {
-        "adamw": "AdamW's state (two moments per trained parameter) and its update's temporaries",
-        "sgd": "no optimizer state (SGD keeps none)",
-        "none": "no optimizer step (forward and backward only: add the optimizer you train with)",
-    }[optimizer]
+    """What a measured or simulated peak of the whole training step counts (a key with an optimizer and without, LoRA or not)."""
     lora = lora_rank is not None
     trained = "the LoRA adapters' gradients (the base is frozen)" if lora else "their gradients"
+    if optimizer == "none":
+        return Message(
+            f"The peak counts the parameters, {trained}, no optimizer step (forward and backward only: add the "
+            "optimizer you train with) and the activations of one step; the CUDA context (a few hundred MiB) comes "
+            "on top, so keep it within the margin.",
+            key="counts.none_lora" if lora else "counts.none",
+        )
+    name = TRAINER_DEFAULT_OPTIMIZER if optimizer == "adamw" else optimizer
     return Message(
-        f"The peak counts the parameters, {trained}, {state} and the activations of one step; the CUDA context "
-        "(a few hundred MiB) comes on top, so keep it within the margin.",
-        key=f"counts.{optimizer}" + ("_lora" if lora else ""),  # six keys: tests/explore/test_recommend.py
+        f"The peak counts the parameters, {trained}, the state of {name} and its step's temporaries and the "
+        "activations of one step; the CUDA context (a few hundred MiB) comes on top, so keep it within the margin.",
+        key="counts.optimizer_lora" if lora else "counts.optimizer",
+        params={"optimizer": name},
     )
 
 
@@ -156,7 +160,6 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         ranked_by = "predicted"
     as_fast = [row.setting for row in tied]
     spec = best.result.spec if best.result is not None else None
-    optimizer = spec.optimizer if spec is not None else "adamw"
     model_code = model_snippet(best.every_n_layers, best.offload)
     if spec is not None and spec.lora_rank is not None:
         targets = training_bytes(spec.model, torch.float32, lora_rank=spec.lora_rank, lora_targets=spec.lora_targets)
@@ -169,7 +172,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         margin_bytes=budget - known_peak(best),
         reasons=_reasons(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
         model_code=model_code,
-        trainer_code=trainer_snippet(best.every_n_layers, best.offload, optimizer),
+        trainer_code=trainer_snippet(best.every_n_layers, best.offload, spec.trainer_fields() if spec else None),
         fitting=fitting,
         as_fast=as_fast,
         ranked_by=ranked_by,

@@ -87,6 +87,9 @@ class ScaleRequest:
     lora_rank: int | None = None  # as RunSpec.lora_rank: LoRA adapters on a frozen base; None: full fine-tune
     lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets; None: every projection
     world_size: int = 1  # GPUs; above 1 each is a rank of FSDP2 (fully_shard), and the figures are rank 0's
+    gradient_accumulation_steps: int = 1  # as RunSpec: micro-batches a step, gradients alive across them
+    max_grad_norm: float = 1.0  # as RunSpec: Trainer's clipping bound
+    mixed_precision: str = "none"  # as RunSpec: "bf16"/"fp16" autocast over float32 weights
 
     def spec(self, setting: Setting, world_size: int | None = None) -> RunSpec:
         """The simulation's spec for one setting (timing fields are unused by a simulation).
@@ -110,6 +113,9 @@ class ScaleRequest:
             lora_targets=self.lora_targets,
             world_size=size,
             fsdp=size > 1,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            max_grad_norm=self.max_grad_norm,
+            mixed_precision=self.mixed_precision,
         )
 
     def check(self, info: ModelInfo | None = None) -> ModelInfo:
@@ -197,6 +203,9 @@ def scale_table(
     lora_rank: int | None = None,
     lora_targets: tuple[str, ...] | None = None,
     world_size: int = 1,
+    gradient_accumulation_steps: int = 1,
+    max_grad_norm: float = 1.0,
+    mixed_precision: str = "none",
 ) -> ScaleTable:
     """Simulate one model at one shape for each setting, one after another.
 
@@ -211,6 +220,7 @@ def scale_table(
         on_result: called with each result as soon as it exists (simulated or reused).
         info: the model's description if the caller has it (describing an 8B model takes seconds).
         optimizer, lora_rank, lora_targets: what the step trains, as in :class:`~ckptlab.RunSpec`.
+        gradient_accumulation_steps, max_grad_norm, mixed_precision: Trainer's side of the step, as in ``RunSpec``.
         world_size: GPUs; above 1 each setting is simulated under FSDP2 on a fake process group, rank 0's figures.
 
     Returns:
@@ -223,7 +233,18 @@ def scale_table(
     report = progress or (lambda message, fraction: None)
     stopped = stopper(cancel)
     request = ScaleRequest(
-        model, seq_len, batch_size, dtype, tuple(settings), optimizer, lora_rank, lora_targets, world_size
+        model,
+        seq_len,
+        batch_size,
+        dtype,
+        tuple(settings),
+        optimizer,
+        lora_rank,
+        lora_targets,
+        world_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        max_grad_norm=max_grad_norm,
+        mixed_precision=mixed_precision,
     )
     info = request.check(info)
     known = known or {}

@@ -17,6 +17,8 @@ from ..step.rounds import ORDERS, Order
 
 OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")
+# Trainer's side of the step that every row shares, by RunSpec's names.
+RECIPE_FIELDS = ("optim_args", "gradient_accumulation_steps", "max_grad_norm", "mixed_precision")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,10 @@ class SweepSpec:
     include_off: bool = True  # measure checkpointing off first: the reference of every ratio
     seed: int = 0  # seeds the random weights and tokens
     optimizer: str = "adamw"  # as RunSpec.optimizer: every row runs the same training step
+    optim_args: str | None = None  # as RunSpec.optim_args
+    gradient_accumulation_steps: int = 1  # as RunSpec.gradient_accumulation_steps
+    max_grad_norm: float = 1.0  # as RunSpec.max_grad_norm
+    mixed_precision: str = "none"  # as RunSpec.mixed_precision
     lora_rank: int | None = None  # as RunSpec.lora_rank; None: full fine-tune
     lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets
     timing_order: Order = "interleaved"  # "interleaved": A B C A B C ... (see the module doc); "blocks": A A B B C C
@@ -76,6 +82,7 @@ class SweepSpec:
             optimizer=self.optimizer,
             lora_rank=self.lora_rank,
             lora_targets=self.lora_targets,
+            **{name: getattr(self, name) for name in RECIPE_FIELDS},
             selective=self.selective if every_n_layers is not None else "none",
         )
 
@@ -95,6 +102,7 @@ class SweepSpec:
             optimizer=spec.optimizer,
             lora_rank=spec.lora_rank,
             lora_targets=spec.lora_targets,
+            **{name: getattr(spec, name) for name in RECIPE_FIELDS},
             selective=spec.selective,
             **axes,
         )

@@ -30,9 +30,11 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from ..errors import SpecError
 from ..model.plan import observed_roles, planned_roles
 from ..results import LayerResult, MemoryResult
 from ..show.report import diagram
+from ..spec import RunSpec
 from ..step.measure import layer_results
 from ..step.observe import StepObserver, model_device
 from ..units import mib
@@ -62,6 +64,7 @@ class CheckpointingReport:
     layers: list[LayerResult]
     memory: MemoryResult
     micro_batches: int  # forwards in the step (gradient accumulation runs several)
+    training_args: dict[str, Any] = field(default_factory=dict)  # the step's TrainingArguments (RunSpec.trainer_fields)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -86,6 +89,7 @@ class CheckpointingReport:
             "layers": [asdict(layer) | {"observed": layer.observed} for layer in self.layers],
             "memory": asdict(self.memory) | {"peak_above_baseline_bytes": self.memory.peak_above_baseline_bytes},
             "micro_batches": self.micro_batches,
+            "training_args": self.training_args,
             "warnings": self.warnings,
             "notes": self.notes,
         }
@@ -137,6 +141,9 @@ class CheckpointingReport:
             f"  peak over the step          {mib(memory.peak_bytes)} ({mib(memory.peak_above_baseline_bytes)} above "
             f"the baseline), reached in: {memory.peak_where.description}",
         ]
+        if self.training_args:
+            fields = ", ".join(f"{name}={value!r}" for name, value in self.training_args.items())
+            lines.append(f"the step's TrainingArguments, as the lab runs them (ckptlab run --training-args): {fields}")
         lines += [f"warning: {warning}" for warning in self.warnings]
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
@@ -182,6 +189,10 @@ class CheckpointingCallback(TrainerCallback):
     def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         if not self._done and self._observer is None and state.global_step + 1 == self.observe_step:
             self._safely(self._begin, model, optimizer)
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        if self._observer is not None:  # gradient accumulation: the step's next micro-batch comes
+            self._safely(self._observer.next_micro_batch)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         if self._observer is not None:
@@ -232,7 +243,7 @@ class CheckpointingCallback(TrainerCallback):
             bool(getattr(args, "activation_checkpointing", False)),
             getattr(args, "activation_checkpointing_kwargs", None),
         )
-        self.report = build_report(model, observer, requested, counts, memory, state.global_step)
+        self.report = build_report(model, observer, requested, counts, memory, state.global_step, step_fields(args))
         self._publish(self.report, args, state)
 
     def _forward_raised(self, error: BaseException) -> None:
@@ -273,6 +284,15 @@ class CheckpointingCallback(TrainerCallback):
             observer.detach()
 
 
+def step_fields(args: Any) -> dict[str, Any]:
+    """The TrainingArguments fields of the step (batch, accumulation, optim, clipping, mixed precision), as the lab
+    reads them; empty for arguments it cannot read (a Trainer subclass's own args, say)."""
+    try:
+        return RunSpec.from_training_args(args).trainer_fields()
+    except (SpecError, TypeError, ValueError):
+        return {}
+
+
 def build_report(
     model: torch.nn.Module,
     observer: StepObserver,
@@ -280,6 +300,7 @@ def build_report(
     counts: list,
     memory: MemoryResult,
     step: int,
+    training_args: dict[str, Any] | None = None,
 ) -> CheckpointingReport:
     """The report of an observed step: asked, flagged and observed per layer, memory, warnings and notes."""
     num_layers = len(observer.layers)
@@ -321,6 +342,7 @@ def build_report(
         layers=layers,
         memory=memory,
         micro_batches=observer.micro_batches,
+        training_args=training_args or {},
         warnings=warnings,
         notes=notes,
     )

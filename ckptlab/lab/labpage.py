@@ -25,6 +25,7 @@ from ..step.preflight import resolve_device
 from ..units import GIB, MIB, mib
 from .run import LabRun, Measured, check, cpu_estimate, phase_significant
 from .server import ServerPolicy
+from .stepboxes import step_fields, step_widget_values
 
 LOCAL = "local directory"  # the model box's entry for a folder the instructor offers
 LORA_RANK_DEFAULT = 8
@@ -154,6 +155,7 @@ def widget_values(spec: RunSpec, folder: str) -> dict[str, Any]:
         "lab_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
         "lab_lora_targets": list(spec.lora_targets or ()),
         "lab_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
+        **step_widget_values("lab", spec),
     }
 
 
@@ -173,6 +175,7 @@ def spec_from_widgets(values: Mapping[str, Any], model: str, lora_targets: tuple
         optimizer=values["lab_optimizer"],
         lora_rank=int(values["lab_lora_rank"]) if values["lab_lora"] else None,
         lora_targets=lora_targets,
+        **step_fields("lab", values),
     )
 
 

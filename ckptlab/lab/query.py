@@ -10,15 +10,19 @@ back to its default, and the reason is returned as a warning for the page to sho
 frozen base, on the modules in ``targets=q_proj,v_proj`` (absent: every projection).
 Whether the targets exist in the model is checked later, by the page, which has the model.
 The At-scale page adds ``gpus=8`` (:func:`gpus_from_query`): GPUs sharing the model under FSDP2.
+Trainer's side of the step, where it is not the default: ``accum=4`` (gradient accumulation steps),
+``mp=bf16`` (mixed precision), ``clip=0.5`` (max_grad_norm; ``ckptlab.lab.stepboxes``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..spec import DEVICES, DTYPES, OPTIMIZERS, RunSpec
+from ..spec import DEVICES, DTYPES, MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+from .stepboxes import step_query
 
 # Bounds shared by the query parser and the page's widgets.
 SEQ_MAX = 262_144
@@ -43,6 +47,7 @@ _INTS = {
     "batch": _IntField("batch_size", 1, BATCH_MAX),
     "repeats": _IntField("repeats", 1, REPEATS_MAX),
     "warmup": _IntField("warmup", 0, WARMUP_MAX),
+    "accum": _IntField("gradient_accumulation_steps", 1, MAX_ACCUMULATION_STEPS),
 }
 
 
@@ -61,6 +66,7 @@ def spec_to_query(spec: RunSpec) -> dict[str, str]:
         "opt": spec.optimizer,
         "lora": "off" if spec.lora_rank is None else str(spec.lora_rank),
         **({"targets": ",".join(spec.lora_targets)} if spec.lora_targets else {}),
+        **step_query(spec.to_dict()),
     }
 
 
@@ -126,6 +132,23 @@ def spec_from_query(
         else:
             warnings.append(f"offload={values['offload']!r} in the link is not 1 or 0; using {int(base.offload)}.")
 
+    if "mp" in values:
+        if values["mp"].strip().lower() in MIXED_PRECISIONS:
+            changes["mixed_precision"] = values["mp"].strip().lower()
+        else:
+            warnings.append(
+                f"mp={values['mp']!r} in the link is not one of {', '.join(MIXED_PRECISIONS)}; "
+                f"using {base.mixed_precision}."
+            )
+    if "clip" in values:
+        try:
+            bound = float(values["clip"])
+        except ValueError:
+            bound = math.nan
+        if math.isfinite(bound):
+            changes["max_grad_norm"] = bound
+        else:
+            warnings.append(f"clip={values['clip']!r} in the link is not a number; using {base.max_grad_norm:g}.")
     if "opt" in values:
         if values["opt"].strip().lower() in OPTIMIZERS:
             changes["optimizer"] = values["opt"].strip().lower()
@@ -155,6 +178,9 @@ def spec_from_query(
     if spec.offload and spec.every_n_layers is None:
         warnings.append("offload=1 in the link needs checkpointing on (n=off was given); offload is off.")
         spec = replace(spec, offload=False)
+    if spec.mixed_precision != "none" and spec.dtype == "float16":
+        warnings.append(f"mp={spec.mixed_precision} in the link needs float32 weights; mixed precision is off.")
+        spec = replace(spec, mixed_precision="none")
     return spec, warnings
 
 

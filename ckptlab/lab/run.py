@@ -109,7 +109,12 @@ def reference_spec(spec: RunSpec) -> RunSpec:
 def model_key(spec: RunSpec) -> ModelKey:
     """What identifies a built model: "auto" resolved, so "auto" and "cpu" share one model on a CPU machine."""
     device = resolve_device(spec.device)
-    return spec.model, str(resolve_dtype(spec.dtype, device)).removeprefix("torch."), device.type, spec.seed
+    return (
+        spec.model,
+        str(resolve_dtype(spec.dtype, device, spec.mixed_precision)).removeprefix("torch."),
+        device.type,
+        spec.seed,
+    )
 
 
 def build_for_key(key: ModelKey) -> tuple[PreTrainedModel, ModelInfo]:

@@ -134,7 +134,8 @@ class ScaleJob(_SimulationJob):
                 request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
                 progress=self._progress, cancel=self._should_stop, known=self._known, on_result=self._collect, info=self.info,
                 optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
-                world_size=request.world_size,
+                world_size=request.world_size, gradient_accumulation_steps=request.gradient_accumulation_steps,
+                max_grad_norm=request.max_grad_norm, mixed_precision=request.mixed_precision,
             )  # fmt: skip
         except Exception as error:  # bad input or a bug: keep what was simulated, and say why it ended
             self._fail(error)

@@ -33,6 +33,7 @@ from ..show.wording import app_message
 from ..spec import RunSpec
 from ..units import GIB
 from .labpage import params_label
+from .stepboxes import step_fields, step_query, step_widget_values
 
 THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
 CATEGORY_COLUMNS = ("parameter", "gradient", "optimizer_state", "activation", "temp")  # per GPU at the peak
@@ -113,6 +114,7 @@ def widget_values(spec: RunSpec, folder: str, tiny: bool) -> dict[str, Any]:
         "at_scale_offload": "n=1",
         "at_scale_gpu": DEFAULT_GPU,
         "at_scale_budget_gib": DEFAULT_BUDGET_GIB,
+        **step_widget_values("at_scale", spec),
     }
 
 
@@ -129,6 +131,7 @@ def query(values: Mapping[str, Any], model: str, targets: tuple[str, ...] | None
         "opt": values["at_scale_optimizer"],
         "lora": str(values["at_scale_lora_rank"]) if values["at_scale_lora"] else "off",
         **({"targets": ",".join(targets)} if values["at_scale_lora"] and targets else {}),
+        **step_query(step_fields("at_scale", values)),
     }
 
 
@@ -146,6 +149,7 @@ def request_from_widgets(
         lora_rank=int(values["at_scale_lora_rank"]) if values["at_scale_lora"] else None,
         lora_targets=lora_targets,
         world_size=int(values["at_scale_gpus"]),
+        **step_fields("at_scale", values),
     )
 
 

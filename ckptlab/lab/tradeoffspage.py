@@ -15,6 +15,7 @@ from ..show.i18n import Translator, say
 from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
+from .stepboxes import step_fields
 from .targets import spec_targets
 
 DEFAULT_BUDGET_MIB = 1024.0  # the custom budget's first value when no row has a peak
@@ -36,6 +37,7 @@ def spec_from_widgets(values: Mapping[str, Any], lora_choices: Sequence[str]) ->
         optimizer=values["tradeoffs_optimizer"],
         lora_rank=int(values["tradeoffs_lora_rank"]) if lora and lora_choices else None,
         lora_targets=spec_targets(values["tradeoffs_lora_targets"], lora_choices, lora),
+        **step_fields("tradeoffs", values),
     )
 
 

@@ -7,12 +7,9 @@ Pure functions from a setting to Python source. They write the current names
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .selective import selective_key, selective_ops
-
-# TrainingArguments(optim=...) for each RunSpec.optimizer; "none" (no optimizer step) has no Trainer twin.
-TRAINER_OPTIM = {"adamw": "adamw_torch", "sgd": "sgd"}
 
 
 def model_snippet(every_n_layers: int | None, offload: bool = False) -> str:
@@ -93,14 +90,16 @@ def selective_snippet(every_n_layers: int, offload: bool, selective: str | tuple
     return "\n".join(lines)
 
 
-def trainer_snippet(every_n_layers: int | None, offload: bool = False, optimizer: str | None = None) -> str:
+def trainer_snippet(
+    every_n_layers: int | None, offload: bool = False, step_fields: Mapping[str, object] | None = None
+) -> str:
     """The ``TrainingArguments`` keyword arguments for the same setting, as a call to copy.
 
     Args:
         every_n_layers: as in :func:`model_snippet`; ``None``: checkpointing off.
         offload: as in :func:`model_snippet`.
-        optimizer: a ``RunSpec.optimizer``: "adamw" adds ``optim="adamw_torch"``, "sgd" ``optim="sgd"``;
-            None or "none" add nothing.
+        step_fields: the other fields of the step (``RunSpec.trainer_fields()``: batch, accumulation,
+            ``optim``, clipping, mixed precision), written after the checkpointing ones; None adds none.
 
     Returns:
         Python source of a ``TrainingArguments(...)`` call; ``output_dir`` stands for your other arguments.
@@ -113,9 +112,12 @@ def trainer_snippet(every_n_layers: int | None, offload: bool = False, optimizer
             "    activation_checkpointing=True,",
             f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},',
         ]
-    if optimizer in TRAINER_OPTIM:
-        lines.append(f'    optim="{TRAINER_OPTIM[optimizer]}",')
+    lines += _field_lines(step_fields)
     return "TrainingArguments(\n" + "\n".join(lines) + "\n)"
+
+
+def _field_lines(fields: Mapping[str, object] | None) -> list[str]:
+    return [f"    {name}={value!r}," for name, value in (fields or {}).items()]
 
 
 def lora_snippet(rank: int, targets: Sequence[str]) -> str:
@@ -237,16 +239,28 @@ def fsdp_snippet(every_n_layers: int | None, offload: bool = False, optimizer: s
         "    fully_shard(layer)  # each decoder layer: gathered for its forward, and again for its rerun",
         "fully_shard(model)  # then the root: embeddings, final norm, head",
     ]
-    if optimizer == "adamw":
+    if optimizer in ("adamw", "adamw_torch_fused"):
         lines.append(
-            "optimizer = torch.optim.AdamW(model.parameters())  # after sharding: each rank keeps its shard's state"
+            "optimizer = torch.optim.AdamW(model.parameters(), fused=True)  # Trainer's default; after sharding: "
+            "each rank keeps its shard's state"
         )
+    elif optimizer == "adamw_torch":
+        lines.append("optimizer = torch.optim.AdamW(model.parameters())  # after sharding")
     elif optimizer == "sgd":
         lines.append("optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)  # after sharding")
+    elif optimizer != "none":
+        lines.append(
+            f'optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(TrainingArguments(optim="{optimizer}"))'
+        )
+        lines.append(
+            "optimizer = optimizer_class(model.parameters(), **kwargs)  # after sharding, as Trainer builds it"
+        )
     return "\n".join(lines)
 
 
-def fsdp_trainer_snippet(every_n_layers: int | None, offload: bool = False, optimizer: str | None = None) -> str:
+def fsdp_trainer_snippet(
+    every_n_layers: int | None, offload: bool = False, step_fields: Mapping[str, object] | None = None
+) -> str:
     """``TrainingArguments`` for the same setting under FSDP2, for Trainer users (transformers 5.24, accelerate 1.15).
 
     What the source says: ``fsdp=True`` turns FSDP on through accelerate, wrapping each of the model's
@@ -261,7 +275,7 @@ def fsdp_trainer_snippet(every_n_layers: int | None, offload: bool = False, opti
     that route, and Trainer raises a ValueError when both are True.
 
     Args:
-        every_n_layers, offload, optimizer: as in :func:`trainer_snippet`.
+        every_n_layers, offload, step_fields: as in :func:`trainer_snippet`.
 
     Returns:
         Python source of a ``TrainingArguments(...)`` call with comments; launch it with :func:`torchrun_line`.
@@ -278,8 +292,7 @@ def fsdp_trainer_snippet(every_n_layers: int | None, offload: bool = False, opti
             "    activation_checkpointing=True,  # transformers' checkpointing, as the lab simulated it",
             f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},',
         ]
-    if optimizer in TRAINER_OPTIM:
-        lines.append(f'    optim="{TRAINER_OPTIM[optimizer]}",')
+    lines += _field_lines(step_fields)
     source = "TrainingArguments(\n" + "\n".join(lines) + "\n)"
     if every_n_layers == 1 and not offload:
         source += (

@@ -166,6 +166,7 @@ class Region(ReadsLikeADict):
     layer: int | None = None  # 0-based index of the layer the stretch belongs to, None outside the layers
     rerun: bool = False  # True while the backward recomputes a checkpointed layer
     description: str = ""  # for people, e.g. "backward of L3: its rerun, then its gradients"
+    micro_batch: int = 0  # 0-based micro-batch of a step with gradient accumulation (0 without it)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -174,6 +175,7 @@ class Region(ReadsLikeADict):
             "layer": self.layer,
             "rerun": self.rerun,
             "description": self.description,
+            "micro_batch": self.micro_batch,
         }
 
     @classmethod
@@ -185,6 +187,7 @@ class Region(ReadsLikeADict):
             layer=data.get("layer"),
             rerun=bool(data.get("rerun")),
             description=data.get("description") or "",
+            micro_batch=data.get("micro_batch") or 0,
         )
 
 
@@ -199,18 +202,19 @@ class TimelinePoint(ReadsLikeADict):
 
     order: int  # position in the step, from 0
     kind: str  # what the event is (probe.EVENTS)
-    phase: str  # "forward", "loss", "backward" or "optimizer"
+    phase: str  # "forward", "loss", "backward" or "optimizer" (the gradient norm's event too)
     layer: int | None  # 0-based layer index, None outside the layers
     rerun: bool  # the backward is recomputing a checkpointed layer
     event: str  # the stretch that starts here, for people
     current_bytes: int  # memory in use at this event
     region_peak_bytes: int = 0  # highest memory between this event and the next
     region_peak_breakdown: dict[str, int] = field(default_factory=dict)  # by category at that high point, where told
+    micro_batch: int = 0  # 0-based micro-batch of a step with gradient accumulation (0 without it)
 
     @property
     def region(self) -> Region:
         """The stretch this event starts."""
-        return Region(self.kind, self.phase, self.layer, self.rerun, self.event)
+        return Region(self.kind, self.phase, self.layer, self.rerun, self.event, self.micro_batch)
 
     @property
     def rise_bytes(self) -> int:

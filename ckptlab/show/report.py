@@ -83,17 +83,27 @@ def setting_name(every_n_layers: int | None, offload: bool = False) -> str:
     return setting_label(every_n_layers, offload, "en")
 
 
-OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}
-
-
 def training_name(spec: RunSpec) -> str:
-    """What the step trains and with what: ``"full fine-tune, AdamW"``, ``"LoRA r=8 on q_proj, v_proj, AdamW"``."""
+    """What the step trains and how, as Trainer runs it: ``"full fine-tune, AdamW (fused, Trainer's default),
+    gradient norm clipped at 1.0"``, ``"LoRA r=8 on q_proj, v_proj, sgd, 4 micro-batches a step, bf16 autocast"``."""
     tuned = "full fine-tune" if spec.lora_rank is None else f"LoRA r={spec.lora_rank}"
     if spec.lora_targets:
         tuned += f" on {', '.join(spec.lora_targets)}"
     if spec.optimizer == "none":
-        return f"{tuned}, forward and backward only (no optimizer step)"
-    return f"{tuned}, {OPTIMIZER_NAMES[spec.optimizer]}"
+        parts = [tuned, "forward and backward only (no optimizer step)"]
+    else:
+        optimizer = "AdamW (fused, Trainer's default)" if spec.optimizer == "adamw" else spec.optimizer
+        if spec.optim_args:
+            optimizer += f" ({spec.optim_args})"
+        parts = [tuned, optimizer]
+    if spec.gradient_accumulation_steps > 1:
+        parts.append(f"{spec.gradient_accumulation_steps} micro-batches a step (gradient accumulation)")
+    if spec.mixed_precision != "none":
+        parts.append(f"{spec.mixed_precision} autocast")
+    if spec.optimizer != "none":
+        bound = spec.max_grad_norm
+        parts.append(f"gradient norm clipped at {bound:g}" if bound > 0 else "gradient norm computed, not clipped")
+    return ", ".join(parts)
 
 
 def category_name(key: str) -> str:

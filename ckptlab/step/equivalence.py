@@ -53,7 +53,7 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT, attention_dropout: 
     """
     spec.validate()
     device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device)
+    dtype = resolve_dtype(spec.dtype, device, spec.mixed_precision)
     offload_applies = spec.offload and device.type == "cuda"
     gradients = []
     for checkpointing in (False, True):

@@ -38,6 +38,7 @@ from ..model.selective import enable_checkpointing
 from ..results import (
     LayerResult,
     MemoryResult,
+    Region,
     RunResult,
 )
 from ..spec import RunSpec
@@ -48,7 +49,7 @@ from .probe import LayerCounts, LayerProbe, StepRecorder
 from .provenance import model_summary, provenance_for
 from .selective import selective_notes
 from .stopping import DONE, Progress, ShouldStop, checked, stoppable
-from .training import make_optimizer, optimizer_state_bytes
+from .training import Recipe, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
 
 OFFLOAD_ON_CPU_NOTE = (
@@ -102,7 +103,7 @@ def measure(
     spec.validate()
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device)
+    dtype = resolve_dtype(spec.dtype, device, spec.mixed_precision)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
         with stoppable(model, should_stop):
@@ -143,11 +144,9 @@ def _measure_built(
     enabled = observed_roles(model)
     batch = random_batch(model, spec, device)
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
-        optimizer = make_optimizer(spec.optimizer, trained)
-        samples, layer_counts, memory = _run_steps(
-            spec, trained, optimizer, batch, device, planned, notes, report, timed
-        )
-        del optimizer  # its state is the caller's memory no longer
+        recipe = Recipe.for_spec(spec, trained)
+        samples, layer_counts, memory = _run_steps(spec, trained, recipe, batch, device, planned, notes, report, timed)
+        del recipe  # the optimizer's state is the caller's memory no longer
 
     layers = layer_results(checkpointable_layers(model), planned, enabled, layer_counts)
     memory = _with_offload(memory, layers, offload_applies)
@@ -186,7 +185,7 @@ def apply_setting(model: PreTrainedModel, spec: RunSpec, device: torch.device) -
 def _run_steps(
     spec: RunSpec,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
+    recipe: Recipe,
     batch: Batch,
     device: torch.device,
     planned: Sequence[str],
@@ -205,7 +204,7 @@ def _run_steps(
             params={"step": index + 1, "steps": warmup},
         )
         report(said, (index + 0.5) / total_steps)
-        train_step(model, batch, probe=None, optimizer=optimizer)
+        train_step(model, batch, probe=None, recipe=recipe)
 
     clock = clock_for(device)
     probe = LayerProbe(model, track_saved=False)
@@ -219,7 +218,7 @@ def _run_steps(
                 params={"step": index + 1, "steps": repeats},
             )
             report(said, (warmup + index + 0.5) / total_steps)
-            for phase, seconds in zip(samples, train_step(model, batch, probe, clock=clock, optimizer=optimizer)):
+            for phase, seconds in zip(samples, train_step(model, batch, probe, clock=clock, recipe=recipe)):
                 samples[phase].append(seconds)
             check_repeatable(probe, planned, notes)
     samples["step"] = [sum(parts) for parts in zip(*samples.values())]
@@ -228,7 +227,7 @@ def _run_steps(
     samples["load"] = loads
 
     report(Message("memory step (observed, untimed)", key="progress.memory_step"), (total_steps - 0.5) / total_steps)
-    memory, layer_counts = observe_memory(model, batch, device, optimizer)
+    memory, layer_counts = observe_memory(model, batch, device, recipe)
     return samples, layer_counts, memory
 
 
@@ -264,31 +263,41 @@ def observe_memory(
     model: torch.nn.Module,
     batch: Batch,
     device: torch.device,
-    optimizer: torch.optim.Optimizer | None = None,
+    recipe: Recipe | None = None,
 ) -> tuple[MemoryResult, list[LayerCounts]]:
     """One step under the device's meter: baseline, resident after the forward, timeline and peak.
+
+    With gradient accumulation, "after the forward" is after the last micro-batch's forward: the
+    gradients of the others are held then, as in the rest of the step.
 
     Returns:
         The memory figures, and the probe's per-layer counts (calls, reruns, saved bytes) of that step.
     """
     gc.collect()
+    optimizer = recipe.optimizer if recipe is not None else None
     meter = meter_for(model, device, optimizer)
     with meter.watching():
         baseline = meter.current()
         baseline_breakdown = meter.breakdown()
         recorder = StepRecorder(meter)
-        probe = LayerProbe(model, on_region=recorder, track_saved=True)
+
+        def on_region(region: Region) -> None:
+            if region.kind == "micro_batch":
+                meter.next_micro_batch()
+            recorder(region)
+
+        probe = LayerProbe(model, on_region=on_region, track_saved=True)
         resident: list[tuple[int, dict[str, int]]] = []  # (bytes, breakdown) after the forward
 
         def after_forward() -> None:
             resident.append((meter.current() - baseline, meter.breakdown()))
 
         with probe.attached():
-            train_step(model, batch, probe, after_forward=after_forward, optimizer=optimizer)
+            train_step(model, batch, probe, after_forward=after_forward, recipe=recipe)
         peak_point = recorder.finish()
     if peak_point is None:  # describe() refuses a model without layers, so a step always has events
         raise RuntimeError("the memory step recorded no event: the probe saw no layer run")
-    after_forward_bytes, breakdown_after_forward = resident[0]
+    after_forward_bytes, breakdown_after_forward = resident[-1]
     memory = MemoryResult(
         method=meter.method,
         baseline_bytes=baseline,

@@ -75,6 +75,9 @@ class MemoryMeter(Protocol):
     def peak_breakdown(self) -> dict[str, int]:
         """Bytes by category at the highest point of the stretch :meth:`take_peak` just closed."""
 
+    def next_micro_batch(self) -> None:
+        """The model is about to run again in the same step (gradient accumulation)."""
+
 
 class CudaMeter:
     """The CUDA caching allocator's counters for one device.
@@ -118,6 +121,9 @@ class CudaMeter:
 
     def peak_breakdown(self) -> dict[str, int]:
         return self._last_peak_breakdown
+
+    def next_micro_batch(self) -> None:
+        pass  # the allocator's counters follow the device, not the modules
 
     def _split(self, total: int) -> dict[str, int]:
         """``total`` split into what the model's and the optimizer's tensors hold, and the rest."""
@@ -234,6 +240,12 @@ class TrackerMeter:
 
     def peak_breakdown(self) -> dict[str, int]:
         return self._by_category(self._last_peak_snap)
+
+    def next_micro_batch(self) -> None:
+        # MemTracker refuses a module's second forward in one step ("does not support memory tracking for
+        # multiple iterative calls") unless its per-module stats are cleared; the device totals and the
+        # peaks the lab reads are kept.
+        self._live().reset_mod_stats()
 
     def _by_category(self, snap: dict) -> dict[str, int]:
         # MemTracker keys are str enums (_MemRefType.ACT == "Activation") plus the plain "Total".

@@ -126,6 +126,16 @@ class StepObserver:
         self._stack = stack
         self._probe.begin_step()
 
+    def next_micro_batch(self) -> None:
+        """The loop's next micro-batch of the same step is about to run its forward (Trainer's ``on_substep_end``).
+
+        MemTracker refuses a module's second forward in one step unless its module stats are cleared first,
+        and its own hooks run before any of the model's: so the loop must say so before the forward starts.
+        """
+        if self._probe is not None and self._meter is not None:
+            self._meter.next_micro_batch()
+            self._probe.begin_micro_batch(self._probe.micro_batch + 1)
+
     def optimizer_phase(self) -> None:
         """The backward is over; the optimizer's step starts."""
         if self._probe is not None:
@@ -183,7 +193,8 @@ class StepObserver:
     def _forward_begins(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         self.micro_batches += 1
         if self._probe is not None and self._probe.phase != "forward":
-            self._probe.set_phase("forward")  # the next micro-batch of a gradient accumulation
+            # The next micro-batch of a loop that did not call next_micro_batch() (Trainer does).
+            self._probe.begin_micro_batch(self._probe.micro_batch + 1)
 
     def _forward_ends(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         error = sys.exc_info()[1]  # set only when torch calls this hook because the forward raised

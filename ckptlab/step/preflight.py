@@ -41,10 +41,11 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """The dtype for ``spec.dtype``: "auto" is float32 on the CPU (bf16 matmuls are slow there), bfloat16 on CUDA."""
+def resolve_dtype(name: str, device: torch.device, mixed_precision: str = "none") -> torch.dtype:
+    """The weights' dtype for ``spec.dtype``: "auto" is float32 on the CPU (bf16 matmuls are slow there) and
+    under mixed precision (Trainer's ``bf16=True`` keeps float32 master weights), else bfloat16 on CUDA."""
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return torch.bfloat16 if device.type == "cuda" and mixed_precision == "none" else torch.float32
     return DTYPE_BY_NAME[name]
 
 
@@ -89,7 +90,7 @@ def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrai
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device)
+    dtype = resolve_dtype(spec.dtype, device, spec.mixed_precision)
     check_fits(info, dtype, device)  # parameters alone over the device's total memory: never fits
     refusal = host_memory_refusal(info, dtype, device)
     if refusal is not None:

@@ -30,17 +30,17 @@ from ..results import Region, TimelinePoint
 from .meters import MemoryMeter
 from .selective import SelectiveObserver
 
-Phase = Literal["idle", "forward", "backward", "optimizer"]
+Phase = Literal["idle", "forward", "backward", "grad_norm", "optimizer"]
 
 
 @dataclass
 class LayerCounts:
     """What one layer did during one step, as observed."""
 
-    forward_calls: int = 0  # times the layer's __call__ ran in the forward phase
-    recompute_calls: int = 0  # times its forward ran again during the backward (the rerun)
-    saved_bytes: int = 0  # bytes autograd saved for backward while this layer ran (deduplicated by storage)
-    input_bytes: int = 0  # bytes of the layer's positional tensor inputs: what a CP layer keeps, and what offload moves
+    forward_calls: int = 0  # times the layer's __call__ ran in the forward phase (once per micro-batch)
+    recompute_calls: int = 0  # times its forward ran again during the backward (the rerun; once per micro-batch)
+    saved_bytes: int = 0  # bytes autograd saved while this layer ran in one micro-batch (deduplicated by storage)
+    input_bytes: int = 0  # its positional tensor inputs in one micro-batch: what a CP layer keeps, offload moves
     moe: bool = False  # the layer routes tokens to experts (a router and an experts module)
     router_recompute_calls: int = 0  # MoE: times its router ran again during the backward
     experts_recompute_calls: int = 0  # MoE: times its experts ran again during the backward
@@ -57,6 +57,7 @@ class LayerCounts:
 # kind: (phase, rerun, description; {n} is the 1-based layer number)
 EVENTS: dict[str, tuple[str, bool, str]] = {
     "embeddings": ("forward", False, "forward: embeddings"),
+    "micro_batch": ("forward", False, "forward: the next micro-batch, the gradients of the last ones held"),
     "layer_forward": ("forward", False, "forward of L{n}"),
     "layer_done": ("forward", False, "forward: L{n} done"),
     "loss": ("loss", False, "forward: final norm, logits and loss"),
@@ -64,14 +65,16 @@ EVENTS: dict[str, tuple[str, bool, str]] = {
     "layer_backward": ("backward", False, "backward of L{n}"),
     "rerun": ("backward", True, "backward of L{n}: its rerun, then its gradients"),
     "backward_end": ("backward", False, "backward: embeddings and the last gradients"),
+    "grad_norm": ("optimizer", False, "gradient norm: clip_grad_norm_, as Trainer computes it"),
     "optimizer": ("optimizer", False, "optimizer step: the gradients into the weights"),
 }
 
 
-def region_for(kind: str, layer: int | None = None) -> Region:
-    """The :class:`Region` an event of ``kind`` starts (``layer`` 0-based, for the per-layer kinds)."""
+def region_for(kind: str, layer: int | None = None, micro_batch: int = 0) -> Region:
+    """The :class:`Region` an event of ``kind`` starts (``layer`` 0-based, for the per-layer kinds; ``micro_batch``
+    0-based, the micro-batch of a step with gradient accumulation)."""
     phase, rerun, description = EVENTS[kind]
-    return Region(kind, phase, layer, rerun, description.format(n=None if layer is None else layer + 1))
+    return Region(kind, phase, layer, rerun, description.format(n=None if layer is None else layer + 1), micro_batch)
 
 
 @dataclass
@@ -114,6 +117,7 @@ class LayerProbe:
         self.on_region = on_region
         self.track_saved = track_saved
         self.phase: Phase = "idle"
+        self.micro_batch = 0  # 0-based: the micro-batch the step is in (gradient accumulation)
         self._moe_parts = [moe_parts(layer) for layer in self.layers]
         self._policies: list[SelectivePolicy | None] = [policy_of(layer) for layer in self.layers]
         self._state = self._fresh_state()
@@ -143,13 +147,26 @@ class LayerProbe:
         self._policies = [policy_of(layer) for layer in self.layers]
         self._state = self._fresh_state()
         self._current_layer = None
+        self.micro_batch = 0
         self.phase = "forward"
         self._emit("embeddings")
 
+    def begin_micro_batch(self, micro_batch: int) -> None:
+        """Enter the forward of the next micro-batch (0-based ``micro_batch`` >= 1) of a step that accumulates.
+
+        Calls and reruns go on counting; the bytes a layer saves and receives are those of the first
+        micro-batch (every micro-batch has the same shapes).
+        """
+        self.micro_batch = micro_batch
+        self._current_layer = None
+        self.phase = "forward"
+        self._emit("micro_batch")
+
     def set_phase(self, phase: Phase) -> None:
-        """Move to ``"backward"`` right before ``loss.backward()``, ``"optimizer"`` before ``optimizer.step()``."""
+        """Move to ``"backward"`` right before ``loss.backward()``, ``"grad_norm"`` before the gradient norm,
+        ``"optimizer"`` before ``optimizer.step()``."""
         self.phase = phase
-        if phase in ("backward", "optimizer"):
+        if phase in ("backward", "grad_norm", "optimizer"):
             self._emit(phase)
 
     def _fresh_state(self) -> _StepState:
@@ -206,12 +223,13 @@ class LayerProbe:
                 return
             counts = self._state.counts[index]
             counts.forward_calls += 1
-            counts.input_bytes += _storage_bytes(args)
+            if self.micro_batch == 0:
+                counts.input_bytes += _storage_bytes(args)
             self._current_layer = index
             self._entry_child.pop(index, None)
             if self.on_region is not None:
                 self._emit("layer_forward", index)
-                if index == 0:
+                if index == 0 and self.micro_batch == 0:
                     # The gradient reaching the first layer's input ends the layers' backward.
                     # (Every other layer's input is its predecessor's output, hooked below.)
                     for tensor in _tensors(args):
@@ -277,7 +295,7 @@ class LayerProbe:
         return hook
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.phase == "forward":
+        if self.phase == "forward" and self.micro_batch == 0:
             storage = tensor.untyped_storage()
             state = self._state
             if storage not in self._param_storages and storage not in state.seen_storages:
@@ -292,7 +310,7 @@ class LayerProbe:
 
     def _emit(self, kind: str, layer: int | None = None) -> None:
         if self.on_region is not None:
-            self.on_region(region_for(kind, layer))
+            self.on_region(region_for(kind, layer, self.micro_batch))
 
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:
@@ -344,6 +362,7 @@ class StepRecorder:
                 rerun=region.rerun,
                 event=region.description,
                 current_bytes=self._meter.current(),
+                micro_batch=region.micro_batch,
             )
         )
 

@@ -36,7 +36,7 @@ from .modelstate import ModelState
 from .preflight import resolve_device
 from .probe import LayerProbe
 from .stopping import Progress
-from .training import make_optimizer
+from .training import Recipe
 from .trainstep import check_repeatable, random_batch, timing_result, train_step
 
 Order = Literal["interleaved", "blocks"]
@@ -118,7 +118,7 @@ def time_settings(
         apply_setting(model, first, device)
         batch = random_batch(model, first, device)
         with adapted(model, first.lora_rank, first.lora_targets) as trained:
-            optimizer = make_optimizer(first.optimizer, trained)
+            recipe = Recipe.for_spec(first, trained)
             for round_, index in step_order(len(specs), warmup_rounds, order):
                 said = Message(
                     f"warm-up round {round_ + 1} of {warmup_rounds}",
@@ -127,7 +127,7 @@ def time_settings(
                 )
                 report(said, 0.0)
                 apply_setting(model, specs[index], device)
-                train_step(trained, batch, None, optimizer=optimizer)
+                train_step(trained, batch, None, recipe=recipe)
             probe = LayerProbe(trained, track_saved=False)
             loads.append(machine_load()[0])
             with probe.attached():
@@ -143,12 +143,12 @@ def time_settings(
                     apply_setting(model, specs[index], device)
                     if on_step is not None:
                         on_step(round_, index)
-                    phases = train_step(trained, batch, probe, clock=clock, optimizer=optimizer)
+                    phases = train_step(trained, batch, probe, clock=clock, recipe=recipe)
                     for phase, seconds in zip(samples[index], phases):
                         samples[index][phase].append(seconds)
                     check_repeatable(probe, planned[index], notes[index])
             loads.append(machine_load()[0])
-            del optimizer
+            del recipe
     finally:
         state.restore()
         model.zero_grad(set_to_none=True)
@@ -180,4 +180,8 @@ def _shared(spec: RunSpec) -> tuple:
         spec.lora_targets,
         spec.repeats,
         spec.world_size,
+        spec.optim_args,
+        spec.gradient_accumulation_steps,
+        spec.max_grad_norm,
+        spec.mixed_precision,
     )

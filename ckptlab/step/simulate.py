@@ -60,7 +60,7 @@ from .preflight import resolve_dtype, validate_for_model
 from .provenance import model_summary, simulated_provenance
 from .selective import selective_notes
 from .stopping import DONE, Progress
-from .training import make_optimizer, prime_state
+from .training import Recipe, prime_state
 from .trainstep import random_batch
 
 SIMULATED_DEVICE = "cuda (simulated)"
@@ -91,7 +91,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     spec.validate()
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
-    dtype = resolve_dtype(spec.dtype, torch.device("cuda"))
+    dtype = resolve_dtype(spec.dtype, torch.device("cuda"), spec.mixed_precision)
     config, _, task = catalog.load_config(spec.model)
     shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast and info.layers_alike else None
 
@@ -196,10 +196,10 @@ def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: Hos
     enabled = observed_roles(model)
     batch = random_batch(model, spec, torch.device("cpu"))
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
-        optimizer = make_optimizer(spec.optimizer, trained)
-        prime_state(optimizer)  # no warm-up here: the state a real run holds from its second step
-        memory, counts = observe_memory(trained, batch, torch.device("cpu"), optimizer)
-        del optimizer
+        recipe = Recipe.for_spec(spec, trained, simulated_cuda=True)
+        prime_state(recipe)  # no warm-up here: the state a real run holds from its second step
+        memory, counts = observe_memory(trained, batch, torch.device("cpu"), recipe)
+        del recipe
     return model, enabled, memory, counts, ledger.after_forward
 
 

@@ -1,26 +1,34 @@
-"""The optimizer half of a training step: which optimizer, its state, and its bytes.
+"""Trainer's half of a training step: the optimizer as Trainer builds it, its state and its bytes.
 
-A fine-tune's step is forward, backward, ``optimizer.step()`` and
-``optimizer.zero_grad(set_to_none=True)``. The lab builds the optimizer people use
-(``torch.optim.AdamW``, what ``transformers.Trainer`` uses) over the parameters that train,
-so that the memory it reports counts the optimizer's state as a real run holds it.
+A fine-tune's step, as ``transformers.Trainer`` runs it, is ``gradient_accumulation_steps``
+micro-batches of forward and backward (the loss divided by their number, the gradients
+summed across them), the gradient norm (``clip_grad_norm_``, computed even where nothing is
+clipped), ``optimizer.step()`` and ``model.zero_grad()``; with ``bf16=True``/``fp16=True`` the
+forward runs under autocast over float32 weights (accelerate's wrapping of the model), and fp16
+scales the loss. :class:`Recipe` holds that side of one run; ``ckptlab.step.trainstep`` runs it.
 
-Both optimizers run torch's multi-tensor ("foreach") implementation, the one torch picks by
-default on CUDA. It is chosen explicitly so that a CPU run, a simulation on fake tensors and
-a GPU run take the same code path and allocate the same temporaries in ``step()``.
+The optimizer is Trainer's own: the class and keyword arguments come from
+``Trainer.get_optimizer_cls_and_kwargs`` for the spec's ``optim`` name, over the two parameter
+groups ``Trainer.create_optimizer`` makes (weight decay and none). So the implementation is the
+one torch picks on the device: fused AdamW by default, and for the others the per-parameter loop
+on the CPU and the multi-tensor ("foreach") one on CUDA. A simulation stands for a CUDA device, so
+it asks for foreach where torch would pick it there (:func:`make_optimizer`'s ``simulated_cuda``).
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
-from ..spec import OPTIMIZERS
+from ..spec import RunSpec
 
-LEARNING_RATE = 5e-5  # Trainer's default; the lab measures memory and time, not convergence
+MIXED_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -28,28 +36,88 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [param for param in model.parameters() if param.requires_grad]
 
 
-def make_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer | None:
-    """The optimizer ``name`` over ``model``'s trainable parameters; None for "none".
+def trainer_optimizer_class(spec: RunSpec) -> tuple[type[torch.optim.Optimizer], dict]:
+    """The optimizer class and keyword arguments Trainer builds for ``spec``'s optim name and optim_args.
 
-    Raises:
-        ValueError: for a name outside :data:`OPTIMIZERS` (``RunSpec.validate`` says it to people first).
+    ``RunSpec.validate`` has already refused a low-bit optimizer whose package is missing.
     """
-    params = trainable_parameters(model)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=LEARNING_RATE, foreach=True)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=LEARNING_RATE, foreach=True)
-    if name == "none":
+    name = spec.trainer_optimizer
+    if name is None:
+        raise ValueError("optimizer='none' has no Trainer optimizer")
+    from transformers import Trainer, TrainingArguments  # Trainer's import is heavy: only a run with an optimizer pays
+
+    args = TrainingArguments(optim=name, optim_args=spec.optim_args, report_to="none")
+    return Trainer.get_optimizer_cls_and_kwargs(args)
+
+
+def trainer_parameter_groups(model: nn.Module, weight_decay: float = 0.0) -> list[dict]:
+    """``Trainer.create_optimizer``'s two groups of the trainable parameters: with weight decay, and without."""
+    from transformers import Trainer
+
+    # get_decay_parameter_names reads nothing of the Trainer it belongs to: the model's names decide.
+    decay = set(Trainer.get_decay_parameter_names(None, model))  # type: ignore[arg-type]
+    named = [(name, param) for name, param in model.named_parameters() if param.requires_grad]
+    return [
+        {"params": [param for name, param in named if name in decay], "weight_decay": weight_decay},
+        {"params": [param for name, param in named if name not in decay], "weight_decay": 0.0},
+    ]
+
+
+def make_optimizer(spec: RunSpec, model: nn.Module, *, simulated_cuda: bool = False) -> torch.optim.Optimizer | None:
+    """The optimizer ``spec`` names, built as Trainer builds it over ``model``'s trainable parameters; None for "none".
+
+    Args:
+        simulated_cuda: the step stands for a CUDA device on fake CPU tensors: take the multi-tensor
+            implementation torch's default picks for CUDA tensors, where the class has one and Trainer
+            asked for neither fused nor foreach.
+    """
+    if spec.trainer_optimizer is None:
         return None
-    raise ValueError(f"optimizer={name!r} is not one of {', '.join(OPTIMIZERS)}")
+    optimizer_class, kwargs = trainer_optimizer_class(spec)
+    kwargs = dict(kwargs)
+    takes = inspect.signature(optimizer_class.__init__).parameters
+    if simulated_cuda and "foreach" in takes and not kwargs.get("fused") and kwargs.get("foreach") is None:
+        kwargs["foreach"] = True
+    return optimizer_class(trainer_parameter_groups(model), **kwargs)
 
 
-def prime_state(optimizer: torch.optim.Optimizer | None) -> None:
+@dataclass
+class Recipe:
+    """Trainer's side of one run's steps: the optimizer, accumulation, the norm and mixed precision."""
+
+    optimizer: torch.optim.Optimizer | None
+    accumulation: int = 1  # micro-batches per optimizer step
+    clip_bound: float | None = None  # clip_grad_norm_'s max_norm (inf: the norm alone); None: no norm
+    autocast_dtype: torch.dtype | None = None  # the forward's autocast dtype; None: no autocast
+    scaler: torch.amp.GradScaler | None = None  # fp16's loss scaling, as accelerate's
+
+    @classmethod
+    def for_spec(cls, spec: RunSpec, model: nn.Module, *, simulated_cuda: bool = False) -> Recipe:
+        """The recipe of ``spec`` over ``model``'s trainable parameters (see :func:`make_optimizer`)."""
+        optimizer = make_optimizer(spec, model, simulated_cuda=simulated_cuda)
+        clip_bound = None
+        if optimizer is not None:
+            # Trainer clips with max_grad_norm > 0 and otherwise still computes the norm, with an infinite bound.
+            clip_bound = float(spec.max_grad_norm) if spec.max_grad_norm > 0 else math.inf
+        autocast_dtype = MIXED_PRECISION_DTYPES.get(spec.mixed_precision)
+        scaler = None
+        if spec.mixed_precision == "fp16" and optimizer is not None:
+            scaler = torch.amp.GradScaler(_device_type(model))
+        return cls(optimizer, spec.gradient_accumulation_steps, clip_bound, autocast_dtype, scaler)
+
+
+def _device_type(model: nn.Module) -> str:
+    param = next(model.parameters(), None)
+    return param.device.type if param is not None else "cpu"
+
+
+def prime_state(recipe: Recipe) -> None:
     """Create the optimizer's state as the first ``step()`` does, without a forward and backward.
 
     A simulated step has no warm-up: zero gradients and one ``step()`` give it the state a
     real run holds from its second step on (AdamW's moments are allocated at the first step).
     """
+    optimizer = recipe.optimizer
     if optimizer is None:
         return
     for group in optimizer.param_groups:

@@ -1,7 +1,7 @@
 """One training step and the loop that times it: what a measured run and the sweep's rounds share.
 
-:func:`train_step` runs forward (with the loss), backward and the optimizer's step on a
-:func:`random_batch`, timed by a clock when one is given; :func:`timing_result` turns the
+:func:`train_step` runs Trainer's step (micro-batches of forward with the loss and backward, the
+gradient norm, the optimizer's step; ``ckptlab.step.training.Recipe``) on a :func:`random_batch`, timed by a clock when one is given; :func:`timing_result` turns the
 timed steps into a :class:`~ckptlab.results.TimingResult`, and :func:`check_repeatable` says
 when a timed step did not rerun exactly the planned layers.
 """
@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import overload
 
 import torch
+from accelerate.utils import convert_to_fp32
 from transformers import PreTrainedModel
 
 from ..message import Message
@@ -19,6 +20,7 @@ from ..results import TimingResult, median
 from ..spec import RunSpec
 from .meters import Clock, machine_load
 from .probe import LayerProbe
+from .training import Recipe
 
 # A training step's keyword arguments for the model: tokens and labels, and use_cache=False where the config has it.
 Batch = dict[str, torch.Tensor | bool]
@@ -46,7 +48,7 @@ def train_step(
     *,
     clock: Clock,
     after_forward: Callable[[], None] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
+    recipe: Recipe | None = None,
 ) -> tuple[float, float, float]: ...
 
 
@@ -58,7 +60,7 @@ def train_step(
     *,
     clock: None = None,
     after_forward: Callable[[], None] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
+    recipe: Recipe | None = None,
 ) -> None: ...
 
 
@@ -69,40 +71,85 @@ def train_step(
     *,
     clock: Clock | None = None,
     after_forward: Callable[[], None] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
+    recipe: Recipe | None = None,
 ) -> tuple[float, float, float] | None:
-    """One training step: forward (with the loss), backward, and the optimizer's step when there is one.
+    """One training step as Trainer runs it: each micro-batch's forward (with the loss) and backward, then the
+    gradient norm, the optimizer's step and ``zero_grad`` (``recipe``; None: one forward and backward alone).
 
-    Leaves no gradients behind (``zero_grad(set_to_none=True)``, as a training loop does).
+    Every micro-batch takes the same ``batch`` (random tokens: the bytes do not depend on their values), its
+    loss divided by the number of micro-batches as Trainer divides it; the gradients of one micro-batch stay
+    alive through the next. Leaves no gradients behind (``zero_grad(set_to_none=True)``, as Trainer does).
+
+    Args:
+        after_forward: called after each micro-batch's forward (the last call sees the gradients of the others).
 
     Returns:
-        (forward, backward, optimizer) seconds when a clock is given (optimizer 0.0 without one), else None.
+        (forward, backward, optimizer) seconds when a clock is given, each summed over the micro-batches
+        (the optimizer's includes the gradient norm; 0.0 without an optimizer), else None.
     """
+    recipe = recipe or Recipe(optimizer=None)
+    forward_s = backward_s = 0.0
     if probe is not None:
         probe.begin_step()
-    start = clock.mark() if clock else None
-    loss = model(**batch).loss  # only the loss outlives the forward, as in a training loop
-    forward_end = clock.mark() if clock else None
-    if after_forward is not None:
-        after_forward()
-    if probe is not None:
-        probe.set_phase("backward")
-    loss.backward()
-    backward_end = clock.mark() if clock else None
-    del loss
-    if optimizer is not None:
+    for micro_batch in range(recipe.accumulation):
+        if probe is not None and micro_batch:
+            probe.begin_micro_batch(micro_batch)
+        start = clock.mark() if clock else None
+        loss = _forward_loss(model, batch, recipe) / recipe.accumulation
+        forward_end = clock.mark() if clock else None
+        if after_forward is not None:
+            after_forward()
         if probe is not None:
-            probe.set_phase("optimizer")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            probe.set_phase("backward")
+        (recipe.scaler.scale(loss) if recipe.scaler is not None else loss).backward()
+        backward_end = clock.mark() if clock else None
+        del loss
+        if clock is not None:
+            forward_s += clock.seconds(start, forward_end)
+            backward_s += clock.seconds(forward_end, backward_end)
+    optimizer_start = clock.mark() if clock else None
+    _optimizer_step(model, recipe, probe)
     optimizer_end = clock.mark() if clock else None
     if probe is not None:
         probe.end_step()
     model.zero_grad(set_to_none=True)
     if clock is None:
         return None
-    optimizer_s = clock.seconds(backward_end, optimizer_end) if optimizer is not None else 0.0
-    return clock.seconds(start, forward_end), clock.seconds(forward_end, backward_end), optimizer_s
+    optimizer_s = clock.seconds(optimizer_start, optimizer_end) if recipe.optimizer is not None else 0.0
+    return forward_s, backward_s, optimizer_s
+
+
+def _forward_loss(model: torch.nn.Module, batch: Batch, recipe: Recipe) -> torch.Tensor:
+    """The forward and its loss; only the loss outlives it, as in a training loop."""
+    if recipe.autocast_dtype is None:
+        return model(**batch).loss
+    device_type = next(model.parameters()).device.type
+    # accelerate's wrapping of a model under mixed precision: the forward under autocast, and its outputs back
+    # in float32 (accelerate.utils.convert_to_fp32: the half-precision logits are copied once more).
+    with torch.autocast(device_type, dtype=recipe.autocast_dtype):
+        output = model(**batch)
+    return convert_to_fp32(output).loss
+
+
+def _optimizer_step(model: torch.nn.Module, recipe: Recipe, probe: LayerProbe | None) -> None:
+    """Trainer's end of a step: unscale (fp16), the gradient norm (clipping where bounded), the step, zero_grad."""
+    optimizer = recipe.optimizer
+    if optimizer is None:
+        return
+    if probe is not None:
+        probe.set_phase("grad_norm")
+    if recipe.scaler is not None:
+        recipe.scaler.unscale_(optimizer)
+    assert recipe.clip_bound is not None  # Recipe.for_spec sets it wherever there is an optimizer
+    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.clip_bound)
+    if probe is not None:
+        probe.set_phase("optimizer")
+    if recipe.scaler is not None:
+        recipe.scaler.step(optimizer)
+        recipe.scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def timing_result(

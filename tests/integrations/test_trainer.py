@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -53,7 +54,7 @@ def _tokens(count: int, vocab: int) -> list[dict[str, torch.Tensor]]:
     return [{"input_ids": ids, "labels": ids} for ids in rows]
 
 
-def _train(tmp_path, model, kwargs, steps=3, activation_checkpointing=True, callbacks=()):
+def _train(tmp_path, model, kwargs, steps=3, activation_checkpointing=True, callbacks=(), **fields):
     args = TrainingArguments(
         output_dir=str(tmp_path),
         max_steps=steps,
@@ -64,9 +65,11 @@ def _train(tmp_path, model, kwargs, steps=3, activation_checkpointing=True, call
         use_cpu=True,
         save_strategy="no",
         disable_tqdm=True,
+        **fields,
     )
     vocab = getattr(getattr(model, "config", None), "vocab_size", 100)
-    trainer = Trainer(model=model, args=args, train_dataset=_tokens(steps, vocab), callbacks=list(callbacks))
+    rows = steps * args.gradient_accumulation_steps
+    trainer = Trainer(model=model, args=args, train_dataset=_tokens(rows, vocab), callbacks=list(callbacks))
     trainer.train()
     return trainer
 
@@ -102,6 +105,22 @@ def test_the_report_of_a_three_step_trainer_equals_measure_of_the_same_setting(t
     logged = [entry for entry in trainer.state.log_history if "ckptlab/plan_matches" in entry]
     assert len(logged) == 1 and logged[0]["step"] == 1 and logged[0]["ckptlab/reran_layers"] == 3
     assert _hooks(model) == snapshot.before  # the hooks of the observed step are all gone
+
+
+def test_a_step_with_gradient_accumulation_is_observed_and_equals_the_labs_step(tmp_path):
+    model, _ = ckptlab.build_model("tiny-llama")
+    callback = ckptlab.CheckpointingCallback(observe_step=2)  # a steady-state step: the optimizer's state exists
+    _train(tmp_path, model, {"every_n_layers": 1}, callbacks=[callback], gradient_accumulation_steps=2, bf16=True)
+    report = callback.report
+    assert callback.message is None and report is not None and report.micro_batches == 2
+    assert [layer.recompute_calls for layer in report.layers] == [2] * 6  # one rerun per micro-batch
+    assert report.training_args["gradient_accumulation_steps"] == 2 and report.training_args["bf16"] is True
+    assert "gradient_accumulation_steps=2" in report.text()
+    spec = ckptlab.RunSpec.from_training_args(
+        report.training_args, model="tiny-llama", seq_len=SEQ, repeats=1, warmup=1
+    )
+    measured = ckptlab.measure(replace(spec, every_n_layers=1))
+    assert report.memory.peak_bytes == pytest.approx(measured.memory.peak_bytes, rel=0.03)
 
 
 def test_kwargs_without_use_reentrant_are_warned_about(tmp_path, caplog):

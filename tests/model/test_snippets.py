@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from ckptlab.model.snippets import (
     torchrun_line,
     trainer_snippet,
 )
+from ckptlab.spec import RunSpec
 
 
 @pytest.mark.parametrize("every_n_layers", [1, 2, 4, 7])
@@ -66,11 +68,28 @@ def test_the_keyword_names_exist_in_this_transformers():
     assert {"activation_checkpointing", "activation_checkpointing_kwargs"} <= names
 
 
-@pytest.mark.parametrize("optimizer, optim", [("adamw", "adamw_torch"), ("sgd", "sgd")])
-def test_the_trainer_arguments_carry_the_optimizer(optimizer, optim):
-    keywords = _keywords(trainer_snippet(2, False, optimizer))
-    assert keywords["optim"] == optim and keywords["activation_checkpointing_kwargs"]["every_n_layers"] == 2
-    assert "optim" not in _keywords(trainer_snippet(2, False, "none"))
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"optimizer": "sgd", "optim_args": "momentum=0.9"},
+        {"gradient_accumulation_steps": 4, "mixed_precision": "bf16"},
+    ],
+)
+def test_the_trainer_arguments_reproduce_the_step_they_came_from(changes):
+    """Written from a spec, read back by RunSpec.from_training_args: the same step (a TrainingArguments that runs)."""
+    from transformers import TrainingArguments
+
+    spec = RunSpec(model="tiny-llama", every_n_layers=2, batch_size=2, **changes)
+    keywords = _keywords(trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields()))
+    assert (
+        keywords["optim"] == spec.trainer_optimizer
+        and keywords["activation_checkpointing_kwargs"]["every_n_layers"] == 2
+    )
+    # "adamw" is the lab's short name of Trainer's default; TrainingArguments spell it out.
+    assert RunSpec.from_training_args(keywords, model="tiny-llama") == replace(spec, optimizer=spec.trainer_optimizer)
+    TrainingArguments(**{**keywords, "bf16": False, "use_cpu": True})  # accepted by transformers (bf16 needs a GPU)
+    assert "optim" not in _keywords(trainer_snippet(2, False, RunSpec(optimizer="none").trainer_fields()))
 
 
 def test_the_lora_line_wraps_a_checkpointed_model_with_peft():
@@ -119,11 +138,11 @@ def test_the_fsdp_lines_shard_the_layers_transformers_checkpoints():
 
 @pytest.mark.parametrize("every_n_layers, offload", [(None, False), (1, False), (3, False), (2, True)])
 def test_the_fsdp_trainer_arguments_are_fsdp2_with_transformers_checkpointing(every_n_layers, offload):
-    source = fsdp_trainer_snippet(every_n_layers, offload, "adamw")
+    source = fsdp_trainer_snippet(every_n_layers, offload, RunSpec().trainer_fields())
     compile(source, "fsdp_trainer_snippet", "exec")
     keywords = _keywords(source)  # the comments after the call are no code
     assert keywords["fsdp"] is True and keywords["fsdp_config"] == {"version": 2}  # FSDP2; no FSDP checkpointing too
-    assert keywords["optim"] == "adamw_torch"
+    assert keywords["optim"] == "adamw_torch_fused"  # Trainer's default
     if every_n_layers is None:
         assert keywords["activation_checkpointing"] is False
     else:
@@ -136,7 +155,7 @@ def test_the_fsdp_trainer_arguments_are_accepted_by_transformers():
     """TrainingArguments reads them into accelerate's FSDP2 plugin arguments (no GPU needed to build them)."""
     from transformers import TrainingArguments
 
-    args = eval(fsdp_trainer_snippet(2, False, "adamw"), {"TrainingArguments": TrainingArguments})
+    args = eval(fsdp_trainer_snippet(2, False, RunSpec().trainer_fields()), {"TrainingArguments": TrainingArguments})
     assert args.fsdp_plugin_args["fsdp_version"] == 2
     assert "activation_checkpointing" not in args.fsdp_plugin_args  # transformers' own checkpointing does it
     assert args.activation_checkpointing_kwargs == {"every_n_layers": 2, "offload": False}

@@ -1,0 +1,47 @@
+"""Trainer's side of the step in the pages' widgets and links: gradient accumulation, mixed precision, clipping.
+
+The Lab, Trade-offs and At-scale pages draw the same three boxes (``pages._common.step_boxes``) under
+their own prefix (``lab_accumulation``, ``tradeoffs_mixed_precision``, ...); these functions turn a
+spec into those widgets' values, the values back into ``RunSpec`` fields, and the values into the
+link's keys (``accum=4&mp=bf16&clip=0.5``, read back by :func:`ckptlab.lab.query.spec_from_query`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..spec import RunSpec
+
+# The widget's name after the page's prefix -> the RunSpec field it sets.
+FIELDS = {
+    "accumulation": "gradient_accumulation_steps",
+    "mixed_precision": "mixed_precision",
+    "max_grad_norm": "max_grad_norm",
+}
+# The RunSpec field -> its key in a link.
+QUERY_KEYS = {"gradient_accumulation_steps": "accum", "mixed_precision": "mp", "max_grad_norm": "clip"}
+
+
+def step_widget_values(prefix: str, spec: RunSpec) -> dict[str, Any]:
+    """The session-state values of the page's step boxes for ``spec``."""
+    return {f"{prefix}_{name}": getattr(spec, field) for name, field in FIELDS.items()}
+
+
+def step_fields(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``RunSpec`` fields the page's step boxes say (defaults where a box is not drawn)."""
+    defaults = RunSpec()
+    found = {field: values.get(f"{prefix}_{name}", getattr(defaults, field)) for name, field in FIELDS.items()}
+    found["gradient_accumulation_steps"] = int(found["gradient_accumulation_steps"])
+    found["max_grad_norm"] = float(found["max_grad_norm"])
+    return found
+
+
+def step_query(fields: Mapping[str, Any]) -> dict[str, str]:
+    """The link's keys for the step's fields that differ from the lab's defaults (a default needs no key)."""
+    defaults = RunSpec()
+    return {
+        QUERY_KEYS[field]: f"{value:g}" if isinstance(value, float) else str(value)
+        for field, value in fields.items()
+        if field in QUERY_KEYS and value != getattr(defaults, field)
+    }

@@ -1,0 +1,222 @@
+"""A user's ``TrainingArguments`` read as the lab's spec: the fields that change a training step's bytes.
+
+``RunSpec.from_training_args`` and ``python -m ckptlab run|simulate|sweep --training-args FILE.json``
+take the arguments a fine-tune already has (a ``TrainingArguments`` or the JSON of the fields
+``TrainingArguments(**json)`` takes). :func:`read_training_args` says which spec fields they set:
+
+- ``per_device_train_batch_size`` -> ``batch_size``; ``gradient_accumulation_steps``; ``max_grad_norm``;
+  ``optim`` and ``optim_args`` -> ``optimizer`` and ``optim_args``; ``bf16``/``fp16`` -> ``mixed_precision``;
+  ``use_cpu`` -> ``device``;
+- ``activation_checkpointing`` (or its older name ``gradient_checkpointing``) and its kwargs ->
+  ``every_n_layers`` and ``offload``, which Trainer pops from the kwargs (defaults 1 and False).
+
+A field the arguments leave out takes Trainer's own default (read from ``TrainingArguments``
+itself, batch 8 per device among them), and the reading names them; the fields that do not change
+the step's bytes (learning rate, logging, saving, ...) are read and named as not used. A file
+written for a GPU (``bf16=True``) is read on any machine: ``TrainingArguments`` refuses bf16 without
+a GPU, so the file's other fields are checked by ``TrainingArguments`` with bf16 and fp16 set aside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecError
+
+MAX_FILE_BYTES = 1_000_000  # a TrainingArguments file is a few KiB; anything larger is not one
+
+# TrainingArguments' fields the lab reads, with the types their JSON values must have.
+_BOOL, _INT, _NUMBER, _TEXT = (bool,), (int,), (int, float), (str,)
+STEP_FIELDS: dict[str, tuple[type, ...]] = {
+    "per_device_train_batch_size": _INT,
+    "gradient_accumulation_steps": _INT,
+    "max_grad_norm": _NUMBER,
+    "optim": _TEXT,
+    "optim_args": (str, type(None)),
+    "bf16": _BOOL,
+    "fp16": _BOOL,
+    "use_cpu": _BOOL,
+    "activation_checkpointing": _BOOL,
+    "gradient_checkpointing": _BOOL,
+    "activation_checkpointing_kwargs": (dict, str, type(None)),
+    "gradient_checkpointing_kwargs": (dict, str, type(None)),
+}
+# What a reading says was left at Trainer's default: the fields that change the step (one name per idea).
+DEFAULTED_NAMES = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_grad_norm",
+    "optim",
+    "bf16",
+    "activation_checkpointing",
+)
+
+
+@dataclass(frozen=True)
+class TrainingArgsReading:
+    """What a user's TrainingArguments set in a spec, and what they left to Trainer's defaults."""
+
+    changes: dict[str, Any]  # RunSpec fields and their values
+    defaulted: dict[str, Any]  # step fields the arguments left out, with Trainer's default value
+    unused: tuple[str, ...]  # fields given that do not change the step's bytes
+    checkpoint_kwargs: dict[str, Any]  # what is left of the checkpointing kwargs after Trainer's pops
+
+
+def checkpointing_kwargs(kwargs: Mapping[str, Any] | str | None) -> tuple[int, bool, dict[str, Any]]:
+    """(every_n_layers, offload, the rest) of TrainingArguments' checkpointing kwargs, as ``Trainer.train`` pops them.
+
+    TrainingArguments also takes the dict as JSON text.
+    """
+    parsed = json.loads(kwargs) if isinstance(kwargs, str) else kwargs
+    rest = dict(parsed or {})
+    return rest.pop("every_n_layers", 1), bool(rest.pop("offload", False)), rest
+
+
+def read_training_args(args: Any) -> TrainingArgsReading:
+    """The spec fields a ``TrainingArguments`` (or a mapping of its fields) sets.
+
+    Raises:
+        SpecError: unknown field names, a value of the wrong type, or fields ``TrainingArguments`` refuses.
+    """
+    from transformers import TrainingArguments
+
+    if isinstance(args, TrainingArguments):
+        given = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainingArguments)}
+        values, left_out = given, set()
+    else:
+        given = _checked_mapping(args, TrainingArguments)
+        values = {**_defaults(TrainingArguments), **given}
+        left_out = {name for name in DEFAULTED_NAMES if name not in given}
+    optim = str(getattr(values["optim"], "value", values["optim"]))  # an OptimizerNames member or its text
+    checkpointing = bool(values.get("activation_checkpointing") or values.get("gradient_checkpointing"))
+    kwargs = values.get("activation_checkpointing_kwargs") or values.get("gradient_checkpointing_kwargs")
+    every_n_layers, offload, rest = checkpointing_kwargs(kwargs)
+    mixed = "bf16" if values["bf16"] else "fp16" if values["fp16"] else "none"
+    changes: dict[str, Any] = {
+        "batch_size": values["per_device_train_batch_size"],
+        "gradient_accumulation_steps": values["gradient_accumulation_steps"],
+        "max_grad_norm": float(values["max_grad_norm"]),
+        "optimizer": optim,
+        "optim_args": values["optim_args"],
+        "mixed_precision": mixed,
+        "every_n_layers": every_n_layers if checkpointing else None,
+        "offload": offload if checkpointing else False,
+    }
+    if values.get("use_cpu"):
+        changes["device"] = "cpu"
+    defaults = _defaults(TrainingArguments)
+    return TrainingArgsReading(
+        changes=changes,
+        defaulted={name: _plain(defaults[name]) for name in DEFAULTED_NAMES if name in left_out},
+        unused=tuple(sorted(name for name in given if name not in STEP_FIELDS and given[name] != defaults.get(name))),
+        checkpoint_kwargs=rest,
+    )
+
+
+def load_training_args_file(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a TrainingArguments file.
+
+    Raises:
+        SpecError: no such file, too large, not JSON, or not an object.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(
+            f"training args file {str(file)!r} does not exist. Give the path of a JSON file of TrainingArguments "
+            'fields, e.g. {"per_device_train_batch_size": 4, "bf16": true}.',
+            key="training_args.no_file",
+            path=str(file),
+        )
+    if file.stat().st_size > MAX_FILE_BYTES:
+        raise SpecError(
+            f"training args file {str(file)!r} is over {MAX_FILE_BYTES:,} bytes: a TrainingArguments file is a few "
+            "KiB of JSON. Give the file of your fine-tune's arguments.",
+            key="training_args.too_large",
+            path=str(file),
+            limit=f"{MAX_FILE_BYTES:,}",
+        )
+    try:
+        data = json.loads(file.read_text(), parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise SpecError(
+            f"training args file {str(file)!r} is not JSON ({error}). Write the TrainingArguments fields as one "
+            'JSON object, e.g. {"per_device_train_batch_size": 4}.',
+            key="training_args.not_json",
+            path=str(file),
+            error=str(error),
+        ) from None
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"training args file {str(file)!r} holds a {type(data).__name__}, not a JSON object of TrainingArguments "
+            "fields.",
+            key="training_args.not_object",
+            path=str(file),
+            kind=type(data).__name__,
+        )
+    return data
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _checked_mapping(args: Any, arguments_class: type) -> dict[str, Any]:
+    if not isinstance(args, Mapping):
+        raise SpecError(
+            f"training args {args!r} are neither a TrainingArguments nor a mapping of its fields.",
+            key="training_args.not_mapping",
+            value=repr(args)[:80],
+        )
+    known = {field.name for field in dataclasses.fields(arguments_class)}
+    unknown = sorted(str(name) for name in args if name not in known)
+    if unknown:
+        raise SpecError(
+            f"training args name fields TrainingArguments does not have: {', '.join(unknown)}. Check their "
+            "spelling against transformers' TrainingArguments (python -c 'help(transformers.TrainingArguments)').",
+            key="training_args.unknown_fields",
+            fields=", ".join(unknown),
+        )
+    wrong = [
+        f"{name}={value!r} (expected {' or '.join(kind.__name__ for kind in kinds)})"
+        for name, kinds in STEP_FIELDS.items()
+        if name in args
+        for value in [args[name]]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
+    ]
+    if wrong:
+        raise SpecError(
+            f"training args with values of the wrong type: {'; '.join(wrong)}.",
+            key="training_args.wrong_types",
+            fields="; ".join(wrong),
+        )
+    try:
+        # TrainingArguments checks the rest (strategies, optimizer names, ...); bf16/fp16 need a GPU to pass its
+        # check, and the lab reads them itself, so the check runs without them, on the CPU.
+        arguments_class(**{**args, "bf16": False, "fp16": False, "use_cpu": True})
+    except (ValueError, TypeError) as error:
+        raise SpecError(
+            f"TrainingArguments refused the training args: {error}",
+            key="training_args.refused",
+            error=str(error),
+        ) from None
+    return dict(args)
+
+
+def _defaults(arguments_class: type) -> dict[str, Any]:
+    """Every field's default, as ``TrainingArguments`` declares it."""
+    defaults = {}
+    for field in dataclasses.fields(arguments_class):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = field.default_factory()
+    return defaults
+
+
+def _plain(value: Any) -> Any:
+    return getattr(value, "value", value)  # an enum member (OptimizerNames) as its text

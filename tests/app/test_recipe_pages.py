@@ -1,0 +1,100 @@
+"""Trainer's side of the step (accumulation, mixed precision, clipping, Trainer's optimizers) on the Lab,
+Trade-offs and At-scale pages: from the link, into the run, back into the link, in every language."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import ckptlab
+from ckptlab.show import i18n
+
+pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+TIMEOUT = 300  # real measured steps on 2 shared cores; AppTest's default 3 s is far too short
+LANGS = list(i18n.LANGUAGES)
+RECIPE = {"opt": "adamw_torch", "accum": "2", "mp": "bf16", "clip": "0.5"}
+
+
+def _texts(elements) -> str:
+    return "\n".join(str(element.value) for element in elements)
+
+
+def _open(page: str | None, lang: str, **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"lang": lang, **query})
+    at.run()
+    if page is not None:
+        at.switch_page(page).run()
+    assert not at.exception, _texts(at.exception)
+    return at
+
+
+def _boxes(at: AppTest, prefix: str) -> tuple:
+    return (
+        at.selectbox(key=f"{prefix}_optimizer").value,
+        at.number_input(key=f"{prefix}_accumulation").value,
+        at.selectbox(key=f"{prefix}_mixed_precision").value,
+        at.number_input(key=f"{prefix}_max_grad_norm").value,
+    )
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_lab_page_runs_the_recipe_of_its_link_and_keeps_it_in_the_link(lang):
+    link = {"model": "tiny-llama", "seq": "64", "repeats": "1", "warmup": "0", "n": "1", **RECIPE}
+    at = _open(None, lang, **link)
+    assert _boxes(at, "lab") == ("adamw_torch", 2, "bf16", 0.5)
+    assert i18n.t("training.step", lang) in [expander.label for expander in at.expander]
+    assert "gradient_accumulation_steps=2" in _texts(at.code) and "bf16=True" in _texts(at.code)
+    at.button(key="lab_run").click().run()
+    assert not at.exception and not at.error, _texts(at.exception) + _texts(at.error)
+    result = at.session_state["lab_last"].run.result
+    spec = result.spec
+    assert (spec.optimizer, spec.gradient_accumulation_steps, spec.mixed_precision, spec.max_grad_norm) == (
+        "adamw_torch",
+        2,
+        "bf16",
+        0.5,
+    )
+    # The page's figure is the core's, for the same spec.
+    assert result.memory.peak_bytes == ckptlab.measure(spec).memory.peak_bytes
+    assert {key: at.query_params[key] for key in RECIPE} == RECIPE
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_trade_offs_sweep_runs_every_row_with_the_recipe(lang):
+    at = _open("pages/tradeoffs.py", lang)
+    at.selectbox(key="tradeoffs_model").set_value("tiny-llama")
+    at.multiselect(key="tradeoffs_seq").set_value([64])
+    at.toggle(key="tradeoffs_choose_n").set_value(True).run()
+    at.multiselect(key="tradeoffs_n").set_value([1])
+    at.number_input(key="tradeoffs_repeats").set_value(1)
+    at.number_input(key="tradeoffs_warmup").set_value(0)
+    at.number_input(key="tradeoffs_accumulation").set_value(2)
+    at.selectbox(key="tradeoffs_mixed_precision").set_value("bf16").run()
+    at.button(key="tradeoffs_run").click().run()
+    at.session_state["tradeoffs_job"].join()  # the sweep's thread: wait on it, not on a clock
+    at.run()
+    at.run()
+    assert not at.exception and not at.error, _texts(at.exception) + _texts(at.error)
+    rows = at.session_state["tradeoffs_result"].rows
+    assert rows and all(row.status == "ok" for row in rows)
+    assert {(r.result.spec.gradient_accumulation_steps, r.result.spec.mixed_precision) for r in rows} == {(2, "bf16")}
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_at_scale_simulations_take_the_recipe_of_the_link(lang):
+    at = _open("pages/at_scale.py", lang, model="tiny-llama", seq="128", **RECIPE)
+    assert _boxes(at, "at_scale") == ("adamw_torch", 2, "bf16", 0.5)
+    at.button(key="at_scale_run").click().run()
+    at.session_state["at_scale_job"].join()  # the simulations' thread: wait on it, not on a clock
+    at.run()
+    assert not at.exception and not at.error, _texts(at.exception) + _texts(at.error)
+    table = at.session_state["at_scale_table"]
+    assert {
+        (r.spec.gradient_accumulation_steps, r.spec.mixed_precision, r.spec.max_grad_norm) for r in table.results
+    } == {(2, "bf16", 0.5)}
+    assert {key: at.query_params[key] for key in RECIPE} == RECIPE
