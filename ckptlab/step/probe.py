@@ -44,7 +44,7 @@ class LayerCounts:
     moe: bool = False  # the layer routes tokens to experts (a router and an experts module)
     router_recompute_calls: int = 0  # MoE: times its router ran again during the backward
     experts_recompute_calls: int = 0  # MoE: times its experts ran again during the backward
-    # Selective checkpointing (ckptlab.step.selective), counted in an observed step (track_saved):
+    # Selective checkpointing (ckptlab.step.selective), counted in an observed step (track_saved), first micro-batch:
     selective: str = "none"  # the policy the layer's checkpoint ran with (its key), "none" for plain or keep
     kept_bytes: int = 0  # bytes of the op outputs the policy kept in SAC's cache (each storage once)
     kept_ops: dict[str, int] = field(default_factory=dict)  # op -> outputs kept in the forward
@@ -178,8 +178,13 @@ class LayerProbe:
         )
 
     def _running_counts(self) -> LayerCounts | None:
-        """The counts of the layer whose forward runs now (the selective observer's attribution)."""
-        return None if self._current_layer is None else self._state.counts[self._current_layer]
+        """The counts of the layer whose forward runs now (the selective observer's attribution).
+
+        Only in the first micro-batch: like the saved bytes, what a policy keeps and reruns is one micro-batch's.
+        """
+        if self._current_layer is None or self.micro_batch:
+            return None
+        return self._state.counts[self._current_layer]
 
     def end_step(self) -> None:
         """Leave the step (the backward has returned)."""

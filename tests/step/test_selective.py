@@ -219,3 +219,24 @@ def test_the_fast_simulation_extrapolates_what_the_policy_kept():
 def test_a_policy_object_refuses_bad_names_too():
     with pytest.raises(SpecError):
         SelectivePolicy(("aten.mm", "aten.no_such"))
+
+
+def test_with_the_trainer_settings_the_policy_keeps_one_micro_batchs_attention(made):
+    """Gradient accumulation and clipping (main's Trainer step): what is kept is counted for one micro-batch."""
+    one = measure(_spec(made, every_n_layers=1, selective="attention", optimizer="sgd"))
+    accumulated = measure(
+        _spec(made, every_n_layers=1, selective="attention", optimizer="sgd", gradient_accumulation_steps=2)
+    )
+    assert [layer.kept_bytes for layer in accumulated.layers] == [_attention_output_bytes()] * SHAPE[
+        "num_hidden_layers"
+    ]
+    assert [layer.kept_ops for layer in accumulated.layers] == [layer.kept_ops for layer in one.layers]
+    assert all(layer.recompute_calls == 2 for layer in accumulated.layers) and accumulated.plan_matches
+
+
+def test_under_bf16_autocast_the_policy_keeps_the_attention_in_bf16(made):
+    result = measure(_spec(made, every_n_layers=1, selective="attention", optimizer="sgd", mixed_precision="bf16"))
+    heads, head_dim = SHAPE["num_attention_heads"], SHAPE["head_dim"]
+    bf16 = BATCH * SEQ * heads * head_dim * 2 + BATCH * heads * SEQ * 4  # the output in bf16, the logsumexp float32
+    assert [layer.kept_bytes for layer in result.layers] == [bf16] * SHAPE["num_hidden_layers"]
+    assert result.plan_matches
