@@ -127,7 +127,6 @@ class LayerProbe:
         self._param_storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
         for param in model.parameters():
             self._param_storages[param.untyped_storage()] = True
-        self._observer = SelectiveObserver(self._running_counts)
 
     @property
     def counts(self) -> list[LayerCounts]:
@@ -215,7 +214,10 @@ class LayerProbe:
             if self.track_saved:
                 stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
                 # What a selective policy keeps is not saved through autograd: its own observer counts it.
-                stack.enter_context(self._observer.watching(self._attached_policies()))
+                # Made here, not kept: an observer held by the probe would tie the probe (and its model) into a
+                # reference cycle that only the garbage collector frees, and a run's memory with it.
+                observer = SelectiveObserver(self._running_counts)
+                stack.enter_context(observer.watching(self._attached_policies()))
             yield self
 
     def _attached_policies(self) -> list[SelectivePolicy]:
