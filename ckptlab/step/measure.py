@@ -47,7 +47,7 @@ from .preflight import load_model, resolve_device, resolve_dtype, validate_for_m
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .provenance import model_summary, provenance_for
 from .stopping import DONE, Progress, ShouldStop, checked, stoppable
-from .training import Recipe, optimizer_state_bytes
+from .training import Recipe, check_optimizer_runs, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
 
 OFFLOAD_ON_CPU_NOTE = (
@@ -102,6 +102,7 @@ def measure(
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device, spec.mixed_precision)
+    check_optimizer_runs(spec, device_type=device.type)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
         with stoppable(model, should_stop):
