@@ -23,19 +23,7 @@ pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 # Short, one timed step, no warm-up: the whole launch (two ranks, four presets) takes about 30 s on 2 cores.
-# SGD with momentum: sharded state, and the same optimizer step on both sides (a simulation takes the multi-tensor
-# step CUDA runs, the gloo ranks the CPU's; with fused or per-parameter AdamW the fake process group's simulation
-# shows one transient the size of the unsharded parameters at the gradient norm that the gloo ranks do not: open).
-RANKED = RunSpec(
-    seq_len=128,
-    every_n_layers=2,
-    repeats=1,
-    warmup=0,
-    world_size=2,
-    fsdp=True,
-    optimizer="sgd",
-    optim_args="momentum=0.9",
-)
+RANKED = RunSpec(seq_len=128, every_n_layers=2, repeats=1, warmup=0, world_size=2, fsdp=True)
 SIMULATED_AS_MEASURED = {"dtype": "float32"}  # a simulation stands for bf16 on CUDA; the CPU run is float32
 
 
