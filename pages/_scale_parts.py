@@ -29,7 +29,8 @@ from ckptlab.spec import RunSpec
 from pages._common import preset_infos
 from pages._server import offered_folder
 
-LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum", "mp", "clip")  # the shape's keys in a link (gpu= aside)
+# The shape's keys in a link (gpu= aside), Trainer's step among them.
+LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum", "mp", "clip")
 POLL_S = 0.5  # how often the progress bar looks at a running job
 
 

@@ -132,14 +132,14 @@ def spec_from_query(
         else:
             warnings.append(f"offload={values['offload']!r} in the link is not 1 or 0; using {int(base.offload)}.")
 
-    if "mp" in values:
-        if values["mp"].strip().lower() in MIXED_PRECISIONS:
-            changes["mixed_precision"] = values["mp"].strip().lower()
-        else:
-            warnings.append(
-                f"mp={values['mp']!r} in the link is not one of {', '.join(MIXED_PRECISIONS)}; "
-                f"using {base.mixed_precision}."
-            )
+    for key, choices, attr in (("mp", MIXED_PRECISIONS, "mixed_precision"), ("opt", OPTIMIZERS, "optimizer")):
+        if key in values:
+            if values[key].strip().lower() in choices:
+                changes[attr] = values[key].strip().lower()
+            else:
+                warnings.append(
+                    f"{key}={values[key]!r} in the link is not one of {', '.join(choices)}; using {getattr(base, attr)}."
+                )
     if "clip" in values:
         try:
             bound = float(values["clip"])
@@ -149,13 +149,6 @@ def spec_from_query(
             changes["max_grad_norm"] = bound
         else:
             warnings.append(f"clip={values['clip']!r} in the link is not a number; using {base.max_grad_norm:g}.")
-    if "opt" in values:
-        if values["opt"].strip().lower() in OPTIMIZERS:
-            changes["optimizer"] = values["opt"].strip().lower()
-        else:
-            warnings.append(
-                f"opt={values['opt']!r} in the link is not one of {', '.join(OPTIMIZERS)}; using {base.optimizer}."
-            )
     if "lora" in values:
         text = values["lora"].strip().lower()
         number = _int(text)

@@ -117,7 +117,11 @@ def trainer_snippet(
 
 
 def _field_lines(fields: Mapping[str, object] | None) -> list[str]:
-    return [f"    {name}={value!r}," for name, value in (fields or {}).items()]
+    # Text in double quotes, as the other lines and transformers' docs write it.
+    return [
+        f'    {name}="{value}",' if isinstance(value, str) else f"    {name}={value!r},"
+        for name, value in (fields or {}).items()
+    ]
 
 
 def lora_snippet(rank: int, targets: Sequence[str]) -> str:

@@ -102,7 +102,7 @@ def training_name(spec: RunSpec) -> str:
         parts.append(f"{spec.mixed_precision} autocast")
     if spec.optimizer != "none":
         bound = spec.max_grad_norm
-        parts.append(f"gradient norm clipped at {bound:g}" if bound > 0 else "gradient norm computed, not clipped")
+        parts.append(f"gradient norm clipped at {float(bound)}" if bound > 0 else "gradient norm computed, not clipped")
     return ", ".join(parts)
 
 

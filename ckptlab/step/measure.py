@@ -49,7 +49,7 @@ from .probe import LayerCounts, LayerProbe, StepRecorder
 from .provenance import model_summary, provenance_for
 from .selective import selective_notes
 from .stopping import DONE, Progress, ShouldStop, checked, stoppable
-from .training import Recipe, optimizer_state_bytes
+from .training import Recipe, check_optimizer_runs, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
 
 OFFLOAD_ON_CPU_NOTE = (
@@ -104,6 +104,7 @@ def measure(
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device, spec.mixed_precision)
+    check_optimizer_runs(spec, device_type=device.type)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
         with stoppable(model, should_stop):

@@ -60,7 +60,7 @@ from .preflight import resolve_dtype, validate_for_model
 from .provenance import model_summary, simulated_provenance
 from .selective import selective_notes
 from .stopping import DONE, Progress
-from .training import Recipe, prime_state
+from .training import Recipe, check_optimizer_runs, prime_state
 from .trainstep import random_batch
 
 SIMULATED_DEVICE = "cuda (simulated)"
@@ -91,6 +91,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     spec.validate()
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
+    check_optimizer_runs(spec, device_type="cuda", simulated=True)
     dtype = resolve_dtype(spec.dtype, torch.device("cuda"), spec.mixed_precision)
     config, _, task = catalog.load_config(spec.model)
     shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast and info.layers_alike else None

@@ -26,7 +26,8 @@ import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
-from ..spec import RunSpec
+from ..errors import SpecError
+from ..spec import LOW_BIT_PACKAGES, RunSpec
 
 MIXED_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -63,6 +64,38 @@ def trainer_parameter_groups(model: nn.Module, weight_decay: float = 0.0) -> lis
     ]
 
 
+def check_optimizer_runs(spec: RunSpec, *, device_type: str, simulated: bool = False) -> None:
+    """Refuse a low-bit optimizer where its step cannot be counted: on fake tensors, or measured on the CPU.
+
+    Their steps are custom kernels or ``torch.compile(fullgraph=True)`` over quantized state (torchao's
+    AdamW8bit failed so here: "found no compiled frames" under MemTracker, the CPU's meter, which is a
+    dispatch mode); on CUDA the allocator's counters need no dispatch mode.
+
+    Raises:
+        SpecError: naming the optimizer, its package and what to do instead.
+    """
+    package = LOW_BIT_PACKAGES.get(spec.optimizer)
+    if package is None:
+        return
+    if simulated:
+        raise SpecError(
+            f"optimizer={spec.optimizer!r} cannot be simulated: its step ({package[0]}'s quantized state and "
+            "kernels) does not run on fake tensors, so the simulation cannot count it. Measure it on a GPU "
+            "(python -m ckptlab run --device cuda), or simulate adamw for an upper bound of its state.",
+            key="spec.optimizer_not_simulated",
+            optimizer=spec.optimizer,
+            package=package[0],
+        )
+    if device_type != "cuda":
+        raise SpecError(
+            f"optimizer={spec.optimizer!r} is measured on CUDA only: its step ({package[0]}) compiles or calls "
+            "kernels that do not run under the CPU's memory tracker. Run it with --device cuda on a GPU.",
+            key="spec.optimizer_needs_cuda",
+            optimizer=spec.optimizer,
+            package=package[0],
+        )
+
+
 def make_optimizer(spec: RunSpec, model: nn.Module, *, simulated_cuda: bool = False) -> torch.optim.Optimizer | None:
     """The optimizer ``spec`` names, built as Trainer builds it over ``model``'s trainable parameters; None for "none".
 
@@ -90,6 +123,10 @@ class Recipe:
     clip_bound: float | None = None  # clip_grad_norm_'s max_norm (inf: the norm alone); None: no norm
     autocast_dtype: torch.dtype | None = None  # the forward's autocast dtype; None: no autocast
     scaler: torch.amp.GradScaler | None = None  # fp16's loss scaling, as accelerate's
+    # clip_grad_norm_'s foreach: None lets torch choose, as Trainer does. A simulation computes the norm tensor by
+    # tensor: on fake DTensor shards (FSDP2) the multi-tensor norm and in-place scaling held transients of twice the
+    # rank's gradients that 2 measured gloo ranks did not, while the bytes a CUDA step holds are the same either way.
+    clip_foreach: bool | None = None
 
     @classmethod
     def for_spec(cls, spec: RunSpec, model: nn.Module, *, simulated_cuda: bool = False) -> Recipe:
@@ -103,7 +140,14 @@ class Recipe:
         scaler = None
         if spec.mixed_precision == "fp16" and optimizer is not None:
             scaler = torch.amp.GradScaler(_device_type(model))
-        return cls(optimizer, spec.gradient_accumulation_steps, clip_bound, autocast_dtype, scaler)
+        return cls(
+            optimizer,
+            spec.gradient_accumulation_steps,
+            clip_bound,
+            autocast_dtype,
+            scaler,
+            clip_foreach=False if simulated_cuda else None,
+        )
 
 
 def _device_type(model: nn.Module) -> str:

@@ -103,11 +103,13 @@ def test_fused_adamw_holds_no_temporaries_in_its_step_and_the_peak_moves_to_the_
 
 
 @pytest.mark.parametrize("model", TINY)
-def test_the_per_parameter_adamw_of_the_cpu_holds_two_copies_of_the_largest_tensor_at_most(model, runs):
+def test_the_per_parameter_adamw_of_the_cpu_is_estimated_as_two_copies_of_the_largest_tensor(model, runs):
+    """An estimate (the loop's temporaries overlap from one parameter to the next): within 1% of the measured step."""
     result = runs[(model, "adamw_torch")]
     predicted = _predicted(_spec(model, {"optimizer": "adamw_torch"}))
     step = next(point for point in result.memory.timeline if point.kind == "optimizer")
-    assert 0 <= _optimizer_peak(predicted) - step.region_peak_bytes <= predicted.optimizer_temp_bytes
+    assert predicted.optimizer_temp_bytes > 0
+    assert _optimizer_peak(predicted) == pytest.approx(step.region_peak_bytes, rel=0.01)
 
 
 @pytest.mark.parametrize("name", ["sgd", "none", "lora-adamw"])

@@ -97,3 +97,21 @@ def test_gpus_in_the_link_are_one_of_the_choices_or_fall_back():
     for bad in ("3", "eight", "", "-1"):
         gpus, warnings = gpus_from_query(bad, GPU_COUNTS)
         assert gpus == 1 and len(warnings) == 1 and "gpus=" in warnings[0] and "64" in warnings[0]
+
+
+def test_trainers_step_travels_in_the_link_and_bad_values_fall_back():
+    spec = ckptlab.RunSpec(
+        gradient_accumulation_steps=4, mixed_precision="bf16", max_grad_norm=0.5, optimizer="adafactor"
+    )
+    query = spec_to_query(spec)
+    assert {key: query[key] for key in ("accum", "mp", "clip", "opt")} == {
+        "accum": "4",
+        "mp": "bf16",
+        "clip": "0.5",
+        "opt": "adafactor",
+    }
+    assert spec_from_query(query) == (spec, [])
+    assert "accum" not in spec_to_query(ckptlab.RunSpec())  # a default needs no key
+    back, warnings = spec_from_query({"accum": "0", "mp": "fp8", "clip": "nan"})
+    assert (back.gradient_accumulation_steps, back.mixed_precision, back.max_grad_norm) == (1, "none", 1.0)
+    assert len(warnings) == 3 and "mp='fp8' in the link is not one of none, bf16, fp16" in warnings[1]
