@@ -32,6 +32,18 @@ class CkptlabError(Exception):
         self.key = key
         self.params = params
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole, whatever a subclass's __init__ takes: an error raised in a worker process
+        # (ckptlab.lab.workers) crosses back with its key and params, so a page still says it in its language.
+        return (_rebuilt, (type(self), str(self), self.key, self.params), dict(self.__dict__))
+
+
+def _rebuilt(cls: type[CkptlabError], message: str, key: str | None, params: dict[str, Any]) -> CkptlabError:
+    """A :class:`CkptlabError` of ``cls`` from its pickled parts, without calling a subclass's own __init__."""
+    error = cls.__new__(cls)
+    CkptlabError.__init__(error, message, key=key, **params)
+    return error
+
 
 class SpecError(CkptlabError, ValueError):
     """A value of a run's spec is out of range (sequence length, batch size, every_n_layers, ...)."""

@@ -33,6 +33,7 @@ from ..step.measure import measure
 from ..step.preflight import load_model, resolve_device, resolve_dtype, validate_for_model
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
+from .workers import WorkerPool
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)
 Loader = Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]]
@@ -197,6 +198,9 @@ def run_queued(
     should_stop: ShouldStop | None = None,
     owner: str | None = None,
     limit_s: float | None = None,
+    workers: WorkerPool | None = None,
+    sharing: WorkerPool | None = None,
+    memory_cap_bytes: int | None = None,
 ) -> LabRun:
     """Measure ``spec`` and its checkpointing-off reference, one run on the device at a time.
 
@@ -215,6 +219,12 @@ def run_queued(
         should_stop: asked while waiting and while running (a participant's Cancel).
         owner: who asks, one place in the queue each (:meth:`DeviceQueue.turn`).
         limit_s: seconds the turn may hold the device; then the run is stopped (``None``: no limit).
+        workers: measure in this pool's worker process (:mod:`.workers`; the app's), not in this
+            thread: ``load`` is then not used (the worker builds and keeps its own model), and at the
+            limit the worker is killed rather than asked to stop, so no turn outlasts ``limit_s``.
+        sharing: the pool whose jobs (simulations) run on the same cores: a CPU run timed while one of
+            them ran says so (``TimingResult.shared_cores``, a busy verdict).
+        memory_cap_bytes: with ``workers``, the resident memory the worker may reach before it is killed.
 
     Returns:
         A :class:`LabRun`; ``run.result.status == "does_not_fit"`` when the step ran out of memory.
@@ -244,11 +254,12 @@ def run_queued(
             done = 0
             try:
                 if run is None:
-                    run = cache.put(_measure_one(spec, load, scaled(report, done, count), stop))
+                    run = cache.put(_measured(spec, load, scaled(report, done, count), stop, workers, sharing, memory_cap_bytes))
                     done += 1
                 if base is None and _wants_reference(spec, run):
                     prefix = Message("checkpointing off (reference): ", key="progress.reference")
-                    base = cache.put(_measure_one(reference, load, scaled(report, done, count, prefix), stop))
+                    report_base = scaled(report, done, count, prefix)
+                    base = cache.put(_measured(reference, load, report_base, stop, workers, sharing, memory_cap_bytes))
             except RunStoppedError:
                 raise stop.reason() from None
             finally:
@@ -310,6 +321,35 @@ def _cached(cache: ResultCache, spec: RunSpec) -> Measured | None:
 
 def _wants_reference(spec: RunSpec, run: Measured) -> bool:
     return spec.checkpointing and run.result.status == "ok"
+
+
+def _measured(
+    spec: RunSpec,
+    load: Loader,
+    report: Progress,
+    stop: TurnStopper,
+    workers: WorkerPool | None,
+    sharing: WorkerPool | None,
+    memory_cap_bytes: int | None,
+) -> RunResult:
+    """One measurement of a turn: in this thread, or in a worker process killed at the turn's deadline."""
+    if workers is None:
+        return _measure_one(spec, load, report, stop)
+    started = time.monotonic()
+    remaining = None if stop.deadline is None else max(0.0, stop.deadline - started)
+    result: RunResult = workers.run(
+        "ckptlab.lab.workerjobs:measure_spec",
+        spec,
+        progress=report,
+        should_stop=stop.asked,
+        limit_s=remaining,
+        on_limit=stop.reason,
+        memory_cap_bytes=memory_cap_bytes,
+    )
+    shared = sharing is not None and sharing.ran_between(started, time.monotonic())
+    if shared and result.timing is not None and result.device == "cpu":
+        result = replace(result, timing=replace(result.timing, shared_cores=True))
+    return result
 
 
 def _measure_one(spec: RunSpec, load: Loader, report: Progress, stop: ShouldStop | None = None) -> RunResult:
