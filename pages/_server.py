@@ -7,11 +7,15 @@ on every run of a page: cheap, and a changed setting needs no restart of the ser
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import streamlit as st
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
+from ckptlab.lab.workers import WorkerPool, device_workers, simulation_workers, sweep_workers
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
 
@@ -29,12 +33,48 @@ def server_policy() -> tuple[ServerPolicy, ckptlab.CkptlabError | None]:
 
 
 def session_owner() -> str:
-    """An id of this browser session, kept in its state: the device queue gives each one place at most.
+    """Who asks: the device queue gives each one place at most.
 
-    Not Streamlit's own session id: every AppTest shares one ("test session id"), so a test
-    of several sessions would be one owner.
+    The signed-in person (``st.user``) where the server has sign-in configured, so three tabs of
+    one person hold one place; else an id of this browser session, kept in its state. Never the
+    IP address, which a classroom behind one router shares. Not Streamlit's own session id:
+    every AppTest shares one ("test session id"), so a test of several sessions would be one owner.
     """
+    person = signed_in_person()
+    if person is not None:
+        return f"user:{person}"
     return st.session_state.setdefault("ckptlab_owner", uuid.uuid4().hex)
+
+
+def signed_in_person() -> str | None:
+    """The signed-in person's e-mail (or subject id), or None without sign-in."""
+    try:
+        if not st.user.is_logged_in:
+            return None
+        person = st.user.get("email") or st.user.get("sub")
+    except Exception:  # no sign-in configured on this server (secrets without [auth])
+        return None
+    return str(person) if person else None
+
+
+def session_alive() -> Callable[[], bool]:
+    """A check a job asks from its own thread: False once this browser session is gone (its tab closed).
+
+    Streamlit's runtime knows its sessions; a job whose session is gone ends, so a closed tab's sweep
+    does not keep taking device turns. Without a runtime (AppTest, a script) the session never ends.
+    """
+    context = get_script_run_ctx()
+    if context is None or not Runtime.exists():
+        return lambda: True
+    runtime, session_id = Runtime.instance(), context.session_id
+    return lambda: runtime.is_active_session(session_id)
+
+
+def job_workers(policy: ServerPolicy) -> tuple[WorkerPool | None, WorkerPool | None, WorkerPool | None]:
+    """The server's worker pools for (measured runs, sweeps, simulations); none when the policy runs jobs in threads."""
+    if not policy.workers:
+        return None, None, None
+    return device_workers(), sweep_workers(), simulation_workers()
 
 
 def offered_folder(policy: ServerPolicy, path: str, lang: str) -> tuple[str, str]:

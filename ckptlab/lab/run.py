@@ -254,7 +254,9 @@ def run_queued(
             done = 0
             try:
                 if run is None:
-                    run = cache.put(_measured(spec, load, scaled(report, done, count), stop, workers, sharing, memory_cap_bytes))
+                    run = cache.put(
+                        _measured(spec, load, scaled(report, done, count), stop, workers, sharing, memory_cap_bytes)
+                    )
                     done += 1
                 if base is None and _wants_reference(spec, run):
                     prefix = Message("checkpointing off (reference): ", key="progress.reference")
@@ -383,13 +385,19 @@ class TurnStopper:
 
     def reason(self) -> RunStoppedError:
         if self.timed_out():
-            return RunStoppedError(
-                f"The run was stopped after {self.limit_s:g} s on the device, this server's limit per run; "
-                "its memory was given back. Try a shorter sequence, a smaller batch or a smaller model.",
-                key="run.time_limit",
-                seconds=f"{self.limit_s:g}",
-            )
+            assert self.limit_s is not None
+            return time_limit_error(self.limit_s)
         return RunStoppedError("The run was cancelled; nothing was measured.", key="run.cancelled")
+
+
+def time_limit_error(limit_s: float) -> RunStoppedError:
+    """A run (a sweep's row) stopped at the server's limit per run."""
+    return RunStoppedError(
+        f"The run was stopped after {limit_s:g} s on the device, this server's limit per run; "
+        "its memory was given back. Try a shorter sequence, a smaller batch or a smaller model.",
+        key="run.time_limit",
+        seconds=f"{limit_s:g}",
+    )
 
 
 def _asking(on_wait: OnWait | None, should_stop: ShouldStop | None) -> OnWait | None:

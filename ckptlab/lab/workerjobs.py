@@ -55,8 +55,7 @@ def sweep_spec(context: JobContext, spec: SweepSpec) -> SweepResult:
         return sweep(
             spec,
             progress=context.progress,
-            cancel=context.cancelled,
-            should_stop=context.cancelled,
+            cancel=context.cancelled,  # between rows and timed steps; a row in flight ends by the parent's kill
             turn=context.turn,
             on_result=context.collect,
         )

@@ -40,12 +40,10 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
-
-import psutil
 
 from ..errors import CkptlabError, RunStoppedError
 from ..results import RunResult
@@ -54,6 +52,7 @@ from ..step.stopping import Progress, ShouldStop
 LOG = logging.getLogger(__name__)
 
 POLL_S = 0.1  # how often the parent looks at its worker's pipe, clock and memory
+SWEEPS_AT_ONCE = 2  # sweeps in flight at once; a third waits for a worker (each holds one model)
 GRACE_S = 5.0  # after a Stop, how long a worker may take to stop on its own before it is killed
 _CONTEXT = multiprocessing.get_context("spawn")
 
@@ -170,6 +169,18 @@ def _worker_main(conn: Connection, cancel: Any, threads: int, warm: tuple[str, .
 # -- the parent's side ----------------------------------------------------------------------
 
 
+def resident_bytes(pid: int | None) -> int:
+    """Resident memory of process ``pid`` (Linux's /proc, where a workshop server runs); 0 where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 class _Worker:
     """One worker process and its end of the pipe; started at once, warm by the time it reads its first job."""
 
@@ -187,10 +198,7 @@ class _Worker:
         return self.process.is_alive()
 
     def resident_bytes(self) -> int:
-        try:
-            return int(psutil.Process(self.process.pid).memory_info().rss)
-        except psutil.Error:
-            return 0
+        return resident_bytes(self.process.pid)
 
     def kill(self) -> None:
         """End the process now: its memory goes back to the system; the job it ran ends unfinished."""
@@ -199,10 +207,8 @@ class _Worker:
         self.conn.close()
 
     def quit(self) -> None:
-        try:
+        with suppress(OSError):
             self.conn.send(("quit",))
-        except OSError:
-            pass
         self.process.join(5)
         if self.process.is_alive():
             self.kill()
@@ -285,7 +291,7 @@ class WorkerPool:
         """
         while not self._slots.acquire(timeout=self.poll_s):
             if should_stop is not None and should_stop():
-                raise RunStoppedError("The job was stopped while it waited for a worker.", key="run.cancelled")
+                raise RunStoppedError("The job was stopped; what it had done is kept.", key="job.stopped")
         worker = self._take()
         started = time.monotonic()
         with self._lock:
@@ -379,7 +385,9 @@ class WorkerPool:
                     if not worker.alive():
                         raise self._lost(worker)
                     now = time.monotonic()
-                    if (deadline is not None and now >= deadline) or (turn_deadline is not None and now >= turn_deadline):
+                    if (deadline is not None and now >= deadline) or (
+                        turn_deadline is not None and now >= turn_deadline
+                    ):
                         worker.kill()
                         raise on_limit() if on_limit is not None else _time_limit(limit_s or turn_limit_s)
                     if memory_cap_bytes is not None:
@@ -393,7 +401,7 @@ class WorkerPool:
                             worker.cancel.set()
                         elif now - stop_asked_at >= self.grace_s:
                             worker.kill()
-                            raise RunStoppedError("The job was stopped; what it had done is kept.", key="run.cancelled")
+                            raise RunStoppedError("The job was stopped; what it had done is kept.", key="job.stopped")
             except BaseException:
                 if not answered and worker.alive() and not worker.conn.closed:
                     worker.kill()  # a job left running would hold the worker (and its turn's memory) for nobody
@@ -456,6 +464,13 @@ _POOLS_LOCK = threading.Lock()
 def device_workers() -> WorkerPool:
     """The server's one measuring worker (the device queue lets one run at a time anyway)."""
     return _pool("device", lambda plan: WorkerPool(1, plan.device_threads))
+
+
+def sweep_workers() -> WorkerPool:
+    """The server's sweep workers: apart from the measuring one, which a Run waits for while it holds the device
+    turn (a sweep between two of its rows would then wait for that turn: neither could go on). Only the holder of
+    the device turn computes, so each gets the measuring worker's threads."""
+    return _pool("sweep", lambda plan: WorkerPool(SWEEPS_AT_ONCE, plan.device_threads))
 
 
 def simulation_workers() -> WorkerPool:

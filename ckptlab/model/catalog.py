@@ -33,6 +33,7 @@ from transformers import (
 )
 
 from ..errors import ModelLoadError, UnsupportedModelError
+from ..torchstate import exclusive
 from . import experts, folder_checks, presets, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
 from .plan import checkpointable_layers
@@ -114,6 +115,7 @@ def _weight_files(path: str) -> list[str]:
     return [file for pattern in _WEIGHT_PATTERNS for file in glob.glob(os.path.join(path, pattern))]
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def build_on_meta(config: PretrainedConfig, task: str) -> PreTrainedModel:
     """The model with shapes but no storage: counting an 8B model costs no memory."""
     kwargs = _model_kwargs(config, task)  # raises UnsupportedModelError with our message
@@ -231,6 +233,7 @@ def instantiate(config: PretrainedConfig, task: str, dtype: torch.dtype) -> PreT
     return _auto_class(task).from_config(config, dtype=dtype, **_model_kwargs(config, task))
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def build_model(
     name_or_dir: str,
     *,

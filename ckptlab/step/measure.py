@@ -40,6 +40,7 @@ from ..results import (
     RunResult,
 )
 from ..spec import RunSpec
+from ..torchstate import exclusive
 from .meters import clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .preflight import load_model, resolve_device, resolve_dtype, validate_for_model
@@ -58,6 +59,7 @@ OFFLOAD_ON_CPU_NOTE = (
 )
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def measure(
     spec: RunSpec,
     *,

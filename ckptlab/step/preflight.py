@@ -17,6 +17,7 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits
 from ..spec import RunSpec
+from ..torchstate import exclusive
 from .stopping import Progress
 
 DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -77,6 +78,7 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
         )
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrainedModel, ModelInfo]:
     """Validate ``spec`` and build its model on the spec's device and dtype.
 

@@ -50,6 +50,7 @@ from ..model.lora import adapted
 from ..model.plan import describe_plan, observed_roles, planned_roles
 from ..results import RankResult, RunResult
 from ..spec import RunSpec
+from ..torchstate import exclusive
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
 from .fold import Reduction, SimulatedStep
@@ -68,6 +69,7 @@ SIMULATION_METHOD = (
 )
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = None) -> RunResult:
     """Simulate one training step of ``spec`` on fake tensors.
 
