@@ -16,6 +16,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
 from ckptlab.lab.workers import WorkerPool, device_workers, simulation_workers, sweep_workers
+from ckptlab.model import folder_files
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
 
@@ -27,9 +28,11 @@ def server_policy() -> tuple[ServerPolicy, ckptlab.CkptlabError | None]:
     except Exception:  # no secrets.toml at all: Streamlit raises rather than returning nothing
         secrets = {}
     try:
-        return policy_from_environment(secrets), None
+        policy, problem = policy_from_environment(secrets), None
     except ckptlab.CkptlabError as error:
-        return ServerPolicy(), error
+        policy, problem = ServerPolicy(), error
+    folder_files.confine(policy.models_root)  # every file a model folder leads to stays inside it (and in workers)
+    return policy, problem
 
 
 def session_owner() -> str:

@@ -46,6 +46,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..errors import CkptlabError, RunStoppedError
+from ..model import folder_files
 from ..results import RunResult
 from ..step.stopping import Progress, ShouldStop
 
@@ -154,7 +155,8 @@ def _worker_main(conn: Connection, cancel: Any, threads: int, warm: tuple[str, .
             return
         if message[0] == "quit":
             return
-        _, target, args, kwargs = message
+        _, target, args, kwargs, models_root = message
+        folder_files.confine(models_root)  # the server's models root, as the parent has it now
         context = JobContext(conn, cancel)
         try:
             value = _resolve(target)(context, *args, **kwargs)
@@ -352,7 +354,7 @@ class WorkerPool:
         memory_cap_bytes: int | None,
     ) -> Any:
         worker.cancel.clear()
-        worker.conn.send(("job", target, args, kwargs))
+        worker.conn.send(("job", target, args, kwargs, folder_files.confined_root()))
         deadline = None if limit_s is None else time.monotonic() + limit_s
         turn_deadline: float | None = None
         stop_asked_at: float | None = None
