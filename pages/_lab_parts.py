@@ -24,7 +24,7 @@ from ckptlab.show.i18n import Translator, say
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import preset_infos
-from pages._server import job_workers, offered_folder, session_owner
+from pages._server import job_workers, offered_folder, session_owner, sharing_workers
 
 STOP_CHECK_S = 0.3  # how often a run in flight looks for a Cancel (each look is one Streamlit message)
 
@@ -80,7 +80,6 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
             )
 
         try:
-            workers, _, simulations = job_workers(policy)
             lab = labrun.run_queued(  # looked up on each Run: tests replace it
                 spec,
                 load=load,
@@ -89,8 +88,8 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
                 should_stop=should_stop,
                 owner=session_owner(),
                 limit_s=policy.run_limit_s,
-                workers=workers,
-                sharing=simulations,
+                workers=job_workers(policy, "device"),
+                sharing=sharing_workers(),
                 memory_cap_bytes=policy.memory_cap_bytes,
             )
             cancel.empty()

@@ -117,7 +117,7 @@ def draw_buttons(
     def start(search: bool = False) -> None:
         """Simulate every setting (``search``: look for the fewest GPUs that fit) on a thread; :func:`poll` polls."""
         cache = simulation_cache()
-        limit_s, workers = policy.run_limit_s, job_workers(policy)[2]
+        limit_s, workers = policy.run_limit_s, job_workers(policy, "simulation")
         ending = {"workers": workers, "alive": session_alive(), "memory_cap_bytes": policy.memory_cap_bytes}
         try:
             if search:

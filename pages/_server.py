@@ -15,7 +15,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
-from ckptlab.lab.workers import WorkerPool, device_workers, simulation_workers, sweep_workers
+from ckptlab.lab.workers import WorkerPool, device_workers, simulation_workers, started_pool, sweep_workers
 from ckptlab.model import folder_files
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
@@ -73,11 +73,18 @@ def session_alive() -> Callable[[], bool]:
     return lambda: runtime.is_active_session(session_id)
 
 
-def job_workers(policy: ServerPolicy) -> tuple[WorkerPool | None, WorkerPool | None, WorkerPool | None]:
-    """The server's worker pools for (measured runs, sweeps, simulations); none when the policy runs jobs in threads."""
-    if not policy.workers:
-        return None, None, None
-    return device_workers(), sweep_workers(), simulation_workers()
+POOLS = {"device": device_workers, "sweep": sweep_workers, "simulation": simulation_workers}
+
+
+def job_workers(policy: ServerPolicy, kind: str) -> WorkerPool | None:
+    """The server's worker pool for ``kind`` of job ("device": measured runs, "sweep", "simulation"), started on
+    first use; None when the policy runs jobs in the server's threads (CKPTLAB_WORKERS=thread)."""
+    return POOLS[kind]() if policy.workers else None
+
+
+def sharing_workers() -> WorkerPool | None:
+    """The simulation pool if this server started one: a measured CPU run timed beside its jobs says so."""
+    return started_pool("simulation")
 
 
 def offered_folder(policy: ServerPolicy, path: str, lang: str) -> tuple[str, str]:

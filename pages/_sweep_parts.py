@@ -41,7 +41,7 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str, tr: Translato
                 load=lambda run_spec: build_for_key(model_key(run_spec)),
                 owner=session_owner(),
                 limit_s=policy.run_limit_s,
-                workers=job_workers(policy)[1],
+                workers=job_workers(policy, "sweep"),
                 alive=session_alive(),
                 memory_cap_bytes=policy.memory_cap_bytes,
             )

@@ -134,8 +134,9 @@ class ServerPolicy:
                 key="server.folders_off",
                 name=name,
             )
-        folder = (self.models_root / name).resolve()  # an absolute name replaces the root: checked below
-        if not self._inside(folder):
+        # An absolute name replaces the root (checked below); a NUL byte names no file (resolve() would raise).
+        folder = None if "\x00" in name else (self.models_root / name).resolve()
+        if folder is None or not self._inside(folder):
             raise NotAllowedError(
                 f"{name!r} is outside the models folder this server offers. Pick one of the folders listed.",
                 key="server.folder_outside",

@@ -480,6 +480,12 @@ def simulation_workers() -> WorkerPool:
     return _pool("simulation", lambda plan: WorkerPool(plan.simulation_workers, plan.simulation_threads))
 
 
+def started_pool(name: str) -> WorkerPool | None:
+    """The server's pool ``name`` ("device", "sweep", "simulation") if it was started, without starting it."""
+    with _POOLS_LOCK:
+        return _POOLS.get(name)
+
+
 def _pool(name: str, make: Callable[[ThreadPlan], WorkerPool]) -> WorkerPool:
     with _POOLS_LOCK:
         if name not in _POOLS:

@@ -32,7 +32,7 @@ from transformers import (
     PreTrainedModel,
 )
 
-from ..errors import ModelLoadError, UnsupportedModelError
+from ..errors import ModelLoadError, UnsupportedModelError, expect_type
 from ..torchstate import exclusive
 from . import experts, folder_checks, presets, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
@@ -194,6 +194,7 @@ def describe(name_or_dir: str) -> ModelInfo:
         ModelLoadError: the name or folder cannot be loaded.
         UnsupportedModelError: not a causal/masked text LM, or no ``GradientCheckpointingLayer``.
     """
+    expect_type("ckptlab.describe", "name_or_dir", name_or_dir, (str, os.PathLike), "ckptlab.describe('tiny-llama')")
     name_or_dir = os.fspath(name_or_dir)
     return _described(name_or_dir, _files_stamp(name_or_dir))
 
@@ -209,7 +210,7 @@ def _files_stamp(name_or_dir: str) -> tuple[tuple[str, int, int], ...]:
                     (entry.name, entry.stat().st_mtime_ns, entry.stat().st_size) for entry in entries if entry.is_file()
                 )
             )
-    except OSError:  # no such folder: load_config says so, and nothing is kept
+    except (OSError, ValueError):  # no such folder (or a NUL in its name): load_config says so, nothing is kept
         return ()
 
 

@@ -55,12 +55,14 @@ def check_folder(folder: str) -> None:
         ModelLoadError: naming the file (``folder.file_outside_root``, ``folder.bad_shard_name``).
     """
     root = confined_root()
+    if "\x00" in folder:
+        return  # no such folder can exist: load_config says it is not found
     if root is not None:
         _inside(Path(folder), folder, root)
     try:
         with os.scandir(folder) as listing:
             entries = sorted(entry.path for entry in listing)
-    except OSError:  # no such folder: load_config says so
+    except (OSError, ValueError):  # no such folder, or a NUL in its name: load_config says so
         return
     for path in entries:
         if root is not None:

@@ -30,6 +30,7 @@ from dataclasses import replace
 import torch
 from transformers import PreTrainedModel
 
+from ..errors import expect_type
 from ..message import Message
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
@@ -94,6 +95,7 @@ def measure(
         SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything heavy runs.
         RunStoppedError: ``should_stop`` answered True.
     """
+    expect_type("ckptlab.measure", "spec", spec, RunSpec, "ckptlab.measure(ckptlab.RunSpec(model='tiny-llama'))")
     report = checked(progress or (lambda message, fraction: None), should_stop)
     if model is None:
         model, info = load_model(spec, progress=report)

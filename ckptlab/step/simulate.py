@@ -42,6 +42,7 @@ import transformers.modeling_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.graph import saved_tensors_hooks
 
+from ..errors import expect_type
 from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -87,6 +88,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     Raises:
         SpecError, ModelLoadError: for bad input.
     """
+    expect_type("ckptlab.simulate", "spec", spec, RunSpec, "ckptlab.simulate(ckptlab.RunSpec(model='qwen3-8b'))")
     report = progress or (lambda message, fraction: None)
     spec.validate()
     info = catalog.describe(spec.model)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import ckptlab
-from ckptlab.lab.query import spec_from_query, spec_to_query
+from ckptlab import RunSpec
+from ckptlab.lab.query import gpus_from_query, spec_from_query, spec_to_query
 
 
 @pytest.mark.parametrize(
@@ -97,3 +98,17 @@ def test_gpus_in_the_link_are_one_of_the_choices_or_fall_back():
     for bad in ("3", "eight", "", "-1"):
         gpus, warnings = gpus_from_query(bad, GPU_COUNTS)
         assert gpus == 1 and len(warnings) == 1 and "gpus=" in warnings[0] and "64" in warnings[0]
+
+
+@pytest.mark.parametrize("key", ["model", "seq", "n", "dtype", "targets", "lora"])
+def test_a_value_with_a_control_character_falls_back_with_the_usual_warning(key):
+    spec, warnings = spec_from_query({key: "tiny\x00llama", "batch": "2"})
+    base = RunSpec()
+    assert spec.model == base.model and spec.batch_size == 2
+    assert len(warnings) == 1 and warnings[0].startswith(f"{key}='tiny\\x00llama' in the link holds a control character")
+    spec.validate()
+
+
+def test_gpus_with_a_nul_byte_fall_back():
+    gpus, warnings = gpus_from_query("8\x00", (1, 2, 4, 8))
+    assert gpus == 1 and len(warnings) == 1
