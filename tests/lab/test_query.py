@@ -105,7 +105,9 @@ def test_a_value_with_a_control_character_falls_back_with_the_usual_warning(key)
     spec, warnings = spec_from_query({key: "tiny\x00llama", "batch": "2"})
     base = RunSpec()
     assert spec.model == base.model and spec.batch_size == 2
-    assert len(warnings) == 1 and warnings[0].startswith(f"{key}='tiny\\x00llama' in the link holds a control character")
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"{key}='tiny\\x00llama' in the link holds a control character"
+    )
     spec.validate()
 
 
