@@ -152,10 +152,13 @@ def check_gradients_queued(
     on_wait: OnWait | None = None,
     queue: DeviceQueue = DEVICE_QUEUE,
     timeout: float | None = DEFAULT_TIMEOUT_S,
+    workers: WorkerPool | None = None,
+    limit_s: float | None = None,
 ) -> GradientCheck:
     """:func:`ckptlab.step.equivalence.check_gradients` in a turn of the device queue (two more steps).
 
-    It builds its own two models (dropout on), so the app's cached model is not touched.
+    It builds its own two models (dropout on), so the app's cached model is not touched. With
+    ``workers`` it runs in that pool's worker process, killed past ``limit_s`` seconds.
 
     Raises:
         SpecError, ModelLoadError: for bad input, before anything waits.
@@ -163,7 +166,15 @@ def check_gradients_queued(
     """
     check(spec)
     with queue.turn(on_wait=on_wait, timeout=timeout, label=f"gradient check {_label(spec)}"):
-        return check_gradients(spec)
+        if workers is None:
+            return check_gradients(spec)
+        checked: GradientCheck = workers.run(
+            "ckptlab.lab.workerjobs:gradients_spec",
+            spec,
+            limit_s=limit_s,
+            on_limit=lambda: time_limit_error(limit_s or 0),
+        )
+        return checked
 
 
 def cpu_estimate(spec: RunSpec, info: ModelInfo) -> tuple[float, float]:

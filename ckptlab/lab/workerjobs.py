@@ -20,7 +20,9 @@ from ..explore.sweep import SweepResult, SweepSpec, sweep
 from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import RunSpec
+from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
+from ..step.simulate import simulate
 from .run import ModelKey, build_for_key, give_back_memory, model_key
 from .workers import JobContext
 
@@ -88,3 +90,16 @@ def search_request(
         request, budget_bytes, counts=counts, known=known, on_result=context.collect,
         progress=context.progress, cancel=context.cancelled, info=info,
     )  # fmt: skip
+
+
+def simulate_spec(context: JobContext, spec: RunSpec) -> RunResult:
+    """:func:`ckptlab.simulate` of ``spec``, reporting progress."""
+    return simulate(spec, progress=context.progress)
+
+
+def gradients_spec(context: JobContext, spec: RunSpec) -> GradientCheck:
+    """:func:`ckptlab.step.equivalence.check_gradients` of ``spec`` (it builds its own two models)."""
+    try:
+        return check_gradients(spec)
+    finally:
+        give_back_memory()
