@@ -237,8 +237,10 @@ def _ended(page, done: str) -> str:
 
 
 def _measured_json(page) -> dict:
+    button = page.locator(".st-key-lab_download_json button")
+    button.wait_for(timeout=PRESS_TIMEOUT_MS)
     with page.expect_download(timeout=60_000) as download:
-        page.get_by_role("button", name="Result as JSON").click()
+        button.click()
     return json.loads(Path(download.value.path()).read_text())
 
 
@@ -276,8 +278,13 @@ def mixed_round(sessions: int = 8) -> MixedReport:
                     else:
                         outcomes[outcome] += 1
                         if outcome == "message":
-                            messages.append(page.locator(ERROR).first.inner_text())
-                    print(f"session {index}: {outcome} after {time.monotonic() - started:.0f} s", flush=True)
+                            details = page.locator("[data-testid='stExpander'] code")  # a failure's details, folded
+                            shown = page.locator(ERROR).first.inner_text()
+                            if details.count():
+                                shown += f" ({details.first.text_content()})"
+                            messages.append(shown)
+                    said = f": {' '.join(messages[-1].split())[:160]}" if outcome == "message" else ""
+                    print(f"session {index}: {outcome} after {time.monotonic() - started:.0f} s{said}", flush=True)
                 total_s = time.monotonic() - started
                 browser.close()
             turns = _turns(queue_log)

@@ -30,7 +30,14 @@ from ..results import Comparison, Judgement, RunResult, compare, judge_time
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
-from ..step.preflight import load_model, resolve_device, resolve_dtype, step_floor_refusal, validate_for_model
+from ..step.preflight import (
+    host_memory_refusal,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+    step_floor_refusal,
+    validate_for_model,
+)
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 from .workers import WorkerPool
@@ -130,8 +137,9 @@ def check(spec: RunSpec) -> ModelInfo:
     device = resolve_device(spec.device)
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
-    refusal = step_floor_refusal(spec, info, resolve_dtype(spec.dtype, device), device)
-    if refusal is not None:  # before it queues: a batch far beyond the machine never takes a turn
+    dtype = resolve_dtype(spec.dtype, device)
+    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(spec, info, dtype, device)
+    if refusal is not None:  # before it queues (and here: a worker would meet it only after its turn began)
         raise refusal
     return info
 
