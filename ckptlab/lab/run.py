@@ -25,6 +25,7 @@ from ..errors import DoesNotFitError, RunStoppedError
 from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.folder_checks import check_fits
 from ..model.lora import linear_module_names
 from ..results import Comparison, Judgement, RunResult, compare, judge_time
 from ..spec import RunSpec, Setting
@@ -134,14 +135,28 @@ def check(spec: RunSpec) -> ModelInfo:
         SpecError, ModelLoadError: naming the bad value and the fix.
     """
     spec.validate()
-    device = resolve_device(spec.device)
+    resolve_device(spec.device)
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
-    dtype = resolve_dtype(spec.dtype, device)
-    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(spec, info, dtype, device)
-    if refusal is not None:  # before it queues (and here: a worker would meet it only after its turn began)
-        raise refusal
     return info
+
+
+def refuse_beyond_machine(spec: RunSpec, info: ModelInfo) -> None:
+    """Refuse, before it queues, a run whose floor exceeds this machine (``load_model``'s own checks, said early).
+
+    A worker process would meet them only once its turn began; a batch far beyond the machine never
+    takes a turn.
+
+    Raises:
+        DoesNotFitError: parameters over the device's memory, with their gradients over the free memory, or the
+            step's floor over the machine's.
+    """
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    check_fits(info, dtype, device)  # in load_model's order: parameters alone, then with gradients, then the step
+    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(spec, info, dtype, device)
+    if refusal is not None:
+        raise refusal
 
 
 def lora_target_choices(model: str) -> list[str]:
@@ -172,7 +187,7 @@ def check_gradients_queued(
         SpecError, ModelLoadError: for bad input, before anything waits.
         DeviceBusyError: the device stayed busy for ``timeout`` seconds.
     """
-    check(spec)
+    refuse_beyond_machine(spec, check(spec))
     with queue.turn(on_wait=on_wait, timeout=timeout, label=f"gradient check {_label(spec)}"):
         if workers is None:
             return check_gradients(spec)
@@ -252,7 +267,7 @@ def run_queued(
         A :class:`LabRun`; ``run.result.status == "does_not_fit"`` when the step ran out of memory.
 
     Raises:
-        SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything runs.
+        SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything queues or runs.
         DeviceBusyError: the device stayed busy for ``timeout`` seconds.
         SupersededError: a newer request of the same ``owner`` took this one's place in the line.
         RunStoppedError: ``should_stop`` answered True, or the run held the device for ``limit_s``;
@@ -260,7 +275,7 @@ def run_queued(
     """
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
-    check(spec)
+    refuse_beyond_machine(spec, check(spec))
     reference = reference_spec(spec)
     run, base = _cached(cache, spec), _cached(cache, reference)
     wait_s = 0.0

@@ -35,9 +35,11 @@ import logging
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
 import time
 import traceback
+import types
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
@@ -183,6 +185,28 @@ def resident_bytes(pid: int | None) -> int:
     return 0
 
 
+_START_LOCK = threading.Lock()
+
+
+@contextmanager
+def _plain_main() -> Iterator[None]:
+    """Start a process with a blank ``__main__``, so the spawned child does not run the parent's main script again.
+
+    spawn re-imports the parent's ``__main__`` in the child (by its file) before the target runs. Under
+    Streamlit the ``__main__`` of a script thread is the page being run (AppTest's, a page's own
+    script): the child would run the page. The target lives in this module, so the child needs nothing of
+    ``__main__``; the blank one is in place only while the process starts.
+    """
+    with _START_LOCK:
+        saved = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")  # no __file__, no __spec__: nothing to re-run
+        try:
+            yield
+        finally:
+            if saved is not None:
+                sys.modules["__main__"] = saved
+
+
 class _Worker:
     """One worker process and its end of the pipe; started at once, warm by the time it reads its first job."""
 
@@ -192,7 +216,8 @@ class _Worker:
         self.process = _CONTEXT.Process(
             target=_worker_main, args=(child, self.cancel, threads, warm), name="ckptlab-worker", daemon=True
         )
-        self.process.start()
+        with _plain_main():
+            self.process.start()
         child.close()
         self.ready = False
 
