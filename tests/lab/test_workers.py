@@ -128,3 +128,21 @@ def test_a_turn_held_past_its_limit_is_given_back(pool: WorkerPool) -> None:
         pool.run(f"{TARGETS}:hold_in_turn", turn=lambda label: queue.turn(label=label), turn_limit_s=0.3)
     assert raised.value.key == "job.time_limit"
     assert queue.busy() == (False, 0) and len(queue.history()) == 1
+
+
+def test_a_worker_never_runs_the_parents_main_script(tmp_path, monkeypatch):
+    """Under Streamlit ``__main__`` is the page being run; spawn would run it again in the child."""
+    import sys
+    import types
+
+    page = tmp_path / "page.py"
+    page.write_text("raise SystemExit(3)  # a page script: the worker must not run it\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(page)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    fresh = WorkerPool(1, 1, warm=("torch", TARGETS), poll_s=0.02)
+    try:
+        assert fresh.run(f"{TARGETS}:pid") > 0
+    finally:
+        fresh.close()
+    assert sys.modules["__main__"] is main
