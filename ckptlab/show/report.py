@@ -61,6 +61,8 @@ def busy_note(reasons: Sequence[BusyReason], load: float | None, cores: int | No
         why.append(f"load average {load:.1f} on {cores} cores (more tasks waiting to run than cores)")
     if "spread" in reasons and spread is not None:
         why.append(f"identical steps differed by {spread:.0%} of their median (over {BUSY_SPREAD:.0%})")
+    if "shared" in reasons:
+        why.append("simulations of other participants ran on the same cores")
     return (
         "WARNING: this machine is too busy to time: "
         + "; ".join(why)
