@@ -5,6 +5,11 @@ The entry point only sets up navigation and the language; each page is a flat sc
 opens in the same language, and every page reads it from ``st.session_state.app_lang``.
 """
 
+# Imported here, by the first page a session opens, not lazily by the first figure or table each page draws:
+# with jobs in worker processes nothing in the server imported pandas before, and eight sessions drawing at
+# once imported it together ("partially initialized module 'pandas'", benchmarks/workshop_load.py's mixed round).
+import pandas  # noqa: F401
+import plotly.io  # noqa: F401
 import streamlit as st
 
 from ckptlab.show import i18n

@@ -12,7 +12,14 @@ quotes and checks what a workshop needs:
 - the server's memory (resident set) after all runs is within 10% of where it was
   after one warm-up run.
 
-    python benchmarks/workshop_load.py [--sessions 8] [--runs 30]
+A mixed round (``--round mixed``) puts the At-scale page beside the Lab: half the sessions press
+Simulate (qwen3-8b at 8192 tokens: minutes of fake-tensor work, in the server's simulation
+workers) while the other half press Run, with the server's run limit at 40 s. It checks that
+no session fails (each ends with a result, a table or the limit's message), that no two
+device turns overlap, that no turn lasts over 45 s, and that each measured run's bytes (the
+page's "Result as JSON") equal the same spec measured alone, in this process, afterwards.
+
+    python benchmarks/workshop_load.py [--sessions 8] [--runs 30] [--round plain|mixed|both]
 
 Exit code 0 when all of it holds, 1 otherwise.
 """
@@ -77,12 +84,12 @@ def resident_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS in /proc: the load test needs Linux")
 
 
-def _start_server(port: int, queue_log: Path) -> subprocess.Popen:
+def _start_server(port: int, queue_log: Path, **settings: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true"]
     command += ["--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
     # A closed tab's session (its state, its figures) is dropped this long after it disconnects (default 120 s).
     command += ["--server.disconnectedSessionTTL", str(SESSION_TTL_S)]
-    env = {**os.environ, "CKPTLAB_QUEUE_LOG": str(queue_log)}
+    env = {**os.environ, "CKPTLAB_QUEUE_LOG": str(queue_log), **settings}
     server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
@@ -183,21 +190,176 @@ def load_test(sessions: int = 8, runs: int = 30) -> LoadReport:
     )
 
 
+# -- the mixed round: Simulate beside Run -----------------------------------------------------
+
+MIXED_RUN_LIMIT_S = 40  # the server's CKPTLAB_RUN_LIMIT_S in the mixed round
+MIXED_TURN_BOUND_S = 45  # no device turn may last longer (the limit, and the worker's kill, and slack)
+SIMULATE = "model=qwen3-8b&seq=8192"
+SIMULATED = "The numbers"  # the At-scale page's table header, once a table is shown
+ERROR = ".stAlert [data-testid='stAlertContentError']"
+
+
+@dataclass(frozen=True)
+class MixedReport:
+    sessions: int
+    outcomes: dict[str, int]  # "result" (Run), "table" (Simulate), "message", "nothing" -> presses
+    messages: list[str]  # what the sessions that ended with a message said
+    turns: int
+    overlaps: int
+    open_turns: int
+    longest_turn_s: float
+    total_s: float
+    bytes_checked: int  # measured runs whose bytes were compared with the same run alone
+    bytes_differ: list[str]  # those whose bytes differed
+
+    @property
+    def holds(self) -> bool:
+        failed = [message for message in self.messages if "stopped after" not in message]  # the limit's own words
+        return (
+            not self.outcomes.get("nothing")
+            and not failed
+            and not self.overlaps
+            and not self.open_turns
+            and self.longest_turn_s <= MIXED_TURN_BOUND_S
+            and self.bytes_checked > 0
+            and not self.bytes_differ
+        )
+
+
+def _ended(page, done: str) -> str:
+    """Wait until the page shows ``done`` or an error; "done", "message" or "nothing"."""
+    found = page.get_by_text(done).or_(page.locator(ERROR))
+    try:
+        found.first.wait_for(timeout=PRESS_TIMEOUT_MS)
+    except Exception:
+        return "nothing"
+    return "done" if page.get_by_text(done).count() else "message"
+
+
+def _measured_json(page) -> dict:
+    button = page.locator(".st-key-lab_download_json button")
+    button.wait_for(timeout=PRESS_TIMEOUT_MS)
+    with page.expect_download(timeout=60_000) as download:
+        button.click()
+    return json.loads(Path(download.value.path()).read_text())
+
+
+def mixed_round(sessions: int = 8) -> MixedReport:
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    outcomes = {"result": 0, "table": 0, "message": 0, "nothing": 0}
+    messages: list[str] = []
+    measured: list[dict] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        queue_log = Path(scratch) / "queue.jsonl"
+        server = _start_server(port, queue_log, CKPTLAB_RUN_LIMIT_S=str(MIXED_RUN_LIMIT_S))
+        try:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                pages = [browser.new_page(viewport={"width": 1200, "height": 900}) for _ in range(sessions)]
+                simulating = [index % 2 == 0 for index in range(sessions)]
+                for index, page in enumerate(pages):
+                    if simulating[index]:
+                        page.goto(f"{url}/at_scale?{SIMULATE}")
+                        page.get_by_role("button", name="Simulate", exact=True).wait_for(timeout=PRESS_TIMEOUT_MS)
+                    else:
+                        _open(page, f"{url}/?seq={64 + 8 * index}&n=2&repeats=1&warmup=0")
+                started = time.monotonic()
+                for index, page in enumerate(pages):  # all within a second
+                    page.get_by_role("button", name="Simulate" if simulating[index] else "Run", exact=True).click()
+                for index, page in enumerate(pages):
+                    outcome = _ended(page, SIMULATED if simulating[index] else RESULT)
+                    if outcome == "done":
+                        outcomes["table" if simulating[index] else "result"] += 1
+                        if not simulating[index]:
+                            measured.append(_measured_json(page))
+                    else:
+                        outcomes[outcome] += 1
+                        if outcome == "message":
+                            details = page.locator("[data-testid='stExpander'] code")  # a failure's details, folded
+                            shown = page.locator(ERROR).first.inner_text()
+                            if details.count():
+                                shown += f" ({details.first.text_content()})"
+                            messages.append(shown)
+                    said = f": {' '.join(messages[-1].split())[:160]}" if outcome == "message" else ""
+                    print(f"session {index}: {outcome} after {time.monotonic() - started:.0f} s{said}", flush=True)
+                total_s = time.monotonic() - started
+                browser.close()
+            turns = _turns(queue_log)
+        finally:
+            server.terminate()
+            server.wait(30)
+    starts = [turn for turn in turns if turn["event"] == "start"]
+    ends = {turn["ticket"]: turn for turn in turns if turn["event"] == "end"}
+    spans = sorted((turn["started_at"], ends[turn["ticket"]]["at"]) for turn in starts if turn["ticket"] in ends)
+    differ = _bytes_alone_differ(measured)
+    return MixedReport(
+        sessions=sessions,
+        outcomes=outcomes,
+        messages=messages,
+        turns=len(starts),
+        overlaps=sum(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)),
+        open_turns=len(starts) - len(spans),
+        longest_turn_s=max((end - start for start, end in spans), default=0.0),
+        total_s=total_s,
+        bytes_checked=len(measured),
+        bytes_differ=differ,
+    )
+
+
+def _bytes_alone_differ(measured: list[dict]) -> list[str]:
+    """The measured runs whose memory differs from the same spec measured alone, here and now."""
+    sys.path.insert(0, str(ROOT))
+    from ckptlab import RunSpec, measure
+
+    differ = []
+    for data in measured:
+        spec = RunSpec(**data["spec"])
+        alone = measure(spec).memory
+        shown = data["memory"]
+        figures = ("baseline_bytes", "after_forward_bytes", "peak_bytes")
+        if any(shown[name] != getattr(alone, name) for name in figures):
+            differ.append(f"{spec}: {[(shown[n], getattr(alone, n)) for n in figures]}")
+    return differ
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--runs", type=int, default=30, help="presses of Run in all (about)")
+    parser.add_argument("--round", choices=("plain", "mixed", "both"), default="both")
     args = parser.parse_args()
-    report = load_test(args.sessions, args.runs)
-    print(f"{report.sessions} browser sessions, {sum(report.outcomes.values())} presses of Run: {report.outcomes}")
-    print(f"device turns: {report.turns}, overlapping: {report.overlaps}, left open: {report.open_turns}")
-    print(f"total {report.total_s:.1f} s, longest wait for the device {report.longest_wait_s:.1f} s")
-    print(
-        f"server memory (RSS) after a warm-up run {report.rss_before_mib:,.0f} MiB, after all "
-        f"{report.rss_after_mib:,.0f} MiB ({report.rss_change:+.1%})"
-    )
-    print("holds" if report.holds else "DOES NOT HOLD")
-    return 0 if report.holds else 1
+    holds = True
+    if args.round in ("plain", "both"):
+        report = load_test(args.sessions, args.runs)
+        print(f"{report.sessions} browser sessions, {sum(report.outcomes.values())} presses of Run: {report.outcomes}")
+        print(f"device turns: {report.turns}, overlapping: {report.overlaps}, left open: {report.open_turns}")
+        print(f"total {report.total_s:.1f} s, longest wait for the device {report.longest_wait_s:.1f} s")
+        print(
+            f"server memory (RSS) after a warm-up run {report.rss_before_mib:,.0f} MiB, after all "
+            f"{report.rss_after_mib:,.0f} MiB ({report.rss_change:+.1%})"
+        )
+        print("holds" if report.holds else "DOES NOT HOLD")
+        holds = holds and report.holds
+    if args.round in ("mixed", "both"):
+        mixed = mixed_round(args.sessions)
+        print(f"mixed round, {mixed.sessions} sessions (half Simulate {SIMULATE}, half Run): {mixed.outcomes}")
+        for message in mixed.messages:
+            print(f"  message: {' '.join(message.split())[:200]}")
+        print(
+            f"device turns: {mixed.turns}, overlapping: {mixed.overlaps}, left open: {mixed.open_turns}, "
+            f"longest {mixed.longest_turn_s:.1f} s (run limit {MIXED_RUN_LIMIT_S} s, bound {MIXED_TURN_BOUND_S} s)"
+        )
+        print(
+            f"measured bytes equal to the run alone: {mixed.bytes_checked - len(mixed.bytes_differ)} of {mixed.bytes_checked}"
+        )
+        for line in mixed.bytes_differ:
+            print(f"  differs: {line}")
+        print(f"total {mixed.total_s:.1f} s; " + ("holds" if mixed.holds else "DOES NOT HOLD"))
+        holds = holds and mixed.holds
+    return 0 if holds else 1
 
 
 if __name__ == "__main__":

@@ -32,6 +32,18 @@ class CkptlabError(Exception):
         self.key = key
         self.params = params
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole, whatever a subclass's __init__ takes: an error raised in a worker process
+        # (ckptlab.lab.workers) crosses back with its key and params, so a page still says it in its language.
+        return (_rebuilt, (type(self), str(self), self.key, self.params), dict(self.__dict__))
+
+
+def _rebuilt(cls: type[CkptlabError], message: str, key: str | None, params: dict[str, Any]) -> CkptlabError:
+    """A :class:`CkptlabError` of ``cls`` from its pickled parts, without calling a subclass's own __init__."""
+    error = cls.__new__(cls)
+    CkptlabError.__init__(error, message, key=key, **params)
+    return error
+
 
 class SpecError(CkptlabError, ValueError):
     """A value of a run's spec is out of range (sequence length, batch size, every_n_layers, ...)."""
@@ -78,3 +90,52 @@ def check_whole_number(name: str, value: object, minimum: int = 1) -> None:
             name=name,
             value=value,
         )
+
+
+def check_at_most(name: str, value: int | float, maximum: int | float, why: str) -> None:
+    """Raise :class:`SpecError` when ``value`` is above ``maximum``: a bound that keeps a run finite.
+
+    Args:
+        why: what the bound protects, in English, for the message (``"a median of 1000 steps is plenty"``).
+
+    Raises:
+        SpecError: naming the value, the bound and why.
+    """
+    if value > maximum:
+        raise SpecError(
+            f"{name}={value!r} is more than the lab runs (at most {maximum:,}): {why}.",
+            key="spec.at_most",
+            name=name,
+            value=f"{value!r}",
+            limit=f"{maximum:,}",
+        )
+
+
+def expect_type(function: str, name: str, value: object, expected: type | tuple[type, ...], example: str) -> None:
+    """Raise :class:`SpecError` unless ``value`` is an ``expected`` (a public function given the wrong kind of argument).
+
+    Args:
+        function: the public function, as a user calls it (``"ckptlab.measure"``).
+        name: the argument.
+        example: a call that works, for the message.
+
+    Raises:
+        SpecError: naming the function, the argument, what it expected and what it got.
+    """
+    if isinstance(value, expected) and not (isinstance(value, bool) and bool not in _as_tuple(expected)):
+        return
+    wanted = " or ".join(kind.__name__ for kind in _as_tuple(expected))
+    raise SpecError(
+        f"{function}() expects {name} to be a {wanted}, not {type(value).__name__} {value!r:.80}. "
+        f"For example: {example}",
+        key="api.wrong_type",
+        function=function,
+        name=name,
+        expected=wanted,
+        got=type(value).__name__,
+        example=example,
+    )
+
+
+def _as_tuple(expected: type | tuple[type, ...]) -> tuple[type, ...]:
+    return expected if isinstance(expected, tuple) else (expected,)

@@ -11,10 +11,11 @@ result; the front ends build one from widgets, a URL or command-line flags.
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import SpecError, check_whole_number, not_one_of
+from .errors import SpecError, check_at_most, check_whole_number, expect_type, not_one_of
 from .model.catalog import DEFAULT_PRESET
 from .model.plan import planned_roles, validate_every_n_layers
 from .model.selective import Selective, check_selective
@@ -49,6 +50,11 @@ TRAINER_DEFAULT_OPTIMIZER = "adamw_torch_fused"  # what "adamw" means: TrainingA
 MIXED_PRECISIONS = ("none", "bf16", "fp16")
 MAX_ACCUMULATION_STEPS = 256  # micro-batches per optimizer step a spec may name; each is a forward and a backward
 MAX_WORLD_SIZE = 1024  # the most ranks a spec may name (a simulation's fake process group goes this far)
+# Bounds that keep one run finite (README, "Limits"): each refused with one message naming it.
+MAX_REPEATS = 1000  # timed steps: a median of a thousand is as good as it gets
+MAX_WARMUP = 100  # untimed steps: the allocator and caches settle within a few
+MAX_TOKENS = 2**24  # seq_len x batch_size of one step (16,777,216: 128 sequences of 128k tokens)
+MAX_SEED = 2**32 - 1 - MAX_WORLD_SIZE  # rank r seeds with seed + r, which must stay a 32-bit seed (numpy's range)
 
 
 @dataclass(frozen=True)
@@ -87,9 +93,20 @@ class RunSpec:
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
+        model_example = "RunSpec(model='tiny-llama') or RunSpec(model='/path/to/folder')"
+        expect_type("RunSpec", "model", self.model, (str, os.PathLike), model_example)
         for name in ("seq_len", "batch_size", "repeats"):
             check_whole_number(name, getattr(self, name))
         check_whole_number("warmup", self.warmup, minimum=0)
+        check_whole_number("seed", self.seed, minimum=0)
+        check_at_most("repeats", self.repeats, MAX_REPEATS, "a median of that many timed steps is as good as it gets")
+        check_at_most("warmup", self.warmup, MAX_WARMUP, "the allocator and caches settle within a few steps")
+        check_at_most(
+            "seed", self.seed, MAX_SEED, f"each rank seeds with seed + rank, a 32-bit seed up to {2**32 - 1:,}"
+        )
+        check_at_most(
+            "seq_len x batch_size", self.seq_len * self.batch_size, MAX_TOKENS, "a step of more tokens is not one run"
+        )
         if self.every_n_layers is not None:
             validate_every_n_layers(self.every_n_layers)
         for name, choices in (

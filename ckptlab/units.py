@@ -37,7 +37,11 @@ def parse_size(text: str, name: str = "size") -> int:
         SpecError: naming the value and the accepted forms.
     """
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(2).lower() not in SIZE_UNITS or float(match.group(1)) <= 0:
+    if (
+        not match
+        or match.group(2).lower() not in SIZE_UNITS
+        or not 0 < float(match.group(1)) < float("inf")  # 400 digits parse as inf
+    ):
         raise SpecError(
             f"{name} {text!r} is not a memory size. Give bytes or a number with KiB, MiB, GiB (or KB, MB, GB), "
             "e.g. 24GiB.",

@@ -24,7 +24,7 @@ from ckptlab.show.i18n import Translator, say
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import preset_infos
-from pages._server import offered_folder, session_owner
+from pages._server import job_workers, offered_folder, server_policy, session_owner, sharing_workers
 
 STOP_CHECK_S = 0.3  # how often a run in flight looks for a Cancel (each look is one Streamlit message)
 
@@ -88,6 +88,9 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
                 should_stop=should_stop,
                 owner=session_owner(),
                 limit_s=policy.run_limit_s,
+                workers=job_workers(policy, "device"),
+                sharing=sharing_workers(),
+                memory_cap_bytes=policy.memory_cap_bytes,
             )
             cancel.empty()
         except ckptlab.CkptlabError as error:
@@ -111,7 +114,9 @@ def _check_gradients(spec: RunSpec, tr: Translator) -> None:
     state = st.session_state
     with st.spinner(tr("lab.grads_checking")):
         try:
-            state.lab_grads = (spec, check_gradients_queued(spec), "")
+            policy = server_policy()[0]
+            checked = check_gradients_queued(spec, workers=job_workers(policy, "device"), limit_s=policy.run_limit_s)
+            state.lab_grads = (spec, checked, "")
         except Exception as error:  # the run itself succeeded: say the check failed, keep its result
             state.lab_grads = (spec, None, f"{type(error).__name__}: {error}")
 

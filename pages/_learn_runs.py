@@ -17,7 +17,7 @@ from ckptlab.results import RunResult
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import language
-from pages._server import server_policy, session_owner
+from pages._server import job_workers, server_policy, session_owner
 
 
 def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunResult] | None:
@@ -44,10 +44,15 @@ def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunR
             status.update(label=tr("run.waiting", ahead=ahead))
 
         try:
-            limit_s = server_policy()[0].run_limit_s
+            policy = server_policy()[0]
             cache.update(
                 learnrun.measure_all(
-                    missing, progress=progress, on_wait=on_wait, owner=session_owner(), limit_s=limit_s
+                    missing,
+                    progress=progress,
+                    on_wait=on_wait,
+                    owner=session_owner(),
+                    limit_s=policy.run_limit_s,
+                    workers=job_workers(policy, "device"),
                 )
             )
         except ckptlab.CkptlabError as error:
@@ -68,7 +73,10 @@ def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea:
         with st.status(tr("lesson.shard.simulating"), expanded=False) as status:
             bar = st.progress(0.0)
             try:
-                state.lesson_shard = learnrun.sharding_idea(progress=lambda m, f: bar.progress(min(max(f, 0.0), 1.0)))
+                state.lesson_shard = learnrun.sharding_idea(
+                    progress=lambda m, f: bar.progress(min(max(f, 0.0), 1.0)),
+                    workers=job_workers(server_policy()[0], "simulation"),
+                )
             except ckptlab.CkptlabError as error:
                 status.update(label=tr("run.failed"), state="error", expanded=True)
                 st.code(str(error), language=None)

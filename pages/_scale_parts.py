@@ -27,7 +27,7 @@ from ckptlab.results import RunResult
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import preset_infos
-from pages._server import offered_folder
+from pages._server import job_workers, offered_folder, session_alive
 
 # The shape's keys in a link (gpu= aside), Trainer's step among them.
 LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum", "mp", "clip")
@@ -104,19 +104,22 @@ def draw_buttons(
     budget: int,
     info: ModelInfo,
     problem: bool,
-    limit_s: float,
+    policy: ServerPolicy,
     lang: str,
     words: Mapping[str, Any],
 ) -> bool:
     """Simulate, Search GPUs and Stop, and the last start's error; returns whether a job is running.
 
-    ``limit_s``: the server's seconds per run; a job past them stops between two simulations.
+    ``policy``: the server's; a job past its seconds per run is ended (in a worker process, at once; in
+    this process, between two simulations), and so is a job whose session is gone.
     """
     state = st.session_state
 
     def start(search: bool = False) -> None:
         """Simulate every setting (``search``: look for the fewest GPUs that fit) on a thread; :func:`poll` polls."""
         cache = simulation_cache()
+        limit_s, workers = policy.run_limit_s, job_workers(policy, "simulation")
+        ending = {"workers": workers, "alive": session_alive(), "memory_cap_bytes": policy.memory_cap_bytes}
         try:
             if search:
                 job = SearchJob(
@@ -126,9 +129,12 @@ def draw_buttons(
                     on_result=lambda r: remember(cache, r),
                     info=info,
                     limit_s=limit_s,
+                    **ending,
                 )
             else:
-                job = ScaleJob(request, known=cache, on_result=lambda r: remember(cache, r), info=info, limit_s=limit_s)
+                job = ScaleJob(
+                    request, known=cache, on_result=lambda r: remember(cache, r), info=info, limit_s=limit_s, **ending
+                )
         except ckptlab.CkptlabError as error:
             state.at_scale_error = app_message(error, lang)
             return

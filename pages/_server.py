@@ -7,11 +7,16 @@ on every run of a page: cheap, and a changed setting needs no restart of the ser
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import streamlit as st
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
+from ckptlab.lab.workers import WorkerPool, device_workers, simulation_workers, started_pool, sweep_workers
+from ckptlab.model import folder_files
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
 
@@ -23,18 +28,63 @@ def server_policy() -> tuple[ServerPolicy, ckptlab.CkptlabError | None]:
     except Exception:  # no secrets.toml at all: Streamlit raises rather than returning nothing
         secrets = {}
     try:
-        return policy_from_environment(secrets), None
+        policy, problem = policy_from_environment(secrets), None
     except ckptlab.CkptlabError as error:
-        return ServerPolicy(), error
+        policy, problem = ServerPolicy(), error
+    folder_files.confine(policy.models_root)  # every file a model folder leads to stays inside it (and in workers)
+    return policy, problem
 
 
 def session_owner() -> str:
-    """An id of this browser session, kept in its state: the device queue gives each one place at most.
+    """Who asks: the device queue gives each one place at most.
 
-    Not Streamlit's own session id: every AppTest shares one ("test session id"), so a test
-    of several sessions would be one owner.
+    The signed-in person (``st.user``) where the server has sign-in configured, so three tabs of
+    one person hold one place; else an id of this browser session, kept in its state. Never the
+    IP address, which a classroom behind one router shares. Not Streamlit's own session id:
+    every AppTest shares one ("test session id"), so a test of several sessions would be one owner.
     """
+    person = signed_in_person()
+    if person is not None:
+        return f"user:{person}"
     return st.session_state.setdefault("ckptlab_owner", uuid.uuid4().hex)
+
+
+def signed_in_person() -> str | None:
+    """The signed-in person's e-mail (or subject id), or None without sign-in."""
+    try:
+        if not st.user.is_logged_in:
+            return None
+        person = st.user.get("email") or st.user.get("sub")
+    except Exception:  # no sign-in configured on this server (secrets without [auth])
+        return None
+    return str(person) if person else None
+
+
+def session_alive() -> Callable[[], bool]:
+    """A check a job asks from its own thread: False once this browser session is gone (its tab closed).
+
+    Streamlit's runtime knows its sessions; a job whose session is gone ends, so a closed tab's sweep
+    does not keep taking device turns. Without a runtime (AppTest, a script) the session never ends.
+    """
+    context = get_script_run_ctx()
+    if context is None or not Runtime.exists():
+        return lambda: True
+    runtime, session_id = Runtime.instance(), context.session_id
+    return lambda: runtime.is_active_session(session_id)
+
+
+POOLS = {"device": device_workers, "sweep": sweep_workers, "simulation": simulation_workers}
+
+
+def job_workers(policy: ServerPolicy, kind: str) -> WorkerPool | None:
+    """The server's worker pool for ``kind`` of job ("device": measured runs, "sweep", "simulation"), started on
+    first use; None when the policy runs jobs in the server's threads (CKPTLAB_WORKERS=thread)."""
+    return POOLS[kind]() if policy.workers else None
+
+
+def sharing_workers() -> WorkerPool | None:
+    """The simulation pool if this server started one: a measured CPU run timed beside its jobs says so."""
+    return started_pool("simulation")
 
 
 def offered_folder(policy: ServerPolicy, path: str, lang: str) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from ckptlab.show.noise import sweep_table
 from ckptlab.show.wording import app_message
 from ckptlab.step.preflight import resolve_device
 from pages._common import preset_infos
-from pages._server import session_owner
+from pages._server import job_workers, session_alive, session_owner
 
 POLL_S = 0.5  # how often the progress bar looks at a running sweep
 
@@ -41,6 +41,9 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str, tr: Translato
                 load=lambda run_spec: build_for_key(model_key(run_spec)),
                 owner=session_owner(),
                 limit_s=policy.run_limit_s,
+                workers=job_workers(policy, "sweep"),
+                alive=session_alive(),
+                memory_cap_bytes=policy.memory_cap_bytes,
             )
         except ckptlab.CkptlabError as error:
             state.tradeoffs_error = app_message(error, lang)

@@ -160,7 +160,7 @@ else:
     st.markdown(scalepage.plan_line(request, state.at_scale_every, info.num_layers, known, TEXT))
 
 
-running = draw_buttons(request, budget, info, bool(problem), policy.run_limit_s, lang, TEXT)
+running = draw_buttons(request, budget, info, bool(problem), policy, lang, TEXT)
 poll(running, lang, TEXT)
 
 found: GpuSearch | None = state.get("at_scale_found")

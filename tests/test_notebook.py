@@ -44,3 +44,17 @@ def test_the_notebook_runs_top_to_bottom(monkeypatch):
     assert "points)" in text
     figures = [output for output in outputs if "application/vnd.plotly.v1+json" in output.get("data", {})]
     assert len(figures) == 3
+
+
+def test_the_first_cell_installs_the_checkout_the_notebook_sits_in(monkeypatch):
+    """Opened from notebooks/ in a kernel without ckptlab, the install cell pip-installs this checkout (no placeholder)."""
+    import importlib.util
+    import subprocess
+
+    source = "".join(json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"][1]["source"])
+    calls: list[list[str]] = []
+    monkeypatch.chdir(NOTEBOOK.parent)  # where Jupyter starts the notebook's kernel
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # as if ckptlab were not installed
+    monkeypatch.setattr(subprocess, "check_call", calls.append)
+    exec(compile(source, "install cell", "exec"), {})
+    assert len(calls) == 1 and calls[0][-1] == str(ROOT) and calls[0][1:4] == ["-m", "pip", "install"]

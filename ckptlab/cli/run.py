@@ -23,13 +23,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from ..errors import CkptlabError, SpecError
 from ..results import compare
 from ..show.report import run_report
 from ..spec import RunSpec
 from ..step.fsdp import launched, measure_ranks
 from ..step.measure import measure
-from ..step.preflight import load_model
+from ..step.preflight import load_model, resolve_device
 from .args import (
     EXIT_BAD_INPUT,
     EXIT_PLAN_MISMATCH,
@@ -69,6 +71,11 @@ def add_run_command(commands) -> None:
     add_fsdp_argument(ranks)
     ranks.add_argument(
         "--nproc-per-node", type=int, metavar="N", help="start N ranks on this machine through torchrun (with --fsdp)"
+    )
+    ranks.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="start more ranks than this machine has CPU cores (or GPUs): each then gets a share of one",
     )
     ranks.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines taking part (default 1)")
     ranks.add_argument(
@@ -118,6 +125,28 @@ def _run(args: argparse.Namespace) -> int:
 # -- across ranks -----------------------------------------------------------------------------
 
 
+def check_room_for_ranks(ranks: int, device: str, oversubscribe: bool) -> None:
+    """Refuse more ranks on this machine than it has CPU cores (gloo) or GPUs (NCCL), unless asked to insist.
+
+    Raises:
+        SpecError: naming the ranks, what the machine has, and --oversubscribe.
+    """
+    if oversubscribe:
+        return
+    if device == "cuda":
+        have, what = torch.cuda.device_count(), "GPUs"
+    else:
+        have, what = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+            "CPU cores",
+        )
+    if ranks > have:
+        raise SpecError(
+            f"--nproc-per-node {ranks} is more ranks than this machine has {what} ({have}): they would share them and "
+            f"time each other. Use --nproc-per-node {have} or fewer, or add --oversubscribe to insist."
+        )
+
+
 def _launch(args: argparse.Namespace) -> int:
     """Start ``--nproc-per-node`` ranks of this command through torch's launcher; one message if a rank fails."""
     for name in ("nproc_per_node", "nnodes"):
@@ -131,6 +160,7 @@ def _launch(args: argparse.Namespace) -> int:
         )
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=args.nproc_per_node * args.nnodes)
     spec.validate()  # bad input: one message and status 2 before any process starts
+    check_room_for_ranks(args.nproc_per_node, resolve_device(spec.device).type, args.oversubscribe)
     if args.compare:
         raise SpecError("--compare does not apply across ranks: run checkpointing off as a second command.")
     if args.rdzv_endpoint:

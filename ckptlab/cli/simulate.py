@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from ..errors import SpecError
 from ..explore.budget import GPUS, budget_bytes
@@ -17,6 +18,8 @@ from ..show.report import run_report
 from ..step.simulate import simulate
 from ..units import GIB, mib
 from .args import add_fsdp_argument, add_run_arguments, add_world_size_argument, spec_from_args, training_args_lines
+
+MAX_BUDGET_GIB = 2**20  # a mebi-GiB (1 PiB): above any machine, and still a whole number of bytes
 
 
 def add_simulate_command(commands) -> None:
@@ -70,8 +73,11 @@ def _simulate_command(args: argparse.Namespace) -> int:
     if args.gpu:
         budget = budget_bytes(args.gpu)
     elif args.budget_gib is not None:
-        if args.budget_gib <= 0:
-            raise SpecError(f"--budget-gib {args.budget_gib} is not valid: give a positive number of GiB, e.g. 80.")
+        if not (math.isfinite(args.budget_gib) and 0 < args.budget_gib <= MAX_BUDGET_GIB):
+            raise SpecError(
+                f"--budget-gib {args.budget_gib} is not valid: give a finite number of GiB above 0 and at most "
+                f"{MAX_BUDGET_GIB:,}, e.g. 80."
+            )
         budget = (int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB")
     result = simulate(spec, fast=not args.exact)
     verdict = fit_verdict(result, *budget) if budget else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import SpecError, check_whole_number, not_one_of
+from ..errors import SpecError, check_at_most, check_whole_number, not_one_of
 from ..model.catalog import DEFAULT_PRESET
 from ..model.selective import Selective
 from ..spec import RunSpec
@@ -19,6 +19,8 @@ OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")
 # Trainer's side of the step that every row shares, by RunSpec's names.
 RECIPE_FIELDS = ("optim_args", "gradient_accumulation_steps", "max_grad_norm", "mixed_precision")
+MAX_SWEEP_LENGTHS = 32  # sequence lengths of one sweep (README, "Limits"): 32 x every setting is already an afternoon
+MAX_SWEEP_SETTINGS = 64  # every_n_layers values of one sweep: one per layer of a 64-layer model
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class SweepSpec:
             raise not_one_of("timing_order", self.timing_order, ORDERS)
         if not self.seq_lens:
             raise SpecError("seq_lens is empty: give at least one sequence length, e.g. 512.", key="sweep.no_seq_lens")
+        check_at_most("the number of seq_lens", len(self.seq_lens), MAX_SWEEP_LENGTHS, "a sweep measures every one")
+        check_at_most(
+            "the number of every_n_layers values", len(self.every_n_layers or ()), MAX_SWEEP_SETTINGS,
+            "a sweep measures every one at every length",
+        )  # fmt: skip
         for seq_len in self.seq_lens:
             check_whole_number("seq_len", seq_len)
         if self.offload not in OFFLOAD_CHOICES:

@@ -4,7 +4,9 @@ A Streamlit script cannot be stopped between two steps of its own work: a click 
 script and interrupts what is in flight. So a page starts a job, which works on its own
 thread and collects its results as they come, and polls it on each rerun.
 :class:`~ckptlab.lab.sweepjob.SweepJob` (measured sweeps) and :class:`~ckptlab.lab.scalejob.ScaleJob`
-(simulations) share this mechanism and differ only in their work.
+(simulations) share this mechanism and differ only in their work. Given a
+:class:`~ckptlab.lab.workers.WorkerPool`, the work itself runs in a worker process and this
+thread only drives it: the job's callbacks still run here.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ class BackgroundJob:
     :meth:`_collect` and ``self._stop`` to the work, and reports from :meth:`state`.
     """
 
-    def __init__(self, thread_name: str, message: str = STARTING) -> None:
+    def __init__(self, thread_name: str, message: str = STARTING, alive: Callable[[], bool] | None = None) -> None:
+        self._alive = alive  # False once the session that started the job is gone: the job then ends
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._message, self._fraction = message, 0.0
@@ -48,6 +51,14 @@ class BackgroundJob:
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
+
+    def _gone(self) -> bool:
+        """The session that started the job is gone (a closed tab): nobody will read what it makes."""
+        return self._alive is not None and not self._alive()
+
+    def _stopping(self) -> bool:
+        """Stop pressed or the session gone: the job ends, keeping what it made."""
+        return self._stop.is_set() or self._gone()
 
     def _run(self) -> None:
         raise NotImplementedError

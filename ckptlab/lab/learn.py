@@ -31,6 +31,7 @@ from ..step.simulate import simulate
 from ..step.stopping import DONE, Progress
 from .run import ModelKey, build_for_key, reference_spec, run_queued
 from .runqueue import OnWait
+from .workers import WorkerPool
 
 _lock = threading.Lock()
 _slot: dict[ModelKey, tuple[PreTrainedModel, ModelInfo]] = {}
@@ -60,6 +61,7 @@ def measure_all(
     load: Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]] = shared_model,
     owner: str | None = None,
     limit_s: float | None = None,
+    workers: WorkerPool | None = None,
 ) -> dict[RunSpec, RunResult]:
     """Measure every spec (and its checkpointing-off reference) through the device queue.
 
@@ -70,6 +72,7 @@ def measure_all(
         load: builds or returns the model for a key.
         owner: who asks (the browser session), one place in the device queue at a time.
         limit_s: seconds each run may hold the device (the server's limit; ``None``: none).
+        workers: measure in this pool's worker process (as :func:`run_queued`), not in this thread.
 
     Returns:
         Results by spec, the checkpointing-off references included (under ``reference_spec(spec)``).
@@ -87,7 +90,9 @@ def measure_all(
         def scaled(message: str, fraction: float, index: int = index) -> None:
             report(message, (index + fraction) / len(unique))
 
-        lab = run_queued(spec, load=load, progress=scaled, on_wait=on_wait, owner=owner, limit_s=limit_s)
+        lab = run_queued(
+            spec, load=load, progress=scaled, on_wait=on_wait, owner=owner, limit_s=limit_s, workers=workers
+        )
         results[spec] = lab.result
         if lab.reference is not None:
             results[reference_spec(spec)] = lab.reference.result
@@ -162,9 +167,14 @@ def sharding_specs(base: RunSpec = SHARDING, gpus: Sequence[int] = SHARDING_GPUS
 
 
 def sharding_idea(
-    base: RunSpec = SHARDING, gpus: Sequence[int] = SHARDING_GPUS, progress: Progress | None = None
+    base: RunSpec = SHARDING,
+    gpus: Sequence[int] = SHARDING_GPUS,
+    progress: Progress | None = None,
+    workers: WorkerPool | None = None,
 ) -> ShardingIdea:
     """Simulate :func:`sharding_specs` (or reuse them: kept for the process) and put the idea in numbers.
+
+    ``workers``: simulate in this pool's worker process (the app's simulation pool), not in this thread.
 
     Raises:
         SpecError, ModelLoadError: a bad ``base``.
@@ -180,7 +190,10 @@ def sharding_idea(
             def progress_here(message: str, fraction: float, i: int = index) -> None:
                 report(message, (i + fraction) / len(specs))
 
-            known = simulate(spec, progress=progress_here)
+            if workers is None:
+                known = simulate(spec, progress=progress_here)
+            else:
+                known = workers.run("ckptlab.lab.workerjobs:simulate_spec", spec, progress=progress_here)
             with _simulated_lock:
                 _simulated[spec] = known
         results[spec] = known

@@ -17,6 +17,7 @@ Trainer's side of the step, where it is not the default: ``accum=4`` (gradient a
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -91,6 +92,8 @@ def spec_from_query(
     values = {key: _last(value) for key, value in params.items()}
     changes: dict[str, Any] = {}  # RunSpec fields, each value checked above: replace(base, **changes)
     warnings: list[str] = []
+    for key in [key for key, value in values.items() if has_control_character(value)]:
+        warnings.append(f"{key}={values.pop(key)!r} in the link holds a control character; using the default.")
 
     model = values.get("model", "").strip()
     if model:
@@ -184,11 +187,17 @@ def gpus_from_query(value: str | Sequence[str], choices: Sequence[int], default:
         ``(gpus, warnings)``.
     """
     text = _last(value).strip()
-    number = _int(text)
+    number = None if has_control_character(text) else _int(text)
     if number is not None and number in choices:
         return number, []
     listed = ", ".join(str(choice) for choice in choices)
     return default, [f"gpus={text!r} in the link is not one of {listed}; using {default}."]
+
+
+def has_control_character(text: str) -> bool:
+    """True when ``text`` holds a control character (a NUL byte, a newline, an escape): no setting has one, and a
+    NUL in a path makes the operating system's calls raise rather than answer."""
+    return any(unicodedata.category(character) == "Cc" for character in text)
 
 
 def _last(value: str | Sequence[str]) -> str:

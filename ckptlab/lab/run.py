@@ -25,14 +25,23 @@ from ..errors import DoesNotFitError, RunStoppedError
 from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.folder_checks import check_fits
 from ..model.lora import linear_module_names
 from ..results import Comparison, Judgement, RunResult, compare, judge_time
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
-from ..step.preflight import load_model, resolve_device, resolve_dtype, validate_for_model
+from ..step.preflight import (
+    host_memory_refusal,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+    step_floor_refusal,
+    validate_for_model,
+)
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
+from .workers import WorkerPool
 
 ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)
 Loader = Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]]
@@ -137,6 +146,24 @@ def check(spec: RunSpec) -> ModelInfo:
     return info
 
 
+def refuse_beyond_machine(spec: RunSpec, info: ModelInfo) -> None:
+    """Refuse, before it queues, a run whose floor exceeds this machine (``load_model``'s own checks, said early).
+
+    A worker process would meet them only once its turn began; a batch far beyond the machine never
+    takes a turn.
+
+    Raises:
+        DoesNotFitError: parameters over the device's memory, with their gradients over the free memory, or the
+            step's floor over the machine's.
+    """
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    check_fits(info, dtype, device)  # in load_model's order: parameters alone, then with gradients, then the step
+    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(spec, info, dtype, device)
+    if refusal is not None:
+        raise refusal
+
+
 def lora_target_choices(model: str) -> list[str]:
     """The projections LoRA can adapt in ``model`` (``q_proj``, ``c_attn``, ...), read on the ``meta`` device.
 
@@ -153,18 +180,29 @@ def check_gradients_queued(
     on_wait: OnWait | None = None,
     queue: DeviceQueue = DEVICE_QUEUE,
     timeout: float | None = DEFAULT_TIMEOUT_S,
+    workers: WorkerPool | None = None,
+    limit_s: float | None = None,
 ) -> GradientCheck:
     """:func:`ckptlab.step.equivalence.check_gradients` in a turn of the device queue (two more steps).
 
-    It builds its own two models (dropout on), so the app's cached model is not touched.
+    It builds its own two models (dropout on), so the app's cached model is not touched. With
+    ``workers`` it runs in that pool's worker process, killed past ``limit_s`` seconds.
 
     Raises:
         SpecError, ModelLoadError: for bad input, before anything waits.
         DeviceBusyError: the device stayed busy for ``timeout`` seconds.
     """
-    check(spec)
+    refuse_beyond_machine(spec, check(spec))
     with queue.turn(on_wait=on_wait, timeout=timeout, label=f"gradient check {_label(spec)}"):
-        return check_gradients(spec)
+        if workers is None:
+            return check_gradients(spec)
+        checked: GradientCheck = workers.run(
+            "ckptlab.lab.workerjobs:gradients_spec",
+            spec,
+            limit_s=limit_s,
+            on_limit=lambda: time_limit_error(limit_s or 0),
+        )
+        return checked
 
 
 def cpu_estimate(spec: RunSpec, info: ModelInfo) -> tuple[float, float]:
@@ -202,6 +240,9 @@ def run_queued(
     should_stop: ShouldStop | None = None,
     owner: str | None = None,
     limit_s: float | None = None,
+    workers: WorkerPool | None = None,
+    sharing: WorkerPool | None = None,
+    memory_cap_bytes: int | None = None,
 ) -> LabRun:
     """Measure ``spec`` and its checkpointing-off reference, one run on the device at a time.
 
@@ -220,12 +261,18 @@ def run_queued(
         should_stop: asked while waiting and while running (a participant's Cancel).
         owner: who asks, one place in the queue each (:meth:`DeviceQueue.turn`).
         limit_s: seconds the turn may hold the device; then the run is stopped (``None``: no limit).
+        workers: measure in this pool's worker process (:mod:`.workers`; the app's), not in this
+            thread: ``load`` is then not used (the worker builds and keeps its own model), and at the
+            limit the worker is killed rather than asked to stop, so no turn outlasts ``limit_s``.
+        sharing: the pool whose jobs (simulations) run on the same cores: a CPU run timed while one of
+            them ran says so (``TimingResult.shared_cores``, a busy verdict).
+        memory_cap_bytes: with ``workers``, the resident memory the worker may reach before it is killed.
 
     Returns:
         A :class:`LabRun`; ``run.result.status == "does_not_fit"`` when the step ran out of memory.
 
     Raises:
-        SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything runs.
+        SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything queues or runs.
         DeviceBusyError: the device stayed busy for ``timeout`` seconds.
         SupersededError: a newer request of the same ``owner`` took this one's place in the line.
         RunStoppedError: ``should_stop`` answered True, or the run held the device for ``limit_s``;
@@ -233,7 +280,7 @@ def run_queued(
     """
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
-    check(spec)
+    refuse_beyond_machine(spec, check(spec))
     reference = reference_spec(spec)
     run, base = _cached(cache, spec), _cached(cache, reference)
     wait_s = 0.0
@@ -249,11 +296,14 @@ def run_queued(
             done = 0
             try:
                 if run is None:
-                    run = cache.put(_measure_one(spec, load, scaled(report, done, count), stop))
+                    run = cache.put(
+                        _measured(spec, load, scaled(report, done, count), stop, workers, sharing, memory_cap_bytes)
+                    )
                     done += 1
                 if base is None and _wants_reference(spec, run):
                     prefix = Message("checkpointing off (reference): ", key="progress.reference")
-                    base = cache.put(_measure_one(reference, load, scaled(report, done, count, prefix), stop))
+                    report_base = scaled(report, done, count, prefix)
+                    base = cache.put(_measured(reference, load, report_base, stop, workers, sharing, memory_cap_bytes))
             except RunStoppedError:
                 raise stop.reason() from None
             finally:
@@ -317,6 +367,35 @@ def _wants_reference(spec: RunSpec, run: Measured) -> bool:
     return spec.checkpointing and run.result.status == "ok"
 
 
+def _measured(
+    spec: RunSpec,
+    load: Loader,
+    report: Progress,
+    stop: TurnStopper,
+    workers: WorkerPool | None,
+    sharing: WorkerPool | None,
+    memory_cap_bytes: int | None,
+) -> RunResult:
+    """One measurement of a turn: in this thread, or in a worker process killed at the turn's deadline."""
+    if workers is None:
+        return _measure_one(spec, load, report, stop)
+    started = time.monotonic()
+    remaining = None if stop.deadline is None else max(0.0, stop.deadline - started)
+    result: RunResult = workers.run(
+        "ckptlab.lab.workerjobs:measure_spec",
+        spec,
+        progress=report,
+        should_stop=stop.asked,
+        limit_s=remaining,
+        on_limit=stop.reason,
+        memory_cap_bytes=memory_cap_bytes,
+    )
+    shared = sharing is not None and sharing.ran_between(started, time.monotonic())
+    if shared and result.timing is not None and result.device == "cpu":
+        result = replace(result, timing=replace(result.timing, shared_cores=True))
+    return result
+
+
 def _measure_one(spec: RunSpec, load: Loader, report: Progress, stop: ShouldStop | None = None) -> RunResult:
     try:
         model, info = load(model_key(spec))
@@ -348,13 +427,19 @@ class TurnStopper:
 
     def reason(self) -> RunStoppedError:
         if self.timed_out():
-            return RunStoppedError(
-                f"The run was stopped after {self.limit_s:g} s on the device, this server's limit per run; "
-                "its memory was given back. Try a shorter sequence, a smaller batch or a smaller model.",
-                key="run.time_limit",
-                seconds=f"{self.limit_s:g}",
-            )
+            assert self.limit_s is not None
+            return time_limit_error(self.limit_s)
         return RunStoppedError("The run was cancelled; nothing was measured.", key="run.cancelled")
+
+
+def time_limit_error(limit_s: float) -> RunStoppedError:
+    """A run (a sweep's row) stopped at the server's limit per run."""
+    return RunStoppedError(
+        f"The run was stopped after {limit_s:g} s on the device, this server's limit per run; "
+        "its memory was given back. Try a shorter sequence, a smaller batch or a smaller model.",
+        key="run.time_limit",
+        seconds=f"{limit_s:g}",
+    )
 
 
 def _asking(on_wait: OnWait | None, should_stop: ShouldStop | None) -> OnWait | None:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import CkptlabError, RunStoppedError
 from ..explore.gpu_search import GPU_COUNTS, GpuSearch, cheapest_that_fits
@@ -20,6 +21,7 @@ from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import RunSpec
 from .jobs import BackgroundJob
+from .workers import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -51,34 +53,50 @@ class _SimulationJob(BackgroundJob):
         on_result: Callable[[RunResult], None] | None,
         info: ModelInfo | None,
         limit_s: float | None,
+        workers: WorkerPool | None = None,
+        alive: Callable[[], bool] | None = None,
+        memory_cap_bytes: int | None = None,
     ) -> None:
         self.info = request.check(info)
+        self._workers, self._memory_cap_bytes = workers, memory_cap_bytes
         self.request = request
         self._known = known
         self._on_result_outer = on_result
         self._table: ScaleTable | None = None
         self._search: GpuSearch | None = None
         self.limit_s = limit_s
-        super().__init__(thread_name)
+        super().__init__(thread_name, alive=alive)
 
     def _over_limit(self) -> bool:
         return self.limit_s is not None and time.monotonic() - self._started >= self.limit_s
 
     def _should_stop(self) -> bool:
-        """Asked between simulations: Stop pressed, or the time limit passed."""
-        return self._stop.is_set() or self._over_limit()
+        """Asked between simulations: Stop pressed, the session gone, or the time limit passed."""
+        return self._stopping() or self._over_limit()
+
+    def _time_limit_error(self) -> RunStoppedError:
+        seconds = f"{self.limit_s:g}"
+        return RunStoppedError(
+            f"The simulations were stopped after {seconds} s, this server's limit per run; the settings "
+            "simulated by then are kept. Simulate fewer settings or a shorter sequence.",
+            key="simulation.time_limit",
+            seconds=seconds,
+        )
 
     def _say_if_timed_out(self) -> None:
         if self._over_limit() and not self._stop.is_set() and not self._error:
-            seconds = f"{self.limit_s:g}"
-            self._fail(
-                RunStoppedError(
-                    f"The simulations were stopped after {seconds} s, this server's limit per run; the settings "
-                    "simulated by then are kept. Simulate fewer settings or a shorter sequence.",
-                    key="simulation.time_limit",
-                    seconds=seconds,
-                )
-            )
+            self._fail(self._time_limit_error())
+
+    def _work(self, here: Callable[[], Any], target: str, *args: Any) -> Any:
+        """The simulations: ``here()`` on this thread, or ``target`` in a worker process, killed at the time limit."""
+        if self._workers is None:
+            return here()
+        known = {spec: result for spec, result in (self._known or {}).items() if spec.model == self.request.model}
+        return self._workers.run(
+            target, *args, known, self.info,
+            progress=self._progress, on_result=self._collect, should_stop=self._stopping,
+            limit_s=self.limit_s, on_limit=self._time_limit_error, memory_cap_bytes=self._memory_cap_bytes,
+        )  # fmt: skip
 
     def state(self) -> ScaleJobState:
         with self._lock:
@@ -110,6 +128,10 @@ class ScaleJob(_SimulationJob):
         known, on_result: as in :func:`scale_table` (a page passes its cache of results).
         info: the model's description if the caller has it.
         limit_s: seconds after which the job stops as Stop does (a shared server's limit per run), or None.
+        workers: simulate in a worker process of this pool (the app's bounded simulation pool): nothing
+            process-wide is shared with other sessions, and at ``limit_s`` the worker is killed, not asked.
+        alive: False once the session that started the job is gone; the job then ends.
+        memory_cap_bytes: with ``workers``, the resident memory the worker may reach before it is killed.
 
     Raises:
         SpecError, ModelLoadError: bad input.
@@ -123,19 +145,26 @@ class ScaleJob(_SimulationJob):
         on_result: Callable[[RunResult], None] | None = None,
         info: ModelInfo | None = None,
         limit_s: float | None = None,
+        workers: WorkerPool | None = None,
+        alive: Callable[[], bool] | None = None,
+        memory_cap_bytes: int | None = None,
     ) -> None:
-        super().__init__("ckptlab-scale", request, known, on_result, info, limit_s)
+        super().__init__("ckptlab-scale", request, known, on_result, info, limit_s, workers, alive, memory_cap_bytes)
 
     def _run(self) -> None:
         request = self.request
         table: ScaleTable | None
         try:
-            table = scale_table(
-                request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
-                progress=self._progress, cancel=self._should_stop, known=self._known, on_result=self._collect, info=self.info,
-                optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
-                world_size=request.world_size, gradient_accumulation_steps=request.gradient_accumulation_steps,
-                max_grad_norm=request.max_grad_norm, mixed_precision=request.mixed_precision,
+            table = self._work(
+                lambda: scale_table(
+                    request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
+                    progress=self._progress, cancel=self._should_stop, known=self._known, on_result=self._collect,
+                    info=self.info, optimizer=request.optimizer, lora_rank=request.lora_rank,
+                    lora_targets=request.lora_targets, world_size=request.world_size,
+                    gradient_accumulation_steps=request.gradient_accumulation_steps,
+                    max_grad_norm=request.max_grad_norm, mixed_precision=request.mixed_precision,
+                ),
+                "ckptlab.lab.workerjobs:scale_request", request,
             )  # fmt: skip
         except Exception as error:  # bad input or a bug: keep what was simulated, and say why it ended
             self._fail(error)
@@ -159,7 +188,7 @@ class SearchJob(_SimulationJob):
         request: the shape and the settings to search (its world_size is not used); checked in the constructor.
         budget_bytes: one GPU's memory.
         counts: the GPU counts to consider.
-        known, on_result, info, limit_s: as in :class:`ScaleJob`.
+        known, on_result, info, limit_s, workers, alive, memory_cap_bytes: as in :class:`ScaleJob`.
 
     Raises:
         SpecError, ModelLoadError: bad input.
@@ -175,8 +204,13 @@ class SearchJob(_SimulationJob):
         on_result: Callable[[RunResult], None] | None = None,
         info: ModelInfo | None = None,
         limit_s: float | None = None,
+        workers: WorkerPool | None = None,
+        alive: Callable[[], bool] | None = None,
+        memory_cap_bytes: int | None = None,
     ) -> None:
-        super().__init__("ckptlab-gpu-search", request, known, on_result, info, limit_s)
+        super().__init__(
+            "ckptlab-gpu-search", request, known, on_result, info, limit_s, workers, alive, memory_cap_bytes
+        )
         for count in counts:  # LoRA past one GPU, say, is refused here and not on the thread
             request.spec(request.settings[0], count).validate()
         self.budget_bytes, self.counts = budget_bytes, counts
@@ -184,9 +218,12 @@ class SearchJob(_SimulationJob):
     def _run(self) -> None:
         search = None
         try:
-            search = cheapest_that_fits(
-                self.request, self.budget_bytes, counts=self.counts, known=self._known, on_result=self._collect,
-                progress=self._progress, cancel=self._should_stop, info=self.info,
+            search = self._work(
+                lambda: cheapest_that_fits(
+                    self.request, self.budget_bytes, counts=self.counts, known=self._known, on_result=self._collect,
+                    progress=self._progress, cancel=self._should_stop, info=self.info,
+                ),
+                "ckptlab.lab.workerjobs:search_request", self.request, self.budget_bytes, self.counts,
             )  # fmt: skip
         except Exception as error:  # bad input or a bug: say why it ended
             self._fail(error)

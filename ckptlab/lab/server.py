@@ -23,10 +23,18 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
     several: the formula is pessimistic for small models (tiny-llama at 2048 tokens: 18.8 s
     predicted, 6.8 s measured on 2 busy cores), so the limit errs on the side of letting a
     run start, and the time limit is what stops one that takes too long.
+``CKPTLAB_WORKER_MEMORY_GIB``
+    Resident memory (GiB) one job's worker process may reach; past it the worker is killed,
+    its memory given back and its participant told. Unset: no cap but the machine's.
+``CKPTLAB_WORKERS``
+    ``process`` (the default): every job runs in a worker process (:mod:`ckptlab.lab.workers`),
+    so no participant's torch state meets another's and a job past its limit is ended at once.
+    ``thread``: jobs run in the server's own threads (one person on a laptop; no hard limits).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,6 +63,8 @@ class ServerPolicy:
     models_root: Path | None = None  # local model folders only inside it; None: no local folders
     run_limit_s: float = DEFAULT_RUN_LIMIT_S  # seconds a run may hold the device
     max_tokens: Mapping[str, int] = field(default_factory=dict)  # model -> seq x batch; "*" for the others
+    memory_cap_bytes: int | None = None  # resident memory a job's worker may reach; None: no cap
+    workers: bool = True  # jobs in worker processes (CKPTLAB_WORKERS=process) rather than the server's threads
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, object]) -> ServerPolicy:
@@ -79,9 +89,23 @@ class ServerPolicy:
                 run_limit_s = float(str(limit))
             except ValueError:
                 run_limit_s = -1.0
-            if not run_limit_s > 0:
+            if not (math.isfinite(run_limit_s) and run_limit_s > 0):
                 raise SpecError(f"CKPTLAB_RUN_LIMIT_S={limit!r} is not valid: use seconds > 0, e.g. 300.")
-        return cls(models_root, run_limit_s, parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or "")))
+        cap = settings.get("CKPTLAB_WORKER_MEMORY_GIB")
+        memory_cap_bytes = None
+        if cap not in (None, ""):
+            try:
+                gib = float(str(cap))
+            except ValueError:
+                gib = -1.0
+            if not (math.isfinite(gib) and gib > 0):
+                raise SpecError(f"CKPTLAB_WORKER_MEMORY_GIB={cap!r} is not valid: use GiB > 0, e.g. 8.")
+            memory_cap_bytes = int(gib * 2**30)
+        mode = str(settings.get("CKPTLAB_WORKERS") or "process").strip().lower()
+        if mode not in ("process", "thread"):
+            raise SpecError(f"CKPTLAB_WORKERS={mode!r} is not valid: use process (the default) or thread.")
+        max_tokens = parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or ""))
+        return cls(models_root, run_limit_s, max_tokens, memory_cap_bytes, mode == "process")
 
     # -- local folders ------------------------------------------------------------------
 
@@ -110,8 +134,9 @@ class ServerPolicy:
                 key="server.folders_off",
                 name=name,
             )
-        folder = (self.models_root / name).resolve()  # an absolute name replaces the root: checked below
-        if not self._inside(folder):
+        # An absolute name replaces the root (checked below); a NUL byte names no file (resolve() would raise).
+        folder = None if "\x00" in name else (self.models_root / name).resolve()
+        if folder is None or not self._inside(folder):
             raise NotAllowedError(
                 f"{name!r} is outside the models folder this server offers. Pick one of the folders listed.",
                 key="server.folder_outside",

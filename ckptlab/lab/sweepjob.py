@@ -24,8 +24,9 @@ from ..model.catalog import ModelInfo
 from ..spec import RunSpec
 from ..step.stopping import DONE, prefixed
 from .jobs import BackgroundJob
-from .run import TurnStopper
+from .run import TurnStopper, time_limit_error
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue
+from .workers import WorkerPool
 
 Loader = Callable[[RunSpec], tuple[PreTrainedModel, ModelInfo]]
 
@@ -67,6 +68,11 @@ class SweepJob(BackgroundJob):
         timeout: seconds a row waits for the device at most.
         owner: who asks (the browser session): it holds one place in the device queue at a
             time, so its lab Run waits for the sweep rather than stacking beside it.
+        limit_s: seconds each row's turn may hold the device.
+        workers: sweep in a worker process of this pool (``load`` is then not used: the worker builds
+            the model); its rows still take their turns here, and a turn past ``limit_s`` kills the worker.
+        alive: False once the session that started the sweep is gone; the sweep then ends.
+        memory_cap_bytes: with ``workers``, the resident memory the worker may reach before it is killed.
 
     Raises:
         SpecError, ModelLoadError: bad input, from the constructor, before any thread starts.
@@ -80,6 +86,9 @@ class SweepJob(BackgroundJob):
         timeout: float | None = DEFAULT_TIMEOUT_S,
         owner: str | None = None,
         limit_s: float | None = None,
+        workers: WorkerPool | None = None,
+        alive: Callable[[], bool] | None = None,
+        memory_cap_bytes: int | None = None,
     ) -> None:
         self.plan = plan_sweep(spec)  # validates: bad input never reaches the thread
         self.spec = spec
@@ -91,7 +100,9 @@ class SweepJob(BackgroundJob):
         self._held: TurnStopper | None = None  # the turn held now, with its time limit
         self._timed_out: TurnStopper | None = None  # the turn the time limit stopped
         self._result: SweepResult | None = None
-        super().__init__("ckptlab-sweep", message=Message("waiting to start", key="progress.waiting_to_start"))
+        self._workers, self._memory_cap_bytes = workers, memory_cap_bytes
+        waiting = Message("waiting to start", key="progress.waiting_to_start")
+        super().__init__("ckptlab-sweep", message=waiting, alive=alive)
 
     def state(self) -> JobState:
         with self._lock:
@@ -110,7 +121,7 @@ class SweepJob(BackgroundJob):
 
     def _turn(self, label: str):
         def on_wait(ahead: int) -> None:
-            if self._stop.is_set():
+            if self._stopping():
                 raise _Stopped
             waiting = Message(
                 f"waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead",
@@ -144,13 +155,13 @@ class SweepJob(BackgroundJob):
         return self._timed_out is not None
 
     def _should_stop(self) -> bool:
-        """Stop pressed (the row in flight finishes), or the time limit reached; asked between rows and steps."""
-        return self._stop.is_set() or self._over_limit()
+        """Stop pressed (the row in flight finishes), the session gone, or the time limit reached; asked between
+        rows and steps."""
+        return self._stopping() or self._over_limit()
 
-    def _run(self) -> None:
-        result: SweepResult | None
-        try:
-            result = sweep(
+    def _sweep(self) -> SweepResult:
+        if self._workers is None:
+            return sweep(
                 self.spec,
                 progress=self._progress,
                 cancel=self._should_stop,
@@ -159,10 +170,40 @@ class SweepJob(BackgroundJob):
                 turn=self._turn,
                 on_result=self._collect,
             )
+
+        def turn(label: str) -> AbstractContextManager[object]:
+            return self._turn(label)
+
+        def past_limit() -> RunStoppedError:
+            assert self._limit_s is not None
+            self._timed_out = TurnStopper(None, self._limit_s)
+            return time_limit_error(self._limit_s)
+
+        try:
+            return self._workers.run(
+                "ckptlab.lab.workerjobs:sweep_spec",
+                self.spec,
+                progress=self._progress,
+                on_result=self._collect,
+                should_stop=self._stopping,
+                turn=turn,
+                turn_limit_s=self._limit_s,
+                on_limit=past_limit,
+                memory_cap_bytes=self._memory_cap_bytes,
+            )
+        except RunStoppedError as error:
+            if error.key == "job.stopped":  # Stop, or the session gone: the rows measured are kept
+                raise _Stopped from None
+            raise
+
+    def _run(self) -> None:
+        result: SweepResult | None
+        try:
+            result = self._sweep()
         except _Stopped:
             result = self._partial()
         except Exception as error:  # bad input or a bug: keep what was measured, and say why it ended
-            if isinstance(error, RunStoppedError) and self._timed_out is not None:
+            if isinstance(error, RunStoppedError) and self._timed_out is not None and error.key != "run.time_limit":
                 error = self._timed_out.reason()
             self._fail(error, bug_words=_rows_kept)
             result = self._partial() if self._results else None

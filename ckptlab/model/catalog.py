@@ -32,7 +32,8 @@ from transformers import (
     PreTrainedModel,
 )
 
-from ..errors import ModelLoadError, UnsupportedModelError
+from ..errors import ModelLoadError, UnsupportedModelError, expect_type
+from ..torchstate import exclusive
 from . import experts, folder_checks, presets, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
 from .plan import checkpointable_layers
@@ -114,6 +115,7 @@ def _weight_files(path: str) -> list[str]:
     return [file for pattern in _WEIGHT_PATTERNS for file in glob.glob(os.path.join(path, pattern))]
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def build_on_meta(config: PretrainedConfig, task: str) -> PreTrainedModel:
     """The model with shapes but no storage: counting an 8B model costs no memory."""
     kwargs = _model_kwargs(config, task)  # raises UnsupportedModelError with our message
@@ -192,6 +194,7 @@ def describe(name_or_dir: str) -> ModelInfo:
         ModelLoadError: the name or folder cannot be loaded.
         UnsupportedModelError: not a causal/masked text LM, or no ``GradientCheckpointingLayer``.
     """
+    expect_type("ckptlab.describe", "name_or_dir", name_or_dir, (str, os.PathLike), "ckptlab.describe('tiny-llama')")
     name_or_dir = os.fspath(name_or_dir)
     return _described(name_or_dir, _files_stamp(name_or_dir))
 
@@ -207,7 +210,7 @@ def _files_stamp(name_or_dir: str) -> tuple[tuple[str, int, int], ...]:
                     (entry.name, entry.stat().st_mtime_ns, entry.stat().st_size) for entry in entries if entry.is_file()
                 )
             )
-    except OSError:  # no such folder: load_config says so, and nothing is kept
+    except (OSError, ValueError):  # no such folder (or a NUL in its name): load_config says so, nothing is kept
         return ()
 
 
@@ -231,6 +234,7 @@ def instantiate(config: PretrainedConfig, task: str, dtype: torch.dtype) -> PreT
     return _auto_class(task).from_config(config, dtype=dtype, **_model_kwargs(config, task))
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def build_model(
     name_or_dir: str,
     *,

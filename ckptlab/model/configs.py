@@ -17,7 +17,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 
 from ..errors import ModelLoadError, SpecError, UnsupportedModelError
-from . import folder_checks
+from . import folder_checks, folder_files
 from .presets import CAUSAL_LM, MASKED_LM, PRESETS, Preset
 
 
@@ -130,6 +130,7 @@ def load_config(name_or_dir: str) -> tuple[PretrainedConfig, str, str]:
 
 
 def _load_local_config(path: str) -> PretrainedConfig:
+    folder_files.check_folder(path)  # before any file of it is opened, by us or by a loader
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
         raise ModelLoadError(

@@ -37,6 +37,9 @@ from ..errors import DoesNotFitError, ModelLoadError
 # describe() builds every layer on the meta device (1-3 ms each on 2 CPU cores) and the
 # lab draws and probes each one; the deepest published language models have about 130.
 MAX_LAYERS: int = 1024
+# The largest config.json read (README, "Limits"): save_pretrained() writes a few KiB, a label map a few hundred.
+MAX_CONFIG_BYTES: int = 4 * 2**20
+_DTYPE_FIELDS = ("torch_dtype", "dtype")  # transformers 5 writes "dtype"; older configs "torch_dtype"
 
 # Sizes and counts that must be positive whole numbers when set (None means "derive it"),
 # by their usual name and GPT-2's names; the names other architectures store them under
@@ -84,8 +87,30 @@ def read_config_json(config_file: str) -> dict[str, Any]:
         ModelLoadError: unreadable, not JSON, nested too deeply, or not an object.
     """
     try:
+        size = os.path.getsize(config_file)
+    except OSError:
+        size = 0  # unreadable: open() below says so
+    if size > MAX_CONFIG_BYTES:
+        raise ModelLoadError(
+            f"{config_file!r} is {size / 2**20:,.1f} MiB, more than the {MAX_CONFIG_BYTES // 2**20} MiB any config "
+            "holds; it is not read. To resolve this error, replace it with the config.json that save_pretrained() "
+            "wrote.",
+            key="folder.config_too_large",
+            file=config_file,
+            size=f"{size / 2**20:,.1f}",
+            limit=f"{MAX_CONFIG_BYTES // 2**20}",
+        )
+    try:
         with open(config_file, encoding="utf-8") as f:
-            raw = json.load(f)
+            raw = json.load(f, parse_constant=_not_a_number)
+    except _NonFinite as constant:
+        raise ModelLoadError(
+            f"{config_file!r} holds {constant.args[0]}, which is not a number JSON allows (and no size or rate a "
+            "model has). To resolve this error, write the model's real value.",
+            key="folder.non_finite",
+            file=config_file,
+            constant=constant.args[0],
+        ) from None
     except RecursionError:
         raise ModelLoadError(
             f"{config_file!r} is JSON nested too deeply to parse (thousands of levels of [ or {{); "
@@ -110,7 +135,37 @@ def read_config_json(config_file: str) -> dict[str, Any]:
             file=config_file,
             kind=type(raw).__name__,
         )
+    _check_dtype_fields(raw, config_file)
     return raw
+
+
+class _NonFinite(ValueError):
+    """NaN, Infinity or -Infinity in a JSON file: Python's json accepts them, no config means them."""
+
+
+def _not_a_number(constant: str) -> Any:
+    raise _NonFinite(constant)
+
+
+def _check_dtype_fields(raw: Mapping[str, Any], config_file: str) -> None:
+    """A config's dtype must name a torch dtype ("bfloat16"), "auto" or nothing: transformers looks it up on torch."""
+    sections = [("", raw)] + (
+        [("text_config.", raw["text_config"])] if isinstance(raw.get("text_config"), dict) else []
+    )
+    for prefix, section in sections:
+        for name in _DTYPE_FIELDS:
+            value = section.get(name)
+            if value is None or value == "auto":
+                continue
+            if not (isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)):
+                raise ModelLoadError(
+                    f'{config_file!r}: its "{prefix}{name}" field is {value!r}, which is not a torch dtype. To resolve this '
+                    'error, write one such as "bfloat16", "float16" or "float32" (or "auto"), or remove the field.',
+                    key="folder.bad_dtype",
+                    file=config_file,
+                    field=f"{prefix}{name}",
+                    value=repr(value),
+                )
 
 
 def check_raw_config(raw: Mapping[str, Any], config_file: str, aliases: Mapping[str, str] | None = None) -> None:

@@ -16,7 +16,7 @@ from ..model.selective import selective_key
 from ..spec import RunSpec
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
-BusyReason = Literal["load", "spread"]
+BusyReason = Literal["load", "spread", "shared"]
 Status = Literal["ok", "does_not_fit"]
 
 # With fewer timed steps a run, a range from fastest to slowest says nothing about the noise.
@@ -105,6 +105,7 @@ class TimingResult:
     # The machine while it timed (None where unknown, e.g. a result saved before these fields existed):
     load_average: float | None = None  # the highest 1-minute load average read around the timed steps
     cores: int | None = None  # CPU cores this process may run on
+    shared_cores: bool = False  # a shared server's simulations ran on the same cores while this was timed
 
     @property
     def step_spread(self) -> tuple[float, float]:
@@ -121,14 +122,17 @@ class TimingResult:
 
     @property
     def busy_reasons(self) -> tuple[BusyReason, ...]:
-        """Why this machine was too busy to time, if it was: "load" (more runnable tasks than cores) and/or
-        "spread" (identical steps differed by more than :data:`BUSY_SPREAD` of their median)."""
+        """Why this machine was too busy to time, if it was: "load" (more runnable tasks than cores),
+        "spread" (identical steps differed by more than :data:`BUSY_SPREAD` of their median) and/or
+        "shared" (a shared server ran simulations on the same cores meanwhile: ``shared_cores``)."""
         reasons: list[BusyReason] = []
         if self.load_average is not None and self.cores and self.load_average > self.cores:
             reasons.append("load")
         spread = self.relative_spread
         if spread is not None and len(self.step_samples) >= MIN_SAMPLES_TO_JUDGE and spread > BUSY_SPREAD:
             reasons.append("spread")
+        if self.shared_cores:
+            reasons.append("shared")
         return tuple(reasons)
 
     @property

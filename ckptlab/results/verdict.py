@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import SpecError, expect_type
 from .run import MIN_SAMPLES_TO_JUDGE, RunResult, measurements
 
 
@@ -128,8 +128,11 @@ def compare(run: RunResult, reference: RunResult) -> Comparison:
     """Ratios of ``run`` to ``reference``, with the step-time difference judged by :func:`judge_time`.
 
     Raises:
-        SpecError: if either run has no measurements (it did not fit).
+        SpecError: if either run has no measurements (it did not fit), or is not a RunResult.
     """
+    example = "ckptlab.compare(ckptlab.measure(spec), ckptlab.measure(reference_spec))"
+    expect_type("ckptlab.compare", "run", run, RunResult, example)
+    expect_type("ckptlab.compare", "reference", reference, RunResult, example)
     run_memory, run_timing = measurements(run)
     ref_memory, ref_timing = measurements(reference)
     return Comparison(

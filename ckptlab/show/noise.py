@@ -27,6 +27,8 @@ def busy_message(
         why.append(t("noise.busy_load", lang, load=f"{load:.1f}", cores=cores))
     if "spread" in reasons and spread is not None:
         why.append(t("noise.busy_spread", lang, spread=f"{spread:.0%}", limit=f"{BUSY_SPREAD:.0%}"))
+    if "shared" in reasons:
+        why.append(t("noise.busy_shared", lang))
     return t("noise.busy", lang, why=" ".join(why)) if why else ""
 
 

@@ -63,6 +63,8 @@ def busy_note(reasons: Sequence[BusyReason], load: float | None, cores: int | No
         why.append(f"load average {load:.1f} on {cores} cores (more tasks waiting to run than cores)")
     if "spread" in reasons and spread is not None:
         why.append(f"identical steps differed by {spread:.0%} of their median (over {BUSY_SPREAD:.0%})")
+    if "shared" in reasons:
+        why.append("simulations of other participants ran on the same cores")
     return (
         "WARNING: this machine is too busy to time: "
         + "; ".join(why)
@@ -431,14 +433,24 @@ def layer_table(result: RunResult) -> str:
 
 
 def models_table(infos: Sequence[ModelInfo]) -> str:
-    """``python -m ckptlab models``: one row per preset."""
-    header = f"{'name':<14}{'family':<9}{'task':<11}{'layers':>7}{'hidden':>8}{'params':>10}  for"
+    """``python -m ckptlab models``: one row per preset, each text column as wide as its longest value plus two."""
     rows = [
-        f"{info.name:<14}{info.family:<9}{info.task:<11}{info.num_layers:>7}{info.hidden_size:>8}"
-        f"{_params(info.num_params):>10}  {'CPU' if info.cpu_ok else 'GPU / simulation'}"
+        (info.name, info.family, info.task, info.num_layers, info.hidden_size, _params(info.num_params))
+        + ("CPU" if info.cpu_ok else "GPU / simulation",)
         for info in infos
     ]
-    return "\n".join([header] + rows)
+    names = ("name", "family", "task", "layers", "hidden", "params", "for")
+    widths = [max(len(str(value)) for value in column) for column in zip(names, *rows)]
+
+    def line(values: Sequence[object]) -> str:
+        # Text left-aligned, numbers right-aligned; two spaces between columns so none runs into the next.
+        cells = [
+            f"{value:>{width}}" if isinstance(value, int) or index == 5 else f"{value!s:<{width}}"
+            for index, (value, width) in enumerate(zip(values, widths))
+        ]
+        return "  ".join(cells).rstrip()
+
+    return "\n".join([line(names)] + [line(row) for row in rows])
 
 
 def _params(count: int) -> str:

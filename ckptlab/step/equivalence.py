@@ -17,6 +17,7 @@ from ..model import catalog
 from ..model.lora import adapted
 from ..model.selective import enable_checkpointing
 from ..spec import RunSpec
+from ..torchstate import exclusive
 from .preflight import resolve_device, resolve_dtype
 from .training import trainable_parameters
 from .trainstep import random_batch
@@ -38,6 +39,7 @@ class GradientCheck:
         return self.loss_equal and self.max_abs_difference == 0.0
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def check_gradients(spec: RunSpec, dropout: float = DROPOUT, attention_dropout: float | None = None) -> GradientCheck:
     """Compare one step of ``spec`` with the same step with checkpointing off, bit for bit.
 

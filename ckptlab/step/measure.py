@@ -30,6 +30,7 @@ from dataclasses import replace
 import torch
 from transformers import PreTrainedModel
 
+from ..errors import expect_type
 from ..message import Message
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
@@ -42,6 +43,7 @@ from ..results import (
     RunResult,
 )
 from ..spec import RunSpec
+from ..torchstate import exclusive
 from .meters import clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .preflight import load_model, resolve_device, resolve_dtype, validate_for_model
@@ -61,6 +63,7 @@ OFFLOAD_ON_CPU_NOTE = (
 )
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def measure(
     spec: RunSpec,
     *,
@@ -95,6 +98,7 @@ def measure(
         SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything heavy runs.
         RunStoppedError: ``should_stop`` answered True.
     """
+    expect_type("ckptlab.measure", "spec", spec, RunSpec, "ckptlab.measure(ckptlab.RunSpec(model='tiny-llama'))")
     report = checked(progress or (lambda message, fraction: None), should_stop)
     if model is None:
         model, info = load_model(spec, progress=report)

@@ -15,8 +15,9 @@ from ..errors import DoesNotFitError, SpecError, UnsupportedModelError
 from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..model.folder_checks import check_fits
+from ..model.folder_checks import check_fits, memory_limit
 from ..spec import RunSpec
+from ..torchstate import exclusive
 from .stopping import Progress
 
 DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -78,6 +79,7 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
         )
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrainedModel, ModelInfo]:
     """Validate ``spec`` and build its model on the spec's device and dtype.
 
@@ -92,7 +94,7 @@ def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrai
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device, spec.mixed_precision)
     check_fits(info, dtype, device)  # parameters alone over the device's total memory: never fits
-    refusal = host_memory_refusal(info, dtype, device)
+    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(spec, info, dtype, device)
     if refusal is not None:
         raise refusal
     if progress is not None:
@@ -132,6 +134,52 @@ def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.devic
         parameters=f"{info.num_params / 1e9:.2f}B",
         element=element,
         available_gib=f"{available / 2**30:.1f}",
+    )
+
+
+def step_floor(spec: RunSpec, info: ModelInfo, dtype: torch.dtype) -> int:
+    """Bytes one training step of ``spec`` holds at least, whatever its checkpointing: a floor, not an estimate.
+
+    The parameters and their gradients; the logits of every token, in the model's dtype and again in
+    float32 (transformers' loss upcasts them: ``ForCausalLMLoss``); and each layer's input, which even
+    a checkpointed layer keeps. Everything else a step holds only adds to it.
+    """
+    element = torch.tensor([], dtype=dtype).element_size()
+    tokens = spec.seq_len * spec.batch_size
+    logits = tokens * info.vocab_size * (element + 4)
+    inputs = tokens * info.hidden_size * element * max(info.num_layers, 1)
+    return 2 * info.num_params * element + logits + inputs
+
+
+def step_floor_refusal(
+    spec: RunSpec, info: ModelInfo, dtype: torch.dtype, device: torch.device
+) -> DoesNotFitError | None:
+    """The refusal of a measured run whose :func:`step_floor` exceeds the machine's memory, before anything is built.
+
+    A batch of 100,000 sequences on the CPU would otherwise grow to many GiB before it ran out
+    (and on the CPU an out-of-memory kills the process). None: it may run.
+    """
+    limit = memory_limit(device)
+    if limit is None:
+        return None
+    available = available_host_bytes() if device.type == "cpu" else None
+    room = min(limit[0], available) if available is not None else limit[0]
+    needed = step_floor(spec, info, dtype)
+    if needed <= room:
+        return None
+    tokens = spec.seq_len * spec.batch_size
+    return DoesNotFitError(
+        f"seq_len {spec.seq_len} x batch {spec.batch_size} = {tokens:,} tokens of {info.name} needs at least "
+        f"{needed / 2**30:,.1f} GiB in one step (parameters, gradients, the logits and each layer's input), more "
+        f"than the {room / 2**30:,.1f} GiB {limit[1]} has; nothing was built. Use a shorter sequence or a smaller "
+        f"batch, or simulate it: python -m ckptlab simulate --model {info.name}",
+        key="model.step_floor",
+        seq=spec.seq_len,
+        batch=spec.batch_size,
+        tokens=f"{tokens:,}",
+        name=info.name,
+        needed_gib=f"{needed / 2**30:,.1f}",
+        room_gib=f"{room / 2**30:,.1f}",
     )
 
 

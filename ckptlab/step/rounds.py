@@ -30,6 +30,7 @@ from ..model.lora import adapted
 from ..model.plan import planned_roles
 from ..results import TimingResult
 from ..spec import RunSpec
+from ..torchstate import exclusive
 from .measure import apply_setting
 from .meters import Clock, clock_for, machine_load
 from .modelstate import ModelState
@@ -66,6 +67,7 @@ def step_order(settings: int, rounds: int, order: Order = "interleaved") -> list
     raise not_one_of("order", order, ORDERS)
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def time_settings(
     specs: Sequence[RunSpec],
     model: PreTrainedModel,

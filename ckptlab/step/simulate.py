@@ -42,6 +42,7 @@ import transformers.modeling_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.graph import saved_tensors_hooks
 
+from ..errors import expect_type
 from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -51,6 +52,7 @@ from ..model.plan import describe_plan, observed_roles, planned_roles
 from ..model.selective import enable_checkpointing
 from ..results import RankResult, RunResult
 from ..spec import RunSpec
+from ..torchstate import exclusive
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
 from .fold import Reduction, SimulatedStep
@@ -70,6 +72,7 @@ SIMULATION_METHOD = (
 )
 
 
+@exclusive  # process-wide torch state: ckptlab.torchstate
 def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = None) -> RunResult:
     """Simulate one training step of ``spec`` on fake tensors.
 
@@ -87,6 +90,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     Raises:
         SpecError, ModelLoadError: for bad input.
     """
+    expect_type("ckptlab.simulate", "spec", spec, RunSpec, "ckptlab.simulate(ckptlab.RunSpec(model='qwen3-8b'))")
     report = progress or (lambda message, fraction: None)
     spec.validate()
     info = catalog.describe(spec.model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,10 @@ def simulated():
         return real(spec, **kwargs)
 
     scale.simulate = counting
+    # The count is of calls in this process: the page's jobs run here (CKPTLAB_WORKERS=thread). The same jobs
+    # in worker processes are tests/lab/test_jobs_in_workers.py's.
+    workers = os.environ.get("CKPTLAB_WORKERS")
+    os.environ["CKPTLAB_WORKERS"] = "thread"
     try:
         at = _page(model="tiny-llama", seq="128", gpu="H100 80 GB")
         assert not at.exception, _texts(at.exception)
@@ -54,6 +59,10 @@ def simulated():
         yield at, calls
     finally:
         scale.simulate = real
+        if workers is None:
+            os.environ.pop("CKPTLAB_WORKERS", None)
+        else:
+            os.environ["CKPTLAB_WORKERS"] = workers
 
 
 def test_the_page_is_in_the_app_navigation():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -59,6 +60,9 @@ def test_models_lists_presets_as_text_and_json(capsys):
     assert main(["models"]) == 0
     text = capsys.readouterr().out
     assert "tiny-llama" in text and "qwen3-8b" in text and "8.19B" in text
+    # No column runs into the next (the longest names, tiny-qwen3-moe and qwen3_moe, ran together once).
+    table = [line for line in text.splitlines() if line and not line.startswith("default:")]
+    assert all(len(re.split(r"\s{2,}", line.strip())) == 7 for line in table), table
     assert main(["models", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {"name", "family", "num_layers", "hidden_size", "num_params", "cpu_ok"} <= rows[0].keys()

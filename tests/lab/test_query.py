@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import ckptlab
-from ckptlab.lab.query import spec_from_query, spec_to_query
+from ckptlab import RunSpec
+from ckptlab.lab.query import gpus_from_query, spec_from_query, spec_to_query
 
 
 @pytest.mark.parametrize(
@@ -115,3 +116,19 @@ def test_trainers_step_travels_in_the_link_and_bad_values_fall_back():
     back, warnings = spec_from_query({"accum": "0", "mp": "fp8", "clip": "nan"})
     assert (back.gradient_accumulation_steps, back.mixed_precision, back.max_grad_norm) == (1, "none", 1.0)
     assert len(warnings) == 3 and "mp='fp8' in the link is not one of none, bf16, fp16" in warnings[1]
+
+
+@pytest.mark.parametrize("key", ["model", "seq", "n", "dtype", "targets", "lora"])
+def test_a_value_with_a_control_character_falls_back_with_the_usual_warning(key):
+    spec, warnings = spec_from_query({key: "tiny\x00llama", "batch": "2"})
+    base = RunSpec()
+    assert spec.model == base.model and spec.batch_size == 2
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"{key}='tiny\\x00llama' in the link holds a control character"
+    )
+    spec.validate()
+
+
+def test_gpus_with_a_nul_byte_fall_back():
+    gpus, warnings = gpus_from_query("8\x00", (1, 2, 4, 8))
+    assert gpus == 1 and len(warnings) == 1

@@ -1,0 +1,106 @@
+"""What a worker process runs (:mod:`.workers`): the app's jobs as functions of a :class:`JobContext` and plain data.
+
+Each function is named to :meth:`WorkerPool.run` as ``"ckptlab.lab.workerjobs:<name>"`` and
+takes only what pickles (specs, requests, results), so nothing of the server process (its
+threads, its caches, its torch state) reaches the job. The measuring worker keeps the last
+model it built, as the app's loader did in the server process: a second run of the same model
+and dtype does not rebuild it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+from transformers import PreTrainedModel
+
+from ..explore.gpu_search import GpuSearch, cheapest_that_fits
+from ..explore.scale import ScaleRequest, ScaleTable, scale_table
+from ..explore.sweep import SweepResult, SweepSpec, sweep
+from ..model.catalog import ModelInfo
+from ..results import RunResult
+from ..spec import RunSpec
+from ..step.equivalence import GradientCheck, check_gradients
+from ..step.measure import measure
+from ..step.simulate import simulate
+from .run import ModelKey, build_for_key, give_back_memory, model_key
+from .workers import JobContext
+
+_MODEL: dict[ModelKey, tuple[PreTrainedModel, ModelInfo]] = {}  # the worker's last model (one: bounded memory)
+_MODEL_LOCK = threading.Lock()
+
+
+def _load(spec: RunSpec) -> tuple[PreTrainedModel, ModelInfo]:
+    key = model_key(spec)
+    with _MODEL_LOCK:
+        if key not in _MODEL:
+            _MODEL.clear()  # the previous model goes before the next is built
+            give_back_memory()
+            _MODEL[key] = build_for_key(key)
+        model, info = _MODEL[key]
+    model.zero_grad(set_to_none=True)  # a stopped run can leave gradients that would count as baseline
+    return model, info
+
+
+def measure_spec(context: JobContext, spec: RunSpec) -> RunResult:
+    """:func:`ckptlab.measure` of ``spec`` on the worker's (cached) model, stoppable, reporting progress."""
+    model, info = _load(spec)
+    try:
+        return measure(spec, model=model, info=info, progress=context.progress, should_stop=context.cancelled)
+    finally:
+        give_back_memory()
+
+
+def sweep_spec(context: JobContext, spec: SweepSpec) -> SweepResult:
+    """:func:`ckptlab.explore.sweep.sweep`, one device turn per row asked of the parent, rows sent as measured."""
+    try:
+        return sweep(
+            spec,
+            progress=context.progress,
+            cancel=context.cancelled,  # between rows and timed steps; a row in flight ends by the parent's kill
+            turn=context.turn,
+            on_result=context.collect,
+        )
+    finally:
+        give_back_memory()
+
+
+def scale_request(
+    context: JobContext, request: ScaleRequest, known: Mapping[RunSpec, RunResult], info: ModelInfo | None
+) -> ScaleTable:
+    """:func:`ckptlab.explore.scale.scale_table` of ``request``, each simulation sent as it is made."""
+    return scale_table(
+        request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
+        progress=context.progress, cancel=context.cancelled, known=known, on_result=context.collect, info=info,
+        optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
+        world_size=request.world_size, gradient_accumulation_steps=request.gradient_accumulation_steps,
+        max_grad_norm=request.max_grad_norm, mixed_precision=request.mixed_precision,
+    )  # fmt: skip
+
+
+def search_request(
+    context: JobContext,
+    request: ScaleRequest,
+    budget_bytes: int,
+    counts: tuple[int, ...],
+    known: Mapping[RunSpec, RunResult],
+    info: ModelInfo | None,
+) -> GpuSearch:
+    """:func:`ckptlab.explore.gpu_search.cheapest_that_fits`, each simulation sent as it is made."""
+    return cheapest_that_fits(
+        request, budget_bytes, counts=counts, known=known, on_result=context.collect,
+        progress=context.progress, cancel=context.cancelled, info=info,
+    )  # fmt: skip
+
+
+def simulate_spec(context: JobContext, spec: RunSpec) -> RunResult:
+    """:func:`ckptlab.simulate` of ``spec``, reporting progress."""
+    return simulate(spec, progress=context.progress)
+
+
+def gradients_spec(context: JobContext, spec: RunSpec) -> GradientCheck:
+    """:func:`ckptlab.step.equivalence.check_gradients` of ``spec`` (it builds its own two models)."""
+    try:
+        return check_gradients(spec)
+    finally:
+        give_back_memory()

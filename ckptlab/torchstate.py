@@ -1,0 +1,48 @@
+"""torch's process-wide state, and the one lock that serializes the core's use of it.
+
+Some of what a training step depends on is kept by torch per process, not per thread:
+
+- the default dtype: transformers' ``from_config`` / ``from_pretrained`` set it with
+  ``torch.set_default_dtype`` while they build a model (bfloat16 for a bf16 config) and set it
+  back after; a float32 step in another thread that creates a tensor meanwhile gets bfloat16
+  ("expected m1 and m2 to have the same dtype");
+- the global module hooks: MemTracker's ModTracker registers forward and backward hooks on
+  *every* module of the process (``register_module_forward_pre_hook``), so two tracked steps
+  at once see each other's modules ("The Module hierarchy tracking is wrong", a ``KeyError``
+  on a weak reference to another thread's ``Embedding``);
+- the global random generator (``torch.manual_seed``), which seeds a model's weights and a batch.
+
+None of them can be made per thread from outside torch and transformers. So the core's entry
+points that build a model or run a step (``build_on_meta``, ``build_model``, ``load_model``,
+``measure``, ``simulate``, ``time_settings``, ``check_gradients``) hold :data:`TORCH_STATE`
+for as long as they run: threads calling them at once (the app's sessions, a user's thread
+pool) take turns and each gets the bytes it gets alone. Re-entrant, as they call each other.
+A shared server does better than taking turns: it runs each job in a worker process of its
+own (``ckptlab.lab.workers``), where this lock is never contended.
+
+Nothing may wait for another thread while holding it (a device turn, a job's result): the
+callers take their turn first and then call the core.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+TORCH_STATE = threading.RLock()  # serializes model building and steps: see the module's docstring
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def exclusive(function: Callable[P, R]) -> Callable[P, R]:
+    """``function`` run while holding :data:`TORCH_STATE` (looked up at each call, so a test can watch it)."""
+
+    @functools.wraps(function)
+    def holding(*args: P.args, **kwargs: P.kwargs) -> R:
+        with TORCH_STATE:
+            return function(*args, **kwargs)
+
+    return holding

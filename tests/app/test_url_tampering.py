@@ -1,0 +1,24 @@
+"""A link with a control character in a value (a NUL byte) opens the page with its usual warning, no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+pytestmark = pytest.mark.slow  # the app's pages
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("page", ["app.py", "pages/at_scale.py"])
+@pytest.mark.parametrize("key", ["model", "seq"])
+def test_a_nul_byte_in_a_link_is_refused_with_the_usual_warning(page, key, tmp_path, monkeypatch):
+    monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))  # local folders on: the path a NUL would reach
+    at = AppTest.from_file(str(ROOT / page), default_timeout=60)
+    at.query_params[key] = "tiny\x00llama"
+    at.run()
+    assert not at.exception, [str(e.value) for e in at.exception]
+    shown = "\n".join(str(w.value) for w in at.warning)
+    assert "control character" in shown and "Traceback" not in shown
