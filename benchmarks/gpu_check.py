@@ -14,6 +14,10 @@ On one H200-class GPU, in about 5 minutes, with no network and no downloads, it:
    (qwen3-0.6b at 4096 tokens), as ratios to the no-checkpointing step (2 warm-ups,
    medians of 5, CUDA events);
 4. checks that loss and gradients are equal with and without checkpointing, and with offload;
+4b. selective checkpointing on qwen3-0.6b at 4096 tokens: step-time ratios off / full / attention /
+   matmuls (interleaved rounds, the lab's noise verdict), what each policy kept per CP layer beside the
+   simulation and the formula, the attention's reruns (none), offload leaving the kept outputs on the
+   device, and gradients with and without it;
 5. provokes an out-of-memory (a sequence far too long for the card), checks the lab reports
    "does not fit", frees the memory, and that the next run in the same process works;
 6. runs ``python -m ckptlab run`` on a real-shape preset (default dtype, bf16 on a GPU) and
@@ -47,14 +51,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import transformers
 
-from ckptlab import RunSpec, compare, measure, simulate
+from ckptlab import RunSpec, compare, load_model, measure, predict, simulate
 from ckptlab.explore.reference import (
     PR_48444_ROWS,
     measure_resident_after_forward_cuda,
     pr48444_config,
     simulate_resident_after_forward,
 )
+from ckptlab.results import judge_time
 from ckptlab.step.equivalence import check_gradients
+from ckptlab.step.rounds import time_settings
 from ckptlab.units import GIB, MIB
 
 
@@ -77,7 +83,7 @@ def main() -> int:
     torch.cuda.synchronize()
     allocated_at_start = torch.cuda.memory_allocated()
     report.header()
-    sections = (offload_table, lab_step_on_the_table, step_time_ratios, equivalence, out_of_memory, cli_run)
+    sections = (offload_table, lab_step_on_the_table, step_time_ratios, equivalence, selective, out_of_memory, cli_run)
     failed = 0
     for section in sections:
         elapsed = time.perf_counter() - started
@@ -257,6 +263,98 @@ def equivalence(report: Report) -> None:
     ):
         check = check_gradients(RunSpec(model="tiny-llama", seq_len=256, batch_size=2, device="cuda", **changes))
         report.line(f"| {label} | {check.loss_equal} | {check.gradients_compared} | {check.max_abs_difference:.3g} |")
+
+
+# (label, every_n_layers, selective) of the selective section: off, full checkpointing and two policies
+SELECTIVE_SETTINGS = (
+    ("off", None, "none"),
+    ("full", 1, "none"),
+    ("attention", 1, "attention"),
+    ("matmuls", 1, "matmuls"),
+)
+
+
+def selective(
+    report: Report,
+    *,
+    model: str = "qwen3-0.6b",
+    seq_len: int = 4096,
+    device: str = "cuda",
+    dtype: str = "bfloat16",
+    repeats: int = 5,
+    gradients_model: str = "tiny-gpt2",
+) -> None:
+    """Selective checkpointing on the device: time, kept bytes (measured, simulated, predicted), offload, gradients.
+
+    The keyword arguments let ``tests/benchmarks/test_gpu_check.py`` run this section on the CPU, small.
+    """
+    report.line(
+        f"\n## 4b. Selective checkpointing ({model}, {seq_len} tokens, {dtype}; forward and backward only; "
+        f"interleaved rounds, 1 warm-up round, median of {repeats})\n"
+    )
+    base = RunSpec(
+        model=model, seq_len=seq_len, device=device, dtype=dtype, repeats=repeats, warmup=1, optimizer="none"
+    )
+    specs = [replace(base, every_n_layers=n, selective=policy) for _, n, policy in SELECTIVE_SETTINGS]
+    built, info = load_model(base)
+    timed = time_settings(specs, built, info, warmup_rounds=1)
+    off, full = timed.timings[0], timed.timings[1]
+    report.line(
+        "| setting | step ms | x off | judged | x full | judged | resident after fwd MiB | kept MiB measured | "
+        "simulated | predicted | attention op rerun in L1 | from the cache in L1 |"
+    )
+    report.line("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (label, n, policy), spec, timing in zip(SELECTIVE_SETTINGS, specs, timed.timings):
+        run = measure(spec, model=built, info=info, timed=False)
+        kept = sum(layer.kept_bytes for layer in run.layers)
+        simulated = sum(layer.kept_bytes for layer in simulate(spec).layers)
+        predicted = next(
+            row.kept_bytes
+            for row in predict(model, seq_len=seq_len, dtype=dtype, device=device, every_n_layers=[1], selective=policy)
+            if row.every_n_layers == n
+        )
+        to_off, to_full = (
+            judge_time(timing.step_samples, off.step_samples),
+            judge_time(timing.step_samples, full.step_samples),
+        )
+        first = run.layers[0]
+        attention_reruns = sum(count for op, count in first.rerun_ops.items() if "attention" in op)
+        report.line(
+            f"| {label} | {timing.step_s * 1000:.1f} | {to_off.ratio:.3f} | {to_off.judgement.value} | "
+            f"{to_full.ratio:.3f} | {to_full.judgement.value} | {run.memory.after_forward_bytes / MIB:.1f} | "
+            f"{kept / MIB:.2f} | {simulated / MIB:.2f} | {predicted / MIB:.2f} | "
+            f"{attention_reruns if policy != 'none' else '-'} | {_ops(first.reused_ops) or '-'} |"
+        )
+        if not run.plan_matches:
+            report.line(f"\nPLAN MISMATCH ({label}): {' '.join(run.notes)}\n")
+    if device == "cuda":
+        plain_offload = measure(replace(specs[1], offload=True), model=built, info=info, timed=False)
+        kept_offload = measure(replace(specs[2], offload=True), model=built, info=info, timed=False)
+        kept = sum(layer.kept_bytes for layer in kept_offload.layers)
+        report.line(
+            f"\nWith offload (save_on_cpu): resident after the forward {plain_offload.memory.after_forward_bytes / MIB:.1f}"
+            f" MiB without a policy, {kept_offload.memory.after_forward_bytes / MIB:.1f} MiB keeping the attention: "
+            f"{(kept_offload.memory.after_forward_bytes - plain_offload.memory.after_forward_bytes) / MIB:.2f} MiB "
+            f"more on the device, the {kept / MIB:.2f} MiB the policy kept (offload moves only the inputs)."
+        )
+    del built
+    report.line("\n| gradients against off | loss equal | gradients compared | largest difference |")
+    report.line("|---|---|---|---|")
+    for policy in ("attention", "matmuls"):
+        check = check_gradients(
+            RunSpec(
+                model=gradients_model, seq_len=256, batch_size=2, device=device, every_n_layers=1, selective=policy
+            ),
+            attention_dropout=0.0,
+        )
+        report.line(
+            f"| {policy} (dropout 0.1 in the MLP and residual) | {check.loss_equal} | {check.gradients_compared} | "
+            f"{check.max_abs_difference:.3g} |"
+        )
+
+
+def _ops(counts: dict[str, int]) -> str:
+    return ", ".join(f"{op} x{count}" for op, count in sorted(counts.items()))
 
 
 def _parts(breakdown: dict[str, int]) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from .errors import SpecError, check_at_most, check_whole_number, expect_type, not_one_of
 from .model.catalog import DEFAULT_PRESET
 from .model.plan import planned_roles, validate_every_n_layers
+from .model.selective import Selective, check_selective
 from .training_args import read_training_args
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -79,11 +80,16 @@ class RunSpec:
     max_grad_norm: float = 1.0  # Trainer's clip_grad_norm_ bound; <= 0 still computes the norm (an infinite bound)
     mixed_precision: str = "none"  # "bf16"/"fp16": autocast over float32 weights, as TrainingArguments(bf16=True)
     optim_args: str | None = None  # TrainingArguments.optim_args, e.g. "momentum=0.9" (SGD's momentum is state)
+    # Selective checkpointing (ckptlab.model.selective): what a CP layer keeps besides its input. "none", a
+    # policy ("attention", "matmuls", "torchtitan") or, from Python, a tuple of op names such as ("aten.mm",).
+    selective: Selective = "none"
 
     def __post_init__(self) -> None:
         # JSON and the URL give a list; a tuple keeps the spec hashable (results are cached by spec).
         if self.lora_targets is not None and not isinstance(self.lora_targets, tuple):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        if isinstance(self.selective, list):  # op names, read back from JSON
+            object.__setattr__(self, "selective", tuple(self.selective))
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
@@ -129,6 +135,7 @@ class RunSpec:
                 targets=list(self.lora_targets),
             )
         self._validate_ranks()
+        check_selective(self.selective, self.every_n_layers)
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import NoReturn
 
+from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 from ..training_args import load_training_args_file, read_training_args
 
@@ -131,11 +132,31 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(
         metavar="NAMES",
         help="comma-separated modules LoRA adapts, e.g. q_proj,v_proj (default: every attention and MLP projection)",
     )
+    _flag(
+        run,
+        "--selective",
+        type=_selective,
+        default=defaults.selective,
+        metavar="POLICY",
+        help=f"selective checkpointing: what a CP layer keeps besides its input: {', '.join(SELECTIVE_CHOICES)}, or "
+        "comma-separated op names such as aten.mm,aten.bmm (default none)",
+    )
     run.add_argument(
         "--training-args",
         metavar="FILE.json",
         help="your TrainingArguments as JSON (the fields TrainingArguments(**json) takes): the step they run; "
         "the flags above, where given, win over the file",
+    )
+
+
+def _selective(text: str) -> str | tuple[str, ...]:
+    """A policy's name, or op names (any name with a dot); torch's check of the names is the spec's."""
+    if text in SELECTIVE_CHOICES:
+        return text
+    if "." in text:
+        return _names(text)
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not one of {', '.join(SELECTIVE_CHOICES)}, nor op names like aten.mm,aten.bmm"
     )
 
 
@@ -160,6 +181,7 @@ _SPEC_FIELDS = {
     "mixed_precision": "mixed_precision",
     "lora_rank": "lora_rank",
     "lora_targets": "lora_targets",
+    "selective": "selective",
 }
 
 
@@ -256,6 +278,8 @@ def argv_from_spec(spec: RunSpec) -> list[str]:
     argv += ["--max-grad-norm", repr(spec.max_grad_norm), "--mixed-precision", spec.mixed_precision]
     if spec.optim_args is not None:
         argv += ["--optim-args", spec.optim_args]
+    if spec.selective != "none":
+        argv += ["--selective", spec.selective if isinstance(spec.selective, str) else ",".join(spec.selective)]
     return argv
 
 

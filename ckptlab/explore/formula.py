@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
-from ..errors import not_one_of
+from ..errors import SpecError, not_one_of
 from ..model import catalog
 
 FLOAT32 = 4  # bytes: statistics, logsumexp, log-probabilities and RMSNorm's upcast input
@@ -229,6 +229,62 @@ def outside_bytes(arch: Architecture, seq_len: int, batch_size: int, element: in
     if arch.rotary:
         per_token += 2 * element * arch.head_dim  # cos and sin, computed once, shared by every layer
     return int(tokens * per_token)
+
+
+# The selective policies the formula counts (ckptlab.model.selective); the others are simulated or measured.
+COUNTED_POLICIES = ("none", "attention", "matmuls")
+
+
+def selective_kept_bytes(arch: Architecture, selective: str, seq_len: int, batch_size: int, element: int) -> int:
+    """Formula: bytes a selective policy keeps in one CP layer (the kept ops' outputs), besides the layer's input.
+
+    - ``"attention"``: the fused SDPA op's output (``a*d`` per token) and its float32 logsumexp
+      (``a`` per token); the CUDA kernels' RNG seed and offset (a few bytes) are left out.
+    - ``"matmuls"``: that, plus every projection's output: Q ``a*d``, K and V ``kv*d`` each, the output
+      projection ``h``; the MLP's matmuls (SwiGLU gate, up ``i`` each and down ``h``; a GELU MLP ``i``
+      and ``h``). In an MoE layer the router's logits ``E`` and the shared expert's matmuls
+      (``2i_s + h`` and its gate's 1); the routed experts run as grouped matmuls, which the policy does
+      not list. All are kept whether or not the backward needs them (SAC keeps what it is told).
+
+    Raises:
+        SpecError: a policy the formula does not count (torchtitan's, or op names): simulate it.
+    """
+    if selective not in COUNTED_POLICIES:
+        raise SpecError(
+            f"the formula counts the selective policies {', '.join(COUNTED_POLICIES)}; {selective!r} is not one "
+            "of them. Simulate it (ckptlab.simulate) for its bytes.",
+            key="predict.selective_not_counted",
+            policy=str(selective),
+        )
+    if selective == "none":
+        return 0
+    h, a, kv, d, i = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.intermediate_size
+    per_token = element * a * d + FLOAT32 * a
+    if selective == "matmuls":
+        per_token += element * (a * d + 2 * kv * d + h)
+        if arch.experts:
+            shared = arch.shared_expert_intermediate_size
+            per_token += element * (arch.experts + (2 * shared + h + 1 if shared else 0))
+        elif arch.mlp == "swiglu":
+            per_token += element * (2 * i + h)
+        else:
+            per_token += element * (i + h)
+    return seq_len * batch_size * per_token
+
+
+def selective_skipped_flops(arch: Architecture, selective: str, seq_len: int, causal: bool = True) -> float:
+    """Matmul FLOPs per token of one CP layer's rerun that a policy takes from its cache instead.
+
+    ``"attention"``: the scores and their product with V; ``"matmuls"``: every matmul of the layer
+    (what is left to rerun is elementwise work the formula does not count). Early stop aside: the
+    rerun stops after the last tensor the backward needs, which the formula leaves out.
+    """
+    if selective == "none":
+        return 0.0
+    layer, _ = forward_flops(arch, seq_len, causal)
+    keys = seq_len / 2 if causal else seq_len
+    attention = 2 * 2 * keys * arch.num_heads * arch.head_dim
+    return layer if selective == "matmuls" else attention
 
 
 def forward_flops(arch: Architecture, seq_len: int, causal: bool = True) -> tuple[float, float]:

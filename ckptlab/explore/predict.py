@@ -57,6 +57,8 @@ from .formula import (
     forward_flops,
     layer_activation_bytes,
     outside_bytes,
+    selective_kept_bytes,
+    selective_skipped_flops,
     torch_dtype,
 )
 from .predict_training import LORA_ACTIVATIONS_NOTE, PeakPhase, TrainingBytes, training_bytes
@@ -96,6 +98,8 @@ class Prediction:
     experts: int = 0  # routed experts per MoE layer of the architecture (0: dense)
     experts_counted: bool = True  # False: an MoE whose experts' activations the formula leaves out (see notes)
     notes: tuple[str, ...] = ()  # what a reader must know about these numbers, in words
+    selective: str = "none"  # the selective policy of the CP layers (formula.COUNTED_POLICIES)
+    kept_bytes: int = 0  # what that policy keeps in all CP layers (in resident_bytes; stays on the device with offload)
 
     @property
     def label(self) -> str:
@@ -139,6 +143,7 @@ def predict(
     optimizer: str = "adamw",
     lora_rank: int | None = None,
     lora_targets: Sequence[str] | None = None,
+    selective: str = "none",
 ) -> list[Prediction]:
     """Predicted resident activations, rerun cost and step time of each setting.
 
@@ -155,6 +160,9 @@ def predict(
             parameters, gradients, optimizer state and the peak (:mod:`.predict_training`).
             With LoRA the formula's activations are a full fine-tune's
             (``activations_approximate``); the calibrated ones are the run's own.
+        selective: the selective policy of the CP layers ("none", "attention" or "matmuls"): each CP
+            layer keeps the policy's outputs (:func:`~.formula.selective_kept_bytes`) and its rerun
+            skips their FLOPs; checkpointing off is unchanged.
 
     Returns:
         The ``"formula"`` predictions (off first, then each setting), then the
@@ -199,6 +207,9 @@ def predict(
                 f"lora_rank={lora_rank}, lora_targets={asked[2]}. Calibrate with a run of the same spec "
                 "(LoRA changes what the layers save)."
             )
+    causal = arch.family not in ("bert", "roberta")
+    kept_per_layer = selective_kept_bytes(arch, selective, seq_len, batch_size, element)
+    skipped = selective_skipped_flops(arch, selective, seq_len, causal)
     layer = layer_activation_bytes(arch, seq_len, batch_size, element)
     input_bytes = seq_len * batch_size * arch.hidden_size * element
     formula = _Source(
@@ -209,8 +220,11 @@ def predict(
         provenance=made_now("predicted", FORMULA_SOURCE),
         # Seconds need a measured step to scale; the ratio itself comes from the config alone.
         step_s=None if cal is None else cal.step_s,
+        selective=selective,
+        kept_layer_bytes=kept_per_layer,
+        skipped_flops=skipped,
     )
-    flops = forward_flops(arch, seq_len, causal=arch.family not in ("bert", "roberta"))
+    flops = forward_flops(arch, seq_len, causal=causal)
     predictions = [
         _with_training(formula.predict("formula", n, flag, seq_len, batch_size, *flops), training, lora_rank)
         for n, flag in settings
@@ -225,6 +239,9 @@ def predict(
             provenance=made_now("predicted", f"calibrated on one run with checkpointing off, {cal.source}"),
             forward_s=cal.forward_s,
             step_s=cal.step_s,
+            selective=selective,
+            kept_layer_bytes=kept_per_layer,
+            skipped_flops=skipped,
         )
         predictions += [
             _with_training(source.predict("calibrated", n, flag, seq_len, batch_size, *flops), training, lora_rank)
@@ -283,6 +300,9 @@ class _Source:
     provenance: Provenance
     forward_s: float | None = None
     step_s: float | None = None
+    selective: str = "none"  # the CP layers' selective policy
+    kept_layer_bytes: int = 0  # what it keeps in one CP layer (formula)
+    skipped_flops: float = 0.0  # matmul FLOPs per token of one CP layer's rerun it takes from its cache
 
     def predict(
         self,
@@ -298,14 +318,17 @@ class _Source:
         cp = [index for index, role in enumerate(roles) if role == "CP"]
         moved = sum(self.input_bytes[index] for index in cp)
         kept = sum(self.layer_bytes[index] for index, role in enumerate(roles) if role == "keep")
-        resident = self.outside_bytes + kept + (0 if offload else moved)
+        # What a selective policy keeps is SAC's cache, not autograd's saved tensors: offload leaves it on the device.
+        selective_kept = len(cp) * self.kept_layer_bytes
+        resident = self.outside_bytes + kept + (0 if offload else moved) + selective_kept
         # The rerun rebuilds a CP layer's activations next to the input it kept (unless that input
         # is one of its saved tensors, then only the rest is new); offload brings the input back too.
         extra = 0
         for index in cp:
             rebuilt = self.layer_bytes[index] - (self.input_bytes[index] if self.input_saved_as_is else 0)
+            rebuilt = max(rebuilt - self.kept_layer_bytes, 0)  # the cached outputs are already resident
             extra = max(extra, rebuilt + (self.input_bytes[index] if offload else 0))
-        fraction = len(cp) * layer_flops / total_flops
+        fraction = len(cp) * (layer_flops - self.skipped_flops) / total_flops
         if method == "formula":
             ratio = 1 + fraction / 3  # a backward costs about two forwards
             step = None if self.step_s is None else self.step_s * ratio
@@ -328,4 +351,6 @@ class _Source:
             step_ratio=ratio,
             step_s=step,
             provenance=self.provenance,
+            selective=self.selective if cp else "none",
+            kept_bytes=selective_kept,
         )

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from ..errors import SpecError, check_at_most, check_whole_number, not_one_of
 from ..model.catalog import DEFAULT_PRESET
+from ..model.selective import Selective
 from ..spec import RunSpec
 from ..step.rounds import ORDERS, Order
 
@@ -46,6 +47,7 @@ class SweepSpec:
     lora_rank: int | None = None  # as RunSpec.lora_rank; None: full fine-tune
     lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets
     timing_order: Order = "interleaved"  # "interleaved": A B C A B C ... (see the module doc); "blocks": A A B B C C
+    selective: Selective = "none"  # as RunSpec.selective, for every checkpointed row (the off row has none)
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
@@ -88,11 +90,13 @@ class SweepSpec:
             lora_rank=self.lora_rank,
             lora_targets=self.lora_targets,
             **{name: getattr(self, name) for name in RECIPE_FIELDS},
+            selective=self.selective if every_n_layers is not None else "none",
         )
 
     @classmethod
     def from_run_spec(cls, spec: RunSpec, **axes: Any) -> SweepSpec:
-        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up, seed, optimizer and LoRA; ``axes`` set the rest."""
+        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up, seed, optimizer, LoRA and
+        selective policy; ``axes`` set the rest."""
         axes.setdefault("seq_lens", (spec.seq_len,))
         return cls(
             model=spec.model,
@@ -106,5 +110,6 @@ class SweepSpec:
             lora_rank=spec.lora_rank,
             lora_targets=spec.lora_targets,
             **{name: getattr(spec, name) for name in RECIPE_FIELDS},
+            selective=spec.selective,
             **axes,
         )

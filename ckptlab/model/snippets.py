@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from .selective import selective_key, selective_ops
+
 
 def model_snippet(every_n_layers: int | None, offload: bool = False) -> str:
     """The line that sets up checkpointing on a loaded model.
@@ -23,6 +25,69 @@ def model_snippet(every_n_layers: int | None, offload: bool = False) -> str:
     if every_n_layers is None:
         return "model.activation_checkpointing_disable()"
     return f"model.activation_checkpointing_enable(every_n_layers={every_n_layers}, offload={offload})"
+
+
+def selective_snippet(every_n_layers: int, offload: bool, selective: str | tuple[str, ...]) -> str:
+    """The lines that set up selective checkpointing on a loaded model: torch's policy API through transformers.
+
+    Args:
+        every_n_layers, offload: as in :func:`model_snippet`.
+        selective: a ``RunSpec.selective`` other than "none" (``ckptlab.model.selective``).
+
+    Returns:
+        Python source: the imports, the ops to keep, the policy and transformers' call with its
+        ``context_fn``; torchtitan's rule (every second ``aten.mm`` recomputed) counts per region.
+    """
+    ops = selective_ops(selective)
+    kept = "\n".join(f"    torch.ops.{name}," for name in ops)
+    lines = [
+        "from functools import partial",
+        "",
+        "import torch",
+        "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts",
+        "",
+        f"KEEP = {{  # selective={selective_key(selective)!r}: these ops' outputs are kept, the rest is recomputed",
+        kept,
+        "}",
+        "",
+        "",
+    ]
+    if selective == "torchtitan":
+        lines += [
+            "def make_policy():  # torchtitan's rule: save the listed ops, except every second aten.mm of a layer",
+            "    mm = [0]",
+            "",
+            "    def policy(ctx, op, *args, **kwargs):",
+            "        keep = op in KEEP",
+            "        if keep and op == torch.ops.aten.mm.default:",
+            "            mm[0] += 1",
+            "            keep = mm[0] % 2 == 1",
+            "        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE",
+            "",
+            "    return policy",
+            "",
+            "",
+            "context_fn = lambda: create_selective_checkpoint_contexts(make_policy())  # noqa: E731",
+            "",
+        ]
+    else:
+        lines += [
+            "def policy(ctx, op, *args, **kwargs):",
+            "    keep = op in KEEP or op.overloadpacket in KEEP",
+            "    return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE",
+            "",
+            "",
+            "context_fn = partial(create_selective_checkpoint_contexts, policy)",
+            "",
+        ]
+    lines += [
+        "model.activation_checkpointing_enable(",
+        f"    every_n_layers={every_n_layers},",
+        f"    offload={offload},",
+        '    activation_checkpointing_kwargs={"use_reentrant": False, "context_fn": context_fn},',
+        ")",
+    ]
+    return "\n".join(lines)
 
 
 def trainer_snippet(

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from ..errors import SpecError
+from ..model.selective import selective_key
 from ..spec import RunSpec
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
@@ -63,6 +64,18 @@ class LayerResult:
     moe: bool = False  # the layer routes tokens to experts
     router_recompute_calls: int = 0  # MoE: reruns of its router observed during the backward
     experts_recompute_calls: int = 0  # MoE: reruns of its experts observed during the backward
+    # Selective checkpointing (ckptlab.model.selective), observed in the memory step:
+    selective: str = "none"  # the policy the layer's checkpoint ran with (its key); "none": plain, or a keep layer
+    kept_bytes: int = 0  # bytes of the op outputs the policy kept (SAC's cache, not autograd's saved tensors)
+    kept_ops: dict[str, int] = field(default_factory=dict)  # op -> outputs kept in the forward, e.g. {"aten.mm": 7}
+    rerun_ops: dict[str, int] = field(default_factory=dict)  # op -> times it ran again in the backward's rerun
+    reused_ops: dict[str, int] = field(default_factory=dict)  # op -> times the rerun took its output from the cache
+
+    def selective_as(self, policy: str) -> bool:
+        """A CP layer ran with ``policy`` (a key) and it kept something; any other layer: True."""
+        if self.enabled != "CP" or policy == "none":
+            return True
+        return self.selective == policy and bool(self.kept_ops)
 
     @property
     def observed(self) -> str:
@@ -304,7 +317,14 @@ class RunResult:
         layers_agree = all(
             layer.planned == layer.enabled == layer.observed and layer.moe_rerun_complete for layer in self.layers
         )
-        return layers_agree and all(rank.plan_matches for rank in self.ranks)
+        return layers_agree and self.selective_matches and all(rank.plan_matches for rank in self.ranks)
+
+    @property
+    def selective_matches(self) -> bool:
+        """True when every CP layer ran with the spec's selective policy and it kept something there."""
+        policy = selective_key(self.spec.selective)
+        layers = [*self.layers, *(layer for rank in self.ranks for layer in rank.layers)]
+        return all(layer.selective_as(policy) for layer in layers)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..model.catalog import ModelInfo
+from ..model.selective import selective_key
 from ..results import (
     BUSY_SPREAD,
     MIN_SAMPLES_TO_JUDGE,
     BusyReason,
     Comparison,
     Judgement,
+    LayerResult,
     ModelSummary,
     RunResult,
     TimingResult,
@@ -177,7 +179,73 @@ def result_diagram(result: RunResult) -> str:
             "\nMoE: each rerun above recomputed the layer's router and its experts too "
             f"({moe_reruns} layers; seen on those modules in the backward)."
         )
+    selective = selective_lines(result)
+    if selective:
+        text += "\n" + "\n".join(selective)
     return text
+
+
+def _ops(counts: dict[str, int], limit: int = 4) -> str:
+    """``aten.mm x6, aten.bmm x2, ...``: the most frequent ops first."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    words = ", ".join(f"{name} x{count}" for name, count in ranked[:limit])
+    return words + (f", {len(ranked) - limit} more" if len(ranked) > limit else "")
+
+
+def _layer_names(layers: Sequence[LayerResult]) -> str:
+    """``L1``, ``L1-L6`` (consecutive), ``L1, L3, L5``, or ``L1, L3, ... L35 (18 layers)``."""
+    indices = [layer.index for layer in layers]
+    if len(layers) == 1:
+        return layers[0].name
+    if indices == list(range(indices[0], indices[-1] + 1)):
+        return f"{layers[0].name}-{layers[-1].name}"
+    if len(layers) <= 4:
+        return ", ".join(layer.name for layer in layers)
+    return f"{layers[0].name}, {layers[1].name}, ... {layers[-1].name} ({len(layers)} layers)"
+
+
+def selective_lines(result: RunResult) -> list[str]:
+    """Inside the CP layers of a run with a selective policy: what each kept and what its rerun ran, observed.
+
+    Lines like ``L1-L6  CP + attention kept: 0.19 MiB (...)`` and ``rerun without attention: ...``;
+    none for plain checkpointing. Consecutive layers that did the same are folded into one row.
+    """
+    if result.spec.selective == "none":
+        return []
+    policy = selective_key(result.spec.selective)
+    groups: dict[tuple, list[LayerResult]] = {}
+    for layer in result.layers:
+        if layer.enabled != "CP":
+            continue
+        row = (
+            layer.selective,
+            layer.kept_bytes,
+            tuple(sorted(layer.kept_ops.items())),
+            tuple(sorted(layer.rerun_ops.items())),
+            tuple(sorted(layer.reused_ops.items())),
+        )
+        groups.setdefault(row, []).append(layer)
+    lines = [f"Inside the CP layers (selective={policy!r}, observed in the memory step):"]
+    for layers in groups.values():
+        first = layers[0]
+        name = _layer_names(layers)
+        if not first.kept_ops:
+            lines.append(f"  {name}: CP + {policy}: KEPT NOTHING (the policy matched no op; see the notes)")
+        else:
+            lines.append(f"  {name}: CP + {policy} kept: {mib(first.kept_bytes)} MiB ({_ops(first.kept_ops)})")
+        reran = sum(first.rerun_ops.values())
+        if first.reused_ops:
+            lines.append(
+                f"    rerun without {policy}: {reran} ops ran again ({_ops(first.rerun_ops)}); "
+                f"taken from the cache: {_ops(first.reused_ops)}"
+            )
+        else:
+            lines.append(f"    rerun in full: {reran} ops ran again, none taken from the cache")
+    return lines
+
+
+def _selective_words(spec: RunSpec) -> str:
+    return "" if spec.selective == "none" else f", selective={selective_key(spec.selective)}"
 
 
 def _experts_words(model: ModelSummary) -> str:
@@ -196,7 +264,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
         f"{model.name} ({model.family}, {model.num_layers} layers, hidden {model.hidden_size}, "
         f"{model.num_params / 1e6:,.1f}M parameters, {model.weights} weights{_experts_words(model)})\n"
         f"seq_len {spec.seq_len} · batch {spec.batch_size} · {result.dtype} · {result.device} · "
-        f"{setting_name(spec.every_n_layers, spec.offload)} · {training_name(spec)}\n"
+        f"{setting_name(spec.every_n_layers, spec.offload)}{_selective_words(spec)} · {training_name(spec)}\n"
         f"{result.provenance.label} · torch {result.provenance.torch_version} · "
         f"transformers {result.provenance.transformers_version}"
     )

@@ -15,6 +15,7 @@ import torch
 
 from ..model import catalog
 from ..model.lora import adapted
+from ..model.selective import enable_checkpointing
 from ..spec import RunSpec
 from ..torchstate import exclusive
 from .preflight import resolve_device, resolve_dtype
@@ -39,12 +40,15 @@ class GradientCheck:
 
 
 @exclusive  # process-wide torch state: ckptlab.torchstate
-def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
+def check_gradients(spec: RunSpec, dropout: float = DROPOUT, attention_dropout: float | None = None) -> GradientCheck:
     """Compare one step of ``spec`` with the same step with checkpointing off, bit for bit.
 
     Args:
         spec: the setting to check (model, shape, checkpointing, offload, LoRA); its optimizer is not run.
         dropout: the attention and hidden dropout set in the model's config for the check.
+        attention_dropout: the attention's own dropout, where it differs (None: ``dropout``). With
+            attention dropout in training, SDPA on the CPU takes its math path, which the
+            ``"attention"`` selective policy has no op to keep in (``ckptlab.model.selective``).
 
     Raises:
         SpecError, ModelLoadError: for bad input.
@@ -56,10 +60,14 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
     gradients = []
     for checkpointing in (False, True):
         model, _ = catalog.build_model(
-            spec.model, dtype=dtype, device=device, seed=spec.seed, config_overrides=_dropout_overrides(spec, dropout)
+            spec.model,
+            dtype=dtype,
+            device=device,
+            seed=spec.seed,
+            config_overrides=_dropout_overrides(spec, dropout, attention_dropout),
         )
         if checkpointing and spec.every_n_layers is not None:  # spec.checkpointing
-            model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload_applies)
+            enable_checkpointing(model, spec.every_n_layers, offload_applies, spec.selective)
         batch = random_batch(model, replace(spec, every_n_layers=None), device)
         with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
             trained.train()
@@ -78,8 +86,12 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT) -> GradientCheck:
     )
 
 
-def _dropout_overrides(spec: RunSpec, dropout: float) -> dict[str, float]:
-    """The dropout fields the model's config has (names differ by architecture), all set to ``dropout``."""
+ATTENTION_DROPOUT_FIELDS = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop")
+
+
+def _dropout_overrides(spec: RunSpec, dropout: float, attention_dropout: float | None = None) -> dict[str, float]:
+    """The dropout fields the model's config has (names differ by architecture), set to ``dropout``
+    (the attention's to ``attention_dropout`` when given)."""
     config, _, _ = catalog.load_config(spec.model)
     names = (
         "attention_dropout",
@@ -91,7 +103,10 @@ def _dropout_overrides(spec: RunSpec, dropout: float) -> dict[str, float]:
         "embd_pdrop",
         "dropout",
     )
-    return {name: dropout for name in names if isinstance(getattr(config, name, None), (int, float))}
+    chosen = {name: dropout for name in names if isinstance(getattr(config, name, None), (int, float))}
+    if attention_dropout is not None:
+        chosen |= {name: attention_dropout for name in ATTENTION_DROPOUT_FIELDS if name in chosen}
+    return chosen
 
 
 def _gradient(param: torch.nn.Parameter) -> torch.Tensor:

@@ -39,6 +39,7 @@ from torch.distributed.fsdp import fully_shard
 from ..errors import CkptlabError, SpecError
 from ..message import Message
 from ..model.plan import checkpointable_layers
+from ..model.selective import enable_checkpointing
 from ..results import RankResult, RunResult
 from ..spec import RunSpec
 from .measure import measure
@@ -130,7 +131,7 @@ def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResu
         model.train()
         if spec.every_n_layers is not None:  # spec.checkpointing
             # Before sharding, as a training script does; measure() enables it again, harmlessly.
-            model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=False)
+            enable_checkpointing(model, spec.every_n_layers, False, spec.selective)
         shard_model(model, init_device_mesh(device.type, (world_size,)))
         if os.environ.get(FAIL_ON_RANK_ENV) == str(rank):
             raise RankFailedError(f"rank {rank} of {world_size}: failure injected by {FAIL_ON_RANK_ENV} (a test hook)")

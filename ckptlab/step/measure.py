@@ -35,6 +35,7 @@ from ..message import Message
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
+from ..model.selective import enable_checkpointing
 from ..results import (
     LayerResult,
     MemoryResult,
@@ -48,6 +49,7 @@ from .modelstate import ModelState
 from .preflight import load_model, resolve_device, resolve_dtype, validate_for_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .provenance import model_summary, provenance_for
+from .selective import selective_notes
 from .stopping import DONE, Progress, ShouldStop, checked, stoppable
 from .training import Recipe, check_optimizer_runs, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
@@ -156,6 +158,7 @@ def _measure_built(
     notes[:0] = offload_notes(spec, memory, layers)
     if not all(layer.planned == layer.enabled == layer.observed for layer in layers):
         notes.append(_mismatch_note(layers))
+    notes += selective_notes(spec, layers, offload_applies)
     report(DONE, 1.0)
     return RunResult(
         spec=spec,
@@ -178,7 +181,8 @@ def apply_setting(model: PreTrainedModel, spec: RunSpec, device: torch.device) -
     model.disable_input_require_grads()
     if spec.every_n_layers is not None:  # spec.checkpointing
         offload = spec.offload and device.type == "cuda"
-        model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=offload)
+        # transformers' call, with the selective policy's context_fn when the spec has one.
+        enable_checkpointing(model, spec.every_n_layers, offload, spec.selective)
     else:
         model.activation_checkpointing_disable()
 
@@ -250,6 +254,11 @@ def layer_results(
             moe=count.moe,
             router_recompute_calls=count.router_recompute_calls,
             experts_recompute_calls=count.experts_recompute_calls,
+            selective=count.selective,
+            kept_bytes=count.kept_bytes,
+            kept_ops=dict(count.kept_ops),
+            rerun_ops=dict(count.rerun_ops),
+            reused_ops=dict(count.reused_ops),
         )
         for index, (module, count) in enumerate(zip(modules, counts))
     ]

@@ -25,8 +25,10 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ..model.experts import moe_parts
 from ..model.plan import checkpointable_layers
+from ..model.selective import SelectivePolicy, policy_of
 from ..results import Region, TimelinePoint
 from .meters import MemoryMeter
+from .selective import SelectiveObserver
 
 Phase = Literal["idle", "forward", "backward", "grad_norm", "optimizer"]
 
@@ -42,6 +44,12 @@ class LayerCounts:
     moe: bool = False  # the layer routes tokens to experts (a router and an experts module)
     router_recompute_calls: int = 0  # MoE: times its router ran again during the backward
     experts_recompute_calls: int = 0  # MoE: times its experts ran again during the backward
+    # Selective checkpointing (ckptlab.step.selective), counted in an observed step (track_saved), first micro-batch:
+    selective: str = "none"  # the policy the layer's checkpoint ran with (its key), "none" for plain or keep
+    kept_bytes: int = 0  # bytes of the op outputs the policy kept in SAC's cache (each storage once)
+    kept_ops: dict[str, int] = field(default_factory=dict)  # op -> outputs kept in the forward
+    rerun_ops: dict[str, int] = field(default_factory=dict)  # op -> times it ran again in the backward's rerun
+    reused_ops: dict[str, int] = field(default_factory=dict)  # op -> times the rerun took it from the cache
 
 
 # The events of a step, in the order they come: the forward of each layer and its end, the
@@ -111,6 +119,7 @@ class LayerProbe:
         self.phase: Phase = "idle"
         self.micro_batch = 0  # 0-based: the micro-batch the step is in (gradient accumulation)
         self._moe_parts = [moe_parts(layer) for layer in self.layers]
+        self._policies: list[SelectivePolicy | None] = [policy_of(layer) for layer in self.layers]
         self._state = self._fresh_state()
         self._current_layer: int | None = None
         self._entry_child: dict[int, nn.Module] = {}
@@ -133,6 +142,8 @@ class LayerProbe:
 
     def begin_step(self) -> None:
         """Reset the counts and enter the forward phase."""
+        # Read at each step: the sweep's rounds switch the setting between steps under one probe.
+        self._policies = [policy_of(layer) for layer in self.layers]
         self._state = self._fresh_state()
         self._current_layer = None
         self.micro_batch = 0
@@ -158,7 +169,21 @@ class LayerProbe:
             self._emit(phase)
 
     def _fresh_state(self) -> _StepState:
-        return _StepState(counts=[LayerCounts(moe=experts is not None) for _, experts in self._moe_parts])
+        return _StepState(
+            counts=[
+                LayerCounts(moe=experts is not None, selective=policy.key if policy else "none")
+                for (_, experts), policy in zip(self._moe_parts, self._policies)
+            ]
+        )
+
+    def _running_counts(self) -> LayerCounts | None:
+        """The counts of the layer whose forward runs now (the selective observer's attribution).
+
+        Only in the first micro-batch: like the saved bytes, what a policy keeps and reruns is one micro-batch's.
+        """
+        if self._current_layer is None or self.micro_batch:
+            return None
+        return self._state.counts[self._current_layer]
 
     def end_step(self) -> None:
         """Leave the step (the backward has returned)."""
@@ -188,7 +213,16 @@ class LayerProbe:
                         stack.callback(module.register_forward_pre_hook(self._moe_pre_hook(index, part)).remove)
             if self.track_saved:
                 stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
+                # What a selective policy keeps is not saved through autograd: its own observer counts it.
+                # Made here, not kept: an observer held by the probe would tie the probe (and its model) into a
+                # reference cycle that only the garbage collector frees, and a run's memory with it.
+                observer = SelectiveObserver(self._running_counts)
+                stack.enter_context(observer.watching(self._attached_policies()))
             yield self
+
+    def _attached_policies(self) -> list[SelectivePolicy]:
+        found = {id(policy): policy for policy in map(policy_of, self.layers) if policy is not None}
+        return list(found.values())
 
     def _layer_pre_hook(self, index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...]) -> None:

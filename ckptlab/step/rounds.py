@@ -83,7 +83,7 @@ def time_settings(
     """Time ``spec.repeats`` steps of each spec on ``model``, in ``order``.
 
     Args:
-        specs: the settings; they must differ only in ``every_n_layers`` and ``offload``
+        specs: the settings; they must differ only in ``every_n_layers``, ``offload`` and ``selective``
             (same model, shape, dtype, device, optimizer, LoRA and repeats).
         model, info: the built model (given back as it came) and its catalog entry.
         order: "interleaved" (round by round) or "blocks" (each setting's steps together).
@@ -103,7 +103,7 @@ def time_settings(
         spec.validate()
         if _shared(spec) != _shared(first):
             raise SpecError(
-                "settings timed together must differ only in every_n_layers and offload; "
+                "settings timed together must differ only in every_n_layers, offload and selective; "
                 f"{spec} differs from {first} in more."
             )
     report = progress or (lambda message, fraction: None)

@@ -49,6 +49,7 @@ from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
 from ..model.plan import describe_plan, observed_roles, planned_roles
+from ..model.selective import enable_checkpointing
 from ..results import RankResult, RunResult
 from ..spec import RunSpec
 from ..torchstate import exclusive
@@ -59,6 +60,7 @@ from .fsdp import shard_model
 from .measure import layer_results, observe_memory
 from .preflight import resolve_dtype, validate_for_model
 from .provenance import model_summary, simulated_provenance
+from .selective import selective_notes
 from .stopping import DONE, Progress
 from .training import Recipe, check_optimizer_runs, prime_state
 from .trainstep import random_batch
@@ -193,7 +195,7 @@ def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: Hos
     model = catalog.instantiate(config, task, dtype)
     model.train()
     if spec.every_n_layers is not None:  # spec.checkpointing
-        model.activation_checkpointing_enable(every_n_layers=spec.every_n_layers, offload=spec.offload)
+        enable_checkpointing(model, spec.every_n_layers, spec.offload, spec.selective)
     if mesh is not None:
         shard_model(model, mesh)
     enabled = observed_roles(model)
@@ -215,6 +217,7 @@ def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedS
                 key="note.plan_mismatch_simulated",
             )
         )
+    notes += selective_notes(spec, step.layers, spec.offload)
     memory = replace(step.memory, host_offload_bytes=step.host_bytes)
     ranks = []
     if spec.fsdp:

@@ -197,3 +197,50 @@ def test_the_ckptlab_line_parses_as_the_cli_reads_it():
     args = parser.parse_args(shlex.split(line.removeprefix("python -m ckptlab ")))
     assert (args.nproc_per_node, args.fsdp, args.every_n_layers, args.seq_len, args.batch_size) == (4, True, 3, 256, 2)
     assert (args.optimizer, args.dtype, args.offload, args.no_checkpointing) == ("sgd", "bfloat16", False, False)
+
+
+def _backward_ops(selective: str | None) -> dict[str, int]:
+    """The ops tiny-llama's backward dispatches, set up by the selective snippet (None: plain checkpointing)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ckptlab.model import catalog
+    from ckptlab.model.selective import op_name
+    from ckptlab.model.snippets import selective_snippet
+
+    class Counted(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[op_name(func)] = self.ops.get(op_name(func), 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    model, _ = catalog.build_model("tiny-llama", dtype=torch.float32, device=torch.device("cpu"), seed=0)
+    model.train()
+    if selective is None:
+        model.activation_checkpointing_enable(every_n_layers=1)
+    else:
+        exec(selective_snippet(1, False, selective), {"model": model})
+    ids = torch.randint(100, (1, 32))
+    loss = model(input_ids=ids, labels=ids).loss
+    with Counted() as counted:
+        loss.backward()
+    return counted.ops
+
+
+# (policy, op, how many fewer times tiny-llama's 6 reruns run it than plain checkpointing's)
+SKIPPED = [
+    ("attention", "aten._scaled_dot_product_flash_attention_for_cpu", 6),  # each rerun's one attention
+    ("matmuls", "aten.mm", 36),  # the 6 projections each rerun runs before it stops (down_proj is not needed)
+    ("torchtitan", "aten.mm", 18),  # every other one of the 7 is kept: 1st, 3rd, 5th (the 7th is not rerun)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("selective, op, fewer", SKIPPED)
+def test_the_selective_snippet_runs_and_its_reruns_skip_what_it_keeps(selective, op, fewer):
+    plain, kept = _backward_ops(None), _backward_ops(selective)
+    assert plain[op] - kept.get(op, 0) == fewer
+    assert kept["aten.silu"] == plain["aten.silu"] == 6  # SiLU is kept by none: every rerun runs it

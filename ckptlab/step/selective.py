@@ -1,0 +1,183 @@
+"""Selective checkpointing, observed: what a policy kept in each CP layer, and what the rerun ran again.
+
+The policy (``ckptlab.model.selective``) says what it means to keep; this module counts what
+happened, in the observed memory step (:class:`~ckptlab.step.probe.LayerProbe` with
+``track_saved``):
+
+- **kept**, in the forward: torch calls the policy with each op's output
+  (``SelectiveCheckpointContext.op_output``) and caches the outputs of the ops it answers
+  ``MUST_SAVE`` for. The observer wraps the policy, counts those ops and adds up their storages'
+  bytes (each storage once): the bytes that SAC's cache holds until the backward. They are not
+  autograd's saved tensors, so the probe's ``saved_tensors_hooks`` never sees them.
+- **rerun**, in the backward: SAC's recompute context is a dispatch mode that serves the cached
+  ops from its cache and lets every other op run again. The observer puts a counting mode on each
+  side of it: the one above sees every op the rerun meets, the one below only those that really
+  ran again. What the rerun met but did not run was taken from the cache (``reused_ops``).
+
+Timed steps run without the observer: the policy is torch's alone there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import SAC_IGNORED_OPS, CheckpointPolicy, create_selective_checkpoint_contexts
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..message import Message
+from ..model.selective import NONE, SelectivePolicy, op_name, selective_key
+from ..results import LayerResult
+from ..spec import RunSpec
+
+
+class LayerCounts(Protocol):
+    """The fields of a layer's counts this module fills (``ckptlab.step.probe.LayerCounts``)."""
+
+    kept_bytes: int
+    kept_ops: dict[str, int]
+    rerun_ops: dict[str, int]
+    reused_ops: dict[str, int]
+
+
+Locate = Callable[[], LayerCounts | None]  # the counts of the layer running now, None outside the layers
+
+
+class _CountingMode(TorchDispatchMode):
+    """Counts the ops that reach it, by name, and runs them."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        super().__init__()
+        self.counts = counts
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func not in SAC_IGNORED_OPS:  # detach: checkpoint adds a different number in forward and rerun
+            name = op_name(func)
+            self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+class _Rerun:
+    """SAC's recompute context between two counters; on exit, what the rerun took from the cache."""
+
+    def __init__(self, recompute: AbstractContextManager[Any], region: dict[str, LayerCounts]) -> None:
+        self._met: dict[str, int] = {}
+        self._ran: dict[str, int] = {}
+        # Entered in this order: the last one entered sees an op first.
+        self._contexts = (_CountingMode(self._ran), recompute, _CountingMode(self._met))
+        self._region = region
+
+    def __enter__(self) -> _Rerun:
+        for context in self._contexts:
+            context.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for context in reversed(self._contexts):
+            context.__exit__(*exc)
+        counts = self._region.get("layer")
+        if counts is None:
+            return
+        for name, ran in self._ran.items():
+            counts.rerun_ops[name] = counts.rerun_ops.get(name, 0) + ran
+        for name, met in self._met.items():
+            reused = met - self._ran.get(name, 0)
+            if reused > 0:
+                counts.reused_ops[name] = counts.reused_ops.get(name, 0) + reused
+
+
+class SelectiveObserver:
+    """Makes a policy's SAC contexts so that one step's kept ops, kept bytes and rerun ops are counted.
+
+    Args:
+        locate: the :class:`LayerCounts` of the layer running now (the probe knows), or None.
+    """
+
+    def __init__(self, locate: Locate) -> None:
+        self._locate = locate
+
+    def contexts(self, policy: SelectivePolicy) -> tuple[AbstractContextManager[Any], AbstractContextManager[Any]]:
+        decide = policy.region_policy()
+        region: dict[str, LayerCounts] = {}  # "layer": the counts of the layer this region runs in
+        storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+        def observed(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+            decision = decide(ctx, func, *args, **kwargs)
+            if "layer" not in region:
+                located = self._locate()
+                if located is None:
+                    return decision
+                region["layer"] = located
+            if decision is CheckpointPolicy.MUST_SAVE:
+                counts = region["layer"]
+                name = op_name(func)
+                counts.kept_ops[name] = counts.kept_ops.get(name, 0) + 1
+                for tensor in _tensors(ctx.op_output):
+                    storage = tensor.untyped_storage()
+                    if storage not in storages:
+                        storages[storage] = True
+                        counts.kept_bytes += storage.nbytes()
+            return decision
+
+        forward, recompute = create_selective_checkpoint_contexts(observed)
+        return forward, _Rerun(recompute, region)
+
+    @contextmanager
+    def watching(self, policies: list[SelectivePolicy]) -> Iterator[None]:
+        """Observe the regions of these policies for the duration of the block."""
+        for policy in policies:
+            policy.observer = self
+        try:
+            yield
+        finally:
+            for policy in policies:
+                if policy.observer is self:
+                    policy.observer = None
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [tensor for item in value for tensor in _tensors(item)]
+    return []
+
+
+def selective_notes(spec: RunSpec, layers: list[LayerResult], offload_applied: bool = False) -> list[str]:
+    """What a reader must know about a run's selective policy: the loud mismatch, and where offload leaves it.
+
+    A CP layer where the policy kept nothing (or ran without it) is recomputed in full, as plain
+    checkpointing: the step is not the one asked for, and says so (``RunResult.plan_matches`` is False).
+    With offload applied (CUDA, or simulated), the kept outputs stay on the device: said with their bytes.
+    """
+    if spec.selective == NONE:
+        return []
+    notes: list[str] = []
+    kept = sum(layer.kept_bytes for layer in layers)
+    if offload_applied and kept:
+        notes.append(
+            Message(
+                f"offload with selective: the {kept:,} bytes the policy kept stay in device memory (in SAC's own "
+                "cache, which save_on_cpu does not see); offload moves only the checkpointed layers' inputs.",
+                key="note.selective_offload",
+                params={"bytes": f"{kept:,}"},
+            )
+        )
+    wanted = selective_key(spec.selective)
+    missed = [layer.name for layer in layers if layer.enabled == "CP" and not layer.selective_as(wanted)]
+    if not missed:
+        return notes
+    rows = ", ".join(missed)
+    return notes + [
+        Message(
+            f"PLAN MISMATCH: selective={wanted!r} kept nothing in {rows}: those layers were recomputed in full, "
+            "as with plain checkpointing. The policy matched none of the ops they ran (with attention dropout in "
+            "training, SDPA on the CPU takes its math path, which has no single attention op; 'matmuls' keeps "
+            "its products).",
+            key="note.selective_matched_nothing",
+            params={"policy": wanted, "rows": rows},
+        )
+    ]
