@@ -45,7 +45,8 @@ def test_json_round_trip(measured):
 def test_the_peaks_region_is_typed_and_its_json_keeps_the_dicts_keys(measured):
     where = measured(every_n_layers=2).memory.peak_where
     assert isinstance(where, Region) and where.phase in {"forward", "loss", "backward", "optimizer"}
-    assert list(where.to_dict()) == ["kind", "phase", "layer", "rerun", "description"]
+    # The dict's keys, and the micro-batch added after them (JSON adds keys, never renames them).
+    assert list(where.to_dict()) == ["kind", "phase", "layer", "rerun", "description", "micro_batch"]
     assert Region.from_dict(where.to_dict()) == where
     assert where["description"] == where.description  # code written for the dict it replaced still reads it
     with pytest.raises(KeyError):
@@ -61,7 +62,7 @@ def test_the_timeline_is_typed_and_its_json_keeps_the_dicts_keys(measured):
     points = result.memory.timeline
     assert points and all(isinstance(point, TimelinePoint) for point in points)
     keys = ["order", "kind", "phase", "layer", "rerun", "event", "current_bytes", "region_peak_bytes"]
-    assert list(result.to_dict()["memory"]["timeline"][0]) == [*keys, "region_peak_breakdown"]
+    assert list(result.to_dict()["memory"]["timeline"][0]) == [*keys, "region_peak_breakdown", "micro_batch"]
     # Read back from JSON, every point is typed again and equal to the one recorded.
     assert RunResult.from_dict(result.to_dict()).memory.timeline == points
     peak = max(points, key=lambda point: point.region_peak_bytes)
