@@ -6,6 +6,7 @@ Nothing here imports streamlit: the functions take the page's widget values (ses
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,9 +66,10 @@ def summary(result: SweepResult, lang: str, tr: Translator) -> str:
 
 
 def default_budget_mib(result: SweepResult, seq_len: int) -> float:
-    """The custom budget's first value: the median peak at ``seq_len``, in MiB to one decimal."""
+    """The custom budget's first value: the median peak at ``seq_len``, in MiB to one decimal, rounded up so that
+    the median row fits (rounded to the nearest, equal peaks, as fused AdamW gives, fitted nowhere)."""
     peaks = [row.peak_bytes for row in result.rows_at(seq_len) if row.peak_bytes is not None]
-    return float(round(sorted(peaks)[len(peaks) // 2] / MIB, 1)) if peaks else DEFAULT_BUDGET_MIB
+    return math.ceil(sorted(peaks)[len(peaks) // 2] / MIB * 10) / 10 if peaks else DEFAULT_BUDGET_MIB
 
 
 def recommended(recommendation: Recommendation, seq_len: int, tr: Translator) -> str:

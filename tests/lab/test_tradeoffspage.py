@@ -55,7 +55,11 @@ def test_summary_budget_and_recommendation_words(result):
     line = tradeoffspage.summary(result, "en", tr)
     assert result.model in line and f"{len(result.rows)}" in line
     peaks = sorted(row.peak_bytes for row in result.rows_at(32) if row.peak_bytes is not None)
-    assert tradeoffspage.default_budget_mib(result, 32) == round(peaks[len(peaks) // 2] / MIB, 1)
+    median = peaks[len(peaks) // 2]
+    budget = tradeoffspage.default_budget_mib(result, 32)
+    # To one decimal, and never below the median peak: the median row fits the first budget (rounding to the
+    # nearest made equal peaks, as fused AdamW gives on tiny models, fit nowhere).
+    assert budget * MIB >= median and budget - median / MIB < 0.1 and budget == round(budget, 1)
     assert tradeoffspage.default_budget_mib(result, 999) == tradeoffspage.DEFAULT_BUDGET_MIB
     recommendation = recommend(result.rows, 10**12, seq_len=32)
     words = tradeoffspage.recommended(recommendation, 32, tr)
