@@ -17,6 +17,17 @@ FAST = RunSpec(model="tiny-llama", seq_len=128, batch_size=1, every_n_layers=1, 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@pytest.fixture(autouse=True)
+def _models_root_as_it_was():
+    """The process-wide models root (``folder_files.confine``) as before each test: a page run under AppTest
+    confines this process to its server's root, which would refuse every later test's folder outside it."""
+    from ckptlab.model import folder_files
+
+    before = folder_files.confined_root()
+    yield
+    folder_files.confine(before)
+
+
 @pytest.fixture(scope="session")
 def measured():
     """``measured(**changes)``: a real run of ``FAST`` with ``changes``, measured once per session."""
