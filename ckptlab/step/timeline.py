@@ -114,19 +114,28 @@ def num_layers(timeline: Sequence[TimelinePoint]) -> int:
     return 1 + max((point.layer for point in timeline if point.layer is not None), default=-1)
 
 
-def position(kind: str, layer: int | None, layers: int) -> float:
+def micro_batches(timeline: Sequence[TimelinePoint]) -> int:
+    """How many micro-batches the step ran (gradient accumulation; 1 without it)."""
+    return 1 + max((point.micro_batch for point in timeline), default=0)
+
+
+def position(kind: str, layer: int | None, layers: int, micro_batch: int = 0, micro_batches: int = 1) -> float:
     """Where an event sits on the step's common axis (0 at the embeddings, ``4 * layers + 3`` at the end).
 
     Each layer gets two units in the forward (its forward, then the stretch after it) and two
     in the backward (its backward start, then its rerun), whether or not it reruns: the same
-    layer sits at the same place for every every_n_layers.
+    layer sits at the same place for every every_n_layers. With gradient accumulation each
+    micro-batch takes the same span again, one after the other, and the gradient norm and the
+    optimizer's step follow the last one.
 
     Raises:
         ValueError: for an event kind the axis does not know.
     """
+    span = 4 * layers + 3  # one micro-batch: embeddings to the end of its backward
     backward_slot = 2 * layers + 2 + 2 * (layers - 1 - (layer or 0))
     table = {
         "embeddings": 0,
+        "micro_batch": 0,  # the next micro-batch's forward starts as the first one's does
         "layer_forward": 1 + 2 * (layer or 0),
         "layer_done": 2 + 2 * (layer or 0),
         "loss": 2 * layers,
@@ -134,29 +143,32 @@ def position(kind: str, layer: int | None, layers: int) -> float:
         "layer_backward": backward_slot,
         "rerun": backward_slot + 1,
         "backward_end": 4 * layers + 2,
+        "grad_norm": 4 * layers + 2.5,
         "optimizer": 4 * layers + 3,
     }
     if kind not in table:
         raise ValueError(f"unknown timeline event kind {kind!r}")
-    return float(table[kind])
+    after_the_last = kind in ("grad_norm", "optimizer")
+    return float(table[kind] + span * ((micro_batches - 1) if after_the_last else micro_batch))
 
 
-def end_position(layers: int) -> float:
+def end_position(layers: int, micro_batches: int = 1) -> float:
     """The end of the step on the common axis."""
-    return float(4 * layers + 4)
+    return float(4 * layers + 4 + (4 * layers + 3) * (micro_batches - 1))
 
 
 def positions(timeline: Sequence[TimelinePoint], layers: int | None = None) -> list[float]:
     """Each event's place on the common axis (see :func:`position`)."""
     count = num_layers(timeline) if layers is None else layers
-    return [position(point.kind, point.layer, count) for point in timeline]
+    total = micro_batches(timeline)
+    return [position(point.kind, point.layer, count, point.micro_batch, total) for point in timeline]
 
 
 def stretch_ends(timeline: Sequence[TimelinePoint], layers: int | None = None) -> list[float]:
     """Where each event's stretch ends: the next event's place, and the step's end for the last one."""
     count = num_layers(timeline) if layers is None else layers
     places = positions(timeline, count)
-    return [*places[1:], end_position(count)]
+    return [*places[1:], end_position(count, micro_batches(timeline))]
 
 
 def phase_spans(timeline: Sequence[TimelinePoint], layers: int | None = None) -> list[Span]:
@@ -197,6 +209,8 @@ def layer_states(timeline: Sequence[TimelinePoint], roles: Sequence[str], index:
             states[-1] = done(len(roles) - 1)
         elif kind == "backward_end":
             states = ["freed" if state != "pending" else state for state in states]
+        elif kind == "micro_batch":  # the next micro-batch's forward: no layer has run it yet
+            states = ["pending"] * len(roles)
         elif layer is None:  # every other kind of event is a layer's
             continue
         elif kind == "layer_forward":

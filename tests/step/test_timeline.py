@@ -82,3 +82,20 @@ def test_every_rerun_raises_memory_above_its_start(measured):
     bumps = tl.rerun_bumps(result.memory.timeline)
     assert sorted(bumps) == list(range(result.model.num_layers))
     assert all(rise > 0 for rise in bumps.values())
+
+
+def test_micro_batches_and_the_gradient_norm_follow_each_other_on_the_axis():
+    """With accumulation each micro-batch takes the span of one step again; the norm and the optimizer follow."""
+    from ckptlab import RunSpec, measure
+    from ckptlab.show.figures.timeline import timeline_figure
+
+    result = measure(RunSpec(model="tiny-llama", seq_len=32, gradient_accumulation_steps=2, repeats=1, warmup=1))
+    points = result.memory.timeline
+    places = tl.positions(points)
+    assert places == sorted(places) and len(set(places)) == len(places)
+    assert tl.micro_batches(points) == 2 and places[-1] < tl.end_position(6, 2)
+    kinds = [point.kind for point in points]
+    assert places[kinds.index("grad_norm")] < places[kinds.index("optimizer")]
+    roles = [layer.planned for layer in result.layers]
+    assert tl.layer_states(points, roles, kinds.index("micro_batch")) == ["pending"] * 6
+    assert timeline_figure(result).data

@@ -156,7 +156,7 @@ def timeline_figure(
                 marker={"symbol": "star", "size": 15, "color": color, "line": {"color": "white", "width": 1}},
             )
         )
-        near_end = x_peak > 0.8 * tl.end_position(layers)
+        near_end = x_peak > 0.8 * tl.end_position(layers, tl.micro_batches(points))
         figure.add_annotation(  # beside its star (left of it near the right edge); equal peaks split up and down
             x=x_peak,
             y=high[peak],
@@ -205,7 +205,10 @@ def timeline_figure(
     figure.update_xaxes(
         tickvals=tick_vals,
         ticktext=tick_text,
-        range=[-0.3, tl.end_position(layers) + 0.3],
+        range=[
+            -0.3,
+            max(tl.end_position(layers, tl.micro_batches(memory_of(each).timeline)) for each in (run, *others)) + 0.3,
+        ],
         showgrid=False,
         tickfont={"size": 12 if layers <= 8 else 10},
         fixedrange=True,
