@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ckptlab import RunSpec, load_model
 from ckptlab.results import judge_time
+from ckptlab.spec import ORDERS
 from ckptlab.step.meters import machine_load
-from ckptlab.step.rounds import ORDERS, time_settings
+from ckptlab.step.rounds import time_settings
 
 
 def main() -> int:

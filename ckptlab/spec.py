@@ -13,11 +13,11 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .errors import SpecError, check_at_most, check_whole_number, expect_type, not_one_of
-from .model.catalog import DEFAULT_PRESET
 from .model.plan import planned_roles, validate_every_n_layers
+from .model.presets import DEFAULT_PRESET
 from .model.selective import Selective, check_selective
 from .training_args import read_training_args
 
@@ -49,6 +49,9 @@ TRAINER_DEFAULT_OPTIMIZER = "adamw_torch_fused"  # what "adamw" means: TrainingA
 # Trainer's mixed precision: "bf16"/"fp16" is TrainingArguments(bf16=True)/(fp16=True), autocast over the weights.
 MIXED_PRECISIONS = ("none", "bf16", "fp16")
 MAX_ACCUMULATION_STEPS = 256  # micro-batches per optimizer step a spec may name; each is a forward and a backward
+# How timed steps of several settings are ordered (ckptlab.step.rounds): "interleaved" A B C A B C ..., "blocks" A A B B.
+Order = Literal["interleaved", "blocks"]
+ORDERS: tuple[Order, ...] = ("interleaved", "blocks")
 MAX_WORLD_SIZE = 1024  # the most ranks a spec may name (a simulation's fake process group goes this far)
 # Bounds that keep one run finite (README, "Limits"): each refused with one message naming it.
 MAX_REPEATS = 1000  # timed steps: a median of a thousand is as good as it gets

@@ -27,6 +27,7 @@ callers take their turn first and then call the core.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -46,3 +47,11 @@ def exclusive(function: Callable[P, R]) -> Callable[P, R]:
             return function(*args, **kwargs)
 
     return holding
+
+
+def launched() -> bool:
+    """True in a process started by torch's launcher (torchrun sets these for every rank).
+
+    Read from the environment only, so the CLI knows which path a ``run`` takes before it imports torch.
+    """
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))

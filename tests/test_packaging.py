@@ -62,6 +62,7 @@ def test_the_wheel_holds_every_module_and_the_texts(wheel: zipfile.ZipFile):
     locales = {path.relative_to(ROOT).as_posix() for path in (ROOT / "ckptlab" / "locales").glob("*.json")}
     assert locales == {"ckptlab/locales/en.json", "ckptlab/locales/ja.json", "ckptlab/locales/pt-BR.json"}
     assert locales <= names, sorted(locales - names)
+    assert "ckptlab/model/preset_facts.json" in names  # what ``ckptlab models`` prints
     assert not any(name.startswith(("tests/", "pages/", "benchmarks/")) for name in names)
 
 

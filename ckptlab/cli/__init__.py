@@ -5,6 +5,11 @@ One module per command (``models``, ``run``, ``sweep``, ``simulate``); what they
 
 Bad input exits with status 2 and one message naming the value and the fix, never a
 traceback; so does a step that does not fit in memory.
+
+The commands import the core (torch, transformers) inside their handlers, after the flags and the
+spec passed every check that needs no model (``args.check_before_the_core``): ``--help``, ``models``
+and a typo answer in a fifth of a second instead of the seconds those imports take
+(benchmarks/cli_startup.py; tests/test_lazy_imports.py keeps it so).
 """
 
 from __future__ import annotations

@@ -7,9 +7,11 @@ read them back the same way (:func:`spec_from_args`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import NoReturn
 
+from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 from ..training_args import load_training_args_file, read_training_args
@@ -209,6 +211,19 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
     return RunSpec.from_training_args(
         load_training_args_file(path), **{field: flags[field] for field in chosen}, **extra
     )
+
+
+def check_before_the_core(spec: RunSpec) -> None:
+    """Every check of ``spec`` that needs no model: its values, and that its model is a preset or a folder.
+
+    Called before a command imports the core (torch, transformers), so a typo is answered at once.
+
+    Raises:
+        SpecError: the first bad value (``RunSpec.validate``).
+        ModelLoadError: a model that is neither a preset nor an existing directory.
+    """
+    spec.validate()
+    check_model_named(os.fspath(spec.model))
 
 
 def training_args_lines(args: argparse.Namespace) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..model import catalog
+from ..model.presets import DEFAULT_PRESET, stored_facts
 from ..show.report import models_table
 
 
@@ -16,12 +16,12 @@ def add_models_command(commands) -> None:
 
 
 def _models(args: argparse.Namespace) -> int:
-    infos = [catalog.describe(preset.name) for preset in catalog.list_presets()]
+    # The presets' facts as stored (tests/model/test_preset_facts.py describes each and compares): no model is
+    # built and torch is not imported, so the list prints at once.
+    infos = stored_facts()
     if args.json:
         print(json.dumps([info.to_dict() for info in infos], indent=2))
     else:
         print(models_table(infos))
-        print(
-            f"\ndefault: {catalog.DEFAULT_PRESET}. --model also takes a local directory holding a transformers config.json."
-        )
+        print(f"\ndefault: {DEFAULT_PRESET}. --model also takes a local directory holding a transformers config.json.")
     return 0

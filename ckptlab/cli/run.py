@@ -23,21 +23,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from ..errors import CkptlabError, SpecError
-from ..results import compare
-from ..show.report import run_report
 from ..spec import RunSpec
-from ..step.fsdp import launched, measure_ranks
-from ..step.measure import measure
-from ..step.preflight import load_model, resolve_device
+from ..torchstate import launched
 from .args import (
     EXIT_BAD_INPUT,
     EXIT_PLAN_MISMATCH,
     add_fsdp_argument,
     add_run_arguments,
     argv_from_spec,
+    check_before_the_core,
     print_progress,
     spec_from_args,
     training_args_lines,
@@ -94,6 +89,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.nnodes != 1 or args.rdzv_endpoint:
         raise SpecError("--nnodes and --rdzv-endpoint need --nproc-per-node N (the ranks to start on this machine).")
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup)
+    check_before_the_core(spec)
+    from ..results import compare  # the core, once the spec is known good (see ckptlab.cli)
+    from ..show.report import run_report
+    from ..step.measure import measure
+    from ..step.preflight import load_model
+
     # A progress line only where a person watches; pipes and --json get clean output.
     progress = print_progress if sys.stderr.isatty() and not args.json else None
     model, info = load_model(spec, progress)
@@ -133,6 +134,8 @@ def check_room_for_ranks(ranks: int, device: str, oversubscribe: bool) -> None:
     """
     if oversubscribe:
         return
+    import torch
+
     if device == "cuda":
         have, what = torch.cuda.device_count(), "GPUs"
     else:
@@ -159,7 +162,9 @@ def _launch(args: argparse.Namespace) -> int:
             "the same on every machine."
         )
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=args.nproc_per_node * args.nnodes)
-    spec.validate()  # bad input: one message and status 2 before any process starts
+    check_before_the_core(spec)  # bad input: one message and status 2 before any process starts
+    from ..step.preflight import resolve_device
+
     check_room_for_ranks(args.nproc_per_node, resolve_device(spec.device).type, args.oversubscribe)
     if args.compare:
         raise SpecError("--compare does not apply across ranks: run checkpointing off as a second command.")
@@ -193,6 +198,9 @@ def _launch(args: argparse.Namespace) -> int:
 
 def _run_rank(args: argparse.Namespace) -> int:
     """One rank of a launched run: measure, and on rank 0 print every rank's result."""
+    from ..show.report import run_report
+    from ..step.fsdp import measure_ranks
+
     try:
         spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=int(os.environ["WORLD_SIZE"]))
         spec.validate()

@@ -8,16 +8,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from typing import TYPE_CHECKING
 
 from ..errors import SpecError
 from ..explore.budget import GPUS, budget_bytes
-from ..explore.recommend import counts_note
-from ..explore.scale import fits
-from ..results import RunResult
 from ..show.report import run_report
-from ..step.simulate import simulate
 from ..units import GIB, mib
-from .args import add_fsdp_argument, add_run_arguments, add_world_size_argument, spec_from_args, training_args_lines
+from .args import (
+    add_fsdp_argument,
+    add_run_arguments,
+    add_world_size_argument,
+    check_before_the_core,
+    spec_from_args,
+    training_args_lines,
+)
+
+if TYPE_CHECKING:
+    from ..results import RunResult
 
 MAX_BUDGET_GIB = 2**20  # a mebi-GiB (1 PiB): above any machine, and still a whole number of bytes
 
@@ -42,6 +49,9 @@ def add_simulate_command(commands) -> None:
 
 def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts."""
+    from ..explore.recommend import counts_note
+    from ..explore.scale import fits
+
     memory, spec = result.memory, result.spec
     assert memory is not None  # a simulation always has its memory (status "ok"; no time)
     peak = memory.peak_bytes
@@ -79,6 +89,9 @@ def _simulate_command(args: argparse.Namespace) -> int:
                 f"{MAX_BUDGET_GIB:,}, e.g. 80."
             )
         budget = (int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB")
+    check_before_the_core(spec)
+    from ..step.simulate import simulate  # the core, once the flags are known good (see ckptlab.cli)
+
     result = simulate(spec, fast=not args.exact)
     verdict = fit_verdict(result, *budget) if budget else None
     if args.json:

@@ -10,17 +10,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import SpecError
-from ..explore.accuracy import PredictionCheck, check_predictions
 from ..explore.budget import GPUS, gpu_name
-from ..explore.predict_training import LORA_ACTIVATIONS_NOTE
-from ..explore.recommend import Recommendation, recommend
-from ..explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec, sweep
+from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
+from ..model.presets import check_model_named
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
-from .args import EXIT_BAD_INPUT, add_run_arguments, print_progress, spec_from_args, training_args_lines
+from .args import (
+    EXIT_BAD_INPUT,
+    add_run_arguments,
+    print_progress,
+    spec_from_args,
+    training_args_lines,
+)
+
+if TYPE_CHECKING:
+    from ..explore.accuracy import PredictionCheck
+    from ..explore.recommend import Recommendation
+    from ..explore.sweep import SweepResult
 
 
 def add_sweep_command(commands) -> None:
@@ -144,6 +154,11 @@ def _sweep(args: argparse.Namespace) -> int:
         budget = gpu_name(args.gpu)
     if args.budget is not None:
         budget = parse_size(args.budget, "--budget")
+    check_model_named(spec.model)  # the spec's values are checked (sweep_spec_from_args); the model's name too
+    from ..explore.accuracy import check_predictions  # the core, once the flags are known good (see ckptlab.cli)
+    from ..explore.recommend import recommend
+    from ..explore.sweep import sweep
+
     progress = print_progress if sys.stderr.isatty() and not (args.json or args.csv) else None
     result = sweep(spec, progress=progress)
     if progress:
@@ -187,6 +202,8 @@ def sweep_report(
     result: SweepResult, checks: list[PredictionCheck], recommendation: Recommendation | None = None
 ) -> str:
     """The sweep as text: the measured table, the predictions beside it, the recommendation."""
+    from ..explore.predict_training import LORA_ACTIVATIONS_NOTE
+
     spec = result.spec
     first = next((row.result for row in result.rows if row.result is not None), None)
     lines = [

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import SpecError, check_at_most, check_whole_number, not_one_of
-from ..model.catalog import DEFAULT_PRESET
+from ..model.presets import DEFAULT_PRESET
 from ..model.selective import Selective
-from ..spec import RunSpec
-from ..step.rounds import ORDERS, Order
+from ..spec import ORDERS, Order, RunSpec
 
 OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")

@@ -14,13 +14,12 @@ task and class) comes from ``ckptlab.model.configs``.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import glob
+import json
 import os
 import pickle
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,6 +43,7 @@ Preset = presets.Preset
 CAUSAL_LM = presets.CAUSAL_LM
 MASKED_LM = presets.MASKED_LM
 DEFAULT_PRESET = presets.DEFAULT_PRESET
+ModelInfo = presets.ModelInfo
 
 # Above this a local model is not "meant for the CPU": a training step of a 200M model in
 # fp32 needs several GiB (weights, grads, activations) and tens of seconds on a laptop.
@@ -55,34 +55,6 @@ CPU_PARAM_LIMIT: int = 200_000_000
 _ATTN_IMPLEMENTATION = "sdpa"
 
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the lab needs to know about a model before (or after) building it."""
-
-    name: str  # preset name, or the directory path as given
-    family: str  # config.model_type
-    task: str  # "causal-lm" | "masked-lm"
-    num_layers: int  # GradientCheckpointingLayer modules, the ones every_n_layers counts
-    hidden_size: int  # width of the residual stream
-    num_attention_heads: int  # query heads per layer
-    vocab_size: int  # rows of the embedding (and columns of the logits)
-    max_positions: int | None  # longest sequence the model accepts, None if unbounded
-    num_params: int  # unique parameters, tied ones counted once
-    cpu_ok: bool  # presets: as declared; local dirs: num_params <= CPU_PARAM_LIMIT
-    source: str  # "preset" or "local"
-    weights: str  # "random" or "loaded" (what build_model does)
-    experts_implementation: str | None = None  # transformers' experts setting the lab builds with; None: dense
-    num_experts: int = 0  # routed experts per MoE layer (0: dense)
-    experts_per_token: int = 0  # top_k: experts each token is routed to
-    moe_layers: int = 0  # checkpointable layers that hold routed experts
-    layers_alike: bool = True  # every layer has the same modules and shapes (the simulation's fast path needs it)
-    supports_checkpointing: bool = True  # transformers' supports_gradient_checkpointing for the class
-
-    def to_dict(self) -> dict:
-        """A plain dict of the fields, for JSON and tables."""
-        return dataclasses.asdict(self)
 
 
 def list_presets() -> list[Preset]:
@@ -300,3 +272,12 @@ def build_model(
     model.to(device)  # type: ignore[arg-type]
     model.train()
     return model, info
+
+
+def write_preset_facts() -> None:
+    """Describe every preset and store the answers in ``presets.PRESET_FACTS_FILE`` (what ``models`` prints).
+
+    Run after changing a preset; tests/model/test_preset_facts.py fails until the file matches.
+    """
+    facts = {preset.name: describe(preset.name).to_dict() for preset in list_presets()}
+    presets.PRESET_FACTS_FILE.write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, 
 
 from ..errors import ModelLoadError, SpecError, UnsupportedModelError
 from . import folder_checks, folder_files
-from .presets import CAUSAL_LM, MASKED_LM, PRESETS, Preset
+from .presets import CAUSAL_LM, MASKED_LM, PRESETS, Preset, check_model_named, preset_names
 
 
 def get_preset(name: str) -> Preset:
@@ -36,11 +36,6 @@ def get_preset(name: str) -> Preset:
             name=name,
             presets=preset_names(),
         ) from None
-
-
-def preset_names() -> str:
-    """The presets' names, for a message that lists them."""
-    return ", ".join(PRESETS)
 
 
 def model_class_for(config: PretrainedConfig, task: str) -> type:
@@ -102,31 +97,14 @@ def load_config(name_or_dir: str) -> tuple[PretrainedConfig, str, str]:
         UnsupportedModelError: not a causal or masked text LM, or the config needs remote code.
     """
     name_or_dir = os.fspath(name_or_dir)
+    check_model_named(name_or_dir)
     if name_or_dir in PRESETS:
         preset = PRESETS[name_or_dir]
         kwargs = dict(preset.config)
         config = AutoConfig.for_model(kwargs.pop("model_type"), **copy.deepcopy(kwargs))
         return config, "preset", preset.task
-    if os.path.isdir(name_or_dir):
-        config = _load_local_config(name_or_dir)
-        return config, "local", infer_task(config)
-    if os.path.exists(name_or_dir):
-        raise ModelLoadError(
-            f"{name_or_dir!r} is a file, not a directory: point --model at the folder that holds "
-            f"config.json, or use a preset: {preset_names()}.",
-            key="model.is_a_file",
-            name=repr(name_or_dir),
-            presets=preset_names(),
-        )
-    raise ModelLoadError(
-        f"{name_or_dir!r} is neither a preset nor an existing directory. Presets: {preset_names()}. "
-        "A directory must exist on this machine and hold a config.json. Hub ids such as "
-        "'Qwen/Qwen3-8B' are not downloaded: save the config (or model) locally with "
-        "save_pretrained() and pass that folder.",
-        key="model.not_found",
-        name=repr(name_or_dir),
-        presets=preset_names(),
-    )
+    config = _load_local_config(name_or_dir)
+    return config, "local", infer_task(config)
 
 
 def _load_local_config(path: str) -> PretrainedConfig:

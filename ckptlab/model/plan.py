@@ -10,12 +10,13 @@ model exists; :func:`observed_roles` reads the flags back from a model on which
 
 from __future__ import annotations
 
-from typing import Literal
-
-import torch.nn as nn
-from transformers.modeling_layers import GradientCheckpointingLayer
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import SpecError
+
+if TYPE_CHECKING:
+    import torch.nn as nn
+    from transformers.modeling_layers import GradientCheckpointingLayer
 
 Role = Literal["CP", "keep"]
 CP: Role = "CP"
@@ -58,6 +59,9 @@ def planned_roles(num_layers: int, every_n_layers: int | None) -> list[Role]:
 
 def checkpointable_layers(model: nn.Module) -> list[GradientCheckpointingLayer]:
     """The modules transformers counts for ``every_n_layers``, in the order it counts them."""
+    # Imported here: the plan's rule (planned_roles, the spec's checks) answers before transformers loads.
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
     return [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]
 
 

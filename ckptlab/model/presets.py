@@ -6,10 +6,16 @@ dimensions and are meant for a GPU or the simulation. Every preset gets random w
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from ..errors import ModelLoadError
 
 CAUSAL_LM = "causal-lm"
 MASKED_LM = "masked-lm"
@@ -312,3 +318,77 @@ MOE_REAL_SHAPE = (
 
 # CPU-sized first, then the real shapes.
 PRESETS: dict[str, Preset] = {preset.name: preset for preset in TINY + MOE_TINY + REAL_SHAPE + MOE_REAL_SHAPE}
+
+
+def preset_names() -> str:
+    """The presets' names, for a message that lists them."""
+    return ", ".join(PRESETS)
+
+
+def check_model_named(name_or_dir: str) -> None:
+    """Raise unless ``name_or_dir`` is a preset or an existing directory: the one check of a model's name that
+    needs no model (nor transformers), so the CLI refuses a typo before the heavy imports.
+
+    Raises:
+        ModelLoadError: a file where a folder was expected (``model.is_a_file``), or neither a preset nor an
+            existing directory (``model.not_found``).
+    """
+    if name_or_dir in PRESETS or os.path.isdir(name_or_dir):
+        return
+    if os.path.exists(name_or_dir):
+        raise ModelLoadError(
+            f"{name_or_dir!r} is a file, not a directory: point --model at the folder that holds "
+            f"config.json, or use a preset: {preset_names()}.",
+            key="model.is_a_file",
+            name=repr(name_or_dir),
+            presets=preset_names(),
+        )
+    raise ModelLoadError(
+        f"{name_or_dir!r} is neither a preset nor an existing directory. Presets: {preset_names()}. "
+        "A directory must exist on this machine and hold a config.json. Hub ids such as "
+        "'Qwen/Qwen3-8B' are not downloaded: save the config (or model) locally with "
+        "save_pretrained() and pass that folder.",
+        key="model.not_found",
+        name=repr(name_or_dir),
+        presets=preset_names(),
+    )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the lab needs to know about a model before (or after) building it."""
+
+    name: str  # preset name, or the directory path as given
+    family: str  # config.model_type
+    task: str  # "causal-lm" | "masked-lm"
+    num_layers: int  # GradientCheckpointingLayer modules, the ones every_n_layers counts
+    hidden_size: int  # width of the residual stream
+    num_attention_heads: int  # query heads per layer
+    vocab_size: int  # rows of the embedding (and columns of the logits)
+    max_positions: int | None  # longest sequence the model accepts, None if unbounded
+    num_params: int  # unique parameters, tied ones counted once
+    cpu_ok: bool  # presets: as declared; local dirs: num_params <= CPU_PARAM_LIMIT
+    source: str  # "preset" or "local"
+    weights: str  # "random" or "loaded" (what build_model does)
+    experts_implementation: str | None = None  # transformers' experts setting the lab builds with; None: dense
+    num_experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0  # top_k: experts each token is routed to
+    moe_layers: int = 0  # checkpointable layers that hold routed experts
+    layers_alike: bool = True  # every layer has the same modules and shapes (the simulation's fast path needs it)
+    supports_checkpointing: bool = True  # transformers' supports_gradient_checkpointing for the class
+
+    def to_dict(self) -> dict:
+        """A plain dict of the fields, for JSON and tables."""
+        return dataclasses.asdict(self)
+
+
+# What ``catalog.describe`` finds for each preset, kept as data so ``python -m ckptlab models`` answers without
+# building a model (nor importing torch). tests/model/test_preset_facts.py describes every preset and compares;
+# after changing a preset, rewrite the file with ``catalog.write_preset_facts()``.
+PRESET_FACTS_FILE = Path(__file__).with_name("preset_facts.json")
+
+
+def stored_facts() -> list[ModelInfo]:
+    """Every preset's :class:`ModelInfo`, in the order of :data:`PRESETS`, as stored in :data:`PRESET_FACTS_FILE`."""
+    stored = json.loads(PRESET_FACTS_FILE.read_text(encoding="utf-8"))
+    return [ModelInfo(**stored[name]) for name in PRESETS]

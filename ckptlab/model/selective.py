@@ -44,14 +44,19 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
-
-import torch
-import torch.nn as nn
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import SpecError, not_one_of
 from .plan import checkpointable_layers
+
+# torch is imported where an op is resolved or a policy runs, not above: checking a policy's name (the CLI's
+# flags, a RunSpec) does not load torch, so ``python -m ckptlab --help`` answers at once.
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    Op = torch._ops.OpOverload | torch._ops.OpOverloadPacket
 
 Selective = str | tuple[str, ...]  # a policy's name, or op names to keep (from Python)
 
@@ -83,8 +88,6 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "torchtitan": TORCHTITAN_OPS,
 }
 CHOICES = (NONE, *POLICIES)  # the named policies, as --selective lists them
-
-Op = torch._ops.OpOverload | torch._ops.OpOverloadPacket
 
 
 def validate_selective(selective: object) -> None:
@@ -128,6 +131,8 @@ def resolve_op(name: object) -> Op:
     Raises:
         SpecError: torch has no op of that name (``spec.selective_op``).
     """
+    import torch
+
     parts = name.split(".") if isinstance(name, str) else []
     if len(parts) in (2, 3) and all(parts):
         try:
@@ -183,6 +188,8 @@ class SelectivePolicy:
     """
 
     def __init__(self, selective: Selective) -> None:
+        import torch
+
         validate_selective(selective)
         self.selective = selective
         self.key = selective_key(selective)
@@ -198,6 +205,9 @@ class SelectivePolicy:
 
     def region_policy(self) -> Callable[..., CheckpointPolicy]:
         """A fresh policy function for one checkpointed region (torchtitan's mm count is per region)."""
+        import torch
+        from torch.utils.checkpoint import CheckpointPolicy
+
         mm_count: defaultdict[str, int] = defaultdict(int)
 
         def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
@@ -211,6 +221,8 @@ class SelectivePolicy:
 
     def context_fn(self) -> tuple[AbstractContextManager[Any], AbstractContextManager[Any]]:
         """torch's SAC contexts for one region (the observer's, while one watches)."""
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
         if self.observer is not None:
             return self.observer.contexts(self)
         return create_selective_checkpoint_contexts(self.region_policy())

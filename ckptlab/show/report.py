@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..model.catalog import ModelInfo
+from ..model.presets import ModelInfo
 from ..model.selective import selective_key
 from ..results import (
     BUSY_SPREAD,

