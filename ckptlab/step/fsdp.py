@@ -48,7 +48,14 @@ from .preflight import load_model, resolve_device
 from .stopping import Progress
 
 COLLECTIVE_TIMEOUT_S = 120  # a collective that waits longer raises: the backstop when a rank dies silently
+# A test hook: the collective timeout in seconds, raised so far that a test waiting for the launcher to end a
+# rank cannot mistake the backstop for it (tests/cli/test_fsdp_cli.py).
+COLLECTIVE_TIMEOUT_ENV = "CKPTLAB_COLLECTIVE_TIMEOUT_S"
 FAIL_ON_RANK_ENV = "CKPTLAB_FAIL_ON_RANK"  # a test hook: that rank fails just before its first step
+
+
+def _collective_timeout_s() -> float:
+    return float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, COLLECTIVE_TIMEOUT_S))
 
 
 class RankFailedError(CkptlabError):
@@ -98,7 +105,7 @@ def launched_group(device_name: str) -> Iterator[torch.device]:
     if dist.is_initialized():
         yield device
         return
-    dist.init_process_group(backend_for(device), timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    dist.init_process_group(backend_for(device), timeout=timedelta(seconds=_collective_timeout_s()))
     try:
         yield device
     finally:

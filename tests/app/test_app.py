@@ -6,11 +6,14 @@ the whole suite; settings that no other test needs are kept to a minimum.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from ckptlab.show import i18n
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -219,12 +222,30 @@ def test_an_unexpected_failure_is_a_short_message_not_a_dead_page(monkeypatch):
     assert "RuntimeError: simulated bug" in _texts(at.code)
 
 
-@pytest.mark.parametrize("page", ["pages/lab.py"])
+# Every page of app.py's navigation and the heading it draws first (its own words, from the locale files).
+PAGES = {
+    "pages/lab.py": ("header", "lab.title"),
+    "pages/tradeoffs.py": ("title", "tradeoffs.title"),
+    "pages/at_scale.py": ("title", "at_scale.title"),
+    "pages/lesson.py": ("title", "lesson.page_title"),
+    "pages/timeline.py": ("title", "timeline.page_title"),
+    "pages/exercises.py": ("title", "exercises.page_title"),
+}
+
+
+def test_the_page_list_is_the_apps_navigation():
+    listed = set(re.findall(r"st\.Page\(\s*\"(pages/[a-z_]+\.py)\"", Path(APP).read_text(encoding="utf-8")))
+    assert listed == set(PAGES)
+
+
+@pytest.mark.parametrize("page", list(PAGES))
 def test_every_page_opens_without_an_exception(page):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page(page).run()
     _assert_alive(at)
-    assert at.button(key="lab_run")
+    kind, key = PAGES[page]
+    # The page drew past its first lines: its heading, in its own words (a page that raised would have none).
+    assert any(element.value == i18n.t(key, "en") for element in at.get(kind)), [e.value for e in at.get(kind)]
 
 
 def test_a_session_waits_its_turn_while_another_run_holds_the_device():
