@@ -10,10 +10,10 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from ..errors import SpecError
+from ..errors import SpecError, check_at_most
 from ..explore.budget import GPUS, budget_bytes
 from ..show.report import run_report
-from ..units import GIB, mib
+from ..units import GIB, mib, parse_size
 from .args import (
     add_fsdp_argument,
     add_run_arguments,
@@ -39,7 +39,13 @@ def add_simulate_command(commands) -> None:
     add_fsdp_argument(parser)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--gpu", help=f"say whether it fits this GPU: {', '.join(GPUS)} (e.g. --gpu H100-80)")
-    budget.add_argument("--budget-gib", type=float, help="say whether it fits this many GiB")
+    budget.add_argument(
+        "--budget",
+        metavar="SIZE",
+        help="say whether it fits this much memory: bytes or e.g. 40GiB (as sweep's --budget)",
+    )
+    # The older spelling stays: scripts written for it keep working.
+    budget.add_argument("--budget-gib", type=float, metavar="X", help="the same as --budget XGiB")
     parser.add_argument(
         "--exact", action="store_true", help="simulate every layer instead of extrapolating (slower, same bytes)"
     )
@@ -89,6 +95,10 @@ def _simulate_command(args: argparse.Namespace) -> int:
                 f"{MAX_BUDGET_GIB:,}, e.g. 80."
             )
         budget = (int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB")
+    elif args.budget is not None:
+        size = parse_size(args.budget, "--budget")
+        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, "above any machine's memory")
+        budget = (size, f"a budget of {args.budget.strip()}")
     check_before_the_core(spec)
     from ..step.simulate import simulate  # the core, once the flags are known good (see ckptlab.cli)
 

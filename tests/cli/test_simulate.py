@@ -26,12 +26,24 @@ def test_simulate_json_carries_the_fit(capsys):
     assert data["fit"]["fits"] is True and data["fit"]["margin_bytes"] > 0
 
 
+def test_budget_is_one_name_in_sweep_and_simulate_and_budget_gib_stays_its_alias(capsys):
+    """``--budget`` takes a size as sweep's does; the older ``--budget-gib X`` is the same as ``--budget XGiB``."""
+    fits = {}
+    for flags in (["--budget", "1GiB"], ["--budget-gib", "1"], ["--budget", str(2**30)]):
+        assert main(["simulate", "--model", "tiny-llama", "--seq-len", "256", *flags, "--json"]) == 0
+        fits[flags[1]] = json.loads(capsys.readouterr().out)["fit"]
+    assert {fit["budget_bytes"] for fit in fits.values()} == {2**30}
+    assert len({fit["margin_bytes"] for fit in fits.values()}) == 1
+    assert fits["1GiB"]["budget_label"] == "a budget of 1GiB"
+
+
 @pytest.mark.parametrize(
     "args, words",
     [
         (["--gpu", "TPU"], "is not in the list"),
         (["--gpu", "A100"], "matches A100 40 GB, A100 80 GB: say which"),
         (["--budget-gib", "0"], "--budget-gib 0"),
+        (["--budget", "lots"], "--budget 'lots' is not a memory size"),
         (["--every-n-layers", "0"], "--every-n-layers 0"),  # the CLI names its flags (show/wording.for_cli)
         (["--seq-len", "99999"], "--seq-len 99999"),
     ],
