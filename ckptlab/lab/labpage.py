@@ -21,7 +21,7 @@ from ..show.wording import app_message
 from ..spec import RunSpec
 from ..step.equivalence import GradientCheck
 from ..step.measure import offload_notes
-from ..step.preflight import resolve_device
+from ..step.preflight import resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
 from .run import LabRun, Measured, check, cpu_estimate, phase_significant
 from .server import ServerPolicy
@@ -114,13 +114,21 @@ def cpu_warning(spec: RunSpec, info: ModelInfo, tr: Translator) -> str:
 def head_line(spec: RunSpec, lang: str, tr: Translator) -> str:
     """The line beside Run: model, shape, dtype, device, setting and what is trained."""
     setting = setting_label(spec.every_n_layers, spec.offload, lang)
+    # 'auto' says what it resolves to here (the run goes to this machine's device), so the line never reads
+    # "auto · auto": each value has its name in the template.
+    device, dtype = spec.device, spec.dtype
+    if spec.device == "auto":
+        device = f"auto ({resolve_device('auto').type})"
+    if spec.dtype == "auto":
+        resolved = resolve_dtype("auto", resolve_device(spec.device), spec.mixed_precision)
+        dtype = f"auto ({str(resolved).removeprefix('torch.')})"
     line = tr(
         "lab.head",
         model=spec.model,
         seq=f"{spec.seq_len:,}",
         batch=spec.batch_size,
-        dtype=spec.dtype,
-        device=spec.device,
+        dtype=dtype,
+        device=device,
         setting=setting,
     )
     return line + f" · {training_label(spec, lang)}"

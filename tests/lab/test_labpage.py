@@ -134,7 +134,11 @@ def test_a_real_model_on_the_cpu_is_warned_about_with_a_prediction():
 
 def test_the_head_line_and_the_model_caption():
     line = labpage.head_line(RunSpec(model="tiny-llama", seq_len=2048, every_n_layers=2), "en", tr)
-    assert line.startswith("**tiny-llama** · seq 2,048 · batch 1") and " · " in line
+    assert line.startswith("**tiny-llama** · seq 2,048 · batch 1")
+    # 'auto' says what it is and what it resolved to here (this machine has no GPU in CI; on one: cuda, bfloat16).
+    assert " · dtype auto (float32) · device auto (cpu) · " in line or "device auto (cuda)" in line
+    fixed = labpage.head_line(RunSpec(model="tiny-llama", dtype="bfloat16", device="cpu"), "en", tr)
+    assert " · dtype bfloat16 · device cpu · " in fixed
     info = ckptlab.describe("tiny-llama")
     caption = labpage.model_caption(info, tr)
     assert info.family in caption and str(info.hidden_size) in caption
