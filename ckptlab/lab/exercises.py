@@ -168,7 +168,9 @@ def _explain_resident(run: RunResult, off: RunResult, lang: str) -> str:
     cp_off = sum(off.layers[layer.index].saved_bytes for layer in cp)
     kept = sum(layer.input_bytes for layer in cp)
     rest = max(memory_of(run).after_forward_bytes - kept, 0)
-    return t("explain.after_forward", lang, k=len(cp), kept=mib(kept), off=mib(cp_off), rest=mib(rest))
+    # With every layer CP there are no keep layers to name among the rest.
+    key = "explain.after_forward_all_cp" if len(cp) == len(run.layers) else "explain.after_forward"
+    return t(key, lang, k=len(cp), kept=mib(kept), off=mib(cp_off), rest=mib(rest))
 
 
 def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:

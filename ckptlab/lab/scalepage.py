@@ -237,15 +237,20 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, words: Mapping[st
         setting = Setting.of(best.spec)
         best_peak = memory_of(best).peak_bytes
         peak, margin = best_peak / GIB, (budget - best_peak) / GIB
+        cp = setting.cp_layers(table.num_layers)
         if setting.every_n_layers is None:
             text = words["fits_off"].format(budget=budget_label, peak=peak, margin=margin)
+        elif cp == table.num_layers:  # every layer reruns: "the fewest layers (36 of 36)" would say nothing
+            text = words["fits_all"].format(
+                setting=setting.key, budget=budget_label, peak=peak, margin=margin, layers=table.num_layers
+            )
         else:
             text = words["fits"].format(
                 setting=setting.key,
                 budget=budget_label,
                 peak=peak,
                 margin=margin,
-                cp=setting.cp_layers(table.num_layers),
+                cp=cp,
                 layers=table.num_layers,
             )
         thin = words["thin"] if margin * GIB < THIN_MARGIN * budget else ""

@@ -41,6 +41,11 @@ def test_resident_prediction_beside_the_measurement(measured, lang):
     assert outcome.measured == pytest.approx(expected)
     assert outcome.points == exercises.percent_points(50, expected)
     assert outcome.verdict and outcome.explanation and "MiB" in outcome.explanation
+    # every_n_layers=1: every layer is CP, so the explanation names no keep layers among the rest (the words of
+    # every language call them "keep"); at every_n_layers=2 it does.
+    assert "keep" not in outcome.explanation
+    half = exercises.by_id("resident_half")
+    assert "keep" in exercises.evaluate(half, 50, _runs(measured, half), lang).explanation
     close = exercises.evaluate(exercise, expected, runs, lang)
     assert close.points == exercises.MAX_POINTS and close.verdict == i18n.t("verdict.close", lang, gap="0")
 

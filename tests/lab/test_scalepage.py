@@ -115,3 +115,21 @@ def test_the_peak_header_is_per_gpu_past_one_and_the_launch_lines_name_ckptlabs(
         f"# {ja['code_ckptlab']}",
         "python -m ckptlab run ...",
     ]
+
+
+def test_the_verdict_says_when_only_checkpointing_every_layer_fits():
+    """Not "it reruns the fewest layers (6 of 6)": the one fitting setting reruns them all, and the verdict says so."""
+    from ckptlab.explore.scale import scale_table
+    from ckptlab.results import memory_of
+    from ckptlab.spec import Setting
+
+    settings = (Setting(None, False), Setting(2, False), Setting(1, False))
+    table = scale_table("tiny-llama", 1024, 4, "bfloat16", settings)
+    peaks = {Setting.of(result.spec): memory_of(result).peak_bytes for result in table.results}
+    assert peaks[Setting(1, False)] < min(peaks[Setting(2, False)], peaks[Setting(None, False)])
+    budget = (peaks[Setting(1, False)] + min(peaks[Setting(2, False)], peaks[Setting(None, False)])) // 2
+    answer = scalepage.verdict(table, budget, "the test's budget", WORDS)
+    assert answer.kind == "success" and "all 6 layers rerun" in answer.text and "fewest" not in answer.text
+    budget = peaks[Setting(2, False)] + 1  # now every_n_layers=2 fits too: it reruns fewer
+    answer = scalepage.verdict(table, budget, "the test's budget", WORDS)
+    assert "reruns the fewest layers (3 of 6)" in answer.text
