@@ -48,6 +48,8 @@ LOW_BIT_PACKAGES = {
 TRAINER_DEFAULT_OPTIMIZER = "adamw_torch_fused"  # what "adamw" means: TrainingArguments.optim's default
 # Trainer's mixed precision: "bf16"/"fp16" is TrainingArguments(bf16=True)/(fp16=True), autocast over the weights.
 MIXED_PRECISIONS = ("none", "bf16", "fp16")
+# Trainer's side of the step besides the optimizer's name: a sweep's rows share them, settings timed together too.
+RECIPE_FIELDS = ("optim_args", "gradient_accumulation_steps", "max_grad_norm", "mixed_precision")
 MAX_ACCUMULATION_STEPS = 256  # micro-batches per optimizer step a spec may name; each is a forward and a backward
 # How timed steps of several settings are ordered (ckptlab.step.rounds): "interleaved" A B C A B C ..., "blocks" A A B B.
 Order = Literal["interleaved", "blocks"]

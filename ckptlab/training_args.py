@@ -46,15 +46,16 @@ STEP_FIELDS: dict[str, tuple[type, ...]] = {
     "activation_checkpointing_kwargs": (dict, str, type(None)),
     "gradient_checkpointing_kwargs": (dict, str, type(None)),
 }
-# What a reading says was left at Trainer's default: the fields that change the step (one name per idea).
-DEFAULTED_NAMES = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "max_grad_norm",
-    "optim",
-    "bf16",
-    "activation_checkpointing",
-)
+# What a reading says was left at Trainer's default: the fields that change the step (one name per idea), each
+# with the RunSpec field it sets (a flag of that field given on the command line means it is not defaulted).
+DEFAULTED_NAMES = {
+    "per_device_train_batch_size": "batch_size",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "max_grad_norm": "max_grad_norm",
+    "optim": "optimizer",
+    "bf16": "mixed_precision",
+    "activation_checkpointing": "every_n_layers",
+}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import NoReturn
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
-from ..training_args import load_training_args_file, read_training_args
+from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
@@ -166,25 +166,25 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
-# The flags of add_run_arguments and the RunSpec field each sets (--no-checkpointing sets every_n_layers).
-_SPEC_FIELDS = {
-    "model": "model",
-    "seq_len": "seq_len",
-    "batch_size": "batch_size",
-    "dtype": "dtype",
-    "device": "device",
-    "every_n_layers": "every_n_layers",
-    "offload": "offload",
-    "seed": "seed",
-    "optimizer": "optimizer",
-    "optim_args": "optim_args",
-    "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "max_grad_norm": "max_grad_norm",
-    "mixed_precision": "mixed_precision",
-    "lora_rank": "lora_rank",
-    "lora_targets": "lora_targets",
-    "selective": "selective",
-}
+# The flags of add_run_arguments that set the RunSpec field of their name (--no-checkpointing sets every_n_layers).
+_SPEC_FIELDS = (
+    "model",
+    "seq_len",
+    "batch_size",
+    "dtype",
+    "device",
+    "every_n_layers",
+    "offload",
+    "seed",
+    "optimizer",
+    "optim_args",
+    "gradient_accumulation_steps",
+    "max_grad_norm",
+    "mixed_precision",
+    "lora_rank",
+    "lora_targets",
+    "selective",
+)
 
 
 def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
@@ -196,7 +196,7 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
     Raises:
         SpecError: a training args file that cannot be read as TrainingArguments.
     """
-    flags = {field: getattr(args, dest) for dest, field in _SPEC_FIELDS.items()}
+    flags = {field: getattr(args, field) for field in _SPEC_FIELDS}
     if args.no_checkpointing:
         flags["every_n_layers"] = None
     extra = {"world_size": getattr(args, "world_size", 1), "fsdp": getattr(args, "fsdp", False), **extra}
@@ -205,7 +205,7 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
         return RunSpec(**flags, **extra)
     given: frozenset[str] = getattr(args, "given", frozenset())
     # The file does not say the model nor the sequence (TrainingArguments has neither): the flags do.
-    chosen = {"model", "seq_len"} | {_SPEC_FIELDS[dest] for dest in given if dest in _SPEC_FIELDS}
+    chosen = {"model", "seq_len"} | {dest for dest in given if dest in _SPEC_FIELDS}
     if "no_checkpointing" in given:
         chosen.add("every_n_layers")
     return RunSpec.from_training_args(
@@ -235,24 +235,13 @@ def training_args_lines(args: argparse.Namespace) -> list[str]:
     reading = read_training_args(load_training_args_file(path))
     given: frozenset[str] = getattr(args, "given", frozenset())
     lines = [f"from {path}: the step of TrainingArguments(**json), the flags given winning over it"]
-    defaulted = {name: value for name, value in reading.defaulted.items() if _FLAG_OF.get(name) not in given}
+    defaulted = {name: value for name, value in reading.defaulted.items() if DEFAULTED_NAMES[name] not in given}
     if defaulted:
         listed = ", ".join(f"{name}={value!r}" for name, value in defaulted.items())
         lines.append(f"  not in the file, Trainer's defaults: {listed}")
     if reading.unused:
         lines.append(f"  read, not counted (they change no byte of the step): {', '.join(reading.unused)}")
     return lines
-
-
-# TrainingArguments' step fields and the flag that overrides each (a defaulted field a flag set is not defaulted).
-_FLAG_OF = {
-    "per_device_train_batch_size": "batch_size",
-    "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "max_grad_norm": "max_grad_norm",
-    "optim": "optimizer",
-    "bf16": "mixed_precision",
-    "activation_checkpointing": "every_n_layers",
-}
 
 
 def add_fsdp_argument(parser: argparse.ArgumentParser) -> None:

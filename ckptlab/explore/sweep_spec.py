@@ -12,12 +12,11 @@ from typing import Any, Literal
 from ..errors import SpecError, check_at_most, check_whole_number, not_one_of
 from ..model.presets import DEFAULT_PRESET
 from ..model.selective import Selective
-from ..spec import ORDERS, Order, RunSpec
+from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
 
 OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")
 # Trainer's side of the step that every row shares, by RunSpec's names.
-RECIPE_FIELDS = ("optim_args", "gradient_accumulation_steps", "max_grad_norm", "mixed_precision")
 MAX_SWEEP_LENGTHS = 32  # sequence lengths of one sweep (README, "Limits"): 32 x every setting is already an afternoon
 MAX_SWEEP_SETTINGS = 64  # every_n_layers values of one sweep: one per layer of a 64-layer model
 

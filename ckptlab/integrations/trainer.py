@@ -36,7 +36,8 @@ from ..results import LayerResult, MemoryResult
 from ..show.report import diagram
 from ..spec import RunSpec
 from ..step.measure import layer_results
-from ..step.observe import StepObserver, model_device
+from ..step.observe import StepObserver
+from ..step.training import model_device
 from ..units import mib
 from .trainer_setting import (
     OFFLOAD_WITHOUT_ACCELERATOR,

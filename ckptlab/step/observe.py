@@ -32,14 +32,7 @@ from ..model.plan import checkpointable_layers
 from ..results import MemoryResult
 from .meters import meter_for
 from .probe import LayerCounts, LayerProbe, StepRecorder
-from .training import optimizer_state_bytes
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """The device of the model's first parameter (the CPU for a model without parameters)."""
-    for param in model.parameters():
-        return param.device
-    return torch.device("cpu")
+from .training import model_device, optimizer_state_bytes
 
 
 def inner_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:

@@ -28,7 +28,7 @@ from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import planned_roles
 from ..results import TimingResult
-from ..spec import ORDERS, Order, RunSpec
+from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
 from ..torchstate import exclusive
 from .measure import apply_setting
 from .meters import Clock, clock_for, machine_load
@@ -179,8 +179,5 @@ def _shared(spec: RunSpec) -> tuple:
         spec.lora_targets,
         spec.repeats,
         spec.world_size,
-        spec.optim_args,
-        spec.gradient_accumulation_steps,
-        spec.max_grad_norm,
-        spec.mixed_precision,
+        *(getattr(spec, name) for name in RECIPE_FIELDS),
     )

@@ -139,7 +139,7 @@ class Recipe:
         autocast_dtype = MIXED_PRECISION_DTYPES.get(spec.mixed_precision)
         scaler = None
         if spec.mixed_precision == "fp16" and optimizer is not None:
-            scaler = torch.amp.GradScaler(_device_type(model))
+            scaler = torch.amp.GradScaler(model_device(model).type)
         return cls(
             optimizer,
             spec.gradient_accumulation_steps,
@@ -150,9 +150,11 @@ class Recipe:
         )
 
 
-def _device_type(model: nn.Module) -> str:
-    param = next(model.parameters(), None)
-    return param.device.type if param is not None else "cpu"
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter (the CPU for a model without parameters)."""
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")
 
 
 def prime_state(recipe: Recipe) -> None:
