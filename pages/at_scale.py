@@ -22,7 +22,7 @@ from ckptlab.lab.query import BATCH_MAX
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, LOCAL, SEQ_LIMIT
 from ckptlab.lab.targets import spec_targets
 from ckptlab.show import i18n
-from ckptlab.show.experts_words import experts_caption
+from ckptlab.show.labels import experts_caption
 from ckptlab.show.wording import app_message
 from pages._common import (
     failure,

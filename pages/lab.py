@@ -17,8 +17,8 @@ from ckptlab.lab.labpage import LOCAL
 from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_to_query
 from ckptlab.lab.run import LabRun, build_for_key
 from ckptlab.lab.targets import spec_targets
-from ckptlab.show.experts_words import experts_caption
 from ckptlab.show.figures.diagram import plan_figure
+from ckptlab.show.labels import experts_caption
 from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES, RunSpec
 from pages._common import (

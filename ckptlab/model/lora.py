@@ -144,12 +144,6 @@ def adapted(model: PreTrainedModel, rank: int | None, targets: Sequence[str] | N
             param.requires_grad_(flag)
 
 
-def base_model(model: nn.Module) -> nn.Module:
-    """The transformers model under a peft wrapper (the model itself when there is none)."""
-    get_base = getattr(model, "get_base_model", None)
-    return get_base() if callable(get_base) else model
-
-
 @contextmanager
 def quiet_peft() -> Iterator[None]:
     """Silence what peft 0.21 says on every call with transformers 5: not the user's concern.

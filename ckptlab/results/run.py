@@ -141,28 +141,12 @@ class TimingResult:
         return bool(self.busy_reasons)
 
 
-class ReadsLikeADict:
-    """``item["name"]`` reads the field ``name``: the typed results that replaced plain dicts keep old code running.
-
-    Only the JSON keys of :meth:`to_dict` read (``KeyError`` for any other), so a key that
-    worked on the dict works here and nothing else does.
-    """
-
-    def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self.to_dict():
-            raise KeyError(name)
-        return getattr(self, name)
-
-
 @dataclass(frozen=True)
-class Region(ReadsLikeADict):
+class Region:
     """A stretch of the step between two probe events; a result's peak says in which one it was reached.
 
-    Its JSON (:meth:`to_dict`) has the keys kind, phase, layer, rerun and description. It replaced a
-    plain dict: ``region["description"]`` still reads a field.
+    Its JSON (:meth:`to_dict`) has the keys kind, phase, layer, rerun and description, those of the plain dict
+    it replaced; in Python its fields are attributes (``region.description``).
     """
 
     kind: str  # the probe event that starts the stretch (ckptlab.step.probe.EVENTS); "" when unknown
@@ -196,12 +180,12 @@ class Region(ReadsLikeADict):
 
 
 @dataclass(frozen=True)
-class TimelinePoint(ReadsLikeADict):
+class TimelinePoint:
     """Memory at one event of the step, and how high it rose before the next event.
 
     The events are the probe's (``ckptlab.step.probe.EVENTS``); ``ckptlab.step.timeline`` reads a
-    list of these (order, positions, what each layer holds). It replaced a plain dict:
-    ``point["kind"]`` still reads a field, and its JSON has the same keys.
+    list of these (order, positions, what each layer holds). Its JSON has the keys of the plain dict it
+    replaced; in Python its fields are attributes (``point.kind``).
     """
 
     order: int  # position in the step, from 0

@@ -7,6 +7,8 @@ line's English words are in :mod:`ckptlab.show.report`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..results import Provenance, Region, RunResult, TimelinePoint
 from ..spec import RunSpec
 from .i18n import say, t
@@ -68,3 +70,22 @@ def training_label(spec: RunSpec, lang: str = "en") -> str:
     if spec.lora_rank is None:
         return t("breakdown.training_full", lang, optimizer=optimizer)
     return t("breakdown.training_lora", lang, optimizer=optimizer, rank=spec.lora_rank)
+
+
+def experts_caption(model: Any, lang: str = "en") -> str | None:
+    """One caption for a page, None for a dense model.
+
+    Args:
+        model: a :class:`~ckptlab.model.catalog.ModelInfo` or a result's ``ModelSummary``
+            (both carry ``experts_implementation``, ``num_experts`` and ``experts_per_token``).
+        lang: the page's language.
+    """
+    if not getattr(model, "experts_implementation", None):
+        return None
+    return t(
+        "experts.caption",
+        lang,
+        experts=model.num_experts,
+        top_k=model.experts_per_token,
+        implementation=model.experts_implementation,
+    )

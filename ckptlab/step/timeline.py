@@ -64,7 +64,7 @@ def check_order(timeline: Sequence[TimelinePoint], roles: Sequence[str]) -> list
         problems.append("an event has an unknown phase")
     if ranks != sorted(ranks):
         first_bad = next(i for i in range(1, len(ranks)) if ranks[i] < ranks[i - 1])
-        problems.append(f"event {first_bad} ({timeline[first_bad]['phase']}) comes after a later phase")
+        problems.append(f"event {first_bad} ({timeline[first_bad].phase}) comes after a later phase")
     if sum(point.kind == "loss" for point in timeline) != 1:
         problems.append("the step must have exactly one loss event")
 
