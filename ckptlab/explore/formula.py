@@ -45,13 +45,13 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
-from ..errors import SpecError, not_one_of
+from ..errors import SpecError
 from ..model import catalog
+from ..step.preflight import device_type_of, resolve_dtype
 
 FLOAT32 = 4  # bytes: statistics, logsumexp, log-probabilities and RMSNorm's upcast input
 INDEX = 8  # bytes of an int64 token id
 FORMULA_SOURCE = "Korthikanti et al. 2022, s*b*h*(34 + 5*a*s/h), adapted to the architecture"
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -308,30 +308,10 @@ def forward_flops(arch: Architecture, seq_len: int, causal: bool = True) -> tupl
 
 
 def element_bytes(dtype: str, device: str = "auto") -> int:
-    """Bytes per element for a spec's dtype ("auto": bfloat16 on CUDA, float32 otherwise).
+    """Bytes per element for a spec's dtype and device, 'auto' resolved as a run resolves it
+    (``step.preflight.resolve_dtype``: bfloat16 on CUDA, float32 otherwise).
 
-    Args:
-        dtype: "auto", "float32", "bfloat16" or "float16".
-        device: "auto", "cpu" or "cuda"; with "auto" this machine decides, as a run would.
+    Raises:
+        SpecError: a dtype that is not "auto", "float32", "bfloat16" or "float16".
     """
-    if dtype == "auto":
-        cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-        return 2 if cuda else 4
-    if dtype not in DTYPE_BYTES:
-        raise not_one_of("dtype", dtype, ("auto", *DTYPE_BYTES))
-    return DTYPE_BYTES[dtype]
-
-
-def device_type(device: str) -> str:
-    """Where a spec's device runs: "cuda" or "cpu" ("auto": CUDA when this machine has it)."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
-def torch_dtype(dtype: str, device: str) -> torch.dtype:
-    """The parameters' dtype for a spec's dtype and device ("auto": bfloat16 on CUDA, float32 otherwise)."""
-    if dtype == "auto":
-        return torch.bfloat16 if device_type(device) == "cuda" else torch.float32
-    element_bytes(dtype, device)  # a bad name raises SpecError here
-    return getattr(torch, dtype)
+    return resolve_dtype(dtype, torch.device(device_type_of(device))).itemsize

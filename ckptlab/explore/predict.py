@@ -38,11 +38,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+import torch
 from transformers import PretrainedConfig
 
 from ..errors import SpecError, check_whole_number
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..results import Provenance, RunResult
+from ..step.preflight import device_type_of, resolve_dtype
 from ..step.provenance import made_now
 from .calibration import Calibration, calibrate
 from .formula import (
@@ -52,14 +54,12 @@ from .formula import (
     FORMULA_SOURCE,
     Architecture,
     architecture,
-    device_type,
     element_bytes,
     forward_flops,
     layer_activation_bytes,
     outside_bytes,
     selective_kept_bytes,
     selective_skipped_flops,
-    torch_dtype,
 )
 from .predict_training import LORA_ACTIVATIONS_NOTE, PeakPhase, TrainingBytes, training_bytes
 
@@ -180,11 +180,11 @@ def predict(
     if not isinstance(model, Architecture):
         training = training_bytes(
             model,
-            torch_dtype(dtype, device),
+            resolve_dtype(dtype, torch.device(device_type_of(device))),
             optimizer=optimizer,
             lora_rank=lora_rank,
             lora_targets=lora_targets,
-            device=device_type(device),
+            device=device_type_of(device),
         )
     settings: list[tuple[int | None, bool]] = [(None, False)]
     for n in settings_for(arch.num_layers, every_n_layers):

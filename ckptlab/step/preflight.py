@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import DoesNotFitError, SpecError, UnsupportedModelError
+from ..errors import DoesNotFitError, SpecError, UnsupportedModelError, not_one_of
 from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -23,8 +23,14 @@ from .stopping import Progress
 DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def device_type_of(name: str) -> str:
+    """Where ``spec.device`` runs, "cuda" or "cpu": "auto" takes CUDA when there is one. The one rule of 'auto';
+    no check that a CUDA device exists (a prediction may be for a GPU this machine lacks)."""
+    return "cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu"
+
+
 def resolve_device(name: str) -> torch.device:
-    """The device for ``spec.device``: "auto" takes CUDA when there is one.
+    """The device for ``spec.device`` (:func:`device_type_of`), on this machine.
 
     Raises:
         SpecError: for "cuda" on a machine where torch sees no CUDA device.
@@ -36,7 +42,7 @@ def resolve_device(name: str) -> torch.device:
             key="spec.no_cuda",
             torch=torch.__version__,
         )
-    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+    if device_type_of(name) == "cuda":
         # The current device: 0 in a single process, the rank's own GPU once fsdp.py has set it.
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -47,6 +53,8 @@ def resolve_dtype(name: str, device: torch.device, mixed_precision: str = "none"
     under mixed precision (Trainer's ``bf16=True`` keeps float32 master weights), else bfloat16 on CUDA."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" and mixed_precision == "none" else torch.float32
+    if name not in DTYPE_BY_NAME:
+        raise not_one_of("dtype", name, ("auto", *DTYPE_BY_NAME))
     return DTYPE_BY_NAME[name]
 
 
