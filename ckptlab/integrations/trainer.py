@@ -76,7 +76,7 @@ class CheckpointingReport:
     @property
     def matches(self) -> bool:
         """Asked, flagged by transformers and observed agree for every layer."""
-        return all(layer.planned == layer.enabled == layer.observed for layer in self.layers)
+        return all(layer.as_planned for layer in self.layers)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,7 +132,7 @@ class CheckpointingReport:
             rows = ", ".join(
                 f"{layer.name}: asked {layer.planned}, flag {layer.enabled}, observed {layer.observed}"
                 for layer in self.layers
-                if not layer.planned == layer.enabled == layer.observed
+                if not layer.as_planned
             )
             lines.append(f"MISMATCH: the step did not do what TrainingArguments asked for: {rows}")
         lines += [

@@ -23,12 +23,12 @@ from ..step.equivalence import GradientCheck
 from ..step.measure import offload_notes
 from ..step.preflight import resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
+from .query import LORA_RANK_DEFAULT
 from .run import LabRun, Measured, check, cpu_estimate, phase_significant
 from .server import ServerPolicy
 from .stepboxes import step_fields, step_widget_values
 
 LOCAL = "local directory"  # the model box's entry for a folder the instructor offers
-LORA_RANK_DEFAULT = 8
 SAME_MEMORY_BYTES = MIB / 20  # a memory delta below it reads "same as off"
 PEAK_UNMOVED = 0.98  # peak ratio above it: what the forward freed did not lower the peak
 

@@ -31,6 +31,7 @@ BATCH_MAX = 256
 REPEATS_MAX = 50
 WARMUP_MAX = 20
 LORA_RANK_MAX = 1024
+LORA_RANK_DEFAULT = 8  # the rank a page's LoRA box offers first: peft's LoraConfig default (r=8), on every page
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}

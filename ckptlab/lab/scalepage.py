@@ -33,6 +33,7 @@ from ..show.wording import app_message
 from ..spec import RunSpec
 from ..units import GIB
 from .labpage import params_label
+from .query import LORA_RANK_DEFAULT
 from .stepboxes import step_fields, step_query, step_widget_values
 
 THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
@@ -43,7 +44,6 @@ DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16"
 DEFAULT_GPU = "H100 80 GB"
 DEFAULT_BUDGET_GIB = 40.0  # the custom budget's first value
 SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
-LORA_RANK_DEFAULT = 16
 TABLE_ROW_PX = 36  # st.dataframe's row height: the table is as tall as its rows and header
 TABLE_MAX_PX = 720  # taller than this, the table scrolls inside
 PLAN_KEYS_SHOWN = 14  # more settings than this: the plan line names the first four and the last two

@@ -83,6 +83,11 @@ class LayerResult:
         return "CP" if self.recompute_calls > 0 else "keep"
 
     @property
+    def as_planned(self) -> bool:
+        """The layer did what was planned: the every_n_layers rule, the flag transformers set and the rerun agree."""
+        return self.planned == self.enabled == self.observed
+
+    @property
     def moe_rerun_complete(self) -> bool:
         """MoE: a rerun recomputed the router and the experts as often as the layer (True for dense layers)."""
         return not self.moe or self.router_recompute_calls == self.experts_recompute_calls == self.recompute_calls
@@ -272,9 +277,7 @@ class RankResult:
 
     @property
     def plan_matches(self) -> bool:
-        return all(
-            layer.planned == layer.enabled == layer.observed and layer.moe_rerun_complete for layer in self.layers
-        )
+        return all(layer.as_planned and layer.moe_rerun_complete for layer in self.layers)
 
 
 @dataclass(frozen=True)
@@ -298,9 +301,7 @@ class RunResult:
     @property
     def plan_matches(self) -> bool:
         """True when the observed reruns, the flags and the rule all agree on every layer."""
-        layers_agree = all(
-            layer.planned == layer.enabled == layer.observed and layer.moe_rerun_complete for layer in self.layers
-        )
+        layers_agree = all(layer.as_planned and layer.moe_rerun_complete for layer in self.layers)
         return layers_agree and self.selective_matches and all(rank.plan_matches for rank in self.ranks)
 
     @property

@@ -156,7 +156,7 @@ def _measure_built(
     layers = layer_results(checkpointable_layers(model), planned, enabled, layer_counts)
     memory = _with_offload(memory, layers, offload_applies)
     notes[:0] = offload_notes(spec, memory, layers)
-    if not all(layer.planned == layer.enabled == layer.observed for layer in layers):
+    if not all(layer.as_planned for layer in layers):
         notes.append(_mismatch_note(layers))
     notes += selective_notes(spec, layers, offload_applies)
     report(DONE, 1.0)
@@ -322,7 +322,7 @@ def _mismatch_note(layers: list[LayerResult]) -> Message:
     rows = ", ".join(
         f"{layer.name}: planned {layer.planned}, flag {layer.enabled}, observed {layer.observed}"
         for layer in layers
-        if not layer.planned == layer.enabled == layer.observed
+        if not layer.as_planned
     )
     return Message(
         f"PLAN MISMATCH: the step did not do what every_n_layers says: {rows}",

@@ -10,6 +10,7 @@ import pytest
 
 import ckptlab
 from ckptlab.lab import labpage
+from ckptlab.lab.query import LORA_RANK_DEFAULT
 from ckptlab.lab.run import LabRun, Measured
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.show import i18n
@@ -51,7 +52,7 @@ def test_widget_values_and_spec_from_widgets_round_trip():
     assert values["lab_model"] == "tiny-llama" and values["lab_ckpt"] and values["lab_targets_for"] == "tiny-llama"
     assert labpage.spec_from_widgets(values, spec.model, spec.lora_targets) == spec
     off = labpage.widget_values(RunSpec(every_n_layers=None), "")
-    assert not off["lab_ckpt"] and off["lab_n"] == 1 and off["lab_lora_rank"] == labpage.LORA_RANK_DEFAULT
+    assert not off["lab_ckpt"] and off["lab_n"] == 1 and off["lab_lora_rank"] == LORA_RANK_DEFAULT
     assert off["lab_targets_for"] is None  # "all targets", once the model is read
     # checkpointing off: every_n_layers and offload are not part of the spec, whatever their boxes say
     assert (
