@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from .errors import SpecError, check_at_most, check_whole_number, expect_type, not_one_of
@@ -192,6 +192,10 @@ class RunSpec:
                 key="spec.optim_args",
                 value=self.optim_args,
             )
+
+    def checkpointing_off(self) -> RunSpec:
+        """The same run with checkpointing off (no offload, no selective policy): the reference runs are compared with."""
+        return replace(self, every_n_layers=None, offload=False, selective="none")
 
     @property
     def trainer_optimizer(self) -> str | None:

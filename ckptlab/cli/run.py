@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from ..errors import CkptlabError, SpecError
@@ -102,9 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     with_compare = args.compare if args.compare is not None else not args.json
     reference = comparison = None
     if with_compare and spec.checkpointing and result.status == "ok":
-        reference = measure(
-            replace(spec, every_n_layers=None, offload=False), model=model, info=info, progress=progress
-        )
+        reference = measure(spec.checkpointing_off(), model=model, info=info, progress=progress)
         if reference.status == "ok":
             comparison = compare(result, reference)
     if progress:

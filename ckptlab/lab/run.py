@@ -112,7 +112,7 @@ RESULTS = ResultCache()
 
 def reference_spec(spec: RunSpec) -> RunSpec:
     """The same run with checkpointing off: the reference every run is compared with."""
-    return replace(spec, every_n_layers=None, offload=False)
+    return spec.checkpointing_off()
 
 
 def model_key(spec: RunSpec) -> ModelKey:

@@ -67,3 +67,12 @@ def test_run_prints_what_the_cp_layers_kept_and_simulate_too(capsys):
     assert main(["simulate", "--model", "qwen3-0.6b", "--seq-len", "1024", "--selective", "matmuls"]) == 0
     out = capsys.readouterr().out
     assert "L1-L28: CP + matmuls kept" in out
+
+
+def test_run_with_a_policy_compares_against_checkpointing_off_with_no_policy(capsys):
+    """The reference drops the policy with the checkpointing (a policy needs checkpointing: it once refused itself)."""
+    assert main(["run", "--selective", "attention", "--compare", *QUICK]) == 0
+    out = capsys.readouterr().out
+    assert "Against checkpointing off" in out
+    spec = RunSpec(selective="attention", every_n_layers=2, offload=True)
+    assert spec.checkpointing_off() == RunSpec(selective="none", every_n_layers=None, offload=False)
