@@ -3,6 +3,11 @@
 A flat page: the exercises, their scoring and explanations are in ``ckptlab.lab.exercises``; the
 runs go through the device queue (``ckptlab.lab.learn``) and are shared with the other
 Learn pages. The first answer to each exercise counts toward the session's score.
+
+While the instructor's room has a round open (``ckptlab.lab.classroom``, led from
+``pages/instructor.py``), the page shows that exercise on top, in a fragment that asks the room
+every few seconds; the participant's first answer counts, and the room's answers appear once the
+instructor closes the round.
 """
 
 from __future__ import annotations
@@ -10,17 +15,18 @@ from __future__ import annotations
 import streamlit as st
 
 from ckptlab.lab import exercises, learnpage
+from ckptlab.lab.classroom import ROOM
 from ckptlab.lab.exercises import EXERCISES
-from ckptlab.model.plan import planned_roles
 from ckptlab.results import RunResult
-from ckptlab.show.figures.diagram import roles_diagram_figure
 from ckptlab.show.figures.prediction import guess_figure
 from ckptlab.show.figures.run import runs_tradeoff_figure
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
-from pages._common import language, preset_infos
+from pages._common import language
 from pages._deep_link import run_through_app
 from pages._learn_runs import measured
+from pages._room import ROOM_REFRESH_S, question, result
+from pages._server import session_owner
 
 run_through_app()
 
@@ -42,6 +48,68 @@ state.setdefault("exercise_pick", IDS[0])
 
 st.title(tr("exercises.page_title"), anchor=False)
 st.markdown(tr("exercises.intro"))
+state.setdefault("classroom_mine", {})  # round number -> this participant's answer to it (what the page shows)
+state.setdefault("classroom_rounds", set())  # the rounds this session saw open: their results follow it
+
+
+def room_answer(number: int, pred_key: str) -> None:
+    """The participant's answer to round ``number`` (the value in ``pred_key``): the room counts a participant's first."""
+    value = float(state[pred_key])
+    counted = ROOM.answer(number, session_owner(), value)
+    state.classroom_mine.setdefault(number, value)
+    state.classroom_refused = None if counted else number
+
+
+@st.fragment(run_every=ROOM_REFRESH_S)
+def room() -> None:
+    """The instructor's round, if one is open (or closed since this session saw it open)."""
+    now = ROOM.current()
+    if now is None or (not now.is_open and now.number not in state.classroom_rounds):
+        return
+    state.classroom_rounds.add(now.number)
+    with st.container(border=True):
+        st.header(tr("classroom.room_title", number=now.number), anchor=False)
+        question(now.exercise, tr, lang, "classroom")
+        mine = state.classroom_mine.get(now.number)
+        if now.is_open:
+            pred_key = f"classroom_pred_{now.number}"
+            if now.exercise.kind == "percent":
+                state.setdefault(pred_key, 100)
+                st.number_input(
+                    tr("exercises.prediction_percent"),
+                    min_value=0,
+                    max_value=400,
+                    step=5,
+                    key=pred_key,
+                    disabled=mine is not None,
+                )
+            else:
+                st.radio(
+                    tr("exercises.prediction_choice"),
+                    now.exercise.choices,
+                    key=pred_key,
+                    horizontal=True,
+                    format_func=lambda n: f"every_n_layers={n}",
+                    disabled=mine is not None,
+                )
+            st.button(
+                tr("classroom.submit"),
+                key="classroom_submit",
+                type="primary",
+                on_click=room_answer,
+                args=(now.number, pred_key),
+            )  # left on after an answer: pressed again, the page says the room counted the first
+        if state.get("classroom_refused") == now.number:
+            st.warning(tr("classroom.not_counted"))
+        if mine is not None:
+            st.caption(tr("classroom.your_answer", value=f"{mine:g}"))
+        if now.is_open:
+            st.info(tr("classroom.waiting", count=now.count))
+        else:
+            result(now, tr, lang, "classroom")
+
+
+room()
 
 # The score is recomputed from the locked-in predictions and the measured runs, in the current language.
 results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
@@ -69,23 +137,7 @@ forward.button(
     tr("exercises.next"), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch"
 )
 exercise = exercises.by_id(exercise_id)
-values = exercise.question_values()
-
-st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
-st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
-if exercise.kind == "percent":
-    st.plotly_chart(
-        roles_diagram_figure(
-            planned_roles(preset_infos()[exercise.spec.model].num_layers, exercise.spec.every_n_layers),
-            lang=lang,
-            height=220,
-        ),
-        key="exercise_plan",
-        theme=None,
-    )
-st.markdown(f"**{tr(f'exercise.{exercise.id}.question', **values)}**")
-with st.expander(tr("exercises.hint_title")):
-    st.markdown(tr(f"exercise.{exercise.id}.hint"))
+question(exercise, tr, lang, "exercise")
 
 locked = exercise.id in state.exercise_answers
 if exercise.kind == "percent":
