@@ -26,7 +26,7 @@ from pages._common import language
 from pages._deep_link import run_through_app
 from pages._learn_runs import measured
 from pages._room import ROOM_REFRESH_S, question, result
-from pages._server import session_owner
+from pages._server import server_policy, session_owner
 
 run_through_app()
 
@@ -60,7 +60,8 @@ def room_answer(number: int, pred_key: str) -> None:
     state.classroom_refused = None if counted else number
 
 
-@st.fragment(run_every=ROOM_REFRESH_S)
+# Without an instructor's phrase set no round can open, so the page does not ask the room at all.
+@st.fragment(run_every=ROOM_REFRESH_S if server_policy()[0].has_instructor else None)
 def room() -> None:
     """The instructor's round, if one is open (or closed since this session saw it open)."""
     now = ROOM.current()

@@ -65,6 +65,9 @@ def open_round(exercise_id: str) -> None:
         st.stop()
 
 
+problem_now = state.pop("classroom_problem", None)
+if problem_now:
+    st.error(problem_now)
 now = ROOM.current()
 if now is None or not now.is_open:
     pick = st.selectbox(
@@ -88,9 +91,18 @@ if now is None or not now.is_open:
 
 st.header(tr("classroom.room_title", number=now.number), anchor=False)
 question(now.exercise, tr, lang, "instructor")
-if st.button(tr("classroom.close"), key="classroom_close", type="primary"):
-    ROOM.close(now.number)
-    st.rerun()
+
+
+def close_round(number: int) -> None:
+    """Close the round this page showed (its number fixed when drawn, so a round opened since in another tab of the
+    instructor's stays open)."""
+    try:
+        ROOM.close(number)
+    except ckptlab.CkptlabError as error:
+        state.classroom_problem = app_message(error, lang)
+
+
+st.button(tr("classroom.close"), key="classroom_close", type="primary", on_click=close_round, args=(now.number,))
 
 
 @st.fragment(run_every=ROOM_REFRESH_S)

@@ -211,3 +211,14 @@ def test_a_participant_cannot_close_a_round_or_see_its_answers_before_it_closes(
     assert "classroom_chart" not in keys(at, "plotly_chart") and room.current().is_open
     at.switch_page("pages/instructor.py").run()  # the participant finds the instructor's page: a phrase to type
     assert not keys(at, "button") and room.current().is_open and room.current().answers == ()
+
+
+def test_a_stale_instructor_tab_closes_only_the_round_it_showed(room):
+    first, second = instructor(), instructor("pt-BR")
+    open_round(first, "resident_all")
+    second.run()  # shows round 1 open, with its close button
+    first.button(key="classroom_close").click().run()
+    open_round(first, "resident_all")  # round 2, on the runs already measured
+    second.button(key="classroom_close").click().run()
+    assert i18n.t("errors.classroom.not_current", "pt-BR", number=1) in texts(second, "error")
+    assert room.current().number == 2 and room.current().is_open
