@@ -43,21 +43,29 @@ def room_figure(
         figure.add_trace(
             go.Histogram(
                 x=list(answers),
-                xbins={"start": 0.0, "size": PERCENT_BIN},
+                xbins={"start": -PERCENT_BIN / 2, "size": PERCENT_BIN},  # bins centred on 0, 10, 20, ...
                 marker={"color": GUESS_COLOR, "line": {"color": "white", "width": 1}},
                 name=t("classroom.fig_predictions", lang),
                 hovertemplate="%{x}: %{y}<extra></extra>",
             )
         )
-        for x, color, text in (
-            (100.0, OFF_COLOR, t("exercise.off_line", lang)),
-            (measured, RUN_COLOR, t("classroom.fig_measured", lang, value=f"{measured or 0:,.0f}%")),
+        # The two labels on two heights: a measurement near 100% would otherwise write over the off line's.
+        for x, color, text, shift in (
+            (100.0, OFF_COLOR, t("exercise.off_line", lang), 0),
+            (measured, RUN_COLOR, t("classroom.fig_measured", lang, value=f"{measured or 0:,.0f}%"), 20),
         ):
             if x is None:
                 continue
             figure.add_vline(x=x, line={"color": color, "dash": "dash" if color == OFF_COLOR else "solid", "width": 3})
             figure.add_annotation(
-                x=x, y=1.0, yref="paper", yanchor="bottom", text=text, showarrow=False, font={"color": color}
+                x=x,
+                y=1.0,
+                yref="paper",
+                yanchor="bottom",
+                yshift=shift,
+                text=text,
+                showarrow=False,
+                font={"color": color},
             )
         figure.update_xaxes(title_text=t("classroom.fig_percent_axis", lang), gridcolor=GRID, rangemode="tozero")
     else:
@@ -84,7 +92,7 @@ def room_figure(
         figure.update_xaxes(title_text=t("classroom.fig_choice_axis", lang))
     figure.update_layout(
         height=height,
-        margin={"l": 50, "r": 20, "t": 40, "b": 50},
+        margin={"l": 50, "r": 20, "t": 60, "b": 50},
         font={"family": FONT, "size": 15},
         plot_bgcolor="white",
         showlegend=False,
