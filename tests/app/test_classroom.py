@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -18,11 +17,10 @@ from streamlit.testing.v1 import AppTest
 from ckptlab.lab import classroom, exercises
 from ckptlab.lab.run import reference_spec
 from ckptlab.show import i18n
+from tests.app.sessions import APP, TIMEOUT, assert_alive, open_page
 
 pytestmark = pytest.mark.slow  # real measured runs and the app's pages
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
-TIMEOUT = 300  # the instructor's run measures real steps on 2 shared cores
 SECRET = "heron over the lake"
 
 
@@ -36,22 +34,8 @@ def room(monkeypatch) -> classroom.Classroom:
     return fresh
 
 
-def session(page: str, lang: str = "en") -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.query_params["lang"] = lang
-    at.run()
-    at.switch_page(page).run()
-    alive(at)
-    return at
-
-
-def alive(at: AppTest) -> None:
-    assert not at.exception, "\n".join(str(e.value) for e in at.exception)
-    assert not at.error, "\n".join(str(e.value) for e in at.error)
-
-
 def instructor(lang: str = "en", secret: str = SECRET) -> AppTest:
-    at = session("pages/instructor.py", lang)
+    at = open_page("pages/instructor.py", lang)
     at.text_input(key="classroom_secret").input(secret).run()
     return at
 
@@ -59,7 +43,7 @@ def instructor(lang: str = "en", secret: str = SECRET) -> AppTest:
 def open_round(at: AppTest, exercise_id: str) -> None:
     at.selectbox(key="classroom_exercise").set_value(exercise_id).run()
     at.button(key="classroom_open").click().run()
-    alive(at)
+    assert_alive(at)
     assert at.button(key="classroom_close")
 
 
@@ -70,7 +54,7 @@ def answer(at: AppTest, number: int, value: float) -> None:
     widget = at.number_input(key=key) if key in [w.key for w in at.number_input] else at.radio(key=key)
     widget.set_value(value).run()
     at.button(key="classroom_submit").click().run()
-    alive(at)
+    assert_alive(at)
 
 
 def keys(at: AppTest, kind: str) -> set[str]:
@@ -94,7 +78,7 @@ def test_a_round_counts_each_session_once_and_shows_the_room_beside_the_run(room
     teacher = instructor("en")
     open_round(teacher, "resident_all")
     langs, values = ["en", "pt-BR", "ja", "pt-BR"], [40, 60, 60, 120]
-    class_ = [session("pages/exercises.py", lang) for lang in langs]
+    class_ = [open_page("pages/exercises.py", lang) for lang in langs]
     for at, value in zip(class_, values):
         answer(at, 1, value)
     # A second answer from the same session is not counted, and the page says so.
@@ -111,7 +95,7 @@ def test_a_round_counts_each_session_once_and_shows_the_room_beside_the_run(room
         assert i18n.t("classroom.waiting", lang, count=len(values)) in texts(at, "info")
 
     teacher.button(key="classroom_close").click().run()
-    alive(teacher)
+    assert_alive(teacher)
     exercise = exercises.by_id("resident_all")
     results = teacher.session_state["learn_results"]  # the instructor's one measurement for the room
     (spec,) = exercise.specs()
@@ -125,7 +109,7 @@ def test_a_round_counts_each_session_once_and_shows_the_room_beside_the_run(room
     assert sorted(float(row.split(",")[4]) for row in rows) == sorted(values)
     for at, lang in zip(class_, langs):  # every participant sees the same room, in their language
         at.run()
-        alive(at)
+        assert_alive(at)
         assert Counter(chart(at, "classroom_chart")["data"][0]["x"]) == Counter(float(v) for v in values)
         assert metric(at, i18n.t("classroom.measured", lang)) == f"{expected:,.0f}%"
         runs = {1: results[spec], None: results[reference_spec(spec)]}
@@ -147,9 +131,9 @@ def test_a_choice_is_drawn_as_bars_whose_heights_are_the_answers(room):
     open_round(teacher, "budget")
     picks = [1, 2, 2, 6, 3]
     for value in picks:
-        answer(session("pages/exercises.py"), 1, value)
+        answer(open_page("pages/exercises.py"), 1, value)
     teacher.button(key="classroom_close").click().run()
-    alive(teacher)
+    assert_alive(teacher)
     bars = chart(teacher, "instructor_chart")["data"][0]
     assert bars["type"] == "bar"
     exercise = exercises.by_id("budget")
@@ -186,7 +170,7 @@ def test_without_the_phrase_no_instructor_control_is_reachable(room, monkeypatch
         at.query_params[name] = value
     at.run()
     at.switch_page("pages/instructor.py").run()
-    alive(at)
+    assert_alive(at)
     assert i18n.t("classroom.no_secret", "en") in texts(at, "info")
     assert not at.text_input and not keys(at, "button")
     # With one set, a wrong phrase (or the right one in the URL only) opens nothing either.
