@@ -56,8 +56,9 @@ def room_answer(number: int, pred_key: str) -> None:
     """The participant's answer to round ``number`` (the value in ``pred_key``): the room counts a participant's first."""
     value = float(state[pred_key])
     counted = ROOM.answer(number, session_owner(), value)
-    state.classroom_mine.setdefault(number, value)
-    state.classroom_refused = None if counted else number
+    if counted:
+        state.classroom_mine[number] = value
+    state.classroom_refused = None if counted else number  # said on the page: a second answer, or a closed round
 
 
 # Without an instructor's phrase set no round can open, so the page does not ask the room at all.

@@ -206,3 +206,14 @@ def test_a_stale_instructor_tab_closes_only_the_round_it_showed(room):
     second.button(key="classroom_close").click().run()
     assert i18n.t("errors.classroom.not_current", "pt-BR", number=1) in texts(second, "error")
     assert room.current().number == 2 and room.current().is_open
+
+
+def test_the_phrase_may_come_from_secrets_toml(room, monkeypatch):
+    monkeypatch.delenv("CKPTLAB_INSTRUCTOR_SECRET")
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.secrets["CKPTLAB_INSTRUCTOR_SECRET"] = "from secrets.toml"
+    at.run()
+    at.switch_page("pages/instructor.py").run()
+    at.text_input(key="classroom_secret").input("from secrets.toml").run()
+    assert_alive(at)
+    assert at.button(key="classroom_open") and at.selectbox(key="classroom_exercise")
