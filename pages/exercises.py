@@ -62,6 +62,11 @@ def room_answer(number: int, pred_key: str) -> None:
 
 
 # Without an instructor's phrase set no round can open, so the page does not ask the room at all.
+def hide_round(number: int) -> None:
+    """The participant is done with round ``number``'s result: the page stops showing it (the next round shows)."""
+    state.classroom_rounds.discard(number)
+
+
 @st.fragment(run_every=ROOM_REFRESH_S if server_policy()[0].has_instructor else None)
 def room() -> None:
     """The instructor's round, if one is open (or closed since this session saw it open)."""
@@ -109,6 +114,7 @@ def room() -> None:
             st.info(tr("classroom.waiting", count=now.count))
         else:
             result(now, tr, lang, "classroom")
+            st.button(tr("classroom.hide"), key="classroom_hide", on_click=hide_round, args=(now.number,))
 
 
 room()

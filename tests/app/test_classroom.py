@@ -130,8 +130,9 @@ def test_a_choice_is_drawn_as_bars_whose_heights_are_the_answers(room):
     teacher = instructor("ja")
     open_round(teacher, "budget")
     picks = [1, 2, 2, 6, 3]
-    for value in picks:
-        answer(open_page("pages/exercises.py"), 1, value)
+    class_ = [open_page("pages/exercises.py") for _ in picks]
+    for at, value in zip(class_, picks):
+        answer(at, 1, value)
     teacher.button(key="classroom_close").click().run()
     assert_alive(teacher)
     bars = chart(teacher, "instructor_chart")["data"][0]
@@ -140,6 +141,12 @@ def test_a_choice_is_drawn_as_bars_whose_heights_are_the_answers(room):
     assert list(bars["y"]) == [Counter(picks)[n] for n in exercise.choices]
     runs = room.current().runs
     assert room.current().measured == exercises.budget_answer(exercise, runs)
+    # A participant who has read the result hides it; the others still see it.
+    class_[0].run()
+    class_[0].button(key="classroom_hide").click().run()
+    assert "classroom_chart" not in keys(class_[0], "plotly_chart")
+    class_[1].run()
+    assert list(chart(class_[1], "classroom_chart")["data"][0]["y"]) == list(bars["y"])
 
 
 def test_two_tabs_of_one_signed_in_person_are_one_participant(room):
