@@ -15,7 +15,6 @@ from __future__ import annotations
 import streamlit as st
 
 from ckptlab.lab import exercises, learnpage
-from ckptlab.lab.classroom import ROOM
 from ckptlab.lab.exercises import EXERCISES
 from ckptlab.results import RunResult
 from ckptlab.show.figures.prediction import guess_figure
@@ -25,8 +24,7 @@ from ckptlab.spec import RunSpec
 from pages._common import language
 from pages._deep_link import run_through_app
 from pages._learn_runs import measured
-from pages._room import ROOM_REFRESH_S, question, result
-from pages._server import server_policy, session_owner
+from pages._room import follow_the_room, question
 
 run_through_app()
 
@@ -48,76 +46,7 @@ state.setdefault("exercise_pick", IDS[0])
 
 st.title(tr("exercises.page_title"), anchor=False)
 st.markdown(tr("exercises.intro"))
-state.setdefault("classroom_mine", {})  # round number -> this participant's answer to it (what the page shows)
-state.setdefault("classroom_rounds", set())  # the rounds this session saw open: their results follow it
-
-
-def room_answer(number: int, pred_key: str) -> None:
-    """The participant's answer to round ``number`` (the value in ``pred_key``): the room counts a participant's first."""
-    value = float(state[pred_key])
-    counted = ROOM.answer(number, session_owner(), value)
-    if counted:
-        state.classroom_mine[number] = value
-    state.classroom_refused = None if counted else number  # said on the page: a second answer, or a closed round
-
-
-# Without an instructor's phrase set no round can open, so the page does not ask the room at all.
-def hide_round(number: int) -> None:
-    """The participant is done with round ``number``'s result: the page stops showing it (the next round shows)."""
-    state.classroom_rounds.discard(number)
-
-
-@st.fragment(run_every=ROOM_REFRESH_S if server_policy()[0].has_instructor else None)
-def room() -> None:
-    """The instructor's round, if one is open (or closed since this session saw it open)."""
-    now = ROOM.current()
-    if now is None or (not now.is_open and now.number not in state.classroom_rounds):
-        return
-    state.classroom_rounds.add(now.number)
-    with st.container(border=True):
-        st.header(tr("classroom.room_title", number=now.number), anchor=False)
-        question(now.exercise, tr, lang, "classroom")
-        mine = state.classroom_mine.get(now.number)
-        if now.is_open:
-            pred_key = f"classroom_pred_{now.number}"
-            if now.exercise.kind == "percent":
-                state.setdefault(pred_key, 100)
-                st.number_input(
-                    tr("exercises.prediction_percent"),
-                    min_value=0,
-                    max_value=400,
-                    step=5,
-                    key=pred_key,
-                    disabled=mine is not None,
-                )
-            else:
-                st.radio(
-                    tr("exercises.prediction_choice"),
-                    now.exercise.choices,
-                    key=pred_key,
-                    horizontal=True,
-                    format_func=lambda n: f"every_n_layers={n}",
-                    disabled=mine is not None,
-                )
-            st.button(
-                tr("classroom.submit"),
-                key="classroom_submit",
-                type="primary",
-                on_click=room_answer,
-                args=(now.number, pred_key),
-            )  # left on after an answer: pressed again, the page says the room counted the first
-        if state.get("classroom_refused") == now.number:
-            st.warning(tr("classroom.not_counted"))
-        if mine is not None:
-            st.caption(tr("classroom.your_answer", value=f"{mine:g}"))
-        if now.is_open:
-            st.info(tr("classroom.waiting", count=now.count))
-        else:
-            result(now, tr, lang, "classroom")
-            st.button(tr("classroom.hide"), key="classroom_hide", on_click=hide_round, args=(now.number,))
-
-
-room()
+follow_the_room(tr, lang)  # the instructor's round on top, while one is open
 
 # The score is recomputed from the locked-in predictions and the measured runs, in the current language.
 results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
