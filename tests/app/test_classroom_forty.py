@@ -1,9 +1,11 @@
-"""Forty participants answer the room's round within a second: every answer is counted, once.
+"""Forty participants answer the room's round within a second on a real server: every answer is counted, once.
 
-Forty real sessions (AppTest instances of the app, each its own session state and so its own
-participant) open the Exercises page and type their prediction; then all forty press the
-button together, from forty threads released at once by a barrier. The test waits on the
-threads (a generous bound turns a hang into a failure), never on a clock.
+`streamlit run app.py` on 127.0.0.1 and forty real sessions of it, each a websocket that speaks
+Streamlit's own protocol (``tests/app/wire.py``), as forty browser tabs would: each opens the
+Exercises page and types its prediction, then all forty press the button together, released at
+once by a barrier, each in its own thread, and the server runs forty scripts at once against
+its one room. The instructor is a forty-first session. The test waits on the sessions' replies
+(a generous bound turns a hang into a failure), never on a clock.
 """
 
 from __future__ import annotations
@@ -11,71 +13,69 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from pathlib import Path
+from contextlib import ExitStack
 
 import pytest
-from streamlit.runtime.scriptrunner.script_cache import ScriptCache
-from streamlit.testing.v1 import AppTest
 
-from ckptlab.lab import classroom
-from ckptlab.show import i18n
+from tests.app.test_browser import serve
 
-pytestmark = pytest.mark.slow  # forty sessions of the app and a measured run
+pytest.importorskip("websockets.sync.client", reason="websockets (a dependency of streamlit) is missing")
+from tests.app.wire import WireSession
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
-TIMEOUT = 300
+pytestmark = pytest.mark.slow  # a server, forty sessions and a measured run
+
 SECRET = "forty at once"
 PARTICIPANTS = 40
-HANG_S = 600.0  # far beyond forty page runs on 2 busy cores: only a hang reaches it
+HANG_S = 600.0  # a bound on any one reply: far beyond a measured run and forty page runs on 2 busy cores
 
 
-def test_forty_sessions_answering_together_are_all_counted(monkeypatch):
-    monkeypatch.setenv("CKPTLAB_INSTRUCTOR_SECRET", SECRET)
-    monkeypatch.setenv("CKPTLAB_WORKERS", "thread")
-    room = classroom.Classroom()
-    monkeypatch.setattr(classroom, "ROOM", room)
-    # One script cache for every session, as a real server has: AppTest compiles the pages again on each run,
-    # and forty runs compiling at once break CPython 3.11's compiler ("AST constructor recursion depth mismatch").
-    shared = ScriptCache()
-    monkeypatch.setattr("streamlit.testing.v1.app_test.ScriptCache", lambda: shared)
-    teacher = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
-    teacher.switch_page("pages/instructor.py").run()
-    teacher.text_input(key="classroom_secret").input(SECRET).run()
-    teacher.selectbox(key="classroom_exercise").set_value("resident_half").run()
-    teacher.button(key="classroom_open").click().run()
-    assert not teacher.exception and teacher.button(key="classroom_close")
+def test_forty_sessions_answering_together_are_all_counted():
+    env = {"CKPTLAB_INSTRUCTOR_SECRET": SECRET, "CKPTLAB_WORKERS": "thread"}
+    with serve("streamlit-classroom-forty.log", env) as url, ExitStack() as sessions_open:
+        teacher = sessions_open.enter_context(WireSession(url, HANG_S))
+        teacher.run()  # the entry point first, once on this server: app.py's navigation names the pages
+        teacher.run("instructor")
+        phrase = {"classroom_secret": SECRET}
+        assert teacher.run("instructor", phrase).keyed("button", "classroom_open") is not None
+        opened = teacher.run("instructor", phrase, press="classroom_open")  # measures, then opens round 1
+        assert opened.keyed("button", "classroom_close") is not None, [e for k, e in opened.elements if k == "alert"]
 
-    values = [5 * (index % 17) for index in range(PARTICIPANTS)]  # 0..80 in steps of 5, repeated
-    sessions = []
-    for value in values:
-        at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
-        at.switch_page("pages/exercises.py").run()
-        at.number_input(key="classroom_pred_1").set_value(value).run()
-        sessions.append(at)
+        values = [5 * (index % 17) for index in range(PARTICIPANTS)]  # 0..80 in steps of 5, repeated
+        sessions = []
+        for value in values:
+            participant = sessions_open.enter_context(WireSession(url, HANG_S))
+            assert participant.run("exercises").keyed("button", "classroom_submit") is not None
+            participant.run("exercises", {"classroom_pred_1": value})
+            sessions.append(participant)
 
-    together = threading.Barrier(PARTICIPANTS)
-    failures: list[BaseException] = []
+        together = threading.Barrier(PARTICIPANTS)
+        replies: dict[int, object] = {}
 
-    def press(at: AppTest) -> None:
-        try:
-            together.wait(HANG_S)
-            at.button(key="classroom_submit").click().run()
-        except BaseException as error:  # reported by the main thread
-            failures.append(error)
+        def press(index: int) -> None:
+            try:
+                together.wait(HANG_S)
+                replies[index] = sessions[index].run(
+                    "exercises", {"classroom_pred_1": values[index]}, "classroom_submit"
+                )
+            except BaseException as error:  # reported by the main thread
+                replies[index] = error
 
-    threads = [threading.Thread(target=press, args=(at,)) for at in sessions]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG_S)
-    assert not any(thread.is_alive() for thread in threads), "a session's answer hangs"
-    assert not failures, failures
-    for at in sessions:
-        assert not at.exception and not at.warning, [str(e.value) for e in (*at.exception, *at.warning)]
+        threads = [threading.Thread(target=press, args=(index,)) for index in range(PARTICIPANTS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(HANG_S)
+        assert not any(thread.is_alive() for thread in threads), "a session's answer hangs"
+        for index, reply in sorted(replies.items()):
+            assert not isinstance(reply, BaseException), (index, reply)
+            captions = [element.body for element in reply.of("markdown")]
+            assert f"Your answer: {values[index]}" in captions, (index, captions)
+            assert not reply.of("exception") and not [a for a in reply.of("alert") if "not counted" in a.body]
+        assert len(replies) == PARTICIPANTS
 
-    assert room.current().count == PARTICIPANTS
-    teacher.run()
-    assert next(m.value for m in teacher.metric if m.label == i18n.t("classroom.answers", "en")) == str(PARTICIPANTS)
-    teacher.button(key="classroom_close").click().run()
-    (figure,) = [c for c in teacher.get("plotly_chart") if c.proto.id.endswith("-instructor_chart")]
-    assert Counter(json.loads(figure.proto.spec)["data"][0]["x"]) == Counter(float(v) for v in values)
+        counted = teacher.run("instructor", phrase)
+        (answered,) = [m for m in counted.of("metric") if m.label == "Participants who answered"]
+        assert answered.body == str(PARTICIPANTS)
+        closed = teacher.run("instructor", phrase, press="classroom_close")
+        figure = json.loads(closed.keyed("plotly_chart", "instructor_chart").spec)
+        assert Counter(figure["data"][0]["x"]) == Counter(float(v) for v in values)
