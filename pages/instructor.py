@@ -96,6 +96,8 @@ question(now.exercise, tr, lang, "instructor")
 def close_round(number: int) -> None:
     """Close the round this page showed (its number fixed when drawn, so a round opened since in another tab of the
     instructor's stays open)."""
+    if not server_policy()[0].is_instructor(state.get("classroom_secret") or ""):
+        return  # a press reaches its callback before the page checks the phrase: check it here too
     try:
         ROOM.close(number)
     except ckptlab.CkptlabError as error:
@@ -109,10 +111,9 @@ st.button(tr("classroom.close"), key="classroom_close", type="primary", on_click
 def answered() -> None:
     """How many participants answered so far, asked of the room every few seconds (the answers stay hidden)."""
     current = ROOM.current()
-    if current is not None and current.number == now.number:
-        st.metric(tr("classroom.answers"), current.count)
-        if not current.is_open:  # closed from another tab of the instructor's
-            st.rerun(scope="app")
+    if current is None or current.number != now.number or not current.is_open:
+        st.rerun(scope="app")  # closed, or another opened, from another tab of the instructor's: draw it anew
+    st.metric(tr("classroom.answers"), current.count)
 
 
 answered()
