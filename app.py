@@ -58,6 +58,7 @@ navigation = st.navigation(
             st.Page("pages/lesson.py", title=tr("nav.lesson_page"), icon=":material/school:"),
             st.Page("pages/timeline.py", title=tr("nav.timeline_page"), icon=":material/timeline:"),
             st.Page("pages/exercises.py", title=tr("nav.exercises_page"), icon=":material/quiz:"),
+            st.Page("pages/instructor.py", title=tr("classroom.nav_page"), icon=":material/co_present:"),
         ],
     }
 )

@@ -3,6 +3,11 @@
 A flat page: the exercises, their scoring and explanations are in ``ckptlab.lab.exercises``; the
 runs go through the device queue (``ckptlab.lab.learn``) and are shared with the other
 Learn pages. The first answer to each exercise counts toward the session's score.
+
+While the instructor's room has a round open (``ckptlab.lab.classroom``, led from
+``pages/instructor.py``), the page shows that exercise on top, in a fragment that asks the room
+every few seconds; the participant's first answer counts, and the room's answers appear once the
+instructor closes the round.
 """
 
 from __future__ import annotations
@@ -11,16 +16,15 @@ import streamlit as st
 
 from ckptlab.lab import exercises, learnpage
 from ckptlab.lab.exercises import EXERCISES
-from ckptlab.model.plan import planned_roles
 from ckptlab.results import RunResult
-from ckptlab.show.figures.diagram import roles_diagram_figure
 from ckptlab.show.figures.prediction import guess_figure
 from ckptlab.show.figures.run import runs_tradeoff_figure
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
-from pages._common import language, preset_infos
+from pages._common import language
 from pages._deep_link import run_through_app
 from pages._learn_runs import measured
+from pages._room import follow_the_room, question
 
 run_through_app()
 
@@ -42,6 +46,7 @@ state.setdefault("exercise_pick", IDS[0])
 
 st.title(tr("exercises.page_title"), anchor=False)
 st.markdown(tr("exercises.intro"))
+follow_the_room(tr, lang)  # the instructor's round on top, while one is open
 
 # The score is recomputed from the locked-in predictions and the measured runs, in the current language.
 results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
@@ -69,23 +74,7 @@ forward.button(
     tr("exercises.next"), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch"
 )
 exercise = exercises.by_id(exercise_id)
-values = exercise.question_values()
-
-st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
-st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
-if exercise.kind == "percent":
-    st.plotly_chart(
-        roles_diagram_figure(
-            planned_roles(preset_infos()[exercise.spec.model].num_layers, exercise.spec.every_n_layers),
-            lang=lang,
-            height=220,
-        ),
-        key="exercise_plan",
-        theme=None,
-    )
-st.markdown(f"**{tr(f'exercise.{exercise.id}.question', **values)}**")
-with st.expander(tr("exercises.hint_title")):
-    st.markdown(tr(f"exercise.{exercise.id}.hint"))
+question(exercise, tr, lang, "exercise")
 
 locked = exercise.id in state.exercise_answers
 if exercise.kind == "percent":

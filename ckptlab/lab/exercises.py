@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import SpecError
-from ..results import RunResult, compare, measurements, memory_of
+from ..results import Judgement, RunResult, compare, measurements, memory_of
 from ..show.i18n import t
 from ..show.labels import event_label
 from ..spec import RunSpec
@@ -127,6 +127,32 @@ def budget_answer(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> i
     return max(fitting) if fitting else None
 
 
+def measured_answer(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> float | None:
+    """The exercise's answer from measured runs: the percent of off, or the fastest every_n_layers that fits.
+
+    ``None`` for a choice none of whose settings fits the budget. ``runs`` as :func:`evaluate` takes them.
+    """
+    if exercise.kind == "choice":
+        answer = budget_answer(exercise, runs)
+        return None if answer is None else float(answer)
+    return percent_of_off(runs[exercise.spec.every_n_layers], runs[None], exercise.metric)
+
+
+def explain(exercise: Exercise, runs: Mapping[int | None, RunResult], lang: str = "en") -> str:
+    """The one line on why the measurement is what it is, from the measured numbers, in ``lang``."""
+    if exercise.kind == "choice":
+        return _explain_budget(exercise, runs, budget_answer(exercise, runs), lang)
+    explain_metric = {"after_forward": _explain_resident, "peak": _explain_peak, "step": _explain_step}
+    return explain_metric[exercise.metric](runs[exercise.spec.every_n_layers], runs[None], lang)
+
+
+def time_judgement(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> Judgement | None:
+    """For a timed exercise, the lab's verdict on its step time against off (:func:`compare`); None for the others."""
+    if exercise.metric != "step" or exercise.kind != "percent":
+        return None
+    return compare(runs[exercise.spec.every_n_layers], runs[None]).step.judgement
+
+
 def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, RunResult], lang: str = "en") -> Outcome:
     """Score a prediction against measured runs and explain the gap.
 
@@ -140,27 +166,33 @@ def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, Run
     Raises:
         SpecError: a needed run is missing or has no measurements.
     """
-    needed = [spec.every_n_layers for spec in exercise.specs()] + [None]
-    for n in needed:
-        if n not in runs or runs[n].memory is None or runs[n].timing is None:
-            raise SpecError(f"exercise {exercise.id!r} needs a measured run with every_n_layers={n}.")
-    off = runs[None]
+    check_runs(exercise, runs)
+    measured = measured_answer(exercise, runs)
     if exercise.kind == "choice":
-        answer = budget_answer(exercise, runs)
+        answer = None if measured is None else int(measured)
         points = MAX_POINTS if answer is not None and int(predicted) == answer else 0
         verdict = t("verdict.right" if points else "verdict.wrong", lang, answer=answer if answer is not None else "-")
-        return Outcome(predicted, float(answer or 0), points, verdict, _explain_budget(exercise, runs, answer, lang))
-
-    run = runs[exercise.spec.every_n_layers]
-    measured = percent_of_off(run, off, exercise.metric)
+        return Outcome(predicted, float(answer or 0), points, verdict, explain(exercise, runs, lang))
+    assert measured is not None  # a percent always has one
     points = percent_points(predicted, measured)
     gap = predicted - measured
     if abs(gap) <= PERCENT_BANDS[0][0]:
         verdict = t("verdict.close", lang, gap=f"{abs(gap):.0f}")
     else:
         verdict = t("verdict.high" if gap > 0 else "verdict.low", lang, gap=f"{abs(gap):.0f}")
-    explain = {"after_forward": _explain_resident, "peak": _explain_peak, "step": _explain_step}[exercise.metric]
-    return Outcome(predicted, measured, points, verdict, explain(run, off, lang))
+    return Outcome(predicted, measured, points, verdict, explain(exercise, runs, lang))
+
+
+def check_runs(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> None:
+    """Refuse runs that lack one the exercise needs, or its measurements.
+
+    Raises:
+        SpecError: naming the exercise and the every_n_layers missing.
+    """
+    needed = [spec.every_n_layers for spec in exercise.specs()] + [None]
+    for n in needed:
+        if n not in runs or runs[n].memory is None or runs[n].timing is None:
+            raise SpecError(f"exercise {exercise.id!r} needs a measured run with every_n_layers={n}.")
 
 
 def _explain_resident(run: RunResult, off: RunResult, lang: str) -> str:

@@ -30,10 +30,14 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
     ``process`` (the default): every job runs in a worker process (:mod:`ckptlab.lab.workers`),
     so no participant's torch state meets another's and a job past its limit is ended at once.
     ``thread``: jobs run in the server's own threads (one person on a laptop; no hard limits).
+``CKPTLAB_INSTRUCTOR_SECRET``
+    The phrase that opens the instructor's room (``pages/instructor.py``): typed into its
+    password field, never put in a URL (the projector shows it). Unset: the room offers nothing.
 """
 
 from __future__ import annotations
 
+import hmac
 import math
 import os
 from collections.abc import Mapping
@@ -65,6 +69,8 @@ class ServerPolicy:
     max_tokens: Mapping[str, int] = field(default_factory=dict)  # model -> seq x batch; "*" for the others
     memory_cap_bytes: int | None = None  # resident memory a job's worker may reach; None: no cap
     workers: bool = True  # jobs in worker processes (CKPTLAB_WORKERS=process) rather than the server's threads
+    # The instructor's phrase (CKPTLAB_INSTRUCTOR_SECRET); None: no instructor's room. Never in a repr or a log.
+    instructor_secret: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, object]) -> ServerPolicy:
@@ -105,7 +111,21 @@ class ServerPolicy:
         if mode not in ("process", "thread"):
             raise SpecError(f"CKPTLAB_WORKERS={mode!r} is not valid: use process (the default) or thread.")
         max_tokens = parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or ""))
-        return cls(models_root, run_limit_s, max_tokens, memory_cap_bytes, mode == "process")
+        secret = str(settings.get("CKPTLAB_INSTRUCTOR_SECRET") or "") or None
+        return cls(models_root, run_limit_s, max_tokens, memory_cap_bytes, mode == "process", secret)
+
+    # -- the instructor's room ----------------------------------------------------------
+
+    @property
+    def has_instructor(self) -> bool:
+        """Whether the server set an instructor's phrase: without one, the instructor's room offers nothing."""
+        return self.instructor_secret is not None
+
+    def is_instructor(self, typed: str) -> bool:
+        """Whether ``typed`` is the instructor's phrase, compared in constant time (False when none is set)."""
+        if self.instructor_secret is None or not typed:
+            return False
+        return hmac.compare_digest(typed.encode("utf-8"), self.instructor_secret.encode("utf-8"))
 
     # -- local folders ------------------------------------------------------------------
 

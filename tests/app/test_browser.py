@@ -5,12 +5,14 @@ The screenshot lands in artifacts/ (gitignored) for a person to look at.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,11 +44,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def serve(log_name: str = "streamlit-browser-test.log", env: dict[str, str] | None = None) -> Iterator[str]:
+    """`streamlit run app.py` on a free port of 127.0.0.1, with ``env`` added to its environment; yields its URL."""
     port = _free_port()
     (ROOT / "artifacts").mkdir(exist_ok=True)
-    log = open(ROOT / "artifacts" / "streamlit-browser-test.log", "w")  # noqa: SIM115 - closed at teardown
+    log = open(ROOT / "artifacts" / log_name, "w")  # noqa: SIM115 - closed at teardown
     process = subprocess.Popen(
         [
             sys.executable,
@@ -66,6 +69,7 @@ def server():
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -78,9 +82,7 @@ def server():
             except OSError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"streamlit did not start (exit code {process.poll()}); see artifacts/streamlit-browser-test.log"
-                )
+                pytest.fail(f"streamlit did not start (exit code {process.poll()}); see artifacts/{log_name}")
             time.sleep(0.3)
         yield url
     finally:
@@ -90,6 +92,12 @@ def server():
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve() as url:
+        yield url
 
 
 def test_press_run_and_see_the_diagram(server):

@@ -6,68 +6,50 @@ whole suite; every language after the first reuses them.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from ckptlab.show import i18n
+from tests.app.sessions import assert_alive, open_page
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
-TIMEOUT = 300  # real measured steps on 2 shared cores; AppTest's default 3 s is far too short
 LANGS = list(i18n.LANGUAGES)
-
-
-def _open(page: str, lang: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.query_params["lang"] = lang
-    at.run()
-    at.switch_page(page).run()
-    _assert_alive(at)
-    return at
-
-
-def _assert_alive(at: AppTest) -> None:
-    assert not at.exception, "\n".join(str(e.value) for e in at.exception)
-    assert not at.error, "\n".join(str(e.value) for e in at.error)
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_timeline_page_draws_the_step_and_follows_the_slider(lang):
-    at = _open("pages/timeline.py", lang)
+    at = open_page("pages/timeline.py", lang)
     tr = i18n.translator(lang)
     assert at.title[0].value == tr("timeline.page_title")
     assert len(at.get("plotly_chart")) == 2  # the timeline and the diagram under it
     slider = at.select_slider(key="timeline_event")
     slider.set_value(len(slider.options) - 4).run()
-    _assert_alive(at)
+    assert_alive(at)
     assert tr("timeline.at_event").split("**")[1] in at.markdown[1].value
     assert len(at.get("plotly_chart")) == 2
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_lesson_page_shows_a_live_figure_for_each_part(lang):
-    at = _open("pages/lesson.py", lang)
+    at = open_page("pages/lesson.py", lang)
     tr = i18n.translator(lang)
     seen = []
     for part in ("activation", "trade", "every_n", "offload", "peak", "shrink", "step"):
         at.segmented_control(key="lesson_part").set_value(part).run()
-        _assert_alive(at)
+        assert_alive(at)
         assert at.subheader[0].value == tr(f"lesson.{part}.title")
         seen.append(len(at.get("plotly_chart")))
     assert all(count >= 1 for count in seen), seen
     # The step-through: the slider moves through the events and the figures follow.
     at.select_slider(key="lesson_step").set_value(10).run()
-    _assert_alive(at)
+    assert_alive(at)
     assert len(at.get("plotly_chart")) == 3
     assert at.button(key="lesson_play").label == tr("lesson.step.play")
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
-    at = _open("pages/exercises.py", lang)
+    at = open_page("pages/exercises.py", lang)
     tr = i18n.translator(lang)
 
     def score() -> str:
@@ -76,7 +58,7 @@ def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
     assert score() == "0 / 0"
     at.number_input(key="exercise_pred_resident_all").set_value(40).run()
     at.button(key="exercise_submit").click().run()
-    _assert_alive(at)
+    assert_alive(at)
     assert at.session_state["exercise_answers"] == {"resident_all": 40.0}
     assert at.number_input(key="exercise_pred_resident_all").disabled  # the first answer counts
     assert len(at.get("plotly_chart")) == 2  # the setting's diagram, the prediction beside the measurement
@@ -88,15 +70,15 @@ def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
     at.selectbox(key="exercise_pick").set_value("budget").run()
     at.radio(key="exercise_choice_budget").set_value(2).run()
     at.button(key="exercise_submit").click().run()
-    _assert_alive(at)
+    assert_alive(at)
     assert set(at.session_state["exercise_answers"]) == {"resident_all", "budget"}
     assert score().endswith("/ 6")
 
 
 def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_tune():
-    at = _open("pages/lesson.py", "en")
+    at = open_page("pages/lesson.py", "en")
     at.segmented_control(key="lesson_part").set_value("shrink").run()
-    _assert_alive(at)
+    assert_alive(at)
     assert len(at.get("plotly_chart")) == 1
     caption = "\n".join(str(element.value) for element in at.caption)
     assert "Peak with every_n_layers=1 as a share of checkpointing off" in caption
@@ -119,10 +101,10 @@ def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_shard_part_draws_one_gpus_memory_from_simulations(lang):
-    at = _open("pages/lesson.py", lang)
+    at = open_page("pages/lesson.py", lang)
     tr = i18n.translator(lang)
     at.segmented_control(key="lesson_part").set_value("shard").run()
-    _assert_alive(at)
+    assert_alive(at)
     assert at.subheader[0].value == tr("lesson.shard.title")
     assert len(at.get("plotly_chart")) == 1
     idea = at.session_state["lesson_shard"]

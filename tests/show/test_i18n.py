@@ -28,6 +28,8 @@ TRANSLATED_PAGES = [
     "pages/timeline.py",
     "pages/lesson.py",
     "pages/exercises.py",
+    "pages/instructor.py",
+    "pages/_room.py",
 ]
 
 # Streamlit calls that put words on the screen: positional args and these keywords are checked.

@@ -7,6 +7,7 @@
 - ``prediction``: a prediction beside the measurement (the formula's, or a participant's guess).
 - ``breakdown``: the memory at a step's peak by category, and one GPU's parts under sharding.
 - ``scale``: the At-scale table: each setting's simulated peak against a GPU.
+- ``room``: the instructor's room: the class's predictions beside the measured answer.
 - ``_style``: the one font and palette.
 
 The words on them come from :mod:`ckptlab.show.i18n` and :mod:`ckptlab.show.labels`.

@@ -1,0 +1,102 @@
+"""The room's predictions beside the measured answer: a histogram for a number, bars for a choice.
+
+Every bar is a participant's prediction, in the guess colour; the measurement is a line (a
+number) or the one bar drawn in the run's colour (a choice), named "measured" on the figure:
+the room's predictions never pass for a measurement.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from ..i18n import t
+from ._style import FONT, GRID, GUESS_COLOR, OFF_COLOR, RUN_COLOR
+
+PERCENT_BIN = 10.0  # a histogram's bin, in percentage points: the width of the exercises' best band (within 10)
+
+
+def room_figure(
+    kind: str,
+    answers: Sequence[float],
+    measured: float | None,
+    choices: Sequence[int] = (),
+    *,
+    lang: str = "en",
+    height: int = 320,
+) -> go.Figure:
+    """How many participants predicted what, beside the measured answer.
+
+    Args:
+        kind: the exercise's kind: "percent" (a histogram of the answers, in bins of ``PERCENT_BIN``) or
+            "choice" (one bar per choice).
+        answers: the room's predictions, one per participant.
+        measured: the measured answer (a percent of checkpointing off, or the every_n_layers that answers
+            a choice); None when no choice fits.
+        choices: the every_n_layers a choice offered.
+        lang: the language of the labels.
+    """
+    figure = go.Figure()
+    if kind == "percent":
+        figure.add_trace(
+            go.Histogram(
+                x=list(answers),
+                xbins={"start": -PERCENT_BIN / 2, "size": PERCENT_BIN},  # bins centred on 0, 10, 20, ...
+                marker={"color": GUESS_COLOR, "line": {"color": "white", "width": 1}},
+                name=t("classroom.fig_predictions", lang),
+                hovertemplate="%{x}: %{y}<extra></extra>",
+            )
+        )
+        # The two labels on two heights: a measurement near 100% would otherwise write over the off line's.
+        for x, color, text, shift in (
+            (100.0, OFF_COLOR, t("exercise.off_line", lang), 0),
+            (measured, RUN_COLOR, t("classroom.fig_measured", lang, value=f"{measured or 0:,.0f}%"), 20),
+        ):
+            if x is None:
+                continue
+            figure.add_vline(x=x, line={"color": color, "dash": "dash" if color == OFF_COLOR else "solid", "width": 3})
+            figure.add_annotation(
+                x=x,
+                y=1.0,
+                yref="paper",
+                yanchor="bottom",
+                yshift=shift,
+                text=text,
+                showarrow=False,
+                font={"color": color},
+            )
+        figure.update_xaxes(title_text=t("classroom.fig_percent_axis", lang), gridcolor=GRID, rangemode="tozero")
+    else:
+        counts = Counter(int(answer) for answer in answers)
+        labels = [f"every_n_layers={n}" for n in choices]
+        figure.add_trace(
+            go.Bar(
+                x=labels,
+                y=[counts.get(n, 0) for n in choices],
+                marker={
+                    "color": [
+                        RUN_COLOR if measured is not None and n == int(measured) else GUESS_COLOR for n in choices
+                    ]
+                },
+                text=[
+                    t("classroom.fig_measured_bar", lang) if measured is not None and n == int(measured) else ""
+                    for n in choices
+                ],
+                textposition="outside",
+                name=t("classroom.fig_predictions", lang),
+                hovertemplate="%{x}: %{y}<extra></extra>",
+            )
+        )
+        figure.update_xaxes(title_text=t("classroom.fig_choice_axis", lang))
+    figure.update_layout(
+        height=height,
+        margin={"l": 50, "r": 20, "t": 60, "b": 50},
+        font={"family": FONT, "size": 15},
+        plot_bgcolor="white",
+        showlegend=False,
+        bargap=0.05 if kind == "percent" else 0.3,
+    )
+    figure.update_yaxes(title_text=t("classroom.fig_count_axis", lang), gridcolor=GRID, rangemode="tozero", dtick=1)
+    return figure

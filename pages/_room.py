@@ -1,0 +1,146 @@
+"""The instructor's room as both its pages draw it: an exercise's question, and a closed round's result. Not a page.
+
+The instructor's page (``pages/instructor.py``) and every participant's Exercises page show the
+same question and, once the round closes, the same result; the round itself is
+``ckptlab.lab.classroom``'s.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ckptlab.lab import classroom
+from ckptlab.lab.classroom import Round
+from ckptlab.lab.exercises import Exercise, explain, time_judgement
+from ckptlab.model.plan import planned_roles
+from ckptlab.show.figures.diagram import roles_diagram_figure
+from ckptlab.show.figures.room import room_figure
+from ckptlab.show.i18n import Translator
+from pages._common import preset_infos
+from pages._server import server_policy, session_owner
+
+ROOM_REFRESH_S = 3.0  # how often a page asks the room what changed: a few seconds, so measured runs are not disturbed
+
+
+def question(exercise: Exercise, tr: Translator, lang: str, key: str) -> None:
+    """The exercise's name, setting, plan (for a percent) and question, with its hint folded away."""
+    st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
+    st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
+    if exercise.kind == "percent":
+        st.plotly_chart(
+            roles_diagram_figure(
+                planned_roles(preset_infos()[exercise.spec.model].num_layers, exercise.spec.every_n_layers),
+                lang=lang,
+                height=220,
+            ),
+            key=f"{key}_plan",
+            theme=None,
+        )
+    st.markdown(f"**{tr(f'exercise.{exercise.id}.question', **exercise.question_values())}**")
+    with st.expander(tr("exercises.hint_title")):
+        st.markdown(tr(f"exercise.{exercise.id}.hint"))
+
+
+def measured_text(closed: Round, tr: Translator) -> str:
+    """The measured answer as the room reads it: ``37%`` or ``every_n_layers=2`` (or that no choice fits)."""
+    if closed.measured is None:
+        return tr("classroom.none_fits")
+    if closed.exercise.kind == "percent":
+        return f"{closed.measured:,.0f}%"
+    return f"every_n_layers={int(closed.measured)}"
+
+
+def result(closed: Round, tr: Translator, lang: str, key: str) -> None:
+    """A closed round: the room's predictions beside the measured answer, its one-line explanation and, for a timed
+    exercise, the verdict on the noise; where the numbers were measured."""
+    exercise = closed.exercise
+    st.markdown(f"**{tr('classroom.result_title', number=closed.number)}**")
+    left, right = st.columns([3, 2])
+    left.plotly_chart(
+        room_figure(exercise.kind, closed.answers, closed.measured, exercise.choices, lang=lang),
+        key=f"{key}_chart",
+        theme=None,
+    )
+    with right:
+        st.metric(tr("classroom.measured"), measured_text(closed, tr))
+        st.metric(tr("classroom.answers"), closed.count)
+        st.markdown(explain(exercise, closed.runs, lang))
+        judgement = time_judgement(exercise, closed.runs)
+        if judgement is not None:
+            st.caption(tr("classroom.noise", verdict=tr(f"noise.verdict_{judgement.value}")))
+        off = closed.runs[None]
+        st.caption(
+            tr(
+                "exercises.provenance",
+                source=tr(f"provenance.{off.provenance.kind}", device=off.provenance.device_name),
+            )
+        )
+
+
+def follow_the_room(tr: Translator, lang: str) -> None:
+    """A participant's side of the room, on the Exercises page: the open round's exercise and the answer box, then the
+    room's result once the instructor closes it (for the rounds this session saw open), refreshed by a fragment."""
+    state = st.session_state
+    state.setdefault("classroom_mine", {})  # round number -> this participant's answer the room counted
+    state.setdefault("classroom_rounds", set())  # the rounds this session saw open: their results follow it
+
+    def answer(number: int, pred_key: str) -> None:
+        value = float(state[pred_key])
+        counted = classroom.ROOM.answer(number, session_owner(), value)  # a participant's first answer only
+        if counted:
+            state.classroom_mine[number] = value
+        state.classroom_refused = None if counted else number  # said on the page: a second answer, or a closed round
+
+    def hide(number: int) -> None:
+        state.classroom_rounds.discard(number)  # the next round shows again
+
+    # Without an instructor's phrase set no round can open, so the page does not ask the room at all.
+    @st.fragment(run_every=ROOM_REFRESH_S if server_policy()[0].has_instructor else None)
+    def room() -> None:
+        now = classroom.ROOM.current()
+        if now is None or (not now.is_open and now.number not in state.classroom_rounds):
+            return
+        state.classroom_rounds.add(now.number)
+        with st.container(border=True):
+            st.header(tr("classroom.room_title", number=now.number), anchor=False)
+            question(now.exercise, tr, lang, "classroom")
+            mine = state.classroom_mine.get(now.number)
+            if now.is_open:
+                pred_key = f"classroom_pred_{now.number}"
+                if now.exercise.kind == "percent":
+                    state.setdefault(pred_key, 100)
+                    st.number_input(
+                        tr("exercises.prediction_percent"),
+                        min_value=0,
+                        max_value=400,
+                        step=5,
+                        key=pred_key,
+                        disabled=mine is not None,
+                    )
+                else:
+                    st.radio(
+                        tr("exercises.prediction_choice"),
+                        now.exercise.choices,
+                        key=pred_key,
+                        horizontal=True,
+                        format_func=lambda n: f"every_n_layers={n}",
+                        disabled=mine is not None,
+                    )
+                st.button(
+                    tr("classroom.submit"),
+                    key="classroom_submit",
+                    type="primary",
+                    on_click=answer,
+                    args=(now.number, pred_key),
+                )  # left on after an answer: pressed again, the page says the room counted the first
+            if state.get("classroom_refused") == now.number:
+                st.warning(tr("classroom.not_counted"))
+            if mine is not None:
+                st.caption(tr("classroom.your_answer", value=f"{mine:g}"))
+            if now.is_open:
+                st.info(tr("classroom.waiting", count=now.count))
+            else:
+                result(now, tr, lang, "classroom")
+                st.button(tr("classroom.hide"), key="classroom_hide", on_click=hide, args=(now.number,))
+
+    room()

@@ -1,0 +1,119 @@
+"""The instructor's room: open a round on one exercise, watch the answers arrive, close it, show the spread.
+
+Reached by typing the phrase the server sets (``CKPTLAB_INSTRUCTOR_SECRET`` in the environment
+or ``.streamlit/secrets.toml``) into a password field: never in the URL, which the projector
+shows. Without the phrase set, the page offers nothing but how to set it. The round lives in
+``ckptlab.lab.classroom`` (this server's memory only); its runs are measured once, before it
+opens, through the Learn pages' shared runs (``pages/_learn_runs.py``).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import ckptlab
+from ckptlab.lab import exercises, learnpage
+from ckptlab.lab.classroom import ROOM, round_csv
+from ckptlab.lab.exercises import EXERCISES
+from ckptlab.show.wording import app_message, run_message
+from pages._common import download_buttons, language
+from pages._deep_link import run_through_app
+from pages._learn_runs import measured
+from pages._room import ROOM_REFRESH_S, question, result
+from pages._server import server_policy
+
+run_through_app()
+
+state = st.session_state
+lang, tr = language()
+IDS = [exercise.id for exercise in EXERCISES]
+
+st.title(tr("classroom.page_title"), anchor=False)
+policy, problem = server_policy()
+if problem is not None:
+    st.error(app_message(problem, lang))
+if not policy.has_instructor:
+    st.info(tr("classroom.no_secret"))
+    st.stop()
+st.markdown(tr("classroom.intro"))
+typed = st.text_input(tr("classroom.secret"), type="password", key="classroom_secret")
+if not typed:
+    st.info(tr("classroom.enter_secret"))
+    st.stop()
+if not policy.is_instructor(typed):
+    st.error(tr("classroom.wrong_secret"))
+    st.stop()
+
+# -- the instructor's controls: only past the phrase, checked again on every run -------------
+
+
+def open_round(exercise_id: str) -> None:
+    """Measure the exercise's runs (one device turn for the room, or none when they are shared already), then open."""
+    exercise = exercises.by_id(exercise_id)
+    results = measured(exercise.specs(), tr)
+    if results is None:
+        st.stop()  # the message is shown
+    runs = learnpage.exercise_runs(exercise, results)
+    failed = [run for run in runs.values() if run.status != "ok"]
+    if failed:
+        st.error(run_message(failed[0], lang))
+        st.stop()
+    try:
+        ROOM.open(exercise, runs)
+    except ckptlab.CkptlabError as error:  # another instructor's tab opened one meanwhile
+        st.error(app_message(error, lang))
+        st.stop()
+
+
+problem_now = state.pop("classroom_problem", None)
+if problem_now:
+    st.error(problem_now)
+now = ROOM.current()
+if now is None or not now.is_open:
+    pick = st.selectbox(
+        tr("classroom.pick"),
+        IDS,
+        key="classroom_exercise",
+        format_func=lambda i: f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {tr('exercise.' + i + '.name')}",
+    )
+    if st.button(tr("classroom.open"), key="classroom_open", type="primary"):
+        open_round(pick)
+        st.rerun()
+    if now is not None:  # the last round, closed: its result stays until the next opens
+        st.divider()
+        question(now.exercise, tr, lang, "instructor")
+        result(now, tr, lang, "instructor")
+        download_buttons(
+            f"ckptlab-round-{now.number}-{now.exercise_id}",
+            [(tr("classroom.download"), round_csv(now), "csv", "classroom_download")],
+        )
+    st.stop()
+
+st.header(tr("classroom.room_title", number=now.number), anchor=False)
+question(now.exercise, tr, lang, "instructor")
+
+
+def close_round(number: int) -> None:
+    """Close the round this page showed (its number fixed when drawn, so a round opened since in another tab of the
+    instructor's stays open)."""
+    if not server_policy()[0].is_instructor(state.get("classroom_secret") or ""):
+        return  # a press reaches its callback before the page checks the phrase: check it here too
+    try:
+        ROOM.close(number)
+    except ckptlab.CkptlabError as error:
+        state.classroom_problem = app_message(error, lang)
+
+
+st.button(tr("classroom.close"), key="classroom_close", type="primary", on_click=close_round, args=(now.number,))
+
+
+@st.fragment(run_every=ROOM_REFRESH_S)
+def answered() -> None:
+    """How many participants answered so far, asked of the room every few seconds (the answers stay hidden)."""
+    current = ROOM.current()
+    if current is None or current.number != now.number or not current.is_open:
+        st.rerun(scope="app")  # closed, or another opened, from another tab of the instructor's: draw it anew
+    st.metric(tr("classroom.answers"), current.count)
+
+
+answered()

@@ -1,0 +1,106 @@
+"""A browser session without the browser: Streamlit's own websocket protocol, spoken to a `streamlit run` server.
+
+Streamlit's frontend talks to the server through one websocket (``/_stcore/stream``) of
+protobuf messages: it sends a ``BackMsg`` asking for a run with its widgets' values
+(``ClientState``), the server runs the page in that session and sends ``ForwardMsg`` deltas
+back until ``script_finished``. :class:`WireSession` does the same, so a test can hold dozens
+of real sessions of a real server where dozens of Chromium tabs would not fit on 2 cores.
+Only what the tests need: keyed widgets found by their key, numbers, text, and button presses.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ClientState_pb2 import ClientState
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+from websockets.sync.client import connect
+
+EARLY_FOR_RERUN = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_EARLY_FOR_RERUN")
+
+
+@dataclass
+class Page:
+    """What one run drew: its elements by type, in order, and the ids of its keyed widgets by key."""
+
+    elements: list[tuple[str, Any]] = field(default_factory=list)  # (element type, its proto)
+    widget_ids: dict[str, str] = field(default_factory=dict)  # user key -> widget id ("$$ID-<hash>-<key>")
+    pages: dict[str, str] = field(default_factory=dict)  # url path -> page script hash (from a navigation message)
+
+    def of(self, kind: str) -> list[Any]:
+        return [element for name, element in self.elements if name == kind]
+
+    def keyed(self, kind: str, key: str) -> Any | None:
+        return next((e for e in self.of(kind) if getattr(e, "id", "").endswith("-" + key)), None)
+
+
+class WireSession:
+    """One session of the server at ``url`` (``http://127.0.0.1:port``), as its websocket sees it; a context manager
+    (the websocket is open inside its ``with``)."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self._address = url.replace("http://", "ws://") + "/_stcore/stream"
+        self._timeout_s = timeout_s  # a bound on one run: generous, so only a hang reaches it
+        self._open = ExitStack()
+        self.widget_ids: dict[str, str] = {}
+        self.pages: dict[str, str] = {}
+
+    def __enter__(self) -> WireSession:
+        self._socket = self._open.enter_context(connect(self._address, subprotocols=["streamlit"], max_size=None))
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._open.close()
+
+    def run(self, page: str = "", values: dict[str, Any] | None = None, press: str | None = None) -> Page:
+        """Ask for a run of ``page`` (its url path; "" the default) with keyed widgets' ``values``, pressing ``press``.
+
+        Values go in as the frontend sends them: ``str`` as text, ``bool`` as a toggle, ``int`` and ``float`` as
+        numbers. Keys are resolved to widget ids from earlier runs.
+        """
+        states = []
+        for key, value in (values or {}).items():
+            state = WidgetState(id=self.widget_ids[key])
+            if isinstance(value, str):
+                state.string_value = value
+            elif isinstance(value, bool):
+                state.bool_value = value
+            elif isinstance(value, int):
+                state.int_value = value
+            else:
+                state.double_value = float(value)
+            states.append(state)
+        if press is not None:
+            states.append(WidgetState(id=self.widget_ids[press], trigger_value=True))
+        client = ClientState(query_string="", page_name=page)
+        if page in self.pages:
+            client.page_script_hash = self.pages[page]
+        client.widget_states.widgets.extend(states)
+        message = BackMsg()
+        message.rerun_script.CopyFrom(client)
+        self._socket.send(message.SerializeToString())
+        drawn = Page()
+        while True:
+            forward = ForwardMsg.FromString(self._socket.recv(timeout=self._timeout_s))
+            kind = forward.WhichOneof("type")
+            if kind == "navigation":
+                self.pages = {p.url_pathname: p.page_script_hash for p in forward.navigation.app_pages}
+                drawn.pages = dict(self.pages)
+            elif kind == "delta" and forward.delta.WhichOneof("type") == "new_element":
+                element = forward.delta.new_element
+                name = element.WhichOneof("type")
+                inner = getattr(element, name)
+                drawn.elements.append((name, inner))
+                widget_id = getattr(inner, "id", "")
+                if widget_id.startswith("$$ID-"):
+                    drawn.widget_ids[widget_id.rsplit("-", 1)[-1]] = widget_id
+            elif kind == "script_finished" and forward.script_finished != EARLY_FOR_RERUN:
+                self.widget_ids.update(drawn.widget_ids)
+                return drawn
