@@ -230,6 +230,7 @@ PAGES = {
     "pages/lesson.py": ("title", "lesson.page_title"),
     "pages/timeline.py": ("title", "timeline.page_title"),
     "pages/exercises.py": ("title", "exercises.page_title"),
+    "pages/instructor.py": ("title", "classroom.page_title"),
 }
 
 
