@@ -329,6 +329,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["plan_matches"] = self.plan_matches
+        data["mixed_precision_via"] = self.spec.mixed_precision_via  # "none", "autocast" or "fsdp2"
         data["provenance"]["label"] = self.provenance.label
         for row, layer in zip(data["layers"], self.layers):
             row["observed"] = layer.observed

@@ -100,8 +100,10 @@ def training_name(spec: RunSpec) -> str:
         parts = [tuned, optimizer]
     if spec.gradient_accumulation_steps > 1:
         parts.append(f"{spec.gradient_accumulation_steps} micro-batches a step (gradient accumulation)")
-    if spec.mixed_precision != "none":
+    if spec.mixed_precision_via == "autocast":
         parts.append(f"{spec.mixed_precision} autocast")
+    elif spec.mixed_precision_via == "fsdp2":
+        parts.append(f"{spec.mixed_precision} FSDP2 MixedPrecisionPolicy (float32 master shards and reductions)")
     if spec.optimizer != "none":
         bound = spec.max_grad_norm
         parts.append(f"gradient norm clipped at {float(bound)}" if bound > 0 else "gradient norm computed, not clipped")

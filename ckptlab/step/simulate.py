@@ -56,7 +56,7 @@ from ..torchstate import exclusive
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
 from .fold import Reduction, SimulatedStep
-from .fsdp import shard_model
+from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory
 from .preflight import resolve_dtype, validate_for_model
 from .provenance import model_summary, simulated_provenance
@@ -197,7 +197,7 @@ def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: Hos
     if spec.every_n_layers is not None:  # spec.checkpointing
         enable_checkpointing(model, spec.every_n_layers, spec.offload, spec.selective)
     if mesh is not None:
-        shard_model(model, mesh)
+        shard_model(model, mesh, mixed_precision_policy(spec))
     enabled = observed_roles(model)
     batch = random_batch(model, spec, torch.device("cpu"))
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:

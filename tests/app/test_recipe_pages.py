@@ -98,3 +98,12 @@ def test_the_at_scale_simulations_take_the_recipe_of_the_link(lang):
         (r.spec.gradient_accumulation_steps, r.spec.mixed_precision, r.spec.max_grad_norm) for r in table.results
     } == {(2, "bf16", 0.5)}
     assert {key: at.query_params[key] for key in RECIPE} == RECIPE
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_past_one_gpu_the_at_scale_page_says_mixed_precision_is_fsdp2s_policy(lang):
+    words = i18n.t("fsdp.mixed_precision_policy", lang, gpus=2, dtype="bf16", param_dtype="bfloat16")
+    at = _open("pages/at_scale.py", lang, model="tiny-llama", seq="128", mp="bf16")
+    assert words not in _texts(at.sidebar.caption)  # one GPU: autocast, as the box's own help says
+    at.selectbox(key="at_scale_gpus").set_value(2).run()
+    assert words in _texts(at.sidebar.caption)
