@@ -233,8 +233,8 @@ class _LeanMemTracker(MemTracker):
         super()._track(reftype, t)  # the dispatch path: every tensor an operator returns
         if self._logits is not None and t.device == self._device and self._logits.matches(t):
             for storage in get_untyped_storages(t):
-                winfo, _ = self._WINFO[storage]
-                if id(winfo) not in self._logits_counted:
+                winfo, _ = self._WINFO.get(storage, (None, None))
+                if winfo is not None and id(winfo) not in self._logits_counted:
                     self._logits_counted[id(winfo)] = 0
                     self._recount_logits(winfo, alive=True)
 
