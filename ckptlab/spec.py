@@ -46,7 +46,8 @@ LOW_BIT_PACKAGES = {
     "adamw_bnb_8bit": ("bitsandbytes", "pip install bitsandbytes"),
 }
 TRAINER_DEFAULT_OPTIMIZER = "adamw_torch_fused"  # what "adamw" means: TrainingArguments.optim's default
-# Trainer's mixed precision: "bf16"/"fp16" is TrainingArguments(bf16=True)/(fp16=True), autocast over the weights.
+# Trainer's mixed precision: "bf16"/"fp16" is TrainingArguments(bf16=True)/(fp16=True), autocast over the weights;
+# under FSDP2 ranks it is fully_shard's MixedPrecisionPolicy instead (RunSpec.mixed_precision_via says which).
 MIXED_PRECISIONS = ("none", "bf16", "fp16")
 # Trainer's side of the step besides the optimizer's name: a sweep's rows share them, settings timed together too.
 RECIPE_FIELDS = ("optim_args", "gradient_accumulation_steps", "max_grad_norm", "mixed_precision")
@@ -83,7 +84,9 @@ class RunSpec:
     fsdp: bool = False  # shard with FSDP2's fully_shard, every decoder layer and then the root; needs world_size > 1
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step, as Trainer's; gradients live across them
     max_grad_norm: float = 1.0  # Trainer's clip_grad_norm_ bound; <= 0 still computes the norm (an infinite bound)
-    mixed_precision: str = "none"  # "bf16"/"fp16": autocast over float32 weights, as TrainingArguments(bf16=True)
+    # "bf16"/"fp16": autocast over float32 weights, as TrainingArguments(bf16=True); with fsdp, FSDP2's
+    # MixedPrecisionPolicy(param_dtype=bf16/fp16, reduce_dtype=float32) instead (mixed_precision_via).
+    mixed_precision: str = "none"
     optim_args: str | None = None  # TrainingArguments.optim_args, e.g. "momentum=0.9" (SGD's momentum is state)
     # Selective checkpointing (ckptlab.model.selective): what a CP layer keeps besides its input. "none", a
     # policy ("attention", "matmuls", "torchtitan") or, from Python, a tuple of op names such as ("aten.mm",).
@@ -261,6 +264,21 @@ class RunSpec:
         if self.mixed_precision != "none":
             fields[self.mixed_precision] = True
         return fields
+
+    @property
+    def mixed_precision_via(self) -> str:
+        """How the step casts: "none", "autocast" (one device) or "fsdp2" (FSDP2's MixedPrecisionPolicy, across ranks).
+
+        Across ranks the lab casts as torchtitan does (its default ``mixed_precision_param="bfloat16"``,
+        ``mixed_precision_reduce="float32"``): ``fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=bf16,
+        reduce_dtype=float32))`` keeps the float32 master shards, all-gathers each unit's parameters once in
+        16 bits (half the all-gather bytes and half the unsharded layer) and reduce-scatters the gradients in
+        float32. Autocast on top of FSDP2 would all-gather float32 and then cast every weight again at each
+        matmul: a float32 and a 16-bit copy of the layer at work, which no sharded recipe runs.
+        """
+        if self.mixed_precision == "none":
+            return "none"
+        return "fsdp2" if self.fsdp else "autocast"
 
     @property
     def checkpointing(self) -> bool:

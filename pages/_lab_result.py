@@ -19,6 +19,7 @@ from ckptlab.show.figures.run import comparison_figure
 from ckptlab.show.i18n import Translator
 from ckptlab.show.labels import method_label, provenance_label, setting_label
 from ckptlab.show.noise import timing_busy_message
+from ckptlab.show.peak_words import logits_sentence
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from pages._common import download_buttons
@@ -75,6 +76,8 @@ def draw_metrics(lab: LabRun, lang: str, tr: Translator) -> None:
     for index, metric in enumerate(labpage.metrics(lab, tr)):  # left, right, left, ...
         columns[index % 2].metric(metric.label, metric.value, **metric.delta, help=metric.help)
     st.markdown(labpage.peak_line(result.memory, lang, tr))
+    if logits_sentence(result.memory, lang):
+        st.caption(logits_sentence(result.memory, lang))
     if comparison is not None and base is not None:
         st.markdown(labpage.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, tr))
         freed = labpage.freed_sentence(result.memory, base.memory, comparison, tr)

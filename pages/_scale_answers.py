@@ -17,6 +17,7 @@ from ckptlab.lab import scalepage
 from ckptlab.show.figures.diagram import diagram_figure
 from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
 from ckptlab.show.labels import training_label
+from ckptlab.show.peak_words import logits_sentence
 
 
 def draw_search(
@@ -63,6 +64,10 @@ def draw_table(
     st.plotly_chart(
         scale_peak_figure(table, budget, budget_label, selected=selected, lang=lang), key="at_scale_peak", theme=None
     )
+    shown = table.result_for(selected)
+    logits = logits_sentence(shown.memory if shown is not None else None, lang)
+    if logits:
+        st.caption(logits)
     st.subheader(words["resident_header"], anchor=False)
     st.plotly_chart(resident_figure(table, selected=selected, lang=lang), key="at_scale_resident", theme=None)
     st.caption(words["resident_caption"])

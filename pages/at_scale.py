@@ -148,6 +148,12 @@ if model:
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
 
 request = scalepage.request_from_widgets(state, model, info.num_layers, lora_targets)
+if request.mixed_precision_via == "fsdp2":  # past one GPU the mixed-precision box means FSDP2's policy
+    param_dtype = "bfloat16" if request.mixed_precision == "bf16" else "float16"
+    st.sidebar.caption(
+        i18n.t("fsdp.mixed_precision_policy", lang, gpus=request.world_size, dtype=request.mixed_precision,
+               param_dtype=param_dtype)
+    )  # fmt: skip
 if state.at_scale_lora and not state.at_scale_lora_targets:
     problem = tr("training.lora_targets_needed")
 else:

@@ -59,7 +59,12 @@ def test_the_timeline_is_typed_and_its_json_keeps_the_dicts_keys(measured):
     points = result.memory.timeline
     assert points and all(isinstance(point, TimelinePoint) for point in points)
     keys = ["order", "kind", "phase", "layer", "rerun", "event", "current_bytes", "region_peak_bytes"]
-    assert list(result.to_dict()["memory"]["timeline"][0]) == [*keys, "region_peak_breakdown", "micro_batch"]
+    assert list(result.to_dict()["memory"]["timeline"][0]) == [
+        *keys,
+        "region_peak_breakdown",
+        "micro_batch",
+        "region_peak_logits_bytes",
+    ]
     # Read back from JSON, every point is typed again and equal to the one recorded.
     assert RunResult.from_dict(result.to_dict()).memory.timeline == points
     peak = max(points, key=lambda point: point.region_peak_bytes)

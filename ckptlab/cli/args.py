@@ -116,7 +116,10 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(
         "--mixed-precision",
         choices=MIXED_PRECISIONS,
         default=defaults.mixed_precision,
-        help="bf16 or fp16: autocast over float32 weights, as TrainingArguments(bf16=True) (default none)",
+        help=(
+            "bf16 or fp16: autocast over float32 weights, as TrainingArguments(bf16=True); with --fsdp, FSDP2's "
+            "MixedPrecisionPolicy instead (16-bit all-gathers, float32 gradient reduction; default none)"
+        ),
     )
     _flag(
         run,

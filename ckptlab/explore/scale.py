@@ -89,7 +89,12 @@ class ScaleRequest:
     world_size: int = 1  # GPUs; above 1 each is a rank of FSDP2 (fully_shard), and the figures are rank 0's
     gradient_accumulation_steps: int = 1  # as RunSpec: micro-batches a step, gradients alive across them
     max_grad_norm: float = 1.0  # as RunSpec: Trainer's clipping bound
-    mixed_precision: str = "none"  # as RunSpec: "bf16"/"fp16" autocast over float32 weights
+    mixed_precision: str = "none"  # as RunSpec: "bf16"/"fp16" over float32 weights (FSDP2's policy past one GPU)
+
+    @property
+    def mixed_precision_via(self) -> str:
+        """How the request's steps cast (``RunSpec.mixed_precision_via``): "none", "autocast" or "fsdp2"."""
+        return self.spec(Setting(None)).mixed_precision_via
 
     def spec(self, setting: Setting, world_size: int | None = None) -> RunSpec:
         """The simulation's spec for one setting (timing fields are unused by a simulation).

@@ -19,6 +19,8 @@ Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
 BusyReason = Literal["load", "spread", "shared"]
 Status = Literal["ok", "does_not_fit"]
 
+# The probe's events (ckptlab.step.probe.EVENTS) whose stretch is the loss: its forward, and the backward through it.
+LOSS_REGIONS = ("loss", "backward")
 # With fewer timed steps a run, a range from fastest to slowest says nothing about the noise.
 MIN_SAMPLES_TO_JUDGE = 3
 # Identical steps whose fastest-to-slowest range exceeds this share of their median: the machine is too
@@ -203,6 +205,7 @@ class TimelinePoint:
     region_peak_bytes: int = 0  # highest memory between this event and the next
     region_peak_breakdown: dict[str, int] = field(default_factory=dict)  # by category at that high point, where told
     micro_batch: int = 0  # 0-based micro-batch of a step with gradient accumulation (0 without it)
+    region_peak_logits_bytes: int | None = None  # float32 logits at that high point (MemoryResult.logits_bytes_at_peak)
 
     @property
     def region(self) -> Region:
@@ -244,10 +247,19 @@ class MemoryResult:
     offload_applied: bool = False  # True only when transformers' offload ran (or was simulated)
     host_offload_bytes: int = 0  # pinned host memory offload held at the end of the forward (simulated runs)
     timeline: list[TimelinePoint] = field(default_factory=list)  # memory at each event of the step
+    # Bytes at the peak in float32 tensors of the logits' size (tokens x vocab): transformers' upcast copy of the
+    # logits, cross-entropy's log-softmax and their gradients, outside every layer, so no checkpointing setting
+    # frees them. None where the meter cannot tell (the CUDA allocator's counters see blocks, not tensors).
+    logits_bytes_at_peak: int | None = None
 
     @property
     def peak_above_baseline_bytes(self) -> int:
         return self.peak_bytes - self.baseline_bytes
+
+    @property
+    def logits_set_the_peak(self) -> bool:
+        """The peak is in the loss (its forward or the start of the backward) and float32 logits are part of it."""
+        return bool(self.logits_bytes_at_peak) and self.peak_where.kind in LOSS_REGIONS
 
 
 @dataclass(frozen=True)
@@ -314,6 +326,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["plan_matches"] = self.plan_matches
+        data["mixed_precision_via"] = self.spec.mixed_precision_via  # "none", "autocast" or "fsdp2"
         data["provenance"]["label"] = self.provenance.label
         for row, layer in zip(data["layers"], self.layers):
             row["observed"] = layer.observed

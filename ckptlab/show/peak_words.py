@@ -7,6 +7,7 @@ under them. Both speak the page's language (``lang``).
 from __future__ import annotations
 
 from ..explore.sweep import SweepRow
+from ..results import MemoryResult
 from ..units import MIB
 from .i18n import t
 from .labels import event_label
@@ -52,3 +53,19 @@ def peak_sentence(row: SweepRow, off: SweepRow | None, lang: str = "en") -> str:
             "tradeoff_fig.lower", lang, mib=f"{change / MIB:,.1f}", ratio=f"{row.peak_bytes / off.peak_bytes:.2f}"
         )
     return sentence + t("tradeoff_fig.not_lower", lang)
+
+
+def logits_sentence(memory: MemoryResult | None, lang: str = "en") -> str:
+    """When the float32 logits set a peak (``MemoryResult.logits_set_the_peak``): their share, that checkpointing
+    cannot free them, and what avoids them; "" otherwise."""
+    if memory is None or not memory.logits_set_the_peak:
+        return ""
+    share = memory.logits_bytes_at_peak or 0
+    return t(
+        "scale.logits_peak",
+        lang,
+        where=event_label(memory.peak_where, lang),
+        mib=f"{share / MIB:,.1f}",
+        peak_mib=f"{memory.peak_bytes / MIB:,.1f}",
+        share=f"{share / memory.peak_bytes:.0%}",
+    )

@@ -25,6 +25,7 @@ from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .i18n import t
 from .labels import setting_label
+from .peak_words import logits_sentence
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
 
@@ -100,8 +101,10 @@ def training_name(spec: RunSpec) -> str:
         parts = [tuned, optimizer]
     if spec.gradient_accumulation_steps > 1:
         parts.append(f"{spec.gradient_accumulation_steps} micro-batches a step (gradient accumulation)")
-    if spec.mixed_precision != "none":
+    if spec.mixed_precision_via == "autocast":
         parts.append(f"{spec.mixed_precision} autocast")
+    elif spec.mixed_precision_via == "fsdp2":
+        parts.append(f"{spec.mixed_precision} FSDP2 MixedPrecisionPolicy (float32 master shards and reductions)")
     if spec.optimizer != "none":
         bound = spec.max_grad_norm
         parts.append(f"gradient norm clipped at {float(bound)}" if bound > 0 else "gradient norm computed, not clipped")
@@ -317,6 +320,8 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
             key=lambda item: -item[1],
         )
         lines.append("  at the peak: " + ", ".join(f"{category_name(name)} {mib(amount)}" for name, amount in parts))
+    if memory.logits_set_the_peak:
+        lines.append("  " + logits_sentence(memory))
     if memory.offload_bytes and spec.offload:
         if result.provenance.kind == "simulated":
             verb = "held in pinned host memory instead (simulated)"

@@ -128,6 +128,7 @@ class Reduction:
             ),
             breakdown_baseline=_grow_dict(one.memory.breakdown_baseline, two.memory.breakdown_baseline, full_units - 1),
             breakdown_at_peak=peak_point.region_peak_breakdown,
+            logits_bytes_at_peak=peak_point.region_peak_logits_bytes,  # the loss's: the same at any depth
             offload_bytes=_grow(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
             optimizer_state_bytes=_grow(
                 one.memory.optimizer_state_bytes, two.memory.optimizer_state_bytes, full_units - 1
@@ -194,6 +195,7 @@ def _combine(
     breakdown = {
         key: grown(*(part.get(key, 0) for part in parts)) for key in parts[0].keys() | parts[1].keys() | parts[2].keys()
     }
+    # The float32 logits (region_peak_logits_bytes) live in the loss, outside the layers: base's, at any depth.
     return replace(
         base,
         current_bytes=grown(base.current_bytes, before.current_bytes, after.current_bytes),

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ..errors import CkptlabError, SpecError
 from ..message import Message
@@ -46,6 +46,7 @@ from ..torchstate import launched
 from .measure import measure
 from .preflight import load_model, resolve_device
 from .stopping import Progress
+from .training import MIXED_PRECISION_DTYPES
 
 COLLECTIVE_TIMEOUT_S = 120  # a collective that waits longer raises: the backstop when a rank dies silently
 # A test hook: the collective timeout in seconds, raised so far that a test waiting for the launcher to end a
@@ -62,15 +63,28 @@ class RankFailedError(CkptlabError):
     """A rank could not run its step (it did not fit, or a failure on that rank); the launcher ends the rest."""
 
 
-def shard_model(model: nn.Module, mesh: DeviceMesh) -> None:
+def mixed_precision_policy(spec: RunSpec) -> MixedPrecisionPolicy | None:
+    """FSDP2's mixed precision for ``spec``: 16-bit all-gathered parameters, float32 gradient reduction; None without.
+
+    The reason the lab casts this way across ranks, and not with autocast: ``RunSpec.mixed_precision_via``.
+    """
+    if spec.mixed_precision_via != "fsdp2":
+        return None
+    return MixedPrecisionPolicy(param_dtype=MIXED_PRECISION_DTYPES[spec.mixed_precision], reduce_dtype=torch.float32)
+
+
+def shard_model(model: nn.Module, mesh: DeviceMesh, mp_policy: MixedPrecisionPolicy | None = None) -> None:
     """Shard ``model`` with FSDP2 in place: each checkpointable (decoder) layer, then the root.
 
     Each layer is then one all-gather in the forward (and again for a checkpointed layer's rerun)
     and one reduce-scatter in the backward; the root holds the embeddings, the final norm and the head.
+    With ``mp_policy`` (:func:`mixed_precision_policy`) the shards stay in their dtype (float32 master
+    weights) and what is all-gathered, and computed with, is the policy's ``param_dtype``.
     """
+    policy = mp_policy or MixedPrecisionPolicy()  # fully_shard's own default: no casting
     for layer in checkpointable_layers(model):
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
 
 
 def backend_for(device: torch.device) -> str:
@@ -135,7 +149,7 @@ def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResu
         if spec.every_n_layers is not None:  # spec.checkpointing
             # Before sharding, as a training script does; measure() enables it again, harmlessly.
             enable_checkpointing(model, spec.every_n_layers, False, spec.selective)
-        shard_model(model, init_device_mesh(device.type, (world_size,)))
+        shard_model(model, init_device_mesh(device.type, (world_size,)), mixed_precision_policy(spec))
         if os.environ.get(FAIL_ON_RANK_ENV) == str(rank):
             raise RankFailedError(f"rank {rank} of {world_size}: failure injected by {FAIL_ON_RANK_ENV} (a test hook)")
         own_batch = replace(spec, seed=spec.seed + rank)  # each rank its own tokens; the weights stay the same

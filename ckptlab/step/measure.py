@@ -44,7 +44,7 @@ from ..results import (
 )
 from ..spec import RunSpec
 from ..torchstate import exclusive
-from .meters import clock_for, machine_load, meter_for
+from .meters import LogitsShape, clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .preflight import load_model, resolve_device, resolve_dtype, validate_for_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
@@ -280,7 +280,7 @@ def observe_memory(
     """
     gc.collect()
     optimizer = recipe.optimizer if recipe is not None else None
-    meter = meter_for(model, device, optimizer)
+    meter = meter_for(model, device, optimizer, logits_shape(model, batch))
     with meter.watching():
         baseline = meter.current()
         baseline_breakdown = meter.breakdown()
@@ -314,8 +314,19 @@ def observe_memory(
         breakdown_at_peak=peak_point.region_peak_breakdown,
         optimizer_state_bytes=optimizer_state_bytes(optimizer, device),
         timeline=list(recorder.timeline),
+        logits_bytes_at_peak=peak_point.region_peak_logits_bytes,
     )
     return memory, probe.counts
+
+
+def logits_shape(model: torch.nn.Module, batch: Batch) -> LogitsShape | None:
+    """The float32 logits a step of ``model`` on ``batch`` makes, for a model with a vocabulary; else None."""
+    config = getattr(model, "config", None)
+    vocab = getattr(config.get_text_config(), "vocab_size", None) if config is not None else None
+    input_ids = batch.get("input_ids")
+    if not isinstance(vocab, int) or not isinstance(input_ids, torch.Tensor):
+        return None
+    return LogitsShape(tokens=input_ids.numel(), vocab=vocab)
 
 
 def _mismatch_note(layers: list[LayerResult]) -> Message:

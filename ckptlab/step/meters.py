@@ -23,12 +23,21 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 import torch.nn as nn
 from torch.distributed._tools import mod_tracker as _mod_tracker
-from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+from torch.distributed._tools.mem_tracker import (
+    _TOTAL_KEY,
+    MemTracker,
+    _MemRefType,
+    _RefType,
+    _UpdateType,
+    _WeakRefInfo,
+    get_untyped_storages,
+)
 from torch.utils.hooks import RemovableHandle
 
 from .training import gradient_bytes, optimizer_state_bytes, parameter_bytes
@@ -78,6 +87,30 @@ class MemoryMeter(Protocol):
     def next_micro_batch(self) -> None:
         """The model is about to run again in the same step (gradient accumulation)."""
 
+    def peak_logits(self) -> int | None:
+        """Bytes in float32 logits (:class:`LogitsShape`) at that highest point; None where the meter cannot tell."""
+
+
+@dataclass(frozen=True)
+class LogitsShape:
+    """What the float32 logits of a step look like: ``tokens x vocab`` elements, the vocabulary last.
+
+    transformers' losses upcast the whole logits to float32 (``ForCausalLMLoss``: ``logits.float()``),
+    and cross-entropy keeps a float32 log-softmax of the same size; their gradients in the backward are
+    the same size again. All of them live outside the layers: checkpointing cannot free them.
+    """
+
+    tokens: int  # batch x seq
+    vocab: int
+
+    def matches(self, tensor: torch.Tensor) -> bool:
+        return (
+            tensor.dtype == torch.float32
+            and tensor.dim() >= 2
+            and tensor.shape[-1] == self.vocab
+            and tensor.numel() == self.tokens * self.vocab
+        )
+
 
 class CudaMeter:
     """The CUDA caching allocator's counters for one device.
@@ -125,6 +158,9 @@ class CudaMeter:
     def next_micro_batch(self) -> None:
         pass  # the allocator's counters follow the device, not the modules
 
+    def peak_logits(self) -> int | None:
+        return None  # the allocator counts blocks, not tensors
+
     def _split(self, total: int) -> dict[str, int]:
         """``total`` split into what the model's and the optimizer's tensors hold, and the rest."""
         if self._model is None:
@@ -151,11 +187,15 @@ class _LeanMemTracker(MemTracker):
     :meth:`take_region_peak`, so a timeline can say how high memory rose between two events.
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, logits: LogitsShape | None = None) -> None:
         super().__init__()
         self._device = device
         self._region_peak = 0
         self._region_peak_snap: dict = {}
+        self._logits = logits
+        self._logits_counted: dict[int, int] = {}  # id of a logits storage's _WeakRefInfo -> its bytes counted now
+        self._logits_now = 0  # bytes in float32 logits now
+        self._region_peak_logits = 0
 
     def _track_module_params_and_buffers(self, module: nn.Module, install_grad_hooks: bool = True) -> tuple[int, int]:
         # Stock MemTracker hooks every parameter's gradient, and torch refuses a hook on a tensor
@@ -176,13 +216,42 @@ class _LeanMemTracker(MemTracker):
             if device == self._device and total > self._region_peak:
                 self._region_peak = total
                 self._region_peak_snap = dict(snap)
+                self._region_peak_logits = self._logits_now
 
-    def take_region_peak(self) -> tuple[int, dict]:
-        """The highest total since the last call, with its breakdown; the next stretch starts at the current total."""
-        peak, peak_snap = self._region_peak, self._region_peak_snap
+    def take_region_peak(self) -> tuple[int, dict, int]:
+        """The highest total since the last call, with its breakdown and its float32 logits' bytes; the next
+        stretch starts at the current total."""
+        peak, peak_snap, peak_logits = self._region_peak, self._region_peak_snap, self._region_peak_logits
         snap = self._curr_mem_snap.get(self._device, {})
         self._region_peak, self._region_peak_snap = snap.get(_TOTAL_KEY, 0), dict(snap)
-        return peak, peak_snap
+        self._region_peak_logits = self._logits_now
+        return peak, peak_snap, peak_logits
+
+    # -- the float32 logits, followed storage by storage as MemTracker follows every storage --
+
+    def _track(self, reftype: _RefType, t: torch.Tensor) -> None:
+        super()._track(reftype, t)  # the dispatch path: every tensor an operator returns
+        if self._logits is not None and t.device == self._device and self._logits.matches(t):
+            for storage in get_untyped_storages(t):
+                winfo, _ = self._WINFO.get(storage, (None, None))
+                if winfo is not None and id(winfo) not in self._logits_counted:
+                    self._logits_counted[id(winfo)] = 0
+                    self._recount_logits(winfo, alive=True)
+
+    def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
+        super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        if id(winfo) in self._logits_counted:
+            self._recount_logits(winfo, alive=u_type != _UpdateType.DEL)
+
+    def _recount_logits(self, winfo: _WeakRefInfo, *, alive: bool) -> None:
+        # Activations and temporaries only: a weight's transposed view can have the logits' shape (tokens == hidden).
+        counted = alive and winfo.reftype in (_MemRefType.ACT, _MemRefType.TEMP)
+        now = winfo.mem_consumed if counted else 0
+        self._logits_now += now - self._logits_counted[id(winfo)]
+        if alive:
+            self._logits_counted[id(winfo)] = now
+        else:
+            del self._logits_counted[id(winfo)]
 
 
 class _NoHook:
@@ -200,17 +269,25 @@ class TrackerMeter:
 
     method = CPU_MEMORY_METHOD
 
-    def __init__(self, model: nn.Module, device: torch.device, optimizer: torch.optim.Optimizer | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        optimizer: torch.optim.Optimizer | None = None,
+        logits: LogitsShape | None = None,
+    ) -> None:
         self.device = device
         self._model = model
         self._optimizer = optimizer
+        self._logits = logits
         self._tracker: _LeanMemTracker | None = None
         self._last_peak_snap: dict = {}
+        self._last_peak_logits = 0
 
     @contextmanager
     def watching(self) -> Iterator[TrackerMeter]:
         # A fresh tracker per step: MemTracker refuses a second iteration of the same root module.
-        self._tracker = _LeanMemTracker(self.device)
+        self._tracker = _LeanMemTracker(self.device, self._logits)
         external: list[nn.Module | torch.optim.Optimizer] = [self._model]
         if self._optimizer is not None:  # MemTracker skips a None too; its stub takes none
             external.append(self._optimizer)
@@ -232,7 +309,7 @@ class TrackerMeter:
         return self._live().get_tracker_snapshot("current").get(self.device, {}).get(_TOTAL_KEY, 0)
 
     def take_peak(self) -> int:
-        peak, self._last_peak_snap = self._live().take_region_peak()
+        peak, self._last_peak_snap, self._last_peak_logits = self._live().take_region_peak()
         return peak
 
     def breakdown(self) -> dict[str, int]:
@@ -246,6 +323,9 @@ class TrackerMeter:
         # multiple iterative calls") unless its per-module stats are cleared; the device totals and the
         # peaks the lab reads are kept.
         self._live().reset_mod_stats()
+
+    def peak_logits(self) -> int | None:
+        return self._last_peak_logits if self._logits is not None else None
 
     def _by_category(self, snap: dict) -> dict[str, int]:
         # MemTracker keys are str enums (_MemRefType.ACT == "Activation") plus the plain "Total".
@@ -353,12 +433,16 @@ class CudaClock:
 
 
 def meter_for(
-    model: nn.Module, device: torch.device, optimizer: torch.optim.Optimizer | None = None
+    model: nn.Module,
+    device: torch.device,
+    optimizer: torch.optim.Optimizer | None = None,
+    logits: LogitsShape | None = None,
 ) -> CudaMeter | TrackerMeter:
-    """The memory meter the lab trusts on ``device``, counting ``model``'s tensors and ``optimizer``'s state."""
+    """The memory meter the lab trusts on ``device``, counting ``model``'s tensors and ``optimizer``'s state (and,
+    where it follows tensors, the float32 ``logits``)."""
     if device.type == "cuda":
         return CudaMeter(device, model, optimizer)
-    return TrackerMeter(model, device, optimizer)
+    return TrackerMeter(model, device, optimizer, logits)
 
 
 def machine_load(

@@ -388,4 +388,5 @@ class StepRecorder:
                 last,
                 region_peak_bytes=max(peak, last.current_bytes),
                 region_peak_breakdown=self._meter.peak_breakdown(),
+                region_peak_logits_bytes=self._meter.peak_logits(),
             )

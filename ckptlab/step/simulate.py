@@ -22,6 +22,12 @@ Two things need care:
 - **speed.** A 36-layer 8B step takes about 10 s of fake-tensor dispatch, so deep models
   whose layers are alike are simulated as two shallow copies and extrapolated exactly
   (:mod:`.fold`).
+- **attention with dropout.** On fake CPU tensors SDPA with attention dropout (BERT, GPT-2 in
+  train mode) falls back to the math kernel, which stores the batch x heads x seq^2
+  probabilities and their dropout mask; CUDA's flash and memory-efficient kernels draw the mask
+  again from the RNG in the backward and keep only the output and a float32 log-sum-exp, as
+  without dropout. :func:`_sdpa_as_on_cuda` gives fake tensors that path (dropout 0: the same
+  bytes, and the numbers of a fake tensor are never read).
 - **mixture of experts.** transformers' ``grouped_mm`` experts run as in a measured step;
   :mod:`.fake_experts` gives torch's grouped matmul its output on fake float32 tensors, and
   the routing, which fake tensors cannot decide, changes no byte (``ROUTING_NOTE``).
@@ -30,7 +36,7 @@ Two things need care:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -41,6 +47,7 @@ import transformers.masking_utils
 import transformers.modeling_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.graph import saved_tensors_hooks
+from transformers.modeling_utils import AttentionInterface
 
 from ..errors import expect_type
 from ..message import Message
@@ -56,7 +63,7 @@ from ..torchstate import exclusive
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
 from .fold import Reduction, SimulatedStep
-from .fsdp import shard_model
+from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory
 from .preflight import resolve_dtype, validate_for_model
 from .provenance import model_summary, simulated_provenance
@@ -197,7 +204,7 @@ def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: Hos
     if spec.every_n_layers is not None:  # spec.checkpointing
         enable_checkpointing(model, spec.every_n_layers, spec.offload, spec.selective)
     if mesh is not None:
-        shard_model(model, mesh)
+        shard_model(model, mesh, mixed_precision_policy(spec))
     enabled = observed_roles(model)
     batch = random_batch(model, spec, torch.device("cpu"))
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
@@ -292,6 +299,15 @@ class _SimulatedSaveOnCpu(saved_tensors_hooks):
 
 
 _REAL_FIND_PACKED = transformers.masking_utils.find_packed_sequence_indices
+_REAL_SDPA: Callable[..., Any] = AttentionInterface._global_mapping["sdpa"]  # type: ignore[assignment]  # a plain function
+
+
+def _sdpa_as_on_cuda(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
+    """transformers' SDPA attention, on the kernel a CUDA step takes (see the module docstring): fake tensors of a
+    simulation run it without the dropout that sends the CPU to the math kernel; real tensors as they are."""
+    if dropout and getattr(_ACTIVE_LEDGER, "ledger", None) is not None and isinstance(query, FakeTensor):
+        dropout = 0.0
+    return _REAL_SDPA(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
 
 
 def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None:
@@ -309,7 +325,8 @@ def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None
 
 @contextmanager
 def simulating(ledger: HostLedger) -> Iterator[None]:
-    """Mark this thread as simulating: offload and the packed-sequence check behave as for real tensors.
+    """Mark this thread as simulating: offload, the packed-sequence check and attention behave as for real CUDA
+    tensors.
 
     The replacements are installed in transformers once and hand real tensors, and other
     threads, to the original functions.
@@ -318,6 +335,7 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
         # transformers looks both names up in its modules at each call.
         transformers.modeling_utils.save_on_cpu = _SimulatedSaveOnCpu  # type: ignore[misc, assignment]  # our stand-in for torch's class
         transformers.masking_utils.find_packed_sequence_indices = _unpacked_when_simulating
+        AttentionInterface._global_mapping["sdpa"] = _sdpa_as_on_cuda  # models look it up at each call
     _ACTIVE_LEDGER.ledger = ledger
     try:
         yield

@@ -136,7 +136,10 @@ class Recipe:
         if optimizer is not None:
             # Trainer clips with max_grad_norm > 0 and otherwise still computes the norm, with an infinite bound.
             clip_bound = float(spec.max_grad_norm) if spec.max_grad_norm > 0 else math.inf
-        autocast_dtype = MIXED_PRECISION_DTYPES.get(spec.mixed_precision)
+        # Under FSDP2 the cast is fully_shard's (ckptlab.step.fsdp.mixed_precision_policy), not autocast's.
+        autocast_dtype = (
+            MIXED_PRECISION_DTYPES.get(spec.mixed_precision) if spec.mixed_precision_via == "autocast" else None
+        )
         scaler = None
         if spec.mixed_precision == "fp16" and optimizer is not None:
             scaler = torch.amp.GradScaler(model_device(model).type)

@@ -98,3 +98,26 @@ def test_the_at_scale_simulations_take_the_recipe_of_the_link(lang):
         (r.spec.gradient_accumulation_steps, r.spec.mixed_precision, r.spec.max_grad_norm) for r in table.results
     } == {(2, "bf16", 0.5)}
     assert {key: at.query_params[key] for key in RECIPE} == RECIPE
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_past_one_gpu_the_at_scale_page_says_mixed_precision_is_fsdp2s_policy(lang):
+    words = i18n.t("fsdp.mixed_precision_policy", lang, gpus=2, dtype="bf16", param_dtype="bfloat16")
+    at = _open("pages/at_scale.py", lang, model="tiny-llama", seq="128", mp="bf16")
+    assert words not in _texts(at.sidebar.caption)  # one GPU: autocast, as the box's own help says
+    at.selectbox(key="at_scale_gpus").set_value(2).run()
+    assert words in _texts(at.sidebar.caption)
+
+
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_the_at_scale_page_says_when_the_float32_logits_set_the_peak(lang):
+    at = _open("pages/at_scale.py", lang, model="tiny-llama", seq="256", opt="none")
+    at.button(key="at_scale_run").click().run()
+    at.session_state["at_scale_job"].join()  # the simulations' thread: wait on it, not on a clock
+    at.run()
+    assert not at.exception and not at.error, _texts(at.exception) + _texts(at.error)
+    table = at.session_state["at_scale_table"]
+    shown = table.result_for(next(s for s in table.settings if s.key == at.session_state["at_scale_show"]))
+    assert shown.memory.logits_set_the_peak  # without an optimizer the loss's backward is tiny-llama's peak
+    opening = i18n.t("scale.logits_peak", lang).split("{")[0]
+    assert any(str(caption.value).startswith(opening) for caption in at.caption), _texts(at.caption)

@@ -6,16 +6,20 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from ckptlab import RunResult, RunSpec, SpecError, list_presets, simulate
 from ckptlab.model.catalog import build_model
 from ckptlab.model.plan import checkpointable_layers, planned_roles
 from ckptlab.spec import MAX_WORLD_SIZE
+from ckptlab.step.fsdp import mixed_precision_policy
+from ckptlab.step.training import Recipe
 from tests.gloo import relaunched_once_on_abort
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
@@ -25,13 +29,16 @@ TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 # Short, one timed step, no warm-up: the whole launch (two ranks, four presets) takes about 30 s on 2 cores.
 RANKED = RunSpec(seq_len=128, every_n_layers=2, repeats=1, warmup=0, world_size=2, fsdp=True)
 SIMULATED_AS_MEASURED = {"dtype": "float32"}  # a simulation stands for bf16 on CUDA; the CPU run is float32
+# Plain float32, and FSDP2's mixed precision over float32 master weights (bf16 all-gathers, float32 reductions).
+PRECISIONS = ("none", "bf16")
+CASES = [(model, precision) for model in TINY for precision in PRECISIONS]
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory) -> dict[str, RunResult]:
-    """Every tiny preset measured on 2 gloo ranks, in one torchrun launch."""
+def two_ranks(tmp_path_factory) -> dict[tuple[str, str], RunResult]:
+    """Every tiny preset measured on 2 gloo ranks, without and with mixed precision, in one torchrun launch."""
     out = tmp_path_factory.mktemp("fsdp") / "ranks.json"
-    specs = [json.dumps(replace(RANKED, model=name).to_dict()) for name in TINY]
+    specs = [json.dumps(replace(RANKED, model=name, mixed_precision=mp).to_dict()) for name, mp in CASES]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     command += ["--max-restarts", "0", str(ROOT / "tests" / "step" / "fsdp_ranks.py"), str(out), *specs]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_SHOW_CPP_STACKTRACES": "1"}
@@ -41,13 +48,16 @@ def two_ranks(tmp_path_factory) -> dict[str, RunResult]:
 
     done = relaunched_once_on_abort(launch, lambda done: done.stderr if done.returncode else "")
     assert done.returncode == 0, done.stderr[-3000:]
-    return {row["model"]["name"]: RunResult.from_dict(row) for row in json.loads(out.read_text())}
+    results = [RunResult.from_dict(row) for row in json.loads(out.read_text())]
+    return {(result.model.name, result.spec.mixed_precision): result for result in results}
 
 
-@pytest.mark.parametrize("model", TINY)
-def test_two_gloo_ranks_shard_the_parameters_and_keep_the_plan(two_ranks, model):
-    result = two_ranks[model]
+@pytest.mark.parametrize("model, precision", CASES)
+def test_two_gloo_ranks_shard_the_parameters_and_keep_the_plan(two_ranks, model, precision):
+    result = two_ranks[model, precision]
     assert result.status == "ok" and result.spec.world_size == 2 and result.spec.fsdp
+    assert result.to_dict()["mixed_precision_via"] == ("fsdp2" if precision == "bf16" else "none")
+    # Float32 master weights either way: the shards before the forward are float32, half the total on each rank.
     assert [row.rank for row in result.ranks] == [0, 1]
     total = result.model.num_params * 4  # float32
     layer = total / result.model.num_layers  # FSDP pads each parameter to a multiple of the world size
@@ -68,13 +78,22 @@ def _largest_unit_bytes(model: str) -> int:
     return 4 * max(*layers, total - sum(layers))
 
 
-@pytest.mark.parametrize("model", TINY)
-def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, model):
-    measured = two_ranks[model]
+def test_fsdp2_mixed_precision_computes_in_bf16_on_float32_shards(two_ranks):
+    """The policy took effect: what the forward keeps shrinks, the float32 shards and their AdamW state do not."""
+    for model in TINY:
+        plain, mixed = two_ranks[model, "none"].memory, two_ranks[model, "bf16"].memory
+        assert mixed.breakdown_baseline == plain.breakdown_baseline, model
+        assert mixed.after_forward_bytes < 0.8 * plain.after_forward_bytes, model
+
+
+@pytest.mark.parametrize("model, precision", CASES)
+def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, model, precision):
+    measured = two_ranks[model, precision]
     simulated = simulate(replace(measured.spec, **SIMULATED_AS_MEASURED))
     assert simulated.ranks[0].rank == 0 and simulated.spec.world_size == 2
     sim = simulated.ranks[0].memory
     late_buffer = _largest_unit_bytes(model)
+    skipped: list[bool] = []
     for rank in measured.ranks:
         real = rank.memory
         for name in ("baseline_bytes", "after_forward_bytes", "optimizer_state_bytes"):
@@ -88,13 +107,42 @@ def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, m
         extra = real.peak_bytes - sim.peak_bytes
         assert -0.03 * sim.peak_bytes <= extra <= 0.03 * sim.peak_bytes + late_buffer, (rank.rank, real.peak_where)
         released_late = extra > 0.005 * sim.peak_bytes  # then the split at the peak is another moment's
+        # With FSDP2's mixed precision the activations halve and the gloo-only buffer sets the peak: inside FSDP2's
+        # foreach_reduce a gloo rank holds one more buffer of the reduce-scatter input's size than the fake process
+        # group (logged around foreach_reduce, 2-layer tiny-llama: +7,080,960 B a layer, +12,584,448 B at the root;
+        # the same in plain float32, where the peak is elsewhere). That moment comes after the unit's reshard:
+        # tiny-bert's measured peak (3 launches, both ranks alike) was 161,280 B above the simulated one, with
+        # 2,502,144 B fewer unsharded bf16 parameters and 3,060,224 B more temporaries. Fewer unsharded parameters
+        # at the peak than simulated: another moment too, and its split is not compared.
+        params_at_peak = (real.breakdown_at_peak.get("parameter", 0), sim.breakdown_at_peak.get("parameter", 0))
+        another_moment = released_late or params_at_peak[0] < params_at_peak[1]
+        skipped.append(another_moment)
         for stage in ("breakdown_baseline", "breakdown_after_forward", "breakdown_at_peak"):
             sim_parts, real_parts = getattr(sim, stage), getattr(real, stage)
             big = {key for key, value in real_parts.items() if value > 0.01 * real.peak_bytes}
-            if stage == "breakdown_at_peak" and released_late:
+            if stage == "breakdown_at_peak" and another_moment:
                 continue
             for key in big:
                 assert sim_parts.get(key, 0) == pytest.approx(real_parts[key], rel=0.03), (rank.rank, stage, key)
+    if all(skipped):
+        warnings.warn(
+            f"{model}, {precision}: no rank's peak split was compared (peaks at another moment)", stacklevel=1
+        )
+
+
+def test_mixed_precision_across_ranks_is_fsdp2s_policy_not_autocast():
+    one, ranks = RunSpec(mixed_precision="bf16"), replace(RANKED, mixed_precision="bf16")
+    assert (one.mixed_precision_via, ranks.mixed_precision_via, RANKED.mixed_precision_via) == (
+        "autocast",
+        "fsdp2",
+        "none",
+    )
+    policy = mixed_precision_policy(ranks)
+    assert policy is not None and (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    assert mixed_precision_policy(one) is None
+    model, _ = build_model("tiny-llama")
+    assert Recipe.for_spec(ranks, model).autocast_dtype is None
+    assert Recipe.for_spec(one, model).autocast_dtype == torch.bfloat16
 
 
 def test_qwen3_8b_on_8_simulated_ranks_holds_an_eighth_of_the_parameters():

@@ -115,3 +115,24 @@ def test_simulated_offload_moves_layer_inputs_to_host():
 def test_bad_input_is_refused_as_for_a_measured_run(changes, error, words):
     with pytest.raises(error, match=words):
         simulate(replace(FAST, **changes))
+
+
+@pytest.mark.parametrize("model, dropout", [("tiny-gpt2", "attn_pdrop"), ("tiny-bert", "attention_probs_dropout_prob")])
+def test_attention_dropout_takes_the_cuda_kernels_path_in_a_simulation(tmp_path, monkeypatch, model, dropout):
+    """With attention dropout, fake CPU tensors would take SDPA's math kernel and keep batch x heads x seq^2
+    probabilities; CUDA's kernels keep what they keep without dropout, and so does the simulation."""
+    import ckptlab.step.simulate as simulation
+
+    def resident(p: float) -> tuple[int, list[int]]:
+        config, _, _ = load_config(model)
+        setattr(config, dropout, p)
+        folder = tmp_path / f"{model}-{p}"
+        config.save_pretrained(folder)
+        memory = simulate(RunSpec(model=str(folder), seq_len=512, every_n_layers=None, optimizer="none"))
+        return memory.memory.after_forward_bytes, [layer.saved_bytes for layer in memory.layers]
+
+    assert resident(0.1) == resident(0.0)
+    monkeypatch.setattr(simulation, "_sdpa_as_on_cuda", simulation._REAL_SDPA)  # the CPU's own path, for contrast
+    config, _, _ = load_config(model)
+    probabilities = config.num_attention_heads * 512 * 512 * 4  # batch 1, float32
+    assert resident(0.1)[0] - resident(0.0)[0] >= config.num_hidden_layers * probabilities
