@@ -6,7 +6,7 @@ under them. Both speak the page's language (``lang``).
 
 from __future__ import annotations
 
-from ..explore.sweep import SweepRow
+from ..explore.sweep_rows import SweepRow
 from ..results import MemoryResult
 from ..units import MIB
 from .i18n import t
