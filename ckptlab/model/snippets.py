@@ -91,7 +91,10 @@ def selective_snippet(every_n_layers: int, offload: bool, selective: str | tuple
 
 
 def trainer_snippet(
-    every_n_layers: int | None, offload: bool = False, step_fields: Mapping[str, object] | None = None
+    every_n_layers: int | None,
+    offload: bool = False,
+    step_fields: Mapping[str, object] | None = None,
+    context_fn: bool = False,
 ) -> str:
     """The ``TrainingArguments`` keyword arguments for the same setting, as a call to copy.
 
@@ -100,6 +103,9 @@ def trainer_snippet(
         offload: as in :func:`model_snippet`.
         step_fields: the other fields of the step (``RunSpec.trainer_fields()``: batch, accumulation,
             ``optim``, clipping, mixed precision), written after the checkpointing ones; None adds none.
+        context_fn: pass a selective policy's ``context_fn`` (made as in :func:`selective_snippet`) on:
+            Trainer pops ``every_n_layers`` and ``offload`` and hands the other keys to the model's
+            ``activation_checkpointing_enable`` (transformers 5.24, in ``Trainer``'s training setup).
 
     Returns:
         Python source of a ``TrainingArguments(...)`` call; ``output_dir`` stands for your other arguments.
@@ -108,9 +114,10 @@ def trainer_snippet(
     if every_n_layers is None:
         lines.append("    activation_checkpointing=False,")
     else:
+        selective = ', "use_reentrant": False, "context_fn": context_fn' if context_fn else ""
         lines += [
             "    activation_checkpointing=True,",
-            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},',
+            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}{selective}}},',
         ]
     lines += _field_lines(step_fields)
     return "TrainingArguments(\n" + "\n".join(lines) + "\n)"
