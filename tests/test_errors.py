@@ -37,6 +37,7 @@ def _keyed_errors(tmp_path) -> list[CkptlabError]:
         RunSpec(lora_targets=("q_proj",)),
         RunSpec(every_n_layers=0),
         RunSpec(every_n_layers=None, offload=True),
+        RunSpec(selective="attention", world_size=2, fsdp=True),
     ]
     found = [_raised(spec.validate) for spec in bad_specs]
     found.append(_raised(lambda: validate_for_model(RunSpec(model="tiny-gpt2", seq_len=4096), describe("tiny-gpt2"))))
