@@ -73,7 +73,7 @@ values = exercise.question_values()
 
 st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
 st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
-if exercise.kind == "percent":
+if exercise.kind in ("percent", "kept"):
     st.plotly_chart(
         roles_diagram_figure(
             planned_roles(preset_infos()[exercise.spec.model].num_layers, exercise.spec.every_n_layers),
@@ -95,6 +95,16 @@ if exercise.kind == "percent":
         min_value=0,
         max_value=400,
         step=5,
+        key=f"exercise_pred_{exercise.id}",
+        disabled=locked,
+    )
+elif exercise.kind == "kept":
+    state.setdefault(f"exercise_pred_{exercise.id}", 0)
+    guess = st.number_input(
+        tr("selective.prediction_kib"),
+        min_value=0,
+        max_value=10_000_000,
+        step=16,
         key=f"exercise_pred_{exercise.id}",
         disabled=locked,
     )
@@ -124,9 +134,12 @@ if locked:
     outcome = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs, lang)
     st.subheader(tr("exercises.result_title"), anchor=False)
     left, right = st.columns([3, 2])
-    if exercise.kind == "percent":
+    if exercise.kind in ("percent", "kept"):
+        unit = "%" if exercise.kind == "percent" else " KiB"
         left.plotly_chart(
-            guess_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None
+            guess_figure(outcome.predicted, outcome.measured, lang=lang, unit=unit),
+            key="exercise_result_chart",
+            theme=None,
         )
     else:
         left.plotly_chart(
