@@ -136,19 +136,6 @@ class RunSpec:
             )
         self._validate_ranks()
         check_selective(self.selective, self.every_n_layers)
-        if self.fsdp and self.selective != "none" and self.every_n_layers is not None and self.optimizer != "none":
-            # Simulated under FSDP2 with AdamW's state (torch 2.13, a fake process group), SAC's rerun met view ops
-            # its forward had not recorded ("aten.view.default invocation index 12 ... not found in storage"); the
-            # forward and backward alone (optimizer "none") run and are tested: no number where it failed.
-            raise SpecError(
-                f"fsdp=True with selective={selective_key(self.selective)!r} and optimizer={self.optimizer!r}: "
-                "selective checkpointing under FSDP2 with an optimizer step is not supported by the lab yet (the "
-                "rerun of a sharded layer did not match what the policy recorded in its forward). Use one GPU for "
-                "the policy, optimizer='none' (the activations alone), or selective='none' with FSDP.",
-                key="spec.selective_with_fsdp",
-                policy=selective_key(self.selective),
-                optimizer=self.optimizer,
-            )
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "

@@ -102,7 +102,7 @@ with st.sidebar:
         format_func=lambda policy: tr(f"selective.policy_{policy}"),
         placeholder=tr("selective.scale_placeholder"),
         help=tr("selective.scale_help"),
-        disabled=state.get("at_scale_gpus", 1) > 1,  # not under FSDP2 (spec.selective_with_fsdp)
+        disabled=state.get("at_scale_gpus", 1) > 1,  # not simulated under FSDP2 (spec.selective_with_fsdp)
     )
     st.header(TEXT["sidebar_gpu"], anchor=False)
     st.selectbox(

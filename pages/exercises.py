@@ -88,25 +88,16 @@ with st.expander(tr("exercises.hint_title")):
     st.markdown(tr(f"exercise.{exercise.id}.hint"))
 
 locked = exercise.id in state.exercise_answers
-if exercise.kind == "percent":
-    state.setdefault(f"exercise_pred_{exercise.id}", 100)
+# A number to predict: its label, first value, bounds and step, by the exercise's kind.
+NUMBER_BOXES = {
+    "percent": ("exercises.prediction_percent", 100, 400, 5),
+    "kept": ("selective.prediction_kib", 0, 10_000_000, 16),
+}
+if exercise.kind in NUMBER_BOXES:
+    label, first, most, step = NUMBER_BOXES[exercise.kind]
+    state.setdefault(f"exercise_pred_{exercise.id}", first)
     guess = st.number_input(
-        tr("exercises.prediction_percent"),
-        min_value=0,
-        max_value=400,
-        step=5,
-        key=f"exercise_pred_{exercise.id}",
-        disabled=locked,
-    )
-elif exercise.kind == "kept":
-    state.setdefault(f"exercise_pred_{exercise.id}", 0)
-    guess = st.number_input(
-        tr("selective.prediction_kib"),
-        min_value=0,
-        max_value=10_000_000,
-        step=16,
-        key=f"exercise_pred_{exercise.id}",
-        disabled=locked,
+        tr(label), min_value=0, max_value=most, step=step, key=f"exercise_pred_{exercise.id}", disabled=locked
     )
 else:
     guess = st.radio(

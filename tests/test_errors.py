@@ -16,6 +16,7 @@ from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import describe
 from ckptlab.show import i18n
 from ckptlab.step.preflight import validate_for_model
+from ckptlab.step.selective import check_simulated_selective
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ckptlab"
 
@@ -37,7 +38,6 @@ def _keyed_errors(tmp_path) -> list[CkptlabError]:
         RunSpec(lora_targets=("q_proj",)),
         RunSpec(every_n_layers=0),
         RunSpec(every_n_layers=None, offload=True),
-        RunSpec(selective="attention", world_size=2, fsdp=True),
     ]
     found = [_raised(spec.validate) for spec in bad_specs]
     found.append(_raised(lambda: validate_for_model(RunSpec(model="tiny-gpt2", seq_len=4096), describe("tiny-gpt2"))))
@@ -47,6 +47,7 @@ def _keyed_errors(tmp_path) -> list[CkptlabError]:
     policy = ServerPolicy(max_tokens={"*": 100})
     found.append(_raised(lambda: policy.check(RunSpec(seq_len=128), describe("tiny-llama"), on_cpu=True)))
     found += _folder_errors(tmp_path)
+    found.append(_raised(lambda: check_simulated_selective(RunSpec(selective="attention", world_size=2, fsdp=True))))
     found += [
         _raised(SweepSpec(every_n_layers=(1,), **changes).validate)
         for changes in (

@@ -147,7 +147,8 @@ class GpuSearch:
 
 
 def _shardable(request: ScaleRequest, setting: Setting) -> bool:
-    """Whether the lab simulates ``setting`` under FSDP2 (a selective policy with an optimizer step it does not)."""
+    """Whether the lab simulates ``setting`` under FSDP2 (not a selective policy with an optimizer step:
+    ``ckptlab.step.selective.check_simulated_selective``)."""
     return setting.selective == NONE or request.optimizer == "none"
 
 

@@ -24,6 +24,7 @@ from ..model.selective import NONE, Selective, selective_key, validate_selective
 from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.preflight import validate_for_model
+from ..step.selective import check_simulated_selective
 from ..step.simulate import simulate
 from ..step.stopping import DONE, Cancel, Progress, prefixed, scaled, stopper
 
@@ -149,6 +150,7 @@ class ScaleRequest:
             )
         for setting in self.settings:
             self.spec(setting).validate()
+            check_simulated_selective(self.spec(setting))
         info = info or catalog.describe(self.model)
         validate_for_model(self.spec(self.settings[0]), info)
         return info

@@ -150,8 +150,8 @@ def request_from_widgets(
                 num_layers,
                 values["at_scale_every"],
                 values["at_scale_offload"],
-                # One GPU only: the lab refuses selective policies under FSDP2 with an optimizer step
-                # (spec.selective_with_fsdp); the page trains with one.
+                # One GPU only: the lab cannot simulate a policy under FSDP2 with an optimizer step
+                # (ckptlab.step.selective.check_simulated_selective); the page trains with one.
                 policies=tuple(values.get("at_scale_selective", ())) if int(values["at_scale_gpus"]) == 1 else (),
             )
         ),

@@ -35,6 +35,7 @@ from torch.utils.checkpoint import (
 )
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..errors import SpecError
 from ..message import Message
 from ..model.selective import NONE, SelectivePolicy, op_name, selective_key
 from ..results import LayerResult
@@ -212,6 +213,28 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, (tuple, list)):
         return [tensor for item in value for tensor in _tensors(item)]
     return []
+
+
+def check_simulated_selective(spec: RunSpec) -> None:
+    """Refuse to simulate what the simulation could not: a selective policy under FSDP2 with an optimizer step.
+
+    Simulated under FSDP2 with AdamW's state (torch 2.13, a fake process group, fake tensors), SAC's rerun met
+    view ops its forward had not recorded ("aten.view.default invocation index 12 ... not found in storage");
+    the forward and backward alone (optimizer "none") run and are tested, and real ranks (gloo) measure it.
+
+    Raises:
+        SpecError: ``spec.selective_with_fsdp``, naming the policy, the optimizer and what to do instead.
+    """
+    if spec.fsdp and spec.selective != NONE and spec.every_n_layers is not None and spec.optimizer != "none":
+        raise SpecError(
+            f"fsdp=True with selective={selective_key(spec.selective)!r} and optimizer={spec.optimizer!r} cannot be "
+            "simulated yet: on fake tensors the rerun of a sharded layer did not match what the policy recorded in "
+            "its forward. Simulate the policy on one GPU, or with optimizer='none' (the activations alone), or "
+            "measure it on real ranks (python -m ckptlab run --nproc-per-node 2 --fsdp --selective ...).",
+            key="spec.selective_with_fsdp",
+            policy=selective_key(spec.selective),
+            optimizer=spec.optimizer,
+        )
 
 
 def selective_notes(spec: RunSpec, layers: list[LayerResult], offload_applied: bool = False) -> list[str]:

@@ -43,12 +43,16 @@ def every_pair():
     }
 
 
-def test_a_policy_under_fsdp_is_refused_by_name():
+def test_a_policy_simulated_under_fsdp_with_an_optimizer_is_refused_by_name():
+    spec = REQUEST.spec(Setting(1, selective="attention"), 2)
+    spec.validate()  # a valid spec: real ranks measure it (run --nproc-per-node 2 --fsdp --selective attention)
     with pytest.raises(SpecError) as raised:
-        REQUEST.spec(Setting(1, selective="attention"), 2).validate()
+        simulate(spec)
     assert raised.value.key == "spec.selective_with_fsdp" and "attention" in str(raised.value)
-    without_optimizer = ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS, optimizer="none")
-    without_optimizer.spec(Setting(1, selective="attention"), 2).validate()  # the forward and backward alone run
+    with pytest.raises(SpecError, match="cannot be simulated"):
+        ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS, world_size=2).check()
+    without_optimizer = ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS, optimizer="none", world_size=2)
+    without_optimizer.check()  # the forward and backward alone are simulated (tests/step/test_selective.py)
 
 
 @pytest.mark.slow
