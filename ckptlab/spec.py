@@ -18,7 +18,7 @@ from typing import Any, Literal
 from .errors import SpecError, check_at_most, check_whole_number, expect_type, not_one_of
 from .model.plan import planned_roles, validate_every_n_layers
 from .model.presets import DEFAULT_PRESET
-from .model.selective import Selective, check_selective
+from .model.selective import Selective, check_selective, selective_key
 from .training_args import read_training_args
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -290,17 +290,20 @@ class RunSpec:
 
 @dataclass(frozen=True, order=True)
 class Setting:
-    """One checkpointing setting: ``every_n_layers`` (None: off) and offload."""
+    """One checkpointing setting: ``every_n_layers`` (None: off), offload and the CP layers' selective policy."""
 
     every_n_layers: int | None  # None: checkpointing off
     offload: bool = False  # checkpointed inputs to pinned host memory
+    selective: Selective = "none"  # as RunSpec.selective: what a CP layer keeps besides its input
 
     @property
     def key(self) -> str:
-        """A short stable id, e.g. "off", "n=2", "n=1+offload" (for tables, JSON rows, widgets, figures)."""
+        """A short stable id, e.g. "off", "n=2", "n=1+offload", "n=1+attention" (for tables, JSON rows, widgets,
+        figures); plain checkpointing's keys are the ones they were before policies existed."""
         if self.every_n_layers is None:
             return "off"
-        return f"n={self.every_n_layers}" + ("+offload" if self.offload else "")
+        policy = "" if self.selective == "none" else "+" + selective_key(self.selective)
+        return f"n={self.every_n_layers}" + ("+offload" if self.offload else "") + policy
 
     def cp_layers(self, num_layers: int) -> int:
         """How many layers this setting checkpoints (each reruns its forward in the backward)."""
@@ -308,4 +311,4 @@ class Setting:
 
     @classmethod
     def of(cls, spec: RunSpec) -> Setting:
-        return cls(spec.every_n_layers, spec.offload)
+        return cls(spec.every_n_layers, spec.offload, spec.selective)

@@ -125,6 +125,11 @@ def draw_code(spec: RunSpec, tr: Translator) -> None:
     """The transformers lines for the current settings (not the last run's)."""
     st.subheader(tr("lab.code_title"), anchor=False)
     st.caption(tr("lab.on_a_model"))
-    st.code(snippets.model_snippet(spec.every_n_layers, spec.offload), language="python")
+    code = snippets.model_snippet(spec.every_n_layers, spec.offload)
+    if spec.every_n_layers is not None and spec.selective != "none":  # torch's policy through transformers' call
+        code = snippets.selective_snippet(spec.every_n_layers, spec.offload, spec.selective)
+    st.code(code, language="python")
     st.caption(tr("lab.with_trainer"))
-    st.code(snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields()), language="python")
+    context_fn = spec.every_n_layers is not None and spec.selective != "none"
+    trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=context_fn)
+    st.code(trainer, language="python")

@@ -105,12 +105,17 @@ def draw_measurements(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> 
         return False
     diagram, where = st.columns([3, 2])
     diagram.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
-    bars = [(setting_label(result.spec.every_n_layers, result.spec.offload, lang), result)]
+    label = setting_label(result.spec.every_n_layers, result.spec.offload, lang)
+    bars = [(label, result)]
+    if lab.plain is not None and lab.plain.result.status == "ok":  # a selective policy beside plain checkpointing
+        policy = labpage.policy_label(str(result.spec.selective), tr)
+        bars = [(tr("selective.bar_full"), lab.plain.result), (tr("selective.bar_policy", policy=policy), result)]
     if base is not None and base is not result and base.status == "ok":
         bars.insert(0, (tr("setting.off"), base))
     where.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lab_breakdown", theme=None)
     where.caption(tr("lab.breakdown_caption"))
     draw_gradients(result.spec, tr)
+    draw_selective(lab, lang, tr)
 
     numbers, chart = st.columns([2, 3])
     with numbers:
@@ -119,3 +124,16 @@ def draw_measurements(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> 
         st.plotly_chart(comparison_figure(result, base, lang=lang), key="lab_comparison", theme=None)
         st.caption(tr("lab.comparison_caption", provenance=provenance_label(result.provenance, lang)))
     return True
+
+
+def draw_selective(lab: LabRun, lang: str, tr: Translator) -> None:
+    """With a selective policy: what it kept (observed), and the run beside plain checkpointing and off."""
+    line = labpage.kept_line(lab.result, tr)
+    if not line:
+        return
+    st.subheader(tr("selective.title"), anchor=False)
+    st.markdown(line)
+    rows = labpage.selective_rows(lab, lang, tr)
+    if rows:
+        st.dataframe(rows, hide_index=True, key="lab_selective_table")
+        st.caption(tr("selective.table_caption", provenance=provenance_label(lab.result.provenance, lang)))

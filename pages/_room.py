@@ -26,7 +26,7 @@ def question(exercise: Exercise, tr: Translator, lang: str, key: str) -> None:
     """The exercise's name, setting, plan (for a percent) and question, with its hint folded away."""
     st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
     st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
-    if exercise.kind == "percent":
+    if exercise.kind in ("percent", "kept"):
         st.plotly_chart(
             roles_diagram_figure(
                 planned_roles(preset_infos()[exercise.spec.model].num_layers, exercise.spec.every_n_layers),
@@ -47,6 +47,8 @@ def measured_text(closed: Round, tr: Translator) -> str:
         return tr("classroom.none_fits")
     if closed.exercise.kind == "percent":
         return f"{closed.measured:,.0f}%"
+    if closed.exercise.kind == "kept":
+        return f"{closed.measured:,.1f} KiB"
     return f"every_n_layers={int(closed.measured)}"
 
 

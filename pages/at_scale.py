@@ -21,6 +21,7 @@ from ckptlab.lab import scalepage
 from ckptlab.lab.query import BATCH_MAX
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, LOCAL, SEQ_LIMIT
 from ckptlab.lab.targets import spec_targets
+from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.show import i18n
 from ckptlab.show.labels import experts_caption
 from ckptlab.show.wording import app_message
@@ -47,7 +48,7 @@ TEXT = i18n.section("at_scale", lang)
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
 WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
            "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_accumulation", "at_scale_mixed_precision", "at_scale_max_grad_norm",
-           "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets")  # fmt: skip
+           "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets", "at_scale_selective")  # fmt: skip
 state = st.session_state
 
 if any(key not in state for key in WIDGETS):
@@ -93,6 +94,15 @@ with st.sidebar:
         format_func=TEXT["offload_options"].get,
         key="at_scale_offload",
         help=TEXT["offload_help"],
+    )
+    st.multiselect(
+        tr("selective.scale_label"),
+        [policy for policy in SELECTIVE_CHOICES if policy != "none"],
+        key="at_scale_selective",
+        format_func=lambda policy: tr(f"selective.policy_{policy}"),
+        placeholder=tr("selective.scale_placeholder"),
+        help=tr("selective.scale_help"),
+        disabled=state.get("at_scale_gpus", 1) > 1,  # not simulated under FSDP2 (spec.selective_with_fsdp)
     )
     st.header(TEXT["sidebar_gpu"], anchor=False)
     st.selectbox(

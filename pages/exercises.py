@@ -77,15 +77,16 @@ exercise = exercises.by_id(exercise_id)
 question(exercise, tr, lang, "exercise")
 
 locked = exercise.id in state.exercise_answers
-if exercise.kind == "percent":
-    state.setdefault(f"exercise_pred_{exercise.id}", 100)
+# A number to predict: its label, first value, bounds and step, by the exercise's kind.
+NUMBER_BOXES = {
+    "percent": ("exercises.prediction_percent", 100, 400, 5),
+    "kept": ("selective.prediction_kib", 0, 10_000_000, 16),
+}
+if exercise.kind in NUMBER_BOXES:
+    label, first, most, step = NUMBER_BOXES[exercise.kind]
+    state.setdefault(f"exercise_pred_{exercise.id}", first)
     guess = st.number_input(
-        tr("exercises.prediction_percent"),
-        min_value=0,
-        max_value=400,
-        step=5,
-        key=f"exercise_pred_{exercise.id}",
-        disabled=locked,
+        tr(label), min_value=0, max_value=most, step=step, key=f"exercise_pred_{exercise.id}", disabled=locked
     )
 else:
     guess = st.radio(
@@ -113,9 +114,12 @@ if locked:
     outcome = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs, lang)
     st.subheader(tr("exercises.result_title"), anchor=False)
     left, right = st.columns([3, 2])
-    if exercise.kind == "percent":
+    if exercise.kind in ("percent", "kept"):
+        unit = "%" if exercise.kind == "percent" else " KiB"
         left.plotly_chart(
-            guess_figure(outcome.predicted, outcome.measured, lang=lang), key="exercise_result_chart", theme=None
+            guess_figure(outcome.predicted, outcome.measured, lang=lang, unit=unit),
+            key="exercise_result_chart",
+            theme=None,
         )
     else:
         left.plotly_chart(

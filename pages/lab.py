@@ -17,6 +17,7 @@ from ckptlab.lab.labpage import LOCAL
 from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_to_query
 from ckptlab.lab.run import LabRun, build_for_key
 from ckptlab.lab.targets import spec_targets
+from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.show.figures.diagram import plan_figure
 from ckptlab.show.labels import experts_caption
 from ckptlab.show.wording import app_message
@@ -43,7 +44,7 @@ lang, tr = language()
 policy, policy_problem = server_policy()
 WIDGETS = ("lab_model", "lab_local_dir", "lab_seq", "lab_batch", "lab_dtype", "lab_device", "lab_ckpt", "lab_n",
            "lab_offload", "lab_repeats", "lab_warmup", "lab_optimizer", "lab_lora", "lab_lora_rank", "lab_lora_targets",
-           "lab_accumulation", "lab_mixed_precision", "lab_max_grad_norm")  # fmt: skip
+           "lab_accumulation", "lab_mixed_precision", "lab_max_grad_norm", "lab_selective")  # fmt: skip
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -120,6 +121,14 @@ with st.sidebar:
         state.lab_n = 1
         st.caption(tr("lab.one_layer"))
     st.toggle("offload", key="lab_offload", disabled=not state.lab_ckpt, help=tr("lab.offload_help"))
+    st.selectbox(
+        tr("selective.label"),
+        SELECTIVE_CHOICES,
+        key="lab_selective",
+        format_func=lambda policy: labpage.policy_label(policy, tr),
+        disabled=not state.lab_ckpt,
+        help=tr("selective.help"),
+    )
     st.checkbox(
         tr("lab.check_grads"), key="lab_check_grads", disabled=not state.lab_ckpt, help=tr("lab.check_grads_help")
     )

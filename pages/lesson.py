@@ -17,6 +17,7 @@ from ckptlab.lab import exercises, learnpage
 from ckptlab.lab.run import reference_spec
 from ckptlab.results import RunResult
 from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
+from ckptlab.show.figures.diagram import diagram_figure
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
 from ckptlab.show.wording import run_message
@@ -32,7 +33,7 @@ run_through_app()
 state = st.session_state
 lang, tr = language()
 
-PARTS = ("activation", "trade", "every_n", "offload", "peak", "shrink", "shard", "step")
+PARTS = ("activation", "trade", "every_n", "keep", "offload", "peak", "shrink", "shard", "step")
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
 LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
 # The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
@@ -112,6 +113,17 @@ elif part == "every_n":
         runs_tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None
     )
     figure.caption(tr("lesson.every_n.caption"))
+
+elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside keeping the attention
+    kept_spec = replace(at(1), selective="attention")
+    runs = need(at(None), at(1), kept_spec)
+    off, plain, kept = runs[at(None)], runs[at(1)], runs[kept_spec]
+    text, figure = st.columns([2, 3])
+    text.markdown(tr("lesson.keep.body"))
+    figure.plotly_chart(diagram_figure(kept, lang=lang), key="lesson_keep_diagram", theme=None)
+    bars = [(tr("setting.short_off"), off), (tr("lesson.keep.bar_plain"), plain), (tr("lesson.keep.bar_kept"), kept)]
+    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lesson_keep_chart", theme=None)
+    figure.caption(learnpage.keep_caption(plain, kept, tr))
 
 elif part == "offload":
     specs = [at(1), at(1, replace(LONG, seq_len=256)), at(1, LONG)]

@@ -15,6 +15,8 @@ from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult
 from ckptlab.lab import tradeoffspage
 from ckptlab.lab.query import LORA_RANK_MAX
+from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
+from ckptlab.model.selective import NONE
 from ckptlab.show import i18n
 from ckptlab.show.figures.prediction import sweep_prediction_figure
 from ckptlab.show.figures.tradeoff import seq_len_figure, sweep_peak_figure, sweep_tradeoff_figure
@@ -53,6 +55,14 @@ with st.sidebar:
         key="tradeoffs_offload",
         format_func=lambda choice: tr(f"tradeoffs.offload_{choice}"),
         help=tr("tradeoffs.offload_help"),
+    )
+    st.multiselect(
+        tr("selective.sweep_label"),
+        SELECTIVE_CHOICES,
+        default=[NONE],
+        key="tradeoffs_selective",
+        format_func=lambda choice: tr(f"selective.policy_{choice}"),
+        help=tr("selective.sweep_help"),
     )
     st.number_input(tr("tradeoffs.batch"), 1, 64, 1, key="tradeoffs_batch")
     st.selectbox("dtype", DTYPES, key="tradeoffs_dtype")

@@ -10,11 +10,13 @@ import pytest
 
 from ckptlab import RunSpec
 from ckptlab.errors import CkptlabError, RunStoppedError
+from ckptlab.explore.sweep import SweepSpec
 from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import describe
 from ckptlab.show import i18n
 from ckptlab.step.preflight import validate_for_model
+from ckptlab.step.selective import check_simulated_selective
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ckptlab"
 
@@ -45,6 +47,15 @@ def _keyed_errors(tmp_path) -> list[CkptlabError]:
     policy = ServerPolicy(max_tokens={"*": 100})
     found.append(_raised(lambda: policy.check(RunSpec(seq_len=128), describe("tiny-llama"), on_cpu=True)))
     found += _folder_errors(tmp_path)
+    found.append(_raised(lambda: check_simulated_selective(RunSpec(selective="attention", world_size=2, fsdp=True))))
+    found += [
+        _raised(SweepSpec(every_n_layers=(1,), **changes).validate)
+        for changes in (
+            {"policies": ()},
+            {"policies": ("attention", "attention")},
+            {"policies": ("none",), "selective": "attention"},
+        )
+    ]
     return found
 
 

@@ -140,7 +140,7 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(
     _flag(
         run,
         "--selective",
-        type=_selective,
+        type=selective_argument,
         default=defaults.selective,
         metavar="POLICY",
         help=f"selective checkpointing: what a CP layer keeps besides its input: {', '.join(SELECTIVE_CHOICES)}, or "
@@ -154,7 +154,7 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(
     )
 
 
-def _selective(text: str) -> str | tuple[str, ...]:
+def selective_argument(text: str) -> str | tuple[str, ...]:
     """A policy's name, or op names (any name with a dot); torch's check of the names is the spec's."""
     if text in SELECTIVE_CHOICES:
         return text

@@ -16,6 +16,7 @@ from ..errors import SpecError
 from ..explore.budget import GPUS, gpu_name
 from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
 from ..model.presets import check_model_named
+from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
@@ -23,6 +24,7 @@ from .args import (
     EXIT_BAD_INPUT,
     add_run_arguments,
     print_progress,
+    selective_argument,
     spec_from_args,
     training_args_lines,
 )
@@ -53,6 +55,15 @@ def add_sweep_command(commands) -> None:
     )
     sweep_parser.add_argument(
         "--offload", default="no", help="no, yes or both (offload rows run on CUDA only; default no)"
+    )
+    sweep_parser.add_argument(
+        "--selective",
+        nargs="+",
+        type=selective_argument,
+        default=[defaults.selective],
+        metavar="POLICY",
+        help=f"one or more selective policies, e.g. --selective none attention: each checkpointed setting is "
+        f"measured with each ({', '.join(SELECTIVE_CHOICES)}, or comma-separated op names; default none)",
     )
     sweep_parser.add_argument("--no-checkpointing", action="store_true", help=argparse.SUPPRESS)
     sweep_parser.add_argument(
@@ -127,8 +138,11 @@ def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
     if args.offload not in OFFLOAD_CHOICES:
         raise SpecError(f"--offload {args.offload!r} is not one of {', '.join(OFFLOAD_CHOICES)}.")
     seq_lens = parse_seq_lens(args.seq_len)
+    policies = tuple(args.selective)
+    # One policy is the sweep it always was (SweepSpec.selective); several are its policy axis.
+    one = policies[0] if len(policies) == 1 else "none"
     base = spec_from_args(
-        replace_namespace(args, seq_len=seq_lens[0], every_n_layers=1, offload=False),
+        replace_namespace(args, seq_len=seq_lens[0], every_n_layers=1, offload=False, selective=one),
         repeats=args.repeats,
         warmup=args.warmup,
     )
@@ -138,6 +152,7 @@ def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
         every_n_layers=parse_every_n_layers(args.every_n_layers),
         offload=args.offload,
         warmup_each_row=args.warmup_each_row,
+        **({"policies": policies} if len(policies) > 1 else {}),
     )
     spec.validate()
     return spec
@@ -188,6 +203,7 @@ def _recommendation_dict(rec: Recommendation) -> dict:
         "setting": None if rec.row is None else rec.row.setting,
         "every_n_layers": None if rec.row is None else rec.row.every_n_layers,
         "offload": None if rec.row is None else rec.row.offload,
+        "selective": None if rec.row is None else rec.row.selective,
         "margin_bytes": rec.margin_bytes,
         "reason": rec.reason,
         "model_code": rec.model_code,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .formula import COUNTED_POLICIES
 from .predict import Prediction, predict
 from .sweep import SweepResult, SweepRow
 
@@ -21,7 +22,7 @@ class PredictionCheck:
     seq_len: int  # tokens per sequence
     every_n_layers: int | None  # None: checkpointing off
     offload: bool  # offload ran
-    setting: str  # "off", "n=2", "n=2+offload" (Setting.key)
+    setting: str  # "off", "n=2", "n=2+offload", "n=1+attention" (Setting.key)
     measured_provenance: str  # e.g. "measured-cpu"
     measured_after_forward_bytes: int | None  # measured resident activations after the forward
     formula_after_forward_bytes: int  # predicted from the config (Korthikanti et al. 2022, adapted)
@@ -64,23 +65,31 @@ def check_predictions(result: SweepResult) -> list[PredictionCheck]:
         calibration = off.result if off is not None and off.status == "ok" and off.step_s is not None else None
         settings = [row.every_n_layers for row in rows if row.every_n_layers is not None]
         spec = result.spec
-        predictions = predict(
-            result.spec.model,
-            seq_len=seq_len,
-            batch_size=spec.batch_size,
-            dtype=rows[0].result.dtype if rows[0].result is not None else spec.dtype,
-            device=result.device.split(":")[0],
-            every_n_layers=settings or [1],
-            offload=sorted({row.offload for row in rows}),
-            calibration=calibration,
-            optimizer=spec.optimizer,
-            lora_rank=spec.lora_rank,
-            lora_targets=spec.lora_targets,
-        )
-        by_key = {(p.method, p.every_n_layers, p.offload): p for p in predictions}
+        by_key: dict[tuple[str, int | None, bool, str], Prediction] = {}
+        # One prediction per policy the formula counts; a row of another policy (torchtitan's, op names) has
+        # no formula to check (simulate it), and gets no check rather than plain checkpointing's.
+        policies = [key for key in dict.fromkeys(row.selective for row in rows) if key in COUNTED_POLICIES]
+        for policy in policies or ["none"]:
+            for p in predict(
+                result.spec.model,
+                seq_len=seq_len,
+                batch_size=spec.batch_size,
+                dtype=rows[0].result.dtype if rows[0].result is not None else spec.dtype,
+                device=result.device.split(":")[0],
+                every_n_layers=settings or [1],
+                offload=sorted({row.offload for row in rows}),
+                calibration=calibration,
+                optimizer=spec.optimizer,
+                lora_rank=spec.lora_rank,
+                lora_targets=spec.lora_targets,
+                selective=policy,
+            ):
+                by_key[(p.method, p.every_n_layers, p.offload, policy)] = p
         for row in rows:
-            formula = by_key[("formula", row.every_n_layers, row.offload)]
-            calibrated = by_key.get(("calibrated", row.every_n_layers, row.offload))
+            formula = by_key.get(("formula", row.every_n_layers, row.offload, row.selective))
+            if formula is None:
+                continue
+            calibrated = by_key.get(("calibrated", row.every_n_layers, row.offload, row.selective))
             checks.append(_check(row, formula, calibrated))
     return checks
 

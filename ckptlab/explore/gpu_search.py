@@ -39,17 +39,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import SpecError
 from ..message import Message
 from ..model.catalog import ModelInfo
+from ..model.selective import NONE
 from ..model.snippets import (
     ckptlab_run_line,
     fsdp_snippet,
     fsdp_trainer_snippet,
     machines,
     model_snippet,
+    selective_snippet,
     torchrun_line,
     trainer_snippet,
 )
@@ -92,6 +94,7 @@ class GpuSearch:
     simulated: int = 0  # how many of them were simulated here (the rest were reused)
     cancelled: bool = False  # stopped before the search could answer
     elapsed_s: float = 0.0  # wall time of the search
+    one_gpu_only: tuple[str, ...] = ()  # settings (keys) searched on one GPU alone (spec.selective_with_fsdp)
 
     @property
     def fits(self) -> bool:
@@ -119,23 +122,34 @@ class GpuSearch:
         if self.result is None:
             return None
         spec = self.result.spec
-        n, offload, optimizer = spec.every_n_layers, spec.offload, spec.optimizer
+        n, offload, optimizer, policy = spec.every_n_layers, spec.offload, spec.optimizer, spec.selective
         run_line = ckptlab_run_line(
-            spec.world_size, spec.model, spec.seq_len, spec.batch_size, spec.dtype, n, offload, optimizer
-        )
+            spec.world_size, spec.model, spec.seq_len, spec.batch_size, spec.dtype, n, offload, optimizer,
+            selective=policy,
+        )  # fmt: skip
+        context_fn = n is not None and policy != "none"  # the policy's context_fn, made in the model lines
         if spec.world_size == 1:
+            model_code = model_snippet(n, offload)
+            if n is not None and policy != "none":
+                model_code = selective_snippet(n, offload, policy)
             return SearchCode(
                 torchrun_line(1, script),
                 run_line,
-                model_snippet(n, offload),
-                trainer_snippet(n, offload, spec.trainer_fields()),
+                model_code,
+                trainer_snippet(n, offload, spec.trainer_fields(), context_fn=context_fn),
             )
         return SearchCode(
             torchrun_line(spec.world_size, script),
             run_line,
-            fsdp_snippet(n, offload, optimizer),
-            fsdp_trainer_snippet(n, offload, spec.trainer_fields()),
+            fsdp_snippet(n, offload, optimizer, selective=policy),
+            fsdp_trainer_snippet(n, offload, spec.trainer_fields(), context_fn=context_fn),
         )
+
+
+def _shardable(request: ScaleRequest, setting: Setting) -> bool:
+    """Whether the lab simulates ``setting`` under FSDP2 (not a selective policy with an optimizer step:
+    ``ckptlab.step.selective.check_simulated_selective``)."""
+    return setting.selective == NONE or request.optimizer == "none"
 
 
 def check_counts(counts: tuple[int, ...]) -> tuple[int, ...]:
@@ -199,7 +213,7 @@ def cheapest_that_fits(
     counts = check_counts(tuple(counts))
     info = request.check(info)
     for count in counts:  # LoRA under FSDP is refused here, not halfway through the search
-        request.spec(request.settings[0], count).validate()
+        request.spec(replace(request.settings[0], selective=NONE), count).validate()
     report = progress or (lambda message, fraction: None)
     stopped = stopper(cancel)
     known = dict(known or {})
@@ -235,7 +249,10 @@ def cheapest_that_fits(
     def answer(result: RunResult | None, cancelled: bool = False) -> GpuSearch:
         report(DONE, 1.0)
         elapsed = time.monotonic() - started
-        return GpuSearch(request, budget_bytes, counts, info.num_layers, result, tried, simulated, cancelled, elapsed)
+        one_gpu = tuple(s.key for s in settings if not _shardable(request, s)) if counts[-1] > 1 else ()
+        return GpuSearch(
+            request, budget_bytes, counts, info.num_layers, result, tried, simulated, cancelled, elapsed, one_gpu
+        )
 
     best: RunResult | None = None
     if counts[0] == 1:  # one GPU: no FSDP, its own case; the cheapest setting that fits is the answer
@@ -246,7 +263,10 @@ def cheapest_that_fits(
             if fits(result, budget_bytes):
                 return answer(result)
     sharded = [count for count in counts if count > 1]
-    for setting in settings:
+    # Selective policies under FSDP2 with an optimizer step are refused (spec.selective_with_fsdp): one GPU
+    # only for those, and said (GpuSearch.one_gpu_only).
+    one_gpu = tuple(setting.key for setting in settings if not _shardable(request, setting)) if sharded else ()
+    for setting in [setting for setting in settings if setting.key not in one_gpu]:
         below = [count for count in sharded if best is None or count < best.spec.world_size]
         if not below:
             break  # best is already the fewest GPUs searched; later settings only cost more recompute

@@ -28,7 +28,7 @@ import torch
 
 from ..errors import CkptlabError, SpecError
 from ..message import Message, joined
-from ..model.snippets import lora_snippet, model_snippet, trainer_snippet
+from ..model.snippets import lora_snippet, model_snippet, selective_snippet, trainer_snippet
 from ..results import judge_time
 from ..spec import TRAINER_DEFAULT_OPTIMIZER, Setting
 from ..units import mib, milliseconds
@@ -78,9 +78,9 @@ class Recommendation:
     row: SweepRow | None  # the fastest row whose peak fits; None when nothing fits
     margin_bytes: int | None  # budget minus the chosen row's peak
     reasons: tuple[Message, ...]  # why this row (or why none), sentence by sentence, with the numbers
-    model_code: (
-        str  # model.activation_checkpointing_enable(...) for the chosen row, then peft's line with LoRA ("" if none)
-    )
+    # model.activation_checkpointing_enable(...) for the chosen row (with its selective policy's context_fn),
+    # then peft's line with LoRA ("" if none)
+    model_code: str
     trainer_code: str  # TrainingArguments(...) for the chosen row ("" if none)
     fitting: list[SweepRow] = field(default_factory=list)  # every row that fits, fastest first
     as_fast: list[str] = field(default_factory=list)  # settings whose step time is within the noise of the fastest's
@@ -160,7 +160,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         ranked_by = "predicted"
     as_fast = [row.setting for row in tied]
     spec = best.result.spec if best.result is not None else None
-    model_code = model_snippet(best.every_n_layers, best.offload)
+    model_code = _model_code(best)
     if spec is not None and spec.lora_rank is not None:
         targets = training_bytes(spec.model, torch.float32, lora_rank=spec.lora_rank, lora_targets=spec.lora_targets)
         model_code += "\n" + lora_snippet(spec.lora_rank, targets.lora_targets)
@@ -172,12 +172,25 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         margin_bytes=budget - known_peak(best),
         reasons=_reasons(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
         model_code=model_code,
-        trainer_code=trainer_snippet(best.every_n_layers, best.offload, spec.trainer_fields() if spec else None),
+        trainer_code=trainer_snippet(
+            best.every_n_layers,
+            best.offload,
+            spec.trainer_fields() if spec else None,
+            context_fn=best.selective != "none",
+        ),
         fitting=fitting,
         as_fast=as_fast,
         ranked_by=ranked_by,
         recompute=recompute,
     )
+
+
+def _model_code(row: SweepRow) -> str:
+    """transformers' call for the row: plain, or with the selective policy's ``context_fn`` (torch's SAC API)."""
+    if row.every_n_layers is None or row.selective == "none":
+        return model_snippet(row.every_n_layers, row.offload)
+    policy = row.result.spec.selective if row.result is not None else row.selective
+    return selective_snippet(row.every_n_layers, row.offload, policy)
 
 
 def _measurably_slower(row: SweepRow, fastest: SweepRow) -> bool:
@@ -200,16 +213,25 @@ def predicted_recompute(rows: Sequence[SweepRow]) -> dict[str, float]:
     shares: dict[str, float] = {}
     spec = next((row.result.spec for row in rows if row.result is not None), None)
     if spec is not None:
-        try:
-            arch = architecture(spec.model)
-            settings = sorted({row.every_n_layers for row in rows if row.every_n_layers is not None})
-            for prediction in predict(
-                arch, seq_len=rows[0].seq_len, batch_size=spec.batch_size, every_n_layers=settings or [1]
-            ):
+        settings = sorted({row.every_n_layers for row in rows if row.every_n_layers is not None})
+        # A policy keeps what its rerun would compute again: the formula counts the policies it knows
+        # (formula.COUNTED_POLICIES); the others fall back to the share of layers checkpointed below.
+        for policy in dict.fromkeys(row.selective for row in rows):
+            try:
+                arch = architecture(spec.model)
+                predictions = predict(
+                    arch,
+                    seq_len=rows[0].seq_len,
+                    batch_size=spec.batch_size,
+                    every_n_layers=settings or [1],
+                    selective=policy,
+                )
+            except CkptlabError:
+                continue
+            for prediction in predictions:
                 for offload in (False, True):
-                    shares[Setting(prediction.every_n_layers, offload).key] = prediction.recompute_fraction
-        except CkptlabError:
-            shares = {}
+                    key = Setting(prediction.every_n_layers, offload, policy).key
+                    shares[key] = prediction.recompute_fraction
     layers = max((row.result.model.num_layers for row in rows if row.result is not None), default=0)
     return {
         row.setting: shares.get(row.setting, row.cp_layers / layers if layers else float(row.cp_layers)) for row in rows

@@ -13,16 +13,18 @@ Numbers are bytes; words and units belong to the front ends.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import SpecError, check_whole_number, not_one_of
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.selective import NONE, Selective, selective_key, validate_selective
 from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.preflight import validate_for_model
+from ..step.selective import check_simulated_selective
 from ..step.simulate import simulate
 from ..step.stopping import DONE, Cancel, Progress, prefixed, scaled, stopper
 
@@ -52,23 +54,32 @@ def every_n_choices(num_layers: int, every: EveryN = "distinct") -> list[int]:
     return sorted(divisors | {1, min(2, num_layers), num_layers})
 
 
-def scale_settings(num_layers: int, every: EveryN = "distinct", offload: OffloadFor = "n=1") -> list[Setting]:
-    """Checkpointing off, then each chosen ``every_n_layers``, each followed by its offload twin where asked.
+def scale_settings(
+    num_layers: int, every: EveryN = "distinct", offload: OffloadFor = "n=1", policies: Sequence[Selective] = ()
+) -> list[Setting]:
+    """Checkpointing off, then each chosen ``every_n_layers``, each followed by its selective policies and its
+    offload twin where asked.
 
     Args:
         num_layers: the model's checkpointable layers.
         every: "distinct" (see :func:`every_n_choices`) or "all" values of every_n_layers.
         offload: "n=1" (offload only where it frees the most: every layer checkpointed),
             "all" (beside every n) or "none".
+        policies: selective policies (``ckptlab.model.selective``) simulated beside plain checkpointing at
+            each n ("none" is plain checkpointing, always there).
 
     Raises:
-        SpecError: a bad ``num_layers``, ``every`` or ``offload``.
+        SpecError: a bad ``num_layers``, ``every``, ``offload`` or policy.
     """
     if offload not in ("n=1", "all", "none"):
         raise not_one_of("offload", offload, ("n=1", "all", "none"))
+    for policy in policies:
+        validate_selective(policy)
+    extra = [policy for policy in dict.fromkeys(policies) if policy != NONE]
     settings = [Setting(None)]
     for n in every_n_choices(num_layers, every):
         settings.append(Setting(n))
+        settings += [Setting(n, selective=policy) for policy in extra]
         if offload == "all" or (offload == "n=1" and n == 1):
             settings.append(Setting(n, offload=True))
     return settings
@@ -111,6 +122,7 @@ class ScaleRequest:
             dtype=self.dtype,
             every_n_layers=setting.every_n_layers,
             offload=setting.offload,
+            selective=setting.selective,
             repeats=1,
             warmup=0,
             optimizer=self.optimizer,
@@ -143,6 +155,7 @@ class ScaleRequest:
             )
         for setting in self.settings:
             self.spec(setting).validate()
+            check_simulated_selective(self.spec(setting))
         info = info or catalog.describe(self.model)
         validate_for_model(self.spec(self.settings[0]), info)
         return info
@@ -175,13 +188,22 @@ def fits(result: RunResult, budget_bytes: int) -> bool:
     return result.memory is not None and result.memory.peak_bytes <= budget_bytes
 
 
-def recompute_cost(setting: Setting, num_layers: int) -> tuple[int, bool]:
-    """How much a setting adds to the step, as a sort key: the layers it reruns, then offload's copies.
+# How much of a CP layer's forward each named policy leaves to its rerun, least first: matmuls keeps every
+# matmul and the attention, torchtitan every other mm and the attention, attention the attention alone.
+POLICY_RERUN_ORDER = ("matmuls", "torchtitan", "attention", NONE)
+
+
+def recompute_cost(setting: Setting, num_layers: int) -> tuple[int, bool, int]:
+    """How much a setting adds to the step, as a sort key: the layers it reruns, offload's copies, then how much
+    of each layer its selective policy leaves to the rerun.
 
     Off reruns nothing; every_n_layers=n reruns ceil(layers / n) layers; offload adds a
-    device-to-host and a host-to-device copy of each checkpointed input.
+    device-to-host and a host-to-device copy of each checkpointed input; a policy keeps some op
+    outputs, which the rerun takes instead of computing (op names rank beside "attention").
     """
-    return setting.cp_layers(num_layers), setting.offload
+    key = selective_key(setting.selective)
+    rank = POLICY_RERUN_ORDER.index(key) if key in POLICY_RERUN_ORDER else POLICY_RERUN_ORDER.index("attention")
+    return setting.cp_layers(num_layers), setting.offload, rank
 
 
 def least_recompute_that_fits(table: ScaleTable, budget_bytes: int) -> RunResult | None:

@@ -39,6 +39,7 @@ from transformers import PreTrainedModel
 from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.selective import Selective
 from ..results import BusyReason, RunResult
 from ..spec import RunSpec, Setting
 from ..step.measure import measure
@@ -131,7 +132,7 @@ class _Plan:
     """The rows a sweep will run, worked out before anything heavy happens."""
 
     info: ModelInfo
-    rows: list[tuple[int, int | None, bool]]  # (seq_len, every_n_layers, offload) in order
+    rows: list[tuple[int, int | None, bool, Selective]]  # (seq_len, every_n_layers, offload, policy) in order
     notes: list[str]
 
 
@@ -188,11 +189,11 @@ def plan_sweep(spec: SweepSpec) -> _Plan:
                 params={"repeats": spec.repeats},
             )
         )
-    rows: list[tuple[int, int | None, bool]] = []
+    rows: list[tuple[int, int | None, bool, Selective]] = []
     for seq_len in spec.seq_lens:
         if spec.include_off:
-            rows.append((seq_len, None, False))
-        rows += [(seq_len, n, flag) for n in settings for flag in offloads]
+            rows.append((seq_len, None, False, "none"))
+        rows += [(seq_len, n, flag, policy) for n in settings for flag in offloads for policy in spec.policy_axis]
     return _Plan(info=info, rows=rows, notes=notes)
 
 
@@ -252,20 +253,20 @@ def sweep(
     measured: list[RunResult] = []
     model = info = None
     cancelled = False
-    groups = list(dict.fromkeys(seq_len for seq_len, _, _ in plan.rows))
+    groups = list(dict.fromkeys(seq_len for seq_len, *_ in plan.rows))
     total = len(plan.rows) + len(groups)  # every row's memory step, and one timing unit per length
     done = 0
     for seq_len in groups:
         pending: list[RunResult] = []
-        for index, (length, n, offload) in enumerate(plan.rows):
+        for index, (length, n, offload, policy) in enumerate(plan.rows):
             if length != seq_len:
                 continue
             if stopped():
                 cancelled = True
                 break
             first = not pending or spec.warmup_each_row
-            run_spec = spec.run_spec(seq_len, n, offload, warmup=spec.warmup if first else 0)
-            label = _row_label(index, len(plan.rows), seq_len, Setting(n, offload).key)
+            run_spec = spec.run_spec(seq_len, n, offload, warmup=spec.warmup if first else 0, selective=policy)
+            label = _row_label(index, len(plan.rows), seq_len, Setting(n, offload, policy).key)
             with hold(label):
                 if model is None:
                     building = Message(

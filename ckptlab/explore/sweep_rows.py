@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import SpecError
+from ..model.selective import selective_key
 from ..results import RunResult, TimeVerdict, compare
 from ..spec import Setting
 
@@ -43,13 +44,14 @@ class SweepRow:
     step_spread: float | None = None  # this row's fastest-to-slowest step over its median
     step_verdict: str = ""  # against off: "measurable", "noise" or "too_few" (Judgement); "" for off itself
     message: str = ""  # for does_not_fit: what did not fit
+    selective: str = "none"  # the CP layers' selective policy (its key, ckptlab.model.selective); "none": plain
     result: RunResult | None = field(default=None, compare=False, repr=False)  # the full run (timeline, layers, notes)
     time_verdict: TimeVerdict | None = field(default=None, compare=False, repr=False)  # the verdict behind step_verdict
 
     @property
     def setting(self) -> str:
-        """``"off"``, ``"n=2"`` or ``"n=2+offload"``: the setting's :attr:`~ckptlab.spec.Setting.key`."""
-        return Setting(self.every_n_layers, self.offload).key
+        """``"off"``, ``"n=2"``, ``"n=2+offload"`` or ``"n=1+attention"``: the setting's :attr:`~ckptlab.spec.Setting.key`."""
+        return Setting(self.every_n_layers, self.offload, self.selective).key
 
     @property
     def peak_above_baseline_bytes(self) -> int | None:
@@ -90,6 +92,7 @@ def _row(result: RunResult, off: RunResult | None) -> SweepRow:
         "provenance": result.provenance.kind,
         "cp_layers": cp_layers,
         "message": result.message,
+        "selective": selective_key(spec.selective),
         "result": result,
     }
     if result.memory is None:
@@ -167,4 +170,5 @@ def row_name(row: SweepRow) -> str:
     """A row's setting in words: "checkpointing off", "every_n_layers=2 with offload"."""
     if row.every_n_layers is None:
         return "checkpointing off"
-    return f"every_n_layers={row.every_n_layers}" + (" with offload" if row.offload else "")
+    policy = "" if row.selective == "none" else f", selective={row.selective}"
+    return f"every_n_layers={row.every_n_layers}" + (" with offload" if row.offload else "") + policy

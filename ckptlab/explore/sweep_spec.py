@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from ..errors import SpecError, check_at_most, check_whole_number, not_one_of
 from ..model.presets import DEFAULT_PRESET
-from ..model.selective import Selective
+from ..model.selective import Selective, selective_key, validate_selective
 from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
 
 OffloadChoice = Literal["no", "yes", "both"]
@@ -46,6 +46,18 @@ class SweepSpec:
     lora_targets: tuple[str, ...] | None = None  # as RunSpec.lora_targets
     timing_order: Order = "interleaved"  # "interleaved": A B C A B C ... (see the module doc); "blocks": A A B B C C
     selective: Selective = "none"  # as RunSpec.selective, for every checkpointed row (the off row has none)
+    # The policy axis: each checkpointed setting measured once per policy, in this order ("none" is plain
+    # checkpointing); None: the one policy ``selective``.
+    policies: tuple[Selective, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policies, list):  # JSON and the URL give a list; a tuple keeps the spec hashable
+            object.__setattr__(self, "policies", tuple(self.policies))
+
+    @property
+    def policy_axis(self) -> tuple[Selective, ...]:
+        """The selective policies every checkpointed setting is measured with, in order."""
+        return self.policies if self.policies is not None else (self.selective,)
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value and its fix."""
@@ -67,12 +79,49 @@ class SweepSpec:
                 "every_n_layers is empty: give at least one value (e.g. 1,2,4), or None for all.",
                 key="sweep.no_every_n_layers",
             )
+        self._validate_policies()
         for value in self.every_n_layers or ():
-            self.run_spec(self.seq_lens[0], value, False).validate()
+            for policy in self.policy_axis:
+                self.run_spec(self.seq_lens[0], value, False, selective=policy).validate()
         self.run_spec(self.seq_lens[0], None, False).validate()
 
-    def run_spec(self, seq_len: int, every_n_layers: int | None, offload: bool, warmup: int | None = None) -> RunSpec:
-        """The single run of one row."""
+    def _validate_policies(self) -> None:
+        if self.policies is None:
+            return
+        if not self.policies:
+            raise SpecError(
+                "policies is empty: give at least one selective policy (e.g. none,attention), or None for "
+                "the one policy selective.",
+                key="sweep.no_policies",
+            )
+        if self.selective != "none":
+            raise SpecError(
+                f"selective={selective_key(self.selective)!r} and policies={[selective_key(p) for p in self.policies]} "
+                "both given: the policy axis is policies alone. Put the policy in policies, or drop policies.",
+                key="sweep.selective_and_policies",
+                policy=selective_key(self.selective),
+            )
+        for policy in self.policies:
+            validate_selective(policy)
+        keys = [selective_key(policy) for policy in self.policies]
+        repeated = next((key for key in keys if keys.count(key) > 1), None)
+        if repeated is not None:
+            raise SpecError(
+                f"policies names {repeated!r} twice: each policy is measured once per setting. Drop the repeat.",
+                key="sweep.policy_twice",
+                policy=repeated,
+            )
+
+    def run_spec(
+        self,
+        seq_len: int,
+        every_n_layers: int | None,
+        offload: bool,
+        warmup: int | None = None,
+        selective: Selective | None = None,
+    ) -> RunSpec:
+        """The single run of one row; ``selective`` is the row's policy (default: the first of the axis)."""
+        policy = self.policy_axis[0] if selective is None else selective
         return RunSpec(
             model=self.model,
             seq_len=seq_len,
@@ -88,7 +137,7 @@ class SweepSpec:
             lora_rank=self.lora_rank,
             lora_targets=self.lora_targets,
             **{name: getattr(self, name) for name in RECIPE_FIELDS},
-            selective=self.selective if every_n_layers is not None else "none",
+            selective=policy if every_n_layers is not None else "none",
         )
 
     @classmethod

@@ -104,7 +104,43 @@ class CheckpointingReport:
             "ckptlab/resident_after_forward_bytes": float(self.memory.after_forward_bytes),
             "ckptlab/peak_bytes": float(self.memory.peak_bytes),
             "ckptlab/peak_above_baseline_bytes": float(self.memory.peak_above_baseline_bytes),
+            "ckptlab/selective_kept_bytes": float(self.kept_bytes),
         }
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of op outputs a selective policy (the user's ``context_fn``, or the lab's) kept in the CP layers, observed."""
+        return sum(layer.kept_bytes for layer in self.layers if layer.enabled == "CP")
+
+    def selective_lines(self) -> list[str]:
+        """Inside the CP layers, when a ``context_fn`` reached torch's checkpoint: what it kept and what the rerun did."""
+        cp = [layer for layer in self.layers if layer.enabled == "CP"]
+        given = "context_fn" in (self.model_checkpoint_kwargs or {}) or "context_fn" in self.requested.checkpoint_kwargs
+        policies = sorted({layer.selective for layer in cp if layer.selective != "none"})
+        if not policies:
+            if given and cp:
+                return [
+                    "context_fn: the CP layers' context_fn kept nothing the lab could observe (its forward context is "
+                    "not torch's create_selective_checkpoint_contexts, or its policy saved no op): they were "
+                    "recomputed in full, as plain checkpointing."
+                ]
+            return []
+        ops: dict[str, int] = {}
+        for layer in cp:
+            for name, count in layer.kept_ops.items():
+                ops[name] = ops.get(name, 0) + count
+        listed = ", ".join(f"{name} x{count}" for name, count in sorted(ops.items())) or "no op"
+        rerun = sum(sum(layer.rerun_ops.values()) for layer in cp)
+        reused = sum(sum(layer.reused_ops.values()) for layer in cp)
+        empty = [layer.name for layer in cp if not layer.kept_ops]
+        lines = [
+            f"inside the CP layers ({', '.join(policies)}, observed in this step): kept {self.kept_bytes:,} bytes of op "
+            f"outputs besides their inputs ({listed}); their rerun ran {rerun:,} ops again and took {reused:,} from "
+            "what was kept"
+        ]
+        if empty:
+            lines.append(f"context_fn kept nothing in {', '.join(empty)}: those layers were recomputed in full.")
+        return lines
 
     def text(self) -> str:
         memory, asked = self.memory, self.requested
@@ -142,6 +178,7 @@ class CheckpointingReport:
             f"  peak over the step          {mib(memory.peak_bytes)} ({mib(memory.peak_above_baseline_bytes)} above "
             f"the baseline), reached in: {memory.peak_where.description}",
         ]
+        lines += self.selective_lines()
         if self.training_args:
             fields = ", ".join(f"{name}={value!r}" for name, value in self.training_args.items())
             lines.append(f"the step's TrainingArguments, as the lab runs them (ckptlab run --training-args): {fields}")

@@ -1,7 +1,7 @@
 """Predict, then measure: the workshop's exercises, their scoring and the explanation of each gap.
 
 An exercise names a setting and a question about it (a percentage of the
-checkpointing-off run, or which every_n_layers fits a budget). The participant predicts,
+checkpointing-off run, which every_n_layers fits a budget, or how many KiB a selective policy keeps). The participant predicts,
 the lab measures the runs :meth:`Exercise.specs` lists (through the same device queue as
 the lab page), and :func:`evaluate` puts the prediction beside the measurement, scores it
 and explains the gap in one line computed from the measured numbers. Words come from the
@@ -15,13 +15,15 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import SpecError
+from ..model import catalog
+from ..model.plan import planned_roles
 from ..results import Judgement, RunResult, compare, measurements, memory_of
 from ..show.i18n import t
 from ..show.labels import event_label
 from ..spec import RunSpec
 from ..units import mib
 
-Kind = Literal["percent", "choice"]
+Kind = Literal["percent", "choice", "kept"]
 Metric = Literal["after_forward", "peak", "step"]
 
 MAX_POINTS = 3
@@ -41,7 +43,9 @@ class Exercise:
 
     id: str  # locale keys live under exercise.<id>.*
     level: int  # 1 (warm-up) .. 3 (hard)
-    kind: Kind  # "percent": a number, as % of checkpointing off; "choice": pick an every_n_layers
+    # "percent": a number, as % of checkpointing off; "choice": pick an every_n_layers; "kept": the KiB a selective
+    # policy keeps in the CP layers besides their inputs (observed in the memory step)
+    kind: Kind
     spec: RunSpec  # the setting asked about (for "choice": the model and shape; every_n_layers is the answer)
     metric: Metric = "after_forward"  # what a "percent" exercise asks for
     choices: tuple[int, ...] = ()  # every_n_layers to choose from ("choice")
@@ -56,14 +60,20 @@ class Exercise:
         return [self.spec]
 
     def question_values(self) -> dict[str, object]:
-        """The numbers a question's text is filled with."""
-        return {
+        """The numbers a question's text is filled with (for "kept", the model's shape too)."""
+        values: dict[str, object] = {
             "n": self.spec.every_n_layers,
             "seq": self.spec.seq_len,
             "model": self.spec.model,
             "budget": round(self.budget_fraction * 100),
             "choices": ", ".join(str(n) for n in self.choices),
         }
+        if self.kind == "kept":
+            info = catalog.describe(self.spec.model)
+            cp = planned_roles(info.num_layers, self.spec.every_n_layers).count("CP")
+            values |= {"layers": info.num_layers, "cp": cp, "heads": info.num_attention_heads,
+                       "head_dim": info.hidden_size // info.num_attention_heads, "batch": self.spec.batch_size}  # fmt: skip
+        return values
 
 
 EXERCISES: tuple[Exercise, ...] = (
@@ -71,6 +81,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("resident_half", 1, "percent", replace(QUICK, every_n_layers=2), metric="after_forward"),
     Exercise("step_time", 2, "percent", QUICK, metric="step"),
     Exercise("peak_short", 2, "percent", QUICK, metric="peak"),
+    Exercise("keep_attention", 2, "kept", replace(QUICK, selective="attention")),
     Exercise("budget", 3, "choice", QUICK, choices=(1, 2, 3, 6), budget_fraction=0.6),
     Exercise("peak_long", 3, "percent", LONG, metric="peak"),
 )
@@ -135,6 +146,8 @@ def measured_answer(exercise: Exercise, runs: Mapping[int | None, RunResult]) ->
     if exercise.kind == "choice":
         answer = budget_answer(exercise, runs)
         return None if answer is None else float(answer)
+    if exercise.kind == "kept":
+        return kept_kib(runs[exercise.spec.every_n_layers])
     return percent_of_off(runs[exercise.spec.every_n_layers], runs[None], exercise.metric)
 
 
@@ -142,6 +155,8 @@ def explain(exercise: Exercise, runs: Mapping[int | None, RunResult], lang: str 
     """The one line on why the measurement is what it is, from the measured numbers, in ``lang``."""
     if exercise.kind == "choice":
         return _explain_budget(exercise, runs, budget_answer(exercise, runs), lang)
+    if exercise.kind == "kept":
+        return _explain_kept(runs[exercise.spec.every_n_layers], lang)
     explain_metric = {"after_forward": _explain_resident, "peak": _explain_peak, "step": _explain_step}
     return explain_metric[exercise.metric](runs[exercise.spec.every_n_layers], runs[None], lang)
 
@@ -168,6 +183,8 @@ def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, Run
     """
     check_runs(exercise, runs)
     measured = measured_answer(exercise, runs)
+    if exercise.kind == "kept":
+        return _evaluate_kept(exercise, predicted, runs, lang)
     if exercise.kind == "choice":
         answer = None if measured is None else int(measured)
         points = MAX_POINTS if answer is not None and int(predicted) == answer else 0
@@ -193,6 +210,43 @@ def check_runs(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> None
     for n in needed:
         if n not in runs or runs[n].memory is None or runs[n].timing is None:
             raise SpecError(f"exercise {exercise.id!r} needs a measured run with every_n_layers={n}.")
+
+
+def kept_kib(run: RunResult) -> float:
+    """KiB the run's selective policy kept in its CP layers (SAC's cache, observed in the memory step)."""
+    return sum(layer.kept_bytes for layer in run.layers if layer.enabled == "CP") / 1024
+
+
+def _evaluate_kept(exercise: Exercise, predicted: float, runs: Mapping[int | None, RunResult], lang: str) -> Outcome:
+    """A prediction of the KiB kept, scored on its distance from the measurement as a share of it."""
+    measured = kept_kib(runs[exercise.spec.every_n_layers])
+    gap = 100.0 * (predicted - measured) / measured if measured else float("inf")
+    points = percent_points(gap, 0.0) if measured else 0
+    if abs(gap) <= PERCENT_BANDS[0][0]:
+        verdict = t("selective.verdict_close", lang, gap=f"{abs(gap):.0f}")
+    else:
+        verdict = t("selective.verdict_high" if gap > 0 else "selective.verdict_low", lang, gap=f"{abs(gap):.0f}")
+    return Outcome(predicted, measured, points, verdict, explain(exercise, runs, lang))
+
+
+def _explain_kept(run: RunResult, lang: str) -> str:
+    """What the CP layers' policy kept (KiB, ops) and what their rerun ran again or took from the cache."""
+    measured = kept_kib(run)
+    cp = [layer for layer in run.layers if layer.enabled == "CP"]
+    ops = sorted({name for layer in cp for name in layer.kept_ops})
+    rerun = sum(sum(layer.rerun_ops.values()) for layer in cp)
+    reused = sum(sum(layer.reused_ops.values()) for layer in cp)
+    return t(
+        "selective.explain_kept",
+        lang,
+        layers=len(cp),
+        per_layer=f"{measured / max(len(cp), 1):,.1f}",
+        kib=f"{measured:,.1f}",
+        ops=", ".join(ops) or "-",
+        seq=run.spec.seq_len,
+        rerun=f"{rerun:,}",
+        reused=f"{reused:,}",
+    )
 
 
 def _explain_resident(run: RunResult, off: RunResult, lang: str) -> str:

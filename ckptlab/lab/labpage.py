@@ -13,6 +13,8 @@ from typing import Any, Literal
 from ..errors import CkptlabError
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.selective import CHOICES as SELECTIVE_CHOICES
+from ..model.selective import NONE, selective_key
 from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
 from ..show.i18n import Translator
 from ..show.labels import event_label, provenance_label, setting_label, training_label
@@ -164,6 +166,8 @@ def widget_values(spec: RunSpec, folder: str) -> dict[str, Any]:
         "lab_lora_targets": list(spec.lora_targets or ()),
         "lab_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
         **step_widget_values("lab", spec),
+        # The box offers the named policies; op names come from Python only.
+        "lab_selective": spec.selective if spec.selective in SELECTIVE_CHOICES else NONE,
     }
 
 
@@ -184,6 +188,7 @@ def spec_from_widgets(values: Mapping[str, Any], model: str, lora_targets: tuple
         lora_rank=int(values["lab_lora_rank"]) if values["lab_lora"] else None,
         lora_targets=lora_targets,
         **step_fields("lab", values),
+        selective=values.get("lab_selective", NONE) if checkpointing else NONE,
     )
 
 
@@ -255,7 +260,8 @@ def file_stem(result: RunResult) -> str:
     """The downloads' file name without extension: model, sequence length and setting, no spaces or slashes."""
     model = result.model.name.strip("/").replace("/", "_")
     setting = setting_name(result.spec.every_n_layers, result.spec.offload).replace(", ", "-").replace("=", "")
-    return f"ckptlab-{model}-seq{result.spec.seq_len}-{setting}".replace(" ", "-")
+    policy = "" if result.spec.selective == NONE else "-" + selective_key(result.spec.selective)
+    return f"ckptlab-{model}-seq{result.spec.seq_len}-{setting}{policy}".replace(" ", "-").replace(":", "_")
 
 
 @dataclass(frozen=True)
@@ -348,3 +354,66 @@ def notes_to_show(result: RunResult) -> list[str]:
     """The run's notes but those :func:`offload_box` says already, in the page's words (decided on the fields)."""
     said_above = offload_notes(result.spec, result.memory, result.layers)
     return [note for note in result.notes if note not in said_above]
+
+
+# -- selective checkpointing: what the policy kept, beside plain checkpointing and off ---------------------------
+
+
+def policy_label(policy: str, tr: Translator) -> str:
+    """A named policy in the page's words (the selective box's entries); op names as they are."""
+    return tr(f"selective.policy_{policy}") if policy in SELECTIVE_CHOICES else policy
+
+
+def kept_bytes(result: RunResult) -> int:
+    """Bytes the run's selective policy kept, over its CP layers (observed in the memory step; 0 without one)."""
+    return sum(layer.kept_bytes for layer in result.layers if layer.enabled == "CP")
+
+
+def kept_line(result: RunResult, tr: Translator) -> str:
+    """What the policy kept in the CP layers and what their rerun did, observed; "" without a policy."""
+    if result.spec.selective == NONE or not result.layers:
+        return ""
+    cp = [layer for layer in result.layers if layer.enabled == "CP"]
+    reused = sum(sum(layer.reused_ops.values()) for layer in cp)
+    rerun = sum(sum(layer.rerun_ops.values()) for layer in cp)
+    return tr(
+        "selective.kept_line",
+        policy=selective_key(result.spec.selective),
+        bytes=f"{kept_bytes(result):,}",
+        mib=f"{kept_bytes(result) / MIB:,.2f}",
+        layers=len(cp),
+        reused=f"{reused:,}",
+        rerun=f"{rerun:,}",
+    )
+
+
+def selective_rows(lab: LabRun, lang: str, tr: Translator) -> list[dict[str, Any]]:
+    """The run beside plain checkpointing of the same setting and checkpointing off: memory, kept bytes, time.
+
+    Empty without a policy or when a row is missing; each row's numbers are that run's, measured.
+    """
+    if lab.plain is None or lab.result.spec.selective == NONE:
+        return []
+    base = reference_run(lab)
+    runs = [
+        (tr("setting.off"), base),
+        (tr("selective.row_full", setting=setting_label(lab.result.spec.every_n_layers, lab.result.spec.offload, lang)),
+         lab.plain.result),
+        (tr("selective.row_policy", policy=policy_label(str(lab.result.spec.selective), tr)), lab.result),
+    ]  # fmt: skip
+    rows = []
+    for name, run in runs:
+        if run is None or run.status != "ok":
+            continue
+        memory, timing = memory_of(run), timing_of(run)
+        rows.append(
+            {
+                tr("selective.col_setting"): name,
+                tr("selective.col_kept"): kept_bytes(run),
+                tr("selective.col_resident"): round(memory.after_forward_bytes / MIB, 2),
+                tr("selective.col_peak"): round(memory.peak_bytes / MIB, 2),
+                tr("selective.col_step"): round(timing.step_s * 1000, 1),
+                tr("selective.col_reruns"): sum(layer.recompute_calls for layer in run.layers),
+            }
+        )
+    return rows

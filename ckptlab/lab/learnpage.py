@@ -108,3 +108,20 @@ def outcomes(
         for exercise in exercises
         if exercise.id in answers and all(spec in results for spec in exercise.specs())
     }
+
+
+def keep_caption(plain: RunResult, kept: RunResult, tr: Translator) -> str:
+    """The lesson's "what to keep" part under its figures: what keeping the attention cost and saved, measured."""
+    cp = [layer for layer in kept.layers if layer.enabled == "CP"]
+    kib = sum(layer.kept_bytes for layer in cp) / 1024
+    extra = (memory_of(kept).after_forward_bytes - memory_of(plain).after_forward_bytes) / 1024
+    return tr(
+        "lesson.keep.caption",
+        kib=f"{kib:,.1f}",
+        layers=len(cp),
+        plain=f"{memory_of(plain).after_forward_bytes / MIB:,.2f}",
+        kept=f"{memory_of(kept).after_forward_bytes / MIB:,.2f}",
+        extra=f"{extra:,.1f}",
+        reused=f"{sum(sum(layer.reused_ops.values()) for layer in cp):,}",
+        rerun=f"{sum(sum(layer.rerun_ops.values()) for layer in cp):,}",
+    )

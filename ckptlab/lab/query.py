@@ -12,6 +12,7 @@ Whether the targets exist in the model is checked later, by the page, which has 
 The At-scale page adds ``gpus=8`` (:func:`gpus_from_query`): GPUs sharing the model under FSDP2.
 Trainer's side of the step, where it is not the default: ``accum=4`` (gradient accumulation steps),
 ``mp=bf16`` (mixed precision), ``clip=0.5`` (max_grad_norm; ``ckptlab.lab.stepboxes``).
+``selective=attention`` is the CP layers' selective policy (``ckptlab.model.selective``; absent: none).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..model.selective import CHOICES as SELECTIVE_CHOICES
+from ..model.selective import NONE, selective_key
 from ..spec import DEVICES, DTYPES, MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 from .stepboxes import step_query
 
@@ -69,6 +72,7 @@ def spec_to_query(spec: RunSpec) -> dict[str, str]:
         "lora": "off" if spec.lora_rank is None else str(spec.lora_rank),
         **({"targets": ",".join(spec.lora_targets)} if spec.lora_targets else {}),
         **step_query(spec.to_dict()),
+        **({"selective": selective_key(spec.selective)} if spec.selective != NONE else {}),
     }
 
 
@@ -136,7 +140,11 @@ def spec_from_query(
         else:
             warnings.append(f"offload={values['offload']!r} in the link is not 1 or 0; using {int(base.offload)}.")
 
-    for key, choices, attr in (("mp", MIXED_PRECISIONS, "mixed_precision"), ("opt", OPTIMIZERS, "optimizer")):
+    for key, choices, attr in (
+        ("mp", MIXED_PRECISIONS, "mixed_precision"),
+        ("opt", OPTIMIZERS, "optimizer"),
+        ("selective", SELECTIVE_CHOICES, "selective"),
+    ):
         if key in values:
             if values[key].strip().lower() in choices:
                 changes[attr] = values[key].strip().lower()
@@ -175,6 +183,12 @@ def spec_from_query(
     if spec.offload and spec.every_n_layers is None:
         warnings.append("offload=1 in the link needs checkpointing on (n=off was given); offload is off.")
         spec = replace(spec, offload=False)
+    if spec.selective != NONE and spec.every_n_layers is None:
+        warnings.append(
+            f"selective={selective_key(spec.selective)} in the link needs checkpointing on (n=off was given); "
+            "selective is none."
+        )
+        spec = replace(spec, selective=NONE)
     if spec.mixed_precision != "none" and spec.dtype == "float16":
         warnings.append(f"mp={spec.mixed_precision} in the link needs float32 weights; mixed precision is off.")
         spec = replace(spec, mixed_precision="none")

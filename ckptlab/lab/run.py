@@ -2,8 +2,8 @@
 
 :func:`run_queued` is the one core call behind the page. It validates the spec before
 queueing (bad input never waits), takes a turn on the device (:mod:`ckptlab.lab.runqueue`),
-measures the spec and, once per shape, the same run with checkpointing off, and keeps
-both in a process-wide :class:`ResultCache`, so a second participant asking for the same
+measures the spec and, once per shape, the same run with checkpointing off (and, for a
+selective policy, the same setting with plain checkpointing), and keeps them in a process-wide :class:`ResultCache`, so a second participant asking for the same
 settings gets the first one's numbers at once, labelled as reused.
 """
 
@@ -72,6 +72,9 @@ class LabRun:
     comparison: Comparison | None  # run against its reference, when both have measurements
     wait_s: float  # seconds spent waiting for the device
     elapsed_s: float  # seconds from the call to the answer, waiting included
+    # With a selective policy: the same setting as plain (full) checkpointing, what the policy is weighed
+    # against beside checkpointing off; None without a policy, or when the run did not fit.
+    plain: Measured | None = None
 
     @property
     def result(self) -> RunResult:
@@ -113,6 +116,11 @@ RESULTS = ResultCache()
 def reference_spec(spec: RunSpec) -> RunSpec:
     """The same run with checkpointing off: the reference every run is compared with."""
     return spec.checkpointing_off()
+
+
+def plain_spec(spec: RunSpec) -> RunSpec | None:
+    """The same setting with plain checkpointing, for a run with a selective policy (None without one)."""
+    return None if spec.selective == "none" else replace(spec, selective="none")
 
 
 def model_key(spec: RunSpec) -> ModelKey:
@@ -281,10 +289,11 @@ def run_queued(
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
     refuse_beyond_machine(spec, check(spec))
-    reference = reference_spec(spec)
+    reference, full = reference_spec(spec), plain_spec(spec)
     run, base = _cached(cache, spec), _cached(cache, reference)
+    plain = None if full is None else _cached(cache, full)
     wait_s = 0.0
-    if run is None or (base is None and _wants_reference(spec, run)):
+    if run is None or (_wants_reference(spec, run) and (base is None or (full is not None and plain is None))):
         report(Message("waiting for the device", key="progress.waiting"), 0.0)
         queued_at = time.monotonic()
         with queue.turn(on_wait=_asking(on_wait, should_stop), timeout=timeout, label=_label(spec), owner=owner):
@@ -292,7 +301,8 @@ def run_queued(
             stop = TurnStopper(should_stop, limit_s)
             # Look again: another session may have measured these while this one waited.
             run, base = _cached(cache, spec), _cached(cache, reference)
-            count = (run is None) + (base is None and spec.checkpointing)
+            plain = None if full is None else _cached(cache, full)
+            count = (run is None) + (spec.checkpointing and ((base is None) + (full is not None and plain is None)))
             done = 0
             try:
                 if run is None:
@@ -304,6 +314,11 @@ def run_queued(
                     prefix = Message("checkpointing off (reference): ", key="progress.reference")
                     report_base = scaled(report, done, count, prefix)
                     base = cache.put(_measured(reference, load, report_base, stop, workers, sharing, memory_cap_bytes))
+                    done += 1
+                if full is not None and plain is None and _wants_reference(spec, run):
+                    prefix = Message("plain checkpointing (to compare): ", key="progress.plain")
+                    report_plain = scaled(report, done, count, prefix)
+                    plain = cache.put(_measured(full, load, report_plain, stop, workers, sharing, memory_cap_bytes))
             except RunStoppedError:
                 raise stop.reason() from None
             finally:
@@ -314,7 +329,14 @@ def run_queued(
     if base is not None and run.result.status == "ok" and base.result.status == "ok":
         comparison = compare(run.result, base.result)
     report(DONE, 1.0)
-    return LabRun(run=run, reference=base, comparison=comparison, wait_s=wait_s, elapsed_s=time.monotonic() - started)
+    return LabRun(
+        run=run,
+        reference=base,
+        comparison=comparison,
+        wait_s=wait_s,
+        elapsed_s=time.monotonic() - started,
+        plain=plain,
+    )
 
 
 def give_back_memory() -> None:

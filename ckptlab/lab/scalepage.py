@@ -112,6 +112,7 @@ def widget_values(spec: RunSpec, folder: str, tiny: bool) -> dict[str, Any]:
         else DEFAULT.dtype,  # "auto" is bf16, as on a GPU
         "at_scale_every": "distinct",
         "at_scale_offload": "n=1",
+        "at_scale_selective": [],  # selective policies simulated beside plain checkpointing (none: plain alone)
         "at_scale_gpu": DEFAULT_GPU,
         "at_scale_budget_gib": DEFAULT_BUDGET_GIB,
         **step_widget_values("at_scale", spec),
@@ -144,7 +145,16 @@ def request_from_widgets(
         seq_len=int(values["at_scale_seq"]),
         batch_size=int(values["at_scale_batch"]),
         dtype=values["at_scale_dtype"],
-        settings=tuple(scale_settings(num_layers, values["at_scale_every"], values["at_scale_offload"])),
+        settings=tuple(
+            scale_settings(
+                num_layers,
+                values["at_scale_every"],
+                values["at_scale_offload"],
+                # One GPU only: the lab cannot simulate a policy under FSDP2 with an optimizer step
+                # (ckptlab.step.selective.check_simulated_selective); the page trains with one.
+                policies=tuple(values.get("at_scale_selective", ())) if int(values["at_scale_gpus"]) == 1 else (),
+            )
+        ),
         optimizer=values["at_scale_optimizer"],
         lora_rank=int(values["at_scale_lora_rank"]) if values["at_scale_lora"] else None,
         lora_targets=lora_targets,

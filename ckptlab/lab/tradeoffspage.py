@@ -12,6 +12,8 @@ from typing import Any
 
 from ..explore.recommend import Recommendation
 from ..explore.sweep import SweepResult, SweepSpec
+from ..model.selective import CHOICES as SELECTIVE_CHOICES
+from ..model.selective import NONE
 from ..show.i18n import Translator, say
 from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
@@ -39,7 +41,15 @@ def spec_from_widgets(values: Mapping[str, Any], lora_choices: Sequence[str]) ->
         lora_rank=int(values["tradeoffs_lora_rank"]) if lora and lora_choices else None,
         lora_targets=spec_targets(values["tradeoffs_lora_targets"], lora_choices, lora),
         **step_fields("tradeoffs", values),
+        **policy_axis(values.get("tradeoffs_selective") or [NONE]),
     )
+
+
+def policy_axis(chosen: Sequence[str]) -> dict[str, Any]:
+    """The sweep's policy fields for the chosen policies: one is ``selective`` (the sweep it always was), more
+    are ``policies``, in the box's order (plain checkpointing first)."""
+    ordered = tuple(policy for policy in SELECTIVE_CHOICES if policy in chosen)
+    return {"selective": ordered[0]} if len(ordered) == 1 else {"policies": ordered}
 
 
 def longest(spec: SweepSpec) -> RunSpec:

@@ -91,7 +91,10 @@ def selective_snippet(every_n_layers: int, offload: bool, selective: str | tuple
 
 
 def trainer_snippet(
-    every_n_layers: int | None, offload: bool = False, step_fields: Mapping[str, object] | None = None
+    every_n_layers: int | None,
+    offload: bool = False,
+    step_fields: Mapping[str, object] | None = None,
+    context_fn: bool = False,
 ) -> str:
     """The ``TrainingArguments`` keyword arguments for the same setting, as a call to copy.
 
@@ -100,6 +103,9 @@ def trainer_snippet(
         offload: as in :func:`model_snippet`.
         step_fields: the other fields of the step (``RunSpec.trainer_fields()``: batch, accumulation,
             ``optim``, clipping, mixed precision), written after the checkpointing ones; None adds none.
+        context_fn: pass a selective policy's ``context_fn`` (made as in :func:`selective_snippet`) on:
+            Trainer pops ``every_n_layers`` and ``offload`` and hands the other keys to the model's
+            ``activation_checkpointing_enable`` (transformers 5.24, in ``Trainer``'s training setup).
 
     Returns:
         Python source of a ``TrainingArguments(...)`` call; ``output_dir`` stands for your other arguments.
@@ -108,9 +114,10 @@ def trainer_snippet(
     if every_n_layers is None:
         lines.append("    activation_checkpointing=False,")
     else:
+        selective = ', "use_reentrant": False, "context_fn": context_fn' if context_fn else ""
         lines += [
             "    activation_checkpointing=True,",
-            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},',
+            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}{selective}}},',
         ]
     lines += _field_lines(step_fields)
     return "TrainingArguments(\n" + "\n".join(lines) + "\n)"
@@ -189,6 +196,7 @@ def ckptlab_run_line(
     offload: bool = False,
     optimizer: str = "adamw",
     gpus_per_node: int = GPUS_PER_NODE,
+    selective: str | tuple[str, ...] = "none",
 ) -> str:
     """The ``python -m ckptlab run`` line that measures the same step on real GPUs (FSDP2 across them past one).
 
@@ -197,10 +205,12 @@ def ckptlab_run_line(
     """
     nodes = machines(gpus, gpus_per_node)
     setting = "--no-checkpointing" if every_n_layers is None else f"--every-n-layers {every_n_layers}"
+    policy = selective if isinstance(selective, str) else ",".join(selective)
     options = (
         f"--model {model} --seq-len {seq_len} --batch-size {batch_size} --dtype {dtype} {setting}"
         + (" --offload" if offload else "")
         + f" --optimizer {optimizer}"
+        + ("" if policy == "none" else f" --selective {policy}")
     )
     if gpus == 1:
         return f"python -m ckptlab run {options}"
@@ -212,7 +222,12 @@ def ckptlab_run_line(
     )
 
 
-def fsdp_snippet(every_n_layers: int | None, offload: bool = False, optimizer: str = "adamw") -> str:
+def fsdp_snippet(
+    every_n_layers: int | None,
+    offload: bool = False,
+    optimizer: str = "adamw",
+    selective: str | tuple[str, ...] = "none",
+) -> str:
     """A training script's lines for checkpointing under FSDP2, in the order the lab runs them.
 
     Checkpointing is enabled first (transformers marks its decoder layers), then ``fully_shard`` wraps
@@ -223,10 +238,14 @@ def fsdp_snippet(every_n_layers: int | None, offload: bool = False, optimizer: s
     Args:
         every_n_layers, offload: as in :func:`model_snippet`.
         optimizer: a ``RunSpec.optimizer``; "none" writes no optimizer line.
+        selective: a selective policy: its lines (:func:`selective_snippet`) enable checkpointing instead.
 
     Returns:
         Python source; ``model`` is your loaded model, run under torchrun (:func:`torchrun_line`).
     """
+    enable = model_snippet(every_n_layers, offload) + "  # before sharding"
+    if every_n_layers is not None and selective != "none":
+        enable = "# before sharding:\n" + selective_snippet(every_n_layers, offload, selective)
     lines = [
         "import os",
         "",
@@ -238,7 +257,7 @@ def fsdp_snippet(every_n_layers: int | None, offload: bool = False, optimizer: s
         'dist.init_process_group("nccl")  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT',
         'torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))',
         "# model = AutoModelForCausalLM.from_pretrained(...), in the dtype you train in",
-        model_snippet(every_n_layers, offload) + "  # before sharding",
+        enable,
         "for layer in [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]:",
         "    fully_shard(layer)  # each decoder layer: gathered for its forward, and again for its rerun",
         "fully_shard(model)  # then the root: embeddings, final norm, head",
@@ -263,7 +282,10 @@ def fsdp_snippet(every_n_layers: int | None, offload: bool = False, optimizer: s
 
 
 def fsdp_trainer_snippet(
-    every_n_layers: int | None, offload: bool = False, step_fields: Mapping[str, object] | None = None
+    every_n_layers: int | None,
+    offload: bool = False,
+    step_fields: Mapping[str, object] | None = None,
+    context_fn: bool = False,
 ) -> str:
     """``TrainingArguments`` for the same setting under FSDP2, for Trainer users (transformers 5.24, accelerate 1.15).
 
@@ -279,7 +301,7 @@ def fsdp_trainer_snippet(
     that route, and Trainer raises a ValueError when both are True.
 
     Args:
-        every_n_layers, offload, step_fields: as in :func:`trainer_snippet`.
+        every_n_layers, offload, step_fields, context_fn: as in :func:`trainer_snippet`.
 
     Returns:
         Python source of a ``TrainingArguments(...)`` call with comments; launch it with :func:`torchrun_line`.
@@ -292,9 +314,10 @@ def fsdp_trainer_snippet(
     if every_n_layers is None:
         lines.append("    activation_checkpointing=False,")
     else:
+        selective = ', "use_reentrant": False, "context_fn": context_fn' if context_fn else ""
         lines += [
             "    activation_checkpointing=True,  # transformers' checkpointing, as the lab simulated it",
-            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}}},',
+            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}{selective}}},',
         ]
     lines += _field_lines(step_fields)
     source = "TrainingArguments(\n" + "\n".join(lines) + "\n)"

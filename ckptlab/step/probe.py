@@ -28,7 +28,7 @@ from ..model.plan import checkpointable_layers
 from ..model.selective import SelectivePolicy, policy_of
 from ..results import Region, TimelinePoint
 from .meters import MemoryMeter
-from .selective import SelectiveObserver
+from .selective import SelectiveObserver, watching_context_fns
 
 Phase = Literal["idle", "forward", "backward", "grad_norm", "optimizer"]
 
@@ -218,6 +218,7 @@ class LayerProbe:
                 # reference cycle that only the garbage collector frees, and a run's memory with it.
                 observer = SelectiveObserver(self._running_counts)
                 stack.enter_context(observer.watching(self._attached_policies()))
+                stack.enter_context(watching_context_fns(self.layers, observer))  # a user's own (Trainer's kwargs)
             yield self
 
     def _attached_policies(self) -> list[SelectivePolicy]:

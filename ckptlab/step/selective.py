@@ -19,15 +19,23 @@ Timed steps run without the observer: the policy is torch's alone there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from typing import Any, Protocol
 
 import torch
+import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.checkpoint import SAC_IGNORED_OPS, CheckpointPolicy, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import (
+    SAC_IGNORED_OPS,
+    CheckpointPolicy,
+    create_selective_checkpoint_contexts,
+    noop_context_fn,
+)
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..errors import SpecError
 from ..message import Message
 from ..model.selective import NONE, SelectivePolicy, op_name, selective_key
 from ..results import LayerResult
@@ -37,12 +45,14 @@ from ..spec import RunSpec
 class LayerCounts(Protocol):
     """The fields of a layer's counts this module fills (``ckptlab.step.probe.LayerCounts``)."""
 
+    selective: str
     kept_bytes: int
     kept_ops: dict[str, int]
     rerun_ops: dict[str, int]
     reused_ops: dict[str, int]
 
 
+USER_POLICY = "context_fn"  # a layer's policy key when the user's own context_fn ran it (observed, not the lab's)
 Locate = Callable[[], LayerCounts | None]  # the counts of the layer running now, None outside the layers
 
 
@@ -100,18 +110,49 @@ class SelectiveObserver:
         self._locate = locate
 
     def contexts(self, policy: SelectivePolicy) -> tuple[AbstractContextManager[Any], AbstractContextManager[Any]]:
-        decide = policy.region_policy()
+        observed, region = self._observing(policy.region_policy())
+        forward, recompute = create_selective_checkpoint_contexts(observed)
+        return forward, _Rerun(recompute, region)
+
+    def user_contexts(self, context_fn: Callable[[], Any]) -> Callable[[], Any]:
+        """A user's own ``context_fn`` (their policy, through transformers' kwargs), observed as it runs.
+
+        Their contexts run as they are; the policy function of the forward context torch's
+        ``create_selective_checkpoint_contexts`` made is wrapped, so what it answered MUST_SAVE (or
+        PREFER_SAVE) is counted, and the rerun runs between the counters. A context that is not
+        torch's SAC (no ``policy_fn``) runs unobserved: its layer keeps ``selective == "none"``.
+        """
+
+        def contexts() -> Any:
+            forward, recompute = context_fn()
+            decide = getattr(forward, "policy_fn", None)  # torch's _CachingTorchDispatchMode keeps it there
+            if not callable(decide):
+                return forward, recompute
+            observed, region = self._observing(decide, label=USER_POLICY)
+            forward.policy_fn = observed
+            return forward, _Rerun(recompute, region)
+
+        return contexts
+
+    def _observing(
+        self, decide: Callable[..., Any], label: str | None = None
+    ) -> tuple[Callable[..., CheckpointPolicy], dict[str, LayerCounts]]:
+        """``decide`` wrapped to count what it keeps into the running layer's counts, and that region's layer."""
         region: dict[str, LayerCounts] = {}  # "layer": the counts of the layer this region runs in
         storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
         def observed(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
             decision = decide(ctx, func, *args, **kwargs)
+            if isinstance(decision, bool):  # torch takes a bool too: True is PREFER_SAVE
+                decision = CheckpointPolicy.PREFER_SAVE if decision else CheckpointPolicy.PREFER_RECOMPUTE
             if "layer" not in region:
                 located = self._locate()
                 if located is None:
                     return decision
                 region["layer"] = located
-            if decision is CheckpointPolicy.MUST_SAVE:
+                if label is not None and located.selective == NONE:
+                    located.selective = label
+            if decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE):
                 counts = region["layer"]
                 name = op_name(func)
                 counts.kept_ops[name] = counts.kept_ops.get(name, 0) + 1
@@ -122,8 +163,7 @@ class SelectiveObserver:
                         counts.kept_bytes += storage.nbytes()
             return decision
 
-        forward, recompute = create_selective_checkpoint_contexts(observed)
-        return forward, _Rerun(recompute, region)
+        return observed, region
 
     @contextmanager
     def watching(self, policies: list[SelectivePolicy]) -> Iterator[None]:
@@ -138,12 +178,63 @@ class SelectiveObserver:
                     policy.observer = None
 
 
+@contextmanager
+def watching_context_fns(layers: Sequence[nn.Module], observer: SelectiveObserver) -> Iterator[None]:
+    """Observe, for the block, the checkpointed layers that run a ``context_fn`` of the user's own.
+
+    transformers binds the checkpoint function with its kwargs on each layer
+    (``_gradient_checkpointing_func``, a ``functools.partial``); here each such layer gets the same
+    function with the user's ``context_fn`` observed (:meth:`SelectiveObserver.user_contexts`),
+    and its own back after. The lab's policies are observed by :meth:`SelectiveObserver.watching`.
+    """
+    replaced: list[tuple[nn.Module, Any]] = []
+    for layer in layers:
+        function = getattr(layer, "_gradient_checkpointing_func", None)
+        context_fn = getattr(function, "keywords", {}).get("context_fn")
+        if not getattr(layer, "gradient_checkpointing", False) or context_fn in (None, noop_context_fn):
+            continue
+        if isinstance(getattr(context_fn, "__self__", None), SelectivePolicy):
+            continue
+        assert isinstance(function, partial)  # it has keywords: transformers' partial(checkpoint, **kwargs)
+        keywords = {**function.keywords, "context_fn": observer.user_contexts(context_fn)}
+        # setattr: nn.Module's __setattr__ is typed for tensors and modules; this is a plain attribute.
+        setattr(layer, "_gradient_checkpointing_func", partial(function.func, *function.args, **keywords))  # noqa: B010
+        replaced.append((layer, function))
+    try:
+        yield
+    finally:
+        for layer, function in replaced:
+            setattr(layer, "_gradient_checkpointing_func", function)  # noqa: B010
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
         return [tensor for item in value for tensor in _tensors(item)]
     return []
+
+
+def check_simulated_selective(spec: RunSpec) -> None:
+    """Refuse to simulate what the simulation could not: a selective policy under FSDP2 with an optimizer step.
+
+    Simulated under FSDP2 with AdamW's state (torch 2.13, a fake process group, fake tensors), SAC's rerun met
+    view ops its forward had not recorded ("aten.view.default invocation index 12 ... not found in storage");
+    the forward and backward alone (optimizer "none") run and are tested, and real ranks (gloo) measure it.
+
+    Raises:
+        SpecError: ``spec.selective_with_fsdp``, naming the policy, the optimizer and what to do instead.
+    """
+    if spec.fsdp and spec.selective != NONE and spec.every_n_layers is not None and spec.optimizer != "none":
+        raise SpecError(
+            f"fsdp=True with selective={selective_key(spec.selective)!r} and optimizer={spec.optimizer!r} cannot be "
+            "simulated yet: on fake tensors the rerun of a sharded layer did not match what the policy recorded in "
+            "its forward. Simulate the policy on one GPU, or with optimizer='none' (the activations alone), or "
+            "measure it on real ranks (python -m ckptlab run --nproc-per-node 2 --fsdp --selective ...).",
+            key="spec.selective_with_fsdp",
+            policy=selective_key(spec.selective),
+            optimizer=spec.optimizer,
+        )
 
 
 def selective_notes(spec: RunSpec, layers: list[LayerResult], offload_applied: bool = False) -> list[str]:

@@ -67,7 +67,7 @@ from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory
 from .preflight import resolve_dtype, validate_for_model
 from .provenance import model_summary, simulated_provenance
-from .selective import selective_notes
+from .selective import check_simulated_selective, selective_notes
 from .stopping import DONE, Progress
 from .training import Recipe, check_optimizer_runs, prime_state
 from .trainstep import random_batch
@@ -103,6 +103,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
     check_optimizer_runs(spec, device_type="cuda", simulated=True)
+    check_simulated_selective(spec)
     dtype = resolve_dtype(spec.dtype, torch.device("cuda"), spec.mixed_precision)
     config, _, task = catalog.load_config(spec.model)
     shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast and info.layers_alike else None

@@ -219,3 +219,43 @@ def test_which_checkpoint_trainer_kwargs_end_up_with(kwargs, use_reentrant, who)
     assert setting.use_reentrant_from.startswith(who)
     assert "every_n_layers" not in setting.checkpoint_kwargs and "offload" not in setting.checkpoint_kwargs
     assert requested_setting(False, kwargs).every_n_layers is None
+
+
+def test_a_users_own_context_fn_is_reported_with_what_it_kept(tmp_path, caplog):
+    """A selective policy of the user's, passed through Trainer's kwargs: the callback observes what it kept, and it
+    is the bytes the lab's own attention policy keeps in the same step."""
+    from functools import partial
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op == attention else CheckpointPolicy.PREFER_RECOMPUTE
+
+    model, _ = ckptlab.build_model("tiny-llama")
+    snapshot, callback = _HookSnapshot(), ckptlab.CheckpointingCallback()
+    kwargs = {
+        "every_n_layers": 1,
+        "use_reentrant": False,
+        "context_fn": partial(create_selective_checkpoint_contexts, policy),
+    }
+    with caplog.at_level(logging.INFO, logger="ckptlab.trainer"):
+        trainer = _train(tmp_path, model, kwargs, steps=1, callbacks=[snapshot, callback])
+    report = callback.report
+    assert callback.message is None and report is not None and report.matches
+    cp = [layer for layer in report.layers if layer.enabled == "CP"]
+    assert [layer.selective for layer in cp] == ["context_fn"] * 6
+    assert all(layer.kept_ops == {"aten._scaled_dot_product_flash_attention_for_cpu": 1} for layer in cp)
+    spec = ckptlab.RunSpec(
+        model="tiny-llama", seq_len=SEQ, every_n_layers=1, selective="attention", repeats=1, warmup=0
+    )
+    lab = ckptlab.measure(spec, timed=False)
+    assert report.kept_bytes == sum(layer.kept_bytes for layer in lab.layers) > 0
+    assert [sum(layer.reused_ops.values()) for layer in cp] == [sum(layer.reused_ops.values()) for layer in lab.layers]
+    assert f"kept {report.kept_bytes:,} bytes of op outputs" in caplog.text
+    logged = next(entry for entry in trainer.state.log_history if "ckptlab/selective_kept_bytes" in entry)
+    assert logged["ckptlab/selective_kept_bytes"] == report.kept_bytes
+    assert _hooks(model) == snapshot.before
+    first = next(m for m in model.modules() if getattr(m, "gradient_checkpointing", False))
+    assert first._gradient_checkpointing_func.keywords["context_fn"] is kwargs["context_fn"]  # the user's, back

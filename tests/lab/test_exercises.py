@@ -75,3 +75,19 @@ def test_the_exercises_and_the_lessons_on_activations_run_forward_and_backward_o
     """Their figures and expected answers are about activations alone: no optimizer step in their runs."""
     assert exercises.QUICK.optimizer == exercises.LONG.optimizer == "none"
     assert all(spec.optimizer == "none" for exercise in exercises.EXERCISES for spec in exercise.specs())
+
+
+def test_the_kept_bytes_exercise_scores_on_the_share_of_the_measurement(measured):
+    exercise = exercises.by_id("keep_attention")
+    run = measured(every_n_layers=1, selective="attention")
+    runs = {1: run, None: measured(every_n_layers=None)}
+    kib = sum(layer.kept_bytes for layer in run.layers if layer.enabled == "CP") / 1024
+    assert kib > 0
+    exact = exercises.evaluate(exercise, kib, runs)
+    assert exact.measured == kib and exact.points == exercises.MAX_POINTS and exact.verdict.startswith("Close: 0%")
+    high = exercises.evaluate(exercise, kib * 1.3, runs)
+    assert high.points == 1 and high.verdict == "30% above the measurement."
+    assert f"{kib:,.1f} KiB in all" in high.explanation
+    # The question's shape is the model's: tiny-llama, 6 layers of 6 heads of 64.
+    values = exercise.question_values()
+    assert (values["layers"], values["heads"], values["head_dim"], values["cp"]) == (6, 6, 64, 6)

@@ -27,6 +27,7 @@ from ckptlab.lab.query import gpus_from_query, spec_from_query, spec_to_query
         ckptlab.RunSpec(model="/tmp/some model", every_n_layers=None),
         ckptlab.RunSpec(optimizer="sgd", lora_rank=8),
         ckptlab.RunSpec(optimizer="none", lora_rank=16, lora_targets=("q_proj", "v_proj")),
+        ckptlab.RunSpec(every_n_layers=2, selective="attention"),
     ],
 )
 def test_round_trip(spec):
@@ -132,3 +133,16 @@ def test_a_value_with_a_control_character_falls_back_with_the_usual_warning(key)
 def test_gpus_with_a_nul_byte_fall_back():
     gpus, warnings = gpus_from_query("8\x00", (1, 2, 4, 8))
     assert gpus == 1 and len(warnings) == 1
+
+
+def test_the_selective_policy_travels_in_the_link_only_when_there_is_one():
+    assert "selective" not in spec_to_query(RunSpec())
+    assert spec_to_query(RunSpec(selective="matmuls"))["selective"] == "matmuls"
+    spec, warnings = spec_from_query({"selective": "everything"})
+    assert spec.selective == "none"
+    assert warnings == [
+        "selective='everything' in the link is not one of none, attention, matmuls, torchtitan; using none."
+    ]
+    spec, warnings = spec_from_query({"selective": "attention", "n": "off"})
+    assert spec.selective == "none" and spec.every_n_layers is None
+    assert warnings == ["selective=attention in the link needs checkpointing on (n=off was given); selective is none."]

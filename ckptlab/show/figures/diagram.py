@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from ...model.plan import planned_roles
+from ...model.selective import selective_key
 from ...results import LayerResult, Region, RunResult, TimelinePoint
 from ...units import MIB
 from ..i18n import t
@@ -65,14 +66,27 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     moe_reruns = [
         layer.moe and layer.router_recompute_calls > 0 and layer.experts_recompute_calls > 0 for layer in layers
     ]
+    # A selective policy: each CP box says what it kept (observed bytes), and its rerun box that it reran the rest.
+    selective = spec.selective != "none"
+    kept = [
+        t("selective.diagram_kept", lang, kept=_bytes(layer.kept_bytes)) if selective and layer.enabled == "CP" else ""
+        for layer in layers
+    ]
+    rest = [
+        t("selective.diagram_rest", lang) if selective and layer.enabled == "CP" and layer.recompute_calls else ""
+        for layer in layers
+    ]
     rows = [
-        _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover),
+        _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover, extra=kept),
         _Row(
             t("diagram.backward", lang),
             "backward",
             ["rerun" if layer.recompute_calls else "keep" for layer in layers],
             hover,
-            extra=[t("fig.moe_rerun_box", lang) if rerun else "" for rerun in moe_reruns],
+            extra=[
+                "<br>".join(part for part in (t("fig.moe_rerun_box", lang) if moe else "", more) if part)
+                for moe, more in zip(moe_reruns, rest)
+            ],
         ),
     ]
     # A simulated step is observed too, on fake tensors: the title says which.
@@ -87,6 +101,8 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         ]
         title = t("fig.differs", lang, setting=setting)
     subtitle = provenance_label(result.provenance, lang)
+    if selective:
+        subtitle += " · " + t("selective.diagram_subtitle", lang, policy=selective_key(spec.selective))
     if any(moe_reruns):
         subtitle += " · " + t("fig.moe_subtitle", lang, count=sum(moe_reruns))
     return _draw(rows, lang, title=title, subtitle=subtitle)
@@ -157,6 +173,11 @@ def _backward(roles: Sequence[str]) -> list[str]:
     return ["rerun" if role == "CP" else "keep" for role in roles]
 
 
+def _bytes(count: int) -> str:
+    """A kept size that reads in a small box: MiB from 1 MiB, KiB below."""
+    return f"{count / MIB:,.1f} MiB" if count >= MIB else f"{count / 1024:,.1f} KiB"
+
+
 def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
     text = t(
         "fig.layer_hover",
@@ -175,6 +196,16 @@ def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
     if layer.moe:
         text += t(
             "fig.layer_hover_moe", lang, router=layer.router_recompute_calls, experts=layer.experts_recompute_calls
+        )
+    if layer.selective != "none":
+        text += t(
+            "selective.diagram_hover",
+            lang,
+            policy=layer.selective,
+            kept=f"{layer.kept_bytes:,}",
+            ops=", ".join(f"{name} x{count}" for name, count in layer.kept_ops.items()) or "-",
+            reused=sum(layer.reused_ops.values()),
+            rerun=sum(layer.rerun_ops.values()),
         )
     return text
 

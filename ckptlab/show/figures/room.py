@@ -30,8 +30,8 @@ def room_figure(
     """How many participants predicted what, beside the measured answer.
 
     Args:
-        kind: the exercise's kind: "percent" (a histogram of the answers, in bins of ``PERCENT_BIN``) or
-            "choice" (one bar per choice).
+        kind: the exercise's kind: "percent" (a histogram of the answers, in bins of ``PERCENT_BIN``), "kept"
+            (a histogram of KiB) or "choice" (one bar per choice).
         answers: the room's predictions, one per participant.
         measured: the measured answer (a percent of checkpointing off, or the every_n_layers that answers
             a choice); None when no choice fits.
@@ -39,21 +39,25 @@ def room_figure(
         lang: the language of the labels.
     """
     figure = go.Figure()
-    if kind == "percent":
+    if kind in ("percent", "kept"):
+        # A percent in bins of PERCENT_BIN points; KiB kept (the selective exercise) in bins of a tenth of the
+        # measurement, its own score band.
+        size = PERCENT_BIN if kind == "percent" else max((measured or 0) / 10, 1.0)
         figure.add_trace(
             go.Histogram(
                 x=list(answers),
-                xbins={"start": -PERCENT_BIN / 2, "size": PERCENT_BIN},  # bins centred on 0, 10, 20, ...
+                xbins={"start": -size / 2, "size": size},  # bins centred on 0, size, 2 size, ...
                 marker={"color": GUESS_COLOR, "line": {"color": "white", "width": 1}},
                 name=t("classroom.fig_predictions", lang),
                 hovertemplate="%{x}: %{y}<extra></extra>",
             )
         )
+        value = f"{measured or 0:,.0f}%" if kind == "percent" else f"{measured or 0:,.1f} KiB"
+        lines = [(measured, RUN_COLOR, t("classroom.fig_measured", lang, value=value), 20)]
+        if kind == "percent":  # checkpointing off is 100% of itself; KiB kept have no such line
+            lines.insert(0, (100.0, OFF_COLOR, t("exercise.off_line", lang), 0))
         # The two labels on two heights: a measurement near 100% would otherwise write over the off line's.
-        for x, color, text, shift in (
-            (100.0, OFF_COLOR, t("exercise.off_line", lang), 0),
-            (measured, RUN_COLOR, t("classroom.fig_measured", lang, value=f"{measured or 0:,.0f}%"), 20),
-        ):
+        for x, color, text, shift in lines:
             if x is None:
                 continue
             figure.add_vline(x=x, line={"color": color, "dash": "dash" if color == OFF_COLOR else "solid", "width": 3})
@@ -67,7 +71,8 @@ def room_figure(
                 showarrow=False,
                 font={"color": color},
             )
-        figure.update_xaxes(title_text=t("classroom.fig_percent_axis", lang), gridcolor=GRID, rangemode="tozero")
+        axis = "classroom.fig_percent_axis" if kind == "percent" else "classroom.fig_kept_axis"
+        figure.update_xaxes(title_text=t(axis, lang), gridcolor=GRID, rangemode="tozero")
     else:
         counts = Counter(int(answer) for answer in answers)
         labels = [f"every_n_layers={n}" for n in choices]
@@ -96,7 +101,7 @@ def room_figure(
         font={"family": FONT, "size": 15},
         plot_bgcolor="white",
         showlegend=False,
-        bargap=0.05 if kind == "percent" else 0.3,
+        bargap=0.3 if kind == "choice" else 0.05,
     )
     figure.update_yaxes(title_text=t("classroom.fig_count_axis", lang), gridcolor=GRID, rangemode="tozero", dtick=1)
     return figure

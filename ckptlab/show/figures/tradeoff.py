@@ -40,6 +40,8 @@ from ._style import (
     SERIES_COLORS,
 )
 
+# The Pareto figure's marker for each selective policy of a sweep, in the order the sweep measured them.
+POLICY_SYMBOLS = ("circle", "diamond", "square", "triangle-up", "cross")
 # The seq_len figure's four series, by their kind.
 SETTING_COLORS = {"off": OFF_COLOR, "full": RUN_COLOR, "partial": GREEN, "offload": PURPLE}
 
@@ -90,32 +92,54 @@ def sweep_tradeoff_figure(
     """
     rows = [row for row in result.rows_at(seq_len) if row.step_s is not None]
     figure = go.Figure()
-    figure.add_trace(
-        go.Scatter(
-            x=[known_step(row) * 1000 for row in rows],
-            y=[known_peak(row) / MIB for row in rows],
-            mode="markers+text",
-            text=[
-                t("tradeoff_fig.noise_point", lang, setting=row.setting) if row.time_is_noise else row.setting
-                for row in rows
-            ],
-            textposition="top center",
-            textfont={"color": [NOISE_GREY if row.time_is_noise else BLACK for row in rows]},
-            name=t("tradeoff_fig.configuration", lang),
-            marker={"size": 11, "color": [NOISE_GREY if row.time_is_noise else MEASURED_COLOR for row in rows]},
-            error_x={
-                "type": "data",
-                "symmetric": False,
-                "array": [(known(row.step_max_s, row, "slowest step") - known_step(row)) * 1000 for row in rows],
-                "arrayminus": [(known_step(row) - known(row.step_min_s, row, "fastest step")) * 1000 for row in rows],
-                "color": GREY,
-            },
-            customdata=[
-                [peak_where(row, lang), known(row.after_forward_bytes, row, "resident bytes") / MIB] for row in rows
-            ],
-            hovertemplate=_point_hover(lang),
+    # One trace per selective policy, each its own marker, so that a sweep over policies tells them apart
+    # (checkpointing off is plain: it sits with "none"); one policy keeps the one trace it always had.
+    policies = list(dict.fromkeys(row.selective for row in rows))
+    for index, policy in enumerate(policies):
+        group = [row for row in rows if row.selective == policy]
+        name = t("tradeoff_fig.configuration", lang)
+        if len(policies) > 1:
+            name = t("tradeoff_fig.policy_trace", lang, policy=policy)
+        figure.add_trace(
+            go.Scatter(
+                x=[known_step(row) * 1000 for row in group],
+                y=[known_peak(row) / MIB for row in group],
+                mode="markers+text",
+                text=[
+                    t("tradeoff_fig.noise_point", lang, setting=row.setting) if row.time_is_noise else row.setting
+                    for row in group
+                ],
+                textposition="top center",
+                textfont={"color": [NOISE_GREY if row.time_is_noise else BLACK for row in group]},
+                name=name,
+                marker={
+                    "size": 11,
+                    "symbol": POLICY_SYMBOLS[index % len(POLICY_SYMBOLS)],
+                    "color": [
+                        NOISE_GREY
+                        if row.time_is_noise
+                        else SERIES_COLORS[index % len(SERIES_COLORS)]
+                        if len(policies) > 1
+                        else MEASURED_COLOR
+                        for row in group
+                    ],
+                },
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [(known(row.step_max_s, row, "slowest step") - known_step(row)) * 1000 for row in group],
+                    "arrayminus": [
+                        (known_step(row) - known(row.step_min_s, row, "fastest step")) * 1000 for row in group
+                    ],
+                    "color": GREY,
+                },
+                customdata=[
+                    [peak_where(row, lang), known(row.after_forward_bytes, row, "resident bytes") / MIB]
+                    for row in group
+                ],
+                hovertemplate=_point_hover(lang),
+            )
         )
-    )
     if any(row.time_is_noise for row in rows):
         figure.add_trace(  # a legend entry for the grey points
             go.Scatter(

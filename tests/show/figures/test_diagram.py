@@ -183,3 +183,20 @@ def test_the_core_figures_do_not_import_streamlit():
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
         assert not any(name.startswith("streamlit") for name in imported), module.__name__
+
+
+def test_a_selective_run_says_in_each_cp_box_what_it_kept_and_that_the_rerun_did_the_rest():
+    lab = run_queued(replace(SPEC, selective="attention"))
+    figure = diagram_figure(lab.result)
+    boxes = _boxes(figure)
+    cp = [layer for layer in lab.result.layers if layer.enabled == "CP"]
+    assert cp and all(layer.kept_bytes > 0 for layer in cp)
+    assert boxes[LEGEND["CP"]] == [
+        f"{layer.name}<br><b>CP</b><br>kept {layer.kept_bytes / 1024:,.1f} KiB" for layer in cp
+    ]
+    assert boxes[LEGEND["rerun"]] == [f"{layer.name}<br><b>rerun</b><br>reran the rest" for layer in cp]
+    assert "selective=attention" in figure.layout.title.subtitle.text
+    hover = next(text for trace in figure.data for text in trace.hovertext if text.startswith(f"<b>{cp[0].name}<"))
+    assert f"kept {cp[0].kept_bytes:,} bytes" in hover
+    # Plain checkpointing's boxes say nothing more than before.
+    assert boxes[LEGEND["CP"]][0] != _boxes(diagram_figure(run_queued(SPEC).result))[LEGEND["CP"]][0]

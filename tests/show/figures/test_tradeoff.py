@@ -197,3 +197,21 @@ def test_the_english_hovers_say_what_they_said_before(swept):
     )
     line = next(trace for trace in peak.data if trace.mode == "lines")
     assert list(line.text) == [point.event for point in row.result.memory.timeline]
+
+
+def test_the_tradeoff_figure_tells_the_policies_apart():
+    from tests.explore.test_sweep_policies import POLICY_TABLE
+
+    spec = SweepSpec(seq_lens=(1024,), every_n_layers=(1, 2), policies=("none", "attention"))
+    result = SweepResult(spec=spec, model="hand-made", num_layers=8, device="cuda:0", rows=POLICY_TABLE)
+    figure = sweep_tradeoff_figure(result, 1024, recommend(POLICY_TABLE, 700 * MIB))
+    plain, kept = figure.data[0], figure.data[1]
+    assert plain.name == "selective=none (measured)" and kept.name == "selective=attention (measured)"
+    assert list(plain.text) == ["off", "n=2", "n=1"] and list(kept.text) == ["n=2+attention", "n=1+attention"]
+    assert plain.marker.symbol != kept.marker.symbol and plain.marker.color[1] != kept.marker.color[0]
+    star = next(t for t in figure.data if t.name.startswith("recommended"))
+    assert star.name == "recommended: n=1+attention (fastest that fits)"
+    # One policy: the one trace it always had.
+    assert (
+        sweep_tradeoff_figure(replace(result, rows=POLICY_TABLE[:2]), 1024).data[0].name == "configuration (measured)"
+    )
