@@ -88,6 +88,9 @@ def test_the_kept_bytes_exercise_scores_on_the_share_of_the_measurement(measured
     high = exercises.evaluate(exercise, kib * 1.3, runs)
     assert high.points == 1 and high.verdict == "30% above the measurement."
     assert f"{kib:,.1f} KiB in all" in high.explanation
+    # What the instructor's room shows for it: the same answer and explanation, no timed verdict.
+    assert exercises.measured_answer(exercise, runs) == kib
+    assert exercises.explain(exercise, runs) == high.explanation and exercises.time_judgement(exercise, runs) is None
     # The question's shape is the model's: tiny-llama, 6 layers of 6 heads of 64.
     values = exercise.question_values()
     assert (values["layers"], values["heads"], values["head_dim"], values["cp"]) == (6, 6, 64, 6)
