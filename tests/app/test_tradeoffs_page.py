@@ -98,3 +98,18 @@ def test_a_sweep_longer_than_the_server_allows_is_refused_before_it_starts(monke
     assert not at.exception, _texts(at.exception)
     assert "64 tokens x batch 1 = 64 tokens is more than this server allows for tiny-gpt2 (32)" in _texts(at.error)
     assert "tradeoffs_job" not in at.session_state or at.session_state["tradeoffs_job"] is None
+
+
+def test_the_default_sweep_shows_checkpointing_lowering_the_peak():
+    """The page's defaults teach its lesson: the settings' peaks spread (at 256 tokens they were one flat line, the
+    gradients and the optimizer holding every setting's peak). One timed step a row, as the other tests."""
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    at.number_input(key="tradeoffs_repeats").set_value(1)
+    at.number_input(key="tradeoffs_warmup").set_value(0)
+    at.run()
+    at.button(key="tradeoffs_run").click().run()
+    _poll(at, _finished)
+    assert not at.exception, _texts(at.exception)
+    rows = [row for row in at.session_state["tradeoffs_result"].rows if row.status == "ok"]
+    peaks = {row.setting: row.peak_bytes for row in rows}
+    assert len(peaks) == 7 and min(peaks.values()) < 0.9 * peaks["off"], peaks
