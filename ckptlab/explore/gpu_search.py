@@ -55,7 +55,7 @@ from ..model.snippets import (
 )
 from ..results import RunResult
 from ..spec import RunSpec, Setting
-from ..step.simulate import simulate
+from ..step.table import TableSimulation
 from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
 from .scale import ScaleRequest, fits, recompute_cost
 
@@ -207,6 +207,7 @@ def cheapest_that_fits(
     tried: list[RunResult] = []
     simulated = 0
     budget_guess = max(len(settings) * 2, 1)  # for the progress bar only: most searches end well before
+    table = TableSimulation()  # the settings at one GPU count share their shallow steps (ckptlab.step.table)
 
     def run(setting: Setting, gpus: int) -> RunResult:
         nonlocal simulated
@@ -219,7 +220,7 @@ def cheapest_that_fits(
                 params={"gpus": gpus, "setting": setting.key},
             )
             done = len(tried)
-            result = simulate(
+            result = table.result(
                 spec,
                 progress=lambda message, fraction: report(
                     prefixed(prefix, message), min((done + fraction) / budget_guess, 0.99)

@@ -75,9 +75,12 @@ class TableSimulation:
         info, dtype, config, task = prepare(spec)
         roles = tuple(planned_roles(info.num_layers, spec.every_n_layers))
         context = (_group(spec), roles[0], roles[-1])
-        if not info.layers_alike or len(roles) < 3 or context in self._underivable:
+        if not info.layers_alike or len(roles) < 3:
             self.simulated_layers += info.num_layers
             return simulate(spec, progress=progress)
+        if context in self._underivable:  # its shallow steps are not what a deep model's layers meet
+            self.simulated_layers += info.num_layers
+            return simulate(spec, fast=False, progress=progress)
         middle = roles[1:-1]
         needed = _shallow_plans(roles[0], sorted(set(middle)), roles[-1])
         missing = [plan for plan in needed if (context[0], plan) not in self._steps]
@@ -97,7 +100,7 @@ class TableSimulation:
         except NotDerivable:
             self._underivable.add(context)
             self.simulated_layers += info.num_layers
-            return simulate(spec, progress=progress)
+            return simulate(spec, fast=False, progress=progress)
         notes = simulation_notes(spec, info, fast=True)
         notes.append(
             Message(
@@ -148,9 +151,17 @@ def _group(spec: RunSpec) -> RunSpec:
 
 
 def _shallow_plans(first: Role, middle_roles: Sequence[Role], last: Role) -> list[tuple[Role, ...]]:
-    """The shallow steps a plan with these ends and these middle roles is derived from."""
+    """The shallow steps a plan with these ends and these middle roles is derived from.
+
+    With both roles in the middle, the six steps check each other (:func:`_check_adds`). With one,
+    two steps fit any line, so a third, deeper one is the check: the shallowest copies can hold
+    what a deep model does not (under FSDP2, 3 layers keep the head's unsharded gradient into the
+    gradient norm, 4 and more do not).
+    """
     plans = [(first, role, last) for role in middle_roles]
     plans += [(first, a, b, last) for a in middle_roles for b in middle_roles]
+    if len(middle_roles) == 1:
+        plans.append((first, *middle_roles * 3, last))
     return plans
 
 
@@ -182,6 +193,9 @@ def derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep]) 
 def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep]) -> SimulatedStep:
     first, last, middle = roles[0], roles[-1], tuple(roles[1:-1])
     kinds = sorted(set(middle))
+    check = (first, *kinds * 3, last)
+    if len(kinds) == 1 and check in steps and tuple(roles) != check:
+        _expect_same(_derive(check, {plan: step for plan, step in steps.items() if plan != check}), steps[check])
     single = {role: steps[(first, role, last)] for role in kinds}
     double = {(a, b): steps[(first, a, b, last)] for a in kinds for b in kinds}
     events = {plan: _events(step) for plan, step in steps.items()}
@@ -421,6 +435,20 @@ def _differs(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return _nonzero(a) != _nonzero(b)
     return a != b
+
+
+def _expect_same(derived: SimulatedStep, simulated: SimulatedStep) -> None:
+    """Raise :class:`NotDerivable` unless a derived step has every figure of the simulated one."""
+    if _differs(derived.host_bytes, simulated.host_bytes) or derived.layers != simulated.layers:
+        raise NotDerivable("the check step's rows or host bytes differ from their derivation")
+    names = [field.name for field in dataclasses.fields(MemoryResult) if field.name != "timeline"]
+    if any(_differs(getattr(derived.memory, name), getattr(simulated.memory, name)) for name in names):
+        raise NotDerivable("the check step's memory figures differ from their derivation")
+    pairs = zip(derived.memory.timeline, simulated.memory.timeline, strict=False)
+    if len(derived.memory.timeline) != len(simulated.memory.timeline) or any(
+        _differs(a, b) or a.region != b.region for a, b in pairs
+    ):
+        raise NotDerivable("the check step's timeline differs from its derivation")
 
 
 def _nonzero(values: dict[str, int]) -> dict[str, int]:
