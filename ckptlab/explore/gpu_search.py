@@ -55,8 +55,8 @@ from ..model.snippets import (
 )
 from ..results import RunResult
 from ..spec import RunSpec, Setting
-from ..step.table import TableSimulation
 from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
+from ..step.table import TableSimulation
 from .scale import ScaleRequest, fits, recompute_cost
 
 GPU_COUNTS = (

@@ -24,8 +24,8 @@ from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.preflight import validate_for_model
-from ..step.table import TableSimulation
 from ..step.stopping import DONE, Cancel, Progress, prefixed, scaled, stopper
+from ..step.table import TableSimulation
 
 EveryN = Literal["distinct", "all"]
 OffloadFor = Literal["n=1", "all", "none"]

@@ -26,6 +26,7 @@ fewer than three layers, the setting is simulated with :func:`~.simulate.simulat
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -158,11 +159,16 @@ def _shallow_plans(first: Role, middle_roles: Sequence[Role], last: Role) -> lis
     what a deep model does not (under FSDP2, 3 layers keep the head's unsharded gradient into the
     gradient norm, 4 and more do not).
     """
-    plans = [(first, role, last) for role in middle_roles]
+    plans: list[tuple[Role, ...]] = [(first, role, last) for role in middle_roles]
     plans += [(first, a, b, last) for a in middle_roles for b in middle_roles]
     if len(middle_roles) == 1:
-        plans.append((first, *middle_roles * 3, last))
+        plans.append(_check_plan(first, middle_roles[0], last))
     return plans
+
+
+def _check_plan(first: Role, role: Role, last: Role) -> tuple[Role, ...]:
+    """The check step of a plan whose middle layers all have ``role``: three of them."""
+    return (first, role, role, role, last)
 
 
 def _depths(plans: Sequence[tuple[Role, ...]]) -> str:
@@ -193,7 +199,7 @@ def derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep]) 
 def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep]) -> SimulatedStep:
     first, last, middle = roles[0], roles[-1], tuple(roles[1:-1])
     kinds = sorted(set(middle))
-    check = (first, *kinds * 3, last)
+    check = _check_plan(first, kinds[0], last)
     if len(kinds) == 1 and check in steps and tuple(roles) != check:
         _expect_same(_derive(check, {plan: step for plan, step in steps.items() if plan != check}), steps[check])
     single = {role: steps[(first, role, last)] for role in kinds}
@@ -220,7 +226,7 @@ def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep])
         if block.middle is None:
             point = block.points[0]
             key = _key(point, base.depth)
-            value = grown_outside(lambda step, key=key: by_step[id(step)][key])  # noqa: B023
+            value = grown_outside(functools.partial(_event_of, by_step, key))
             layer = None if point.layer is None else (0 if point.layer == 0 else num_layers - 1)
             timeline.append(_relabel(value, point, layer))
             continue
@@ -233,7 +239,9 @@ def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep])
                 key = _key(point, 3)
                 value = point
                 for other in kinds:
-                    value = _plus(value, _times(_minus(events[(first, other, role, last)][_shift(key)], point), before[other]))
+                    value = _plus(
+                        value, _times(_minus(events[(first, other, role, last)][_shift(key)], point), before[other])
+                    )
                     value = _plus(value, _times(_minus(events[(first, role, other, last)][key], point), after[other]))
                 timeline.append(_relabel(value, point, position + 1))
     timeline = [replace(point, order=order) for order, point in enumerate(timeline)]
@@ -243,7 +251,7 @@ def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep])
     for field in dataclasses.fields(MemoryResult):
         if field.name in _FROM_TIMELINE:
             continue
-        grown[field.name] = grown_outside(lambda step, name=field.name: getattr(step.memory, name))  # noqa: B023
+        grown[field.name] = grown_outside(functools.partial(_memory_field, field.name))
     memory = replace(
         base.memory,
         **grown,
@@ -258,6 +266,14 @@ def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep])
         layers=_rows(roles, steps),
         host_bytes=grown_outside(lambda step: step.host_bytes),
     )
+
+
+def _event_of(by_step: dict[int, dict[tuple[Any, ...], TimelinePoint]], key: tuple[Any, ...], step: SimulatedStep):
+    return by_step[id(step)][key]
+
+
+def _memory_field(name: str, step: SimulatedStep) -> Any:
+    return getattr(step.memory, name)
 
 
 @dataclass(frozen=True)
@@ -336,7 +352,7 @@ def _rows(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep]) -
     roles before it are the same kinds as in the plan; the layers after it save later.
     """
     rows = []
-    for index, role in enumerate(roles):
+    for index in range(len(roles)):
         wanted = _row_signature(roles, index)
         row = next(
             (
@@ -453,4 +469,3 @@ def _expect_same(derived: SimulatedStep, simulated: SimulatedStep) -> None:
 
 def _nonzero(values: dict[str, int]) -> dict[str, int]:
     return {key: value for key, value in values.items() if value}
-
