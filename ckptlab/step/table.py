@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from ..message import Message
-from ..model.plan import Role, planned_roles
+from ..model.plan import CP, KEEP, Role, planned_roles
 from ..results import LayerResult, MemoryResult, RunResult, TimelinePoint
 from ..spec import RunSpec
 from ..torchstate import exclusive
@@ -84,6 +84,9 @@ class TableSimulation:
             return simulate(spec, fast=False, progress=progress)
         middle = roles[1:-1]
         needed = _shallow_plans(roles[0], sorted(set(middle)), roles[-1])
+        both = _shallow_plans(roles[0], [CP, KEEP], roles[-1])
+        if all((context[0], plan) in self._steps for plan in both):
+            needed = both  # simulated for another setting already, and they check each other: no check step
         missing = [plan for plan in needed if (context[0], plan) not in self._steps]
         for index, plan in enumerate(missing):
             report(
@@ -198,7 +201,10 @@ def derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep]) 
 
 def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep]) -> SimulatedStep:
     first, last, middle = roles[0], roles[-1], tuple(roles[1:-1])
-    kinds = sorted(set(middle))
+    # The roles the steps have a middle layer of: those of the plan, or both (then they check each other).
+    kinds = sorted({plan[1] for plan in steps if len(plan) == 3})
+    if not set(middle) <= set(kinds):
+        raise NotDerivable(f"no shallow step has a middle layer of each role in {sorted(set(middle))}")
     check = _check_plan(first, kinds[0], last)
     if len(kinds) == 1 and check in steps and tuple(roles) != check:
         _expect_same(_derive(check, {plan: step for plan, step in steps.items() if plan != check}), steps[check])

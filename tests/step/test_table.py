@@ -82,9 +82,13 @@ def test_the_settings_share_their_shallow_steps():
     assert all(DERIVED in _keys(result) for result in results)
     assert [layer.planned for layer in results[2].layers] == [CP, KEEP, KEEP, CP, KEEP, KEEP]
     assert [layer.observed for layer in results[2].layers] == [CP, KEEP, KEEP, CP, KEEP, KEEP]
-    # [CP keep keep] and [CP keep keep keep] are simulated already; only the check [CP keep keep keep keep] is new.
+    # Only the first layer checkpointed: [CP keep keep] and [CP keep keep keep] are simulated already, and the
+    # steps with a CP in the middle check them (no check step).
     again = table.result(replace(base, every_n_layers=6))
-    assert table.simulated_layers == 34 + 5 and DERIVED in _keys(again)
+    assert table.simulated_layers == 34 and DERIVED in _keys(again)
+    alone = TableSimulation()
+    alone.result(replace(base, every_n_layers=6))
+    assert alone.simulated_layers == 3 + 4 + 5  # alone, it has its check step
 
 
 def test_a_setting_that_cannot_be_derived_is_simulated(monkeypatch):
