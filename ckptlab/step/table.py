@@ -95,7 +95,7 @@ class TableSimulation:
                     key="progress.simulating_some",
                     params={"depth": len(plan), "layers": info.num_layers},
                 ),
-                index / len(missing),
+                index / (len(missing) + 1),  # the last share: deriving, or simulating every layer after all
             )
             self._steps[(context[0], plan)] = _simulate_plan(config, task, context[0], plan, dtype)
             self.simulated_layers += len(plan)
@@ -104,7 +104,10 @@ class TableSimulation:
         except NotDerivable:
             self._underivable.add(context)
             self.simulated_layers += info.num_layers
-            return simulate(spec, fast=False, progress=progress)
+            start = len(missing) / (len(missing) + 1)
+            return simulate(
+                spec, fast=False, progress=lambda message, fraction: report(message, start + (1 - start) * fraction)
+            )
         notes = simulation_notes(spec, info, fast=True)
         notes.append(
             Message(
