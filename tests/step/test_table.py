@@ -32,9 +32,10 @@ def _keys(result) -> list[str]:
 
 
 # (model, spec fields, settings as (every_n_layers, offload), the settings not derived): dense, MoE and
-# FSDP ranks; each with offload and an every_n_layers of at least half the layers. Under FSDP2 the
-# 3-layer copy without checkpointing holds the head's unsharded gradient into the gradient norm and
-# deeper ones do not: the check step sees it and off is simulated layer by layer.
+# FSDP ranks, accumulation with mixed precision, a selective policy; each with offload and an
+# every_n_layers of at least half the layers. Under FSDP2 the 3-layer copy without checkpointing
+# holds the head's unsharded gradient into the gradient norm and deeper ones do not: the check step
+# sees it and off is simulated layer by layer.
 CASES = {
     "dense": (
         "tiny-llama",
@@ -49,6 +50,14 @@ CASES = {
         [(None, False), (1, True), (2, False), (3, False)],
         [(None, False)],
     ),
+    # Trainer's side of the step and a selective policy: fields of the spec that every setting shares.
+    "accumulation": (
+        "tiny-llama",
+        {"gradient_accumulation_steps": 2, "mixed_precision": "bf16"},
+        [(None, False), (1, True), (2, False), (4, False)],
+        [],
+    ),
+    "selective": ("tiny-llama", {"selective": "matmuls"}, [(1, False), (3, True), (4, False)], []),
 }
 
 
