@@ -8,7 +8,8 @@ traffic per step, while checkpointing costs at most one more forward of the laye
 that reruns the fewest layers is the fastest (the every_n_layers rows of a sweep say how much).
 
 The search simulates (:func:`ckptlab.simulate`, fake tensors and, past one GPU, FSDP2 on a fake
-process group; the figures are rank 0's) only what it needs, and it is exact because of one fact:
+process group; the figures are rank 0's; the settings at one GPU count share their shallow steps,
+:mod:`ckptlab.step.table`) only what it needs, and it is exact because of one fact:
 
 **With FSDP2 (2 GPUs and more), per-GPU memory never grows with the number of GPUs**, for a
 fixed setting and per-GPU batch. At every moment of the step a rank holds two kinds of bytes:
