@@ -49,6 +49,8 @@ def _probe(*argv: str) -> tuple[int, list[str], str]:
         (["run", "--model", "tiny-lama"], 2, "neither a preset nor an existing directory"),
         (["simulate", "--every-n-layers", "0"], 2, "--every-n-layers 0"),
         (["simulate", "--budget-gib", "-1"], 2, "--budget-gib -1"),
+        (["simulate", "--every-n-layers", "al"], 2, "not a whole number nor 'all'"),
+        (["simulate", "--every-n-layers", "all", "--seq-len", "0"], 2, "--seq-len 0"),
         (["sweep", "--seq-len", "x"], 2, "'x' is not a whole number"),
         (["run", "--selective", "keep-all"], 2, "keep-all"),
     ],

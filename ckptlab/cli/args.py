@@ -48,8 +48,29 @@ def _flag(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *n
     parser.add_argument(*names, action=_Given, **options)
 
 
-def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec()) -> None:
-    """The options of ``run`` that describe one spec; ``simulate`` and ``sweep`` reuse them."""
+EVERY_SETTING = "all"  # simulate --every-n-layers all: off and every value of every_n_layers, as one table
+
+
+def every_n_or_all(value: str) -> int | str:
+    """``--every-n-layers`` of ``simulate``: a whole number, or "all" for the table of every setting."""
+    if value.strip().lower() == EVERY_SETTING:
+        return EVERY_SETTING
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a whole number nor 'all': give e.g. --every-n-layers 2, or --every-n-layers all "
+            "for off and every value from 1 to the layer count"
+        ) from None
+
+
+def add_run_arguments(
+    run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(), *, every_setting: bool = False
+) -> None:
+    """The options of ``run`` that describe one spec; ``simulate`` and ``sweep`` reuse them.
+
+    ``every_setting``: ``--every-n-layers`` also takes "all" (``simulate``'s table).
+    """
     _flag(
         run,
         "--model",
@@ -64,9 +85,10 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(
     _flag(
         setting,
         "--every-n-layers",
-        type=int,
+        type=every_n_or_all if every_setting else int,
         default=defaults.every_n_layers,
-        help="checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)",
+        help="checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)"
+        + ("; 'all': off and every N from 1 to the layer count, as one table" if every_setting else ""),
     )
     _flag(setting, "--no-checkpointing", store_true=True, help="run with checkpointing off")
     _flag(run, "--offload", store_true=True, help="keep checkpointed inputs in pinned host memory (CUDA only)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError, check_at_most
@@ -15,6 +16,7 @@ from ..explore.budget import GPUS, budget_bytes
 from ..show.report import run_report
 from ..units import GIB, mib, parse_size
 from .args import (
+    EVERY_SETTING,
     add_fsdp_argument,
     add_run_arguments,
     add_world_size_argument,
@@ -25,6 +27,7 @@ from .args import (
 
 if TYPE_CHECKING:
     from ..results import RunResult
+    from ..spec import RunSpec
 
 MAX_BUDGET_GIB = 2**20  # a mebi-GiB (1 PiB): above any machine, and still a whole number of bytes
 
@@ -34,7 +37,7 @@ def add_simulate_command(commands) -> None:
     parser = commands.add_parser(
         "simulate", help="simulate one step of a real model size on fake tensors: memory a GPU would need"
     )
-    add_run_arguments(parser)
+    add_run_arguments(parser, every_setting=True)
     add_world_size_argument(parser)
     add_fsdp_argument(parser)
     budget = parser.add_mutually_exclusive_group()
@@ -84,22 +87,13 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
 
 
 def _simulate_command(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
-    budget = None
-    if args.gpu:
-        budget = budget_bytes(args.gpu)
-    elif args.budget_gib is not None:
-        if not (math.isfinite(args.budget_gib) and 0 < args.budget_gib <= MAX_BUDGET_GIB):
-            raise SpecError(
-                f"--budget-gib {args.budget_gib} is not valid: give a finite number of GiB above 0 and at most "
-                f"{MAX_BUDGET_GIB:,}, e.g. 80."
-            )
-        budget = (int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB")
-    elif args.budget is not None:
-        size = parse_size(args.budget, "--budget")
-        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, "above any machine's memory")
-        budget = (size, f"a budget of {args.budget.strip()}")
+    every_setting = args.every_n_layers == EVERY_SETTING
+    # The table's spec stands for its settings: every_n_layers is set per setting.
+    spec = spec_from_args(argparse.Namespace(**{**vars(args), "every_n_layers": 1}) if every_setting else args)
+    budget = _budget(args)
     check_before_the_core(spec)
+    if every_setting:
+        return _table_command(args, spec, budget)
     from ..step.simulate import simulate  # the core, once the flags are known good (see ckptlab.cli)
 
     result = simulate(spec, fast=not args.exact)
@@ -114,3 +108,70 @@ def _simulate_command(args: argparse.Namespace) -> int:
         if verdict:
             print("\n" + verdict["sentence"])
     return 0
+
+
+def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
+    """The memory to judge the peak against (--gpu, --budget or --budget-gib), and its label."""
+    budget = None
+    if args.gpu:
+        budget = budget_bytes(args.gpu)
+    elif args.budget_gib is not None:
+        if not (math.isfinite(args.budget_gib) and 0 < args.budget_gib <= MAX_BUDGET_GIB):
+            raise SpecError(
+                f"--budget-gib {args.budget_gib} is not valid: give a finite number of GiB above 0 and at most "
+                f"{MAX_BUDGET_GIB:,}, e.g. 80."
+            )
+        budget = (int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB")
+    elif args.budget is not None:
+        size = parse_size(args.budget, "--budget")
+        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, "above any machine's memory")
+        budget = (size, f"a budget of {args.budget.strip()}")
+    return budget
+
+
+def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str] | None) -> int:
+    """``--every-n-layers all``: off and every every_n_layers of the model, simulated as one computation."""
+    from ..explore.scale import every_n_choices  # the core, once the flags are known good (see ckptlab.cli)
+    from ..model import catalog
+    from ..step.simulate import simulate
+    from ..step.table import simulate_table
+
+    num_layers = catalog.describe(spec.model).num_layers
+    specs = [replace(spec, every_n_layers=None, offload=False)]
+    specs += [replace(spec, every_n_layers=n) for n in every_n_choices(num_layers, "all")]
+    # --exact simulates every layer of every setting; else the settings share their shallow steps.
+    results = [simulate(one, fast=False) for one in specs] if args.exact else simulate_table(specs)
+    verdicts = [fit_verdict(result, *budget) if budget else None for result in results]
+    if args.json:
+        rows = [result.to_dict() | ({"fit": verdict} if verdict else {}) for result, verdict in zip(results, verdicts)]
+        print(json.dumps({"rows": rows}, indent=2))
+        return 0
+    print("\n".join([*training_args_lines(args), table_report(results, num_layers, budget)]))
+    return 0
+
+
+def table_report(results: list[RunResult], num_layers: int, budget: tuple[int, str] | None) -> str:
+    """One line per setting: CP layers, simulated peak and after-forward, where the peak is, whether it fits."""
+    from ..explore.scale import fits
+    from ..spec import Setting
+
+    first = results[0]
+    header = [
+        f"{first.model.name} at seq_len={first.spec.seq_len}, batch_size={first.spec.batch_size}, {first.dtype}: "
+        f"simulated (fake tensors), {len(results)} settings",
+        f"{'setting':<14} {'CP layers':>9} {'peak GiB':>9} {'after fwd GiB':>13}  "
+        + ("fits  " if budget else "")
+        + "peak in",
+    ]
+    lines = []
+    for result in results:
+        memory = result.memory
+        assert memory is not None  # a simulation always has its memory
+        setting = Setting.of(result.spec)
+        fit = ("yes   " if fits(result, budget[0]) else "no    ") if budget else ""
+        lines.append(
+            f"{setting.key:<14} {setting.cp_layers(num_layers):>9} {memory.peak_bytes / GIB:>9.2f} "
+            f"{memory.after_forward_bytes / GIB:>13.2f}  {fit}{memory.peak_where.description}"
+        )
+    footer = [f"fits: the simulated peak within {budget[1]} ({budget[0] / GIB:.1f} GiB)"] if budget else []
+    return "\n".join(header + lines + footer)

@@ -8,7 +8,8 @@ traffic per step, while checkpointing costs at most one more forward of the laye
 that reruns the fewest layers is the fastest (the every_n_layers rows of a sweep say how much).
 
 The search simulates (:func:`ckptlab.simulate`, fake tensors and, past one GPU, FSDP2 on a fake
-process group; the figures are rank 0's) only what it needs, and it is exact because of one fact:
+process group; the figures are rank 0's; the settings at one GPU count share their shallow steps,
+:mod:`ckptlab.step.table`) only what it needs, and it is exact because of one fact:
 
 **With FSDP2 (2 GPUs and more), per-GPU memory never grows with the number of GPUs**, for a
 fixed setting and per-GPU batch. At every moment of the step a rank holds two kinds of bytes:
@@ -57,8 +58,8 @@ from ..model.snippets import (
 )
 from ..results import RunResult
 from ..spec import RunSpec, Setting
-from ..step.simulate import simulate
 from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
+from ..step.table import TableSimulation
 from .scale import ScaleRequest, fits, recompute_cost
 
 GPU_COUNTS = (
@@ -221,6 +222,7 @@ def cheapest_that_fits(
     tried: list[RunResult] = []
     simulated = 0
     budget_guess = max(len(settings) * 2, 1)  # for the progress bar only: most searches end well before
+    table = TableSimulation()  # the settings at one GPU count share their shallow steps (ckptlab.step.table)
 
     def run(setting: Setting, gpus: int) -> RunResult:
         nonlocal simulated
@@ -233,7 +235,7 @@ def cheapest_that_fits(
                 params={"gpus": gpus, "setting": setting.key},
             )
             done = len(tried)
-            result = simulate(
+            result = table.result(
                 spec,
                 progress=lambda message, fraction: report(
                     prefixed(prefix, message), min((done + fraction) / budget_guess, 0.99)

@@ -1,9 +1,10 @@
-"""At scale without the hardware: one model, many checkpointing settings, each simulated.
+"""At scale without the hardware: one model, many checkpointing settings, simulated as one computation.
 
 :func:`scale_settings` picks which settings to simulate (every value of ``every_n_layers``
 of an 8B model, each with and without offload, is minutes on a laptop, so by default the
-distinct ones), :func:`scale_table` simulates them one after another on fake tensors
-(:func:`ckptlab.simulate`), cancelable between simulations (:class:`ckptlab.lab.scalejob.ScaleJob` runs that on a thread
+distinct ones), :func:`scale_table` simulates them on fake tensors, one after another but
+sharing what they have in common (:class:`ckptlab.step.table.TableSimulation`: each setting is
+what :func:`ckptlab.simulate` gives, byte for byte), cancelable between settings (:class:`ckptlab.lab.scalejob.ScaleJob` runs that on a thread
 so that a page stays responsive and a Stop keeps what was simulated).
 Which settings fit a memory budget is :func:`fits` and :func:`least_recompute_that_fits`.
 
@@ -25,8 +26,8 @@ from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.preflight import validate_for_model
 from ..step.selective import check_simulated_selective
-from ..step.simulate import simulate
 from ..step.stopping import DONE, Cancel, Progress, prefixed, scaled, stopper
+from ..step.table import TableSimulation
 
 EveryN = Literal["distinct", "all"]
 OffloadFor = Literal["n=1", "all", "none"]
@@ -279,6 +280,7 @@ def scale_table(
     seconds: dict[str, float] = {}
     total = len(request.settings)
     cancelled = False
+    table = TableSimulation()  # the settings share their shallow steps: one computation (ckptlab.step.table)
     for index, setting in enumerate(request.settings):
         if stopped():
             cancelled = True
@@ -287,7 +289,7 @@ def scale_table(
         result = known.get(spec)
         if result is None:
             began = time.monotonic()
-            result = simulate(spec, progress=scaled(report, index, total, f"{setting.key}: "))
+            result = table.result(spec, progress=scaled(report, index, total, f"{setting.key}: "))
             seconds[setting.key] = time.monotonic() - began
         results.append(result)
         report(prefixed(f"{setting.key}: ", DONE), (index + 1) / total)

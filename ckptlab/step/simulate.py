@@ -36,7 +36,7 @@ Two things need care:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -55,7 +55,7 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
-from ..model.plan import describe_plan, observed_roles, planned_roles
+from ..model.plan import CP, Role, describe_plan, observed_roles, planned_roles
 from ..model.selective import enable_checkpointing
 from ..results import RankResult, RunResult
 from ..spec import RunSpec
@@ -99,6 +99,44 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     """
     expect_type("ckptlab.simulate", "spec", spec, RunSpec, "ckptlab.simulate(ckptlab.RunSpec(model='qwen3-8b'))")
     report = progress or (lambda message, fraction: None)
+    info, dtype, config, task = prepare(spec)
+    shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast and info.layers_alike else None
+
+    notes = simulation_notes(spec, info, fast)
+    if shape is None:
+        report(
+            Message(
+                f"simulating all {info.num_layers} layers of {info.name}",
+                key="progress.simulating_all",
+                params={"layers": info.num_layers, "name": info.name},
+            ),
+            0.1,
+        )
+        step = simulate_depth(config, task, info.num_layers, spec, dtype)
+    else:
+        report(_simulating(shape.depth(1), info.num_layers), 0.1)
+        one = simulate_depth(config, task, shape.depth(1), spec, dtype)
+        report(_simulating(shape.depth(2), info.num_layers), 0.5)
+        two = simulate_depth(config, task, shape.depth(2), spec, dtype)
+        step = shape.extrapolate(one, two)
+        notes.append(
+            Message(
+                f"Simulated {shape.depth(1)} and {shape.depth(2)} layers and extrapolated to {info.num_layers}: "
+                "the layers are identical and the plan repeats, so every figure is exact (not an estimate).",
+                key="note.extrapolated",
+                params={"one": shape.depth(1), "two": shape.depth(2), "layers": info.num_layers},
+            )
+        )
+    report(DONE, 1.0)
+    return simulated_result(spec, info, dtype, step, notes)
+
+
+def prepare(spec: RunSpec) -> tuple[ModelInfo, torch.dtype, Any, str]:
+    """Check ``spec`` as a simulation does; its model's description, dtype, config and task.
+
+    Raises:
+        SpecError, ModelLoadError: for bad input.
+    """
     spec.validate()
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
@@ -106,8 +144,11 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     check_simulated_selective(spec)
     dtype = resolve_dtype(spec.dtype, torch.device("cuda"), spec.mixed_precision)
     config, _, task = catalog.load_config(spec.model)
-    shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast and info.layers_alike else None
+    return info, dtype, config, task
 
+
+def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[str]:
+    """The notes of a simulation of ``spec`` that do not depend on how its layers were simulated."""
     notes: list[str] = []
     if fast and not info.layers_alike:
         notes.append(
@@ -127,42 +168,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
                 params={"n": spec.every_n_layers, "layers": info.num_layers},
             )
         )
-    if shape is None:
-        report(
-            Message(
-                f"simulating all {info.num_layers} layers of {info.name}",
-                key="progress.simulating_all",
-                params={"layers": info.num_layers, "name": info.name},
-            ),
-            0.1,
-        )
-        step = _simulate_depth(config, task, info.num_layers, spec, dtype)
-    else:
-        report(_simulating(shape.depth(1), info.num_layers), 0.1)
-        one = _simulate_depth(config, task, shape.depth(1), spec, dtype)
-        report(_simulating(shape.depth(2), info.num_layers), 0.5)
-        two = _simulate_depth(config, task, shape.depth(2), spec, dtype)
-        step = shape.extrapolate(one, two)
-        notes.append(
-            Message(
-                f"Simulated {shape.depth(1)} and {shape.depth(2)} layers and extrapolated to {info.num_layers}: "
-                "the layers are identical and the plan repeats, so every figure is exact (not an estimate).",
-                key="note.extrapolated",
-                params={"one": shape.depth(1), "two": shape.depth(2), "layers": info.num_layers},
-            )
-        )
-    if spec.offload:
-        moved = f"{step.host_bytes:,}"
-        notes.append(
-            Message(
-                f"offload simulated: {moved} bytes of checkpointed inputs held in pinned host "
-                "memory instead of device memory (counted in host_offload_bytes, not in the device figures).",
-                key="note.offload_simulated",
-                params={"bytes": moved},
-            )
-        )
-    report(DONE, 1.0)
-    return _result(spec, info, dtype, step, notes)
+    return notes
 
 
 def _simulating(depth: int, layers: int) -> Message:
@@ -177,15 +183,21 @@ def _simulating(depth: int, layers: int) -> Message:
 # -- one simulated step -------------------------------------------------------------------
 
 
-def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.dtype) -> SimulatedStep:
-    """Simulate the spec's step on a copy of the model with ``depth`` layers."""
+def simulate_depth(
+    config, task: str, depth: int, spec: RunSpec, dtype: torch.dtype, roles: Sequence[Role] | None = None
+) -> SimulatedStep:
+    """Simulate the spec's step on a copy of the model with ``depth`` layers.
+
+    ``roles`` gives each layer's role instead of the spec's plan (:mod:`.table` simulates the
+    contexts a plan's layers meet); the spec's ``every_n_layers`` must then be set.
+    """
     config = catalog.config_with(config, {"num_hidden_layers": depth})
-    planned = planned_roles(depth, spec.every_n_layers)
+    planned = planned_roles(depth, spec.every_n_layers) if roles is None else list(roles)
     ledger = HostLedger()
     # The fake process group and its mesh come first: made inside FakeTensorMode, the mesh fails.
     try:
         with fake_mesh(spec) as mesh, FakeTensorMode(), GroupedMmShapes(), simulating(ledger):
-            model, enabled, memory, counts, host_bytes = _fake_step(config, task, spec, dtype, ledger, mesh)
+            model, enabled, memory, counts, host_bytes = _fake_step(config, task, spec, dtype, ledger, mesh, roles)
     except DATA_DEPENDENT_ERRORS as exc:
         raise unsupported_moe_error(spec.model, config.model_type, exc) from exc
     layers = layer_results(catalog.checkpointable_layers(model), planned, enabled, counts)
@@ -198,12 +210,18 @@ def _simulate_depth(config, task: str, depth: int, spec: RunSpec, dtype: torch.d
     return SimulatedStep(depth, memory, layers, host_bytes)
 
 
-def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: HostLedger, mesh) -> tuple:
+def _fake_step(
+    config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: HostLedger, mesh, roles: Sequence[Role] | None
+) -> tuple:
     """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
     model = catalog.instantiate(config, task, dtype)
     model.train()
     if spec.every_n_layers is not None:  # spec.checkpointing
-        enable_checkpointing(model, spec.every_n_layers, spec.offload, spec.selective)
+        enable_checkpointing(model, spec.every_n_layers if roles is None else 1, spec.offload, spec.selective)
+    if roles is not None:
+        # transformers' call set every layer up to rerun; the flag it reads at each call picks the role.
+        for layer, role in zip(catalog.checkpointable_layers(model), roles, strict=True):
+            layer.gradient_checkpointing = role == CP
     if mesh is not None:
         shard_model(model, mesh, mixed_precision_policy(spec))
     enabled = observed_roles(model)
@@ -216,7 +234,20 @@ def _fake_step(config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: Hos
     return model, enabled, memory, counts, ledger.after_forward
 
 
-def _result(spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedStep, notes: list[str]) -> RunResult:
+def simulated_result(
+    spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedStep, notes: list[str]
+) -> RunResult:
+    """The :class:`RunResult` of a simulated step of the whole model, with ``notes`` on how it was simulated."""
+    if spec.offload:
+        moved = f"{step.host_bytes:,}"
+        notes.append(
+            Message(
+                f"offload simulated: {moved} bytes of checkpointed inputs held in pinned host "
+                "memory instead of device memory (counted in host_offload_bytes, not in the device figures).",
+                key="note.offload_simulated",
+                params={"bytes": moved},
+            )
+        )
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     if [layer.observed for layer in step.layers] != planned:
         notes.append(

@@ -38,13 +38,13 @@ def _poll(at: AppTest, until) -> AppTest:
 def simulated():
     """The page after simulating tiny-llama at 128 tokens (6 settings), with a count of the simulations."""
     calls: list = []
-    real = scale.simulate
+    real = scale.TableSimulation.result
 
-    def counting(spec, **kwargs):
+    def counting(table, spec, **kwargs):
         calls.append(spec)
-        return real(spec, **kwargs)
+        return real(table, spec, **kwargs)
 
-    scale.simulate = counting
+    scale.TableSimulation.result = counting  # type: ignore[method-assign]
     # The count is of calls in this process: the page's jobs run here (CKPTLAB_WORKERS=thread). The same jobs
     # in worker processes are tests/lab/test_jobs_in_workers.py's.
     workers = os.environ.get("CKPTLAB_WORKERS")
@@ -58,7 +58,7 @@ def simulated():
         _poll(at, lambda at: "at_scale_table" in at.session_state)
         yield at, calls
     finally:
-        scale.simulate = real
+        scale.TableSimulation.result = real  # type: ignore[method-assign]
         if workers is None:
             os.environ.pop("CKPTLAB_WORKERS", None)
         else:

@@ -52,3 +52,26 @@ def test_bad_input_exits_2_with_a_message(args, words, capsys):
     assert main(["simulate", "--seq-len", "64", *args]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_every_n_layers_all_prints_one_row_a_setting_as_each_single_simulation(capsys):
+    """``--every-n-layers all``: off and n=1..6 of tiny-llama, one result each, the single command's JSON."""
+    quick = ["simulate", "--model", "tiny-llama", "--seq-len", "32", "--dtype", "float32"]
+    assert main([*quick, "--every-n-layers", "all", "--offload", "--budget", "1GiB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(row["spec"]["every_n_layers"], row["spec"]["offload"]) for row in rows] == [(None, False)] + [
+        (n, True) for n in range(1, 7)
+    ]
+    assert main([*quick, "--every-n-layers", "3", "--offload", "--budget", "1GiB", "--json"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert rows[3].keys() == single.keys() and rows[3]["fit"] == single["fit"]
+    assert rows[3]["memory"]["peak_bytes"] == single["memory"]["peak_bytes"]
+    assert rows[3]["memory"]["timeline"] == single["memory"]["timeline"]
+
+    assert main([*quick, "--every-n-layers", "all", "--gpu", "L4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:3] == ["setting", "CP", "layers"] and "fits" in lines[1]
+    assert [line.split()[:2] for line in lines[2:9]] == [["off", "0"], ["n=1", "6"], ["n=2", "3"]] + [
+        [f"n={n}", str(-(-6 // n))] for n in range(3, 7)
+    ]
+    assert all(" yes " in line for line in lines[2:9]) and lines[-1].startswith("fits: the simulated peak within L4")

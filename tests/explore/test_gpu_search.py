@@ -64,11 +64,11 @@ def test_the_answer_is_the_fewest_gpus_then_the_least_recompute_at_every_budget(
 def test_it_simulates_far_fewer_than_every_pair_and_its_answer_fits_when_simulated_again(every_pair, monkeypatch):
     calls = []
 
-    def counted(spec, **kwargs):
+    def counted(table, spec, **kwargs):
         calls.append(spec)
         return every_pair[spec]
 
-    monkeypatch.setattr(gpu_search, "simulate", counted)
+    monkeypatch.setattr(gpu_search.TableSimulation, "result", counted)
     peaks_at_two = [every_pair[REQUEST.spec(s, 2)].memory.peak_bytes for s in SETTINGS]
     budget = min(peaks_at_two)  # nothing fits one GPU (the optimizer step), the leanest setting fits two
     search = cheapest_that_fits(REQUEST, budget, counts=COUNTS)

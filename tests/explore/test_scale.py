@@ -85,7 +85,7 @@ def test_table_simulates_each_setting_in_order(table):
 
 def test_known_results_are_reused_not_simulated_again(table, monkeypatch):
     first, _ = table
-    monkeypatch.setattr(scale, "simulate", lambda *args, **kwargs: pytest.fail("simulated again"))
+    monkeypatch.setattr(scale.TableSimulation, "result", lambda *args, **kwargs: pytest.fail("simulated again"))
     known = {run.spec: run for run in first.results}
     again = scale_table(MODEL, SEQ, 1, "bfloat16", SETTINGS, known=known)
     assert again.results == first.results and again.seconds == {}
@@ -102,7 +102,7 @@ def test_cancel_keeps_the_results_so_far(table, monkeypatch):
 
 
 def test_a_sequence_beyond_the_positions_fails_before_simulating(monkeypatch):
-    monkeypatch.setattr(scale, "simulate", lambda *args, **kwargs: pytest.fail("simulated"))
+    monkeypatch.setattr(scale.TableSimulation, "result", lambda *args, **kwargs: pytest.fail("simulated"))
     with pytest.raises(SpecError, match="2048"):
         scale_table(MODEL, 4096, 1, "bfloat16", SETTINGS)
     with pytest.raises(SpecError, match="dtype"):
@@ -130,12 +130,12 @@ def test_the_job_runs_on_a_thread_and_stop_keeps_results(table, monkeypatch):
     by_spec = {run.spec: run for run in first.results}
     entered, release = threading.Event(), threading.Event()
 
-    def slow_simulate(spec, progress=None):
+    def slow_simulate(table, spec, progress=None):
         entered.set()
         release.wait(5)
         return by_spec[spec]
 
-    monkeypatch.setattr(scale, "simulate", slow_simulate)
+    monkeypatch.setattr(scale.TableSimulation, "result", slow_simulate)
     job = ScaleJob(ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS)).start()
     assert entered.wait(10) and job.state().running
     job.stop()  # while the first simulation is in flight: it finishes, no other starts
@@ -164,18 +164,18 @@ def test_a_failed_job_keeps_what_it_simulated_and_the_error_a_page_translates(mo
     from ckptlab.errors import RunStoppedError
     from ckptlab.explore import scale
 
-    real = scale.simulate
+    real = scale.TableSimulation.result
     calls = {"n": 0}
 
-    def second_fails(spec, **kwargs):
+    def second_fails(table, spec, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:
             if raised == "keyed":
                 raise RunStoppedError("stopped for the test", key="run.stopped")
             raise ZeroDivisionError("a bug")
-        return real(spec, **kwargs)
+        return real(table, spec, **kwargs)
 
-    monkeypatch.setattr(scale, "simulate", second_fails)
+    monkeypatch.setattr(scale.TableSimulation, "result", second_fails)
     job = ScaleJob(ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS)).start()
     job.join()
     state = job.state()
@@ -189,15 +189,15 @@ def test_a_failed_job_keeps_what_it_simulated_and_the_error_a_page_translates(mo
 def test_a_job_past_the_servers_time_limit_stops_between_simulations_and_says_so(monkeypatch):
     from ckptlab.explore import scale
 
-    real = scale.simulate
+    real = scale.TableSimulation.result
     jobs: list[ScaleJob] = []
 
-    def first_uses_up_the_time(spec, **kwargs):
-        result = real(spec, **kwargs)
+    def first_uses_up_the_time(table, spec, **kwargs):
+        result = real(table, spec, **kwargs)
         jobs[0].limit_s = 0.0  # as if this simulation had taken the whole limit (no wall clock in a test)
         return result
 
-    monkeypatch.setattr(scale, "simulate", first_uses_up_the_time)
+    monkeypatch.setattr(scale.TableSimulation, "result", first_uses_up_the_time)
     jobs.append(ScaleJob(ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS), limit_s=3600))
     jobs[0].start().join()
     state = jobs[0].state()

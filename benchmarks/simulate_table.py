@@ -1,0 +1,89 @@
+"""The At-scale table as one computation against one simulation, in one process and as whole processes.
+
+    python benchmarks/simulate_table.py [--model qwen3-8b] [--seq-len 8192] [--skip-old]
+
+The table is the At-scale page's default: off, the distinct every_n_layers and n=1 with offload
+(``scale_settings``), simulated by ``scale_table`` (shared shallow steps, ``ckptlab.step.table``).
+One simulation is ``ckptlab.simulate`` of n=1, the page's first checkpointed setting. Printed:
+seconds of each, in this process (after a warm-up) and as a fresh ``python`` process each (imports
+and model description included), their ratio (goal: at most 2), and, unless ``--skip-old``, the
+table simulated setting by setting as before (``simulate`` per setting) and whether every setting's
+bytes are the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ckptlab import RunSpec, simulate  # noqa: E402  (after the path)
+from ckptlab.explore.scale import ScaleRequest, scale_settings, scale_table  # noqa: E402
+from ckptlab.model import catalog  # noqa: E402
+
+ONE = "from ckptlab import RunSpec, simulate; simulate(RunSpec(model={model!r}, seq_len={seq}, every_n_layers=1))"
+TABLE = (
+    "from ckptlab.explore.scale import scale_settings, scale_table; from ckptlab.model import catalog; "
+    "scale_table({model!r}, {seq}, 1, 'bfloat16', scale_settings(catalog.describe({model!r}).num_layers))"
+)
+
+
+def _seconds(function) -> tuple[float, object]:
+    start = time.perf_counter()
+    value = function()
+    return time.perf_counter() - start, value
+
+
+def _process_seconds(code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return time.perf_counter() - start
+
+
+def _figures(result) -> tuple:
+    memory = result.memory
+    return memory.peak_bytes, memory.after_forward_bytes, memory.peak_where, memory.timeline, result.layers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-8b")
+    parser.add_argument("--seq-len", type=int, default=8192)
+    parser.add_argument("--skip-old", action="store_true", help="do not simulate the table setting by setting too")
+    args = parser.parse_args()
+
+    info = catalog.describe(args.model)
+    settings = scale_settings(info.num_layers)
+    simulate(RunSpec(model="tiny-llama", seq_len=64))  # first-call costs (imports, fake-mode caches) not charged
+    print(f"{args.model}, seq_len {args.seq_len}, bf16, {len(settings)} settings: {', '.join(s.key for s in settings)}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+
+    one_s, _ = _seconds(lambda: simulate(RunSpec(model=args.model, seq_len=args.seq_len, every_n_layers=1)))
+    table_s, table = _seconds(lambda: scale_table(args.model, args.seq_len, 1, "bfloat16", settings, info=info))
+    code = {"model": args.model, "seq": args.seq_len}
+    one_p = _process_seconds(ONE.format(**code))
+    table_p = _process_seconds(TABLE.format(**code))
+
+    print(f"{'':<14}{'one simulation s':>18}{'whole table s':>15}{'ratio':>8}  goal <= 2")
+    for name, one, whole in (("in-process", one_s, table_s), ("processes", one_p, table_p)):
+        print(f"{name:<14}{one:>18.2f}{whole:>15.2f}{whole / one:>8.2f}  {'yes' if whole / one <= 2 else 'NO'}")
+    if args.skip_old:
+        return
+    request = ScaleRequest(args.model, args.seq_len, 1, "bfloat16", tuple(settings))
+    old_s, old = _seconds(lambda: [simulate(request.spec(setting)) for setting in settings])
+    same = all(_figures(a) == _figures(b) for a, b in zip(table.results, old))
+    print(
+        f"setting by setting (simulate each, as before): {old_s:.2f} s, {old_s / table_s:.2f}x the table's time; "
+        f"one setting {old_s / len(settings):.2f} s on average, the table {table_s / (old_s / len(settings)):.2f}x that"
+    )
+    print(f"every setting's bytes, timeline and rows the same as simulate's: {same}")
+
+
+if __name__ == "__main__":
+    main()
