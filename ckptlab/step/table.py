@@ -52,7 +52,9 @@ from .simulate import prepare, simulate, simulate_depth, simulated_result, simul
 from .stopping import DONE, Progress
 
 # Fields of MemoryResult derived from the timeline, not grown like the others.
-_FROM_TIMELINE = ("timeline", "peak_bytes", "peak_where", "breakdown_at_peak")
+# Figures of the peak's moment, read from the derived timeline (not grown): the float32 logits at the peak are the
+# loss's, the same at any depth, as in the fold, but only where the derived peak is.
+_FROM_TIMELINE = ("timeline", "peak_bytes", "peak_where", "breakdown_at_peak", "logits_bytes_at_peak")
 
 
 class NotDerivable(Exception):
@@ -289,6 +291,7 @@ def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep])
         peak_bytes=peak.region_peak_bytes,
         peak_where=peak.region,
         breakdown_at_peak=peak.region_peak_breakdown,
+        logits_bytes_at_peak=peak.region_peak_logits_bytes,
     )
     return SimulatedStep(
         depth=num_layers,
