@@ -50,7 +50,8 @@ def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:
     """Measure (or reuse) ``specs``; stop the page with a message if they cannot run."""
     asked = [spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in specs]
     results = measured(asked, tr)
-    if results is None:
+    if results is None:  # being measured (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(tr(f"lesson.{part}.body"))
         st.stop()
     for spec in specs:
         if results[spec].status != "ok":
