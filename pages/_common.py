@@ -25,7 +25,6 @@ def language() -> tuple[str, Translator]:
     return lang, i18n.translator(lang)
 
 
-@st.cache_resource(show_spinner=False)
 def estimate_text(seconds: float, measured: bool, tr: Translator, left: bool = True) -> str:
     """A wait's estimate in words (the seconds ``left``, or the whole wait's), saying what it comes from: this
     server's measured runs, or the FLOP count alone."""
@@ -33,6 +32,7 @@ def estimate_text(seconds: float, measured: bool, tr: Translator, left: bool = T
     return tr(key, seconds=f"{max(seconds, 1):,.0f}")
 
 
+@st.cache_resource(show_spinner=False)
 def preset_infos() -> dict[str, ckptlab.ModelInfo]:
     """Every preset, described once per process for all pages (meta device: no weights allocated)."""
     return {preset.name: ckptlab.describe(preset.name) for preset in ckptlab.list_presets()}
