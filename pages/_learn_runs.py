@@ -89,7 +89,7 @@ def wait_words(state: RunsState, tr: Callable[..., str]) -> str:
         "wait.learn_progress",
         done=state.asked - len(state.missing),
         total=state.asked,
-        left=estimate_text(state.left_s, state.measured_pace, tr),
+        left=estimate_text(state.left_s, "measured" if state.measured_pace else "predicted", tr),
     )
     if state.ahead:
         words += " · " + tr("run.waiting", ahead=state.ahead)

@@ -104,7 +104,8 @@ if result is None:
         st.stop()  # the fragment above shows the progress
     try:
         seconds, measured_pace = tradeoffspage.sweep_estimate(spec)
-        estimate = " " + tr("wait.sweep_estimate", estimate=estimate_text(seconds, measured_pace, tr, left=False))
+        basis = "measured" if measured_pace else "predicted"
+        estimate = " " + tr("wait.sweep_estimate", estimate=estimate_text(seconds, basis, tr, left=False))
     except ckptlab.CkptlabError:  # a sweep that cannot be planned: the Run button's check says why
         estimate = ""
     st.info(tr("tradeoffs.hint") + estimate)
