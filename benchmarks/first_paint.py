@@ -53,7 +53,7 @@ def open_together(url: str, page: str, sessions: int) -> list[tuple[float, float
                 together.wait(HANG_S)
                 asked = time.monotonic()
                 drawn = session.run(page)
-                title = drawn.first("title")
+                title = drawn.first("heading")  # st.title: the page's first heading
                 if title is None:
                     raise RuntimeError(f"{page}: no title in the first run ({[kind for kind, _ in drawn.elements]})")
                 figure = _figure(drawn)

@@ -14,7 +14,7 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import learn as learnrun
-from ckptlab.lab.learnruns import LEARN_RUNS, How, RunsState
+from ckptlab.lab.learnruns import LEARN_RUNS, How, RunsState, sharding_job
 from ckptlab.results import RunResult
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
@@ -96,23 +96,35 @@ def wait_words(state: RunsState, tr: Callable[..., str]) -> str:
     return words
 
 
-def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea:
-    """The lesson's sharding idea, simulated once per session with a status box (kept in ``lesson_shard``).
+def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea | None:
+    """The lesson's sharding idea, simulated once for the server in the background (``ckptlab.lab.learnruns``).
 
-    Stops the page with the error shown when the simulation cannot run.
+    Returns:
+        The idea; None while it is simulated (a fragment shows the progress and reruns the page when it is there)
+        or when it could not be (the message is shown).
     """
-    state = st.session_state
-    if "lesson_shard" not in state:
-        with st.status(tr("lesson.shard.simulating"), expanded=False) as status:
-            bar = st.progress(0.0)
-            try:
-                state.lesson_shard = learnrun.sharding_idea(
-                    progress=lambda m, f: bar.progress(min(max(f, 0.0), 1.0)),
-                    workers=job_workers(server_policy()[0], "simulation"),
-                )
-            except ckptlab.CkptlabError as error:
-                status.update(label=tr("run.failed"), state="error", expanded=True)
-                st.code(str(error), language=None)
-                st.stop()
-            status.update(label=tr("lesson.shard.simulated"), state="complete")
-    return state.lesson_shard
+    job = sharding_job(job_workers(server_policy()[0], "simulation"))
+    finished, _, idea, failure = job.outcome()
+    if idea is not None:
+        return idea
+    if finished:
+        st.error(tr("run.failed"))
+        lang = language()[0]
+        st.code(
+            app_message(failure, lang) if isinstance(failure, ckptlab.CkptlabError) else str(failure), language=None
+        )
+        return None
+
+    @st.fragment(run_every=POLL_S)
+    def progress() -> None:
+        finished, fraction, _, _ = job.outcome()
+        if finished:
+            st.rerun(scope="app")
+        left = job.left_s()
+        text = tr("lesson.shard.simulating")
+        if left is not None:
+            text += " · " + estimate_text(left, "so_far", tr)
+        st.progress(min(max(fraction, 0.0), 1.0), text=text)
+
+    progress()
+    return None

@@ -174,6 +174,9 @@ elif part == "shrink":
 
 elif part == "shard":  # simulated (it needs several GPUs), kept for the process: the next participant waits for nothing
     idea = simulated_sharding(tr)
+    if idea is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(tr("lesson.shard.body"))
+        st.stop()
     text, figure = st.columns([2, 3])
     text.markdown(tr("lesson.shard.body"))
     labels = learnpage.shard_labels(idea, tr)

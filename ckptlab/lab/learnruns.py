@@ -24,7 +24,8 @@ from ..errors import CkptlabError
 from ..results import RunResult
 from ..spec import RunSpec
 from . import exercises
-from .learn import shared_model
+from .jobs import BackgroundJob
+from .learn import ShardingIdea, sharding_idea, shared_model
 from .run import PACE, LabRun, Pace, reference_spec, run_queued
 from .workers import WorkerPool
 
@@ -207,3 +208,46 @@ def workshop_specs() -> list[RunSpec]:
 def warm(how: How = How(), runs: SharedRuns = LEARN_RUNS) -> None:
     """Queue :func:`workshop_specs` (``CKPTLAB_WARM_LEARN=1``): measured in the background, once for the server."""
     runs.ask(workshop_specs(), how)
+
+
+# -- the lesson's sharding idea: simulated once for the server, in the background -------------
+
+
+class ShardingJob(BackgroundJob):
+    """:func:`ckptlab.lab.learn.sharding_idea` on its own thread, for every session of the server."""
+
+    def __init__(self, workers: WorkerPool | None = None) -> None:
+        super().__init__("ckptlab-sharding-idea")
+        self._workers = workers
+        self.idea: ShardingIdea | None = None
+
+    def _run(self) -> None:
+        try:
+            idea = sharding_idea(progress=self._progress, workers=self._workers)
+        except Exception as error:  # bad input or a bug: the page says why, and the next ask tries again
+            self._fail(error)
+            idea = None
+        with self._lock:
+            self.idea, self._finished = idea, True
+
+    def outcome(self) -> tuple[bool, float, ShardingIdea | None, Exception | str | None]:
+        """``(finished, fraction, idea, failure)``: the failure the lab's error, or a bug's words."""
+        with self._lock:
+            failure = self._failure if self._failure is not None else (self._error or None)
+            return self._finished, self._fraction, self.idea, failure
+
+
+_sharding_lock = threading.Lock()
+_sharding: list[ShardingJob] = []  # the server's one job (the last one asked for)
+
+
+def sharding_job(workers: WorkerPool | None = None) -> ShardingJob:
+    """The server's sharding-idea job, started on the first ask; one that failed is started again."""
+    with _sharding_lock:
+        if _sharding:
+            finished, _, idea, _ = _sharding[0].outcome()
+            if not finished or idea is not None:
+                return _sharding[0]
+        _sharding[:] = [ShardingJob(workers)]
+        _sharding[0].start()
+        return _sharding[0]

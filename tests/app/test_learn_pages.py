@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from ckptlab.lab.learnruns import sharding_job
 from ckptlab.show import i18n
 from tests.app.polling import learned
 from tests.app.sessions import assert_alive, open_page
@@ -104,11 +105,11 @@ def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_
 def test_the_shard_part_draws_one_gpus_memory_from_simulations(lang):
     at = open_page("pages/lesson.py", lang)
     tr = i18n.translator(lang)
-    at.segmented_control(key="lesson_part").set_value("shard").run()
+    learned(at.segmented_control(key="lesson_part").set_value("shard").run())
     assert_alive(at)
     assert at.subheader[0].value == tr("lesson.shard.title")
     assert len(at.get("plotly_chart")) == 1
-    idea = at.session_state["lesson_shard"]
+    idea = sharding_job().idea  # the server's one simulation, shared by every session
     caption = "\n".join(str(element.value) for element in at.caption)
     assert (
         f"**{idea.state_ratio * 100:.0f}%**" in caption
