@@ -64,7 +64,7 @@ def measured(specs: list[RunSpec], tr: Callable[..., str], wait: bool = False) -
         error = next(iter(now.failures.values()))
         st.error(tr("run.failed"))
         st.code(app_message(error, lang) if isinstance(error, ckptlab.CkptlabError) else repr(error), language=None)
-        st.button(tr("wait.learn_retry"), key="learn_retry", on_click=LEARN_RUNS.ask, args=(missing, how))
+        st.button(tr("wait.learn_retry"), key="learn_retry", on_click=LEARN_RUNS.ask, args=(missing, how, True))
         return None
     cache.update(now.results)
     return cache

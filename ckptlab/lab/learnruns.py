@@ -81,12 +81,15 @@ class SharedRuns:
         self._thread: threading.Thread | None = None
         self.measurements = 0  # runs this store measured (asked of ``measure``): one per distinct run
 
-    def ask(self, specs: Iterable[RunSpec], how: How = How()) -> None:
-        """Queue what of ``specs`` is not measured, queued or in flight (a failed run is tried again)."""
+    def ask(self, specs: Iterable[RunSpec], how: How = How(), retry: bool = False) -> None:
+        """Queue what of ``specs`` is not measured, queued or in flight; a failed one only with ``retry``
+        (a page's Try again: every rerun of a page asks, and a failure stays said until someone retries it)."""
         with self._changed:
             queued = {spec for spec, _ in self._line}
             for spec in dict.fromkeys(specs):
                 if spec in self._done or spec in queued or spec == self._in_flight:
+                    continue
+                if spec in self._failures and not retry:
                     continue
                 self._failures.pop(spec, None)
                 self._line.append((spec, how))
@@ -205,9 +208,10 @@ def workshop_specs() -> list[RunSpec]:
     return list(dict.fromkeys(asked + lesson))
 
 
-def warm(how: How = How(), runs: SharedRuns = LEARN_RUNS) -> None:
-    """Queue :func:`workshop_specs` (``CKPTLAB_WARM_LEARN=1``): measured in the background, once for the server."""
-    runs.ask(workshop_specs(), how)
+def warm(how: How = How(), runs: SharedRuns | None = None) -> None:
+    """Queue :func:`workshop_specs` (``CKPTLAB_WARM_LEARN=1``) in ``runs`` (the server's: :data:`LEARN_RUNS`),
+    measured in the background, once for the server."""
+    (LEARN_RUNS if runs is None else runs).ask(workshop_specs(), how)
 
 
 # -- the lesson's sharding idea: simulated once for the server, in the background -------------

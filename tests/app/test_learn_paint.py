@@ -12,8 +12,10 @@ import threading
 import pytest
 
 import pages._learn_runs as learn_runs
-from ckptlab.lab.learnruns import SharedRuns
+from ckptlab.lab import learnruns
+from ckptlab.lab.learnruns import SharedRuns, workshop_specs
 from ckptlab.lab.run import Pace, ResultCache, run_queued
+from ckptlab.lab.runqueue import DeviceBusyError
 from ckptlab.show import i18n
 from tests.app.polling import rerun_until
 from tests.app.sessions import assert_alive, open_page
@@ -73,3 +75,18 @@ def test_two_sessions_asking_for_the_same_lesson_run_cause_one_measurement(gated
         rerun_until(at, lambda page: charts(page) == 1)
         assert_alive(at)
     assert len(gated.asked) == 1 and gated.runs.measurements == 1
+
+
+def test_the_warm_up_flag_queues_the_workshops_runs_when_a_first_page_opens(monkeypatch):
+    asked = []
+
+    def measure(spec, **_):
+        asked.append(spec)
+        raise DeviceBusyError("not in this test", key="run.device_busy", seconds="0")
+
+    runs = SharedRuns(measure=measure, pace=Pace())
+    monkeypatch.setattr(learnruns, "LEARN_RUNS", runs)
+    monkeypatch.setenv("CKPTLAB_WARM_LEARN", "1")
+    open_page("pages/lab.py")
+    assert runs.wait(workshop_specs()).settled
+    assert asked == workshop_specs()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from ckptlab.lab.learnruns import LEARN_OWNER, SharedRuns, workshop_specs
+from ckptlab.lab.learnruns import LEARN_OWNER, SharedRuns, warm, workshop_specs
 from ckptlab.lab.run import Pace, reference_spec
 from ckptlab.lab.runqueue import DeviceBusyError
 from ckptlab.spec import RunSpec
@@ -64,14 +64,16 @@ def test_the_runs_of_one_page_wait_for_those_ahead_and_count_them_in_the_estimat
     assert [spec for spec, _ in measure.asked] == [SPEC, OTHER]
 
 
-def test_a_failed_run_is_said_and_measured_again_when_asked_again():
+def test_a_failed_run_stays_said_until_it_is_tried_again():
     measure = Gated(fail_first=True)
     runs = SharedRuns(measure=measure, pace=Pace())
     measure.go.set()
     runs.ask([SPEC])
     failed = runs.wait([SPEC])
     assert failed.settled and not failed.done and isinstance(failed.failures[SPEC], DeviceBusyError)
-    runs.ask([SPEC])
+    runs.ask([SPEC])  # a page's rerun asks again: the failure stays said, nothing runs
+    assert runs.state([SPEC]).failures and runs.measurements == 1
+    runs.ask([SPEC], retry=True)  # Try again
     assert runs.wait([SPEC]).done and runs.measurements == 2
 
 
@@ -89,3 +91,13 @@ def test_the_warm_up_holds_every_exercise_run():
 
     warm = set(workshop_specs())
     assert all(spec in warm for exercise in EXERCISES for spec in exercise.specs())
+
+
+def test_the_warm_up_queues_the_workshops_runs_once():
+    measure = Gated()
+    measure.go.set()
+    runs = SharedRuns(measure=measure, pace=Pace())
+    warm(runs=runs)
+    warm(runs=runs)  # every page opened asks again: nothing is queued twice
+    assert runs.wait(workshop_specs()).done
+    assert [spec for spec, _ in measure.asked] == workshop_specs()
