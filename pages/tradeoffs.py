@@ -105,7 +105,7 @@ if result is None:
     try:
         seconds, measured_pace = tradeoffspage.sweep_estimate(spec)
         basis = "measured" if measured_pace else "predicted"
-        estimate = " " + tr("wait.sweep_estimate", estimate=estimate_text(seconds, basis, tr, left=False))
+        estimate = "\n\n" + tr("wait.sweep_estimate", estimate=estimate_text(seconds, basis, tr, left=False))
     except ckptlab.CkptlabError:  # a sweep that cannot be planned: the Run button's check says why
         estimate = ""
     st.info(tr("tradeoffs.hint") + estimate)
