@@ -53,7 +53,10 @@ def measured(specs: list[RunSpec], tr: Callable[..., str], wait: bool = False) -
         with st.status(tr("run.measuring"), expanded=True) as status:
             bar = st.progress(0.0)
             now = LEARN_RUNS.wait(missing, lambda state: bar.progress(state.fraction, text=wait_words(state, tr)))
-            status.update(label=tr("run.measured", count=len(missing)), state="complete")
+            if now.failures:
+                status.update(label=tr("run.failed"), state="error")
+            else:
+                status.update(label=tr("run.measured", count=len(missing)), state="complete")
     else:
         now = LEARN_RUNS.state(missing)
         if not now.settled:

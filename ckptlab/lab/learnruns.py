@@ -75,29 +75,49 @@ class SharedRuns:
         self._done: set[RunSpec] = set()
         self._failures: dict[RunSpec, Exception] = {}
         self._line: deque[tuple[RunSpec, How]] = deque()
+        self._warming: set[RunSpec] = set()  # queued by the warm-up, not asked by a page yet
         self._in_flight: RunSpec | None = None
         self._fraction = 0.0  # of the run in flight
         self._ahead = 0
         self._thread: threading.Thread | None = None
         self.measurements = 0  # runs this store measured (asked of ``measure``): one per distinct run
 
-    def ask(self, specs: Iterable[RunSpec], how: How = How(), retry: bool = False) -> None:
-        """Queue what of ``specs`` is not measured, queued or in flight; a failed one only with ``retry``
-        (a page's Try again: every rerun of a page asks, and a failure stays said until someone retries it)."""
+    def ask(self, specs: Iterable[RunSpec], how: How = How(), retry: bool = False, warming: bool = False) -> None:
+        """Queue what of ``specs`` is not measured, queued or in flight.
+
+        A failed one is queued only with ``retry`` (a page's Try again: every rerun of a page asks, and a failure
+        stays said until someone retries it). A page's runs go ahead of the warm-up's (``warming``: queued by
+        :func:`warm`), a warm-up run a page asks for included: someone is waiting for those.
+        """
         with self._changed:
             queued = {spec for spec, _ in self._line}
             for spec in dict.fromkeys(specs):
-                if spec in self._done or spec in queued or spec == self._in_flight:
+                if spec in self._done or spec == self._in_flight:
+                    continue
+                if spec in queued:
+                    if not warming and spec in self._warming:
+                        self._line = deque(item for item in self._line if item[0] != spec)
+                        self._warming.discard(spec)
+                        self._put_ahead(spec, how)
                     continue
                 if spec in self._failures and not retry:
                     continue
                 self._failures.pop(spec, None)
-                self._line.append((spec, how))
+                if warming:
+                    self._line.append((spec, how))
+                    self._warming.add(spec)
+                else:
+                    self._put_ahead(spec, how)
                 queued.add(spec)
             if self._line and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._work, name="ckptlab-learn-runs", daemon=True)
                 self._thread.start()
             self._changed.notify_all()
+
+    def _put_ahead(self, spec: RunSpec, how: How) -> None:
+        """Queue ``spec`` behind the pages' runs, ahead of the warm-up's."""
+        position = next((i for i, (queued, _) in enumerate(self._line) if queued in self._warming), len(self._line))
+        self._line.insert(position, (spec, how))
 
     def state(self, specs: Sequence[RunSpec]) -> RunsState:
         with self._changed:
@@ -123,6 +143,7 @@ class SharedRuns:
             self._done.clear()
             self._failures.clear()
             self._line.clear()
+            self._warming.clear()
 
     def _state(self, asked: list[RunSpec]) -> RunsState:
         missing = [spec for spec in asked if spec not in self._done]
@@ -154,6 +175,7 @@ class SharedRuns:
                     self._changed.notify_all()
                     return
                 spec, how = self._line.popleft()
+                self._warming.discard(spec)
                 self._in_flight, self._fraction, self._ahead = spec, 0.0, 0
                 self._changed.notify_all()
             try:
@@ -211,7 +233,7 @@ def workshop_specs() -> list[RunSpec]:
 def warm(how: How = How(), runs: SharedRuns | None = None) -> None:
     """Queue :func:`workshop_specs` (``CKPTLAB_WARM_LEARN=1``) in ``runs`` (the server's: :data:`LEARN_RUNS`),
     measured in the background, once for the server."""
-    (LEARN_RUNS if runs is None else runs).ask(workshop_specs(), how)
+    (LEARN_RUNS if runs is None else runs).ask(workshop_specs(), how, warming=True)
 
 
 # -- the lesson's sharding idea: simulated once for the server, in the background -------------

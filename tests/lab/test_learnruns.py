@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from types import SimpleNamespace
 
 from ckptlab.lab.learnruns import LEARN_OWNER, SharedRuns, warm, workshop_specs
@@ -101,3 +102,16 @@ def test_the_warm_up_queues_the_workshops_runs_once():
     warm(runs=runs)  # every page opened asks again: nothing is queued twice
     assert runs.wait(workshop_specs()).done
     assert [spec for spec, _ in measure.asked] == workshop_specs()
+
+
+def test_a_pages_runs_go_ahead_of_the_warm_ups():
+    measure = Gated()
+    runs = SharedRuns(measure=measure, pace=Pace())
+    warm(runs=runs)
+    assert measure.started.wait(60)  # the warm-up's first run holds the device
+    first, *rest = workshop_specs()
+    page = replace(OTHER, seq_len=256)  # a run only a page asks for
+    runs.ask([page, rest[-1]])  # the page's own run, and one the warm-up queued last
+    measure.go.set()
+    assert runs.wait([*workshop_specs(), page]).done
+    assert [spec for spec, _ in measure.asked] == [first, page, rest[-1], *rest[:-1]]
