@@ -12,7 +12,10 @@ import pandas  # noqa: F401
 import plotly.io  # noqa: F401
 import streamlit as st
 
+from ckptlab.lab.learnruns import warm
 from ckptlab.show import i18n
+from pages._learn_runs import learn_how
+from pages._server import server_policy
 
 # The tab title is set before the selector exists, so it reads the URL's language directly.
 st.set_page_config(
@@ -46,6 +49,9 @@ if lang == i18n.DEFAULT:
 elif st.query_params.get("lang") != lang:
     st.query_params["lang"] = lang
 tr = i18n.translator(lang)
+
+if server_policy()[0].warm_learn:  # CKPTLAB_WARM_LEARN=1: queued by the first page opened, a no-op after
+    warm(learn_how())
 
 navigation = st.navigation(
     {

@@ -25,6 +25,15 @@ def language() -> tuple[str, Translator]:
     return lang, i18n.translator(lang)
 
 
+def estimate_text(seconds: float, basis: str, tr: Translator, left: bool = True) -> str:
+    """A wait's estimate in words (the seconds ``left``, or the whole wait's), saying what it comes from.
+
+    ``basis``: "measured" (the FLOP count scaled by this server's measured runs, :data:`ckptlab.lab.run.PACE`),
+    "predicted" (the FLOP count alone) or "so_far" (the job's own pace so far; seconds left only).
+    """
+    return tr(f"wait.{'left' if left else 'total'}_{basis}", seconds=f"{max(seconds, 1):,.0f}")
+
+
 @st.cache_resource(show_spinner=False)
 def preset_infos() -> dict[str, ckptlab.ModelInfo]:
     """Every preset, described once per process for all pages (meta device: no weights allocated)."""

@@ -23,7 +23,7 @@ from ckptlab.model import snippets
 from ckptlab.show.i18n import Translator, say
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
-from pages._common import preset_infos
+from pages._common import estimate_text, preset_infos
 from pages._server import job_workers, offered_folder, server_policy, session_owner, sharing_workers
 
 STOP_CHECK_S = 0.3  # how often a run in flight looks for a Cancel (each look is one Streamlit message)
@@ -69,10 +69,17 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
                 status.update()  # a message to the browser: where a pending Cancel interrupts the run
             return False
 
+        try:
+            total_s, measured_pace = labrun.PACE.estimate(spec)  # the run and its reference, as the formula sees them
+        except ckptlab.CkptlabError:  # a model that cannot be described: run_queued's own check says why
+            total_s, measured_pace = None, False
+        basis = "measured" if measured_pace else "predicted"
+
         def progress(message: str, fraction: float) -> None:
             fraction, message = min(max(fraction, 0.0), 1.0), say(message, lang)
             status.update(label=tr("lab.status_running", pct=f"{fraction:.0%}", message=message))
-            bar.progress(fraction, text=message)
+            left = "" if total_s is None else " · " + estimate_text(total_s * (1 - fraction), basis, tr)
+            bar.progress(fraction, text=message + left)
 
         def on_wait(ahead: int) -> None:
             status.update(

@@ -1,8 +1,9 @@
-"""The Learn pages' one way to get their runs: measure what the session lacks (the sharding idea: simulate), with progress.
+"""The Learn pages' one way to get their runs: the server's shared runs, drawn as they come (the sharding idea: simulate).
 
 Not a page (app.py's navigation lists the pages); the Timeline, Lesson and Exercises pages
-import it as ``pages._learn_runs``. It shows a status box while it measures, so it lives
-with the pages and not in the core, which never imports streamlit.
+import it as ``pages._learn_runs``. A page asks for its runs and draws its words at once; the
+runs are measured once for the whole server in the background (``ckptlab.lab.learnruns``) while
+a fragment shows their progress and estimate, and reruns the page when they are there.
 """
 
 from __future__ import annotations
@@ -13,73 +14,120 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import learn as learnrun
+from ckptlab.lab.learnruns import LEARN_RUNS, How, RunsState, sharding_job
 from ckptlab.results import RunResult
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
-from pages._common import language
-from pages._server import job_workers, server_policy, session_owner
+from pages._common import estimate_text, language
+from pages._server import job_workers, server_policy
+
+POLL_S = 1.0  # how often a waiting page looks at the shared runs: each look is a cheap read of the store
 
 
-def measured(specs: list[RunSpec], tr: Callable[..., str]) -> dict[RunSpec, RunResult] | None:
-    """Results for ``specs`` (and their checkpointing-off references) from this session, measuring what is missing.
+def learn_how() -> How:
+    """How the server measures the shared runs: its limit per run and its device pool."""
+    policy = server_policy()[0]
+    return How(limit_s=policy.run_limit_s, workers=job_workers(policy, "device"))
+
+
+def measured(specs: list[RunSpec], tr: Callable[..., str], wait: bool = False) -> dict[RunSpec, RunResult] | None:
+    """Results for ``specs`` (and their checkpointing-off references), from the server's shared runs.
 
     Args:
         specs: the settings a page shows.
-        tr: the page's translator, for the status messages.
+        tr: the page's translator, for the progress and the messages.
+        wait: block until they are measured, with progress (the instructor's Open, which needs them to open a
+            round); else return at once.
 
     Returns:
-        The session's results by spec, or None when a run could not be made (the message is shown).
+        The session's results by spec; None while they are measured (a fragment shows the progress and reruns
+        the page when they are there) or when one could not be measured (the message and a Retry are shown).
     """
     cache = st.session_state.setdefault("learn_results", {})
     missing = [spec for spec in specs if spec not in cache]
     if not missing:
         return cache
-    with st.status(tr("run.measuring"), expanded=False) as status:
-        bar = st.progress(0.0)
-
-        def progress(message: str, fraction: float) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0))
-
-        def on_wait(ahead: int) -> None:
-            status.update(label=tr("run.waiting", ahead=ahead))
-
-        try:
-            policy = server_policy()[0]
-            cache.update(
-                learnrun.measure_all(
-                    missing,
-                    progress=progress,
-                    on_wait=on_wait,
-                    owner=session_owner(),
-                    limit_s=policy.run_limit_s,
-                    workers=job_workers(policy, "device"),
-                )
-            )
-        except ckptlab.CkptlabError as error:
-            status.update(label=tr("run.failed"), state="error", expanded=True)
-            st.code(app_message(error, language()[0]), language=None)
+    how = learn_how()
+    LEARN_RUNS.ask(missing, how)
+    if wait:
+        with st.status(tr("run.measuring"), expanded=True) as status:
+            bar = st.progress(0.0)
+            now = LEARN_RUNS.wait(missing, lambda state: bar.progress(state.fraction, text=wait_words(state, tr)))
+            if now.failures:
+                status.update(label=tr("run.failed"), state="error")
+            else:
+                status.update(label=tr("run.measured", count=len(missing)), state="complete")
+    else:
+        now = LEARN_RUNS.state(missing)
+        if not now.settled:
+            follow(missing, tr)
             return None
-        status.update(label=tr("run.measured", count=len(missing)), state="complete")
+    if now.failures:
+        lang = language()[0]
+        error = next(iter(now.failures.values()))
+        st.error(tr("run.failed"))
+        st.code(app_message(error, lang) if isinstance(error, ckptlab.CkptlabError) else repr(error), language=None)
+        st.button(tr("wait.learn_retry"), key="learn_retry", on_click=LEARN_RUNS.ask, args=(missing, how, True))
+        return None
+    cache.update(now.results)
     return cache
 
 
-def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea:
-    """The lesson's sharding idea, simulated once per session with a status box (kept in ``lesson_shard``).
+def follow(specs: list[RunSpec], tr: Callable[..., str]) -> None:
+    """The shared runs' progress, refreshed by a fragment; once they are all there, one full rerun to draw."""
 
-    Stops the page with the error shown when the simulation cannot run.
+    @st.fragment(run_every=POLL_S)
+    def progress() -> None:
+        now = LEARN_RUNS.state(specs)
+        if now.settled:
+            st.rerun(scope="app")
+        st.progress(min(max(now.fraction, 0.0), 1.0), text=wait_words(now, tr))
+
+    progress()
+
+
+def wait_words(state: RunsState, tr: Callable[..., str]) -> str:
+    """The progress bar's text: how many measured, the estimate left, and the device line when it waits."""
+    words = tr(
+        "wait.learn_progress",
+        done=state.asked - len(state.missing),
+        total=state.asked,
+        left=estimate_text(state.left_s, "measured" if state.measured_pace else "predicted", tr),
+    )
+    if state.ahead:
+        words += " · " + tr("run.waiting", ahead=state.ahead)
+    return words
+
+
+def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea | None:
+    """The lesson's sharding idea, simulated once for the server in the background (``ckptlab.lab.learnruns``).
+
+    Returns:
+        The idea; None while it is simulated (a fragment shows the progress and reruns the page when it is there)
+        or when it could not be (the message is shown).
     """
-    state = st.session_state
-    if "lesson_shard" not in state:
-        with st.status(tr("lesson.shard.simulating"), expanded=False) as status:
-            bar = st.progress(0.0)
-            try:
-                state.lesson_shard = learnrun.sharding_idea(
-                    progress=lambda m, f: bar.progress(min(max(f, 0.0), 1.0)),
-                    workers=job_workers(server_policy()[0], "simulation"),
-                )
-            except ckptlab.CkptlabError as error:
-                status.update(label=tr("run.failed"), state="error", expanded=True)
-                st.code(str(error), language=None)
-                st.stop()
-            status.update(label=tr("lesson.shard.simulated"), state="complete")
-    return state.lesson_shard
+    job = sharding_job(job_workers(server_policy()[0], "simulation"))
+    finished, _, idea, failure = job.outcome()
+    if idea is not None:
+        return idea
+    if finished:
+        st.error(tr("run.failed"))
+        lang = language()[0]
+        st.code(
+            app_message(failure, lang) if isinstance(failure, ckptlab.CkptlabError) else str(failure), language=None
+        )
+        return None
+
+    @st.fragment(run_every=POLL_S)
+    def progress() -> None:
+        finished, fraction, _, _ = job.outcome()
+        if finished:
+            st.rerun(scope="app")
+        left = job.left_s()
+        text = tr("lesson.shard.simulating")
+        if left is not None:
+            text += " · " + estimate_text(left, "so_far", tr)
+        st.progress(min(max(fraction, 0.0), 1.0), text=text)
+
+    progress()
+    return None

@@ -24,9 +24,10 @@ from ckptlab.lab.scalepage import DEFAULT, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import ModelInfo
 from ckptlab.results import RunResult
+from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
-from pages._common import preset_infos
+from pages._common import estimate_text, preset_infos
 from pages._server import job_workers, offered_folder, session_alive
 
 # The shape's keys in a link (gpu= aside), Trainer's step among them.
@@ -78,6 +79,9 @@ def poll(running: bool, lang: str, words: Mapping[str, Any]) -> None:
             total = None if isinstance(job, SearchJob) else len(job.request.settings)
             done = len(snapshot.results)
             text = scalepage.progress_words(done, total, snapshot.message, snapshot.stop_requested, words, lang)
+            left = job.left_s()
+            if left is not None and not snapshot.stop_requested:
+                text += " · " + estimate_text(left, "so_far", i18n.translator(lang))
             st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
             return
         if state.get("at_scale_shown") is not job:

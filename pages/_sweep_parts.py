@@ -20,7 +20,7 @@ from ckptlab.show.i18n import Translator
 from ckptlab.show.noise import sweep_table
 from ckptlab.show.wording import app_message
 from ckptlab.step.preflight import resolve_device
-from pages._common import preset_infos
+from pages._common import estimate_text, preset_infos
 from pages._server import job_workers, session_alive, session_owner
 
 POLL_S = 0.5  # how often the progress bar looks at a running sweep
@@ -80,6 +80,9 @@ def poll(running: bool, lang: str, tr: Translator) -> None:
         snapshot = job.state()
         if snapshot.running:
             words = tradeoffspage.progress_words(snapshot.message, snapshot.stop_requested, lang, tr)
+            left = job.left_s()
+            if left is not None and not snapshot.stop_requested:
+                words += " · " + estimate_text(left, "so_far", tr)
             st.progress(min(snapshot.fraction, 1.0), text=words)
             if snapshot.rows:
                 st.dataframe(sweep_table(snapshot.rows, lang, ()), hide_index=True, key="tradeoffs_live")

@@ -50,7 +50,7 @@ if not policy.is_instructor(typed):
 def open_round(exercise_id: str) -> None:
     """Measure the exercise's runs (one device turn for the room, or none when they are shared already), then open."""
     exercise = exercises.by_id(exercise_id)
-    results = measured(exercise.specs(), tr)
+    results = measured(exercise.specs(), tr, wait=True)
     if results is None:
         st.stop()  # the message is shown
     runs = learnpage.exercise_runs(exercise, results)

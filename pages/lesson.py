@@ -51,7 +51,8 @@ def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:
     """Measure (or reuse) ``specs``; stop the page with a message if they cannot run."""
     asked = [spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in specs]
     results = measured(asked, tr)
-    if results is None:
+    if results is None:  # being measured (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(tr(f"lesson.{part}.body"))
         st.stop()
     for spec in specs:
         if results[spec].status != "ok":
@@ -185,6 +186,9 @@ elif part == "shrink":
 
 elif part == "shard":  # simulated (it needs several GPUs), kept for the process: the next participant waits for nothing
     idea = simulated_sharding(tr)
+    if idea is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(tr("lesson.shard.body"))
+        st.stop()
     text, figure = st.columns([2, 3])
     text.markdown(tr("lesson.shard.body"))
     labels = learnpage.shard_labels(idea, tr)

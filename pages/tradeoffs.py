@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+import ckptlab
 from ckptlab.explore.accuracy import check_predictions
 from ckptlab.explore.budget import GPUS
 from ckptlab.explore.recommend import recommend
@@ -24,7 +25,15 @@ from ckptlab.show.noise import sweep_busy_message, sweep_table
 from ckptlab.show.peak_words import peak_sentence
 from ckptlab.spec import DTYPES
 from ckptlab.units import MIB
-from pages._common import download_buttons, language, lora_choices, optimizer_box, preset_infos, step_boxes
+from pages._common import (
+    download_buttons,
+    estimate_text,
+    language,
+    lora_choices,
+    optimizer_box,
+    preset_infos,
+    step_boxes,
+)
 from pages._deep_link import run_through_app
 from pages._server import server_policy
 from pages._sweep_parts import draw_buttons, poll
@@ -108,7 +117,13 @@ result: SweepResult | None = state.get("tradeoffs_result")
 if result is None:
     if running:
         st.stop()  # the fragment above shows the progress
-    st.info(tr("tradeoffs.hint"))
+    try:
+        seconds, measured_pace = tradeoffspage.sweep_estimate(spec)
+        basis = "measured" if measured_pace else "predicted"
+        estimate = "\n\n" + tr("wait.sweep_estimate", estimate=estimate_text(seconds, basis, tr, left=False))
+    except ckptlab.CkptlabError:  # a sweep that cannot be planned: the Run button's check says why
+        estimate = ""
+    st.info(tr("tradeoffs.hint") + estimate)
     st.stop()
 
 # -- the result ---------------------------------------------------------------------------

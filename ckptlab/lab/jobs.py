@@ -49,6 +49,14 @@ class BackgroundJob:
         """Stop after the piece of work in flight; the results so far are kept."""
         self._stop.set()
 
+    def left_s(self) -> float | None:
+        """Seconds left at the pace so far (the time since the start over the fraction done); None before any."""
+        with self._lock:
+            fraction = self._fraction
+        if not 0 < fraction < 1:
+            return None
+        return (time.monotonic() - self._started) * (1 - fraction) / fraction
+
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 

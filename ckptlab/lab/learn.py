@@ -1,10 +1,9 @@
 """The Learn pages' measurements: sets of runs through the lab's device queue, one shared model.
 
 Each figure on the Timeline, Lesson and Exercises pages comes from a real run. They ask for
-several settings at once (checkpointing off, every_n_layers=1, 2, ...), so
-:func:`measure_all` calls :func:`ckptlab.lab.run.run_queued` for each: one measured run on
-the device at a time across every session, and results reused from the process-wide
-cache when another participant already measured the same settings.
+several settings at once (checkpointing off, every_n_layers=1, 2, ...), measured once for the
+whole server by :mod:`ckptlab.lab.learnruns` through :func:`ckptlab.lab.run.run_queued`: one
+measured run on the device at a time across every session.
 
 The model is kept in one slot (:func:`shared_model`): the settings of a lesson differ only
 in checkpointing, so one tiny model serves them all, and no second model stays alive to
@@ -18,7 +17,7 @@ FSDP2 on a fake process group (``ckptlab.simulate``) at 1, 2 and 4 GPUs, checkpo
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from transformers import PreTrainedModel
@@ -29,8 +28,7 @@ from ..results import RunResult, memory_of
 from ..spec import RunSpec
 from ..step.simulate import simulate
 from ..step.stopping import DONE, Progress
-from .run import ModelKey, build_for_key, reference_spec, run_queued
-from .runqueue import OnWait
+from .run import ModelKey, build_for_key
 from .workers import WorkerPool
 
 _lock = threading.Lock()
@@ -51,53 +49,6 @@ def shared_model(key: ModelKey) -> tuple[PreTrainedModel, ModelInfo]:
 def cpu_presets() -> list[str]:
     """The presets a CPU runs in seconds (the tiny ones), in the catalog's order."""
     return [preset.name for preset in catalog.list_presets() if preset.cpu_ok]
-
-
-def measure_all(
-    specs: Sequence[RunSpec],
-    *,
-    progress: Progress | None = None,
-    on_wait: OnWait | None = None,
-    load: Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]] = shared_model,
-    owner: str | None = None,
-    limit_s: float | None = None,
-    workers: WorkerPool | None = None,
-) -> dict[RunSpec, RunResult]:
-    """Measure every spec (and its checkpointing-off reference) through the device queue.
-
-    Args:
-        specs: the settings, in the order to run them.
-        progress: ``(message, fraction)`` over the whole set.
-        on_wait: called with the number of runs ahead while waiting for the device.
-        load: builds or returns the model for a key.
-        owner: who asks (the browser session), one place in the device queue at a time.
-        limit_s: seconds each run may hold the device (the server's limit; ``None``: none).
-        workers: measure in this pool's worker process (as :func:`run_queued`), not in this thread.
-
-    Returns:
-        Results by spec, the checkpointing-off references included (under ``reference_spec(spec)``).
-
-    Raises:
-        SpecError, ModelLoadError, DoesNotFitError, DeviceBusyError: as ``run_queued``.
-    """
-    report = progress or (lambda message, fraction: None)
-    results: dict[RunSpec, RunResult] = {}
-    unique = list(dict.fromkeys(specs))
-    for index, spec in enumerate(unique):
-        if spec in results:
-            continue
-
-        def scaled(message: str, fraction: float, index: int = index) -> None:
-            report(message, (index + fraction) / len(unique))
-
-        lab = run_queued(
-            spec, load=load, progress=scaled, on_wait=on_wait, owner=owner, limit_s=limit_s, workers=workers
-        )
-        results[spec] = lab.result
-        if lab.reference is not None:
-            results[reference_spec(spec)] = lab.reference.result
-    report(DONE, 1.0)
-    return results
 
 
 # -- the lesson's sharding idea: simulated, not measured --------------------------------------

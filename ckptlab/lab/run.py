@@ -236,6 +236,40 @@ def cpu_estimate(spec: RunSpec, info: ModelInfo) -> tuple[float, float]:
     return step_s, run_s
 
 
+class Pace:
+    """How this server's measured runs compare with :func:`cpu_estimate`: a wait's estimate, predicted or measured.
+
+    The formula knows FLOPs, not this machine's load or a GPU; once runs were measured here, the
+    estimate is the prediction scaled by what they took over what was predicted for them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._predicted_s = self._measured_s = 0.0
+
+    def record(self, spec: RunSpec, seconds: float) -> None:
+        """``spec`` (with its reference, as :func:`cpu_estimate`'s run) took ``seconds`` on the device."""
+        predicted = cpu_estimate(spec, catalog.describe(spec.model))[1]
+        with self._lock:
+            self._predicted_s += predicted
+            self._measured_s += seconds
+
+    def estimate(self, spec: RunSpec) -> tuple[float, bool]:
+        """``(seconds, measured)``: the run's seconds, scaled by this server's runs when it has measured any."""
+        predicted = cpu_estimate(spec, catalog.describe(spec.model))[1]
+        with self._lock:
+            if self._predicted_s <= 0:
+                return predicted, False
+            return predicted * self._measured_s / self._predicted_s, True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._predicted_s = self._measured_s = 0.0
+
+
+PACE = Pace()  # process-wide: every session's estimate learns from every run this server measured
+
+
 def run_queued(
     spec: RunSpec,
     *,
@@ -319,6 +353,9 @@ def run_queued(
                     prefix = Message("plain checkpointing (to compare): ", key="progress.plain")
                     report_plain = scaled(report, done, count, prefix)
                     plain = cache.put(_measured(full, load, report_plain, stop, workers, sharing, memory_cap_bytes))
+                # The whole run the formula predicts (none of it reused); a policy's plain run is not in that formula.
+                if full is None and count == 1 + spec.checkpointing:
+                    PACE.record(spec, time.monotonic() - queued_at - wait_s)
             except RunStoppedError:
                 raise stop.reason() from None
             finally:

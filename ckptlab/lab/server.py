@@ -33,6 +33,10 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
 ``CKPTLAB_INSTRUCTOR_SECRET``
     The phrase that opens the instructor's room (``pages/instructor.py``): typed into its
     password field, never put in a URL (the projector shows it). Unset: the room offers nothing.
+``CKPTLAB_WARM_LEARN``
+    ``1``: the first page any session opens (the instructor's, before the class arrives) queues
+    the Lesson's and the Exercises' runs (:func:`ckptlab.lab.learnruns.warm`), measured once for
+    every session in the background. Unset or ``0``: each run is measured when a page first asks.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class ServerPolicy:
     workers: bool = True  # jobs in worker processes (CKPTLAB_WORKERS=process) rather than the server's threads
     # The instructor's phrase (CKPTLAB_INSTRUCTOR_SECRET); None: no instructor's room. Never in a repr or a log.
     instructor_secret: str | None = field(default=None, repr=False)
+    warm_learn: bool = False  # CKPTLAB_WARM_LEARN=1: queue the Learn pages' shared runs when the server starts
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, object]) -> ServerPolicy:
@@ -112,7 +117,10 @@ class ServerPolicy:
             raise SpecError(f"CKPTLAB_WORKERS={mode!r} is not valid: use process (the default) or thread.")
         max_tokens = parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or ""))
         secret = str(settings.get("CKPTLAB_INSTRUCTOR_SECRET") or "") or None
-        return cls(models_root, run_limit_s, max_tokens, memory_cap_bytes, mode == "process", secret)
+        warm = str(settings.get("CKPTLAB_WARM_LEARN") or "0").strip().lower()
+        if warm not in ("0", "1"):
+            raise SpecError(f"CKPTLAB_WARM_LEARN={warm!r} is not valid: use 1 (warm the Learn pages' runs) or 0.")
+        return cls(models_root, run_limit_s, max_tokens, memory_cap_bytes, mode == "process", secret, warm == "1")
 
     # -- the instructor's room ----------------------------------------------------------
 

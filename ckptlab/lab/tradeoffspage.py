@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..explore.recommend import Recommendation
-from ..explore.sweep import SweepResult, SweepSpec
+from ..explore.sweep import SweepResult, SweepSpec, plan_sweep
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
 from ..show.i18n import Translator, say
 from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
+from .run import PACE
 from .stepboxes import step_fields
 from .targets import spec_targets
 
@@ -55,6 +56,22 @@ def policy_axis(chosen: Sequence[str]) -> dict[str, Any]:
 def longest(spec: SweepSpec) -> RunSpec:
     """The sweep's longest run: the one the server's limits are checked against before it starts."""
     return RunSpec(model=spec.model, seq_len=max(spec.seq_lens), batch_size=spec.batch_size, device=spec.device)
+
+
+def sweep_estimate(spec: SweepSpec) -> tuple[float, bool]:
+    """``(seconds, measured)``: the whole sweep's time, each row as :data:`ckptlab.lab.run.PACE` estimates it.
+
+    Raises:
+        SpecError, ModelLoadError: a sweep that cannot be planned.
+    """
+    total, measured = 0.0, False
+    for seq_len, every_n, offload in plan_sweep(spec).rows:
+        row = spec.run_spec(seq_len, every_n, offload)
+        seconds, measured = PACE.estimate(row)
+        if row.checkpointing:  # the estimate counts its checkpointing-off reference; a sweep's row is one run
+            seconds -= PACE.estimate(row.checkpointing_off())[0]
+        total += seconds
+    return total, measured
 
 
 def summary(result: SweepResult, lang: str, tr: Translator) -> str:

@@ -31,3 +31,12 @@ def rerun_until(at: AppTest, until: Callable[[AppTest], bool], job_key: str | No
             time.sleep(BETWEEN_RERUNS_S)
         at.run()
     return at
+
+
+def learned(at: AppTest) -> AppTest:
+    """Rerun a Learn page until the server's shared runs it asked for are drawn (its progress bar gone).
+
+    Each rerun is the one the page's fragment timer would make; between them the shared runs are measured on
+    their own thread.
+    """
+    return rerun_until(at, lambda page: not page.get("progress"))

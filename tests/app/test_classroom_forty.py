@@ -17,7 +17,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.app.test_browser import serve
+from tests.app.wire import serve
 
 pytest.importorskip("websockets.sync.client", reason="websockets (a dependency of streamlit) is missing")
 from tests.app.wire import WireSession

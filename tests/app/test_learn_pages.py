@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from ckptlab.lab.exercises import by_id
+from ckptlab.lab.learnruns import sharding_job
 from ckptlab.show import i18n
+from tests.app.polling import learned
 from tests.app.sessions import assert_alive, open_page
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
@@ -23,12 +25,12 @@ LANGS = list(i18n.LANGUAGES)
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_timeline_page_draws_the_step_and_follows_the_slider(lang):
-    at = open_page("pages/timeline.py", lang)
+    at = learned(open_page("pages/timeline.py", lang))
     tr = i18n.translator(lang)
     assert at.title[0].value == tr("timeline.page_title")
     assert len(at.get("plotly_chart")) == 2  # the timeline and the diagram under it
     slider = at.select_slider(key="timeline_event")
-    slider.set_value(len(slider.options) - 4).run()
+    learned(slider.set_value(len(slider.options) - 4).run())
     assert_alive(at)
     assert tr("timeline.at_event").split("**")[1] in at.markdown[1].value
     assert len(at.get("plotly_chart")) == 2
@@ -40,13 +42,13 @@ def test_lesson_page_shows_a_live_figure_for_each_part(lang):
     tr = i18n.translator(lang)
     seen = []
     for part in ("activation", "trade", "every_n", "offload", "peak", "shrink", "step"):
-        at.segmented_control(key="lesson_part").set_value(part).run()
+        learned(at.segmented_control(key="lesson_part").set_value(part).run())
         assert_alive(at)
         assert at.subheader[0].value == tr(f"lesson.{part}.title")
         seen.append(len(at.get("plotly_chart")))
     assert all(count >= 1 for count in seen), seen
     # The step-through: the slider moves through the events and the figures follow.
-    at.select_slider(key="lesson_step").set_value(10).run()
+    learned(at.select_slider(key="lesson_step").set_value(10).run())
     assert_alive(at)
     assert len(at.get("plotly_chart")) == 3
     assert at.button(key="lesson_play").label == tr("lesson.step.play")
@@ -62,7 +64,7 @@ def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
 
     assert score() == "0 / 0"
     at.number_input(key="exercise_pred_resident_all").set_value(40).run()
-    at.button(key="exercise_submit").click().run()
+    learned(at.button(key="exercise_submit").click().run())
     assert_alive(at)
     assert at.session_state["exercise_answers"] == {"resident_all": 40.0}
     assert at.number_input(key="exercise_pred_resident_all").disabled  # the first answer counts
@@ -74,7 +76,7 @@ def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
     at.button(key="exercise_next").click().run()
     at.selectbox(key="exercise_pick").set_value("budget").run()
     at.radio(key="exercise_choice_budget").set_value(2).run()
-    at.button(key="exercise_submit").click().run()
+    learned(at.button(key="exercise_submit").click().run())
     assert_alive(at)
     assert set(at.session_state["exercise_answers"]) == {"resident_all", "budget"}
     assert score().endswith("/ 6")
@@ -82,7 +84,7 @@ def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
 
 def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_tune():
     at = open_page("pages/lesson.py", "en")
-    at.segmented_control(key="lesson_part").set_value("shrink").run()
+    learned(at.segmented_control(key="lesson_part").set_value("shrink").run())
     assert_alive(at)
     assert len(at.get("plotly_chart")) == 1
     caption = "\n".join(str(element.value) for element in at.caption)
@@ -108,11 +110,11 @@ def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_
 def test_the_shard_part_draws_one_gpus_memory_from_simulations(lang):
     at = open_page("pages/lesson.py", lang)
     tr = i18n.translator(lang)
-    at.segmented_control(key="lesson_part").set_value("shard").run()
+    learned(at.segmented_control(key="lesson_part").set_value("shard").run())
     assert_alive(at)
     assert at.subheader[0].value == tr("lesson.shard.title")
     assert len(at.get("plotly_chart")) == 1
-    idea = at.session_state["lesson_shard"]
+    idea = sharding_job().idea  # the server's one simulation, shared by every session
     caption = "\n".join(str(element.value) for element in at.caption)
     assert (
         f"**{idea.state_ratio * 100:.0f}%**" in caption

@@ -5,13 +5,23 @@ protobuf messages: it sends a ``BackMsg`` asking for a run with its widgets' val
 (``ClientState``), the server runs the page in that session and sends ``ForwardMsg`` deltas
 back until ``script_finished``. :class:`WireSession` does the same, so a test can hold dozens
 of real sessions of a real server where dozens of Chromium tabs would not fit on 2 cores.
-Only what the tests need: keyed widgets found by their key, numbers, text, and button presses.
+Only what the tests need: keyed widgets found by their key, numbers, text, and button presses,
+and when each element came (``benchmarks/first_paint.py`` times a page's first paint with it).
+:func:`serve` starts the server they talk to.
 """
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -21,6 +31,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.sync.client import connect
 
+ROOT = Path(__file__).resolve().parents[2]
 EARLY_FOR_RERUN = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_EARLY_FOR_RERUN")
 
 
@@ -29,11 +40,16 @@ class Page:
     """What one run drew: its elements by type, in order, and the ids of its keyed widgets by key."""
 
     elements: list[tuple[str, Any]] = field(default_factory=list)  # (element type, its proto)
+    arrived: list[float] = field(default_factory=list)  # time.monotonic() when each element came, as ``elements``
     widget_ids: dict[str, str] = field(default_factory=dict)  # user key -> widget id ("$$ID-<hash>-<key>")
     pages: dict[str, str] = field(default_factory=dict)  # url path -> page script hash (from a navigation message)
 
     def of(self, kind: str) -> list[Any]:
         return [element for name, element in self.elements if name == kind]
+
+    def first(self, kind: str) -> float | None:
+        """When the first element of ``kind`` came (``time.monotonic()``), or None when none did."""
+        return next((at for (name, _), at in zip(self.elements, self.arrived) if name == kind), None)
 
     def keyed(self, kind: str, key: str) -> Any | None:
         return next((e for e in self.of(kind) if getattr(e, "id", "").endswith("-" + key)), None)
@@ -98,9 +114,66 @@ class WireSession:
                 name = element.WhichOneof("type")
                 inner = getattr(element, name)
                 drawn.elements.append((name, inner))
+                drawn.arrived.append(time.monotonic())
                 widget_id = getattr(inner, "id", "")
                 if widget_id.startswith("$$ID-"):
                     drawn.widget_ids[widget_id.rsplit("-", 1)[-1]] = widget_id
             elif kind == "script_finished" and forward.script_finished != EARLY_FOR_RERUN:
                 self.widget_ids.update(drawn.widget_ids)
                 return drawn
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serve(log_name: str = "streamlit-browser-test.log", env: dict[str, str] | None = None) -> Iterator[str]:
+    """`streamlit run app.py` on a free port of 127.0.0.1, with ``env`` added to its environment; yields its URL."""
+    port = _free_port()
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    log = open(ROOT / "artifacts" / log_name, "w")  # noqa: SIM115 - closed at teardown
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start (exit code {process.poll()}); see artifacts/{log_name}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()

@@ -1,6 +1,8 @@
-"""One home for "a job failed" (BackgroundJob._fail): the lab's error kept to be translated, a bug said briefly."""
+"""One home for "a job failed" (BackgroundJob._fail): the lab's error kept to be translated, a bug said briefly; its pace."""
 
 from __future__ import annotations
+
+import pytest
 
 from ckptlab.errors import SpecError
 from ckptlab.lab.jobs import BackgroundJob
@@ -64,3 +66,11 @@ def test_a_simulation_job_fails_through_the_same_path(monkeypatch):
     job.join()
     state = job.state()
     assert not state.running and state.error == "KeyError: 'no such thing'" and state.failure is None
+
+
+def test_the_seconds_left_follow_the_jobs_own_pace():
+    job = BackgroundJob("pace")
+    assert job.left_s() is None  # nothing done yet: no pace to go by
+    job._started -= 10.0  # ten seconds ago
+    job._progress("halfway", 0.25)
+    assert job.left_s() == pytest.approx(30.0, rel=0.05)  # a quarter in ten seconds: three quarters in thirty

@@ -65,11 +65,18 @@ def test_settings_come_from_the_environment_before_the_secrets(root, monkeypatch
         ({"CKPTLAB_RUN_LIMIT_S": "soon"}, "CKPTLAB_RUN_LIMIT_S"),
         ({"CKPTLAB_RUN_LIMIT_S": "0"}, "CKPTLAB_RUN_LIMIT_S"),
         ({"CKPTLAB_MAX_TOKENS": "tiny-llama:4096"}, "CKPTLAB_MAX_TOKENS"),
+        ({"CKPTLAB_WARM_LEARN": "yes"}, "CKPTLAB_WARM_LEARN"),
     ],
 )
 def test_a_bad_setting_names_itself(settings, named):
     with pytest.raises(SpecError, match=named):
         ServerPolicy.from_settings(settings)
+
+
+def test_the_warm_up_is_the_instructors_choice():
+    assert not ServerPolicy.from_settings({}).warm_learn
+    assert ServerPolicy.from_settings({"CKPTLAB_WARM_LEARN": "1"}).warm_learn
+    assert not ServerPolicy.from_settings({"CKPTLAB_WARM_LEARN": "0"}).warm_learn
 
 
 def test_the_token_limit_per_model_is_the_instructors_or_predicted_from_the_run_limit():

@@ -74,3 +74,21 @@ def test_the_running_sweeps_progress_line_is_said_in_the_pages_language():
     assert tradeoffspage.progress_words(line, False, "pt-BR", i18n.translator("pt-BR")) == "varredura concluída"
     assert tradeoffspage.progress_words(line, False, "en", i18n.translator("en")) == "sweep done"
     assert tradeoffspage.progress_words(line, True, "ja", i18n.translator("ja")) == i18n.t("tradeoffs.stopping", "ja")
+
+
+def test_the_sweeps_estimate_counts_each_row_once_and_says_when_it_is_measured(monkeypatch):
+    from ckptlab.lab import run as labrun
+    from ckptlab.lab.run import Pace
+
+    pace = Pace()
+    monkeypatch.setattr(tradeoffspage, "PACE", pace)
+    spec = tradeoffspage.spec_from_widgets({**VALUES, "tradeoffs_choose_n": True, "tradeoffs_n": [1]}, [])
+    predicted, measured = tradeoffspage.sweep_estimate(spec)
+    info = labrun.catalog.describe(spec.model)
+    rows = [spec.run_spec(seq, n, offload) for seq, n, offload in tradeoffspage.plan_sweep(spec).rows]
+    one_run = [labrun.cpu_estimate(row.checkpointing_off(), info)[1] for row in rows]  # off, or the row's own
+    on = [labrun.cpu_estimate(row, info)[1] - off for row, off in zip(rows, one_run) if row.checkpointing]
+    assert not measured
+    assert predicted == pytest.approx(sum(off for row, off in zip(rows, one_run) if not row.checkpointing) + sum(on))
+    pace.record(rows[-1], 3 * labrun.cpu_estimate(rows[-1], info)[1])  # this server's runs took three times that
+    assert tradeoffspage.sweep_estimate(spec) == (pytest.approx(3 * predicted), True)

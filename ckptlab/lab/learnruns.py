@@ -1,0 +1,281 @@
+"""The Learn pages' runs, shared by every session of the server: one device turn per distinct run for the workshop.
+
+A page asks for the runs it draws (:meth:`SharedRuns.ask`) and draws at once what is already
+known; one thread of the process measures what is missing, in the order asked, through
+:func:`ckptlab.lab.run.run_queued` (the device queue, the process-wide result cache). A second
+session asking for a run queued or being measured waits for that same measurement; nothing
+starts twice. The page polls :meth:`SharedRuns.state` for its runs: done, in flight, failed, and
+an estimate of the seconds left (:data:`ckptlab.lab.run.PACE`: predicted from the FLOP count,
+scaled by what this server's runs took once it measured some).
+
+The runs are the workshop's, not a participant's: they take one place in the device line
+(:data:`LEARN_OWNER`) whoever asked, so a participant switching lesson parts never stacks turns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import CkptlabError
+from ..results import RunResult
+from ..spec import RunSpec
+from . import exercises
+from .jobs import BackgroundJob
+from .learn import ShardingIdea, sharding_idea, shared_model
+from .run import PACE, LabRun, Pace, reference_spec, run_queued
+from .workers import WorkerPool
+
+LEARN_OWNER = "learn pages"  # the shared runs' one place in the device line
+
+Measure = Callable[..., LabRun]  # run_queued's signature: (spec, *, progress, on_wait, owner, limit_s, workers)
+
+
+@dataclass(frozen=True)
+class How:
+    """How a run is measured: the server's policy when it was asked for."""
+
+    limit_s: float | None = None
+    workers: WorkerPool | None = None
+
+
+@dataclass(frozen=True)
+class RunsState:
+    """A page's runs at one moment."""
+
+    results: dict[RunSpec, RunResult]  # the asked runs measured so far, their checkpointing-off references included
+    missing: list[RunSpec]  # asked, not measured yet (queued, in flight, or failed)
+    failures: dict[RunSpec, Exception] = field(default_factory=dict)  # asked runs whose measurement failed
+    fraction: float = 1.0  # of the asked runs measured, the one in flight counted by its own progress
+    left_s: float = 0.0  # estimated seconds until the last asked run is measured, the runs ahead of it included
+    measured_pace: bool = False  # left_s is scaled by runs this server measured (else predicted by the formula)
+    ahead: int = 0  # runs of other pages ahead in the device line, while the shared runs wait for a turn
+    asked: int = 0  # how many distinct runs were asked for
+
+    @property
+    def done(self) -> bool:
+        return not self.missing
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more will come without a new ask: every run measured or failed."""
+        return all(spec in self.failures for spec in self.missing)
+
+
+class SharedRuns:
+    """The process-wide store: results by spec, the line of runs to measure, one thread measuring them."""
+
+    def __init__(self, measure: Measure = run_queued, pace: Pace = PACE) -> None:
+        self._measure, self._pace = measure, pace
+        self._changed = threading.Condition()
+        self._results: dict[RunSpec, RunResult] = {}
+        self._done: set[RunSpec] = set()
+        self._failures: dict[RunSpec, Exception] = {}
+        self._line: deque[tuple[RunSpec, How]] = deque()
+        self._warming: set[RunSpec] = set()  # queued by the warm-up, not asked by a page yet
+        self._in_flight: RunSpec | None = None
+        self._fraction = 0.0  # of the run in flight
+        self._ahead = 0
+        self._thread: threading.Thread | None = None
+        self.measurements = 0  # runs this store measured (asked of ``measure``): one per distinct run
+
+    def ask(self, specs: Iterable[RunSpec], how: How = How(), retry: bool = False, warming: bool = False) -> None:
+        """Queue what of ``specs`` is not measured, queued or in flight.
+
+        A failed one is queued only with ``retry`` (a page's Try again: every rerun of a page asks, and a failure
+        stays said until someone retries it). A page's runs go ahead of the warm-up's (``warming``: queued by
+        :func:`warm`), a warm-up run a page asks for included: someone is waiting for those.
+        """
+        with self._changed:
+            queued = {spec for spec, _ in self._line}
+            for spec in dict.fromkeys(specs):
+                if spec in self._done or spec == self._in_flight:
+                    continue
+                if spec in queued:
+                    if not warming and spec in self._warming:
+                        self._line = deque(item for item in self._line if item[0] != spec)
+                        self._warming.discard(spec)
+                        self._put_ahead(spec, how)
+                    continue
+                if spec in self._failures and not retry:
+                    continue
+                self._failures.pop(spec, None)
+                if warming:
+                    self._line.append((spec, how))
+                    self._warming.add(spec)
+                else:
+                    self._put_ahead(spec, how)
+                queued.add(spec)
+            if self._line and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._work, name="ckptlab-learn-runs", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def _put_ahead(self, spec: RunSpec, how: How) -> None:
+        """Queue ``spec`` behind the pages' runs, ahead of the warm-up's."""
+        position = next((i for i, (queued, _) in enumerate(self._line) if queued in self._warming), len(self._line))
+        self._line.insert(position, (spec, how))
+
+    def state(self, specs: Sequence[RunSpec]) -> RunsState:
+        with self._changed:
+            return self._state(list(dict.fromkeys(specs)))
+
+    def wait(self, specs: Sequence[RunSpec], on_change: Callable[[RunsState], None] | None = None) -> RunsState:
+        """Block until every one of ``specs`` is measured or failed, calling ``on_change`` as they move on."""
+        asked = list(dict.fromkeys(specs))
+        while True:
+            with self._changed:
+                now = self._state(asked)
+            if on_change is not None:  # outside the lock: the measuring thread reports meanwhile
+                on_change(now)
+            if now.settled:
+                return now
+            with self._changed:
+                self._changed.wait(timeout=1.0)  # a progress report notifies; the timeout covers one made meanwhile
+
+    def clear(self) -> None:
+        """Forget every result and failure (tests; the line in flight finishes)."""
+        with self._changed:
+            self._results.clear()
+            self._done.clear()
+            self._failures.clear()
+            self._line.clear()
+            self._warming.clear()
+
+    def _state(self, asked: list[RunSpec]) -> RunsState:
+        missing = [spec for spec in asked if spec not in self._done]
+        results: dict[RunSpec, RunResult] = {}
+        for spec in asked:
+            for key in (spec, reference_spec(spec)):
+                if key in self._results:
+                    results[key] = self._results[key]
+        failures = {spec: self._failures[spec] for spec in missing if spec in self._failures}
+        waiting = [spec for spec in missing if spec not in failures]
+        left_s, measured_pace = 0.0, False
+        if waiting:
+            # Everything measured before the last of the page's runs: the one in flight, then the line up to it.
+            order = ([self._in_flight] if self._in_flight is not None else []) + [spec for spec, _ in self._line]
+            last = max((order.index(spec) for spec in waiting if spec in order), default=-1)
+            for position, spec in enumerate(order[: last + 1]):
+                seconds, measured_pace = self._pace.estimate(spec)
+                left_s += seconds * (1 - self._fraction) if position == 0 and self._in_flight else seconds
+        in_flight = self._fraction if self._in_flight in waiting else 0.0
+        fraction = (len(asked) - len(missing) + in_flight) / len(asked) if asked else 1.0
+        ahead = self._ahead if self._in_flight in waiting else 0
+        return RunsState(results, missing, failures, fraction, left_s, measured_pace, ahead, len(asked))
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                if not self._line:
+                    self._in_flight = None
+                    self._changed.notify_all()
+                    return
+                spec, how = self._line.popleft()
+                self._warming.discard(spec)
+                self._in_flight, self._fraction, self._ahead = spec, 0.0, 0
+                self._changed.notify_all()
+            try:
+                lab = self._measure(
+                    spec,
+                    progress=self._progress,
+                    on_wait=self._waiting,
+                    owner=LEARN_OWNER,
+                    limit_s=how.limit_s,
+                    workers=how.workers,
+                    load=shared_model,  # in the server's threads (CKPTLAB_WORKERS=thread): one model kept
+                )
+            except CkptlabError as error:
+                self._settle(spec, failure=error)
+            except Exception as error:  # a bug: kept for the page to say briefly, and the line goes on
+                self._settle(spec, failure=error)
+            else:
+                self._settle(spec, lab=lab)
+
+    def _settle(self, spec: RunSpec, lab: LabRun | None = None, failure: Exception | None = None) -> None:
+        with self._changed:
+            self.measurements += 1
+            if lab is not None:
+                self._results[spec] = lab.result
+                if lab.reference is not None:
+                    self._results[reference_spec(spec)] = lab.reference.result
+                self._done.add(spec)
+            if failure is not None:
+                self._failures[spec] = failure
+            self._in_flight = None
+            self._changed.notify_all()
+
+    def _progress(self, message: Any, fraction: float) -> None:
+        with self._changed:
+            self._fraction = min(max(fraction, 0.0), 1.0)
+            self._changed.notify_all()
+
+    def _waiting(self, ahead: int) -> None:
+        with self._changed:
+            self._ahead = ahead
+            self._changed.notify_all()
+
+
+LEARN_RUNS = SharedRuns()  # the server's one store: every session of a workshop shares its runs
+
+
+def workshop_specs() -> list[RunSpec]:
+    """The runs the Exercises ask for, then the Lesson's on the same two shapes (every_n_layers 1 to 3 on the
+    short one, and every_n_layers=1 keeping the attention for the part on what to keep; their checkpointing-off
+    references come with each): what a warm-up measures first."""
+    asked = [spec for exercise in exercises.EXERCISES for spec in exercise.specs()]
+    lesson = [replace(exercises.QUICK, every_n_layers=n) for n in (1, 2, 3)] + [exercises.LONG]
+    lesson.append(replace(exercises.QUICK, every_n_layers=1, selective="attention"))
+    return list(dict.fromkeys(asked + lesson))
+
+
+def warm(how: How = How(), runs: SharedRuns | None = None) -> None:
+    """Queue :func:`workshop_specs` (``CKPTLAB_WARM_LEARN=1``) in ``runs`` (the server's: :data:`LEARN_RUNS`),
+    measured in the background, once for the server."""
+    (LEARN_RUNS if runs is None else runs).ask(workshop_specs(), how, warming=True)
+
+
+# -- the lesson's sharding idea: simulated once for the server, in the background -------------
+
+
+class ShardingJob(BackgroundJob):
+    """:func:`ckptlab.lab.learn.sharding_idea` on its own thread, for every session of the server."""
+
+    def __init__(self, workers: WorkerPool | None = None) -> None:
+        super().__init__("ckptlab-sharding-idea")
+        self._workers = workers
+        self.idea: ShardingIdea | None = None
+
+    def _run(self) -> None:
+        try:
+            idea = sharding_idea(progress=self._progress, workers=self._workers)
+        except Exception as error:  # bad input or a bug: the page says why, and the next ask tries again
+            self._fail(error)
+            idea = None
+        with self._lock:
+            self.idea, self._finished = idea, True
+
+    def outcome(self) -> tuple[bool, float, ShardingIdea | None, Exception | str | None]:
+        """``(finished, fraction, idea, failure)``: the failure the lab's error, or a bug's words."""
+        with self._lock:
+            failure = self._failure if self._failure is not None else (self._error or None)
+            return self._finished, self._fraction, self.idea, failure
+
+
+_sharding_lock = threading.Lock()
+_sharding: list[ShardingJob] = []  # the server's one job (the last one asked for)
+
+
+def sharding_job(workers: WorkerPool | None = None) -> ShardingJob:
+    """The server's sharding-idea job, started on the first ask; one that failed is started again."""
+    with _sharding_lock:
+        if _sharding:
+            finished, _, idea, _ = _sharding[0].outcome()
+            if not finished or idea is not None:
+                return _sharding[0]
+        _sharding[:] = [ShardingJob(workers)]
+        _sharding[0].start()
+        return _sharding[0]

@@ -1,0 +1,117 @@
+"""The Learn pages' shared runs: one measurement per distinct run for the whole server, waits with an estimate."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from types import SimpleNamespace
+
+from ckptlab.lab.learnruns import LEARN_OWNER, SharedRuns, warm, workshop_specs
+from ckptlab.lab.run import Pace, reference_spec
+from ckptlab.lab.runqueue import DeviceBusyError
+from ckptlab.spec import RunSpec
+
+SPEC = RunSpec(model="tiny-llama", seq_len=64, every_n_layers=1, repeats=1, warmup=0, optimizer="none")
+OTHER = RunSpec(model="tiny-llama", seq_len=64, every_n_layers=2, repeats=1, warmup=0, optimizer="none")
+
+
+class Gated:
+    """A stand-in for run_queued that waits for ``go`` and counts what it was asked."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        self.go, self.started = threading.Event(), threading.Event()
+        self.asked: list[tuple[RunSpec, str]] = []
+        self.fail_first = fail_first
+
+    def __call__(self, spec, *, progress, on_wait, owner, **_):
+        self.asked.append((spec, owner))
+        self.started.set()
+        progress("half", 0.5)
+        assert self.go.wait(60), "the test never let the run go"
+        if self.fail_first and len(self.asked) == 1:
+            raise DeviceBusyError("busy", key="run.device_busy", seconds="1")
+        run = SimpleNamespace(result=f"run {spec.every_n_layers}")
+        reference = SimpleNamespace(result="off")
+        return SimpleNamespace(result=run.result, run=run, reference=reference)
+
+
+def test_two_sessions_asking_for_the_same_run_share_one_measurement():
+    measure = Gated()
+    runs = SharedRuns(measure=measure, pace=Pace())
+    runs.ask([SPEC])
+    assert measure.started.wait(60)
+    runs.ask([SPEC])  # a second session while the first's run is measured: it waits for that one
+    waiting = runs.state([SPEC])
+    assert not waiting.done and not waiting.settled and waiting.results == {}
+    assert 0 < waiting.fraction < 1 and waiting.left_s > 0 and not waiting.measured_pace
+    measure.go.set()
+    done = runs.wait([SPEC])
+    runs.ask([SPEC])  # asked again once measured: nothing more to do
+    assert done.done and done.results == {SPEC: "run 1", reference_spec(SPEC): "off"}
+    assert runs.wait([SPEC]).done
+    assert measure.asked == [(SPEC, LEARN_OWNER)] and runs.measurements == 1
+
+
+def test_the_runs_of_one_page_wait_for_those_ahead_and_count_them_in_the_estimate():
+    measure = Gated()
+    runs = SharedRuns(measure=measure, pace=Pace())
+    runs.ask([SPEC])
+    assert measure.started.wait(60)
+    runs.ask([OTHER, SPEC])
+    alone, behind = runs.state([SPEC]), runs.state([OTHER])
+    assert behind.left_s > alone.left_s > 0  # the page asking for OTHER waits for SPEC's run first
+    measure.go.set()
+    assert runs.wait([OTHER, SPEC]).done
+    assert [spec for spec, _ in measure.asked] == [SPEC, OTHER]
+
+
+def test_a_failed_run_stays_said_until_it_is_tried_again():
+    measure = Gated(fail_first=True)
+    runs = SharedRuns(measure=measure, pace=Pace())
+    measure.go.set()
+    runs.ask([SPEC])
+    failed = runs.wait([SPEC])
+    assert failed.settled and not failed.done and isinstance(failed.failures[SPEC], DeviceBusyError)
+    runs.ask([SPEC])  # a page's rerun asks again: the failure stays said, nothing runs
+    assert runs.state([SPEC]).failures and runs.measurements == 1
+    runs.ask([SPEC], retry=True)  # Try again
+    assert runs.wait([SPEC]).done and runs.measurements == 2
+
+
+def test_the_estimate_is_scaled_by_the_runs_this_server_measured():
+    pace = Pace()
+    predicted, measured = pace.estimate(SPEC)
+    assert not measured and predicted > 0
+    pace.record(SPEC, predicted * 10)  # this machine took ten times the formula's prediction
+    scaled, measured = pace.estimate(OTHER)
+    assert measured and scaled == 10 * Pace().estimate(OTHER)[0]
+
+
+def test_the_warm_up_holds_every_exercise_run():
+    from ckptlab.lab.exercises import EXERCISES
+
+    warm = set(workshop_specs())
+    assert all(spec in warm for exercise in EXERCISES for spec in exercise.specs())
+
+
+def test_the_warm_up_queues_the_workshops_runs_once():
+    measure = Gated()
+    measure.go.set()
+    runs = SharedRuns(measure=measure, pace=Pace())
+    warm(runs=runs)
+    warm(runs=runs)  # every page opened asks again: nothing is queued twice
+    assert runs.wait(workshop_specs()).done
+    assert [spec for spec, _ in measure.asked] == workshop_specs()
+
+
+def test_a_pages_runs_go_ahead_of_the_warm_ups():
+    measure = Gated()
+    runs = SharedRuns(measure=measure, pace=Pace())
+    warm(runs=runs)
+    assert measure.started.wait(60)  # the warm-up's first run holds the device
+    first, *rest = workshop_specs()
+    page = replace(OTHER, seq_len=256)  # a run only a page asks for
+    runs.ask([page, rest[-1]])  # the page's own run, and one the warm-up queued last
+    measure.go.set()
+    assert runs.wait([*workshop_specs(), page]).done
+    assert [spec for spec, _ in measure.asked] == [first, page, rest[-1], *rest[:-1]]
