@@ -165,7 +165,7 @@ def _no_english(at, lang: str) -> None:
 def test_the_lesson_part_what_to_keep_is_in_the_pages_language(lang):
     at = open_page("pages/lesson.py", lang)
     tr = i18n.translator(lang)
-    at.segmented_control(key="lesson_part").set_value("keep").run()
+    learned(at.segmented_control(key="lesson_part").set_value("keep").run())
     assert_alive(at)
     assert at.subheader[0].value == tr("lesson.keep.title")
     assert len(at.get("plotly_chart")) == 2  # the diagram of what each CP layer kept, the memory beside plain and off
@@ -185,7 +185,7 @@ def test_the_exercise_keeping_the_attention_is_in_the_pages_language(lang):
     values = by_id("keep_attention").question_values()
     assert f"**{tr('exercise.keep_attention.question', **values)}**" in [m.value for m in at.markdown]
     at.number_input(key="exercise_pred_keep_attention").set_value(1000).run()
-    at.button(key="exercise_submit").click().run()
+    learned(at.button(key="exercise_submit").click().run())
     assert_alive(at)
     assert at.session_state["exercise_answers"]["keep_attention"] == 1000.0
     results = at.session_state["learn_results"]
