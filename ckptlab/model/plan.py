@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import SpecError
+from ..message import Message
 
 if TYPE_CHECKING:
     import torch.nn as nn
@@ -90,3 +91,17 @@ def describe_plan(num_layers: int, every_n_layers: int | None) -> str:
             "so only the first layer is checkpointed"
         )
     return sentence
+
+
+def only_first_layer_notes(num_layers: int, every_n_layers: int | None) -> list[str]:
+    """The note a run or a simulation carries when every_n_layers is not smaller than the layers (only L1 is
+    checkpointed); none otherwise."""
+    if every_n_layers is None or not every_n_layers >= num_layers > 1:
+        return []
+    return [
+        Message(
+            describe_plan(num_layers, every_n_layers) + ".",
+            key="note.only_first_layer",
+            params={"n": every_n_layers, "layers": num_layers},
+        )
+    ]

@@ -34,7 +34,7 @@ from ..errors import expect_type
 from ..message import Message
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
-from ..model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
+from ..model.plan import checkpointable_layers, observed_roles, only_first_layer_notes, planned_roles
 from ..model.selective import enable_checkpointing
 from ..results import (
     LayerResult,
@@ -137,14 +137,7 @@ def _measure_built(
 
     model.train()
     apply_setting(model, spec, device)
-    if spec.every_n_layers is not None and spec.every_n_layers >= info.num_layers > 1:
-        notes.append(
-            Message(
-                describe_plan(info.num_layers, spec.every_n_layers) + ".",
-                key="note.only_first_layer",
-                params={"n": spec.every_n_layers, "layers": info.num_layers},
-            )
-        )
+    notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     enabled = observed_roles(model)
     batch = random_batch(model, spec, device)

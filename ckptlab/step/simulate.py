@@ -55,7 +55,7 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
-from ..model.plan import CP, Role, describe_plan, observed_roles, planned_roles
+from ..model.plan import CP, Role, observed_roles, only_first_layer_notes, planned_roles
 from ..model.selective import enable_checkpointing
 from ..results import RankResult, RunResult
 from ..spec import RunSpec
@@ -160,14 +160,7 @@ def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[str]:
     if info.experts_implementation is not None:
         notes.append(experts_note(info))
         notes.append(ROUTING_NOTE)
-    if spec.every_n_layers is not None and spec.every_n_layers >= info.num_layers > 1:
-        notes.append(
-            Message(
-                describe_plan(info.num_layers, spec.every_n_layers) + ".",
-                key="note.only_first_layer",
-                params={"n": spec.every_n_layers, "layers": info.num_layers},
-            )
-        )
+    notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
     return notes
 
 

@@ -50,3 +50,11 @@ def test_other_modules_with_a_flag_stay_enabled():
     assert model.model.gradient_checkpointing is True
     assert observed_roles(model) == planned_roles(6, 2)
     assert torch.is_grad_enabled()
+
+
+def test_the_only_first_layer_note_is_one_note_for_runs_and_simulations():
+    from ckptlab.model.plan import only_first_layer_notes
+
+    (note,) = only_first_layer_notes(6, 9)
+    assert note.key == "note.only_first_layer" and "only the first layer is checkpointed" in note
+    assert only_first_layer_notes(6, 5) == only_first_layer_notes(6, None) == only_first_layer_notes(1, 1) == []
