@@ -26,7 +26,7 @@ def test_events_come_in_a_valid_order_and_the_peak_is_the_runs(measured, every_n
     assert all(point.phase == "backward" and point.order > first_backward for point in reruns)
     assert sorted(point.layer for point in reruns) == [i for i, role in enumerate(_roles(result)) if role == "CP"]
     assert tl.peak_bytes(points) == result.memory.peak_bytes
-    assert points[tl.peak_index(points)]["event"] == result.memory.peak_where.description
+    assert points[tl.peak_index(points)].event == result.memory.peak_where.description
 
 
 def test_the_checks_catch_a_rerun_of_a_keep_layer_and_a_backward_before_the_loss(measured):
