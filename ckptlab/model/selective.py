@@ -47,7 +47,6 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import SpecError, not_one_of
-from .plan import checkpointable_layers
 
 # torch is imported where an op is resolved or a policy runs, not above: checking a policy's name (the CLI's
 # flags, a RunSpec) does not load torch, so ``python -m ckptlab --help`` answers at once.
@@ -259,13 +258,3 @@ def policy_of(layer: nn.Module) -> SelectivePolicy | None:
     context_fn = getattr(function, "keywords", {}).get("context_fn")
     owner = getattr(context_fn, "__self__", None)
     return owner if isinstance(owner, SelectivePolicy) else None
-
-
-def policies_in(model: nn.Module) -> list[SelectivePolicy]:
-    """The distinct selective policies of a model's checkpointed layers."""
-    found: dict[int, SelectivePolicy] = {}
-    for layer in checkpointable_layers(model):
-        policy = policy_of(layer)
-        if policy is not None:
-            found[id(policy)] = policy
-    return list(found.values())
