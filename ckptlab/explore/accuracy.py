@@ -83,6 +83,7 @@ def check_predictions(result: SweepResult) -> list[PredictionCheck]:
                 lora_rank=spec.lora_rank,
                 lora_targets=spec.lora_targets,
                 selective=policy,
+                mixed_precision=spec.mixed_precision,
             ):
                 by_key[(p.method, p.every_n_layers, p.offload, policy)] = p
         for row in rows:

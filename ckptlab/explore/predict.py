@@ -144,6 +144,7 @@ def predict(
     lora_rank: int | None = None,
     lora_targets: Sequence[str] | None = None,
     selective: str = "none",
+    mixed_precision: str = "none",
 ) -> list[Prediction]:
     """Predicted resident activations, rerun cost and step time of each setting.
 
@@ -163,6 +164,9 @@ def predict(
         selective: the selective policy of the CP layers ("none", "attention" or "matmuls"): each CP
             layer keeps the policy's outputs (:func:`~.formula.selective_kept_bytes`) and its rerun
             skips their FLOPs; checkpointing off is unchanged.
+        mixed_precision: as in :class:`~ckptlab.RunSpec`: "bf16" or "fp16" computes in 16 bits over float32
+            master weights ('auto' dtype is then float32, as a run resolves it), so the activations are 16-bit
+            and the parameters, gradients and optimizer state float32.
 
     Returns:
         The ``"formula"`` predictions (off first, then each setting), then the
@@ -175,12 +179,12 @@ def predict(
     check_whole_number("seq_len", seq_len)
     check_whole_number("batch_size", batch_size)
     arch = architecture(model, num_layers)
-    element = element_bytes(dtype, device)
+    element = element_bytes(dtype, device, mixed_precision)
     training = None
     if not isinstance(model, Architecture):
         training = training_bytes(
             model,
-            resolve_dtype(dtype, torch.device(device_type_of(device))),
+            resolve_dtype(dtype, torch.device(device_type_of(device)), mixed_precision),
             optimizer=optimizer,
             lora_rank=lora_rank,
             lora_targets=lora_targets,

@@ -174,3 +174,18 @@ def test_training_input_names_the_value_and_the_fix(measured):
     off = measured(every_n_layers=None)
     with pytest.raises(SpecError, match="same spec"):
         predict(off.spec.model, seq_len=off.spec.seq_len, calibration=off, optimizer=off.spec.optimizer, lora_rank=4)
+
+
+def test_mixed_precision_predicts_16_bit_activations_over_float32_master_weights():
+    """Trainer's bf16=True (or FSDP2's policy): 'auto' keeps float32 weights, gradients and AdamW state, as a run
+    resolves it, while what the forward keeps is bf16: the activations of a bf16 step, the rest of a float32 one."""
+    shape = {"seq_len": 8192, "device": "cuda", "every_n_layers": [1]}
+    mixed = predict("qwen3-0.6b", mixed_precision="bf16", **shape)
+    plain32 = predict("qwen3-0.6b", dtype="float32", **shape)
+    plain16 = predict("qwen3-0.6b", dtype="bfloat16", **shape)
+    for mp, f32, b16 in zip(mixed, plain32, plain16):
+        assert mp.resident_bytes == b16.resident_bytes < f32.resident_bytes  # not half: the float32 logits stay float32
+        assert (mp.parameter_bytes, mp.gradient_bytes) == (f32.parameter_bytes, f32.gradient_bytes)
+        assert mp.optimizer_state_bytes == f32.optimizer_state_bytes
+    with pytest.raises(SpecError, match="mixed_precision='bf17'"):
+        predict("tiny-llama", seq_len=64, mixed_precision="bf17")

@@ -240,6 +240,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
                 device=result.device.split(":")[0],
                 every_n_layers=sorted({n for _, _, n, _ in settings if n is not None}),
                 offload=[False, True],
+                mixed_precision=result.spec.mixed_precision,
             ):
                 predicted.setdefault((p.every_n_layers, p.offload), []).append(p.resident_bytes)
     hover = t("tradeoff_fig.seq_hover", lang, seq="%{x}", mib="%{y:,.1f}")
