@@ -23,10 +23,10 @@ from ..show.wording import app_message
 from ..spec import RunSpec
 from ..step.equivalence import GradientCheck
 from ..step.measure import offload_notes
-from ..step.preflight import resolve_device, resolve_dtype
+from ..step.preflight import check_spec, resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
 from .query import LORA_RANK_DEFAULT
-from .run import LabRun, Measured, check, cpu_estimate, phase_significant
+from .run import LabRun, Measured, cpu_estimate, phase_significant
 from .server import ServerPolicy
 from .stepboxes import step_fields, step_widget_values
 
@@ -94,8 +94,7 @@ def problem_with(
     """
     problem = ""
     try:
-        check(spec)
-        on_cpu = resolve_device(spec.device).type == "cpu"
+        on_cpu = check_spec(spec).device.type == "cpu"
         policy.check(spec, info, on_cpu)  # type: ignore[arg-type]  # check() raised already when info is None
     except CkptlabError as error:
         problem, on_cpu = app_message(error, lang), True

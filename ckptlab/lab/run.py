@@ -25,20 +25,12 @@ from ..errors import DoesNotFitError, RunStoppedError
 from ..message import Message
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..model.folder_checks import check_fits
 from ..model.lora import linear_module_names
 from ..results import Comparison, Judgement, RunResult, compare, judge_time
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
-from ..step.preflight import (
-    host_memory_refusal,
-    load_model,
-    resolve_device,
-    resolve_dtype,
-    step_floor_refusal,
-    validate_for_model,
-)
+from ..step.preflight import check_spec, load_model, refuse_beyond_machine, resolve_device, resolve_dtype
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 from .workers import WorkerPool
@@ -141,37 +133,6 @@ def build_for_key(key: ModelKey) -> tuple[PreTrainedModel, ModelInfo]:
     return load_model(RunSpec(model=name, dtype=dtype, device=device, seed=seed, seq_len=1))
 
 
-def check(spec: RunSpec) -> ModelInfo:
-    """Validate ``spec`` against itself and its model without building anything.
-
-    Raises:
-        SpecError, ModelLoadError: naming the bad value and the fix.
-    """
-    spec.validate()
-    resolve_device(spec.device)
-    info = catalog.describe(spec.model)
-    validate_for_model(spec, info)
-    return info
-
-
-def refuse_beyond_machine(spec: RunSpec, info: ModelInfo) -> None:
-    """Refuse, before it queues, a run whose floor exceeds this machine (``load_model``'s own checks, said early).
-
-    A worker process would meet them only once its turn began; a batch far beyond the machine never
-    takes a turn.
-
-    Raises:
-        DoesNotFitError: parameters over the device's memory, with their gradients over the free memory, or the
-            step's floor over the machine's.
-    """
-    device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device)
-    check_fits(info, dtype, device)  # in load_model's order: parameters alone, then with gradients, then the step
-    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(spec, info, dtype, device)
-    if refusal is not None:
-        raise refusal
-
-
 def lora_target_choices(model: str) -> list[str]:
     """The projections LoRA can adapt in ``model`` (``q_proj``, ``c_attn``, ...), read on the ``meta`` device.
 
@@ -200,7 +161,7 @@ def check_gradients_queued(
         SpecError, ModelLoadError: for bad input, before anything waits.
         DeviceBusyError: the device stayed busy for ``timeout`` seconds.
     """
-    refuse_beyond_machine(spec, check(spec))
+    refuse_beyond_machine(check_spec(spec))
     with queue.turn(on_wait=on_wait, timeout=timeout, label=f"gradient check {_label(spec)}"):
         if workers is None:
             return check_gradients(spec)
@@ -322,7 +283,7 @@ def run_queued(
     """
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
-    refuse_beyond_machine(spec, check(spec))
+    refuse_beyond_machine(check_spec(spec))
     reference, full = reference_spec(spec), plain_spec(spec)
     run, base = _cached(cache, spec), _cached(cache, reference)
     plain = None if full is None else _cached(cache, full)

@@ -183,7 +183,6 @@ def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResu
     with launched_group(spec.device) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         spec = replace(spec, world_size=world_size, fsdp=True)
-        spec.validate()
         model, info = load_model(spec)  # the spec's seed on every rank: the same weights everywhere
         model.train()
         if spec.every_n_layers is not None:  # spec.checkpointing

@@ -46,7 +46,7 @@ from ..spec import RunSpec
 from ..torchstate import exclusive
 from .meters import LogitsShape, clock_for, machine_load, meter_for
 from .modelstate import ModelState
-from .preflight import load_model, resolve_device, resolve_dtype, validate_for_model
+from .preflight import check_spec, load_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .provenance import model_summary, provenance_for
 from .selective import selective_notes
@@ -101,13 +101,13 @@ def measure(
     expect_type("ckptlab.measure", "spec", spec, RunSpec, "ckptlab.measure(ckptlab.RunSpec(model='tiny-llama'))")
     report = checked(progress or (lambda message, fraction: None), should_stop)
     if model is None:
-        model, info = load_model(spec, progress=report)
+        ready = check_spec(spec)
+        model, info = load_model(ready, progress=report)
     elif info is None:
         raise ValueError("measure(model=...) needs the catalog's info for that model too")
-    spec.validate()
-    validate_for_model(spec, info)
-    device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device, spec.mixed_precision)
+    else:
+        ready = check_spec(spec, info)
+    device, dtype = ready.device, ready.dtype
     check_optimizer_runs(spec, device_type=device.type)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:

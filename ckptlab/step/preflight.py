@@ -8,6 +8,8 @@ gradients above the free host memory.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import PreTrainedModel
 
@@ -87,24 +89,62 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
         )
 
 
+@dataclass(frozen=True)
+class CheckedSpec:
+    """A spec checked once against itself and its model, with the device and dtype it runs on.
+
+    What every way to a step needs before it builds anything (:func:`check_spec`): the app's check of
+    its widgets, the queue's refusal, :func:`load_model` and the step itself read this, rather than each
+    validating the spec and describing its model again.
+    """
+
+    spec: RunSpec
+    info: ModelInfo
+    device: torch.device
+    dtype: torch.dtype  # the weights' (resolve_dtype: 'auto' and mixed precision resolved)
+
+
+def check_spec(spec: RunSpec, info: ModelInfo | None = None) -> CheckedSpec:
+    """``spec`` validated, against its model too (``info``, or the catalog's description), its device and dtype resolved.
+
+    Raises:
+        SpecError, ModelLoadError, UnsupportedModelError: naming the bad value and the fix.
+    """
+    spec.validate()
+    info = catalog.describe(spec.model) if info is None else info
+    validate_for_model(spec, info)
+    device = resolve_device(spec.device)
+    return CheckedSpec(spec, info, device, resolve_dtype(spec.dtype, device, spec.mixed_precision))
+
+
+def refuse_beyond_machine(checked: CheckedSpec) -> None:
+    """Refuse a run that cannot fit this machine, before anything is built: the parameters alone over the device's
+    memory (never fits), with their gradients over the free host memory (the CPU), or the step's floor over the
+    machine's. The app says it before a run queues: a batch far beyond the machine never takes a turn.
+
+    Raises:
+        DoesNotFitError: naming what does not fit and what would.
+    """
+    info, dtype, device = checked.info, checked.dtype, checked.device
+    check_fits(info, dtype, device)
+    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(checked.spec, info, dtype, device)
+    if refusal is not None:
+        raise refusal
+
+
 @exclusive  # process-wide torch state: ckptlab.torchstate
-def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrainedModel, ModelInfo]:
-    """Validate ``spec`` and build its model on the spec's device and dtype.
+def load_model(spec: RunSpec | CheckedSpec, progress: Progress | None = None) -> tuple[PreTrainedModel, ModelInfo]:
+    """Build the model of ``spec`` on its device and dtype, once it is checked (:func:`check_spec`, done here for a
+    plain spec) and fits (:func:`refuse_beyond_machine`).
 
     Raises:
         SpecError, ModelLoadError: for bad input.
         DoesNotFitError: when the parameters alone exceed the device's memory, or with their
             gradients would not fit in the free host memory.
     """
-    spec.validate()
-    info = catalog.describe(spec.model)
-    validate_for_model(spec, info)
-    device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device, spec.mixed_precision)
-    check_fits(info, dtype, device)  # parameters alone over the device's total memory: never fits
-    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(spec, info, dtype, device)
-    if refusal is not None:
-        raise refusal
+    checked = spec if isinstance(spec, CheckedSpec) else check_spec(spec)
+    refuse_beyond_machine(checked)
+    info = checked.info
     if progress is not None:
         millions = f"{info.num_params / 1e6:,.1f}"
         said = Message(
@@ -113,7 +153,7 @@ def load_model(spec: RunSpec, progress: Progress | None = None) -> tuple[PreTrai
             params={"name": info.name, "millions": millions},
         )
         progress(said, 0.0)
-    return catalog.build_model(spec.model, dtype=dtype, device=device, seed=spec.seed)
+    return catalog.build_model(checked.spec.model, dtype=checked.dtype, device=checked.device, seed=checked.spec.seed)
 
 
 def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> DoesNotFitError | None:
