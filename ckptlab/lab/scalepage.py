@@ -200,7 +200,7 @@ def plan_line(request: ScaleRequest, every: EveryN, num_layers: int, known: int,
 
 def progress_words(done: int, total: int | None, message: str, stop_requested: bool, lang: str = i18n.DEFAULT) -> str:
     """The progress bar's text: stopping, searching (``total`` None) or so many of so many simulated,
-    with the job's progress ``message`` said in ``lang`` (the page's, as ``words`` are)."""
+    with the job's progress ``message`` said in ``lang``, the page's."""
     if stop_requested:
         return i18n.t("at_scale.stopping", lang)
     if total is None:
