@@ -48,23 +48,24 @@ if lang == i18n.DEFAULT:
         del st.query_params["lang"]
 elif st.query_params.get("lang") != lang:
     st.query_params["lang"] = lang
-tr = i18n.translator(lang)
 
 if server_policy()[0].warm_learn:  # CKPTLAB_WARM_LEARN=1: queued by the first page opened, a no-op after
     warm(learn_how())
 
 navigation = st.navigation(
     {
-        tr("nav.lab"): [st.Page("pages/lab.py", title=tr("nav.lab_page"), icon=":material/science:", default=True)],
-        tr("nav.explore"): [
-            st.Page("pages/tradeoffs.py", title=tr("nav.tradeoffs_page"), icon=":material/query_stats:"),
-            st.Page("pages/at_scale.py", title=tr("nav.at_scale_page"), icon=":material/memory:"),
+        i18n.t("nav.lab", lang): [
+            st.Page("pages/lab.py", title=i18n.t("nav.lab_page", lang), icon=":material/science:", default=True)
         ],
-        tr("nav.learn"): [
-            st.Page("pages/lesson.py", title=tr("nav.lesson_page"), icon=":material/school:"),
-            st.Page("pages/timeline.py", title=tr("nav.timeline_page"), icon=":material/timeline:"),
-            st.Page("pages/exercises.py", title=tr("nav.exercises_page"), icon=":material/quiz:"),
-            st.Page("pages/instructor.py", title=tr("classroom.nav_page"), icon=":material/co_present:"),
+        i18n.t("nav.explore", lang): [
+            st.Page("pages/tradeoffs.py", title=i18n.t("nav.tradeoffs_page", lang), icon=":material/query_stats:"),
+            st.Page("pages/at_scale.py", title=i18n.t("nav.at_scale_page", lang), icon=":material/memory:"),
+        ],
+        i18n.t("nav.learn", lang): [
+            st.Page("pages/lesson.py", title=i18n.t("nav.lesson_page", lang), icon=":material/school:"),
+            st.Page("pages/timeline.py", title=i18n.t("nav.timeline_page", lang), icon=":material/timeline:"),
+            st.Page("pages/exercises.py", title=i18n.t("nav.exercises_page", lang), icon=":material/quiz:"),
+            st.Page("pages/instructor.py", title=i18n.t("classroom.nav_page", lang), icon=":material/co_present:"),
         ],
     }
 )

@@ -15,23 +15,21 @@ from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
 from ckptlab.show import i18n
-from ckptlab.show.i18n import Translator
 from ckptlab.spec import MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 
 
-def language() -> tuple[str, Translator]:
-    """The session's language (app.py's selector keeps it in ``app_lang``) and a translator bound to it."""
-    lang = i18n.normalize(st.session_state.get("app_lang"))
-    return lang, i18n.translator(lang)
+def language() -> str:
+    """The session's language (app.py's selector keeps it in ``app_lang``): every page passes it to ``i18n.t``."""
+    return i18n.normalize(st.session_state.get("app_lang"))
 
 
-def estimate_text(seconds: float, basis: str, tr: Translator, left: bool = True) -> str:
+def estimate_text(seconds: float, basis: str, lang: str, left: bool = True) -> str:
     """A wait's estimate in words (the seconds ``left``, or the whole wait's), saying what it comes from.
 
     ``basis``: "measured" (the FLOP count scaled by this server's measured runs, :data:`ckptlab.lab.run.PACE`),
     "predicted" (the FLOP count alone) or "so_far" (the job's own pace so far; seconds left only).
     """
-    return tr(f"wait.{'left' if left else 'total'}_{basis}", seconds=f"{max(seconds, 1):,.0f}")
+    return i18n.t(f"wait.{'left' if left else 'total'}_{basis}", lang, seconds=f"{max(seconds, 1):,.0f}")
 
 
 @st.cache_resource(show_spinner=False)
@@ -70,55 +68,60 @@ def settle_lora_targets(prefix: str, model: str, choices: Sequence[str]) -> list
     return settled.unknown
 
 
-def optimizer_box(key: str, tr: Translator) -> None:
+def optimizer_box(key: str, lang: str) -> None:
     """The optimizer's select box, as every page with training controls draws it."""
     st.selectbox(
-        tr("training.optimizer"),
+        i18n.t("training.optimizer", lang),
         OPTIMIZERS,
         key=key,
-        format_func=lambda name: tr(f"training.optimizer_{name}"),
-        help=tr("training.optimizer_help"),
+        format_func=lambda name: i18n.t(f"training.optimizer_{name}", lang),
+        help=i18n.t("training.optimizer_help", lang),
     )
 
 
-def step_boxes(prefix: str, tr: Translator) -> None:
+def step_boxes(prefix: str, lang: str) -> None:
     """Trainer's side of the step (accumulation, mixed precision, clipping), in ``<prefix>_accumulation``,
     ``_mixed_precision`` and ``_max_grad_norm`` (``ckptlab.lab.stepboxes`` reads them back)."""
     state = st.session_state
     for key, value in step_widget_values(prefix, RunSpec()).items():
         state.setdefault(key, value)  # the lab's defaults where neither a link nor the session set one
-    with st.expander(tr("training.step")):
+    with st.expander(i18n.t("training.step", lang)):
         st.number_input(
-            tr("training.accumulation"),
+            i18n.t("training.accumulation", lang),
             min_value=1,
             max_value=MAX_ACCUMULATION_STEPS,
             step=1,
             key=f"{prefix}_accumulation",
-            help=tr("training.accumulation_help"),
+            help=i18n.t("training.accumulation_help", lang),
         )
         st.selectbox(
-            tr("training.mixed_precision"),
+            i18n.t("training.mixed_precision", lang),
             MIXED_PRECISIONS,
             key=f"{prefix}_mixed_precision",
-            format_func=lambda name: tr(f"training.mixed_precision_{name}"),
-            help=tr("training.mixed_precision_help"),
+            format_func=lambda name: i18n.t(f"training.mixed_precision_{name}", lang),
+            help=i18n.t("training.mixed_precision_help", lang),
         )
         st.number_input(
-            tr("training.max_grad_norm"),
+            i18n.t("training.max_grad_norm", lang),
             min_value=0.0,
             step=0.1,
             format="%g",
             key=f"{prefix}_max_grad_norm",
-            help=tr("training.max_grad_norm_help"),
+            help=i18n.t("training.max_grad_norm_help", lang),
         )
 
 
-def lora_boxes(prefix: str, choices: Sequence[str], tr: Translator) -> None:
+def lora_boxes(prefix: str, choices: Sequence[str], lang: str) -> None:
     """LoRA's toggle, rank and targets, kept in ``<prefix>_lora``, ``_lora_rank`` and ``_lora_targets``."""
     state = st.session_state
-    st.toggle(tr("training.lora"), key=f"{prefix}_lora", disabled=not choices, help=tr("training.lora_help"))
+    st.toggle(
+        i18n.t("training.lora", lang),
+        key=f"{prefix}_lora",
+        disabled=not choices,
+        help=i18n.t("training.lora_help", lang),
+    )
     st.number_input(
-        tr("training.lora_rank"),
+        i18n.t("training.lora_rank", lang),
         min_value=1,
         max_value=LORA_RANK_MAX,
         step=1,
@@ -126,12 +129,12 @@ def lora_boxes(prefix: str, choices: Sequence[str], tr: Translator) -> None:
         disabled=not state[f"{prefix}_lora"],
     )
     st.multiselect(
-        tr("training.lora_targets"),
+        i18n.t("training.lora_targets", lang),
         choices,
         key=f"{prefix}_lora_targets",
         disabled=not state[f"{prefix}_lora"],
-        placeholder=tr("training.lora_targets_none"),
-        help=tr("training.lora_targets_help"),
+        placeholder=i18n.t("training.lora_targets_none", lang),
+        help=i18n.t("training.lora_targets_help", lang),
     )
 
 

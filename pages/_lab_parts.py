@@ -20,7 +20,7 @@ from ckptlab.lab.query import spec_from_query
 from ckptlab.lab.run import Loader, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model import snippets
-from ckptlab.show.i18n import Translator, say
+from ckptlab.show.i18n import say, t
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import estimate_text, preset_infos
@@ -49,7 +49,7 @@ def load_widgets(devices: tuple[str, ...], policy: ServerPolicy, lang: str) -> N
     state.update(labpage.widget_values(spec, folder))
 
 
-def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, tr: Translator) -> None:
+def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -> None:
     """Run through the device queue with progress; keep the outcome in the session."""
     state = st.session_state
     state.lab_query_warnings = []
@@ -58,9 +58,9 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
     # check below sends one every STOP_CHECK_S, from inside the step (ckptlab.step.stopping).
     # Outside the status box, which folds its contents away as it updates.
     cancel = st.empty()  # emptied once the run ends: a Cancel after the end would cancel nothing
-    cancel.button(tr("lab.cancel"), key="lab_cancel", help=tr("lab.cancel_help"))
-    with st.status(tr("lab.status_waiting"), expanded=True) as status:
-        bar = st.progress(0.0, text=tr("lab.queued"))
+    cancel.button(t("lab.cancel", lang), key="lab_cancel", help=t("lab.cancel_help", lang))
+    with st.status(t("lab.status_waiting", lang), expanded=True) as status:
+        bar = st.progress(0.0, text=t("lab.queued", lang))
         looked = [time.monotonic()]
 
         def should_stop() -> bool:
@@ -77,13 +77,18 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
 
         def progress(message: str, fraction: float) -> None:
             fraction, message = min(max(fraction, 0.0), 1.0), say(message, lang)
-            status.update(label=tr("lab.status_running", pct=f"{fraction:.0%}", message=message))
-            left = "" if total_s is None else " · " + estimate_text(total_s * (1 - fraction), basis, tr)
+            status.update(label=t("lab.status_running", lang, pct=f"{fraction:.0%}", message=message))
+            left = "" if total_s is None else " · " + estimate_text(total_s * (1 - fraction), basis, lang)
             bar.progress(fraction, text=message + left)
 
         def on_wait(ahead: int) -> None:
             status.update(
-                label=tr("lab.status_ahead", ahead=ahead, runs=tr("lab.runs_one" if ahead == 1 else "lab.runs_many"))
+                label=t(
+                    "lab.status_ahead",
+                    lang,
+                    ahead=ahead,
+                    runs=t("lab.runs_one" if ahead == 1 else "lab.runs_many", lang),
+                )
             )
 
         try:
@@ -102,24 +107,24 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str, t
             cancel.empty()
         except ckptlab.CkptlabError as error:
             cancel.empty()
-            status.update(label=tr("lab.could_not_run"), state="error", expanded=False)
+            status.update(label=t("lab.could_not_run", lang), state="error", expanded=False)
             state.lab_error = (spec, app_message(error, lang), None)
             return
         except Exception as error:  # a bug, not bad input: say so briefly, keep the page alive
             cancel.empty()
-            status.update(label=tr("lab.run_failed"), state="error", expanded=False)
-            state.lab_error = (spec, tr("lab.run_failed_long"), f"{type(error).__name__}: {error}")
+            status.update(label=t("lab.run_failed", lang), state="error", expanded=False)
+            state.lab_error = (spec, t("lab.run_failed_long", lang), f"{type(error).__name__}: {error}")
             return
-        status.update(label=labpage.status_label(lab, tr), state="complete", expanded=False)
+        status.update(label=labpage.status_label(lab, lang), state="complete", expanded=False)
         state.lab_last = lab
     if state.get("lab_check_grads") and spec.checkpointing and lab.result.status == "ok":
-        _check_gradients(spec, tr)
+        _check_gradients(spec, lang)
 
 
-def _check_gradients(spec: RunSpec, tr: Translator) -> None:
+def _check_gradients(spec: RunSpec, lang: str) -> None:
     """Two more steps, checkpointing off and on (dropout on): are the gradients the same bits?"""
     state = st.session_state
-    with st.spinner(tr("lab.grads_checking")):
+    with st.spinner(t("lab.grads_checking", lang)):
         try:
             policy = server_policy()[0]
             checked = check_gradients_queued(spec, workers=job_workers(policy, "device"), limit_s=policy.run_limit_s)
@@ -128,15 +133,15 @@ def _check_gradients(spec: RunSpec, tr: Translator) -> None:
             state.lab_grads = (spec, None, f"{type(error).__name__}: {error}")
 
 
-def draw_code(spec: RunSpec, tr: Translator) -> None:
+def draw_code(spec: RunSpec, lang: str) -> None:
     """The transformers lines for the current settings (not the last run's)."""
-    st.subheader(tr("lab.code_title"), anchor=False)
-    st.caption(tr("lab.on_a_model"))
+    st.subheader(t("lab.code_title", lang), anchor=False)
+    st.caption(t("lab.on_a_model", lang))
     code = snippets.model_snippet(spec.every_n_layers, spec.offload)
     if spec.every_n_layers is not None and spec.selective != "none":  # torch's policy through transformers' call
         code = snippets.selective_snippet(spec.every_n_layers, spec.offload, spec.selective)
     st.code(code, language="python")
-    st.caption(tr("lab.with_trainer"))
+    st.caption(t("lab.with_trainer", lang))
     context_fn = spec.every_n_layers is not None and spec.selective != "none"
     trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=context_fn)
     st.code(trainer, language="python")

@@ -16,7 +16,6 @@ from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.show.figures.breakdown import breakdown_figure
 from ckptlab.show.figures.diagram import diagram_figure
 from ckptlab.show.figures.run import comparison_figure
-from ckptlab.show.i18n import Translator
 from ckptlab.show.labels import method_label, provenance_label, setting_label
 from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.peak_words import logits_sentence
@@ -25,25 +24,26 @@ from ckptlab.spec import RunSpec
 from pages._common import download_buttons
 
 
-def draw_result(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> None:
+def draw_result(lab: LabRun, spec: RunSpec, lang: str) -> None:
     """The last run: diagram, measurements against checkpointing off, notes, downloads."""
     result = lab.result
-    if not draw_measurements(lab, spec, lang, tr):
+    if not draw_measurements(lab, spec, lang):
         return
 
-    said = labpage.offload_box(spec, result, tr)
+    said = labpage.offload_box(spec, result, lang)
     if said is not None:
         getattr(st, said[0])(said[1])
     if not result.plan_matches:  # decided on the layers' fields; the diagram shows where, the notes the details
-        st.error(tr("lab.plan_mismatch"))
+        st.error(i18n.t("lab.plan_mismatch", lang))
     for note in labpage.notes_to_show(result):  # what the box above says is left out, in the page's words
         st.caption(i18n.say(note, lang))
 
-    with st.expander(tr("lab.per_layer")):
+    with st.expander(i18n.t("lab.per_layer", lang)):
         st.dataframe(layer_rows(result), hide_index=True)
         st.caption(
-            tr(
+            i18n.t(
                 "lab.methods",
+                lang,
                 memory=method_label(result.memory.method, lang),
                 time=method_label(result.timing.method, lang),
             )
@@ -52,49 +52,49 @@ def draw_result(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> None:
     download_buttons(
         labpage.file_stem(result),
         [
-            (tr("lab.download_json"), result.to_json(), "json", "lab_download_json"),
-            (tr("lab.download_csv"), result_csv(result), "csv", "lab_download_csv"),
+            (i18n.t("lab.download_json", lang), result.to_json(), "json", "lab_download_json"),
+            (i18n.t("lab.download_csv", lang), result_csv(result), "csv", "lab_download_csv"),
         ],
     )
 
 
-def draw_gradients(spec: RunSpec, tr: Translator) -> None:
+def draw_gradients(spec: RunSpec, lang: str) -> None:
     """One line when the check agrees; loud when it does not (checkpointing changed what is learned)."""
     found = st.session_state.get("lab_grads")
     if not found or found[0] != spec:
         return
     _, outcome, problem = found
-    kind, text = labpage.gradients_message(outcome, problem, tr)
+    kind, text = labpage.gradients_message(outcome, problem, lang)
     getattr(st, kind)(text)
 
 
-def draw_metrics(lab: LabRun, lang: str, tr: Translator) -> None:
+def draw_metrics(lab: LabRun, lang: str) -> None:
     """st.metric figures with deltas against checkpointing off, and what they mean."""
     result, comparison = lab.result, lab.comparison
     base = labpage.reference_run(lab)
     columns = st.columns(2)
-    for index, metric in enumerate(labpage.metrics(lab, tr)):  # left, right, left, ...
+    for index, metric in enumerate(labpage.metrics(lab, lang)):  # left, right, left, ...
         columns[index % 2].metric(metric.label, metric.value, **metric.delta, help=metric.help)
-    st.markdown(labpage.peak_line(result.memory, lang, tr))
+    st.markdown(labpage.peak_line(result.memory, lang))
     if logits_sentence(result.memory, lang):
         st.caption(logits_sentence(result.memory, lang))
     if comparison is not None and base is not None:
-        st.markdown(labpage.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, tr))
-        freed = labpage.freed_sentence(result.memory, base.memory, comparison, tr)
+        st.markdown(labpage.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, lang))
+        freed = labpage.freed_sentence(result.memory, base.memory, comparison, lang)
         if freed:
             st.markdown(freed)
     if lab.reference is not None and lab.reference.result.status != "ok":
-        st.warning(tr("lab.baseline_no_fit", message=run_message(lab.reference.result, lang)))
-    st.caption(labpage.medians_caption(result, lang, tr))
+        st.warning(i18n.t("lab.baseline_no_fit", lang, message=run_message(lab.reference.result, lang)))
+    st.caption(labpage.medians_caption(result, lang))
 
 
-def draw_measurements(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> bool:
+def draw_measurements(lab: LabRun, spec: RunSpec, lang: str) -> bool:
     """The last run's diagram, breakdown, metrics and comparison; False when it did not run (its error shown)."""
     result = lab.result
     base = lab.reference.result if lab.reference else None
     if result.spec != spec:
-        st.info(labpage.settings_changed(result, lang, tr))
-    when = tr("lab.reused_at" if lab.run.reused else "lab.measured_at", clock=labpage.clock(lab.run))
+        st.info(labpage.settings_changed(result, lang))
+    when = i18n.t("lab.reused_at" if lab.run.reused else "lab.measured_at", lang, clock=labpage.clock(lab.run))
     st.caption(f"{provenance_label(result.provenance, lang)} · {when}")
     busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
     if busy:
@@ -108,32 +108,35 @@ def draw_measurements(lab: LabRun, spec: RunSpec, lang: str, tr: Translator) -> 
     label = setting_label(result.spec.every_n_layers, result.spec.offload, lang)
     bars = [(label, result)]
     if lab.plain is not None and lab.plain.result.status == "ok":  # a selective policy beside plain checkpointing
-        policy = labpage.policy_label(str(result.spec.selective), tr)
-        bars = [(tr("selective.bar_full"), lab.plain.result), (tr("selective.bar_policy", policy=policy), result)]
+        policy = labpage.policy_label(str(result.spec.selective), lang)
+        bars = [
+            (i18n.t("selective.bar_full", lang), lab.plain.result),
+            (i18n.t("selective.bar_policy", lang, policy=policy), result),
+        ]
     if base is not None and base is not result and base.status == "ok":
-        bars.insert(0, (tr("setting.off"), base))
+        bars.insert(0, (i18n.t("setting.off", lang), base))
     where.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lab_breakdown", theme=None)
-    where.caption(tr("lab.breakdown_caption"))
-    draw_gradients(result.spec, tr)
-    draw_selective(lab, lang, tr)
+    where.caption(i18n.t("lab.breakdown_caption", lang))
+    draw_gradients(result.spec, lang)
+    draw_selective(lab, lang)
 
     numbers, chart = st.columns([2, 3])
     with numbers:
-        draw_metrics(lab, lang, tr)
+        draw_metrics(lab, lang)
     with chart:
         st.plotly_chart(comparison_figure(result, base, lang=lang), key="lab_comparison", theme=None)
-        st.caption(tr("lab.comparison_caption", provenance=provenance_label(result.provenance, lang)))
+        st.caption(i18n.t("lab.comparison_caption", lang, provenance=provenance_label(result.provenance, lang)))
     return True
 
 
-def draw_selective(lab: LabRun, lang: str, tr: Translator) -> None:
+def draw_selective(lab: LabRun, lang: str) -> None:
     """With a selective policy: what it kept (observed), and the run beside plain checkpointing and off."""
-    line = labpage.kept_line(lab.result, tr)
+    line = labpage.kept_line(lab.result, lang)
     if not line:
         return
-    st.subheader(tr("selective.title"), anchor=False)
+    st.subheader(i18n.t("selective.title", lang), anchor=False)
     st.markdown(line)
-    rows = labpage.selective_rows(lab, lang, tr)
+    rows = labpage.selective_rows(lab, lang)
     if rows:
         st.dataframe(rows, hide_index=True, key="lab_selective_table")
-        st.caption(tr("selective.table_caption", provenance=provenance_label(lab.result.provenance, lang)))
+        st.caption(i18n.t("selective.table_caption", lang, provenance=provenance_label(lab.result.provenance, lang)))

@@ -8,14 +8,13 @@ a fragment shows their progress and estimate, and reruns the page when they are 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import streamlit as st
 
 import ckptlab
 from ckptlab.lab import learn as learnrun
 from ckptlab.lab.learnruns import LEARN_RUNS, How, RunsState, sharding_job
 from ckptlab.results import RunResult
+from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import estimate_text, language
@@ -30,12 +29,12 @@ def learn_how() -> How:
     return How(limit_s=policy.run_limit_s, workers=job_workers(policy, "device"))
 
 
-def measured(specs: list[RunSpec], tr: Callable[..., str], wait: bool = False) -> dict[RunSpec, RunResult] | None:
+def measured(specs: list[RunSpec], lang: str, wait: bool = False) -> dict[RunSpec, RunResult] | None:
     """Results for ``specs`` (and their checkpointing-off references), from the server's shared runs.
 
     Args:
         specs: the settings a page shows.
-        tr: the page's translator, for the progress and the messages.
+        lang: the page's language, for the progress and the messages.
         wait: block until they are measured, with progress (the instructor's Open, which needs them to open a
             round); else return at once.
 
@@ -50,30 +49,30 @@ def measured(specs: list[RunSpec], tr: Callable[..., str], wait: bool = False) -
     how = learn_how()
     LEARN_RUNS.ask(missing, how)
     if wait:
-        with st.status(tr("run.measuring"), expanded=True) as status:
+        with st.status(t("run.measuring", lang), expanded=True) as status:
             bar = st.progress(0.0)
-            now = LEARN_RUNS.wait(missing, lambda state: bar.progress(state.fraction, text=wait_words(state, tr)))
+            now = LEARN_RUNS.wait(missing, lambda state: bar.progress(state.fraction, text=wait_words(state, lang)))
             if now.failures:
-                status.update(label=tr("run.failed"), state="error")
+                status.update(label=t("run.failed", lang), state="error")
             else:
-                status.update(label=tr("run.measured", count=len(missing)), state="complete")
+                status.update(label=t("run.measured", lang, count=len(missing)), state="complete")
     else:
         now = LEARN_RUNS.state(missing)
         if not now.settled:
-            follow(missing, tr)
+            follow(missing, lang)
             return None
     if now.failures:
-        lang = language()[0]
+        lang = language()
         error = next(iter(now.failures.values()))
-        st.error(tr("run.failed"))
+        st.error(t("run.failed", lang))
         st.code(app_message(error, lang) if isinstance(error, ckptlab.CkptlabError) else repr(error), language=None)
-        st.button(tr("wait.learn_retry"), key="learn_retry", on_click=LEARN_RUNS.ask, args=(missing, how, True))
+        st.button(t("wait.learn_retry", lang), key="learn_retry", on_click=LEARN_RUNS.ask, args=(missing, how, True))
         return None
     cache.update(now.results)
     return cache
 
 
-def follow(specs: list[RunSpec], tr: Callable[..., str]) -> None:
+def follow(specs: list[RunSpec], lang: str) -> None:
     """The shared runs' progress, refreshed by a fragment; once they are all there, one full rerun to draw."""
 
     @st.fragment(run_every=POLL_S)
@@ -81,25 +80,26 @@ def follow(specs: list[RunSpec], tr: Callable[..., str]) -> None:
         now = LEARN_RUNS.state(specs)
         if now.settled:
             st.rerun(scope="app")
-        st.progress(min(max(now.fraction, 0.0), 1.0), text=wait_words(now, tr))
+        st.progress(min(max(now.fraction, 0.0), 1.0), text=wait_words(now, lang))
 
     progress()
 
 
-def wait_words(state: RunsState, tr: Callable[..., str]) -> str:
+def wait_words(state: RunsState, lang: str) -> str:
     """The progress bar's text: how many measured, the estimate left, and the device line when it waits."""
-    words = tr(
+    words = t(
         "wait.learn_progress",
+        lang,
         done=state.asked - len(state.missing),
         total=state.asked,
-        left=estimate_text(state.left_s, "measured" if state.measured_pace else "predicted", tr),
+        left=estimate_text(state.left_s, "measured" if state.measured_pace else "predicted", lang),
     )
     if state.ahead:
-        words += " · " + tr("run.waiting", ahead=state.ahead)
+        words += " · " + t("run.waiting", lang, ahead=state.ahead)
     return words
 
 
-def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea | None:
+def simulated_sharding(lang: str) -> learnrun.ShardingIdea | None:
     """The lesson's sharding idea, simulated once for the server in the background (``ckptlab.lab.learnruns``).
 
     Returns:
@@ -111,8 +111,8 @@ def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea | None:
     if idea is not None:
         return idea
     if finished:
-        st.error(tr("run.failed"))
-        lang = language()[0]
+        st.error(t("run.failed", lang))
+        lang = language()
         st.code(
             app_message(failure, lang) if isinstance(failure, ckptlab.CkptlabError) else str(failure), language=None
         )
@@ -124,9 +124,9 @@ def simulated_sharding(tr: Callable[..., str]) -> learnrun.ShardingIdea | None:
         if finished:
             st.rerun(scope="app")
         left = job.left_s()
-        text = tr("lesson.shard.simulating")
+        text = t("lesson.shard.simulating", lang)
         if left is not None:
-            text += " · " + estimate_text(left, "so_far", tr)
+            text += " · " + estimate_text(left, "so_far", lang)
         st.progress(min(max(fraction, 0.0), 1.0), text=text)
 
     progress()

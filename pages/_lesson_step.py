@@ -14,7 +14,7 @@ from ckptlab.lab import learnpage
 from ckptlab.results import RunResult
 from ckptlab.show.figures.diagram import focus_of
 from ckptlab.show.figures.timeline import step_figure, timeline_figure
-from ckptlab.show.i18n import Translator
+from ckptlab.show.i18n import t
 
 STEP_SETTINGS = (None, 1, 2, 3)
 PLAY_SECONDS = 0.8  # between two events while playing: slow enough to read on a projector
@@ -28,17 +28,17 @@ def toggle_play() -> None:
     state.lesson_playing = playing
 
 
-def draw_step_through(run_at: Callable[[int | None], RunResult], lang: str, tr: Translator) -> None:
+def draw_step_through(run_at: Callable[[int | None], RunResult], lang: str) -> None:
     """The setting's picker, Play, then the slider and figures of the run ``run_at(every_n_layers)`` measures."""
     state = st.session_state
-    st.markdown(tr("lesson.step.body"))
+    st.markdown(t("lesson.step.body", lang))
     state.setdefault("lesson_step_setting", 2)
     setting = st.segmented_control(
-        tr("lesson.step.setting"),
+        t("lesson.step.setting", lang),
         STEP_SETTINGS,
         key="lesson_step_setting",
         required=True,
-        format_func=lambda n: tr("setting.off") if n is None else tr("setting.on", n=n),
+        format_func=lambda n: t("setting.off", lang) if n is None else t("setting.on", lang, n=n),
     )
     run = run_at(setting)
     points = run.memory.timeline
@@ -47,7 +47,7 @@ def draw_step_through(run_at: Callable[[int | None], RunResult], lang: str, tr: 
     state.lesson_step = min(state.lesson_step, len(points) - 1)
     playing = state.get("lesson_playing", False)
     st.button(
-        tr("lesson.step.pause") if playing else tr("lesson.step.play"),
+        t("lesson.step.pause", lang) if playing else t("lesson.step.play", lang),
         key="lesson_play",
         on_click=toggle_play,
         type="primary",
@@ -64,7 +64,7 @@ def draw_step_through(run_at: Callable[[int | None], RunResult], lang: str, tr: 
                 state.lesson_playing = False
                 st.rerun()  # a full run, so the fragment's timer stops and the button says Play again
         index = st.select_slider(
-            tr("lesson.step.slider"),
+            t("lesson.step.slider", lang),
             options=list(range(len(points))),
             key="lesson_step",
             format_func=lambda i: learnpage.event_option(points, i, lang),
@@ -76,6 +76,6 @@ def draw_step_through(run_at: Callable[[int | None], RunResult], lang: str, tr: 
         )
         diagram = learnpage.run_diagram(run, lang, focus=focus_of(points[index]), height=230)
         st.plotly_chart(diagram, key="lesson_step_diagram", theme=None)
-        st.caption(tr("lesson.step.legend"))
+        st.caption(t("lesson.step.legend", lang))
 
     stepper()

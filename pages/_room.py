@@ -15,17 +15,17 @@ from ckptlab.lab.exercises import Exercise, explain, time_judgement
 from ckptlab.model.plan import planned_roles
 from ckptlab.show.figures.diagram import roles_diagram_figure
 from ckptlab.show.figures.room import room_figure
-from ckptlab.show.i18n import Translator
+from ckptlab.show.i18n import t
 from pages._common import preset_infos
 from pages._server import server_policy, session_owner
 
 ROOM_REFRESH_S = 3.0  # how often a page asks the room what changed: a few seconds, so measured runs are not disturbed
 
 
-def question(exercise: Exercise, tr: Translator, lang: str, key: str) -> None:
+def question(exercise: Exercise, lang: str, key: str) -> None:
     """The exercise's name, setting, plan (for a percent) and question, with its hint folded away."""
-    st.subheader(tr(f"exercise.{exercise.id}.name"), anchor=False)
-    st.markdown(tr("exercises.settings", model=exercise.spec.model, seq=exercise.spec.seq_len))
+    st.subheader(t(f"exercise.{exercise.id}.name", lang), anchor=False)
+    st.markdown(t("exercises.settings", lang, model=exercise.spec.model, seq=exercise.spec.seq_len))
     if exercise.kind in ("percent", "kept"):
         st.plotly_chart(
             roles_diagram_figure(
@@ -36,15 +36,15 @@ def question(exercise: Exercise, tr: Translator, lang: str, key: str) -> None:
             key=f"{key}_plan",
             theme=None,
         )
-    st.markdown(f"**{tr(f'exercise.{exercise.id}.question', **exercise.question_values())}**")
-    with st.expander(tr("exercises.hint_title")):
-        st.markdown(tr(f"exercise.{exercise.id}.hint"))
+    st.markdown(f"**{t(f'exercise.{exercise.id}.question', lang, **exercise.question_values())}**")
+    with st.expander(t("exercises.hint_title", lang)):
+        st.markdown(t(f"exercise.{exercise.id}.hint", lang))
 
 
-def measured_text(closed: Round, tr: Translator) -> str:
+def measured_text(closed: Round, lang: str) -> str:
     """The measured answer as the room reads it: ``37%`` or ``every_n_layers=2`` (or that no choice fits)."""
     if closed.measured is None:
-        return tr("classroom.none_fits")
+        return t("classroom.none_fits", lang)
     if closed.exercise.kind == "percent":
         return f"{closed.measured:,.0f}%"
     if closed.exercise.kind == "kept":
@@ -52,11 +52,11 @@ def measured_text(closed: Round, tr: Translator) -> str:
     return f"every_n_layers={int(closed.measured)}"
 
 
-def result(closed: Round, tr: Translator, lang: str, key: str) -> None:
+def result(closed: Round, lang: str, key: str) -> None:
     """A closed round: the room's predictions beside the measured answer, its one-line explanation and, for a timed
     exercise, the verdict on the noise; where the numbers were measured."""
     exercise = closed.exercise
-    st.markdown(f"**{tr('classroom.result_title', number=closed.number)}**")
+    st.markdown(f"**{t('classroom.result_title', lang, number=closed.number)}**")
     left, right = st.columns([3, 2])
     left.plotly_chart(
         room_figure(exercise.kind, closed.answers, closed.measured, exercise.choices, lang=lang),
@@ -64,22 +64,23 @@ def result(closed: Round, tr: Translator, lang: str, key: str) -> None:
         theme=None,
     )
     with right:
-        st.metric(tr("classroom.measured"), measured_text(closed, tr))
-        st.metric(tr("classroom.answers"), closed.count)
+        st.metric(t("classroom.measured", lang), measured_text(closed, lang))
+        st.metric(t("classroom.answers", lang), closed.count)
         st.markdown(explain(exercise, closed.runs, lang))
         judgement = time_judgement(exercise, closed.runs)
         if judgement is not None:
-            st.caption(tr("classroom.noise", verdict=tr(f"noise.verdict_{judgement.value}")))
+            st.caption(t("classroom.noise", lang, verdict=t(f"noise.verdict_{judgement.value}", lang)))
         off = closed.runs[None]
         st.caption(
-            tr(
+            t(
                 "exercises.provenance",
-                source=tr(f"provenance.{off.provenance.kind}", device=off.provenance.device_name),
+                lang,
+                source=t(f"provenance.{off.provenance.kind}", lang, device=off.provenance.device_name),
             )
         )
 
 
-def follow_the_room(tr: Translator, lang: str) -> None:
+def follow_the_room(lang: str) -> None:
     """A participant's side of the room, on the Exercises page: the open round's exercise and the answer box, then the
     room's result once the instructor closes it (for the rounds this session saw open), refreshed by a fragment."""
     state = st.session_state
@@ -104,15 +105,15 @@ def follow_the_room(tr: Translator, lang: str) -> None:
             return
         state.classroom_rounds.add(now.number)
         with st.container(border=True):
-            st.header(tr("classroom.room_title", number=now.number), anchor=False)
-            question(now.exercise, tr, lang, "classroom")
+            st.header(t("classroom.room_title", lang, number=now.number), anchor=False)
+            question(now.exercise, lang, "classroom")
             mine = state.classroom_mine.get(now.number)
             if now.is_open:
                 pred_key = f"classroom_pred_{now.number}"
                 if now.exercise.kind == "percent":
                     state.setdefault(pred_key, 100)
                     st.number_input(
-                        tr("exercises.prediction_percent"),
+                        t("exercises.prediction_percent", lang),
                         min_value=0,
                         max_value=400,
                         step=5,
@@ -121,7 +122,7 @@ def follow_the_room(tr: Translator, lang: str) -> None:
                     )
                 else:
                     st.radio(
-                        tr("exercises.prediction_choice"),
+                        t("exercises.prediction_choice", lang),
                         now.exercise.choices,
                         key=pred_key,
                         horizontal=True,
@@ -129,20 +130,20 @@ def follow_the_room(tr: Translator, lang: str) -> None:
                         disabled=mine is not None,
                     )
                 st.button(
-                    tr("classroom.submit"),
+                    t("classroom.submit", lang),
                     key="classroom_submit",
                     type="primary",
                     on_click=answer,
                     args=(now.number, pred_key),
                 )  # left on after an answer: pressed again, the page says the room counted the first
             if state.get("classroom_refused") == now.number:
-                st.warning(tr("classroom.not_counted"))
+                st.warning(t("classroom.not_counted", lang))
             if mine is not None:
-                st.caption(tr("classroom.your_answer", value=f"{mine:g}"))
+                st.caption(t("classroom.your_answer", lang, value=f"{mine:g}"))
             if now.is_open:
-                st.info(tr("classroom.waiting", count=now.count))
+                st.info(t("classroom.waiting", lang, count=now.count))
             else:
-                result(now, tr, lang, "classroom")
-                st.button(tr("classroom.hide"), key="classroom_hide", on_click=hide, args=(now.number,))
+                result(now, lang, "classroom")
+                st.button(t("classroom.hide", lang), key="classroom_hide", on_click=hide, args=(now.number,))
 
     room()

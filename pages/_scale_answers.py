@@ -6,9 +6,6 @@ diagram is drawn is the session's ``at_scale_show``: the verdict's, until the pe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import streamlit as st
 
 from ckptlab.explore.gpu_search import GpuSearch
@@ -16,27 +13,26 @@ from ckptlab.explore.scale import ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
 from ckptlab.show.figures.diagram import diagram_figure
 from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
+from ckptlab.show.i18n import t
 from ckptlab.show.labels import training_label
 from ckptlab.show.peak_words import logits_sentence
 
 
-def draw_search(
-    found: GpuSearch, request: ScaleRequest, budget: int, budget_label: str, words: Mapping[str, Any]
-) -> None:
+def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_label: str, lang: str) -> None:
     """The GPU search's answer, and the launch and model code for it when something fits."""
-    st.subheader(words["search_header"], anchor=False)
+    st.subheader(t("at_scale.search_header", lang), anchor=False)
     if not scalepage.search_is_for(found, request, budget):
-        st.info(words["search_changed"])
-    answer = scalepage.search_verdict(found, budget_label, words)
+        st.info(t("at_scale.search_changed", lang))
+    answer = scalepage.search_verdict(found, budget_label, lang)
     getattr(st, answer.kind)(answer.text)
     code = found.code()
     if code is not None:
         launch, setup = st.columns(2)
-        launch.caption(words["code_launch"])
-        launch.code(scalepage.launch_code(code, words), language="bash", wrap_lines=True)
-        launch.caption(words["code_trainer"])
+        launch.caption(t("at_scale.code_launch", lang))
+        launch.code(scalepage.launch_code(code, lang), language="bash", wrap_lines=True)
+        launch.caption(t("at_scale.code_trainer", lang))
         launch.code(code.trainer_code, language="python", wrap_lines=True)
-        setup.caption(words["code_model"] if found.gpus == 1 else words["code_fsdp"])
+        setup.caption(t("at_scale.code_model", lang) if found.gpus == 1 else t("at_scale.code_fsdp", lang))
         setup.code(code.model_code, language="python", wrap_lines=True)
 
 
@@ -44,15 +40,14 @@ def draw_table(
     table: ScaleTable,
     budget: int,
     budget_label: str,
-    words: Mapping[str, Any],
     lang: str,
 ) -> None:
     """The verdict, the peak and resident figures, one setting's diagram and the table; raises if drawing fails."""
     state = st.session_state
-    verdict = scalepage.verdict(table, budget, budget_label, words)
+    verdict = scalepage.verdict(table, budget, budget_label, lang)
     getattr(st, verdict.kind)(verdict.text)
     pick = verdict.result
-    st.caption(words["optimizer"].format(training=training_label(table.results[0].spec, lang)))
+    st.caption(t("at_scale.optimizer", lang, training=training_label(table.results[0].spec, lang)))
     # The drawn setting follows the verdict whenever the table or the budget changes; the person may pick another.
     keys = [setting.key for setting in table.settings]
     if state.get("at_scale_show_for") != (id(table), budget) or state.get("at_scale_show") not in keys:
@@ -60,7 +55,7 @@ def draw_table(
         state.at_scale_show = Setting.of(pick.spec).key
     selected = next(setting for setting in table.settings if setting.key == state.at_scale_show)
 
-    st.subheader(scalepage.peak_header(table.request.world_size, words), anchor=False)
+    st.subheader(scalepage.peak_header(table.request.world_size, lang), anchor=False)
     st.plotly_chart(
         scale_peak_figure(table, budget, budget_label, selected=selected, lang=lang), key="at_scale_peak", theme=None
     )
@@ -68,14 +63,14 @@ def draw_table(
     logits = logits_sentence(shown.memory if shown is not None else None, lang)
     if logits:
         st.caption(logits)
-    st.subheader(words["resident_header"], anchor=False)
+    st.subheader(t("at_scale.resident_header", lang), anchor=False)
     st.plotly_chart(resident_figure(table, selected=selected, lang=lang), key="at_scale_resident", theme=None)
-    st.caption(words["resident_caption"])
+    st.caption(t("at_scale.resident_caption", lang))
 
-    st.subheader(words["diagram_header"], anchor=False)
-    st.selectbox(words["show"], keys, key="at_scale_show")
+    st.subheader(t("at_scale.diagram_header", lang), anchor=False)
+    st.selectbox(t("at_scale.show", lang), keys, key="at_scale_show")
     st.plotly_chart(diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
 
-    st.subheader(words["table_header"], anchor=False)
-    rows = scalepage.rows(table, budget, budget_label, words, lang)
+    st.subheader(t("at_scale.table_header", lang), anchor=False)
+    rows = scalepage.rows(table, budget, budget_label, lang)
     st.dataframe(rows, hide_index=True, key="at_scale_table_view", height=scalepage.table_height(len(rows)))

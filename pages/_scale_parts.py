@@ -8,9 +8,7 @@ keeps its job and what it produced in the session (``at_scale_job``, ``at_scale_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 import streamlit as st
 
@@ -35,7 +33,7 @@ LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum"
 POLL_S = 0.5  # how often the progress bar looks at a running job
 
 
-def load_widgets(policy: ServerPolicy, lang: str, words: Mapping[str, Any]) -> list[str]:
+def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
     """Fill the widgets from the link, or from this session's last settings; returns warnings."""
     state = st.session_state
     saved = state.get("at_scale_saved")
@@ -47,7 +45,7 @@ def load_widgets(policy: ServerPolicy, lang: str, words: Mapping[str, Any]) -> l
     state.at_scale_gpus, gpu_warnings = gpus_from_query(params.get("gpus", "1"), GPU_COUNTS)
     warnings += gpu_warnings
     if spec.seq_len > SEQ_LIMIT:
-        warnings.append(words["seq_clamped"].format(seq=spec.seq_len, limit=SEQ_LIMIT))
+        warnings.append(i18n.t("at_scale.seq_clamped", lang, seq=spec.seq_len, limit=SEQ_LIMIT))
         spec = replace(spec, seq_len=SEQ_LIMIT)
     infos = preset_infos()
     folder, why_not = ("", "") if spec.model in infos else offered_folder(policy, spec.model, lang)
@@ -59,13 +57,13 @@ def load_widgets(policy: ServerPolicy, lang: str, words: Mapping[str, Any]) -> l
     if gpu:
         chosen = scalepage.gpu_from_link(gpu)
         if chosen is None:
-            warnings.append(words["gpu_unknown"].format(gpu=gpu, default=scalepage.DEFAULT_GPU))
+            warnings.append(i18n.t("at_scale.gpu_unknown", lang, gpu=gpu, default=scalepage.DEFAULT_GPU))
         else:
             state.at_scale_gpu, state.at_scale_budget_gib = chosen
     return warnings
 
 
-def poll(running: bool, lang: str, words: Mapping[str, Any]) -> None:
+def poll(running: bool, lang: str) -> None:
     """While the job runs: a bar that moves with each simulation; when it ends, one full rerun to draw."""
 
     @st.fragment(run_every=POLL_S if running else None)
@@ -78,10 +76,10 @@ def poll(running: bool, lang: str, words: Mapping[str, Any]) -> None:
         if snapshot.running:
             total = None if isinstance(job, SearchJob) else len(job.request.settings)
             done = len(snapshot.results)
-            text = scalepage.progress_words(done, total, snapshot.message, snapshot.stop_requested, words, lang)
+            text = scalepage.progress_words(done, total, snapshot.message, snapshot.stop_requested, lang)
             left = job.left_s()
             if left is not None and not snapshot.stop_requested:
-                text += " · " + estimate_text(left, "so_far", i18n.translator(lang))
+                text += " · " + estimate_text(left, "so_far", lang)
             st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
             return
         if state.get("at_scale_shown") is not job:
@@ -110,7 +108,6 @@ def draw_buttons(
     problem: bool,
     policy: ServerPolicy,
     lang: str,
-    words: Mapping[str, Any],
 ) -> bool:
     """Simulate, Search GPUs and Stop, and the last start's error; returns whether a job is running.
 
@@ -154,7 +151,7 @@ def draw_buttons(
     running = job is not None and job.state().running
     start_column, search_column, stop_column, _ = st.columns([1, 1, 1, 3])
     start_column.button(
-        words["simulate"],
+        i18n.t("at_scale.simulate", lang),
         type="primary",
         key="at_scale_run",
         on_click=start,
@@ -162,15 +159,17 @@ def draw_buttons(
         width="stretch",
     )
     search_column.button(
-        words["search"],
+        i18n.t("at_scale.search", lang),
         key="at_scale_search",
         on_click=start,
         args=(True,),
         disabled=running or problem,
-        help=words["search_help"],
+        help=i18n.t("at_scale.search_help", lang),
         width="stretch",
     )
-    stop_column.button(words["stop"], key="at_scale_stop", on_click=stop, disabled=not running, width="stretch")
+    stop_column.button(
+        i18n.t("at_scale.stop", lang), key="at_scale_stop", on_click=stop, disabled=not running, width="stretch"
+    )
     if state.get("at_scale_error"):
-        st.error(words["failed"].format(error=state.at_scale_error))
+        st.error(i18n.t("at_scale.failed", lang, error=state.at_scale_error))
     return running

@@ -16,7 +16,6 @@ from ckptlab.lab.run import build_for_key, model_key
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.sweepjob import SweepJob
 from ckptlab.show import i18n
-from ckptlab.show.i18n import Translator
 from ckptlab.show.noise import sweep_table
 from ckptlab.show.wording import app_message
 from ckptlab.step.preflight import resolve_device
@@ -26,7 +25,7 @@ from pages._server import job_workers, session_alive, session_owner
 POLL_S = 0.5  # how often the progress bar looks at a running sweep
 
 
-def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str, tr: Translator) -> bool:
+def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
     """Run and Stop, and the last start's error; returns whether a sweep is running."""
     state = st.session_state
 
@@ -60,15 +59,22 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str, tr: Translato
     running = job is not None and job.state().running
     start_column, stop_column, _ = st.columns([2, 1, 3])
     start_column.button(
-        tr("tradeoffs.run"), type="primary", key="tradeoffs_run", on_click=start, disabled=running, width="stretch"
+        i18n.t("tradeoffs.run", lang),
+        type="primary",
+        key="tradeoffs_run",
+        on_click=start,
+        disabled=running,
+        width="stretch",
     )
-    stop_column.button(tr("tradeoffs.stop"), key="tradeoffs_stop", on_click=stop, disabled=not running, width="stretch")
+    stop_column.button(
+        i18n.t("tradeoffs.stop", lang), key="tradeoffs_stop", on_click=stop, disabled=not running, width="stretch"
+    )
     if state.get("tradeoffs_error"):
         st.error(state.tradeoffs_error)
     return running
 
 
-def poll(running: bool, lang: str, tr: Translator) -> None:
+def poll(running: bool, lang: str) -> None:
     """While the sweep runs: its progress and the rows so far; when it ends, one full rerun to draw."""
 
     @st.fragment(run_every=POLL_S if running else None)
@@ -79,11 +85,11 @@ def poll(running: bool, lang: str, tr: Translator) -> None:
             return
         snapshot = job.state()
         if snapshot.running:
-            words = tradeoffspage.progress_words(snapshot.message, snapshot.stop_requested, lang, tr)
+            words = tradeoffspage.progress_words(snapshot.message, snapshot.stop_requested, lang)
             left = job.left_s()
             if left is not None and not snapshot.stop_requested:
-                words += " · " + estimate_text(left, "so_far", tr)
-            st.progress(min(snapshot.fraction, 1.0), text=words)
+                words += " · " + estimate_text(left, "so_far", lang)
+            st.progress(min(snapshot.fraction, 1.0), text=lang)
             if snapshot.rows:
                 st.dataframe(sweep_table(snapshot.rows, lang, ()), hide_index=True, key="tradeoffs_live")
             return

@@ -19,6 +19,7 @@ from ckptlab.lab.exercises import EXERCISES
 from ckptlab.results import RunResult
 from ckptlab.show.figures.prediction import guess_figure
 from ckptlab.show.figures.run import runs_tradeoff_figure
+from ckptlab.show.i18n import t
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from pages._common import language
@@ -29,7 +30,7 @@ from pages._room import follow_the_room, question
 run_through_app()
 
 state = st.session_state
-lang, tr = language()
+lang = language()
 IDS = [exercise.id for exercise in EXERCISES]
 
 
@@ -44,37 +45,39 @@ def reset() -> None:
 state.setdefault("exercise_answers", {})  # exercise id -> the prediction locked in (its first answer)
 state.setdefault("exercise_pick", IDS[0])
 
-st.title(tr("exercises.page_title"), anchor=False)
-st.markdown(tr("exercises.intro"))
-follow_the_room(tr, lang)  # the instructor's round on top, while one is open
+st.title(t("exercises.page_title", lang), anchor=False)
+st.markdown(t("exercises.intro", lang))
+follow_the_room(lang)  # the instructor's round on top, while one is open
 
 # The score is recomputed from the locked-in predictions and the measured runs, in the current language.
 results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
 outcomes = learnpage.outcomes(EXERCISES, state.exercise_answers, results_now, lang)
 scored, possible = exercises.total_points(outcomes)
 with st.sidebar:
-    st.header(tr("exercises.score_title"), anchor=False)
+    st.header(t("exercises.score_title", lang), anchor=False)
     st.metric(
-        tr("exercises.score"), f"{scored} / {possible}", help=tr("exercises.score_help", points=exercises.MAX_POINTS)
+        t("exercises.score", lang),
+        f"{scored} / {possible}",
+        help=t("exercises.score_help", lang, points=exercises.MAX_POINTS),
     )
-    st.caption(tr("exercises.answered", done=len(outcomes), total=len(EXERCISES)))
-    st.button(tr("exercises.reset"), key="exercise_reset", on_click=reset, disabled=not state.exercise_answers)
+    st.caption(t("exercises.answered", lang, done=len(outcomes), total=len(EXERCISES)))
+    st.button(t("exercises.reset", lang), key="exercise_reset", on_click=reset, disabled=not state.exercise_answers)
 
 pick, forward = st.columns([6, 1], vertical_alignment="bottom")
 exercise_id = pick.selectbox(
-    tr("exercises.pick"),
+    t("exercises.pick", lang),
     IDS,
     key="exercise_pick",
     format_func=lambda i: (
-        f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {tr('exercise.' + i + '.name')}"
+        f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {t('exercise.' + i + '.name', lang)}"
         + (" ✓" if i in outcomes else "")
     ),
 )
 forward.button(
-    tr("exercises.next"), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch"
+    t("exercises.next", lang), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch"
 )
 exercise = exercises.by_id(exercise_id)
-question(exercise, tr, lang, "exercise")
+question(exercise, lang, "exercise")
 
 locked = exercise.id in state.exercise_answers
 # A number to predict: its label, first value, bounds and step, by the exercise's kind.
@@ -86,11 +89,11 @@ if exercise.kind in NUMBER_BOXES:
     label, first, most, step = NUMBER_BOXES[exercise.kind]
     state.setdefault(f"exercise_pred_{exercise.id}", first)
     guess = st.number_input(
-        tr(label), min_value=0, max_value=most, step=step, key=f"exercise_pred_{exercise.id}", disabled=locked
+        t(label, lang), min_value=0, max_value=most, step=step, key=f"exercise_pred_{exercise.id}", disabled=locked
     )
 else:
     guess = st.radio(
-        tr("exercises.prediction_choice"),
+        t("exercises.prediction_choice", lang),
         exercise.choices,
         key=f"exercise_choice_{exercise.id}",
         horizontal=True,
@@ -98,12 +101,12 @@ else:
         disabled=locked,
     )
 
-if st.button(tr("exercises.submit"), key="exercise_submit", type="primary", disabled=locked):
+if st.button(t("exercises.submit", lang), key="exercise_submit", type="primary", disabled=locked):
     state.exercise_answers[exercise.id] = float(guess)
     locked = True
 
 if locked:
-    results = measured(exercise.specs(), tr)
+    results = measured(exercise.specs(), lang)
     if results is None:
         st.stop()
     runs = learnpage.exercise_runs(exercise, results)
@@ -112,7 +115,7 @@ if locked:
         st.error(run_message(failed[0], lang))
         st.stop()
     outcome = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs, lang)
-    st.subheader(tr("exercises.result_title"), anchor=False)
+    st.subheader(t("exercises.result_title", lang), anchor=False)
     left, right = st.columns([3, 2])
     if exercise.kind in ("percent", "kept"):
         unit = "%" if exercise.kind == "percent" else " KiB"
@@ -132,11 +135,12 @@ if locked:
             outcome.verdict
         )
         st.markdown(outcome.explanation)
-        st.metric(tr("exercises.points"), f"{outcome.points} / {exercises.MAX_POINTS}")
+        st.metric(t("exercises.points", lang), f"{outcome.points} / {exercises.MAX_POINTS}")
         st.caption(
-            tr(
+            t(
                 "exercises.provenance",
-                source=tr(f"provenance.{runs[None].provenance.kind}", device=runs[None].provenance.device_name),
+                lang,
+                source=t(f"provenance.{runs[None].provenance.kind}", lang, device=runs[None].provenance.device_name),
             )
         )
     if exercise.id not in outcomes:

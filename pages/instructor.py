@@ -15,6 +15,7 @@ import ckptlab
 from ckptlab.lab import exercises, learnpage
 from ckptlab.lab.classroom import ROOM, round_csv
 from ckptlab.lab.exercises import EXERCISES
+from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message, run_message
 from pages._common import download_buttons, language
 from pages._deep_link import run_through_app
@@ -25,23 +26,23 @@ from pages._server import server_policy
 run_through_app()
 
 state = st.session_state
-lang, tr = language()
+lang = language()
 IDS = [exercise.id for exercise in EXERCISES]
 
-st.title(tr("classroom.page_title"), anchor=False)
+st.title(t("classroom.page_title", lang), anchor=False)
 policy, problem = server_policy()
 if problem is not None:
     st.error(app_message(problem, lang))
 if not policy.has_instructor:
-    st.info(tr("classroom.no_secret"))
+    st.info(t("classroom.no_secret", lang))
     st.stop()
-st.markdown(tr("classroom.intro"))
-typed = st.text_input(tr("classroom.secret"), type="password", key="classroom_secret")
+st.markdown(t("classroom.intro", lang))
+typed = st.text_input(t("classroom.secret", lang), type="password", key="classroom_secret")
 if not typed:
-    st.info(tr("classroom.enter_secret"))
+    st.info(t("classroom.enter_secret", lang))
     st.stop()
 if not policy.is_instructor(typed):
-    st.error(tr("classroom.wrong_secret"))
+    st.error(t("classroom.wrong_secret", lang))
     st.stop()
 
 # -- the instructor's controls: only past the phrase, checked again on every run -------------
@@ -50,7 +51,7 @@ if not policy.is_instructor(typed):
 def open_round(exercise_id: str) -> None:
     """Measure the exercise's runs (one device turn for the room, or none when they are shared already), then open."""
     exercise = exercises.by_id(exercise_id)
-    results = measured(exercise.specs(), tr, wait=True)
+    results = measured(exercise.specs(), lang, wait=True)
     if results is None:
         st.stop()  # the message is shown
     runs = learnpage.exercise_runs(exercise, results)
@@ -71,26 +72,28 @@ if problem_now:
 now = ROOM.current()
 if now is None or not now.is_open:
     pick = st.selectbox(
-        tr("classroom.pick"),
+        t("classroom.pick", lang),
         IDS,
         key="classroom_exercise",
-        format_func=lambda i: f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {tr('exercise.' + i + '.name')}",
+        format_func=lambda i: (
+            f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {t('exercise.' + i + '.name', lang)}"
+        ),
     )
-    if st.button(tr("classroom.open"), key="classroom_open", type="primary"):
+    if st.button(t("classroom.open", lang), key="classroom_open", type="primary"):
         open_round(pick)
         st.rerun()
     if now is not None:  # the last round, closed: its result stays until the next opens
         st.divider()
-        question(now.exercise, tr, lang, "instructor")
-        result(now, tr, lang, "instructor")
+        question(now.exercise, lang, "instructor")
+        result(now, lang, "instructor")
         download_buttons(
             f"ckptlab-round-{now.number}-{now.exercise_id}",
-            [(tr("classroom.download"), round_csv(now), "csv", "classroom_download")],
+            [(t("classroom.download", lang), round_csv(now), "csv", "classroom_download")],
         )
     st.stop()
 
-st.header(tr("classroom.room_title", number=now.number), anchor=False)
-question(now.exercise, tr, lang, "instructor")
+st.header(t("classroom.room_title", lang, number=now.number), anchor=False)
+question(now.exercise, lang, "instructor")
 
 
 def close_round(number: int) -> None:
@@ -104,7 +107,7 @@ def close_round(number: int) -> None:
         state.classroom_problem = app_message(error, lang)
 
 
-st.button(tr("classroom.close"), key="classroom_close", type="primary", on_click=close_round, args=(now.number,))
+st.button(t("classroom.close", lang), key="classroom_close", type="primary", on_click=close_round, args=(now.number,))
 
 
 @st.fragment(run_every=ROOM_REFRESH_S)
@@ -113,7 +116,7 @@ def answered() -> None:
     current = ROOM.current()
     if current is None or current.number != now.number or not current.is_open:
         st.rerun(scope="app")  # closed, or another opened, from another tab of the instructor's: draw it anew
-    st.metric(tr("classroom.answers"), current.count)
+    st.metric(t("classroom.answers", lang), current.count)
 
 
 answered()

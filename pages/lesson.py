@@ -20,6 +20,7 @@ from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
+from ckptlab.show.i18n import t
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
@@ -31,7 +32,7 @@ from pages._lesson_step import draw_step_through
 run_through_app()
 
 state = st.session_state
-lang, tr = language()
+lang = language()
 
 PARTS = ("activation", "trade", "every_n", "keep", "offload", "peak", "shrink", "shard", "step")
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
@@ -50,9 +51,9 @@ def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
 def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:
     """Measure (or reuse) ``specs``; stop the page with a message if they cannot run."""
     asked = [spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in specs]
-    results = measured(asked, tr)
+    results = measured(asked, lang)
     if results is None:  # being measured (the progress is shown) or failed: the part's words meanwhile
-        st.markdown(tr(f"lesson.{part}.body"))
+        st.markdown(t(f"lesson.{part}.body", lang))
         st.stop()
     for spec in specs:
         if results[spec].status != "ok":
@@ -65,94 +66,106 @@ def go_next() -> None:
     state.lesson_part = PARTS[min(PARTS.index(state.lesson_part) + 1, len(PARTS) - 1)]
 
 
-st.title(tr("lesson.page_title"), anchor=False)
-st.caption(tr("lesson.setup", model=BASE.model, seq=BASE.seq_len))
+st.title(t("lesson.page_title", lang), anchor=False)
+st.caption(t("lesson.setup", lang, model=BASE.model, seq=BASE.seq_len))
 state.setdefault("lesson_part", PARTS[0])
 pick, forward = st.columns([6, 1], vertical_alignment="bottom")
 part = pick.segmented_control(
-    tr("lesson.part"),
+    t("lesson.part", lang),
     PARTS,
     key="lesson_part",
     required=True,
-    format_func=lambda name: f"{PARTS.index(name) + 1}. {tr('lesson.' + name + '.tab')}",
+    format_func=lambda name: f"{PARTS.index(name) + 1}. {t('lesson.' + name + '.tab', lang)}",
 )
-forward.button(tr("lesson.next"), key="lesson_next", on_click=go_next, disabled=part == PARTS[-1], width="stretch")
-st.subheader(tr(f"lesson.{part}.title"), anchor=False)
+forward.button(t("lesson.next", lang), key="lesson_next", on_click=go_next, disabled=part == PARTS[-1], width="stretch")
+st.subheader(t(f"lesson.{part}.title", lang), anchor=False)
 
 if part == "activation":
     runs = need(at(None))
     off = runs[at(None)]
     text, figure = st.columns([2, 3])
-    text.markdown(tr("lesson.activation.body"))
+    text.markdown(t("lesson.activation.body", lang))
     figure.plotly_chart(
         step_figure(off, learnpage.loss_index(off), lang=lang), key="lesson_activation_chart", theme=None
     )
     saved = learnpage.saved_bytes(off) / MIB
-    figure.caption(tr("lesson.activation.caption", mib=f"{saved:,.1f}", layers=len(off.layers)))
+    figure.caption(t("lesson.activation.caption", lang, mib=f"{saved:,.1f}", layers=len(off.layers)))
 
 elif part == "trade":
     runs = need(at(None), at(1))
     off, one = runs[at(None)], runs[at(1)]
     text, figure = st.columns([2, 3])
-    text.markdown(tr("lesson.trade.body"))
+    text.markdown(t("lesson.trade.body", lang))
     figure.plotly_chart(runs_tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
     comparison = ckptlab.compare(one, off)
     # A step time inside the repeats' spread is noise on a shared CPU: the caption says so rather than quote it bare.
     caption = "lesson.trade.caption" if comparison.step_significant else "lesson.trade.caption_noise"
     figure.caption(
-        tr(caption, resident=f"{comparison.after_forward_ratio * 100:.0f}", step=f"{comparison.step_ratio * 100:.0f}")
+        t(
+            caption,
+            lang,
+            resident=f"{comparison.after_forward_ratio * 100:.0f}",
+            step=f"{comparison.step_ratio * 100:.0f}",
+        )
     )
     figure.plotly_chart(learnpage.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
 
 elif part == "every_n":
     runs = need(at(None), at(1), at(2), at(3))
     text, figure = st.columns([2, 3])
-    text.markdown(tr("lesson.every_n.body"))
+    text.markdown(t("lesson.every_n.body", lang))
     two = runs[at(2)]
     figure.plotly_chart(learnpage.run_diagram(two, lang), key="lesson_every_n_diagram", theme=None)
     figure.plotly_chart(
         runs_tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None
     )
-    figure.caption(tr("lesson.every_n.caption"))
+    figure.caption(t("lesson.every_n.caption", lang))
 
 elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside keeping the attention
     kept_spec = replace(at(1), selective="attention")
     runs = need(at(None), at(1), kept_spec)
     off, plain, kept = runs[at(None)], runs[at(1)], runs[kept_spec]
     text, figure = st.columns([2, 3])
-    text.markdown(tr("lesson.keep.body"))
+    text.markdown(t("lesson.keep.body", lang))
     figure.plotly_chart(diagram_figure(kept, lang=lang), key="lesson_keep_diagram", theme=None)
-    bars = [(tr("setting.short_off"), off), (tr("lesson.keep.bar_plain"), plain), (tr("lesson.keep.bar_kept"), kept)]
+    bars = [
+        (t("setting.short_off", lang), off),
+        (t("lesson.keep.bar_plain", lang), plain),
+        (t("lesson.keep.bar_kept", lang), kept),
+    ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lesson_keep_chart", theme=None)
-    figure.caption(learnpage.keep_caption(plain, kept, tr))
+    figure.caption(learnpage.keep_caption(plain, kept, lang))
 
 elif part == "offload":
     specs = [at(1), at(1, replace(LONG, seq_len=256)), at(1, LONG)]
     runs = need(*specs)
     text, figure = st.columns([2, 3])
-    text.markdown(tr("lesson.offload.body"))
+    text.markdown(t("lesson.offload.body", lang))
     chosen = [runs[spec] for spec in specs]
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
-    figure.caption(tr("lesson.offload.caption", mib=f"{chosen[-1].memory.offload_bytes / MIB:,.1f}", seq=LONG.seq_len))
+    figure.caption(
+        t("lesson.offload.caption", lang, mib=f"{chosen[-1].memory.offload_bytes / MIB:,.1f}", seq=LONG.seq_len)
+    )
 
 elif part == "peak":
     runs = need(at(None), at(1), at(None, LONG), at(1, LONG))
-    st.markdown(tr("lesson.peak.body"))
+    st.markdown(t("lesson.peak.body", lang))
     short, long = st.columns(2)
     short.plotly_chart(
         timeline_figure(runs[at(1)], [runs[at(None)]], lang=lang, height=430), key="lesson_peak_short", theme=None
     )
-    short.caption(tr("lesson.peak.caption", seq=BASE.seq_len, cause=peak_cause(runs[at(1)], lang)))
+    short.caption(t("lesson.peak.caption", lang, seq=BASE.seq_len, cause=peak_cause(runs[at(1)], lang)))
     long.plotly_chart(
         timeline_figure(runs[at(1, LONG)], [runs[at(None, LONG)]], lang=lang, height=430),
         key="lesson_peak_long",
         theme=None,
     )
-    long.caption(tr("lesson.peak.caption", seq=LONG.seq_len, cause=peak_cause(runs[at(1, LONG)], lang)))
+    long.caption(t("lesson.peak.caption", lang, seq=LONG.seq_len, cause=peak_cause(runs[at(1, LONG)], lang)))
     ratios = [ckptlab.compare(runs[at(1, spec)], runs[at(None, spec)]).peak_ratio for spec in (BASE, LONG)]
     st.markdown(
-        tr(
+        t(
             "lesson.peak.numbers",
+            lang,
             short=f"{ratios[0] * 100:.0f}",
             long=f"{ratios[1] * 100:.0f}",
             seq_short=BASE.seq_len,
@@ -163,19 +176,23 @@ elif part == "peak":
 elif part == "shrink":
     runs = need(at(None, FULL), at(1, FULL), at(None, LORA), at(1, LORA))
     text, figure = st.columns([2, 3])
-    text.markdown(tr("lesson.shrink.body"))
+    text.markdown(t("lesson.shrink.body", lang))
     bars = [
-        (tr("lesson.shrink.bar_full", setting=tr("setting.short_off")), runs[at(None, FULL)]),
-        (tr("lesson.shrink.bar_full", setting="n=1"), runs[at(1, FULL)]),
-        (tr("lesson.shrink.bar_lora", rank=LORA.lora_rank, setting=tr("setting.short_off")), runs[at(None, LORA)]),
-        (tr("lesson.shrink.bar_lora", rank=LORA.lora_rank, setting="n=1"), runs[at(1, LORA)]),
+        (t("lesson.shrink.bar_full", lang, setting=t("setting.short_off", lang)), runs[at(None, FULL)]),
+        (t("lesson.shrink.bar_full", lang, setting="n=1"), runs[at(1, FULL)]),
+        (
+            t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting=t("setting.short_off", lang)),
+            runs[at(None, LORA)],
+        ),
+        (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting="n=1"), runs[at(1, LORA)]),
     ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=480), key="lesson_shrink_chart", theme=None)
     shares = [f"{learnpage.activation_share(runs[at(None, spec)]) * 100:.0f}" for spec in (FULL, LORA)]
     ratios = [ckptlab.compare(runs[at(1, spec)], runs[at(None, spec)]).peak_ratio for spec in (FULL, LORA)]
     figure.caption(
-        tr(
+        t(
             "lesson.shrink.caption",
+            lang,
             seq=FULL.seq_len,
             full=f"{ratios[0] * 100:.0f}",
             lora=f"{ratios[1] * 100:.0f}",
@@ -185,21 +202,21 @@ elif part == "shrink":
     )
 
 elif part == "shard":  # simulated (it needs several GPUs), kept for the process: the next participant waits for nothing
-    idea = simulated_sharding(tr)
+    idea = simulated_sharding(lang)
     if idea is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
-        st.markdown(tr("lesson.shard.body"))
+        st.markdown(t("lesson.shard.body", lang))
         st.stop()
     text, figure = st.columns([2, 3])
-    text.markdown(tr("lesson.shard.body"))
-    labels = learnpage.shard_labels(idea, tr)
+    text.markdown(t("lesson.shard.body", lang))
+    labels = learnpage.shard_labels(idea, lang)
     spec = idea.bars[0].spec
-    subtitle = tr("lesson.shard.subtitle", model=spec.model, seq=f"{spec.seq_len:,}")
+    subtitle = t("lesson.shard.subtitle", lang, model=spec.model, seq=f"{spec.seq_len:,}")
     figure.plotly_chart(
         sharding_figure([(label, b.parts) for label, b in zip(labels, idea.bars)], subtitle, lang=lang),
         key="lesson_shard_chart",
         theme=None,
     )
-    figure.caption(learnpage.shard_caption(idea, tr))
+    figure.caption(learnpage.shard_caption(idea, lang))
 
 else:  # the step-through
-    draw_step_through(lambda n: need(at(n))[at(n)], lang, tr)
+    draw_step_through(lambda n: need(at(n))[at(n)], lang)

@@ -14,6 +14,7 @@ from ckptlab.lab import learnpage
 from ckptlab.lab.run import reference_spec
 from ckptlab.show.figures.diagram import focus_of
 from ckptlab.show.figures.timeline import peak_cause, timeline_figure
+from ckptlab.show.i18n import t
 from ckptlab.show.labels import event_label, method_label, run_label
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
@@ -26,9 +27,9 @@ from pages._learn_runs import measured
 run_through_app()
 
 state = st.session_state
-lang, tr = language()
-st.title(tr("timeline.page_title"), anchor=False)
-st.markdown(tr("timeline.intro"))
+lang = language()
+st.title(t("timeline.page_title", lang), anchor=False)
+st.markdown(t("timeline.intro", lang))
 
 counts = {name: preset_infos()[name].num_layers for name in learnrun.cpu_presets()}  # the CPU-sized presets
 # Defaults through the session, not value=: the page also moves these keys (range clamps), and both would warn.
@@ -37,16 +38,18 @@ state.setdefault("timeline_n", 2)
 state.setdefault("timeline_overlay", True)
 state.setdefault("timeline_event", 0)
 with st.sidebar:
-    st.header(tr("common.settings"), anchor=False)
-    model = st.selectbox(tr("common.model"), list(counts), key="timeline_model")
-    seq_len = st.select_slider(tr("common.seq_len"), options=learnrun.LEARN_SEQ_LENS, key="timeline_seq")
+    st.header(t("common.settings", lang), anchor=False)
+    model = st.selectbox(t("common.model", lang), list(counts), key="timeline_model")
+    seq_len = st.select_slider(t("common.seq_len", lang), options=learnrun.LEARN_SEQ_LENS, key="timeline_seq")
     state.timeline_n = min(state.timeline_n, counts[model])  # a model with fewer layers: keep the slider in range
-    every_n = st.slider("every_n_layers", 1, max(counts[model], 2), key="timeline_n", help=tr("common.every_n_help"))
-    overlay = st.toggle(tr("timeline.overlay_off"), key="timeline_overlay")
+    every_n = st.slider(
+        "every_n_layers", 1, max(counts[model], 2), key="timeline_n", help=t("common.every_n_help", lang)
+    )
+    overlay = st.toggle(t("timeline.overlay_off", lang), key="timeline_overlay")
 
 # Forward and backward alone: the timeline teaches what activations do during a step.
 spec = RunSpec(model=model, seq_len=int(seq_len), every_n_layers=int(every_n), repeats=1, warmup=0, optimizer="none")
-results = measured([spec], tr)
+results = measured([spec], lang)
 if results is None:
     st.stop()
 run, off = results[spec], results.get(reference_spec(spec))
@@ -57,7 +60,7 @@ if run.status != "ok":
 points = run.memory.timeline
 state.timeline_event = min(state.timeline_event, len(points) - 1)  # a shorter timeline than the last setting's
 index = st.select_slider(
-    tr("timeline.slider"),
+    t("timeline.slider", lang),
     options=list(range(len(points))),
     key="timeline_event",
     format_func=lambda i: learnpage.event_option(points, i, lang),
@@ -67,18 +70,20 @@ others = [off] if overlay and off is not None and off.status == "ok" else []
 st.plotly_chart(timeline_figure(run, others, lang=lang, cursor=index), key="timeline_chart", theme=None)
 
 now, high = learnpage.above_baseline(run, point)
-st.markdown(tr("timeline.at_event", event=event_label(point, lang), now=f"{now / MIB:,.1f}", high=f"{high / MIB:,.1f}"))
+st.markdown(
+    t("timeline.at_event", lang, event=event_label(point, lang), now=f"{now / MIB:,.1f}", high=f"{high / MIB:,.1f}")
+)
 st.plotly_chart(learnpage.run_diagram(run, lang, focus=focus_of(point)), key="timeline_diagram", theme=None)
-st.caption(tr("timeline.diagram_caption"))
+st.caption(t("timeline.diagram_caption", lang))
 
-st.subheader(tr("timeline.read_title"), anchor=False)
-st.markdown(tr("timeline.peak_line", setting=run_label(run, lang), cause=peak_cause(run, lang)))
+st.subheader(t("timeline.read_title", lang), anchor=False)
+st.markdown(t("timeline.peak_line", lang, setting=run_label(run, lang), cause=peak_cause(run, lang)))
 if others:
-    st.markdown(tr("timeline.peak_line", setting=run_label(off, lang), cause=peak_cause(off, lang)))
-bumps = learnpage.bump_line(points, tr)
+    st.markdown(t("timeline.peak_line", lang, setting=run_label(off, lang), cause=peak_cause(off, lang)))
+bumps = learnpage.bump_line(points, lang)
 if bumps:
     st.markdown(bumps)
 problems = tl.check_order(points, [layer.enabled for layer in run.layers])
 if problems:
-    st.error(tr("timeline.order_problem", problems="; ".join(problems)))
-st.caption(tr("timeline.how_measured", method=method_label(run.memory.method, lang)))
+    st.error(t("timeline.order_problem", lang, problems="; ".join(problems)))
+st.caption(t("timeline.how_measured", lang, method=method_label(run.memory.method, lang)))

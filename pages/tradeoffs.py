@@ -42,76 +42,87 @@ run_through_app()
 
 SEQ_CHOICES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 CUSTOM = "custom budget"
-lang, tr = language()
+lang = language()
 policy, _ = server_policy()  # the instructor's limits (ckptlab.lab.server); the lab page shows a bad setting
 
-st.title(tr("tradeoffs.title"), anchor=False)
-st.markdown(tr("tradeoffs.intro"))
+st.title(i18n.t("tradeoffs.title", lang), anchor=False)
+st.markdown(i18n.t("tradeoffs.intro", lang))
 
 # -- settings -----------------------------------------------------------------------------
 
 state = st.session_state
 with st.sidebar:
-    st.header(tr("tradeoffs.sweep"), anchor=False)
-    model = st.selectbox(tr("common.model"), list(preset_infos()), key="tradeoffs_model")  # CPU-sized ones first
+    st.header(i18n.t("tradeoffs.sweep", lang), anchor=False)
+    model = st.selectbox(
+        i18n.t("common.model", lang), list(preset_infos()), key="tradeoffs_model"
+    )  # CPU-sized ones first
     # 512 tokens by default: at 256 the tiny models' peak is the same for every setting (the gradients and the
     # optimizer hold it: 217.4 MiB off, 210.5 for every every_n_layers on tiny-llama), so the page's first figure
     # would teach nothing; at 512 it spreads from 277.2 MiB off to 219.3 at every_n_layers=1 (sweep, 2 CPU cores).
-    seq_lens = st.multiselect(tr("tradeoffs.seq_lens"), SEQ_CHOICES, default=[512], key="tradeoffs_seq")
-    custom_n = st.toggle(tr("tradeoffs.choose_n"), value=False, key="tradeoffs_choose_n")
+    seq_lens = st.multiselect(i18n.t("tradeoffs.seq_lens", lang), SEQ_CHOICES, default=[512], key="tradeoffs_seq")
+    custom_n = st.toggle(i18n.t("tradeoffs.choose_n", lang), value=False, key="tradeoffs_choose_n")
     st.multiselect("every_n_layers", list(range(1, 65)), default=[1, 2, 4], key="tradeoffs_n", disabled=not custom_n)
     st.radio(
-        tr("tradeoffs.offload"),
+        i18n.t("tradeoffs.offload", lang),
         OFFLOAD_CHOICES,
         horizontal=True,
         key="tradeoffs_offload",
-        format_func=lambda choice: tr(f"tradeoffs.offload_{choice}"),
-        help=tr("tradeoffs.offload_help"),
+        format_func=lambda choice: i18n.t(f"tradeoffs.offload_{choice}", lang),
+        help=i18n.t("tradeoffs.offload_help", lang),
     )
     st.multiselect(
-        tr("selective.sweep_label"),
+        i18n.t("selective.sweep_label", lang),
         SELECTIVE_CHOICES,
         default=[NONE],
         key="tradeoffs_selective",
-        format_func=lambda choice: tr(f"selective.policy_{choice}"),
-        help=tr("selective.sweep_help"),
+        format_func=lambda choice: i18n.t(f"selective.policy_{choice}", lang),
+        help=i18n.t("selective.sweep_help", lang),
     )
-    st.number_input(tr("tradeoffs.batch"), 1, 64, 1, key="tradeoffs_batch")
+    st.number_input(i18n.t("tradeoffs.batch", lang), 1, 64, 1, key="tradeoffs_batch")
     st.selectbox("dtype", DTYPES, key="tradeoffs_dtype")
-    optimizer_box("tradeoffs_optimizer", tr)
-    step_boxes("tradeoffs", tr)
+    optimizer_box("tradeoffs_optimizer", lang)
+    step_boxes("tradeoffs", lang)
     choices = lora_choices(model)
     lora = st.toggle(
-        tr("training.lora"), value=False, key="tradeoffs_lora", disabled=not choices, help=tr("training.lora_help")
+        i18n.t("training.lora", lang),
+        value=False,
+        key="tradeoffs_lora",
+        disabled=not choices,
+        help=i18n.t("training.lora_help", lang),
     )
     st.number_input(
-        tr("training.lora_rank"), 1, LORA_RANK_MAX, LORA_RANK_DEFAULT, key="tradeoffs_lora_rank", disabled=not lora
+        i18n.t("training.lora_rank", lang),
+        1,
+        LORA_RANK_MAX,
+        LORA_RANK_DEFAULT,
+        key="tradeoffs_lora_rank",
+        disabled=not lora,
     )
     if state.get("tradeoffs_targets_for") != model:  # a new model: all its projections
         state.tradeoffs_lora_targets = list(choices)
         state.tradeoffs_targets_for = model
     targets = st.multiselect(
-        tr("training.lora_targets"),
+        i18n.t("training.lora_targets", lang),
         choices,
         key="tradeoffs_lora_targets",
         disabled=not lora,
-        placeholder=tr("training.lora_targets_none"),
-        help=tr("training.lora_targets_help"),
+        placeholder=i18n.t("training.lora_targets_none", lang),
+        help=i18n.t("training.lora_targets_help", lang),
     )
-    st.number_input(tr("tradeoffs.repeats"), 1, 20, 4, key="tradeoffs_repeats")
-    st.number_input(tr("tradeoffs.warmup"), 0, 10, 2, key="tradeoffs_warmup")
+    st.number_input(i18n.t("tradeoffs.repeats", lang), 1, 20, 4, key="tradeoffs_repeats")
+    st.number_input(i18n.t("tradeoffs.warmup", lang), 0, 10, 2, key="tradeoffs_warmup")
 
 spec = tradeoffspage.spec_from_widgets(state, choices)
 if not seq_lens:
-    st.info(tr("tradeoffs.pick_seq"))
+    st.info(i18n.t("tradeoffs.pick_seq", lang))
     st.stop()
 if spec.lora_rank is not None and not targets:
-    st.info(tr("training.lora_targets_needed"))
+    st.info(i18n.t("training.lora_targets_needed", lang))
     st.stop()
 
 
-running = draw_buttons(spec, policy, lang, tr)
-poll(running, lang, tr)
+running = draw_buttons(spec, policy, lang)
+poll(running, lang)
 
 result: SweepResult | None = state.get("tradeoffs_result")
 if result is None:
@@ -120,85 +131,89 @@ if result is None:
     try:
         seconds, measured_pace = tradeoffspage.sweep_estimate(spec)
         basis = "measured" if measured_pace else "predicted"
-        estimate = "\n\n" + tr("wait.sweep_estimate", estimate=estimate_text(seconds, basis, tr, left=False))
+        estimate = "\n\n" + i18n.t(
+            "wait.sweep_estimate", lang, estimate=estimate_text(seconds, basis, lang, left=False)
+        )
     except ckptlab.CkptlabError:  # a sweep that cannot be planned: the Run button's check says why
         estimate = ""
-    st.info(tr("tradeoffs.hint") + estimate)
+    st.info(i18n.t("tradeoffs.hint", lang) + estimate)
     st.stop()
 
 # -- the result ---------------------------------------------------------------------------
 
-st.caption(tradeoffspage.summary(result, lang, tr))
+st.caption(tradeoffspage.summary(result, lang))
 busy = sweep_busy_message(result, lang)
 if busy:
     st.warning(busy)
 if result.cancelled:
-    st.warning(tr("tradeoffs.stopped", rows=len(result.rows)))
+    st.warning(i18n.t("tradeoffs.stopped", lang, rows=len(result.rows)))
 for note in result.notes:
     st.caption(i18n.say(note, lang))
 if not any(row.status == "ok" for row in result.rows):
-    st.info(tr("tradeoffs.nothing"))
+    st.info(i18n.t("tradeoffs.nothing", lang))
     st.stop()
 
 measured_lens = sorted({row.seq_len for row in result.rows if row.status == "ok"})
-seq_len = st.selectbox(tr("tradeoffs.show_seq"), measured_lens, index=len(measured_lens) - 1, key="tradeoffs_show_seq")
+seq_len = st.selectbox(
+    i18n.t("tradeoffs.show_seq", lang), measured_lens, index=len(measured_lens) - 1, key="tradeoffs_show_seq"
+)
 
 budget_choice = st.selectbox(
-    tr("tradeoffs.budget"),
+    i18n.t("tradeoffs.budget", lang),
     [CUSTOM, *GPUS],
     key="tradeoffs_gpu",
-    format_func=lambda choice: tr("tradeoffs.custom_budget") if choice == CUSTOM else choice,
+    format_func=lambda choice: i18n.t("tradeoffs.custom_budget", lang) if choice == CUSTOM else choice,
 )
 if budget_choice == CUSTOM:
     default_mib = tradeoffspage.default_budget_mib(result, seq_len)
     budget_mib = st.number_input(
-        tr("tradeoffs.budget_mib"), min_value=1.0, value=default_mib, step=1.0, key="tradeoffs_budget_mib"
+        i18n.t("tradeoffs.budget_mib", lang), min_value=1.0, value=default_mib, step=1.0, key="tradeoffs_budget_mib"
     )
     budget: int | str = int(budget_mib * MIB)
 else:
     budget = budget_choice
 recommendation = recommend(result.rows, budget, seq_len=seq_len)
 
-st.subheader(tr("tradeoffs.h_tradeoff"), anchor=False)
+st.subheader(i18n.t("tradeoffs.h_tradeoff", lang), anchor=False)
 st.plotly_chart(sweep_tradeoff_figure(result, seq_len, recommendation, lang=lang), key="tradeoffs_pareto", theme=None)
 
-st.subheader(tr("tradeoffs.h_recommendation"), anchor=False)
+st.subheader(i18n.t("tradeoffs.h_recommendation", lang), anchor=False)
 if recommendation.row is not None:
-    st.success(tradeoffspage.recommended(recommendation, seq_len, tr))
+    st.success(tradeoffspage.recommended(recommendation, seq_len, lang))
     st.markdown(i18n.say_all(recommendation.reasons, lang))
     if recommendation.ranked_by == "predicted":
-        st.info(tr("tradeoffs.ranked_by_prediction"))
-    st.caption(tr("tradeoffs.on_a_model"))
+        st.info(i18n.t("tradeoffs.ranked_by_prediction", lang))
+    st.caption(i18n.t("tradeoffs.on_a_model", lang))
     st.code(recommendation.model_code, language="python")
-    st.caption(tr("tradeoffs.with_trainer"))
+    st.caption(i18n.t("tradeoffs.with_trainer", lang))
     st.code(recommendation.trainer_code, language="python")
 else:
     st.error(i18n.say_all(recommendation.reasons, lang))
     for advice in recommendation.advice:
         st.markdown(f"- {i18n.say(advice, lang)}")
 
-st.subheader(tr("tradeoffs.h_predicted"), anchor=False)
+st.subheader(i18n.t("tradeoffs.h_predicted", lang), anchor=False)
 checks = check_predictions(result)
 st.plotly_chart(sweep_prediction_figure(result, checks, seq_len, lang=lang), key="tradeoffs_predicted", theme=None)
-st.caption(tr("tradeoffs.predicted_caption"))
+st.caption(i18n.t("tradeoffs.predicted_caption", lang))
 
-st.subheader(tr("tradeoffs.h_seq"), anchor=False)
+st.subheader(i18n.t("tradeoffs.h_seq", lang), anchor=False)
 st.plotly_chart(seq_len_figure(result, lang=lang), key="tradeoffs_seq_len", theme=None)
-st.caption(tr("tradeoffs.seq_caption"))
+st.caption(i18n.t("tradeoffs.seq_caption", lang))
 
-st.subheader(tr("tradeoffs.h_peak"), anchor=False)
+st.subheader(i18n.t("tradeoffs.h_peak", lang), anchor=False)
 st.plotly_chart(sweep_peak_figure(result, seq_len, lang=lang), key="tradeoffs_peak", theme=None)
 off = result.off_row(seq_len)
 for row in result.rows_at(seq_len):
     st.markdown(f"- {peak_sentence(row, off, lang)}")
 
-st.subheader(tr("tradeoffs.h_table"), anchor=False)
+st.subheader(i18n.t("tradeoffs.h_table", lang), anchor=False)
 st.dataframe(sweep_table(result.rows, lang, checks), hide_index=True, key="tradeoffs_table")
-st.caption(tr("tradeoffs.table_caption"))
+st.caption(i18n.t("tradeoffs.table_caption", lang))
 download_buttons(
     tradeoffspage.file_stem(result),
     [
-        (tr("tradeoffs.csv"), result.to_csv(), "csv", "tradeoffs_csv"),
-        (tr("tradeoffs.json"), result.to_json(), "json", "tradeoffs_json"),
+        (i18n.t("tradeoffs.csv", lang), result.to_csv(), "csv", "tradeoffs_csv"),
+        (i18n.t("tradeoffs.json", lang), result.to_json(), "json", "tradeoffs_json"),
     ],
 )

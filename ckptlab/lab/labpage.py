@@ -1,6 +1,6 @@
 """What the Lab page shows in words and numbers, worked out here so the page only reads widgets and draws.
 
-Every function takes plain values (a spec, a result, the page's translator ``tr``) and returns
+Every function takes plain values (a spec, a result, the page's language ``lang``) and returns
 text, a dict of widget values or ``st.metric`` keyword arguments; nothing here imports streamlit.
 """
 
@@ -16,7 +16,7 @@ from ..model.catalog import ModelInfo
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
 from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
-from ..show.i18n import Translator
+from ..show.i18n import t
 from ..show.labels import event_label, provenance_label, setting_label, training_label
 from ..show.report import setting_name
 from ..show.wording import app_message
@@ -40,12 +40,14 @@ def params_label(num_params: int) -> str:
     return f"{num_params / 1e9:.1f}B" if num_params >= 1e9 else f"{num_params / 1e6:.0f}M"
 
 
-def model_label(name: str, info: ModelInfo | None, tr: Translator) -> str:
+def model_label(name: str, info: ModelInfo | None, lang: str) -> str:
     """A preset in the model box: its group (tiny or real), name, layers and size; the folder entry in words."""
     if name == LOCAL or info is None:
-        return tr("lab.local_dir")
-    group = tr("lab.group_tiny") if info.cpu_ok else tr("lab.group_real")
-    return tr("lab.model_label", group=group, name=name, layers=info.num_layers, size=params_label(info.num_params))
+        return t("lab.local_dir", lang)
+    group = t("lab.group_tiny", lang) if info.cpu_ok else t("lab.group_real", lang)
+    return t(
+        "lab.model_label", lang, group=group, name=name, layers=info.num_layers, size=params_label(info.num_params)
+    )
 
 
 def duration(seconds: float) -> str:
@@ -62,31 +64,30 @@ def weights_and_gradients_bytes(num_params: int, dtype: str) -> int:
     return 2 * num_params * (2 if dtype in ("bfloat16", "float16") else 4)
 
 
-def model_caption(info: ModelInfo, tr: Translator) -> str:
+def model_caption(info: ModelInfo, lang: str) -> str:
     """The sidebar's line under a preset: family, hidden size and, when the config says, its positions."""
     if info.max_positions:
-        return tr(
+        return t(
             "lab.model_caption_positions",
+            lang,
             family=info.family,
             hidden=info.hidden_size,
             positions=f"{info.max_positions:,}",
         )
-    return tr("lab.model_caption", family=info.family, hidden=info.hidden_size)
+    return t("lab.model_caption", lang, family=info.family, hidden=info.hidden_size)
 
 
-def folder_info(path: str, lang: str, tr: Translator) -> tuple[ModelInfo | None, str]:
+def folder_info(path: str, lang: str) -> tuple[ModelInfo | None, str]:
     """A local folder described, or None and why not in the page's words (a folder that breaks transformers too)."""
     try:
         return catalog.describe(path), ""
     except CkptlabError as error:
         return None, app_message(error, lang)
     except Exception as error:  # a folder transformers chokes on must not take the page down
-        return None, tr("lab.cannot_read", model=repr(path), error=f"{type(error).__name__}: {error}")
+        return None, t("lab.cannot_read", lang, model=repr(path), error=f"{type(error).__name__}: {error}")
 
 
-def problem_with(
-    spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, lang: str, tr: Translator
-) -> tuple[str, bool]:
+def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, lang: str) -> tuple[str, bool]:
     """Why ``spec`` cannot run here ("" when it can), and whether it would run on the CPU.
 
     The spec's own checks, then the server's limits for that model and device; a failure of the
@@ -99,20 +100,20 @@ def problem_with(
     except CkptlabError as error:
         problem, on_cpu = app_message(error, lang), True
     except Exception as error:  # not bad input but a failure: still a message, not a dead page
-        problem, on_cpu = tr("lab.cannot_check", error=f"{type(error).__name__}: {error}"), True
+        problem, on_cpu = t("lab.cannot_check", lang, error=f"{type(error).__name__}: {error}"), True
     if spec.lora_rank is not None and spec.lora_targets == ():
-        problem = problem or tr("training.lora_targets_needed")
+        problem = problem or t("training.lora_targets_needed", lang)
     return problem, on_cpu
 
 
-def cpu_warning(spec: RunSpec, info: ModelInfo, tr: Translator) -> str:
+def cpu_warning(spec: RunSpec, info: ModelInfo, lang: str) -> str:
     """A model meant for a GPU, run on the CPU: the predicted step and Run times and its weights and gradients."""
     step_s, run_s = cpu_estimate(spec, info)
     gib = f"{weights_and_gradients_bytes(info.num_params, spec.dtype) / GIB:,.1f}"
-    return tr("lab.meant_for_gpu", model=info.name, step=duration(step_s), run=duration(run_s), gib=gib)
+    return t("lab.meant_for_gpu", lang, model=info.name, step=duration(step_s), run=duration(run_s), gib=gib)
 
 
-def head_line(spec: RunSpec, lang: str, tr: Translator) -> str:
+def head_line(spec: RunSpec, lang: str) -> str:
     """The line beside Run: model, shape, dtype, device, setting and what is trained."""
     setting = setting_label(spec.every_n_layers, spec.offload, lang)
     # 'auto' says what it resolves to here (the run goes to this machine's device), so the line never reads
@@ -123,8 +124,9 @@ def head_line(spec: RunSpec, lang: str, tr: Translator) -> str:
     if spec.dtype == "auto":
         resolved = resolve_dtype("auto", resolve_device(spec.device), spec.mixed_precision)
         dtype = f"auto ({str(resolved).removeprefix('torch.')})"
-    line = tr(
+    line = t(
         "lab.head",
+        lang,
         model=spec.model,
         seq=f"{spec.seq_len:,}",
         batch=spec.batch_size,
@@ -191,67 +193,68 @@ def spec_from_widgets(values: Mapping[str, Any], model: str, lora_targets: tuple
     )
 
 
-def status_label(lab: LabRun, tr: Translator) -> str:
+def status_label(lab: LabRun, lang: str) -> str:
     """The run's status line once done: reused from the cache at a time, or measured in so many seconds."""
     if lab.run.reused and (lab.reference is None or lab.reference.reused):
-        return tr("lab.reused_label", clock=clock(lab.run))
-    waited = tr("lab.waited", seconds=f"{lab.wait_s:.1f}") if lab.wait_s >= 0.5 else ""
-    return tr("lab.measured_in", seconds=f"{lab.elapsed_s:.1f}", waited=waited)
+        return t("lab.reused_label", lang, clock=clock(lab.run))
+    waited = t("lab.waited", lang, seconds=f"{lab.wait_s:.1f}") if lab.wait_s >= 0.5 else ""
+    return t("lab.measured_in", lang, seconds=f"{lab.elapsed_s:.1f}", waited=waited)
 
 
 def gradients_message(
-    outcome: GradientCheck | None, problem: str, tr: Translator
+    outcome: GradientCheck | None, problem: str, lang: str
 ) -> tuple[Literal["success", "warning", "error"], str]:
     """The gradient check in words and how loud (``st.success``, ``st.warning`` or ``st.error``)."""
     if outcome is None:
-        return "warning", tr("lab.grads_failed", error=problem)
+        return "warning", t("lab.grads_failed", lang, error=problem)
     if outcome.equal:
-        return "success", tr("lab.grads_equal", count=outcome.gradients_compared, dropout=outcome.dropout)
-    return "error", tr(
+        return "success", t("lab.grads_equal", lang, count=outcome.gradients_compared, dropout=outcome.dropout)
+    return "error", t(
         "lab.grads_differ",
+        lang,
         diff=f"{outcome.max_abs_difference:.3g}",
-        loss=tr("lab.grads_loss_same" if outcome.loss_equal else "lab.grads_loss_differs"),
+        loss=t("lab.grads_loss_same" if outcome.loss_equal else "lab.grads_loss_differs", lang),
         count=outcome.gradients_compared,
     )
 
 
-def memory_delta(value: int, reference: int | None, tr: Translator) -> dict[str, Any]:
+def memory_delta(value: int, reference: int | None, lang: str) -> dict[str, Any]:
     """``st.metric`` delta arguments for a memory figure against checkpointing off (none without a reference)."""
     if reference is None:
         return {}
     diff = value - reference
     if abs(diff) < SAME_MEMORY_BYTES:
-        return {"delta": tr("lab.same_as_off"), "delta_color": "off", "delta_arrow": "off"}
-    return {"delta": tr("lab.mib_vs_off", diff=f"{diff / MIB:+,.1f}"), "delta_color": "inverse"}
+        return {"delta": t("lab.same_as_off", lang), "delta_color": "off", "delta_arrow": "off"}
+    return {"delta": t("lab.mib_vs_off", lang, diff=f"{diff / MIB:+,.1f}"), "delta_color": "inverse"}
 
 
-def time_delta(value: float, reference: float | None, significant: bool | None, tr: Translator) -> dict[str, Any]:
+def time_delta(value: float, reference: float | None, significant: bool | None, lang: str) -> dict[str, Any]:
     """``st.metric`` delta arguments for a time against checkpointing off: grey when too few steps or noise."""
     if reference is None:
         return {}
     diff = f"{(value - reference) * 1000:+,.0f} ms"
     if significant is None:
-        return {"delta": tr("lab.too_few_steps", diff=diff), "delta_color": "off", "delta_arrow": "off"}
+        return {"delta": t("lab.too_few_steps", lang, diff=diff), "delta_color": "off", "delta_arrow": "off"}
     if not significant:
-        return {"delta": tr("lab.noise", diff=diff), "delta_color": "off", "delta_arrow": "off"}
-    return {"delta": tr("lab.vs_off", diff=diff), "delta_color": "inverse"}
+        return {"delta": t("lab.noise", lang, diff=diff), "delta_color": "off", "delta_arrow": "off"}
+    return {"delta": t("lab.vs_off", lang, diff=diff), "delta_color": "inverse"}
 
 
-def time_sentence(comparison: Comparison, min_samples: int, tr: Translator) -> str:
+def time_sentence(comparison: Comparison, min_samples: int, lang: str) -> str:
     """The step time's change against checkpointing off, said as measurable, noise or too few steps to tell."""
     change = f"{(comparison.step_ratio - 1) * 100:+.0f}%"
     if comparison.step_significant is None:
-        return tr("lab.time_too_few", change=change, min=min_samples)
+        return t("lab.time_too_few", lang, change=change, min=min_samples)
     if comparison.step_significant:
-        return tr("lab.time_significant", change=change)
-    return tr("lab.time_noise", change=change)
+        return t("lab.time_significant", lang, change=change)
+    return t("lab.time_noise", lang, change=change)
 
 
-def freed_sentence(memory: MemoryResult, base: MemoryResult, comparison: Comparison, tr: Translator) -> str:
+def freed_sentence(memory: MemoryResult, base: MemoryResult, comparison: Comparison, lang: str) -> str:
     """ "" unless the forward freed memory that did not lower the peak; then how much, in words."""
     freed = base.after_forward_bytes - memory.after_forward_bytes
     if freed > 0 and comparison.peak_ratio > PEAK_UNMOVED:
-        return tr("lab.freed_not_peak", mib=mib(freed))
+        return t("lab.freed_not_peak", lang, mib=mib(freed))
     return ""
 
 
@@ -279,55 +282,57 @@ def reference_run(lab: LabRun) -> RunResult | None:
     return None if reference is lab.result else reference  # checkpointing off: nothing to compare
 
 
-def metrics(lab: LabRun, tr: Translator) -> list[Metric]:
+def metrics(lab: LabRun, lang: str) -> list[Metric]:
     """The run's figures, in the page's order (two columns, left then right): peak, resident, forward,
     backward, baseline, step; memory and times with deltas against checkpointing off where it ran."""
     memory, timing = memory_of(lab.result), timing_of(lab.result)
     base = reference_run(lab)
 
     def mem(field: str) -> dict[str, Any]:
-        return memory_delta(getattr(memory, field), getattr(memory_of(base), field) if base else None, tr)
+        return memory_delta(getattr(memory, field), getattr(memory_of(base), field) if base else None, lang)
 
     def phase(name: str) -> dict[str, Any]:
         if base is None:
             return {}
         value, reference = getattr(timing, f"{name}_s"), getattr(timing_of(base), f"{name}_s")
-        return time_delta(value, reference, phase_significant(lab.result, base, name), tr)
+        return time_delta(value, reference, phase_significant(lab.result, base, name), lang)
 
     def ms(seconds: float) -> str:
         return f"{seconds * 1000:,.0f} ms"
 
     return [
-        Metric(tr("lab.metric_peak"), f"{mib(memory.peak_bytes)} MiB", mem("peak_bytes"), tr("lab.metric_peak_help")),
-        Metric(tr("lab.metric_resident"), f"{mib(memory.after_forward_bytes)} MiB", mem("after_forward_bytes"),
-               tr("lab.metric_resident_help")),
-        Metric(tr("lab.metric_forward"), ms(timing.forward_s), phase("forward"), tr("lab.metric_forward_help")),
-        Metric(tr("lab.metric_backward"), ms(timing.backward_s), phase("backward"), tr("lab.metric_backward_help")),
-        Metric(tr("lab.metric_baseline"), f"{mib(memory.baseline_bytes)} MiB", {}, tr("lab.metric_baseline_help")),
-        Metric(tr("lab.metric_step"), ms(timing.step_s), phase("step"), tr("lab.metric_step_help")),
+        Metric(t("lab.metric_peak", lang), f"{mib(memory.peak_bytes)} MiB", mem("peak_bytes"), t("lab.metric_peak_help", lang)),
+        Metric(t("lab.metric_resident", lang), f"{mib(memory.after_forward_bytes)} MiB", mem("after_forward_bytes"),
+               t("lab.metric_resident_help", lang)),
+        Metric(t("lab.metric_forward", lang), ms(timing.forward_s), phase("forward"), t("lab.metric_forward_help", lang)),
+        Metric(t("lab.metric_backward", lang), ms(timing.backward_s), phase("backward"), t("lab.metric_backward_help", lang)),
+        Metric(t("lab.metric_baseline", lang), f"{mib(memory.baseline_bytes)} MiB", {}, t("lab.metric_baseline_help", lang)),
+        Metric(t("lab.metric_step", lang), ms(timing.step_s), phase("step"), t("lab.metric_step_help", lang)),
     ]  # fmt: skip
 
 
-def peak_line(memory: MemoryResult, lang: str, tr: Translator) -> str:
+def peak_line(memory: MemoryResult, lang: str) -> str:
     """Where the step reached its peak, in the page's words ("?" when the probe did not say)."""
     where = event_label(memory.peak_where, lang) if memory.peak_where.kind else "?"
-    return tr("lab.peak_reached", where=where)
+    return t("lab.peak_reached", lang, where=where)
 
 
-def medians_caption(result: RunResult, lang: str, tr: Translator) -> str:
+def medians_caption(result: RunResult, lang: str) -> str:
     """Under the figures: where they come from, and how many timed steps the medians are of."""
-    return tr(
+    return t(
         "lab.medians",
+        lang,
         provenance=provenance_label(result.provenance, lang),
         steps=len(timing_of(result).step_samples),
         warmup=result.spec.warmup,
     )
 
 
-def settings_changed(result: RunResult, lang: str, tr: Translator) -> str:
+def settings_changed(result: RunResult, lang: str) -> str:
     """The line over a result whose settings are no longer the widgets': which run it is."""
-    return tr(
+    return t(
         "lab.settings_changed",
+        lang,
         model=result.model.name,
         seq=f"{result.spec.seq_len:,}",
         batch=result.spec.batch_size,
@@ -335,7 +340,7 @@ def settings_changed(result: RunResult, lang: str, tr: Translator) -> str:
     )
 
 
-def offload_box(spec: RunSpec, result: RunResult, tr: Translator) -> tuple[Literal["info", "success"], str] | None:
+def offload_box(spec: RunSpec, result: RunResult, lang: str) -> tuple[Literal["info", "success"], str] | None:
     """What offload did, when the widgets or the run ask for it: moved (``st.success``), or not applied
     here and what it would move on a GPU (``st.info``); None when there is nothing to say."""
     if not (spec.offload or result.spec.offload):
@@ -343,9 +348,11 @@ def offload_box(spec: RunSpec, result: RunResult, tr: Translator) -> tuple[Liter
     memory = memory_of(result)
     if result.spec.offload and not memory.offload_applied:
         layers = sum(layer.planned == "CP" for layer in result.layers)
-        return "info", tr("lab.offload_not_applied", device=result.device, mib=mib(memory.offload_bytes), layers=layers)
+        return "info", t(
+            "lab.offload_not_applied", lang, device=result.device, mib=mib(memory.offload_bytes), layers=layers
+        )
     if memory.offload_applied:
-        return "success", tr("lab.offload_moved", mib=mib(memory.offload_bytes))
+        return "success", t("lab.offload_moved", lang, mib=mib(memory.offload_bytes))
     return None
 
 
@@ -358,9 +365,9 @@ def notes_to_show(result: RunResult) -> list[str]:
 # -- selective checkpointing: what the policy kept, beside plain checkpointing and off ---------------------------
 
 
-def policy_label(policy: str, tr: Translator) -> str:
+def policy_label(policy: str, lang: str) -> str:
     """A named policy in the page's words (the selective box's entries); op names as they are."""
-    return tr(f"selective.policy_{policy}") if policy in SELECTIVE_CHOICES else policy
+    return t(f"selective.policy_{policy}", lang) if policy in SELECTIVE_CHOICES else policy
 
 
 def kept_bytes(result: RunResult) -> int:
@@ -368,15 +375,16 @@ def kept_bytes(result: RunResult) -> int:
     return sum(layer.kept_bytes for layer in result.layers if layer.enabled == "CP")
 
 
-def kept_line(result: RunResult, tr: Translator) -> str:
+def kept_line(result: RunResult, lang: str) -> str:
     """What the policy kept in the CP layers and what their rerun did, observed; "" without a policy."""
     if result.spec.selective == NONE or not result.layers:
         return ""
     cp = [layer for layer in result.layers if layer.enabled == "CP"]
     reused = sum(sum(layer.reused_ops.values()) for layer in cp)
     rerun = sum(sum(layer.rerun_ops.values()) for layer in cp)
-    return tr(
+    return t(
         "selective.kept_line",
+        lang,
         policy=selective_key(result.spec.selective),
         bytes=f"{kept_bytes(result):,}",
         mib=f"{kept_bytes(result) / MIB:,.2f}",
@@ -386,7 +394,7 @@ def kept_line(result: RunResult, tr: Translator) -> str:
     )
 
 
-def selective_rows(lab: LabRun, lang: str, tr: Translator) -> list[dict[str, Any]]:
+def selective_rows(lab: LabRun, lang: str) -> list[dict[str, Any]]:
     """The run beside plain checkpointing of the same setting and checkpointing off: memory, kept bytes, time.
 
     Empty without a policy or when a row is missing; each row's numbers are that run's, measured.
@@ -395,10 +403,10 @@ def selective_rows(lab: LabRun, lang: str, tr: Translator) -> list[dict[str, Any
         return []
     base = reference_run(lab)
     runs = [
-        (tr("setting.off"), base),
-        (tr("selective.row_full", setting=setting_label(lab.result.spec.every_n_layers, lab.result.spec.offload, lang)),
+        (t("setting.off", lang), base),
+        (t("selective.row_full", lang, setting=setting_label(lab.result.spec.every_n_layers, lab.result.spec.offload, lang)),
          lab.plain.result),
-        (tr("selective.row_policy", policy=policy_label(str(lab.result.spec.selective), tr)), lab.result),
+        (t("selective.row_policy", lang, policy=policy_label(str(lab.result.spec.selective), lang)), lab.result),
     ]  # fmt: skip
     rows = []
     for name, run in runs:
@@ -407,12 +415,12 @@ def selective_rows(lab: LabRun, lang: str, tr: Translator) -> list[dict[str, Any
         memory, timing = memory_of(run), timing_of(run)
         rows.append(
             {
-                tr("selective.col_setting"): name,
-                tr("selective.col_kept"): kept_bytes(run),
-                tr("selective.col_resident"): round(memory.after_forward_bytes / MIB, 2),
-                tr("selective.col_peak"): round(memory.peak_bytes / MIB, 2),
-                tr("selective.col_step"): round(timing.step_s * 1000, 1),
-                tr("selective.col_reruns"): sum(layer.recompute_calls for layer in run.layers),
+                t("selective.col_setting", lang): name,
+                t("selective.col_kept", lang): kept_bytes(run),
+                t("selective.col_resident", lang): round(memory.after_forward_bytes / MIB, 2),
+                t("selective.col_peak", lang): round(memory.peak_bytes / MIB, 2),
+                t("selective.col_step", lang): round(timing.step_s * 1000, 1),
+                t("selective.col_reruns", lang): sum(layer.recompute_calls for layer in run.layers),
             }
         )
     return rows

@@ -1,7 +1,7 @@
 """What the Learn pages (Lesson, Timeline, Exercises) say about a run, worked out here so the pages only draw.
 
 Each function takes measured results (or the lesson's simulated sharding idea) and the page's
-translator ``tr`` and returns numbers in bytes, labels or sentences; nothing here imports streamlit.
+language ``lang`` and returns numbers in bytes, labels or sentences; nothing here imports streamlit.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from ..results import RunResult, TimelinePoint, memory_of
 from ..show.figures.diagram import roles_diagram_figure
-from ..show.i18n import Translator
+from ..show.i18n import t
 from ..show.labels import event_label
 from ..spec import RunSpec
 from ..step import timeline as tl
@@ -59,31 +59,33 @@ def above_baseline(run: RunResult, point: TimelinePoint) -> tuple[int, int]:
     return point.current_bytes - baseline, point.region_peak_bytes - baseline
 
 
-def bump_line(points: Sequence[TimelinePoint], tr: Translator) -> str:
+def bump_line(points: Sequence[TimelinePoint], lang: str) -> str:
     """How many reruns raised memory, and the largest rise ("" when none did)."""
     bumps = tl.rerun_bumps(points)
     if not bumps:
         return ""
     layer, rise = max(bumps.items(), key=lambda item: item[1])
-    return tr("timeline.bump_line", count=len(bumps), n=layer + 1, mib=f"{rise / MIB:,.1f}")
+    return t("timeline.bump_line", lang, count=len(bumps), n=layer + 1, mib=f"{rise / MIB:,.1f}")
 
 
-def shard_labels(idea: ShardingIdea, tr: Translator) -> list[str]:
+def shard_labels(idea: ShardingIdea, lang: str) -> list[str]:
     """The lesson's sharding bars: how many GPUs and which checkpointing."""
     return [
-        tr(
+        t(
             "lesson.shard.bar_one" if bar.spec.world_size == 1 else "lesson.shard.bar_many",
+            lang,
             gpus=bar.spec.world_size,
-            setting=tr("setting.short_off") if bar.spec.every_n_layers is None else f"n={bar.spec.every_n_layers}",
+            setting=t("setting.short_off", lang) if bar.spec.every_n_layers is None else f"n={bar.spec.every_n_layers}",
         )
         for bar in idea.bars
     ]
 
 
-def shard_caption(idea: ShardingIdea, tr: Translator) -> str:
+def shard_caption(idea: ShardingIdea, lang: str) -> str:
     """What the sharding figure shows, in numbers: state divided by the GPUs, activations by checkpointing."""
-    return tr(
+    return t(
         "lesson.shard.caption",
+        lang,
         gpus=idea.bars[-1].spec.world_size,
         state=f"{idea.state_ratio * 100:.0f}",
         act_gpus=f"{idea.activation_ratio_gpus * 100:.0f}",
@@ -110,13 +112,14 @@ def outcomes(
     }
 
 
-def keep_caption(plain: RunResult, kept: RunResult, tr: Translator) -> str:
+def keep_caption(plain: RunResult, kept: RunResult, lang: str) -> str:
     """The lesson's "what to keep" part under its figures: what keeping the attention cost and saved, measured."""
     cp = [layer for layer in kept.layers if layer.enabled == "CP"]
     kib = sum(layer.kept_bytes for layer in cp) / 1024
     extra = (memory_of(kept).after_forward_bytes - memory_of(plain).after_forward_bytes) / 1024
-    return tr(
+    return t(
         "lesson.keep.caption",
+        lang,
         kib=f"{kib:,.1f}",
         layers=len(cp),
         plain=f"{memory_of(plain).after_forward_bytes / MIB:,.2f}",

@@ -1,6 +1,6 @@
 """What the At-scale page shows in words and tables, worked out here so the page only draws.
 
-Every function takes the page's words (``i18n.section("at_scale", lang)``) and returns text,
+Every function takes the page's language (its words are ``at_scale.*`` through ``i18n.t``) and returns text,
 rows or a :class:`Verdict`; nothing here imports streamlit.
 """
 
@@ -62,16 +62,21 @@ def duration(seconds: float) -> str:
     return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"
 
 
-def model_label(name: str, info: ModelInfo, words: Mapping[str, str]) -> str:
+def model_label(name: str, info: ModelInfo, lang: str) -> str:
     """A preset in the model box: name, layers and size, in the page's words."""
-    return words["model_label"].format(name=name, layers=info.num_layers, size=params_label(info.num_params))
+    return i18n.t("at_scale.model_label", lang, name=name, layers=info.num_layers, size=params_label(info.num_params))
 
 
-def model_caption(info: ModelInfo, words: Mapping[str, str]) -> str:
+def model_caption(info: ModelInfo, lang: str) -> str:
     """The sidebar's line under the model: family, layers, hidden size and positions (∞ when the config says none)."""
     positions = f"{info.max_positions:,}" if info.max_positions else "∞"
-    return words["model_caption"].format(
-        family=info.family, layers=info.num_layers, hidden=info.hidden_size, positions=positions
+    return i18n.t(
+        "at_scale.model_caption",
+        lang,
+        family=info.family,
+        layers=info.num_layers,
+        hidden=info.hidden_size,
+        positions=positions,
     )
 
 
@@ -179,83 +184,93 @@ def budget(gpu: str, budget_gib: float) -> tuple[int, str]:
     return GPUS[gpu], gpu
 
 
-def plan_line(request: ScaleRequest, every: EveryN, num_layers: int, known: int, words: Mapping[str, str]) -> str:
+def plan_line(request: ScaleRequest, every: EveryN, num_layers: int, known: int, lang: str) -> str:
     """What Simulate will run: how many settings, which (a long list shortened), and how many are known already."""
     if every == "all":
-        which = words["plan_all"].format(layers=num_layers)
+        which = i18n.t("at_scale.plan_all", lang, layers=num_layers)
     else:
-        which = words["plan_distinct"].format(chosen=len(every_n_choices(num_layers, every)), layers=num_layers)
+        which = i18n.t(
+            "at_scale.plan_distinct", lang, chosen=len(every_n_choices(num_layers, every)), layers=num_layers
+        )
     keys = [setting.key for setting in request.settings]
     shown = ", ".join(keys if len(keys) <= PLAN_KEYS_SHOWN else [*keys[:4], "…", *keys[-2:]])
-    line = words["plan"].format(count=len(request.settings), keys=shown, which=which)
-    return line + (words["plan_known"].format(known=known) if known else "")
+    line = i18n.t("at_scale.plan", lang, count=len(request.settings), keys=shown, which=which)
+    return line + (i18n.t("at_scale.plan_known", lang, known=known) if known else "")
 
 
-def progress_words(
-    done: int, total: int | None, message: str, stop_requested: bool, words: Mapping[str, str], lang: str = i18n.DEFAULT
-) -> str:
+def progress_words(done: int, total: int | None, message: str, stop_requested: bool, lang: str = i18n.DEFAULT) -> str:
     """The progress bar's text: stopping, searching (``total`` None) or so many of so many simulated,
-    with the job's progress ``message`` said in ``lang`` (the page's, as ``words`` are)."""
+    with the job's progress ``message`` said in ``lang``, the page's."""
     if stop_requested:
-        return words["stopping"]
+        return i18n.t("at_scale.stopping", lang)
     if total is None:
-        return words["searching"].format(done=done, message=i18n.say(message, lang))
-    return words["progress"].format(done=done, total=total, message=i18n.say(message, lang))
+        return i18n.t("at_scale.searching", lang, done=done, message=i18n.say(message, lang))
+    return i18n.t("at_scale.progress", lang, done=done, total=total, message=i18n.say(message, lang))
 
 
-def changed_line(shown: ScaleRequest, words: Mapping[str, str]) -> str:
+def changed_line(shown: ScaleRequest, lang: str) -> str:
     """The table drawn is for other settings than the boxes say: which."""
-    return words["changed"].format(
+    return i18n.t(
+        "at_scale.changed",
+        lang,
         model=shown.model,
         seq=shown.seq_len,
         batch=shown.batch_size,
         dtype=shown.dtype,
-        gpus=gpus_label(shown.world_size, words),
+        gpus=gpus_label(shown.world_size, lang),
     )
 
 
-def gpus_label(gpus: int, words: Mapping[str, str]) -> str:
-    return words["gpus_one"] if gpus == 1 else words["gpus_many"].format(gpus=gpus)
+def gpus_label(gpus: int, lang: str) -> str:
+    return i18n.t("at_scale.gpus_one", lang) if gpus == 1 else i18n.t("at_scale.gpus_many", lang, gpus=gpus)
 
 
-def summary(table: ScaleTable, words: Mapping[str, str], lang: str) -> str:
+def summary(table: ScaleTable, lang: str) -> str:
     """One line: provenance, model, GPUs, how many settings and how long they took."""
     seconds = list(table.seconds.values())
-    each = words["each"].format(low=min(seconds), high=max(seconds)) if seconds else ""
+    each = i18n.t("at_scale.each", lang, low=min(seconds), high=max(seconds)) if seconds else ""
     reused = len(table.results) - len(seconds)
-    line = (
-        words["summary"]
-        .format(
-            provenance=provenance_label(table.results[0].provenance, lang) if table.results else words["simulated"],
-            model=table.request.model,
-            layers=table.num_layers,
-            count=len(table.results),
-            elapsed=duration(table.elapsed_s),
-            each=each,
-            reused=words["reused"].format(count=reused) if reused else "",
-        )
-        .replace(" ()", "")
-    )
-    return line + " · " + gpus_label(table.request.world_size, words)
+    line = i18n.t(
+        "at_scale.summary",
+        lang,
+        provenance=provenance_label(table.results[0].provenance, lang)
+        if table.results
+        else i18n.t("at_scale.simulated", lang),
+        model=table.request.model,
+        layers=table.num_layers,
+        count=len(table.results),
+        elapsed=duration(table.elapsed_s),
+        each=each,
+        reused=i18n.t("at_scale.reused", lang, count=reused) if reused else "",
+    ).replace(" ()", "")
+    return line + " · " + gpus_label(table.request.world_size, lang)
 
 
-def verdict(table: ScaleTable, budget: int, budget_label: str, words: Mapping[str, str]) -> Verdict:
+def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Verdict:
     """Which setting fits with the least recompute on each GPU of the table, or by how much nothing does."""
     best = least_recompute_that_fits(table, budget)
-    gpus = gpus_label(table.request.world_size, words)
+    gpus = gpus_label(table.request.world_size, lang)
     if best is not None:
         setting = Setting.of(best.spec)
         best_peak = memory_of(best).peak_bytes
         peak, margin = best_peak / GIB, (budget - best_peak) / GIB
         cp = setting.cp_layers(table.num_layers)
         if setting.every_n_layers is None:
-            text = words["fits_off"].format(budget=budget_label, peak=peak, margin=margin)
+            text = i18n.t("at_scale.fits_off", lang, budget=budget_label, peak=peak, margin=margin)
         elif cp == table.num_layers:  # every layer reruns: "the fewest layers (36 of 36)" would say nothing
-            text = words["fits_all"].format(
-                setting=setting.key, budget=budget_label, peak=peak, margin=margin, layers=table.num_layers
+            text = i18n.t(
+                "at_scale.fits_all",
+                lang,
+                setting=setting.key,
+                budget=budget_label,
+                peak=peak,
+                margin=margin,
+                layers=table.num_layers,
             )
         else:
-            text = words["fits"].format(
+            text = i18n.t(
+                "at_scale.fits",
+                lang,
                 setting=setting.key,
                 budget=budget_label,
                 peak=peak,
@@ -263,11 +278,13 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, words: Mapping[st
                 cp=cp,
                 layers=table.num_layers,
             )
-        thin = words["thin"] if margin * GIB < THIN_MARGIN * budget else ""
+        thin = i18n.t("at_scale.thin", lang) if margin * GIB < THIN_MARGIN * budget else ""
         return Verdict("success", f"{gpus}: {text}{thin}", best)
     lowest = min(table.results, key=lambda result: memory_of(result).peak_bytes)
     lowest_peak = memory_of(lowest).peak_bytes
-    text = words["no_fit"].format(
+    text = i18n.t(
+        "at_scale.no_fit",
+        lang,
         budget=budget_label,
         peak=lowest_peak / GIB,
         setting=Setting.of(lowest.spec).key,
@@ -276,46 +293,58 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, words: Mapping[st
     return Verdict("error", f"{gpus}: {text}", lowest)
 
 
-def rows(table: ScaleTable, budget: int, budget_label: str, words: Mapping[str, str], lang: str) -> list[dict]:
+def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[dict]:
     """The table under the figures: one row per setting, per GPU, GiB; the seconds column only when something ran."""
-    category_words = {part: words[f"col_{part}"] for part in CATEGORY_COLUMNS}
+    category_words = {part: i18n.t(f"at_scale.col_{part}", lang) for part in CATEGORY_COLUMNS}
     out = []
     for result in table.results:
         setting = Setting.of(result.spec)
         memory = memory_of(result)
         row = {
-            words["col_setting"]: setting.key,
-            words["col_cp"]: setting.cp_layers(table.num_layers),
-            words["col_peak"]: round(memory.peak_bytes / GIB, 2),
-            words["col_fits"].format(budget=budget_label): words["yes"] if fits(result, budget) else words["no"],
-            words["col_margin"]: round((budget - memory.peak_bytes) / GIB, 2),
+            i18n.t("at_scale.col_setting", lang): setting.key,
+            i18n.t("at_scale.col_cp", lang): setting.cp_layers(table.num_layers),
+            i18n.t("at_scale.col_peak", lang): round(memory.peak_bytes / GIB, 2),
+            i18n.t("at_scale.col_fits", lang, budget=budget_label): i18n.t("at_scale.yes", lang)
+            if fits(result, budget)
+            else i18n.t("at_scale.no", lang),
+            i18n.t("at_scale.col_margin", lang): round((budget - memory.peak_bytes) / GIB, 2),
             **{
                 label: round(part_bytes(memory.breakdown_at_peak, part) / GIB, 2)
                 for part, label in category_words.items()
             },
-            words["col_resident"]: round(memory.after_forward_bytes / GIB, 3),
-            words["col_host"]: round(memory.host_offload_bytes / GIB, 3),
-            words["col_where"]: event_label(memory.peak_where, lang) if memory.peak_where.kind else "",
-            words["col_seconds"]: round(table.seconds[setting.key], 1) if setting.key in table.seconds else None,
+            i18n.t("at_scale.col_resident", lang): round(memory.after_forward_bytes / GIB, 3),
+            i18n.t("at_scale.col_host", lang): round(memory.host_offload_bytes / GIB, 3),
+            i18n.t("at_scale.col_where", lang): event_label(memory.peak_where, lang) if memory.peak_where.kind else "",
+            i18n.t("at_scale.col_seconds", lang): round(table.seconds[setting.key], 1)
+            if setting.key in table.seconds
+            else None,
         }
         if not table.seconds:  # every result reused: no times to show
-            del row[words["col_seconds"]]
+            del row[i18n.t("at_scale.col_seconds", lang)]
         out.append(row)
     return out
 
 
-def search_verdict(search: GpuSearch, budget_label: str, words: Mapping[str, str]) -> Verdict:
+def search_verdict(search: GpuSearch, budget_label: str, lang: str) -> Verdict:
     """The GPU search's answer in words: how many GPUs and which setting, or what comes closest."""
-    counted = words["search_counted"].format(
-        tried=len(search.tried), simulated=search.simulated, elapsed=duration(search.elapsed_s)
+    counted = i18n.t(
+        "at_scale.search_counted",
+        lang,
+        tried=len(search.tried),
+        simulated=search.simulated,
+        elapsed=duration(search.elapsed_s),
     )
     if search.cancelled and not search.fits:
-        return Verdict("info", words["search_stopped"] + " " + counted, None)
+        return Verdict("info", i18n.t("at_scale.search_stopped", lang) + " " + counted, None)
     if search.result is None:
         lowest = search.lowest()
         if lowest is None:
-            return Verdict("error", words["search_none"].format(budget=budget_label, gpus=search.counts[-1]), None)
-        text = words["search_no_fit"].format(
+            return Verdict(
+                "error", i18n.t("at_scale.search_none", lang, budget=budget_label, gpus=search.counts[-1]), None
+            )
+        text = i18n.t(
+            "at_scale.search_no_fit",
+            lang,
             budget=budget_label,
             gpus=search.counts[-1],
             peak=memory_of(lowest).peak_bytes / GIB,
@@ -324,8 +353,10 @@ def search_verdict(search: GpuSearch, budget_label: str, words: Mapping[str, str
         return Verdict("error", text + " " + counted, lowest)
     # search.setting and search.gpus, read from the result itself: it is there.
     setting, peak = Setting.of(search.result.spec), memory_of(search.result).peak_bytes
-    text = words["search_fits"].format(
-        gpus=gpus_label(search.result.spec.world_size, words),
+    text = i18n.t(
+        "at_scale.search_fits",
+        lang,
+        gpus=gpus_label(search.result.spec.world_size, lang),
         setting=setting.key,
         budget=budget_label,
         peak=peak / GIB,
@@ -333,7 +364,7 @@ def search_verdict(search: GpuSearch, budget_label: str, words: Mapping[str, str
         cp=setting.cp_layers(search.num_layers),
         layers=search.num_layers,
     )
-    stopped = " " + words["search_stopped_early"] if search.cancelled else ""
+    stopped = " " + i18n.t("at_scale.search_stopped_early", lang) if search.cancelled else ""
     return Verdict("success", text + stopped + " " + counted, search.result)
 
 
@@ -342,9 +373,9 @@ def search_is_for(search: GpuSearch, request: ScaleRequest, budget: int) -> bool
     return search.budget_bytes == budget and replace(search.request, world_size=1) == replace(request, world_size=1)
 
 
-def peak_header(gpus: int, words: Mapping[str, str]) -> str:
+def peak_header(gpus: int, lang: str) -> str:
     """The peak figure's header: per GPU past one."""
-    return words["peak_header"] if gpus == 1 else words["peak_header_gpus"].format(gpus=gpus)
+    return i18n.t("at_scale.peak_header", lang) if gpus == 1 else i18n.t("at_scale.peak_header_gpus", lang, gpus=gpus)
 
 
 def table_height(rows: int) -> int:
@@ -352,6 +383,6 @@ def table_height(rows: int) -> int:
     return min(TABLE_ROW_PX * (rows + 1) + 4, TABLE_MAX_PX)
 
 
-def launch_code(code: SearchCode, words: Mapping[str, str]) -> str:
+def launch_code(code: SearchCode, lang: str) -> str:
     """The launch lines of a search's answer: a user's training script, then the same step measured by ckptlab."""
-    return f"{code.launch}\n\n# {words['code_ckptlab']}\n{code.ckptlab_launch}"
+    return f"{code.launch}\n\n# {i18n.t('at_scale.code_ckptlab', lang)}\n{code.ckptlab_launch}"

@@ -1,7 +1,7 @@
 """What the Trade-offs page shows in words and numbers, worked out here so the page only reads widgets and draws.
 
 Nothing here imports streamlit: the functions take the page's widget values (session-state keys
-``tradeoffs_*``), a :class:`~ckptlab.explore.sweep.SweepResult` and the translator ``tr``.
+``tradeoffs_*``), a :class:`~ckptlab.explore.sweep.SweepResult` and the page's language ``lang``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ..explore.recommend import Recommendation
 from ..explore.sweep import SweepResult, SweepSpec, plan_sweep
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
-from ..show.i18n import Translator, say
+from ..show.i18n import say, t
 from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
@@ -74,15 +74,16 @@ def sweep_estimate(spec: SweepSpec) -> tuple[float, bool]:
     return total, measured
 
 
-def summary(result: SweepResult, lang: str, tr: Translator) -> str:
+def summary(result: SweepResult, lang: str) -> str:
     """One line: model and training, layers, batch, where the numbers came from, rows and seconds."""
     provenance = next(
         (provenance_label(row.result.provenance, lang) for row in result.rows if row.result is not None),
-        tr("tradeoffs.measured"),
+        t("tradeoffs.measured", lang),
     )
     training = training_label(result.spec.run_spec(result.spec.seq_lens[0], None, False), lang)
-    return tr(
+    return t(
         "tradeoffs.summary",
+        lang,
         model=f"{result.model} · {training}",
         layers=result.num_layers,
         batch=result.spec.batch_size,
@@ -99,12 +100,13 @@ def default_budget_mib(result: SweepResult, seq_len: int) -> float:
     return math.ceil(sorted(peaks)[len(peaks) // 2] / MIB * 10) / 10 if peaks else DEFAULT_BUDGET_MIB
 
 
-def recommended(recommendation: Recommendation, seq_len: int, tr: Translator) -> str:
+def recommended(recommendation: Recommendation, seq_len: int, lang: str) -> str:
     """The setting that fits, in words: its step time, peak and what it leaves of the budget."""
     row = recommendation.row
     assert row is not None and row.step_s is not None and row.peak_bytes is not None, "only for a fitting row"
-    return tr(
+    return t(
         "tradeoffs.recommended",
+        lang,
         setting=row.setting,
         seq=seq_len,
         ms=milliseconds(row.step_s),
@@ -119,6 +121,6 @@ def file_stem(result: SweepResult) -> str:
     return f"ckptlab-sweep-{result.model.strip('/').replace('/', '_')}"
 
 
-def progress_words(message: str, stop_requested: bool, lang: str, tr: Translator) -> str:
+def progress_words(message: str, stop_requested: bool, lang: str) -> str:
     """The running sweep's progress bar text: stopping after the row in flight, or the sweep's progress line in ``lang``."""
-    return tr("tradeoffs.stopping") if stop_requested else say(message, lang)
+    return t("tradeoffs.stopping", lang) if stop_requested else say(message, lang)

@@ -3,7 +3,8 @@
 The files are package data: they install with ckptlab (``pip install .``), so an installed lab has its texts.
 
 Every user-facing string of the pages lives in those files under a dotted key; code asks
-for ``t(key, lang, **values)``. The language is an argument, never a global: the page
+for ``t(key, lang, **values)``, the one way pages, ``lab/`` and figures get words (``tests/show/test_one_translation.py``
+scans for any other). The language is an argument, never a global: the page
 layer reads it from the URL (``?lang=ja``) and passes it in, so this module stays free of
 streamlit and the core can translate figure titles too.
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -25,8 +25,6 @@ LOCALES_DIR = Path(__file__).resolve().parents[1] / "locales"  # ckptlab/locales
 DEFAULT = "en"
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).
 LANGUAGES: dict[str, str] = {"en": "English", "pt-BR": "Português (Brasil)", "ja": "日本語"}
-
-Translator = Callable[..., str]
 
 
 class MissingKeyError(KeyError):
@@ -82,38 +80,6 @@ def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
                 f"translation key {key!r} is not in ckptlab/locales/{DEFAULT}.json; add it to every locale file"
             )
     return text.format(**values) if values else text
-
-
-def translator(lang: str) -> Translator:
-    """``t`` bound to one language: ``tr = translator("ja"); tr("lesson.title")``."""
-    code = normalize(lang)
-
-    def bound(key: str, /, **values: object) -> str:
-        return t(key, code, **values)
-
-    return bound
-
-
-def section(prefix: str, lang: str = DEFAULT) -> dict[str, object]:
-    """Every message under ``prefix.`` as a dict (``a.b.c`` nests as ``{"b": {"c": ...}}``), for a page
-    or a figure module that keeps its words in one dict and formats them itself.
-
-    Raises:
-        MissingKeyError: no key starts with ``prefix.`` in English.
-    """
-    english = {key: text for key, text in messages(DEFAULT).items() if key.startswith(prefix + ".")}
-    if not english:
-        raise MissingKeyError(f"no translation key starts with {prefix!r} in ckptlab/locales/{DEFAULT}.json")
-    table = messages(normalize(lang))
-    words: dict[str, object] = {}
-    for key, text in english.items():
-        parts = key[len(prefix) + 1 :].split(".", 1)
-        value = table.get(key, text)
-        if len(parts) == 1:
-            words[parts[0]] = value
-        else:
-            words.setdefault(parts[0], {})[parts[1]] = value  # type: ignore[index]
-    return words
 
 
 def placeholders(text: str) -> set[str]:

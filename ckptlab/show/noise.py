@@ -15,8 +15,6 @@ from ..results import BUSY_SPREAD, BusyReason, TimingResult
 from ..units import MIB
 from .i18n import t
 
-NOISE_GREY = "#AAAAAA"  # a figure's point or bar whose time is within the noise
-
 
 def busy_message(
     reasons: Sequence[BusyReason], load: float | None, cores: int | None, spread: float | None, lang: str = "en"

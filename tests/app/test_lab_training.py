@@ -39,23 +39,24 @@ def _assert_alive(at: AppTest) -> None:
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_lora_run_shows_where_the_memory_goes_and_checks_the_gradients(lang):
-    tr = i18n.translator(lang)
     at = _app(lang, **LORA)
     _assert_alive(at)
     assert at.selectbox(key="lab_optimizer").value == "adamw"
     assert at.toggle(key="lab_lora").value is True and at.number_input(key="lab_lora_rank").value == 4
     assert at.multiselect(key="lab_lora_targets").value == lora_target_choices("tiny-llama")  # all by default
-    assert tr("breakdown.training_lora", optimizer="AdamW", rank=4) in _texts(at.markdown)
+    assert i18n.t("breakdown.training_lora", lang, optimizer="AdamW", rank=4) in _texts(at.markdown)
 
     at.checkbox(key="lab_check_grads").check().run()
     at.button(key="lab_run").click().run()
     _assert_alive(at)
     # The CP / keep / rerun diagram, where the memory goes (beside it), and the comparison with checkpointing off.
     assert len(at.get("plotly_chart")) == 3
-    assert tr("lab.breakdown_caption") in _texts(at.caption)
+    assert i18n.t("lab.breakdown_caption", lang) in _texts(at.caption)
     check = at.session_state["lab_grads"][1]
     assert check.equal
-    assert [element.value for element in at.success] == [tr("lab.grads_equal", count=check.gradients_compared)]
+    assert [element.value for element in at.success] == [
+        i18n.t("lab.grads_equal", lang, count=check.gradients_compared)
+    ]
 
 
 @pytest.mark.parametrize("lang", LANGS)

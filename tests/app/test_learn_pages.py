@@ -26,41 +26,38 @@ LANGS = list(i18n.LANGUAGES)
 @pytest.mark.parametrize("lang", LANGS)
 def test_timeline_page_draws_the_step_and_follows_the_slider(lang):
     at = learned(open_page("pages/timeline.py", lang))
-    tr = i18n.translator(lang)
-    assert at.title[0].value == tr("timeline.page_title")
+    assert at.title[0].value == i18n.t("timeline.page_title", lang)
     assert len(at.get("plotly_chart")) == 2  # the timeline and the diagram under it
     slider = at.select_slider(key="timeline_event")
     learned(slider.set_value(len(slider.options) - 4).run())
     assert_alive(at)
-    assert tr("timeline.at_event").split("**")[1] in at.markdown[1].value
+    assert i18n.t("timeline.at_event", lang).split("**")[1] in at.markdown[1].value
     assert len(at.get("plotly_chart")) == 2
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_lesson_page_shows_a_live_figure_for_each_part(lang):
     at = open_page("pages/lesson.py", lang)
-    tr = i18n.translator(lang)
     seen = []
     for part in ("activation", "trade", "every_n", "offload", "peak", "shrink", "step"):
         learned(at.segmented_control(key="lesson_part").set_value(part).run())
         assert_alive(at)
-        assert at.subheader[0].value == tr(f"lesson.{part}.title")
+        assert at.subheader[0].value == i18n.t(f"lesson.{part}.title", lang)
         seen.append(len(at.get("plotly_chart")))
     assert all(count >= 1 for count in seen), seen
     # The step-through: the slider moves through the events and the figures follow.
     learned(at.select_slider(key="lesson_step").set_value(10).run())
     assert_alive(at)
     assert len(at.get("plotly_chart")) == 3
-    assert at.button(key="lesson_play").label == tr("lesson.step.play")
+    assert at.button(key="lesson_play").label == i18n.t("lesson.step.play", lang)
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
     at = open_page("pages/exercises.py", lang)
-    tr = i18n.translator(lang)
 
     def score() -> str:
-        return next(metric.value for metric in at.metric if metric.label == tr("exercises.score"))
+        return next(metric.value for metric in at.metric if metric.label == i18n.t("exercises.score", lang))
 
     assert score() == "0 / 0"
     at.number_input(key="exercise_pred_resident_all").set_value(40).run()
@@ -69,8 +66,8 @@ def test_exercise_records_a_prediction_and_shows_the_measurement(lang):
     assert at.session_state["exercise_answers"] == {"resident_all": 40.0}
     assert at.number_input(key="exercise_pred_resident_all").disabled  # the first answer counts
     assert len(at.get("plotly_chart")) == 2  # the setting's diagram, the prediction beside the measurement
-    assert at.subheader[1].value == tr("exercises.result_title")
-    points = next(metric.value for metric in at.metric if metric.label == tr("exercises.points"))
+    assert at.subheader[1].value == i18n.t("exercises.result_title", lang)
+    points = next(metric.value for metric in at.metric if metric.label == i18n.t("exercises.points", lang))
     assert score() == points  # the session's score in the sidebar: this answer's points, of 3
     # The next exercise, a choice: answer and measure.
     at.button(key="exercise_next").click().run()
@@ -109,10 +106,9 @@ def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_shard_part_draws_one_gpus_memory_from_simulations(lang):
     at = open_page("pages/lesson.py", lang)
-    tr = i18n.translator(lang)
     learned(at.segmented_control(key="lesson_part").set_value("shard").run())
     assert_alive(at)
-    assert at.subheader[0].value == tr("lesson.shard.title")
+    assert at.subheader[0].value == i18n.t("lesson.shard.title", lang)
     assert len(at.get("plotly_chart")) == 1
     idea = sharding_job().idea  # the server's one simulation, shared by every session
     caption = "\n".join(str(element.value) for element in at.caption)
@@ -164,10 +160,9 @@ def _no_english(at, lang: str) -> None:
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_lesson_part_what_to_keep_is_in_the_pages_language(lang):
     at = open_page("pages/lesson.py", lang)
-    tr = i18n.translator(lang)
     learned(at.segmented_control(key="lesson_part").set_value("keep").run())
     assert_alive(at)
-    assert at.subheader[0].value == tr("lesson.keep.title")
+    assert at.subheader[0].value == i18n.t("lesson.keep.title", lang)
     assert len(at.get("plotly_chart")) == 2  # the diagram of what each CP layer kept, the memory beside plain and off
     results = at.session_state["learn_results"]
     kept = next(r for spec, r in results.items() if spec.selective == "attention" and spec.seq_len == 128)
@@ -179,11 +174,10 @@ def test_the_lesson_part_what_to_keep_is_in_the_pages_language(lang):
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_exercise_keeping_the_attention_is_in_the_pages_language(lang):
     at = open_page("pages/exercises.py", lang)
-    tr = i18n.translator(lang)
     at.selectbox(key="exercise_pick").set_value("keep_attention").run()
-    assert at.subheader[0].value == tr("exercise.keep_attention.name")
+    assert at.subheader[0].value == i18n.t("exercise.keep_attention.name", lang)
     values = by_id("keep_attention").question_values()
-    assert f"**{tr('exercise.keep_attention.question', **values)}**" in [m.value for m in at.markdown]
+    assert f"**{i18n.t('exercise.keep_attention.question', lang, **values)}**" in [m.value for m in at.markdown]
     at.number_input(key="exercise_pred_keep_attention").set_value(1000).run()
     learned(at.button(key="exercise_submit").click().run())
     assert_alive(at)

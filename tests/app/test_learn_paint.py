@@ -53,9 +53,9 @@ def charts(at) -> int:
 
 def test_the_timeline_draws_its_words_at_once_and_its_figures_when_the_run_is_measured(gated):
     at = open_page("pages/timeline.py", "pt-BR")
-    tr = i18n.translator("pt-BR")
-    assert at.title[0].value == tr("timeline.page_title")
-    assert at.markdown[0].value == tr("timeline.intro")
+    lang = "pt-BR"
+    assert at.title[0].value == i18n.t("timeline.page_title", lang)
+    assert at.markdown[0].value == i18n.t("timeline.intro", lang)
     assert at.get("progress") and charts(at) == 0  # the progress bar stands where the figures will be
     assert gated.entered.wait(60)  # the shared run is being measured (behind the gate) while the page stands
     gated.go.set()

@@ -22,7 +22,6 @@ def _texts(elements) -> str:
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_lora_sweep_measures_lora_rows(lang):
-    tr = i18n.translator(lang)
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params["lang"] = lang
     at.run()
@@ -47,4 +46,4 @@ def test_a_lora_sweep_measures_lora_rows(lang):
     assert {(row.result.spec.optimizer, row.result.spec.lora_rank, row.result.spec.lora_targets) for row in rows} == {
         ("sgd", 8, ("q_proj",))
     }
-    assert tr("breakdown.training_lora", optimizer="SGD", rank=8) in _texts(at.caption)
+    assert i18n.t("breakdown.training_lora", lang, optimizer="SGD", rank=8) in _texts(at.caption)

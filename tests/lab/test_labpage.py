@@ -19,17 +19,17 @@ from ckptlab.spec import RunSpec
 from ckptlab.step.equivalence import GradientCheck
 from ckptlab.units import GIB, MIB
 
-tr = i18n.translator("en")
+lang = "en"  # the tests read the English words
 
 
 def test_model_labels_group_size_and_the_folder_entry():
     tiny, real = ckptlab.describe("tiny-llama"), ckptlab.describe("qwen3-8b")
     assert (
-        labpage.model_label("tiny-llama", tiny, tr)
+        labpage.model_label("tiny-llama", tiny, lang)
         == f"tiny · tiny-llama · {tiny.num_layers} layers · {labpage.params_label(tiny.num_params)}"
     )
-    assert labpage.model_label("qwen3-8b", real, tr).endswith(f"{real.num_layers} layers · 8.2B")
-    assert labpage.model_label(labpage.LOCAL, None, tr) == tr("lab.local_dir")
+    assert labpage.model_label("qwen3-8b", real, lang).endswith(f"{real.num_layers} layers · 8.2B")
+    assert labpage.model_label(labpage.LOCAL, None, lang) == i18n.t("lab.local_dir", lang)
     assert labpage.params_label(135_000_000) == "135M" and labpage.params_label(1_540_000_000) == "1.5B"
 
 
@@ -67,37 +67,37 @@ def _measured(reused: bool) -> Measured:
 
 def test_the_status_label_says_reused_or_measured_and_the_wait():
     reused = LabRun(_measured(True), _measured(True), None, wait_s=0.0, elapsed_s=0.1)
-    assert labpage.status_label(reused, tr) == tr("lab.reused_label", clock=labpage.clock(reused.run))
+    assert labpage.status_label(reused, lang) == i18n.t("lab.reused_label", lang, clock=labpage.clock(reused.run))
     fresh = replace(reused, run=_measured(False), wait_s=2.0, elapsed_s=3.25)
-    assert labpage.status_label(fresh, tr) == "Measured in 3.2 s (waited 2.0 s for the device)"
-    assert labpage.status_label(replace(fresh, wait_s=0.1), tr) == "Measured in 3.2 s"
+    assert labpage.status_label(fresh, lang) == "Measured in 3.2 s (waited 2.0 s for the device)"
+    assert labpage.status_label(replace(fresh, wait_s=0.1), lang) == "Measured in 3.2 s"
 
 
 def test_the_gradient_check_is_loud_only_when_it_differs():
     equal = GradientCheck(loss_equal=True, gradients_compared=7, max_abs_difference=0.0, dropout=0.1)
-    assert labpage.gradients_message(equal, "", tr)[0] == "success"
-    kind, text = labpage.gradients_message(replace(equal, max_abs_difference=1e-3), "", tr)
+    assert labpage.gradients_message(equal, "", lang)[0] == "success"
+    kind, text = labpage.gradients_message(replace(equal, max_abs_difference=1e-3), "", lang)
     assert kind == "error" and "0.001" in text
-    assert labpage.gradients_message(None, "RuntimeError: boom", tr) == (
+    assert labpage.gradients_message(None, "RuntimeError: boom", lang) == (
         "warning",
-        tr("lab.grads_failed", error="RuntimeError: boom"),
+        i18n.t("lab.grads_failed", lang, error="RuntimeError: boom"),
     )
 
 
 def test_memory_and_time_deltas_are_grey_within_the_noise():
-    assert labpage.memory_delta(10 * MIB, None, tr) == {}
-    assert labpage.memory_delta(10 * MIB, 10 * MIB + 1000, tr)["delta_color"] == "off"
-    assert labpage.memory_delta(8 * MIB, 10 * MIB, tr) == {
-        "delta": tr("lab.mib_vs_off", diff="-2.0"),
+    assert labpage.memory_delta(10 * MIB, None, lang) == {}
+    assert labpage.memory_delta(10 * MIB, 10 * MIB + 1000, lang)["delta_color"] == "off"
+    assert labpage.memory_delta(8 * MIB, 10 * MIB, lang) == {
+        "delta": i18n.t("lab.mib_vs_off", lang, diff="-2.0"),
         "delta_color": "inverse",
     }
-    assert labpage.time_delta(0.2, None, True, tr) == {}
-    assert labpage.time_delta(0.2, 0.1, True, tr) == {
-        "delta": tr("lab.vs_off", diff="+100 ms"),
+    assert labpage.time_delta(0.2, None, True, lang) == {}
+    assert labpage.time_delta(0.2, 0.1, True, lang) == {
+        "delta": i18n.t("lab.vs_off", lang, diff="+100 ms"),
         "delta_color": "inverse",
     }
-    assert labpage.time_delta(0.2, 0.1, False, tr)["delta"] == tr("lab.noise", diff="+100 ms")
-    assert labpage.time_delta(0.2, 0.1, None, tr)["delta"] == tr("lab.too_few_steps", diff="+100 ms")
+    assert labpage.time_delta(0.2, 0.1, False, lang)["delta"] == i18n.t("lab.noise", lang, diff="+100 ms")
+    assert labpage.time_delta(0.2, 0.1, None, lang)["delta"] == i18n.t("lab.too_few_steps", lang, diff="+100 ms")
 
 
 @pytest.mark.parametrize(
@@ -105,48 +105,48 @@ def test_memory_and_time_deltas_are_grey_within_the_noise():
 )
 def test_the_time_sentence_follows_the_verdict(significant, key):
     comparison = SimpleNamespace(step_ratio=1.25, step_significant=significant, peak_ratio=1.0)
-    assert labpage.time_sentence(comparison, 3, tr) == tr(key, change="+25%", min=3)
+    assert labpage.time_sentence(comparison, 3, lang) == i18n.t(key, lang, change="+25%", min=3)
 
 
 def test_freed_memory_is_said_only_when_the_peak_did_not_move():
     base, run = SimpleNamespace(after_forward_bytes=30 * MIB), SimpleNamespace(after_forward_bytes=10 * MIB)
     unmoved, lowered = SimpleNamespace(peak_ratio=0.99), SimpleNamespace(peak_ratio=0.5)
-    assert labpage.freed_sentence(run, base, unmoved, tr) == tr("lab.freed_not_peak", mib="20.0")
-    assert labpage.freed_sentence(run, base, lowered, tr) == ""
-    assert labpage.freed_sentence(base, run, unmoved, tr) == ""
+    assert labpage.freed_sentence(run, base, unmoved, lang) == i18n.t("lab.freed_not_peak", lang, mib="20.0")
+    assert labpage.freed_sentence(run, base, lowered, lang) == ""
+    assert labpage.freed_sentence(base, run, unmoved, lang) == ""
 
 
 def test_problems_are_said_in_the_pages_words_and_lora_needs_a_target():
     info = ckptlab.describe("tiny-llama")
     fine = RunSpec(model="tiny-llama", seq_len=64, device="cpu")
-    assert labpage.problem_with(fine, info, ServerPolicy(), "en", tr) == ("", True)
-    problem, on_cpu = labpage.problem_with(replace(fine, seq_len=0), info, ServerPolicy(), "en", tr)
+    assert labpage.problem_with(fine, info, ServerPolicy(), "en") == ("", True)
+    problem, on_cpu = labpage.problem_with(replace(fine, seq_len=0), info, ServerPolicy(), "en")
     assert problem and on_cpu
     no_target = replace(fine, lora_rank=4, lora_targets=())
-    assert labpage.problem_with(no_target, info, ServerPolicy(), "en", tr)[0] != ""
+    assert labpage.problem_with(no_target, info, ServerPolicy(), "en")[0] != ""
 
 
 def test_a_real_model_on_the_cpu_is_warned_about_with_a_prediction():
     info = ckptlab.describe("qwen3-8b")
-    text = labpage.cpu_warning(RunSpec(model="qwen3-8b", seq_len=512, dtype="bfloat16"), info, tr)
+    text = labpage.cpu_warning(RunSpec(model="qwen3-8b", seq_len=512, dtype="bfloat16"), info, lang)
     assert text.startswith("**qwen3-8b is meant for a GPU.**")
     assert f"{4 * info.num_params / GIB:,.1f} GiB" in text
 
 
 def test_the_head_line_and_the_model_caption():
-    line = labpage.head_line(RunSpec(model="tiny-llama", seq_len=2048, every_n_layers=2), "en", tr)
+    line = labpage.head_line(RunSpec(model="tiny-llama", seq_len=2048, every_n_layers=2), "en")
     assert line.startswith("**tiny-llama** · seq 2,048 · batch 1")
     # 'auto' says what it is and what it resolved to here (this machine has no GPU in CI; on one: cuda, bfloat16).
     assert " · dtype auto (float32) · device auto (cpu) · " in line or "device auto (cuda)" in line
-    fixed = labpage.head_line(RunSpec(model="tiny-llama", dtype="bfloat16", device="cpu"), "en", tr)
+    fixed = labpage.head_line(RunSpec(model="tiny-llama", dtype="bfloat16", device="cpu"), "en")
     assert " · dtype bfloat16 · device cpu · " in fixed
     info = ckptlab.describe("tiny-llama")
-    caption = labpage.model_caption(info, tr)
+    caption = labpage.model_caption(info, lang)
     assert info.family in caption and str(info.hidden_size) in caption
 
 
 def test_a_folder_that_cannot_be_read_is_a_message(tmp_path):
-    info, problem = labpage.folder_info(str(tmp_path / "missing"), "en", tr)
+    info, problem = labpage.folder_info(str(tmp_path / "missing"), "en")
     assert info is None and problem
 
 
@@ -164,52 +164,58 @@ def _lab(run, reference=None) -> LabRun:
 
 def test_the_metrics_come_in_the_pages_order_with_deltas_only_against_checkpointing_off(measured):
     full, off = measured(every_n_layers=1), measured(every_n_layers=None)
-    shown = labpage.metrics(_lab(full, off), tr)
+    shown = labpage.metrics(_lab(full, off), lang)
     assert [metric.label for metric in shown] == [
-        tr(f"lab.metric_{name}") for name in ("peak", "resident", "forward", "backward", "baseline", "step")
+        i18n.t(f"lab.metric_{name}", lang) for name in ("peak", "resident", "forward", "backward", "baseline", "step")
     ]
-    assert shown[0].value == f"{full.memory.peak_bytes / MIB:,.1f} MiB" and shown[0].help == tr("lab.metric_peak_help")
+    assert shown[0].value == f"{full.memory.peak_bytes / MIB:,.1f} MiB" and shown[0].help == i18n.t(
+        "lab.metric_peak_help", lang
+    )
     assert shown[5].value == f"{full.timing.step_s * 1000:,.0f} ms"
     resident_change = (full.memory.after_forward_bytes - off.memory.after_forward_bytes) / MIB
-    assert shown[1].delta["delta"] == tr("lab.mib_vs_off", diff=f"{resident_change:+,.1f}")  # checkpointing freed it
+    assert shown[1].delta["delta"] == i18n.t(
+        "lab.mib_vs_off", lang, diff=f"{resident_change:+,.1f}"
+    )  # checkpointing freed it
     assert shown[4].delta == {}  # the baseline is the same memory either way: no delta
     assert all(metric.delta for metric in (shown[0], shown[2], shown[3], shown[5]))
     # Without a reference, or when the run is checkpointing off itself, nothing to compare against.
-    assert all(metric.delta == {} for metric in labpage.metrics(_lab(full), tr))
+    assert all(metric.delta == {} for metric in labpage.metrics(_lab(full), lang))
     assert labpage.reference_run(_lab(off, off)) is None and labpage.reference_run(_lab(full, off)) is off
-    assert all(metric.delta == {} for metric in labpage.metrics(_lab(off, off), tr))
+    assert all(metric.delta == {} for metric in labpage.metrics(_lab(off, off), lang))
 
 
 def test_the_lines_around_the_metrics_say_the_peak_the_medians_and_a_changed_setting(measured):
     full = measured(every_n_layers=1)
     where = full.memory.peak_where
     assert where.kind  # the probe said where
-    assert labpage.peak_line(full.memory, "ja", i18n.translator("ja")) == i18n.t(
-        "lab.peak_reached", "ja", where=event_label(where, "ja")
-    )
+    assert labpage.peak_line(full.memory, "ja") == i18n.t("lab.peak_reached", "ja", where=event_label(where, "ja"))
     unknown = replace(full.memory, peak_where=replace(full.memory.peak_where, kind=""))
-    assert labpage.peak_line(unknown, "en", tr) == tr("lab.peak_reached", where="?")
-    caption = labpage.medians_caption(full, "en", tr)
-    assert caption == tr("lab.medians", provenance=full.provenance.label, steps=1, warmup=0)
-    line = labpage.settings_changed(full, "en", tr)
+    assert labpage.peak_line(unknown, "en") == i18n.t("lab.peak_reached", lang, where="?")
+    caption = labpage.medians_caption(full, "en")
+    assert caption == i18n.t("lab.medians", lang, provenance=full.provenance.label, steps=1, warmup=0)
+    line = labpage.settings_changed(full, "en")
     assert "tiny-llama" in line and "128" in line
 
 
 def test_offload_is_said_once_in_the_box_and_its_notes_are_left_out_of_the_captions(measured):
     offloaded = measured(every_n_layers=2, offload=True)  # on the CPU: asked for, not applied
-    kind, text = labpage.offload_box(offloaded.spec, offloaded, tr)
-    assert kind == "info" and text == tr(
-        "lab.offload_not_applied", device=offloaded.device, mib=f"{offloaded.memory.offload_bytes / MIB:,.1f}", layers=3
+    kind, text = labpage.offload_box(offloaded.spec, offloaded, lang)
+    assert kind == "info" and text == i18n.t(
+        "lab.offload_not_applied",
+        lang,
+        device=offloaded.device,
+        mib=f"{offloaded.memory.offload_bytes / MIB:,.1f}",
+        layers=3,
     )
     assert any("would move" in note for note in offloaded.notes)  # the box says it: no caption repeats it
     assert labpage.notes_to_show(offloaded) == []
     assert labpage.notes_to_show(replace(offloaded, notes=[*offloaded.notes, "another note"])) == ["another note"]
     plain = measured(every_n_layers=2)
-    assert labpage.offload_box(plain.spec, plain, tr) is None and labpage.notes_to_show(plain) == plain.notes
+    assert labpage.offload_box(plain.spec, plain, lang) is None and labpage.notes_to_show(plain) == plain.notes
     # The widgets ask for offload, the last run did not: nothing was moved, nothing to say about it.
-    assert labpage.offload_box(offloaded.spec, plain, tr) is None
+    assert labpage.offload_box(offloaded.spec, plain, lang) is None
     applied = replace(offloaded, memory=replace(offloaded.memory, offload_applied=True))
-    assert labpage.offload_box(applied.spec, applied, tr) == (
+    assert labpage.offload_box(applied.spec, applied, lang) == (
         "success",
-        tr("lab.offload_moved", mib=f"{offloaded.memory.offload_bytes / MIB:,.1f}"),
+        i18n.t("lab.offload_moved", lang, mib=f"{offloaded.memory.offload_bytes / MIB:,.1f}"),
     )

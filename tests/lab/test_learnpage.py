@@ -12,7 +12,7 @@ from ckptlab.step import timeline as tl
 from ckptlab.units import MIB
 from tests.conftest import FAST
 
-tr = i18n.translator("en")
+lang = "en"  # the tests read the English words
 
 
 def test_the_loss_event_and_the_saved_activations(measured):
@@ -30,12 +30,12 @@ def test_memory_above_the_baseline_and_the_rerun_bumps(measured):
     now, high = learnpage.above_baseline(run, point)
     assert now == point.current_bytes - run.memory.baseline_bytes and high >= now
     bumps = tl.rerun_bumps(run.memory.timeline)
-    line = learnpage.bump_line(run.memory.timeline, tr)
+    line = learnpage.bump_line(run.memory.timeline, lang)
     assert bool(line) == bool(bumps)
     if bumps:
         layer, rise = max(bumps.items(), key=lambda item: item[1])
         assert f"L{layer + 1}" in line and f"{rise / MIB:,.1f}" in line
-    assert learnpage.bump_line([], tr) == ""
+    assert learnpage.bump_line([], lang) == ""
 
 
 def test_slider_options_and_the_run_diagram(measured):
@@ -57,10 +57,12 @@ def test_the_sharding_bars_and_caption_say_gpus_and_setting():
         activation_ratio_checkpointing=0.1,
         gathered_bytes=300 * MIB,
     )
-    off = tr("setting.short_off")
-    assert learnpage.shard_labels(idea, tr) == [f"1 GPU · {off}", "1 GPU · n=1", f"4 GPUs · {off}", "4 GPUs · n=1"]
-    caption = learnpage.shard_caption(idea, tr)
-    assert caption == tr("lesson.shard.caption", gpus=4, state="25", act_gpus="100", act_ckpt="10", gathered="300")
+    off = i18n.t("setting.short_off", lang)
+    assert learnpage.shard_labels(idea, lang) == [f"1 GPU · {off}", "1 GPU · n=1", f"4 GPUs · {off}", "4 GPUs · n=1"]
+    caption = learnpage.shard_caption(idea, lang)
+    assert caption == i18n.t(
+        "lesson.shard.caption", lang, gpus=4, state="25", act_gpus="100", act_ckpt="10", gathered="300"
+    )
 
 
 def test_exercise_runs_and_outcomes_only_where_answered_and_measured(measured):

@@ -13,8 +13,6 @@ from ckptlab.show import i18n
 from ckptlab.spec import RunSpec
 from ckptlab.units import GIB
 
-WORDS = i18n.section("at_scale", "en")
-
 
 def test_a_links_gpu_is_a_listed_gpu_a_budget_in_gib_or_nothing():
     assert scalepage.gpu_from_link("H100 80 GB") == ("H100 80 GB", DEFAULT_BUDGET_GIB)
@@ -59,42 +57,41 @@ def test_the_request_follows_the_widgets_and_its_problem_is_in_words():
 def test_the_plan_line_names_a_long_list_by_its_ends_and_counts_what_is_known():
     request = ScaleRequest(model="m", seq_len=128, batch_size=1, dtype="bfloat16",
                            settings=tuple(scale_settings(36, "all", "none")))  # fmt: skip
-    line = scalepage.plan_line(request, "all", 36, known=3, words=WORDS)
+    line = scalepage.plan_line(request, "all", 36, known=3, lang="en")
     assert line.startswith(f"**{len(request.settings)} simulations**: off, n=1, n=2, n=3, …,")
-    assert line.endswith(WORDS["plan_known"].format(known=3))
+    assert line.endswith(i18n.t("at_scale.plan_known", "en", known=3))
     short = replace(request, settings=request.settings[:2])
-    assert "…" not in scalepage.plan_line(short, "distinct", 36, known=0, words=WORDS)
+    assert "…" not in scalepage.plan_line(short, "distinct", 36, known=0, lang="en")
 
 
 def test_progress_words_and_the_changed_line():
-    assert scalepage.progress_words(2, 5, "n=2", False, WORDS) == "Simulating (2 of 5 done): n=2"
-    assert scalepage.progress_words(2, None, "x", False, WORDS) == WORDS["searching"].format(done=2, message="x")
-    assert scalepage.progress_words(2, 5, "n=2", True, WORDS) == WORDS["stopping"]
+    assert scalepage.progress_words(2, 5, "n=2", False, "en") == "Simulating (2 of 5 done): n=2"
+    assert scalepage.progress_words(2, None, "x", False, "en") == i18n.t(
+        "at_scale.searching", "en", done=2, message="x"
+    )
+    assert scalepage.progress_words(2, 5, "n=2", True, "en") == i18n.t("at_scale.stopping", "en")
     shown = ScaleRequest(model="m", seq_len=8192, batch_size=1, dtype="bfloat16", settings=(), world_size=8)
-    assert "seq 8,192" in scalepage.changed_line(shown, WORDS) and "8 GPUs" in scalepage.changed_line(shown, WORDS)
+    assert "seq 8,192" in scalepage.changed_line(shown, "en") and "8 GPUs" in scalepage.changed_line(shown, "en")
 
 
 def test_the_progress_line_is_said_in_the_pages_language():
     from ckptlab.step.stopping import DONE, prefixed
 
-    words = i18n.section("at_scale", "ja")
-    line = scalepage.progress_words(2, 5, prefixed("n=2: ", DONE), False, words, "ja")
-    assert line == words["progress"].format(done=2, total=5, message="n=2: 完了")
-    assert (
-        scalepage.progress_words(2, 5, prefixed("n=2: ", DONE), False, WORDS) == "Simulating (2 of 5 done): n=2: done"
-    )
+    line = scalepage.progress_words(2, 5, prefixed("n=2: ", DONE), False, "ja")
+    assert line == i18n.t("at_scale.progress", "ja", done=2, total=5, message="n=2: 完了")
+    assert scalepage.progress_words(2, 5, prefixed("n=2: ", DONE), False, "en") == "Simulating (2 of 5 done): n=2: done"
 
 
 def test_the_model_caption_says_infinite_positions_when_the_config_has_none():
     info = ckptlab.describe("qwen3-8b")
-    assert f"{info.max_positions:,}" in scalepage.model_caption(info, WORDS)
-    assert "∞" in scalepage.model_caption(replace(info, max_positions=None), WORDS)
+    assert f"{info.max_positions:,}" in scalepage.model_caption(info, "en")
+    assert "∞" in scalepage.model_caption(replace(info, max_positions=None), "en")
 
 
 def test_the_model_box_names_layers_in_the_pages_language():
     info = ckptlab.describe("qwen3-8b")
-    assert scalepage.model_label("qwen3-8b", info, WORDS) == f"qwen3-8b · {info.num_layers} layers · 8.2B"
-    portuguese = scalepage.model_label("qwen3-8b", info, i18n.section("at_scale", "pt-BR"))
+    assert scalepage.model_label("qwen3-8b", info, "en") == f"qwen3-8b · {info.num_layers} layers · 8.2B"
+    portuguese = scalepage.model_label("qwen3-8b", info, "pt-BR")
     assert portuguese == f"qwen3-8b · {info.num_layers} camadas · 8.2B"
 
 
@@ -105,14 +102,13 @@ def test_the_table_is_as_tall_as_its_rows_up_to_a_limit():
 
 
 def test_the_peak_header_is_per_gpu_past_one_and_the_launch_lines_name_ckptlabs():
-    assert scalepage.peak_header(1, WORDS) == WORDS["peak_header"]
-    assert scalepage.peak_header(4, WORDS) == WORDS["peak_header_gpus"].format(gpus=4)
+    assert scalepage.peak_header(1, "en") == i18n.t("at_scale.peak_header", "en")
+    assert scalepage.peak_header(4, "en") == i18n.t("at_scale.peak_header_gpus", "en", gpus=4)
     code = SearchCode("torchrun --nproc-per-node 4 train.py", "python -m ckptlab run ...", "", "")
-    ja = i18n.section("at_scale", "ja")
-    assert scalepage.launch_code(code, ja).splitlines() == [
+    assert scalepage.launch_code(code, "ja").splitlines() == [
         "torchrun --nproc-per-node 4 train.py",
         "",
-        f"# {ja['code_ckptlab']}",
+        f"# {i18n.t('at_scale.code_ckptlab', 'ja')}",
         "python -m ckptlab run ...",
     ]
 
@@ -128,8 +124,8 @@ def test_the_verdict_says_when_only_checkpointing_every_layer_fits():
     peaks = {Setting.of(result.spec): memory_of(result).peak_bytes for result in table.results}
     assert peaks[Setting(1, False)] < min(peaks[Setting(2, False)], peaks[Setting(None, False)])
     budget = (peaks[Setting(1, False)] + min(peaks[Setting(2, False)], peaks[Setting(None, False)])) // 2
-    answer = scalepage.verdict(table, budget, "the test's budget", WORDS)
+    answer = scalepage.verdict(table, budget, "the test's budget", "en")
     assert answer.kind == "success" and "all 6 layers rerun" in answer.text and "fewest" not in answer.text
     budget = peaks[Setting(2, False)] + 1  # now every_n_layers=2 fits too: it reruns fewer
-    answer = scalepage.verdict(table, budget, "the test's budget", WORDS)
+    answer = scalepage.verdict(table, budget, "the test's budget", "en")
     assert "reruns the fewest layers (3 of 6)" in answer.text

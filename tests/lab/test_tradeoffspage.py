@@ -11,7 +11,7 @@ from ckptlab.show import i18n
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB, mib
 
-tr = i18n.translator("en")
+lang = "en"  # the tests read the English words
 VALUES = {
     "tradeoffs_model": "tiny-gpt2",
     "tradeoffs_seq": [64, 32],
@@ -52,7 +52,7 @@ def test_the_sweep_spec_follows_the_widgets():
 
 
 def test_summary_budget_and_recommendation_words(result):
-    line = tradeoffspage.summary(result, "en", tr)
+    line = tradeoffspage.summary(result, "en")
     assert result.model in line and f"{len(result.rows)}" in line
     peaks = sorted(row.peak_bytes for row in result.rows_at(32) if row.peak_bytes is not None)
     median = peaks[len(peaks) // 2]
@@ -62,7 +62,7 @@ def test_summary_budget_and_recommendation_words(result):
     assert budget * MIB >= median and budget - median / MIB < 0.1 and budget == round(budget, 1)
     assert tradeoffspage.default_budget_mib(result, 999) == tradeoffspage.DEFAULT_BUDGET_MIB
     recommendation = recommend(result.rows, 10**12, seq_len=32)
-    words = tradeoffspage.recommended(recommendation, 32, tr)
+    words = tradeoffspage.recommended(recommendation, 32, lang)
     assert recommendation.row.setting in words and mib(recommendation.row.peak_bytes) in words
     assert tradeoffspage.file_stem(result) == "ckptlab-sweep-tiny-gpt2"
 
@@ -71,9 +71,9 @@ def test_the_running_sweeps_progress_line_is_said_in_the_pages_language():
     from ckptlab.message import Message
 
     line = Message("sweep done", key="progress.sweep_done")
-    assert tradeoffspage.progress_words(line, False, "pt-BR", i18n.translator("pt-BR")) == "varredura concluída"
-    assert tradeoffspage.progress_words(line, False, "en", i18n.translator("en")) == "sweep done"
-    assert tradeoffspage.progress_words(line, True, "ja", i18n.translator("ja")) == i18n.t("tradeoffs.stopping", "ja")
+    assert tradeoffspage.progress_words(line, False, "pt-BR") == "varredura concluída"
+    assert tradeoffspage.progress_words(line, False, "en") == "sweep done"
+    assert tradeoffspage.progress_words(line, True, "ja") == i18n.t("tradeoffs.stopping", "ja")
 
 
 def test_the_sweeps_estimate_counts_each_row_once_and_says_when_it_is_measured(monkeypatch):

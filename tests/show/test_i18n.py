@@ -2,8 +2,8 @@
 
 The scan reads pages/*.py and app.py as Python syntax trees: a Streamlit call that shows
 text (a title, a label, a message, a help text...) may not get a string literal with
-letters in it, except the technical tokens in ALLOWED. Text must come from ``tr(...)`` /
-``t(...)`` lookups of keys that exist in every locale file.
+letters in it, except the technical tokens in ALLOWED. Text must come from ``t(...)``
+lookups of keys that exist in every locale file (``test_one_translation.py`` checks it is the only way).
 """
 
 from __future__ import annotations
@@ -19,18 +19,8 @@ from ckptlab.show import i18n
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCALES = {lang: json.loads((i18n.LOCALES_DIR / f"{lang}.json").read_text(encoding="utf-8")) for lang in i18n.LANGUAGES}
-# Pages converted to the locale files; the others are listed in the report until they are.
-TRANSLATED_PAGES = [
-    "app.py",
-    "pages/lab.py",
-    "pages/tradeoffs.py",
-    "pages/at_scale.py",
-    "pages/timeline.py",
-    "pages/lesson.py",
-    "pages/exercises.py",
-    "pages/instructor.py",
-    "pages/_room.py",
-]
+# Every page and its parts (pages/_*.py), and the app's navigation.
+TRANSLATED_PAGES = ["app.py", *(str(path.relative_to(ROOT)) for path in sorted((ROOT / "pages").glob("*.py")))]
 
 # Streamlit calls that put words on the screen: positional args and these keywords are checked.
 TEXT_CALLS = {
@@ -109,11 +99,16 @@ def _hard_coded(path: Path) -> list[str]:
     return found
 
 
+def _is_t(func: ast.expr) -> bool:
+    """``t(...)`` or ``i18n.t(...)``: the one translation function."""
+    return getattr(func, "id", "") == "t" or (isinstance(func, ast.Attribute) and func.attr == "t")
+
+
 def _used_keys(path: Path) -> tuple[set[str], set[str]]:
     """Keys looked up with a literal (exact) and with an f-string (prefixes to check against the files)."""
     exact, prefixes = set(), set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("t", "tr") and node.args:
+        if isinstance(node, ast.Call) and _is_t(node.func) and node.args:
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
                 exact.add(first.value)
@@ -124,18 +119,7 @@ def _used_keys(path: Path) -> tuple[set[str], set[str]]:
     return exact, prefixes
 
 
-def test_the_at_scale_words_exist():
-    """pages/at_scale.py keeps its words in TEXT = i18n.section("at_scale", lang): every TEXT["..."] it reads exists."""
-    tree = ast.parse((ROOT / "pages/at_scale.py").read_text(encoding="utf-8"))
-    read = {
-        node.slice.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Subscript)
-        and getattr(node.value, "id", "") == "TEXT"
-        and isinstance(node.slice, ast.Constant)
-    }
-    for lang in LOCALES:
-        assert read and read <= set(i18n.section("at_scale", lang)), sorted(read - set(i18n.section("at_scale", lang)))
+def test_the_at_scale_figures_name_each_segment_in_every_language():
     from ckptlab.show.figures.breakdown import PARTS
 
     # The At-scale figures name each drawn segment by its own key (f"scale_figures.{part}").
@@ -168,7 +152,8 @@ def test_every_translation_keeps_the_placeholders_and_has_words():
 @pytest.mark.parametrize(
     "source",
     TRANSLATED_PAGES
-    + ["ckptlab/lab/exercises.py", "ckptlab/show/labels.py"]
+    + [str(path.relative_to(ROOT)) for path in sorted((ROOT / "ckptlab/lab").glob("*.py"))]
+    + ["ckptlab/show/labels.py"]
     + [str(path.relative_to(ROOT)) for path in sorted((ROOT / "ckptlab/show/figures").glob("*.py"))],
 )
 def test_every_key_the_code_uses_exists(source):
@@ -187,7 +172,7 @@ def test_no_page_shows_a_hard_coded_string(page):
 def test_the_scan_catches_a_hard_coded_label(tmp_path):
     page = tmp_path / "page.py"
     page.write_text(
-        'import streamlit as st\nst.button("Run", key="x")\nst.markdown(f"**Peak:** {value}")\nst.caption(tr("a.b"))\n'
+        'import streamlit as st\nst.button("Run", key="x")\nst.markdown(f"**Peak:** {value}")\nst.caption(t("a.b", lang))\n'
     )
     assert len(_hard_coded(page)) == 2
 

@@ -1,8 +1,12 @@
 """The one font and the one palette of every figure of the lab.
 
-Okabe-Ito colours: told apart by colour-blind readers and on a washed-out projector. A
-colour means the same thing on every figure: a CP layer, the activations and the
-checkpointed run are vermillion; a keep layer, the parameters and checkpointing off blue.
+Colours are Okabe-Ito's, and three of Paul Tol's muted scheme where Okabe-Ito's eight run out: told
+apart by colour-blind readers and on a washed-out projector. A colour has one meaning: what a layer
+does (CP, keep, rerun: ``ROLE_COLORS``), where memory goes (``CATEGORY_COLORS``) and which setting a
+bar or line is (``SETTING_COLORS``) never share a hue, since a page draws them side by side
+(``tests/show/figures/test_palette.py`` checks it). Settings are neutral (checkpointing off grey, a
+checkpointed run black), so the hues stay with what memory holds and what a layer does; offload's
+colour is the host memory's, the one thing the two say alike.
 Streamlit's plotly.js (4.x) draws nothing for a pattern with an rgba fgcolor: hex colours only.
 """
 
@@ -19,19 +23,39 @@ GREEN = "#009E73"
 PURPLE = "#CC79A7"
 YELLOW = "#F0E442"
 BLACK = "#000000"
+# Paul Tol's muted scheme, for the layer roles: hues none of the above has.
+ROSE = "#CC6677"
+INDIGO = "#332288"
+OLIVE = "#999933"
+# Neutrals, told apart by lightness.
+DARK_GREY = "#555555"
 GREY = "#999999"
 LIGHT_GREY = "#BBBBBB"
+PALE_GREY = "#DDDDDD"
 GRID = "#e5e5e5"
 LIGHT_GRID = "#f0f0f0"
+WHITE = "#FFFFFF"
+TEXT_GREY = "#333333"  # annotations on a figure
+OUTLINE_GREY = "#666666"  # a marker's outline, a secondary annotation
+LEGEND_BACKGROUND = "rgba(255,255,255,0.85)"  # a legend over the plot, the plot showing through
 
-# The diagram's roles; planned rows are hatched in each colour a quarter of the way to white.
-ROLE_COLORS = {"CP": VERMILLION, "rerun": ORANGE, "keep": BLUE}
-HATCH_COLORS = {"CP": "#E69766", "rerun": "#EDBD59", "keep": "#4095C5"}
 
-# Settings: checkpointing off keeps every layer (the keep colour), the checkpointed run is CP's.
-OFF_COLOR = BLUE
-RUN_COLOR = VERMILLION
-EXTRA_COLORS = (PURPLE, GREEN, YELLOW, BLACK)  # further settings beside those two
+def tint(color: str, amount: float) -> str:
+    """``color`` moved ``amount`` (0 to 1) of the way to white, as hex."""
+    red, green, blue = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02X}" for c in (red, green, blue))
+
+
+# What a layer does in the step; planned rows are hatched in each colour a quarter of the way to white.
+ROLE_COLORS = {"CP": ROSE, "rerun": OLIVE, "keep": INDIGO}
+HATCH_COLORS = {role: tint(color, 0.25) for role, color in ROLE_COLORS.items()}
+
+# Which setting: neutral, from checkpointing off (grey) to every layer checkpointed (black); offload is the host's colour.
+SETTING_COLORS = {"off": GREY, "partial": DARK_GREY, "full": BLACK, "offload": PURPLE}
+OFF_COLOR = SETTING_COLORS["off"]
+RUN_COLOR = SETTING_COLORS["full"]  # the checkpointed run beside checkpointing off
+EXTRA_COLORS = (DARK_GREY, tint(BLACK, 0.45))  # further checkpointed settings beside those two, neutral as they are
+NOISE_GREY = LIGHT_GREY  # a point or bar whose time is within the noise: lighter than any setting
 SERIES_COLORS = (BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY_BLUE, YELLOW, BLACK)  # one per line, in order
 
 # Where the bytes of a step go (ckptlab.step.meters' categories), and offload's host memory.
@@ -42,15 +66,16 @@ CATEGORY_COLORS = {
     "activation": VERMILLION,
     "temp": ORANGE,
     "activation_and_temp": VERMILLION,
-    "other": BLACK,
+    "other": PALE_GREY,
     "host": PURPLE,
 }
-HOST_PATTERN = {"shape": "/", "bgcolor": "#F5E1EC", "fgcolor": PURPLE, "size": 8, "solidity": 0.45}
+PEAK_COLOR = tint(VERMILLION, 0.5)  # memory at the peak above the baseline: mostly activations and temp
+HOST_PATTERN = {"shape": "/", "bgcolor": tint(PURPLE, 0.75), "fgcolor": PURPLE, "size": 8, "solidity": 0.45}
 
 # The stretches of a step, and the state of a layer at one moment of it.
 BAND_COLORS = {"forward": SKY_BLUE, "loss": GREY, "backward": GREEN, "rerun": ROLE_COLORS["rerun"], "optimizer": ORANGE}
 STATE_COLORS = {
-    "pending": "#E8E8E8",
+    "pending": tint(PALE_GREY, 0.5),
     "running": SKY_BLUE,
     "held": ROLE_COLORS["keep"],
     "input_only": ROLE_COLORS["CP"],
@@ -58,7 +83,7 @@ STATE_COLORS = {
     "backward": GREEN,
     "freed": LIGHT_GREY,
 }
-CURSOR_COLOR = "#222222"
+CURSOR_COLOR = BLACK
 
 # Sweeps: what was measured, the two predictions, the frontier and a budget.
 MEASURED_COLOR = BLUE
@@ -66,5 +91,8 @@ FORMULA_COLOR = ORANGE
 CALIBRATED_COLOR = SKY_BLUE
 FRONTIER_COLOR = VERMILLION
 BUDGET_COLOR = BLACK
-GUESS_COLOR = PURPLE  # a participant's prediction in an exercise
-FIT_COLORS = {True: GREEN, False: BLACK}  # fits a GPU or not; not vermillion: that is the activations' colour
+GUESS_COLOR = SKY_BLUE  # a participant's prediction in an exercise
+FIT_COLORS = {
+    True: GREEN,
+    False: BLACK,
+}  # fits a GPU or not (a circle or an x as well); not vermillion: the activations'

@@ -16,8 +16,17 @@ from ...explore.accuracy import PredictionCheck
 from ...explore.sweep import SweepResult
 from ...units import MIB
 from ..i18n import t
-from ..noise import NOISE_GREY
-from ._style import CALIBRATED_COLOR, FONT, FORMULA_COLOR, GRID, GUESS_COLOR, MEASURED_COLOR, OFF_COLOR, RUN_COLOR
+from ._style import (
+    CALIBRATED_COLOR,
+    FONT,
+    FORMULA_COLOR,
+    GRID,
+    GUESS_COLOR,
+    MEASURED_COLOR,
+    NOISE_GREY,
+    OFF_COLOR,
+    RUN_COLOR,
+)
 from .tradeoff import sweep_layout, sweep_provenance_label
 
 

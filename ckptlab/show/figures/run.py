@@ -17,8 +17,19 @@ from ...results import RunResult, judge_time, memory_of, timing_of
 from ...units import MIB
 from ..i18n import t
 from ..labels import setting_label, short_setting_label
-from ..noise import NOISE_GREY
-from ._style import EXTRA_COLORS, FONT, GREY, GRID, LIGHT_GREY, OFF_COLOR, ROLE_COLORS, RUN_COLOR
+from ._style import (
+    CATEGORY_COLORS,
+    EXTRA_COLORS,
+    FONT,
+    GRID,
+    LIGHT_GREY,
+    NOISE_GREY,
+    OFF_COLOR,
+    OUTLINE_GREY,
+    PEAK_COLOR,
+    RUN_COLOR,
+    TEXT_GREY,
+)
 
 
 def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str = "en") -> go.Figure:
@@ -78,7 +89,7 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
                     "symmetric": False,
                     "array": [(max(s, default=m) - m) * 1000 for s, m in zip(samples, medians)],
                     "arrayminus": [(m - min(s, default=m)) * 1000 for s, m in zip(samples, medians)],
-                    "color": "#333333",
+                    "color": TEXT_GREY,
                 },
                 hovertemplate="%{x}: %{y:,.0f} ms " + t("fig.median", lang) + "<extra>" + name + "</extra>",
             ),
@@ -126,7 +137,7 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
                 name=t(key, lang),
                 text=[f"{v:,.1f}" for v in values],
                 textposition="outside",
-                marker={"color": OFF_COLOR if key == "trade.after_forward" else GREY},
+                marker={"color": CATEGORY_COLORS["activation"] if key == "trade.after_forward" else PEAK_COLOR},
                 hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + t(key, lang) + "</extra>",
             ),
             row=1,
@@ -158,7 +169,7 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
                 "symmetric": False,
                 "array": [(max(timing_of(run).step_samples) - timing_of(run).step_s) * 1000 for run in runs],
                 "arrayminus": [(timing_of(run).step_s - min(timing_of(run).step_samples)) * 1000 for run in runs],
-                "color": "#666666",
+                "color": OUTLINE_GREY,
             },
             showlegend=False,
             hovertemplate="%{x}: %{y:,.0f} ms<extra></extra>",
@@ -201,7 +212,7 @@ def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int =
             x=labels,
             y=moved,
             name=t("offload.moved", lang),
-            marker={"color": ROLE_COLORS["CP"]},
+            marker={"color": CATEGORY_COLORS["host"]},
             text=[f"{v:,.1f}" for v in moved],
             textposition="inside",
         )

@@ -17,7 +17,19 @@ from ...step import timeline as tl
 from ...units import MIB
 from ..i18n import t
 from ..labels import event_label, provenance_label, run_label
-from ._style import BAND_COLORS, CURSOR_COLOR, EXTRA_COLORS, FONT, GRID, OFF_COLOR, RUN_COLOR, STATE_COLORS
+from ._style import (
+    BAND_COLORS,
+    CURSOR_COLOR,
+    DARK_GREY,
+    EXTRA_COLORS,
+    FONT,
+    GRID,
+    LEGEND_BACKGROUND,
+    OFF_COLOR,
+    OUTLINE_GREY,
+    RUN_COLOR,
+    STATE_COLORS,
+)
 
 
 def peak_cause(run: RunResult, lang: str) -> str:
@@ -87,7 +99,7 @@ def timeline_figure(
             yanchor="bottom",
             showarrow=False,
             text=f"<b>{t('band.' + band, lang)}</b>",
-            font={"size": 15, "color": BAND_COLORS[band] if band != "loss" else "#555555"},
+            font={"size": 15, "color": BAND_COLORS[band] if band != "loss" else DARK_GREY},
         )
     if any(span.band == "rerun" for span in tl.phase_spans(memory_of(run).timeline, layers)):
         figure.add_trace(
@@ -167,7 +179,7 @@ def timeline_figure(
             xshift=-12 if near_end else 12,
             text=f"<b>{t('timeline.peak_note', lang, mib=f'{high[peak]:,.1f}')}</b>",
             font={"size": 13, "color": color},
-            bgcolor="rgba(255,255,255,0.85)",
+            bgcolor=LEGEND_BACKGROUND,
         )
 
     if cursor is not None:
@@ -277,7 +289,7 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
                 x=xs,
                 y=ys,
                 name=t(f"state.{state}", lang),
-                marker={"color": STATE_COLORS[state], "line": {"color": "#666666", "width": 1}},
+                marker={"color": STATE_COLORS[state], "line": {"color": OUTLINE_GREY, "width": 1}},
                 text=[t(f"state.short_{state}", lang) for _ in xs],
                 textposition="outside",
                 textfont={"size": 13},

@@ -22,28 +22,23 @@ from ...model import catalog
 from ...units import MIB, mib
 from ..i18n import t
 from ..labels import event_label, provenance_label
-from ..noise import NOISE_GREY
 from ..peak_words import peak_where
 from ._style import (
     BLACK,
     BUDGET_COLOR,
     FONT,
     FRONTIER_COLOR,
-    GREEN,
     GREY,
     GRID,
     LIGHT_GRID,
     MEASURED_COLOR,
-    OFF_COLOR,
-    PURPLE,
-    RUN_COLOR,
+    NOISE_GREY,
     SERIES_COLORS,
+    SETTING_COLORS,
 )
 
 # The Pareto figure's marker for each selective policy of a sweep, in the order the sweep measured them.
 POLICY_SYMBOLS = ("circle", "diamond", "square", "triangle-up", "cross")
-# The seq_len figure's four series, by their kind.
-SETTING_COLORS = {"off": OFF_COLOR, "full": RUN_COLOR, "partial": GREEN, "offload": PURPLE}
 
 
 def sweep_provenance_label(result: SweepResult, lang: str = "en") -> str:

@@ -8,6 +8,7 @@ import pytest
 
 import ckptlab
 from ckptlab.lab.run import run_queued
+from ckptlab.show.figures._style import ROLE_COLORS, SETTING_COLORS
 from ckptlab.show.figures.diagram import plan_figure
 from ckptlab.show.figures.run import comparison_figure, offload_figure, runs_tradeoff_figure
 from ckptlab.show.i18n import t
@@ -29,9 +30,10 @@ def test_comparison_chart_puts_the_run_next_to_checkpointing_off(lab):
     assert memory_run.y[0] == pytest.approx(lab.result.memory.after_forward_bytes / 2**20)
     assert memory_off.y[0] == pytest.approx(lab.reference.result.memory.after_forward_bytes / 2**20)
     assert time_run.y[2] == pytest.approx(lab.result.timing.step_s * 1000)
-    # Two colours, and off's is the diagram's keep colour: with checkpointing off every layer keeps.
-    keep = next(trace for trace in plan_figure(2, None).data).marker.color
-    assert memory_run.marker.color != memory_off.marker.color and memory_off.marker.color == keep
+    # Two colours, the settings' own: not the diagram's role colours drawn beside them (one colour, one meaning).
+    roles = {*ROLE_COLORS.values(), *(trace.marker.color for trace in plan_figure(2, None).data)}
+    assert (memory_off.marker.color, memory_run.marker.color) == (SETTING_COLORS["off"], SETTING_COLORS["full"])
+    assert not roles & {memory_run.marker.color, memory_off.marker.color}
 
 
 def test_comparison_chart_of_a_run_without_measurements_is_refused(lab):
@@ -60,7 +62,7 @@ def test_tradeoff_and_offload_figures_carry_measured_numbers(measured):
 @pytest.mark.parametrize("checkpointed_steps, grey", [([0.30, 0.31, 0.32], False), ([0.19, 0.22, 0.26], True)])
 def test_a_step_time_within_the_noise_of_off_is_grey_with_its_spread(measured, checkpointed_steps, grey):
     """The lesson's and the exercises' time bars follow results.judge_time, as the trade-off page does."""
-    from ckptlab.show.noise import NOISE_GREY
+    from ckptlab.show.figures._style import NOISE_GREY
 
     def timed(run, steps):
         return replace(run, timing=replace(run.timing, step_s=sorted(steps)[1], step_samples=steps))

@@ -114,7 +114,8 @@ def test_a_peak_in_the_optimizer_step_says_checkpointing_cannot_lower_it():
 
 def test_a_time_within_the_noise_is_greyed_and_named():
     from ckptlab.results import Judgement, TimeVerdict
-    from ckptlab.show.noise import NOISE_GREY, sweep_table
+    from ckptlab.show.figures._style import NOISE_GREY
+    from ckptlab.show.noise import sweep_table
 
     noise = TimeVerdict(ratio=0.67, spread=0.8, samples=4, judgement=Judgement.NOISE)
     clear = TimeVerdict(ratio=1.3, spread=0.02, samples=4, judgement=Judgement.MEASURABLE)

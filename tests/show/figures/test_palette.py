@@ -1,0 +1,101 @@
+"""One colour, one meaning: a layer's role, a memory category and a setting never share a hue, and the
+figures take every colour from ``ckptlab/show/figures/_style.py``.
+
+Two colours "share a hue" when both are chromatic and their hues lie within ``HUE_APART`` degrees
+(vermillion and orange are 15 degrees apart, and a reader calls both orange), or when both are
+neutral (greys, black) and their lightness lies within ``LIGHTNESS_APART``.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import re
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from ckptlab.show.figures import _style
+
+FIGURES = Path(_style.__file__).parent
+HUE_APART = 18.0  # degrees
+LIGHTNESS_APART = 0.1
+CHROMATIC = 0.15  # saturation above which a colour has a hue
+FAMILIES = {"role": _style.ROLE_COLORS, "category": _style.CATEGORY_COLORS, "setting": _style.SETTING_COLORS}
+# The one meaning two families say alike: offload moves what the host memory then holds.
+SAME_MEANING = {frozenset({("setting", "offload"), ("category", "host")})}
+# Keys of one family that are one meaning: the categories a meter cannot tell apart, drawn as the activations.
+MERGED = {frozenset({"activation", "activation_and_temp"})}
+HEX = re.compile(r"#[0-9A-Fa-f]{3,8}\b|\brgba?\(")
+
+
+def _hls(color: str) -> tuple[float, float, float]:
+    red, green, blue = (int(color[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    return colorsys.rgb_to_hls(red, green, blue)
+
+
+def share_a_hue(one: str, other: str) -> bool:
+    hue_a, light_a, saturation_a = _hls(one)
+    hue_b, light_b, saturation_b = _hls(other)
+    if saturation_a > CHROMATIC and saturation_b > CHROMATIC:
+        apart = abs(hue_a - hue_b) * 360
+        return min(apart, 360 - apart) < HUE_APART
+    if saturation_a <= CHROMATIC and saturation_b <= CHROMATIC:
+        return abs(light_a - light_b) < LIGHTNESS_APART
+    return False  # a hue beside a grey: told apart
+
+
+def test_the_check_tells_the_old_clash_and_a_real_difference():
+    assert share_a_hue(_style.VERMILLION, _style.ORANGE)  # the orange that was CP, activations and n=1
+    assert share_a_hue(_style.GREY, "#A0A0A0") and not share_a_hue(_style.GREY, _style.BLACK)
+    assert not share_a_hue(_style.BLUE, _style.VERMILLION) and not share_a_hue(_style.GREY, _style.BLUE)
+
+
+def test_a_role_a_memory_category_and_a_setting_never_share_a_hue():
+    clashes = []
+    for (family_a, colors_a), (family_b, colors_b) in combinations(FAMILIES.items(), 2):
+        for name_a, color_a in colors_a.items():
+            for name_b, color_b in colors_b.items():
+                if frozenset({(family_a, name_a), (family_b, name_b)}) in SAME_MEANING:
+                    assert color_a == color_b  # one meaning, one colour
+                elif share_a_hue(color_a, color_b):
+                    clashes.append(f"{family_a} {name_a} {color_a} ~ {family_b} {name_b} {color_b}")
+    assert clashes == [], "\n".join(clashes)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_within_a_family_each_meaning_has_its_own_colour(family):
+    colors = FAMILIES[family]
+    clashes = [
+        f"{name_a} {colors[name_a]} ~ {name_b} {colors[name_b]}"
+        for name_a, name_b in combinations(colors, 2)
+        if frozenset({name_a, name_b}) not in MERGED and colors[name_a] == colors[name_b]
+    ]
+    assert clashes == []
+
+
+def test_the_roles_hatches_and_the_layer_states_follow_the_roles():
+    for role, color in _style.ROLE_COLORS.items():
+        assert _style.HATCH_COLORS[role] == _style.tint(color, 0.25)
+    assert _style.STATE_COLORS["held"] == _style.ROLE_COLORS["keep"]
+    assert _style.STATE_COLORS["input_only"] == _style.ROLE_COLORS["CP"]
+    assert _style.STATE_COLORS["recomputing"] == _style.ROLE_COLORS["rerun"] == _style.BAND_COLORS["rerun"]
+    assert (_style.SETTING_COLORS["off"], _style.SETTING_COLORS["full"]) == (_style.OFF_COLOR, _style.RUN_COLOR)
+    assert not share_a_hue(_style.NOISE_GREY, _style.OFF_COLOR)  # a noisy bar is not read as checkpointing off
+
+
+def test_tint_moves_a_colour_toward_white():
+    assert _style.tint("#000000", 0.5) == "#808080"
+    assert _style.tint(_style.BLUE, 0.0) == _style.BLUE and _style.tint(_style.BLUE, 1.0) == "#FFFFFF"
+
+
+def test_the_figures_take_their_colours_from_the_style_module():
+    literals = [
+        f"{path.relative_to(FIGURES.parents[2])}:{number} {line.strip()}"
+        for path in sorted(FIGURES.glob("*.py"))
+        if path.name != "_style.py"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if HEX.search(line)
+    ]
+    assert literals == [], "\n".join(literals)
+    assert len(list(FIGURES.glob("*.py"))) > 5  # the figures were found
