@@ -53,6 +53,9 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
         warnings.append(why_not)
         spec = replace(spec, model=DEFAULT.model)
     state.update(scalepage.widget_values(spec, folder, not folder and infos[spec.model].cpu_ok))
+    state.at_scale_selective, unknown = scalepage.policies_from_link(params.get("selective", ""))
+    if unknown:
+        warnings.append(i18n.t("at_scale.selective_unknown", lang, names=", ".join(unknown)))
     gpu = params.get("gpu", "").strip()
     if gpu:
         chosen = scalepage.gpu_from_link(gpu)

@@ -23,7 +23,6 @@ from ckptlab.lab import scalepage
 from ckptlab.lab.query import BATCH_MAX
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, LOCAL, SEQ_LIMIT
 from ckptlab.lab.targets import spec_targets
-from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.show import i18n
 from ckptlab.show.labels import experts_caption
 from ckptlab.show.wording import app_message
@@ -102,7 +101,7 @@ with st.sidebar:
     )
     st.multiselect(
         i18n.t("selective.scale_label", lang),
-        [policy for policy in SELECTIVE_CHOICES if policy != "none"],
+        scalepage.OFFERED_POLICIES,
         key="at_scale_selective",
         format_func=lambda policy: i18n.t(f"selective.policy_{policy}", lang),
         placeholder=i18n.t("selective.scale_placeholder", lang),

@@ -25,6 +25,8 @@ from ..explore.scale import (
     scale_settings,
 )
 from ..model.catalog import ModelInfo
+from ..model.selective import CHOICES as SELECTIVE_CHOICES
+from ..model.selective import NONE
 from ..results import RunResult, memory_of
 from ..show import i18n
 from ..show.figures.breakdown import part_bytes
@@ -93,6 +95,18 @@ def gpu_from_link(text: str) -> tuple[str, float] | None:
         return None
 
 
+# The named selective policies the page simulates beside plain checkpointing (its multiselect's options).
+OFFERED_POLICIES = tuple(policy for policy in SELECTIVE_CHOICES if policy != NONE)
+
+
+def policies_from_link(text: str) -> tuple[list[str], list[str]]:
+    """A link's ``selective=`` (``attention,matmuls``): the named policies the page offers, in their order, and
+    the names it does not know (the page warns of those and leaves them out)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    chosen = [policy for policy in OFFERED_POLICIES if policy in names]
+    return chosen, [name for name in names if name not in OFFERED_POLICIES]
+
+
 def widget_values(spec: RunSpec, folder: str, tiny: bool) -> dict[str, Any]:
     """The model and shape boxes for ``spec`` (session-state keys); the GPU boxes at their defaults.
 
@@ -138,6 +152,7 @@ def query(values: Mapping[str, Any], model: str, targets: tuple[str, ...] | None
         "lora": str(values["at_scale_lora_rank"]) if values["at_scale_lora"] else "off",
         **({"targets": ",".join(targets)} if values["at_scale_lora"] and targets else {}),
         **step_query(step_fields("at_scale", values)),
+        **({"selective": ",".join(values["at_scale_selective"])} if values.get("at_scale_selective") else {}),
     }
 
 

@@ -134,6 +134,13 @@ def test_a_bad_link_falls_back_with_warnings():
     assert at.toggle(key="at_scale_tiny").value  # a tiny preset in the link shows the tiny presets
 
 
+def test_a_link_opens_with_its_selective_policies_and_warns_of_an_unknown_one():
+    at = _page(model="tiny-qwen3", seq="128", selective="matmuls,bogus")
+    assert not at.exception, _texts(at.exception)
+    assert at.multiselect(key="at_scale_selective").value == ["matmuls"]
+    assert "bogus" in _texts(at.warning)
+
+
 def test_stop_keeps_the_settings_simulated():
     at = _page(model="tiny-qwen3", seq="128")  # not the fixture's model: nothing is in the shared cache yet
     at.radio(key="at_scale_every").set_value("all").run()  # 10 settings: Stop lands well before the last

@@ -45,6 +45,16 @@ def test_widget_values_from_a_link_and_the_link_from_widget_values():
     assert custom["gpu"] == "24GiB" and custom["lora"] == "off" and "targets" not in custom
 
 
+def test_the_link_carries_the_selective_policies_and_reads_back_the_ones_the_page_offers():
+    with_policies = scalepage.query(_values(at_scale_selective=["attention", "matmuls"]), "qwen3-8b", None)
+    assert with_policies["selective"] == "attention,matmuls"
+    assert "selective" not in scalepage.query(_values(), "qwen3-8b", None)  # plain checkpointing alone: no key
+    assert scalepage.policies_from_link(with_policies["selective"]) == (["attention", "matmuls"], [])
+    assert scalepage.policies_from_link(" matmuls , nonsense,") == (["matmuls"], ["nonsense"])
+    assert scalepage.policies_from_link("") == ([], [])
+    assert "none" not in scalepage.OFFERED_POLICIES and "attention" in scalepage.OFFERED_POLICIES
+
+
 def test_the_request_follows_the_widgets_and_its_problem_is_in_words():
     info = ckptlab.describe("qwen3-8b")
     request = scalepage.request_from_widgets(_values(), "qwen3-8b", info.num_layers, None)
