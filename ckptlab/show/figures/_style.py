@@ -6,7 +6,10 @@ does (CP, keep, rerun: ``ROLE_COLORS``), where memory goes (``CATEGORY_COLORS``)
 bar or line is (``SETTING_COLORS``) never share a hue, since a page draws them side by side
 (``tests/show/figures/test_palette.py`` checks it). Settings are neutral (checkpointing off grey, a
 checkpointed run black), so the hues stay with what memory holds and what a layer does; offload's
-colour is the host memory's, the one thing the two say alike.
+colour is the host memory's, the one thing the two say alike. The phases of a step (``PHASE_COLORS``)
+are neutral washes behind the timeline, lighter than anything drawn on or beside them, and whether a
+setting fits a GPU (``VERDICT_COLORS``) is told by a marker's shape in a neutral colour: neither takes a
+hue from the memory categories or the roles drawn next to them.
 Streamlit's plotly.js (4.x) draws nothing for a pattern with an rgba fgcolor: hex colours only.
 """
 
@@ -72,8 +75,18 @@ CATEGORY_COLORS = {
 PEAK_COLOR = tint(VERMILLION, 0.5)  # memory at the peak above the baseline: mostly activations and temp
 HOST_PATTERN = {"shape": "/", "bgcolor": tint(PURPLE, 0.75), "fgcolor": PURPLE, "size": 8, "solidity": 0.45}
 
-# The stretches of a step, and the state of a layer at one moment of it.
-BAND_COLORS = {"forward": SKY_BLUE, "loss": GREY, "backward": GREEN, "rerun": ROLE_COLORS["rerun"], "optimizer": ORANGE}
+# The phases of a step, as washes behind the timeline: neutral, told apart from their neighbours by
+# lightness (and named by the label over each), all lighter than the palest category ("other").
+PHASE_COLORS = {
+    "forward": tint(BLACK, 0.93),
+    "loss": tint(BLACK, 0.97),
+    "backward": tint(BLACK, 0.9),
+    "optimizer": tint(BLACK, 0.95),
+}
+PHASE_LABEL_COLOR = TEXT_GREY  # the name over each phase: a wash is too pale to write in
+# The shading of each stretch of the timeline: its phase's wash, and each rerun in the rerun role's colour.
+BAND_COLORS = {**PHASE_COLORS, "rerun": ROLE_COLORS["rerun"]}
+# The state of a layer at one moment of the step.
 STATE_COLORS = {
     "pending": tint(PALE_GREY, 0.5),
     "running": SKY_BLUE,
@@ -92,7 +105,7 @@ CALIBRATED_COLOR = SKY_BLUE
 FRONTIER_COLOR = VERMILLION
 BUDGET_COLOR = BLACK
 GUESS_COLOR = SKY_BLUE  # a participant's prediction in an exercise
-FIT_COLORS = {
-    True: GREEN,
-    False: BLACK,
-}  # fits a GPU or not (a circle or an x as well); not vermillion: the activations'
+# Whether a setting fits a GPU: told by the shape, in neutrals, since the marks sit on bars in the
+# memory categories' colours (green was the optimizer state's, vermillion is the activations').
+VERDICT_SYMBOLS = {True: "circle", False: "x"}
+VERDICT_COLORS = {True: DARK_GREY, False: BLACK}

@@ -20,7 +20,7 @@ from ...results import RunResult, memory_of
 from ...units import GIB, MIB
 from ..i18n import t
 from ..labels import provenance_label
-from ._style import BUDGET_COLOR, CATEGORY_COLORS, FIT_COLORS, FONT, GRID, HOST_PATTERN
+from ._style import BUDGET_COLOR, CATEGORY_COLORS, FONT, GRID, HOST_PATTERN, VERDICT_COLORS, VERDICT_SYMBOLS
 from .breakdown import FOLDED, PARTS, bar_unit, part_bytes
 
 OFF_SCALE = 4  # a budget more than this many times the tallest bar is named, not drawn (the bars would vanish)
@@ -85,8 +85,8 @@ def scale_peak_figure(
                 go.Scatter(
                     x=[_centre(i, results[i]) for i in index], y=[peaks[i] / scale for i in index], mode="markers+text",
                     name=verdict, text=[f"{peaks[i] / scale:,.1f}" for i in index], textposition="top center",
-                    textfont={"color": FIT_COLORS[fit], "size": 13},
-                    marker={"symbol": "circle" if fit else "x", "size": 12, "color": FIT_COLORS[fit],
+                    textfont={"color": VERDICT_COLORS[fit], "size": 13},
+                    marker={"symbol": VERDICT_SYMBOLS[fit], "size": 12, "color": VERDICT_COLORS[fit],
                             "line": {"color": "white", "width": 1}},
                     hovertext=[
                         t("scale_figures.hover_peak", lang, setting=_plain(ticks[i]), mib=peaks[i] / MIB, gib=peaks[i] / GIB, verdict=verdict,

@@ -20,13 +20,13 @@ from ..labels import event_label, provenance_label, run_label
 from ._style import (
     BAND_COLORS,
     CURSOR_COLOR,
-    DARK_GREY,
     EXTRA_COLORS,
     FONT,
     GRID,
     LEGEND_BACKGROUND,
     OFF_COLOR,
     OUTLINE_GREY,
+    PHASE_LABEL_COLOR,
     RUN_COLOR,
     STATE_COLORS,
 )
@@ -85,7 +85,9 @@ def timeline_figure(
             x0=span.start,
             x1=span.end,
             fillcolor=BAND_COLORS[span.band],
-            opacity=0.28 if span.band == "rerun" else 0.12,
+            opacity=0.28
+            if span.band == "rerun"
+            else 1.0,  # a rerun's role colour, lightened; a phase's wash is pale already
             line_width=0,
             layer="below",
         )
@@ -99,7 +101,7 @@ def timeline_figure(
             yanchor="bottom",
             showarrow=False,
             text=f"<b>{t('band.' + band, lang)}</b>",
-            font={"size": 15, "color": BAND_COLORS[band] if band != "loss" else DARK_GREY},
+            font={"size": 15, "color": PHASE_LABEL_COLOR},
         )
     if any(span.band == "rerun" for span in tl.phase_spans(memory_of(run).timeline, layers)):
         figure.add_trace(

@@ -1,5 +1,6 @@
-"""One colour, one meaning: a layer's role, a memory category and a setting never share a hue, and the
-figures take every colour from ``ckptlab/show/figures/_style.py``.
+"""One colour, one meaning: a layer's role, a memory category and a setting never share a hue; the phases
+of a step and the fits / does-not-fit verdict take none of the hues of the groups they are drawn with;
+and the figures take every colour from ``ckptlab/show/figures/_style.py``.
 
 Two colours "share a hue" when both are chromatic and their hues lie within ``HUE_APART`` degrees
 (vermillion and orange are 15 degrees apart, and a reader calls both orange), or when both are
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import colorsys
 import re
-from itertools import combinations
+from itertools import combinations, pairwise
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,14 @@ CHROMATIC = 0.15  # saturation above which a colour has a hue
 FAMILIES = {"role": _style.ROLE_COLORS, "category": _style.CATEGORY_COLORS, "setting": _style.SETTING_COLORS}
 # The one meaning two families say alike: offload moves what the host memory then holds.
 SAME_MEANING = {frozenset({("setting", "offload"), ("category", "host")})}
+# Groups drawn beside the families, and the families they are drawn with: the verdict marks sit on the
+# At-scale figure's category bars; the Lesson page shows the phased timeline beside the memory breakdown,
+# the layer roles and the settings' lines (drawn over the washes).
+VERDICTS = {"fits" if fit else "does not fit": color for fit, color in _style.VERDICT_COLORS.items()}
+DRAWN_WITH = {
+    "verdict": (VERDICTS, ("category", "role")),
+    "phase": (_style.PHASE_COLORS, ("category", "role", "setting")),
+}
 # Keys of one family that are one meaning: the categories a meter cannot tell apart, drawn as the activations.
 MERGED = {frozenset({"activation", "activation_and_temp"})}
 HEX = re.compile(r"#[0-9A-Fa-f]{3,8}\b|\brgba?\(")
@@ -61,6 +70,44 @@ def test_a_role_a_memory_category_and_a_setting_never_share_a_hue():
                 elif share_a_hue(color_a, color_b):
                     clashes.append(f"{family_a} {name_a} {color_a} ~ {family_b} {name_b} {color_b}")
     assert clashes == [], "\n".join(clashes)
+
+
+def test_a_verdict_takes_no_hue_of_the_bars_it_marks_and_says_itself_by_shape():
+    colors, beside = DRAWN_WITH["verdict"]
+    clashes = [
+        f"verdict {name} {color} ~ {family} {key} {other}"
+        for name, color in colors.items()
+        for family in beside
+        for key, other in FAMILIES[family].items()
+        if share_a_hue(color, other)
+    ]
+    assert clashes == [], "\n".join(clashes)
+    assert all(_hls(color)[2] <= CHROMATIC for color in colors.values())  # neutral: no hue to be read as a category
+    assert _style.VERDICT_SYMBOLS[True] != _style.VERDICT_SYMBOLS[False]  # the shape tells fits from does not fit
+
+
+def test_a_phase_is_a_neutral_wash_lighter_than_anything_drawn_with_it():
+    colors, beside = DRAWN_WITH["phase"]
+    assert set(colors) == {"forward", "loss", "backward", "optimizer"}
+    assert all(_hls(color)[2] <= CHROMATIC for color in colors.values())  # no hue: none of a category's or role's
+    neutrals = [
+        (f"{family} {key}", other)
+        for family in beside
+        for key, other in FAMILIES[family].items()
+        if _hls(other)[2] <= CHROMATIC
+    ]
+    assert ("category other", _style.PALE_GREY) in neutrals  # the palest neutral beside them was found
+    too_dark = [
+        f"phase {name} {color} not lighter than {what} {other}"
+        for name, color in colors.items()
+        for what, other in neutrals
+        if _hls(color)[1] <= _hls(other)[1]
+    ]
+    assert too_dark == [], "\n".join(too_dark)
+    order = list(colors)  # the step's order: each phase told from the next by lightness
+    assert all(_hls(colors[a])[1] != _hls(colors[b])[1] for a, b in pairwise(order))
+    assert len(set(colors.values())) == len(colors)
+    assert {**colors, "rerun": _style.ROLE_COLORS["rerun"]} == _style.BAND_COLORS  # the timeline shades with these
 
 
 @pytest.mark.parametrize("family", FAMILIES)

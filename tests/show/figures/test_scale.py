@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from ckptlab.explore.scale import ScaleTable, Setting, scale_table
+from ckptlab.show.figures._style import VERDICT_COLORS
 from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
 from ckptlab.show.i18n import t
 from ckptlab.units import GIB, MIB
@@ -88,6 +89,11 @@ def test_the_budget_is_a_line_and_each_setting_is_marked(table):
     marked = {round(x, 2) for x in fit.x} | {round(x, 2) for x in no_fit.x}
     assert len(fit.x) + len(no_fit.x) == len(big.results) and len(marked) == len(big.results)
     assert fit.marker.symbol == "circle" and no_fit.marker.symbol == "x"
+    # The verdict in neutrals: no mark or its number in a colour of the category bars it sits on.
+    assert (fit.marker.color, no_fit.marker.color) == (VERDICT_COLORS[True], VERDICT_COLORS[False])
+    assert (fit.textfont.color, no_fit.textfont.color) == (fit.marker.color, no_fit.marker.color)
+    bar_colors = {trace.marker.color for trace in figure.data if trace.type == "bar"}
+    assert len(bar_colors) > 1 and not bar_colors & {fit.marker.color, no_fit.marker.color}
     assert list(no_fit.x) == [0] and no_fit.y[0] * GIB > budget  # off: twice the others
     device = next(trace for trace in figure.data if trace.type == "bar")
     for x in fit.x:  # each mark over its setting's device bar: over the device half of the offload slot

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ckptlab.show import i18n
+from ckptlab.show.figures._style import CATEGORY_COLORS, PHASE_COLORS, PHASE_LABEL_COLOR
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
 from ckptlab.step import timeline as tl
 from ckptlab.units import MIB
@@ -28,6 +29,13 @@ def test_timeline_overlays_two_settings_with_phases_peaks_and_a_cursor(measured,
     rerun = next(trace for trace in figure.data if trace.name == i18n.t("timeline.legend_rerun", lang))
     rerun_shapes = [shape for shape in figure.layout.shapes if shape.fillcolor == rerun.marker.color]
     assert len(rerun_shapes) == 3  # L1, L3 and L5 are CP at n=2
+    # Each phase its neutral wash (none of the memory categories' colours), named in one text grey.
+    washes = {shape.fillcolor for shape in figure.layout.shapes if shape.type == "rect"} - {rerun.marker.color}
+    assert {PHASE_COLORS["forward"], PHASE_COLORS["backward"]} <= washes <= set(PHASE_COLORS.values())
+    assert not washes & set(CATEGORY_COLORS.values())
+    names = {f"<b>{i18n.t('band.' + phase, lang)}</b>" for phase in PHASE_COLORS}
+    labels = [note for note in figure.layout.annotations if note.text in names]
+    assert len(labels) == len(washes) and {note.font.color for note in labels} == {PHASE_LABEL_COLOR}
     assert any(shape.type == "line" for shape in figure.layout.shapes)
     peak_notes = [note.text for note in figure.layout.annotations if "MiB" in (note.text or "")]
     assert len(peak_notes) == 2 and f"{(run.memory.peak_bytes - run.memory.baseline_bytes) / MIB:,.1f}" in peak_notes[0]
