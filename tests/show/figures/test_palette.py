@@ -16,22 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from ckptlab.show.figures import _style
+import ckptlab.show.figures._style as style
 
-FIGURES = Path(_style.__file__).parent
+FIGURES = Path(style.__file__).parent
 HUE_APART = 18.0  # degrees
 LIGHTNESS_APART = 0.1
 CHROMATIC = 0.15  # saturation above which a colour has a hue
-FAMILIES = {"role": _style.ROLE_COLORS, "category": _style.CATEGORY_COLORS, "setting": _style.SETTING_COLORS}
+FAMILIES = {"role": style.ROLE_COLORS, "category": style.CATEGORY_COLORS, "setting": style.SETTING_COLORS}
 # The one meaning two families say alike: offload moves what the host memory then holds.
 SAME_MEANING = {frozenset({("setting", "offload"), ("category", "host")})}
 # Groups drawn beside the families, and the families they are drawn with: the verdict marks sit on the
 # At-scale figure's category bars; the Lesson page shows the phased timeline beside the memory breakdown,
 # the layer roles and the settings' lines (drawn over the washes).
-VERDICTS = {"fits" if fit else "does not fit": color for fit, color in _style.VERDICT_COLORS.items()}
+VERDICTS = {"fits" if fit else "does not fit": color for fit, color in style.VERDICT_COLORS.items()}
 DRAWN_WITH = {
     "verdict": (VERDICTS, ("category", "role")),
-    "phase": (_style.PHASE_COLORS, ("category", "role", "setting")),
+    "phase": (style.PHASE_COLORS, ("category", "role", "setting")),
 }
 # Keys of one family that are one meaning: the categories a meter cannot tell apart, drawn as the activations.
 MERGED = {frozenset({"activation", "activation_and_temp"})}
@@ -55,9 +55,9 @@ def share_a_hue(one: str, other: str) -> bool:
 
 
 def test_the_check_tells_the_old_clash_and_a_real_difference():
-    assert share_a_hue(_style.VERMILLION, _style.ORANGE)  # the orange that was CP, activations and n=1
-    assert share_a_hue(_style.GREY, "#A0A0A0") and not share_a_hue(_style.GREY, _style.BLACK)
-    assert not share_a_hue(_style.BLUE, _style.VERMILLION) and not share_a_hue(_style.GREY, _style.BLUE)
+    assert share_a_hue(style.VERMILLION, style.ORANGE)  # the orange that was CP, activations and n=1
+    assert share_a_hue(style.GREY, "#A0A0A0") and not share_a_hue(style.GREY, style.BLACK)
+    assert not share_a_hue(style.BLUE, style.VERMILLION) and not share_a_hue(style.GREY, style.BLUE)
 
 
 def test_a_role_a_memory_category_and_a_setting_never_share_a_hue():
@@ -83,7 +83,7 @@ def test_a_verdict_takes_no_hue_of_the_bars_it_marks_and_says_itself_by_shape():
     ]
     assert clashes == [], "\n".join(clashes)
     assert all(_hls(color)[2] <= CHROMATIC for color in colors.values())  # neutral: no hue to be read as a category
-    assert _style.VERDICT_SYMBOLS[True] != _style.VERDICT_SYMBOLS[False]  # the shape tells fits from does not fit
+    assert style.VERDICT_SYMBOLS[True] != style.VERDICT_SYMBOLS[False]  # the shape tells fits from does not fit
 
 
 def test_a_phase_is_a_neutral_wash_lighter_than_anything_drawn_with_it():
@@ -96,7 +96,7 @@ def test_a_phase_is_a_neutral_wash_lighter_than_anything_drawn_with_it():
         for key, other in FAMILIES[family].items()
         if _hls(other)[2] <= CHROMATIC
     ]
-    assert ("category other", _style.PALE_GREY) in neutrals  # the palest neutral beside them was found
+    assert ("category other", style.PALE_GREY) in neutrals  # the palest neutral beside them was found
     too_dark = [
         f"phase {name} {color} not lighter than {what} {other}"
         for name, color in colors.items()
@@ -107,7 +107,7 @@ def test_a_phase_is_a_neutral_wash_lighter_than_anything_drawn_with_it():
     order = list(colors)  # the step's order: each phase told from the next by lightness
     assert all(_hls(colors[a])[1] != _hls(colors[b])[1] for a, b in pairwise(order))
     assert len(set(colors.values())) == len(colors)
-    assert {**colors, "rerun": _style.ROLE_COLORS["rerun"]} == _style.BAND_COLORS  # the timeline shades with these
+    assert {**colors, "rerun": style.ROLE_COLORS["rerun"]} == style.BAND_COLORS  # the timeline shades with these
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -122,18 +122,18 @@ def test_within_a_family_each_meaning_has_its_own_colour(family):
 
 
 def test_the_roles_hatches_and_the_layer_states_follow_the_roles():
-    for role, color in _style.ROLE_COLORS.items():
-        assert _style.HATCH_COLORS[role] == _style.tint(color, 0.25)
-    assert _style.STATE_COLORS["held"] == _style.ROLE_COLORS["keep"]
-    assert _style.STATE_COLORS["input_only"] == _style.ROLE_COLORS["CP"]
-    assert _style.STATE_COLORS["recomputing"] == _style.ROLE_COLORS["rerun"] == _style.BAND_COLORS["rerun"]
-    assert (_style.SETTING_COLORS["off"], _style.SETTING_COLORS["full"]) == (_style.OFF_COLOR, _style.RUN_COLOR)
-    assert not share_a_hue(_style.NOISE_GREY, _style.OFF_COLOR)  # a noisy bar is not read as checkpointing off
+    for role, color in style.ROLE_COLORS.items():
+        assert style.HATCH_COLORS[role] == style.tint(color, 0.25)
+    assert style.STATE_COLORS["held"] == style.ROLE_COLORS["keep"]
+    assert style.STATE_COLORS["input_only"] == style.ROLE_COLORS["CP"]
+    assert style.STATE_COLORS["recomputing"] == style.ROLE_COLORS["rerun"] == style.BAND_COLORS["rerun"]
+    assert (style.SETTING_COLORS["off"], style.SETTING_COLORS["full"]) == (style.OFF_COLOR, style.RUN_COLOR)
+    assert not share_a_hue(style.NOISE_GREY, style.OFF_COLOR)  # a noisy bar is not read as checkpointing off
 
 
 def test_tint_moves_a_colour_toward_white():
-    assert _style.tint("#000000", 0.5) == "#808080"
-    assert _style.tint(_style.BLUE, 0.0) == _style.BLUE and _style.tint(_style.BLUE, 1.0) == "#FFFFFF"
+    assert style.tint("#000000", 0.5) == "#808080"
+    assert style.tint(style.BLUE, 0.0) == style.BLUE and style.tint(style.BLUE, 1.0) == "#FFFFFF"
 
 
 def test_the_figures_take_their_colours_from_the_style_module():
