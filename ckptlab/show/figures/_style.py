@@ -86,14 +86,15 @@ PHASE_COLORS = {
 PHASE_LABEL_COLOR = TEXT_GREY  # the name over each phase: a wash is too pale to write in
 # The shading of each stretch of the timeline: its phase's wash, and each rerun in the rerun role's colour.
 BAND_COLORS = {**PHASE_COLORS, "rerun": ROLE_COLORS["rerun"]}
-# The state of a layer at one moment of the step.
+# The state of a layer at one moment of the step: the roles' colours where a state is a role's, neutrals
+# (told apart by lightness) otherwise, since the Lesson draws it beside the memory categories.
 STATE_COLORS = {
     "pending": tint(PALE_GREY, 0.5),
-    "running": SKY_BLUE,
+    "running": DARK_GREY,
     "held": ROLE_COLORS["keep"],
     "input_only": ROLE_COLORS["CP"],
     "recomputing": ROLE_COLORS["rerun"],
-    "backward": GREEN,
+    "backward": tint(BLACK, 0.55),
     "freed": LIGHT_GREY,
 }
 CURSOR_COLOR = BLACK

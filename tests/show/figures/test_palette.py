@@ -29,8 +29,11 @@ SAME_MEANING = {frozenset({("setting", "offload"), ("category", "host")})}
 # At-scale figure's category bars; the Lesson page shows the phased timeline beside the memory breakdown,
 # the layer roles and the settings' lines (drawn over the washes).
 VERDICTS = {"fits" if fit else "does not fit": color for fit, color in style.VERDICT_COLORS.items()}
+# A layer's states that are not a role's (held is keep's colour, recomputing rerun's) sit beside the categories too.
+STATES = {name: style.STATE_COLORS[name] for name in ("running", "backward", "freed")}
 DRAWN_WITH = {
     "verdict": (VERDICTS, ("category", "role")),
+    "state": (STATES, ("category", "role")),
     "phase": (style.PHASE_COLORS, ("category", "role", "setting")),
 }
 # Keys of one family that are one meaning: the categories a meter cannot tell apart, drawn as the activations.
