@@ -89,6 +89,23 @@ def test_a_verdict_takes_no_hue_of_the_bars_it_marks_and_says_itself_by_shape():
     assert style.VERDICT_SYMBOLS[True] != style.VERDICT_SYMBOLS[False]  # the shape tells fits from does not fit
 
 
+def test_a_layer_state_that_is_no_roles_shares_no_colour_with_a_category_or_a_role():
+    colors, beside = DRAWN_WITH["state"]
+    clashes = [
+        f"state {name} {color} ~ {family} {key} {other}"
+        for name, color in colors.items()
+        for family in beside
+        for key, other in FAMILIES[family].items()
+        if share_a_hue(color, other)
+    ]
+    assert clashes == [], "\n".join(clashes)
+    # The states that are a role's say it in the role's colour.
+    assert (style.STATE_COLORS["held"], style.STATE_COLORS["recomputing"]) == (
+        style.ROLE_COLORS["keep"],
+        style.ROLE_COLORS["rerun"],
+    )
+
+
 def test_a_phase_is_a_neutral_wash_lighter_than_anything_drawn_with_it():
     colors, beside = DRAWN_WITH["phase"]
     assert set(colors) == {"forward", "loss", "backward", "optimizer"}
