@@ -165,7 +165,7 @@ st.plotly_chart(sweep_tradeoff_figure(result, seq_len, recommendation, lang=lang
 st.subheader(tr("tradeoffs.h_recommendation"), anchor=False)
 if recommendation.row is not None:
     st.success(tradeoffspage.recommended(recommendation, seq_len, tr))
-    st.markdown(i18n.say_all(recommendation.reasons, lang))
+    st.markdown(" ".join(i18n.say(reason, lang) for reason in recommendation.reasons))
     if recommendation.ranked_by == "predicted":
         st.info(tr("tradeoffs.ranked_by_prediction"))
     st.caption(tr("tradeoffs.on_a_model"))
@@ -173,7 +173,7 @@ if recommendation.row is not None:
     st.caption(tr("tradeoffs.with_trainer"))
     st.code(recommendation.trainer_code, language="python")
 else:
-    st.error(i18n.say_all(recommendation.reasons, lang))
+    st.error(" ".join(i18n.say(reason, lang) for reason in recommendation.reasons))
     for advice in recommendation.advice:
         st.markdown(f"- {i18n.say(advice, lang)}")
 

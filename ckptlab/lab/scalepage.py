@@ -24,6 +24,7 @@ from ..explore.scale import (
     least_recompute_that_fits,
     scale_settings,
 )
+from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..results import RunResult, memory_of
 from ..show import i18n
@@ -192,7 +193,12 @@ def plan_line(request: ScaleRequest, every: EveryN, num_layers: int, known: int,
 
 
 def progress_words(
-    done: int, total: int | None, message: str, stop_requested: bool, words: Mapping[str, str], lang: str = i18n.DEFAULT
+    done: int,
+    total: int | None,
+    message: Fact,
+    stop_requested: bool,
+    words: Mapping[str, str],
+    lang: str = i18n.DEFAULT,
 ) -> str:
     """The progress bar's text: stopping, searching (``total`` None) or so many of so many simulated,
     with the job's progress ``message`` said in ``lang`` (the page's, as ``words`` are)."""

@@ -13,24 +13,18 @@ keep, rerun) stay in English in every file.
 
 from __future__ import annotations
 
-import json
 import string
 from collections.abc import Callable
-from functools import cache
-from pathlib import Path
 
-from ..message import Message
+from ..fact import ENGLISH, LOCALES_DIR, SAID, Fact, MissingKeyError, messages, worded
 
-LOCALES_DIR = Path(__file__).resolve().parents[1] / "locales"  # ckptlab/locales, beside the package's modules
-DEFAULT = "en"
+__all__ = ["LOCALES_DIR", "SAID", "MissingKeyError", "messages"]  # the locale files' lookup, read in ckptlab.fact
+
+DEFAULT = ENGLISH
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).
 LANGUAGES: dict[str, str] = {"en": "English", "pt-BR": "Português (Brasil)", "ja": "日本語"}
 
 Translator = Callable[..., str]
-
-
-class MissingKeyError(KeyError):
-    """A key asked for is in no locale file: a typo in code, or a string not yet added."""
 
 
 def normalize(lang: object) -> str:
@@ -51,17 +45,6 @@ def normalize(lang: object) -> str:
     if text.startswith("ja"):
         return "ja"
     return DEFAULT
-
-
-@cache
-def messages(lang: str) -> dict[str, str]:
-    """The flat key -> text table of one language.
-
-    Raises:
-        FileNotFoundError: the language has no file in ``ckptlab/locales/``.
-    """
-    with open(LOCALES_DIR / f"{lang}.json", encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
@@ -135,30 +118,14 @@ def error_text(error: Exception, lang: str = DEFAULT) -> str:
     return _translated(ERRORS, getattr(error, "key", None), getattr(error, "params", {}), str(error), lang)
 
 
-SAID = "said."  # the prefix of the translations of the core's other sentences (ckptlab.message.Message)
-CORE_PREFIXES = (ERRORS, SAID)  # keys whose English is the core's own, so en.json has none
-
-
-def say(message: str, lang: str = DEFAULT) -> str:
-    """A core sentence in ``lang``: a :class:`Message`'s ``said.<key>`` translation filled with its params;
-    its English otherwise, and a plain string (a note read back from JSON, say) as it is.
-
-    As with :func:`error_text`, ``en.json`` has no ``said.`` keys: the English is the core's own.
-    A param that is a Message itself (a progress line's prefix, say) is said in ``lang`` too, and so on down.
-    """
-    if not isinstance(message, Message):
-        return str(message)
-    params = {name: say(value, lang) if isinstance(value, Message) else value for name, value in message.params.items()}
-    return _translated(SAID, message.key, params, message.text, lang)
+def say(fact: Fact, lang: str = DEFAULT) -> str:
+    """A core fact in ``lang``'s words (``said.<key>`` filled with its params), English included: the one
+    function the pages and the command line word a fact with."""
+    return worded(fact, normalize(lang))
 
 
 def _translated(prefix: str, key: str | None, params: dict, english: str, lang: str) -> str:
-    """The one lookup of the core's words: ``prefix + key`` in ``lang`` filled with ``params``, else the English."""
+    """An error's ``prefix + key`` in ``lang`` filled with ``params``, else its English."""
     code = normalize(lang)
     text = None if key is None or code == DEFAULT else messages(code).get(prefix + key)
     return english if text is None else text.format(**params)
-
-
-def say_all(messages: tuple[Message, ...] | list[Message], lang: str = DEFAULT) -> str:
-    """Several core sentences in ``lang``, as one paragraph."""
-    return " ".join(say(message, lang) for message in messages)
