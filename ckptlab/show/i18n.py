@@ -3,7 +3,7 @@
 The files are package data: they install with ckptlab (``pip install .``), so an installed lab has its texts.
 
 Every user-facing string of the pages lives in those files under a dotted key; code asks
-for ``t(key, lang, **values)``. The language is an argument, never a global: the page
+for ``t(key, lang, **values)``, and for a fact of the core (:class:`ckptlab.fact.Fact`) ``say(fact, lang)``. The language is an argument, never a global: the page
 layer reads it from the URL (``?lang=ja``) and passes it in, so this module stays free of
 streamlit and the core can translate figure titles too.
 
@@ -16,9 +16,13 @@ from __future__ import annotations
 import string
 from collections.abc import Callable
 
-from ..fact import ENGLISH, LOCALES_DIR, SAID, Fact, MissingKeyError, messages, worded
+from ..fact import ENGLISH, Fact, worded
 
-__all__ = ["LOCALES_DIR", "SAID", "MissingKeyError", "messages"]  # the locale files' lookup, read in ckptlab.fact
+# The locale files' lookup lives in ckptlab.fact (the results layer words notes too); the edge asks here.
+from ..fact import LOCALES_DIR as LOCALES_DIR
+from ..fact import SAID as SAID
+from ..fact import MissingKeyError as MissingKeyError
+from ..fact import messages as messages
 
 DEFAULT = ENGLISH
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).

@@ -55,7 +55,7 @@ def test_stop_while_waiting_for_the_device_keeps_what_there_is():
     queue = DeviceQueue(poll_s=0.05)
     with queue.turn(label="someone else's run"):
         job = SweepJob(SMALL, queue=queue).start()
-        _wait(job, lambda s: "waiting for the device" in s.message)
+        _wait(job, lambda s: "waiting for the device" in i18n.say(s.message))
         job.stop()
         state = _wait(job, lambda s: not s.running)
     assert state.result.cancelled and state.result.rows == [] and state.error == ""
@@ -97,7 +97,7 @@ def test_a_sweep_that_fails_after_some_rows_keeps_them_and_says_so_in_the_pages_
     assert (
         state.error == "The sweep failed unexpectedly (ZeroDivisionError: the queue broke); the rows measured are kept."
     )
-    assert state.failure is None and state.error.key == "sweep.failed_rows_kept"  # a bug: the Message, no lab error
+    assert state.failure is None and state.error.key == "sweep.failed_rows_kept"  # a bug: the fact, no lab error
     assert i18n.say(state.error, "pt-BR").startswith("A varredura falhou") and "ZeroDivisionError" in i18n.say(
         state.error, "ja"
     )
