@@ -29,7 +29,7 @@ import torch
 from ..errors import CkptlabError, SpecError
 from ..fact import Fact, worded
 from ..model.snippets import lora_snippet, model_snippet, selective_snippet, trainer_snippet
-from ..results import judge_time
+from ..results import MIN_SAMPLES_TO_JUDGE, Judgement, judge_time
 from ..spec import TRAINER_DEFAULT_OPTIMIZER, Setting
 from ..units import mib, milliseconds
 from .advice import nothing_fits, what_would_fit
@@ -233,15 +233,9 @@ def _reasons(
     recompute: dict[str, float],
     busy: bool,
 ) -> tuple[Fact, ...]:
-    verdict = (
-        f", {best.time_verdict.describe('against checkpointing off')}"
-        if best.time_verdict is not None and best.every_n_layers is not None
-        else ""
-    )
     figures = {
         "setting": best.setting,
-        "name": row_name(best),
-        "verdict": verdict,  # English only: the translations leave the verdict to the table beside them
+        "name": row_name(best),  # the setting in English words; the translations say its key
         "budget": label,
         "seq_len": best.seq_len,
         "step_ms": milliseconds(known_step(best)),
@@ -252,6 +246,17 @@ def _reasons(
         words = [Fact("recommend.fastest", {**figures, "count": len(fitting)})]
     else:
         words = [Fact("recommend.least_recompute", figures)]
+    verdict = best.time_verdict
+    if verdict is not None and best.every_n_layers is not None:
+        too_few = verdict.judgement is Judgement.TOO_FEW
+        words.append(
+            Fact(
+                "recommend.verdict_measurable"
+                if verdict.measurable
+                else ("recommend.verdict_too_few" if too_few else "recommend.verdict_noise"),
+                {"change": verdict.change, "fewest": MIN_SAMPLES_TO_JUDGE},
+            )
+        )
     if ranked_by == "predicted":
         shares = ", ".join(f"{setting} {share:.0%}" for setting, share in sorted(recompute.items(), key=lambda i: i[1]))
         if busy:
