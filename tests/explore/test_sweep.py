@@ -104,7 +104,7 @@ def test_cancel_between_rows_keeps_the_rows_measured():
 
     def progress(message, fraction):
         fractions.append(fraction)
-        if message.startswith("row 2 of"):
+        if i18n.say(message).startswith("row 2 of"):
             stop.set()  # pressed during row 2: row 2 finishes, row 3 never starts
 
     result = sweep(SweepSpec(model="tiny-gpt2", seq_lens=(32,), repeats=1, warmup=0), progress=progress, cancel=stop)
