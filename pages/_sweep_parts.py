@@ -98,7 +98,7 @@ def poll(running: bool, lang: str) -> None:
             if snapshot.result is not None:
                 state.tradeoffs_result = snapshot.result
             if snapshot.error:
-                # The lab's own error, or a bug in the sweep's words (a Message), in the page's language.
+                # The lab's own error, or a bug in the sweep's words (a Fact), in the page's language.
                 state.tradeoffs_error = (
                     app_message(snapshot.failure, lang) if snapshot.failure else i18n.say(snapshot.error, lang)
                 )

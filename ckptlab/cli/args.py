@@ -11,8 +11,10 @@ import os
 import sys
 from typing import NoReturn
 
+from ..fact import Fact
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
+from ..show.i18n import say
 from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
@@ -312,5 +314,5 @@ def argv_from_spec(spec: RunSpec) -> list[str]:
     return argv
 
 
-def print_progress(message: str, fraction: float) -> None:
-    print(f"\r[{fraction:>4.0%}] {message:<50}", end="", file=sys.stderr, flush=True)
+def print_progress(message: Fact, fraction: float) -> None:
+    print(f"\r[{fraction:>4.0%}] {say(message):<50}", end="", file=sys.stderr, flush=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SpecError, check_at_most
 from ..explore.budget import GPUS, budget_bytes
+from ..show.i18n import say
 from ..show.report import run_report
 from ..units import GIB, mib, parse_size
 from .args import (
@@ -58,7 +59,7 @@ def add_simulate_command(commands) -> None:
 
 def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts."""
-    from ..explore.recommend import counts_note
+    from ..explore.recommend import counts_message
     from ..explore.scale import fits
 
     memory, spec = result.memory, result.spec
@@ -72,7 +73,7 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     sentence = (
         f"Simulated peak {mib(peak)} MiB ({peak / GIB:.1f} GiB, in the {phase}) {words} in {label} "
         f"({budget / GIB:.1f} GiB): {'margin' if fitting else 'short by'} {abs(margin) / GIB:.1f} GiB.{state} "
-        + counts_note(spec.optimizer, spec.lora_rank)
+        + say(counts_message(spec.optimizer, spec.lora_rank))
     )
     return {
         "budget_bytes": budget,

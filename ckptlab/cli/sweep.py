@@ -17,6 +17,7 @@ from ..explore.budget import GPUS, gpu_name
 from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
+from ..show.i18n import say
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
@@ -236,7 +237,7 @@ def sweep_report(
     )
     if busy:
         lines.append(busy)
-    lines += [f"note: {note}" for note in result.notes]
+    lines += [f"note: {say(note)}" for note in result.notes]
     if result.cancelled:
         lines.append(f"note: stopped after {len(result.rows)} rows; the rows measured are below.")
     lines.append("")

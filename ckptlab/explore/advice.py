@@ -3,38 +3,36 @@
 The advice is measured where a measured row backs it (a shorter sequence the sweep ran) and
 an estimate otherwise (activations grow about linearly with the tokens; offload moves the
 checkpointed inputs), and each sentence says which. Every sentence is a
-:class:`~ckptlab.message.Message`, so a page says it in its language.
+:class:`~ckptlab.fact.Fact`, so a page says it in its language.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..message import Message
+from ..fact import Fact
 from ..units import mib
 from .sweep_rows import SweepRow, known, known_peak, row_name
 
 
-def nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int) -> Message:
+def nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int) -> Fact:
     if not measured:
-        return Message(
-            f"No setting was measured at seq_len={seq_len} (every row ran out of memory), so none is known to fit "
-            f"in {label}.",
-            key="recommend.none_measured",
-            params={"seq_len": seq_len, "budget": label},
-        )
+        return Fact("recommend.none_measured", {"seq_len": seq_len, "budget": label})
     smallest = min(measured, key=known_peak)
     peak, over = mib(known_peak(smallest)), mib(known_peak(smallest) - budget)
-    return Message(
-        f"Nothing measured fits in {label} at seq_len={seq_len}: the smallest peak, {row_name(smallest)}, is "
-        f"{peak} MiB, {over} MiB over.",
-        key="recommend.nothing_fits",
-        params={"budget": label, "seq_len": seq_len, "setting": smallest.setting, "peak_mib": peak, "over_mib": over},
+    return Fact(
+        "recommend.nothing_fits",
+        {"budget": label, "seq_len": seq_len, **_named(smallest), "peak_mib": peak, "over_mib": over},
     )
 
 
-def what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: int, seq_len: int) -> list[Message]:
-    advice: list[Message] = []
+def _named(row: SweepRow) -> dict[str, str]:
+    """A row's setting as a fact names it: its key (every language) and its name in English words."""
+    return {"setting": row.setting, "name": row_name(row)}
+
+
+def what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: int, seq_len: int) -> list[Fact]:
+    advice: list[Fact] = []
     shorter = sorted(
         (
             row
@@ -47,17 +45,12 @@ def what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: i
     if shorter:
         row = shorter[0]
         advice.append(
-            Message(
-                f"A shorter sequence, measured: at seq_len={row.seq_len}, {row_name(row)} fits (peak "
-                f"{mib(known_peak(row))} MiB).",
-                key="advice.shorter_measured",
-                params={"seq_len": row.seq_len, "setting": row.setting, "peak_mib": mib(known_peak(row))},
-            )
+            Fact("advice.shorter_measured", {"seq_len": row.seq_len, **_named(row), "peak_mib": mib(known_peak(row))})
         )
     if not measured:
         return [
             *advice,
-            Message("A shorter sequence or a smaller batch; measure again.", key="advice.shorter_or_smaller"),
+            Fact("advice.shorter_or_smaller"),
         ]
     smallest = min(measured, key=known_peak)
     # Parameters and their gradients do not shrink with the tokens; the activations do, about linearly
@@ -65,49 +58,24 @@ def what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: i
     fixed = 2 * known(smallest.baseline_bytes, smallest, "measured baseline")
     scaling = known_peak(smallest) - fixed
     if budget <= fixed or scaling <= 0:
-        advice.append(
-            Message(
-                f"No shorter sequence or smaller batch helps: the parameters and their gradients alone (about "
-                f"{mib(fixed)} MiB) do not leave room in the budget. Use a smaller model, a 16-bit dtype, or shard "
-                "the model (FSDP).",
-                key="advice.fixed_too_big",
-                params={"fixed_mib": mib(fixed)},
-            )
-        )
+        advice.append(Fact("advice.fixed_too_big", {"fixed_mib": mib(fixed)}))
     else:
         share = (budget - fixed) / scaling
         tokens = int(seq_len * share)
         if not shorter and tokens >= 1:
-            advice.append(
-                Message(
-                    f"A shorter sequence (estimate: activations grow with the tokens): about seq_len={tokens} with "
-                    f"{row_name(smallest)}; measure it to be sure.",
-                    key="advice.shorter_estimate",
-                    params={"seq_len": tokens, "setting": smallest.setting},
-                )
-            )
+            advice.append(Fact("advice.shorter_estimate", {"seq_len": tokens, **_named(smallest)}))
         batch = smallest.result.spec.batch_size if smallest.result is not None else 1
         if batch > 1 and int(batch * share) >= 1:
-            advice.append(
-                Message(
-                    f"A smaller batch (estimate): about batch_size={int(batch * share)} with {row_name(smallest)}.",
-                    key="advice.smaller_batch",
-                    params={"batch": int(batch * share), "setting": smallest.setting},
-                )
-            )
+            advice.append(Fact("advice.smaller_batch", {"batch": int(batch * share), **_named(smallest)}))
     cp_rows = [row for row in measured if row.every_n_layers is not None and not row.offload and row.offload_bytes]
     if cp_rows and not any(row.offload for row in measured):
         row = min(cp_rows, key=lambda row: known_peak(row) - row.offload_bytes)
         lower = known_peak(row) - row.offload_bytes
         fits = lower <= budget
         advice.append(
-            Message(
-                f"Offload (CUDA only, not measured here): {row_name(row)} with offload=True would move "
-                f"{mib(row.offload_bytes)} MiB of checkpointed inputs to host memory; the peak drops by at most that, "
-                f"to about {mib(lower)} MiB ({'which would fit' if fits else 'still over'}; estimate: it drops less "
-                "if the peak is in the backward, where the inputs are back on the device).",
-                key="advice.offload_would_fit" if fits else "advice.offload_still_over",
-                params={"setting": row.setting, "moved_mib": mib(row.offload_bytes), "peak_mib": mib(lower)},
+            Fact(
+                "advice.offload_would_fit" if fits else "advice.offload_still_over",
+                {**_named(row), "moved_mib": mib(row.offload_bytes), "peak_mib": mib(lower)},
             )
         )
     return advice

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..errors import SpecError
-from ..message import Message
+from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.selective import NONE
 from ..model.snippets import (
@@ -229,10 +229,8 @@ def cheapest_that_fits(
         spec = request.spec(setting, gpus)
         result = known.get(spec)
         if result is None:
-            prefix = Message(
-                f"{gpus} GPU{'s' if gpus > 1 else ''}, {setting.key}: ",
-                key="progress.gpus_many" if gpus > 1 else "progress.gpus_one",
-                params={"gpus": gpus, "setting": setting.key},
+            prefix = Fact(
+                "progress.gpus_many" if gpus > 1 else "progress.gpus_one", {"gpus": gpus, "setting": setting.key}
             )
             done = len(tried)
             result = table.result(

@@ -27,9 +27,9 @@ from typing import Literal
 import torch
 
 from ..errors import CkptlabError, SpecError
-from ..message import Message, joined
+from ..fact import Fact, worded
 from ..model.snippets import lora_snippet, model_snippet, selective_snippet, trainer_snippet
-from ..results import judge_time
+from ..results import MIN_SAMPLES_TO_JUDGE, Judgement, judge_time
 from ..spec import TRAINER_DEFAULT_OPTIMIZER, Setting
 from ..units import mib, milliseconds
 from .advice import nothing_fits, what_would_fit
@@ -43,29 +43,13 @@ from .sweep_rows import known_peak, known_step, row_name
 RankedBy = Literal["measured", "predicted"]
 
 
-def counts_note(optimizer: str, lora_rank: int | None) -> str:
-    """What a measured or simulated peak of the whole training step counts, in words."""
-    return counts_message(optimizer, lora_rank).text
-
-
-def counts_message(optimizer: str, lora_rank: int | None) -> Message:
+def counts_message(optimizer: str, lora_rank: int | None) -> Fact:
     """What a measured or simulated peak of the whole training step counts (a key with an optimizer and without, LoRA or not)."""
     lora = lora_rank is not None
-    trained = "the LoRA adapters' gradients (the base is frozen)" if lora else "their gradients"
     if optimizer == "none":
-        return Message(
-            f"The peak counts the parameters, {trained}, no optimizer step (forward and backward only: add the "
-            "optimizer you train with) and the activations of one step; the CUDA context (a few hundred MiB) comes "
-            "on top, so keep it within the margin.",
-            key="counts.none_lora" if lora else "counts.none",
-        )
+        return Fact("counts.none_lora" if lora else "counts.none")
     name = TRAINER_DEFAULT_OPTIMIZER if optimizer == "adamw" else optimizer
-    return Message(
-        f"The peak counts the parameters, {trained}, the state of {name} and its step's temporaries and the "
-        "activations of one step; the CUDA context (a few hundred MiB) comes on top, so keep it within the margin.",
-        key="counts.optimizer_lora" if lora else "counts.optimizer",
-        params={"optimizer": name},
-    )
+    return Fact("counts.optimizer_lora" if lora else "counts.optimizer", {"optimizer": name})
 
 
 @dataclass(frozen=True)
@@ -77,14 +61,14 @@ class Recommendation:
     seq_len: int  # the sequence length of the rows considered
     row: SweepRow | None  # the fastest row whose peak fits; None when nothing fits
     margin_bytes: int | None  # budget minus the chosen row's peak
-    reasons: tuple[Message, ...]  # why this row (or why none), sentence by sentence, with the numbers
+    reasons: tuple[Fact, ...]  # why this row (or why none), sentence by sentence, with the numbers
     # model.activation_checkpointing_enable(...) for the chosen row (with its selective policy's context_fn),
     # then peft's line with LoRA ("" if none)
     model_code: str
     trainer_code: str  # TrainingArguments(...) for the chosen row ("" if none)
     fitting: list[SweepRow] = field(default_factory=list)  # every row that fits, fastest first
     as_fast: list[str] = field(default_factory=list)  # settings whose step time is within the noise of the fastest's
-    advice: tuple[Message, ...] = ()  # when nothing fits: what would, measured or estimated
+    advice: tuple[Fact, ...] = ()  # when nothing fits: what would, measured or estimated
     ranked_by: RankedBy = "measured"  # "predicted": the measured times could not tell the settings apart
     recompute: dict[str, float] = field(default_factory=dict)  # predicted rerun share of the forward, by setting
 
@@ -95,12 +79,12 @@ class Recommendation:
     @property
     def reason(self) -> str:
         """The reasons in English, as one paragraph (the command line's)."""
-        return joined(self.reasons)
+        return " ".join(worded(reason) for reason in self.reasons)
 
     @property
     def suggestions(self) -> list[str]:
         """The advice in English, one line each (the command line's)."""
-        return [message.text for message in self.advice]
+        return [worded(advice) for advice in self.advice]
 
 
 def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None = None) -> Recommendation:
@@ -248,97 +232,50 @@ def _reasons(
     ranked_by: RankedBy,
     recompute: dict[str, float],
     busy: bool,
-) -> tuple[Message, ...]:
-    step = f"step {milliseconds(known_step(best))} ms" + (
-        f", {best.time_verdict.describe('against checkpointing off')}"
-        if best.time_verdict is not None and best.every_n_layers is not None
-        else ""
-    )
+) -> tuple[Fact, ...]:
     figures = {
         "setting": best.setting,
+        "name": row_name(best),  # the setting in English words; the translations say its key
         "budget": label,
         "seq_len": best.seq_len,
         "step_ms": milliseconds(known_step(best)),
         "peak_mib": mib(known_peak(best)),
         "spare_mib": mib(budget - known_peak(best)),
     }
-    tail = f"at seq_len={best.seq_len}: {step}, peak {figures['peak_mib']} MiB, {figures['spare_mib']} MiB to spare."
     if ranked_by == "measured":
-        words = [
-            Message(
-                f"{row_name(best)} is the fastest of the {len(fitting)} measured settings that fit in {label} {tail}",
-                key="recommend.fastest",
-                params={**figures, "count": len(fitting)},
-            )
-        ]
+        words = [Fact("recommend.fastest", {**figures, "count": len(fitting)})]
     else:
-        words = [
-            Message(
-                f"{row_name(best)} reruns the least of the settings that fit in {label} by the predicted recompute cost "
-                f"{tail}",
-                key="recommend.least_recompute",
-                params=figures,
+        words = [Fact("recommend.least_recompute", figures)]
+    verdict = best.time_verdict
+    if verdict is not None and best.every_n_layers is not None:
+        too_few = verdict.judgement is Judgement.TOO_FEW
+        words.append(
+            Fact(
+                "recommend.verdict_measurable"
+                if verdict.measurable
+                else ("recommend.verdict_too_few" if too_few else "recommend.verdict_noise"),
+                {"change": verdict.change, "fewest": MIN_SAMPLES_TO_JUDGE},
             )
-        ]
+        )
     if ranked_by == "predicted":
         shares = ", ".join(f"{setting} {share:.0%}" for setting, share in sorted(recompute.items(), key=lambda i: i[1]))
-        ranked = (
-            "Ranked by the predicted recompute cost instead (predicted by the formula, not measured: the rerun's "
-            f"share of the forward, {shares})."
-        )
         if busy:
-            words.append(
-                Message(
-                    f"They are not ranked by time: this machine was too busy to time (see the warning on load). {ranked}",
-                    key="recommend.unranked_busy",
-                    params={"shares": shares},
-                )
-            )
+            words.append(Fact("recommend.unranked_busy", {"shares": shares}))
         else:
             tied = ", ".join([fitting[0].setting, *as_fast])
-            words.append(
-                Message(
-                    "They are not ranked by time: the measured step times of "
-                    f"{', '.join([row_name(fitting[0]), *as_fast])} are within the noise of each other. {ranked}",
-                    key="recommend.unranked_noise",
-                    params={"settings": tied, "shares": shares},
-                )
-            )
+            names = ", ".join([row_name(fitting[0]), *as_fast])
+            words.append(Fact("recommend.unranked_noise", {"settings": tied, "names": names, "shares": shares}))
     off = next((row for row in measured if row.every_n_layers is None), None)
     if best.every_n_layers is None:
-        words.append(
-            Message(
-                "Checkpointing off fits, so checkpointing would only cost time: leave it off.", key="recommend.off_fits"
-            )
-        )
+        words.append(Fact("recommend.off_fits"))
     elif off is not None and known_peak(off) > budget:
         fewest = min(row.cp_layers for row in fitting)
         needs, over = mib(known_peak(off)), mib(known_peak(off) - budget)
-        words.append(
-            Message(
-                f"Checkpointing off needs {needs} MiB ({over} MiB over).",
-                key="recommend.off_over",
-                params={"peak_mib": needs, "over_mib": over},
-            )
-        )
+        words.append(Fact("recommend.off_over", {"peak_mib": needs, "over_mib": over}))
         if best.cp_layers == fewest:
-            words.append(
-                Message(
-                    f"Checkpointing {best.cp_layers} of the layers is the fewest that fits, and the fewer layers rerun, "
-                    "the faster the step.",
-                    key="recommend.fewest",
-                    params={"layers": best.cp_layers},
-                )
-            )
+            words.append(Fact("recommend.fewest", {"layers": best.cp_layers}))
         else:
-            words.append(
-                Message(
-                    f"It checkpoints {best.cp_layers} layers where {fewest} would fit: measured faster, outside the "
-                    "spread of the repeats.",
-                    key="recommend.more_layers_faster",
-                    params={"layers": best.cp_layers, "fewest": fewest},
-                )
-            )
+            words.append(Fact("recommend.more_layers_faster", {"layers": best.cp_layers, "fewest": fewest}))
     spec = best.result.spec if best.result is not None else None
     words.append(counts_message(spec.optimizer if spec else "adamw", spec.lora_rank if spec else None))
     return tuple(words)

@@ -26,7 +26,7 @@ from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.preflight import validate_for_model
 from ..step.selective import check_simulated_selective
-from ..step.stopping import DONE, Cancel, Progress, prefixed, scaled, stopper
+from ..step.stopping import DONE, Cancel, Progress, label, prefixed, scaled, stopper
 from ..step.table import TableSimulation
 
 EveryN = Literal["distinct", "all"]
@@ -289,10 +289,10 @@ def scale_table(
         result = known.get(spec)
         if result is None:
             began = time.monotonic()
-            result = table.result(spec, progress=scaled(report, index, total, f"{setting.key}: "))
+            result = table.result(spec, progress=scaled(report, index, total, label(setting.key)))
             seconds[setting.key] = time.monotonic() - began
         results.append(result)
-        report(prefixed(f"{setting.key}: ", DONE), (index + 1) / total)
+        report(prefixed(label(setting.key), DONE), (index + 1) / total)
         if on_result is not None:
             on_result(result)
     return ScaleTable(request, info.num_layers, results, cancelled, time.monotonic() - started, seconds)

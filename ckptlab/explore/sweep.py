@@ -36,7 +36,7 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
-from ..message import Message
+from ..fact import Fact, worded
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.selective import Selective
@@ -65,12 +65,6 @@ __all__ = [
 Loader = Callable[[RunSpec], tuple[PreTrainedModel, ModelInfo]]
 Turn = Callable[[str], AbstractContextManager]  # label of the row -> a context that holds the device
 
-OFFLOAD_SKIPPED_NOTE = (
-    "offload rows skipped: offload applies only on CUDA (transformers' offload keeps the checkpointed "
-    "inputs in pinned host memory, which needs an accelerator, and on the CPU the activations are in "
-    "host memory already). Each row says what offload would move off a GPU (offload_bytes)."
-)
-
 
 @dataclass(frozen=True)
 class SweepResult:
@@ -81,7 +75,7 @@ class SweepResult:
     num_layers: int  # checkpointable layers
     device: str  # where it ran, e.g. "cpu"
     rows: list[SweepRow]  # one per configuration measured
-    notes: list[str] = field(default_factory=list)  # offload skipped, duplicates dropped, warm-up policy, ...
+    notes: list[Fact] = field(default_factory=list)  # offload skipped, duplicates dropped, warm-up policy, ...
     cancelled: bool = False  # True when stopped before the last row; the rows measured are kept
     elapsed_s: float = 0.0  # wall time of the whole sweep, model building included
 
@@ -110,7 +104,8 @@ class SweepResult:
             "device": self.device,
             "cancelled": self.cancelled,
             "elapsed_s": self.elapsed_s,
-            "notes": list(self.notes),
+            "notes": [worded(note) for note in self.notes],  # English, as JSON always had them
+            "facts": [note.to_dict() for note in self.notes],
             "rows": [row.to_dict() for row in self.rows],
         }
 
@@ -133,7 +128,7 @@ class _Plan:
 
     info: ModelInfo
     rows: list[tuple[int, int | None, bool, Selective]]  # (seq_len, every_n_layers, offload, policy) in order
-    notes: list[str]
+    notes: list[Fact]
 
 
 def plan_sweep(spec: SweepSpec) -> _Plan:
@@ -147,48 +142,20 @@ def plan_sweep(spec: SweepSpec) -> _Plan:
     info = catalog.describe(spec.model)
     for seq_len in spec.seq_lens:
         validate_for_model(spec.run_spec(seq_len, None, False), info)
-    notes: list[str] = []
+    notes: list[Fact] = []
     settings = settings_for(info.num_layers, spec.every_n_layers)
     if spec.every_n_layers is not None and len(settings) < len(dict.fromkeys(spec.every_n_layers)):
         dropped = ", ".join(str(value) for value in dict.fromkeys(spec.every_n_layers) if value not in settings)
         kept = min(v for v in settings if v >= info.num_layers)
-        notes.append(
-            Message(
-                f"every_n_layers={dropped} give the same plan as every_n_layers={kept} on {info.num_layers} layers "
-                "(only L1 checkpointed): measured once.",
-                key="note.same_plan",
-                params={"dropped": dropped, "kept": kept, "layers": info.num_layers},
-            )
-        )
+        notes.append(Fact("note.same_plan", {"dropped": dropped, "kept": kept, "layers": info.num_layers}))
     offloads = {"no": [False], "yes": [True], "both": [False, True]}[spec.offload]
     if spec.offload != "no" and device.type != "cuda":
-        instead = " The rows without offload are measured instead." if spec.offload == "yes" else ""
-        notes.append(
-            Message(
-                OFFLOAD_SKIPPED_NOTE + instead,
-                key="note.offload_skipped_instead" if instead else "note.offload_skipped",
-            )
-        )
+        notes.append(Fact("note.offload_skipped_instead" if spec.offload == "yes" else "note.offload_skipped"))
         offloads = [False]
     if not spec.warmup_each_row and spec.warmup:
-        notes.append(
-            Message(
-                f"warm-up: {spec.warmup} untimed steps before the first row of each sequence length, one before "
-                "later rows (same model, same shapes: the first-step costs are already paid).",
-                key="note.warmup",
-                params={"warmup": spec.warmup},
-            )
-        )
+        notes.append(Fact("note.warmup", {"warmup": spec.warmup}))
     if spec.timing_order == "interleaved":
-        notes.append(
-            Message(
-                f"time: the settings' {spec.repeats} timed steps ran interleaved, one step of each setting per "
-                "round, so that load on the machine hits them alike; each x off is the ratio of medians over the "
-                "rounds.",
-                key="note.interleaved",
-                params={"repeats": spec.repeats},
-            )
-        )
+        notes.append(Fact("note.interleaved", {"repeats": spec.repeats}))
     rows: list[tuple[int, int | None, bool, Selective]] = []
     for seq_len in spec.seq_lens:
         if spec.include_off:
@@ -197,13 +164,9 @@ def plan_sweep(spec: SweepSpec) -> _Plan:
     return _Plan(info=info, rows=rows, notes=notes)
 
 
-def _row_label(index: int, rows: int, seq_len: int, setting: str) -> Message:
-    """A row's name in the progress line and the device queue: "row 2 of 6: seq 512, n=2"."""
-    return Message(
-        f"row {index + 1} of {rows}: seq {seq_len}, {setting}",
-        key="progress.row",
-        params={"row": index + 1, "rows": rows, "seq_len": seq_len, "setting": setting},
-    )
+def _row_label(index: int, rows: int, seq_len: int, setting: str) -> Fact:
+    """A row's name in the progress line and (in English) the device queue: "row 2 of 6: seq 512, n=2"."""
+    return Fact("progress.row", {"row": index + 1, "rows": rows, "seq_len": seq_len, "setting": setting})
 
 
 def sweep(
@@ -267,17 +230,13 @@ def sweep(
             first = not pending or spec.warmup_each_row
             run_spec = spec.run_spec(seq_len, n, offload, warmup=spec.warmup if first else 0, selective=policy)
             label = _row_label(index, len(plan.rows), seq_len, Setting(n, offload, policy).key)
-            with hold(label):
+            with hold(worded(label)):
                 if model is None:
-                    building = Message(
-                        f"{label}: building the model", key="progress.building_row", params={"label": label}
-                    )
-                    report(building, done / total)
+                    report(Fact("progress.building_row", {"label": label}), done / total)
                     # One model for every row: the sequence length is checked per run by measure.
                     model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
                 model.zero_grad(set_to_none=True)
-                prefix = Message(f"{label}: memory: ", key="progress.row_memory", params={"label": label})
-                progress_here = scaled(report, done, total, prefix)
+                progress_here = scaled(report, done, total, Fact("progress.row_memory", {"label": label}))
                 # should_stop is asked inside the step (ckptlab.step.stopping): a server's time limit ends a
                 # long row. cancel (Stop) is not: the row in flight finishes and is kept.
                 pending.append(
@@ -291,10 +250,9 @@ def sweep(
         ok = [result for result in pending if result.status == "ok"]
         timed_here = bool(ok) and not cancelled
         if timed_here:
-            label = Message(
-                f"seq {seq_len}: {len(ok)} settings timed {spec.timing_order}",
-                key="progress.timing_interleaved" if spec.timing_order == "interleaved" else "progress.timing_blocks",
-                params={"seq_len": seq_len, "count": len(ok)},
+            label = Fact(
+                "progress.timing_interleaved" if spec.timing_order == "interleaved" else "progress.timing_blocks",
+                {"seq_len": seq_len, "count": len(ok)},
             )
             step_hook: OnStep | None = None
             if on_timed_step is not None:
@@ -304,8 +262,8 @@ def sweep(
                     on_timed_step(specs[index])
 
             assert model is not None and info is not None  # built by the rows that ran ("ok")
-            prefix = Message(f"{label}: ", key="progress.label", params={"label": label})
-            with hold(label):
+            prefix = Fact("progress.label", {"label": label})
+            with hold(worded(label)):
                 rounds = time_settings(
                     [result.spec for result in ok],
                     model,
@@ -332,7 +290,7 @@ def sweep(
         if cancelled:
             break
     if total and not cancelled:
-        report(Message("sweep done", key="progress.sweep_done"), 1.0)
+        report(Fact("progress.sweep_done"), 1.0)
     return SweepResult(
         spec=spec,
         model=plan.info.name,

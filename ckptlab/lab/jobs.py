@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 
 from ..errors import CkptlabError
-from ..message import Message
+from ..fact import Fact
 from ..results import RunResult
 
-STARTING = Message("starting", key="progress.starting")  # a job's progress line before its work reports
+STARTING = Fact("progress.starting")  # a job's progress line before its work reports
 
 
 class BackgroundJob:
@@ -29,13 +29,13 @@ class BackgroundJob:
     :meth:`_collect` and ``self._stop`` to the work, and reports from :meth:`state`.
     """
 
-    def __init__(self, thread_name: str, message: str = STARTING, alive: Callable[[], bool] | None = None) -> None:
+    def __init__(self, thread_name: str, message: Fact = STARTING, alive: Callable[[], bool] | None = None) -> None:
         self._alive = alive  # False once the session that started the job is gone: the job then ends
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._message, self._fraction = message, 0.0
         self._results: list[RunResult] = []
-        self._error = ""
+        self._error: str | Fact = ""  # the lab's error's English, or a bug's words (a fact, with ``bug_words``)
         self._failure: Exception | None = None  # the error behind ``_error``, for a page to say in its language
         self._finished = False
         self._started = time.monotonic()
@@ -71,8 +71,8 @@ class BackgroundJob:
     def _run(self) -> None:
         raise NotImplementedError
 
-    def _progress(self, message: str, fraction: float) -> None:
-        """Keep the work's progress line (a :class:`Message` where the core says it: a page says it in its language)."""
+    def _progress(self, message: Fact, fraction: float) -> None:
+        """Keep the work's progress line (a fact: a page says it in its language)."""
         with self._lock:
             self._message, self._fraction = message, fraction
 
@@ -89,11 +89,11 @@ class BackgroundJob:
         with self._lock:
             return list(self._results)
 
-    def _fail(self, error: Exception, bug_words: Callable[[str], Message] | None = None) -> None:
+    def _fail(self, error: Exception, bug_words: Callable[[str], Fact] | None = None) -> None:
         """Keep why the work failed: the lab's own error as it is (a page says it in its language), a bug briefly.
 
         The one home of "a job failed". ``bug_words``: for a bug, the job's own sentence around its
-        type and message (a sweep's says the rows measured are kept), a :class:`Message` a page
+        type and message (a sweep's says the rows measured are kept), a :class:`Fact` a page
         says in its language; without it a bug is its type and message alone, for the page's words
         around it.
         """

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import CkptlabError
+from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
@@ -22,7 +23,6 @@ from ..show.report import setting_name
 from ..show.wording import app_message
 from ..spec import RunSpec
 from ..step.equivalence import GradientCheck
-from ..step.measure import offload_notes
 from ..step.preflight import check_spec, resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
 from .query import LORA_RANK_DEFAULT
@@ -356,10 +356,12 @@ def offload_box(spec: RunSpec, result: RunResult, lang: str) -> tuple[Literal["i
     return None
 
 
-def notes_to_show(result: RunResult) -> list[str]:
-    """The run's notes but those :func:`offload_box` says already, in the page's words (decided on the fields)."""
-    said_above = offload_notes(result.spec, result.memory, result.layers)
-    return [note for note in result.notes if note not in said_above]
+OFFLOAD_BOX_SAYS = ("note.offload_on_cpu", "note.offload_would_move")  # the notes :func:`offload_box` words
+
+
+def notes_to_show(result: RunResult) -> list[Fact]:
+    """The run's notes but those :func:`offload_box` says already (decided on the facts' keys)."""
+    return [note for note in result.notes if note.key not in OFFLOAD_BOX_SAYS]
 
 
 # -- selective checkpointing: what the policy kept, beside plain checkpointing and off ---------------------------

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from transformers import PreTrainedModel
 
+from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import RunResult, memory_of
@@ -138,7 +139,7 @@ def sharding_idea(
             known = _simulated.get(spec)
         if known is None:
 
-            def progress_here(message: str, fraction: float, i: int = index) -> None:
+            def progress_here(message: Fact, fraction: float, i: int = index) -> None:
                 report(message, (i + fraction) / len(specs))
 
             if workers is None:

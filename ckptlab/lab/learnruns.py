@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import CkptlabError
+from ..fact import Fact
 from ..results import RunResult
 from ..spec import RunSpec
 from . import exercises
@@ -258,7 +259,7 @@ class ShardingJob(BackgroundJob):
         with self._lock:
             self.idea, self._finished = idea, True
 
-    def outcome(self) -> tuple[bool, float, ShardingIdea | None, Exception | str | None]:
+    def outcome(self) -> tuple[bool, float, ShardingIdea | None, Exception | str | Fact | None]:
         """``(finished, fraction, idea, failure)``: the failure the lab's error, or a bug's words."""
         with self._lock:
             failure = self._failure if self._failure is not None else (self._error or None)

@@ -22,7 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import DoesNotFitError, RunStoppedError
-from ..message import Message
+from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.lora import linear_module_names
@@ -289,7 +289,7 @@ def run_queued(
     plain = None if full is None else _cached(cache, full)
     wait_s = 0.0
     if run is None or (_wants_reference(spec, run) and (base is None or (full is not None and plain is None))):
-        report(Message("waiting for the device", key="progress.waiting"), 0.0)
+        report(Fact("progress.waiting"), 0.0)
         queued_at = time.monotonic()
         with queue.turn(on_wait=_asking(on_wait, should_stop), timeout=timeout, label=_label(spec), owner=owner):
             wait_s = time.monotonic() - queued_at
@@ -306,13 +306,11 @@ def run_queued(
                     )
                     done += 1
                 if base is None and _wants_reference(spec, run):
-                    prefix = Message("checkpointing off (reference): ", key="progress.reference")
-                    report_base = scaled(report, done, count, prefix)
+                    report_base = scaled(report, done, count, Fact("progress.reference"))
                     base = cache.put(_measured(reference, load, report_base, stop, workers, sharing, memory_cap_bytes))
                     done += 1
                 if full is not None and plain is None and _wants_reference(spec, run):
-                    prefix = Message("plain checkpointing (to compare): ", key="progress.plain")
-                    report_plain = scaled(report, done, count, prefix)
+                    report_plain = scaled(report, done, count, Fact("progress.plain"))
                     plain = cache.put(_measured(full, load, report_plain, stop, workers, sharing, memory_cap_bytes))
                 # The whole run the formula predicts (none of it reused); a policy's plain run is not in that formula.
                 if full is None and count == 1 + spec.checkpointing:

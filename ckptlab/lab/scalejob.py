@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import CkptlabError, RunStoppedError
 from ..explore.gpu_search import GPU_COUNTS, GpuSearch, cheapest_that_fits
 from ..explore.scale import ScaleRequest, ScaleTable, scale_table
+from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import RunSpec
@@ -29,11 +30,11 @@ class ScaleJobState:
     """A snapshot of a :class:`ScaleJob` or :class:`SearchJob` for one render of a page."""
 
     running: bool  # the thread is still working
-    message: str  # what is being simulated now
+    message: Fact  # what is being simulated now
     fraction: float  # of the table done, in [0, 1]
     results: list[RunResult]  # simulated so far
     table: ScaleTable | None  # when finished (complete or stopped)
-    error: str  # the message of a failure ("" if none)
+    error: str | Fact  # the message of a failure ("" if none)
     stop_requested: bool  # Stop was pressed
     search: GpuSearch | None = None  # a SearchJob's answer, when finished
     failure: CkptlabError | None = None  # the lab's error behind ``error`` (a page says it in its language)

@@ -24,6 +24,7 @@ from ..explore.scale import (
     least_recompute_that_fits,
     scale_settings,
 )
+from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
@@ -213,7 +214,7 @@ def plan_line(request: ScaleRequest, every: EveryN, num_layers: int, known: int,
     return line + (i18n.t("at_scale.plan_known", lang, known=known) if known else "")
 
 
-def progress_words(done: int, total: int | None, message: str, stop_requested: bool, lang: str = i18n.DEFAULT) -> str:
+def progress_words(done: int, total: int | None, message: Fact, stop_requested: bool, lang: str = i18n.DEFAULT) -> str:
     """The progress bar's text: stopping, searching (``total`` None) or so many of so many simulated,
     with the job's progress ``message`` said in ``lang``, the page's."""
     if stop_requested:

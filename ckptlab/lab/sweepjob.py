@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 
 from ..errors import RunStoppedError
 from ..explore.sweep import SweepResult, SweepRow, SweepSpec, plan_sweep, rows_from_results, sweep
-from ..message import Message
+from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..spec import RunSpec
 from ..step.stopping import DONE, prefixed
@@ -35,13 +35,9 @@ class _Stopped(Exception):
     """Raised from a device-queue wait to abandon it when Stop was pressed."""
 
 
-def _rows_kept(detail: str) -> Message:
-    """A sweep's bug in words: what failed, and that the rows measured before it are kept."""
-    return Message(
-        f"The sweep failed unexpectedly ({detail}); the rows measured are kept.",
-        key="sweep.failed_rows_kept",
-        params={"error": detail},
-    )
+def _rows_kept(detail: str) -> Fact:
+    """A sweep's bug: what failed, and that the rows measured before it are kept."""
+    return Fact("sweep.failed_rows_kept", {"error": detail})
 
 
 @dataclass(frozen=True)
@@ -49,11 +45,11 @@ class JobState:
     """A snapshot of the job for one render of the page."""
 
     running: bool  # the thread is still working
-    message: str  # what is happening now
+    message: Fact  # what is happening now
     fraction: float  # of the sweep done, in [0, 1]
     rows: list[SweepRow]  # the rows measured so far (ratios against the off row of each length, once it exists)
     result: SweepResult | None  # when finished (complete or stopped)
-    error: str  # a user-facing message when the sweep could not run; "" otherwise
+    error: str | Fact  # why the sweep could not run: the lab's error's English, or a bug's fact; "" otherwise
     failure: Exception | None  # the lab's error behind ``error`` (a page translates it); None otherwise
     stop_requested: bool  # Stop was pressed
 
@@ -101,8 +97,7 @@ class SweepJob(BackgroundJob):
         self._timed_out: TurnStopper | None = None  # the turn the time limit stopped
         self._result: SweepResult | None = None
         self._workers, self._memory_cap_bytes = workers, memory_cap_bytes
-        waiting = Message("waiting to start", key="progress.waiting_to_start")
-        super().__init__("ckptlab-sweep", message=waiting, alive=alive)
+        super().__init__("ckptlab-sweep", message=Fact("progress.waiting_to_start"), alive=alive)
 
     def state(self) -> JobState:
         with self._lock:
@@ -123,14 +118,10 @@ class SweepJob(BackgroundJob):
         def on_wait(ahead: int) -> None:
             if self._stopping():
                 raise _Stopped
-            waiting = Message(
-                f"waiting for the device, {ahead} run{'s' if ahead != 1 else ''} ahead",
-                key="progress.waiting_ahead_one" if ahead == 1 else "progress.waiting_ahead_many",
-                params={"ahead": ahead},
+            waiting = Fact(
+                "progress.waiting_ahead_one" if ahead == 1 else "progress.waiting_ahead_many", {"ahead": ahead}
             )
-            self._progress(
-                prefixed(Message(f"{label}: ", key="progress.label", params={"label": label}), waiting), self._fraction
-            )
+            self._progress(prefixed(Fact("progress.label", {"label": label}), waiting), self._fraction)
 
         turn = self._queue.turn(
             on_wait=on_wait, timeout=self._timeout, label=f"sweep {self.spec.model}: {label}", owner=self._owner
@@ -212,9 +203,9 @@ class SweepJob(BackgroundJob):
         with self._lock:
             self._result = result
             self._message = (
-                Message("stopped", key="progress.stopped")
+                Fact("progress.stopped")
                 if result is not None and result.cancelled
-                else (DONE if result is not None else Message("failed", key="progress.failed"))
+                else (DONE if result is not None else Fact("progress.failed"))
             )
             self._finished = True
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..explore.recommend import Recommendation
 from ..explore.sweep import SweepResult, SweepSpec, plan_sweep
+from ..fact import Fact
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
 from ..show.i18n import say, t
@@ -121,6 +122,6 @@ def file_stem(result: SweepResult) -> str:
     return f"ckptlab-sweep-{result.model.strip('/').replace('/', '_')}"
 
 
-def progress_words(message: str, stop_requested: bool, lang: str) -> str:
+def progress_words(message: Fact, stop_requested: bool, lang: str) -> str:
     """The running sweep's progress bar text: stopping after the row in flight, or the sweep's progress line in ``lang``."""
     return t("tradeoffs.stopping", lang) if stop_requested else say(message, lang)

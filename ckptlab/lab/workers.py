@@ -48,6 +48,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..errors import CkptlabError, RunStoppedError
+from ..fact import Fact
 from ..model import folder_files
 from ..results import RunResult
 from ..step.stopping import Progress, ShouldStop
@@ -101,7 +102,7 @@ class JobContext:
         self._conn = conn
         self._cancel = cancel
 
-    def progress(self, message: str, fraction: float) -> None:
+    def progress(self, message: Fact, fraction: float) -> None:
         self._conn.send(("progress", message, fraction))
 
     def collect(self, result: RunResult) -> None:

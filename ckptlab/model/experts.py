@@ -29,19 +29,12 @@ from typing import Any, cast
 import torch.nn as nn
 from transformers import PretrainedConfig
 
-from ..message import Message
+from ..fact import Fact
 
 # The experts implementation the lab runs: transformers' own default, chosen explicitly.
 EXPERTS_IMPLEMENTATION = "grouped_mm"
 
-ROUTING_NOTE = Message(
-    "Routing: fake tensors carry no values, so the simulation cannot know which experts the router picks. "
-    "It does not need to: with transformers' grouped_mm experts every tensor's shape depends only on "
-    "tokens x top_k (the routed copies are sorted by expert and run as one grouped matmul), so any split of "
-    "the tokens among the experts holds the same bytes; only the work per expert differs. Measured runs with "
-    "random weights and different seeds (different routings) agree to the byte (benchmarks/moe.py).",
-    key="note.routing",
-)
+ROUTING_NOTE = Fact("note.routing")
 
 
 @dataclass(frozen=True)
@@ -109,14 +102,11 @@ def layers_alike(layers: Sequence[nn.Module]) -> bool:
     return len(signatures) <= 1
 
 
-def experts_note(info: Any) -> Message:
-    """One sentence for a result's notes: which experts implementation ran, and the experts' shape."""
-    return Message(
-        f"Experts: {info.moe_layers} MoE layers of {info.num_experts} experts, {info.experts_per_token} per token, run "
-        f"through transformers' experts_implementation={info.experts_implementation!r} (set explicitly; "
-        "transformers' default, torch's grouped matmul on the CPU and on CUDA GPUs from compute capability 8.0).",
-        key="note.experts",
-        params={
+def experts_note(info: Any) -> Fact:
+    """The note of a result on which experts implementation ran, and the experts' shape."""
+    return Fact(
+        "note.experts",
+        {
             "moe_layers": info.moe_layers,
             "experts": info.num_experts,
             "per_token": info.experts_per_token,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import SpecError
-from ..message import Message
+from ..fact import Fact
 
 if TYPE_CHECKING:
     import torch.nn as nn
@@ -93,15 +93,9 @@ def describe_plan(num_layers: int, every_n_layers: int | None) -> str:
     return sentence
 
 
-def only_first_layer_notes(num_layers: int, every_n_layers: int | None) -> list[str]:
+def only_first_layer_notes(num_layers: int, every_n_layers: int | None) -> list[Fact]:
     """The note a run or a simulation carries when every_n_layers is not smaller than the layers (only L1 is
     checkpointed); none otherwise."""
     if every_n_layers is None or not every_n_layers >= num_layers > 1:
         return []
-    return [
-        Message(
-            describe_plan(num_layers, every_n_layers) + ".",
-            key="note.only_first_layer",
-            params={"n": every_n_layers, "layers": num_layers},
-        )
-    ]
+    return [Fact("note.only_first_layer", {"n": every_n_layers, "layers": num_layers})]

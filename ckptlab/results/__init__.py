@@ -9,6 +9,7 @@ measured on CUDA, measured on the CPU, simulated or predicted.
 from .run import (
     BUSY_SPREAD,
     MIN_SAMPLES_TO_JUDGE,
+    NO_GPU,
     BusyReason,
     Kind,
     LayerResult,
@@ -30,6 +31,7 @@ from .verdict import Comparison, Judgement, TimeVerdict, compare, judge_time, me
 __all__ = [
     "BUSY_SPREAD",
     "MIN_SAMPLES_TO_JUDGE",
+    "NO_GPU",
     "BusyReason",
     "Comparison",
     "Judgement",

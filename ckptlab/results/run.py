@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from ..errors import SpecError
+from ..fact import Fact, as_written, worded
 from ..model.selective import selective_key
 from ..spec import RunSpec
 
@@ -26,6 +27,10 @@ MIN_SAMPLES_TO_JUDGE = 3
 # Identical steps whose fastest-to-slowest range exceeds this share of their median: the machine is too
 # busy to time (on an idle 2-core machine tiny-llama's steps stay within about 10%; under a second job, 30-90%).
 BUSY_SPREAD = 0.25
+
+
+# Where a simulation ran, in the place of a device's name (a page says it in its language: show.labels).
+NO_GPU = Fact("provenance.no_gpu")
 
 
 @dataclass(frozen=True)
@@ -305,7 +310,7 @@ class RunResult:
     memory: MemoryResult | None  # None when the step did not fit
     timing: TimingResult | None
     provenance: Provenance
-    notes: list[str] = field(default_factory=list)  # what a reader must know: offload not applied, n > layers, ...
+    notes: list[Fact] = field(default_factory=list)  # what a reader must know: offload not applied, n > layers, ...
     message: str = ""  # for status "does_not_fit": what did not fit and what to try
     # Across ranks (spec.world_size > 1): every rank measured, or rank 0 simulated; the fields above are rank 0's.
     ranks: list[RankResult] = field(default_factory=list)
@@ -328,6 +333,8 @@ class RunResult:
         data["plan_matches"] = self.plan_matches
         data["mixed_precision_via"] = self.spec.mixed_precision_via  # "none", "autocast" or "fsdp2"
         data["provenance"]["label"] = self.provenance.label
+        data["notes"] = [worded(note) for note in self.notes]  # English, as JSON always had them
+        data["facts"] = [note.to_dict() for note in self.notes]  # the same notes, typed
         for row, layer in zip(data["layers"], self.layers):
             row["observed"] = layer.observed
         for rank_data, rank in zip(data["ranks"], self.ranks):
@@ -364,7 +371,9 @@ class RunResult:
             memory=build(MemoryResult, data["memory"]),
             timing=build(TimingResult, data["timing"]),
             provenance=build(Provenance, data["provenance"]),
-            notes=list(data.get("notes", [])),
+            notes=[Fact.from_dict(fact) for fact in data["facts"]]
+            if "facts" in data
+            else [as_written(note) for note in data.get("notes", [])],
             message=data.get("message", ""),
             ranks=[
                 RankResult(

@@ -4,8 +4,8 @@ The files are package data: they install with ckptlab (``pip install .``), so an
 
 Every user-facing string of the pages lives in those files under a dotted key; code asks
 for ``t(key, lang, **values)``, the one way pages, ``lab/`` and figures get words (``tests/show/test_one_translation.py``
-scans for any other). The language is an argument, never a global: the page
-layer reads it from the URL (``?lang=ja``) and passes it in, so this module stays free of
+scans for any other), and for a fact of the core (:class:`ckptlab.fact.Fact`) ``say(fact, lang)``. The
+language is an argument, never a global: the page layer reads it from the URL (``?lang=ja``) and passes it in, so this module stays free of
 streamlit and the core can translate figure titles too.
 
 Technical terms practitioners say in English (every_n_layers, offload, checkpoint, CP,
@@ -14,21 +14,19 @@ keep, rerun) stay in English in every file.
 
 from __future__ import annotations
 
-import json
 import string
-from functools import cache
-from pathlib import Path
 
-from ..message import Message
+from ..fact import ENGLISH, Fact, worded
 
-LOCALES_DIR = Path(__file__).resolve().parents[1] / "locales"  # ckptlab/locales, beside the package's modules
-DEFAULT = "en"
+# The locale files' lookup lives in ckptlab.fact (the results layer words notes too); the edge asks here.
+from ..fact import LOCALES_DIR as LOCALES_DIR
+from ..fact import SAID as SAID
+from ..fact import MissingKeyError as MissingKeyError
+from ..fact import messages as messages
+
+DEFAULT = ENGLISH
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).
 LANGUAGES: dict[str, str] = {"en": "English", "pt-BR": "Português (Brasil)", "ja": "日本語"}
-
-
-class MissingKeyError(KeyError):
-    """A key asked for is in no locale file: a typo in code, or a string not yet added."""
 
 
 def normalize(lang: object) -> str:
@@ -49,17 +47,6 @@ def normalize(lang: object) -> str:
     if text.startswith("ja"):
         return "ja"
     return DEFAULT
-
-
-@cache
-def messages(lang: str) -> dict[str, str]:
-    """The flat key -> text table of one language.
-
-    Raises:
-        FileNotFoundError: the language has no file in ``ckptlab/locales/``.
-    """
-    with open(LOCALES_DIR / f"{lang}.json", encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
@@ -101,30 +88,14 @@ def error_text(error: Exception, lang: str = DEFAULT) -> str:
     return _translated(ERRORS, getattr(error, "key", None), getattr(error, "params", {}), str(error), lang)
 
 
-SAID = "said."  # the prefix of the translations of the core's other sentences (ckptlab.message.Message)
-CORE_PREFIXES = (ERRORS, SAID)  # keys whose English is the core's own, so en.json has none
-
-
-def say(message: str, lang: str = DEFAULT) -> str:
-    """A core sentence in ``lang``: a :class:`Message`'s ``said.<key>`` translation filled with its params;
-    its English otherwise, and a plain string (a note read back from JSON, say) as it is.
-
-    As with :func:`error_text`, ``en.json`` has no ``said.`` keys: the English is the core's own.
-    A param that is a Message itself (a progress line's prefix, say) is said in ``lang`` too, and so on down.
-    """
-    if not isinstance(message, Message):
-        return str(message)
-    params = {name: say(value, lang) if isinstance(value, Message) else value for name, value in message.params.items()}
-    return _translated(SAID, message.key, params, message.text, lang)
+def say(fact: Fact, lang: str = DEFAULT) -> str:
+    """A core fact in ``lang``'s words (``said.<key>`` filled with its params), English included: the one
+    function the pages and the command line word a fact with."""
+    return worded(fact, normalize(lang))
 
 
 def _translated(prefix: str, key: str | None, params: dict, english: str, lang: str) -> str:
-    """The one lookup of the core's words: ``prefix + key`` in ``lang`` filled with ``params``, else the English."""
+    """An error's ``prefix + key`` in ``lang`` filled with ``params``, else its English."""
     code = normalize(lang)
     text = None if key is None or code == DEFAULT else messages(code).get(prefix + key)
     return english if text is None else text.format(**params)
-
-
-def say_all(messages: tuple[Message, ...] | list[Message], lang: str = DEFAULT) -> str:
-    """Several core sentences in ``lang``, as one paragraph."""
-    return " ".join(say(message, lang) for message in messages)

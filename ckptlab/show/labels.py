@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..results import Provenance, Region, RunResult, TimelinePoint
+from ..results import NO_GPU, Provenance, Region, RunResult, TimelinePoint
 from ..spec import RunSpec
 from .i18n import say, t
 
@@ -42,7 +42,8 @@ def provenance_label(provenance: Provenance | str, lang: str = "en") -> str:
     """
     if isinstance(provenance, str):
         return t(f"provenance_kind.{provenance}", lang)
-    return t(f"provenance.{provenance.kind}", lang, device=say(provenance.device_name, lang))
+    device = say(NO_GPU, lang) if provenance.kind == "simulated" else provenance.device_name
+    return t(f"provenance.{provenance.kind}", lang, device=device)
 
 
 def method_label(method: str, lang: str = "en") -> str:

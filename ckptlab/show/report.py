@@ -23,7 +23,7 @@ from ..results import (
 )
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
-from .i18n import t
+from .i18n import say, t
 from .labels import setting_label
 from .peak_words import logits_sentence
 
@@ -348,7 +348,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
         lines += ["", *rank_table(result)]
     lines += ["", "Per layer:", layer_table(result)]
     if result.notes:
-        lines += ["", "Notes:"] + [f"  - {note}" for note in result.notes]
+        lines += ["", "Notes:"] + [f"  - {say(note)}" for note in result.notes]
     return "\n".join(lines)
 
 

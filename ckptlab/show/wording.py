@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..message import Message
+from ..fact import Fact
 from ..results import RunResult
 from ..spec import Setting
 from .i18n import error_text, say, t
@@ -70,11 +70,8 @@ def app_message(error: Exception, lang: str = "en") -> str:
 
 
 def run_message(result: RunResult, lang: str = "en") -> str:
-    """Why a run has no figures, as a page shows it: a "does not fit" worded from the result's fields in ``lang``.
-
-    The core writes the English sentence when the step runs out of memory (``RunResult.message``);
-    the other languages are built from the typed fields the result carries, never from that sentence.
-    """
+    """Why a run has no figures, as a page shows it: a "does not fit" worded from the result's fields in ``lang``
+    (never from the sentence the core wrote for the command line, ``RunResult.message``)."""
     if result.status != "does_not_fit":
         return result.message
     spec = result.spec
@@ -85,4 +82,4 @@ def run_message(result: RunResult, lang: str = "en") -> str:
         "setting": Setting.of(spec).key,
         "device": result.device,
     }
-    return say(Message(result.message, key="run.does_not_fit", params=params), lang)
+    return say(Fact("run.does_not_fit", params), lang)

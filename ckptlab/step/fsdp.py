@@ -38,7 +38,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter  # FSDP2's interface for a custom comm
 
 from ..errors import CkptlabError, SpecError
-from ..message import Message
+from ..fact import Fact
 from ..model.plan import checkpointable_layers
 from ..model.selective import enable_checkpointing
 from ..results import RankResult, RunResult
@@ -217,37 +217,21 @@ def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResu
     return replace(result, spec=spec, ranks=ranks, notes=notes)
 
 
-_GLOO_REDUCE_SCATTER = Message(
-    "The gloo ranks reduce-scattered in place, as NCCL does (gloo's own reduce-scatter holds a copy of "
-    "the whole input), so their bytes are what GPU ranks hold.",
-    key="note.gloo_reduce_scatter",
-)
+_GLOO_REDUCE_SCATTER = Fact("note.gloo_reduce_scatter")
 
 
-def _sharding_note(spec: RunSpec, device: torch.device) -> Message:
-    backend = backend_for(device)
-    return Message(
-        f"FSDP2 over {spec.world_size} ranks ({backend}): fully_shard on every decoder layer and the "
-        "root, so each rank holds 1/N of the parameters, gradients and optimizer state, and all-gathers a layer's "
-        "parameters for its forward, its rerun and its backward. Each rank ran its own batch (seed + rank); the "
-        "figures above the per-rank table are rank 0's.",
-        key="note.fsdp_ranks",
-        params={"ranks": spec.world_size, "backend": backend},
-    )
+def _sharding_note(spec: RunSpec, device: torch.device) -> Fact:
+    return Fact("note.fsdp_ranks", {"ranks": spec.world_size, "backend": backend_for(device)})
 
 
-def _disagreements(ranks: list[RankResult]) -> list[str]:
+def _disagreements(ranks: list[RankResult]) -> list[Fact]:
     """Notes where a rank's CP / keep / rerun pattern differs from rank 0's (it must not)."""
     first = [layer.observed for layer in ranks[0].layers]
-    notes: list[str] = []
+    notes: list[Fact] = []
     for row in ranks[1:]:
         observed = [layer.observed for layer in row.layers]
         if observed != first:
             notes.append(
-                Message(
-                    f"RANKS DISAGREE: rank {row.rank} observed {observed}, rank 0 {first}",
-                    key="note.ranks_disagree",
-                    params={"rank": row.rank, "observed": str(observed), "first": str(first)},
-                )
+                Fact("note.ranks_disagree", {"rank": row.rank, "observed": str(observed), "first": str(first)})
             )
     return notes

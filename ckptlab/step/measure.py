@@ -31,7 +31,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import expect_type
-from ..message import Message
+from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import checkpointable_layers, observed_roles, only_first_layer_notes, planned_roles
@@ -54,13 +54,7 @@ from .stopping import DONE, Progress, ShouldStop, checked, stoppable
 from .training import Recipe, check_optimizer_runs, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
 
-OFFLOAD_ON_CPU_NOTE = (
-    "offload does not apply on the CPU: transformers' offload wraps the checkpoint in "
-    "torch.autograd.graph.save_on_cpu(pin_memory=True), which needs an accelerator (on a "
-    "CPU-only machine the first forward raises 'pin_memory=True requires a CUDA or other "
-    "accelerator backend'), and here the activations already live in host memory. This run "
-    "checkpointed without offload."
-)
+OFFLOAD_ON_CPU_NOTE = Fact("note.offload_on_cpu")
 
 
 @exclusive  # process-wide torch state: ckptlab.torchstate
@@ -132,7 +126,7 @@ def _measure_built(
     report: Progress,
     timed: bool = True,
 ) -> RunResult:
-    notes: list[str] = []
+    notes: list[Fact] = []
     offload_applies = spec.offload and device.type == "cuda"
 
     model.train()
@@ -187,7 +181,7 @@ def _run_steps(
     batch: Batch,
     device: torch.device,
     planned: Sequence[str],
-    notes: list[str],
+    notes: list[Fact],
     report: Progress,
     timed: bool = True,
 ) -> tuple[dict[str, list], list[LayerCounts], MemoryResult]:
@@ -196,11 +190,7 @@ def _run_steps(
     repeats = spec.repeats if timed else 0
     total_steps = warmup + repeats + 1
     for index in range(warmup):
-        said = Message(
-            f"warm-up step {index + 1} of {warmup}",
-            key="progress.warmup_step",
-            params={"step": index + 1, "steps": warmup},
-        )
+        said = Fact("progress.warmup_step", {"step": index + 1, "steps": warmup})
         report(said, (index + 0.5) / total_steps)
         train_step(model, batch, probe=None, recipe=recipe)
 
@@ -210,11 +200,7 @@ def _run_steps(
     loads = [machine_load()[0]] if timed else []
     with probe.attached():
         for index in range(repeats):
-            said = Message(
-                f"timed step {index + 1} of {repeats}",
-                key="progress.timed_step",
-                params={"step": index + 1, "steps": repeats},
-            )
+            said = Fact("progress.timed_step", {"step": index + 1, "steps": repeats})
             report(said, (warmup + index + 0.5) / total_steps)
             for phase, seconds in zip(samples, train_step(model, batch, probe, clock=clock, recipe=recipe)):
                 samples[phase].append(seconds)
@@ -224,7 +210,7 @@ def _run_steps(
         loads.append(machine_load()[0])
     samples["load"] = loads
 
-    report(Message("memory step (observed, untimed)", key="progress.memory_step"), (total_steps - 0.5) / total_steps)
+    report(Fact("progress.memory_step"), (total_steps - 0.5) / total_steps)
     memory, layer_counts = observe_memory(model, batch, device, recipe)
     return samples, layer_counts, memory
 
@@ -322,17 +308,13 @@ def logits_shape(model: torch.nn.Module, batch: Batch) -> LogitsShape | None:
     return LogitsShape(tokens=input_ids.numel(), vocab=vocab)
 
 
-def _mismatch_note(layers: list[LayerResult]) -> Message:
+def _mismatch_note(layers: list[LayerResult]) -> Fact:
     rows = ", ".join(
         f"{layer.name}: planned {layer.planned}, flag {layer.enabled}, observed {layer.observed}"
         for layer in layers
         if not layer.as_planned
     )
-    return Message(
-        f"PLAN MISMATCH: the step did not do what every_n_layers says: {rows}",
-        key="note.plan_mismatch",
-        params={"rows": rows},
-    )
+    return Fact("note.plan_mismatch", {"rows": rows})
 
 
 def _with_offload(memory: MemoryResult, layers: list[LayerResult], applied: bool) -> MemoryResult:
@@ -340,7 +322,7 @@ def _with_offload(memory: MemoryResult, layers: list[LayerResult], applied: bool
     return replace(memory, offload_bytes=moved, offload_applied=applied)
 
 
-def offload_notes(spec: RunSpec, memory: MemoryResult | None, layers: Sequence[LayerResult]) -> list[str]:
+def offload_notes(spec: RunSpec, memory: MemoryResult | None, layers: Sequence[LayerResult]) -> list[Fact]:
     """The notes of a measured run that asked for offload where it does not apply (the CPU); else none.
 
     Decided on the fields (``spec.offload``, ``memory.offload_applied``), so a front end that says
@@ -351,8 +333,7 @@ def offload_notes(spec: RunSpec, memory: MemoryResult | None, layers: Sequence[L
     cp_layers = sum(layer.planned == "CP" for layer in layers)
     return [
         OFFLOAD_ON_CPU_NOTE,
-        f"On a GPU, offload would move {memory.offload_bytes:,} bytes off the device: the inputs kept by the "
-        f"{cp_layers} checkpointed layers (measured here as the inputs those layers received).",
+        Fact("note.offload_would_move", {"bytes": f"{memory.offload_bytes:,}", "layers": cp_layers}),
     ]
 
 

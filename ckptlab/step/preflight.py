@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import DoesNotFitError, SpecError, UnsupportedModelError, not_one_of
-from ..message import Message
+from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits, memory_limit
@@ -147,10 +147,9 @@ def load_model(spec: RunSpec | CheckedSpec, progress: Progress | None = None) ->
     info = checked.info
     if progress is not None:
         millions = f"{info.num_params / 1e6:,.1f}"
-        said = Message(
-            f"building {info.name} ({millions}M parameters, {info.weights} weights)",
-            key="progress.building_loaded" if info.weights == "loaded" else "progress.building_random",
-            params={"name": info.name, "millions": millions},
+        said = Fact(
+            "progress.building_loaded" if info.weights == "loaded" else "progress.building_random",
+            {"name": info.name, "millions": millions},
         )
         progress(said, 0.0)
     return catalog.build_model(checked.spec.model, dtype=checked.dtype, device=checked.device, seed=checked.spec.seed)

@@ -15,12 +15,9 @@ from datetime import datetime, timezone
 import torch
 import transformers
 
-from ..message import Message
+from ..fact import worded
 from ..model.catalog import ModelInfo
-from ..results import Kind, ModelSummary, Provenance
-
-# Where a simulation ran, in the place of a device's name: a sentence, so a page says it in its language.
-SIMULATED_DEVICE_NAME = Message("no GPU used; tensor shapes as on a CUDA device", key="provenance.no_gpu")
+from ..results import NO_GPU, Kind, ModelSummary, Provenance
 
 
 def model_summary(info: ModelInfo) -> ModelSummary:
@@ -59,7 +56,7 @@ def _cpu_name() -> str:
 
 def simulated_provenance() -> Provenance:
     """Provenance of a simulation: fake tensors, no device."""
-    return made_now("simulated", SIMULATED_DEVICE_NAME)
+    return made_now("simulated", worded(NO_GPU))
 
 
 def made_now(kind: Kind, device_name: str) -> Provenance:

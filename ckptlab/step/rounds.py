@@ -23,7 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import SpecError, not_one_of
-from ..message import Message
+from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import planned_roles
@@ -47,7 +47,7 @@ class RoundsTiming:
     """The timing of each setting, in the order given, and what a reader must know about each."""
 
     timings: list[TimingResult | None]  # None for a setting that got no timed step (stopped before its first)
-    notes: list[list[str]] = field(default_factory=list)  # per setting: plan mismatches seen in a timed step
+    notes: list[list[Fact]] = field(default_factory=list)  # per setting: plan mismatches seen in a timed step
     rounds_done: int = 0  # complete rounds (every setting timed once) before the end or a stop
     order: Order = "interleaved"
 
@@ -108,7 +108,7 @@ def time_settings(
     clock = clock or clock_for(device)
     planned = [planned_roles(info.num_layers, spec.every_n_layers) for spec in specs]
     samples: list[dict[str, list[float]]] = [{"forward": [], "backward": [], "optimizer": []} for _ in specs]
-    notes: list[list[str]] = [[] for _ in specs]
+    notes: list[list[Fact]] = [[] for _ in specs]
     steps = step_order(len(specs), first.repeats, order)
     state = ModelState.capture(model)
     loads: list[float | None] = []
@@ -119,11 +119,7 @@ def time_settings(
         with adapted(model, first.lora_rank, first.lora_targets) as trained:
             recipe = Recipe.for_spec(first, trained)
             for round_, index in step_order(len(specs), warmup_rounds, order):
-                said = Message(
-                    f"warm-up round {round_ + 1} of {warmup_rounds}",
-                    key="progress.warmup_round",
-                    params={"round": round_ + 1, "rounds": warmup_rounds},
-                )
+                said = Fact("progress.warmup_round", {"round": round_ + 1, "rounds": warmup_rounds})
                 report(said, 0.0)
                 apply_setting(model, specs[index], device)
                 train_step(trained, batch, None, recipe=recipe)
@@ -133,11 +129,7 @@ def time_settings(
                 for done, (round_, index) in enumerate(steps):
                     if stopped is not None and stopped():
                         break
-                    said = Message(
-                        f"timed round {round_ + 1} of {first.repeats}",
-                        key="progress.timed_round",
-                        params={"round": round_ + 1, "rounds": first.repeats},
-                    )
+                    said = Fact("progress.timed_round", {"round": round_ + 1, "rounds": first.repeats})
                     report(said, done / len(steps))
                     apply_setting(model, specs[index], device)
                     if on_step is not None:

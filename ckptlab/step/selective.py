@@ -36,7 +36,7 @@ from torch.utils.checkpoint import (
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import SpecError
-from ..message import Message
+from ..fact import Fact
 from ..model.selective import NONE, SelectivePolicy, op_name, selective_key
 from ..results import LayerResult
 from ..spec import RunSpec
@@ -237,7 +237,7 @@ def check_simulated_selective(spec: RunSpec) -> None:
         )
 
 
-def selective_notes(spec: RunSpec, layers: list[LayerResult], offload_applied: bool = False) -> list[str]:
+def selective_notes(spec: RunSpec, layers: list[LayerResult], offload_applied: bool = False) -> list[Fact]:
     """What a reader must know about a run's selective policy: the loud mismatch, and where offload leaves it.
 
     A CP layer where the policy kept nothing (or ran without it) is recomputed in full, as plain
@@ -246,29 +246,12 @@ def selective_notes(spec: RunSpec, layers: list[LayerResult], offload_applied: b
     """
     if spec.selective == NONE:
         return []
-    notes: list[str] = []
+    notes: list[Fact] = []
     kept = sum(layer.kept_bytes for layer in layers)
     if offload_applied and kept:
-        notes.append(
-            Message(
-                f"offload with selective: the {kept:,} bytes the policy kept stay in device memory (in SAC's own "
-                "cache, which save_on_cpu does not see); offload moves only the checkpointed layers' inputs.",
-                key="note.selective_offload",
-                params={"bytes": f"{kept:,}"},
-            )
-        )
+        notes.append(Fact("note.selective_offload", {"bytes": f"{kept:,}"}))
     wanted = selective_key(spec.selective)
     missed = [layer.name for layer in layers if layer.enabled == "CP" and not layer.selective_as(wanted)]
     if not missed:
         return notes
-    rows = ", ".join(missed)
-    return notes + [
-        Message(
-            f"PLAN MISMATCH: selective={wanted!r} kept nothing in {rows}: those layers were recomputed in full, "
-            "as with plain checkpointing. The policy matched none of the ops they ran (with attention dropout in "
-            "training, SDPA on the CPU takes its math path, which has no single attention op; 'matmuls' keeps "
-            "its products).",
-            key="note.selective_matched_nothing",
-            params={"policy": wanted, "rows": rows},
-        )
-    ]
+    return [*notes, Fact("note.selective_matched_nothing", {"policy": wanted, "rows": ", ".join(missed)})]

@@ -50,7 +50,7 @@ from torch.autograd.graph import saved_tensors_hooks
 from transformers.modeling_utils import AttentionInterface
 
 from ..errors import expect_type
-from ..message import Message
+from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
@@ -105,11 +105,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     notes = simulation_notes(spec, info, fast)
     if shape is None:
         report(
-            Message(
-                f"simulating all {info.num_layers} layers of {info.name}",
-                key="progress.simulating_all",
-                params={"layers": info.num_layers, "name": info.name},
-            ),
+            Fact("progress.simulating_all", {"layers": info.num_layers, "name": info.name}),
             0.1,
         )
         step = simulate_depth(config, task, info.num_layers, spec, dtype)
@@ -120,12 +116,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
         two = simulate_depth(config, task, shape.depth(2), spec, dtype)
         step = shape.extrapolate(one, two)
         notes.append(
-            Message(
-                f"Simulated {shape.depth(1)} and {shape.depth(2)} layers and extrapolated to {info.num_layers}: "
-                "the layers are identical and the plan repeats, so every figure is exact (not an estimate).",
-                key="note.extrapolated",
-                params={"one": shape.depth(1), "two": shape.depth(2), "layers": info.num_layers},
-            )
+            Fact("note.extrapolated", {"one": shape.depth(1), "two": shape.depth(2), "layers": info.num_layers})
         )
     report(DONE, 1.0)
     return simulated_result(spec, info, dtype, step, notes)
@@ -147,16 +138,11 @@ def prepare(spec: RunSpec) -> tuple[ModelInfo, torch.dtype, Any, str]:
     return info, dtype, config, task
 
 
-def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[str]:
+def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[Fact]:
     """The notes of a simulation of ``spec`` that do not depend on how its layers were simulated."""
-    notes: list[str] = []
+    notes: list[Fact] = []
     if fast and not info.layers_alike:
-        notes.append(
-            Message(
-                "The layers differ (e.g. some without experts), so every layer was simulated, none extrapolated.",
-                key="note.layers_differ",
-            )
-        )
+        notes.append(Fact("note.layers_differ"))
     if info.experts_implementation is not None:
         notes.append(experts_note(info))
         notes.append(ROUTING_NOTE)
@@ -164,13 +150,9 @@ def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[str]:
     return notes
 
 
-def _simulating(depth: int, layers: int) -> Message:
+def _simulating(depth: int, layers: int) -> Fact:
     """The progress line of one shallow copy's simulation."""
-    return Message(
-        f"simulating {depth} of {layers} layers",
-        key="progress.simulating_some",
-        params={"depth": depth, "layers": layers},
-    )
+    return Fact("progress.simulating_some", {"depth": depth, "layers": layers})
 
 
 # -- one simulated step -------------------------------------------------------------------
@@ -228,40 +210,20 @@ def _fake_step(
 
 
 def simulated_result(
-    spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedStep, notes: list[str]
+    spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedStep, notes: list[Fact]
 ) -> RunResult:
     """The :class:`RunResult` of a simulated step of the whole model, with ``notes`` on how it was simulated."""
     if spec.offload:
-        moved = f"{step.host_bytes:,}"
-        notes.append(
-            Message(
-                f"offload simulated: {moved} bytes of checkpointed inputs held in pinned host "
-                "memory instead of device memory (counted in host_offload_bytes, not in the device figures).",
-                key="note.offload_simulated",
-                params={"bytes": moved},
-            )
-        )
+        notes.append(Fact("note.offload_simulated", {"bytes": f"{step.host_bytes:,}"}))
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     if [layer.observed for layer in step.layers] != planned:
-        notes.append(
-            Message(
-                "PLAN MISMATCH: the simulated step did not rerun the layers every_n_layers plans.",
-                key="note.plan_mismatch_simulated",
-            )
-        )
+        notes.append(Fact("note.plan_mismatch_simulated"))
     notes += selective_notes(spec, step.layers, spec.offload)
     memory = replace(step.memory, host_offload_bytes=step.host_bytes)
     ranks = []
     if spec.fsdp:
         ranks = [RankResult(rank=0, memory=memory, timing=None, layers=step.layers)]
-        notes.append(
-            Message(
-                f"FSDP2 over {spec.world_size} ranks, simulated with a fake process group: the figures are rank 0's "
-                "(every rank holds the same bytes but for the rounding of uneven shards).",
-                key="note.fsdp_simulated",
-                params={"ranks": spec.world_size},
-            )
-        )
+        notes.append(Fact("note.fsdp_simulated", {"ranks": spec.world_size}))
     return RunResult(
         spec=spec,
         model=model_summary(replace(info, weights="fake")),

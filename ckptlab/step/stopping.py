@@ -21,12 +21,12 @@ from contextlib import contextmanager
 import torch
 
 from ..errors import RunStoppedError
-from ..message import Message
+from ..fact import Fact
 from ..model.plan import checkpointable_layers
 
 ShouldStop = Callable[[], bool]
-# (what is happening: a Message where the core says it, for a page to say in its language; fraction done in [0, 1])
-Progress = Callable[[str, float], None]
+# (what is happening, as a fact a page or the command line words; fraction done in [0, 1])
+Progress = Callable[[Fact, float], None]
 Cancel = Callable[[], bool] | threading.Event  # a job's stop button: an event, or a function that says so
 
 
@@ -59,7 +59,7 @@ def stoppable(model: torch.nn.Module, should_stop: ShouldStop | None) -> Iterato
 def checked(report: Progress, should_stop: ShouldStop | None) -> Progress:
     """``report`` that first asks ``should_stop``: the moments between two steps."""
 
-    def ask_then_report(message: str, fraction: float) -> None:
+    def ask_then_report(message: Fact, fraction: float) -> None:
         stop_if_asked(should_stop)
         report(message, fraction)
 
@@ -75,22 +75,25 @@ def stopper(cancel: Cancel | None) -> ShouldStop:
     return cancel
 
 
-DONE = Message("done", key="progress.done")  # the last progress message of a run or a job
+DONE = Fact("progress.done")  # the last progress message of a run or a job
 
 
-def prefixed(prefix: str, message: str) -> str:
-    """``prefix + message`` as one :class:`Message` that keeps both as params (either may be a Message itself),
-    so a page says the whole line in its language; its English is the two strings joined, as before.
-    """
-    if not prefix:
+def prefixed(prefix: Fact | None, message: Fact) -> Fact:
+    """``message`` after ``prefix`` (which run of a job it is about), both kept as facts; ``message`` without one."""
+    if prefix is None:
         return message
-    return Message(prefix + message, key="progress.prefixed", params={"prefix": prefix, "message": message})
+    return Fact("progress.prefixed", {"prefix": prefix, "message": message})
 
 
-def scaled(report: Progress, index: int, total: int, prefix: str = "") -> Progress:
+def label(text: str) -> Fact:
+    """The prefix ``"<text>: "`` of a progress line, for a label that is a name or a setting's key (``n=2``)."""
+    return Fact("progress.label", {"label": text})
+
+
+def scaled(report: Progress, index: int, total: int, prefix: Fact | None = None) -> Progress:
     """Progress of the ``index``-th of ``total`` runs as a share of the whole job's, its messages after ``prefix``."""
 
-    def report_share(message: str, fraction: float) -> None:
+    def report_share(message: Fact, fraction: float) -> None:
         report(prefixed(prefix, message), (index + fraction) / total)
 
     return report_share

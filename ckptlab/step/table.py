@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from ..message import Message
+from ..fact import Fact
 from ..model.plan import CP, KEEP, Role, planned_roles
 from ..results import LayerResult, MemoryResult, RunResult, TimelinePoint
 from ..spec import RunSpec
@@ -123,15 +123,7 @@ class TableSimulation:
                 spec, fast=False, progress=lambda message, fraction: report(message, start + (1 - start) * fraction)
             )
         notes = simulation_notes(spec, info, fast=True)
-        notes.append(
-            Message(
-                f"Simulated the layers of each role between the first and the last layer ({_depths(needed)} layers, "
-                f"shared with the other settings of the table) and derived all {info.num_layers}: the layers are "
-                "identical, so every figure is exact (not an estimate).",
-                key="note.derived_from_roles",
-                params={"depths": _depths(needed), "layers": info.num_layers},
-            )
-        )
+        notes.append(Fact("note.derived_from_roles", {"depths": _depths(needed), "layers": info.num_layers}))
         report(DONE, 1.0)
         return simulated_result(spec, info, dtype, step, notes)
 
@@ -140,12 +132,8 @@ class TableSimulation:
         self.simulated_layers += len(plan)
 
 
-def _simulating(plan: tuple[Role, ...], layers: int) -> Message:
-    return Message(
-        f"simulating {len(plan)} of {layers} layers",
-        key="progress.simulating_some",
-        params={"depth": len(plan), "layers": layers},
-    )
+def _simulating(plan: tuple[Role, ...], layers: int) -> Fact:
+    return Fact("progress.simulating_some", {"depth": len(plan), "layers": layers})
 
 
 def simulate_table(

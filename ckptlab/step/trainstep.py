@@ -15,7 +15,7 @@ import torch
 from accelerate.utils import convert_to_fp32
 from transformers import PreTrainedModel
 
-from ..message import Message
+from ..fact import Fact
 from ..results import TimingResult, median
 from ..spec import RunSpec
 from .meters import Clock, machine_load
@@ -173,14 +173,10 @@ def timing_result(
     )
 
 
-def check_repeatable(probe: LayerProbe, planned: Sequence[str], notes: list[str]) -> None:
+def check_repeatable(probe: LayerProbe, planned: Sequence[str], notes: list[Fact]) -> None:
     """Every timed step must rerun exactly the planned layers; say so loudly when one does not."""
     reran = ["CP" if counts.recompute_calls else "keep" for counts in probe.counts]
     if reran != list(planned):
-        note = Message(
-            f"PLAN MISMATCH in a timed step: reruns observed {reran}, planned {planned}",
-            key="note.plan_mismatch_timed",
-            params={"reran": str(reran), "planned": str(list(planned))},
-        )
+        note = Fact("note.plan_mismatch_timed", {"reran": str(reran), "planned": str(list(planned))})
         if note not in notes:
             notes.append(note)

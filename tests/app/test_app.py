@@ -312,7 +312,9 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
     at.button(key="lab_run").click().run()
     _assert_alive(at)
     if which == "run":
-        assert message in _texts(at.error)
+        # Worded from the result's fields (show.wording.run_message), not from the core's sentence.
+        assert "Does not fit: tiny-llama at seq_len=128, batch_size=1, n=1" in _texts(at.error)
+        assert message not in _texts(at.error)
         assert len(at.get("plotly_chart")) == 1  # the planned pattern, titled as not fitting
     else:
         assert "Without checkpointing it does not fit" in _texts(at.warning)

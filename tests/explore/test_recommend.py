@@ -244,6 +244,20 @@ def test_every_sentence_of_a_recommendation_is_said_in_the_apps_languages(lang):
     for rec in cases:
         for message in (*rec.reasons, *rec.advice):
             said = i18n.say(message, lang)
-            assert said != message.text and "{" not in said, message.key
+            assert said != i18n.say(message) and "{" not in said, message.key
             keys.add(message.key)
     assert len(keys) >= 10  # the cases reach most sentences
+
+
+def test_the_recommended_rows_time_verdict_is_its_own_fact_in_every_language():
+    from ckptlab.results import Judgement, TimeVerdict
+    from ckptlab.show import i18n
+
+    judged = TimeVerdict(ratio=1.1, spread=0.02, samples=5, judgement=Judgement.MEASURABLE)
+    table = [dataclasses.replace(r, time_verdict=judged) if r.every_n_layers == 4 else r for r in TABLE]
+    rec = recommend(table, 800 * MIB)
+    (verdict,) = [reason for reason in rec.reasons if reason.key.startswith("recommend.verdict_")]
+    assert verdict.key == "recommend.verdict_measurable" and verdict.params["change"] == "+10%"
+    assert "Its step time against checkpointing off: +10% (outside the spread of both runs)." in rec.reason
+    assert "+10%" in i18n.say(verdict, "ja") and i18n.say(verdict, "pt-BR") != i18n.say(verdict)
+    assert not any(reason.key.startswith("recommend.verdict_") for reason in recommend(TABLE, 800 * MIB).reasons)

@@ -18,6 +18,7 @@ from ckptlab.explore.scale import (
     scale_table,
 )
 from ckptlab.lab.scalejob import ScaleJob, remember
+from ckptlab.show.i18n import say
 
 MODEL, SEQ = "tiny-llama", 128  # 6 layers; about a second a simulation on 2 cores
 SETTINGS = (Setting(None), Setting(1), Setting(1, offload=True), Setting(2))
@@ -80,7 +81,7 @@ def test_table_simulates_each_setting_in_order(table):
     assert offload.host_offload_bytes == offload.offload_bytes
     fractions = [fraction for _, fraction in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
-    assert any(message.startswith("n=1+offload: simulating") for message, _ in seen)
+    assert any(say(message).startswith("n=1+offload: simulating") for message, _ in seen)
 
 
 def test_known_results_are_reused_not_simulated_again(table, monkeypatch):

@@ -12,7 +12,8 @@ import pytest
 
 from ckptlab import load_model
 from ckptlab.cli import main
-from ckptlab.explore.sweep import OFFLOAD_SKIPPED_NOTE, SweepSpec, plan_sweep, sweep
+from ckptlab.explore.sweep import SweepSpec, plan_sweep, sweep
+from ckptlab.show import i18n
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -103,7 +104,7 @@ def test_cancel_between_rows_keeps_the_rows_measured():
 
     def progress(message, fraction):
         fractions.append(fraction)
-        if message.startswith("row 2 of"):
+        if i18n.say(message).startswith("row 2 of"):
             stop.set()  # pressed during row 2: row 2 finishes, row 3 never starts
 
     result = sweep(SweepSpec(model="tiny-gpt2", seq_lens=(32,), repeats=1, warmup=0), progress=progress, cancel=stop)
@@ -120,14 +121,16 @@ def test_cancel_as_a_function_before_the_first_row():
 def test_offload_rows_are_skipped_on_the_cpu_and_said_once():
     plan = plan_sweep(SweepSpec(seq_lens=(64, 128), offload="both", device="cpu"))
     assert all(offload is False for _, _, offload, _ in plan.rows)
-    assert plan.notes.count(OFFLOAD_SKIPPED_NOTE) == 1
+    assert [note.key for note in plan.notes].count("note.offload_skipped") == 1
     assert len(plan.rows) == 2 * 7
 
 
 def test_settings_with_the_same_plan_are_measured_once():
     plan = plan_sweep(SweepSpec(every_n_layers=(6, 8, 2), device="cpu"))
     assert [n for _, n, _, _ in plan.rows] == [None, 6, 2]
-    assert any("every_n_layers=8" in note and "measured once" in note for note in plan.notes)
+    (same,) = [note for note in plan.notes if note.key == "note.same_plan"]
+    assert same.params == {"dropped": "8", "kept": 6, "layers": 6}
+    assert "every_n_layers=8 give the same plan as every_n_layers=6 on 6 layers" in i18n.say(same)
 
 
 def test_sweep_to_csv_and_json(swept):
@@ -192,6 +195,7 @@ def test_cli_sweep_bad_input_exits_2_with_one_message(capsys, args, named):
 @pytest.mark.parametrize("lang", ["pt-BR", "ja"])
 def test_the_plans_notes_are_said_in_the_apps_languages(lang):
     """The notes a page shows under a sweep carry keys: each is translated and filled, none left in English."""
+    from ckptlab.fact import as_written
     from ckptlab.show import i18n
 
     plans = [
@@ -202,6 +206,6 @@ def test_the_plans_notes_are_said_in_the_apps_languages(lang):
     assert {note.key for note in notes} >= {"note.same_plan", "note.offload_skipped_instead", "note.offload_skipped"}
     for note in notes:
         said = i18n.say(note, lang)
-        assert said != str(note) and "{" not in said, note.key
-    assert i18n.say(notes[0], "en") == str(notes[0])  # English is the core's own sentence
-    assert i18n.say("a note read back from JSON", lang) == "a note read back from JSON"
+        assert said != i18n.say(note, "en") and "{" not in said, note.key
+    read_back = as_written("a note read back from JSON")  # JSON written before results kept their facts
+    assert i18n.say(read_back, lang) == "a note read back from JSON"

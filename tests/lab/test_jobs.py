@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ckptlab.errors import SpecError
+from ckptlab.fact import Fact
 from ckptlab.lab.jobs import BackgroundJob
 from ckptlab.lab.scalejob import ScaleJob
-from ckptlab.message import Message
 from ckptlab.show import i18n
 
 
@@ -35,22 +35,20 @@ def test_the_labs_own_error_is_kept_as_it_is_for_the_page_to_translate():
     job = _failed(error)
     assert job._error == "seq_len=0 is not valid" and job._failure is error
     # Words for a bug are for bugs: the lab's error stays its own sentence.
-    assert _failed(error, bug_words=lambda detail: Message(detail, key="x"))._failure is error
+    assert _failed(error, bug_words=lambda detail: Fact("sweep.failed_rows_kept", {"error": detail}))._failure is error
 
 
 def test_a_bug_is_its_type_and_message_or_the_jobs_sentence_around_them():
     job = _failed(ZeroDivisionError("division by zero"))
     assert job._error == "ZeroDivisionError: division by zero" and job._failure is None
 
-    def kept(detail: str) -> Message:
-        return Message(
-            f"It failed ({detail}); the rest is kept.", key="sweep.failed_rows_kept", params={"error": detail}
-        )
+    def kept(detail: str) -> Fact:
+        return Fact("sweep.failed_rows_kept", {"error": detail})
 
     said = _failed(RuntimeError("boom"), bug_words=kept)._error
-    assert said == "It failed (RuntimeError: boom); the rest is kept." and isinstance(said, Message)
-    assert said.params == {"error": "RuntimeError: boom"}
-    assert "RuntimeError: boom" in i18n.say(said, "pt-BR") and i18n.say(said, "pt-BR") != said.text
+    assert said == Fact("sweep.failed_rows_kept", {"error": "RuntimeError: boom"})
+    assert i18n.say(said) == "The sweep failed unexpectedly (RuntimeError: boom); the rows measured are kept."
+    assert "RuntimeError: boom" in i18n.say(said, "pt-BR") and i18n.say(said, "pt-BR") != i18n.say(said)
 
 
 def test_a_simulation_job_fails_through_the_same_path(monkeypatch):

@@ -14,6 +14,7 @@ from ckptlab.lab.runqueue import DeviceQueue
 from ckptlab.lab.scalejob import ScaleJob, SearchJob
 from ckptlab.lab.sweepjob import SweepJob
 from ckptlab.lab.workers import WorkerPool
+from ckptlab.show import i18n
 from ckptlab.spec import Setting
 from tests.app.polling import HANG_S
 
@@ -88,7 +89,7 @@ def test_a_sweep_whose_session_is_gone_ends_and_gives_its_turn_back(workers):
     gone = threading.Event()
     with queue.turn(label="someone else's run"):
         job = SweepJob(SMALL, queue=queue, workers=workers, alive=lambda: not gone.is_set()).start()
-        _wait(job, lambda s: "waiting for the device" in s.message)
+        _wait(job, lambda s: "waiting for the device" in i18n.say(s.message))
         gone.set()  # the tab is closed while the sweep waits
         state = _wait(job, lambda s: not s.running)
     assert state.result is not None and state.result.cancelled and state.result.rows == []

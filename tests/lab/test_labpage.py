@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import ckptlab
+from ckptlab.fact import Fact
 from ckptlab.lab import labpage
 from ckptlab.lab.query import LORA_RANK_DEFAULT
 from ckptlab.lab.run import LabRun, Measured
@@ -207,9 +208,10 @@ def test_offload_is_said_once_in_the_box_and_its_notes_are_left_out_of_the_capti
         mib=f"{offloaded.memory.offload_bytes / MIB:,.1f}",
         layers=3,
     )
-    assert any("would move" in note for note in offloaded.notes)  # the box says it: no caption repeats it
+    assert any(note.key == "note.offload_would_move" for note in offloaded.notes)  # the box says it: no caption
     assert labpage.notes_to_show(offloaded) == []
-    assert labpage.notes_to_show(replace(offloaded, notes=[*offloaded.notes, "another note"])) == ["another note"]
+    another = Fact("note.layers_differ")
+    assert labpage.notes_to_show(replace(offloaded, notes=[*offloaded.notes, another])) == [another]
     plain = measured(every_n_layers=2)
     assert labpage.offload_box(plain.spec, plain, lang) is None and labpage.notes_to_show(plain) == plain.notes
     # The widgets ask for offload, the last run did not: nothing was moved, nothing to say about it.

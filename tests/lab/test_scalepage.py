@@ -75,21 +75,28 @@ def test_the_plan_line_names_a_long_list_by_its_ends_and_counts_what_is_known():
 
 
 def test_progress_words_and_the_changed_line():
-    assert scalepage.progress_words(2, 5, "n=2", False, "en") == "Simulating (2 of 5 done): n=2"
-    assert scalepage.progress_words(2, None, "x", False, "en") == i18n.t(
-        "at_scale.searching", "en", done=2, message="x"
+    from ckptlab.fact import Fact
+    from ckptlab.step.stopping import DONE
+
+    done = Fact("progress.prefixed", {"prefix": Fact("progress.label", {"label": "n=2"}), "message": DONE})
+    assert scalepage.progress_words(2, 5, done, False, "en") == "Simulating (2 of 5 done): n=2: done"
+    assert scalepage.progress_words(2, None, DONE, False, "en") == i18n.t(
+        "at_scale.searching", "en", done=2, message="done"
     )
-    assert scalepage.progress_words(2, 5, "n=2", True, "en") == i18n.t("at_scale.stopping", "en")
+    assert scalepage.progress_words(2, 5, done, True, "en") == i18n.t("at_scale.stopping", "en")
     shown = ScaleRequest(model="m", seq_len=8192, batch_size=1, dtype="bfloat16", settings=(), world_size=8)
     assert "seq 8,192" in scalepage.changed_line(shown, "en") and "8 GPUs" in scalepage.changed_line(shown, "en")
 
 
 def test_the_progress_line_is_said_in_the_pages_language():
-    from ckptlab.step.stopping import DONE, prefixed
+    from ckptlab.step.stopping import DONE, label, prefixed
 
-    line = scalepage.progress_words(2, 5, prefixed("n=2: ", DONE), False, "ja")
+    line = scalepage.progress_words(2, 5, prefixed(label("n=2"), DONE), False, "ja")
     assert line == i18n.t("at_scale.progress", "ja", done=2, total=5, message="n=2: 完了")
-    assert scalepage.progress_words(2, 5, prefixed("n=2: ", DONE), False, "en") == "Simulating (2 of 5 done): n=2: done"
+    assert (
+        scalepage.progress_words(2, 5, prefixed(label("n=2"), DONE), False, "en")
+        == "Simulating (2 of 5 done): n=2: done"
+    )
 
 
 def test_the_model_caption_says_infinite_positions_when_the_config_has_none():

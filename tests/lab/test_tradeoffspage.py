@@ -68,9 +68,9 @@ def test_summary_budget_and_recommendation_words(result):
 
 
 def test_the_running_sweeps_progress_line_is_said_in_the_pages_language():
-    from ckptlab.message import Message
+    from ckptlab.fact import Fact
 
-    line = Message("sweep done", key="progress.sweep_done")
+    line = Fact("progress.sweep_done")
     assert tradeoffspage.progress_words(line, False, "pt-BR") == "varredura concluída"
     assert tradeoffspage.progress_words(line, False, "en") == "sweep done"
     assert tradeoffspage.progress_words(line, True, "ja") == i18n.t("tradeoffs.stopping", "ja")

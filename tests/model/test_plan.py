@@ -54,7 +54,9 @@ def test_other_modules_with_a_flag_stay_enabled():
 
 def test_the_only_first_layer_note_is_one_note_for_runs_and_simulations():
     from ckptlab.model.plan import only_first_layer_notes
+    from ckptlab.show.i18n import say
 
     (note,) = only_first_layer_notes(6, 9)
-    assert note.key == "note.only_first_layer" and "only the first layer is checkpointed" in note
+    assert note.key == "note.only_first_layer" and note.params == {"n": 9, "layers": 6}
+    assert "only the first layer is checkpointed" in say(note)
     assert only_first_layer_notes(6, 5) == only_first_layer_notes(6, None) == only_first_layer_notes(1, 1) == []

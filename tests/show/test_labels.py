@@ -62,7 +62,13 @@ def test_one_provenance_label_for_a_result_and_for_a_bare_kind():
     assert provenance_label("measured-cpu") == "measured on the CPU"  # a table row knows only the kind
     for kind in ("measured-cuda", "measured-cpu", "simulated", "predicted"):
         full = provenance_label(replace(PROVENANCE, kind=kind), "pt-BR")  # type: ignore[arg-type]
-        assert full.startswith(provenance_label(kind, "pt-BR")) and full.endswith("(Intel Xeon, 2 cores)")
+        # A simulation used no device: it says so (decided on the kind), whatever name it carries.
+        device = (
+            "(sem GPU; formas de tensores como num dispositivo CUDA)"
+            if kind == "simulated"
+            else "(Intel Xeon, 2 cores)"
+        )
+        assert full.startswith(provenance_label(kind, "pt-BR")) and full.endswith(device)
 
 
 def test_a_simulation_says_where_it_ran_in_the_pages_language():

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ckptlab import build_model, list_presets, measure, planned_roles
+from ckptlab.fact import Fact
 from ckptlab.results import RunResult
 from ckptlab.step.measure import OFFLOAD_ON_CPU_NOTE
 from tests.conftest import FAST, requires_cuda
@@ -36,7 +37,7 @@ def test_observed_reruns_equal_the_plan_for_every_tiny_preset(model, measured):
         assert all(layer.forward_calls == 1 for layer in result.layers)
         assert [layer.recompute_calls for layer in result.layers] == [int(role == "CP") for role in planned]
         assert result.plan_matches
-        assert not any("MISMATCH" in note for note in result.notes)
+        assert not any(note.key.startswith("note.plan_mismatch") for note in result.notes)
 
 
 def test_checkpointing_off_reruns_nothing(measured):
@@ -48,7 +49,7 @@ def test_checkpointing_off_reruns_nothing(measured):
 def test_every_n_layers_larger_than_the_layer_count_is_said(measured):
     result = measured(every_n_layers=8)
     assert [layer.observed for layer in result.layers] == ["CP"] + ["keep"] * 5
-    assert any("only the first layer is checkpointed" in note for note in result.notes)
+    assert any(note.key == "note.only_first_layer" for note in result.notes)
 
 
 def test_resident_activations_shrink_as_more_layers_are_checkpointed(measured):
@@ -153,7 +154,8 @@ def test_offload_on_the_cpu_completes_and_says_why_not(measured):
     assert OFFLOAD_ON_CPU_NOTE in result.notes
     # What it would move: the inputs kept by the three checkpointed layers.
     assert result.memory.offload_bytes == 3 * _layer_input_bytes(result)
-    assert any("would move" in note and f"{3 * _layer_input_bytes(result):,}" in note for note in result.notes)
+    moved = {"bytes": f"{3 * _layer_input_bytes(result):,}", "layers": 3}
+    assert Fact("note.offload_would_move", moved) in result.notes
     # It ran as plain checkpointing: the same resident memory as without offload.
     assert result.memory.after_forward_bytes == measured(every_n_layers=2).memory.after_forward_bytes
 

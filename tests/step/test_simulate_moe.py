@@ -146,7 +146,7 @@ def test_layers_that_differ_are_simulated_one_by_one(folders):
     assert not info.layers_alike and info.moe_layers == 3 and info.num_layers == 6
     spec = _spec(path, 2)
     sim, run = simulate(spec), measure(spec)
-    assert not any("extrapolated to" in note for note in sim.notes)
+    assert not any(note.key == "note.extrapolated" for note in sim.notes)
     _assert_simulation_lands_on_the_run(run, sim)
     assert [layer.moe for layer in sim.layers] == [False, True] * 3  # (index + 1) % 2 == 0 holds experts
 
@@ -164,7 +164,7 @@ def test_real_shape_moe_presets_simulate_quickly():
     sim = simulate(RunSpec(model="qwen3-30b-a3b", seq_len=1024, every_n_layers=1, optimizer="none"))
     assert sim.model.num_experts == 128 and sim.model.experts_per_token == 8
     assert sim.memory.breakdown_baseline["parameter"] == 2 * sim.model.num_params  # bfloat16, all experts
-    assert any("extrapolated" in note for note in sim.notes) and sim.plan_matches
+    assert any(note.key == "note.extrapolated" for note in sim.notes) and sim.plan_matches
 
 
 def test_an_moe_the_simulation_cannot_route_gets_one_message(folders, capsys):

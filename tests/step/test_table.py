@@ -28,7 +28,7 @@ def _figures(result):
 
 
 def _keys(result) -> list[str]:
-    return [getattr(note, "key", None) for note in result.notes]
+    return [note.key for note in result.notes]
 
 
 # (model, spec fields, settings as (every_n_layers, offload), the settings not derived): dense, MoE and

@@ -1,0 +1,87 @@
+"""What the core says happened, as typed facts, and the one lookup that words a fact in a language.
+
+A :class:`Fact` is a key and the values it names (a run's layer count, a setting's key, the bytes
+offload moved): what happened, never how to say it. Its words live in ``ckptlab/locales/<lang>.json``
+under ``said.<key>``, English included, so the command line, the JSON a result writes and every page
+say a fact through :func:`worded` from the same files. Code decides on a fact's key and params,
+never on its sentence.
+
+This module sits in the bottom layer so the results layer can write a result's notes in English
+(``RunResult.to_dict``); the edge asks :func:`ckptlab.show.i18n.say`, which normalizes the language.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+LOCALES_DIR = Path(__file__).resolve().parent / "locales"  # package data: installs with ckptlab
+ENGLISH = "en"
+SAID = "said."  # the prefix of a fact's words in every locale file
+
+
+class MissingKeyError(KeyError):
+    """A key asked for is in no locale file: a typo in code, or a string not yet added."""
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One thing the core says: ``key`` names it (``said.<key>`` in the locale files), ``params`` its values.
+
+    A param may be a Fact itself (a progress line's prefix): it is worded in the same language.
+    """
+
+    key: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __hash__(self) -> int:  # params is a dict: equal facts have the same key and param names
+        return hash((self.key, tuple(sorted(self.params))))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"key": ..., "params": {...}}``, nested facts as dicts too, for JSON."""
+        params = {name: value.to_dict() if isinstance(value, Fact) else value for name, value in self.params.items()}
+        return {"key": self.key, "params": params}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fact:
+        """The fact :meth:`to_dict` wrote."""
+        params = data.get("params", {})
+        return cls(data["key"], {name: _fact_or_value(value) for name, value in params.items()})
+
+
+def _fact_or_value(value: Any) -> Any:
+    return Fact.from_dict(value) if isinstance(value, dict) and set(value) == {"key", "params"} else value
+
+
+def as_written(text: str) -> Fact:
+    """A sentence known only by its words: a note read back from JSON saved before results kept their facts."""
+    return Fact("as_written", {"text": text})
+
+
+@cache
+def messages(lang: str) -> dict[str, str]:
+    """The flat key -> text table of one language.
+
+    Raises:
+        FileNotFoundError: the language has no file in ``ckptlab/locales/``.
+    """
+    with open(LOCALES_DIR / f"{lang}.json", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def worded(fact: Fact, lang: str = ENGLISH) -> str:
+    """``fact`` in ``lang`` (a supported code): its ``said.<key>`` text filled with its params, nested facts
+    worded in ``lang`` too; the English where ``lang`` has no such key yet.
+
+    Raises:
+        MissingKeyError: ``said.<key>`` is not in the English file.
+    """
+    key = SAID + fact.key
+    text = messages(lang).get(key) or messages(ENGLISH).get(key)
+    if text is None:
+        raise MissingKeyError(f"{key!r} is not in ckptlab/locales/{ENGLISH}.json; add it to every locale file")
+    return text.format(**{name: worded(v, lang) if isinstance(v, Fact) else v for name, v in fact.params.items()})
