@@ -180,7 +180,7 @@ st.plotly_chart(sweep_tradeoff_figure(result, seq_len, recommendation, lang=lang
 st.subheader(i18n.t("tradeoffs.h_recommendation", lang), anchor=False)
 if recommendation.row is not None:
     st.success(tradeoffspage.recommended(recommendation, seq_len, lang))
-    st.markdown(" ".join(i18n.say(reason, lang) for reason in recommendation.reasons))
+    st.markdown(i18n.say(recommendation.reasons, lang))
     if recommendation.ranked_by == "predicted":
         st.info(i18n.t("tradeoffs.ranked_by_prediction", lang))
     st.caption(i18n.t("tradeoffs.on_a_model", lang))
@@ -188,7 +188,7 @@ if recommendation.row is not None:
     st.caption(i18n.t("tradeoffs.with_trainer", lang))
     st.code(recommendation.trainer_code, language="python")
 else:
-    st.error(" ".join(i18n.say(reason, lang) for reason in recommendation.reasons))
+    st.error(i18n.say(recommendation.reasons, lang))
     for advice in recommendation.advice:
         st.markdown(f"- {i18n.say(advice, lang)}")
 

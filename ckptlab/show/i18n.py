@@ -15,6 +15,7 @@ keep, rerun) stay in English in every file.
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 
 from ..fact import ENGLISH, Fact, worded
 
@@ -88,10 +89,13 @@ def error_text(error: Exception, lang: str = DEFAULT) -> str:
     return _translated(ERRORS, getattr(error, "key", None), getattr(error, "params", {}), str(error), lang)
 
 
-def say(fact: Fact, lang: str = DEFAULT) -> str:
+def say(fact: Fact | Sequence[Fact], lang: str = DEFAULT) -> str:
     """A core fact in ``lang``'s words (``said.<key>`` filled with its params), English included: the one
-    function the pages and the command line word a fact with."""
-    return worded(fact, normalize(lang))
+    function the pages and the command line word a fact with. Several facts (a recommendation's reasons)
+    are one paragraph."""
+    if isinstance(fact, Fact):
+        return worded(fact, normalize(lang))
+    return " ".join(worded(one, normalize(lang)) for one in fact)
 
 
 def _translated(prefix: str, key: str | None, params: dict, english: str, lang: str) -> str:
