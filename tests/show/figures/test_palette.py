@@ -75,29 +75,27 @@ def test_a_role_a_memory_category_and_a_setting_never_share_a_hue():
     assert clashes == [], "\n".join(clashes)
 
 
-def test_a_verdict_takes_no_hue_of_the_bars_it_marks_and_says_itself_by_shape():
-    colors, beside = DRAWN_WITH["verdict"]
-    clashes = [
-        f"verdict {name} {color} ~ {family} {key} {other}"
+def _clashes_with_what_it_is_drawn_beside(group: str) -> list[str]:
+    colors, beside = DRAWN_WITH[group]
+    return [
+        f"{group} {name} {color} ~ {family} {key} {other}"
         for name, color in colors.items()
         for family in beside
         for key, other in FAMILIES[family].items()
         if share_a_hue(color, other)
     ]
+
+
+def test_a_verdict_takes_no_hue_of_the_bars_it_marks_and_says_itself_by_shape():
+    clashes = _clashes_with_what_it_is_drawn_beside("verdict")
     assert clashes == [], "\n".join(clashes)
+    colors, _ = DRAWN_WITH["verdict"]
     assert all(_hls(color)[2] <= CHROMATIC for color in colors.values())  # neutral: no hue to be read as a category
     assert style.VERDICT_SYMBOLS[True] != style.VERDICT_SYMBOLS[False]  # the shape tells fits from does not fit
 
 
 def test_a_layer_state_that_is_no_roles_shares_no_colour_with_a_category_or_a_role():
-    colors, beside = DRAWN_WITH["state"]
-    clashes = [
-        f"state {name} {color} ~ {family} {key} {other}"
-        for name, color in colors.items()
-        for family in beside
-        for key, other in FAMILIES[family].items()
-        if share_a_hue(color, other)
-    ]
+    clashes = _clashes_with_what_it_is_drawn_beside("state")
     assert clashes == [], "\n".join(clashes)
     # The states that are a role's say it in the role's colour.
     assert (style.STATE_COLORS["held"], style.STATE_COLORS["recomputing"]) == (
