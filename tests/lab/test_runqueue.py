@@ -12,6 +12,7 @@ import pytest
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import ckptlab
+from ckptlab.fact import Fact
 from ckptlab.lab.run import ResultCache, build_for_key, reference_spec, run_queued
 from ckptlab.lab.runqueue import DeviceBusyError, DeviceQueue
 
@@ -164,8 +165,8 @@ def test_concurrent_runs_take_turns_and_each_measures_as_if_alone():
     errors: list[BaseException] = []
 
     def session(index: int) -> None:
-        def progress(message: str, fraction: float) -> None:
-            if message != "waiting for the device":
+        def progress(message: Fact, fraction: float) -> None:
+            if message.key != "progress.waiting":  # the wait before the turn is not the turn
                 spans.setdefault(index, []).append(time.monotonic())
 
         def on_wait(ahead: int) -> None:

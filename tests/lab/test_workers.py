@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from ckptlab.errors import CkptlabError, RunStoppedError, SpecError
+from ckptlab.fact import Fact
 from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import NotAllowedError
 from ckptlab.lab.workers import WorkerLostError, WorkerPool, resident_bytes, thread_plan
@@ -64,7 +65,7 @@ def test_a_job_past_its_time_limit_is_killed_and_replaced(pool: WorkerPool) -> N
     killed = pool.killed
     seen: list[int] = []
 
-    def on_progress(message: str, fraction: float) -> None:
+    def on_progress(message: Fact, fraction: float) -> None:
         seen.append(os.getpid())  # progress arrives in the caller's own process
 
     with pytest.raises(RunStoppedError) as raised:

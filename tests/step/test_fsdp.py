@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from ckptlab import RunResult, RunSpec, SpecError, list_presets, simulate
 from ckptlab.model.catalog import build_model
-from ckptlab.model.plan import planned_roles
+from ckptlab.model.plan import checkpointable_layers, planned_roles
 from ckptlab.spec import MAX_WORLD_SIZE
 from ckptlab.step.fsdp import mixed_precision_policy
 from ckptlab.step.training import Recipe
@@ -69,6 +69,14 @@ def test_two_gloo_ranks_shard_the_parameters_and_keep_the_plan(two_ranks, model,
     assert RunResult.from_dict(json.loads(result.to_json())) == result
 
 
+def _largest_unit_bytes(model: str) -> int:
+    """The unsharded float32 parameters of the model's largest FSDP unit: a decoder layer, or the root's rest."""
+    built, _ = build_model(model)
+    total = sum(parameter.numel() for parameter in built.parameters())
+    layers = [sum(parameter.numel() for parameter in layer.parameters()) for layer in checkpointable_layers(built)]
+    return 4 * max(*layers, total - sum(layers))
+
+
 def test_fsdp2_mixed_precision_computes_in_bf16_on_float32_shards(two_ranks):
     """The policy took effect: what the forward keeps shrinks, the float32 shards and their AdamW state do not."""
     for model in TINY:
@@ -84,8 +92,13 @@ def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, m
     The gloo ranks reduce-scatter in place as NCCL does (``ckptlab.step.fsdp.InPlaceReduceScatter``): gloo's
     own reduce-scatter clones its input, and that clone was the measured peak's only difference from the
     simulation. With it gone, 5 launches here gave every rank's peak and split equal to the simulated ones
-    to the byte, in plain float32 and under FSDP2's mixed precision.
+    to the byte, in plain float32 and under FSDP2's mixed precision. One CI run of 2026-12-02 (load 3 to 8)
+    had one rank peak of 20 whose split was not: tiny-qwen3 under bf16, rank 1, 2,097,664 B fewer gradient
+    bytes at the same event, the peak itself within 3% (the size of one rank's bf16 share of the root unit:
+    gloo's worker thread lets go of a collective's tensors on its own time). So a category at the peak may
+    also differ by at most one rank's float32 share of the largest FSDP unit.
     """
+    unit_share = _largest_unit_bytes(model) // 2
     measured = two_ranks[model, precision]
     simulated = simulate(replace(measured.spec, **SIMULATED_AS_MEASURED))
     assert simulated.ranks[0].rank == 0 and simulated.spec.world_size == 2
@@ -100,7 +113,9 @@ def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, m
             big = {key for key, value in real_parts.items() if value > 0.01 * real.peak_bytes}
             assert big, (rank.rank, stage)
             for key in big:
-                assert sim_parts.get(key, 0) == pytest.approx(real_parts[key], rel=0.03), (rank.rank, stage, key)
+                moved = unit_share if stage == "breakdown_at_peak" else 0
+                gap = abs(sim_parts.get(key, 0) - real_parts[key])
+                assert gap <= max(0.03 * real_parts[key], moved), (rank.rank, stage, key, gap)
 
 
 def test_mixed_precision_across_ranks_is_fsdp2s_policy_not_autocast():

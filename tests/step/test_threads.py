@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from ckptlab import RunSpec, measure, simulate, torchstate
+from ckptlab.fact import Fact
 from ckptlab.model import catalog
 
 pytestmark = pytest.mark.slow  # real steps and simulations
@@ -75,7 +76,7 @@ def test_the_lock_is_held_while_a_step_runs():
     """What the lock serializes, seen from inside: a measure's progress report runs while it holds the lock."""
     held: list[bool] = []
 
-    def progress(message: str, fraction: float) -> None:
+    def progress(message: Fact, fraction: float) -> None:
         acquired = torchstate.TORCH_STATE.acquire(blocking=False)  # re-entrant: True in the holding thread
         if acquired:
             torchstate.TORCH_STATE.release()
