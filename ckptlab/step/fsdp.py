@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
@@ -36,6 +36,7 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter  # FSDP2's interface for a custom comm
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
 
 from ..errors import CkptlabError, SpecError
 from ..fact import Fact
@@ -88,7 +89,7 @@ def shard_model(model: nn.Module, mesh: DeviceMesh, mp_policy: MixedPrecisionPol
     fully_shard(model, mesh=mesh, mp_policy=policy)
 
 
-class InPlaceReduceScatter(ReduceScatter):
+class InPlaceReduceScatter(DefaultAllocMixin, ReduceScatter):  # FSDP2's own buffers
     """FSDP2's reduce-scatter for gloo ranks that holds what NCCL's holds: the input and this rank's output.
 
     gloo has no reduce-scatter of its own: ``ProcessGroupGloo::reduce_scatter_tensor_coalesced``
@@ -100,9 +101,6 @@ class InPlaceReduceScatter(ReduceScatter):
     ranks hold what the GPU ranks the lab stands for hold. Installed with FSDP2's own hook,
     ``FSDPModule.set_custom_reduce_scatter``, on gloo ranks only.
     """
-
-    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(
         self,
