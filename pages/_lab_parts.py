@@ -36,7 +36,8 @@ def load_widgets(devices: tuple[str, ...], policy: ServerPolicy, lang: str) -> N
     """
     state = st.session_state
     if st.query_params:
-        spec, state.lab_query_warnings = spec_from_query(st.query_params.to_dict(), devices=devices)
+        spec, ignored = spec_from_query(st.query_params.to_dict(), devices=devices)
+        state.lab_query_warnings = [say(fact, lang) for fact in ignored]
     else:
         spec, state.lab_query_warnings = state.get("lab_saved", RunSpec()), []
     folder = ""

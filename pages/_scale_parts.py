@@ -41,9 +41,9 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
         state.update(saved)
         return []
     params = st.query_params.to_dict()
-    spec, warnings = spec_from_query({k: v for k, v in params.items() if k in LINK_KEYS}, default=DEFAULT)
-    state.at_scale_gpus, gpu_warnings = gpus_from_query(params.get("gpus", "1"), GPU_COUNTS)
-    warnings += gpu_warnings
+    spec, ignored = spec_from_query({k: v for k, v in params.items() if k in LINK_KEYS}, default=DEFAULT)
+    state.at_scale_gpus, ignored_gpus = gpus_from_query(params.get("gpus", "1"), GPU_COUNTS)
+    warnings = [i18n.say(fact, lang) for fact in ignored + ignored_gpus]
     if spec.seq_len > SEQ_LIMIT:
         warnings.append(i18n.t("at_scale.seq_clamped", lang, seq=spec.seq_len, limit=SEQ_LIMIT))
         spec = replace(spec, seq_len=SEQ_LIMIT)

@@ -1,7 +1,8 @@
 """Settings in a URL: a :class:`RunSpec` to query parameters and back, forgiving bad values.
 
 A shared link must always open: every value that does not parse or is out of range falls
-back to its default, and the reason is returned as a warning for the page to show.
+back to its default, and the reason is returned as a warning (a :class:`~ckptlab.fact.Fact` under
+``said.link.*``) for the page to word in its language.
 
     ?model=tiny-qwen3&seq=1024&batch=1&dtype=auto&device=auto&n=2&offload=0&repeats=4&warmup=2&opt=adamw&lora=off
 
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..fact import Fact
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
 from ..spec import DEVICES, DTYPES, MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
@@ -81,7 +83,7 @@ def spec_from_query(
     *,
     devices: Sequence[str] = DEVICES,
     default: RunSpec | None = None,
-) -> tuple[RunSpec, list[str]]:
+) -> tuple[RunSpec, list[Fact]]:
     """Read settings from query parameters; anything unusable falls back with a warning.
 
     Args:
@@ -90,15 +92,15 @@ def spec_from_query(
         default: the settings for missing or bad values (``RunSpec()`` if ``None``).
 
     Returns:
-        ``(spec, warnings)``: a spec that passes ``RunSpec.validate()`` and one sentence per
+        ``(spec, warnings)``: a spec that passes ``RunSpec.validate()`` and one fact per
         value that was ignored. Whether the model exists is checked later, by the page.
     """
     base = default or RunSpec()
     values = {key: _last(value) for key, value in params.items()}
     changes: dict[str, Any] = {}  # RunSpec fields, each value checked above: replace(base, **changes)
-    warnings: list[str] = []
+    warnings: list[Fact] = []
     for key in [key for key, value in values.items() if has_control_character(value)]:
-        warnings.append(f"{key}={values.pop(key)!r} in the link holds a control character; using the default.")
+        warnings.append(Fact("link.control_character", {"key": key, "value": values.pop(key)}))
 
     model = values.get("model", "").strip()
     if model:
@@ -108,8 +110,10 @@ def spec_from_query(
             number = _int(values[key])
             if number is None or not field.low <= number <= field.high:
                 warnings.append(
-                    f"{key}={values[key]!r} in the link is not a whole number from {field.low} to {field.high}; "
-                    f"using {getattr(base, field.attr)}."
+                    Fact(
+                        "link.not_in_range",
+                        {**_ignored(key, values, getattr(base, field.attr)), "low": field.low, "high": field.high},
+                    )
                 )
             else:
                 changes[field.attr] = number
@@ -119,8 +123,10 @@ def spec_from_query(
                 changes[key] = values[key]
             else:
                 warnings.append(
-                    f"{key}={values[key]!r} in the link is not available here ({', '.join(choices)}); "
-                    f"using {getattr(base, key)}."
+                    Fact(
+                        "link.not_available",
+                        {**_ignored(key, values, getattr(base, key)), "choices": ", ".join(choices)},
+                    )
                 )
     if "n" in values:
         text = values["n"].strip().lower()
@@ -130,15 +136,13 @@ def spec_from_query(
         elif number is not None and number >= 1:
             changes["every_n_layers"] = number
         else:
-            warnings.append(
-                f"n={values['n']!r} in the link is not a whole number >= 1 or 'off'; using {base.every_n_layers}."
-            )
+            warnings.append(Fact("link.not_every_n", _ignored("n", values, base.every_n_layers)))
     if "offload" in values:
         flag = values["offload"].strip().lower()
         if flag in _TRUE or flag in _FALSE:
             changes["offload"] = flag in _TRUE
         else:
-            warnings.append(f"offload={values['offload']!r} in the link is not 1 or 0; using {int(base.offload)}.")
+            warnings.append(Fact("link.not_a_flag", _ignored("offload", values, int(base.offload))))
 
     for key, choices, attr in (
         ("mp", MIXED_PRECISIONS, "mixed_precision"),
@@ -150,7 +154,9 @@ def spec_from_query(
                 changes[attr] = values[key].strip().lower()
             else:
                 warnings.append(
-                    f"{key}={values[key]!r} in the link is not one of {', '.join(choices)}; using {getattr(base, attr)}."
+                    Fact(
+                        "link.not_one_of", {**_ignored(key, values, getattr(base, attr)), "choices": ", ".join(choices)}
+                    )
                 )
     if "clip" in values:
         try:
@@ -160,7 +166,7 @@ def spec_from_query(
         if math.isfinite(bound):
             changes["max_grad_norm"] = bound
         else:
-            warnings.append(f"clip={values['clip']!r} in the link is not a number; using {base.max_grad_norm:g}.")
+            warnings.append(Fact("link.not_a_number", _ignored("clip", values, f"{base.max_grad_norm:g}")))
     if "lora" in values:
         text = values["lora"].strip().lower()
         number = _int(text)
@@ -170,8 +176,7 @@ def spec_from_query(
             changes["lora_rank"] = number
         else:
             warnings.append(
-                f"lora={values['lora']!r} in the link is not a rank from 1 to {LORA_RANK_MAX} or 'off'; "
-                f"using {base.lora_rank or 'off'}."
+                Fact("link.not_a_rank", {**_ignored("lora", values, base.lora_rank or "off"), "high": LORA_RANK_MAX})
             )
     if "targets" in values:
         names = tuple(dict.fromkeys(name.strip() for name in values["targets"].split(",") if name.strip()))
@@ -181,21 +186,23 @@ def spec_from_query(
     if spec.lora_targets is not None and spec.lora_rank is None:
         spec = replace(spec, lora_targets=None)  # targets without LoRA mean nothing; not worth a warning
     if spec.offload and spec.every_n_layers is None:
-        warnings.append("offload=1 in the link needs checkpointing on (n=off was given); offload is off.")
+        warnings.append(Fact("link.needs_checkpointing", {"key": "offload", "value": "1", "fallback": "off"}))
         spec = replace(spec, offload=False)
     if spec.selective != NONE and spec.every_n_layers is None:
         warnings.append(
-            f"selective={selective_key(spec.selective)} in the link needs checkpointing on (n=off was given); "
-            "selective is none."
+            Fact(
+                "link.needs_checkpointing",
+                {"key": "selective", "value": selective_key(spec.selective), "fallback": NONE},
+            )
         )
         spec = replace(spec, selective=NONE)
     if spec.mixed_precision != "none" and spec.dtype == "float16":
-        warnings.append(f"mp={spec.mixed_precision} in the link needs float32 weights; mixed precision is off.")
+        warnings.append(Fact("link.needs_float32", {"value": spec.mixed_precision}))
         spec = replace(spec, mixed_precision="none")
     return spec, warnings
 
 
-def gpus_from_query(value: str | Sequence[str], choices: Sequence[int], default: int = 1) -> tuple[int, list[str]]:
+def gpus_from_query(value: str | Sequence[str], choices: Sequence[int], default: int = 1) -> tuple[int, list[Fact]]:
     """The number of GPUs in a link (``?gpus=8``), one of ``choices``; anything else falls back with a warning.
 
     Returns:
@@ -206,7 +213,12 @@ def gpus_from_query(value: str | Sequence[str], choices: Sequence[int], default:
     if number is not None and number in choices:
         return number, []
     listed = ", ".join(str(choice) for choice in choices)
-    return default, [f"gpus={text!r} in the link is not one of {listed}; using {default}."]
+    return default, [Fact("link.not_one_of", {"key": "gpus", "value": text, "choices": listed, "default": default})]
+
+
+def _ignored(key: str, values: Mapping[str, str], default: object) -> dict[str, object]:
+    """The params every "this value of the link is ignored" fact names: the key, the value given, the one used."""
+    return {"key": key, "value": values[key], "default": default}
 
 
 def has_control_character(text: str) -> bool:

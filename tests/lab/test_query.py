@@ -6,7 +6,9 @@ import pytest
 
 import ckptlab
 from ckptlab import RunSpec
+from ckptlab.fact import Fact
 from ckptlab.lab.query import gpus_from_query, spec_from_query, spec_to_query
+from ckptlab.show.i18n import say
 
 
 @pytest.mark.parametrize(
@@ -52,20 +54,33 @@ def test_bad_values_fall_back_each_with_a_warning():
         }
     )
     assert spec == ckptlab.RunSpec()
-    assert len(warnings) == 8
-    assert any("seq='abc'" in warning for warning in warnings)
-    assert any("device='tpu'" in warning for warning in warnings)
+    assert [(fact.params["key"], fact.params["value"]) for fact in warnings] == [
+        ("seq", "abc"),
+        ("batch", "0"),
+        ("repeats", "9" * 5000),
+        ("warmup", "1.5"),
+        ("dtype", "int4"),
+        ("device", "tpu"),
+        ("n", "-2"),
+        ("offload", "maybe"),
+    ]
+    assert [fact.params["default"] for fact in warnings[:2]] == [RunSpec().seq_len, 1] and warnings[
+        4
+    ].key == "link.not_available"
     spec.validate()
 
 
 def test_cuda_is_refused_where_the_page_does_not_offer_it():
     spec, warnings = spec_from_query({"device": "cuda"}, devices=("auto", "cpu"))
-    assert spec.device == "auto" and "not available here" in warnings[0]
+    assert spec.device == "auto" and warnings == [
+        Fact("link.not_available", {"key": "device", "value": "cuda", "default": "auto", "choices": "auto, cpu"})
+    ]
 
 
 def test_offload_without_checkpointing_is_dropped():
     spec, warnings = spec_from_query({"n": "off", "offload": "1"})
-    assert spec.every_n_layers is None and spec.offload is False and "offload" in warnings[0]
+    assert spec.every_n_layers is None and spec.offload is False
+    assert warnings == [Fact("link.needs_checkpointing", {"key": "offload", "value": "1", "fallback": "off"})]
 
 
 def test_a_repeated_key_counts_its_last_value():
@@ -86,7 +101,7 @@ def test_optimizer_and_lora_in_the_link():
 def test_a_bad_optimizer_or_rank_falls_back_with_a_warning(query):
     spec, warnings = spec_from_query(query)
     assert spec == ckptlab.RunSpec() and len(warnings) == 1
-    assert next(iter(query)) + "=" in warnings[0]
+    assert warnings[0].params["key"] == next(iter(query))
     spec.validate()
 
 
@@ -98,7 +113,10 @@ def test_gpus_in_the_link_are_one_of_the_choices_or_fall_back():
     assert gpus_from_query(["2", "64"], GPU_COUNTS) == (64, [])  # a repeated key: the last counts
     for bad in ("3", "eight", "", "-1"):
         gpus, warnings = gpus_from_query(bad, GPU_COUNTS)
-        assert gpus == 1 and len(warnings) == 1 and "gpus=" in warnings[0] and "64" in warnings[0]
+        assert gpus == 1 and [(fact.key, fact.params["key"], fact.params["value"]) for fact in warnings] == [
+            ("link.not_one_of", "gpus", bad)
+        ]
+        assert "64" in warnings[0].params["choices"]
 
 
 def test_trainers_step_travels_in_the_link_and_bad_values_fall_back():
@@ -116,7 +134,10 @@ def test_trainers_step_travels_in_the_link_and_bad_values_fall_back():
     assert "accum" not in spec_to_query(ckptlab.RunSpec())  # a default needs no key
     back, warnings = spec_from_query({"accum": "0", "mp": "fp8", "clip": "nan"})
     assert (back.gradient_accumulation_steps, back.mixed_precision, back.max_grad_norm) == (1, "none", 1.0)
-    assert len(warnings) == 3 and "mp='fp8' in the link is not one of none, bf16, fp16" in warnings[1]
+    assert [fact.params["key"] for fact in warnings] == ["accum", "mp", "clip"]
+    assert warnings[1] == Fact(
+        "link.not_one_of", {"key": "mp", "value": "fp8", "default": "none", "choices": "none, bf16, fp16"}
+    )
 
 
 @pytest.mark.parametrize("key", ["model", "seq", "n", "dtype", "targets", "lora"])
@@ -124,9 +145,9 @@ def test_a_value_with_a_control_character_falls_back_with_the_usual_warning(key)
     spec, warnings = spec_from_query({key: "tiny\x00llama", "batch": "2"})
     base = RunSpec()
     assert spec.model == base.model and spec.batch_size == 2
-    assert len(warnings) == 1 and warnings[0].startswith(
-        f"{key}='tiny\\x00llama' in the link holds a control character"
-    )
+    assert warnings == [Fact("link.control_character", {"key": key, "value": "tiny\x00llama"})]
+    # Worded with the value's repr: the NUL byte reaches the page escaped, never raw.
+    assert say(warnings[0]).startswith(f"{key}='tiny\\x00llama' in the link")
     spec.validate()
 
 
@@ -140,9 +161,11 @@ def test_the_selective_policy_travels_in_the_link_only_when_there_is_one():
     assert spec_to_query(RunSpec(selective="matmuls"))["selective"] == "matmuls"
     spec, warnings = spec_from_query({"selective": "everything"})
     assert spec.selective == "none"
-    assert warnings == [
-        "selective='everything' in the link is not one of none, attention, matmuls, torchtitan; using none."
+    assert [(fact.key, fact.params["value"], fact.params["choices"]) for fact in warnings] == [
+        ("link.not_one_of", "everything", "none, attention, matmuls, torchtitan")
     ]
     spec, warnings = spec_from_query({"selective": "attention", "n": "off"})
     assert spec.selective == "none" and spec.every_n_layers is None
-    assert warnings == ["selective=attention in the link needs checkpointing on (n=off was given); selective is none."]
+    assert warnings == [
+        Fact("link.needs_checkpointing", {"key": "selective", "value": "attention", "fallback": "none"})
+    ]
