@@ -288,9 +288,13 @@ class RunSpec:
         return asdict(self)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Setting:
-    """One checkpointing setting: ``every_n_layers`` (None: off), offload and the CP layers' selective policy."""
+    """One checkpointing setting: ``every_n_layers`` (None: off), offload and the CP layers' selective policy.
+
+    Not ordered: off (None) against a number, or a tuple of op names against a named policy, has no order that
+    means anything; code that ranks settings says by what (``ckptlab.explore.scale.recompute_cost``).
+    """
 
     every_n_layers: int | None  # None: checkpointing off
     offload: bool = False  # checkpointed inputs to pinned host memory
