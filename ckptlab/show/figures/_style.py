@@ -84,6 +84,9 @@ PHASE_COLORS = {
     "optimizer": tint(BLACK, 0.95),
 }
 PHASE_LABEL_COLOR = TEXT_GREY  # the name over each phase: a wash is too pale to write in
+# The grid over the washes: GRID is the backward's own wash (#e5e5e5), so it vanished there; a step darker
+# than the darkest wash, still lighter than any line drawn on it.
+WASH_GRID = tint(BLACK, 0.8)
 # The shading of each stretch of the timeline: its phase's wash, and each rerun in the rerun role's colour.
 BAND_COLORS = {**PHASE_COLORS, "rerun": ROLE_COLORS["rerun"]}
 # The state of a layer at one moment of the step: the roles' colours where a state is a role's, neutrals

@@ -29,6 +29,7 @@ from ._style import (
     PHASE_LABEL_COLOR,
     RUN_COLOR,
     STATE_COLORS,
+    WASH_GRID,
 )
 
 
@@ -229,7 +230,7 @@ def timeline_figure(
     )
     figure.update_yaxes(
         title={"text": t("timeline.y_title", lang)},
-        gridcolor=GRID,
+        gridcolor=WASH_GRID,
         rangemode="tozero",
         range=[
             min(0.0, *(_above(e, p.current_bytes) for e, _ in series for p in memory_of(e).timeline)),

@@ -126,6 +126,8 @@ def test_a_phase_is_a_neutral_wash_lighter_than_anything_drawn_with_it():
     assert all(_hls(colors[a])[1] != _hls(colors[b])[1] for a, b in pairwise(order))
     assert len(set(colors.values())) == len(colors)
     assert {**colors, "rerun": style.ROLE_COLORS["rerun"]} == style.BAND_COLORS  # the timeline shades with these
+    # Its grid shows over every wash: darker than the darkest of them (GRID was the backward's own wash).
+    assert _hls(style.WASH_GRID)[1] < min(_hls(color)[1] for color in colors.values())
 
 
 @pytest.mark.parametrize("family", FAMILIES)
