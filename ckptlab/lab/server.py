@@ -91,7 +91,9 @@ class ServerPolicy:
             if not models_root.is_dir():
                 raise SpecError(
                     f"CKPTLAB_MODELS_ROOT={str(root)!r} is not a folder on this server. Point it at the folder "
-                    "that holds the workshop's model folders, or unset it to offer the presets only."
+                    "that holds the workshop's model folders, or unset it to offer the presets only.",
+                    key="server.models_root",
+                    value=str(root),
                 )
         limit = settings.get("CKPTLAB_RUN_LIMIT_S")
         run_limit_s = DEFAULT_RUN_LIMIT_S
@@ -101,7 +103,11 @@ class ServerPolicy:
             except ValueError:
                 run_limit_s = -1.0
             if not (math.isfinite(run_limit_s) and run_limit_s > 0):
-                raise SpecError(f"CKPTLAB_RUN_LIMIT_S={limit!r} is not valid: use seconds > 0, e.g. 300.")
+                raise SpecError(
+                    f"CKPTLAB_RUN_LIMIT_S={limit!r} is not valid: use seconds > 0, e.g. 300.",
+                    key="server.run_limit",
+                    value=limit,
+                )
         cap = settings.get("CKPTLAB_WORKER_MEMORY_GIB")
         memory_cap_bytes = None
         if cap not in (None, ""):
@@ -110,16 +116,28 @@ class ServerPolicy:
             except ValueError:
                 gib = -1.0
             if not (math.isfinite(gib) and gib > 0):
-                raise SpecError(f"CKPTLAB_WORKER_MEMORY_GIB={cap!r} is not valid: use GiB > 0, e.g. 8.")
+                raise SpecError(
+                    f"CKPTLAB_WORKER_MEMORY_GIB={cap!r} is not valid: use GiB > 0, e.g. 8.",
+                    key="server.worker_memory",
+                    value=cap,
+                )
             memory_cap_bytes = int(gib * 2**30)
         mode = str(settings.get("CKPTLAB_WORKERS") or "process").strip().lower()
         if mode not in ("process", "thread"):
-            raise SpecError(f"CKPTLAB_WORKERS={mode!r} is not valid: use process (the default) or thread.")
+            raise SpecError(
+                f"CKPTLAB_WORKERS={mode!r} is not valid: use process (the default) or thread.",
+                key="server.workers",
+                value=mode,
+            )
         max_tokens = parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or ""))
         secret = str(settings.get("CKPTLAB_INSTRUCTOR_SECRET") or "") or None
         warm = str(settings.get("CKPTLAB_WARM_LEARN") or "0").strip().lower()
         if warm not in ("0", "1"):
-            raise SpecError(f"CKPTLAB_WARM_LEARN={warm!r} is not valid: use 1 (warm the Learn pages' runs) or 0.")
+            raise SpecError(
+                f"CKPTLAB_WARM_LEARN={warm!r} is not valid: use 1 (warm the Learn pages' runs) or 0.",
+                key="server.warm_learn",
+                value=warm,
+            )
         return cls(models_root, run_limit_s, max_tokens, memory_cap_bytes, mode == "process", secret, warm == "1")
 
     # -- the instructor's room ----------------------------------------------------------
@@ -221,7 +239,9 @@ def parse_max_tokens(text: str) -> dict[str, int]:
         if not name.strip() or not number.strip().isdigit() or int(number) < 1:
             raise SpecError(
                 f"CKPTLAB_MAX_TOKENS part {part!r} is not valid: write model=tokens pairs separated by commas, "
-                "for example 'tiny-llama=65536,*=8192'."
+                "for example 'tiny-llama=65536,*=8192'.",
+                key="server.max_tokens",
+                part=part,
             )
         table[name.strip()] = int(number)
     return table

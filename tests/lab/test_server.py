@@ -10,6 +10,7 @@ from ckptlab import RunSpec
 from ckptlab.errors import SpecError
 from ckptlab.lab.server import NotAllowedError, ServerPolicy, parse_max_tokens, policy_from_environment
 from ckptlab.model.catalog import describe
+from ckptlab.show import i18n
 
 
 def _model_folder(path):
@@ -66,11 +67,16 @@ def test_settings_come_from_the_environment_before_the_secrets(root, monkeypatch
         ({"CKPTLAB_RUN_LIMIT_S": "0"}, "CKPTLAB_RUN_LIMIT_S"),
         ({"CKPTLAB_MAX_TOKENS": "tiny-llama:4096"}, "CKPTLAB_MAX_TOKENS"),
         ({"CKPTLAB_WARM_LEARN": "yes"}, "CKPTLAB_WARM_LEARN"),
+        ({"CKPTLAB_WORKERS": "fork"}, "CKPTLAB_WORKERS"),
+        ({"CKPTLAB_WORKER_MEMORY_GIB": "-1"}, "CKPTLAB_WORKER_MEMORY_GIB"),
     ],
 )
 def test_a_bad_setting_names_itself(settings, named):
-    with pytest.raises(SpecError, match=named):
+    with pytest.raises(SpecError, match=named) as refused:
         ServerPolicy.from_settings(settings)
+    # Every participant's page shows it (the Lab page's policy problem): keyed, so it reads in their language.
+    assert refused.value.key is not None and refused.value.key.startswith("server.")
+    assert named in i18n.error_text(refused.value, "ja") != str(refused.value)
 
 
 def test_the_warm_up_is_the_instructors_choice():
