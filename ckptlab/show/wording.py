@@ -78,6 +78,8 @@ def cli_flag(option: Option, flags: CliFlags, command: str, value: Callable[[obj
         flag = table.get(option.field)
         if flag is None or (flag.switch and option.value is not UNSET and option.value is not True):
             continue
+        if isinstance(option.value, bool) and not flag.switch:
+            continue  # sweep's --offload takes a choice: offload=True is run's switch
         return flag.name if option.value is UNSET or flag.switch else f"{flag.name} {value(option.value)}"
     return str(Option(option.field, option.value))
 

@@ -110,7 +110,11 @@ def test_an_error_keeps_its_references_through_pickling(tmp_path, monkeypatch):
 def test_a_flag_is_the_parsers_and_the_command_decides_the_ranks_flag():
     assert cli_flag(Option("every_n_layers", 0), FLAGS, "run") == "--every-n-layers 0"
     assert cli_flag(Option("every_n_layers", None), FLAGS, "run") == "--no-checkpointing"
-    assert cli_flag(Option("offload", True), FLAGS, "run") == "--offload"
+    assert (
+        cli_flag(Option("offload", True), FLAGS, "run")
+        == cli_flag(Option("offload", True), FLAGS, "sweep")
+        == "--offload"
+    )
     assert cli_flag(Option("world_size", 2), FLAGS, "run") == "--nproc-per-node 2"
     assert cli_flag(Option("world_size", 2), FLAGS, "simulate") == "--world-size 2"
     assert cli_flag(Option("no_such_field", 3), FLAGS, "run") == "no_such_field=3"  # no flag: Python's words
