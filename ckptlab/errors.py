@@ -10,32 +10,131 @@ can meet in the app also carries a ``key`` and its ``params``: the app looks up
 ``errors.<key>`` in its language's locale file and fills in the same params
 (``ckptlab.show.i18n.error_text``), and falls back to the English message when a key has
 no translation. So the core never needs to know the reader's language.
+
+Nor where it is read. A message that names a setting the reader chose, or a command to run
+instead, names it as a typed reference among its params (:class:`Option`, :class:`Command`),
+never as the command line's flag nor a widget's name: the core does not know the CLI nor the
+app (ARCHITECTURE.md). Such a message is a ``str.format`` template over its params, and only
+such a message is: an error is a template exactly when one of its params is a reference
+(:attr:`CkptlabError.template`), so a message without one may hold any brace. ``str(error)``
+fills the references with the Python API's words (``every_n_layers=0``, ``offload=True``,
+``ckptlab.simulate(RunSpec(model='x'))``), which is how a Python user has always read it; each
+edge fills them with its own (``ckptlab.show.wording``: flags for the CLI, widgets for the app)
+through :meth:`CkptlabError.worded`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
+
+
+class _Unset:
+    """The value of an :class:`Option` that names a setting without a value (``lora_rank``, not ``lora_rank=8``)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __reduce__(self) -> str:
+        return "UNSET"  # pickled as the module's one instance, so ``value is UNSET`` holds in a worker's error
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class Option:
+    """A setting the reader sets, named by its ``RunSpec`` field (``every_n_layers``, ``offload``, ``model``, ...).
+
+    ``value`` is the value the message is about (``Option("every_n_layers", 0)``), or :data:`UNSET` for the
+    setting itself (``Option("lora_rank")``). Checkpointing off is ``Option("every_n_layers", None)``: the
+    command line has its own flag for it, the app its own toggle.
+
+    ``str()`` is the Python API's words: ``field=value!r``, or the field alone. ``words`` replaces them where a
+    sentence reads better in plain English for a Python user and has always read so ("with checkpointing
+    off" rather than "with every_n_layers=None"); the edges word the option from its field and value,
+    never from ``words``.
+    """
+
+    field: str
+    value: Any = UNSET
+    words: str | None = None
+
+    def __str__(self) -> str:
+        if self.words is not None:
+            return self.words
+        return self.field if self.value is UNSET else f"{self.field}={self.value!r}"
+
+
+# Checkpointing off where a sentence says it so in plain words ("offload=True with checkpointing off"); the
+# CLI says --no-checkpointing, the app its toggle, off.
+CHECKPOINTING_OFF = Option("every_n_layers", None, words="checkpointing off")
+
+# What a Command's action is called in Python: the public function that does it.
+PYTHON_CALLS = {"simulate": "ckptlab.simulate", "measure": "ckptlab.measure"}
+
+
+@dataclass(frozen=True)
+class Command:
+    """Something to run instead, with the settings that matter: ``Command("simulate", (Option("model", "x"),))``.
+
+    ``action`` is ``"simulate"`` (fake tensors, no GPU) or ``"measure"`` (a real step; with a ``world_size``
+    option above 1, that many ranks started by torch's launcher). Each edge says it its own way: the CLI as
+    the command line, the app as the page that does it, Python (``str()``) as the function to call.
+    """
+
+    action: str
+    options: tuple[Option, ...] = ()
+
+    @property
+    def ranks(self) -> int:
+        """The ranks it launches: its ``world_size`` option, else 1."""
+        return next((int(o.value) for o in self.options if o.field == "world_size" and o.value is not UNSET), 1)
+
+    def __str__(self) -> str:
+        spec = f"RunSpec({', '.join(map(str, self.options))})"
+        if self.action == "measure" and self.ranks > 1:
+            return f"ckptlab.step.fsdp.measure_ranks({spec}) in {self.ranks} processes started by torchrun"
+        return f"{PYTHON_CALLS[self.action]}({spec})"
+
+
+Reference = Option | Command
 
 
 class CkptlabError(Exception):
     """Base class: a request the lab cannot carry out, with a message fit for a user.
 
     Args:
-        message: the English text (what the CLI prints).
+        message: the English text; a ``str.format`` template over ``params`` when one of them is an
+            :class:`Option` or a :class:`Command` (then every value it names is a param, never an f-string's).
         key: the translation key under ``errors.`` in the locale files, or None (English everywhere).
         params: the values the translated text fills in (the same the English one names).
     """
 
     def __init__(self, message: str, *, key: str | None = None, **params: Any) -> None:
-        super().__init__(message)
+        self.template = message if any(isinstance(value, Reference) for value in params.values()) else None
+        super().__init__(message if self.template is None else message.format(**params))
         self.key = key
         self.params = params
 
+    def worded(self, word: Callable[[Reference], str] = str) -> str:
+        """The English message with each reference in ``word``'s words (``str``: the Python API's)."""
+        if self.template is None:
+            return str(self)
+        return self.template.format(**worded_params(self.params, word))
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled whole, whatever a subclass's __init__ takes: an error raised in a worker process
-        # (ckptlab.lab.workers) crosses back with its key and params, so a page still says it in its language.
-        return (_rebuilt, (type(self), str(self), self.key, self.params), dict(self.__dict__))
+        # (ckptlab.lab.workers) crosses back with its key, params and references, so a page still says it in
+        # its language and words its options as its widgets.
+        message = str(self) if self.template is None else self.template
+        return (_rebuilt, (type(self), message, self.key, self.params), dict(self.__dict__))
+
+
+def worded_params(params: dict[str, Any], word: Callable[[Reference], str]) -> dict[str, Any]:
+    """``params`` with each :class:`Option` and :class:`Command` in ``word``'s words, the rest as they are."""
+    return {name: word(value) if isinstance(value, Reference) else value for name, value in params.items()}
 
 
 def _rebuilt(cls: type[CkptlabError], message: str, key: str | None, params: dict[str, Any]) -> CkptlabError:
@@ -73,7 +172,12 @@ def not_one_of(name: str, value: object, choices: Iterable[object]) -> SpecError
     """The one wording of a value outside its choices: ``dtype='float64' is not one of auto, float32, ...``."""
     listed = ", ".join(map(str, choices))
     return SpecError(
-        f"{name}={value!r} is not one of {listed}.", key="spec.not_one_of", name=name, value=value, choices=listed
+        "{option} is not one of {choices}.",
+        key="spec.not_one_of",
+        option=Option(name, value),
+        name=name,
+        value=value,
+        choices=listed,
     )
 
 
@@ -85,8 +189,10 @@ def check_whole_number(name: str, value: object, minimum: int = 1) -> None:
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SpecError(
-            f"{name}={value!r} is not valid: it must be a whole number >= {minimum}.",
+            "{option} is not valid: it must be a whole number >= {minimum}.",
             key="spec.whole_number" if minimum == 1 else "spec.whole_number_or_zero",
+            option=Option(name, value),
+            minimum=minimum,
             name=name,
             value=value,
         )
@@ -103,8 +209,10 @@ def check_at_most(name: str, value: int | float, maximum: int | float, why: str)
     """
     if value > maximum:
         raise SpecError(
-            f"{name}={value!r} is more than the lab runs (at most {maximum:,}): {why}.",
+            "{option} is more than the lab runs (at most {limit}): {why}.",
             key="spec.at_most",
+            option=Option(name, value),
+            why=why,
             name=name,
             value=f"{value!r}",
             limit=f"{maximum:,}",

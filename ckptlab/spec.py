@@ -15,7 +15,16 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from .errors import SpecError, check_at_most, check_whole_number, expect_type, not_one_of
+from .errors import (
+    CHECKPOINTING_OFF,
+    Command,
+    Option,
+    SpecError,
+    check_at_most,
+    check_whole_number,
+    expect_type,
+    not_one_of,
+)
 from .model.plan import planned_roles, validate_every_n_layers
 from .model.presets import DEFAULT_PRESET
 from .model.selective import Selective, check_selective, selective_key
@@ -130,25 +139,32 @@ class RunSpec:
             isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1
         ):
             raise SpecError(
-                f"lora_rank={self.lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are "
-                "common). Leave it unset for a full fine-tune.",
+                "{option} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). Leave it unset "
+                "for a full fine-tune.",
                 key="spec.lora_rank",
+                option=Option("lora_rank", self.lora_rank),
                 value=self.lora_rank,
             )
         if self.lora_targets is not None and self.lora_rank is None:
             raise SpecError(
-                f"lora_targets={list(self.lora_targets)} without lora_rank: targets only mean something with LoRA. "
-                "Set lora_rank (for example 8) or drop the targets.",
+                "{option} without {rank}: targets only mean something with LoRA. Set {rank} (for example 8) or "
+                "drop the targets.",
                 key="spec.lora_targets_without_rank",
+                option=Option("lora_targets", list(self.lora_targets)),
+                rank=Option("lora_rank"),
                 targets=list(self.lora_targets),
             )
         self._validate_ranks()
         check_selective(self.selective, self.every_n_layers)
         if self.offload and self.every_n_layers is None:
             raise SpecError(
-                "offload=True with checkpointing off: offload moves the inputs that checkpointed layers "
-                "keep, so there is nothing to move. Set every_n_layers (for example 1) or drop offload.",
+                "{offload} with {off}: offload moves the inputs that checkpointed layers keep, so there is "
+                "nothing to move. Set {every_n_layers} (for example 1) or drop {dropped}.",
                 key="spec.offload_without_checkpointing",
+                offload=Option("offload", True),
+                off=CHECKPOINTING_OFF,
+                every_n_layers=Option("every_n_layers"),
+                dropped=Option("offload"),
             )
 
     def _validate_recipe(self) -> None:
@@ -173,18 +189,21 @@ class RunSpec:
             )
         if self.mixed_precision != "none" and self.dtype == "float16":
             raise SpecError(
-                f"mixed_precision={self.mixed_precision!r} with dtype='float16': Trainer's mixed precision autocasts "
-                "float32 (or bfloat16) weights, and float16 weights cannot be trained with it (the gradient scaler "
-                "refuses float16 gradients). Use dtype 'float32' (or 'auto') for master weights.",
+                "{option} with {dtype}: Trainer's mixed precision autocasts float32 (or bfloat16) weights, and "
+                "float16 weights cannot be trained with it (the gradient scaler refuses float16 gradients). Use "
+                "dtype 'float32' (or 'auto') for master weights.",
                 key="spec.mixed_precision_dtype",
+                option=Option("mixed_precision", self.mixed_precision),
+                dtype=Option("dtype", "float16"),
                 mixed_precision=self.mixed_precision,
             )
         package = LOW_BIT_PACKAGES.get(self.optimizer)
         if package is not None and importlib.util.find_spec(package[0]) is None:
             raise SpecError(
-                f"optimizer={self.optimizer!r} needs the package {package[0]}, which is not installed here. Install "
-                f"it ({package[1]}) or pick another optimizer (adamw, adamw_torch, adafactor, sgd, ...).",
+                "{option} needs the package {package}, which is not installed here. Install it ({pip}) or pick "
+                "another optimizer (adamw, adamw_torch, adafactor, sgd, ...).",
                 key="spec.optimizer_package",
+                option=Option("optimizer", self.optimizer),
                 optimizer=self.optimizer,
                 package=package[0],
                 pip=package[1],
@@ -211,29 +230,39 @@ class RunSpec:
         size = self.world_size
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORLD_SIZE:
             raise SpecError(
-                f"world_size={size!r} is not valid: it must be a whole number from 1 to {MAX_WORLD_SIZE}.",
+                "{option} is not valid: it must be a whole number from 1 to {limit}.",
                 key="spec.world_size",
+                option=Option("world_size", size),
                 value=size,
                 limit=MAX_WORLD_SIZE,
             )
         if self.fsdp and size < 2:
             raise SpecError(
-                "fsdp=True with world_size=1: FSDP shards over ranks, and one rank holds everything. Launch 2 or "
-                "more (python -m ckptlab run --nproc-per-node 2 --fsdp) or simulate them (--world-size 8 --fsdp).",
+                "{fsdp} with {one_rank}: FSDP shards over ranks, and one rank holds everything. Launch 2 or more "
+                "({launch}) or simulate them ({simulate}).",
                 key="spec.fsdp_one_rank",
+                fsdp=Option("fsdp", True),
+                one_rank=Option("world_size", 1),
+                launch=Command("measure", (Option("world_size", 2), Option("fsdp", True))),
+                simulate=Command("simulate", (Option("world_size", 8), Option("fsdp", True))),
             )
         if size > 1 and not self.fsdp:
             raise SpecError(
-                f"world_size={size} without fsdp: across ranks the lab measures FSDP2 sharding only (plain data "
-                "parallel is not measured). Add fsdp (--fsdp), or use world_size=1.",
+                "{option} without fsdp: across ranks the lab measures FSDP2 sharding only (plain data parallel "
+                "is not measured). Add {fsdp_on}, or use {one_rank}.",
                 key="spec.ranks_without_fsdp",
+                option=Option("world_size", size),
+                fsdp_on=Option("fsdp", True),
+                one_rank=Option("world_size", 1),
                 value=size,
             )
         if self.fsdp and self.lora_rank is not None:
             raise SpecError(
-                f"fsdp=True with lora_rank={self.lora_rank}: LoRA under FSDP2 is not supported by the lab yet (the "
-                "adapters would have to be added before sharding). Drop one of the two.",
+                "{fsdp} with {option}: LoRA under FSDP2 is not supported by the lab yet (the adapters would have "
+                "to be added before sharding). Drop one of the two.",
                 key="spec.fsdp_with_lora",
+                fsdp=Option("fsdp", True),
+                option=Option("lora_rank", self.lora_rank),
                 rank=self.lora_rank,
             )
 

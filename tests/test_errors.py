@@ -27,7 +27,7 @@ def _raised(action) -> CkptlabError:
     return caught.value
 
 
-def _keyed_errors(tmp_path) -> list[CkptlabError]:
+def keyed_errors(tmp_path) -> list[CkptlabError]:
     """One of every keyed error, raised by the code that raises it."""
     bad_specs = [
         RunSpec(seq_len=0),
@@ -98,7 +98,7 @@ def _folder_errors(tmp_path) -> list[CkptlabError]:
 
 def test_every_keyed_error_has_its_translations_with_the_params_it_fills(tmp_path):
     tables = {lang: i18n.messages(lang) for lang in i18n.LANGUAGES if lang != i18n.DEFAULT}
-    errors = _keyed_errors(tmp_path)
+    errors = keyed_errors(tmp_path)
     assert all(error.key for error in errors), [str(error) for error in errors if not error.key]
     for error in errors:
         for lang, table in tables.items():
@@ -304,3 +304,23 @@ def test_the_sentence_of_what_a_peak_counts_has_a_translation_for_every_optimize
             message = counts_message(optimizer, rank)
             for lang in ("pt-BR", "ja"):
                 assert i18n.say(message, lang) != i18n.say(message), (optimizer, rank, lang)
+
+
+def test_core_errors_name_no_flag_and_a_template_interpolates_nothing_itself():
+    """The core's messages hold no command line (an Option or a Command names it, and each edge words it:
+    tests/show/test_error_options.py), and a message with references has every value as a param, so a value
+    with a brace in it (a path) cannot break its formatting."""
+    for path, line, call in _error_calls():
+        text = " ".join(
+            part.value
+            for part in ast.walk(call.args[0])
+            if isinstance(part, ast.Constant) and isinstance(part.value, str)
+        )
+        # A list of the presets is the one command line left: no edge words it otherwise yet.
+        text = text.replace("(python -m ckptlab models)", "")
+        assert " --" not in text and "(--" not in text and "python -m ckptlab" not in text, (path, line, text[:80])
+        references = {
+            node.id for keyword in call.keywords for node in ast.walk(keyword.value) if isinstance(node, ast.Name)
+        }
+        if references & {"Option", "Command", "CHECKPOINTING_OFF"}:
+            assert not isinstance(call.args[0], ast.JoinedStr), (path, line)

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import CkptlabError
-from ..show.wording import for_cli
-from .args import EXIT_BAD_INPUT, Parser
+from ..show.wording import cli_message
+from .args import EXIT_BAD_INPUT, Parser, option_flags
 from .models import add_models_command
 from .run import add_run_command
 from .simulate import add_simulate_command
@@ -45,11 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         return args.handler(args)
     except CkptlabError as error:
-        print(f"error: {for_cli(str(error))}", file=sys.stderr)
+        # The error's options as this command's flags (world_size is run's --nproc-per-node, simulate's --world-size).
+        print(f"error: {cli_message(error, option_flags(parser), args.command)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -15,6 +15,7 @@ from ..fact import Fact
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say
+from ..show.wording import CliFlags, Flag
 from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
@@ -312,6 +313,32 @@ def argv_from_spec(spec: RunSpec) -> list[str]:
     if spec.selective != "none":
         argv += ["--selective", spec.selective if isinstance(spec.selective, str) else ",".join(spec.selective)]
     return argv
+
+
+# The flags whose dest is not the RunSpec field they set: a switch for one value, and run's ranks.
+_DEST_IS_OPTION = {"no_checkpointing": "every_n_layers=None", "nproc_per_node": "world_size"}
+
+
+def option_flags(parser: argparse.ArgumentParser) -> CliFlags:
+    """Each command's flags by the option they set (``ckptlab.show.wording.CliFlags``), read from its parser.
+
+    The parser is the one home of a flag's name: a core error names a setting by its RunSpec field
+    (``ckptlab.errors.Option``) and the CLI words it with the flag its own parser reads into that field,
+    so there is no second table to keep in step. An action's dest is its field but for
+    :data:`_DEST_IS_OPTION`.
+    """
+    flags: dict[str, dict[str, Flag]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                table = flags.setdefault(name, {})
+                for option in command._actions:
+                    long = [text for text in option.option_strings if text.startswith("--")]
+                    if long and option.dest != "help":
+                        table.setdefault(
+                            _DEST_IS_OPTION.get(option.dest, option.dest), Flag(long[0], option.nargs == 0)
+                        )
+    return flags
 
 
 def print_progress(message: Fact, fraction: float) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import SpecError
+from ..errors import CHECKPOINTING_OFF, Option, SpecError
 from ..results import RunResult
 from .formula import FLOAT32, architecture
 
@@ -44,8 +44,10 @@ def calibrate(off: RunResult) -> Calibration:
     """
     if off.spec.every_n_layers is not None:
         raise SpecError(
-            f"calibrate() needs a run with checkpointing off; this one has every_n_layers={off.spec.every_n_layers}. "
-            "Measure the same shape with every_n_layers=None."
+            "calibrate() needs a run with {off}; this one has {option}. Measure the same shape with {none}.",
+            off=CHECKPOINTING_OFF,
+            option=Option("every_n_layers", off.spec.every_n_layers),
+            none=Option("every_n_layers", None),
         )
     if off.memory is None or off.timing is None:
         raise SpecError(f"calibrate() needs a measured run; this one has status {off.status!r}.")

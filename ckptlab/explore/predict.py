@@ -41,7 +41,7 @@ from typing import Any, Literal
 import torch
 from transformers import PretrainedConfig
 
-from ..errors import SpecError, check_whole_number
+from ..errors import Option, SpecError, check_whole_number
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..results import Provenance, RunResult
 from ..step.preflight import device_type_of, resolve_dtype
@@ -199,17 +199,27 @@ def predict(
         cal = calibrate(calibration) if isinstance(calibration, RunResult) else calibration
         if (cal.seq_len, cal.batch_size) != (seq_len, batch_size) or len(cal.layer_bytes) != arch.num_layers:
             raise SpecError(
-                f"the calibration run has seq_len={cal.seq_len}, batch_size={cal.batch_size} and "
-                f"{len(cal.layer_bytes)} layers; the prediction asks for seq_len={seq_len}, batch_size={batch_size} "
-                f"and {arch.num_layers} layers. Calibrate with a run of the same model and shape."
+                "the calibration run has {cal_seq}, {cal_batch} and {cal_layers} layers; the prediction asks for "
+                "{seq}, {batch} and {layers} layers. Calibrate with a run of the same model and shape.",
+                cal_seq=Option("seq_len", cal.seq_len),
+                cal_batch=Option("batch_size", cal.batch_size),
+                cal_layers=len(cal.layer_bytes),
+                seq=Option("seq_len", seq_len),
+                batch=Option("batch_size", batch_size),
+                layers=arch.num_layers,
             )
         asked = (optimizer, lora_rank, tuple(lora_targets) if lora_targets else None)
         if (cal.optimizer, cal.lora_rank, cal.lora_targets) != asked:
             raise SpecError(
-                f"the calibration run has optimizer={cal.optimizer!r}, lora_rank={cal.lora_rank}, "
-                f"lora_targets={cal.lora_targets}; the prediction asks for optimizer={optimizer!r}, "
-                f"lora_rank={lora_rank}, lora_targets={asked[2]}. Calibrate with a run of the same spec "
-                "(LoRA changes what the layers save)."
+                "the calibration run has {cal_optimizer}, {cal_rank}, {cal_targets}; the prediction asks for "
+                "{optimizer}, {rank}, {targets}. Calibrate with a run of the same spec (LoRA changes what the "
+                "layers save).",
+                cal_optimizer=Option("optimizer", cal.optimizer),
+                cal_rank=Option("lora_rank", cal.lora_rank),
+                cal_targets=Option("lora_targets", cal.lora_targets),
+                optimizer=Option("optimizer", optimizer),
+                rank=Option("lora_rank", lora_rank),
+                targets=Option("lora_targets", asked[2]),
             )
     causal = arch.family not in ("bert", "roberta")
     kept_per_layer = selective_kept_bytes(arch, selective, seq_len, batch_size, element)

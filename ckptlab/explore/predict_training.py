@@ -41,7 +41,7 @@ import torch
 from transformers import PretrainedConfig
 from transformers.pytorch_utils import Conv1D
 
-from ..errors import SpecError, not_one_of
+from ..errors import Command, Option, SpecError, not_one_of
 from ..model import catalog
 from ..model.configs import infer_task
 from ..model.lora import resolve_targets
@@ -133,23 +133,28 @@ def training_bytes(
     name = TRAINER_DEFAULT_OPTIMIZER if optimizer == "adamw" else optimizer
     if name not in STATE_TENSORS:
         raise SpecError(
-            f"optimizer={optimizer!r}: the formula does not count its state (factored or quantized moments). "
-            f"Simulate it instead: python -m ckptlab simulate --optimizer {optimizer} (exact, no GPU needed).",
+            "{option}: the formula does not count its state (factored or quantized moments). Simulate it "
+            "instead: {simulate} (exact, no GPU needed).",
             key="predict.optimizer_not_counted",
+            option=Option("optimizer", optimizer),
+            simulate=Command("simulate", (Option("optimizer", optimizer),)),
             optimizer=optimizer,
         )
     if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
         raise SpecError(
-            f"lora_rank={lora_rank!r} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). "
-            "Leave it unset for a full fine-tune.",
+            "{option} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). Leave it unset "
+            "for a full fine-tune.",
             key="spec.lora_rank",
+            option=Option("lora_rank", lora_rank),
             value=lora_rank,
         )
     if lora_targets and lora_rank is None:
         raise SpecError(
-            f"lora_targets={list(lora_targets)} without lora_rank: targets only mean something with LoRA. "
-            "Set lora_rank (for example 8) or drop the targets.",
+            "{option} without {rank}: targets only mean something with LoRA. Set {rank} (for example 8) or "
+            "drop the targets.",
             key="spec.lora_targets_without_rank",
+            option=Option("lora_targets", list(lora_targets)),
+            rank=Option("lora_rank"),
             targets=list(lora_targets),
         )
     if isinstance(model, PretrainedConfig):

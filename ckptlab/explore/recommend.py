@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-from ..errors import CkptlabError, SpecError
+from ..errors import CkptlabError, Option, SpecError
 from ..fact import Fact, worded
 from ..model.snippets import lora_snippet, model_snippet, selective_snippet, trainer_snippet
 from ..results import MIN_SAMPLES_TO_JUDGE, Judgement, judge_time
@@ -110,8 +110,10 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     if not here:
         lengths = sorted({row.seq_len for row in rows})
         raise SpecError(
-            f"no rows at seq_len={seq_len}; the rows have {lengths}.",
+            "no rows at {option}; the rows have {listed}.",
             key="recommend.no_rows_at",
+            option=Option("seq_len", seq_len),
+            listed=lengths,
             seq_len=seq_len,
             lengths=", ".join(map(str, lengths)),
         )

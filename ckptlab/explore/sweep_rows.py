@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import SpecError
+from ..errors import Option, SpecError
 from ..model.selective import selective_key
 from ..results import RunResult, TimeVerdict, compare
 from ..spec import Setting
@@ -152,8 +152,11 @@ def known(value: _Value | None, row: SweepRow, what: str) -> _Value:
     """
     if value is None:
         raise SpecError(
-            f"the row {row.setting} at seq_len={row.seq_len} (status {row.status!r}) has no {what}: "
-            "use rows a sweep measured."
+            "the row {setting} at {option} (status {status}) has no {what}: use rows a sweep measured.",
+            setting=row.setting,
+            option=Option("seq_len", row.seq_len),
+            status=repr(row.status),
+            what=what,
         )
     return value
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import SpecError, check_at_most, check_whole_number, not_one_of
+from ..errors import Option, SpecError, check_at_most, check_whole_number, not_one_of
 from ..model.presets import DEFAULT_PRESET
 from ..model.selective import Selective, selective_key, validate_selective
 from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
@@ -76,8 +76,9 @@ class SweepSpec:
             raise not_one_of("offload", self.offload, OFFLOAD_CHOICES)
         if self.every_n_layers is not None and not self.every_n_layers:
             raise SpecError(
-                "every_n_layers is empty: give at least one value (e.g. 1,2,4), or None for all.",
+                "{option} is empty: give at least one value (e.g. 1,2,4), or None for all.",
                 key="sweep.no_every_n_layers",
+                option=Option("every_n_layers"),
             )
         self._validate_policies()
         for value in self.every_n_layers or ():

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..errors import SpecError
+from ..errors import Option, SpecError
 from ..model import catalog
 from ..model.plan import planned_roles
 from ..results import Judgement, RunResult, compare, measurements, memory_of
@@ -209,7 +209,11 @@ def check_runs(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> None
     needed = [spec.every_n_layers for spec in exercise.specs()] + [None]
     for n in needed:
         if n not in runs or runs[n].memory is None or runs[n].timing is None:
-            raise SpecError(f"exercise {exercise.id!r} needs a measured run with every_n_layers={n}.")
+            raise SpecError(
+                "exercise {exercise} needs a measured run with {option}.",
+                exercise=repr(exercise.id),
+                option=Option("every_n_layers", n),
+            )
 
 
 def kept_kib(run: RunResult) -> float:

@@ -31,7 +31,7 @@ from transformers import (
     PreTrainedModel,
 )
 
-from ..errors import ModelLoadError, UnsupportedModelError, expect_type
+from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
 from ..torchstate import exclusive
 from . import experts, folder_checks, presets, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
@@ -113,11 +113,11 @@ def _info(
     layers = checkpointable_layers(meta_model)
     if not layers:
         raise UnsupportedModelError(
-            f"{type(meta_model).__name__} has no layer that inherits "
-            "transformers.modeling_layers.GradientCheckpointingLayer, so every_n_layers has nothing "
-            "to count and transformers cannot checkpoint it the standard way. Use a model whose "
-            f"layers do (Llama, Qwen3, Mistral, GPT-2, BERT, ...) or a preset: {preset_names()}.",
+            "{model_class} has no layer that inherits transformers.modeling_layers.GradientCheckpointingLayer, "
+            "so {every_n_layers} has nothing to count and transformers cannot checkpoint it the standard way. "
+            "Use a model whose layers do (Llama, Qwen3, Mistral, GPT-2, BERT, ...) or a preset: {presets}.",
             key="model.no_checkpointable_layer",
+            every_n_layers=Option("every_n_layers"),
             model_class=type(meta_model).__name__,
             presets=preset_names(),
         )

@@ -16,7 +16,7 @@ from transformers import AutoConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 
-from ..errors import ModelLoadError, SpecError, UnsupportedModelError
+from ..errors import ModelLoadError, Option, SpecError, UnsupportedModelError
 from . import folder_checks, folder_files
 from .presets import CAUSAL_LM, MASKED_LM, PRESETS, Preset, check_model_named, preset_names
 
@@ -112,10 +112,10 @@ def _load_local_config(path: str) -> PretrainedConfig:
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
         raise ModelLoadError(
-            f"{path!r} has no config.json; it is not a transformers model folder. To resolve this, "
-            "point --model at a folder saved with save_pretrained(), or use a preset: "
-            f"{preset_names()}.",
+            "{path} has no config.json; it is not a transformers model folder. To resolve this, point {model} at "
+            "a folder saved with save_pretrained(), or use a preset: {presets}.",
             key="model.no_config",
+            model=Option("model"),
             path=repr(path),
             presets=preset_names(),
         )

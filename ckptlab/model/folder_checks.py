@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..errors import DoesNotFitError, ModelLoadError
+from ..errors import Command, DoesNotFitError, ModelLoadError, Option
 
 # describe() builds every layer on the meta device (1-3 ms each on 2 CPU cores) and the
 # lab draws and probes each one; the deepest published language models have about 130.
@@ -338,12 +338,16 @@ def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> Non
     else:
         fix = "run it on a GPU with more memory, use a 16-bit dtype"
     raise DoesNotFitError(
-        f"{info.name!r} does not fit on {where}: its {_count(info.num_params)} parameters "
-        f"(the vocab_size x hidden_size embedding alone {_count(embedding)}) take {needed / 2**30:,.1f} GiB in "
-        f"{str(dtype).removeprefix('torch.')}, more than {what}, before any gradient or activation. Nothing "
-        f"was built. To resolve this error, {fix}, or simulate the step on fake tensors: "
-        f"python -m ckptlab simulate --model {info.name}",
+        "{name} does not fit on {where}: its {parameters} parameters (the vocab_size x hidden_size embedding "
+        "alone {embedding}) take {needed_gib} GiB in {dtype}, more than {what}, before any gradient or "
+        "activation. Nothing was built. To resolve this error, {fix}, or simulate the step on fake tensors: "
+        "{simulate}",
         key="model.too_big_local" if local else "model.too_big_preset",
+        simulate=Command("simulate", (Option("model", info.name),)),
+        where=where,
+        embedding=_count(embedding),
+        what=what,
+        fix=fix,
         name=repr(info.name),
         parameters=_count(info.num_params),
         needed_gib=f"{needed / 2**30:,.1f}",

@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from transformers import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
-from ..errors import SpecError, UnsupportedModelError
+from ..errors import Option, SpecError, UnsupportedModelError
 from .plan import checkpointable_layers
 
 if TYPE_CHECKING:  # peft is imported where LoRA runs: only they pay for it
@@ -63,9 +63,9 @@ def resolve_targets(model: nn.Module, targets: Sequence[str] | None) -> list[str
     unknown = [name for name in targets if name not in available]
     if unknown:
         raise SpecError(
-            f"lora_targets names {', '.join(unknown)}, which {type(model).__name__} does not have. "
-            f"Its linear modules are: {', '.join(available)}.",
+            "{option} names {unknown}, which {model_class} does not have. Its linear modules are: {available}.",
             key="lora.unknown_targets",
+            option=Option("lora_targets"),
             unknown=", ".join(unknown),
             model_class=type(model).__name__,
             available=", ".join(available),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import SpecError
+from ..errors import Option, SpecError
 from ..fact import Fact
 
 if TYPE_CHECKING:
@@ -28,10 +28,11 @@ def validate_every_n_layers(every_n_layers: int) -> None:
     """Raise :class:`SpecError` unless ``every_n_layers`` is an int >= 1."""
     if isinstance(every_n_layers, bool) or not isinstance(every_n_layers, int) or every_n_layers < 1:
         raise SpecError(
-            f"every_n_layers={every_n_layers!r} is not valid: it must be a whole number >= 1 "
-            "(1 checkpoints every layer, 2 every other layer, ...). To run without "
-            "checkpointing, turn checkpointing off instead.",
+            "{option} is not valid: it must be a whole number >= 1 (1 checkpoints every layer, 2 every other "
+            "layer, ...). To run without checkpointing, use {off} instead.",
             key="spec.every_n_layers",
+            option=Option("every_n_layers", every_n_layers),
+            off=Option("every_n_layers", None),
             value=every_n_layers,
         )
 

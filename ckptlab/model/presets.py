@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, Option
 
 CAUSAL_LM = "causal-lm"
 MASKED_LM = "masked-lm"
@@ -337,9 +337,10 @@ def check_model_named(name_or_dir: str) -> None:
         return
     if os.path.exists(name_or_dir):
         raise ModelLoadError(
-            f"{name_or_dir!r} is a file, not a directory: point --model at the folder that holds "
-            f"config.json, or use a preset: {preset_names()}.",
+            "{name} is a file, not a directory: point {model} at the folder that holds config.json, or use a "
+            "preset: {presets}.",
             key="model.is_a_file",
+            model=Option("model"),
             name=repr(name_or_dir),
             presets=preset_names(),
         )

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import SpecError, not_one_of
+from ..errors import CHECKPOINTING_OFF, Option, SpecError, not_one_of
 
 # torch is imported where an op is resolved or a policy runs, not above: checking a policy's name (the CLI's
 # flags, a RunSpec) does not load torch, so ``python -m ckptlab --help`` answers at once.
@@ -116,10 +116,13 @@ def check_selective(selective: object, every_n_layers: int | None) -> None:
     validate_selective(selective)
     if isinstance(selective, (str, tuple)) and selective != NONE and every_n_layers is None:
         raise SpecError(
-            f"selective={selective_key(selective)!r} with checkpointing off: a selective policy says what a "
-            "checkpointed layer keeps, and no layer is checkpointed. Set every_n_layers (for example 1) or use "
-            "selective='none'.",
+            "{option} with {off}: a selective policy says what a checkpointed layer keeps, and no layer is "
+            "checkpointed. Set {every_n_layers} (for example 1) or use {none}.",
             key="spec.selective_without_checkpointing",
+            option=Option("selective", selective_key(selective)),
+            off=CHECKPOINTING_OFF,
+            every_n_layers=Option("every_n_layers"),
+            none=Option("selective", NONE),
             policy=selective_key(selective),
         )
 

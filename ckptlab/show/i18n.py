@@ -15,8 +15,9 @@ keep, rerun) stay in English in every file.
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from ..errors import CkptlabError, Reference, worded_params
 from ..fact import ENGLISH, Fact, worded
 
 # The locale files' lookup lives in ckptlab.fact (the results layer words notes too); the edge asks here.
@@ -78,15 +79,19 @@ def placeholders(text: str) -> set[str]:
 ERRORS = "errors."  # the prefix of the translations of keyed core errors (ckptlab.errors)
 
 
-def error_text(error: Exception, lang: str = DEFAULT) -> str:
+def error_text(error: Exception, lang: str = DEFAULT, word: Callable[[Reference], str] = str) -> str:
     """What the app shows for ``error`` in ``lang``: its ``errors.<key>`` translation, or its English message.
 
     English is the core's own message (written where the error is raised), so ``en.json``
     has no ``errors.`` keys; the other languages translate the keyed ones, filled in with
     the error's params. An error without a key, or a key without a translation yet,
-    shows its English message rather than nothing.
+    shows its English message rather than nothing. ``word`` says the error's options and
+    commands (:class:`ckptlab.errors.Option`) in the reader's words, in the English and in a
+    translation alike (``ckptlab.show.wording``); by default the Python API's.
     """
-    return _translated(ERRORS, getattr(error, "key", None), getattr(error, "params", {}), str(error), lang)
+    if not isinstance(error, CkptlabError):
+        return _translated(ERRORS, getattr(error, "key", None), getattr(error, "params", {}), str(error), lang)
+    return _translated(ERRORS, error.key, worded_params(error.params, word), error.worded(word), lang)
 
 
 def say(fact: Fact | Sequence[Fact], lang: str = DEFAULT) -> str:

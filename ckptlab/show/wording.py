@@ -1,72 +1,126 @@
-"""The core's messages in the words of where they are read: the command line's flags, or the app's widgets.
+"""The core's errors in the words of where they are read: the command line's flags, or the app's widgets.
 
-Core messages (``SpecError`` and friends) name a spec's fields the Python way
-(``every_n_layers=0``, ``lora_rank``) and the command line's flags where there is no field
-(``--model``). At the edge, :func:`for_cli` turns fields into flags (``--every-n-layers 0``,
-"turn checkpointing off" into ``--no-checkpointing``) and :func:`for_app` turns flags into the
-names of the widgets a page shows. A small mapping, nothing decided on it.
+A core error names the settings it is about as typed references (``ckptlab.errors.Option``,
+``Command``), never as a flag nor a widget (the core knows neither edge), and its ``str()`` is
+the Python API's words. Here each edge words those references: :func:`cli_message` as flags
+(``--every-n-layers 0``, ``--offload``, ``--no-checkpointing``) and command lines, :func:`app_message`
+as the label of the widget that sets the option and the page that runs a command, in the page's
+language. Nothing here reads or rewrites a sentence: only the references are worded.
+
+The flags have one home, the CLI's own argparse parsers: this layer may not import ``cli/``
+(show < cli), so the CLI hands its parsers' flags in (:data:`CliFlags`, read by
+``ckptlab.cli.args.option_flags``); a flag renamed there is renamed in every message.
+The app's widgets are named by the locale keys the pages label them with, in one table here
+(:data:`APP_WIDGETS`); a setting no page has a widget for is said in the Python API's words.
 """
 
 from __future__ import annotations
 
-import re
+import shlex
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
+from ..errors import UNSET, Command, Option, Reference
 from ..fact import Fact
 from ..results import RunResult
 from ..spec import Setting
 from .i18n import error_text, say, t
 
-# RunSpec field -> the command line's flag (cli/args.py).
-CLI_FLAGS = {
-    "every_n_layers": "--every-n-layers",
-    "seq_len": "--seq-len",
-    "batch_size": "--batch-size",
-    "repeats": "--repeats",
-    "warmup": "--warmup",
-    "dtype": "--dtype",
-    "device": "--device",
-    "optimizer": "--optimizer",
-    "lora_rank": "--lora-rank",
-    "lora_targets": "--lora-targets",
-    "world_size": "--world-size",
+
+class Flag(NamedTuple):
+    """One of the command line's flags: its name and whether it takes no value (``--offload``, ``--fsdp``)."""
+
+    name: str
+    switch: bool = False
+
+
+# Per command ("run", "simulate", ...): an option's key -> its flag. The key is the RunSpec field the flag sets
+# (``"seq_len"``), or ``"field=value"`` for a switch that sets one value (``"every_n_layers=None"``:
+# ``--no-checkpointing``); see ``ckptlab.cli.args.option_flags``.
+CliFlags = Mapping[str, Mapping[str, Flag]]
+
+# The command the CLI's own program is invoked as; a Command's action -> its subcommand.
+PROGRAM = "python -m ckptlab"
+CLI_COMMANDS = {"simulate": "simulate", "measure": "run"}
+
+# RunSpec field -> the locale key of the label of the widget that sets it in the app. A field without a
+# widget is said in the Python API's words. every_n_layers is the checkpointing toggle only when off.
+APP_WIDGETS = {
+    "model": "common.model",
+    "seq_len": "common.seq_len",
+    "batch_size": "lab.batch",
+    "device": "lab.device",
+    "repeats": "lab.repeats",
+    "warmup": "lab.warmup",
+    "offload": "tradeoffs.offload",
+    "optimizer": "training.optimizer",
+    "lora_rank": "training.lora_rank",
+    "lora_targets": "training.lora_targets",
+    "world_size": "at_scale.gpus",
 }
-CLI_PHRASES = {
-    "offload=True": "--offload",
-    "fsdp=True": "--fsdp",
-    "turn checkpointing off instead": "use --no-checkpointing instead",
-    "with checkpointing off": "with --no-checkpointing",
-    "drop offload": "drop --offload",
-}
-# The command line's flag -> the locale key of the widget that sets the same thing in the app.
-APP_WIDGETS = {"--model": "common.model", "--no-checkpointing": "lab.checkpointing"}
-
-# Fields whose names are also plain words ("device", "optimizer") are flags only as ``name=value``.
-_ALSO_WORDS = ("repeats", "warmup", "dtype", "device", "optimizer")
-_FIELD = re.compile(
-    r"\b(?:(" + "|".join(CLI_FLAGS) + r")=(\S+?)|(" + "|".join(n for n in CLI_FLAGS if n not in _ALSO_WORDS) + r"))"
-    r"(?=[\s,.:;)]|$)"
-)
+# A Command's action -> the locale key of the page that does it.
+APP_PAGES = {"simulate": "nav.at_scale_page", "measure": "nav.lab_page"}
 
 
-def for_cli(message: str) -> str:
-    """``"every_n_layers=0 is not valid"`` -> ``"--every-n-layers 0 is not valid"``; flags stay flags."""
-    for phrase, flag in CLI_PHRASES.items():
-        message = message.replace(phrase, flag)
-    return _FIELD.sub(
-        lambda m: f"{CLI_FLAGS[m.group(1)]} {m.group(2)}" if m.group(1) else CLI_FLAGS[m.group(3)], message
-    )
+def cli_flag(option: Option, flags: CliFlags, command: str, value: Callable[[object], str] = repr) -> str:
+    """``Option("every_n_layers", 0)`` -> ``--every-n-layers 0``; the Python words where no flag sets it.
+
+    ``command``'s own flags first (``world_size`` is ``--nproc-per-node`` in ``run``, ``--world-size`` in
+    ``simulate``), then any command's. ``value`` says the value: Python's repr in a sentence (``--device
+    'cuda'``, as the message has always read), the shell's word in a line to paste (:func:`cli_line`).
+    """
+    tables = [flags.get(command, {}), *flags.values()]
+    for table in tables:
+        flag = table.get(f"{option.field}={option.value!r}")  # a switch that sets this one value
+        if flag is not None:
+            return flag.name
+    for table in tables:
+        flag = table.get(option.field)
+        if flag is None or (flag.switch and option.value is not UNSET and option.value is not True):
+            continue
+        if isinstance(option.value, bool) and not flag.switch:
+            continue  # sweep's --offload takes a choice: offload=True is run's switch
+        return flag.name if option.value is UNSET or flag.switch else f"{flag.name} {value(option.value)}"
+    return str(Option(option.field, option.value))
 
 
-def for_app(message: str, lang: str = "en") -> str:
-    """``"point --model at a folder"`` -> ``"point "Model" at a folder"``: the widget's name in ``lang``."""
-    for flag, key in APP_WIDGETS.items():
-        message = re.sub(re.escape(flag) + r"\b", f"“{t(key, lang)}”", message)
-    return message
+def cli_line(command: Command, flags: CliFlags) -> str:
+    """``Command("simulate", (Option("model", "x"),))`` -> ``python -m ckptlab simulate --model x``: a line to paste."""
+    name = CLI_COMMANDS[command.action]
+    options = [cli_flag(option, flags, name, lambda value: shlex.quote(str(value))) for option in command.options]
+    return " ".join([PROGRAM, name, *options])
+
+
+def cli_message(error: Exception, flags: CliFlags, command: str = "run") -> str:
+    """A core error as the command line prints it: options as ``command``'s flags, commands as command lines."""
+
+    def word(reference: Reference) -> str:
+        if isinstance(reference, Command):
+            return cli_line(reference, flags)
+        return cli_flag(reference, flags, command)
+
+    return error_text(error, "en", word)
+
+
+def app_words(reference: Reference, lang: str = "en") -> str:
+    """An option as the label of the widget that sets it (``“Model”``, ``“Activation checkpointing” off``),
+    a command as the page that runs it; the Python API's words where the app has no widget or page for it."""
+    if isinstance(reference, Command):
+        if reference.ranks > 1:  # no page starts ranks: the function to launch under torchrun
+            return str(reference)
+        return t("wording.page", lang, page=t(APP_PAGES[reference.action], lang))
+    if reference.field == "every_n_layers" and reference.value is None:
+        return f"“{t('lab.checkpointing', lang)}” {t('setting.short_off', lang)}"
+    key = APP_WIDGETS.get(reference.field)
+    if key is None:
+        return str(Option(reference.field, reference.value))
+    label = f"“{t(key, lang)}”"
+    return label if reference.value is UNSET or reference.value is True else f"{label} = {reference.value!r}"
 
 
 def app_message(error: Exception, lang: str = "en") -> str:
-    """A core error as a page shows it: translated where it has a key (:func:`error_text`), in the widgets' names."""
-    return for_app(error_text(error, lang), lang)
+    """A core error as a page shows it: translated where it has a key, its options as the page's widgets."""
+    return error_text(error, lang, lambda reference: app_words(reference, lang))
 
 
 def run_message(result: RunResult, lang: str = "en") -> str:

@@ -38,7 +38,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter  # FSDP2's interface for a custom comm
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
 
-from ..errors import CkptlabError, SpecError
+from ..errors import CkptlabError, Command, Option, SpecError
 from ..fact import Fact
 from ..model.plan import checkpointable_layers
 from ..model.selective import enable_checkpointing
@@ -147,8 +147,8 @@ def launched_group(device_name: str) -> Iterator[torch.device]:
     if not launched() and not dist.is_initialized():
         raise SpecError(
             "measure_ranks needs a process started by torch's launcher (RANK, WORLD_SIZE, MASTER_ADDR and "
-            "MASTER_PORT are not all set). Run: python -m ckptlab run --nproc-per-node 2 --fsdp "
-            "(or torchrun --nproc-per-node 2 -m ckptlab run --fsdp)."
+            "MASTER_PORT are not all set). Run {launch}.",
+            launch=Command("measure", (Option("world_size", 2), Option("fsdp", True))),
         )
     wants_cuda = device_name == "cuda" or (device_name == "auto" and torch.cuda.is_available())
     if wants_cuda and torch.cuda.is_available():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import DoesNotFitError, SpecError, UnsupportedModelError, not_one_of
+from ..errors import Command, DoesNotFitError, Option, SpecError, UnsupportedModelError, not_one_of
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -39,9 +39,10 @@ def resolve_device(name: str) -> torch.device:
     """
     if name == "cuda" and not torch.cuda.is_available():
         raise SpecError(
-            "device='cuda' but torch sees no CUDA device here (torch.cuda.is_available() is False; "
-            f"torch {torch.__version__}). Use device 'cpu' or 'auto'.",
+            "{option} but torch sees no CUDA device here (torch.cuda.is_available() is False; torch {torch}). "
+            "Use device 'cpu' or 'auto'.",
             key="spec.no_cuda",
+            option=Option("device", "cuda"),
             torch=torch.__version__,
         )
     if device_type_of(name) == "cuda":
@@ -69,20 +70,22 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
     """
     if spec.checkpointing and not info.supports_checkpointing:
         raise UnsupportedModelError(
-            f"{info.name} ({info.family}) does not support activation checkpointing in transformers "
-            f"(its class sets supports_gradient_checkpointing=False), so every_n_layers={spec.every_n_layers} "
-            "cannot be applied. To resolve this, run it with checkpointing off (--no-checkpointing) or pick a "
-            "model whose class supports it.",
+            "{name} ({family}) does not support activation checkpointing in transformers (its class sets "
+            "supports_gradient_checkpointing=False), so {option} cannot be applied. To resolve this, run it with "
+            "checkpointing off ({off}) or pick a model whose class supports it.",
             key="model.no_checkpointing_support",
+            option=Option("every_n_layers", spec.every_n_layers),
+            off=Option("every_n_layers", None),
             name=info.name,
             family=info.family,
             every_n_layers=spec.every_n_layers,
         )
     if info.max_positions is not None and spec.seq_len > info.max_positions:
         raise SpecError(
-            f"seq_len={spec.seq_len} is longer than {info.name} accepts ({info.max_positions} positions). "
-            f"Use a sequence length of at most {info.max_positions}, or a model with longer positions.",
+            "{option} is longer than {model} accepts ({positions} positions). Use a sequence length of at most "
+            "{positions}, or a model with longer positions.",
             key="spec.seq_too_long",
+            option=Option("seq_len", spec.seq_len),
             seq_len=spec.seq_len,
             model=info.name,
             positions=info.max_positions,
@@ -216,11 +219,13 @@ def step_floor_refusal(
         return None
     tokens = spec.seq_len * spec.batch_size
     return DoesNotFitError(
-        f"seq_len {spec.seq_len} x batch {spec.batch_size} = {tokens:,} tokens of {info.name} needs at least "
-        f"{needed / 2**30:,.1f} GiB in one step (parameters, gradients, the logits and each layer's input), more "
-        f"than the {room / 2**30:,.1f} GiB {limit[1]} has; nothing was built. Use a shorter sequence or a smaller "
-        f"batch, or simulate it: python -m ckptlab simulate --model {info.name}",
+        "{option} x batch {batch} = {tokens} tokens of {name} needs at least {needed_gib} GiB in one step "
+        "(parameters, gradients, the logits and each layer's input), more than the {room_gib} GiB {where} has; "
+        "nothing was built. Use a shorter sequence or a smaller batch, or simulate it: {simulate}",
         key="model.step_floor",
+        option=Option("seq_len", spec.seq_len, words=f"seq_len {spec.seq_len}"),
+        where=limit[1],
+        simulate=Command("simulate", (Option("model", info.name),)),
         seq=spec.seq_len,
         batch=spec.batch_size,
         tokens=f"{tokens:,}",

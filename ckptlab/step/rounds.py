@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import SpecError, not_one_of
+from ..errors import Option, SpecError, not_one_of
 from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
@@ -100,8 +100,13 @@ def time_settings(
         spec.validate()
         if _shared(spec) != _shared(first):
             raise SpecError(
-                "settings timed together must differ only in every_n_layers, offload and selective; "
-                f"{spec} differs from {first} in more."
+                "settings timed together must differ only in {every_n_layers}, {offload} and {selective}; "
+                "{spec} differs from {first} in more.",
+                every_n_layers=Option("every_n_layers"),
+                offload=Option("offload"),
+                selective=Option("selective"),
+                spec=spec,
+                first=first,
             )
     report = progress or (lambda message, fraction: None)
     device = resolve_device(first.device)

@@ -35,7 +35,7 @@ from torch.utils.checkpoint import (
 )
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..errors import SpecError
+from ..errors import Command, Option, SpecError
 from ..fact import Fact
 from ..model.selective import NONE, SelectivePolicy, op_name, selective_key
 from ..results import LayerResult
@@ -227,11 +227,18 @@ def check_simulated_selective(spec: RunSpec) -> None:
     """
     if spec.fsdp and spec.selective != NONE and spec.every_n_layers is not None and spec.optimizer != "none":
         raise SpecError(
-            f"fsdp=True with selective={selective_key(spec.selective)!r} and optimizer={spec.optimizer!r} cannot be "
-            "simulated yet: on fake tensors the rerun of a sharded layer did not match what the policy recorded in "
-            "its forward. Simulate the policy on one GPU, or with optimizer='none' (the activations alone), or "
-            "measure it on real ranks (python -m ckptlab run --nproc-per-node 2 --fsdp --selective ...).",
+            "{fsdp} with {option} and {optimizer_option} cannot be simulated yet: on fake tensors the rerun of a "
+            "sharded layer did not match what the policy recorded in its forward. Simulate the policy on one GPU, "
+            "or with {no_optimizer} (the activations alone), or measure it on real ranks ({launch}).",
             key="spec.selective_with_fsdp",
+            fsdp=Option("fsdp", True),
+            option=Option("selective", selective_key(spec.selective)),
+            optimizer_option=Option("optimizer", spec.optimizer),
+            no_optimizer=Option("optimizer", "none"),
+            launch=Command(
+                "measure",
+                (Option("world_size", 2), Option("fsdp", True), Option("selective", selective_key(spec.selective))),
+            ),
             policy=selective_key(spec.selective),
             optimizer=spec.optimizer,
         )

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
-from ..errors import SpecError
+from ..errors import Command, Option, SpecError
 from ..spec import LOW_BIT_PACKAGES, RunSpec
 
 MIXED_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -79,18 +79,22 @@ def check_optimizer_runs(spec: RunSpec, *, device_type: str, simulated: bool = F
         return
     if simulated:
         raise SpecError(
-            f"optimizer={spec.optimizer!r} cannot be simulated: its step ({package[0]}'s quantized state and "
-            "kernels) does not run on fake tensors, so the simulation cannot count it. Measure it on a GPU "
-            "(python -m ckptlab run --device cuda), or simulate adamw for an upper bound of its state.",
+            "{option} cannot be simulated: its step ({package}'s quantized state and kernels) does not run on "
+            "fake tensors, so the simulation cannot count it. Measure it on a GPU ({measure}), or simulate adamw "
+            "for an upper bound of its state.",
             key="spec.optimizer_not_simulated",
+            option=Option("optimizer", spec.optimizer),
+            measure=Command("measure", (Option("device", "cuda"),)),
             optimizer=spec.optimizer,
             package=package[0],
         )
     if device_type != "cuda":
         raise SpecError(
-            f"optimizer={spec.optimizer!r} is measured on CUDA only: its step ({package[0]}) compiles or calls "
-            "kernels that do not run under the CPU's memory tracker. Run it with --device cuda on a GPU.",
+            "{option} is measured on CUDA only: its step ({package}) compiles or calls kernels that do not run "
+            "under the CPU's memory tracker. Run it with {cuda} on a GPU.",
             key="spec.optimizer_needs_cuda",
+            option=Option("optimizer", spec.optimizer),
+            cuda=Option("device", "cuda"),
             optimizer=spec.optimizer,
             package=package[0],
         )

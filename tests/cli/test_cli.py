@@ -141,20 +141,31 @@ def test_a_bad_choice_is_one_line_naming_the_value_and_the_choices(args, value, 
     assert "usage:" not in captured.err and captured.out == ""
 
 
-def test_messages_speak_flags_on_the_command_line_and_widgets_in_the_app():
-    from ckptlab.show.wording import for_app, for_cli
+def test_messages_speak_flags_on_the_command_line_and_widgets_in_the_app(no_config_dir, monkeypatch):
+    """The same errors as Python, the command line and the app read them: fields, flags, widgets (show/wording)."""
+    from ckptlab.cli import build_parser
+    from ckptlab.cli.args import option_flags
+    from ckptlab.show.wording import app_message, cli_message
+    from ckptlab.step import preflight
 
-    message = "every_n_layers=0 is not valid. To run without checkpointing, turn checkpointing off instead."
-    assert (
-        for_cli(message)
-        == "--every-n-layers 0 is not valid. To run without checkpointing, use --no-checkpointing instead."
-    )
-    assert for_cli("offload=True with checkpointing off") == "--offload with --no-checkpointing"
-    assert (
-        for_cli("device='cuda' but torch sees no CUDA device here")
-        == "--device 'cuda' but torch sees no CUDA device here"
-    )
-    assert for_app("point --model at the folder", "en") == "point “Model” at the folder"
+    flags = option_flags(build_parser())
+    with pytest.raises(SpecError) as every_n:
+        RunSpec(every_n_layers=0).validate()
+    assert str(every_n.value).startswith("every_n_layers=0 is not valid")
+    cli = cli_message(every_n.value, flags)
+    assert cli.startswith("--every-n-layers 0 is not valid")
+    assert cli.endswith("To run without checkpointing, use --no-checkpointing instead.")
+    with pytest.raises(SpecError) as offload:
+        RunSpec(every_n_layers=None, offload=True).validate()
+    assert cli_message(offload.value, flags).startswith("--offload with --no-checkpointing")
+    monkeypatch.setattr(preflight.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SpecError) as cuda:
+        preflight.resolve_device("cuda")
+    assert cli_message(cuda.value, flags).startswith("--device 'cuda' but torch sees no CUDA device here")
+    with pytest.raises(ModelLoadError) as no_config:
+        measure(replace(FAST, model=str(no_config_dir)))
+    assert "point --model at a folder" in cli_message(no_config.value, flags)
+    assert "point “Model” at a folder" in app_message(no_config.value, "en")
 
 
 def test_directories_without_config_or_checkpointable_layers(no_config_dir, no_layers_dir, capsys):

@@ -44,7 +44,7 @@ def test_budget_is_one_name_in_sweep_and_simulate_and_budget_gib_stays_its_alias
         (["--gpu", "A100"], "matches A100 40 GB, A100 80 GB: say which"),
         (["--budget-gib", "0"], "--budget-gib 0"),
         (["--budget", "lots"], "--budget 'lots' is not a memory size"),
-        (["--every-n-layers", "0"], "--every-n-layers 0"),  # the CLI names its flags (show/wording.for_cli)
+        (["--every-n-layers", "0"], "--every-n-layers 0"),  # the CLI names its flags (show/wording.cli_message)
         (["--seq-len", "99999"], "--seq-len 99999"),
     ],
 )
