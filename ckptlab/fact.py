@@ -32,7 +32,8 @@ class MissingKeyError(KeyError):
 class Fact:
     """One thing the core says: ``key`` names it (``said.<key>`` in the locale files), ``params`` its values.
 
-    A param may be a Fact itself (a progress line's prefix): it is worded in the same language.
+    A param may be a Fact itself (a progress line's prefix): it is worded in the same language; or a tuple
+    of facts (a mismatch's rows): each worded, then joined by the language's ``said.list_separator``.
     """
 
     key: str
@@ -43,8 +44,7 @@ class Fact:
 
     def to_dict(self) -> dict[str, Any]:
         """``{"key": ..., "params": {...}}``, nested facts as dicts too, for JSON."""
-        params = {name: value.to_dict() if isinstance(value, Fact) else value for name, value in self.params.items()}
-        return {"key": self.key, "params": params}
+        return {"key": self.key, "params": {name: _as_data(value) for name, value in self.params.items()}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Fact:
@@ -53,8 +53,25 @@ class Fact:
         return cls(data["key"], {name: _fact_or_value(value) for name, value in params.items()})
 
 
+def _as_data(value: Any) -> Any:
+    if isinstance(value, Fact):
+        return value.to_dict()
+    return [one.to_dict() for one in value] if _facts(value) else value
+
+
 def _fact_or_value(value: Any) -> Any:
-    return Fact.from_dict(value) if isinstance(value, dict) and set(value) == {"key", "params"} else value
+    if isinstance(value, list) and value and all(_is_fact_data(one) for one in value):
+        return tuple(Fact.from_dict(one) for one in value)
+    return Fact.from_dict(value) if _is_fact_data(value) else value
+
+
+def _is_fact_data(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"key", "params"}
+
+
+def _facts(value: Any) -> bool:
+    """``value`` is a tuple of facts (a param worded as a list)."""
+    return isinstance(value, tuple) and bool(value) and all(isinstance(one, Fact) for one in value)
 
 
 def as_written(text: str) -> Fact:
@@ -84,4 +101,12 @@ def worded(fact: Fact, lang: str = ENGLISH) -> str:
     text = messages(lang).get(key) or messages(ENGLISH).get(key)
     if text is None:
         raise MissingKeyError(f"{key!r} is not in ckptlab/locales/{ENGLISH}.json; add it to every locale file")
-    return text.format(**{name: worded(v, lang) if isinstance(v, Fact) else v for name, v in fact.params.items()})
+    return text.format(**{name: _worded_param(value, lang) for name, value in fact.params.items()})
+
+
+def _worded_param(value: Any, lang: str) -> Any:
+    if isinstance(value, Fact):
+        return worded(value, lang)
+    if _facts(value):
+        return worded(Fact("list_separator"), lang).join(worded(one, lang) for one in value)
+    return value

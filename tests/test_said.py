@@ -3,6 +3,7 @@ always were (the command line prints them), and every word of them in pt-BR and 
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -126,3 +127,94 @@ def test_real_progress_and_simulation_notes_say_themselves_in_every_language():
     for lang in LANGS:
         assert all(i18n.say(line, lang) != i18n.say(line) for line in lines), lang
         assert _english_left(lines, lang) == {}, lang
+
+
+# Names and terms the prediction's and the Trainer report's facts keep in English in every language.
+KEPT_ENGLISH = {"lora", "peft", "float32", "bfloat16", "dtype", "grouped_mm", "top-k", "mlp", "mlps", "ckptlab"}
+KEPT_ENGLISH |= {"simulate", "experts", "expert", "mixture", "olmoe", "backward", "forward", "tiny", "rerun", "mib"}
+KEPT_ENGLISH |= {"trainer", "trainingarguments", "context_fn", "create_selective_checkpoint_contexts", "mismatch"}
+KEPT_ENGLISH |= {"activation_checkpointing", "use_reentrant", "checkpointingcallback", "observe_step", "ops", "cpu"}
+KEPT_ENGLISH |= {"memtracker", "llama", "attention", "aten", "true", "false", "bf16", "training-args", "run", "moe"}
+KEPT_ENGLISH |= {"lab", "fine-tune", "checkpoint", "checkpointable", "transformers", "token", "tokens", "tensor"}
+KEPT_ENGLISH |= {"presets", "flag", "keep", "torch", "matmuls", "micro-batches", "reruns"}
+
+
+def _english_left_but_terms(facts: list[Fact], lang: str) -> dict[str, set[str]]:
+    left = _english_left(facts, lang)
+    return {sentence: words - KEPT_ENGLISH for sentence, words in left.items() if words - KEPT_ENGLISH}
+
+
+def test_a_predictions_notes_are_facts_said_in_every_language():
+    from transformers import OlmoeConfig
+
+    from ckptlab import predict
+
+    moe = OlmoeConfig(
+        hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_experts=4, num_experts_per_tok=2,
+        vocab_size=512, max_position_embeddings=256, num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    rows = [
+        *predict(moe, seq_len=32, num_layers=2, every_n_layers=[1]),
+        *predict("tiny-qwen3-moe", seq_len=32, every_n_layers=[1], optimizer="none"),
+        *predict("tiny-llama", seq_len=32, every_n_layers=[1], lora_rank=4),
+    ]
+    facts = list(dict.fromkeys(fact for row in rows for fact in row.facts))
+    assert {fact.key for fact in facts} == {
+        "predict.experts_not_counted",
+        "predict.experts_counted",
+        "predict.backward_peak",
+        "predict.lora_activations",
+    }
+    for row in rows:  # the notes read as they always did: the facts' English, in the JSON too
+        assert row.notes == tuple(i18n.say(fact) for fact in row.facts) and row.to_dict()["notes"] == row.notes
+        assert [Fact.from_dict(fact) for fact in row.to_dict()["facts"]] == list(row.facts)
+    for lang in LANGS:
+        assert all(i18n.say(fact, lang) != i18n.say(fact) for fact in facts), lang
+        assert _english_left_but_terms(facts, lang) == {}, lang
+
+
+def test_the_trainer_reports_lines_are_facts_said_in_every_language():
+    from ckptlab.integrations.trainer import CheckpointingReport
+    from ckptlab.integrations.trainer_setting import RequestedSetting
+    from ckptlab.results import LayerResult, MemoryResult
+    from ckptlab.results.run import Region
+
+    def layer(index: int, planned: str, enabled: str, **selective: object) -> LayerResult:
+        return LayerResult(index, f"L{index + 1}", "LlamaDecoderLayer", planned, enabled, 1, 1, 10, 5, **selective)  # type: ignore[arg-type]
+
+    memory = MemoryResult("MemTracker", 3 << 20, 2 << 20, 9 << 20, Region(kind="phase", phase="backward"))
+    kept = {"selective": "attention", "kept_bytes": 4096, "kept_ops": {"aten.mm": 2}, "rerun_ops": {"aten.mm": 3}}
+    reports = [
+        CheckpointingReport(
+            1, "Llama", "cpu", RequestedSetting(True, 2, False, {}, False, "-"), None,
+            [layer(0, "CP", "CP", **kept), layer(1, "keep", "CP"), layer(2, "CP", "CP", selective="attention")],
+            memory, 2, {"bf16": True}, ["-"],
+            [Fact("trainer.optimizer_state_created", {"mib": "3.0"}), Fact("trainer.micro_batches", {"micro_batches": 2})],
+        ),
+        CheckpointingReport(
+            1, "Llama", "cpu", RequestedSetting(False, None, False, {"context_fn": 1}, True, "-"), None,
+            [layer(0, "CP", "CP"), layer(1, "keep", "keep")], memory, 1,
+        ),
+        CheckpointingReport(
+            1, "Llama", "cpu", RequestedSetting(True, 1, False, {}, False, "-"), None,
+            [layer(0, "CP", "CP", selective="matmuls")], memory, 1,
+        ),
+    ]  # fmt: skip
+    lines = [line for report in reports for line in report.text_facts()]
+    facts = list(dict.fromkeys(line for line in lines if isinstance(line, Fact)))
+    keys = {fact.key for fact in facts}
+    assert {"trainer.mismatch", "trainer.selective_kept", "trainer.context_fn_kept_nothing_in"} <= keys
+    assert {"trainer.asked_off", "trainer.context_fn_kept_nothing", "trainer.selective_no_op"} <= keys
+    assert {"trainer.matches", "trainer.note", "trainer.warning", "trainer.training_args"} <= keys
+    (mismatch,) = [
+        line for line in reports[0].text_facts() if isinstance(line, Fact) and line.key == "trainer.mismatch"
+    ]
+    assert [row.params["layer"] for row in mismatch.params["rows"]] == ["L2"]  # its rows: a tuple of facts
+    assert Fact.from_dict(json.loads(json.dumps(mismatch.to_dict()))) == mismatch
+    english = reports[0].text()
+    assert reports[0].text("en") == english and "note: 2 micro-batches in this step" in english
+    assert reports[0].to_dict()["notes"] == reports[0].notes == [i18n.say(fact) for fact in reports[0].facts]
+    for lang in LANGS:
+        assert all(i18n.say(fact, lang) != i18n.say(fact) for fact in facts), lang
+        assert _english_left_but_terms(facts, lang) == {}, lang
+        assert reports[0].text(lang) != english

@@ -284,7 +284,7 @@ def sweep_report(
             "(parameters, gradients, optimizer state, the update's copy), in the backward an estimate (measured -9% to +20% on the tiny presets)."
         )
         if spec.lora_rank is not None:
-            lines.append(f"note: {LORA_ACTIVATIONS_NOTE}")
+            lines.append(f"note: {say(LORA_ACTIVATIONS_NOTE)}")
     if recommendation is not None:
         lines.append("")
         lines.append(f"Recommendation for {recommendation.budget_label} at seq_len={recommendation.seq_len}:")

@@ -46,6 +46,7 @@ import torch
 from transformers import PretrainedConfig
 
 from ..errors import SpecError, not_one_of
+from ..fact import Fact
 from ..model import catalog
 from ..spec import MIXED_PRECISIONS
 from ..step.preflight import device_type_of, resolve_dtype
@@ -82,16 +83,14 @@ class Architecture:
     experts_counted: bool = True  # False: an MoE the formula does not know; its experts' activations are left out
 
 
-EXPERTS_COUNTED_NOTE = (
-    "Mixture of experts: the formula counts the router, the top-k routed copies of every token through "
-    "transformers' grouped_mm experts and the shared expert; the parameters, gradients and optimizer state "
-    "count every expert."
-)
-EXPERTS_NOT_COUNTED_NOTE = (
-    "Mixture of experts the formula does not know ({family}, or layers that mix dense and sparse MLPs): its "
-    "experts' activations are left out of these predictions, which are too low. The parameters, gradients and "
-    "optimizer state still count every expert. Simulate it (ckptlab.simulate) for its real bytes."
-)
+# What a prediction says of an MoE (Prediction.facts; English in said.predict.* of the locale files).
+EXPERTS_COUNTED_NOTE = Fact("predict.experts_counted")
+
+
+def experts_not_counted_note(family: str) -> Fact:
+    """The fact that the formula leaves out the experts' activations of ``family`` (its predictions are too low)."""
+    return Fact("predict.experts_not_counted", {"family": family})
+
 
 # Families whose MoE layers the formula counts, term by term (checked against autograd's saved tensors).
 COUNTED_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe")

@@ -30,6 +30,11 @@ on the model built on the meta device (:mod:`.predict_training`): exact for ever
 optimizer and for LoRA.
 
 Every :class:`Prediction` carries provenance kind ``"predicted"``; none is a measurement.
+
+What a reader must know about a prediction's numbers (an MoE's experts left out, LoRA's approximate activations,
+the backward's estimated peak) are facts (``Prediction.facts``, :class:`~ckptlab.fact.Fact`), worded at the edge
+by :func:`ckptlab.show.i18n.say` in the page's language. ``Prediction.notes`` stays what it always was for the
+Python API and the JSON (``to_dict``): the same facts as English sentences, worded from ``said.<key>``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch
 from transformers import PretrainedConfig
 
 from ..errors import Option, SpecError, check_whole_number
+from ..fact import Fact, worded
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..results import Provenance, RunResult
 from ..step.preflight import device_type_of, resolve_dtype
@@ -49,12 +55,12 @@ from ..step.provenance import made_now
 from .calibration import Calibration, calibrate
 from .formula import (
     EXPERTS_COUNTED_NOTE,
-    EXPERTS_NOT_COUNTED_NOTE,
     FLOAT32,
     FORMULA_SOURCE,
     Architecture,
     architecture,
     element_bytes,
+    experts_not_counted_note,
     forward_flops,
     layer_activation_bytes,
     outside_bytes,
@@ -64,6 +70,7 @@ from .formula import (
 from .predict_training import LORA_ACTIVATIONS_NOTE, PeakPhase, TrainingBytes, training_bytes
 
 Method = Literal["formula", "calibrated"]
+BACKWARD_PEAK_NOTE = Fact("predict.backward_peak")  # the peak is the backward's: an estimate, not exact arithmetic
 
 
 @dataclass(frozen=True)
@@ -96,8 +103,8 @@ class Prediction:
     peak_phase: PeakPhase | None = None  # "optimizer" (exact) or "backward" (an estimate, see predict_training)
     activations_approximate: bool = False  # True: the formula's full fine-tune activations stand in for LoRA's
     experts: int = 0  # routed experts per MoE layer of the architecture (0: dense)
-    experts_counted: bool = True  # False: an MoE whose experts' activations the formula leaves out (see notes)
-    notes: tuple[str, ...] = ()  # what a reader must know about these numbers, in words
+    experts_counted: bool = True  # False: an MoE whose experts' activations the formula leaves out (see facts)
+    facts: tuple[Fact, ...] = ()  # what a reader must know about these numbers (worded by i18n.say at the edge)
     selective: str = "none"  # the selective policy of the CP layers (formula.COUNTED_POLICIES)
     kept_bytes: int = 0  # what that policy keeps in all CP layers (in resident_bytes; stays on the device with offload)
 
@@ -105,9 +112,20 @@ class Prediction:
     def label(self) -> str:
         return f"predicted ({self.method})"
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The facts in English, as a prediction's notes always read (the Python API's and the JSON's)."""
+        return tuple(worded(fact) for fact in self.facts)
+
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """Every field; ``notes`` in English where it always was, and the same notes typed under ``facts``."""
+        data: dict[str, Any] = {}
+        for name, value in asdict(self).items():
+            if name == "facts":
+                data["notes"] = self.notes
+            data[name] = value
         data["provenance"]["label"] = self.provenance.label
+        data["facts"] = [fact.to_dict() for fact in self.facts]
         return data
 
 
@@ -269,24 +287,20 @@ def _with_experts(prediction: Prediction, arch: Architecture) -> Prediction:
     if not arch.experts:
         return prediction
     if arch.experts_counted:
-        return replace(prediction, experts=arch.experts, notes=prediction.notes + (EXPERTS_COUNTED_NOTE,))
-    note = EXPERTS_NOT_COUNTED_NOTE.format(family=arch.family)
-    return replace(prediction, experts=arch.experts, experts_counted=False, notes=prediction.notes + (note,))
+        return replace(prediction, experts=arch.experts, facts=prediction.facts + (EXPERTS_COUNTED_NOTE,))
+    note = experts_not_counted_note(arch.family)
+    return replace(prediction, experts=arch.experts, experts_counted=False, facts=prediction.facts + (note,))
 
 
 def _with_training(prediction: Prediction, training: TrainingBytes | None, lora_rank: int | None) -> Prediction:
     """The prediction with the step's parameters, gradients, optimizer state and peak."""
     approximate = lora_rank is not None and prediction.method == "formula"
-    notes: tuple[str, ...] = (LORA_ACTIVATIONS_NOTE,) if approximate else ()
+    facts: tuple[Fact, ...] = (LORA_ACTIVATIONS_NOTE,) if approximate else ()
     if training is None:
-        return replace(prediction, lora_rank=lora_rank, activations_approximate=approximate, notes=notes)
+        return replace(prediction, lora_rank=lora_rank, activations_approximate=approximate, facts=facts)
     peak, phase = training.peak(prediction.resident_bytes, prediction.rerun_extra_bytes)
     if phase == "backward":
-        notes += (
-            "The peak is the backward's, an estimate: every activation and every gradient counted as alive at once "
-            "(the backward frees activations as it makes gradients) and its temporaries left out; measured -9% to "
-            "+20% on the tiny presets.",
-        )
+        facts += (BACKWARD_PEAK_NOTE,)
     return replace(
         prediction,
         optimizer=training.optimizer,
@@ -299,7 +313,7 @@ def _with_training(prediction: Prediction, training: TrainingBytes | None, lora_
         peak_bytes=peak,
         peak_phase=phase,
         activations_approximate=approximate,
-        notes=notes,
+        facts=facts,
     )
 
 

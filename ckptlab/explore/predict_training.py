@@ -42,6 +42,7 @@ from transformers import PretrainedConfig
 from transformers.pytorch_utils import Conv1D
 
 from ..errors import Command, Option, SpecError, not_one_of
+from ..fact import Fact
 from ..model import catalog
 from ..model.configs import infer_task
 from ..model.lora import resolve_targets
@@ -60,13 +61,8 @@ STATE_TENSORS = {
 ADAPTER = 4  # bytes: peft keeps LoRA adapters in float32 (autocast_adapter_dtype) whatever the base's dtype
 STEP_COUNTER = 4  # bytes: AdamW's float32 ``step`` per parameter tensor
 
-LORA_ACTIVATIONS_NOTE = (
-    "With LoRA the formula's activations are a full fine-tune's and only approximate: a frozen projection "
-    "saves no input for a weight gradient and frozen norms skip a tensor, while peft's adapters save their "
-    "input (upcast to float32 in a 16-bit dtype: one copy per adapted projection) and the rank-sized product. "
-    "It is neither an upper nor a lower bound (tiny-llama, 128 tokens, checkpointing off: +11% in float32, "
-    "-28% in bfloat16). Calibrate on a measured run of the same LoRA spec for exact activations."
-)
+# With LoRA the formula counts a full fine-tune's activations (said.predict.lora_activations says how far off).
+LORA_ACTIVATIONS_NOTE = Fact("predict.lora_activations")
 
 
 @dataclass(frozen=True)

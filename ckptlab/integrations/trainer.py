@@ -14,7 +14,14 @@ What Trainer does with the setting, and the warnings about it, is
 ended up with, and warns where a setting does not do what it looks like it does.
 
 The report goes to the ``ckptlab.trainer`` logger, into ``state.log_history`` (numbers only,
-keys ``ckptlab/...``) and to ``<output_dir>/ckptlab_checkpointing.json``. The callback never
+keys ``ckptlab/...``) and to ``<output_dir>/ckptlab_checkpointing.json``.
+
+What the step did is the report's typed fields and its notes are facts (:class:`~ckptlab.fact.Fact`,
+``CheckpointingReport.facts``); ``notes`` and the JSON's ``"notes"`` are their English, as they always were,
+beside the typed ``"facts"``. The report's text is the edge: :meth:`CheckpointingReport.text_facts` says each
+line as a fact from the typed fields, and :meth:`CheckpointingReport.text` words them with
+:func:`ckptlab.show.i18n.say` (English for the logger, which has no reader's language), so every sentence lives
+in ``ckptlab/locales/<lang>.json`` under ``said.trainer.*``. The callback never
 stops training: when it cannot observe (a model it does not understand, a failure of its own),
 it says so once and steps aside.
 """
@@ -31,8 +38,10 @@ import torch
 from transformers import TrainerCallback
 
 from ..errors import SpecError
+from ..fact import Fact, worded
 from ..model.plan import observed_roles, planned_roles
 from ..results import LayerResult, MemoryResult
+from ..show.i18n import say
 from ..show.report import diagram
 from ..spec import RunSpec
 from ..step.measure import layer_results
@@ -67,7 +76,12 @@ class CheckpointingReport:
     micro_batches: int  # forwards in the step (gradient accumulation runs several)
     training_args: dict[str, Any] = field(default_factory=dict)  # the step's TrainingArguments (RunSpec.trainer_fields)
     warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)  # what a reader must know: the optimizer's state made, ...
+
+    @property
+    def notes(self) -> list[str]:
+        """The facts in English, as the report's notes always read (the Python API's and the JSON's)."""
+        return [worded(fact) for fact in self.facts]
 
     @property
     def observed(self) -> list[str]:
@@ -92,7 +106,8 @@ class CheckpointingReport:
             "micro_batches": self.micro_batches,
             "training_args": self.training_args,
             "warnings": self.warnings,
-            "notes": self.notes,
+            "notes": self.notes,  # English, as JSON always had them
+            "facts": [fact.to_dict() for fact in self.facts],  # the same notes, typed
         }
 
     def log_values(self) -> dict[str, float]:
@@ -112,48 +127,58 @@ class CheckpointingReport:
         """Bytes of op outputs a selective policy (the user's ``context_fn``, or the lab's) kept in the CP layers, observed."""
         return sum(layer.kept_bytes for layer in self.layers if layer.enabled == "CP")
 
-    def selective_lines(self) -> list[str]:
+    def selective_facts(self) -> list[Fact]:
         """Inside the CP layers, when a ``context_fn`` reached torch's checkpoint: what it kept and what the rerun did."""
         cp = [layer for layer in self.layers if layer.enabled == "CP"]
         given = "context_fn" in (self.model_checkpoint_kwargs or {}) or "context_fn" in self.requested.checkpoint_kwargs
         policies = sorted({layer.selective for layer in cp if layer.selective != "none"})
         if not policies:
-            if given and cp:
-                return [
-                    "context_fn: the CP layers' context_fn kept nothing the lab could observe (its forward context is "
-                    "not torch's create_selective_checkpoint_contexts, or its policy saved no op): they were "
-                    "recomputed in full, as plain checkpointing."
-                ]
-            return []
+            return [Fact("trainer.context_fn_kept_nothing")] if given and cp else []
         ops: dict[str, int] = {}
         for layer in cp:
             for name, count in layer.kept_ops.items():
                 ops[name] = ops.get(name, 0) + count
-        listed = ", ".join(f"{name} x{count}" for name, count in sorted(ops.items())) or "no op"
-        rerun = sum(sum(layer.rerun_ops.values()) for layer in cp)
-        reused = sum(sum(layer.reused_ops.values()) for layer in cp)
-        empty = [layer.name for layer in cp if not layer.kept_ops]
-        lines = [
-            f"inside the CP layers ({', '.join(policies)}, observed in this step): kept {self.kept_bytes:,} bytes of op "
-            f"outputs besides their inputs ({listed}); their rerun ran {rerun:,} ops again and took {reused:,} from "
-            "what was kept"
+        kept = {
+            "policies": ", ".join(policies),
+            "bytes": self.kept_bytes,
+            "rerun": sum(sum(layer.rerun_ops.values()) for layer in cp),
+            "reused": sum(sum(layer.reused_ops.values()) for layer in cp),
+        }
+        # The ops as torch names them, in every language; a policy that saved no op says so in words.
+        listed = ", ".join(f"{name} x{count}" for name, count in sorted(ops.items()))
+        facts = [
+            Fact("trainer.selective_kept", kept | {"ops": listed}) if listed else Fact("trainer.selective_no_op", kept)
         ]
+        empty = [layer.name for layer in cp if not layer.kept_ops]
         if empty:
-            lines.append(f"context_fn kept nothing in {', '.join(empty)}: those layers were recomputed in full.")
-        return lines
+            facts.append(Fact("trainer.context_fn_kept_nothing_in", {"layers": ", ".join(empty)}))
+        return facts
 
-    def text(self) -> str:
+    def selective_lines(self, lang: str = "en") -> list[str]:
+        """:meth:`selective_facts` in ``lang``'s words."""
+        return [say(fact, lang) for fact in self.selective_facts()]
+
+    def text_facts(self) -> list[Fact | str]:
+        """The report's text, line by line: each line a fact of the typed fields, the diagram and blank lines as
+        they are (the diagram draws the layers; its words are the CLI's)."""
         memory, asked = self.memory, self.requested
-        lines = [
-            f"ckptlab: step {self.step} of this Trainer, observed ({self.model}, {len(self.layers)} checkpointable "
-            f"layers, {self.device})",
-            f"asked: activation_checkpointing={asked.activation_checkpointing}"
-            + (
-                f", every_n_layers={asked.every_n_layers}, offload={asked.offload}, "
-                f"use_reentrant={asked.use_reentrant} ({asked.use_reentrant_from})"
-                if asked.activation_checkpointing
-                else ""
+        lines: list[Fact | str] = [
+            Fact(
+                "trainer.header",
+                {"step": self.step, "model": self.model, "layers": len(self.layers), "device": self.device},
             ),
+            Fact(
+                "trainer.asked_on",
+                {
+                    "activation_checkpointing": asked.activation_checkpointing,
+                    "every_n_layers": asked.every_n_layers,
+                    "offload": asked.offload,
+                    "use_reentrant": asked.use_reentrant,
+                    "use_reentrant_from": asked.use_reentrant_from,
+                },
+            )
+            if asked.activation_checkpointing
+            else Fact("trainer.asked_off", {"activation_checkpointing": asked.activation_checkpointing}),
             "",
             diagram(
                 [layer.enabled for layer in self.layers],
@@ -163,28 +188,47 @@ class CheckpointingReport:
             "",
         ]
         if self.matches:
-            lines.append("matches what TrainingArguments asked for: yes")
+            lines.append(Fact("trainer.matches"))
         else:
-            rows = ", ".join(
-                f"{layer.name}: asked {layer.planned}, flag {layer.enabled}, observed {layer.observed}"
+            rows = tuple(
+                Fact(
+                    "trainer.mismatch_row",
+                    {
+                        "layer": layer.name,
+                        "planned": layer.planned,
+                        "enabled": layer.enabled,
+                        "observed": layer.observed,
+                    },
+                )
                 for layer in self.layers
                 if not layer.as_planned
             )
-            lines.append(f"MISMATCH: the step did not do what TrainingArguments asked for: {rows}")
+            lines.append(Fact("trainer.mismatch", {"rows": rows}))
+        peak_where = memory.peak_where.description
         lines += [
-            f"memory, MiB ({memory.method}):",
-            f"  baseline before the forward {mib(memory.baseline_bytes)}",
-            f"  resident after the forward  {mib(memory.after_forward_bytes)} above the baseline",
-            f"  peak over the step          {mib(memory.peak_bytes)} ({mib(memory.peak_above_baseline_bytes)} above "
-            f"the baseline), reached in: {memory.peak_where.description}",
+            Fact("trainer.memory", {"method": memory.method}),
+            Fact("trainer.memory_baseline", {"mib": mib(memory.baseline_bytes)}),
+            Fact("trainer.memory_after_forward", {"mib": mib(memory.after_forward_bytes)}),
+            Fact(
+                "trainer.memory_peak",
+                {
+                    "mib": mib(memory.peak_bytes),
+                    "above_mib": mib(memory.peak_above_baseline_bytes),
+                    "where": peak_where,
+                },
+            ),
         ]
-        lines += self.selective_lines()
+        lines += self.selective_facts()
         if self.training_args:
             fields = ", ".join(f"{name}={value!r}" for name, value in self.training_args.items())
-            lines.append(f"the step's TrainingArguments, as the lab runs them (ckptlab run --training-args): {fields}")
-        lines += [f"warning: {warning}" for warning in self.warnings]
-        lines += [f"note: {note}" for note in self.notes]
-        return "\n".join(lines)
+            lines.append(Fact("trainer.training_args", {"fields": fields}))
+        lines += [Fact("trainer.warning", {"warning": warning}) for warning in self.warnings]
+        lines += [Fact("trainer.note", {"note": fact}) for fact in self.facts]
+        return lines
+
+    def text(self, lang: str = "en") -> str:
+        """The report in ``lang``'s words (the logger's is English): :meth:`text_facts` worded by ``say``."""
+        return "\n".join(line if isinstance(line, str) else say(line, lang) for line in self.text_facts())
 
 
 class CheckpointingCallback(TrainerCallback):
@@ -359,18 +403,11 @@ def build_report(
             "activation_checkpointing is off in TrainingArguments, yet the model's layers are checkpointed: "
             "checkpointing was enabled on the model before the Trainer got it."
         )
-    notes = []
+    facts = []
     if observer.optimizer_state_created:
-        notes.append(
-            f"this step created the optimizer's state ({mib(memory.optimizer_state_bytes)} MiB): its peak "
-            "includes that allocation, and later steps start with it in the baseline "
-            "(CheckpointingCallback(observe_step=2) observes a steady-state step)."
-        )
+        facts.append(Fact("trainer.optimizer_state_created", {"mib": mib(memory.optimizer_state_bytes)}))
     if observer.micro_batches > 1:
-        notes.append(
-            f"{observer.micro_batches} micro-batches in this step (gradient accumulation): forward calls and "
-            "reruns are counted over all of them; resident after the forward is the first one's."
-        )
+        facts.append(Fact("trainer.micro_batches", {"micro_batches": observer.micro_batches}))
     return CheckpointingReport(
         step=step,
         model=type(model).__name__,
@@ -382,5 +419,5 @@ def build_report(
         micro_batches=observer.micro_batches,
         training_args=training_args or {},
         warnings=warnings,
-        notes=notes,
+        facts=facts,
     )

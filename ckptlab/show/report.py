@@ -35,16 +35,9 @@ VERDICT_WORDS = {
     Judgement.NOISE.value: "noise",
     Judgement.TOO_FEW.value: "too few",
 }
-VERDICT_LEGEND = (
-    "time: 'measurable' when this row's fastest-to-slowest steps do not overlap off's; 'noise' when they do (the "
-    "x off is then not a measurable difference); 'too few' under "
-    f"{MIN_SAMPLES_TO_JUDGE} timed steps a row. spread: fastest-to-slowest step over the median."
-)
-RERUN_SHARE_NOTE = (
-    "rerun share: the predicted share of the forward's work (matmul FLOPs) that the backward repeats to rebuild "
-    "the checkpointed layers (0% with checkpointing off); the formula turns it into a step time of about "
-    "1 + share/3 of off's, a backward costing two forwards. Predicted, not measured."
-)
+# The command line's legends, English (the CLI's language), from the locale files like every other sentence.
+VERDICT_LEGEND = t("cli.verdict_legend", "en", min_samples=MIN_SAMPLES_TO_JUDGE)
+RERUN_SHARE_NOTE = t("cli.rerun_share", "en")
 
 
 def percent(value: float | None, digits: int = 1) -> str:
@@ -61,17 +54,12 @@ def busy_note(reasons: Sequence[BusyReason], load: float | None, cores: int | No
         return ""
     why = []
     if "load" in reasons and load is not None:
-        why.append(f"load average {load:.1f} on {cores} cores (more tasks waiting to run than cores)")
+        why.append(t("cli.busy_load", "en", load=load, cores=cores))
     if "spread" in reasons and spread is not None:
-        why.append(f"identical steps differed by {spread:.0%} of their median (over {BUSY_SPREAD:.0%})")
+        why.append(t("cli.busy_spread", "en", spread=spread, limit=BUSY_SPREAD))
     if "shared" in reasons:
-        why.append("simulations of other participants ran on the same cores")
-    return (
-        "WARNING: this machine is too busy to time: "
-        + "; ".join(why)
-        + ". The times below say more about the other work than about checkpointing; the memory is unaffected. "
-        "Time again on an idle machine (or with more --repeats)."
-    )
+        why.append(t("cli.busy_shared", "en"))
+    return t("cli.busy", "en", why="; ".join(why))
 
 
 def timing_busy_note(timing: TimingResult | None) -> str:

@@ -8,7 +8,8 @@ import pytest
 from transformers import MixtralConfig, OlmoeConfig, Qwen2MoeConfig
 
 from ckptlab import RunSpec, predict, simulate
-from ckptlab.explore.formula import architecture, layer_activation_bytes
+from ckptlab.explore.formula import EXPERTS_COUNTED_NOTE, architecture, experts_not_counted_note, layer_activation_bytes
+from ckptlab.show import i18n
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -64,6 +65,9 @@ def test_an_moe_the_formula_does_not_know_is_flagged_on_every_prediction():
     assert not architecture(config, 2).experts_counted
     formula = [p for p in predict(config, seq_len=32, num_layers=2, every_n_layers=[1]) if p.method == "formula"]
     assert formula and all(not p.experts_counted for p in formula)
-    assert all(any("does not know" in note for note in p.notes) for p in formula)
+    assert all(experts_not_counted_note("olmoe") in p.facts for p in formula)
+    assert all(p.notes == tuple(i18n.say(fact) for fact in p.facts) for p in formula)  # the English, as always
+    counted = predict("tiny-qwen3-moe", seq_len=32, every_n_layers=[1])
+    assert all(p.experts_counted and EXPERTS_COUNTED_NOTE in p.facts for p in counted if p.method == "formula")
     dense = predict("tiny-llama", seq_len=32, every_n_layers=[1])
-    assert all(p.experts_counted and not any("experts" in note for note in p.notes) for p in dense)
+    assert all(p.experts_counted and not any(fact.key.startswith("predict.experts") for fact in p.facts) for p in dense)

@@ -7,7 +7,7 @@ import torch
 
 from ckptlab import RunSpec, SpecError, build_model, list_presets, measure
 from ckptlab.explore.predict import predict
-from ckptlab.explore.predict_training import training_bytes
+from ckptlab.explore.predict_training import LORA_ACTIVATIONS_NOTE, training_bytes
 from ckptlab.model.lora import adapted
 from ckptlab.step.training import gradient_bytes
 
@@ -159,7 +159,7 @@ def test_qwen3_8b_adamw_peak_is_parameters_gradients_state_and_a_copy():
     assert _optimizer_peak(fused) == 4 * params + fused.buffer_bytes + counters
     lora = predict("qwen3-8b", seq_len=8192, dtype="bfloat16", device="cuda", every_n_layers=[1], lora_rank=16)[1]
     assert lora.gradient_bytes < params / 50 and lora.parameter_bytes > params
-    assert lora.notes and "calibrate" in lora.notes[0].lower()
+    assert lora.facts[0] == LORA_ACTIVATIONS_NOTE and lora.to_dict()["facts"][0]["key"] == "predict.lora_activations"
 
 
 def test_training_input_names_the_value_and_the_fix(measured):

@@ -14,9 +14,12 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 import ckptlab
+from ckptlab.fact import Fact
 from ckptlab.integrations.trainer import REPORT_FILE
 from ckptlab.integrations.trainer_setting import requested_setting
+from ckptlab.show.i18n import say
 from ckptlab.step.observe import StepObserver
+from ckptlab.units import mib
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -94,13 +97,15 @@ def test_the_report_of_a_three_step_trainer_equals_measure_of_the_same_setting(t
     assert [layer.saved_bytes for layer in report.layers if layer.observed == "CP"] == [
         layer.saved_bytes for layer in measured.layers if layer.observed == "CP"
     ]
-    assert any("optimizer's state" in note for note in report.notes)  # step 1 creates AdamW's moments
+    (created,) = [fact for fact in report.facts if fact.key == "trainer.optimizer_state_created"]  # AdamW's moments
+    assert created.params["mib"] == mib(memory.optimizer_state_bytes) and report.notes == [say(created)]
 
     text = caplog.text
-    assert text.count("matches what TrainingArguments asked for: yes") == 1
+    assert Fact("trainer.matches") in report.text_facts() and text.count(say(Fact("trainer.matches"))) == 1
     assert "[L6]" in text and "rerun" in text
     saved = json.loads((tmp_path / REPORT_FILE).read_text())
     assert saved["observed"] == report.observed and saved["matches"] is True
+    assert saved["notes"] == report.notes and [Fact.from_dict(fact) for fact in saved["facts"]] == report.facts
     assert saved["memory"]["peak_bytes"] == memory.peak_bytes
     logged = [entry for entry in trainer.state.log_history if "ckptlab/plan_matches" in entry]
     assert len(logged) == 1 and logged[0]["step"] == 1 and logged[0]["ckptlab/reran_layers"] == 3
@@ -116,6 +121,7 @@ def test_a_step_with_gradient_accumulation_is_observed_and_equals_the_labs_step(
     assert [layer.recompute_calls for layer in report.layers] == [2] * 6  # one rerun per micro-batch
     assert report.training_args["gradient_accumulation_steps"] == 2 and report.training_args["bf16"] is True
     assert "gradient_accumulation_steps=2" in report.text()
+    assert Fact("trainer.micro_batches", {"micro_batches": 2}) in report.facts
     spec = ckptlab.RunSpec.from_training_args(
         report.training_args, model="tiny-llama", seq_len=SEQ, repeats=1, warmup=1
     )
@@ -253,7 +259,8 @@ def test_a_users_own_context_fn_is_reported_with_what_it_kept(tmp_path, caplog):
     lab = ckptlab.measure(spec, timed=False)
     assert report.kept_bytes == sum(layer.kept_bytes for layer in lab.layers) > 0
     assert [sum(layer.reused_ops.values()) for layer in cp] == [sum(layer.reused_ops.values()) for layer in lab.layers]
-    assert f"kept {report.kept_bytes:,} bytes of op outputs" in caplog.text
+    (kept,) = [fact for fact in report.text_facts() if isinstance(fact, Fact) and fact.key == "trainer.selective_kept"]
+    assert kept.params["bytes"] == report.kept_bytes and say(kept) in caplog.text
     logged = next(entry for entry in trainer.state.log_history if "ckptlab/selective_kept_bytes" in entry)
     assert logged["ckptlab/selective_kept_bytes"] == report.kept_bytes
     assert _hooks(model) == snapshot.before

@@ -262,3 +262,20 @@ def test_metric_deltas_start_with_their_number_in_every_language():
     for lang, table in LOCALES.items():
         for key in ("lab.mib_vs_off", "lab.vs_off", "lab.too_few_steps", "lab.noise"):
             assert table[key].startswith("{diff}"), f"{lang}:{key}"
+
+
+def test_the_command_lines_legends_and_busy_warning_are_words_of_the_locale_files():
+    from ckptlab.results import BUSY_SPREAD, MIN_SAMPLES_TO_JUDGE
+    from ckptlab.show import report
+
+    assert i18n.t("cli.verdict_legend", "en", min_samples=MIN_SAMPLES_TO_JUDGE) == report.VERDICT_LEGEND
+    assert i18n.t("cli.rerun_share", "en") == report.RERUN_SHARE_NOTE
+    why = [
+        i18n.t("cli.busy_load", "en", load=3.25, cores=2),
+        i18n.t("cli.busy_spread", "en", spread=0.5, limit=BUSY_SPREAD),
+        i18n.t("cli.busy_shared", "en"),
+    ]
+    note = report.busy_note(("load", "spread", "shared"), 3.25, 2, 0.5)
+    assert note == i18n.t("cli.busy", "en", why="; ".join(why))
+    assert note.startswith("WARNING: this machine is too busy to time: load average 3.2 on 2 cores")  # as it printed
+    assert report.busy_note((), 3.25, 2, 0.5) == ""
