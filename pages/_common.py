@@ -1,4 +1,5 @@
-"""What every page sets up the same way: its language, the presets described once, LoRA's boxes. Not a page.
+"""What every page sets up the same way: app.py around it, its language, the presets described once, LoRA's
+boxes. Not a page.
 
 app.py's navigation lists the pages; this file only serves them (``from pages._common import ...``).
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
 import ckptlab
 from ckptlab.lab.query import LORA_RANK_MAX
@@ -16,6 +18,21 @@ from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
 from ckptlab.show import i18n
 from ckptlab.spec import MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+
+
+def run_through_app() -> None:
+    """Every page's first line of work: make sure app.py runs around it.
+
+    Opened by its URL before app.py ever ran on this server, Streamlit falls back to its older
+    pages/ folder mode and runs a page file alone (no app navigation, no language selector).
+    On a session's first run in that mode, leave it and rerun: app.py then runs first and routes here.
+
+    Only on the first run: a rerun would drop a button press, and later runs find the mode
+    already left.
+    """
+    if PagesManager.uses_pages_directory and not st.session_state:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
 
 
 def language() -> str:

@@ -3,7 +3,9 @@
 A flat page: read the widgets, start a :class:`ckptlab.lab.scalejob.ScaleJob` (the simulations on
 a thread, one after another, so the page stays responsive and Stop keeps what is done) or a
 :class:`~ckptlab.lab.scalejob.SearchJob` (the fewest GPUs that fit), poll it in a fragment with a
-progress bar, then draw the core's figures from what is kept in the session. Past one GPU each
+progress bar, then draw the core's figures from what is kept in the session (``at_scale_job``,
+``at_scale_table``, ``at_scale_found``, ``at_scale_error``; the diagram drawn is ``at_scale_show``'s setting:
+the verdict's, until the person picks another). Past one GPU each
 setting is simulated under FSDP2 (rank 0's memory). Changing the GPU or the budget only redraws.
 The shape lives in the URL, so a link restores it; nothing heavy runs before a button.
 Words, rows and verdicts come from :mod:`ckptlab.lab.scalepage`.
@@ -11,6 +13,7 @@ Words, rows and verdicts come from :mod:`ckptlab.lab.scalepage`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import get_args
 
 import streamlit as st
@@ -18,28 +21,35 @@ import streamlit as st
 import ckptlab
 from ckptlab.explore.budget import GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
-from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleTable
+from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
-from ckptlab.lab.query import BATCH_MAX
+from ckptlab.lab.query import BATCH_MAX, gpus_from_query, spec_from_query
+from ckptlab.lab.scalejob import ScaleJob, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, LOCAL, SEQ_LIMIT
+from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
-from ckptlab.show import i18n
-from ckptlab.show.labels import experts_caption
+from ckptlab.model.catalog import ModelInfo
+from ckptlab.results import RunResult
+from ckptlab.show.figures.diagram import diagram_figure
+from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
+from ckptlab.show.i18n import say, t
+from ckptlab.show.labels import experts_caption, training_label
+from ckptlab.show.peak_words import logits_sentence
 from ckptlab.show.wording import app_message
+from ckptlab.spec import RunSpec
 from pages._common import (
+    estimate_text,
     failure,
     language,
     lora_boxes,
     lora_choices,
     optimizer_box,
     preset_infos,
+    run_through_app,
     settle_lora_targets,
     step_boxes,
 )
-from pages._deep_link import run_through_app
-from pages._scale_answers import draw_search, draw_table
-from pages._scale_parts import draw_buttons, load_widgets, poll, simulation_cache
-from pages._server import server_policy
+from pages._server import job_workers, offered_folder, server_policy, session_alive
 
 run_through_app()
 
@@ -49,6 +59,216 @@ policy, _ = server_policy()  # the lab page shows a bad setting; here the safe d
 WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
            "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_accumulation", "at_scale_mixed_precision", "at_scale_max_grad_norm",
            "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets", "at_scale_selective")  # fmt: skip
+
+
+# The shape's keys in a link (gpu= aside), Trainer's step among them.
+LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum", "mp", "clip")
+POLL_S = 0.5  # how often the progress bar looks at a running job
+
+
+def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
+    """Fill the widgets from the link, or from this session's last settings; returns warnings."""
+    state = st.session_state
+    saved = state.get("at_scale_saved")
+    if saved and not st.query_params:
+        state.update(saved)
+        return []
+    params = st.query_params.to_dict()
+    spec, ignored = spec_from_query({k: v for k, v in params.items() if k in LINK_KEYS}, default=DEFAULT)
+    state.at_scale_gpus, ignored_gpus = gpus_from_query(params.get("gpus", "1"), GPU_COUNTS)
+    warnings = [say(fact, lang) for fact in ignored + ignored_gpus]
+    if spec.seq_len > SEQ_LIMIT:
+        warnings.append(t("at_scale.seq_clamped", lang, seq=spec.seq_len, limit=SEQ_LIMIT))
+        spec = replace(spec, seq_len=SEQ_LIMIT)
+    infos = preset_infos()
+    folder, why_not = ("", "") if spec.model in infos else offered_folder(policy, spec.model, lang)
+    if why_not:  # a link to a folder this server does not offer: the default preset
+        warnings.append(why_not)
+        spec = replace(spec, model=DEFAULT.model)
+    state.update(scalepage.widget_values(spec, folder, not folder and infos[spec.model].cpu_ok))
+    state.at_scale_selective, unknown = scalepage.policies_from_link(params.get("selective", ""))
+    if unknown:
+        warnings.append(t("at_scale.selective_unknown", lang, names=", ".join(unknown)))
+    gpu = params.get("gpu", "").strip()
+    if gpu:
+        chosen = scalepage.gpu_from_link(gpu)
+        if chosen is None:
+            warnings.append(t("at_scale.gpu_unknown", lang, gpu=gpu, default=scalepage.DEFAULT_GPU))
+        else:
+            state.at_scale_gpu, state.at_scale_budget_gib = chosen
+    return warnings
+
+
+def poll(running: bool, lang: str) -> None:
+    """While the job runs: a bar that moves with each simulation; when it ends, one full rerun to draw."""
+
+    @st.fragment(run_every=POLL_S if running else None)
+    def progress() -> None:
+        state = st.session_state
+        job = state.get("at_scale_job")
+        if job is None:
+            return
+        snapshot = job.state()
+        if snapshot.running:
+            total = None if isinstance(job, SearchJob) else len(job.request.settings)
+            done = len(snapshot.results)
+            text = scalepage.progress_words(done, total, snapshot.message, snapshot.stop_requested, lang)
+            left = job.left_s()
+            if left is not None and not snapshot.stop_requested:
+                text += " · " + estimate_text(left, "so_far", lang)
+            st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
+            return
+        if state.get("at_scale_shown") is not job:
+            state.at_scale_shown = job
+            if snapshot.table is not None:
+                state.at_scale_table = snapshot.table
+            if snapshot.search is not None:
+                state.at_scale_found = snapshot.search
+            if snapshot.error:  # the lab's own error in the page's language; a bug's words as they are
+                state.at_scale_error = app_message(snapshot.failure, lang) if snapshot.failure else snapshot.error
+            st.rerun()
+
+    progress()
+
+
+@st.cache_resource(show_spinner=False)
+def simulation_cache() -> dict[RunSpec, RunResult]:
+    """Simulations by spec, shared by every session: a workshop that asks for the same 8B shape simulates it once."""
+    return {}
+
+
+def draw_buttons(
+    request: ScaleRequest,
+    budget: int,
+    info: ModelInfo,
+    problem: bool,
+    policy: ServerPolicy,
+    lang: str,
+) -> bool:
+    """Simulate, Search GPUs and Stop, and the last start's error; returns whether a job is running.
+
+    ``policy``: the server's; a job past its seconds per run is ended (in a worker process, at once; in
+    this process, between two simulations), and so is a job whose session is gone.
+    """
+    state = st.session_state
+
+    def start(search: bool = False) -> None:
+        """Simulate every setting (``search``: look for the fewest GPUs that fit) on a thread; :func:`poll` polls."""
+        cache = simulation_cache()
+        limit_s, workers = policy.run_limit_s, job_workers(policy, "simulation")
+        ending = {"workers": workers, "alive": session_alive(), "memory_cap_bytes": policy.memory_cap_bytes}
+        try:
+            if search:
+                job = SearchJob(
+                    replace(request, world_size=1),
+                    budget,
+                    known=cache,
+                    on_result=lambda r: remember(cache, r),
+                    info=info,
+                    limit_s=limit_s,
+                    **ending,
+                )
+            else:
+                job = ScaleJob(
+                    request, known=cache, on_result=lambda r: remember(cache, r), info=info, limit_s=limit_s, **ending
+                )
+        except ckptlab.CkptlabError as error:
+            state.at_scale_error = app_message(error, lang)
+            return
+        state.at_scale_error = ""
+        state.at_scale_job = job.start()
+
+    def stop() -> None:
+        job = state.get("at_scale_job")
+        if job is not None:
+            job.stop()
+
+    job: ScaleJob | None = state.get("at_scale_job")
+    running = job is not None and job.state().running
+    start_column, search_column, stop_column, _ = st.columns([1, 1, 1, 3])
+    start_column.button(
+        t("at_scale.simulate", lang),
+        type="primary",
+        key="at_scale_run",
+        on_click=start,
+        disabled=running or problem,
+        width="stretch",
+    )
+    search_column.button(
+        t("at_scale.search", lang),
+        key="at_scale_search",
+        on_click=start,
+        args=(True,),
+        disabled=running or problem,
+        help=t("at_scale.search_help", lang),
+        width="stretch",
+    )
+    stop_column.button(
+        t("at_scale.stop", lang), key="at_scale_stop", on_click=stop, disabled=not running, width="stretch"
+    )
+    if state.get("at_scale_error"):
+        st.error(t("at_scale.failed", lang, error=state.at_scale_error))
+    return running
+
+
+def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_label: str, lang: str) -> None:
+    """The GPU search's answer, and the launch and model code for it when something fits."""
+    st.subheader(t("at_scale.search_header", lang), anchor=False)
+    if not scalepage.search_is_for(found, request, budget):
+        st.info(t("at_scale.search_changed", lang))
+    answer = scalepage.search_verdict(found, budget_label, lang)
+    getattr(st, answer.kind)(answer.text)
+    code = found.code()
+    if code is not None:
+        launch, setup = st.columns(2)
+        launch.caption(t("at_scale.code_launch", lang))
+        launch.code(scalepage.launch_code(code, lang), language="bash", wrap_lines=True)
+        launch.caption(t("at_scale.code_trainer", lang))
+        launch.code(code.trainer_code, language="python", wrap_lines=True)
+        setup.caption(t("at_scale.code_model", lang) if found.gpus == 1 else t("at_scale.code_fsdp", lang))
+        setup.code(code.model_code, language="python", wrap_lines=True)
+
+
+def draw_table(
+    table: ScaleTable,
+    budget: int,
+    budget_label: str,
+    lang: str,
+) -> None:
+    """The verdict, the peak and resident figures, one setting's diagram and the table; raises if drawing fails."""
+    state = st.session_state
+    verdict = scalepage.verdict(table, budget, budget_label, lang)
+    getattr(st, verdict.kind)(verdict.text)
+    pick = verdict.result
+    st.caption(t("at_scale.optimizer", lang, training=training_label(table.results[0].spec, lang)))
+    # The drawn setting follows the verdict whenever the table or the budget changes; the person may pick another.
+    keys = [setting.key for setting in table.settings]
+    if state.get("at_scale_show_for") != (id(table), budget) or state.get("at_scale_show") not in keys:
+        state.at_scale_show_for = (id(table), budget)
+        state.at_scale_show = Setting.of(pick.spec).key
+    selected = next(setting for setting in table.settings if setting.key == state.at_scale_show)
+
+    st.subheader(scalepage.peak_header(table.request.world_size, lang), anchor=False)
+    st.plotly_chart(
+        scale_peak_figure(table, budget, budget_label, selected=selected, lang=lang), key="at_scale_peak", theme=None
+    )
+    shown = table.result_for(selected)
+    logits = logits_sentence(shown.memory if shown is not None else None, lang)
+    if logits:
+        st.caption(logits)
+    st.subheader(t("at_scale.resident_header", lang), anchor=False)
+    st.plotly_chart(resident_figure(table, selected=selected, lang=lang), key="at_scale_resident", theme=None)
+    st.caption(t("at_scale.resident_caption", lang))
+
+    st.subheader(t("at_scale.diagram_header", lang), anchor=False)
+    st.selectbox(t("at_scale.show", lang), keys, key="at_scale_show")
+    st.plotly_chart(diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
+
+    st.subheader(t("at_scale.table_header", lang), anchor=False)
+    rows = scalepage.rows(table, budget, budget_label, lang)
+    st.dataframe(rows, hide_index=True, key="at_scale_table_view", height=scalepage.table_height(len(rows)))
+
+
 state = st.session_state
 
 if any(key not in state for key in WIDGETS):
@@ -59,82 +279,78 @@ if state.at_scale_model == LOCAL and state.at_scale_local_dir not in folders:  #
     state.at_scale_model, state.at_scale_local_dir = DEFAULT.model, ""
 
 with st.sidebar:
-    st.header(i18n.t("at_scale.sidebar_model", lang), anchor=False)
-    st.toggle(i18n.t("at_scale.tiny", lang), key="at_scale_tiny", help=i18n.t("at_scale.tiny_help", lang))
+    st.header(t("at_scale.sidebar_model", lang), anchor=False)
+    st.toggle(t("at_scale.tiny", lang), key="at_scale_tiny", help=t("at_scale.tiny_help", lang))
     names = [name for name, info in preset_infos().items() if state.at_scale_tiny or not info.cpu_ok]
     if state.at_scale_model not in names and state.at_scale_model != LOCAL:
         state.at_scale_model = DEFAULT.model  # tiny presets hidden again
     st.selectbox(
-        i18n.t("at_scale.model", lang),
+        t("at_scale.model", lang),
         [*names, *([LOCAL] if folders else [])],
         key="at_scale_model",
         format_func=lambda name: (
-            i18n.t("at_scale.local_label", lang)
+            t("at_scale.local_label", lang)
             if name == LOCAL
             else scalepage.model_label(name, preset_infos()[name], lang)
         ),
     )
     if state.at_scale_model == LOCAL:
-        st.selectbox(
-            i18n.t("at_scale.local_dir", lang), folders, key="at_scale_local_dir", help=i18n.t("lab.folder_help", lang)
-        )
+        st.selectbox(t("at_scale.local_dir", lang), folders, key="at_scale_local_dir", help=t("lab.folder_help", lang))
     model_caption = st.empty()
-    st.number_input(i18n.t("at_scale.seq", lang), min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
-    st.number_input(i18n.t("at_scale.batch", lang), min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
-    st.selectbox(i18n.t("at_scale.dtype", lang), SIMULATION_DTYPES, key="at_scale_dtype")
+    st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
+    st.number_input(t("at_scale.batch", lang), min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
+    st.selectbox(t("at_scale.dtype", lang), SIMULATION_DTYPES, key="at_scale_dtype")
     optimizer_box("at_scale_optimizer", lang)
     step_boxes("at_scale", lang)
     lora_box = st.container()  # filled once the model is read: its projections are the LoRA targets
     st.radio(
-        i18n.t("at_scale.every", lang),
+        t("at_scale.every", lang),
         get_args(EveryN),
-        format_func=lambda option: i18n.t(f"at_scale.every_options.{option}", lang),
+        format_func=lambda option: t(f"at_scale.every_options.{option}", lang),
         key="at_scale_every",
-        help=i18n.t("at_scale.every_help", lang),
+        help=t("at_scale.every_help", lang),
     )
     st.radio(
-        i18n.t("at_scale.offload", lang),
+        t("at_scale.offload", lang),
         get_args(OffloadFor),
-        format_func=lambda option: i18n.t(f"at_scale.offload_options.{option}", lang),
+        format_func=lambda option: t(f"at_scale.offload_options.{option}", lang),
         key="at_scale_offload",
-        help=i18n.t("at_scale.offload_help", lang),
+        help=t("at_scale.offload_help", lang),
     )
     st.multiselect(
-        i18n.t("selective.scale_label", lang),
+        t("selective.scale_label", lang),
         scalepage.OFFERED_POLICIES,
         key="at_scale_selective",
-        format_func=lambda policy: i18n.t(f"selective.policy_{policy}", lang),
-        placeholder=i18n.t("selective.scale_placeholder", lang),
-        help=i18n.t("selective.scale_help", lang),
+        format_func=lambda policy: t(f"selective.policy_{policy}", lang),
+        placeholder=t("selective.scale_placeholder", lang),
+        help=t("selective.scale_help", lang),
         disabled=state.get("at_scale_gpus", 1) > 1,  # not simulated under FSDP2 (spec.selective_with_fsdp)
     )
-    st.header(i18n.t("at_scale.sidebar_gpu", lang), anchor=False)
+    st.header(t("at_scale.sidebar_gpu", lang), anchor=False)
     st.selectbox(
-        i18n.t("at_scale.gpu", lang),
+        t("at_scale.gpu", lang),
         [*GPUS, CUSTOM],
         key="at_scale_gpu",
-        format_func=lambda name: i18n.t("at_scale.custom", lang) if name == CUSTOM else name,
-        help=i18n.t("at_scale.gpu_help", lang),
+        format_func=lambda name: t("at_scale.custom", lang) if name == CUSTOM else name,
+        help=t("at_scale.gpu_help", lang),
     )
     if state.at_scale_gpu == CUSTOM:
         st.number_input(
-            i18n.t("at_scale.budget_gib", lang),
+            t("at_scale.budget_gib", lang),
             min_value=0.01,
             max_value=4096.0,
             step=1.0,
             format="%g",
             key="at_scale_budget_gib",
         )
-    st.selectbox(
-        i18n.t("at_scale.gpus", lang), GPU_COUNTS, key="at_scale_gpus", help=i18n.t("at_scale.gpus_help", lang)
-    )
+    st.selectbox(t("at_scale.gpus", lang), GPU_COUNTS, key="at_scale_gpus", help=t("at_scale.gpus_help", lang))
 
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
 model = policy.local_folder(state.at_scale_local_dir) if state.at_scale_model == LOCAL else state.at_scale_model
 budget, budget_label = scalepage.budget(state.at_scale_gpu, state.at_scale_budget_gib)
 
-st.title(i18n.t("at_scale.title", lang), anchor=False)
-st.markdown(i18n.t("at_scale.intro", lang))
+st.title(t("at_scale.title", lang), anchor=False)
+st.markdown(t("at_scale.intro", lang))
 for warning in state.get("at_scale_warnings", []):
     st.warning(warning)
 
@@ -148,7 +364,7 @@ if info is None:
         st.error(app_message(error, lang))
         st.stop()
     except Exception as error:  # a folder transformers chokes on must not take the page down
-        st.error(i18n.t("at_scale.model_failed", lang, model=model, error=f"{type(error).__name__}: {error}"))
+        st.error(t("at_scale.model_failed", lang, model=model, error=f"{type(error).__name__}: {error}"))
         st.stop()
 model_caption.caption(scalepage.model_caption(info, lang))
 if experts_caption(info, lang):
@@ -172,11 +388,11 @@ request = scalepage.request_from_widgets(state, model, info.num_layers, lora_tar
 if request.mixed_precision_via == "fsdp2":  # past one GPU the mixed-precision box means FSDP2's policy
     param_dtype = "bfloat16" if request.mixed_precision == "bf16" else "float16"
     st.sidebar.caption(
-        i18n.t("fsdp.mixed_precision_policy", lang, gpus=request.world_size, dtype=request.mixed_precision,
+        t("fsdp.mixed_precision_policy", lang, gpus=request.world_size, dtype=request.mixed_precision,
                param_dtype=param_dtype)
     )  # fmt: skip
 if state.at_scale_lora and not state.at_scale_lora_targets:
-    problem = i18n.t("training.lora_targets_needed", lang)
+    problem = t("training.lora_targets_needed", lang)
 else:
     problem = scalepage.request_problem(request, info, lang)
 
@@ -197,7 +413,7 @@ if found is not None:
 table: ScaleTable | None = state.get("at_scale_table")
 if table is None:
     if not running and not problem and found is None:  # with a problem the error above says what to change
-        st.info(i18n.t("at_scale.press", lang))
+        st.info(t("at_scale.press", lang))
     st.stop()
 
 # -- the result: everything below only draws ----------------------------------------------
@@ -206,11 +422,11 @@ shown = table.request
 if shown != request:
     st.info(scalepage.changed_line(shown, lang))
 if table.cancelled:
-    st.warning(i18n.t("at_scale.stopped", lang, done=len(table.results), total=len(shown.settings)))
+    st.warning(t("at_scale.stopped", lang, done=len(table.results), total=len(shown.settings)))
 if not table.results:
     st.stop()
 st.caption(scalepage.summary(table, lang))
 try:
     draw_table(table, budget, budget_label, lang)
 except Exception as error:  # drawing must never take the page down
-    failure(i18n.t("at_scale.draw_failed", lang), f"{type(error).__name__}: {error}", i18n.t("at_scale.details", lang))
+    failure(t("at_scale.draw_failed", lang), f"{type(error).__name__}: {error}", t("at_scale.details", lang))

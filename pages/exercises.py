@@ -22,8 +22,7 @@ from ckptlab.show.figures.run import runs_tradeoff_figure
 from ckptlab.show.i18n import t
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
-from pages._common import language
-from pages._deep_link import run_through_app
+from pages._common import language, run_through_app
 from pages._learn_runs import measured
 from pages._room import follow_the_room, question
 

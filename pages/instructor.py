@@ -17,8 +17,7 @@ from ckptlab.lab.classroom import ROOM, round_csv
 from ckptlab.lab.exercises import EXERCISES
 from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message, run_message
-from pages._common import download_buttons, language
-from pages._deep_link import run_through_app
+from pages._common import download_buttons, language, run_through_app
 from pages._learn_runs import measured
 from pages._room import ROOM_REFRESH_S, question, result
 from pages._server import server_policy

@@ -1,42 +1,55 @@
 """The lab: pick a model and a checkpointing setting, press Run, see what each layer kept and what it cost.
 
-A flat page: read the widgets, call ``ckptlab.lab.run.run_queued`` once (``pages/_lab_parts.py``), render
-(``pages/_lab_result.py``).
-The settings live in the URL, so a link restores them; nothing heavy runs before Run. Words and
-numbers come from ``ckptlab.lab.labpage``.
+A flat page: read the widgets, call ``ckptlab.lab.run.run_queued`` once on Run (a status box, Cancel, the
+gradient check), then draw the last run (diagram, breakdown, metrics, comparison, notes, downloads) and the code.
+The outcome is kept in the session (``lab_last``, ``lab_error``, ``lab_grads``) for each rerun to draw. The
+settings live in the URL, so a link restores them; nothing heavy runs before Run. Words and numbers come from
+``ckptlab.lab.labpage``; here they are drawn.
 """
 
 from __future__ import annotations
+
+import time
+from dataclasses import replace
 
 import streamlit as st
 import torch
 
 import ckptlab
 from ckptlab.lab import labpage
+from ckptlab.lab import run as labrun
 from ckptlab.lab.labpage import LOCAL
-from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_to_query
-from ckptlab.lab.run import LabRun, build_for_key
+from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
+from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queued
+from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
+from ckptlab.model import snippets
 from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
-from ckptlab.show.figures.diagram import plan_figure
-from ckptlab.show.i18n import t
-from ckptlab.show.labels import experts_caption
-from ckptlab.show.wording import app_message
+from ckptlab.results import MIN_SAMPLES_TO_JUDGE
+from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.show.figures.breakdown import breakdown_figure
+from ckptlab.show.figures.diagram import diagram_figure, plan_figure
+from ckptlab.show.figures.run import comparison_figure
+from ckptlab.show.i18n import say, t
+from ckptlab.show.labels import experts_caption, method_label, provenance_label, setting_label
+from ckptlab.show.noise import timing_busy_message
+from ckptlab.show.peak_words import logits_sentence
+from ckptlab.show.wording import app_message, run_message
 from ckptlab.spec import DTYPES, RunSpec
 from pages._common import (
+    download_buttons,
+    estimate_text,
     failure,
     language,
     lora_boxes,
     lora_choices,
     optimizer_box,
     preset_infos,
+    run_through_app,
     settle_lora_targets,
     step_boxes,
 )
-from pages._deep_link import run_through_app
-from pages._lab_parts import draw_code, load_widgets, run_and_keep
-from pages._lab_result import draw_result
-from pages._server import server_policy
+from pages._server import job_workers, offered_folder, server_policy, session_owner, sharing_workers
 
 run_through_app()
 
@@ -57,6 +70,246 @@ def cached_model(key: tuple[str, str, str, int]):
     another session's baseline. Runs of one model back to back, the workshop case, reuse it.
     """
     return build_for_key(key)
+
+
+STOP_CHECK_S = 0.3  # how often a run in flight looks for a Cancel (each look is one Streamlit message)
+
+
+def load_widgets(devices: tuple[str, ...], policy: ServerPolicy, lang: str) -> None:
+    """Fill the widgets from the link, or from this session's last settings; warnings go to ``lab_query_warnings``.
+
+    A link to a folder this server does not offer opens the default preset, and says why.
+    """
+    state = st.session_state
+    if st.query_params:
+        spec, ignored = spec_from_query(st.query_params.to_dict(), devices=devices)
+        state.lab_query_warnings = [say(fact, lang) for fact in ignored]
+    else:
+        spec, state.lab_query_warnings = state.get("lab_saved", RunSpec()), []
+    folder = ""
+    if spec.model not in preset_infos():
+        folder, why_not = offered_folder(policy, spec.model, lang)
+        if why_not:
+            state.lab_query_warnings = [*state.get("lab_query_warnings", []), why_not]
+        if not folder:  # a link to a folder this server does not offer: the default preset
+            spec = replace(spec, model=RunSpec().model)
+    state.update(labpage.widget_values(spec, folder))
+
+
+def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -> None:
+    """Run through the device queue with progress; keep the outcome in the session."""
+    state = st.session_state
+    state.lab_query_warnings = []
+    state.lab_error = None
+    # A click reruns the page, and Streamlit interrupts this run at its next message: the stop
+    # check below sends one every STOP_CHECK_S, from inside the step (ckptlab.step.stopping).
+    # Outside the status box, which folds its contents away as it updates.
+    cancel = st.empty()  # emptied once the run ends: a Cancel after the end would cancel nothing
+    cancel.button(t("lab.cancel", lang), key="lab_cancel", help=t("lab.cancel_help", lang))
+    with st.status(t("lab.status_waiting", lang), expanded=True) as status:
+        bar = st.progress(0.0, text=t("lab.queued", lang))
+        looked = [time.monotonic()]
+
+        def should_stop() -> bool:
+            if time.monotonic() - looked[0] >= STOP_CHECK_S:
+                looked[0] = time.monotonic()
+                status.update()  # a message to the browser: where a pending Cancel interrupts the run
+            return False
+
+        try:
+            total_s, measured_pace = labrun.PACE.estimate(spec)  # the run and its reference, as the formula sees them
+        except ckptlab.CkptlabError:  # a model that cannot be described: run_queued's own check says why
+            total_s, measured_pace = None, False
+        basis = "measured" if measured_pace else "predicted"
+
+        def progress(message: str, fraction: float) -> None:
+            fraction, message = min(max(fraction, 0.0), 1.0), say(message, lang)
+            status.update(label=t("lab.status_running", lang, pct=f"{fraction:.0%}", message=message))
+            left = "" if total_s is None else " · " + estimate_text(total_s * (1 - fraction), basis, lang)
+            bar.progress(fraction, text=message + left)
+
+        def on_wait(ahead: int) -> None:
+            status.update(
+                label=t(
+                    "lab.status_ahead",
+                    lang,
+                    ahead=ahead,
+                    runs=t("lab.runs_one" if ahead == 1 else "lab.runs_many", lang),
+                )
+            )
+
+        try:
+            lab = labrun.run_queued(  # looked up on each Run: tests replace it
+                spec,
+                load=load,
+                progress=progress,
+                on_wait=on_wait,
+                should_stop=should_stop,
+                owner=session_owner(),
+                limit_s=policy.run_limit_s,
+                workers=job_workers(policy, "device"),
+                sharing=sharing_workers(),
+                memory_cap_bytes=policy.memory_cap_bytes,
+            )
+            cancel.empty()
+        except ckptlab.CkptlabError as error:
+            cancel.empty()
+            status.update(label=t("lab.could_not_run", lang), state="error", expanded=False)
+            state.lab_error = (spec, app_message(error, lang), None)
+            return
+        except Exception as error:  # a bug, not bad input: say so briefly, keep the page alive
+            cancel.empty()
+            status.update(label=t("lab.run_failed", lang), state="error", expanded=False)
+            state.lab_error = (spec, t("lab.run_failed_long", lang), f"{type(error).__name__}: {error}")
+            return
+        status.update(label=labpage.status_label(lab, lang), state="complete", expanded=False)
+        state.lab_last = lab
+    if state.get("lab_check_grads") and spec.checkpointing and lab.result.status == "ok":
+        _check_gradients(spec, lang)
+
+
+def _check_gradients(spec: RunSpec, lang: str) -> None:
+    """Two more steps, checkpointing off and on (dropout on): are the gradients the same bits?"""
+    state = st.session_state
+    with st.spinner(t("lab.grads_checking", lang)):
+        try:
+            policy = server_policy()[0]
+            checked = check_gradients_queued(spec, workers=job_workers(policy, "device"), limit_s=policy.run_limit_s)
+            state.lab_grads = (spec, checked, "")
+        except Exception as error:  # the run itself succeeded: say the check failed, keep its result
+            state.lab_grads = (spec, None, f"{type(error).__name__}: {error}")
+
+
+def draw_code(spec: RunSpec, lang: str) -> None:
+    """The transformers lines for the current settings (not the last run's)."""
+    st.subheader(t("lab.code_title", lang), anchor=False)
+    st.caption(t("lab.on_a_model", lang))
+    code = snippets.model_snippet(spec.every_n_layers, spec.offload)
+    if spec.every_n_layers is not None and spec.selective != "none":  # torch's policy through transformers' call
+        code = snippets.selective_snippet(spec.every_n_layers, spec.offload, spec.selective)
+    st.code(code, language="python")
+    st.caption(t("lab.with_trainer", lang))
+    context_fn = spec.every_n_layers is not None and spec.selective != "none"
+    trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=context_fn)
+    st.code(trainer, language="python")
+
+
+def draw_result(lab: LabRun, spec: RunSpec, lang: str) -> None:
+    """The last run: diagram, measurements against checkpointing off, notes, downloads."""
+    result = lab.result
+    if not draw_measurements(lab, spec, lang):
+        return
+
+    said = labpage.offload_box(spec, result, lang)
+    if said is not None:
+        getattr(st, said[0])(said[1])
+    if not result.plan_matches:  # decided on the layers' fields; the diagram shows where, the notes the details
+        st.error(t("lab.plan_mismatch", lang))
+    for note in labpage.notes_to_show(result):  # what the box above says is left out, in the page's words
+        st.caption(say(note, lang))
+
+    with st.expander(t("lab.per_layer", lang)):
+        st.dataframe(layer_rows(result), hide_index=True)
+        st.caption(
+            t(
+                "lab.methods",
+                lang,
+                memory=method_label(result.memory.method, lang),
+                time=method_label(result.timing.method, lang),
+            )
+        )
+
+    download_buttons(
+        labpage.file_stem(result),
+        [
+            (t("lab.download_json", lang), result.to_json(), "json", "lab_download_json"),
+            (t("lab.download_csv", lang), result_csv(result), "csv", "lab_download_csv"),
+        ],
+    )
+
+
+def draw_gradients(spec: RunSpec, lang: str) -> None:
+    """One line when the check agrees; loud when it does not (checkpointing changed what is learned)."""
+    found = st.session_state.get("lab_grads")
+    if not found or found[0] != spec:
+        return
+    _, outcome, problem = found
+    kind, text = labpage.gradients_message(outcome, problem, lang)
+    getattr(st, kind)(text)
+
+
+def draw_metrics(lab: LabRun, lang: str) -> None:
+    """st.metric figures with deltas against checkpointing off, and what they mean."""
+    result, comparison = lab.result, lab.comparison
+    base = labpage.reference_run(lab)
+    columns = st.columns(2)
+    for index, metric in enumerate(labpage.metrics(lab, lang)):  # left, right, left, ...
+        columns[index % 2].metric(metric.label, metric.value, **metric.delta, help=metric.help)
+    st.markdown(labpage.peak_line(result.memory, lang))
+    if logits_sentence(result.memory, lang):
+        st.caption(logits_sentence(result.memory, lang))
+    if comparison is not None and base is not None:
+        st.markdown(labpage.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, lang))
+        freed = labpage.freed_sentence(result.memory, base.memory, comparison, lang)
+        if freed:
+            st.markdown(freed)
+    if lab.reference is not None and lab.reference.result.status != "ok":
+        st.warning(t("lab.baseline_no_fit", lang, message=run_message(lab.reference.result, lang)))
+    st.caption(labpage.medians_caption(result, lang))
+
+
+def draw_measurements(lab: LabRun, spec: RunSpec, lang: str) -> bool:
+    """The last run's diagram, breakdown, metrics and comparison; False when it did not run (its error shown)."""
+    result = lab.result
+    base = lab.reference.result if lab.reference else None
+    if result.spec != spec:
+        st.info(labpage.settings_changed(result, lang))
+    when = t("lab.reused_at" if lab.run.reused else "lab.measured_at", lang, clock=labpage.clock(lab.run))
+    st.caption(f"{provenance_label(result.provenance, lang)} · {when}")
+    busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
+    if busy:
+        st.warning(busy)
+    if result.status != "ok":
+        st.error(run_message(result, lang))
+        st.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+        return False
+    diagram, where = st.columns([3, 2])
+    diagram.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
+    label = setting_label(result.spec.every_n_layers, result.spec.offload, lang)
+    bars = [(label, result)]
+    if lab.plain is not None and lab.plain.result.status == "ok":  # a selective policy beside plain checkpointing
+        policy = labpage.policy_label(str(result.spec.selective), lang)
+        bars = [
+            (t("selective.bar_full", lang), lab.plain.result),
+            (t("selective.bar_policy", lang, policy=policy), result),
+        ]
+    if base is not None and base is not result and base.status == "ok":
+        bars.insert(0, (t("setting.off", lang), base))
+    where.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lab_breakdown", theme=None)
+    where.caption(t("lab.breakdown_caption", lang))
+    draw_gradients(result.spec, lang)
+    draw_selective(lab, lang)
+
+    numbers, chart = st.columns([2, 3])
+    with numbers:
+        draw_metrics(lab, lang)
+    with chart:
+        st.plotly_chart(comparison_figure(result, base, lang=lang), key="lab_comparison", theme=None)
+        st.caption(t("lab.comparison_caption", lang, provenance=provenance_label(result.provenance, lang)))
+    return True
+
+
+def draw_selective(lab: LabRun, lang: str) -> None:
+    """With a selective policy: what it kept (observed), and the run beside plain checkpointing and off."""
+    line = labpage.kept_line(lab.result, lang)
+    if not line:
+        return
+    st.subheader(t("selective.title", lang), anchor=False)
+    st.markdown(line)
+    rows = labpage.selective_rows(lab, lang)
+    if rows:
+        st.dataframe(rows, hide_index=True, key="lab_selective_table")
+        st.caption(t("selective.table_caption", lang, provenance=provenance_label(lab.result.provenance, lang)))
 
 
 # -- the page: settings -> spec -> URL, then Run, then the result -------------------------

@@ -20,8 +20,7 @@ from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from ckptlab.step import timeline as tl
 from ckptlab.units import MIB
-from pages._common import language, preset_infos
-from pages._deep_link import run_through_app
+from pages._common import language, preset_infos, run_through_app
 from pages._learn_runs import measured
 
 run_through_app()
