@@ -95,15 +95,7 @@ def parse_seq_lens(text: str) -> tuple[int, ...]:
     Raises:
         SpecError: naming the value that is not a whole number >= 1.
     """
-    values = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise SpecError(
-                f"--seq-len {text!r}: {part!r} is not a whole number >= 1. Give lengths like 512 or 256,512,1024."
-            )
-        values.append(int(part))
-    return tuple(dict.fromkeys(values))
+    return _whole_numbers(text, "--seq-len", "Give lengths like 512 or 256,512,1024.")
 
 
 def parse_every_n_layers(text: str) -> tuple[int, ...] | None:
@@ -114,14 +106,17 @@ def parse_every_n_layers(text: str) -> tuple[int, ...] | None:
     """
     if text.strip().lower() == "all":
         return None
+    fix = "Give 'all' or a list like 1,2,4 (checkpointing off is always measured as the reference)."
+    return _whole_numbers(text, "--every-n-layers", fix)
+
+
+def _whole_numbers(text: str, option: str, fix: str) -> tuple[int, ...]:
+    """``"1,2,2"`` -> ``(1, 2)``: whole numbers >= 1, in order, once each; else a SpecError naming ``option``."""
     values = []
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
-            raise SpecError(
-                f"--every-n-layers {text!r}: {part!r} is not a whole number >= 1. Give 'all' or a list like 1,2,4 "
-                "(checkpointing off is always measured as the reference)."
-            )
+            raise SpecError(f"{option} {text!r}: {part!r} is not a whole number >= 1. {fix}")
         values.append(int(part))
     return tuple(dict.fromkeys(values))
 

@@ -95,33 +95,10 @@ class ServerPolicy:
                     key="server.models_root",
                     value=str(root),
                 )
-        limit = settings.get("CKPTLAB_RUN_LIMIT_S")
-        run_limit_s = DEFAULT_RUN_LIMIT_S
-        if limit not in (None, ""):
-            try:
-                run_limit_s = float(str(limit))
-            except ValueError:
-                run_limit_s = -1.0
-            if not (math.isfinite(run_limit_s) and run_limit_s > 0):
-                raise SpecError(
-                    f"CKPTLAB_RUN_LIMIT_S={limit!r} is not valid: use seconds > 0, e.g. 300.",
-                    key="server.run_limit",
-                    value=limit,
-                )
-        cap = settings.get("CKPTLAB_WORKER_MEMORY_GIB")
-        memory_cap_bytes = None
-        if cap not in (None, ""):
-            try:
-                gib = float(str(cap))
-            except ValueError:
-                gib = -1.0
-            if not (math.isfinite(gib) and gib > 0):
-                raise SpecError(
-                    f"CKPTLAB_WORKER_MEMORY_GIB={cap!r} is not valid: use GiB > 0, e.g. 8.",
-                    key="server.worker_memory",
-                    value=cap,
-                )
-            memory_cap_bytes = int(gib * 2**30)
+        limit = _positive_setting(settings, "CKPTLAB_RUN_LIMIT_S", "seconds > 0, e.g. 300", "server.run_limit")
+        run_limit_s = DEFAULT_RUN_LIMIT_S if limit is None else limit
+        gib = _positive_setting(settings, "CKPTLAB_WORKER_MEMORY_GIB", "GiB > 0, e.g. 8", "server.worker_memory")
+        memory_cap_bytes = None if gib is None else int(gib * 2**30)
         mode = str(settings.get("CKPTLAB_WORKERS") or "process").strip().lower()
         if mode not in ("process", "thread"):
             raise SpecError(
@@ -225,6 +202,24 @@ class ServerPolicy:
                 model=info.name,
                 limit=f"{limit:,}",
             )
+
+
+def _positive_setting(settings: Mapping[str, object], name: str, use: str, key: str) -> float | None:
+    """The setting ``name`` as a finite number > 0, or None when unset.
+
+    Raises:
+        SpecError: naming the setting and what to ``use`` instead (``key``: its words in the app).
+    """
+    text = settings.get(name)
+    if text in (None, ""):
+        return None
+    try:
+        value = float(str(text))
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value > 0):
+        raise SpecError(f"{name}={text!r} is not valid: use {use}.", key=key, value=text)
+    return value
 
 
 def parse_max_tokens(text: str) -> dict[str, int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -41,6 +42,7 @@ from ..results import (
     MemoryResult,
     Region,
     RunResult,
+    Status,
 )
 from ..spec import RunSpec
 from ..torchstate import exclusive
@@ -147,17 +149,22 @@ def _measure_built(
         notes.append(_mismatch_note(layers))
     notes += selective_notes(spec, layers, offload_applies)
     report(DONE, 1.0)
+    timing = timing_result(clock_for(device).method, samples, spec.optimizer, samples["load"]) if timed else None
+    return _result(spec, info, device, dtype, "ok", layers=layers, memory=memory, timing=timing, notes=notes)
+
+
+def _result(
+    spec: RunSpec, info: ModelInfo, device: torch.device, dtype: torch.dtype, status: Status, **fields: Any
+) -> RunResult:
+    """A measured run's result: what ran, where, and ``fields`` (how it went)."""
     return RunResult(
         spec=spec,
         model=model_summary(info),
-        status="ok",
+        status=status,
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
-        layers=layers,
-        memory=memory,
-        timing=timing_result(clock_for(device).method, samples, spec.optimizer, samples["load"]) if timed else None,
         provenance=provenance_for(device),
-        notes=notes,
+        **fields,
     )
 
 
@@ -341,18 +348,7 @@ def offload_notes(spec: RunSpec, memory: MemoryResult | None, layers: Sequence[L
 
 
 def _does_not_fit(spec: RunSpec, info: ModelInfo, device: torch.device, dtype: torch.dtype, message: str) -> RunResult:
-    return RunResult(
-        spec=spec,
-        model=model_summary(info),
-        status="does_not_fit",
-        device=str(device),
-        dtype=str(dtype).removeprefix("torch."),
-        layers=[],
-        memory=None,
-        timing=None,
-        provenance=provenance_for(device),
-        message=message,
-    )
+    return _result(spec, info, device, dtype, "does_not_fit", layers=[], memory=None, timing=None, message=message)
 
 
 def _release_after_oom(
