@@ -6,17 +6,20 @@ app.py's navigation lists the pages; this file only serves them (``from pages._c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 import ckptlab
+from ckptlab.fact import Fact
 from ckptlab.lab.query import LORA_RANK_MAX
 from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
 from ckptlab.show import i18n
+from ckptlab.show.wording import app_message
 from ckptlab.spec import MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 
 
@@ -153,6 +156,48 @@ def lora_boxes(prefix: str, choices: Sequence[str], lang: str) -> None:
         placeholder=i18n.t("training.lora_targets_none", lang),
         help=i18n.t("training.lora_targets_help", lang),
     )
+
+
+POLL_S = 0.5  # how often the progress bar looks at a running job
+
+
+def poll_job(
+    prefix: str,
+    running: bool,
+    lang: str,
+    words: Callable[[Any, Any], str],
+    keep: Callable[[Any], None],
+    live: Callable[[Any], None] = lambda snapshot: None,
+) -> None:
+    """The background job in ``<prefix>_job``, polled in a fragment: while it runs, a bar with ``words(job,
+    snapshot)`` and the time left, then ``live(snapshot)`` (the rows so far); once it ends, ``keep(snapshot)``
+    (what it produced, into the session), its error in ``<prefix>_error``, and one full rerun to draw."""
+
+    @st.fragment(run_every=POLL_S if running else None)
+    def progress() -> None:
+        state = st.session_state
+        job = state.get(f"{prefix}_job")
+        if job is None:
+            return
+        snapshot = job.state()
+        if snapshot.running:
+            text, left = words(job, snapshot), job.left_s()
+            if left is not None and not snapshot.stop_requested:
+                text += " · " + estimate_text(left, "so_far", lang)
+            st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
+            live(snapshot)
+            return
+        if state.get(f"{prefix}_shown") is not job:
+            state[f"{prefix}_shown"] = job
+            keep(snapshot)
+            error = snapshot.error
+            if error:  # the lab's own error in the page's language; a bug's words (a fact) said in it too
+                failure = snapshot.failure
+                said = i18n.say(error, lang) if isinstance(error, Fact) else error
+                state[f"{prefix}_error"] = app_message(failure, lang) if failure else said
+            st.rerun()
+
+    progress()
 
 
 def download_buttons(stem: str, files: Sequence[tuple[str, str, str, str]]) -> None:

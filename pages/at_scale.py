@@ -24,7 +24,7 @@ from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
 from ckptlab.lab.query import BATCH_MAX, gpus_from_query, spec_from_query
-from ckptlab.lab.scalejob import ScaleJob, SearchJob, remember
+from ckptlab.lab.scalejob import ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, LOCAL, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
@@ -38,12 +38,12 @@ from ckptlab.show.peak_words import logits_sentence
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import (
-    estimate_text,
     failure,
     language,
     lora_boxes,
     lora_choices,
     optimizer_box,
+    poll_job,
     preset_infos,
     run_through_app,
     settle_lora_targets,
@@ -63,7 +63,6 @@ WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_se
 
 # The shape's keys in a link (gpu= aside), Trainer's step among them.
 LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum", "mp", "clip")
-POLL_S = 0.5  # how often the progress bar looks at a running job
 
 
 def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
@@ -97,38 +96,6 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
         else:
             state.at_scale_gpu, state.at_scale_budget_gib = chosen
     return warnings
-
-
-def poll(running: bool, lang: str) -> None:
-    """While the job runs: a bar that moves with each simulation; when it ends, one full rerun to draw."""
-
-    @st.fragment(run_every=POLL_S if running else None)
-    def progress() -> None:
-        state = st.session_state
-        job = state.get("at_scale_job")
-        if job is None:
-            return
-        snapshot = job.state()
-        if snapshot.running:
-            total = None if isinstance(job, SearchJob) else len(job.request.settings)
-            done = len(snapshot.results)
-            text = scalepage.progress_words(done, total, snapshot.message, snapshot.stop_requested, lang)
-            left = job.left_s()
-            if left is not None and not snapshot.stop_requested:
-                text += " · " + estimate_text(left, "so_far", lang)
-            st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
-            return
-        if state.get("at_scale_shown") is not job:
-            state.at_scale_shown = job
-            if snapshot.table is not None:
-                state.at_scale_table = snapshot.table
-            if snapshot.search is not None:
-                state.at_scale_found = snapshot.search
-            if snapshot.error:  # the lab's own error in the page's language; a bug's words as they are
-                state.at_scale_error = app_message(snapshot.failure, lang) if snapshot.failure else snapshot.error
-            st.rerun()
-
-    progress()
 
 
 @st.cache_resource(show_spinner=False)
@@ -404,7 +371,21 @@ else:
 
 
 running = draw_buttons(request, budget, info, bool(problem), policy, lang)
-poll(running, lang)
+
+
+def keep_simulations(snapshot: ScaleJobState) -> None:
+    if snapshot.table is not None:
+        state.at_scale_table = snapshot.table
+    if snapshot.search is not None:
+        state.at_scale_found = snapshot.search
+
+
+def simulation_words(job: ScaleJob | SearchJob, snapshot: ScaleJobState) -> str:
+    total = None if isinstance(job, SearchJob) else len(job.request.settings)
+    return scalepage.progress_words(len(snapshot.results), total, snapshot.message, snapshot.stop_requested, lang)
+
+
+poll_job("at_scale", running, lang, simulation_words, keep_simulations)
 
 found: GpuSearch | None = state.get("at_scale_found")
 if found is not None:

@@ -19,7 +19,7 @@ from ckptlab.lab import tradeoffspage
 from ckptlab.lab.query import LORA_RANK_DEFAULT, LORA_RANK_MAX
 from ckptlab.lab.run import build_for_key, model_key
 from ckptlab.lab.server import ServerPolicy
-from ckptlab.lab.sweepjob import SweepJob
+from ckptlab.lab.sweepjob import JobState, SweepJob
 from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.model.selective import NONE
 from ckptlab.show import i18n
@@ -37,6 +37,7 @@ from pages._common import (
     language,
     lora_choices,
     optimizer_box,
+    poll_job,
     preset_infos,
     run_through_app,
     step_boxes,
@@ -47,9 +48,6 @@ run_through_app()
 
 SEQ_CHOICES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 CUSTOM = "custom budget"
-
-
-POLL_S = 0.5  # how often the progress bar looks at a running sweep
 
 
 def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
@@ -99,39 +97,6 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
     if state.get("tradeoffs_error"):
         st.error(state.tradeoffs_error)
     return running
-
-
-def poll(running: bool, lang: str) -> None:
-    """While the sweep runs: its progress and the rows so far; when it ends, one full rerun to draw."""
-
-    @st.fragment(run_every=POLL_S if running else None)
-    def progress() -> None:
-        state = st.session_state
-        job = state.get("tradeoffs_job")
-        if job is None:
-            return
-        snapshot = job.state()
-        if snapshot.running:
-            words = tradeoffspage.progress_words(snapshot.message, snapshot.stop_requested, lang)
-            left = job.left_s()
-            if left is not None and not snapshot.stop_requested:
-                words += " · " + estimate_text(left, "so_far", lang)
-            st.progress(min(snapshot.fraction, 1.0), text=lang)
-            if snapshot.rows:
-                st.dataframe(sweep_table(snapshot.rows, lang, ()), hide_index=True, key="tradeoffs_live")
-            return
-        if state.get("tradeoffs_shown") is not job:
-            state.tradeoffs_shown = job
-            if snapshot.result is not None:
-                state.tradeoffs_result = snapshot.result
-            if snapshot.error:
-                # The lab's own error, or a bug in the sweep's words (a Fact), in the page's language.
-                state.tradeoffs_error = (
-                    app_message(snapshot.failure, lang) if snapshot.failure else i18n.say(snapshot.error, lang)
-                )
-            st.rerun()
-
-    progress()
 
 
 lang = language()
@@ -214,7 +179,23 @@ if spec.lora_rank is not None and not targets:
 
 
 running = draw_buttons(spec, policy, lang)
-poll(running, lang)
+
+
+def keep_sweep(snapshot: JobState) -> None:
+    if snapshot.result is not None:
+        state.tradeoffs_result = snapshot.result
+
+
+def live_rows(snapshot: JobState) -> None:
+    if snapshot.rows:
+        st.dataframe(sweep_table(snapshot.rows, lang, ()), hide_index=True, key="tradeoffs_live")
+
+
+def sweep_words(job: SweepJob, snapshot: JobState) -> str:
+    return tradeoffspage.progress_words(snapshot.message, snapshot.stop_requested, lang)
+
+
+poll_job("tradeoffs", running, lang, sweep_words, keep_sweep, live_rows)
 
 result: SweepResult | None = state.get("tradeoffs_result")
 if result is None:
