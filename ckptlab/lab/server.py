@@ -95,26 +95,14 @@ class ServerPolicy:
                     key="server.models_root",
                     value=str(root),
                 )
-        limit = _positive_setting(settings, "CKPTLAB_RUN_LIMIT_S", "seconds > 0, e.g. 300", "server.run_limit")
+        limit = _positive_setting(settings, "CKPTLAB_RUN_LIMIT_S", "seconds > 0, e.g. 300")
         run_limit_s = DEFAULT_RUN_LIMIT_S if limit is None else limit
-        gib = _positive_setting(settings, "CKPTLAB_WORKER_MEMORY_GIB", "GiB > 0, e.g. 8", "server.worker_memory")
+        gib = _positive_setting(settings, "CKPTLAB_WORKER_MEMORY_GIB", "GiB > 0, e.g. 8")
         memory_cap_bytes = None if gib is None else int(gib * 2**30)
-        mode = str(settings.get("CKPTLAB_WORKERS") or "process").strip().lower()
-        if mode not in ("process", "thread"):
-            raise SpecError(
-                f"CKPTLAB_WORKERS={mode!r} is not valid: use process (the default) or thread.",
-                key="server.workers",
-                value=mode,
-            )
+        mode = _choice_setting(settings, "CKPTLAB_WORKERS", ("process", "thread"), "process (the default) or thread")
         max_tokens = parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or ""))
         secret = str(settings.get("CKPTLAB_INSTRUCTOR_SECRET") or "") or None
-        warm = str(settings.get("CKPTLAB_WARM_LEARN") or "0").strip().lower()
-        if warm not in ("0", "1"):
-            raise SpecError(
-                f"CKPTLAB_WARM_LEARN={warm!r} is not valid: use 1 (warm the Learn pages' runs) or 0.",
-                key="server.warm_learn",
-                value=warm,
-            )
+        warm = _choice_setting(settings, "CKPTLAB_WARM_LEARN", ("0", "1"), "1 (warm the Learn pages' runs) or 0")
         return cls(models_root, run_limit_s, max_tokens, memory_cap_bytes, mode == "process", secret, warm == "1")
 
     # -- the instructor's room ----------------------------------------------------------
@@ -204,11 +192,20 @@ class ServerPolicy:
             )
 
 
-def _positive_setting(settings: Mapping[str, object], name: str, use: str, key: str) -> float | None:
+# A setting's error's key (its words in the app: errors.server.* in the locale files).
+SETTING_KEYS = {
+    "CKPTLAB_RUN_LIMIT_S": "server.run_limit",
+    "CKPTLAB_WORKER_MEMORY_GIB": "server.worker_memory",
+    "CKPTLAB_WORKERS": "server.workers",
+    "CKPTLAB_WARM_LEARN": "server.warm_learn",
+}
+
+
+def _positive_setting(settings: Mapping[str, object], name: str, use: str) -> float | None:
     """The setting ``name`` as a finite number > 0, or None when unset.
 
     Raises:
-        SpecError: naming the setting and what to ``use`` instead (``key``: its words in the app).
+        SpecError: naming the setting and what to ``use`` instead.
     """
     text = settings.get(name)
     if text in (None, ""):
@@ -218,7 +215,19 @@ def _positive_setting(settings: Mapping[str, object], name: str, use: str, key: 
     except ValueError:
         value = -1.0
     if not (math.isfinite(value) and value > 0):
-        raise SpecError(f"{name}={text!r} is not valid: use {use}.", key=key, value=text)
+        raise SpecError(f"{name}={text!r} is not valid: use {use}.", key=SETTING_KEYS[name], value=text)
+    return value
+
+
+def _choice_setting(settings: Mapping[str, object], name: str, choices: tuple[str, ...], use: str) -> str:
+    """The setting ``name`` as one of ``choices`` (any case; unset: the first).
+
+    Raises:
+        SpecError: naming the setting and what to ``use`` instead.
+    """
+    value = str(settings.get(name) or choices[0]).strip().lower()
+    if value not in choices:
+        raise SpecError(f"{name}={value!r} is not valid: use {use}.", key=SETTING_KEYS[name], value=value)
     return value
 
 
