@@ -165,11 +165,11 @@ def poll_job(
     prefix: str,
     running: bool,
     lang: str,
-    words: Callable[[Any, Any], str],
+    progress_text: Callable[[Any, Any], str],
     keep: Callable[[Any], None],
     live: Callable[[Any], None] = lambda snapshot: None,
 ) -> None:
-    """The background job in ``<prefix>_job``, polled in a fragment: while it runs, a bar with ``words(job,
+    """The background job in ``<prefix>_job``, polled in a fragment: while it runs, a bar with ``progress_text(job,
     snapshot)`` and the time left, then ``live(snapshot)`` (the rows so far); once it ends, ``keep(snapshot)``
     (what it produced, into the session), its error in ``<prefix>_error``, and one full rerun to draw."""
 
@@ -181,7 +181,7 @@ def poll_job(
             return
         snapshot = job.state()
         if snapshot.running:
-            text, left = words(job, snapshot), job.left_s()
+            text, left = progress_text(job, snapshot), job.left_s()
             if left is not None and not snapshot.stop_requested:
                 text += " · " + estimate_text(left, "so_far", lang)
             st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
