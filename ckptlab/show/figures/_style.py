@@ -15,7 +15,15 @@ Streamlit's plotly.js (4.x) draws nothing for a pattern with an rgba fgcolor: he
 
 from __future__ import annotations
 
+from typing import Any
+
 FONT = "Arial, Helvetica, sans-serif"
+
+
+def on_white(size: int) -> dict[str, Any]:
+    """The layout every figure shares: the one font at ``size``, on a white plot (``update_layout(**on_white(14))``)."""
+    return {"font": {"family": FONT, "size": size}, "plot_bgcolor": "white"}
+
 
 # Okabe-Ito, by name.
 BLUE = "#0072B2"

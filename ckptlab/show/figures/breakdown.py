@@ -19,7 +19,7 @@ from ...results import RunResult
 from ...units import GIB, MIB
 from ..i18n import t
 from ..labels import provenance_label, training_label
-from ._style import CATEGORY_COLORS, FONT, GRID
+from ._style import CATEGORY_COLORS, GRID, on_white
 
 PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
 FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
@@ -110,9 +110,8 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
         height=height,
         margin={"l": 60, "r": 20, "t": 105, "b": 40},  # a title and a two-line subtitle
         legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "traceorder": "reversed"},
-        font={"family": FONT, "size": 13},
+        **on_white(13),
         hoverlabel={"font": {"size": 14}},
-        plot_bgcolor="white",
     )
     figure.update_yaxes(
         gridcolor=GRID,
@@ -167,9 +166,8 @@ def sharding_figure(
         height=height,
         margin={"l": 60, "r": 20, "t": 90, "b": 40},
         legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
-        font={"family": FONT, "size": 13},
+        **on_white(13),
         hoverlabel={"font": {"size": 14}},
-        plot_bgcolor="white",
     )
     figure.update_yaxes(gridcolor=GRID, title_text=t("sharding_fig.y", lang, unit=unit))
     figure.update_xaxes(showgrid=False)

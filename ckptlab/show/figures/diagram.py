@@ -24,7 +24,7 @@ from ...results import LayerResult, Region, RunResult, TimelinePoint
 from ...units import MIB
 from ..i18n import t
 from ..labels import provenance_label, setting_label
-from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS
+from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS, on_white
 
 LAYERS_PER_LINE = 12
 ROLES = ("CP", "keep", "rerun")
@@ -293,8 +293,7 @@ def _draw(
     figure.update_layout(
         barmode="overlay",
         legend={"orientation": "h", "yanchor": "top", "y": -0.02, "x": 0, "font": {"size": size}},
-        font={"family": FONT, "size": size},
-        plot_bgcolor="white",
+        **on_white(size),
         uniformtext={"minsize": 9 if compact else 10, "mode": "show"},
         **layout,
     )

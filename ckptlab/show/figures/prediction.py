@@ -18,7 +18,6 @@ from ...units import MIB
 from ..i18n import t
 from ._style import (
     CALIBRATED_COLOR,
-    FONT,
     FORMULA_COLOR,
     GRID,
     GUESS_COLOR,
@@ -26,6 +25,7 @@ from ._style import (
     NOISE_GREY,
     OFF_COLOR,
     RUN_COLOR,
+    on_white,
 )
 from .tradeoff import sweep_layout, sweep_provenance_label
 
@@ -170,8 +170,7 @@ def guess_figure(
     figure.update_layout(
         height=height,
         margin={"l": label_px, "r": 30, "t": 30, "b": 30},
-        font={"family": FONT, "size": 15},
-        plot_bgcolor="white",
+        **on_white(15),
         showlegend=False,
     )
     figure.update_xaxes(range=[0, top * 1.2 or 1], gridcolor=GRID, fixedrange=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from ..i18n import t
-from ._style import FONT, GRID, GUESS_COLOR, OFF_COLOR, RUN_COLOR
+from ._style import GRID, GUESS_COLOR, OFF_COLOR, RUN_COLOR, on_white
 
 PERCENT_BIN = 10.0  # a histogram's bin, in percentage points: the width of the exercises' best band (within 10)
 
@@ -98,8 +98,7 @@ def room_figure(
     figure.update_layout(
         height=height,
         margin={"l": 50, "r": 20, "t": 60, "b": 50},
-        font={"family": FONT, "size": 15},
-        plot_bgcolor="white",
+        **on_white(15),
         showlegend=False,
         bargap=0.3 if kind == "choice" else 0.05,
     )

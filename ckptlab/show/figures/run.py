@@ -20,7 +20,6 @@ from ..labels import setting_label, short_setting_label
 from ._style import (
     CATEGORY_COLORS,
     EXTRA_COLORS,
-    FONT,
     GRID,
     LIGHT_GREY,
     NOISE_GREY,
@@ -29,6 +28,7 @@ from ._style import (
     PEAK_COLOR,
     RUN_COLOR,
     TEXT_GREY,
+    on_white,
 )
 
 
@@ -101,8 +101,7 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
         height=360,
         margin={"l": 55, "r": 10, "t": 70, "b": 55},  # room for the two-line category labels
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 14}},
-        font={"family": FONT, "size": 14},
-        plot_bgcolor="white",
+        **on_white(14),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
     return figure
@@ -182,8 +181,7 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
         height=height,
         margin={"l": 50, "r": 10, "t": 60, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 13}},
-        font={"family": FONT, "size": 14},
-        plot_bgcolor="white",
+        **on_white(14),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
     figure.update_xaxes(tickangle=0, title={"text": "every_n_layers", "font": {"size": 12}})
@@ -233,8 +231,7 @@ def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int =
         title={"text": t("offload.title", lang), "x": 0, "xref": "paper", "font": {"size": 18}},
         margin={"l": 60, "r": 10, "t": 60, "b": 40},
         legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0},
-        font={"family": FONT, "size": 14},
-        plot_bgcolor="white",
+        **on_white(14),
     )
     figure.update_yaxes(title={"text": "MiB"}, gridcolor=GRID, rangemode="tozero")
     return figure

@@ -20,7 +20,7 @@ from ...results import RunResult, memory_of
 from ...units import GIB, MIB
 from ..i18n import t
 from ..labels import provenance_label
-from ._style import BUDGET_COLOR, CATEGORY_COLORS, FONT, GRID, HOST_PATTERN, VERDICT_COLORS, VERDICT_SYMBOLS
+from ._style import BUDGET_COLOR, CATEGORY_COLORS, GRID, HOST_PATTERN, VERDICT_COLORS, VERDICT_SYMBOLS, on_white
 from .breakdown import FOLDED, PARTS, bar_unit, part_bytes
 
 OFF_SCALE = 4  # a budget more than this many times the tallest bar is named, not drawn (the bars would vanish)
@@ -271,9 +271,8 @@ def _layout(figure: go.Figure, title: str, subtitle: str, x_title: str, y_title:
         height=480,
         margin={"l": 60, "r": 20, "t": 115, "b": 130},  # a two-line subtitle; two-line ticks, then the legend
         legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
-        font={"family": FONT, "size": 13},
+        **on_white(13),
         hoverlabel={"font": {"size": 14}},
-        plot_bgcolor="white",
     )
     figure.update_yaxes(gridcolor=GRID, title_text=y_title)
     # Numbered slots, not categories: a marker can then sit over the device half of an offload slot.

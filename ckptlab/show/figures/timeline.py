@@ -21,7 +21,6 @@ from ._style import (
     BAND_COLORS,
     CURSOR_COLOR,
     EXTRA_COLORS,
-    FONT,
     GRID,
     LEGEND_BACKGROUND,
     OFF_COLOR,
@@ -30,6 +29,7 @@ from ._style import (
     RUN_COLOR,
     STATE_COLORS,
     WASH_GRID,
+    on_white,
 )
 
 
@@ -213,8 +213,7 @@ def timeline_figure(
         height=height,
         margin={"l": 60, "r": 20, "t": 108, "b": 60},
         legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0, "font": {"size": 13}},
-        font={"family": FONT, "size": 14},
-        plot_bgcolor="white",
+        **on_white(14),
         hoverlabel={"font": {"size": 14}},
     )
     figure.update_xaxes(
@@ -314,8 +313,7 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
         barmode="group",
         margin={"l": 60, "r": 10, "t": 90, "b": 40},
         legend={"orientation": "h", "yanchor": "top", "y": -0.1, "x": 0, "font": {"size": 13}, "traceorder": "normal"},
-        font={"family": FONT, "size": 14},
-        plot_bgcolor="white",
+        **on_white(14),
     )
     figure.update_xaxes(categoryorder="array", categoryarray=[f"L{i + 1}" for i in range(len(states))], fixedrange=True)
     figure.update_yaxes(

@@ -26,7 +26,6 @@ from ..peak_words import peak_where
 from ._style import (
     BLACK,
     BUDGET_COLOR,
-    FONT,
     FRONTIER_COLOR,
     GREY,
     GRID,
@@ -35,6 +34,7 @@ from ._style import (
     NOISE_GREY,
     SERIES_COLORS,
     SETTING_COLORS,
+    on_white,
 )
 
 # The Pareto figure's marker for each selective policy of a sweep, in the order the sweep measured them.
@@ -357,8 +357,7 @@ def sweep_layout(
         height=480,
         margin={"l": 60, "r": 20, "t": 90, "b": 120},  # the legend sits below the axis title
         legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
-        font={"family": FONT, "size": 13},
-        plot_bgcolor="white",
+        **on_white(13),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
     figure.update_xaxes(gridcolor=LIGHT_GRID)
