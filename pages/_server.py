@@ -6,6 +6,7 @@ on every run of a page: cheap, and a changed setting needs no restart of the ser
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 
@@ -64,13 +65,28 @@ def session_alive() -> Callable[[], bool]:
     """A check a job asks from its own thread: False once this browser session is gone (its tab closed).
 
     Streamlit's runtime knows its sessions; a job whose session is gone ends, so a closed tab's sweep
-    does not keep taking device turns. Without a runtime (AppTest, a script) the session never ends.
+    does not keep taking device turns. A session whose websocket dropped (a loaded server, a classroom's
+    wifi) is inactive until the tab reconnects, and Streamlit keeps it ``server.disconnectedSessionTTL``
+    seconds for that: only a session inactive for longer is gone, so a reconnecting tab keeps its job
+    (a CI run of 2026-12-02 lost a simulation this way). Without a runtime (AppTest, a script) the session
+    never ends.
     """
     context = get_script_run_ctx()
     if context is None or not Runtime.exists():
         return lambda: True
     runtime, session_id = Runtime.instance(), context.session_id
-    return lambda: runtime.is_active_session(session_id)
+    grace_s = float(st.get_option("server.disconnectedSessionTTL"))
+    inactive_since: list[float] = []  # when the session was first seen inactive, while it is
+
+    def alive() -> bool:
+        if runtime.is_active_session(session_id):
+            inactive_since.clear()
+            return True
+        if not inactive_since:
+            inactive_since.append(time.monotonic())
+        return time.monotonic() - inactive_since[0] <= grace_s
+
+    return alive
 
 
 POOLS = {"device": device_workers, "sweep": sweep_workers, "simulation": simulation_workers}

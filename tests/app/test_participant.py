@@ -21,3 +21,50 @@ def test_without_sign_in_there_is_no_person():
 
 def test_outside_a_streamlit_runtime_a_session_never_ends():
     assert server.session_alive()() is True
+
+
+class _Runtime:
+    """Streamlit's runtime as session_alive sees it: whether the one session is connected now."""
+
+    connected = True
+
+    @classmethod
+    def exists(cls) -> bool:
+        return True
+
+    @classmethod
+    def instance(cls) -> _Runtime:
+        return cls()
+
+    def is_active_session(self, session_id: str) -> bool:
+        assert session_id == "tab"
+        return _Runtime.connected
+
+
+class _Clock:
+    now = 0.0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return cls.now
+
+
+def test_a_tab_that_reconnects_within_the_session_ttl_keeps_its_job_and_a_closed_one_ends_it(monkeypatch):
+    """A dropped websocket makes the session inactive until the tab reconnects; only past Streamlit's TTL is it gone."""
+    monkeypatch.setattr(server, "get_script_run_ctx", lambda: type("Context", (), {"session_id": "tab"})())
+    monkeypatch.setattr(server, "Runtime", _Runtime)
+    monkeypatch.setattr(server, "time", _Clock)
+    monkeypatch.setattr(server.st, "get_option", {"server.disconnectedSessionTTL": 120}.__getitem__)
+    alive = server.session_alive()
+    assert alive()
+    _Runtime.connected = False  # the websocket dropped
+    assert alive()
+    _Clock.now = 119.0
+    assert alive()
+    _Runtime.connected = True  # the tab reconnected: the grace starts over at the next drop
+    assert alive()
+    _Runtime.connected, _Clock.now = False, 200.0
+    assert alive()
+    _Clock.now = 320.5  # inactive past the TTL: Streamlit has dropped the session
+    assert not alive()
+    _Runtime.connected = True  # (class state, for the next test)

@@ -107,7 +107,13 @@ def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, m
         real = rank.memory
         for name in ("baseline_bytes", "after_forward_bytes", "peak_bytes", "optimizer_state_bytes"):
             assert getattr(sim, name) == pytest.approx(getattr(real, name), rel=0.03), (rank.rank, name)
-        assert real.peak_where.kind == sim.peak_where.kind, (rank.rank, real.peak_where, sim.peak_where)
+        where = real.peak_where
+        if where.kind != sim.peak_where.kind:  # two high points within one unit share: gloo's timing picks one
+            stretch = (where.kind, where.layer, where.micro_batch)
+            there = [point for point in sim.timeline if (point.kind, point.layer, point.micro_batch) == stretch]
+            assert there, (rank.rank, where)
+            gap = sim.peak_bytes - max(point.region_peak_bytes for point in there)
+            assert gap <= unit_share, (rank.rank, where, sim.peak_where, gap)
         for stage in ("breakdown_baseline", "breakdown_after_forward", "breakdown_at_peak"):
             sim_parts, real_parts = getattr(sim, stage), getattr(real, stage)
             big = {key for key, value in real_parts.items() if value > 0.01 * real.peak_bytes}
