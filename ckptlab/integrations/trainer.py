@@ -49,7 +49,6 @@ from ..step.observe import StepObserver
 from ..step.training import model_device
 from ..units import mib
 from .trainer_setting import (
-    OFFLOAD_WITHOUT_ACCELERATOR,
     RequestedSetting,
     checkpoint_call,
     model_checkpoint_kwargs,
@@ -75,8 +74,13 @@ class CheckpointingReport:
     memory: MemoryResult
     micro_batches: int  # forwards in the step (gradient accumulation runs several)
     training_args: dict[str, Any] = field(default_factory=dict)  # the step's TrainingArguments (RunSpec.trainer_fields)
-    warnings: list[str] = field(default_factory=list)
+    warning_facts: list[Fact] = field(default_factory=list)  # a setting that does not do what it looks like
     facts: list[Fact] = field(default_factory=list)  # what a reader must know: the optimizer's state made, ...
+
+    @property
+    def warnings(self) -> list[str]:
+        """The warning facts in English, as the report's warnings always read (the Python API's and the JSON's)."""
+        return [worded(fact) for fact in self.warning_facts]
 
     @property
     def notes(self) -> list[str]:
@@ -105,7 +109,8 @@ class CheckpointingReport:
             "memory": asdict(self.memory) | {"peak_above_baseline_bytes": self.memory.peak_above_baseline_bytes},
             "micro_batches": self.micro_batches,
             "training_args": self.training_args,
-            "warnings": self.warnings,
+            "warnings": self.warnings,  # English, as JSON always had them
+            "warning_facts": [fact.to_dict() for fact in self.warning_facts],  # the same warnings, typed
             "notes": self.notes,  # English, as JSON always had them
             "facts": [fact.to_dict() for fact in self.facts],  # the same notes, typed
         }
@@ -222,7 +227,7 @@ class CheckpointingReport:
         if self.training_args:
             fields = ", ".join(f"{name}={value!r}" for name, value in self.training_args.items())
             lines.append(Fact("trainer.training_args", {"fields": fields}))
-        lines += [Fact("trainer.warning", {"warning": warning}) for warning in self.warnings]
+        lines += [Fact("trainer.warning", {"warning": fact}) for fact in self.warning_facts]
         lines += [Fact("trainer.note", {"note": fact}) for fact in self.facts]
         return lines
 
@@ -257,7 +262,7 @@ class CheckpointingCallback(TrainerCallback):
         self.report_file = report_file
         self.log_level = log_level
         self.report: CheckpointingReport | None = None  # set once the step is observed
-        self.message: str | None = None  # why the callback stepped aside, when it did
+        self.stepped_aside: Fact | None = None  # why the callback stepped aside, when it did
         self._observer: StepObserver | None = None
         self._done = False
 
@@ -295,18 +300,15 @@ class CheckpointingCallback(TrainerCallback):
             getattr(args, "activation_checkpointing_kwargs", None),
         )
         if requested.offload and torch.accelerator.current_accelerator() is None:
-            logger.warning("ckptlab: %s", OFFLOAD_WITHOUT_ACCELERATOR)
+            logger.warning("ckptlab: %s", say(Fact("trainer.warn_offload_without_accelerator")))
 
     def _check_model(self, model: Any) -> None:
         if not isinstance(model, torch.nn.Module):
-            self._step_aside(f"the Trainer's model is a {type(model).__name__}, not a torch module")
+            self._step_aside(Fact("trainer.aside_not_a_module", {"type": type(model).__name__}))
             return
         observer = StepObserver(model)
         if not observer.layers:
-            self._step_aside(
-                f"{type(model).__name__} has no checkpointable layers (no module inherits transformers' "
-                "GradientCheckpointingLayer), so checkpointing cannot act on it and there is no layer to observe"
-            )
+            self._step_aside(Fact("trainer.aside_no_layers", {"type": type(model).__name__}))
 
     def _begin(self, model: Any, optimizer: Any) -> None:
         self._check_model(model)
@@ -330,12 +332,11 @@ class CheckpointingCallback(TrainerCallback):
 
     def _forward_raised(self, error: BaseException) -> None:
         self._step_aside(
-            f"the observed step's forward raised {type(error).__name__} ({error}); the lab's meter and probe are "
-            "off the model again (the error is the training's own)"
+            Fact("trainer.aside_forward_raised", {"error_type": type(error).__name__, "error": str(error)})
         )
 
     def _publish(self, report: CheckpointingReport, args: Any, state: Any) -> None:
-        level = self.log_level if report.matches and not report.warnings else logging.WARNING
+        level = self.log_level if report.matches and not report.warning_facts else logging.WARNING
         logger.log(level, "%s", report.text())  # the warnings are in it, one line each
         state.log_history.append({**report.log_values(), "step": state.global_step})
         if self.report_file and getattr(state, "is_world_process_zero", True) and getattr(args, "output_dir", None):
@@ -351,13 +352,18 @@ class CheckpointingCallback(TrainerCallback):
             action(*args)
         except Exception as error:  # the user's training matters more than the report
             self._detach()
-            self._step_aside(f"it could not observe this step ({type(error).__name__}: {error})")
+            self._step_aside(Fact("trainer.aside_failed", {"error_type": type(error).__name__, "error": str(error)}))
 
-    def _step_aside(self, reason: str) -> None:
+    @property
+    def message(self) -> str | None:
+        """Why the callback stepped aside, in English (the logger's words), or None."""
+        return None if self.stepped_aside is None else worded(Fact("trainer.aside", {"reason": self.stepped_aside}))
+
+    def _step_aside(self, reason: Fact) -> None:
         if self._done:
             return
         self._done = True
-        self.message = f"ckptlab.CheckpointingCallback steps aside: {reason}. Training goes on unobserved."
+        self.stepped_aside = reason
         logger.warning("%s", self.message)
 
     def _detach(self) -> None:
@@ -399,10 +405,7 @@ def build_report(
         requested = RequestedSetting(True, requested.every_n_layers, requested.offload, passed, reentrant, source)
     warnings = setting_warnings(requested, num_layers, model_device(model))
     if not requested.activation_checkpointing and any(layer.enabled == "CP" for layer in layers):
-        warnings.append(
-            "activation_checkpointing is off in TrainingArguments, yet the model's layers are checkpointed: "
-            "checkpointing was enabled on the model before the Trainer got it."
-        )
+        warnings.append(Fact("trainer.warn_enabled_outside"))
     facts = []
     if observer.optimizer_state_created:
         facts.append(Fact("trainer.optimizer_state_created", {"mib": mib(memory.optimizer_state_bytes)}))
@@ -418,6 +421,6 @@ def build_report(
         memory=memory,
         micro_batches=observer.micro_batches,
         training_args=training_args or {},
-        warnings=warnings,
+        warning_facts=warnings,
         facts=facts,
     )

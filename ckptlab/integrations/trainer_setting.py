@@ -5,7 +5,7 @@ Trainer (transformers 5.24, ``Trainer.train``) pops ``every_n_layers`` (default 
 ``torch.utils.checkpoint.checkpoint``; an empty rest becomes None, and transformers turns None
 into ``use_reentrant=False``. Any other key without ``use_reentrant`` leaves that choice to
 torch, whose default is the reentrant variant. :func:`requested_setting` restates that;
-:func:`setting_warnings` says, one sentence each, what in a setting does not do what it looks like.
+:func:`setting_warnings` says, one fact each, what in a setting does not do what it looks like.
 """
 
 from __future__ import annotations
@@ -17,18 +17,12 @@ from typing import Any
 
 import torch
 
-from ..model.plan import describe_plan
+from ..fact import Fact
+from ..model.plan import only_first_layer_notes
 from ..show.report import setting_name
 
 # What torch.utils.checkpoint.checkpoint does without use_reentrant (torch 2.4 to 2.13: warn, then reentrant).
 TORCH_DEFAULT_USE_REENTRANT = True
-
-
-OFFLOAD_WITHOUT_ACCELERATOR = (
-    "offload=True on a machine without an accelerator: transformers wraps the checkpoint in "
-    "torch.autograd.graph.save_on_cpu(pin_memory=True), and torch raises 'pin_memory=True requires a CUDA or "
-    "other accelerator backend' at the first forward. Drop offload here: the activations already live in host memory."
-)
 
 
 @dataclass(frozen=True)
@@ -85,28 +79,15 @@ def model_checkpoint_kwargs(model: torch.nn.Module) -> dict[str, Any] | None:
     return None
 
 
-def setting_warnings(requested: RequestedSetting, num_layers: int, device: torch.device) -> list[str]:
-    """Settings that do not do what they look like they do, one sentence each."""
+def setting_warnings(requested: RequestedSetting, num_layers: int, device: torch.device) -> list[Fact]:
+    """Settings that do not do what they look like they do, one fact each (``said.trainer.warn_*``)."""
+    checkpointing = requested.activation_checkpointing
     found = []
-    if requested.activation_checkpointing and requested.use_reentrant:
-        found.append(
-            f"use_reentrant=True ({requested.use_reentrant_from}), not the use_reentrant=False transformers uses "
-            "when activation_checkpointing_kwargs has nothing but every_n_layers and offload. The reentrant "
-            "checkpoint ignores torch.autograd.grad inputs and keyword arguments it was not given, and torch "
-            'warns about it. Add "use_reentrant": False to activation_checkpointing_kwargs to keep the '
-            "non-reentrant checkpoint."
-        )
+    if checkpointing and requested.use_reentrant:
+        found.append(Fact("trainer.warn_reentrant", {"use_reentrant_from": requested.use_reentrant_from}))
     if requested.offload and device.type == "cpu":
-        found.append(
-            "offload=True does nothing here: the model is on the CPU, so the activations transformers would "
-            "move to host memory (save_on_cpu) already live there. Offload frees memory only on an accelerator."
-        )
-    if requested.activation_checkpointing and num_layers == 0:
-        found.append(
-            "activation_checkpointing=True, but the model has no checkpointable layers (no module inherits "
-            "transformers' GradientCheckpointingLayer): no layer is checkpointed and no memory is saved."
-        )
-    n = requested.every_n_layers
-    if requested.activation_checkpointing and isinstance(n, int) and n >= num_layers > 1:
-        found.append(describe_plan(num_layers, n) + ".")
-    return found
+        found.append(Fact("trainer.warn_offload_on_cpu"))
+    if checkpointing and num_layers == 0:
+        found.append(Fact("trainer.warn_no_layers"))
+    n = requested.every_n_layers if isinstance(requested.every_n_layers, int) else None  # kwargs may hold anything
+    return found + (only_first_layer_notes(num_layers, n) if checkpointing else [])

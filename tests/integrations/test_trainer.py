@@ -89,7 +89,7 @@ def test_the_report_of_a_three_step_trainer_equals_measure_of_the_same_setting(t
     assert report.observed == [layer.observed for layer in measured.layers] == ["CP", "keep"] * 3
     assert [layer.recompute_calls for layer in report.layers] == [layer.recompute_calls for layer in measured.layers]
     assert report.matches and report.requested.every_n_layers == 2 and report.requested.use_reentrant is False
-    assert report.warnings == []
+    assert report.warning_facts == []
     memory = report.memory
     assert memory.baseline_bytes > 0 and memory.after_forward_bytes > 0 and memory.peak_above_baseline_bytes > 0
     assert memory.peak_where.description and memory.breakdown_at_peak
@@ -140,9 +140,9 @@ def test_kwargs_without_use_reentrant_are_warned_about(tmp_path, caplog):
     assert report.requested.use_reentrant is True and "torch's default" in report.requested.use_reentrant_from
     assert report.model_checkpoint_kwargs == {"preserve_rng_state": True}
     assert report.observed == ["CP", "keep", "keep", "keep", "keep", "keep"] and report.matches
-    warned = " ".join(report.warnings)
-    assert "use_reentrant=True" in warned and '"use_reentrant": False' in warned
-    assert "only the first layer is checkpointed" in warned
+    assert [fact.key for fact in report.warning_facts] == ["trainer.warn_reentrant", "note.only_first_layer"]
+    assert report.warning_facts[1].params == {"n": 8, "layers": 6}
+    assert report.to_dict()["warnings"] == report.warnings == [say(fact) for fact in report.warning_facts]
     assert caplog.text.count("use_reentrant=True (torch's default") == 2  # in the setting asked for and in its warning
 
 
@@ -152,8 +152,10 @@ def test_offload_without_an_accelerator_is_warned_before_the_step_that_raises_an
     snapshot, callback = _HookSnapshot(), ckptlab.CheckpointingCallback()
     with caplog.at_level(logging.WARNING, logger="ckptlab.trainer"), pytest.raises(RuntimeError, match="pin_memory"):
         _train(tmp_path, model, {"offload": True}, steps=1, callbacks=[snapshot, callback])
-    assert caplog.text.index("offload=True on a machine without an accelerator") < caplog.text.index("steps aside")
-    assert "forward raised RuntimeError" in callback.message
+    warned = say(Fact("trainer.warn_offload_without_accelerator"))
+    assert caplog.text.index(warned) < caplog.text.index(callback.message)  # warned before the step that raises
+    assert callback.stepped_aside.key == "trainer.aside_forward_raised"
+    assert callback.stepped_aside.params["error_type"] == "RuntimeError"
     left = _hooks(model)
     assert left["dispatch_modes"] == 0 and left["global_forward"] == 0
     assert left.pop("model._forward_hooks") == snapshot.before.pop("model._forward_hooks", 0) + 1  # the inert one
@@ -178,8 +180,8 @@ def test_a_model_without_checkpointable_layers_is_said_once_and_training_goes_on
     with caplog.at_level(logging.WARNING, logger="ckptlab.trainer"):
         trainer = _train(tmp_path, model, None, steps=2, activation_checkpointing=False, callbacks=[callback])
     assert trainer.state.global_step == 2
-    assert callback.report is None and "no checkpointable layers" in callback.message
-    assert caplog.text.count("steps aside") == 1
+    assert callback.report is None and callback.stepped_aside == Fact("trainer.aside_no_layers", {"type": "Bag"})
+    assert caplog.text.count(callback.message) == 1
     assert not (tmp_path / REPORT_FILE).exists()
 
 
@@ -193,7 +195,9 @@ def test_a_failure_of_the_lab_never_stops_training_and_leaves_no_hook(tmp_path, 
     with caplog.at_level(logging.WARNING, logger="ckptlab.trainer"):
         trainer = _train(tmp_path, model, {}, steps=2, callbacks=[snapshot, callback])
     assert trainer.state.global_step == 2
-    assert "RuntimeError: meter broke" in callback.message and caplog.text.count("steps aside") == 1
+    assert callback.stepped_aside.key == "trainer.aside_failed"
+    assert callback.stepped_aside.params == {"error_type": "RuntimeError", "error": "meter broke"}
+    assert caplog.text.count(callback.message) == 1
     assert _hooks(model) == snapshot.before
 
 
@@ -202,7 +206,7 @@ def test_a_model_it_cannot_read_is_stepped_aside_without_raising():
     state = SimpleNamespace(global_step=0, log_history=[])
     callback.on_step_begin(None, state, None, model="not a model")
     callback.on_step_end(None, state, None, model="not a model")
-    assert callback.report is None and "not a torch module" in callback.message
+    assert callback.report is None and callback.stepped_aside == Fact("trainer.aside_not_a_module", {"type": "str"})
     with pytest.raises(ValueError, match="observe_step=0"):
         ckptlab.CheckpointingCallback(observe_step=0)
 
