@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 from typing import NoReturn
 
 from ..fact import Fact
@@ -194,24 +195,10 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
-# The flags of add_run_arguments that set the RunSpec field of their name (--no-checkpointing sets every_n_layers).
-_SPEC_FIELDS = (
-    "model",
-    "seq_len",
-    "batch_size",
-    "dtype",
-    "device",
-    "every_n_layers",
-    "offload",
-    "seed",
-    "optimizer",
-    "optim_args",
-    "gradient_accumulation_steps",
-    "max_grad_norm",
-    "mixed_precision",
-    "lora_rank",
-    "lora_targets",
-    "selective",
+# The flags of add_run_arguments, each setting the RunSpec field of its name (--no-checkpointing sets every_n_layers):
+# every field but the commands' own (run's and sweep's --repeats and --warmup, the ranks of run and simulate).
+_SPEC_FIELDS = tuple(
+    field.name for field in fields(RunSpec) if field.name not in {"repeats", "warmup", "world_size", "fsdp"}
 )
 
 

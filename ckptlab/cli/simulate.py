@@ -113,21 +113,20 @@ def _simulate_command(args: argparse.Namespace) -> int:
 
 def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
     """The memory to judge the peak against (--gpu, --budget or --budget-gib), and its label."""
-    budget = None
     if args.gpu:
-        budget = budget_bytes(args.gpu)
-    elif args.budget_gib is not None:
+        return budget_bytes(args.gpu)
+    if args.budget_gib is not None:
         if not (math.isfinite(args.budget_gib) and 0 < args.budget_gib <= MAX_BUDGET_GIB):
             raise SpecError(
                 f"--budget-gib {args.budget_gib} is not valid: give a finite number of GiB above 0 and at most "
                 f"{MAX_BUDGET_GIB:,}, e.g. 80."
             )
-        budget = (int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB")
-    elif args.budget is not None:
+        return int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB"
+    if args.budget is not None:
         size = parse_size(args.budget, "--budget")
         check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, "above any machine's memory")
-        budget = (size, f"a budget of {args.budget.strip()}")
-    return budget
+        return size, f"a budget of {args.budget.strip()}"
+    return None
 
 
 def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str] | None) -> int:
