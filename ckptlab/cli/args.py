@@ -17,7 +17,7 @@ from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say
 from ..show.wording import CliFlags, Flag
-from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+from ..spec import DEVICES, DTYPES, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
@@ -265,17 +265,6 @@ def add_fsdp_argument(parser: argparse.ArgumentParser) -> None:
         "--fsdp",
         action="store_true",
         help="shard with FSDP2 (fully_shard on every decoder layer, then the root) across the ranks",
-    )
-
-
-def add_world_size_argument(parser: argparse.ArgumentParser) -> None:
-    """``--world-size N``: the ranks a simulation stands for (``simulate``)."""
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        default=1,
-        metavar="N",
-        help=f"ranks to simulate with a fake process group, 1 to {MAX_WORLD_SIZE} (with --fsdp); figures are rank 0's",
     )
 
 
