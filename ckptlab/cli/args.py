@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 from typing import NoReturn
 
 from ..fact import Fact
@@ -16,7 +17,7 @@ from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say
 from ..show.wording import CliFlags, Flag
-from ..spec import DEVICES, DTYPES, MAX_WORLD_SIZE, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+from ..spec import DEVICES, DTYPES, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
@@ -194,24 +195,10 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
-# The flags of add_run_arguments that set the RunSpec field of their name (--no-checkpointing sets every_n_layers).
-_SPEC_FIELDS = (
-    "model",
-    "seq_len",
-    "batch_size",
-    "dtype",
-    "device",
-    "every_n_layers",
-    "offload",
-    "seed",
-    "optimizer",
-    "optim_args",
-    "gradient_accumulation_steps",
-    "max_grad_norm",
-    "mixed_precision",
-    "lora_rank",
-    "lora_targets",
-    "selective",
+# The flags of add_run_arguments, each setting the RunSpec field of its name (--no-checkpointing sets every_n_layers):
+# every field but the commands' own (run's and sweep's --repeats and --warmup, the ranks of run and simulate).
+_SPEC_FIELDS = tuple(
+    field.name for field in fields(RunSpec) if field.name not in {"repeats", "warmup", "world_size", "fsdp"}
 )
 
 
@@ -278,17 +265,6 @@ def add_fsdp_argument(parser: argparse.ArgumentParser) -> None:
         "--fsdp",
         action="store_true",
         help="shard with FSDP2 (fully_shard on every decoder layer, then the root) across the ranks",
-    )
-
-
-def add_world_size_argument(parser: argparse.ArgumentParser) -> None:
-    """``--world-size N``: the ranks a simulation stands for (``simulate``)."""
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        default=1,
-        metavar="N",
-        help=f"ranks to simulate with a fake process group, 1 to {MAX_WORLD_SIZE} (with --fsdp); figures are rank 0's",
     )
 
 

@@ -37,9 +37,8 @@ from .args import (
     training_args_lines,
 )
 
-RANK_ERRORS_ENV = (
-    "CKPTLAB_RANK_ERRORS"  # a folder where a failing rank writes what went wrong, for the launcher's caller
-)
+# A folder where a failing rank writes what went wrong, for the launcher's caller.
+RANK_ERRORS_ENV = "CKPTLAB_RANK_ERRORS"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding ckptlab/: the ranks import it from there
 
 
@@ -133,13 +132,8 @@ def check_room_for_ranks(ranks: int, device: str, oversubscribe: bool) -> None:
         return
     import torch
 
-    if device == "cuda":
-        have, what = torch.cuda.device_count(), "GPUs"
-    else:
-        have, what = (
-            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-            "CPU cores",
-        )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    have, what = (torch.cuda.device_count(), "GPUs") if device == "cuda" else (cores, "CPU cores")
     if ranks > have:
         raise SpecError(
             f"--nproc-per-node {ranks} is more ranks than this machine has {what} ({have}): they would share them and "

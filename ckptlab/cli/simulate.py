@@ -15,12 +15,12 @@ from ..errors import SpecError, check_at_most
 from ..explore.budget import GPUS, budget_bytes
 from ..show.i18n import say
 from ..show.report import run_report
+from ..spec import MAX_WORLD_SIZE
 from ..units import GIB, mib, parse_size
 from .args import (
     EVERY_SETTING,
     add_fsdp_argument,
     add_run_arguments,
-    add_world_size_argument,
     check_before_the_core,
     spec_from_args,
     training_args_lines,
@@ -39,7 +39,13 @@ def add_simulate_command(commands) -> None:
         "simulate", help="simulate one step of a real model size on fake tensors: memory a GPU would need"
     )
     add_run_arguments(parser, every_setting=True)
-    add_world_size_argument(parser)
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"ranks to simulate with a fake process group, 1 to {MAX_WORLD_SIZE} (with --fsdp); figures are rank 0's",
+    )
     add_fsdp_argument(parser)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--gpu", help=f"say whether it fits this GPU: {', '.join(GPUS)} (e.g. --gpu H100-80)")
@@ -113,21 +119,20 @@ def _simulate_command(args: argparse.Namespace) -> int:
 
 def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
     """The memory to judge the peak against (--gpu, --budget or --budget-gib), and its label."""
-    budget = None
     if args.gpu:
-        budget = budget_bytes(args.gpu)
-    elif args.budget_gib is not None:
+        return budget_bytes(args.gpu)
+    if args.budget_gib is not None:
         if not (math.isfinite(args.budget_gib) and 0 < args.budget_gib <= MAX_BUDGET_GIB):
             raise SpecError(
                 f"--budget-gib {args.budget_gib} is not valid: give a finite number of GiB above 0 and at most "
                 f"{MAX_BUDGET_GIB:,}, e.g. 80."
             )
-        budget = (int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB")
-    elif args.budget is not None:
+        return int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB"
+    if args.budget is not None:
         size = parse_size(args.budget, "--budget")
         check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, "above any machine's memory")
-        budget = (size, f"a budget of {args.budget.strip()}")
-    return budget
+        return size, f"a budget of {args.budget.strip()}"
+    return None
 
 
 def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str] | None) -> int:

@@ -235,14 +235,12 @@ def sweep_report(
     lines += [f"note: {say(note)}" for note in result.notes]
     if result.cancelled:
         lines.append(f"note: stopped after {len(result.rows)} rows; the rows measured are below.")
-    lines.append("")
-    lines.append(
+    lines += [
+        "",
         "Measured: memory in MiB (resident and peak above the baseline; total = peak with the baseline, which holds "
-        "the parameters and the optimizer's state, shown as optim), time in ms (medians; x off: ratio of medians):"
-    )
-    lines.append(
-        f"{'seq':>6}  {'setting':<14}{'CP':>3}  {'resident':>9} {'x off':>6}  {'peak':>7} {'x off':>6} {'total':>7} {'optim':>7}  {'fwd':>6} {'bwd':>6} {'step':>6} {'x off':>6} {'spread':>6} {'time':>10}  peak reached in"
-    )
+        "the parameters and the optimizer's state, shown as optim), time in ms (medians; x off: ratio of medians):",
+        f"{'seq':>6}  {'setting':<14}{'CP':>3}  {'resident':>9} {'x off':>6}  {'peak':>7} {'x off':>6} {'total':>7} {'optim':>7}  {'fwd':>6} {'bwd':>6} {'step':>6} {'x off':>6} {'spread':>6} {'time':>10}  peak reached in",
+    ]
     for row in result.rows:
         if row.status != "ok":
             lines.append(f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  does not fit: {row.message}")
@@ -255,29 +253,25 @@ def sweep_report(
         )
     lines.append(VERDICT_LEGEND)
     if checks:
-        lines.append("")
-        lines.append(
-            "Predicted resident after the forward, MiB (predicted, not measured; error against the measurement):"
-        )
-        lines.append(
+        lines += [
+            "",
+            "Predicted resident after the forward, MiB (predicted, not measured; error against the measurement):",
             f"{'seq':>6}  {'setting':<14}{'measured':>9}  {'formula':>9} {'error':>7}  {'calibrated':>10} {'error':>7}  {'rerun share':>11}"
-            f"  {'peak':>7} {'formula':>8} {'error':>7} in"
-        )
+            f"  {'peak':>7} {'formula':>8} {'error':>7} in",
+        ]
         for check in checks:
             lines.append(
                 f"{check.seq_len:>6}  {check.setting:<14}{_mib(check.measured_after_forward_bytes):>9}  {mib(check.formula_after_forward_bytes):>9}"
-                f" {_pct(check.formula_error):>7}  {_mib(check.calibrated_after_forward_bytes):>10} {_pct(check.calibrated_error):>7}"
+                f" {percent(check.formula_error):>7}  {_mib(check.calibrated_after_forward_bytes):>10} {percent(check.calibrated_error):>7}"
                 f"  {check.recompute_fraction + 0.0:>10.0%}  {_mib(check.measured_peak_bytes):>7} {_mib(check.formula_peak_bytes):>8}"
-                f" {_pct(check.formula_peak_error):>7} {check.formula_peak_phase or ''}"
+                f" {percent(check.formula_peak_error):>7} {check.formula_peak_phase or ''}"
             )
-        lines.append(
-            "formula: Korthikanti et al. 2022 adapted (ckptlab.predict); calibrated: per-layer bytes of the measured off run."
-        )
-        lines.append(RERUN_SHARE_NOTE)
-        lines.append(
+        lines += [
+            "formula: Korthikanti et al. 2022 adapted (ckptlab.predict); calibrated: per-layer bytes of the measured off run.",
+            RERUN_SHARE_NOTE,
             "peak: the formula's peak of the whole step, total; in the optimizer step it is exact arithmetic "
-            "(parameters, gradients, optimizer state, the update's copy), in the backward an estimate (measured -9% to +20% on the tiny presets)."
-        )
+            "(parameters, gradients, optimizer state, the update's copy), in the backward an estimate (measured -9% to +20% on the tiny presets).",
+        ]
         if spec.lora_rank is not None:
             lines.append(f"note: {say(LORA_ACTIVATIONS_NOTE)}")
     if recommendation is not None:
@@ -293,10 +287,6 @@ def sweep_report(
 
 def _x(ratio: float | None) -> str:
     return "" if ratio is None else f"x{ratio:.2f}"
-
-
-def _pct(error: float | None) -> str:
-    return percent(error)
 
 
 def _ms(seconds: float | None) -> str:

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import CkptlabError
 from ..fact import Fact
 from ..results import RunResult
 from ..spec import RunSpec
@@ -189,9 +188,7 @@ class SharedRuns:
                     workers=how.workers,
                     load=shared_model,  # in the server's threads (CKPTLAB_WORKERS=thread): one model kept
                 )
-            except CkptlabError as error:
-                self._settle(spec, failure=error)
-            except Exception as error:  # a bug: kept for the page to say briefly, and the line goes on
+            except Exception as error:  # the lab's error, or a bug (kept for the page to say briefly): the line goes on
                 self._settle(spec, failure=error)
             else:
                 self._settle(spec, lab=lab)

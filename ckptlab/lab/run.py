@@ -165,13 +165,12 @@ def check_gradients_queued(
     with queue.turn(on_wait=on_wait, timeout=timeout, label=f"gradient check {_label(spec)}"):
         if workers is None:
             return check_gradients(spec)
-        checked: GradientCheck = workers.run(
+        return workers.run(
             "ckptlab.lab.workerjobs:gradients_spec",
             spec,
             limit_s=limit_s,
             on_limit=lambda: time_limit_error(limit_s or 0),
         )
-        return checked
 
 
 def cpu_estimate(spec: RunSpec, info: ModelInfo) -> tuple[float, float]:
@@ -285,8 +284,7 @@ def run_queued(
     report = progress or (lambda message, fraction: None)
     refuse_beyond_machine(check_spec(spec))
     reference, full = reference_spec(spec), plain_spec(spec)
-    run, base = _cached(cache, spec), _cached(cache, reference)
-    plain = None if full is None else _cached(cache, full)
+    run, base, plain = (_cached(cache, one) for one in (spec, reference, full))
     wait_s = 0.0
     if run is None or (_wants_reference(spec, run) and (base is None or (full is not None and plain is None))):
         report(Fact("progress.waiting"), 0.0)
@@ -295,8 +293,7 @@ def run_queued(
             wait_s = time.monotonic() - queued_at
             stop = TurnStopper(should_stop, limit_s)
             # Look again: another session may have measured these while this one waited.
-            run, base = _cached(cache, spec), _cached(cache, reference)
-            plain = None if full is None else _cached(cache, full)
+            run, base, plain = (_cached(cache, one) for one in (spec, reference, full))
             count = (run is None) + (spec.checkpointing and ((base is None) + (full is not None and plain is None)))
             done = 0
             try:
@@ -376,8 +373,8 @@ def phase_significant(run: RunResult, reference: RunResult, phase: str) -> bool 
     return None if verdict.judgement is Judgement.TOO_FEW else verdict.measurable
 
 
-def _cached(cache: ResultCache, spec: RunSpec) -> Measured | None:
-    found = cache.get(spec)
+def _cached(cache: ResultCache, spec: RunSpec | None) -> Measured | None:
+    found = None if spec is None else cache.get(spec)
     return None if found is None else replace(found, reused=True)
 
 

@@ -12,11 +12,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from ..errors import CkptlabError, RunStoppedError
-from ..explore.gpu_search import GPU_COUNTS, GpuSearch, cheapest_that_fits
-from ..explore.scale import ScaleRequest, ScaleTable, scale_table
+from ..explore.gpu_search import GPU_COUNTS, GpuSearch
+from ..explore.scale import ScaleRequest, ScaleTable
 from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..results import RunResult
@@ -46,14 +47,17 @@ class _SimulationJob(BackgroundJob):
     simulation in flight, the ones done kept) and says why.
     """
 
+    _THREAD = ""  # the thread's name
+    _JOB = ""  # the :mod:`.workerjobs` function that simulates, here or in a worker process
+
     def __init__(
         self,
-        thread_name: str,
         request: ScaleRequest,
-        known: Mapping[RunSpec, RunResult] | None,
-        on_result: Callable[[RunResult], None] | None,
-        info: ModelInfo | None,
-        limit_s: float | None,
+        *,
+        known: Mapping[RunSpec, RunResult] | None = None,
+        on_result: Callable[[RunResult], None] | None = None,
+        info: ModelInfo | None = None,
+        limit_s: float | None = None,
         workers: WorkerPool | None = None,
         alive: Callable[[], bool] | None = None,
         memory_cap_bytes: int | None = None,
@@ -63,10 +67,9 @@ class _SimulationJob(BackgroundJob):
         self.request = request
         self._known = known
         self._on_result_outer = on_result
-        self._table: ScaleTable | None = None
-        self._search: GpuSearch | None = None
+        self._answer: ScaleTable | GpuSearch | None = None
         self.limit_s = limit_s
-        super().__init__(thread_name, alive=alive)
+        super().__init__(self._THREAD, alive=alive)
 
     def _over_limit(self) -> bool:
         return self.limit_s is not None and time.monotonic() - self._started >= self.limit_s
@@ -84,34 +87,52 @@ class _SimulationJob(BackgroundJob):
             seconds=seconds,
         )
 
-    def _say_if_timed_out(self) -> None:
+    def _args(self) -> tuple[Any, ...]:
+        """What :attr:`_JOB` is given after its context, before the known results and the model's description."""
+        return (self.request,)
+
+    def _partial(self) -> ScaleTable | GpuSearch | None:
+        """What a failed job leaves: nothing, unless a subclass keeps what was simulated."""
+        return None
+
+    def _run(self) -> None:
+        try:
+            answer = self._simulate()
+        except Exception as error:  # bad input or a bug: keep what was simulated, and say why it ended
+            self._fail(error)
+            answer = self._partial()
         if self._over_limit() and not self._stop.is_set() and not self._error:
             self._fail(self._time_limit_error())
+        with self._lock:
+            self._answer, self._finished = answer, True
 
-    def _work(self, here: Callable[[], Any], target: str, *args: Any) -> Any:
-        """The simulations: ``here()`` on this thread, or ``target`` in a worker process, killed at the time limit."""
+    def _simulate(self) -> Any:
+        """:attr:`_JOB` on this thread, or in a worker process, killed at the time limit."""
         if self._workers is None:
-            return here()
+            from . import workerjobs  # the worker's own job, with this job standing in for its context
+
+            here = SimpleNamespace(progress=self._progress, cancelled=self._should_stop, collect=self._collect)
+            return getattr(workerjobs, self._JOB)(here, *self._args(), self._known, self.info)
         known = {spec: result for spec, result in (self._known or {}).items() if spec.model == self.request.model}
         return self._workers.run(
-            target, *args, known, self.info,
+            f"ckptlab.lab.workerjobs:{self._JOB}", *self._args(), known, self.info,
             progress=self._progress, on_result=self._collect, should_stop=self._stopping,
             limit_s=self.limit_s, on_limit=self._time_limit_error, memory_cap_bytes=self._memory_cap_bytes,
         )  # fmt: skip
 
     def state(self) -> ScaleJobState:
         with self._lock:
-            failure = self._failure if isinstance(self._failure, CkptlabError) else None
+            answer = self._answer
             return ScaleJobState(
                 not self._finished,
                 self._message,
                 self._fraction,
                 list(self._results),
-                self._table,
+                answer if isinstance(answer, ScaleTable) else None,
                 self._error,
                 self._stop.is_set(),
-                self._search,
-                failure,
+                answer if isinstance(answer, GpuSearch) else None,
+                self._failure if isinstance(self._failure, CkptlabError) else None,
             )
 
     def _collect(self, result: RunResult) -> None:
@@ -138,42 +159,7 @@ class ScaleJob(_SimulationJob):
         SpecError, ModelLoadError: bad input.
     """
 
-    def __init__(
-        self,
-        request: ScaleRequest,
-        *,
-        known: Mapping[RunSpec, RunResult] | None = None,
-        on_result: Callable[[RunResult], None] | None = None,
-        info: ModelInfo | None = None,
-        limit_s: float | None = None,
-        workers: WorkerPool | None = None,
-        alive: Callable[[], bool] | None = None,
-        memory_cap_bytes: int | None = None,
-    ) -> None:
-        super().__init__("ckptlab-scale", request, known, on_result, info, limit_s, workers, alive, memory_cap_bytes)
-
-    def _run(self) -> None:
-        request = self.request
-        table: ScaleTable | None
-        try:
-            table = self._work(
-                lambda: scale_table(
-                    request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
-                    progress=self._progress, cancel=self._should_stop, known=self._known, on_result=self._collect,
-                    info=self.info, optimizer=request.optimizer, lora_rank=request.lora_rank,
-                    lora_targets=request.lora_targets, world_size=request.world_size,
-                    gradient_accumulation_steps=request.gradient_accumulation_steps,
-                    max_grad_norm=request.max_grad_norm, mixed_precision=request.mixed_precision,
-                ),
-                "ckptlab.lab.workerjobs:scale_request", request,
-            )  # fmt: skip
-        except Exception as error:  # bad input or a bug: keep what was simulated, and say why it ended
-            self._fail(error)
-            table = self._partial()
-        self._say_if_timed_out()
-        with self._lock:
-            self._table = table
-            self._finished = True
+    _THREAD, _JOB = "ckptlab-scale", "scale_request"
 
     def _partial(self) -> ScaleTable | None:
         results = self._results_so_far()
@@ -189,49 +175,25 @@ class SearchJob(_SimulationJob):
         request: the shape and the settings to search (its world_size is not used); checked in the constructor.
         budget_bytes: one GPU's memory.
         counts: the GPU counts to consider.
-        known, on_result, info, limit_s, workers, alive, memory_cap_bytes: as in :class:`ScaleJob`.
+        options: ``known``, ``on_result``, ``info``, ``limit_s``, ``workers``, ``alive``, ``memory_cap_bytes``, as
+            in :class:`ScaleJob`.
 
     Raises:
         SpecError, ModelLoadError: bad input.
     """
 
+    _THREAD, _JOB = "ckptlab-gpu-search", "search_request"
+
     def __init__(
-        self,
-        request: ScaleRequest,
-        budget_bytes: int,
-        *,
-        counts: tuple[int, ...] = GPU_COUNTS,
-        known: Mapping[RunSpec, RunResult] | None = None,
-        on_result: Callable[[RunResult], None] | None = None,
-        info: ModelInfo | None = None,
-        limit_s: float | None = None,
-        workers: WorkerPool | None = None,
-        alive: Callable[[], bool] | None = None,
-        memory_cap_bytes: int | None = None,
+        self, request: ScaleRequest, budget_bytes: int, *, counts: tuple[int, ...] = GPU_COUNTS, **options: Any
     ) -> None:
-        super().__init__(
-            "ckptlab-gpu-search", request, known, on_result, info, limit_s, workers, alive, memory_cap_bytes
-        )
+        super().__init__(request, **options)
         for count in counts:  # LoRA past one GPU, say, is refused here and not on the thread
             request.spec(request.settings[0], count).validate()
         self.budget_bytes, self.counts = budget_bytes, counts
 
-    def _run(self) -> None:
-        search = None
-        try:
-            search = self._work(
-                lambda: cheapest_that_fits(
-                    self.request, self.budget_bytes, counts=self.counts, known=self._known, on_result=self._collect,
-                    progress=self._progress, cancel=self._should_stop, info=self.info,
-                ),
-                "ckptlab.lab.workerjobs:search_request", self.request, self.budget_bytes, self.counts,
-            )  # fmt: skip
-        except Exception as error:  # bad input or a bug: say why it ended
-            self._fail(error)
-        self._say_if_timed_out()
-        with self._lock:
-            self._search = search
-            self._finished = True
+    def _args(self) -> tuple[Any, ...]:
+        return (self.request, self.budget_bytes, self.counts)
 
 
 _REMEMBER_LOCK = threading.Lock()  # jobs of several sessions may share one cache

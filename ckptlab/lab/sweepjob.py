@@ -114,7 +114,7 @@ class SweepJob(BackgroundJob):
 
     # -- the thread ------------------------------------------------------------------------
 
-    def _turn(self, label: str):
+    def _turn(self, label: str) -> AbstractContextManager[None]:
         def on_wait(ahead: int) -> None:
             if self._stopping():
                 raise _Stopped
@@ -162,9 +162,6 @@ class SweepJob(BackgroundJob):
                 on_result=self._collect,
             )
 
-        def turn(label: str) -> AbstractContextManager[object]:
-            return self._turn(label)
-
         def past_limit() -> RunStoppedError:
             assert self._limit_s is not None
             self._timed_out = TurnStopper(None, self._limit_s)
@@ -177,7 +174,7 @@ class SweepJob(BackgroundJob):
                 progress=self._progress,
                 on_result=self._collect,
                 should_stop=self._stopping,
-                turn=turn,
+                turn=self._turn,
                 turn_limit_s=self._limit_s,
                 on_limit=past_limit,
                 memory_cap_bytes=self._memory_cap_bytes,

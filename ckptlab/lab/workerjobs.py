@@ -66,7 +66,7 @@ def sweep_spec(context: JobContext, spec: SweepSpec) -> SweepResult:
 
 
 def scale_request(
-    context: JobContext, request: ScaleRequest, known: Mapping[RunSpec, RunResult], info: ModelInfo | None
+    context: JobContext, request: ScaleRequest, known: Mapping[RunSpec, RunResult] | None, info: ModelInfo | None
 ) -> ScaleTable:
     """:func:`ckptlab.explore.scale.scale_table` of ``request``, each simulation sent as it is made."""
     return scale_table(
@@ -83,7 +83,7 @@ def search_request(
     request: ScaleRequest,
     budget_bytes: int,
     counts: tuple[int, ...],
-    known: Mapping[RunSpec, RunResult],
+    known: Mapping[RunSpec, RunResult] | None,
     info: ModelInfo | None,
 ) -> GpuSearch:
     """:func:`ckptlab.explore.gpu_search.cheapest_that_fits`, each simulation sent as it is made."""

@@ -220,13 +220,9 @@ class _Worker:
         with _plain_main():
             self.process.start()
         child.close()
-        self.ready = False
 
     def alive(self) -> bool:
         return self.process.is_alive()
-
-    def resident_bytes(self) -> int:
-        return resident_bytes(self.process.pid)
 
     def kill(self) -> None:
         """End the process now: its memory goes back to the system; the job it ran ends unfinished."""
@@ -317,95 +313,31 @@ class WorkerPool:
             whatever the job raised (the lab's errors with their key and params), RunStoppedError past a
             limit or the memory cap, WorkerLostError when the worker ended by itself.
         """
-        while not self._slots.acquire(timeout=self.poll_s):
-            if should_stop is not None and should_stop():
-                raise RunStoppedError("The job was stopped; what it had done is kept.", key="job.stopped")
-        worker = self._take()
-        started = time.monotonic()
-        with self._lock:
-            self._running += 1
-        try:
-            return self._drive(
-                worker, target, args, kwargs, progress, on_result, should_stop, turn,
-                limit_s, turn_limit_s, on_limit, memory_cap_bytes,
-            )  # fmt: skip
-        finally:
-            with self._lock:
-                self._running -= 1
-                self._spans.append((started, time.monotonic()))
-                if worker.alive() and not worker.conn.closed:
-                    self._idle.append(worker)
-                else:
-                    self.killed += 1
-                    self._idle.append(_Worker(self.threads, self.warm))  # warm again by the next job
-            self._slots.release()
-
-    def ran_between(self, start: float, end: float) -> bool:
-        """A job of this pool ran during part of [start, end] (``time.monotonic()``): the cores were shared."""
-        with self._lock:
-            if self._running:
-                return True
-            return any(begun < end and ended > start for begun, ended in self._spans)
-
-    def close(self) -> None:
-        """Stop the idle workers (a test's clean-up; a server's pools live as long as it does)."""
-        with self._lock:
-            idle, self._idle = list(self._idle), deque()
-        for worker in idle:
-            worker.quit()
-
-    # -- inside ---------------------------------------------------------------------------
-
-    def _take(self) -> _Worker:
-        with self._lock:
-            while self._idle:
-                worker = self._idle.popleft()
-                if worker.alive():
-                    return worker
-        return _Worker(self.threads, self.warm)
-
-    def _drive(
-        self,
-        worker: _Worker,
-        target: str,
-        args: tuple,
-        kwargs: dict,
-        progress: Progress | None,
-        on_result: Callable[[RunResult], None] | None,
-        should_stop: ShouldStop | None,
-        turn: Turn | None,
-        limit_s: float | None,
-        turn_limit_s: float | None,
-        on_limit: OnLimit | None,
-        memory_cap_bytes: int | None,
-    ) -> Any:
-        worker.cancel.clear()
-        worker.conn.send(("job", target, args, kwargs, folder_files.confined_root()))
-        deadline = None if limit_s is None else time.monotonic() + limit_s
-        turn_deadline: float | None = None
-        stop_asked_at: float | None = None
-        answered = False  # the worker said the job ended ("done" or "error"): it is free for the next one
-        with ExitStack() as held:  # the device turn the worker holds now, if any: given back however this ends
+        with self._lease(should_stop) as worker, ExitStack() as held:  # held: the device turn the worker holds now
+            worker.cancel.clear()
+            worker.conn.send(("job", target, args, kwargs, folder_files.confined_root()))
+            deadline = None if limit_s is None else time.monotonic() + limit_s
+            turn_deadline: float | None = None
+            stop_asked_at: float | None = None
+            answered = False  # the worker said the job ended ("done" or "error"): it is free for the next one
             try:
                 while True:
                     if worker.conn.poll(self.poll_s):
                         try:
-                            message = worker.conn.recv()
+                            kind, *body = worker.conn.recv()
                         except (EOFError, OSError):
                             raise self._lost(worker) from None
-                        kind = message[0]
-                        if kind in ("done", "error"):
-                            answered = True
+                        answered = kind in ("done", "error")
                         if kind == "done":
-                            return message[1]
+                            return body[0]
                         if kind == "error":
-                            raise message[1]
+                            raise body[0]
                         if kind == "progress" and progress is not None:
-                            progress(message[1], message[2])
+                            progress(*body)
                         elif kind == "result" and on_result is not None:
-                            on_result(message[1])
+                            on_result(*body)
                         elif kind == "turn":
-                            turn_deadline = self._grant(worker, held, turn, message[1], turn_limit_s)
+                            turn_deadline = self._grant(worker, held, turn, body[0], turn_limit_s)
                         elif kind == "turn_end":
                             held.close()
                             turn_deadline = None
@@ -413,13 +345,11 @@ class WorkerPool:
                     if not worker.alive():
                         raise self._lost(worker)
                     now = time.monotonic()
-                    if (deadline is not None and now >= deadline) or (
-                        turn_deadline is not None and now >= turn_deadline
-                    ):
+                    if any(end is not None and now >= end for end in (deadline, turn_deadline)):
                         worker.kill()
                         raise on_limit() if on_limit is not None else _time_limit(limit_s or turn_limit_s)
                     if memory_cap_bytes is not None:
-                        resident = worker.resident_bytes()
+                        resident = resident_bytes(worker.process.pid)
                         if resident > memory_cap_bytes:
                             worker.kill()
                             raise _memory_cap(resident, memory_cap_bytes)
@@ -435,23 +365,67 @@ class WorkerPool:
                     worker.kill()  # a job left running would hold the worker (and its turn's memory) for nobody
                 raise
 
+    def ran_between(self, start: float, end: float) -> bool:
+        """A job of this pool ran during part of [start, end] (``time.monotonic()``): the cores were shared."""
+        with self._lock:
+            return bool(self._running) or any(begun < end and ended > start for begun, ended in self._spans)
+
+    def close(self) -> None:
+        """Stop the idle workers (a test's clean-up; a server's pools live as long as it does)."""
+        with self._lock:
+            idle, self._idle = list(self._idle), deque()
+        for worker in idle:
+            worker.quit()
+
+    # -- inside ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _lease(self, should_stop: ShouldStop | None) -> Iterator[_Worker]:
+        """A worker for one job, once a slot is free (a Stop meanwhile abandons the wait); back to the pool after it,
+        or replaced by a fresh one if it was killed."""
+        while not self._slots.acquire(timeout=self.poll_s):
+            if should_stop is not None and should_stop():
+                raise RunStoppedError("The job was stopped; what it had done is kept.", key="job.stopped")
+        worker = self._take()
+        started = time.monotonic()
+        with self._lock:
+            self._running += 1
+        try:
+            yield worker
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._spans.append((started, time.monotonic()))
+                if worker.alive() and not worker.conn.closed:
+                    self._idle.append(worker)
+                else:
+                    self.killed += 1
+                    self._idle.append(_Worker(self.threads, self.warm))  # warm again by the next job
+            self._slots.release()
+
+    def _take(self) -> _Worker:
+        with self._lock:
+            while self._idle:
+                worker = self._idle.popleft()
+                if worker.alive():
+                    return worker
+        return _Worker(self.threads, self.warm)
+
     def _grant(
         self, worker: _Worker, held: ExitStack, turn: Turn | None, label: str, turn_limit_s: float | None
     ) -> float | None:
-        """Take a device turn for the worker (in this thread, where the queue's callbacks run) and tell it."""
-        if turn is None:
-            worker.conn.send(("granted",))
-            return None
+        """Take a device turn for the worker (in this thread, where the queue's callbacks run) and tell it.
+
+        Anything else the turn raises (Streamlit stopping this session while it waited) ends the job: :meth:`run`
+        kills the worker on its way out."""
         try:
-            held.enter_context(turn(label))
+            if turn is not None:
+                held.enter_context(turn(label))
         except CkptlabError as error:  # the queue's own refusals (busy, superseded): the job decides
             worker.conn.send(("refused", _portable(error)))
             return None
-        except BaseException as error:  # e.g. Streamlit stopping this session while it waited: end the job
-            worker.kill()
-            raise error
         worker.conn.send(("granted",))
-        return None if turn_limit_s is None else time.monotonic() + turn_limit_s
+        return None if turn is None or turn_limit_s is None else time.monotonic() + turn_limit_s
 
     def _lost(self, worker: _Worker) -> WorkerLostError:
         worker.kill()

@@ -53,12 +53,12 @@ def test_a_bug_is_its_type_and_message_or_the_jobs_sentence_around_them():
 
 def test_a_simulation_job_fails_through_the_same_path(monkeypatch):
     from ckptlab.explore.scale import ScaleRequest, scale_settings
-    from ckptlab.lab import scalejob
+    from ckptlab.lab import workerjobs  # the job's work, on the job's thread without a worker pool
 
     def broken(*args, **kwargs):
         raise KeyError("no such thing")
 
-    monkeypatch.setattr(scalejob, "scale_table", broken)
+    monkeypatch.setattr(workerjobs, "scale_table", broken)
     request = ScaleRequest("tiny-llama", 64, 1, "float32", tuple(scale_settings(2)[:1]))
     job = ScaleJob(request).start()
     job.join()
