@@ -234,20 +234,14 @@ with st.sidebar:
     optimizer_box("at_scale_optimizer", lang)
     step_boxes("at_scale", lang)
     lora_box = st.container()  # filled once the model is read: its projections are the LoRA targets
-    st.radio(
-        t("at_scale.every", lang),
-        get_args(EveryN),
-        format_func=lambda option: t(f"at_scale.every_options.{option}", lang),
-        key="at_scale_every",
-        help=t("at_scale.every_help", lang),
-    )
-    st.radio(
-        t("at_scale.offload", lang),
-        get_args(OffloadFor),
-        format_func=lambda option: t(f"at_scale.offload_options.{option}", lang),
-        key="at_scale_offload",
-        help=t("at_scale.offload_help", lang),
-    )
+    for box, options in (("every", EveryN), ("offload", OffloadFor)):  # which settings to simulate
+        st.radio(
+            t(f"at_scale.{box}", lang),
+            get_args(options),
+            format_func=lambda option, box=box: t(f"at_scale.{box}_options.{option}", lang),
+            key=f"at_scale_{box}",
+            help=t(f"at_scale.{box}_help", lang),
+        )
     st.multiselect(
         t("selective.scale_label", lang),
         scalepage.OFFERED_POLICIES,
