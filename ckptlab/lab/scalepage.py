@@ -324,12 +324,10 @@ def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[d
             i18n.t("at_scale.col_resident", lang): round(memory.after_forward_bytes / GIB, 3),
             i18n.t("at_scale.col_host", lang): round(memory.host_offload_bytes / GIB, 3),
             i18n.t("at_scale.col_where", lang): event_label(memory.peak_where, lang) if memory.peak_where.kind else "",
-            i18n.t("at_scale.col_seconds", lang): round(table.seconds[setting.key], 1)
-            if setting.key in table.seconds
-            else None,
         }
-        if not table.seconds:  # every result reused: no times to show
-            del row[i18n.t("at_scale.col_seconds", lang)]
+        if table.seconds:  # every result reused: no times to show
+            seconds = table.seconds.get(setting.key)
+            row[i18n.t("at_scale.col_seconds", lang)] = None if seconds is None else round(seconds, 1)
         out.append(row)
     return out
 
