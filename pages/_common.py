@@ -158,6 +158,54 @@ def lora_boxes(prefix: str, choices: Sequence[str], lang: str) -> None:
     )
 
 
+def job_buttons(
+    prefix: str,
+    starts: Sequence[tuple[str, str, Callable[[], Any], str | None]],
+    stop_label: str,
+    lang: str,
+    blocked: bool = False,
+) -> bool:
+    """The buttons that start the background job in ``<prefix>_job``, then Stop, in a row left of an empty column;
+    returns whether the job runs.
+
+    ``starts``: (label, widget key, a function that makes the job, help) each, the first the primary one; none
+    while the job runs or while ``blocked``. A job that cannot be made keeps its message in ``<prefix>_error``
+    (emptied by the next start that works).
+    """
+    state = st.session_state
+
+    def start(make: Callable[[], Any]) -> None:
+        try:
+            job = make()
+        except ckptlab.CkptlabError as error:
+            state[f"{prefix}_error"] = app_message(error, lang)
+            return
+        state[f"{prefix}_error"] = ""
+        state[f"{prefix}_job"] = job.start()
+
+    def stop() -> None:
+        job = state.get(f"{prefix}_job")
+        if job is not None:
+            job.stop()
+
+    job = state.get(f"{prefix}_job")
+    running = job is not None and job.state().running
+    *columns, stop_column, _ = st.columns([2 / len(starts)] * len(starts) + [1, 3])  # the starts share two parts
+    for index, (column, (label, key, make, help)) in enumerate(zip(columns, starts)):
+        column.button(
+            label,
+            type="primary" if index == 0 else "secondary",
+            key=key,
+            on_click=start,
+            args=(make,),
+            disabled=running or blocked,
+            help=help,
+            width="stretch",
+        )
+    stop_column.button(stop_label, key=f"{prefix}_stop", on_click=stop, disabled=not running, width="stretch")
+    return running
+
+
 POLL_S = 0.5  # how often the progress bar looks at a running job
 
 

@@ -9,17 +9,69 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ckptlab.lab import classroom
+from ckptlab.lab import classroom, exercises, learnpage
 from ckptlab.lab.classroom import Round
-from ckptlab.lab.exercises import Exercise, explain, time_judgement
+from ckptlab.lab.exercises import EXERCISES, Exercise, explain, time_judgement
 from ckptlab.model.plan import planned_roles
+from ckptlab.results import RunResult
 from ckptlab.show.figures.diagram import roles_diagram_figure
 from ckptlab.show.figures.room import room_figure
 from ckptlab.show.i18n import t
+from ckptlab.show.wording import run_message
 from pages._common import preset_infos
+from pages._learn_runs import measured
 from pages._server import server_policy, session_owner
 
 ROOM_REFRESH_S = 3.0  # how often a page asks the room what changed: a few seconds, so measured runs are not disturbed
+IDS = [exercise.id for exercise in EXERCISES]
+# A number to predict: its label, first value, bounds and step, by the exercise's kind.
+NUMBER_BOXES = {
+    "percent": ("exercises.prediction_percent", 100, 400, 5),
+    "kept": ("selective.prediction_kib", 0, 10_000_000, 16),
+}
+
+
+def exercise_label(exercise_id: str, lang: str) -> str:
+    """An exercise in a picker: its number, its level in stars and its name."""
+    level = exercises.by_id(exercise_id).level
+    return f"{IDS.index(exercise_id) + 1}. {'★' * level} {t('exercise.' + exercise_id + '.name', lang)}"
+
+
+def measured_runs(exercise: Exercise, lang: str, wait: bool = False) -> dict[int | None, RunResult]:
+    """The exercise's runs, measured through the Learn pages' shared runs (``wait``: with progress, until they are);
+    the page stops while they are not there or when one failed, its message shown."""
+    results = measured(exercise.specs(), lang, wait=wait)
+    if results is None:
+        st.stop()  # the progress or the message is shown
+    runs = learnpage.exercise_runs(exercise, results)
+    failed = [run for run in runs.values() if run.status != "ok"]
+    if failed:
+        st.error(run_message(failed[0], lang))
+        st.stop()
+    return runs
+
+
+def prediction_box(exercise: Exercise, key: str, lang: str, disabled: bool) -> float:
+    """The box a prediction goes in, kept in ``key``: a number (a percent, the KiB kept) or one of the exercise's
+    every_n_layers."""
+    if exercise.kind in NUMBER_BOXES:
+        label, first, most, step = NUMBER_BOXES[exercise.kind]
+        st.session_state.setdefault(key, first)
+        return st.number_input(t(label, lang), min_value=0, max_value=most, step=step, key=key, disabled=disabled)
+    return st.radio(
+        t("exercises.prediction_choice", lang),
+        exercise.choices,
+        key=key,
+        horizontal=True,
+        format_func=lambda n: f"every_n_layers={n}",
+        disabled=disabled,
+    )
+
+
+def provenance_caption(off: RunResult, lang: str) -> None:
+    """Where the exercise's numbers were measured (its checkpointing-off run's device)."""
+    source = t(f"provenance.{off.provenance.kind}", lang, device=off.provenance.device_name)
+    st.caption(t("exercises.provenance", lang, source=source))
 
 
 def question(exercise: Exercise, lang: str, key: str) -> None:
@@ -70,14 +122,7 @@ def result(closed: Round, lang: str, key: str) -> None:
         judgement = time_judgement(exercise, closed.runs)
         if judgement is not None:
             st.caption(t("classroom.noise", lang, verdict=t(f"noise.verdict_{judgement.value}", lang)))
-        off = closed.runs[None]
-        st.caption(
-            t(
-                "exercises.provenance",
-                lang,
-                source=t(f"provenance.{off.provenance.kind}", lang, device=off.provenance.device_name),
-            )
-        )
+        provenance_caption(closed.runs[None], lang)
 
 
 def follow_the_room(lang: str) -> None:
@@ -110,25 +155,7 @@ def follow_the_room(lang: str) -> None:
             mine = state.classroom_mine.get(now.number)
             if now.is_open:
                 pred_key = f"classroom_pred_{now.number}"
-                if now.exercise.kind == "percent":
-                    state.setdefault(pred_key, 100)
-                    st.number_input(
-                        t("exercises.prediction_percent", lang),
-                        min_value=0,
-                        max_value=400,
-                        step=5,
-                        key=pred_key,
-                        disabled=mine is not None,
-                    )
-                else:
-                    st.radio(
-                        t("exercises.prediction_choice", lang),
-                        now.exercise.choices,
-                        key=pred_key,
-                        horizontal=True,
-                        format_func=lambda n: f"every_n_layers={n}",
-                        disabled=mine is not None,
-                    )
+                prediction_box(now.exercise, pred_key, lang, disabled=mine is not None)
                 st.button(
                     t("classroom.submit", lang),
                     key="classroom_submit",

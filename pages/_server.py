@@ -16,7 +16,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
-from ckptlab.lab.workers import WorkerPool, device_workers, simulation_workers, started_pool, sweep_workers
+from ckptlab.lab.workers import WorkerPool, device_workers, simulation_workers, sweep_workers
 from ckptlab.model import folder_files
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
@@ -96,11 +96,6 @@ def job_workers(policy: ServerPolicy, kind: str) -> WorkerPool | None:
     """The server's worker pool for ``kind`` of job ("device": measured runs, "sweep", "simulation"), started on
     first use; None when the policy runs jobs in the server's threads (CKPTLAB_WORKERS=thread)."""
     return POOLS[kind]() if policy.workers else None
-
-
-def sharing_workers() -> WorkerPool | None:
-    """The simulation pool if this server started one: a measured CPU run timed beside its jobs says so."""
-    return started_pool("simulation")
 
 
 def offered_folder(policy: ServerPolicy, path: str, lang: str) -> tuple[str, str]:

@@ -18,11 +18,11 @@ from typing import get_args
 
 import streamlit as st
 
-import ckptlab
 from ckptlab.explore.budget import GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
+from ckptlab.lab.labpage import folder_info
 from ckptlab.lab.query import BATCH_MAX, gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, LOCAL, SEQ_LIMIT
@@ -35,10 +35,10 @@ from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
 from ckptlab.show.i18n import say, t
 from ckptlab.show.labels import experts_caption, training_label
 from ckptlab.show.peak_words import logits_sentence
-from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
 from pages._common import (
     failure,
+    job_buttons,
     language,
     lora_boxes,
     lora_choices,
@@ -117,64 +117,28 @@ def draw_buttons(
     ``policy``: the server's; a job past its seconds per run is ended (in a worker process, at once; in
     this process, between two simulations), and so is a job whose session is gone.
     """
-    state = st.session_state
 
-    def start(search: bool = False) -> None:
-        """Simulate every setting (``search``: look for the fewest GPUs that fit) on a thread; :func:`poll` polls."""
+    def job(search: bool) -> ScaleJob | SearchJob:
+        """Every setting simulated (``search``: the fewest GPUs that fit looked for) on a thread; :func:`poll` polls."""
         cache = simulation_cache()
-        limit_s, workers = policy.run_limit_s, job_workers(policy, "simulation")
-        ending = {"workers": workers, "alive": session_alive(), "memory_cap_bytes": policy.memory_cap_bytes}
-        try:
-            if search:
-                job = SearchJob(
-                    replace(request, world_size=1),
-                    budget,
-                    known=cache,
-                    on_result=lambda r: remember(cache, r),
-                    info=info,
-                    limit_s=limit_s,
-                    **ending,
-                )
-            else:
-                job = ScaleJob(
-                    request, known=cache, on_result=lambda r: remember(cache, r), info=info, limit_s=limit_s, **ending
-                )
-        except ckptlab.CkptlabError as error:
-            state.at_scale_error = app_message(error, lang)
-            return
-        state.at_scale_error = ""
-        state.at_scale_job = job.start()
+        how = {
+            "known": cache,
+            "on_result": lambda result: remember(cache, result),
+            "info": info,
+            "limit_s": policy.run_limit_s,
+            "workers": job_workers(policy, "simulation"),
+            "alive": session_alive(),
+            "memory_cap_bytes": policy.memory_cap_bytes,
+        }
+        return SearchJob(replace(request, world_size=1), budget, **how) if search else ScaleJob(request, **how)
 
-    def stop() -> None:
-        job = state.get("at_scale_job")
-        if job is not None:
-            job.stop()
-
-    job: ScaleJob | None = state.get("at_scale_job")
-    running = job is not None and job.state().running
-    start_column, search_column, stop_column, _ = st.columns([1, 1, 1, 3])
-    start_column.button(
-        t("at_scale.simulate", lang),
-        type="primary",
-        key="at_scale_run",
-        on_click=start,
-        disabled=running or problem,
-        width="stretch",
-    )
-    search_column.button(
-        t("at_scale.search", lang),
-        key="at_scale_search",
-        on_click=start,
-        args=(True,),
-        disabled=running or problem,
-        help=t("at_scale.search_help", lang),
-        width="stretch",
-    )
-    stop_column.button(
-        t("at_scale.stop", lang), key="at_scale_stop", on_click=stop, disabled=not running, width="stretch"
-    )
-    if state.get("at_scale_error"):
-        st.error(t("at_scale.failed", lang, error=state.at_scale_error))
+    starts = [
+        (t("at_scale.simulate", lang), "at_scale_run", lambda: job(search=False), None),
+        (t("at_scale.search", lang), "at_scale_search", lambda: job(search=True), t("at_scale.search_help", lang)),
+    ]
+    running = job_buttons("at_scale", starts, t("at_scale.stop", lang), lang, blocked=problem)
+    if st.session_state.get("at_scale_error"):
+        st.error(t("at_scale.failed", lang, error=st.session_state.at_scale_error))
     return running
 
 
@@ -270,20 +234,14 @@ with st.sidebar:
     optimizer_box("at_scale_optimizer", lang)
     step_boxes("at_scale", lang)
     lora_box = st.container()  # filled once the model is read: its projections are the LoRA targets
-    st.radio(
-        t("at_scale.every", lang),
-        get_args(EveryN),
-        format_func=lambda option: t(f"at_scale.every_options.{option}", lang),
-        key="at_scale_every",
-        help=t("at_scale.every_help", lang),
-    )
-    st.radio(
-        t("at_scale.offload", lang),
-        get_args(OffloadFor),
-        format_func=lambda option: t(f"at_scale.offload_options.{option}", lang),
-        key="at_scale_offload",
-        help=t("at_scale.offload_help", lang),
-    )
+    for box, options in (("every", EveryN), ("offload", OffloadFor)):  # which settings to simulate
+        st.radio(
+            t(f"at_scale.{box}", lang),
+            get_args(options),
+            format_func=lambda option, box=box: t(f"at_scale.{box}_options.{option}", lang),
+            key=f"at_scale_{box}",
+            help=t(f"at_scale.{box}_help", lang),
+        )
     st.multiselect(
         t("selective.scale_label", lang),
         scalepage.OFFERED_POLICIES,
@@ -323,16 +281,10 @@ for warning in state.get("at_scale_warnings", []):
 
 # -- the model and what to simulate -------------------------------------------------------
 
-info: ckptlab.ModelInfo | None = preset_infos().get(model)
+info, model_problem = (preset_infos()[model], "") if model in preset_infos() else folder_info(model, lang)
 if info is None:
-    try:
-        info = ckptlab.describe(model)
-    except ckptlab.CkptlabError as error:
-        st.error(app_message(error, lang))
-        st.stop()
-    except Exception as error:  # a folder transformers chokes on must not take the page down
-        st.error(t("at_scale.model_failed", lang, model=model, error=f"{type(error).__name__}: {error}"))
-        st.stop()
+    st.error(model_problem)
+    st.stop()
 model_caption.caption(scalepage.model_caption(info, lang))
 if experts_caption(info, lang):
     st.caption(experts_caption(info, lang))

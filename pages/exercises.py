@@ -20,17 +20,23 @@ from ckptlab.results import RunResult
 from ckptlab.show.figures.prediction import guess_figure
 from ckptlab.show.figures.run import runs_tradeoff_figure
 from ckptlab.show.i18n import t
-from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from pages._common import language, run_through_app
-from pages._learn_runs import measured
-from pages._room import follow_the_room, question
+from pages._room import (
+    IDS,
+    NUMBER_BOXES,
+    exercise_label,
+    follow_the_room,
+    measured_runs,
+    prediction_box,
+    provenance_caption,
+    question,
+)
 
 run_through_app()
 
 state = st.session_state
 lang = language()
-IDS = [exercise.id for exercise in EXERCISES]
 
 
 def go_next() -> None:
@@ -67,10 +73,7 @@ exercise_id = pick.selectbox(
     t("exercises.pick", lang),
     IDS,
     key="exercise_pick",
-    format_func=lambda i: (
-        f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {t('exercise.' + i + '.name', lang)}"
-        + (" ✓" if i in outcomes else "")
-    ),
+    format_func=lambda i: exercise_label(i, lang) + (" ✓" if i in outcomes else ""),
 )
 forward.button(
     t("exercises.next", lang), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch"
@@ -79,40 +82,15 @@ exercise = exercises.by_id(exercise_id)
 question(exercise, lang, "exercise")
 
 locked = exercise.id in state.exercise_answers
-# A number to predict: its label, first value, bounds and step, by the exercise's kind.
-NUMBER_BOXES = {
-    "percent": ("exercises.prediction_percent", 100, 400, 5),
-    "kept": ("selective.prediction_kib", 0, 10_000_000, 16),
-}
-if exercise.kind in NUMBER_BOXES:
-    label, first, most, step = NUMBER_BOXES[exercise.kind]
-    state.setdefault(f"exercise_pred_{exercise.id}", first)
-    guess = st.number_input(
-        t(label, lang), min_value=0, max_value=most, step=step, key=f"exercise_pred_{exercise.id}", disabled=locked
-    )
-else:
-    guess = st.radio(
-        t("exercises.prediction_choice", lang),
-        exercise.choices,
-        key=f"exercise_choice_{exercise.id}",
-        horizontal=True,
-        format_func=lambda n: f"every_n_layers={n}",
-        disabled=locked,
-    )
+box = "pred" if exercise.kind in NUMBER_BOXES else "choice"  # the keys the page's boxes always had
+guess = prediction_box(exercise, f"exercise_{box}_{exercise.id}", lang, disabled=locked)
 
 if st.button(t("exercises.submit", lang), key="exercise_submit", type="primary", disabled=locked):
     state.exercise_answers[exercise.id] = float(guess)
     locked = True
 
 if locked:
-    results = measured(exercise.specs(), lang)
-    if results is None:
-        st.stop()
-    runs = learnpage.exercise_runs(exercise, results)
-    failed = [run for run in runs.values() if run.status != "ok"]
-    if failed:
-        st.error(run_message(failed[0], lang))
-        st.stop()
+    runs = measured_runs(exercise, lang)
     outcome = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs, lang)
     st.subheader(t("exercises.result_title", lang), anchor=False)
     left, right = st.columns([3, 2])
@@ -135,12 +113,6 @@ if locked:
         )
         st.markdown(outcome.explanation)
         st.metric(t("exercises.points", lang), f"{outcome.points} / {exercises.MAX_POINTS}")
-        st.caption(
-            t(
-                "exercises.provenance",
-                lang,
-                source=t(f"provenance.{runs[None].provenance.kind}", lang, device=runs[None].provenance.device_name),
-            )
-        )
+        provenance_caption(runs[None], lang)
     if exercise.id not in outcomes:
         st.rerun()  # the sidebar's score was drawn before this answer was measured

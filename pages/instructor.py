@@ -12,21 +12,18 @@ from __future__ import annotations
 import streamlit as st
 
 import ckptlab
-from ckptlab.lab import exercises, learnpage
+from ckptlab.lab import exercises
 from ckptlab.lab.classroom import ROOM, round_csv
-from ckptlab.lab.exercises import EXERCISES
 from ckptlab.show.i18n import t
-from ckptlab.show.wording import app_message, run_message
+from ckptlab.show.wording import app_message
 from pages._common import download_buttons, language, run_through_app
-from pages._learn_runs import measured
-from pages._room import ROOM_REFRESH_S, question, result
+from pages._room import IDS, ROOM_REFRESH_S, exercise_label, measured_runs, question, result
 from pages._server import server_policy
 
 run_through_app()
 
 state = st.session_state
 lang = language()
-IDS = [exercise.id for exercise in EXERCISES]
 
 st.title(t("classroom.page_title", lang), anchor=False)
 policy, problem = server_policy()
@@ -50,14 +47,7 @@ if not policy.is_instructor(typed):
 def open_round(exercise_id: str) -> None:
     """Measure the exercise's runs (one device turn for the room, or none when they are shared already), then open."""
     exercise = exercises.by_id(exercise_id)
-    results = measured(exercise.specs(), lang, wait=True)
-    if results is None:
-        st.stop()  # the message is shown
-    runs = learnpage.exercise_runs(exercise, results)
-    failed = [run for run in runs.values() if run.status != "ok"]
-    if failed:
-        st.error(run_message(failed[0], lang))
-        st.stop()
+    runs = measured_runs(exercise, lang, wait=True)
     try:
         ROOM.open(exercise, runs)
     except ckptlab.CkptlabError as error:  # another instructor's tab opened one meanwhile
@@ -74,9 +64,7 @@ if now is None or not now.is_open:
         t("classroom.pick", lang),
         IDS,
         key="classroom_exercise",
-        format_func=lambda i: (
-            f"{IDS.index(i) + 1}. {'★' * exercises.by_id(i).level} {t('exercise.' + i + '.name', lang)}"
-        ),
+        format_func=lambda i: exercise_label(i, lang),
     )
     if st.button(t("classroom.open", lang), key="classroom_open", type="primary"):
         open_round(pick)

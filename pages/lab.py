@@ -23,6 +23,7 @@ from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_
 from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
+from ckptlab.lab.workers import started_pool
 from ckptlab.model import snippets
 from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
@@ -49,7 +50,7 @@ from pages._common import (
     settle_lora_targets,
     step_boxes,
 )
-from pages._server import job_workers, offered_folder, server_policy, session_owner, sharing_workers
+from pages._server import job_workers, offered_folder, server_policy, session_owner
 
 run_through_app()
 
@@ -86,13 +87,10 @@ def load_widgets(devices: tuple[str, ...], policy: ServerPolicy, lang: str) -> N
         state.lab_query_warnings = [say(fact, lang) for fact in ignored]
     else:
         spec, state.lab_query_warnings = state.get("lab_saved", RunSpec()), []
-    folder = ""
-    if spec.model not in preset_infos():
-        folder, why_not = offered_folder(policy, spec.model, lang)
-        if why_not:
-            state.lab_query_warnings = [*state.get("lab_query_warnings", []), why_not]
-        if not folder:  # a link to a folder this server does not offer: the default preset
-            spec = replace(spec, model=RunSpec().model)
+    folder, why_not = ("", "") if spec.model in preset_infos() else offered_folder(policy, spec.model, lang)
+    if why_not:  # a link to a folder this server does not offer: the default preset
+        state.lab_query_warnings = [*state.lab_query_warnings, why_not]
+        spec = replace(spec, model=RunSpec().model)
     state.update(labpage.widget_values(spec, folder))
 
 
@@ -129,14 +127,8 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -
             bar.progress(fraction, text=message + left)
 
         def on_wait(ahead: int) -> None:
-            status.update(
-                label=t(
-                    "lab.status_ahead",
-                    lang,
-                    ahead=ahead,
-                    runs=t("lab.runs_one" if ahead == 1 else "lab.runs_many", lang),
-                )
-            )
+            runs = t("lab.runs_one" if ahead == 1 else "lab.runs_many", lang)
+            status.update(label=t("lab.status_ahead", lang, ahead=ahead, runs=runs))
 
         try:
             lab = labrun.run_queued(  # looked up on each Run: tests replace it
@@ -148,7 +140,7 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -
                 owner=session_owner(),
                 limit_s=policy.run_limit_s,
                 workers=job_workers(policy, "device"),
-                sharing=sharing_workers(),
+                sharing=started_pool("simulation"),  # if started: a CPU run timed beside its jobs says so
                 memory_cap_bytes=policy.memory_cap_bytes,
             )
             cancel.empty()
@@ -184,13 +176,14 @@ def draw_code(spec: RunSpec, lang: str) -> None:
     """The transformers lines for the current settings (not the last run's)."""
     st.subheader(t("lab.code_title", lang), anchor=False)
     st.caption(t("lab.on_a_model", lang))
-    code = snippets.model_snippet(spec.every_n_layers, spec.offload)
-    if spec.every_n_layers is not None and spec.selective != "none":  # torch's policy through transformers' call
+    selective = spec.every_n_layers is not None and spec.selective != "none"
+    if selective:  # torch's policy through transformers' call
         code = snippets.selective_snippet(spec.every_n_layers, spec.offload, spec.selective)
+    else:
+        code = snippets.model_snippet(spec.every_n_layers, spec.offload)
     st.code(code, language="python")
     st.caption(t("lab.with_trainer", lang))
-    context_fn = spec.every_n_layers is not None and spec.selective != "none"
-    trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=context_fn)
+    trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=selective)
     st.code(trainer, language="python")
 
 

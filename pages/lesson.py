@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 import ckptlab
 from ckptlab.lab import exercises, learnpage
@@ -49,8 +50,8 @@ def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
     return reference_spec(spec) if n is None else replace(spec, every_n_layers=n)
 
 
-def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:
-    """Measure (or reuse) ``specs``; stop the page with a message if they cannot run."""
+def need(*specs: RunSpec) -> list[RunResult]:
+    """Measure (or reuse) ``specs``, their results in order; stop the page with a message if they cannot run."""
     asked = [spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in specs]
     results = measured(asked, lang)
     if results is None:  # being measured (the progress is shown) or failed: the part's words meanwhile
@@ -60,7 +61,14 @@ def need(*specs: RunSpec) -> dict[RunSpec, RunResult]:
         if results[spec].status != "ok":
             st.error(run_message(results[spec], lang))
             st.stop()
-    return results
+    return [results[spec] for spec in specs]
+
+
+def figure_column() -> DeltaGenerator:
+    """The part's words on the left; returns the column on their right, for its figures."""
+    text, figure = st.columns([2, 3])
+    text.markdown(t(f"lesson.{part}.body", lang))
+    return figure
 
 
 def go_next() -> None:
@@ -147,10 +155,8 @@ forward.button(t("lesson.next", lang), key="lesson_next", on_click=go_next, disa
 st.subheader(t(f"lesson.{part}.title", lang), anchor=False)
 
 if part == "activation":
-    runs = need(at(None))
-    off = runs[at(None)]
-    text, figure = st.columns([2, 3])
-    text.markdown(t("lesson.activation.body", lang))
+    [off] = need(at(None))
+    figure = figure_column()
     figure.plotly_chart(
         step_figure(off, learnpage.loss_index(off), lang=lang), key="lesson_activation_chart", theme=None
     )
@@ -158,10 +164,8 @@ if part == "activation":
     figure.caption(t("lesson.activation.caption", lang, mib=f"{saved:,.1f}", layers=len(off.layers)))
 
 elif part == "trade":
-    runs = need(at(None), at(1))
-    off, one = runs[at(None)], runs[at(1)]
-    text, figure = st.columns([2, 3])
-    text.markdown(t("lesson.trade.body", lang))
+    off, one = need(at(None), at(1))
+    figure = figure_column()
     figure.plotly_chart(runs_tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
     comparison = ckptlab.compare(one, off)
     # A step time inside the repeats' spread is noise on a shared CPU: the caption says so rather than quote it bare.
@@ -177,22 +181,15 @@ elif part == "trade":
     figure.plotly_chart(learnpage.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
 
 elif part == "every_n":
-    runs = need(at(None), at(1), at(2), at(3))
-    text, figure = st.columns([2, 3])
-    text.markdown(t("lesson.every_n.body", lang))
-    two = runs[at(2)]
-    figure.plotly_chart(learnpage.run_diagram(two, lang), key="lesson_every_n_diagram", theme=None)
-    figure.plotly_chart(
-        runs_tradeoff_figure([runs[at(n)] for n in (None, 1, 2, 3)], lang=lang), key="lesson_every_n_chart", theme=None
-    )
+    runs = need(*(at(n) for n in (None, 1, 2, 3)))
+    figure = figure_column()
+    figure.plotly_chart(learnpage.run_diagram(runs[2], lang), key="lesson_every_n_diagram", theme=None)  # n=2
+    figure.plotly_chart(runs_tradeoff_figure(runs, lang=lang), key="lesson_every_n_chart", theme=None)
     figure.caption(t("lesson.every_n.caption", lang))
 
 elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside keeping the attention
-    kept_spec = replace(at(1), selective="attention")
-    runs = need(at(None), at(1), kept_spec)
-    off, plain, kept = runs[at(None)], runs[at(1)], runs[kept_spec]
-    text, figure = st.columns([2, 3])
-    text.markdown(t("lesson.keep.body", lang))
+    off, plain, kept = need(at(None), at(1), replace(at(1), selective="attention"))
+    figure = figure_column()
     figure.plotly_chart(diagram_figure(kept, lang=lang), key="lesson_keep_diagram", theme=None)
     bars = [
         (t("setting.short_off", lang), off),
@@ -203,31 +200,24 @@ elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside 
     figure.caption(learnpage.keep_caption(plain, kept, lang))
 
 elif part == "offload":
-    specs = [at(1), at(1, replace(LONG, seq_len=256)), at(1, LONG)]
-    runs = need(*specs)
-    text, figure = st.columns([2, 3])
-    text.markdown(t("lesson.offload.body", lang))
-    chosen = [runs[spec] for spec in specs]
+    chosen = need(at(1), at(1, replace(LONG, seq_len=256)), at(1, LONG))
+    figure = figure_column()
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
     figure.caption(
         t("lesson.offload.caption", lang, mib=f"{chosen[-1].memory.offload_bytes / MIB:,.1f}", seq=LONG.seq_len)
     )
 
 elif part == "peak":
-    runs = need(at(None), at(1), at(None, LONG), at(1, LONG))
+    short_off, short_on, long_off, long_on = need(at(None), at(1), at(None, LONG), at(1, LONG))
     st.markdown(t("lesson.peak.body", lang))
     short, long = st.columns(2)
     short.plotly_chart(
-        timeline_figure(runs[at(1)], [runs[at(None)]], lang=lang, height=430), key="lesson_peak_short", theme=None
+        timeline_figure(short_on, [short_off], lang=lang, height=430), key="lesson_peak_short", theme=None
     )
-    short.caption(t("lesson.peak.caption", lang, seq=BASE.seq_len, cause=peak_cause(runs[at(1)], lang)))
-    long.plotly_chart(
-        timeline_figure(runs[at(1, LONG)], [runs[at(None, LONG)]], lang=lang, height=430),
-        key="lesson_peak_long",
-        theme=None,
-    )
-    long.caption(t("lesson.peak.caption", lang, seq=LONG.seq_len, cause=peak_cause(runs[at(1, LONG)], lang)))
-    ratios = [ckptlab.compare(runs[at(1, spec)], runs[at(None, spec)]).peak_ratio for spec in (BASE, LONG)]
+    short.caption(t("lesson.peak.caption", lang, seq=BASE.seq_len, cause=peak_cause(short_on, lang)))
+    long.plotly_chart(timeline_figure(long_on, [long_off], lang=lang, height=430), key="lesson_peak_long", theme=None)
+    long.caption(t("lesson.peak.caption", lang, seq=LONG.seq_len, cause=peak_cause(long_on, lang)))
+    ratios = [ckptlab.compare(on, off).peak_ratio for on, off in ((short_on, short_off), (long_on, long_off))]
     st.markdown(
         t(
             "lesson.peak.numbers",
@@ -240,21 +230,18 @@ elif part == "peak":
     )
 
 elif part == "shrink":
-    runs = need(at(None, FULL), at(1, FULL), at(None, LORA), at(1, LORA))
-    text, figure = st.columns([2, 3])
-    text.markdown(t("lesson.shrink.body", lang))
+    full_off, full_on, lora_off, lora_on = need(at(None, FULL), at(1, FULL), at(None, LORA), at(1, LORA))
+    figure = figure_column()
+    off_words = t("setting.short_off", lang)
     bars = [
-        (t("lesson.shrink.bar_full", lang, setting=t("setting.short_off", lang)), runs[at(None, FULL)]),
-        (t("lesson.shrink.bar_full", lang, setting="n=1"), runs[at(1, FULL)]),
-        (
-            t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting=t("setting.short_off", lang)),
-            runs[at(None, LORA)],
-        ),
-        (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting="n=1"), runs[at(1, LORA)]),
+        (t("lesson.shrink.bar_full", lang, setting=off_words), full_off),
+        (t("lesson.shrink.bar_full", lang, setting="n=1"), full_on),
+        (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting=off_words), lora_off),
+        (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting="n=1"), lora_on),
     ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=480), key="lesson_shrink_chart", theme=None)
-    shares = [f"{learnpage.activation_share(runs[at(None, spec)]) * 100:.0f}" for spec in (FULL, LORA)]
-    ratios = [ckptlab.compare(runs[at(1, spec)], runs[at(None, spec)]).peak_ratio for spec in (FULL, LORA)]
+    shares = [f"{learnpage.activation_share(off) * 100:.0f}" for off in (full_off, lora_off)]
+    ratios = [ckptlab.compare(on, off).peak_ratio for on, off in ((full_on, full_off), (lora_on, lora_off))]
     figure.caption(
         t(
             "lesson.shrink.caption",
@@ -272,8 +259,7 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
     if idea is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
         st.markdown(t("lesson.shard.body", lang))
         st.stop()
-    text, figure = st.columns([2, 3])
-    text.markdown(t("lesson.shard.body", lang))
+    figure = figure_column()
     labels = learnpage.shard_labels(idea, lang)
     spec = idea.bars[0].spec
     subtitle = t("lesson.shard.subtitle", lang, model=spec.model, seq=f"{spec.seq_len:,}")
@@ -285,4 +271,4 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
     figure.caption(learnpage.shard_caption(idea, lang))
 
 else:  # the step-through
-    draw_step_through(lambda n: need(at(n))[at(n)], lang)
+    draw_step_through(lambda n: need(at(n))[0], lang)

@@ -16,7 +16,7 @@ from ckptlab.explore.budget import GPUS
 from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
 from ckptlab.lab import tradeoffspage
-from ckptlab.lab.query import LORA_RANK_DEFAULT, LORA_RANK_MAX
+from ckptlab.lab.query import LORA_RANK_DEFAULT
 from ckptlab.lab.run import build_for_key, model_key
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.sweepjob import JobState, SweepJob
@@ -27,14 +27,15 @@ from ckptlab.show.figures.prediction import sweep_prediction_figure
 from ckptlab.show.figures.tradeoff import seq_len_figure, sweep_peak_figure, sweep_tradeoff_figure
 from ckptlab.show.noise import sweep_busy_message, sweep_table
 from ckptlab.show.peak_words import peak_sentence
-from ckptlab.show.wording import app_message
 from ckptlab.spec import DTYPES
 from ckptlab.step.preflight import resolve_device
 from ckptlab.units import MIB
 from pages._common import (
     download_buttons,
     estimate_text,
+    job_buttons,
     language,
+    lora_boxes,
     lora_choices,
     optimizer_box,
     poll_job,
@@ -52,50 +53,26 @@ CUSTOM = "custom budget"
 
 def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
     """Run and Stop, and the last start's error; returns whether a sweep is running."""
-    state = st.session_state
 
-    def start() -> None:
-        try:
-            # The model is built once for the sweep, inside its first device turn, and dropped when the sweep
-            # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
-            on_cpu = resolve_device(spec.device).type == "cpu"
-            policy.check(tradeoffspage.longest(spec), preset_infos()[spec.model], on_cpu)
-            job = SweepJob(
-                spec,
-                load=lambda run_spec: build_for_key(model_key(run_spec)),
-                owner=session_owner(),
-                limit_s=policy.run_limit_s,
-                workers=job_workers(policy, "sweep"),
-                alive=session_alive(),
-                memory_cap_bytes=policy.memory_cap_bytes,
-            )
-        except ckptlab.CkptlabError as error:
-            state.tradeoffs_error = app_message(error, lang)
-            return
-        state.tradeoffs_error = ""
-        state.tradeoffs_job = job.start()
+    def job() -> SweepJob:
+        # The model is built once for the sweep, inside its first device turn, and dropped when the sweep
+        # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
+        on_cpu = resolve_device(spec.device).type == "cpu"
+        policy.check(tradeoffspage.longest(spec), preset_infos()[spec.model], on_cpu)
+        return SweepJob(
+            spec,
+            load=lambda run_spec: build_for_key(model_key(run_spec)),
+            owner=session_owner(),
+            limit_s=policy.run_limit_s,
+            workers=job_workers(policy, "sweep"),
+            alive=session_alive(),
+            memory_cap_bytes=policy.memory_cap_bytes,
+        )
 
-    def stop() -> None:
-        job = state.get("tradeoffs_job")
-        if job is not None:
-            job.stop()
-
-    job: SweepJob | None = state.get("tradeoffs_job")
-    running = job is not None and job.state().running
-    start_column, stop_column, _ = st.columns([2, 1, 3])
-    start_column.button(
-        i18n.t("tradeoffs.run", lang),
-        type="primary",
-        key="tradeoffs_run",
-        on_click=start,
-        disabled=running,
-        width="stretch",
-    )
-    stop_column.button(
-        i18n.t("tradeoffs.stop", lang), key="tradeoffs_stop", on_click=stop, disabled=not running, width="stretch"
-    )
-    if state.get("tradeoffs_error"):
-        st.error(state.tradeoffs_error)
+    start = (i18n.t("tradeoffs.run", lang), "tradeoffs_run", job, None)
+    running = job_buttons("tradeoffs", [start], i18n.t("tradeoffs.stop", lang), lang)
+    if st.session_state.get("tradeoffs_error"):
+        st.error(st.session_state.tradeoffs_error)
     return running
 
 
@@ -140,32 +117,12 @@ with st.sidebar:
     optimizer_box("tradeoffs_optimizer", lang)
     step_boxes("tradeoffs", lang)
     choices = lora_choices(model)
-    lora = st.toggle(
-        i18n.t("training.lora", lang),
-        value=False,
-        key="tradeoffs_lora",
-        disabled=not choices,
-        help=i18n.t("training.lora_help", lang),
-    )
-    st.number_input(
-        i18n.t("training.lora_rank", lang),
-        1,
-        LORA_RANK_MAX,
-        LORA_RANK_DEFAULT,
-        key="tradeoffs_lora_rank",
-        disabled=not lora,
-    )
+    state.setdefault("tradeoffs_lora", False)
+    state.setdefault("tradeoffs_lora_rank", LORA_RANK_DEFAULT)
     if state.get("tradeoffs_targets_for") != model:  # a new model: all its projections
         state.tradeoffs_lora_targets = list(choices)
         state.tradeoffs_targets_for = model
-    targets = st.multiselect(
-        i18n.t("training.lora_targets", lang),
-        choices,
-        key="tradeoffs_lora_targets",
-        disabled=not lora,
-        placeholder=i18n.t("training.lora_targets_none", lang),
-        help=i18n.t("training.lora_targets_help", lang),
-    )
+    lora_boxes("tradeoffs", choices, lang)
     st.number_input(i18n.t("tradeoffs.repeats", lang), 1, 20, 4, key="tradeoffs_repeats")
     st.number_input(i18n.t("tradeoffs.warmup", lang), 0, 10, 2, key="tradeoffs_warmup")
 
@@ -173,7 +130,7 @@ spec = tradeoffspage.spec_from_widgets(state, choices)
 if not seq_lens:
     st.info(i18n.t("tradeoffs.pick_seq", lang))
     st.stop()
-if spec.lora_rank is not None and not targets:
+if spec.lora_rank is not None and not state.tradeoffs_lora_targets:
     st.info(i18n.t("training.lora_targets_needed", lang))
     st.stop()
 

@@ -233,11 +233,10 @@ def time_delta(value: float, reference: float | None, significant: bool | None, 
     if reference is None:
         return {}
     diff = f"{(value - reference) * 1000:+,.0f} ms"
-    if significant is None:
-        return {"delta": t("lab.too_few_steps", lang, diff=diff), "delta_color": "off", "delta_arrow": "off"}
-    if not significant:
-        return {"delta": t("lab.noise", lang, diff=diff), "delta_color": "off", "delta_arrow": "off"}
-    return {"delta": t("lab.vs_off", lang, diff=diff), "delta_color": "inverse"}
+    if significant:
+        return {"delta": t("lab.vs_off", lang, diff=diff), "delta_color": "inverse"}
+    key = "lab.too_few_steps" if significant is None else "lab.noise"
+    return {"delta": t(key, lang, diff=diff), "delta_color": "off", "delta_arrow": "off"}
 
 
 def time_sentence(comparison: Comparison, min_samples: int, lang: str) -> str:

@@ -272,28 +272,21 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
         peak, margin = best_peak / GIB, (budget - best_peak) / GIB
         cp = setting.cp_layers(table.num_layers)
         if setting.every_n_layers is None:
-            text = i18n.t("at_scale.fits_off", lang, budget=budget_label, peak=peak, margin=margin)
+            key = "at_scale.fits_off"
         elif cp == table.num_layers:  # every layer reruns: "the fewest layers (36 of 36)" would say nothing
-            text = i18n.t(
-                "at_scale.fits_all",
-                lang,
-                setting=setting.key,
-                budget=budget_label,
-                peak=peak,
-                margin=margin,
-                layers=table.num_layers,
-            )
+            key = "at_scale.fits_all"
         else:
-            text = i18n.t(
-                "at_scale.fits",
-                lang,
-                setting=setting.key,
-                budget=budget_label,
-                peak=peak,
-                margin=margin,
-                cp=cp,
-                layers=table.num_layers,
-            )
+            key = "at_scale.fits"
+        text = i18n.t(
+            key,
+            lang,
+            setting=setting.key,
+            budget=budget_label,
+            peak=peak,
+            margin=margin,
+            cp=cp,
+            layers=table.num_layers,
+        )
         thin = i18n.t("at_scale.thin", lang) if margin * GIB < THIN_MARGIN * budget else ""
         return Verdict("success", f"{gpus}: {text}{thin}", best)
     lowest = min(table.results, key=lambda result: memory_of(result).peak_bytes)
@@ -331,12 +324,10 @@ def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[d
             i18n.t("at_scale.col_resident", lang): round(memory.after_forward_bytes / GIB, 3),
             i18n.t("at_scale.col_host", lang): round(memory.host_offload_bytes / GIB, 3),
             i18n.t("at_scale.col_where", lang): event_label(memory.peak_where, lang) if memory.peak_where.kind else "",
-            i18n.t("at_scale.col_seconds", lang): round(table.seconds[setting.key], 1)
-            if setting.key in table.seconds
-            else None,
         }
-        if not table.seconds:  # every result reused: no times to show
-            del row[i18n.t("at_scale.col_seconds", lang)]
+        if table.seconds:  # every result reused: no times to show
+            seconds = table.seconds.get(setting.key)
+            row[i18n.t("at_scale.col_seconds", lang)] = None if seconds is None else round(seconds, 1)
         out.append(row)
     return out
 
