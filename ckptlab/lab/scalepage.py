@@ -325,7 +325,7 @@ def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[d
             i18n.t("at_scale.col_host", lang): round(memory.host_offload_bytes / GIB, 3),
             i18n.t("at_scale.col_where", lang): event_label(memory.peak_where, lang) if memory.peak_where.kind else "",
         }
-        if table.seconds:  # every result reused: no times to show
+        if table.seconds:  # none when every result was reused: no column of times then
             seconds = table.seconds.get(setting.key)
             row[i18n.t("at_scale.col_seconds", lang)] = None if seconds is None else round(seconds, 1)
         out.append(row)
