@@ -88,9 +88,7 @@ class TrainingBytes:
     @property
     def optimizer_peak_bytes(self) -> int:
         """Held during ``optimizer.step()``: 0 without an optimizer (the step ends with the backward)."""
-        if self.optimizer == "none":
-            return 0
-        return self.baseline_bytes + self.gradient_bytes + self.optimizer_temp_bytes
+        return 0 if self.optimizer == "none" else self.baseline_bytes + self.gradient_bytes + self.optimizer_temp_bytes
 
     def backward_peak_estimate(self, resident_bytes: int, rerun_extra_bytes: int) -> int:
         """The backward's peak, estimated: every activation and every gradient alive at once, no temporaries."""
