@@ -46,7 +46,7 @@ from ..fact import Fact
 from ..model import catalog
 from ..model.configs import infer_task
 from ..model.lora import resolve_targets
-from ..spec import OPTIMIZERS, TRAINER_DEFAULT_OPTIMIZER
+from ..spec import OPTIMIZERS, TRAINER_DEFAULT_OPTIMIZER, check_lora
 
 PeakPhase = Literal["backward", "optimizer"]
 # Trainer's optimizers the formula counts: (tensors the size of each trained parameter in the state, fused).
@@ -134,23 +134,7 @@ def training_bytes(
             simulate=Command("simulate", (Option("optimizer", optimizer),)),
             optimizer=optimizer,
         )
-    if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
-        raise SpecError(
-            "{option} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). Leave it unset "
-            "for a full fine-tune.",
-            key="spec.lora_rank",
-            option=Option("lora_rank", lora_rank),
-            value=lora_rank,
-        )
-    if lora_targets and lora_rank is None:
-        raise SpecError(
-            "{option} without {rank}: targets only mean something with LoRA. Set {rank} (for example 8) or "
-            "drop the targets.",
-            key="spec.lora_targets_without_rank",
-            option=Option("lora_targets", list(lora_targets)),
-            rank=Option("lora_rank"),
-            targets=list(lora_targets),
-        )
+    check_lora(lora_rank, lora_targets or None)  # empty targets: none
     if isinstance(model, PretrainedConfig):
         counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()))
     else:
