@@ -120,9 +120,7 @@ class CkptlabError(Exception):
 
     def worded(self, word: Callable[[Reference], str] = str) -> str:
         """The English message with each reference in ``word``'s words (``str``: the Python API's)."""
-        if self.template is None:
-            return str(self)
-        return self.template.format(**worded_params(self.params, word))
+        return str(self) if self.template is None else self.template.format(**worded_params(self.params, word))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled whole, whatever a subclass's __init__ takes: an error raised in a worker process
@@ -170,14 +168,13 @@ class RunStoppedError(CkptlabError):
 
 def not_one_of(name: str, value: object, choices: Iterable[object]) -> SpecError:
     """The one wording of a value outside its choices: ``dtype='float64' is not one of auto, float32, ...``."""
-    listed = ", ".join(map(str, choices))
     return SpecError(
         "{option} is not one of {choices}.",
         key="spec.not_one_of",
         option=Option(name, value),
         name=name,
         value=value,
-        choices=listed,
+        choices=", ".join(map(str, choices)),
     )
 
 

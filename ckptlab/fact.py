@@ -107,6 +107,4 @@ def worded(fact: Fact, lang: str = ENGLISH) -> str:
 def _worded_param(value: Any, lang: str) -> Any:
     if isinstance(value, Fact):
         return worded(value, lang)
-    if _facts(value):
-        return worded(Fact("list_separator"), lang).join(worded(one, lang) for one in value)
-    return value
+    return worded(Fact("list_separator"), lang).join(worded(one, lang) for one in value) if _facts(value) else value

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -70,6 +71,31 @@ MAX_REPEATS = 1000  # timed steps: a median of a thousand is as good as it gets
 MAX_WARMUP = 100  # untimed steps: the allocator and caches settle within a few
 MAX_TOKENS = 2**24  # seq_len x batch_size of one step (16,777,216: 128 sequences of 128k tokens)
 MAX_SEED = 2**32 - 1 - MAX_WORLD_SIZE  # rank r seeds with seed + r, which must stay a 32-bit seed (numpy's range)
+
+
+def check_lora(rank: int | None, targets: Sequence[str] | None) -> None:
+    """Raise :class:`SpecError` for a LoRA rank that is not a whole number >= 1, or for targets without a rank.
+
+    Raises:
+        SpecError: ``spec.lora_rank`` or ``spec.lora_targets_without_rank``, naming the fix.
+    """
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+        raise SpecError(
+            "{option} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). Leave it unset "
+            "for a full fine-tune.",
+            key="spec.lora_rank",
+            option=Option("lora_rank", rank),
+            value=rank,
+        )
+    if targets is not None and rank is None:
+        raise SpecError(
+            "{option} without {rank}: targets only mean something with LoRA. Set {rank} (for example 8) or "
+            "drop the targets.",
+            key="spec.lora_targets_without_rank",
+            option=Option("lora_targets", list(targets)),
+            rank=Option("lora_rank"),
+            targets=list(targets),
+        )
 
 
 @dataclass(frozen=True)
@@ -135,25 +161,7 @@ class RunSpec:
             if getattr(self, name) not in choices:
                 raise not_one_of(name, getattr(self, name), choices)
         self._validate_recipe()
-        if self.lora_rank is not None and (
-            isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1
-        ):
-            raise SpecError(
-                "{option} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). Leave it unset "
-                "for a full fine-tune.",
-                key="spec.lora_rank",
-                option=Option("lora_rank", self.lora_rank),
-                value=self.lora_rank,
-            )
-        if self.lora_targets is not None and self.lora_rank is None:
-            raise SpecError(
-                "{option} without {rank}: targets only mean something with LoRA. Set {rank} (for example 8) or "
-                "drop the targets.",
-                key="spec.lora_targets_without_rank",
-                option=Option("lora_targets", list(self.lora_targets)),
-                rank=Option("lora_rank"),
-                targets=list(self.lora_targets),
-            )
+        check_lora(self.lora_rank, self.lora_targets)
         self._validate_ranks()
         check_selective(self.selective, self.every_n_layers)
         if self.offload and self.every_n_layers is None:

@@ -126,6 +126,4 @@ def _check(row: SweepRow, formula: Prediction, calibrated: Prediction | None) ->
 
 
 def _error(predicted: float | None, measured: float | None) -> float | None:
-    if predicted is None or not measured:
-        return None
-    return (predicted - measured) / measured
+    return None if predicted is None or not measured else (predicted - measured) / measured

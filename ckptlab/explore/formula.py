@@ -210,9 +210,8 @@ def _moe_per_token(arch: Architecture, element: int) -> float:
     router = FLOAT32 * arch.experts + INDEX * k + (FLOAT32 * (1 + k) if arch.renormalizes_top_k else 0)
     weight = FLOAT32 if arch.float32_routing_weights else element
     routed = k * (element * (2 * h + 4 * i) + weight + 3 * INDEX)
-    shared = 0
-    if arch.shared_expert_intermediate_size:
-        shared = element * (4 * arch.shared_expert_intermediate_size + h + 1)  # SwiGLU, gated output, sigmoid
+    # The shared expert (Qwen2-MoE): SwiGLU, gated output, sigmoid.
+    shared = element * (4 * arch.shared_expert_intermediate_size + h + 1) if arch.shared_expert_intermediate_size else 0
     return router + routed + shared
 
 

@@ -62,14 +62,8 @@ from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
 from ..step.table import TableSimulation
 from .scale import ScaleRequest, fits, recompute_cost
 
-GPU_COUNTS = (
-    1,
-    2,
-    4,
-    8,
-    16,
-    64,
-)  # the counts the lab offers: one GPU, one 8-GPU machine's powers of two, 2 and 8 machines
+# The counts the lab offers: one GPU, one 8-GPU machine's powers of two, 2 and 8 machines.
+GPU_COUNTS = (1, 2, 4, 8, 16, 64)
 
 
 @dataclass(frozen=True)

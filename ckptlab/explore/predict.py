@@ -136,15 +136,11 @@ def settings_for(num_layers: int, every_n_layers: Iterable[int] | None = None) -
     of them is kept.
     """
     values = list(range(1, num_layers + 1)) if every_n_layers is None else list(every_n_layers)
-    kept: list[int] = []
-    plans: set[tuple[str, ...]] = set()
+    first_of_plan: dict[tuple[str, ...], int] = {}
     for value in values:
         validate_every_n_layers(value)
-        plan = tuple(planned_roles(num_layers, value))
-        if plan not in plans:
-            plans.add(plan)
-            kept.append(value)
-    return kept
+        first_of_plan.setdefault(tuple(planned_roles(num_layers, value)), value)
+    return list(first_of_plan.values())
 
 
 def predict(

@@ -46,7 +46,7 @@ from ..fact import Fact
 from ..model import catalog
 from ..model.configs import infer_task
 from ..model.lora import resolve_targets
-from ..spec import OPTIMIZERS, TRAINER_DEFAULT_OPTIMIZER
+from ..spec import OPTIMIZERS, TRAINER_DEFAULT_OPTIMIZER, check_lora
 
 PeakPhase = Literal["backward", "optimizer"]
 # Trainer's optimizers the formula counts: (tensors the size of each trained parameter in the state, fused).
@@ -88,9 +88,7 @@ class TrainingBytes:
     @property
     def optimizer_peak_bytes(self) -> int:
         """Held during ``optimizer.step()``: 0 without an optimizer (the step ends with the backward)."""
-        if self.optimizer == "none":
-            return 0
-        return self.baseline_bytes + self.gradient_bytes + self.optimizer_temp_bytes
+        return 0 if self.optimizer == "none" else self.baseline_bytes + self.gradient_bytes + self.optimizer_temp_bytes
 
     def backward_peak_estimate(self, resident_bytes: int, rerun_extra_bytes: int) -> int:
         """The backward's peak, estimated: every activation and every gradient alive at once, no temporaries."""
@@ -136,23 +134,7 @@ def training_bytes(
             simulate=Command("simulate", (Option("optimizer", optimizer),)),
             optimizer=optimizer,
         )
-    if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
-        raise SpecError(
-            "{option} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). Leave it unset "
-            "for a full fine-tune.",
-            key="spec.lora_rank",
-            option=Option("lora_rank", lora_rank),
-            value=lora_rank,
-        )
-    if lora_targets and lora_rank is None:
-        raise SpecError(
-            "{option} without {rank}: targets only mean something with LoRA. Set {rank} (for example 8) or "
-            "drop the targets.",
-            key="spec.lora_targets_without_rank",
-            option=Option("lora_targets", list(lora_targets)),
-            rank=Option("lora_rank"),
-            targets=list(lora_targets),
-        )
+    check_lora(lora_rank, lora_targets or None)  # empty targets: none
     if isinstance(model, PretrainedConfig):
         counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()))
     else:

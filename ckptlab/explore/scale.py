@@ -210,9 +210,7 @@ def recompute_cost(setting: Setting, num_layers: int) -> tuple[int, bool, int]:
 def least_recompute_that_fits(table: ScaleTable, budget_bytes: int) -> RunResult | None:
     """The fitting setting that reruns the fewest layers (offload last: it adds copies), or None."""
     fitting = [result for result in table.results if fits(result, budget_bytes)]
-    if not fitting:
-        return None
-    return min(fitting, key=lambda result: recompute_cost(Setting.of(result.spec), table.num_layers))
+    return min(fitting, key=lambda result: recompute_cost(Setting.of(result.spec), table.num_layers), default=None)
 
 
 def scale_table(

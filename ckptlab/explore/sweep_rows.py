@@ -55,9 +55,7 @@ class SweepRow:
 
     @property
     def peak_above_baseline_bytes(self) -> int | None:
-        if self.peak_bytes is None or self.baseline_bytes is None:
-            return None
-        return self.peak_bytes - self.baseline_bytes
+        return None if self.peak_bytes is None or self.baseline_bytes is None else self.peak_bytes - self.baseline_bytes
 
     @property
     def time_is_noise(self) -> bool:

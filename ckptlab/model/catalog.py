@@ -24,12 +24,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from transformers import (
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    PretrainedConfig,
-    PreTrainedModel,
-)
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
 
 from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
 from ..torchstate import exclusive

@@ -98,8 +98,8 @@ def _shards(index_file: str) -> list[str]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         return []
-    names = []
-    for shard in set(weight_map.values()):
+    shards = set(weight_map.values())
+    for shard in shards:
         if (
             not isinstance(shard, str)
             or not shard
@@ -116,8 +116,7 @@ def _shards(index_file: str) -> list[str]:
                 file=index_file,
                 shard=repr(shard),
             )
-        names.append(shard)
-    return sorted(names)
+    return sorted(shards)
 
 
 def _bad_index(index_file: str, why: str) -> ModelLoadError:

@@ -109,9 +109,7 @@ def _fake_safe(model: nn.Module) -> Iterator[None]:
             original = nn.Module.to
 
             def to(self, *args, **kwargs):
-                if getattr(_FAKE, "active", False):
-                    return self
-                return original(self, *args, **kwargs)
+                return self if getattr(_FAKE, "active", False) else original(self, *args, **kwargs)
 
             to._ckptlab_fake_safe = True  # type: ignore[attr-defined]
             nn.Module.to = to  # type: ignore[method-assign]

@@ -36,14 +36,7 @@ class Preset:
 
 
 def _preset(name: str, task: str, cpu_ok: bool, description: str, **config: Any) -> Preset:
-    return Preset(
-        name=name,
-        family=config["model_type"],
-        task=task,
-        cpu_ok=cpu_ok,
-        description=description,
-        config=MappingProxyType(config),
-    )
+    return Preset(name, config["model_type"], task, cpu_ok, description, MappingProxyType(config))
 
 
 # Dropout is 0.0 in every preset so that two measured runs, and a run with and without

@@ -155,9 +155,7 @@ def resolve_op(name: object) -> Op:
 
 def selective_ops(selective: Selective) -> tuple[str, ...]:
     """The op names a policy keeps the outputs of (none for ``"none"``)."""
-    if isinstance(selective, tuple):
-        return selective
-    return POLICIES.get(selective, ())
+    return selective if isinstance(selective, tuple) else POLICIES.get(selective, ())
 
 
 def selective_key(selective: Selective) -> str:
@@ -232,10 +230,8 @@ class SelectivePolicy:
 
 def checkpointing_kwargs(policy: SelectivePolicy | None) -> dict[str, Any] | None:
     """transformers' ``activation_checkpointing_kwargs`` for a policy (None: its default, non-reentrant)."""
-    if policy is None:
-        return None
     # SAC needs the non-reentrant checkpoint; transformers' default is that too, said here explicitly.
-    return {"use_reentrant": False, "context_fn": policy.context_fn}
+    return None if policy is None else {"use_reentrant": False, "context_fn": policy.context_fn}
 
 
 def enable_checkpointing(

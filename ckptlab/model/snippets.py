@@ -110,17 +110,23 @@ def trainer_snippet(
     Returns:
         Python source of a ``TrainingArguments(...)`` call; ``output_dir`` stands for your other arguments.
     """
-    lines = ['    output_dir="out",']
-    if every_n_layers is None:
-        lines.append("    activation_checkpointing=False,")
-    else:
-        selective = ', "use_reentrant": False, "context_fn": context_fn' if context_fn else ""
-        lines += [
-            "    activation_checkpointing=True,",
-            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}{selective}}},',
-        ]
-    lines += _field_lines(step_fields)
+    lines = [
+        '    output_dir="out",',
+        *_checkpointing_lines(every_n_layers, offload, context_fn),
+        *_field_lines(step_fields),
+    ]
     return "TrainingArguments(\n" + "\n".join(lines) + "\n)"
+
+
+def _checkpointing_lines(every_n_layers: int | None, offload: bool, context_fn: bool, comment: str = "") -> list[str]:
+    """The ``TrainingArguments`` lines of the setting (``comment`` after the switch when it is on)."""
+    if every_n_layers is None:
+        return ["    activation_checkpointing=False,"]
+    selective = ', "use_reentrant": False, "context_fn": context_fn' if context_fn else ""
+    return [
+        f"    activation_checkpointing=True,{comment}",
+        f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}{selective}}},',
+    ]
 
 
 def _field_lines(fields: Mapping[str, object] | None) -> list[str]:
@@ -272,12 +278,10 @@ def fsdp_snippet(
     elif optimizer == "sgd":
         lines.append("optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)  # after sharding")
     elif optimizer != "none":
-        lines.append(
-            f'optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(TrainingArguments(optim="{optimizer}"))'
-        )
-        lines.append(
-            "optimizer = optimizer_class(model.parameters(), **kwargs)  # after sharding, as Trainer builds it"
-        )
+        lines += [
+            f'optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(TrainingArguments(optim="{optimizer}"))',
+            "optimizer = optimizer_class(model.parameters(), **kwargs)  # after sharding, as Trainer builds it",
+        ]
     return "\n".join(lines)
 
 
@@ -310,16 +314,11 @@ def fsdp_trainer_snippet(
         '    output_dir="out",',
         "    fsdp=True,  # FSDP through accelerate: each decoder layer (_no_split_modules), then the root",
         '    fsdp_config={"version": 2},  # FSDP2 (fully_shard), the default in transformers 5',
+        *_checkpointing_lines(
+            every_n_layers, offload, context_fn, "  # transformers' checkpointing, as the lab simulated it"
+        ),
+        *_field_lines(step_fields),
     ]
-    if every_n_layers is None:
-        lines.append("    activation_checkpointing=False,")
-    else:
-        selective = ', "use_reentrant": False, "context_fn": context_fn' if context_fn else ""
-        lines += [
-            "    activation_checkpointing=True,  # transformers' checkpointing, as the lab simulated it",
-            f'    activation_checkpointing_kwargs={{"every_n_layers": {every_n_layers}, "offload": {offload}{selective}}},',
-        ]
-    lines += _field_lines(step_fields)
     source = "TrainingArguments(\n" + "\n".join(lines) + "\n)"
     if every_n_layers == 1 and not offload:
         source += (

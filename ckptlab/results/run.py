@@ -80,9 +80,7 @@ class LayerResult:
 
     def selective_as(self, policy: str) -> bool:
         """A CP layer ran with ``policy`` (a key) and it kept something; any other layer: True."""
-        if self.enabled != "CP" or policy == "none":
-            return True
-        return self.selective == policy and bool(self.kept_ops)
+        return self.enabled != "CP" or policy == "none" or (self.selective == policy and bool(self.kept_ops))
 
     @property
     def observed(self) -> str:
@@ -169,14 +167,7 @@ class Region:
     micro_batch: int = 0  # 0-based micro-batch of a step with gradient accumulation (0 without it)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "phase": self.phase,
-            "layer": self.layer,
-            "rerun": self.rerun,
-            "description": self.description,
-            "micro_batch": self.micro_batch,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Region:
@@ -246,9 +237,8 @@ class MemoryResult:
     breakdown_baseline: dict[str, int] = field(default_factory=dict)  # by category before the forward
     breakdown_at_peak: dict[str, int] = field(default_factory=dict)
     optimizer_state_bytes: int = 0  # the optimizer's state on the device, steady state (after the first step)
-    offload_bytes: int = (
-        0  # inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move
-    )
+    # Inputs kept by checkpointed layers: moved to host with offload on CUDA, else what it would move.
+    offload_bytes: int = 0
     offload_applied: bool = False  # True only when transformers' offload ran (or was simulated)
     host_offload_bytes: int = 0  # pinned host memory offload held at the end of the forward (simulated runs)
     timeline: list[TimelinePoint] = field(default_factory=list)  # memory at each event of the step

@@ -116,9 +116,7 @@ class Comparison:
     @property
     def step_significant(self) -> bool | None:
         """True: measurable; False: within the noise; None: too few repeats to tell (``step.judgement``)."""
-        if self.step.judgement is Judgement.TOO_FEW:
-            return None
-        return self.step.measurable
+        return None if self.step.judgement is Judgement.TOO_FEW else self.step.measurable
 
     def describe_step(self) -> str:
         return self.step.describe("step time")

@@ -49,9 +49,7 @@ class Reduction:
         middle_units = (num_layers - head - tail) // unit
         reduction = cls(unit, head, tail, middle_units)
         # Worth it only when the two shallow copies together are shallower than the model.
-        if middle_units < 2 or reduction.depth(1) + reduction.depth(2) >= num_layers:
-            return None
-        return reduction
+        return None if middle_units < 2 or reduction.depth(1) + reduction.depth(2) >= num_layers else reduction
 
     @property
     def num_layers(self) -> int:

@@ -37,13 +37,7 @@ from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import checkpointable_layers, observed_roles, only_first_layer_notes, planned_roles
 from ..model.selective import enable_checkpointing
-from ..results import (
-    LayerResult,
-    MemoryResult,
-    Region,
-    RunResult,
-    Status,
-)
+from ..results import LayerResult, MemoryResult, Region, RunResult, Status
 from ..spec import RunSpec
 from ..torchstate import exclusive
 from .meters import LogitsShape, clock_for, machine_load, meter_for
@@ -109,11 +103,9 @@ def measure(
     try:
         with stoppable(model, should_stop):
             return _measure_built(spec, model, info, device, dtype, report, timed)
-    except torch.OutOfMemoryError as error:
-        return _release_after_oom(spec, model, info, device, dtype, error)
-    except RuntimeError as error:
-        if "can't allocate memory" not in str(error):  # the CPU allocator's out-of-memory
-            raise
+    except RuntimeError as error:  # torch.OutOfMemoryError is one
+        if not isinstance(error, torch.OutOfMemoryError) and "can't allocate memory" not in str(error):
+            raise  # not the CPU allocator's out-of-memory either
         return _release_after_oom(spec, model, info, device, dtype, error)
     finally:
         state.restore()
@@ -347,10 +339,6 @@ def offload_notes(spec: RunSpec, memory: MemoryResult | None, layers: Sequence[L
 # -- out of memory ------------------------------------------------------------------------
 
 
-def _does_not_fit(spec: RunSpec, info: ModelInfo, device: torch.device, dtype: torch.dtype, message: str) -> RunResult:
-    return _result(spec, info, device, dtype, "does_not_fit", layers=[], memory=None, timing=None, message=message)
-
-
 def _release_after_oom(
     spec: RunSpec, model: PreTrainedModel, info: ModelInfo, device: torch.device, dtype: torch.dtype, error: Exception
 ) -> RunResult:
@@ -371,4 +359,4 @@ def _release_after_oom(
         f"{', offload' if spec.offload else ''} ran out of {where}. Try a shorter sequence, a smaller "
         "batch, every_n_layers=1, or offload."
     )
-    return _does_not_fit(spec, info, device, dtype, message)
+    return _result(spec, info, device, dtype, "does_not_fit", layers=[], memory=None, timing=None, message=message)

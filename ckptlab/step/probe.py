@@ -28,7 +28,7 @@ from ..model.plan import checkpointable_layers
 from ..model.selective import SelectivePolicy, policy_of
 from ..results import Region, TimelinePoint
 from .meters import MemoryMeter
-from .selective import SelectiveObserver, watching_context_fns
+from .selective import SelectiveObserver, tensors_in, watching_context_fns
 
 Phase = Literal["idle", "forward", "backward", "grad_norm", "optimizer"]
 
@@ -181,9 +181,7 @@ class LayerProbe:
 
         Only in the first micro-batch: like the saved bytes, what a policy keeps and reruns is one micro-batch's.
         """
-        if self._current_layer is None or self.micro_batch:
-            return None
-        return self._state.counts[self._current_layer]
+        return None if self._current_layer is None or self.micro_batch else self._state.counts[self._current_layer]
 
     def end_step(self) -> None:
         """Leave the step (the backward has returned)."""
@@ -222,8 +220,7 @@ class LayerProbe:
             yield self
 
     def _attached_policies(self) -> list[SelectivePolicy]:
-        found = {id(policy): policy for policy in map(policy_of, self.layers) if policy is not None}
-        return list(found.values())
+        return list({id(policy): policy for policy in map(policy_of, self.layers) if policy is not None}.values())
 
     def _layer_pre_hook(self, index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
@@ -240,10 +237,7 @@ class LayerProbe:
                 if index == 0 and self.micro_batch == 0:
                     # The gradient reaching the first layer's input ends the layers' backward.
                     # (Every other layer's input is its predecessor's output, hooked below.)
-                    for tensor in _tensors(args):
-                        if tensor.requires_grad:
-                            self._grad_hooks.append(tensor.register_hook(self._grad_hook(None)))
-                            break
+                    self._hook_gradient(args, None)
 
         return hook
 
@@ -255,15 +249,9 @@ class LayerProbe:
             if self.on_region is None:
                 return
             last = index == len(self.layers) - 1
-            if last:
-                self._emit("loss")
-            else:
-                self._emit("layer_done", index)
+            self._emit("loss" if last else "layer_done", None if last else index)
             # The gradient reaching this layer's output means its backward starts.
-            for tensor in _tensors(output):
-                if tensor.requires_grad:
-                    self._grad_hooks.append(tensor.register_hook(self._grad_hook(index)))
-                    break
+            self._hook_gradient(output, index)
 
         return hook
 
@@ -293,14 +281,13 @@ class LayerProbe:
             handle.remove()
         self._grad_hooks.clear()
 
-    def _grad_hook(self, index: int | None) -> Callable[[torch.Tensor], None]:
-        def hook(grad: torch.Tensor) -> None:
-            if index is None:
-                self._emit("backward_end")
-            else:
-                self._emit("layer_backward", index)
-
-        return hook
+    def _hook_gradient(self, value: Any, index: int | None) -> None:
+        """Emit, when the gradient of the first tensor in ``value`` that needs one arrives, the backward reaching
+        layer ``index`` (None: the backward's end)."""
+        tensor = next((tensor for tensor in tensors_in(value) if tensor.requires_grad), None)
+        if tensor is not None:
+            kind = "backward_end" if index is None else "layer_backward"
+            self._grad_hooks.append(tensor.register_hook(lambda grad: self._emit(kind, index)))
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.phase == "forward" and self.micro_batch == 0:
@@ -325,20 +312,9 @@ def _unpack(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors in a hook's args or output, in order (tuples, lists and ModelOutputs)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors(item)]
-    return []
-
-
 def _storage_bytes(value: Any) -> int:
     """Bytes of the distinct storages behind the tensors in ``value``."""
-    storages = [tensor.untyped_storage() for tensor in _tensors(value)]
+    storages = [tensor.untyped_storage() for tensor in tensors_in(value)]
     # The list keeps every storage object alive, so no id() is reused within it.
     return sum({id(storage): storage.nbytes() for storage in storages}.values())
 
@@ -377,9 +353,7 @@ class StepRecorder:
     def finish(self) -> TimelinePoint | None:
         """Close the last stretch; return the point whose stretch holds the step's peak."""
         self._close_last()
-        if not self.timeline:
-            return None
-        return max(self.timeline, key=lambda point: point.region_peak_bytes)  # the first of equal highs
+        return max(self.timeline, key=lambda point: point.region_peak_bytes, default=None)  # the first of equal highs
 
     def _close_last(self) -> None:
         peak = self._meter.take_peak()

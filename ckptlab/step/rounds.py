@@ -151,8 +151,7 @@ def time_settings(
         if device.type == "cuda":
             torch.cuda.empty_cache()
     timings: list[TimingResult | None] = []
-    for index, spec in enumerate(specs):
-        timed = samples[index]
+    for spec, timed in zip(specs, samples):
         if not timed["forward"]:
             timings.append(None)
             continue

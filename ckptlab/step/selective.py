@@ -156,7 +156,7 @@ class SelectiveObserver:
                 counts = region["layer"]
                 name = op_name(func)
                 counts.kept_ops[name] = counts.kept_ops.get(name, 0) + 1
-                for tensor in _tensors(ctx.op_output):
+                for tensor in tensors_in(ctx.op_output):
                     storage = tensor.untyped_storage()
                     if storage not in storages:
                         storages[storage] = True
@@ -207,11 +207,14 @@ def watching_context_fns(layers: Sequence[nn.Module], observer: SelectiveObserve
             setattr(layer, "_gradient_checkpointing_func", function)  # noqa: B010
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors in a hook's args or output, or an op's output, in order (tuples, lists and ModelOutputs)."""
     if isinstance(value, torch.Tensor):
         return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
     if isinstance(value, (tuple, list)):
-        return [tensor for item in value for tensor in _tensors(item)]
+        return [tensor for item in value for tensor in tensors_in(item)]
     return []
 
 

@@ -104,15 +104,12 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
 
     notes = simulation_notes(spec, info, fast)
     if shape is None:
-        report(
-            Fact("progress.simulating_all", {"layers": info.num_layers, "name": info.name}),
-            0.1,
-        )
+        report(Fact("progress.simulating_all", {"layers": info.num_layers, "name": info.name}), 0.1)
         step = simulate_depth(config, task, info.num_layers, spec, dtype)
     else:
-        report(_simulating(shape.depth(1), info.num_layers), 0.1)
+        report(simulating_some(shape.depth(1), info.num_layers), 0.1)
         one = simulate_depth(config, task, shape.depth(1), spec, dtype)
-        report(_simulating(shape.depth(2), info.num_layers), 0.5)
+        report(simulating_some(shape.depth(2), info.num_layers), 0.5)
         two = simulate_depth(config, task, shape.depth(2), spec, dtype)
         step = shape.extrapolate(one, two)
         notes.append(
@@ -144,14 +141,13 @@ def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[Fact]:
     if fast and not info.layers_alike:
         notes.append(Fact("note.layers_differ"))
     if info.experts_implementation is not None:
-        notes.append(experts_note(info))
-        notes.append(ROUTING_NOTE)
+        notes += [experts_note(info), ROUTING_NOTE]
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
     return notes
 
 
-def _simulating(depth: int, layers: int) -> Fact:
-    """The progress line of one shallow copy's simulation."""
+def simulating_some(depth: int, layers: int) -> Fact:
+    """The progress line of one shallow copy's simulation (``depth`` of the model's ``layers``)."""
     return Fact("progress.simulating_some", {"depth": depth, "layers": layers})
 
 

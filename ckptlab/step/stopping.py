@@ -80,9 +80,7 @@ DONE = Fact("progress.done")  # the last progress message of a run or a job
 
 def prefixed(prefix: Fact | None, message: Fact) -> Fact:
     """``message`` after ``prefix`` (which run of a job it is about), both kept as facts; ``message`` without one."""
-    if prefix is None:
-        return message
-    return Fact("progress.prefixed", {"prefix": prefix, "message": message})
+    return message if prefix is None else Fact("progress.prefixed", {"prefix": prefix, "message": message})
 
 
 def label(text: str) -> Fact:

@@ -38,6 +38,7 @@ import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -49,7 +50,7 @@ from ..spec import RunSpec
 from ..torchstate import exclusive
 from .fold import SimulatedStep
 from .probe import region_for
-from .simulate import prepare, simulate, simulate_depth, simulated_result, simulation_notes
+from .simulate import prepare, simulate, simulate_depth, simulated_result, simulating_some, simulation_notes
 from .stopping import DONE, Progress
 
 # Fields of MemoryResult derived from the timeline, not grown like the others.
@@ -100,7 +101,7 @@ class TableSimulation:
         missing = [plan for plan in needed if (context[0], plan) not in self._steps]
         share = 1 / (len(missing) + 2)  # of this setting's progress: each missing step, then the derivation
         for index, plan in enumerate(missing):
-            report(_simulating(plan, info.num_layers), index * share)
+            report(simulating_some(len(plan), info.num_layers), index * share)
             self._simulate_step(config, task, context[0], plan, dtype)
         step = None
         for attempt in range(2):
@@ -113,7 +114,7 @@ class TableSimulation:
                 # Once more from fresh steps: the first FSDP2 step of a process holds more in its gradient
                 # norm than every later one (tiny-llama: 6 MiB, an embedding's size), and disagrees with them.
                 for plan in needed:
-                    report(_simulating(plan, info.num_layers), (len(missing) + 0.5) * share)
+                    report(simulating_some(len(plan), info.num_layers), (len(missing) + 0.5) * share)
                     self._simulate_step(config, task, context[0], plan, dtype)
         if step is None:
             self._underivable.add(context)
@@ -130,10 +131,6 @@ class TableSimulation:
     def _simulate_step(self, config, task: str, group: RunSpec, plan: tuple[Role, ...], dtype: torch.dtype) -> None:
         self._steps[(group, plan)] = _simulate_plan(config, task, group, plan, dtype)
         self.simulated_layers += len(plan)
-
-
-def _simulating(plan: tuple[Role, ...], layers: int) -> Fact:
-    return Fact("progress.simulating_some", {"depth": len(plan), "layers": layers})
 
 
 def simulate_table(
@@ -161,9 +158,7 @@ def simulate_table(
 
 
 def _scaled(progress: Progress | None, index: int, total: int) -> Progress | None:
-    if progress is None:
-        return None
-    return lambda message, fraction: progress(message, (index + fraction) / total)
+    return None if progress is None else lambda message, fraction: progress(message, (index + fraction) / total)
 
 
 def _group(spec: RunSpec) -> RunSpec:
@@ -272,11 +267,11 @@ def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep])
     timeline = [replace(point, order=order) for order, point in enumerate(timeline)]
 
     peak = max(timeline, key=lambda point: point.region_peak_bytes)  # the first of equal highs
-    grown: dict[str, Any] = {}
-    for field in dataclasses.fields(MemoryResult):
-        if field.name in _FROM_TIMELINE:
-            continue
-        grown[field.name] = grown_outside(functools.partial(_memory_field, field.name))
+    grown = {
+        field.name: grown_outside(attrgetter(f"memory.{field.name}"))
+        for field in dataclasses.fields(MemoryResult)
+        if field.name not in _FROM_TIMELINE
+    }
     memory = replace(
         base.memory,
         **grown,
@@ -290,16 +285,12 @@ def _derive(roles: Sequence[Role], steps: dict[tuple[Role, ...], SimulatedStep])
         depth=num_layers,
         memory=memory,
         layers=_rows(roles, steps),
-        host_bytes=grown_outside(lambda step: step.host_bytes),
+        host_bytes=grown_outside(attrgetter("host_bytes")),
     )
 
 
 def _event_of(by_step: dict[int, dict[tuple[Any, ...], TimelinePoint]], key: tuple[Any, ...], step: SimulatedStep):
     return by_step[id(step)][key]
-
-
-def _memory_field(name: str, step: SimulatedStep) -> Any:
-    return getattr(step.memory, name)
 
 
 @dataclass(frozen=True)
@@ -421,8 +412,7 @@ def _plus(a: Any, add: Any) -> Any:
     if isinstance(add, _Same):
         return a
     if isinstance(a, dict):
-        total = {key: a.get(key, 0) + add.get(key, 0) for key in a.keys() | add.keys()}
-        return {key: value for key, value in total.items() if value}
+        return _nonzero({key: a.get(key, 0) + add.get(key, 0) for key in a.keys() | add.keys()})
     return a + add
 
 
@@ -443,7 +433,7 @@ def _point_map(a: TimelinePoint, b: TimelinePoint, op: Callable[[int, int], int]
         a,
         current_bytes=op(a.current_bytes, b.current_bytes),
         region_peak_bytes=op(a.region_peak_bytes, b.region_peak_bytes),
-        region_peak_breakdown={key: value for key, value in breakdown.items() if value},
+        region_peak_breakdown=_nonzero(breakdown),
     )
 
 
@@ -456,27 +446,20 @@ class _Same:
 
 def _check_adds(pick, single, double, value, adds, base_role) -> None:
     """Every shallow step's figure is the base's plus what its middle layers add: the derivation's premise."""
-    zero = _minus(value, value)
+    no_middle = _plus(value, _times(adds[base_role], -1))
     for (a, b), step in double.items():
-        expected = _plus(_plus(_plus(value, _times(adds[base_role], -1)), adds.get(a, zero)), adds.get(b, zero))
-        if _differs(pick(step), expected):
+        if _differs(pick(step), _plus(_plus(no_middle, adds[a]), adds[b])):
             raise NotDerivable(f"the shallow steps do not add up ({a}, {b})")
     for role, step in single.items():
-        expected = _plus(_plus(value, _times(adds[base_role], -1)), adds[role])
-        if _differs(pick(step), expected):
+        if _differs(pick(step), _plus(no_middle, adds[role])):
             raise NotDerivable(f"the shallow steps do not add up ({role})")
 
 
 def _differs(a: Any, b: Any) -> bool:
     if isinstance(a, TimelinePoint):
-        return (a.current_bytes, a.region_peak_bytes, _nonzero(a.region_peak_breakdown)) != (
-            b.current_bytes,
-            b.region_peak_bytes,
-            _nonzero(b.region_peak_breakdown),
-        )
-    if isinstance(a, dict):
-        return _nonzero(a) != _nonzero(b)
-    return a != b
+        names = ("current_bytes", "region_peak_bytes", "region_peak_breakdown")
+        return any(_differs(getattr(a, name), getattr(b, name)) for name in names)
+    return _nonzero(a) != _nonzero(b) if isinstance(a, dict) else a != b
 
 
 def _expect_same(derived: SimulatedStep, simulated: SimulatedStep) -> None:

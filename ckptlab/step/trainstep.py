@@ -157,7 +157,6 @@ def timing_result(
 ) -> TimingResult:
     """A :class:`TimingResult` from the per-phase samples (``forward``, ``backward``, ``optimizer``, ``step``)
     and the load averages read around the timed steps."""
-    known = [load for load in loads if load is not None]
     return TimingResult(
         method=method,
         forward_s=median(samples["forward"]),
@@ -168,7 +167,7 @@ def timing_result(
         backward_samples=samples["backward"],
         optimizer_samples=samples["optimizer"] if optimizer != "none" else [],
         step_samples=samples["step"],
-        load_average=max(known) if known else None,
+        load_average=max((load for load in loads if load is not None), default=None),
         cores=machine_load()[1],
     )
 
