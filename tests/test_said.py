@@ -135,6 +135,7 @@ KEPT_ENGLISH |= {"simulate", "experts", "expert", "mixture", "olmoe", "backward"
 KEPT_ENGLISH |= {"trainer", "trainingarguments", "context_fn", "create_selective_checkpoint_contexts", "mismatch"}
 KEPT_ENGLISH |= {"activation_checkpointing", "use_reentrant", "checkpointingcallback", "observe_step", "ops", "cpu"}
 KEPT_ENGLISH |= {"memtracker", "llama", "attention", "aten", "true", "false", "bf16", "training-args", "run", "moe"}
+KEPT_ENGLISH |= {"save_on_cpu"}  # torch.autograd.graph.save_on_cpu, an API name
 KEPT_ENGLISH |= {"lab", "fine-tune", "checkpoint", "checkpointable", "transformers", "token", "tokens", "tensor"}
 KEPT_ENGLISH |= {"presets", "flag", "keep", "torch", "matmuls", "micro-batches", "reruns"}
 
@@ -188,7 +189,7 @@ def test_the_trainer_reports_lines_are_facts_said_in_every_language():
         CheckpointingReport(
             1, "Llama", "cpu", RequestedSetting(True, 2, False, {}, False, "-"), None,
             [layer(0, "CP", "CP", **kept), layer(1, "keep", "CP"), layer(2, "CP", "CP", selective="attention")],
-            memory, 2, {"bf16": True}, ["-"],
+            memory, 2, {"bf16": True}, [Fact("trainer.warn_offload_on_cpu")],
             [Fact("trainer.optimizer_state_created", {"mib": "3.0"}), Fact("trainer.micro_batches", {"micro_batches": 2})],
         ),
         CheckpointingReport(
@@ -218,3 +219,19 @@ def test_the_trainer_reports_lines_are_facts_said_in_every_language():
         assert all(i18n.say(fact, lang) != i18n.say(fact) for fact in facts), lang
         assert _english_left_but_terms(facts, lang) == {}, lang
         assert reports[0].text(lang) != english
+
+
+def test_a_runs_plan_mismatch_names_each_layer_in_a_fact_of_its_own():
+    """The rows of note.plan_mismatch are facts (a layer, its plan, its flag, what it did), worded in each language."""
+    from ckptlab.results import LayerResult
+    from ckptlab.step.measure import _mismatch_note
+
+    layers = [
+        LayerResult(index, f"L{index + 1}", "LlamaDecoderLayer", planned, enabled, 1, 1, 10, 5)  # type: ignore[arg-type]
+        for index, (planned, enabled) in enumerate([("CP", "CP"), ("keep", "CP"), ("CP", "keep")])
+    ]
+    note = _mismatch_note(layers)
+    assert [row.params["layer"] for row in note.params["rows"]] == ["L2", "L3"]
+    assert i18n.say(note).endswith(": L2: planned keep, flag CP, observed CP, L3: planned CP, flag keep, observed CP")
+    for lang in LANGS:  # the note's head keeps its marker, PLAN MISMATCH, in every language; its rows are words
+        assert _english_left_but_terms(list(note.params["rows"]), lang) == {}, lang

@@ -308,8 +308,11 @@ def logits_shape(model: torch.nn.Module, batch: Batch) -> LogitsShape | None:
 
 
 def _mismatch_note(layers: list[LayerResult]) -> Fact:
-    rows = ", ".join(
-        f"{layer.name}: planned {layer.planned}, flag {layer.enabled}, observed {layer.observed}"
+    rows = tuple(
+        Fact(
+            "note.mismatch_row",
+            {"layer": layer.name, "planned": layer.planned, "enabled": layer.enabled, "observed": layer.observed},
+        )
         for layer in layers
         if not layer.as_planned
     )
