@@ -29,13 +29,9 @@ from .peak_words import logits_sentence
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
 
-# A sweep row's time against checkpointing off, in one word (results.Judgement).
-VERDICT_WORDS = {
-    Judgement.MEASURABLE.value: "measurable",
-    Judgement.NOISE.value: "noise",
-    Judgement.TOO_FEW.value: "too few",
-}
-# The command line's legends, English (the CLI's language), from the locale files like every other sentence.
+# The command line's words, English (the CLI's language), from the locale files like every other sentence:
+# a sweep row's time against checkpointing off in one word (results.Judgement), and the legends.
+VERDICT_WORDS = {judgement.value: t(f"cli.verdict_{judgement.value}", "en") for judgement in Judgement}
 VERDICT_LEGEND = t("cli.verdict_legend", "en", min_samples=MIN_SAMPLES_TO_JUDGE)
 RERUN_SHARE_NOTE = t("cli.rerun_share", "en")
 
