@@ -60,14 +60,11 @@ def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
     Raises:
         MissingKeyError: ``key`` is not in the English file.
     """
-    table = messages(normalize(lang))
-    text = table.get(key)
+    text = messages(normalize(lang)).get(key, messages(DEFAULT).get(key))
     if text is None:
-        text = messages(DEFAULT).get(key)
-        if text is None:
-            raise MissingKeyError(
-                f"translation key {key!r} is not in ckptlab/locales/{DEFAULT}.json; add it to every locale file"
-            )
+        raise MissingKeyError(
+            f"translation key {key!r} is not in ckptlab/locales/{DEFAULT}.json; add it to every locale file"
+        )
     return text.format(**values) if values else text
 
 

@@ -6,7 +6,7 @@ bytes, which public tables write as "MB").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..model.presets import ModelInfo
 from ..model.selective import selective_key
@@ -17,6 +17,7 @@ from ..results import (
     Comparison,
     Judgement,
     LayerResult,
+    MemoryResult,
     ModelSummary,
     RunResult,
     TimingResult,
@@ -29,13 +30,9 @@ from .peak_words import logits_sentence
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
 
-# A sweep row's time against checkpointing off, in one word (results.Judgement).
-VERDICT_WORDS = {
-    Judgement.MEASURABLE.value: "measurable",
-    Judgement.NOISE.value: "noise",
-    Judgement.TOO_FEW.value: "too few",
-}
-# The command line's legends, English (the CLI's language), from the locale files like every other sentence.
+# The command line's words, English (the CLI's language), from the locale files like every other sentence:
+# a sweep row's time against checkpointing off in one word (results.Judgement), and the legends.
+VERDICT_WORDS = {judgement.value: t(f"cli.verdict_{judgement.value}", "en") for judgement in Judgement}
 VERDICT_LEGEND = t("cli.verdict_legend", "en", min_samples=MIN_SAMPLES_TO_JUDGE)
 RERUN_SHARE_NOTE = t("cli.rerun_share", "en")
 
@@ -121,26 +118,25 @@ def diagram(forward_roles: Sequence[str], backward_roles: Sequence[str], title: 
             Backward:  output <- [L2] <- [L1]
                                  keep   rerun
     """
-    count = len(forward_roles)
     lines = [title]
-    for start in range(0, count, LAYERS_PER_LINE):
-        indices = list(range(start, min(start + LAYERS_PER_LINE, count)))
-        first = start == 0
-        forward_head = "Forward:   input  -> " if first else "               ... -> "
-        lines += _row(forward_head, [f"[L{i + 1}]" for i in indices], [forward_roles[i] for i in indices], " -> ")
-    for start in range(0, count, LAYERS_PER_LINE):
-        indices = list(range(count - 1 - start, max(count - 1 - start - LAYERS_PER_LINE, -1), -1))
-        first = start == 0
-        backward_head = "Backward:  output <- " if first else "               ... <- "
-        lines += _row(backward_head, [f"[L{i + 1}]" for i in indices], [backward_roles[i] for i in indices], " <- ")
+    layers = range(len(forward_roles))
+    for roles, order, arrow, head in (
+        (forward_roles, layers, " -> ", "Forward:   input  -> "),
+        (backward_roles, layers[::-1], " <- ", "Backward:  output <- "),
+    ):
+        for start in range(0, len(order), LAYERS_PER_LINE):
+            lines += _row(head, order[start : start + LAYERS_PER_LINE], roles, arrow)
+            head = "               ..." + arrow  # a wrapped line goes on from the one above
     return "\n".join(lines)
 
 
-def _row(head: str, cells: list[str], roles: list[str], arrow: str) -> list[str]:
+def _row(head: str, layers: Sequence[int], roles: Sequence[str], arrow: str) -> list[str]:
+    """``layers``' boxes (``[L1] -> [L2]``) after ``head``, and under each box its role."""
+    cells = [f"[L{i + 1}]" for i in layers]
     top = head + arrow.join(cells)
     under = [" "] * (len(top) + 2)
     column = len(head)
-    for cell, role in zip(cells, roles):
+    for cell, role in zip(cells, (roles[i] for i in layers)):
         begin = max(0, column + (len(cell) - len(role)) // 2)
         under[begin : begin + len(role)] = role
         column += len(cell) + len(arrow)
@@ -268,39 +264,24 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
     assert memory is not None  # status "ok": measured or simulated, memory is always there
     ref_memory = reference.memory if reference else None
     ref_timing = reference.timing if reference else None
-    rows = [
-        (
-            "baseline before the forward",
-            mib(memory.baseline_bytes),
-            mib(ref_memory.baseline_bytes) if ref_memory else None,
-            "parameters, buffers" + (", optimizer state" if memory.optimizer_state_bytes else ""),
-        ),
-        (
-            "resident after the forward",
-            mib(memory.after_forward_bytes),
-            mib(ref_memory.after_forward_bytes) if ref_memory else None,
-            "above baseline: what the backward needs",
-        ),
-        (
-            "peak over the step",
-            mib(memory.peak_bytes),
-            mib(ref_memory.peak_bytes) if ref_memory else None,
-            f"reached in: {memory.peak_where.description}",
-        ),
-    ]
+
+    def row(label: str, read: Callable[[MemoryResult], int], note: str) -> str:
+        """A memory row: this run's MiB, the reference's beside them."""
+        return _table_row(label, mib(read(memory)), mib(read(ref_memory)) if ref_memory else None, note)
+
+    optimizer = memory.optimizer_state_bytes
     lines = [head, "", result_diagram(result), ""]
     lines.append(_table_row("Memory, MiB", "this run", "off" if reference else None, ""))
-    lines += [_table_row(label, value, ref, note) for label, value, ref, note in rows]
-    if memory.optimizer_state_bytes:
-        lines.insert(
-            -2,
-            _table_row(
-                "  of which optimizer state",
-                mib(memory.optimizer_state_bytes),
-                mib(ref_memory.optimizer_state_bytes) if ref_memory else None,
-                "steady state, after the first step",
-            ),
+    baseline_note = "parameters, buffers" + (", optimizer state" if optimizer else "")
+    lines.append(row("baseline before the forward", lambda m: m.baseline_bytes, baseline_note))
+    if optimizer:
+        lines.append(
+            row("  of which optimizer state", lambda m: m.optimizer_state_bytes, "steady state, after the first step")
         )
+    lines.append(
+        row("resident after the forward", lambda m: m.after_forward_bytes, "above baseline: what the backward needs")
+    )
+    lines.append(row("peak over the step", lambda m: m.peak_bytes, f"reached in: {memory.peak_where.description}"))
     if memory.breakdown_at_peak:
         # Parts under 0.05 MiB (a norm's gradient, the rotary buffer) would print as "0.0": left out.
         parts = sorted(

@@ -95,9 +95,7 @@ def cli_message(error: Exception, flags: CliFlags, command: str = "run") -> str:
     """A core error as the command line prints it: options as ``command``'s flags, commands as command lines."""
 
     def word(reference: Reference) -> str:
-        if isinstance(reference, Command):
-            return cli_line(reference, flags)
-        return cli_flag(reference, flags, command)
+        return cli_line(reference, flags) if isinstance(reference, Command) else cli_flag(reference, flags, command)
 
     return error_text(error, "en", word)
 

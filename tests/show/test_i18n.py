@@ -270,6 +270,9 @@ def test_the_command_lines_legends_and_busy_warning_are_words_of_the_locale_file
 
     assert i18n.t("cli.verdict_legend", "en", min_samples=MIN_SAMPLES_TO_JUDGE) == report.VERDICT_LEGEND
     assert i18n.t("cli.rerun_share", "en") == report.RERUN_SHARE_NOTE
+    # The sweep table's time column: one word per judgement, in the words it printed before they moved to en.json.
+    assert report.VERDICT_WORDS == {"measurable": "measurable", "noise": "noise", "too_few": "too few"}
+    assert all(i18n.t(f"cli.verdict_{judgement}", "en") == word for judgement, word in report.VERDICT_WORDS.items())
     why = [
         i18n.t("cli.busy_load", "en", load=3.25, cores=2),
         i18n.t("cli.busy_spread", "en", spread=0.5, limit=BUSY_SPREAD),

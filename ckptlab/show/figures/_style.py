@@ -15,6 +15,7 @@ Streamlit's plotly.js (4.x) draws nothing for a pattern with an rgba fgcolor: he
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 FONT = "Arial, Helvetica, sans-serif"
@@ -23,6 +24,26 @@ FONT = "Arial, Helvetica, sans-serif"
 def on_white(size: int) -> dict[str, Any]:
     """The layout every figure shares: the one font at ``size``, on a white plot (``update_layout(**on_white(14))``)."""
     return {"font": {"family": FONT, "size": size}, "plot_bgcolor": "white"}
+
+
+def heading(text: str, subtitle: str | None = None, size: int | None = None) -> dict[str, Any]:
+    """A figure's title at its left edge, the subtitle (where numbers come from) under it, at ``size`` if given."""
+    title: dict[str, Any] = {"text": text, "x": 0, "xref": "paper"}
+    if subtitle is not None:
+        title["subtitle"] = {"text": subtitle}
+    if size:
+        title["font"] = {"size": size}
+    return title
+
+
+def legend(y: float, yanchor: str = "top", **more: Any) -> dict[str, Any]:
+    """A horizontal legend from the left edge: under the plot (``y`` below 0) or over it (``yanchor="bottom"``)."""
+    return {"orientation": "h", "yanchor": yanchor, "y": y, "x": 0, **more}
+
+
+def whiskers(up: Sequence[float], down: Sequence[float], color: str) -> dict[str, Any]:
+    """Error bars reaching ``up`` above and ``down`` below each value: the slowest and the fastest of the repeats."""
+    return {"type": "data", "symmetric": False, "array": list(up), "arrayminus": list(down), "color": color}
 
 
 # Okabe-Ito, by name.

@@ -19,7 +19,7 @@ from ...results import RunResult
 from ...units import GIB, MIB
 from ..i18n import t
 from ..labels import provenance_label, training_label
-from ._style import CATEGORY_COLORS, GRID, on_white
+from ._style import CATEGORY_COLORS, GRID, heading, legend, on_white
 
 PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
 FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
@@ -36,6 +36,12 @@ def part_bytes(breakdown: Mapping[str, int], part: str) -> int:
     if part == "other":
         return sum(value for key, value in breakdown.items() if key not in PARTS and key not in FOLDED)
     return breakdown.get(part, 0) + sum(breakdown.get(key, 0) for key, into in FOLDED.items() if into == part)
+
+
+def drawn_parts(breakdowns: Sequence[Mapping[str, int]]) -> list[str]:
+    """The segments to draw, bottom to top: the :data:`PARTS` some bar holds, then "other" if a bar holds more."""
+    parts = [part for part in PARTS if any(part_bytes(breakdown, part) for breakdown in breakdowns)]
+    return parts + (["other"] if any(set(each) - set(PARTS) - set(FOLDED) for each in breakdowns) else [])
 
 
 def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", height: int = 430) -> go.Figure:
@@ -57,20 +63,11 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     scale, unit = bar_unit(max(totals, default=0))
     provenance = " / ".join(dict.fromkeys(provenance_label(run.provenance, lang) for run in runs))
     ticks = [
-        t(
-            "breakdown.tick",
-            lang,
-            label=label,
-            phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang),
-        )
+        t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang))
         for label, _, memory in drawn
     ]
-    parts = [part for part in PARTS if any(part_bytes(peak, part) for peak in peaks)]
-    if any(set(peak) - set(PARTS) - set(FOLDED) for peak in peaks):
-        parts.append("other")
-
     figure = go.Figure()
-    for part in parts:
+    for part in drawn_parts(peaks):
         values = [part_bytes(peak, part) for peak in peaks]
         name = t(f"category.{part}", lang)
         figure.add_trace(
@@ -105,11 +102,11 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     # The provenance on a line of its own: beside a diagram the figure is narrow, and it must not be cut off.
     subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else [])]) + f"<br>{provenance}"
     figure.update_layout(
-        title={"text": t("breakdown.title", lang), "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
+        title=heading(t("breakdown.title", lang), subtitle),
         barmode="stack",
         height=height,
         margin={"l": 60, "r": 20, "t": 105, "b": 40},  # a title and a two-line subtitle
-        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "traceorder": "reversed"},
+        legend=legend(-0.22, traceorder="reversed"),
         **on_white(13),
         hoverlabel={"font": {"size": 14}},
     )
@@ -161,11 +158,11 @@ def sharding_figure(
             )
         )
     figure.update_layout(
-        title={"text": t("sharding_fig.title", lang), "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
+        title=heading(t("sharding_fig.title", lang), subtitle),
         barmode="group",
         height=height,
         margin={"l": 60, "r": 20, "t": 90, "b": 40},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        legend=legend(-0.2),
         **on_white(13),
         hoverlabel={"font": {"size": 14}},
     )

@@ -24,7 +24,7 @@ from ...results import LayerResult, Region, RunResult, TimelinePoint
 from ...units import MIB
 from ..i18n import t
 from ..labels import provenance_label, setting_label
-from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS, on_white
+from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS, heading, legend, on_white
 
 LAYERS_PER_LINE = 12
 ROLES = ("CP", "keep", "rerun")
@@ -277,7 +277,7 @@ def _draw(
             )
     # Explicit room for the row labels: Streamlit's plotly.js cuts them off with automargin alone.
     longest = max(len(part) for text in tick_text for part in text.split("<br>"))
-    if compact:
+    if title is None:  # untitled, compact
         size = 14
         layout = {"height": height or 60 + 190 * lines, "margin": {"l": 24 + 9 * longest, "r": 10, "t": 10, "b": 50}}
     else:
@@ -285,14 +285,14 @@ def _draw(
         legend_rows = 1 if len(figure.data) <= 2 else 2
         row_px = 70 if small else 78
         layout = {
-            "title": {"text": title, "subtitle": {"text": subtitle}, "font": {"size": 20}, "x": 0, "xref": "paper"},
+            "title": heading(title, subtitle, size=20),
             "height": height or int(95 + 34 * legend_rows + lines * pitch * row_px),
             "margin": {"l": 24 + 9 * longest, "r": 10, "t": 75, "b": 10 + 34 * legend_rows},
             "hoverlabel": {"font": {"size": 15}},
         }
     figure.update_layout(
         barmode="overlay",
-        legend={"orientation": "h", "yanchor": "top", "y": -0.02, "x": 0, "font": {"size": size}},
+        legend=legend(-0.02, font={"size": size}),
         **on_white(size),
         uniformtext={"minsize": 9 if compact else 10, "mode": "show"},
         **layout,

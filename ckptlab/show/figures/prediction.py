@@ -29,6 +29,8 @@ from ._style import (
 )
 from .tradeoff import sweep_layout, sweep_provenance_label
 
+_Values = Sequence[float | None]  # one per setting, None where there is none
+
 
 def sweep_prediction_figure(
     result: SweepResult, checks: Sequence[PredictionCheck], seq_len: int, lang: str = "en"
@@ -49,17 +51,7 @@ def sweep_prediction_figure(
         horizontal_spacing=0.1,
     )
     # (name, color, hatch, resident bytes, step seconds, their errors), one per source of numbers.
-    series: list[
-        tuple[
-            str,
-            str,
-            str | None,
-            Sequence[float | None],
-            Sequence[float | None],
-            Sequence[float | None],
-            Sequence[float | None],
-        ]
-    ] = [
+    series: list[tuple[str, str, str | None, _Values, _Values, _Values, _Values]] = [
         (
             t("tradeoff_fig.measured", lang),
             MEASURED_COLOR,

@@ -75,20 +75,14 @@ def room_figure(
         figure.update_xaxes(title_text=t(axis, lang), gridcolor=GRID, rangemode="tozero")
     else:
         counts = Counter(int(answer) for answer in answers)
+        right = None if measured is None else int(measured)
         labels = [f"every_n_layers={n}" for n in choices]
         figure.add_trace(
             go.Bar(
                 x=labels,
                 y=[counts.get(n, 0) for n in choices],
-                marker={
-                    "color": [
-                        RUN_COLOR if measured is not None and n == int(measured) else GUESS_COLOR for n in choices
-                    ]
-                },
-                text=[
-                    t("classroom.fig_measured_bar", lang) if measured is not None and n == int(measured) else ""
-                    for n in choices
-                ],
+                marker={"color": [RUN_COLOR if n == right else GUESS_COLOR for n in choices]},
+                text=[t("classroom.fig_measured_bar", lang) if n == right else "" for n in choices],
                 textposition="outside",
                 name=t("classroom.fig_predictions", lang),
                 hovertemplate="%{x}: %{y}<extra></extra>",

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from ...results import RunResult, judge_time, memory_of, timing_of
 from ...units import MIB
 from ..i18n import t
-from ..labels import setting_label, short_setting_label
+from ..labels import run_label, setting_label, short_setting_label
 from ._style import (
     CATEGORY_COLORS,
     EXTRA_COLORS,
@@ -28,7 +28,10 @@ from ._style import (
     PEAK_COLOR,
     RUN_COLOR,
     TEXT_GREY,
+    heading,
+    legend,
     on_white,
+    whiskers,
 )
 
 
@@ -47,12 +50,9 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
     """
     if result.memory is None or result.timing is None:
         raise ValueError(f"a run with status {result.status!r} has no measurements to chart")
-    series = [
-        (setting_label(result.spec.every_n_layers, result.spec.offload, lang), result.memory, result.timing, RUN_COLOR)
-    ]
-    if result.spec.every_n_layers is None:
-        series = [(setting_label(None, False, lang), result.memory, result.timing, OFF_COLOR)]
-    elif baseline is not None and baseline.memory is not None and baseline.timing is not None:
+    checkpointed = result.spec.checkpointing
+    series = [(run_label(result, lang), result.memory, result.timing, RUN_COLOR if checkpointed else OFF_COLOR)]
+    if checkpointed and baseline is not None and baseline.memory is not None and baseline.timing is not None:
         series.append((setting_label(None, False, lang), baseline.memory, baseline.timing, OFF_COLOR))
 
     figure = make_subplots(rows=1, cols=2, subplot_titles=(t("fig.memory_panel", lang), t("fig.time_panel", lang)))
@@ -84,13 +84,11 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
                 legendgroup=name,
                 showlegend=False,
                 marker_color=color,
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [(max(s, default=m) - m) * 1000 for s, m in zip(samples, medians)],
-                    "arrayminus": [(m - min(s, default=m)) * 1000 for s, m in zip(samples, medians)],
-                    "color": TEXT_GREY,
-                },
+                error_y=whiskers(
+                    [(max(s, default=m) - m) * 1000 for s, m in zip(samples, medians)],
+                    [(m - min(s, default=m)) * 1000 for s, m in zip(samples, medians)],
+                    TEXT_GREY,
+                ),
                 hovertemplate="%{x}: %{y:,.0f} ms " + t("fig.median", lang) + "<extra>" + name + "</extra>",
             ),
             row=1,
@@ -100,7 +98,7 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
         barmode="group",
         height=360,
         margin={"l": 55, "r": 10, "t": 70, "b": 55},  # room for the two-line category labels
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 14}},
+        legend=legend(1.12, "bottom", font={"size": 14}),
         **on_white(14),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
@@ -124,11 +122,13 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
         OFF_COLOR if not run.spec.checkpointing else EXTRA_COLORS[i % len(EXTRA_COLORS)] if i > 1 else RUN_COLOR
         for i, run in enumerate(runs)
     ]
+    memory: list[float] = []  # both memory bars' values, for the panel's range
     for key, getter in (
         ("trade.after_forward", lambda r: memory_of(r).after_forward_bytes),
         ("trade.peak", lambda r: memory_of(r).peak_above_baseline_bytes),
     ):
         values = [getter(run) / MIB for run in runs]
+        memory += values
         figure.add_trace(
             go.Bar(
                 x=names,
@@ -163,13 +163,11 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
                 for grey, v in zip(noise, times)
             ],
             textposition="outside",
-            error_y={
-                "type": "data",
-                "symmetric": False,
-                "array": [(max(timing_of(run).step_samples) - timing_of(run).step_s) * 1000 for run in runs],
-                "arrayminus": [(timing_of(run).step_s - min(timing_of(run).step_samples)) * 1000 for run in runs],
-                "color": OUTLINE_GREY,
-            },
+            error_y=whiskers(
+                [(max(timing_of(run).step_samples) - timing_of(run).step_s) * 1000 for run in runs],
+                [(timing_of(run).step_s - min(timing_of(run).step_samples)) * 1000 for run in runs],
+                OUTLINE_GREY,
+            ),
             showlegend=False,
             hovertemplate="%{x}: %{y:,.0f} ms<extra></extra>",
         ),
@@ -180,18 +178,13 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
         barmode="group",
         height=height,
         margin={"l": 50, "r": 10, "t": 60, "b": 50},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.12, "x": 0, "font": {"size": 13}},
+        legend=legend(1.12, "bottom", font={"size": 13}),
         **on_white(14),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
     figure.update_xaxes(tickangle=0, title={"text": "every_n_layers", "font": {"size": 12}})
-    for axis in ("yaxis", "yaxis2"):
-        top = max(
-            (trace.y and max(v for v in trace.y if v is not None)) or 0
-            for trace in figure.data
-            if (trace.yaxis or "y") == ("y" if axis == "yaxis" else "y2")
-        )
-        figure.layout[axis].range = [0, top * 1.22 or 1]
+    for col, values in ((1, memory), (2, times)):
+        figure.update_yaxes(range=[0, max(values, default=0) * 1.22 or 1], row=1, col=col)
     return figure
 
 
@@ -205,32 +198,23 @@ def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int =
     moved = [memory_of(run).offload_bytes / MIB for run in runs]
     rest = [max(memory_of(run).after_forward_bytes - memory_of(run).offload_bytes, 0) / MIB for run in runs]
     figure = go.Figure()
-    figure.add_trace(
-        go.Bar(
-            x=labels,
-            y=moved,
-            name=t("offload.moved", lang),
-            marker={"color": CATEGORY_COLORS["host"]},
-            text=[f"{v:,.1f}" for v in moved],
-            textposition="inside",
+    for key, values, color in (("offload.moved", moved, CATEGORY_COLORS["host"]), ("offload.rest", rest, LIGHT_GREY)):
+        figure.add_trace(
+            go.Bar(
+                x=labels,
+                y=values,
+                name=t(key, lang),
+                marker={"color": color},
+                text=[f"{v:,.1f}" for v in values],
+                textposition="inside",
+            )
         )
-    )
-    figure.add_trace(
-        go.Bar(
-            x=labels,
-            y=rest,
-            name=t("offload.rest", lang),
-            marker={"color": LIGHT_GREY},
-            text=[f"{v:,.1f}" for v in rest],
-            textposition="inside",
-        )
-    )
     figure.update_layout(
         barmode="stack",
         height=height,
-        title={"text": t("offload.title", lang), "x": 0, "xref": "paper", "font": {"size": 18}},
+        title=heading(t("offload.title", lang), size=18),
         margin={"l": 60, "r": 10, "t": 60, "b": 40},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0},
+        legend=legend(-0.12),
         **on_white(14),
     )
     figure.update_yaxes(title={"text": "MiB"}, gridcolor=GRID, rangemode="tozero")

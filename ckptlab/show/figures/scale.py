@@ -21,7 +21,7 @@ from ...units import GIB, MIB
 from ..i18n import t
 from ..labels import provenance_label
 from ._style import BUDGET_COLOR, CATEGORY_COLORS, GRID, HOST_PATTERN, VERDICT_COLORS, VERDICT_SYMBOLS, on_white
-from .breakdown import FOLDED, PARTS, bar_unit, part_bytes
+from .breakdown import bar_unit, drawn_parts, part_bytes
 
 OFF_SCALE = 4  # a budget more than this many times the tallest bar is named, not drawn (the bars would vanish)
 
@@ -49,38 +49,37 @@ def scale_peak_figure(
     peaks = [memory_of(result).peak_bytes for result in results]
     hosts = [memory_of(result).host_offload_bytes for result in results]
     tallest = max(peaks + hosts, default=0)
-    draw_budget = budget_bytes is not None and budget_bytes <= OFF_SCALE * max(tallest, 1)
-    scale, unit = bar_unit(max(tallest, budget_bytes if draw_budget and budget_bytes is not None else 0))
+    on_scale = budget_bytes is not None and budget_bytes <= OFF_SCALE * max(tallest, 1)
+    top = max(tallest, budget_bytes if on_scale and budget_bytes is not None else 0)
+    scale, unit = bar_unit(top)
     ticks = _ticks(table, results, selected, lang)
     offsets, widths = _device_slots(results)
     slots = list(range(len(results)))
     provenance = _provenance(results, lang)
 
     figure = go.Figure()
-    parts = [part for part in PARTS if any(part_bytes(memory_of(r).breakdown_at_peak, part) for r in results)]
-    if any(set(memory_of(r).breakdown_at_peak) - set(PARTS) - set(FOLDED) for r in results):
-        parts.append("other")
     base = [0] * len(results)
-    for part in parts:
+    for part in drawn_parts([memory_of(result).breakdown_at_peak for result in results]):
         values = [part_bytes(memory_of(result).breakdown_at_peak, part) for result in results]
+        name = t(f"scale_figures.{part}", lang)  # "parameters and buffers": the buffers are folded in
         figure.add_trace(
             go.Bar(
                 x=slots, y=[v / scale for v in values], base=[b / scale for b in base], offset=offsets, width=widths,
-                name=_word(part, lang), marker={"color": CATEGORY_COLORS[part], "line": {"color": "white", "width": 0.5}},
-                hovertext=[_hover(lang, tick, _word(part, lang), value, provenance) for tick, value in zip(ticks, values)], hoverinfo="text",
+                name=name, marker={"color": CATEGORY_COLORS[part], "line": {"color": "white", "width": 0.5}},
+                hovertext=[_hover(lang, tick, name, value, provenance) for tick, value in zip(ticks, values)], hoverinfo="text",
             )
         )  # fmt: skip
         base = [b + v for b, v in zip(base, values)]
     _add_host(figure, results, ticks, scale, lang, provenance)
 
+    subtitle = t("scale_figures.peak_subtitle", lang, provenance=provenance, **_shape(table))
     if budget_bytes is not None:
+        gpu = budget_label or _gib_text(budget_bytes)
         for fit in (True, False):
             index = [i for i, result in enumerate(results) if fits(result, budget_bytes) == fit]
             if not index:
                 continue
-            verdict = t(
-                f"scale_figures.{'fits' if fit else 'no_fit'}", lang, budget=budget_label or _gib_text(budget_bytes)
-            )
+            verdict = t(f"scale_figures.{'fits' if fit else 'no_fit'}", lang, budget=gpu)
             figure.add_trace(
                 go.Scatter(
                     x=[_centre(i, results[i]) for i in index], y=[peaks[i] / scale for i in index], mode="markers+text",
@@ -96,23 +95,17 @@ def scale_peak_figure(
                     hoverinfo="text", cliponaxis=False,
                 )
             )  # fmt: skip
-    subtitle = t("scale_figures.peak_subtitle", lang, provenance=provenance, **_shape(table))
-    if budget_bytes is not None and draw_budget:
-        # A trace, not a shape: the legend names the line, and no label sits on a bar.
-        name = t("scale_figures.budget", lang, budget=budget_label or _gib_text(budget_bytes), gib=budget_bytes / GIB)
-        figure.add_trace(
-            go.Scatter(
-                x=[-0.6, len(results) - 0.4], y=[budget_bytes / scale] * 2, mode="lines", name=name,
-                line={"color": BUDGET_COLOR, "width": 2, "dash": "dash"}, hoverinfo="name",
-            )
-        )  # fmt: skip
-    elif budget_bytes is not None:
-        subtitle += t(
-            "scale_figures.budget_off_scale",
-            lang,
-            budget=budget_label or _gib_text(budget_bytes),
-            gib=budget_bytes / GIB,
-        )
+        if on_scale:
+            # A trace, not a shape: the legend names the line, and no label sits on a bar.
+            figure.add_trace(
+                go.Scatter(
+                    x=[-0.6, len(results) - 0.4], y=[budget_bytes / scale] * 2, mode="lines",
+                    name=t("scale_figures.budget", lang, budget=gpu, gib=budget_bytes / GIB),
+                    line={"color": BUDGET_COLOR, "width": 2, "dash": "dash"}, hoverinfo="name",
+                )
+            )  # fmt: skip
+        else:
+            subtitle += t("scale_figures.budget_off_scale", lang, budget=gpu, gib=budget_bytes / GIB)
     _layout(
         figure,
         t("scale_figures.peak_title", lang, **_shape(table)) + _per_gpu(table, lang),
@@ -121,8 +114,7 @@ def scale_peak_figure(
         t("scale_figures.peak_y", lang, unit=unit),
         ticks,
     )
-    top = max(max(peaks + hosts, default=0), budget_bytes if draw_budget and budget_bytes is not None else 0) / scale
-    figure.update_yaxes(range=[0, top * 1.12 or 1])
+    figure.update_yaxes(range=[0, top / scale * 1.12 or 1])
     return figure
 
 
@@ -192,11 +184,6 @@ def _per_gpu(table: ScaleTable, lang: str) -> str:
 
 def _provenance(results: list[RunResult], lang: str) -> str:
     return provenance_label(results[0].provenance, lang) if results else t("fig.seen_simulated", lang)
-
-
-def _word(part: str, lang: str) -> str:
-    """A drawn segment's name ("parameters and buffers": the buffers are folded in)."""
-    return t(f"scale_figures.{part}", lang)
 
 
 def _gib_text(num_bytes: int) -> str:

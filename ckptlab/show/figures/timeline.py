@@ -29,6 +29,8 @@ from ._style import (
     RUN_COLOR,
     STATE_COLORS,
     WASH_GRID,
+    heading,
+    legend,
     on_white,
 )
 
@@ -81,18 +83,14 @@ def timeline_figure(
             raise ValueError(f"the run {each.spec} has no memory timeline to draw")
     layers = run.model.num_layers
     figure = go.Figure()
-    for span in tl.phase_spans(memory_of(run).timeline, layers):
+    spans = tl.phase_spans(memory_of(run).timeline, layers)
+    for span in spans:
+        # A rerun's role colour, lightened; a phase's wash is pale already.
+        opacity = 0.28 if span.band == "rerun" else 1.0
         figure.add_vrect(
-            x0=span.start,
-            x1=span.end,
-            fillcolor=BAND_COLORS[span.band],
-            opacity=0.28
-            if span.band == "rerun"
-            else 1.0,  # a rerun's role colour, lightened; a phase's wash is pale already
-            line_width=0,
-            layer="below",
+            x0=span.start, x1=span.end, fillcolor=BAND_COLORS[span.band], opacity=opacity, line_width=0, layer="below"
         )
-    for band, (start, end) in _band_extents(tl.phase_spans(memory_of(run).timeline, layers)).items():
+    for band, (start, end) in _band_extents(spans).items():
         if band == "rerun":
             continue
         figure.add_annotation(  # a row of its own between the subtitle and the plot: peak labels sit inside
@@ -104,7 +102,7 @@ def timeline_figure(
             text=f"<b>{t('band.' + band, lang)}</b>",
             font={"size": 15, "color": PHASE_LABEL_COLOR},
         )
-    if any(span.band == "rerun" for span in tl.phase_spans(memory_of(run).timeline, layers)):
+    if any(span.band == "rerun" for span in spans):
         figure.add_trace(
             go.Scatter(
                 x=[None],
@@ -115,12 +113,13 @@ def timeline_figure(
             )
         )
 
-    series = [(run, RUN_COLOR if run.spec.checkpointing else OFF_COLOR)]
-    for index, other in enumerate(others):
-        color = OFF_COLOR if not other.spec.checkpointing else EXTRA_COLORS[index % len(EXTRA_COLORS)]
-        series.append((other, color))
+    series = [(run, RUN_COLOR if run.spec.checkpointing else OFF_COLOR)] + [
+        (other, EXTRA_COLORS[index % len(EXTRA_COLORS)] if other.spec.checkpointing else OFF_COLOR)
+        for index, other in enumerate(others)
+    ]
     top = 0.0
     for position_in_list, (each, color) in enumerate(series):
+        first = position_in_list == 0
         points = memory_of(each).timeline
         xs = tl.positions(points, layers)
         ends = tl.stretch_ends(points, layers)
@@ -149,7 +148,7 @@ def timeline_figure(
                 x=xs,
                 y=now,
                 mode="lines+markers",
-                line={"width": 3.5 if position_in_list == 0 else 2.5, "color": color},
+                line={"width": 3.5 if first else 2.5, "color": color},
                 marker={"size": 7},
                 name=t("timeline.legend_now", lang, setting=name),
                 legendgroup=name,
@@ -159,7 +158,6 @@ def timeline_figure(
         )
         peak = tl.peak_index(points)
         # A star at each peak and a short label in the setting's colour (the page says what caused it).
-        first = position_in_list == 0
         x_peak = (xs[peak] + ends[peak]) / 2
         figure.add_trace(
             go.Scatter(
@@ -203,16 +201,10 @@ def timeline_figure(
 
     tick_vals, tick_text = _ticks(layers, lang)
     figure.update_layout(
-        title={
-            "text": t("timeline.title", lang),
-            "subtitle": {"text": provenance_label(run.provenance, lang)},
-            "x": 0,
-            "xref": "paper",
-            "font": {"size": 20},
-        },
+        title=heading(t("timeline.title", lang), provenance_label(run.provenance, lang), size=20),
         height=height,
         margin={"l": 60, "r": 20, "t": 108, "b": 60},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0, "font": {"size": 13}},
+        legend=legend(-0.14, font={"size": 13}),
         **on_white(14),
         hoverlabel={"font": {"size": 14}},
     )
@@ -299,20 +291,17 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
             )
         )
     now = _above(run, point.current_bytes)
-    top = max((layer.saved_bytes for layer in run.layers), default=0) / MIB
-    top = max(top, *values) if values else top
+    top = max([layer.saved_bytes / MIB for layer in run.layers] + values, default=0)
     figure.update_layout(
-        title={
-            "text": t("step.title", lang, i=index + 1, n=len(points), event=event_label(point, lang)),
-            "subtitle": {"text": t("step.subtitle", lang, now=f"{now:,.1f}", setting=run_label(run, lang))},
-            "x": 0,
-            "xref": "paper",
-            "font": {"size": 19},
-        },
+        title=heading(
+            t("step.title", lang, i=index + 1, n=len(points), event=event_label(point, lang)),
+            t("step.subtitle", lang, now=f"{now:,.1f}", setting=run_label(run, lang)),
+            size=19,
+        ),
         height=height,
         barmode="group",
         margin={"l": 60, "r": 10, "t": 90, "b": 40},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.1, "x": 0, "font": {"size": 13}, "traceorder": "normal"},
+        legend=legend(-0.1, font={"size": 13}, traceorder="normal"),
         **on_white(14),
     )
     figure.update_xaxes(categoryorder="array", categoryarray=[f"L{i + 1}" for i in range(len(states))], fixedrange=True)

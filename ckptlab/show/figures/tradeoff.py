@@ -34,7 +34,10 @@ from ._style import (
     NOISE_GREY,
     SERIES_COLORS,
     SETTING_COLORS,
+    heading,
+    legend,
     on_white,
+    whiskers,
 )
 
 # The Pareto figure's marker for each selective policy of a sweep, in the order the sweep measured them.
@@ -93,8 +96,10 @@ def sweep_tradeoff_figure(
     for index, policy in enumerate(policies):
         group = [row for row in rows if row.selective == policy]
         name = t("tradeoff_fig.configuration", lang)
+        color = MEASURED_COLOR
         if len(policies) > 1:
             name = t("tradeoff_fig.policy_trace", lang, policy=policy)
+            color = SERIES_COLORS[index % len(SERIES_COLORS)]
         figure.add_trace(
             go.Scatter(
                 x=[known_step(row) * 1000 for row in group],
@@ -110,24 +115,13 @@ def sweep_tradeoff_figure(
                 marker={
                     "size": 11,
                     "symbol": POLICY_SYMBOLS[index % len(POLICY_SYMBOLS)],
-                    "color": [
-                        NOISE_GREY
-                        if row.time_is_noise
-                        else SERIES_COLORS[index % len(SERIES_COLORS)]
-                        if len(policies) > 1
-                        else MEASURED_COLOR
-                        for row in group
-                    ],
+                    "color": [NOISE_GREY if row.time_is_noise else color for row in group],
                 },
-                error_x={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [(known(row.step_max_s, row, "slowest step") - known_step(row)) * 1000 for row in group],
-                    "arrayminus": [
-                        (known_step(row) - known(row.step_min_s, row, "fastest step")) * 1000 for row in group
-                    ],
-                    "color": GREY,
-                },
+                error_x=whiskers(
+                    [(known(row.step_max_s, row, "slowest step") - known_step(row)) * 1000 for row in group],
+                    [(known_step(row) - known(row.step_min_s, row, "fastest step")) * 1000 for row in group],
+                    GREY,
+                ),
                 customdata=[
                     [peak_where(row, lang), known(row.after_forward_bytes, row, "resident bytes") / MIB]
                     for row in group
@@ -170,6 +164,11 @@ def sweep_tradeoff_figure(
         )
         if recommendation.row is not None and recommendation.row.seq_len == seq_len:
             chosen = recommendation.row
+            key = (
+                "tradeoff_fig.recommended_predicted"
+                if recommendation.ranked_by == "predicted"
+                else "tradeoff_fig.recommended"
+            )
             figure.add_trace(
                 go.Scatter(
                     x=[known_step(chosen) * 1000],
@@ -181,13 +180,7 @@ def sweep_tradeoff_figure(
                         "color": FRONTIER_COLOR,
                         "line": {"color": "black", "width": 1},
                     },
-                    name=t(
-                        "tradeoff_fig.recommended_predicted"
-                        if recommendation.ranked_by == "predicted"
-                        else "tradeoff_fig.recommended",
-                        lang,
-                        setting=chosen.setting,
-                    ),
+                    name=t(key, lang, setting=chosen.setting),
                     hovertemplate=t("tradeoff_fig.recommended_hover", lang, setting=chosen.setting) + "<extra></extra>",
                 )
             )
@@ -287,7 +280,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
         t("tradeoff_fig.seq_subtitle", lang, provenance=sweep_provenance_label(result, lang)),
         x_title=t("tradeoff_fig.seq_x", lang),
     )
-    figure.update_xaxes(type="log", title_text=t("tradeoff_fig.seq_x", lang))
+    figure.update_xaxes(type="log")
     return figure
 
 
@@ -335,7 +328,14 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
                 legendgroup=row.setting,
                 showlegend=False,
                 marker={"color": color, "size": 10, "symbol": "triangle-up"},
-                hovertemplate=_peak_hover(row, lang),
+                hovertemplate=t(
+                    "tradeoff_fig.peak_hover",
+                    lang,
+                    setting=row.setting,
+                    mib=mib(known_peak(row)),
+                    where=peak_where(row, lang),
+                )
+                + "<extra></extra>",
             )
         )
     sweep_layout(
@@ -353,18 +353,14 @@ def sweep_layout(
 ) -> None:
     """The layout every sweep figure shares: title and provenance subtitle, the legend under the axis title."""
     figure.update_layout(
-        title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
+        title=heading(title, subtitle),
         height=480,
         margin={"l": 60, "r": 20, "t": 90, "b": 120},  # the legend sits below the axis title
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        legend=legend(-0.2),
         **on_white(13),
     )
-    figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
-    figure.update_xaxes(gridcolor=LIGHT_GRID)
-    if x_title:
-        figure.update_xaxes(title_text=x_title)
-    if y_title:
-        figure.update_yaxes(title_text=y_title)
+    figure.update_yaxes(gridcolor=GRID, rangemode="tozero", title_text=y_title)
+    figure.update_xaxes(gridcolor=LIGHT_GRID, title_text=x_title)
 
 
 def _point_hover(lang: str) -> str:
@@ -379,15 +375,6 @@ def _point_hover(lang: str) -> str:
             resident="%{customdata[1]:,.1f}",
             where="%{customdata[0]}",
         )
-        + "<extra></extra>"
-    )
-
-
-def _peak_hover(row: SweepRow, lang: str) -> str:
-    """The hover of a peak marker: the setting, its peak and where it was reached."""
-    where = peak_where(row, lang)
-    return (
-        t("tradeoff_fig.peak_hover", lang, setting=row.setting, mib=mib(known_peak(row)), where=where)
         + "<extra></extra>"
     )
 
