@@ -224,13 +224,13 @@ def test_the_trainer_reports_lines_are_facts_said_in_every_language():
 def test_a_runs_plan_mismatch_names_each_layer_in_a_fact_of_its_own():
     """The rows of note.plan_mismatch are facts (a layer, its plan, its flag, what it did), worded in each language."""
     from ckptlab.results import LayerResult
-    from ckptlab.step.measure import _mismatch_note
+    from ckptlab.step.measure import plan_mismatch_note
 
     layers = [
         LayerResult(index, f"L{index + 1}", "LlamaDecoderLayer", planned, enabled, 1, 1, 10, 5)  # type: ignore[arg-type]
         for index, (planned, enabled) in enumerate([("CP", "CP"), ("keep", "CP"), ("CP", "keep")])
     ]
-    note = _mismatch_note(layers)
+    note = plan_mismatch_note(layers)
     assert [row.params["layer"] for row in note.params["rows"]] == ["L2", "L3"]
     assert i18n.say(note).endswith(": L2: planned keep, flag CP, observed CP, L3: planned CP, flag keep, observed CP")
     for lang in LANGS:  # the note's head keeps its marker, PLAN MISMATCH, in every language; its rows are words

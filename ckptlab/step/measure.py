@@ -138,7 +138,7 @@ def _measure_built(
     memory = _with_offload(memory, layers, offload_applies)
     notes[:0] = offload_notes(spec, memory, layers)
     if not all(layer.as_planned for layer in layers):
-        notes.append(_mismatch_note(layers))
+        notes.append(plan_mismatch_note(layers))
     notes += selective_notes(spec, layers, offload_applies)
     report(DONE, 1.0)
     timing = timing_result(clock_for(device).method, samples, spec.optimizer, samples["load"]) if timed else None
@@ -307,7 +307,8 @@ def logits_shape(model: torch.nn.Module, batch: Batch) -> LogitsShape | None:
     return LogitsShape(tokens=input_ids.numel(), vocab=vocab)
 
 
-def _mismatch_note(layers: list[LayerResult]) -> Fact:
+def plan_mismatch_note(layers: list[LayerResult]) -> Fact:
+    """The note of a run whose layers did not do what every_n_layers plans: one row fact per such layer."""
     rows = tuple(
         Fact(
             "note.mismatch_row",
