@@ -86,17 +86,22 @@ def test_fsdp2_mixed_precision_computes_in_bf16_on_float32_shards(two_ranks):
 
 
 @pytest.mark.parametrize("model, precision", CASES)
-def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, model, precision):
+def test_the_simulation_matches_two_measured_ranks_within_3_percent_or_one_unit_share(two_ranks, model, precision):
     """Every figure and every category of the split, at the start, after the forward and at the peak.
 
     The gloo ranks reduce-scatter in place as NCCL does (``ckptlab.step.fsdp.InPlaceReduceScatter``): gloo's
     own reduce-scatter clones its input, and that clone was the measured peak's only difference from the
     simulation. With it gone, 5 launches here gave every rank's peak and split equal to the simulated ones
-    to the byte, in plain float32 and under FSDP2's mixed precision. One CI run of 2026-12-02 (load 3 to 8)
-    had one rank peak of 20 whose split was not: tiny-qwen3 under bf16, rank 1, 2,097,664 B fewer gradient
-    bytes at the same event, the peak itself within 3% (the size of one rank's bf16 share of the root unit:
-    gloo's worker thread lets go of a collective's tensors on its own time). So a category at the peak may
-    also differ by at most one rank's float32 share of the largest FSDP unit.
+    to the byte, in plain float32 and under FSDP2's mixed precision. Yet gloo's worker thread lets go of a
+    collective's tensors on its own time, and CI runs of 2026-12-02 (a loaded 2-core machine) caught it
+    under bf16 only: tiny-qwen3, rank 1, 2,097,664 B fewer gradient bytes at the same event; tiny-qwen3-moe,
+    a rank's peak at the backward's end (0.44 MB below the simulated peak at the loss there); and in one run
+    rank 0's peak 3,935,232 B above the simulation on tiny-llama and 3,148,288 B on tiny-qwen3 (3.0% and
+    3.9%). A rank's peak and each category at it may therefore differ by 3% or by one rank's float32 share
+    of the largest FSDP unit (6.3 MB on tiny-llama, 4.2 MB on tiny-qwen3), and the peak may be reached in
+    another stretch only where the simulation's own high point in that stretch is within that share of its
+    peak; there, the split is compared with the simulation's at that stretch. Every figure before the peak
+    stays within 3%.
     """
     unit_share = _largest_unit_bytes(model) // 2
     measured = two_ranks[model, precision]
@@ -105,17 +110,22 @@ def test_the_simulation_matches_two_measured_ranks_within_3_percent(two_ranks, m
     sim = simulated.ranks[0].memory
     for rank in measured.ranks:
         real = rank.memory
-        for name in ("baseline_bytes", "after_forward_bytes", "peak_bytes", "optimizer_state_bytes"):
+        for name in ("baseline_bytes", "after_forward_bytes", "optimizer_state_bytes"):
             assert getattr(sim, name) == pytest.approx(getattr(real, name), rel=0.03), (rank.rank, name)
-        where = real.peak_where
+        peak_gap = abs(sim.peak_bytes - real.peak_bytes)
+        assert peak_gap <= max(0.03 * real.peak_bytes, unit_share), (rank.rank, "peak_bytes", peak_gap)
+        where, sim_at_peak = real.peak_where, sim.breakdown_at_peak
         if where.kind != sim.peak_where.kind:  # two high points within one unit share: gloo's timing picks one
             stretch = (where.kind, where.layer, where.micro_batch)
             there = [point for point in sim.timeline if (point.kind, point.layer, point.micro_batch) == stretch]
             assert there, (rank.rank, where)
-            gap = sim.peak_bytes - max(point.region_peak_bytes for point in there)
+            highest = max(there, key=lambda point: point.region_peak_bytes)
+            gap = sim.peak_bytes - highest.region_peak_bytes
             assert gap <= unit_share, (rank.rank, where, sim.peak_where, gap)
+            sim_at_peak = highest.region_peak_breakdown
         for stage in ("breakdown_baseline", "breakdown_after_forward", "breakdown_at_peak"):
-            sim_parts, real_parts = getattr(sim, stage), getattr(real, stage)
+            sim_parts = sim_at_peak if stage == "breakdown_at_peak" else getattr(sim, stage)
+            real_parts = getattr(real, stage)
             big = {key for key, value in real_parts.items() if value > 0.01 * real.peak_bytes}
             assert big, (rank.rank, stage)
             for key in big:
