@@ -43,6 +43,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 CHROMIUM_ARGS += ["--disable-sync", "--no-first-run", "--disable-quic"]
+# Eight tabs of one browser, most of them in the background for minutes while the others open and wait: Chromium
+# throttles a background tab's timers (to one wake-up a minute after five minutes), and a tab that answers its
+# server that late can lose its session. A workshop's participants each look at their own tab, in the front.
+CHROMIUM_ARGS += ["--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows"]
+CHROMIUM_ARGS += ["--disable-renderer-backgrounding"]
 BAD_INPUT = "model=tiny-gpt2&seq=4096"  # longer than the model's positions: a message, Run disabled
 BAD_EVERY = 4
 PRESS_TIMEOUT_MS = 600_000  # one press may wait for every other session's run
