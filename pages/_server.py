@@ -67,8 +67,8 @@ def session_alive() -> Callable[[], bool]:
     Streamlit's runtime knows its sessions; a job whose session is gone ends, so a closed tab's sweep
     does not keep taking device turns. A session whose websocket dropped (a loaded server, a classroom's
     wifi) is inactive until the tab reconnects, and Streamlit keeps it ``server.disconnectedSessionTTL``
-    seconds for that: only a session inactive for longer is gone, so a reconnecting tab keeps its job
-    (a CI run of 2026-12-02 lost a simulation this way). Without a runtime (AppTest, a script) the session
+    seconds for that: only a session inactive for longer is gone, so a reconnecting tab keeps its job.
+    Without a runtime (AppTest, a script) the session
     never ends.
     """
     context = get_script_run_ctx()
