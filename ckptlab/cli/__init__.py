@@ -44,9 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:
+    """Run one command; ``own_process`` when this process is the command (``python -m ckptlab``), not a caller's."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.own_process = own_process  # read by core_loaded
     try:
         return args.handler(args)
     except CkptlabError as error:

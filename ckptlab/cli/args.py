@@ -18,6 +18,7 @@ from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say
 from ..show.wording import CliFlags, Flag
 from ..spec import DEVICES, DTYPES, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+from ..torchstate import freeze_what_is_loaded
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
@@ -239,6 +240,14 @@ def check_before_the_core(spec: RunSpec) -> None:
     """
     spec.validate()
     check_model_named(os.fspath(spec.model))
+
+
+def core_loaded(args: argparse.Namespace) -> None:
+    """Called by a command once it imported the core: in ``python -m ckptlab``'s own process, what the imports
+    loaded is frozen out of the collector's walks (``ckptlab.torchstate.freeze_what_is_loaded``); a caller's
+    ``main([...])`` keeps its collector as it was."""
+    if args.own_process:
+        freeze_what_is_loaded()
 
 
 def training_args_lines(args: argparse.Namespace) -> list[str]:

@@ -32,6 +32,7 @@ from .args import (
     add_run_arguments,
     argv_from_spec,
     check_before_the_core,
+    core_loaded,
     print_progress,
     spec_from_args,
     training_args_lines,
@@ -93,6 +94,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..step.measure import measure
     from ..step.preflight import load_model
 
+    core_loaded(args)
     # A progress line only where a person watches; pipes and --json get clean output.
     progress = print_progress if sys.stderr.isatty() and not args.json else None
     model, info = load_model(spec, progress)
@@ -192,6 +194,7 @@ def _run_rank(args: argparse.Namespace) -> int:
     from ..show.report import run_report
     from ..step.fsdp import measure_ranks
 
+    core_loaded(args)
     try:
         spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=int(os.environ["WORLD_SIZE"]))
         spec.validate()

@@ -22,6 +22,7 @@ from .args import (
     add_fsdp_argument,
     add_run_arguments,
     check_before_the_core,
+    core_loaded,
     spec_from_args,
     training_args_lines,
 )
@@ -103,6 +104,7 @@ def _simulate_command(args: argparse.Namespace) -> int:
         return _table_command(args, spec, budget)
     from ..step.simulate import simulate  # the core, once the flags are known good (see ckptlab.cli)
 
+    core_loaded(args)
     result = simulate(spec, fast=not args.exact)
     verdict = fit_verdict(result, *budget) if budget else None
     if args.json:
@@ -142,6 +144,7 @@ def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, s
     from ..step.simulate import simulate
     from ..step.table import simulate_table
 
+    core_loaded(args)
     num_layers = catalog.describe(spec.model).num_layers
     specs = [replace(spec, every_n_layers=None, offload=False)]
     specs += [replace(spec, every_n_layers=n) for n in every_n_choices(num_layers, "all")]

@@ -24,6 +24,7 @@ from ..units import mib, milliseconds, parse_size
 from .args import (
     EXIT_BAD_INPUT,
     add_run_arguments,
+    core_loaded,
     print_progress,
     selective_argument,
     spec_from_args,
@@ -170,6 +171,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from ..explore.recommend import recommend
     from ..explore.sweep import sweep
 
+    core_loaded(args)
     progress = print_progress if sys.stderr.isatty() and not (args.json or args.csv) else None
     result = sweep(spec, progress=progress)
     if progress:

@@ -52,6 +52,7 @@ from ..fact import Fact
 from ..model import folder_files
 from ..results import RunResult
 from ..step.stopping import Progress, ShouldStop
+from ..torchstate import freeze_what_is_loaded
 
 LOG = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ def _worker_main(conn: Connection, cancel: Any, threads: int, warm: tuple[str, .
     torch.set_num_threads(threads)
     for module in warm:  # the imports a job would otherwise pay for (torch, transformers: seconds)
         importlib.import_module(module)
+    freeze_what_is_loaded()  # each step's full collection then walks only what the jobs made
     conn.send(("ready", os.getpid()))
     while True:
         try:

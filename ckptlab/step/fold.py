@@ -171,9 +171,14 @@ def _grow(one: int, two: int, extra_units: int) -> int:
     return one + extra_units * (two - one)
 
 
+def keys_of(*parts: dict[str, int]) -> list[str]:
+    """The keys of breakdowns, each once, in the order they come: a set's order would change from process to
+    process (string hashing is salted), and so would the key order of the JSON."""
+    return list(dict.fromkeys(key for part in parts for key in part))
+
+
 def _grow_dict(one: dict[str, int], two: dict[str, int], extra_units: int) -> dict[str, int]:
-    keys = one.keys() | two.keys()
-    grown = {key: _grow(one.get(key, 0), two.get(key, 0), extra_units) for key in keys}
+    grown = {key: _grow(one.get(key, 0), two.get(key, 0), extra_units) for key in keys_of(one, two)}
     return {key: value for key, value in grown.items() if value}
 
 
@@ -190,9 +195,7 @@ def _combine(
         return b + units_before * (x - b) + units_after * (y - b)
 
     parts = (base.region_peak_breakdown, before.region_peak_breakdown, after.region_peak_breakdown)
-    breakdown = {
-        key: grown(*(part.get(key, 0) for part in parts)) for key in parts[0].keys() | parts[1].keys() | parts[2].keys()
-    }
+    breakdown = {key: grown(*(part.get(key, 0) for part in parts)) for key in keys_of(*parts)}
     # The float32 logits (region_peak_logits_bytes) live in the loss, outside the layers: base's, at any depth.
     return replace(
         base,

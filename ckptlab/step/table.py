@@ -48,7 +48,7 @@ from ..model.plan import CP, KEEP, Role, planned_roles
 from ..results import LayerResult, MemoryResult, RunResult, TimelinePoint
 from ..spec import RunSpec
 from ..torchstate import exclusive
-from .fold import SimulatedStep
+from .fold import SimulatedStep, keys_of
 from .probe import region_for
 from .simulate import prepare, simulate, simulate_depth, simulated_result, simulating_some, simulation_notes
 from .stopping import DONE, Progress
@@ -402,7 +402,7 @@ def _minus(a: Any, b: Any) -> Any:
             raise NotDerivable(f"a figure that cannot add up differs: {a!r} and {b!r}")
         return _Same(a)
     if isinstance(a, dict):
-        return {key: a.get(key, 0) - b.get(key, 0) for key in a.keys() | b.keys()}
+        return {key: a.get(key, 0) - b.get(key, 0) for key in keys_of(a, b)}
     return a - b
 
 
@@ -412,7 +412,7 @@ def _plus(a: Any, add: Any) -> Any:
     if isinstance(add, _Same):
         return a
     if isinstance(a, dict):
-        return _nonzero({key: a.get(key, 0) + add.get(key, 0) for key in a.keys() | add.keys()})
+        return _nonzero({key: a.get(key, 0) + add.get(key, 0) for key in keys_of(a, add)})
     return a + add
 
 
@@ -428,7 +428,7 @@ def _times(add: Any, count: int) -> Any:
 
 def _point_map(a: TimelinePoint, b: TimelinePoint, op: Callable[[int, int], int]) -> TimelinePoint:
     parts = a.region_peak_breakdown, b.region_peak_breakdown
-    breakdown = {key: op(parts[0].get(key, 0), parts[1].get(key, 0)) for key in parts[0].keys() | parts[1].keys()}
+    breakdown = {key: op(parts[0].get(key, 0), parts[1].get(key, 0)) for key in keys_of(*parts)}
     return replace(
         a,
         current_bytes=op(a.current_bytes, b.current_bytes),

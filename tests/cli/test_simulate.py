@@ -19,6 +19,19 @@ def test_simulate_prints_a_labelled_report_and_a_verdict(capsys):
     assert "does not fit in L4 24 GB" in out and "short by" in out
 
 
+@pytest.mark.parametrize("own_process", [True, False])
+def test_only_the_commands_own_process_freezes_what_the_core_loaded(own_process, monkeypatch, capsys):
+    """``python -m ckptlab`` freezes its imports out of each step's collection (``freeze_what_is_loaded``); a
+    caller's ``main([...])`` (this test process) keeps its collector as it was."""
+    frozen = []
+    monkeypatch.setattr("ckptlab.cli.args.freeze_what_is_loaded", lambda: frozen.append(True))
+    quick = ["simulate", "--model", "tiny-llama", "--seq-len", "64", "--json"]
+    assert main(quick, own_process=own_process) == 0
+    assert frozen == ([True] if own_process else [])
+    assert main([*quick, "--seq-len", "0"], own_process=own_process) == 2  # bad input: nothing loaded, nothing frozen
+    assert frozen == ([True] if own_process else [])
+
+
 def test_simulate_json_carries_the_fit(capsys):
     assert main(["simulate", "--model", "tiny-llama", "--seq-len", "256", "--budget-gib", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -53,6 +53,10 @@ def test_workers_are_reused_and_set_their_threads(pool: WorkerPool) -> None:
     assert pool.run(f"{TARGETS}:threads") == pool.threads
 
 
+def test_a_worker_freezes_its_warm_imports_so_each_steps_collection_skips_them(pool: WorkerPool) -> None:
+    assert pool.run(f"{TARGETS}:frozen_torch_module")
+
+
 def test_thread_plan_never_oversubscribes_the_cores() -> None:
     for cores in (1, 2, 3, 4, 8, 16, 64):
         plan = thread_plan(cores)

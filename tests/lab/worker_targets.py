@@ -42,6 +42,16 @@ def pid(context: JobContext) -> int:
     return os.getpid()
 
 
+def frozen_torch_module(context: JobContext) -> bool:
+    """Whether the worker froze what its warm imports loaded (torch's module among it) before this job."""
+    import gc
+
+    import torch
+
+    walked = gc.get_objects()  # what a collection walks: the frozen objects are not among them
+    return gc.get_freeze_count() > 0 and not any(obj is torch.__dict__ for obj in walked)
+
+
 def hold_in_turn(context: JobContext) -> str:
     """Hold a device turn until stopped."""
     with context.turn("held"):
