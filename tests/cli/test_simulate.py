@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -30,6 +33,26 @@ def test_only_the_commands_own_process_freezes_what_the_core_loaded(own_process,
     assert frozen == ([True] if own_process else [])
     assert main([*quick, "--seq-len", "0"], own_process=own_process) == 2  # bad input: nothing loaded, nothing frozen
     assert frozen == ([True] if own_process else [])
+
+
+def test_the_tables_json_is_the_same_text_whatever_the_hash_seed():
+    """Breakdowns derived by the fold and the table keep their keys' order: a set's order followed the salted string
+    hashes, so two runs of the same table printed their JSON keys in different orders."""
+    command = [sys.executable, "-m", "ckptlab", "simulate", "--model", "tiny-qwen3", "--seq-len", "64"]
+    outputs = []
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [*command, "--every-n-layers", "all", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        rows = json.loads(done.stdout)["rows"]
+        for row in rows:
+            del row["provenance"]["created_at"]
+        outputs.append(json.dumps(rows))  # dumps keeps each dict's order: the text a user would diff
+    assert outputs[0] == outputs[1]
 
 
 def test_simulate_json_carries_the_fit(capsys):
