@@ -34,7 +34,7 @@ class RequestedSetting:
     offload: bool  # popped by Trainer (default False)
     checkpoint_kwargs: dict[str, Any]  # what reaches torch.utils.checkpoint.checkpoint
     use_reentrant: bool  # the checkpoint variant that runs
-    use_reentrant_from: str  # who chose it, for people
+    use_reentrant_from: Fact  # who chose it: a ``said.trainer.reentrant_from.*`` fact, worded at the edge
 
     @property
     def title(self) -> str:
@@ -52,22 +52,18 @@ def requested_setting(activation_checkpointing: bool, kwargs: dict[str, Any] | s
     every_n_layers = rest.pop("every_n_layers", 1)
     offload = bool(rest.pop("offload", False))
     if not activation_checkpointing:
-        return RequestedSetting(False, None, False, {}, False, "checkpointing is off")
+        return RequestedSetting(False, None, False, {}, False, Fact("trainer.reentrant_from.off"))
     passed, reentrant, source = checkpoint_call(rest)
     return RequestedSetting(True, every_n_layers, offload, passed, reentrant, source)
 
 
-def checkpoint_call(rest: dict[str, Any]) -> tuple[dict[str, Any], bool, str]:
+def checkpoint_call(rest: dict[str, Any]) -> tuple[dict[str, Any], bool, Fact]:
     """(kwargs given to torch's checkpoint, its use_reentrant, who chose it) for the kwargs left after Trainer's pops."""
     if not rest:
-        return {"use_reentrant": False}, False, "transformers' default for empty kwargs"
+        return {"use_reentrant": False}, False, Fact("trainer.reentrant_from.transformers_default")
     if "use_reentrant" in rest:
-        return dict(rest), bool(rest["use_reentrant"]), "your activation_checkpointing_kwargs"
-    return (
-        dict(rest),
-        TORCH_DEFAULT_USE_REENTRANT,
-        f"torch's default: your kwargs {sorted(rest)} reach torch.utils.checkpoint as they are, without use_reentrant",
-    )
+        return dict(rest), bool(rest["use_reentrant"]), Fact("trainer.reentrant_from.your_kwargs")
+    return dict(rest), TORCH_DEFAULT_USE_REENTRANT, Fact("trainer.reentrant_from.torch_default", {"keys": sorted(rest)})
 
 
 def model_checkpoint_kwargs(model: torch.nn.Module) -> dict[str, Any] | None:

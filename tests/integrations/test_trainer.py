@@ -137,13 +137,21 @@ def test_kwargs_without_use_reentrant_are_warned_about(tmp_path, caplog):
         _train(tmp_path, model, kwargs, steps=1, callbacks=[callback])
 
     report = callback.report
-    assert report.requested.use_reentrant is True and "torch's default" in report.requested.use_reentrant_from
+    assert report.requested.use_reentrant is True
+    assert report.requested.use_reentrant_from == Fact(
+        "trainer.reentrant_from.torch_default", {"keys": ["preserve_rng_state"]}
+    )
     assert report.model_checkpoint_kwargs == {"preserve_rng_state": True}
     assert report.observed == ["CP", "keep", "keep", "keep", "keep", "keep"] and report.matches
     assert [fact.key for fact in report.warning_facts] == ["trainer.warn_reentrant", "note.only_first_layer"]
     assert report.warning_facts[1].params == {"n": 8, "layers": 6}
     assert report.to_dict()["warnings"] == report.warnings == [say(fact) for fact in report.warning_facts]
     assert caplog.text.count("use_reentrant=True (torch's default") == 2  # in the setting asked for and in its warning
+    # Who chose the variant is a fact, worded in the report's language like the sentence around it.
+    japanese = report.text("ja")
+    assert "torch の既定値: あなたの kwargs ['preserve_rng_state']" in japanese and "torch's default" not in japanese
+    saved = json.loads((tmp_path / REPORT_FILE).read_text())
+    assert saved["requested"]["use_reentrant_from"] == report.requested.use_reentrant_from.to_dict()
 
 
 @pytest.mark.skipif(torch.accelerator.current_accelerator() is not None, reason="offload applies on an accelerator")
@@ -214,19 +222,19 @@ def test_a_model_it_cannot_read_is_stepped_aside_without_raising():
 @pytest.mark.parametrize(
     ("kwargs", "use_reentrant", "who"),
     [
-        (None, False, "transformers' default"),
-        ({}, False, "transformers' default"),
-        ({"every_n_layers": 4, "offload": True}, False, "transformers' default"),
-        ({"use_reentrant": True}, True, "your activation_checkpointing_kwargs"),
-        ({"every_n_layers": 2, "use_reentrant": False, "preserve_rng_state": False}, False, "your"),
-        ({"preserve_rng_state": False}, True, "torch's default"),
-        ('{"every_n_layers": 2, "determinism_check": "none"}', True, "torch's default"),
+        (None, False, "transformers_default"),
+        ({}, False, "transformers_default"),
+        ({"every_n_layers": 4, "offload": True}, False, "transformers_default"),
+        ({"use_reentrant": True}, True, "your_kwargs"),
+        ({"every_n_layers": 2, "use_reentrant": False, "preserve_rng_state": False}, False, "your_kwargs"),
+        ({"preserve_rng_state": False}, True, "torch_default"),
+        ('{"every_n_layers": 2, "determinism_check": "none"}', True, "torch_default"),
     ],
 )
 def test_which_checkpoint_trainer_kwargs_end_up_with(kwargs, use_reentrant, who):
     setting = requested_setting(True, kwargs)
     assert setting.use_reentrant is use_reentrant
-    assert setting.use_reentrant_from.startswith(who)
+    assert setting.use_reentrant_from.key == f"trainer.reentrant_from.{who}"
     assert "every_n_layers" not in setting.checkpoint_kwargs and "offload" not in setting.checkpoint_kwargs
     assert requested_setting(False, kwargs).every_n_layers is None
 
