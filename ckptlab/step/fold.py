@@ -10,6 +10,7 @@ layers differ (``ModelInfo.layers_alike`` False) is simulated layer by layer ins
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -190,16 +191,21 @@ def _combine(
     base: TimelinePoint, before: TimelinePoint, after: TimelinePoint, units_before: int, units_after: int
 ) -> TimelinePoint:
     """``base`` grown by ``units_before`` steps of ``before - base`` and ``units_after`` of ``after - base``."""
+    return map_figures(lambda b, x, y: b + units_before * (x - b) + units_after * (y - b), base, before, after)
 
-    def grown(b: int, x: int, y: int) -> int:
-        return b + units_before * (x - b) + units_after * (y - b)
 
-    parts = (base.region_peak_breakdown, before.region_peak_breakdown, after.region_peak_breakdown)
-    breakdown = {key: grown(*(part.get(key, 0) for part in parts)) for key in keys_of(*parts)}
-    # The float32 logits (region_peak_logits_bytes) live in the loss, outside the layers: base's, at any depth.
+def map_figures(op: Callable[..., int], first: TimelinePoint, *others: TimelinePoint) -> TimelinePoint:
+    """``first`` with each of its byte figures (current, region peak, each breakdown key) ``op`` of the same figure of
+    every point, ``first``'s and then the others'; the one place the fold and :mod:`.table` combine events.
+
+    The float32 logits (``region_peak_logits_bytes``) live in the loss, outside the layers: ``first``'s, at any depth.
+    """
+    points = (first, *others)
+    parts = [point.region_peak_breakdown for point in points]
+    breakdown = {key: op(*(part.get(key, 0) for part in parts)) for key in keys_of(*parts)}
     return replace(
-        base,
-        current_bytes=grown(base.current_bytes, before.current_bytes, after.current_bytes),
-        region_peak_bytes=grown(base.region_peak_bytes, before.region_peak_bytes, after.region_peak_bytes),
+        first,
+        current_bytes=op(*(point.current_bytes for point in points)),
+        region_peak_bytes=op(*(point.region_peak_bytes for point in points)),
         region_peak_breakdown={key: amount for key, amount in breakdown.items() if amount},
     )

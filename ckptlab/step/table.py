@@ -48,7 +48,7 @@ from ..model.plan import CP, KEEP, Role, planned_roles
 from ..results import LayerResult, MemoryResult, RunResult, TimelinePoint
 from ..spec import RunSpec
 from ..torchstate import exclusive
-from .fold import SimulatedStep, keys_of
+from .fold import SimulatedStep, keys_of, map_figures
 from .probe import region_for
 from .simulate import prepare, simulate, simulate_depth, simulated_result, simulating_some, simulation_notes
 from .stopping import DONE, Progress
@@ -396,7 +396,7 @@ def _row_signature(roles: Sequence[Role], index: int) -> tuple[Any, ...]:
 
 def _minus(a: Any, b: Any) -> Any:
     if isinstance(a, TimelinePoint):
-        return _point_map(a, b, lambda x, y: x - y)
+        return map_figures(lambda x, y: x - y, a, b)
     if isinstance(a, bool) or not isinstance(a, (int, dict)):
         if a != b:
             raise NotDerivable(f"a figure that cannot add up differs: {a!r} and {b!r}")
@@ -408,7 +408,7 @@ def _minus(a: Any, b: Any) -> Any:
 
 def _plus(a: Any, add: Any) -> Any:
     if isinstance(a, TimelinePoint):
-        return _point_map(a, add, lambda x, y: x + y)
+        return map_figures(lambda x, y: x + y, a, add)
     if isinstance(add, _Same):
         return a
     if isinstance(a, dict):
@@ -420,21 +420,10 @@ def _times(add: Any, count: int) -> Any:
     if isinstance(add, _Same):
         return add
     if isinstance(add, TimelinePoint):
-        return _point_map(add, add, lambda x, _: x * count)
+        return map_figures(lambda x: x * count, add)
     if isinstance(add, dict):
         return {key: value * count for key, value in add.items()}
     return add * count
-
-
-def _point_map(a: TimelinePoint, b: TimelinePoint, op: Callable[[int, int], int]) -> TimelinePoint:
-    parts = a.region_peak_breakdown, b.region_peak_breakdown
-    breakdown = {key: op(parts[0].get(key, 0), parts[1].get(key, 0)) for key in keys_of(*parts)}
-    return replace(
-        a,
-        current_bytes=op(a.current_bytes, b.current_bytes),
-        region_peak_bytes=op(a.region_peak_bytes, b.region_peak_bytes),
-        region_peak_breakdown=_nonzero(breakdown),
-    )
 
 
 @dataclass(frozen=True)
