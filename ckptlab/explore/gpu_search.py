@@ -216,7 +216,8 @@ def cheapest_that_fits(
     tried: list[RunResult] = []
     simulated = 0
     budget_guess = max(len(settings) * 2, 1)  # for the progress bar only: most searches end well before
-    table = TableSimulation()  # the settings at one GPU count share their shallow steps (ckptlab.step.table)
+    # The settings at one GPU count share their shallow steps (ckptlab.step.table).
+    table = TableSimulation(request.spec(setting, count) for count in counts for setting in settings)
 
     def run(setting: Setting, gpus: int) -> RunResult:
         nonlocal simulated

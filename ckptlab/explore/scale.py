@@ -278,7 +278,8 @@ def scale_table(
     seconds: dict[str, float] = {}
     total = len(request.settings)
     cancelled = False
-    table = TableSimulation()  # the settings share their shallow steps: one computation (ckptlab.step.table)
+    # The settings share their shallow steps: one computation (ckptlab.step.table).
+    table = TableSimulation(spec for spec in map(request.spec, request.settings) if spec not in known)
     for index, setting in enumerate(request.settings):
         if stopped():
             cancelled = True

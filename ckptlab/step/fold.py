@@ -18,6 +18,11 @@ from ..results import LayerResult, MemoryResult, TimelinePoint
 from .probe import region_for
 
 
+class NotDerivable(Exception):
+    """Shallow steps that do not give a deeper step as a derivation needs (:mod:`.table`, :mod:`.replay`): the
+    setting is simulated another way."""
+
+
 @dataclass(frozen=True)
 class SimulatedStep:
     """What one simulated step of a given depth gave."""

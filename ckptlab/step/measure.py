@@ -40,7 +40,7 @@ from ..model.selective import enable_checkpointing
 from ..results import LayerResult, MemoryResult, Region, RunResult, Status
 from ..spec import RunSpec
 from ..torchstate import exclusive
-from .meters import LogitsShape, clock_for, machine_load, meter_for
+from .meters import LogitsShape, TraceSink, TrackerMeter, clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .preflight import check_spec, load_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
@@ -247,18 +247,20 @@ def observe_memory(
     batch: Batch,
     device: torch.device,
     recipe: Recipe | None = None,
+    trace: TraceSink | None = None,
 ) -> tuple[MemoryResult, list[LayerCounts]]:
     """One step under the device's meter: baseline, resident after the forward, timeline and peak.
 
     With gradient accumulation, "after the forward" is after the last micro-batch's forward: the
-    gradients of the others are held then, as in the rest of the step.
+    gradients of the others are held then, as in the rest of the step. A ``trace`` is told every
+    change the meter sees (where it follows tensors: ``ckptlab.step.replay``).
 
     Returns:
         The memory figures, and the probe's per-layer counts (calls, reruns, saved bytes) of that step.
     """
     gc.collect()
     optimizer = recipe.optimizer if recipe is not None else None
-    meter = meter_for(model, device, optimizer, logits_shape(model, batch))
+    meter = meter_for(model, device, optimizer, logits_shape(model, batch), trace)
     with meter.watching():
         baseline = meter.current()
         baseline_breakdown = meter.breakdown()
@@ -269,10 +271,16 @@ def observe_memory(
                 meter.next_micro_batch()
             recorder(region)
 
-        probe = LayerProbe(model, on_region=on_region, track_saved=True)
+        on_input = None
+        if trace is not None and isinstance(meter, TrackerMeter):
+            names = meter.storage_names
+            on_input = lambda index, hidden: trace.hand_over(names(hidden), index)  # noqa: E731
+        probe = LayerProbe(model, on_region=on_region, track_saved=True, on_input=on_input)
         resident: list[tuple[int, dict[str, int]]] = []  # (bytes, breakdown) after the forward
 
         def after_forward() -> None:
+            if trace is not None:
+                trace.after_forward()
             resident.append((meter.current() - baseline, meter.breakdown()))
 
         with probe.attached():

@@ -51,6 +51,9 @@ CPU_MEMORY_METHOD = (
 )
 # Where the bytes of a step go, by one name everywhere (results, tables, figures, locales).
 CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temp")
+# What a trace counts beside MemTracker's categories: bytes in float32 logits (LogitsShape), not added to the total.
+LOGITS = "logits"
+HOST = "host"  # and bytes in host memory (a simulated offload's copies), apart from the device's
 # On CUDA the allocator cannot tell activations from temporaries: one category holds both.
 ACTIVATION_AND_TEMP = "activation_and_temp"
 TRACKER_CATEGORIES = {  # MemTracker's names -> the lab's
@@ -176,6 +179,49 @@ class CudaMeter:
         return {key: value for key, value in parts.items() if value}
 
 
+class TraceSink(Protocol):
+    """Receives what a tracker sees on its device, change by change (``ckptlab.step.replay.StepTrace``).
+
+    ``storage`` names a storage for as long as it lives; ``category`` is MemTracker's (``"Activation"``, ...).
+    """
+
+    def boundary(self) -> None:
+        """A new stretch begins (the timeline's next event)."""
+
+    def sample(self) -> None:
+        """An operator has run: the stretch's peak is read here."""
+
+    def change(self, storage: int, category: str, delta: int, *, gone: bool = False) -> None:
+        """``delta`` bytes of ``storage`` in ``category`` (``gone``: the storage is freed)."""
+
+    def after_forward(self) -> None:
+        """The forward is over: the step reads what stays resident here."""
+
+    def hand_over(self, storages: list[int], layer: int) -> None:
+        """``storages`` are layer ``layer``'s input from now on (whoever made them)."""
+
+
+def reftype_name(reftype: object) -> str:
+    """MemTracker's name of a reference type (its str enums and the plain "Total" alike)."""
+    return str(getattr(reftype, "value", reftype))
+
+
+def tracker_breakdown(snap: dict, optimizer_state: int | None) -> dict[str, int]:
+    """A MemTracker snapshot (its reference types -> bytes) in the lab's categories.
+
+    MemTracker files every tensor made inside ``optimizer.step()`` as optimizer state, the step's
+    temporaries too. The state itself is fixed once created (the warm-up did it): what exceeds
+    ``optimizer_state`` (None: no optimizer) is temporaries.
+    """
+    named = {reftype_name(key): value for key, value in snap.items()}
+    parts = {TRACKER_CATEGORIES.get(key, key): value for key, value in named.items() if key != _TOTAL_KEY and value}
+    excess = parts.get("optimizer_state", 0) - (optimizer_state or 0)
+    if optimizer_state is not None and excess > 0:
+        parts["optimizer_state"] = optimizer_state
+        parts["temp"] = parts.get("temp", 0) + excess
+    return {key: value for key, value in parts.items() if value}
+
+
 class _LeanMemTracker(MemTracker):
     """MemTracker that keeps only the device totals the lab reads, plus the peak of each stretch.
 
@@ -184,12 +230,14 @@ class _LeanMemTracker(MemTracker):
     the time (62 s against 10 s for a simulated Qwen3-8B step at 8k tokens). This override
     keeps the device-wide peak and its breakdown exactly as the stock code computes them
     (``tests/step/test_meters.py`` compares the two), and adds the peak since the last
-    :meth:`take_region_peak`, so a timeline can say how high memory rose between two events.
+    :meth:`take_region_peak`, so a timeline can say how high memory rose between two events. A
+    ``trace`` (:class:`TraceSink`) is told every change on the device as it happens.
     """
 
-    def __init__(self, device: torch.device, logits: LogitsShape | None = None) -> None:
+    def __init__(self, device: torch.device, logits: LogitsShape | None = None, trace: TraceSink | None = None) -> None:
         super().__init__()
         self._device = device
+        self._trace = trace
         self._region_peak = 0
         self._region_peak_snap: dict = {}
         self._logits = logits
@@ -208,6 +256,8 @@ class _LeanMemTracker(MemTracker):
         return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
     def _update_peak_stats(self, peak_state: object) -> None:
+        if self._trace is not None:
+            self._trace.sample()
         for device, snap in self._curr_mem_snap.items():
             total = snap[_TOTAL_KEY]
             if self._peak_mem.get(device, 0) < total:
@@ -221,6 +271,8 @@ class _LeanMemTracker(MemTracker):
     def take_region_peak(self) -> tuple[int, dict, int]:
         """The highest total since the last call, with its breakdown and its float32 logits' bytes; the next
         stretch starts at the current total."""
+        if self._trace is not None:
+            self._trace.boundary()
         peak, peak_snap, peak_logits = self._region_peak, self._region_peak_snap, self._region_peak_logits
         snap = self._curr_mem_snap.get(self._device, {})
         self._region_peak, self._region_peak_snap = snap.get(_TOTAL_KEY, 0), dict(snap)
@@ -242,11 +294,29 @@ class _LeanMemTracker(MemTracker):
         super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
         if id(winfo) in self._logits_counted:
             self._recount_logits(winfo, alive=u_type != _UpdateType.DEL)
+        if self._trace is not None and winfo.device == self._device:  # after the logits: a freed storage is gone
+            self._tell_trace(self._trace, u_type, winfo, old_mem_consumed, old_reftype)
+
+    @staticmethod
+    def _tell_trace(trace: TraceSink, u_type, winfo: _WeakRefInfo, old_mem_consumed, old_reftype) -> None:
+        # The same four updates MemTracker's _update_snap applies to its snapshot.
+        storage, category = id(winfo), reftype_name(winfo.reftype)
+        if u_type == _UpdateType.ADD:
+            trace.change(storage, category, winfo.mem_consumed)
+        elif u_type == _UpdateType.DEL:
+            trace.change(storage, category, -winfo.mem_consumed, gone=True)
+        elif u_type == _UpdateType.REF:
+            trace.change(storage, reftype_name(old_reftype), -winfo.mem_consumed)
+            trace.change(storage, category, winfo.mem_consumed)
+        elif u_type == _UpdateType.SIZE:
+            trace.change(storage, category, winfo.mem_consumed - old_mem_consumed)
 
     def _recount_logits(self, winfo: _WeakRefInfo, *, alive: bool) -> None:
         # Activations and temporaries only: a weight's transposed view can have the logits' shape (tokens == hidden).
         counted = alive and winfo.reftype in (_MemRefType.ACT, _MemRefType.TEMP)
         now = winfo.mem_consumed if counted else 0
+        if self._trace is not None and now != self._logits_counted[id(winfo)]:
+            self._trace.change(id(winfo), LOGITS, now - self._logits_counted[id(winfo)])
         self._logits_now += now - self._logits_counted[id(winfo)]
         if alive:
             self._logits_counted[id(winfo)] = now
@@ -275,11 +345,13 @@ class TrackerMeter:
         device: torch.device,
         optimizer: torch.optim.Optimizer | None = None,
         logits: LogitsShape | None = None,
+        trace: TraceSink | None = None,
     ) -> None:
         self.device = device
         self._model = model
         self._optimizer = optimizer
         self._logits = logits
+        self._trace = trace
         self._tracker: _LeanMemTracker | None = None
         self._last_peak_snap: dict = {}
         self._last_peak_logits = 0
@@ -287,7 +359,7 @@ class TrackerMeter:
     @contextmanager
     def watching(self) -> Iterator[TrackerMeter]:
         # A fresh tracker per step: MemTracker refuses a second iteration of the same root module.
-        self._tracker = _LeanMemTracker(self.device, self._logits)
+        self._tracker = _LeanMemTracker(self.device, self._logits, self._trace)
         external: list[nn.Module | torch.optim.Optimizer] = [self._model]
         if self._optimizer is not None:  # MemTracker skips a None too; its stub takes none
             external.append(self._optimizer)
@@ -327,19 +399,14 @@ class TrackerMeter:
     def peak_logits(self) -> int | None:
         return self._last_peak_logits if self._logits is not None else None
 
+    def storage_names(self, tensor: torch.Tensor) -> list[int]:
+        """The names a trace knows ``tensor``'s storages by (:class:`TraceSink`; the tracked ones)."""
+        found = (self._live()._WINFO.get(storage) for storage in get_untyped_storages(tensor))
+        return [id(entry[0]) for entry in found if entry is not None]
+
     def _by_category(self, snap: dict) -> dict[str, int]:
-        # MemTracker keys are str enums (_MemRefType.ACT == "Activation") plus the plain "Total".
-        named = {str(getattr(key, "value", key)): value for key, value in snap.items()}
-        parts = {TRACKER_CATEGORIES.get(key, key): value for key, value in named.items() if key != _TOTAL_KEY and value}
-        # MemTracker files every tensor made inside optimizer.step() as optimizer state, the
-        # step's temporaries too. The state itself is fixed once created (the warm-up did it):
-        # what exceeds it is temporaries.
-        state = optimizer_state_bytes(self._optimizer, self.device)
-        excess = parts.get("optimizer_state", 0) - state
-        if self._optimizer is not None and excess > 0:
-            parts["optimizer_state"] = state
-            parts["temp"] = parts.get("temp", 0) + excess
-        return {key: value for key, value in parts.items() if value}
+        state = optimizer_state_bytes(self._optimizer, self.device) if self._optimizer is not None else None
+        return tracker_breakdown(snap, state)
 
 
 # -- the hooks MemTracker leaves behind ----------------------------------------------------------
@@ -437,12 +504,14 @@ def meter_for(
     device: torch.device,
     optimizer: torch.optim.Optimizer | None = None,
     logits: LogitsShape | None = None,
+    trace: TraceSink | None = None,
 ) -> CudaMeter | TrackerMeter:
     """The memory meter the lab trusts on ``device``, counting ``model``'s tensors and ``optimizer``'s state (and,
-    where it follows tensors, the float32 ``logits``)."""
+    where it follows tensors, the float32 ``logits``; a ``trace`` is told every change, where the meter follows
+    tensors)."""
     if device.type == "cuda":
         return CudaMeter(device, model, optimizer)
-    return TrackerMeter(model, device, optimizer, logits)
+    return TrackerMeter(model, device, optimizer, logits, trace)
 
 
 def machine_load(

@@ -104,6 +104,8 @@ class LayerProbe:
             locate the memory peak. ``None`` skips building regions (cheaper, for timed steps).
         track_saved: attribute autograd's saved tensors to layers (one Python call per
             saved tensor; the instrumentation benchmark measures its cost).
+        on_input: called with a layer's index and its hidden-state input (its first positional
+            argument) as its forward begins (``ckptlab.step.replay`` hands the storages to the layer).
     """
 
     def __init__(
@@ -111,11 +113,13 @@ class LayerProbe:
         model: nn.Module,
         on_region: Callable[[Region], None] | None = None,
         track_saved: bool = True,
+        on_input: Callable[[int, torch.Tensor], None] | None = None,
     ) -> None:
         self.model = model
         self.layers = checkpointable_layers(model)
         self.on_region = on_region
         self.track_saved = track_saved
+        self.on_input = on_input
         self.phase: Phase = "idle"
         self.micro_batch = 0  # 0-based: the micro-batch the step is in (gradient accumulation)
         self._moe_parts = [moe_parts(layer) for layer in self.layers]
@@ -230,6 +234,8 @@ class LayerProbe:
             counts.forward_calls += 1
             if self.micro_batch == 0:
                 counts.input_bytes += _storage_bytes(args)
+            if self.on_input is not None and args and isinstance(args[0], torch.Tensor):
+                self.on_input(index, args[0])
             self._current_layer = index
             self._entry_child.pop(index, None)
             if self.on_region is not None:

@@ -35,6 +35,7 @@ Two things need care:
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -57,7 +58,7 @@ from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
 from ..model.plan import CP, Role, observed_roles, only_first_layer_notes, planned_roles
 from ..model.selective import enable_checkpointing
-from ..results import RankResult, RunResult
+from ..results import LayerResult, RankResult, RunResult
 from ..spec import RunSpec
 from ..torchstate import exclusive
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
@@ -65,6 +66,7 @@ from .fake_pg import fake_mesh
 from .fold import Reduction, SimulatedStep
 from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory
+from .meters import HOST, TraceSink
 from .preflight import resolve_dtype, validate_for_model
 from .provenance import model_summary, simulated_provenance
 from .selective import check_simulated_selective, selective_notes
@@ -155,34 +157,51 @@ def simulating_some(depth: int, layers: int) -> Fact:
 
 
 def simulate_depth(
-    config, task: str, depth: int, spec: RunSpec, dtype: torch.dtype, roles: Sequence[Role] | None = None
+    config,
+    task: str,
+    depth: int,
+    spec: RunSpec,
+    dtype: torch.dtype,
+    roles: Sequence[Role] | None = None,
+    trace: TraceSink | None = None,
 ) -> SimulatedStep:
     """Simulate the spec's step on a copy of the model with ``depth`` layers.
 
     ``roles`` gives each layer's role instead of the spec's plan (:mod:`.table` simulates the
-    contexts a plan's layers meet); the spec's ``every_n_layers`` must then be set.
+    contexts a plan's layers meet); the spec's ``every_n_layers`` must then be set. A ``trace`` is
+    told every change of the step's memory, offload's host copies included (:mod:`.replay`).
     """
     config = catalog.config_with(config, {"num_hidden_layers": depth})
     planned = planned_roles(depth, spec.every_n_layers) if roles is None else list(roles)
-    ledger = HostLedger()
+    ledger = HostLedger(trace)
     # The fake process group and its mesh come first: made inside FakeTensorMode, the mesh fails.
     try:
         with fake_mesh(spec) as mesh, FakeTensorMode(), GroupedMmShapes(), simulating(ledger):
-            model, enabled, memory, counts, host_bytes = _fake_step(config, task, spec, dtype, ledger, mesh, roles)
+            model, enabled, memory, counts, host_bytes = _fake_step(
+                config, task, spec, dtype, ledger, mesh, roles, trace
+            )
     except DATA_DEPENDENT_ERRORS as exc:
         raise unsupported_moe_error(spec.model, config.model_type, exc) from exc
     layers = layer_results(catalog.checkpointable_layers(model), planned, enabled, counts)
-    memory = replace(
-        memory,
-        method=SIMULATION_METHOD,
-        offload_bytes=sum(layer.input_bytes for layer in layers if layer.planned == "CP") if spec.offload else 0,
-        offload_applied=spec.offload,
-    )
+    memory = replace(memory, method=SIMULATION_METHOD, **offload_fields(spec, layers))
     return SimulatedStep(depth, memory, layers, host_bytes)
 
 
+def offload_fields(spec: RunSpec, layers: Sequence[LayerResult]) -> dict[str, Any]:
+    """A simulated step's ``offload_bytes`` (what the CP layers' inputs take, moved or not) and ``offload_applied``."""
+    moved = sum(layer.input_bytes for layer in layers if layer.planned == CP) if spec.offload else 0
+    return {"offload_bytes": moved, "offload_applied": spec.offload}
+
+
 def _fake_step(
-    config, task: str, spec: RunSpec, dtype: torch.dtype, ledger: HostLedger, mesh, roles: Sequence[Role] | None
+    config,
+    task: str,
+    spec: RunSpec,
+    dtype: torch.dtype,
+    ledger: HostLedger,
+    mesh,
+    roles: Sequence[Role] | None,
+    trace: TraceSink | None,
 ) -> tuple:
     """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
     model = catalog.instantiate(config, task, dtype)
@@ -200,7 +219,7 @@ def _fake_step(
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
         recipe = Recipe.for_spec(spec, trained, simulated_cuda=True)
         prime_state(recipe)  # no warm-up here: the state a real run holds from its second step
-        memory, counts = observe_memory(trained, batch, torch.device("cpu"), recipe)
+        memory, counts = observe_memory(trained, batch, torch.device("cpu"), recipe, trace)
         del recipe
     return model, enabled, memory, counts, ledger.after_forward
 
@@ -239,11 +258,28 @@ def simulated_result(
 
 
 class HostLedger:
-    """Bytes the simulated offload holds in host memory."""
+    """Bytes the simulated offload holds in host memory (told, copy by copy, to a ``trace`` where there is one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, trace: TraceSink | None = None) -> None:
         self.current = 0
         self.after_forward = 0  # the most it held, reached when the forward ends
+        self._trace = trace
+        self._copies = itertools.count(1)
+
+    def hold(self, nbytes: int) -> int:
+        """A copy of ``nbytes`` reaches the host; returns its name for :meth:`release`."""
+        self.current += nbytes
+        self.after_forward = max(self.after_forward, self.current)
+        copy = -next(self._copies)  # negative: never a tracker's storage name (an id)
+        if self._trace is not None:
+            self._trace.change(copy, HOST, nbytes)
+        return copy
+
+    def release(self, copy: int, nbytes: int) -> None:
+        """The copy ``copy`` goes back to the device."""
+        self.current -= nbytes
+        if self._trace is not None:
+            self._trace.change(copy, HOST, -nbytes, gone=True)
 
 
 _ACTIVE_LEDGER = threading.local()
@@ -266,16 +302,14 @@ class _SimulatedSaveOnCpu(saved_tensors_hooks):
             if not isinstance(tensor, FakeTensor) or ledger is None:
                 return ("real", real.pack_hook(tensor))
             nbytes = tensor.numel() * tensor.element_size()  # save_on_cpu copies into a dense host tensor
-            ledger.current += nbytes
-            ledger.after_forward = max(ledger.after_forward, ledger.current)
             # No reference to ``tensor``: the device copy is released as after a real copy to host.
-            return ("fake", tensor.size(), tensor.dtype, tensor.device, nbytes, ledger)
+            return ("fake", tensor.size(), tensor.dtype, tensor.device, nbytes, ledger, ledger.hold(nbytes))
 
         def unpack(packed: Any) -> torch.Tensor:
             if packed[0] == "real":
                 return real.unpack_hook(packed[1])
-            _, size, dtype, device, nbytes, ledger = packed
-            ledger.current -= nbytes
+            _, size, dtype, device, nbytes, ledger, copy = packed
+            ledger.release(copy, nbytes)
             return torch.empty(size, dtype=dtype, device=device)  # the host-to-device copy allocates here
 
         super().__init__(pack, unpack)

@@ -1,7 +1,18 @@
 """Many settings of one model as one computation: what is distinct simulated once, every setting derived.
 
-The settings of an At-scale table differ only in which layers are checkpointed. When the layers
-are alike (``ModelInfo.layers_alike``), a layer's events depend on its own role (CP or keep) and
+The settings of an At-scale table differ only in which layers are checkpointed. When the layers are
+alike (``ModelInfo.layers_alike``), two derivations give a setting from shallow steps, byte for byte
+what simulating every layer gives.
+
+First the replay (:mod:`.replay`): each kind of stretch of a step (a layer's forward, backward or
+rerun by its role, the model's ends) recorded once, in a few shallow steps for the whole table, and
+every setting's timeline replayed from them. The At-scale page's eleven settings of a 36-layer model
+record four steps of 13 layers in all (:func:`_replay_plans`): checkpointing off, n=1 and its offload
+twin, and one step of both roles for every other n. Where its premise fails on the recorded steps,
+and under FSDP2 (whose first step in a process holds more than the later ones), a group takes the
+pairwise derivation that follows.
+
+The pairwise derivation: a layer's events depend on its own role (CP or keep) and
 the other layers add to them, each by an amount set by its role and by whether it comes before or
 after: what a layer saved in the forward stays until its backward, what its backward left (the
 gradients) stays after. The first and the last layer meet the model's ends and keep their own
@@ -17,8 +28,8 @@ or two middle layers in each role, ``[first, r, last]`` and ``[first, a, b, last
 It is the fold of :mod:`.fold` with two kinds of units instead of one. The shallow steps are
 shared by every setting with the same ends and the same other fields (:func:`_group`: the spec but
 its plan, so offload, dtype, world size, a selective policy or any field a setting gains later
-make groups of their own): the At-scale page's eleven settings of a 36-layer model cost 12 steps
-of 3 or 4 layers, 43 layers in all, instead of eleven simulations.
+make groups of their own): the At-scale page's eleven settings of a 36-layer model would cost 12
+steps of 3 or 4 layers, 43 layers in all, instead of eleven simulations.
 
 The premise is checked on the shallow steps themselves. With both roles in the middle there are
 more steps than unknowns, and every figure outside the middle must add up the same way in all of
@@ -28,7 +39,8 @@ the others do not, and under FSDP2 the first step of a process holds more in its
 than every later one; there a third, ``[first, r, r, r, last]``, is derived and compared. A failed
 check simulates the steps once more; a second failure, like layers that differ or a model of fewer than three layers, makes the
 setting simulated instead (layer by layer after a failed check).
-``tests/step/test_table.py`` compares every derived figure with simulating every layer.
+``tests/step/test_table.py`` and ``tests/step/test_replay.py`` compare every derived figure with simulating
+every layer.
 """
 
 from __future__ import annotations
@@ -45,11 +57,14 @@ import torch
 
 from ..fact import Fact
 from ..model.plan import CP, KEEP, Role, planned_roles
+from ..model.selective import NONE
 from ..results import LayerResult, MemoryResult, RunResult, TimelinePoint
 from ..spec import RunSpec
 from ..torchstate import exclusive
-from .fold import SimulatedStep, keys_of, map_figures
+from . import replay
+from .fold import NotDerivable, SimulatedStep, keys_of, map_figures
 from .probe import region_for
+from .replay import RecordedStep
 from .simulate import prepare, simulate, simulate_depth, simulated_result, simulating_some, simulation_notes
 from .stopping import DONE, Progress
 
@@ -59,21 +74,25 @@ from .stopping import DONE, Progress
 _FROM_TIMELINE = ("timeline", "peak_bytes", "peak_where", "breakdown_at_peak", "logits_bytes_at_peak")
 
 
-class NotDerivable(Exception):
-    """The shallow steps do not add up as the derivation needs: the setting is simulated instead."""
-
-
 class TableSimulation:
     """Simulates settings of models, sharing the shallow steps between them.
 
     ``result(spec)`` equals ``simulate(spec)`` and, byte for byte, ``simulate(spec, fast=False)``;
     the shallow steps a spec needs are simulated on its first call that needs them and kept for
     the next. Holds the torch state lock for each call, as ``simulate`` does.
+
+    Args:
+        planned: the settings the table will be asked for, where known: a group's recorded steps are chosen
+            for all of them at once (a step of both roles serves n=1's middle layer too).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, planned: Iterable[RunSpec] = ()) -> None:
         self._steps: dict[tuple[RunSpec, tuple[Role, ...]], SimulatedStep] = {}
         self._underivable: set[tuple[RunSpec, Role, Role]] = set()
+        self._recorded: dict[tuple[RunSpec, tuple[Role, ...]], RecordedStep] = {}  # replay's steps
+        self._sources: dict[RunSpec, replay.Sources] = {}  # by group, for as long as its steps are the same
+        self._unreplayable: set[RunSpec] = set()  # groups whose recorded steps the replay's premise failed on
+        self._planned = list(planned)  # the settings the table will be asked for: a group's steps serve them all
         self.simulated_layers = 0  # layers simulated so far (shallow steps and whole models)
 
     @exclusive  # process-wide torch state: ckptlab.torchstate
@@ -90,6 +109,16 @@ class TableSimulation:
         if not info.layers_alike or len(roles) < 3:
             self.simulated_layers += info.num_layers
             return simulate(spec, progress=progress)
+        if not spec.fsdp and context[0] not in self._unreplayable:
+            try:
+                replayed, used = self._replayed(spec, roles, config, task, dtype, report)
+            except NotDerivable:
+                self._unreplayable.add(context[0])  # the pairwise derivation below, on steps of its own
+            else:
+                notes = simulation_notes(spec, info, fast=True)
+                notes.append(Fact("note.replayed", {"depths": _depths(used), "layers": info.num_layers}))
+                report(DONE, 1.0)
+                return simulated_result(spec, info, dtype, replayed, notes)
         if context in self._underivable:  # its shallow steps are not what a deep model's layers meet
             self.simulated_layers += info.num_layers
             return simulate(spec, fast=False, progress=progress)
@@ -132,6 +161,48 @@ class TableSimulation:
         self._steps[(group, plan)] = _simulate_plan(config, task, group, plan, dtype)
         self.simulated_layers += len(plan)
 
+    def _plans(self, group: RunSpec, depth: int, spec: RunSpec | None = None) -> list[tuple[Role, ...]]:
+        """The shallow steps a group's settings (``spec`` and the table's planned ones) are replayed from."""
+        wanted = [other for other in [spec, *self._planned] if other is not None and _group(other) == group]
+        mixed = any(other.every_n_layers not in (None, 1) for other in wanted)
+        return list(
+            dict.fromkeys(
+                plan
+                for other in wanted
+                for plan in _replay_plans(planned_roles(depth, other.every_n_layers), mixed_planned=mixed)
+            )
+        )
+
+    def _replayed(
+        self, spec: RunSpec, roles: Sequence[Role], config, task: str, dtype: torch.dtype, report: Progress
+    ) -> tuple[SimulatedStep, list[tuple[Role, ...]]]:
+        """``spec``'s step replayed (:mod:`.replay`) from its group's recorded steps, recording the missing ones;
+        with the plans it was replayed from.
+
+        Raises:
+            NotDerivable: the recorded steps do not give the plan.
+        """
+        group, depth, sized = _group(spec), len(roles), _sized(_group(spec))
+        plans = self._plans(group, depth, spec)
+        missing = [(group, plan) for plan in plans if (group, plan) not in self._recorded]
+        # What grows with the depth needs steps of two depths, of this group or another of its size: one the
+        # table will ask for anyway where there is one, else one layer more.
+        depths = {len(plan) for (other, plan) in [*self._recorded, *missing] if _sized(other) == sized}
+        if len(depths) < 2:
+            others = dict.fromkeys(_group(planned) for planned in self._planned if _sized(_group(planned)) == sized)
+            later = [(other, plan) for other in others for plan in self._plans(other, depth) if len(plan) not in depths]
+            missing.append(later[0] if later else (group, plans[0] + plans[0][-1:]))
+        for index, (other, plan) in enumerate(missing):
+            report(simulating_some(len(plan), depth), index / (len(missing) + 1))
+            self._recorded[(other, plan)] = replay.record(config, task, other, dtype, plan)
+            self.simulated_layers += len(plan)
+        own = [step for (other, _), step in self._recorded.items() if other == group]
+        same_size = [step for (other, _), step in self._recorded.items() if _sized(other) == sized]
+        made = self._sources.get(group)
+        if made is None or made.steps != own or made.sized != same_size:  # what they know, made once for the table
+            made = self._sources[group] = replay.Sources(own, same_size)
+        return replay.derive(spec, roles, made), list(dict.fromkeys(step.roles for step in same_size))
+
 
 def simulate_table(
     specs: Iterable[RunSpec],
@@ -146,8 +217,8 @@ def simulate_table(
         progress: called with a message and the fraction of the specs done.
         on_result: called with each result as soon as it exists.
     """
-    table = TableSimulation()
     specs = list(specs)
+    table = TableSimulation(specs)
     results = []
     for index, spec in enumerate(specs):
         result = table.result(spec, progress=_scaled(progress, index, len(specs)))
@@ -164,6 +235,28 @@ def _scaled(progress: Progress | None, index: int, total: int) -> Progress | Non
 def _group(spec: RunSpec) -> RunSpec:
     """The spec of the shallow steps ``spec`` shares: the same in every field but the plan."""
     return replace(spec, every_n_layers=None if spec.every_n_layers is None else 1)
+
+
+def _sized(group: RunSpec) -> RunSpec:
+    """What a group's parameters and optimizer depend on: the figures that grow with the depth are the same for every
+    group with the same (checkpointing, offload and a selective policy aside)."""
+    return replace(group, every_n_layers=None, offload=False, selective=NONE)
+
+
+def _replay_plans(roles: Sequence[Role], *, mixed_planned: bool) -> list[tuple[Role, ...]]:
+    """The shallow steps :mod:`.replay` replays the plan ``roles`` from: one with its first and last roles and its
+    roles present (what the ends depend on), and a layer of each key it has in the middle (:class:`.replay.LayerKey`).
+
+    A plan of one role: two layers of it, the middle's key from its group's step of both roles when the group has
+    one or will (``mixed_planned``), else three. Both roles (the first layer checkpointed): CP keep CP keep, then
+    the last role: a layer of each key in the middle (the first keep, a CP after a CP, a keep after a keep).
+    """
+    first, last = roles[0], roles[-1]
+    if len(set(roles)) == 1:
+        return [(first,) * (2 if mixed_planned and first == CP else 3)]
+    if first != CP:
+        raise NotDerivable("a plan of both roles starts with a checkpointed layer")
+    return [(CP, KEEP, CP, KEEP, last)]
 
 
 def _shallow_plans(

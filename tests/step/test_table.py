@@ -1,4 +1,8 @@
-"""A table of settings as one computation (ckptlab.step.table): every derived figure is simulate(fast=False)'s."""
+"""A table of settings as one computation (ckptlab.step.table): every derived figure is simulate(fast=False)'s.
+
+These tests take the pairwise derivation, the table's way where the replay (``tests/step/test_replay.py``) cannot
+give a group: FSDP2 ranks, and models whose steps break the replay's premise.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,16 @@ from ckptlab.step.simulate import simulate
 from ckptlab.step.table import NotDerivable, TableSimulation, simulate_table
 
 DERIVED = "note.derived_from_roles"
+
+
+@pytest.fixture(autouse=True)
+def pairwise(monkeypatch):
+    """No replay: every group takes the pairwise derivation."""
+
+    def refuse(self, *args, **kwargs):
+        raise NotDerivable("the pairwise derivation under test")
+
+    monkeypatch.setattr(TableSimulation, "_replayed", refuse)
 
 
 def _figures(result):
