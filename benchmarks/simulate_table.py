@@ -1,6 +1,6 @@
 """The At-scale table as one computation against one simulation, in one process and as whole processes.
 
-    python benchmarks/simulate_table.py [--model qwen3-8b] [--seq-len 8192] [--skip-old]
+    python benchmarks/simulate_table.py [--model qwen3-8b] [--seq-len 8192] [--skip-old] [--every all] [--pairwise]
 
 The table is the At-scale page's default: off, the distinct every_n_layers and n=1 with offload
 (``scale_settings``), simulated by ``scale_table`` (shared shallow steps, ``ckptlab.step.table``).
@@ -8,7 +8,8 @@ One simulation is ``ckptlab.simulate`` of n=1, the page's first checkpointed set
 seconds of each, in this process (after a warm-up) and as a fresh ``python`` process each (imports
 and model description included), their ratio (goal: at most 2), and, unless ``--skip-old``, the
 table simulated setting by setting as before (``simulate`` per setting) and whether every setting's
-bytes are the same.
+bytes are the same. ``--every all`` takes every value of every_n_layers; ``--pairwise`` also times the same
+table through the pairwise derivation (``ckptlab.step.table``, what a group the replay cannot give takes).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from ckptlab import RunSpec, simulate  # noqa: E402  (after the path)
 from ckptlab.explore.scale import ScaleRequest, ScaleTable, scale_settings, scale_table  # noqa: E402
 from ckptlab.model import catalog  # noqa: E402
 from ckptlab.spec import Setting  # noqa: E402
+from ckptlab.step.fold import NotDerivable  # noqa: E402
+from ckptlab.step.table import TableSimulation  # noqa: E402
 
 ONE = "from ckptlab import RunSpec, simulate; simulate(RunSpec(model={model!r}, seq_len={seq}, every_n_layers=1))"
 TABLE = (
     "from ckptlab.explore.scale import scale_settings, scale_table; from ckptlab.model import catalog; "
-    "scale_table({model!r}, {seq}, 1, 'bfloat16', scale_settings(catalog.describe({model!r}).num_layers))"
+    "scale_table({model!r}, {seq}, 1, 'bfloat16', scale_settings(catalog.describe({model!r}).num_layers, {every!r}))"
 )
 
 
@@ -74,14 +77,14 @@ def _process_seconds(code: str) -> float:
     return time.perf_counter() - start
 
 
-def table_figures(model: str = "qwen3-8b", seq_len: int = 8192) -> TableFigures:
+def table_figures(model: str = "qwen3-8b", seq_len: int = 8192, every: str = "distinct") -> TableFigures:
     """The table's time against one simulation's, measured side by side (in-process after a warm-up, then processes)."""
     info = catalog.describe(model)
-    settings = scale_settings(info.num_layers)
+    settings = scale_settings(info.num_layers, every)
     simulate(RunSpec(model="tiny-llama", seq_len=64))  # first-call costs (imports, fake-mode caches) not charged
     one_s, _ = _seconds(lambda: simulate(RunSpec(model=model, seq_len=seq_len, every_n_layers=1)))
     table_s, table = _seconds(lambda: scale_table(model, seq_len, 1, "bfloat16", settings, info=info))
-    code = {"model": model, "seq": seq_len}
+    code = {"model": model, "seq": seq_len, "every": every}
     one_p = _process_seconds(ONE.format(**code))
     table_p = _process_seconds(TABLE.format(**code))
     return TableFigures(model, seq_len, settings, one_s, table_s, one_p, table_p, cast(ScaleTable, table))
@@ -101,21 +104,41 @@ def _figures(result) -> tuple:
     return memory.peak_bytes, memory.after_forward_bytes, memory.peak_where, memory.timeline, result.layers
 
 
+def _pairwise(specs: list[RunSpec]) -> list:
+    """The table through the pairwise derivation alone: a table whose replay refuses every group."""
+
+    class Pairwise(TableSimulation):
+        def _replayed(self, *args, **kwargs):
+            raise NotDerivable("timing the pairwise derivation")
+
+    table = Pairwise(specs)
+    return [table.result(spec) for spec in specs]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-8b")
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--skip-old", action="store_true", help="do not simulate the table setting by setting too")
+    parser.add_argument("--every", choices=("distinct", "all"), default="distinct", help="the values of every_n_layers")
+    parser.add_argument("--pairwise", action="store_true", help="also time the table through the pairwise derivation")
     args = parser.parse_args()
 
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    figures = table_figures(args.model, args.seq_len)
+    figures = table_figures(args.model, args.seq_len, args.every)
     settings = figures.settings
     print(f"{args.model}, seq_len {args.seq_len}, bf16, {len(settings)} settings: {', '.join(s.key for s in settings)}")
     print_table_figures(figures)
+    request = ScaleRequest(args.model, args.seq_len, 1, "bfloat16", tuple(settings))
+    if args.pairwise:
+        pairwise_s, pairwise = _seconds(lambda: _pairwise([request.spec(setting) for setting in settings]))
+        same = all(_figures(a) == _figures(b) for a, b in zip(figures.table.results, pairwise))
+        print(
+            f"the pairwise derivation: {pairwise_s:.2f} s, {pairwise_s / figures.table_s:.2f}x the table's time; "
+            f"every setting's bytes, timeline and rows the same: {same}"
+        )
     if args.skip_old:
         return
-    request = ScaleRequest(args.model, args.seq_len, 1, "bfloat16", tuple(settings))
     old_s, old = _seconds(lambda: [simulate(request.spec(setting)) for setting in settings])
     same = all(_figures(a) == _figures(b) for a, b in zip(figures.table.results, old))
     print(

@@ -248,15 +248,17 @@ def _replay_plans(roles: Sequence[Role], *, mixed_planned: bool) -> list[tuple[R
     roles present (what the ends depend on), and a layer of each key it has in the middle (:class:`.replay.LayerKey`).
 
     A plan of one role: two layers of it, the middle's key from its group's step of both roles when the group has
-    one or will (``mixed_planned``), else three. Both roles (the first layer checkpointed): CP keep CP keep, then
-    the last role: a layer of each key in the middle (the first keep, a CP after a CP, a keep after a keep).
+    one or will (``mixed_planned``), else three. Both roles (the first layer checkpointed): CP keep CP keep keep,
+    a layer of each key in the middle (the first keep, a CP after a CP, a keep after a keep), and where the last
+    layer is checkpointed, CP keep CP for the ends.
     """
     first, last = roles[0], roles[-1]
     if len(set(roles)) == 1:
         return [(first,) * (2 if mixed_planned and first == CP else 3)]
     if first != CP:
         raise NotDerivable("a plan of both roles starts with a checkpointed layer")
-    return [(CP, KEEP, CP, KEEP, last)]
+    middle = (CP, KEEP, CP, KEEP, KEEP)
+    return [middle] if last == KEEP else [middle, (CP, KEEP, CP)]
 
 
 def _shallow_plans(

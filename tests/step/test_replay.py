@@ -16,7 +16,8 @@ from ckptlab.step.table import TableSimulation, simulate_table
 pytestmark = pytest.mark.slow  # simulations: `pytest -m 'not slow'` skips them
 
 REPLAYED = "note.replayed"
-SETTINGS = [(None, False), (1, False), (1, True), (2, False), (3, False), (6, False)]  # six layers: 6 is "only L1"
+# Six layers: 5 checkpoints the last layer too, 6 only the first.
+SETTINGS = [(None, False), (1, False), (1, True), (2, False), (3, False), (5, False), (6, False)]
 
 
 def _figures(result):
@@ -70,7 +71,8 @@ def test_every_replayed_setting_has_the_exact_simulations_bytes(case):
 def test_a_table_records_each_kind_of_stretch_once():
     """Checkpointing off, n=1, its offload twin and three settings of both roles: four shallow steps of 13 layers."""
     base = RunSpec(model="tiny-llama", seq_len=32, batch_size=1, dtype="float32")
-    specs = [replace(base, every_n_layers=n, offload=offload) for n, offload in SETTINGS]
+    settings = [(None, False), (1, False), (1, True), (2, False), (3, False), (6, False)]  # none checkpoints L6
+    specs = [replace(base, every_n_layers=n, offload=offload) for n, offload in settings]
     table = TableSimulation(specs)
     results = [table.result(spec) for spec in specs]
     assert all(REPLAYED in _keys(result) for result in results)
@@ -83,6 +85,9 @@ def test_a_table_records_each_kind_of_stretch_once():
     alone = TableSimulation()
     alone.result(replace(base, every_n_layers=1))
     assert alone.simulated_layers == 3 + 4
+    # A checkpointed last layer among both roles: the ends of CP keep CP, three layers more.
+    table.result(replace(base, every_n_layers=5))
+    assert table.simulated_layers == 3 + 2 + 3 + 5 + 3
 
 
 def test_a_group_the_replay_cannot_give_takes_the_pairwise_derivation(monkeypatch):
