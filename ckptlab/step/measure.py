@@ -271,11 +271,13 @@ def observe_memory(
                 meter.next_micro_batch()
             recorder(region)
 
-        on_input = None
-        if trace is not None and isinstance(meter, TrackerMeter):
-            names = meter.storage_names
-            on_input = lambda index, hidden: trace.hand_over(names(hidden), index)  # noqa: E731
-        probe = LayerProbe(model, on_region=on_region, track_saved=True, on_input=on_input)
+        def on_input(index: int, hidden: torch.Tensor) -> None:
+            if trace is not None and isinstance(meter, TrackerMeter):  # a trace follows the tracker's storages
+                trace.hand_over(meter.storage_names(hidden), index)
+
+        probe = LayerProbe(
+            model, on_region=on_region, track_saved=True, on_input=on_input if trace is not None else None
+        )
         resident: list[tuple[int, dict[str, int]]] = []  # (bytes, breakdown) after the forward
 
         def after_forward() -> None:
