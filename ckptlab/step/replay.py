@@ -2,7 +2,8 @@
 
 A simulated step is a sequence of stretches, one per event of the probe (a layer's forward, its backward, its
 rerun, the model's ends), and in each the memory tracker sees storages made, freed and moved between operators.
-:class:`StepTrace` records those changes, each with the stretch that made its storage. The stretch of a layer
+:class:`StepTrace` records those changes, each with the stretch that made its storage (or the layer whose input
+it is). The stretch of a layer
 in a deep plan is the stretch of a layer of a shallow step with the same :class:`LayerKey`, plus what its
 neighbours leave it: so a plan's whole timeline (every event's memory, the peak of each stretch and its
 breakdown, what stays after the forward, offload's host copies) is replayed from a few shallow steps that
