@@ -172,7 +172,7 @@ def record(config, task: str, spec: RunSpec, dtype: torch.dtype, roles: Sequence
         tuple((end, _local(_merged(parts.values()))) for end, parts in prelude),
         labelled,
     )
-    check_events(recorded)
+    _check_events(recorded)
     return recorded
 
 
@@ -563,7 +563,7 @@ def _events(roles: Sequence[Role], like: Sequence[TimelinePoint]) -> Iterable[Ti
                 )
 
 
-def check_events(step: RecordedStep) -> None:
+def _check_events(step: RecordedStep) -> None:
     """Raise NotDerivable unless :func:`_events` gives a recorded step's own events, in order."""
     points = step.step.memory.timeline
     made = [(p.kind, p.layer, p.rerun, p.micro_batch) for p in _events(step.roles, points)]

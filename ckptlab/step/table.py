@@ -64,7 +64,6 @@ from ..torchstate import exclusive
 from . import replay
 from .fold import NotDerivable, SimulatedStep, keys_of, map_figures
 from .probe import region_for
-from .replay import RecordedStep
 from .simulate import prepare, simulate, simulate_depth, simulated_result, simulating_some, simulation_notes
 from .stopping import DONE, Progress
 
@@ -89,7 +88,7 @@ class TableSimulation:
     def __init__(self, planned: Iterable[RunSpec] = ()) -> None:
         self._steps: dict[tuple[RunSpec, tuple[Role, ...]], SimulatedStep] = {}
         self._underivable: set[tuple[RunSpec, Role, Role]] = set()
-        self._recorded: dict[tuple[RunSpec, tuple[Role, ...]], RecordedStep] = {}  # replay's steps
+        self._recorded: dict[tuple[RunSpec, tuple[Role, ...]], replay.RecordedStep] = {}  # replay's steps
         self._sources: dict[RunSpec, replay.Sources] = {}  # by group, for as long as its steps are the same
         self._unreplayable: set[RunSpec] = set()  # groups whose recorded steps the replay's premise failed on
         self._planned = list(planned)  # the settings the table will be asked for: a group's steps serve them all
@@ -256,7 +255,7 @@ def _replay_plans(roles: Sequence[Role], *, mixed_planned: bool) -> list[tuple[R
     if len(set(roles)) == 1:
         return [(first,) * (2 if mixed_planned and first == CP else 3)]
     if first != CP:
-        raise NotDerivable("a plan of both roles starts with a checkpointed layer")
+        raise NotDerivable("a plan of both roles whose first layer is not checkpointed")
     middle = (CP, KEEP, CP, KEEP, KEEP)
     return [middle] if last == KEEP else [middle, (CP, KEEP, CP)]
 
