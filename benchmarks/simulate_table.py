@@ -1,6 +1,6 @@
 """The At-scale table as one computation against one simulation, in one process and as whole processes.
 
-    python benchmarks/simulate_table.py [--model qwen3-8b] [--seq-len 8192] [--skip-old] [--every all] [--pairwise]
+    python benchmarks/simulate_table.py [--model qwen3-8b] [--seq-len 8192] [--skip-old] [--every all]
 
 The table is the At-scale page's default: off, the distinct every_n_layers and n=1 with offload
 (``scale_settings``), simulated by ``scale_table`` (shared shallow steps, ``ckptlab.step.table``).
@@ -8,8 +8,7 @@ One simulation is ``ckptlab.simulate`` of n=1, the page's first checkpointed set
 seconds of each, in this process (after a warm-up) and as a fresh ``python`` process each (imports
 and model description included), their ratio (goal: at most 2), and, unless ``--skip-old``, the
 table simulated setting by setting as before (``simulate`` per setting) and whether every setting's
-bytes are the same. ``--every all`` takes every value of every_n_layers; ``--pairwise`` also times the same
-table through the pairwise derivation (``ckptlab.step.table``, what a group the replay cannot give takes).
+bytes are the same. ``--every all`` takes every value of every_n_layers.
 """
 
 from __future__ import annotations
@@ -30,8 +29,6 @@ from ckptlab import RunSpec, simulate  # noqa: E402  (after the path)
 from ckptlab.explore.scale import ScaleRequest, ScaleTable, scale_settings, scale_table  # noqa: E402
 from ckptlab.model import catalog  # noqa: E402
 from ckptlab.spec import Setting  # noqa: E402
-from ckptlab.step.fold import NotDerivable  # noqa: E402
-from ckptlab.step.table import TableSimulation  # noqa: E402
 
 ONE = "from ckptlab import RunSpec, simulate; simulate(RunSpec(model={model!r}, seq_len={seq}, every_n_layers=1))"
 TABLE = (
@@ -104,24 +101,12 @@ def _figures(result) -> tuple:
     return memory.peak_bytes, memory.after_forward_bytes, memory.peak_where, memory.timeline, result.layers
 
 
-def _pairwise(specs: list[RunSpec]) -> list:
-    """The table through the pairwise derivation alone: a table whose replay refuses every group."""
-
-    class Pairwise(TableSimulation):
-        def _replayed(self, *args, **kwargs):
-            raise NotDerivable("timing the pairwise derivation")
-
-    table = Pairwise(specs)
-    return [table.result(spec) for spec in specs]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-8b")
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--skip-old", action="store_true", help="do not simulate the table setting by setting too")
     parser.add_argument("--every", choices=("distinct", "all"), default="distinct", help="the values of every_n_layers")
-    parser.add_argument("--pairwise", action="store_true", help="also time the table through the pairwise derivation")
     args = parser.parse_args()
 
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -130,13 +115,6 @@ def main() -> None:
     print(f"{args.model}, seq_len {args.seq_len}, bf16, {len(settings)} settings: {', '.join(s.key for s in settings)}")
     print_table_figures(figures)
     request = ScaleRequest(args.model, args.seq_len, 1, "bfloat16", tuple(settings))
-    if args.pairwise:
-        pairwise_s, pairwise = _seconds(lambda: _pairwise([request.spec(setting) for setting in settings]))
-        same = all(_figures(a) == _figures(b) for a, b in zip(figures.table.results, pairwise))
-        print(
-            f"the pairwise derivation: {pairwise_s:.2f} s, {pairwise_s / figures.table_s:.2f}x the table's time; "
-            f"every setting's bytes, timeline and rows the same: {same}"
-        )
     if args.skip_old:
         return
     old_s, old = _seconds(lambda: [simulate(request.spec(setting)) for setting in settings])

@@ -8,16 +8,14 @@ would be counted in the next one's figures, and on a GPU would fill the device.
 from __future__ import annotations
 
 import gc
-import os
+import importlib.util
 import sys
-import time
 import weakref
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.modules.module as nn_module
-from transformers import PreTrainedModel
 
 from ckptlab import RunSpec, SweepSpec, load_model, measure, simulate, sweep
 from ckptlab.explore.scale import ScaleRequest, Setting
@@ -26,46 +24,22 @@ from ckptlab.lab.scalejob import ScaleJob
 from ckptlab.lab.sweepjob import SweepJob
 from tests.conftest import requires_cuda
 
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "release.py"
+
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
-PRESETS = ("tiny-llama", "tiny-qwen3", "tiny-gpt2", "tiny-bert")
-SETTINGS = (None, 1, 2, 3)
+
+def _benchmark():
+    """benchmarks/release.py: the many-runs check, and the helpers this file shares with it."""
+    spec = importlib.util.spec_from_file_location("release_benchmark", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
 
 
-def mixed_specs(count: int, **fields) -> list[RunSpec]:
-    """``count`` fast runs, cycling through presets, settings, two lengths, two batch sizes and LoRA."""
-    return [
-        RunSpec(
-            model=PRESETS[index % len(PRESETS)],
-            seq_len=(64, 128)[index // 16 % 2],
-            batch_size=1 + (index % 7 == 6),
-            every_n_layers=SETTINGS[(index + index // 4) % len(SETTINGS)],  # every preset meets every setting
-            lora_rank=4 if index % 5 == 4 else None,  # LoRA wrappers (peft) among the AdamW full fine-tunes
-            repeats=1,
-            warmup=0,
-            **fields,
-        )
-        for index in range(count)
-    ]
-
-
-def models_alive() -> int:
-    """PreTrainedModel objects in the process after a full collection.
-
-    ``issubclass(type(o), ...)`` is ``isinstance`` without reading ``o.__class__``, which on
-    some torch objects warns of a deprecation.
-    """
-    gc.collect()
-    return sum(issubclass(type(o), PreTrainedModel) for o in gc.get_objects())
-
-
-def rss_bytes() -> int | None:
-    """Resident memory of this process (Linux /proc), None elsewhere."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return None
+release = _benchmark()
+mixed_specs, models_alive, process_hooks = release.mixed_specs, release.models_alive, release.process_hooks
 
 
 HOOK_DICTS = (
@@ -105,49 +79,18 @@ def model_state(model: torch.nn.Module) -> dict:
     }
 
 
-def process_hooks() -> dict:
-    """Hooks that are not on a model: torch's global module hooks and the default saved-tensors hooks."""
-    top_saved = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", lambda ignore: None)(False)
-    return {
-        "module_globals": {
-            name: len(value)
-            for name, value in vars(nn_module).items()
-            if name.startswith("_global_") and isinstance(value, dict)
-        },
-        "saved_tensors_hooks": top_saved,
-    }
-
-
 # -- measure --------------------------------------------------------------------------------
 
 
-def test_thirty_runs_leave_no_model_alive_and_memory_where_it_was():
-    specs = mixed_specs(30)
-    assert len(set(specs)) == 30 and {spec.model for spec in specs} == set(PRESETS)
-    before = models_alive()
-    hooks = process_hooks()
-    started = time.monotonic()
-    result = measure(specs[0])
-    assert result.status == "ok"
-    del result
-    assert models_alive() == before
-    rss_after_first = rss_bytes()
-    for spec in specs[1:]:
-        result = measure(spec)
-        assert result.status == "ok", (spec, result.message)
-        del result
-    alive = models_alive()
-    rss_after_last = rss_bytes()
-    elapsed = time.monotonic() - started
-    assert alive == before, f"{alive - before} PreTrainedModel objects outlived 30 runs"
-    assert process_hooks() == hooks
-    if rss_after_first is not None:
-        grown = rss_after_last - rss_after_first
-        allowed = max(0.10 * rss_after_first, 50 * 2**20)
-        assert grown <= allowed, (
-            f"RSS grew {grown / 2**20:.0f} MiB over 29 runs (from {rss_after_first / 2**20:.0f} MiB, "
-            f"{elapsed:.0f} s), more than the {allowed / 2**20:.0f} MiB allowed"
-        )
+def test_a_run_of_each_preset_leaves_no_model_alive_no_hook_and_memory_where_it_was():
+    """The suite's version of benchmarks/release.py (30 runs there): one run of each preset, LoRA among them."""
+    specs = mixed_specs(5)  # the four presets, then a LoRA run
+    assert {spec.model for spec in specs} == set(release.PRESETS) and specs[4].lora_rank is not None
+    report = release.many_runs(specs)
+    assert report.failed == ()
+    assert report.models_outliving == 0, f"{report.models_outliving} PreTrainedModel objects outlived the runs"
+    assert not report.hooks_changed
+    assert report.rss_grown <= report.rss_allowed, (report.rss_after_first, report.rss_after_last)
 
 
 def test_a_model_passed_in_is_given_back_as_it_came():

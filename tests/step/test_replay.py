@@ -36,8 +36,8 @@ def _keys(result) -> list[str]:
 
 
 # (model, spec fields, settings): every tiny preset (dense, GPT-2 and BERT, MoE) in bfloat16, and Trainer's side of
-# the step, LoRA, offload and selective policies on one of them. FSDP2 ranks take the pairwise derivation
-# (tests/step/test_table.py), whose shallow steps check each other across the ranks' first step.
+# the step, LoRA, offload and selective policies on one of them. FSDP2 ranks take the fold, setting by setting
+# (tests/step/test_fsdp.py proves the fold exact there).
 CASES = {
     "llama": ("tiny-llama", {"dtype": "bfloat16"}, SETTINGS),
     "qwen3": ("tiny-qwen3", {"dtype": "bfloat16"}, SETTINGS),
@@ -90,15 +90,21 @@ def test_a_table_records_each_kind_of_stretch_once():
     assert table.simulated_layers == 3 + 2 + 3 + 5 + 3
 
 
-def test_a_group_the_replay_cannot_give_takes_the_pairwise_derivation(monkeypatch):
-    def refuse(spec, roles, sources):
-        raise NotDerivable("for the test")
-
-    monkeypatch.setattr(replay, "derive", refuse)
+@pytest.mark.parametrize("refused", ["replay", "fsdp2"])
+def test_a_group_the_replay_cannot_give_takes_the_fold_setting_by_setting(monkeypatch, refused):
     spec = RunSpec(model="tiny-llama", seq_len=32, batch_size=1, dtype="float32", every_n_layers=2)
+    if refused == "replay":
+
+        def refuse(spec, roles, sources):
+            raise NotDerivable("for the test")
+
+        monkeypatch.setattr(replay, "derive", refuse)
+    else:
+        spec = replace(spec, world_size=2, fsdp=True)
     result = TableSimulation().result(spec)
-    assert REPLAYED not in _keys(result) and "note.derived_from_roles" in _keys(result)
-    assert result.memory.peak_bytes == simulate(spec).memory.peak_bytes
+    folded = simulate(spec)  # not this process's first FSDP2 step: the table simulated one before its own
+    assert REPLAYED not in _keys(result) and _keys(result) == _keys(folded)
+    assert _figures(result) == _figures(folded)
 
 
 @pytest.fixture(scope="module")
