@@ -339,7 +339,9 @@ def table_text(done: Iterable[Reproduced]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(TABLES), help=f"tables to reproduce, of {', '.join(TABLES)}")
-    parser.add_argument("--markdown", action="store_true", help="print one Markdown table (for the README)")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print one Markdown table (for docs/published-tables.md)"
+    )
     args = parser.parse_args()
     names = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in names if name not in TABLES]

@@ -13,7 +13,7 @@ alternating which order goes first, and prints side by side, per setting and ord
     python benchmarks/timing_order.py [--model tiny-llama] [--seq-len 256] [--every-n-layers 1,2,3]
                                       [--repeats 6] [--trials 2] [--threads 1]
 
-Results on the development machine are in the README ("Time" under "What is measured").
+Results on the development machine are in docs/measuring.md ("Interleaved rounds in the sweep").
 """
 
 from __future__ import annotations

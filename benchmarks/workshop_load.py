@@ -4,7 +4,7 @@ It starts ``streamlit run app.py`` as an instructor would, opens ``--sessions`` 
 Debian's Chromium (through playwright), and has them press Run together, round after
 round, until about ``--runs`` presses were made; every fourth session's first press has
 bad input. The server logs each device turn (``CKPTLAB_QUEUE_LOG``), which is how this
-script sees the queue from outside. It prints the figures the README's workshop section
+script sees the queue from outside. It prints the figures docs/workshop-server.md
 quotes and checks what a workshop needs:
 
 - every session ends each press with a result or a message;

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError, check_at_most
-from ..explore.budget import GPUS, budget_bytes
+from ..explore.budget import GPUS, budget_bytes, fit, fits
 from ..show.i18n import say
 from ..show.report import run_report
 from ..spec import MAX_WORLD_SIZE
@@ -67,13 +67,12 @@ def add_simulate_command(commands) -> None:
 def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts."""
     from ..explore.recommend import counts_message
-    from ..explore.scale import fits
 
     memory, spec = result.memory, result.spec
     assert memory is not None  # a simulation always has its memory (status "ok"; no time)
     peak = memory.peak_bytes
-    margin = budget - peak
-    fitting = fits(result, budget)  # the one rule: the whole step's simulated peak within the budget
+    answer = fit(peak, budget)  # the one rule: the whole step's simulated peak within the budget
+    margin, fitting = answer.margin_bytes, answer.fits
     words = "fits" if fitting else "does not fit"
     phase = memory.peak_where.phase or "step"
     state = f" Optimizer state: {memory.optimizer_state_bytes / GIB:.1f} GiB." if memory.optimizer_state_bytes else ""
@@ -161,7 +160,6 @@ def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, s
 
 def table_report(results: list[RunResult], num_layers: int, budget: tuple[int, str] | None) -> str:
     """One line per setting: CP layers, simulated peak and after-forward, where the peak is, whether it fits."""
-    from ..explore.scale import fits
     from ..spec import Setting
 
     first = results[0]
@@ -177,10 +175,10 @@ def table_report(results: list[RunResult], num_layers: int, budget: tuple[int, s
         memory = result.memory
         assert memory is not None  # a simulation always has its memory
         setting = Setting.of(result.spec)
-        fit = ("yes   " if fits(result, budget[0]) else "no    ") if budget else ""
+        column = ("yes   " if fits(result, budget[0]) else "no    ") if budget else ""
         lines.append(
             f"{setting.key:<14} {setting.cp_layers(num_layers):>9} {memory.peak_bytes / GIB:>9.2f} "
-            f"{memory.after_forward_bytes / GIB:>13.2f}  {fit}{memory.peak_where.description}"
+            f"{memory.after_forward_bytes / GIB:>13.2f}  {column}{memory.peak_where.description}"
         )
     footer = [f"fits: the simulated peak within {budget[1]} ({budget[0] / GIB:.1f} GiB)"] if budget else []
     return "\n".join(header + lines + footer)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from ..fact import Fact
 from ..units import mib
+from .budget import fit
 from .sweep_rows import SweepRow, known, known_peak, row_name
 
 
@@ -19,7 +20,8 @@ def nothing_fits(measured: list[SweepRow], budget: int, label: str, seq_len: int
     if not measured:
         return Fact("recommend.none_measured", {"seq_len": seq_len, "budget": label})
     smallest = min(measured, key=known_peak)
-    peak, over = mib(known_peak(smallest)), mib(known_peak(smallest) - budget)
+    closest = fit(known_peak(smallest), budget)
+    peak, over = mib(closest.peak_bytes), mib(closest.short_bytes)
     return Fact(
         "recommend.nothing_fits",
         {"budget": label, "seq_len": seq_len, **_named(smallest), "peak_mib": peak, "over_mib": over},
@@ -37,7 +39,10 @@ def what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: i
         (
             row
             for row in rows
-            if row.seq_len < seq_len and row.status == "ok" and row.peak_bytes is not None and row.peak_bytes <= budget
+            if row.seq_len < seq_len
+            and row.status == "ok"
+            and row.peak_bytes is not None
+            and fit(row.peak_bytes, budget).fits
         ),
         # The longest length first, then the fastest; a row the sweep stopped before timing last.
         key=lambda row: (-row.seq_len, row.step_s is None, row.step_s or 0.0),
@@ -57,10 +62,11 @@ def what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: i
     # (SDPA keeps no seq x seq scores). The baseline stands for the parameters, their gradients for as much again.
     fixed = 2 * known(smallest.baseline_bytes, smallest, "measured baseline")
     scaling = known_peak(smallest) - fixed
-    if budget <= fixed or scaling <= 0:
+    left = fit(fixed, budget).margin_bytes  # what the budget leaves the activations
+    if left <= 0 or scaling <= 0:
         advice.append(Fact("advice.fixed_too_big", {"fixed_mib": mib(fixed)}))
     else:
-        share = (budget - fixed) / scaling
+        share = left / scaling
         tokens = int(seq_len * share)
         if not shorter and tokens >= 1:
             advice.append(Fact("advice.shorter_estimate", {"seq_len": tokens, **_named(smallest)}))
@@ -71,7 +77,7 @@ def what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: i
     if cp_rows and not any(row.offload for row in measured):
         row = min(cp_rows, key=lambda row: known_peak(row) - row.offload_bytes)
         lower = known_peak(row) - row.offload_bytes
-        fits = lower <= budget
+        fits = fit(lower, budget).fits
         advice.append(
             Fact(
                 "advice.offload_would_fit" if fits else "advice.offload_still_over",

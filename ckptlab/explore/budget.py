@@ -3,12 +3,23 @@
 One home for the budget a person gives (the trade-offs page, the At-scale page, ``sweep --budget``,
 ``simulate --budget``): :data:`GPUS` and :func:`budget_bytes`; sizes written with units
 ("24GiB") are read by :func:`ckptlab.units.parse_size`.
+
+And the one home of "does this peak fit that budget": :func:`fit` decides it, with its margin and the
+thin-margin warning (:class:`Fit`); :func:`fits` asks it of a result. The recommendation, its advice, the
+At-scale table, the GPU search, the CLI and the pages all ask these two; ``tests/explore/test_fit_rule.py``
+scans the sources so that a second comparison against a budget cannot come back.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from ..errors import SpecError
 from ..units import GIB, mib
+
+if TYPE_CHECKING:  # only for the annotation: the CLI imports this module before torch may load
+    from ..results import RunResult
 
 # Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
 # on an H100 80GB, and the CUDA context takes a few hundred MiB outside torch's counts: the
@@ -66,3 +77,39 @@ def gpu_name(text: str) -> str:
 
 def _squash(text: str) -> str:
     return "".join(ch for ch in text.lower().replace("gb", "") if ch.isalnum())
+
+
+# Of the budget: a fit with less than this to spare is said to be thin. The peak is the tensors torch
+# counts; the CUDA context (a few hundred MiB) and the allocator's fragmentation come on top of it.
+THIN_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Whether a peak fits a budget, by how much, and whether the margin is thin (:func:`fit` decides all three)."""
+
+    peak_bytes: int
+    budget_bytes: int
+    fits: bool  # the peak within the budget (equal fits)
+    margin_bytes: int  # the budget minus the peak: negative by as much as it is short
+    thin: bool  # it fits with less than THIN_MARGIN of the budget to spare
+
+    @property
+    def short_bytes(self) -> int:
+        """By how much the peak is over the budget (the margin's other sign)."""
+        return -self.margin_bytes
+
+
+def fit(peak_bytes: int, budget_bytes: int) -> Fit:
+    """The one rule: ``peak_bytes`` fits ``budget_bytes`` when it is at most the budget; thin below 5% to spare."""
+    margin = budget_bytes - peak_bytes
+    fitting = margin >= 0
+    return Fit(peak_bytes, budget_bytes, fitting, margin, fitting and margin < THIN_MARGIN * budget_bytes)
+
+
+def fits(result: RunResult, budget_bytes: int) -> bool:
+    """True when a result's peak (parameters, gradients, activations, temporaries) fits ``budget_bytes``.
+
+    A result without memory (a run that failed) fits nothing.
+    """
+    return result.memory is not None and fit(result.memory.peak_bytes, budget_bytes).fits

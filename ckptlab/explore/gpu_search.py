@@ -60,7 +60,8 @@ from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
 from ..step.table import TableSimulation
-from .scale import ScaleRequest, fits, recompute_cost
+from .budget import fits
+from .scale import ScaleRequest, recompute_cost
 
 # The counts the lab offers: one GPU, one 8-GPU machine's powers of two, 2 and 8 machines.
 GPU_COUNTS = (1, 2, 4, 8, 16, 64)

@@ -1,6 +1,6 @@
 """Predicted memory and recompute for every checkpointing setting, from the config alone.
 
-The model of a step (README.md, "What is measured, and how"): a checkpointed (CP) layer keeps only its input,
+The model of a step (docs/measuring.md, "What is measured, and how"): a checkpointed (CP) layer keeps only its input,
 ``batch x seq x hidden x bytes``; a kept layer holds all its activations; the backward
 rebuilds one CP layer's activations at a time while it reruns it; and the rerun costs the
 checkpointed layers' share of the forward's work. What is resident after the forward is

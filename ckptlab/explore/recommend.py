@@ -33,7 +33,7 @@ from ..results import MIN_SAMPLES_TO_JUDGE, Judgement, judge_time
 from ..spec import TRAINER_DEFAULT_OPTIMIZER, Setting
 from ..units import mib, milliseconds
 from .advice import nothing_fits, what_would_fit
-from .budget import budget_bytes
+from .budget import budget_bytes, fit
 from .formula import architecture
 from .predict import predict
 from .predict_training import training_bytes
@@ -118,7 +118,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
             lengths=", ".join(map(str, lengths)),
         )
     measured = [row for row in here if row.status == "ok" and row.peak_bytes is not None and row.step_s is not None]
-    fitting = sorted((row for row in measured if known_peak(row) <= budget), key=known_step)
+    fitting = sorted((row for row in measured if fit(known_peak(row), budget).fits), key=known_step)
     if not fitting:
         return Recommendation(
             budget_bytes=budget,
@@ -155,7 +155,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         budget_label=label,
         seq_len=seq_len,
         row=best,
-        margin_bytes=budget - known_peak(best),
+        margin_bytes=fit(known_peak(best), budget).margin_bytes,
         reasons=_reasons(best, fitting, measured, budget, label, as_fast, ranked_by, recompute, busy),
         model_code=model_code,
         trainer_code=trainer_snippet(
@@ -242,7 +242,7 @@ def _reasons(
         "seq_len": best.seq_len,
         "step_ms": milliseconds(known_step(best)),
         "peak_mib": mib(known_peak(best)),
-        "spare_mib": mib(budget - known_peak(best)),
+        "spare_mib": mib(fit(known_peak(best), budget).margin_bytes),
     }
     if ranked_by == "measured":
         words = [Fact("recommend.fastest", {**figures, "count": len(fitting)})]
@@ -270,9 +270,9 @@ def _reasons(
     off = next((row for row in measured if row.every_n_layers is None), None)
     if best.every_n_layers is None:
         words.append(Fact("recommend.off_fits"))
-    elif off is not None and known_peak(off) > budget:
+    elif off is not None and not (off_fit := fit(known_peak(off), budget)).fits:
         fewest = min(row.cp_layers for row in fitting)
-        needs, over = mib(known_peak(off)), mib(known_peak(off) - budget)
+        needs, over = mib(off_fit.peak_bytes), mib(off_fit.short_bytes)
         words.append(Fact("recommend.off_over", {"peak_mib": needs, "over_mib": over}))
         if best.cp_layers == fewest:
             words.append(Fact("recommend.fewest", {"layers": best.cp_layers}))

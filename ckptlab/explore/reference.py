@@ -1,7 +1,7 @@
 """Published figures, and the lab's reproduction of them by simulation.
 
 transformers PR #48444 measured, on one H100, the memory resident after the forward of a
-Qwen3 model with every layer checkpointed, with and without offload (README.md, "The published offload table, reproduced"). The
+Qwen3 model with every layer checkpointed, with and without offload (docs/published-tables.md, "The published offload table, reproduced"). The
 harness those numbers fit, worked out from the figures themselves:
 
 - the base ``Qwen3Model`` (no LM head, no loss), bf16, batch 1, 16 attention heads

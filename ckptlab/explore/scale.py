@@ -6,7 +6,8 @@ distinct ones), :func:`scale_table` simulates them on fake tensors, one after an
 sharing what they have in common (:class:`ckptlab.step.table.TableSimulation`: each setting is
 what :func:`ckptlab.simulate` gives, byte for byte), cancelable between settings (:class:`ckptlab.lab.scalejob.ScaleJob` runs that on a thread
 so that a page stays responsive and a Stop keeps what was simulated).
-Which settings fit a memory budget is :func:`fits` and :func:`least_recompute_that_fits`.
+Which settings fit a memory budget is :func:`least_recompute_that_fits`, asking the one rule
+(:func:`ckptlab.explore.budget.fits`, importable from here as before).
 
 Numbers are bytes; words and units belong to the front ends.
 """
@@ -28,6 +29,7 @@ from ..step.preflight import validate_for_model
 from ..step.selective import check_simulated_selective
 from ..step.stopping import DONE, Cancel, Progress, label, prefixed, scaled, stopper
 from ..step.table import TableSimulation
+from .budget import fits
 
 EveryN = Literal["distinct", "all"]
 OffloadFor = Literal["n=1", "all", "none"]
@@ -182,11 +184,6 @@ class ScaleTable:
 
     def result_for(self, setting: Setting) -> RunResult | None:
         return next((result for result in self.results if Setting.of(result.spec) == setting), None)
-
-
-def fits(result: RunResult, budget_bytes: int) -> bool:
-    """True when the simulated peak (parameters, gradients, activations, temporaries) fits ``budget_bytes``."""
-    return result.memory is not None and result.memory.peak_bytes <= budget_bytes
 
 
 # How much of a CP layer's forward each named policy leaves to its rerun, least first: matmuls keeps every

@@ -13,7 +13,7 @@ settings' timed steps run interleaved, round by round (off, n=1, n=2, off, n=1, 
 alike, and each row quotes the ratio of medians over those rounds with the verdict of
 :func:`ckptlab.results.judge_time` (measurable, or within the noise). ``SweepSpec.timing_order
 = "blocks"`` times each setting's steps together instead, as single runs do;
-``benchmarks/timing_order.py`` measures both orders side by side (the figures are in the README).
+``benchmarks/timing_order.py`` measures both orders side by side (the figures are in docs/measuring.md).
 
 Warm-up: a single run warms up ``warmup`` steps before timing because the first
 backwards are slow (lazy initialisation, allocator growth, caches). In a sweep those costs

@@ -17,7 +17,7 @@ from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
 OffloadChoice = Literal["no", "yes", "both"]
 OFFLOAD_CHOICES = ("no", "yes", "both")
 # Trainer's side of the step that every row shares, by RunSpec's names.
-MAX_SWEEP_LENGTHS = 32  # sequence lengths of one sweep (README, "Limits"): 32 x every setting is already an afternoon
+MAX_SWEEP_LENGTHS = 32  # sequence lengths of one sweep (docs/workshop-server.md, "Limits of one run"): 32 x every setting is already an afternoon
 MAX_SWEEP_SETTINGS = 64  # every_n_layers values of one sweep: one per layer of a 64-layer model
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import Option, SpecError
+from ..explore.budget import fit
 from ..model import catalog
 from ..model.plan import planned_roles
 from ..results import Judgement, RunResult, compare, measurements, memory_of
@@ -133,8 +134,9 @@ def budget_answer(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> i
     Fewer checkpointed layers means fewer reruns, so among the settings that fit, the one
     with the largest ``every_n_layers`` is the fastest. ``None`` when none fits.
     """
-    budget = exercise.budget_fraction * memory_of(runs[None]).after_forward_bytes
-    fitting = [n for n in exercise.choices if memory_of(runs[n]).after_forward_bytes <= budget]
+    # Whole bytes: a byte count is within a fractional budget exactly when it is within its floor.
+    budget = int(exercise.budget_fraction * memory_of(runs[None]).after_forward_bytes)
+    fitting = [n for n in exercise.choices if fit(memory_of(runs[n]).after_forward_bytes, budget).fits]
     return max(fitting) if fitting else None
 
 

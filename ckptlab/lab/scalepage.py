@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..errors import CkptlabError
-from ..explore.budget import GPUS, budget_bytes
+from ..explore.budget import GPUS, budget_bytes, fit, fits
 from ..explore.gpu_search import GpuSearch, SearchCode
 from ..explore.scale import (
     SIMULATION_DTYPES,
@@ -20,7 +20,6 @@ from ..explore.scale import (
     ScaleTable,
     Setting,
     every_n_choices,
-    fits,
     least_recompute_that_fits,
     scale_settings,
 )
@@ -39,7 +38,6 @@ from .labpage import params_label
 from .query import LORA_RANK_DEFAULT
 from .stepboxes import step_fields, step_query, step_widget_values
 
-THIN_MARGIN = 0.05  # of the budget: below it, the verdict warns
 CATEGORY_COLUMNS = ("parameter", "gradient", "optimizer_state", "activation", "temp")  # per GPU at the peak
 LOCAL = "local"  # the model box's entry for a folder the instructor offers
 CUSTOM = "custom"  # the GPU box's entry for a budget in GiB
@@ -268,8 +266,8 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
     gpus = gpus_label(table.request.world_size, lang)
     if best is not None:
         setting = Setting.of(best.spec)
-        best_peak = memory_of(best).peak_bytes
-        peak, margin = best_peak / GIB, (budget - best_peak) / GIB
+        answer = fit(memory_of(best).peak_bytes, budget)
+        peak, margin = answer.peak_bytes / GIB, answer.margin_bytes / GIB
         cp = setting.cp_layers(table.num_layers)
         if setting.every_n_layers is None:
             key = "at_scale.fits_off"
@@ -287,7 +285,7 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
             cp=cp,
             layers=table.num_layers,
         )
-        thin = i18n.t("at_scale.thin", lang) if margin * GIB < THIN_MARGIN * budget else ""
+        thin = i18n.t("at_scale.thin", lang) if answer.thin else ""
         return Verdict("success", f"{gpus}: {text}{thin}", best)
     lowest = min(table.results, key=lambda result: memory_of(result).peak_bytes)
     lowest_peak = memory_of(lowest).peak_bytes
@@ -297,7 +295,7 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
         budget=budget_label,
         peak=lowest_peak / GIB,
         setting=Setting.of(lowest.spec).key,
-        short=(lowest_peak - budget) / GIB,
+        short=fit(lowest_peak, budget).short_bytes / GIB,
     )
     return Verdict("error", f"{gpus}: {text}", lowest)
 
@@ -316,7 +314,7 @@ def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[d
             i18n.t("at_scale.col_fits", lang, budget=budget_label): i18n.t("at_scale.yes", lang)
             if fits(result, budget)
             else i18n.t("at_scale.no", lang),
-            i18n.t("at_scale.col_margin", lang): round((budget - memory.peak_bytes) / GIB, 2),
+            i18n.t("at_scale.col_margin", lang): round(fit(memory.peak_bytes, budget).margin_bytes / GIB, 2),
             **{
                 label: round(part_bytes(memory.breakdown_at_peak, part) / GIB, 2)
                 for part, label in category_words.items()
@@ -367,7 +365,7 @@ def search_verdict(search: GpuSearch, budget_label: str, lang: str) -> Verdict:
         setting=setting.key,
         budget=budget_label,
         peak=peak / GIB,
-        margin=(search.budget_bytes - peak) / GIB,
+        margin=fit(peak, search.budget_bytes).margin_bytes / GIB,
         cp=setting.cp_layers(search.num_layers),
         layers=search.num_layers,
     )

@@ -1,6 +1,6 @@
 """Observe a training step layer by layer: calls, reruns, saved bytes and where the peak is.
 
-transformers checkpoints a layer's ``forward``, not its ``__call__`` (README.md, "The plan"): a
+transformers checkpoints a layer's ``forward``, not its ``__call__`` (docs/measuring.md, "The plan"): a
 forward hook on the layer fires once per step, while hooks on its children fire again
 when the backward recomputes it. So :class:`LayerProbe` counts forward calls on the
 layer and reruns on the layer's *first child*, and attributes the tensors autograd saves

@@ -15,7 +15,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ...explore.scale import ScaleTable, Setting, fits
+from ...explore.budget import fits
+from ...explore.scale import ScaleTable, Setting
 from ...results import RunResult, memory_of
 from ...units import GIB, MIB
 from ..i18n import t
