@@ -32,6 +32,9 @@ from ..errors import ModelLoadError, Option
 
 HUB = "hub"  # ModelInfo.source and load_config's source for a Hub model
 CONFIG_FILE = "config.json"
+# A config.json of a 400B model is a few KiB: anything near this is not a config (kept here, where importing it
+# costs no torch, for the Hub's size check before a fetch and folder_checks' before a read).
+MAX_CONFIG_BYTES: int = 4 * 2**20
 DEFAULT_DEADLINE_S = 30.0  # the lab's own limit on one fetch: huggingface_hub's retries can stall for minutes
 # huggingface_hub's rule for a repository id (validate_repo_id): letters, digits, "-", "_", ".", at most 96
 # characters, no "--" nor "..", and not starting or ending with "-" or ".". One "/": the owner and the name.
@@ -142,8 +145,6 @@ def _fetch(repo: str, revision: str | None, hub: HubAccess) -> str:
         RevisionNotFoundError,
     )
 
-    from .folder_checks import MAX_CONFIG_BYTES
-
     name = repo if revision is None else f"{repo}@{revision}"
     options: dict[str, Any] = {
         "revision": revision,
@@ -170,8 +171,10 @@ def _fetch(repo: str, revision: str | None, hub: HubAccess) -> str:
             )
         if info.is_cached and os.path.isfile(info.local_path):
             return info.local_path
-        # Pinned to the commit the HEAD saw: the file fetched is the one whose size was checked.
-        path = hf_hub_download(repo, CONFIG_FILE, **{**options, "revision": info.commit_hash})
+        # By the revision as named, not the commit the HEAD saw: only then does huggingface_hub note which commit
+        # the branch is at (refs/main), which is how HF_HUB_OFFLINE=1 finds the file later. The size is checked
+        # again when the file is read (folder_checks.read_config_json).
+        path = hf_hub_download(repo, CONFIG_FILE, **options)
         assert isinstance(path, str)
         return path
     except GatedRepoError as exc:

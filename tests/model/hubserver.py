@@ -4,7 +4,8 @@
 
 Repositories it knows, besides the configs a test hands it (``configs``: repo -> the file's bytes):
 
-- ``GATED``: 401 with ``X-Error-Code: GatedRepo`` unless the request carries ``Bearer`` :data:`TOKEN`;
+- ``GATED``: 401 with ``X-Error-Code: GatedRepo`` unless the request carries ``Bearer`` :data:`TOKEN` (then the
+  config a test hands it under that name);
 - ``HUGE``: a HEAD announcing a config.json of 64 MiB (its body is never asked for);
 - ``NO_CONFIG``: the repository exists and has no config.json (404, ``EntryNotFound``);
 - ``SILENT``: never answers, until the server stops (the lab's own deadline must end the wait);
@@ -68,13 +69,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if repo == NO_CONFIG:
                 return self._error(404, "EntryNotFound", commit=True)
             content = hub.configs.get(repo)
-            if content is None and repo != GATED:
+            if content is None:
                 return self._error(401, "RepoNotFound")
             if revision not in ("main", TAG) and revision != _commit(repo):
                 return self._error(404, "RevisionNotFound")
             if filename != "config.json":
                 return self._error(404, "EntryNotFound", commit=True)
-            return self._file(content or b"{}", body=body, commit=_commit(repo))
+            return self._file(content, body=body, commit=_commit(repo))
 
         def _file(self, content: bytes, body: bool, size: int | None = None, commit: str | None = None) -> None:
             self.send_response(200)
@@ -108,7 +109,8 @@ def fake_hub(configs: Mapping[str, bytes]) -> Iterator[FakeHub]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
     server.daemon_threads = True
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for it, at the end of every test that starts a server.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield hub
