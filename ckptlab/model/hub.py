@@ -134,7 +134,7 @@ def config_file(name: str) -> str:
 
 
 def _fetch(repo: str, revision: str | None, hub: HubAccess) -> str:
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -152,28 +152,27 @@ def _fetch(repo: str, revision: str | None, hub: HubAccess) -> str:
         "endpoint": hub.endpoint,
         "token": hub.token,
         "local_files_only": hub.offline,
-        # One HEAD's own limit; the lab's deadline (_within_deadline) bounds the retries after it.
-        "etag_timeout": min(10.0, hub.deadline_s),
+        # One HEAD's own limit; the lab's deadline (_within_deadline) bounds the whole fetch.
+        "etag_timeout": _head_timeout(hub),
     }
     try:
-        # The size first, from the HEAD: a config.json of gigabytes is refused before it fills the cache.
-        info = hf_hub_download(repo, CONFIG_FILE, dry_run=True, **options)
-        size = info.file_size
-        if size is not None and size > MAX_CONFIG_BYTES:
-            raise ModelLoadError(
-                f"{name!r} on the Hub has a config.json of {size / 2**20:,.1f} MiB, more than the "
-                f"{MAX_CONFIG_BYTES // 2**20} MiB any config holds; it is not fetched. To resolve this error, name "
-                "a repository whose config.json is a transformers config.",
-                key="hub.config_too_large",
-                name=repr(name),
-                size=f"{size / 2**20:,.1f}",
-                limit=f"{MAX_CONFIG_BYTES // 2**20}",
-            )
-        if info.is_cached and os.path.isfile(info.local_path):
-            return info.local_path
-        # By the revision as named, not the commit the HEAD saw: only then does huggingface_hub note which commit
-        # the branch is at (refs/main), which is how HF_HUB_OFFLINE=1 finds the file later. The size is checked
-        # again when the file is read (folder_checks.read_config_json).
+        if not (hub.offline or constants.is_offline_mode()):
+            size = _remote_size(repo, revision, hub)
+            if size is None:  # the Hub not reached: the cache answers, or says it cannot
+                options["local_files_only"] = True
+            elif size > MAX_CONFIG_BYTES:  # refused before a config.json of gigabytes fills the cache
+                raise ModelLoadError(
+                    f"{name!r} on the Hub has a config.json of {size / 2**20:,.1f} MiB, more than the "
+                    f"{MAX_CONFIG_BYTES // 2**20} MiB any config holds; it is not fetched. To resolve this error, "
+                    "name a repository whose config.json is a transformers config.",
+                    key="hub.config_too_large",
+                    name=repr(name),
+                    size=f"{size / 2**20:,.1f}",
+                    limit=f"{MAX_CONFIG_BYTES // 2**20}",
+                )
+        # By the revision as named: huggingface_hub then notes which commit the branch is at (refs/main), which is
+        # how HF_HUB_OFFLINE=1 finds the file later. The size is checked again when the file is read
+        # (folder_checks.read_config_json).
         path = hf_hub_download(repo, CONFIG_FILE, **options)
         assert isinstance(path, str)
         return path
@@ -219,6 +218,37 @@ def _fetch(repo: str, revision: str | None, hub: HubAccess) -> str:
             name=repr(name),
             status=str(status),
         ) from exc
+
+
+def _head_timeout(hub: HubAccess) -> float:
+    return min(10.0, hub.deadline_s)
+
+
+def _remote_size(repo: str, revision: str | None, hub: HubAccess) -> int | None:
+    """The size of the repository's config.json from one HEAD, or None when the Hub was not reached.
+
+    Asked once and without retries: hf_hub_download, finding nothing cached after a failed HEAD, retries it five
+    times with backoff (23 s and more without a network), where a lab with no network should say so at once.
+
+    Raises:
+        huggingface_hub's errors for the Hub's own answers (no such repository, gated, no such revision or file).
+    """
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    url = hf_hub_url(repo, CONFIG_FILE, revision=revision, endpoint=hub.endpoint)
+    try:
+        metadata = get_hf_file_metadata(url, token=hub.token, timeout=_head_timeout(hub), endpoint=hub.endpoint)
+    except HfHubHTTPError as error:
+        status = error.response.status_code if error.response is not None else 0
+        if status >= 500:  # the Hub is down: the cache may still hold the file
+            return None
+        raise
+    # The transport's own errors (no network, a refused connection, a timeout), whichever HTTP client the
+    # installed huggingface_hub uses: the Hub was not reached.
+    except Exception:
+        return None
+    return metadata.size or 0
 
 
 def _gated(name: str, hub: HubAccess) -> ModelLoadError:

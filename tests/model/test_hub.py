@@ -101,6 +101,13 @@ def test_a_hub_that_never_answers_ends_at_the_labs_own_deadline(access):
     assert error.key == "hub.timeout" and "0.3 s" in str(error)
 
 
+def test_no_network_and_nothing_cached_is_said_at_once_not_after_huggingface_hubs_retries(tmp_path):
+    # A port nothing listens on; huggingface_hub's own retries with backoff would take 23 s, past the deadline.
+    hub.configure(hub.HubAccess(endpoint="http://127.0.0.1:9", cache_dir=str(tmp_path), token=False, deadline_s=8))
+    error = _error("lab/anything")
+    assert error.key == "hub.unreachable" and "not in the cache" in str(error)
+
+
 def test_a_name_written_as_a_path_never_goes_to_the_hub_and_a_folder_wins_over_a_repository(
     access, served, tmp_path, monkeypatch
 ):
@@ -205,3 +212,38 @@ def test_the_pages_hub_entry_takes_only_an_owner_name_and_a_link_restores_it(tmp
     # The box must not open, by another name, a folder the instructor does not offer.
     for name in ("/etc", "../x/y", "~/models", "srv/secrets", "Qwen/Qwen3 8B"):
         assert repr(name) in labpage.hub_name_problem(name, "en"), name
+
+
+@pytest.mark.slow  # the app
+def test_the_at_scale_page_opens_a_link_to_a_hub_model_only_where_the_instructor_allows_it(
+    served, tmp_path, monkeypatch
+):
+    from streamlit.testing.v1 import AppTest
+
+    from ckptlab.lab import server
+
+    real = server.ServerPolicy.hub_access
+    # The server's own way to the Hub, pointed at the stand-in (huggingface_hub read HF_ENDPOINT at import).
+    monkeypatch.setattr(server.ServerPolicy, "hub_access", lambda self: _at(real(self), served.url))
+    monkeypatch.setenv("CKPTLAB_WORKERS", "thread")
+    monkeypatch.setenv("CKPTLAB_HUB_CACHE", str(tmp_path))
+    pages = {}
+    for allowed in ("1", "0"):
+        monkeypatch.setenv("CKPTLAB_HUB", allowed)
+        at = AppTest.from_file(str(ROOT / "pages" / "at_scale.py"), default_timeout=60)
+        at.query_params.update(model="lab/tiny-llama", seq="128")
+        pages[allowed] = at.run()
+        assert not pages[allowed].exception, pages[allowed].exception
+    on, off = pages["1"], pages["0"]
+    assert on.selectbox(key="at_scale_model").value == "hub" and on.text_input(key="at_scale_hub_name").value == (
+        "lab/tiny-llama"
+    )
+    assert not on.error and "llama" in " ".join(str(caption.value) for caption in on.caption)
+    assert (
+        off.selectbox(key="at_scale_model").value != "hub" and "hub" not in off.selectbox(key="at_scale_model").options
+    )
+    assert any("lab/tiny-llama" in str(warning.value) for warning in off.warning)
+
+
+def _at(access: hub.HubAccess, endpoint: str) -> hub.HubAccess:
+    return hub.HubAccess(**{**_fields(access), "endpoint": endpoint})
