@@ -41,6 +41,7 @@ DEFAULT_DEADLINE_S = 30.0  # the lab's own limit on one fetch: huggingface_hub's
 _PART = r"[A-Za-z0-9_](?:[\w.-]*[A-Za-z0-9_])?"
 _REPO_ID = re.compile(rf"{_PART}/{_PART}")
 _MAX_REPO_ID = 96
+_REVISION = re.compile(r"[\w.-]+(?:/[\w.-]+)*")
 _PATH_STARTS = ("./", "../", "/", "~", ".\\", "..\\", "\\")
 
 T = TypeVar("T")
@@ -101,7 +102,9 @@ def is_repo_name(name: str) -> bool:
     if looks_like_path(name):
         return False
     repo, revision = split_revision(name)
-    if revision is not None and (not revision or any(c.isspace() or c == "\x00" for c in revision)):
+    # A branch, tag or commit (refs/pr/1 too); huggingface_hub keeps a branch's commit under refs/<revision> in its
+    # cache, so a revision must not climb out of it.
+    if revision is not None and (_REVISION.fullmatch(revision) is None or ".." in revision.split("/")):
         return False
     return len(repo) <= _MAX_REPO_ID and _REPO_ID.fullmatch(repo) is not None and "--" not in repo and ".." not in repo
 

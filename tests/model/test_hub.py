@@ -101,6 +101,26 @@ def test_a_hub_that_never_answers_ends_at_the_labs_own_deadline(access):
     assert error.key == "hub.timeout" and "0.3 s" in str(error)
 
 
+@pytest.mark.parametrize(
+    ("name", "hub_name"),
+    [
+        ("Qwen/Qwen3-8B", True),
+        ("meta-llama/Llama-3.1-8B@main", True),
+        ("owner/name@refs/pr/1", True),
+        ("owner/name@../../elsewhere", False),  # a revision that would climb out of the cache's refs/
+        ("owner/name@", False),
+        ("./owner/name", False),
+        ("~/owner/name", False),
+        ("/owner/name", False),
+        ("owner/name/sub", False),
+        ("owner--x/name", False),
+        ("tiny-llama", False),
+    ],
+)
+def test_which_names_read_as_a_hub_repository(name, hub_name):
+    assert hub.is_repo_name(name) is hub_name
+
+
 def test_no_network_and_nothing_cached_is_said_at_once_not_after_huggingface_hubs_retries(tmp_path):
     # A port nothing listens on; huggingface_hub's own retries with backoff would take 23 s, past the deadline.
     hub.configure(hub.HubAccess(endpoint="http://127.0.0.1:9", cache_dir=str(tmp_path), token=False, deadline_s=8))
@@ -215,8 +235,9 @@ def test_the_pages_hub_entry_takes_only_an_owner_name_and_a_link_restores_it(tmp
 
 
 @pytest.mark.slow  # the app
-def test_the_at_scale_page_opens_a_link_to_a_hub_model_only_where_the_instructor_allows_it(
-    served, tmp_path, monkeypatch
+@pytest.mark.parametrize(("page", "prefix"), [("at_scale.py", "at_scale"), ("lab.py", "lab")])
+def test_a_page_opens_a_link_to_a_hub_model_only_where_the_instructor_allows_it(
+    page, prefix, served, tmp_path, monkeypatch
 ):
     from streamlit.testing.v1 import AppTest
 
@@ -230,18 +251,17 @@ def test_the_at_scale_page_opens_a_link_to_a_hub_model_only_where_the_instructor
     pages = {}
     for allowed in ("1", "0"):
         monkeypatch.setenv("CKPTLAB_HUB", allowed)
-        at = AppTest.from_file(str(ROOT / "pages" / "at_scale.py"), default_timeout=60)
+        at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=60)
         at.query_params.update(model="lab/tiny-llama", seq="128")
         pages[allowed] = at.run()
         assert not pages[allowed].exception, pages[allowed].exception
     on, off = pages["1"], pages["0"]
-    assert on.selectbox(key="at_scale_model").value == "hub" and on.text_input(key="at_scale_hub_name").value == (
-        "lab/tiny-llama"
-    )
-    assert not on.error and "llama" in " ".join(str(caption.value) for caption in on.caption)
-    assert (
-        off.selectbox(key="at_scale_model").value != "hub" and "hub" not in off.selectbox(key="at_scale_model").options
-    )
+    box = f"{prefix}_model"
+    assert on.selectbox(key=box).value == "hub"
+    assert on.text_input(key=f"{prefix}_hub_name").value == "lab/tiny-llama"
+    assert not on.error, [error.value for error in on.error]  # described from the served config
+    assert any(path.endswith("/lab/tiny-llama/resolve/main/config.json") for _, path, _ in served.requests)
+    assert off.selectbox(key=box).value != "hub" and "hub" not in off.selectbox(key=box).options
     assert any("lab/tiny-llama" in str(warning.value) for warning in off.warning)
 
 
