@@ -176,6 +176,9 @@ def test_the_command_line_takes_a_hub_name_and_a_revision(access, capsys):
     assert data["spec"]["model"] == data["model"]["name"] == f"lab/tiny-llama@{TAG}"
     assert main(["simulate", "--model", "tiny-llama", "--revision", TAG]) == 2
     assert "--revision 'v1' names a revision of a Hugging Face Hub repository" in capsys.readouterr().err
+    assert main(["simulate", "--model", "lab/missing"]) == 2  # one line, saying both were tried
+    said = capsys.readouterr().err.strip()
+    assert "\n" not in said and "neither a preset nor a folder here, and the Hugging Face Hub has no" in said
 
 
 @pytest.mark.slow  # a subprocess, a simulation, a real step
