@@ -48,7 +48,7 @@ def served():
 @pytest.fixture
 def access(served, tmp_path):
     """This process reaches the stand-in, with an empty cache of the test's own and a short deadline."""
-    chosen = hub.HubAccess(endpoint=served.url, cache_dir=str(tmp_path / "hub"), token=False, deadline_s=2.0)
+    chosen = hub.HubAccess(endpoint=served.url, cache_dir=str(tmp_path / "hub"), token=False, deadline_s=20.0)
     hub.configure(chosen)
     return chosen
 
