@@ -102,7 +102,9 @@ def check_lora(rank: int | None, targets: Sequence[str] | None) -> None:
 class RunSpec:
     """What to run: one model, one shape, one checkpointing setting."""
 
-    model: str = DEFAULT_PRESET  # preset name (python -m ckptlab models) or a local directory with config.json
+    # A preset name (python -m ckptlab models), a local directory with config.json, or a Hugging Face Hub repository
+    # "owner/name" ("owner/name@revision"): its config.json only, random weights (ckptlab.model.hub).
+    model: str = DEFAULT_PRESET
     seq_len: int = 512  # tokens per sequence; 512 makes the recompute cost of the default preset visible on 2 CPU cores
     batch_size: int = 1  # sequences per step
     dtype: str = "auto"  # the weights: "auto" (float32 on the CPU or with mixed precision, else bfloat16 on CUDA), "float32", ...

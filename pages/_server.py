@@ -17,7 +17,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 import ckptlab
 from ckptlab.lab.server import ServerPolicy, policy_from_environment
 from ckptlab.lab.workers import WorkerPool, device_workers, simulation_workers, sweep_workers
-from ckptlab.model import folder_files
+from ckptlab.model import folder_files, hub
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
 
@@ -33,6 +33,9 @@ def server_policy() -> tuple[ServerPolicy, ckptlab.CkptlabError | None]:
     except ckptlab.CkptlabError as error:
         policy, problem = ServerPolicy(), error
     folder_files.confine(policy.models_root)  # every file a model folder leads to stays inside it (and in workers)
+    hub.configure(
+        policy.hub_access()
+    )  # Hub names off unless CKPTLAB_HUB=1; the server's cache and token (and in workers)
     return policy, problem
 
 

@@ -22,12 +22,13 @@ from ckptlab.explore.budget import GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
-from ckptlab.lab.labpage import folder_info
+from ckptlab.lab.labpage import folder_info, hub_name_problem
 from ckptlab.lab.query import BATCH_MAX, gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import ScaleJob, ScaleJobState, SearchJob, remember
-from ckptlab.lab.scalepage import CUSTOM, DEFAULT, LOCAL, SEQ_LIMIT
+from ckptlab.lab.scalepage import CUSTOM, DEFAULT, HUB, LOCAL, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
+from ckptlab.model import hub
 from ckptlab.model.catalog import ModelInfo
 from ckptlab.results import RunResult
 from ckptlab.show.figures.diagram import diagram_figure
@@ -56,7 +57,7 @@ run_through_app()
 lang = language()
 # Every word the page shows is in ckptlab/locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
-WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
+WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_hub_name", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
            "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_accumulation", "at_scale_mixed_precision", "at_scale_max_grad_norm",
            "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets", "at_scale_selective")  # fmt: skip
 
@@ -80,11 +81,14 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
         warnings.append(t("at_scale.seq_clamped", lang, seq=spec.seq_len, limit=SEQ_LIMIT))
         spec = replace(spec, seq_len=SEQ_LIMIT)
     infos = preset_infos()
-    folder, why_not = ("", "") if spec.model in infos else offered_folder(policy, spec.model, lang)
+    # A link's owner/name is a Hub repository where the server fetches them (the folder entry otherwise).
+    hub_name = spec.model if policy.hub and spec.model not in infos and hub.is_repo_name(spec.model) else ""
+    folder, why_not = ("", "") if spec.model in infos or hub_name else offered_folder(policy, spec.model, lang)
     if why_not:  # a link to a folder this server does not offer: the default preset
         warnings.append(why_not)
         spec = replace(spec, model=DEFAULT.model)
-    state.update(scalepage.widget_values(spec, folder, not folder and infos[spec.model].cpu_ok))
+    tiny = spec.model in infos and infos[spec.model].cpu_ok
+    state.update(scalepage.widget_values(spec, folder, tiny, hub_name))
     state.at_scale_selective, unknown = scalepage.policies_from_link(params.get("selective", ""))
     if unknown:
         warnings.append(t("at_scale.selective_unknown", lang, names=", ".join(unknown)))
@@ -208,25 +212,32 @@ if any(key not in state for key in WIDGETS):
 folders = policy.model_folders()  # what the instructor offers under CKPTLAB_MODELS_ROOT; none when unset
 if state.at_scale_model == LOCAL and state.at_scale_local_dir not in folders:  # the folder went away since
     state.at_scale_model, state.at_scale_local_dir = DEFAULT.model, ""
+if state.at_scale_model == HUB and not policy.hub:  # the instructor turned Hub names off since
+    state.at_scale_model = DEFAULT.model
 
 with st.sidebar:
     st.header(t("at_scale.sidebar_model", lang), anchor=False)
     st.toggle(t("at_scale.tiny", lang), key="at_scale_tiny", help=t("at_scale.tiny_help", lang))
     names = [name for name, info in preset_infos().items() if state.at_scale_tiny or not info.cpu_ok]
-    if state.at_scale_model not in names and state.at_scale_model != LOCAL:
+    if state.at_scale_model not in names and state.at_scale_model not in (LOCAL, HUB):
         state.at_scale_model = DEFAULT.model  # tiny presets hidden again
     st.selectbox(
         t("at_scale.model", lang),
-        [*names, *([LOCAL] if folders else [])],
+        [*names, *([LOCAL] if folders else []), *([HUB] if policy.hub else [])],
         key="at_scale_model",
         format_func=lambda name: (
             t("at_scale.local_label", lang)
             if name == LOCAL
+            else t("lab.hub_entry", lang)
+            if name == HUB
             else scalepage.model_label(name, preset_infos()[name], lang)
         ),
     )
     if state.at_scale_model == LOCAL:
         st.selectbox(t("at_scale.local_dir", lang), folders, key="at_scale_local_dir", help=t("lab.folder_help", lang))
+    if state.at_scale_model == HUB:
+        hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
+        st.text_input(t("lab.hub_name", lang), key="at_scale_hub_name", placeholder="Qwen/Qwen3-8B", help=hub_help)
     model_caption = st.empty()
     st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
     st.number_input(t("at_scale.batch", lang), min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
@@ -271,7 +282,12 @@ with st.sidebar:
     st.selectbox(t("at_scale.gpus", lang), GPU_COUNTS, key="at_scale_gpus", help=t("at_scale.gpus_help", lang))
 
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
-model = policy.local_folder(state.at_scale_local_dir) if state.at_scale_model == LOCAL else state.at_scale_model
+if state.at_scale_model == LOCAL:
+    model = policy.local_folder(state.at_scale_local_dir)
+elif state.at_scale_model == HUB:
+    model = state.at_scale_hub_name.strip()  # fetched below, through the one place a name is resolved
+else:
+    model = state.at_scale_model
 budget, budget_label = scalepage.budget(state.at_scale_gpu, state.at_scale_budget_gib)
 
 st.title(t("at_scale.title", lang), anchor=False)
@@ -281,6 +297,12 @@ for warning in state.get("at_scale_warnings", []):
 
 # -- the model and what to simulate -------------------------------------------------------
 
+if not model:  # the Hub entry, nothing typed yet
+    st.info(t("lab.hub_empty", lang))
+    st.stop()
+if state.at_scale_model == HUB and hub_name_problem(model, lang):
+    st.error(hub_name_problem(model, lang))
+    st.stop()
 info, model_problem = (preset_infos()[model], "") if model in preset_infos() else folder_info(model, lang)
 if info is None:
     st.error(model_problem)

@@ -18,13 +18,13 @@ import torch
 import ckptlab
 from ckptlab.lab import labpage
 from ckptlab.lab import run as labrun
-from ckptlab.lab.labpage import LOCAL
+from ckptlab.lab.labpage import HUB, LOCAL
 from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
 from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
 from ckptlab.lab.workers import started_pool
-from ckptlab.model import snippets
+from ckptlab.model import hub, snippets
 from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show.export import layer_rows, result_csv
@@ -57,7 +57,7 @@ run_through_app()
 DEVICES = ("auto", "cpu", "cuda") if torch.cuda.is_available() else ("auto", "cpu")
 lang = language()
 policy, policy_problem = server_policy()
-WIDGETS = ("lab_model", "lab_local_dir", "lab_seq", "lab_batch", "lab_dtype", "lab_device", "lab_ckpt", "lab_n",
+WIDGETS = ("lab_model", "lab_local_dir", "lab_hub_name", "lab_seq", "lab_batch", "lab_dtype", "lab_device", "lab_ckpt", "lab_n",
            "lab_offload", "lab_repeats", "lab_warmup", "lab_optimizer", "lab_lora", "lab_lora_rank", "lab_lora_targets",
            "lab_accumulation", "lab_mixed_precision", "lab_max_grad_norm", "lab_selective")  # fmt: skip
 
@@ -87,11 +87,14 @@ def load_widgets(devices: tuple[str, ...], policy: ServerPolicy, lang: str) -> N
         state.lab_query_warnings = [say(fact, lang) for fact in ignored]
     else:
         spec, state.lab_query_warnings = state.get("lab_saved", RunSpec()), []
-    folder, why_not = ("", "") if spec.model in preset_infos() else offered_folder(policy, spec.model, lang)
+    # A link's owner/name is a Hub repository where the server fetches them (the folder entry otherwise).
+    hub_name = spec.model if policy.hub and spec.model not in preset_infos() and hub.is_repo_name(spec.model) else ""
+    offered = spec.model in preset_infos() or hub_name
+    folder, why_not = ("", "") if offered else offered_folder(policy, spec.model, lang)
     if why_not:  # a link to a folder this server does not offer: the default preset
         state.lab_query_warnings = [*state.lab_query_warnings, why_not]
         spec = replace(spec, model=RunSpec().model)
-    state.update(labpage.widget_values(spec, folder))
+    state.update(labpage.widget_values(spec, folder, hub_name))
 
 
 def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -> None:
@@ -315,11 +318,22 @@ if any(key not in state for key in WIDGETS):
 folders = policy.model_folders()  # what the instructor offers under CKPTLAB_MODELS_ROOT; none when unset
 if state.lab_model == LOCAL and state.lab_local_dir not in folders:  # the folder went away since
     state.lab_model, state.lab_local_dir = RunSpec().model, ""
-model_name = policy.local_folder(state.lab_local_dir) if state.lab_model == LOCAL else state.lab_model
+if state.lab_model == HUB and not policy.hub:  # the instructor turned Hub names off since
+    state.lab_model = RunSpec().model
+if state.lab_model == LOCAL:
+    model_name = policy.local_folder(state.lab_local_dir)
+elif state.lab_model == HUB:
+    model_name = state.lab_hub_name.strip()  # described below, through the one place a name is resolved
+else:
+    model_name = state.lab_model
 info: ckptlab.ModelInfo | None = None
 model_problem = ""
-if state.lab_model != LOCAL:
+if state.lab_model not in (LOCAL, HUB):
     info = preset_infos()[model_name]
+elif state.lab_model == HUB and not model_name:
+    model_problem = t("lab.hub_empty", lang)
+elif state.lab_model == HUB and labpage.hub_name_problem(model_name, lang):
+    model_problem = labpage.hub_name_problem(model_name, lang)
 elif model_name:
     info, model_problem = labpage.folder_info(model_name, lang)
 num_layers = info.num_layers if info else max(2, state.lab_n)
@@ -340,13 +354,16 @@ with st.sidebar:
     st.header(t("common.settings", lang))
     st.selectbox(
         t("common.model", lang),
-        [*preset_infos(), *([LOCAL] if folders else [])],
+        [*preset_infos(), *([LOCAL] if folders else []), *([HUB] if policy.hub else [])],
         key="lab_model",
         format_func=lambda name: labpage.model_label(name, preset_infos().get(name), lang),
         help=t("lab.model_help", lang),
     )
     if state.lab_model == LOCAL:
         st.selectbox(t("lab.folder", lang), folders, key="lab_local_dir", help=t("lab.folder_help", lang))
+    elif state.lab_model == HUB:
+        hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
+        st.text_input(t("lab.hub_name", lang), key="lab_hub_name", placeholder="Qwen/Qwen3-8B", help=hub_help)
     elif info:
         st.caption(labpage.model_caption(info, lang))
     st.number_input(t("common.seq_len", lang), min_value=1, max_value=SEQ_MAX, step=128, key="lab_seq")

@@ -28,6 +28,20 @@ def _models_root_as_it_was():
     folder_files.confine(before)
 
 
+@pytest.fixture(autouse=True)
+def _hub_access_as_it_was():
+    """The process-wide way to the Hub (``hub.configure``) as before each test, and never the real Hub during one: a
+    page run under AppTest sets its server's (off unless CKPTLAB_HUB=1), and a Hub test its local server's."""
+    from ckptlab.model import hub
+
+    before = hub.access()
+    # No test touches the real Hub: a Hub name a test did not point at tests/model/hubserver.py asks a port
+    # nothing listens on, and fails at once.
+    hub.configure(hub.HubAccess(endpoint="http://127.0.0.1:9", token=False, deadline_s=10))
+    yield
+    hub.configure(before)
+
+
 @pytest.fixture(scope="session")
 def measured():
     """``measured(**changes)``: a real run of ``FAST`` with ``changes``, measured once per session."""

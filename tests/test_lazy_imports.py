@@ -47,6 +47,8 @@ def _probe(*argv: str) -> tuple[int, list[str], str]:
         (["run", "--seq-len", "0"], 2, "--seq-len 0"),
         (["run", "--dtype", "float64"], 2, "float64"),
         (["run", "--model", "tiny-lama"], 2, "neither a preset nor an existing directory"),
+        # Written as a path: looked for on this machine only, never asked of the Hub (ckptlab.model.hub).
+        (["run", "--model", "./no/such-model"], 2, "neither a preset nor an existing directory"),
         (["simulate", "--every-n-layers", "0"], 2, "--every-n-layers 0"),
         (["simulate", "--budget-gib", "-1"], 2, "--budget-gib -1"),
         (["simulate", "--every-n-layers", "al"], 2, "not a whole number nor 'all'"),

@@ -13,6 +13,7 @@ from dataclasses import fields
 from typing import NoReturn
 
 from ..fact import Fact
+from ..model import hub
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say
@@ -80,7 +81,14 @@ def add_run_arguments(
         run,
         "--model",
         default=defaults.model,
-        help=f"preset name or local directory with config.json (default {defaults.model})",
+        help=f"preset name, local directory with config.json, or Hugging Face Hub repository owner/name (its "
+        f"config.json only, random weights) (default {defaults.model})",
+    )
+    _flag(
+        run,
+        "--revision",
+        default=None,
+        help="a branch, tag or commit of the Hub repository --model names (default: its main branch)",
     )
     _flag(
         run, "--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})"
@@ -213,6 +221,8 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
         SpecError: a training args file that cannot be read as TrainingArguments.
     """
     flags = {field: getattr(args, field) for field in _SPEC_FIELDS}
+    # A revision travels inside the model's name (owner/name@revision): one string every front end and the JSON keep.
+    flags["model"] = hub.with_revision(flags["model"], getattr(args, "revision", None))
     if args.no_checkpointing:
         flags["every_n_layers"] = None
     extra = {"world_size": getattr(args, "world_size", 1), "fsdp": getattr(args, "fsdp", False), **extra}

@@ -6,13 +6,14 @@ text, a dict of widget values or ``st.metric`` keyword arguments; nothing here i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import CkptlabError
 from ..fact import Fact
-from ..model import catalog
+from ..model import catalog, hub
 from ..model.catalog import ModelInfo
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
@@ -31,6 +32,7 @@ from .server import ServerPolicy
 from .stepboxes import step_fields, step_widget_values
 
 LOCAL = "local directory"  # the model box's entry for a folder the instructor offers
+HUB = "hub"  # the model box's entry for a Hub repository, where the instructor allows them (CKPTLAB_HUB=1)
 SAME_MEMORY_BYTES = MIB / 20  # a memory delta below it reads "same as off"
 PEAK_UNMOVED = 0.98  # peak ratio above it: what the forward freed did not lower the peak
 
@@ -41,7 +43,10 @@ def params_label(num_params: int) -> str:
 
 
 def model_label(name: str, info: ModelInfo | None, lang: str) -> str:
-    """A preset in the model box: its group (tiny or real), name, layers and size; the folder entry in words."""
+    """A preset in the model box: its group (tiny or real), name, layers and size; the folder and Hub entries in
+    words."""
+    if name == HUB:
+        return t("lab.hub_entry", lang)
     if name == LOCAL or info is None:
         return t("lab.local_dir", lang)
     group = t("lab.group_tiny", lang) if info.cpu_ok else t("lab.group_real", lang)
@@ -75,6 +80,14 @@ def model_caption(info: ModelInfo, lang: str) -> str:
             positions=f"{info.max_positions:,}",
         )
     return t("lab.model_caption", lang, family=info.family, hidden=info.hidden_size)
+
+
+def hub_name_problem(name: str, lang: str) -> str:
+    """Why the Hub box's ``name`` is not fetched ("" when it is): it must read as ``owner/name`` and be no folder of
+    the server's (the box must not open, by another name, a folder the instructor does not offer)."""
+    if hub.is_repo_name(name) and not os.path.exists(name):
+        return ""
+    return t("lab.hub_not_a_name", lang, name=repr(name))
 
 
 def folder_info(path: str, lang: str) -> tuple[ModelInfo | None, str]:
@@ -142,16 +155,18 @@ def clock(measured: Measured) -> str:
     return measured.measured_at.astimezone().strftime("%H:%M")
 
 
-def widget_values(spec: RunSpec, folder: str) -> dict[str, Any]:
+def widget_values(spec: RunSpec, folder: str, hub_name: str = "") -> dict[str, Any]:
     """The Lab page's widget values (session-state keys) for ``spec``.
 
     Args:
         spec: the settings to show.
         folder: the offered folder's name when ``spec.model`` is a local folder, "" for a preset.
+        hub_name: ``spec.model`` when it is a Hub repository the server may fetch, else "".
     """
     return {
-        "lab_model": LOCAL if folder else spec.model,
+        "lab_model": LOCAL if folder else HUB if hub_name else spec.model,
         "lab_local_dir": folder,
+        "lab_hub_name": hub_name,
         "lab_seq": spec.seq_len,
         "lab_batch": spec.batch_size,
         "lab_dtype": spec.dtype,

@@ -40,6 +40,7 @@ from .stepboxes import step_fields, step_query, step_widget_values
 
 CATEGORY_COLUMNS = ("parameter", "gradient", "optimizer_state", "activation", "temp")  # per GPU at the peak
 LOCAL = "local"  # the model box's entry for a folder the instructor offers
+HUB = "hub"  # the model box's entry for a Hub repository, where the instructor allows them (CKPTLAB_HUB=1)
 CUSTOM = "custom"  # the GPU box's entry for a budget in GiB
 DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16")
 DEFAULT_GPU = "H100 80 GB"
@@ -106,23 +107,26 @@ def policies_from_link(text: str) -> tuple[list[str], list[str]]:
     return chosen, [name for name in names if name not in OFFERED_POLICIES]
 
 
-def widget_values(spec: RunSpec, folder: str, tiny: bool) -> dict[str, Any]:
+def widget_values(spec: RunSpec, folder: str, tiny: bool, hub_name: str = "") -> dict[str, Any]:
     """The model and shape boxes for ``spec`` (session-state keys); the GPU boxes at their defaults.
 
     Args:
         spec: the link's settings (its sequence already within :data:`SEQ_LIMIT`).
         folder: the offered folder's name when ``spec.model`` is a local folder, "" for a preset.
         tiny: whether the preset is a CPU-sized one (the tiny presets are shown then).
+        hub_name: ``spec.model`` when it is a Hub repository the server may fetch, else "".
     """
+    chosen = LOCAL if folder else HUB if hub_name else spec.model
     return {
         "at_scale_optimizer": spec.optimizer,
         "at_scale_lora": spec.lora_rank is not None,
         "at_scale_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
         "at_scale_lora_targets": list(spec.lora_targets or ()),
         "at_scale_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
-        "at_scale_tiny": not folder and tiny,
-        "at_scale_model": LOCAL if folder else spec.model,
+        "at_scale_tiny": not folder and not hub_name and tiny,
+        "at_scale_model": chosen,
         "at_scale_local_dir": folder,
+        "at_scale_hub_name": hub_name,
         "at_scale_seq": spec.seq_len,
         "at_scale_batch": spec.batch_size,
         "at_scale_dtype": spec.dtype

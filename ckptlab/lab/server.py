@@ -37,6 +37,16 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
     ``1``: the first page any session opens (the instructor's, before the class arrives) queues
     the Lesson's and the Exercises' runs (:func:`ckptlab.lab.learnruns.warm`), measured once for
     every session in the background. Unset or ``0``: each run is measured when a page first asks.
+``CKPTLAB_HUB``
+    ``1``: participants may name a Hugging Face Hub repository (``owner/name``), whose
+    ``config.json`` the server fetches (never weights nor code: ``ckptlab.model.hub``). Unset or
+    ``0``: off, as a server that fetches on a participant's word is the instructor's decision.
+``CKPTLAB_HUB_CACHE``
+    The server's own cache of fetched configs (default ``~/.cache/ckptlab/hub``): never the
+    instructor's Hugging Face cache, whose gated configs a participant must not read through it.
+``CKPTLAB_HUB_TOKEN``
+    The token the server sends for a participant's fetch (a gated repository's config). Unset:
+    none is sent, whatever ``HF_TOKEN`` or login the server's account has. Never in a repr or a log.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ from pathlib import Path
 
 from ..errors import CkptlabError, SpecError
 from ..model.catalog import ModelInfo
+from ..model.hub import HubAccess
 from ..spec import RunSpec
 from .run import CPU_FLOP_PER_S, cpu_estimate
 
@@ -58,6 +69,7 @@ DEFAULT_RUN_LIMIT_S = 300.0  # a workshop of 30 participants gets through one ru
 # (an H200 peaks near 1e15; small models and short sequences reach a few percent of it).
 GPU_FLOP_PER_S = 20e12
 FOLDER_DEPTH = 2  # root/model or root/group/model: deep enough for a workshop, shallow enough to list fast
+DEFAULT_HUB_CACHE = Path("~/.cache/ckptlab/hub")  # the server's own, apart from huggingface_hub's default cache
 
 
 class NotAllowedError(CkptlabError):
@@ -76,6 +88,10 @@ class ServerPolicy:
     # The instructor's phrase (CKPTLAB_INSTRUCTOR_SECRET); None: no instructor's room. Never in a repr or a log.
     instructor_secret: str | None = field(default=None, repr=False)
     warm_learn: bool = False  # CKPTLAB_WARM_LEARN=1: queue the Learn pages' shared runs when the server starts
+    hub: bool = False  # CKPTLAB_HUB=1: participants may name a Hub repository (its config.json is fetched)
+    hub_cache: Path = DEFAULT_HUB_CACHE  # CKPTLAB_HUB_CACHE: the server's own cache of fetched configs
+    # CKPTLAB_HUB_TOKEN: the token sent for a participant's fetch; None: none is sent. Never in a repr or a log.
+    hub_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, object]) -> ServerPolicy:
@@ -103,7 +119,32 @@ class ServerPolicy:
         max_tokens = parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or ""))
         secret = str(settings.get("CKPTLAB_INSTRUCTOR_SECRET") or "") or None
         warm = _choice_setting(settings, "CKPTLAB_WARM_LEARN", ("0", "1"), "1 (warm the Learn pages' runs) or 0")
-        return cls(models_root, run_limit_s, max_tokens, memory_cap_bytes, mode == "process", secret, warm == "1")
+        hub = _choice_setting(settings, "CKPTLAB_HUB", ("0", "1"), "1 (participants may name Hub models) or 0")
+        hub_cache = Path(str(settings.get("CKPTLAB_HUB_CACHE") or DEFAULT_HUB_CACHE)).expanduser()
+        hub_token = str(settings.get("CKPTLAB_HUB_TOKEN") or "") or None
+        return cls(
+            models_root,
+            run_limit_s,
+            max_tokens,
+            memory_cap_bytes,
+            mode == "process",
+            secret,
+            warm == "1",
+            hub=hub == "1",
+            hub_cache=hub_cache,
+            hub_token=hub_token,
+        )
+
+    def hub_access(self) -> HubAccess:
+        """How the server reaches the Hub for a participant: off unless the instructor turned it on, its own
+        cache, and no token but the one the instructor gave it (``False`` keeps huggingface_hub from sending
+        the server account's ``HF_TOKEN`` or login)."""
+        return HubAccess(
+            enabled=self.hub,
+            cache_dir=str(self.hub_cache.expanduser()),
+            token=self.hub_token if self.hub_token is not None else False,
+            server=True,
+        )
 
     # -- the instructor's room ----------------------------------------------------------
 
@@ -198,6 +239,7 @@ SETTING_KEYS = {
     "CKPTLAB_WORKER_MEMORY_GIB": "server.worker_memory",
     "CKPTLAB_WORKERS": "server.workers",
     "CKPTLAB_WARM_LEARN": "server.warm_learn",
+    "CKPTLAB_HUB": "server.hub",
 }
 
 

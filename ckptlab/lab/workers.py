@@ -49,7 +49,7 @@ from typing import Any
 
 from ..errors import CkptlabError, RunStoppedError
 from ..fact import Fact
-from ..model import folder_files
+from ..model import folder_files, hub
 from ..results import RunResult
 from ..step.stopping import Progress, ShouldStop
 from ..torchstate import freeze_what_is_loaded
@@ -160,8 +160,9 @@ def _worker_main(conn: Connection, cancel: Any, threads: int, warm: tuple[str, .
             return
         if message[0] == "quit":
             return
-        _, target, args, kwargs, models_root = message
+        _, target, args, kwargs, models_root, hub_access = message
         folder_files.confine(models_root)  # the server's models root, as the parent has it now
+        hub.configure(hub_access)  # and its way to the Hub: on or off, its cache, its token
         context = JobContext(conn, cancel)
         try:
             value = _resolve(target)(context, *args, **kwargs)
@@ -317,7 +318,7 @@ class WorkerPool:
         """
         with self._lease(should_stop) as worker, ExitStack() as held:  # held: the device turn the worker holds now
             worker.cancel.clear()
-            worker.conn.send(("job", target, args, kwargs, folder_files.confined_root()))
+            worker.conn.send(("job", target, args, kwargs, folder_files.confined_root(), hub.access()))
             deadline = None if limit_s is None else time.monotonic() + limit_s
             turn_deadline: float | None = None
             stop_asked_at: float | None = None

@@ -1,10 +1,11 @@
 """Presets and model loading: a name or a folder in, a model (or its description) out.
 
-A model is named by a preset (``"tiny-llama"``, ``"qwen3-8b"``, see :func:`list_presets`)
-or by a local directory saved with ``save_pretrained()``. Presets carry published
-dimensions and get random weights: what the lab measures (memory and time of a training
-step under checkpointing) depends on shapes, not on trained values. Nothing is ever
-downloaded and no remote code is run.
+A model is named by a preset (``"tiny-llama"``, ``"qwen3-8b"``, see :func:`list_presets`),
+by a local directory saved with ``save_pretrained()``, or by a Hugging Face Hub repository
+(``"Qwen/Qwen3-8B"``: its ``config.json`` only, ``ckptlab.model.hub``). Presets and Hub models
+get random weights: what the lab measures (memory and time of a training step under
+checkpointing) depends on shapes, not on trained values. No weight is ever downloaded and no
+remote code is run.
 
 :func:`describe` builds the model on the ``meta`` device, so even an 8B shape is counted
 in well under a second without allocating its weights. The config behind a name (and its
@@ -28,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PretrainedC
 
 from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
 from ..torchstate import exclusive
-from . import experts, folder_checks, presets, weight_checks
+from . import experts, folder_checks, hub, presets, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
 from .plan import checkpointable_layers
 
@@ -148,14 +149,15 @@ def describe(name_or_dir: str) -> ModelInfo:
     """Shape and size of a model, without allocating it.
 
     Args:
-        name_or_dir: a preset name or a local model directory.
+        name_or_dir: a preset name, a local model directory or a Hub repository (``owner/name``).
 
     Returns:
         A :class:`ModelInfo`; layers and parameters are counted on a ``meta``-device model.
 
-    Described once: the answer is kept per preset, and per folder as long as its files are
-    unchanged (a Run validates its spec, builds its model and its checkpointing-off reference
-    from one description; an 8B shape takes seconds on the meta device).
+    Described once: the answer is kept per preset, per folder as long as its files are
+    unchanged, and per Hub repository as long as its config is (a Run validates its spec,
+    builds its model and its checkpointing-off reference from one description; an 8B shape
+    takes seconds on the meta device).
 
     Raises:
         ModelLoadError: the name or folder cannot be loaded.
@@ -167,9 +169,14 @@ def describe(name_or_dir: str) -> ModelInfo:
 
 
 def _files_stamp(name_or_dir: str) -> tuple[tuple[str, int, int], ...]:
-    """What a description depends on besides the name: a folder's files now (name, mtime, size); none for a preset."""
+    """What a description depends on besides the name: a folder's files now (name, mtime, size); a Hub model's
+    config as fetched now (its path holds the commit); none for a preset."""
     if name_or_dir in PRESETS:  # a preset name wins over a folder of the same name (load_config)
         return ()
+    if not os.path.isdir(name_or_dir) and hub.is_repo_name(name_or_dir):
+        # Asked of the Hub each time (a HEAD when cached), so a moved branch, or the Hub switched off, is seen.
+        config_file = hub.config_file(name_or_dir)
+        return ((config_file, os.stat(config_file).st_mtime_ns, os.stat(config_file).st_size),)
     try:
         with os.scandir(name_or_dir) as entries:
             return tuple(
@@ -212,12 +219,12 @@ def build_model(
 ) -> tuple[PreTrainedModel, ModelInfo]:
     """Build a model ready for a training step.
 
-    Presets and folders holding only ``config.json`` get random weights drawn after
+    Presets, Hub models and folders holding only ``config.json`` get random weights drawn after
     ``torch.manual_seed(seed)``, so two builds with the same seed are identical. A folder
     with ``*.safetensors`` or ``pytorch_model*.bin`` files is loaded from them.
 
     Args:
-        name_or_dir: a preset name or a local model directory.
+        name_or_dir: a preset name, a local model directory or a Hub repository (``owner/name``).
         dtype: dtype of the parameters.
         device: where the model lives; random weights are created there directly.
         seed: seed for random weights.

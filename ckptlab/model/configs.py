@@ -1,7 +1,9 @@
-"""Configs: a preset or a ``save_pretrained()`` folder into a transformers config, its task, and its model class.
+"""Configs: a preset, a ``save_pretrained()`` folder or a Hub repository into a transformers config, its task,
+and its model class.
 
-Nothing is downloaded and no remote code is run: a folder's ``config.json`` is read as JSON
-and checked (``ckptlab.model.folder_checks``) before transformers parses it.
+No weight is downloaded and no remote code is run: a folder's ``config.json``, or the one fetched from the Hub
+(``ckptlab.model.hub``), is read as JSON and checked (``ckptlab.model.folder_checks``) before transformers
+parses it. :func:`load_config` is the one place a model's name is resolved.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 
 from ..errors import ModelLoadError, Option, SpecError, UnsupportedModelError
-from . import folder_checks, folder_files
+from . import folder_checks, folder_files, hub
 from .presets import CAUSAL_LM, MASKED_LM, PRESETS, Preset, check_model_named, preset_names
 
 
@@ -81,19 +83,21 @@ def _task_mapping(task: str) -> Mapping[type, Any]:
 
 
 def load_config(name_or_dir: str) -> tuple[PretrainedConfig, str, str]:
-    """The config of a preset or of a local ``save_pretrained()`` folder.
+    """The config of a preset, of a local ``save_pretrained()`` folder, or of a Hub repository.
 
-    A preset name wins over a folder of the same name in the working directory.
+    A preset name wins over a folder of the same name in the working directory, and an existing folder wins
+    over a Hub repository of the same ``owner/name``. A name written as a path never goes to the Hub.
 
     Args:
-        name_or_dir: a preset name (see :func:`list_presets`) or an existing directory.
+        name_or_dir: a preset name (see :func:`list_presets`), an existing directory, or a Hub repository
+            ``owner/name`` (``owner/name@revision`` for a branch, tag or commit): its ``config.json`` only.
 
     Returns:
-        ``(config, source, task)``: a fresh config the caller may change, ``"preset"`` or
-        ``"local"``, and ``"causal-lm"`` or ``"masked-lm"``.
+        ``(config, source, task)``: a fresh config the caller may change, ``"preset"``, ``"local"`` or
+        ``"hub"``, and ``"causal-lm"`` or ``"masked-lm"``.
 
     Raises:
-        ModelLoadError: unknown name, missing or unreadable ``config.json``.
+        ModelLoadError: unknown name, missing or unreadable ``config.json``, a Hub fetch that failed.
         UnsupportedModelError: not a causal or masked text LM, or the config needs remote code.
     """
     name_or_dir = os.fspath(name_or_dir)
@@ -103,6 +107,10 @@ def load_config(name_or_dir: str) -> tuple[PretrainedConfig, str, str]:
         kwargs = dict(preset.config)
         config = AutoConfig.for_model(kwargs.pop("model_type"), **copy.deepcopy(kwargs))
         return config, "preset", preset.task
+    if not os.path.isdir(name_or_dir) and hub.is_repo_name(name_or_dir):
+        config_file = hub.config_file(name_or_dir)
+        config = _config_in_folder(os.path.dirname(config_file), config_file, shown=name_or_dir)
+        return config, hub.HUB, infer_task(config)
     config = _load_local_config(name_or_dir)
     return config, "local", infer_task(config)
 
@@ -119,6 +127,12 @@ def _load_local_config(path: str) -> PretrainedConfig:
             path=repr(path),
             presets=preset_names(),
         )
+    return _config_in_folder(path, config_file, shown=path)
+
+
+def _config_in_folder(folder: str, config_file: str, shown: str) -> PretrainedConfig:
+    """The config in ``folder``'s ``config_file``, checked; ``shown`` is how a message names the model."""
+    path = shown
     # Read the raw JSON first so that a config needing custom code is refused with our
     # message, before transformers can ask on stdin whether to run it, and so that sizes
     # transformers' own arithmetic chokes on are refused by name (ckptlab.folder_checks).
@@ -146,7 +160,7 @@ def _load_local_config(path: str) -> PretrainedConfig:
     folder_checks.check_raw_config(raw, config_file, CONFIG_MAPPING[model_type].attribute_map)
     try:
         # Never trust_remote_code=True; False (not None) also keeps transformers from prompting.
-        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError, StrictDataclassError, ArithmeticError, RecursionError) as exc:
         raise folder_checks.config_error(config_file, exc) from exc
     folder_checks.check_config(config, config_file)

@@ -33,12 +33,11 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from ..errors import Command, DoesNotFitError, ModelLoadError, Option
+from .hub import MAX_CONFIG_BYTES  # one bound on a config.json, from a folder or the Hub
 
 # describe() builds every layer on the meta device (1-3 ms each on 2 CPU cores) and the
 # lab draws and probes each one; the deepest published language models have about 130.
 MAX_LAYERS: int = 1024
-# The largest config.json read (docs/workshop-server.md, "Limits of one run"): save_pretrained() writes a few KiB, a label map a few hundred.
-MAX_CONFIG_BYTES: int = 4 * 2**20
 _DTYPE_FIELDS = ("torch_dtype", "dtype")  # transformers 5 writes "dtype"; older configs "torch_dtype"
 
 # Sizes and counts that must be positive whole numbers when set (None means "derive it"),

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ModelLoadError, Option
+from . import hub
 
 CAUSAL_LM = "causal-lm"
 MASKED_LM = "masked-lm"
@@ -319,14 +320,15 @@ def preset_names() -> str:
 
 
 def check_model_named(name_or_dir: str) -> None:
-    """Raise unless ``name_or_dir`` is a preset or an existing directory: the one check of a model's name that
-    needs no model (nor transformers), so the CLI refuses a typo before the heavy imports.
+    """Raise unless ``name_or_dir`` is a preset, an existing directory or a Hub repository's name: the one check
+    of a model's name that needs no model (nor transformers, nor the network), so the CLI refuses a typo before
+    the heavy imports. Whether the repository exists is the Hub's to say (``ckptlab.model.hub``).
 
     Raises:
-        ModelLoadError: a file where a folder was expected (``model.is_a_file``), or neither a preset nor an
-            existing directory (``model.not_found``).
+        ModelLoadError: a file where a folder was expected (``model.is_a_file``), or neither a preset, an
+            existing directory nor an ``owner/name`` (``model.not_found``).
     """
-    if name_or_dir in PRESETS or os.path.isdir(name_or_dir):
+    if name_or_dir in PRESETS or os.path.isdir(name_or_dir) or hub.is_repo_name(name_or_dir):
         return
     if os.path.exists(name_or_dir):
         raise ModelLoadError(
@@ -339,9 +341,9 @@ def check_model_named(name_or_dir: str) -> None:
         )
     raise ModelLoadError(
         f"{name_or_dir!r} is neither a preset nor an existing directory. Presets: {preset_names()}. "
-        "A directory must exist on this machine and hold a config.json. Hub ids such as "
-        "'Qwen/Qwen3-8B' are not downloaded: save the config (or model) locally with "
-        "save_pretrained() and pass that folder.",
+        "A directory must exist on this machine and hold a config.json; a Hugging Face Hub repository is "
+        "named owner/name (its config.json is fetched, never its weights), and a name written as a path "
+        "(./, /, ~) is only looked for on this machine.",
         key="model.not_found",
         name=repr(name_or_dir),
         presets=preset_names(),
@@ -352,7 +354,7 @@ def check_model_named(name_or_dir: str) -> None:
 class ModelInfo:
     """What the lab needs to know about a model before (or after) building it."""
 
-    name: str  # preset name, or the directory path as given
+    name: str  # preset name, the directory path as given, or the Hub repository (owner/name[@revision])
     family: str  # config.model_type
     task: str  # "causal-lm" | "masked-lm"
     num_layers: int  # GradientCheckpointingLayer modules, the ones every_n_layers counts
@@ -361,8 +363,8 @@ class ModelInfo:
     vocab_size: int  # rows of the embedding (and columns of the logits)
     max_positions: int | None  # longest sequence the model accepts, None if unbounded
     num_params: int  # unique parameters, tied ones counted once
-    cpu_ok: bool  # presets: as declared; local dirs: num_params <= CPU_PARAM_LIMIT
-    source: str  # "preset" or "local"
+    cpu_ok: bool  # presets: as declared; local dirs and Hub models: num_params <= CPU_PARAM_LIMIT
+    source: str  # "preset", "local" or "hub" (its config.json from the Hugging Face Hub, random weights)
     weights: str  # "random" or "loaded" (what build_model does)
     experts_implementation: str | None = None  # transformers' experts setting the lab builds with; None: dense
     num_experts: int = 0  # routed experts per MoE layer (0: dense)

@@ -47,6 +47,17 @@ def test_an_error_crosses_the_process_boundary_with_its_key(pool: WorkerPool) ->
         pool.run(f"{TARGETS}:fail", ZeroDivisionError("boom"))
 
 
+def test_a_job_reaches_the_hub_as_the_server_does(pool: WorkerPool) -> None:
+    from ckptlab.model import hub
+
+    for access in (
+        hub.HubAccess(enabled=False, cache_dir="/srv/hub-cache", token=False, server=True),
+        hub.HubAccess(enabled=True, endpoint="http://127.0.0.1:9", token="instructor-token", server=True),
+    ):
+        hub.configure(access)  # as the app does from the instructor's policy (pages/_server.py)
+        assert pool.run(f"{TARGETS}:hub_access") == (*access.stamp(), access.token)
+
+
 def test_workers_are_reused_and_set_their_threads(pool: WorkerPool) -> None:
     pids = {pool.run(f"{TARGETS}:pid") for _ in range(4)}
     assert len(pids) <= pool.size  # no new process per job

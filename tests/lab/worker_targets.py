@@ -56,3 +56,11 @@ def hold_in_turn(context: JobContext) -> str:
     """Hold a device turn until stopped."""
     with context.turn("held"):
         return hold(context)
+
+
+def hub_access(context: JobContext) -> tuple:
+    """The worker's way to the Hub now (the parent's, sent with the job), the token included."""
+    from ckptlab.model import hub
+
+    access = hub.access()
+    return (*access.stamp(), access.token)
