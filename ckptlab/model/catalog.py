@@ -28,7 +28,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PretrainedC
 
 from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
 from ..torchstate import exclusive
-from . import experts, folder_checks, presets, weight_checks
+from . import experts, folder_checks, lora, presets, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
 from .plan import checkpointable_layers
 
@@ -190,6 +190,23 @@ def _described(name_or_dir: str, stamp: tuple[tuple[str, int, int], ...]) -> Mod
     if weights == "loaded":
         weight_checks.check_weights(_weight_files(name_or_dir), meta_model, config)
     return _info(name_or_dir, config, source, task, weights, meta_model)
+
+
+def projection_shapes(name_or_dir: str) -> tuple[tuple[str, int, int], ...]:
+    """Every projection LoRA could adapt in the model's layers, as ``ckptlab.model.lora.projection_shapes`` lists
+    them, counted on the meta device (no memory) and kept like :func:`describe`'s answer.
+
+    Raises:
+        ModelLoadError, UnsupportedModelError: as :func:`describe`.
+    """
+    name_or_dir = os.fspath(name_or_dir)
+    return _projection_shapes(name_or_dir, _files_stamp(name_or_dir))
+
+
+@functools.lru_cache(maxsize=64)
+def _projection_shapes(name_or_dir: str, stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, int, int], ...]:
+    config, _, task = load_config(name_or_dir)
+    return lora.projection_shapes(build_on_meta(config, task))
 
 
 def instantiate(config: PretrainedConfig, task: str, dtype: torch.dtype) -> PreTrainedModel:
