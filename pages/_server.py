@@ -109,8 +109,8 @@ def offered_folder(policy: ServerPolicy, path: str, lang: str) -> tuple[str, str
     try:
         absolute = policy.local_folder(path)
     except ckptlab.CkptlabError as error:
-        return "", app_message(error, lang)
+        return "", i18n.markdown_literal(app_message(error, lang))  # it names the link's path: shown as text
     offered = {policy.local_folder(name): name for name in policy.model_folders()}
     if absolute not in offered:
-        return "", i18n.t("lab.folder_not_offered", lang, name=path)
+        return "", i18n.t("lab.folder_not_offered", lang, name=i18n.Literal(path))
     return offered[absolute], ""

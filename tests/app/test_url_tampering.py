@@ -22,3 +22,22 @@ def test_a_nul_byte_in_a_link_is_refused_with_the_usual_warning(page, key, tmp_p
     assert not at.exception, [str(e.value) for e in at.exception]
     shown = "\n".join(str(w.value) for w in at.warning)
     assert "control character" in shown and "Traceback" not in shown
+
+
+@pytest.mark.parametrize("page", ["app.py", "pages/at_scale.py"])
+def test_link_values_are_shown_as_text_and_nan_or_out_of_range_numbers_fall_back_with_a_warning(
+    page, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))  # local folders on: the link's model is looked up
+    at = AppTest.from_file(str(ROOT / page), default_timeout=90)
+    at.query_params["model"] = "[click me](https://evil.example/login)"
+    at.query_params["seq"] = "![p](https://evil.example/p.png)"
+    at.query_params["clip"] = "1e308"
+    at.query_params["gpu"] = "nan"
+    at.run()
+    assert not at.exception, [str(e.value) for e in at.exception]
+    shown = "\n".join(str(w.value) for w in [*at.warning, *at.error])
+    assert "evil" in shown and "](https" not in shown and "![" not in shown, shown  # escaped: \]\(https\:
+    assert "clip='1e308' in the link is outside the range" in shown.replace("\\", "")
+    if page.endswith("at_scale.py"):
+        assert "gpu='nan' in the link is not a GPU of the list" in shown.replace("\\", "")
