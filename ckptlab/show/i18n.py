@@ -14,6 +14,7 @@ keep, rerun) stay in English in every file.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from collections.abc import Callable, Sequence
@@ -136,4 +137,6 @@ class Literal(str):
 
 def as_text(fact: Fact) -> Fact:
     """``fact`` with each text param a :class:`Literal`: for a page that shows what a link or a participant gave."""
-    return Fact(fact.key, {name: Literal(v) if isinstance(v, str) else v for name, v in fact.params.items()})
+    return dataclasses.replace(
+        fact, params={n: Literal(v) if isinstance(v, str) else v for n, v in fact.params.items()}
+    )
