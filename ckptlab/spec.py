@@ -182,6 +182,8 @@ class RunSpec:
         )
         if self.every_n_layers is not None:
             validate_every_n_layers(self.every_n_layers)
+        for flag in ("offload", "fsdp"):
+            expect_type("RunSpec", flag, getattr(self, flag), bool, f"RunSpec({flag}=True)")
         for name, choices in (
             ("dtype", DTYPES),
             ("device", DEVICES),
