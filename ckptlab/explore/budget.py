@@ -12,7 +12,9 @@ import re
 from ..errors import SpecError
 from ..units import GIB, mib, parse_size
 
-_SIZE_WITH_UNIT = re.compile(r"\s*[-+]?[0-9]*\.?[0-9]+\s*[A-Za-z]+\s*")  # a number and a unit; a bare "24" is a GPU's name
+_SIZE_WITH_UNIT = re.compile(
+    r"\s*[-+]?[0-9]*\.?[0-9]+\s*[A-Za-z]+\s*"
+)  # a number and a unit; a bare "24" is a GPU's name
 
 # Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
 # on an H100 80GB, and the CUDA context takes a few hundred MiB outside torch's counts: the
