@@ -271,6 +271,16 @@ def build_model(
             model = auto.from_pretrained(
                 name_or_dir, config=config, local_files_only=True, dtype=dtype, **_model_kwargs(config, task)
             )
+        except ImportError as exc:  # a quantization_config whose package is not installed (bitsandbytes, ...)
+            detail = folder_checks.one_line(exc, 200)
+            raise ModelLoadError(
+                f"{name_or_dir!r} cannot be loaded here: its config.json asks for a quantization whose package is "
+                f"missing ({detail}). To resolve this error, install the package it names, or remove "
+                "quantization_config from config.json to run the model unquantized.",
+                key="model.quantization_package",
+                path=repr(name_or_dir),
+                detail=detail,
+            ) from None
         except (SafetensorError, pickle.UnpicklingError, RuntimeError) as exc:
             problem = weight_checks.weights_error(name_or_dir, exc)
             if problem is None:

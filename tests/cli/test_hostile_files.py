@@ -168,7 +168,7 @@ def _capped() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
 
 
-def test_under_a_4_gib_cap_a_fifo_weight_file_and_a_dev_zero_config_answer_at_once(tmp_path):
+def test_under_a_4_gib_cap_a_fifo_weight_file_a_dev_zero_config_and_a_huge_rank_answer_at_once(tmp_path):
     folder = config_folder(tmp_path / "m")
     os.mkfifo(folder / "model.safetensors")
     args = tmp_path / "args.json"
@@ -177,6 +177,7 @@ def test_under_a_4_gib_cap_a_fifo_weight_file_and_a_dev_zero_config_answer_at_on
     for argv, words in (
         (["simulate", "--model", str(folder)], "is a FIFO"),
         (["run", "--model", "tiny-bert", "--training-args", str(args)], "set accelerator_config"),
+        (["run", "--model", "tiny-bert", "--lora-rank", "1000000"], "--lora-rank 1000000 is more than the lab runs"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "ckptlab", *argv],
