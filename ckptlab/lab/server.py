@@ -124,13 +124,18 @@ class ServerPolicy:
         """The model folders under the root a participant may pick (relative paths, sorted); none when off."""
         if self.models_root is None:
             return []
-        found = []
+        # By the folder each resolves to: a link to a folder (loop -> .) lists it once, under its own name (one
+        # without a link in it) where it has one, else the shortest.
+        found: dict[Path, tuple[bool, int, str]] = {}
         for depth in range(1, FOLDER_DEPTH + 1):
             for config in sorted(self.models_root.glob("/".join(["*"] * depth) + "/config.json")):
                 folder = config.parent
                 if self._inside(folder):  # a symbolic link out of the root is not offered
-                    found.append(folder.relative_to(self.models_root).as_posix())
-        return sorted(found)
+                    name = folder.relative_to(self.models_root).as_posix()
+                    resolved = folder.resolve()
+                    rank = (resolved != folder, len(name), name)
+                    found[resolved] = min(found.get(resolved, rank), rank)
+        return sorted(rank[2] for rank in found.values())
 
     def local_folder(self, name: str) -> str:
         """The absolute path of the local model folder ``name`` (relative to the root, or absolute inside it).
