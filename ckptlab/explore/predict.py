@@ -53,7 +53,7 @@ from ..model.folder_checks import MAX_LAYERS
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..model.presets import DEFAULT_PRESET
 from ..results import Provenance, RunResult
-from ..spec import RunSpec
+from ..spec import LOW_BIT_PACKAGES, RunSpec
 from ..step.preflight import device_type_of, resolve_dtype
 from ..step.provenance import made_now
 from .calibration import Calibration, calibrate
@@ -218,7 +218,8 @@ def predict(
         batch_size=batch_size,
         dtype=dtype,
         device=device,
-        optimizer=optimizer,
+        # A low-bit optimizer's state is predicted without its package (RunSpec refuses to run one without it).
+        optimizer="adamw" if optimizer in LOW_BIT_PACKAGES else optimizer,
         lora_rank=lora_rank,
         lora_targets=None if lora_targets is None else tuple(lora_targets),
         selective=selective,
