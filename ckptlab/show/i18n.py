@@ -109,8 +109,11 @@ def _translated(prefix: str, key: str | None, params: dict, english: str, lang: 
     return english if text is None else text.format(**params)
 
 
-# Characters Markdown (and Streamlit's extensions: :red[...] and :emoji: directives, $math$) gives a meaning.
-_MARKDOWN_SPECIAL = re.compile(r"[\\`*_{}\[\]()<>#+\-.!|~:$&]")
+# Characters Markdown gives a meaning inside a line (links, images, emphasis, code, HTML, tables), Streamlit's
+# extensions too (:red[...] and :emoji: directives, $math$), and the "." of a "www." autolink. A value is one line
+# (a control character in a link is refused first), so what only means something at a line's start ("- ", "# ")
+# is left as typed: a "no-such-card" reads as typed in the page's source.
+_MARKDOWN_SPECIAL = re.compile(r"[\\`*_{}\[\]()<>!|~:$.]")
 
 
 def markdown_literal(text: str) -> str:
