@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..errors import CkptlabError
-from ..explore.budget import GPUS, budget_bytes
+from ..explore.budget import GPUS, gpu_name
 from ..explore.gpu_search import GpuSearch, SearchCode
 from ..explore.scale import (
     SIMULATION_DTYPES,
@@ -92,7 +92,7 @@ def gpu_from_link(text: str) -> tuple[str, float, list[Fact]] | None:
     clamped to :data:`BUDGET_GIB_RANGE`, the clamp said as a fact); None when it is neither (NaN and infinity
     included: no budget)."""
     try:
-        return budget_bytes(text)[1], DEFAULT_BUDGET_GIB, []
+        return gpu_name(text), DEFAULT_BUDGET_GIB, []  # a GPU of the list only: "24GiB" is the custom budget below
     except CkptlabError:
         pass
     try:
