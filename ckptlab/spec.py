@@ -73,6 +73,32 @@ MAX_TOKENS = 2**24  # seq_len x batch_size of one step (16,777,216: 128 sequence
 MAX_SEED = 2**32 - 1 - MAX_WORLD_SIZE  # rank r seeds with seed + r, which must stay a 32-bit seed (numpy's range)
 
 
+MAX_LORA_RANK = 65_536  # the widest projection of any model; the model's own narrowest one bounds it first
+MAX_OPTIM_ARGS = 1000  # characters of optim_args: a few key=value pairs
+_OPTIM_WORDS = {"true", "false", "yes", "no"}  # Trainer reads nesterov=..., centered=... as these
+
+
+def optim_args_problem(text: str) -> str | None:
+    """What is wrong with ``optim_args`` as Trainer parses it (``key=value`` pairs, each value a finite number, a
+    yes/no word or a torch dtype's name), or None. Trainer splits on "=" and calls ``float()`` on the values, so
+    ``"====="`` or ``"momentum=abc"`` would end in a traceback inside the step."""
+    if len(text) > MAX_OPTIM_ARGS:
+        return f"longer than {MAX_OPTIM_ARGS:,} characters"
+    for pair in text.replace(" ", "").split(","):
+        key, equals, value = pair.partition("=")
+        if not key or not equals or "=" in value or not value:
+            return f"{pair[:40]!r} is not one key=value pair"
+        if value.lower() in _OPTIM_WORDS or (key.endswith("_dtype") and value.isidentifier()):
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            return f"{key[:40]}={value[:40]} is not a number"
+        if number != number or number in (float("inf"), float("-inf")):
+            return f"{key[:40]}={value[:40]} is not a finite number"
+    return None
+
+
 def check_lora(rank: int | None, targets: Sequence[str] | None) -> None:
     """Raise :class:`SpecError` for a LoRA rank that is not a whole number >= 1, or for targets without a rank.
 
@@ -86,6 +112,10 @@ def check_lora(rank: int | None, targets: Sequence[str] | None) -> None:
             key="spec.lora_rank",
             option=Option("lora_rank", rank),
             value=rank,
+        )
+    if rank is not None:
+        check_at_most(
+            "lora_rank", rank, MAX_LORA_RANK, "no model's projection is wider, and a rank is at most its narrowest side"
         )
     if targets is not None and rank is None:
         raise SpecError(
@@ -154,6 +184,8 @@ class RunSpec:
         )
         if self.every_n_layers is not None:
             validate_every_n_layers(self.every_n_layers)
+        for flag in ("offload", "fsdp"):
+            expect_type("RunSpec", flag, getattr(self, flag), bool, f"RunSpec({flag}=True)")
         for name, choices in (
             ("dtype", DTYPES),
             ("device", DEVICES),
@@ -218,11 +250,16 @@ class RunSpec:
                 package=package[0],
                 pip=package[1],
             )
-        if self.optim_args is not None and not isinstance(self.optim_args, str):
+        if self.optim_args is not None and (
+            not isinstance(self.optim_args, str) or optim_args_problem(self.optim_args) is not None
+        ):
+            problem = "it is not text" if not isinstance(self.optim_args, str) else optim_args_problem(self.optim_args)
             raise SpecError(
-                f"optim_args={self.optim_args!r} is not valid: it is TrainingArguments' text, e.g. 'momentum=0.9'.",
+                f"optim_args={self.optim_args!r:.120} is not valid ({problem}): it is TrainingArguments' text of "
+                "comma-separated key=value pairs, e.g. 'momentum=0.9,nesterov=true'.",
                 key="spec.optim_args",
-                value=self.optim_args,
+                value=repr(self.optim_args)[:120],
+                problem=problem,
             )
 
     def checkpointing_off(self) -> RunSpec:

@@ -15,6 +15,14 @@ itself, batch 8 per device among them), and the reading names them; the fields t
 the step's bytes (learning rate, logging, saving, ...) are read and named as not used. A file
 written for a GPU (``bf16=True``) is read on any machine: ``TrainingArguments`` refuses bf16 without
 a GPU, so the file's other fields are checked by ``TrainingArguments`` with bf16 and fp16 set aside.
+
+``TrainingArguments(**json)`` opens the files some fields name (``accelerator_config``, ``fsdp_config``,
+``deepspeed``: ``/dev/zero`` there reads until memory runs out) and ``json.loads`` any text starting with
+"{" in its dict fields, without a depth bound. So the lab reads the file itself (a regular file of at most
+:data:`MAX_FILE_BYTES`, nested at most :data:`MAX_JSON_DEPTH` deep), refuses a field that names a file or
+a config (:data:`FILE_FIELDS`) before anything is opened, parses the checkpointing kwargs itself, and hands
+``TrainingArguments`` only the fields it counts and the plain values (numbers, text, lists of them) of the
+fields it reads and does not count: no dict field, no text of one.
 """
 
 from __future__ import annotations
@@ -27,8 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
+from .files import json_depth, regular_file_size
 
 MAX_FILE_BYTES = 1_000_000  # a TrainingArguments file is a few KiB; anything larger is not one
+MAX_JSON_DEPTH = 16  # TrainingArguments' deepest field is a dict of kwargs: two levels; json parses by recursion
+# Fields whose value TrainingArguments opens as a file or hands to DeepSpeed / accelerate as a config: the lab
+# counts none of them, and refuses them before anything is opened (a dict there is refused too: one rule).
+FILE_FIELDS = ("accelerator_config", "fsdp_config", "deepspeed")
+_DICT_FIELDS = ("lr_scheduler_kwargs",)  # read, not counted, and never handed on: TrainingArguments json.loads them
+_LISTED = 10  # names an unknown-fields message lists before "and N more"
 
 # TrainingArguments' fields the lab reads, with the types their JSON values must have.
 _BOOL, _INT, _NUMBER, _TEXT = (bool,), (int,), (int, float), (str,)
@@ -71,11 +86,34 @@ class TrainingArgsReading:
 def checkpointing_kwargs(kwargs: Mapping[str, Any] | str | None) -> tuple[int, bool, dict[str, Any]]:
     """(every_n_layers, offload, the rest) of TrainingArguments' checkpointing kwargs, as ``Trainer.train`` pops them.
 
-    TrainingArguments also takes the dict as JSON text.
+    TrainingArguments also takes the dict as JSON text, read here with the file's bounds.
+
+    Raises:
+        SpecError: text that is not a JSON object (``training_args.bad_kwargs``).
     """
-    parsed = json.loads(kwargs) if isinstance(kwargs, str) else kwargs
+    parsed = _kwargs_object("activation_checkpointing_kwargs", kwargs) if isinstance(kwargs, str) else kwargs
     rest = dict(parsed or {})
     return rest.pop("every_n_layers", 1), bool(rest.pop("offload", False)), rest
+
+
+def _kwargs_object(field: str, text: str) -> dict[str, Any]:
+    """A dict field given as JSON text, parsed with the file's bounds; it must be an object."""
+    try:
+        if len(text) > MAX_FILE_BYTES or json_depth(text) > MAX_JSON_DEPTH:
+            raise ValueError(f"longer than {MAX_FILE_BYTES:,} characters or nested over {MAX_JSON_DEPTH} deep")
+        parsed = json.loads(text, parse_constant=_refuse_constant)
+        if not isinstance(parsed, dict):
+            raise ValueError(f"a JSON {type(parsed).__name__}, not an object")
+    except (ValueError, RecursionError) as error:
+        raise SpecError(
+            f"training args set {field} to the text {text[:60]!r}, which is not a JSON object of keyword arguments "
+            f'({str(error)[:120]}). Write it as an object, e.g. {{"every_n_layers": 2, "offload": false}}.',
+            key="training_args.bad_kwargs",
+            field=field,
+            value=repr(text[:60]),
+            error=str(error)[:120],
+        ) from None
+    return parsed
 
 
 def read_training_args(args: Any) -> TrainingArgsReading:
@@ -126,14 +164,15 @@ def load_training_args_file(path: str | Path) -> dict[str, Any]:
         SpecError: no such file, too large, not JSON, or not an object.
     """
     file = Path(path)
-    if not file.is_file():
+    size = regular_file_size(file, SpecError)  # a FIFO, a device, a directory: one message each, nothing opened
+    if size is None:
         raise SpecError(
             f"training args file {str(file)!r} does not exist. Give the path of a JSON file of TrainingArguments "
             'fields, e.g. {"per_device_train_batch_size": 4, "bf16": true}.',
             key="training_args.no_file",
             path=str(file),
         )
-    if file.stat().st_size > MAX_FILE_BYTES:
+    if size > MAX_FILE_BYTES:
         raise SpecError(
             f"training args file {str(file)!r} is over {MAX_FILE_BYTES:,} bytes: a TrainingArguments file is a few "
             "KiB of JSON. Give the file of your fine-tune's arguments.",
@@ -142,14 +181,21 @@ def load_training_args_file(path: str | Path) -> dict[str, Any]:
             limit=f"{MAX_FILE_BYTES:,}",
         )
     try:
-        data = json.loads(file.read_text(), parse_constant=_refuse_constant)
-    except (ValueError, UnicodeDecodeError) as error:
+        with open(file, "rb") as opened:
+            text = opened.read(MAX_FILE_BYTES + 1).decode("utf-8")  # bounded even if it grew since the stat
+        if len(text) > MAX_FILE_BYTES:
+            raise ValueError(f"over {MAX_FILE_BYTES:,} bytes")
+        if json_depth(text) > MAX_JSON_DEPTH:
+            raise ValueError(f"nested over {MAX_JSON_DEPTH} levels deep; TrainingArguments' fields nest two")
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError) as error:
+        detail = str(error)[:200]
         raise SpecError(
-            f"training args file {str(file)!r} is not JSON ({error}). Write the TrainingArguments fields as one "
+            f"training args file {str(file)!r} is not JSON ({detail}). Write the TrainingArguments fields as one "
             'JSON object, e.g. {"per_device_train_batch_size": 4}.',
             key="training_args.not_json",
             path=str(file),
-            error=str(error),
+            error=detail,
         ) from None
     if not isinstance(data, dict):
         raise SpecError(
@@ -174,16 +220,27 @@ def _checked_mapping(args: Any, arguments_class: type) -> dict[str, Any]:
             value=repr(args)[:80],
         )
     known = {field.name for field in dataclasses.fields(arguments_class)}
-    unknown = sorted(str(name) for name in args if name not in known)
+    unknown = sorted(str(name)[:60] for name in args if name not in known)
     if unknown:
+        more = f" and {len(unknown) - _LISTED:,} more" if len(unknown) > _LISTED else ""
+        listed = ", ".join(unknown[:_LISTED]) + more
         raise SpecError(
-            f"training args name fields TrainingArguments does not have: {', '.join(unknown)}. Check their "
+            f"training args name fields TrainingArguments does not have: {listed}. Check their "
             "spelling against transformers' TrainingArguments (python -c 'help(transformers.TrainingArguments)').",
             key="training_args.unknown_fields",
-            fields=", ".join(unknown),
+            fields=listed,
+        )
+    files = [name for name in FILE_FIELDS if args.get(name) is not None]
+    if files:
+        raise SpecError(
+            f"training args set {', '.join(files)}: a file or a DeepSpeed / FSDP / accelerate config, which the lab "
+            "neither reads nor counts, so nothing it names was opened. To resolve this error, remove the field "
+            "from the file: the step of the other fields is measured without it.",
+            key="training_args.file_field",
+            fields=", ".join(files),
         )
     wrong = [
-        f"{name}={value!r} (expected {' or '.join(kind.__name__ for kind in kinds)})"
+        f"{name}={repr(value)[:80]} (expected {' or '.join(kind.__name__ for kind in kinds)})"
         for name, kinds in STEP_FIELDS.items()
         if name in args
         for value in [args[name]]
@@ -195,17 +252,42 @@ def _checked_mapping(args: Any, arguments_class: type) -> dict[str, Any]:
             key="training_args.wrong_types",
             fields="; ".join(wrong),
         )
+    if args.get("bf16") and args.get("fp16"):
+        raise SpecError(
+            "training args set both bf16 and fp16 to true: Trainer refuses the pair. Keep one (bf16 on a GPU that "
+            "has it, else fp16).",
+            key="training_args.both_precisions",
+        )
+    checked = dict(args)
+    for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", *_DICT_FIELDS):
+        if isinstance(checked.get(name), str):
+            checked[name] = _kwargs_object(name, checked[name])
+    # Only the counted fields and the plain values of the others reach TrainingArguments: a dict field (or its
+    # JSON text) is what it parses or opens, so the lab keeps those to itself.
+    handed = {
+        name: value
+        for name, value in checked.items()
+        if name in STEP_FIELDS or (name not in _DICT_FIELDS and _plain_value(value))
+    }
     try:
         # TrainingArguments checks the rest (strategies, optimizer names, ...); bf16/fp16 need a GPU to pass its
         # check, and the lab reads them itself, so the check runs without them, on the CPU.
-        arguments_class(**{**args, "bf16": False, "fp16": False, "use_cpu": True})
-    except (ValueError, TypeError) as error:
+        arguments_class(**{**handed, "bf16": False, "fp16": False, "use_cpu": True})
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        detail = str(error)[:400]
         raise SpecError(
-            f"TrainingArguments refused the training args: {error}",
+            f"TrainingArguments refused the training args: {detail}",
             key="training_args.refused",
-            error=str(error),
+            error=detail,
         ) from None
-    return dict(args)
+    return checked
+
+
+def _plain_value(value: Any) -> bool:
+    """A number, a text, None, or a short list of them: what a field TrainingArguments does not open may hold."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, list) and len(value) <= 64 and all(isinstance(v, (bool, int, float, str)) for v in value)
 
 
 def _defaults(arguments_class: type) -> dict[str, Any]:

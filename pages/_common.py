@@ -14,7 +14,7 @@ from streamlit.runtime.pages_manager import PagesManager
 
 import ckptlab
 from ckptlab.fact import Fact
-from ckptlab.lab.query import LORA_RANK_MAX
+from ckptlab.lab.query import CLIP_MAX, LORA_RANK_MAX
 from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
@@ -124,6 +124,7 @@ def step_boxes(prefix: str, lang: str) -> None:
         st.number_input(
             i18n.t("training.max_grad_norm", lang),
             min_value=0.0,
+            max_value=CLIP_MAX,  # the link's clamp (ckptlab.lab.query), said there
             step=0.1,
             format="%g",
             key=f"{prefix}_max_grad_norm",

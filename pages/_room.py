@@ -20,14 +20,14 @@ from ckptlab.show.i18n import t
 from ckptlab.show.wording import run_message
 from pages._common import preset_infos
 from pages._learn_runs import measured
-from pages._server import server_policy, session_owner
+from pages._server import keep_participant_key, server_policy, session_owner
 
 ROOM_REFRESH_S = 3.0  # how often a page asks the room what changed: a few seconds, so measured runs are not disturbed
 IDS = [exercise.id for exercise in EXERCISES]
 # A number to predict: its label, first value, bounds and step, by the exercise's kind.
 NUMBER_BOXES = {
-    "percent": ("exercises.prediction_percent", 100, 400, 5),
-    "kept": ("selective.prediction_kib", 0, 10_000_000, 16),
+    "percent": ("exercises.prediction_percent", 100, exercises.ANSWER_RANGES["percent"][1], 5),
+    "kept": ("selective.prediction_kib", 0, exercises.ANSWER_RANGES["kept"][1], 16),
 }
 
 
@@ -129,6 +129,8 @@ def follow_the_room(lang: str) -> None:
     """A participant's side of the room, on the Exercises page: the open round's exercise and the answer box, then the
     room's result once the instructor closes it (for the rounds this session saw open), refreshed by a fragment."""
     state = st.session_state
+    if server_policy()[0].has_instructor:
+        keep_participant_key()  # one answer per browser, its tabs included
     state.setdefault("classroom_mine", {})  # round number -> this participant's answer the room counted
     state.setdefault("classroom_rounds", set())  # the rounds this session saw open: their results follow it
 

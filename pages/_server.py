@@ -6,6 +6,7 @@ on every run of a page: cheap, and a changed setting needs no restart of the ser
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -50,7 +51,37 @@ def session_owner() -> str:
     person = signed_in_person()
     if person is not None:
         return f"user:{person}"
-    return st.session_state.setdefault("ckptlab_owner", uuid.uuid4().hex)
+    owner = st.session_state.get("ckptlab_owner")
+    if owner is None:
+        # A new tab of a browser that already has a key (keep_participant_key) is the same participant.
+        kept = str(st.context.cookies.get(PARTICIPANT_COOKIE) or "")
+        owner = kept if _PARTICIPANT_KEY.fullmatch(kept) else uuid.uuid4().hex
+        st.session_state["ckptlab_owner"] = owner
+    return owner
+
+
+PARTICIPANT_COOKIE = "ckptlab_participant"  # this browser's participant key, for a year, on this server only
+_PARTICIPANT_KEY = re.compile(r"[0-9a-f]{32}")  # what session_owner writes: anything else is ignored
+
+
+def keep_participant_key() -> None:
+    """Keep this session's participant key in a cookie of this browser, so a new tab counts as the same participant.
+
+    Streamlit cannot set a cookie from the server (``st.context.cookies`` is read-only), so a small script in the
+    page sets it; the next session's ``st.context.cookies`` brings it back. The key is the session's own hex id (no
+    quote nor markup can reach the script). A browser with scripts off, a private window or a scripted client is
+    a new participant each time: only sign-in closes that (docs/security.md). Once per session."""
+    state = st.session_state
+    if signed_in_person() is not None or state.get("ckptlab_owner_kept"):
+        return
+    owner = session_owner()
+    if st.context.cookies.get(PARTICIPANT_COOKIE) != owner:
+        st.html(
+            f"<script>document.cookie = '{PARTICIPANT_COOKIE}={owner}; path=/; max-age=31536000; SameSite=Strict';"
+            "</script>",
+            unsafe_allow_javascript=True,
+        )
+    state.ckptlab_owner_kept = True
 
 
 def signed_in_person() -> str | None:
@@ -112,8 +143,8 @@ def offered_folder(policy: ServerPolicy, path: str, lang: str) -> tuple[str, str
     try:
         absolute = policy.local_folder(path)
     except ckptlab.CkptlabError as error:
-        return "", app_message(error, lang)
+        return "", i18n.markdown_literal(app_message(error, lang))  # it names the link's path: shown as text
     offered = {policy.local_folder(name): name for name in policy.model_folders()}
     if absolute not in offered:
-        return "", i18n.t("lab.folder_not_offered", lang, name=path)
+        return "", i18n.t("lab.folder_not_offered", lang, name=i18n.Literal(path))
     return offered[absolute], ""

@@ -33,7 +33,7 @@ from ckptlab.model.catalog import ModelInfo
 from ckptlab.results import RunResult
 from ckptlab.show.figures.diagram import diagram_figure
 from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
-from ckptlab.show.i18n import say, t
+from ckptlab.show.i18n import Literal, as_text, say, t
 from ckptlab.show.labels import experts_caption, training_label
 from ckptlab.show.peak_words import logits_sentence
 from ckptlab.spec import RunSpec
@@ -76,7 +76,7 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
     params = st.query_params.to_dict()
     spec, ignored = spec_from_query({k: v for k, v in params.items() if k in LINK_KEYS}, default=DEFAULT)
     state.at_scale_gpus, ignored_gpus = gpus_from_query(params.get("gpus", "1"), GPU_COUNTS)
-    warnings = [say(fact, lang) for fact in ignored + ignored_gpus]
+    warnings = [say(as_text(fact), lang) for fact in ignored + ignored_gpus]  # the link's values as text
     if spec.seq_len > SEQ_LIMIT:
         warnings.append(t("at_scale.seq_clamped", lang, seq=spec.seq_len, limit=SEQ_LIMIT))
         spec = replace(spec, seq_len=SEQ_LIMIT)
@@ -91,14 +91,15 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
     state.update(scalepage.widget_values(spec, folder, tiny, hub_name))
     state.at_scale_selective, unknown = scalepage.policies_from_link(params.get("selective", ""))
     if unknown:
-        warnings.append(t("at_scale.selective_unknown", lang, names=", ".join(unknown)))
+        warnings.append(t("at_scale.selective_unknown", lang, names=Literal(", ".join(unknown))))
     gpu = params.get("gpu", "").strip()
     if gpu:
         chosen = scalepage.gpu_from_link(gpu)
         if chosen is None:
-            warnings.append(t("at_scale.gpu_unknown", lang, gpu=gpu, default=scalepage.DEFAULT_GPU))
+            warnings.append(t("at_scale.gpu_unknown", lang, gpu=Literal(gpu), default=scalepage.DEFAULT_GPU))
         else:
-            state.at_scale_gpu, state.at_scale_budget_gib = chosen
+            state.at_scale_gpu, state.at_scale_budget_gib, clamped = chosen
+            warnings += [say(as_text(fact), lang) for fact in clamped]
     return warnings
 
 

@@ -9,11 +9,15 @@ opens, through the Learn pages' shared runs (``pages/_learn_runs.py``).
 
 from __future__ import annotations
 
+import math
+import time
+
 import streamlit as st
 
 import ckptlab
 from ckptlab.lab import exercises
 from ckptlab.lab.classroom import ROOM, round_csv
+from ckptlab.lab.server import PhraseDelay
 from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message
 from pages._common import download_buttons, language, run_through_app
@@ -37,9 +41,17 @@ typed = st.text_input(t("classroom.secret", lang), type="password", key="classro
 if not typed:
     st.info(t("classroom.enter_secret", lang))
     st.stop()
+# Each wrong phrase from this session makes it wait longer before the next is checked (ckptlab.lab.server.PhraseDelay).
+delay = state.setdefault("classroom_phrase_delay", PhraseDelay())
+wait_s = delay.wait_s(time.monotonic())
+if wait_s > 0:
+    st.error(t("classroom.phrase_wait", lang, seconds=math.ceil(wait_s)))
+    st.stop()
 if not policy.is_instructor(typed):
+    delay.failed(time.monotonic())
     st.error(t("classroom.wrong_secret", lang))
     st.stop()
+delay.passed()
 
 # -- the instructor's controls: only past the phrase, checked again on every run -------------
 

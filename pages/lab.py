@@ -31,7 +31,7 @@ from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.show.figures.breakdown import breakdown_figure
 from ckptlab.show.figures.diagram import diagram_figure, plan_figure
 from ckptlab.show.figures.run import comparison_figure
-from ckptlab.show.i18n import say, t
+from ckptlab.show.i18n import as_text, say, t
 from ckptlab.show.labels import experts_caption, method_label, provenance_label, setting_label
 from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.peak_words import logits_sentence
@@ -84,7 +84,7 @@ def load_widgets(devices: tuple[str, ...], policy: ServerPolicy, lang: str) -> N
     state = st.session_state
     if st.query_params:
         spec, ignored = spec_from_query(st.query_params.to_dict(), devices=devices)
-        state.lab_query_warnings = [say(fact, lang) for fact in ignored]
+        state.lab_query_warnings = [say(as_text(fact), lang) for fact in ignored]  # the link's values as text
     else:
         spec, state.lab_query_warnings = state.get("lab_saved", RunSpec()), []
     # A link's owner/name is a Hub repository where the server fetches them (the folder entry otherwise).

@@ -11,7 +11,7 @@ PACKAGE = ROOT / "ckptlab"
 
 # Lower layers first: a module may import its own layer and those before it, never a later one.
 LAYERS = [
-    {"ckptlab.errors", "ckptlab.fact", "ckptlab.units", "ckptlab.torchstate"},
+    {"ckptlab.errors", "ckptlab.fact", "ckptlab.units", "ckptlab.torchstate", "ckptlab.files"},
     {"ckptlab.model"},
     {"ckptlab.spec", "ckptlab.training_args"},  # what to run; a user's TrainingArguments read as it
     {"ckptlab.results"},

@@ -44,10 +44,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _values_that_look_like_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--budget -1GiB`` as ``--budget=-1GiB``: argparse takes a value starting with "-" that is not a plain negative
+    number for a flag and answers "expected one argument"; glued to its flag, the value reaches the lab's own check,
+    which names it (``--max-grad-norm -inf``, ``--seq-len -5``)."""
+    takes_value, flags = set(), set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                for option in command._actions:
+                    flags.update(option.option_strings)
+                    if option.nargs is None and option.option_strings:
+                        takes_value.update(option.option_strings)
+    glued, skip = [], False
+    for index, token in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if token in takes_value and following is not None and following.startswith("-") and following not in flags:
+            glued.append(f"{token}={following}")
+            skip = True
+        else:
+            glued.append(token)
+    return glued
+
+
 def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:
     """Run one command; ``own_process`` when this process is the command (``python -m ckptlab``), not a caller's."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_values_that_look_like_flags(parser, sys.argv[1:] if argv is None else list(argv)))
     args.own_process = own_process  # read by core_loaded
     try:
         return args.handler(args)

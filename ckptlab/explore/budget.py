@@ -12,11 +12,16 @@ scans the sources so that a second comparison against a budget cannot come back.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError
-from ..units import GIB, mib
+from ..units import GIB, mib, parse_size
+
+_SIZE_WITH_UNIT = re.compile(
+    r"\s*[-+]?[0-9]*\.?[0-9]+\s*[A-Za-z]+\s*"
+)  # a number and a unit; a bare "24" is a GPU's name
 
 if TYPE_CHECKING:  # only for the annotation: the CLI imports this module before torch may load
     from ..results import RunResult
@@ -37,10 +42,15 @@ GPUS: dict[str, int] = {
 def budget_bytes(budget: int | str) -> tuple[int, str]:
     """A budget in bytes and its label, from bytes or a name in :data:`GPUS`.
 
+    A text with a unit ("230MiB", "40GiB") is a size (:func:`ckptlab.units.parse_size`), as ``--budget`` reads it.
+
     Raises:
         SpecError: an unknown GPU name or a budget that is not a positive number of bytes.
     """
     if isinstance(budget, str):
+        if _SIZE_WITH_UNIT.fullmatch(budget):  # "230MiB", "40 GiB": a size, as the command line's --budget takes
+            size = parse_size(budget, "budget")
+            return size, f"{mib(size)} MiB"
         name = gpu_name(budget)
         return GPUS[name], name
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:

@@ -39,6 +39,7 @@ Python API and the JSON (``to_dict``): the same facts as English sentences, word
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
@@ -46,10 +47,13 @@ from typing import Any, Literal
 import torch
 from transformers import PretrainedConfig
 
-from ..errors import Option, SpecError, check_whole_number
+from ..errors import Option, SpecError, check_at_most, check_whole_number, expect_type
 from ..fact import Fact, worded
+from ..model.folder_checks import MAX_LAYERS
 from ..model.plan import planned_roles, validate_every_n_layers
+from ..model.presets import DEFAULT_PRESET
 from ..results import Provenance, RunResult
+from ..spec import LOW_BIT_PACKAGES, RunSpec
 from ..step.preflight import device_type_of, resolve_dtype
 from ..step.provenance import made_now
 from .calibration import Calibration, calibrate
@@ -190,8 +194,37 @@ def predict(
     Raises:
         SpecError: bad shape, setting, optimizer or LoRA, or a calibration of another shape or spec.
     """
-    check_whole_number("seq_len", seq_len)
-    check_whole_number("batch_size", batch_size)
+    example = "ckptlab.predict('tiny-llama', seq_len=1024)"
+    expect_type("ckptlab.predict", "model", model, (str, os.PathLike, PretrainedConfig, Architecture), example)
+    if isinstance(every_n_layers, int) and not isinstance(every_n_layers, bool):
+        every_n_layers = (every_n_layers,)  # one setting, as RunSpec takes it
+    if isinstance(offload, bool):
+        offload = (offload,)
+    every_example = "ckptlab.predict('tiny-llama', seq_len=1024, every_n_layers=[1, 2])"
+    if every_n_layers is not None:
+        expect_type("ckptlab.predict", "every_n_layers", every_n_layers, (list, tuple, range), every_example)
+        check_at_most("len(every_n_layers)", len(every_n_layers), MAX_LAYERS, "no model has more layers to plan")
+    expect_type("ckptlab.predict", "offload", offload, (list, tuple), "ckptlab.predict(..., offload=[False, True])")
+    for flag in offload:
+        expect_type("ckptlab.predict", "each offload", flag, bool, "ckptlab.predict(..., offload=[False, True])")
+    if num_layers is not None:
+        check_whole_number("num_layers", num_layers)
+        check_at_most("num_layers", num_layers, MAX_LAYERS, "no model has more layers to plan")
+    # The shape, dtype, device, optimizer, LoRA and mixed precision checked as a run's are: RunSpec's checks are the
+    # one home of these bounds (16,777,216 tokens a step among them). The model is checked above (a config too).
+    RunSpec(
+        model=os.fspath(model) if isinstance(model, (str, os.PathLike)) else DEFAULT_PRESET,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        dtype=dtype,
+        device=device,
+        # A low-bit optimizer's state is predicted without its package (RunSpec refuses to run one without it).
+        optimizer="adamw" if optimizer in LOW_BIT_PACKAGES else optimizer,
+        lora_rank=lora_rank,
+        lora_targets=None if lora_targets is None else tuple(lora_targets),
+        selective=selective,
+        mixed_precision=mixed_precision,
+    ).validate()
     arch = architecture(model, num_layers)
     element = element_bytes(dtype, device, mixed_precision)
     training = None

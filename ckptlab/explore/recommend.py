@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-from ..errors import CkptlabError, Option, SpecError
+from ..errors import CkptlabError, Option, SpecError, expect_type
 from ..fact import Fact, worded
 from ..model.snippets import lora_snippet, model_snippet, selective_snippet, trainer_snippet
 from ..results import MIN_SAMPLES_TO_JUDGE, Judgement, judge_time
@@ -102,6 +102,10 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     Raises:
         SpecError: no rows, no rows at ``seq_len``, or a bad budget.
     """
+    example = "ckptlab.recommend(ckptlab.sweep(SweepSpec(model='tiny-llama')).rows, '24GiB')"
+    expect_type("ckptlab.recommend", "rows", rows, (list, tuple), example)
+    for row in rows:
+        expect_type("ckptlab.recommend", "each of rows", row, SweepRow, example)
     budget, label = budget_bytes(budget)
     if not rows:
         raise SpecError("recommend() needs measured rows: run a sweep first.", key="recommend.no_rows")

@@ -36,6 +36,7 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
+from ..errors import expect_type
 from ..fact import Fact, worded
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -206,6 +207,9 @@ def sweep(
     Raises:
         SpecError, ModelLoadError, DoesNotFitError: for bad input, before anything runs.
     """
+    expect_type(
+        "ckptlab.sweep", "spec", spec, SweepSpec, "ckptlab.sweep(SweepSpec(model='tiny-llama', seq_lens=(256,)))"
+    )
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
     stopped = stopper(cancel)

@@ -105,12 +105,15 @@ class Classroom:
 
     def answer(self, number: int, participant: str, value: float) -> bool:
         """Count ``participant``'s answer to round ``number``; False (not counted) for a second answer from the same
-        participant, a round that is closed or no longer the current one, or a value that is not a finite number."""
-        if not math.isfinite(value):
+        participant, a round that is closed or no longer the current one, or a value the exercise's box could not
+        send (not a finite number, outside its range, not one of its choices: ``Exercise.accepts``)."""
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
             return False
         with self._lock:
             current = self._round
             if current is None or current.number != number or current.closed or participant in current.voters:
+                return False
+            if not by_id(current.exercise_id).accepts(value):
                 return False
             current.voters.add(participant)
             current.answers.append(float(value))

@@ -10,6 +10,7 @@ locale files; this module only chooses the key and the numbers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -38,6 +39,10 @@ LONG = RunSpec(
 )  # memory only: where the peak moves
 
 
+# The range of a number to predict, by the exercise's kind: the page's box holds these and the room counts no other.
+ANSWER_RANGES = {"percent": (0, 400), "kept": (0, 10_000_000)}
+
+
 @dataclass(frozen=True)
 class Exercise:
     """One question about one setting, in growing order of difficulty."""
@@ -53,6 +58,16 @@ class Exercise:
     budget_fraction: float = (
         0.0  # "choice": the budget, as a fraction of what checkpointing off holds after the forward
     )
+
+    def accepts(self, value: float) -> bool:
+        """Whether ``value`` is an answer the exercise's box could send: a finite number in its range
+        (:data:`ANSWER_RANGES`), or one of its choices. A websocket can send anything; the room counts only these."""
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            return False
+        if self.kind == "choice":
+            return value in self.choices
+        low, high = ANSWER_RANGES[self.kind]
+        return low <= value <= high
 
     def specs(self) -> list[RunSpec]:
         """The runs to measure (each one's checkpointing-off reference comes with it from ``run_queued``)."""

@@ -36,6 +36,7 @@ BATCH_MAX = 256
 REPEATS_MAX = 50
 WARMUP_MAX = 20
 LORA_RANK_MAX = 1024
+CLIP_MAX = 1e6  # max_grad_norm in a link and the box: far above any gradient norm a step sees
 LORA_RANK_DEFAULT = 8  # the rank a page's LoRA box offers first: peft's LoraConfig default (r=8), on every page
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -164,7 +165,15 @@ def spec_from_query(
         except ValueError:
             bound = math.nan
         if math.isfinite(bound):
-            changes["max_grad_norm"] = bound
+            # The page's box holds 0 to CLIP_MAX: a bound outside is clamped, and the link is told so.
+            changes["max_grad_norm"] = min(max(bound, 0.0), CLIP_MAX)
+            if changes["max_grad_norm"] != bound:
+                warnings.append(
+                    Fact(
+                        "link.clamped",
+                        {"key": "clip", "value": values["clip"], "used": f"{changes['max_grad_norm']:g}"},
+                    )
+                )
         else:
             warnings.append(Fact("link.not_a_number", _ignored("clip", values, f"{base.max_grad_norm:g}")))
     if "lora" in values:

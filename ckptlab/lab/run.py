@@ -312,7 +312,11 @@ def run_queued(
                 # The whole run the formula predicts (none of it reused); a policy's plain run is not in that formula.
                 if full is None and count == 1 + spec.checkpointing:
                     PACE.record(spec, time.monotonic() - queued_at - wait_s)
-            except RunStoppedError:
+            except RunStoppedError as error:
+                # A worker killed for memory says so (its cap, in the participant's language): only a stop this
+                # turn asked for (a cancel, the time limit) is worded as the turn's own reason.
+                if error.key == "job.memory_cap" or not stop():
+                    raise
                 raise stop.reason() from None
             finally:
                 give_back_memory()  # before the next turn measures from its baseline

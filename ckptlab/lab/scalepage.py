@@ -6,12 +6,13 @@ rows or a :class:`Verdict`; nothing here imports streamlit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..errors import CkptlabError
-from ..explore.budget import GPUS, budget_bytes, fit, fits
+from ..explore.budget import GPUS, fit, fits, gpu_name
 from ..explore.gpu_search import GpuSearch, SearchCode
 from ..explore.scale import (
     SIMULATION_DTYPES,
@@ -82,17 +83,27 @@ def model_caption(info: ModelInfo, lang: str) -> str:
     )
 
 
-def gpu_from_link(text: str) -> tuple[str, float] | None:
-    """A link's ``gpu=``: a GPU of the list (its name, the default custom budget) or a budget in GiB
-    (``CUSTOM``, at least 0.01); None when it is neither."""
+BUDGET_GIB_RANGE = (0.01, 4096.0)  # the custom budget's box: its least and most GiB
+
+
+def gpu_from_link(text: str) -> tuple[str, float, list[Fact]] | None:
+    """A link's ``gpu=``: a GPU of the list (its name, the default custom budget) or a budget in GiB (``CUSTOM``,
+    clamped to :data:`BUDGET_GIB_RANGE`, the clamp said as a fact); None when it is neither (NaN and infinity
+    included: no budget)."""
     try:
-        return budget_bytes(text)[1], DEFAULT_BUDGET_GIB
+        return gpu_name(text), DEFAULT_BUDGET_GIB, []  # a GPU of the list only: "24GiB" is the custom budget below
     except CkptlabError:
         pass
     try:
-        return CUSTOM, max(float(text.lower().removesuffix("gib")), 0.01)
+        gib = float(text.lower().removesuffix("gib"))
     except ValueError:
         return None
+    if not math.isfinite(gib):
+        return None
+    low, high = BUDGET_GIB_RANGE
+    used = min(max(gib, low), high)
+    clamped = [Fact("link.clamped", {"key": "gpu", "value": text, "used": f"{used:g}GiB"})] if used != gib else []
+    return CUSTOM, used, clamped
 
 
 # The named selective policies the page simulates beside plain checkpointing (its multiselect's options).

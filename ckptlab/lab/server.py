@@ -165,13 +165,18 @@ class ServerPolicy:
         """The model folders under the root a participant may pick (relative paths, sorted); none when off."""
         if self.models_root is None:
             return []
-        found = []
+        # By the folder each resolves to: a link to a folder (loop -> .) lists it once, under its own name (one
+        # without a link in it) where it has one, else the shortest.
+        found: dict[Path, tuple[bool, int, str]] = {}
         for depth in range(1, FOLDER_DEPTH + 1):
             for config in sorted(self.models_root.glob("/".join(["*"] * depth) + "/config.json")):
                 folder = config.parent
                 if self._inside(folder):  # a symbolic link out of the root is not offered
-                    found.append(folder.relative_to(self.models_root).as_posix())
-        return sorted(found)
+                    name = folder.relative_to(self.models_root).as_posix()
+                    resolved = folder.resolve()
+                    rank = (resolved != folder, len(name), name)
+                    found[resolved] = min(found.get(resolved, rank), rank)
+        return sorted(rank[2] for rank in found.values())
 
     def local_folder(self, name: str) -> str:
         """The absolute path of the local model folder ``name`` (relative to the root, or absolute inside it).
@@ -298,3 +303,32 @@ def policy_from_environment(secrets: Mapping[str, object] | None = None) -> Serv
     settings: dict[str, object] = dict(secrets or {})
     settings.update({key: value for key, value in os.environ.items() if key.startswith("CKPTLAB_")})
     return ServerPolicy.from_settings(settings)
+
+
+PHRASE_DELAY_FIRST_S = 1.0  # the wait after a session's first wrong phrase; it doubles with each one after
+PHRASE_DELAY_MAX_S = 300.0  # and stops growing at five minutes
+
+
+@dataclass
+class PhraseDelay:
+    """A session's wait before its next try of the instructor's phrase: none at first, then 1 s, 2 s, 4 s, ... (at
+    most :data:`PHRASE_DELAY_MAX_S`) after each wrong one, so guessing it from one session is slow. A try during
+    the wait is not checked at all. Kept in the session's state: a new session starts at none (docs/security.md)."""
+
+    wrong: int = 0  # wrong phrases since the last right one
+    until: float = 0.0  # time.monotonic() before which no phrase is checked
+
+    def wait_s(self, now: float) -> float:
+        """Seconds left before a phrase is checked again (0: check it now)."""
+        return max(0.0, self.until - now)
+
+    def failed(self, now: float) -> float:
+        """A wrong phrase at ``now``: the wait grows; returns it in seconds."""
+        self.wrong += 1
+        wait = min(PHRASE_DELAY_FIRST_S * 2 ** min(self.wrong - 1, 32), PHRASE_DELAY_MAX_S)
+        self.until = now + wait
+        return wait
+
+    def passed(self) -> None:
+        """The right phrase: no wait any more."""
+        self.wrong, self.until = 0, 0.0

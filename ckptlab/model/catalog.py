@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PretrainedC
 
 from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
 from ..torchstate import exclusive
-from . import experts, folder_checks, hub, presets, weight_checks
+from . import experts, folder_checks, hub, lora, presets, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
 from .plan import checkpointable_layers
 
@@ -199,6 +199,23 @@ def _described(name_or_dir: str, stamp: tuple[tuple[str, int, int], ...]) -> Mod
     return _info(name_or_dir, config, source, task, weights, meta_model)
 
 
+def projection_shapes(name_or_dir: str) -> tuple[tuple[str, int, int], ...]:
+    """Every projection LoRA could adapt in the model's layers, as ``ckptlab.model.lora.projection_shapes`` lists
+    them, counted on the meta device (no memory) and kept like :func:`describe`'s answer.
+
+    Raises:
+        ModelLoadError, UnsupportedModelError: as :func:`describe`.
+    """
+    name_or_dir = os.fspath(name_or_dir)
+    return _projection_shapes(name_or_dir, _files_stamp(name_or_dir))
+
+
+@functools.lru_cache(maxsize=64)
+def _projection_shapes(name_or_dir: str, stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, int, int], ...]:
+    config, _, task = load_config(name_or_dir)
+    return lora.projection_shapes(build_on_meta(config, task))
+
+
 def instantiate(config: PretrainedConfig, task: str, dtype: torch.dtype) -> PreTrainedModel:
     """A model with fresh weights from ``config``, made in the current device context.
 
@@ -261,6 +278,16 @@ def build_model(
             model = auto.from_pretrained(
                 name_or_dir, config=config, local_files_only=True, dtype=dtype, **_model_kwargs(config, task)
             )
+        except ImportError as exc:  # a quantization_config whose package is not installed (bitsandbytes, ...)
+            detail = folder_checks.one_line(exc, 200)
+            raise ModelLoadError(
+                f"{name_or_dir!r} cannot be loaded here: its config.json asks for a quantization whose package is "
+                f"missing ({detail}). To resolve this error, install the package it names, or remove "
+                "quantization_config from config.json to run the model unquantized.",
+                key="model.quantization_package",
+                path=repr(name_or_dir),
+                detail=detail,
+            ) from None
         except (SafetensorError, pickle.UnpicklingError, RuntimeError) as exc:
             problem = weight_checks.weights_error(name_or_dir, exc)
             if problem is None:

@@ -27,9 +27,12 @@ import threading
 from pathlib import Path
 
 from ..errors import ModelLoadError
+from ..files import regular_file_size
 
 INDEX_SUFFIX = ".index.json"  # model.safetensors.index.json, pytorch_model.bin.index.json
 MAX_INDEX_BYTES = 16 * 2**20  # an index of a 400B model's shards is a few MiB
+# The names transformers, safetensors and torch open in a model folder: configs, indexes, weights.
+LOADED_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".gguf")
 
 _ROOT: Path | None = None
 _ROOT_LOCK = threading.Lock()
@@ -67,10 +70,20 @@ def check_folder(folder: str) -> None:
     for path in entries:
         if root is not None:
             _inside(Path(path), path, root)
+        _check_kind(path)
         if path.endswith(INDEX_SUFFIX) and os.path.isfile(path):
             for shard in _shards(path):
                 if root is not None:
                     _inside(Path(folder) / shard, os.path.join(folder, shard), root)
+                regular_file_size(os.path.join(folder, shard), ModelLoadError)
+
+
+def _check_kind(path: str) -> None:
+    """Refuse an entry a loader could open that is not a regular file: any FIFO, device or socket, and a
+    directory bearing the name of a file a loader opens (a folder of checkpoints beside the weights is fine)."""
+    if os.path.isdir(path) and not path.endswith(LOADED_SUFFIXES):
+        return
+    regular_file_size(path, ModelLoadError)
 
 
 def _inside(path: Path, shown: str, root: Path) -> None:
@@ -88,7 +101,7 @@ def _inside(path: Path, shown: str, root: Path) -> None:
 
 def _shards(index_file: str) -> list[str]:
     """The shard names of an index file's ``weight_map``, each a plain relative name."""
-    if os.path.getsize(index_file) > MAX_INDEX_BYTES:
+    if (regular_file_size(index_file, ModelLoadError) or 0) > MAX_INDEX_BYTES:
         raise _bad_index(index_file, f"more than {MAX_INDEX_BYTES // 2**20} MiB")
     try:
         with open(index_file, encoding="utf-8") as f:
@@ -98,8 +111,10 @@ def _shards(index_file: str) -> list[str]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         return []
-    shards = set(weight_map.values())
-    for shard in shards:
+    # A value that is not a text (a list, an object) is no shard's name: refused below, never hashed.
+    shards = {value if isinstance(value, str) else repr(value)[:80] for value in weight_map.values()}
+    bad = [value for value in weight_map.values() if not isinstance(value, str)]
+    for shard in [*bad[:1], *sorted(shards)]:
         if (
             not isinstance(shard, str)
             or not shard
@@ -109,12 +124,12 @@ def _shards(index_file: str) -> list[str]:
             or shard.startswith("~")
         ):
             raise ModelLoadError(
-                f"{index_file!r} names the shard {shard!r}, which is not a file name inside the model's folder "
-                "(an absolute path, or one that climbs out with '..'). To resolve this error, list the shards "
-                "by their file names, as save_pretrained() writes them.",
+                f"{index_file!r} names the shard {shard!r:.80}, which is not a file name inside the model's folder "
+                "(an absolute path, one that climbs out with '..', or not a text at all). To resolve this error, "
+                "list the shards by their file names, as save_pretrained() writes them.",
                 key="folder.bad_shard_name",
                 file=index_file,
-                shard=repr(shard),
+                shard=repr(shard)[:80],
             )
     return sorted(shards)
 

@@ -43,6 +43,57 @@ def linear_module_names(model: nn.Module) -> list[str]:
     return names
 
 
+def projection_shapes(model: nn.Module) -> tuple[tuple[str, int, int], ...]:
+    """(short name, in features, out features) of every projection LoRA could adapt in the checkpointable layers,
+    one entry per module (a 32-layer model lists each of its q_proj 32 times): what a rank is bounded by, and what
+    the adapters of a rank weigh (``rank x (in + out)`` parameters each)."""
+    shapes = []
+    for layer in checkpointable_layers(model):
+        for name, module in layer.named_modules():
+            if name and isinstance(module, nn.Linear):
+                shapes.append((name.rsplit(".", 1)[-1], module.in_features, module.out_features))
+            elif name and isinstance(module, Conv1D):  # GPT-2's: weight (in, out)
+                shapes.append((name.rsplit(".", 1)[-1], module.weight.shape[0], module.weight.shape[1]))
+    return tuple(shapes)
+
+
+def adapted_shapes(shapes: Sequence[tuple[str, int, int]], targets: Sequence[str] | None) -> list[tuple[str, int, int]]:
+    """The entries of :func:`projection_shapes` that ``targets`` adapt (None or empty: every projection)."""
+    return [shape for shape in shapes if not targets or shape[0] in targets]
+
+
+def check_rank(rank: int, shapes: Sequence[tuple[str, int, int]], model_name: str) -> None:
+    """Refuse a rank above the smallest dimension of a projection it adapts: such an adapter is no longer low-rank
+    (at that width it is a full matrix), and a rank of 100,000 builds gigabytes of adapters before any step.
+
+    Raises:
+        SpecError: ``spec.lora_rank_too_large``, naming the rank, the projection and its shape.
+    """
+    if not shapes:
+        return  # nothing to adapt: resolve_targets says so when the adapters are built
+    name, fan_in, fan_out = min(shapes, key=lambda shape: min(shape[1], shape[2]))
+    smallest = min(fan_in, fan_out)
+    if rank > smallest:
+        raise SpecError(
+            "{option} is more than the smallest dimension of {model}'s {module} projection ({fan_in} x {fan_out}), "
+            "which it adapts: a LoRA rank is at most that ({smallest} here; 8 to 64 are common), since at full width "
+            "an adapter is no longer low-rank. To resolve this error, use a rank of at most {smallest}.",
+            key="spec.lora_rank_too_large",
+            option=Option("lora_rank", rank),
+            model=model_name,
+            module=name,
+            fan_in=fan_in,
+            fan_out=fan_out,
+            smallest=smallest,
+            rank=rank,
+        )
+
+
+def adapter_parameters(rank: int, shapes: Sequence[tuple[str, int, int]]) -> int:
+    """The parameters rank-``rank`` adapters add on ``shapes``: ``A`` (rank x in) and ``B`` (out x rank) each."""
+    return sum(rank * (fan_in + fan_out) for _, fan_in, fan_out in shapes)
+
+
 def resolve_targets(model: nn.Module, targets: Sequence[str] | None) -> list[str]:
     """The modules to adapt: ``targets`` checked against the model, or every projection it has.
 

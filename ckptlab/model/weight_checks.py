@@ -110,7 +110,8 @@ def _safetensors_shapes(file: str) -> dict[str, tuple[int, ...]]:
             if name != "__metadata__":
                 shapes[name] = tuple(int(d) for d in entry["shape"])
                 end = max(end, int(entry["data_offsets"][1]))
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+    # OverflowError: int(Infinity), which Python's json reads from a header's "shape" or "data_offsets".
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError):
         raise _bad_weights(
             file, "has a header that is not a valid safetensors table of tensors: it is corrupt"
         ) from None

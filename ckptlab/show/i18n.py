@@ -14,6 +14,8 @@ keep, rerun) stay in English in every file.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import string
 from collections.abc import Callable, Sequence
 
@@ -105,3 +107,39 @@ def _translated(prefix: str, key: str | None, params: dict, english: str, lang: 
     code = normalize(lang)
     text = None if key is None or code == DEFAULT else messages(code).get(prefix + key)
     return english if text is None else text.format(**params)
+
+
+# Characters Markdown gives a meaning inside a line (links, images, emphasis, code, HTML, tables), Streamlit's
+# extensions too (:red[...] and :emoji: directives, $math$), and the "." of a "www." autolink. A value is one line
+# (a control character in a link is refused first), so what only means something at a line's start ("- ", "# ")
+# is left as typed: a "no-such-card" reads as typed in the page's source.
+_MARKDOWN_SPECIAL = re.compile(r"[\\`*_{}\[\]()<>!|~:$.]")
+
+
+def markdown_literal(text: str) -> str:
+    """``text`` with every character Markdown gives a meaning escaped, so a page shows it as typed: a link's
+    ``[click me](https://...)`` stays those characters, never a link nor an image the browser fetches."""
+    return _MARKDOWN_SPECIAL.sub(lambda found: "\\" + found.group(0), text)
+
+
+class Literal(str):
+    """A value someone else typed (a link's), shown in Markdown as text: ``{value}`` and ``{value!r}`` in a
+    template both come out escaped (:func:`markdown_literal`); the template's own Markdown stays Markdown.
+
+    Pages wrap such values where they show them (:func:`as_text`); ``say`` and ``t`` do not escape, since the
+    command line words the same facts for a terminal."""
+
+    __slots__ = ()
+
+    def __format__(self, spec: str) -> str:
+        return markdown_literal(format(str(self), spec))
+
+    def __repr__(self) -> str:
+        return markdown_literal(str.__repr__(str(self)))
+
+
+def as_text(fact: Fact) -> Fact:
+    """``fact`` with each text param a :class:`Literal`: for a page that shows what a link or a participant gave."""
+    return dataclasses.replace(
+        fact, params={n: Literal(v) if isinstance(v, str) else v for n, v in fact.params.items()}
+    )

@@ -18,6 +18,7 @@ from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits, memory_limit
+from ..model.lora import adapted_shapes, adapter_parameters, check_rank
 from ..spec import RunSpec
 from ..torchstate import exclusive
 from .stopping import Progress
@@ -80,6 +81,8 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
             family=info.family,
             every_n_layers=spec.every_n_layers,
         )
+    if spec.lora_rank is not None:
+        check_rank(spec.lora_rank, _adapted(spec, info), info.name)
     if info.max_positions is not None and spec.seq_len > info.max_positions:
         raise SpecError(
             "{option} is longer than {model} accepts ({positions} positions). Use a sequence length of at most "
@@ -130,7 +133,12 @@ def refuse_beyond_machine(checked: CheckedSpec) -> None:
     """
     info, dtype, device = checked.info, checked.dtype, checked.device
     check_fits(info, dtype, device)
-    refusal = host_memory_refusal(info, dtype, device) or step_floor_refusal(checked.spec, info, dtype, device)
+    # A LoRA base is frozen, so "parameters and their gradients" overcounts it: its floor (the adapters and their
+    # gradients) is step_floor's, which then names the rank.
+    full = checked.spec.lora_rank is None
+    refusal = (host_memory_refusal(info, dtype, device) if full else None) or step_floor_refusal(
+        checked.spec, info, dtype, device
+    )
     if refusal is not None:
         raise refusal
 
@@ -190,15 +198,28 @@ def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.devic
 def step_floor(spec: RunSpec, info: ModelInfo, dtype: torch.dtype) -> int:
     """Bytes one training step of ``spec`` holds at least, whatever its checkpointing: a floor, not an estimate.
 
-    The parameters and their gradients; the logits of every token, in the model's dtype and again in
-    float32 (transformers' loss upcasts them: ``ForCausalLMLoss``); and each layer's input, which even
-    a checkpointed layer keeps. Everything else a step holds only adds to it.
+    The parameters and the gradients of what is trained (the whole model, or under LoRA only the adapters,
+    ``rank x (in + out)`` each: a frozen base has no gradients); the logits of every token, in the model's
+    dtype and again in float32 (transformers' loss upcasts them: ``ForCausalLMLoss``); and each layer's
+    input, which even a checkpointed layer keeps. Everything else a step holds only adds to it.
     """
     element = torch.tensor([], dtype=dtype).element_size()
     tokens = spec.seq_len * spec.batch_size
     logits = tokens * info.vocab_size * (element + 4)
     inputs = tokens * info.hidden_size * element * max(info.num_layers, 1)
-    return 2 * info.num_params * element + logits + inputs
+    return info.num_params * element + _trained_parameters(spec, info) * element + logits + inputs
+
+
+def _trained_parameters(spec: RunSpec, info: ModelInfo) -> int:
+    """The parameters a step has gradients for: all of them, or LoRA's adapters (which also add their own weights,
+    counted here twice: the adapters and their gradients)."""
+    if spec.lora_rank is None:
+        return info.num_params
+    return 2 * adapter_parameters(spec.lora_rank, _adapted(spec, info))
+
+
+def _adapted(spec: RunSpec, info: ModelInfo) -> list[tuple[str, int, int]]:
+    return adapted_shapes(catalog.projection_shapes(info.name), spec.lora_targets)
 
 
 def step_floor_refusal(
@@ -218,6 +239,29 @@ def step_floor_refusal(
     if needed <= room:
         return None
     tokens = spec.seq_len * spec.batch_size
+    if spec.lora_rank is not None:
+        adapters = (
+            2 * adapter_parameters(spec.lora_rank, _adapted(spec, info)) * torch.tensor([], dtype=dtype).element_size()
+        )
+        return DoesNotFitError(
+            "{option} x batch {batch} = {tokens} tokens of {name} with LoRA rank {rank} needs at least {needed_gib} "
+            "GiB in one step (parameters, the rank-{rank} adapters and their gradients ({adapters_gib} GiB), the "
+            "logits and each layer's input), more than the {room_gib} GiB {where} has; nothing was built. Use a "
+            "smaller {lora_rank}, a shorter sequence or a smaller batch, or simulate it: {simulate}",
+            key="model.step_floor_lora",
+            option=Option("seq_len", spec.seq_len, words=f"seq_len {spec.seq_len}"),
+            lora_rank=Option("lora_rank"),
+            where=limit[1],
+            simulate=Command("simulate", (Option("model", info.name), Option("lora_rank", spec.lora_rank))),
+            rank=spec.lora_rank,
+            adapters_gib=f"{adapters / 2**30:,.1f}",
+            seq=spec.seq_len,
+            batch=spec.batch_size,
+            tokens=f"{tokens:,}",
+            name=info.name,
+            needed_gib=f"{needed / 2**30:,.1f}",
+            room_gib=f"{room / 2**30:,.1f}",
+        )
     return DoesNotFitError(
         "{option} x batch {batch} = {tokens} tokens of {name} needs at least {needed_gib} GiB in one step "
         "(parameters, gradients, the logits and each layer's input), more than the {room_gib} GiB {where} has; "

@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from ckptlab.show import i18n
 from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, serve
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
@@ -61,5 +62,34 @@ def test_a_participant_follows_the_round_without_reloading():
             participant.wait_for_timeout(1000)  # let Plotly finish its transitions before the picture
             participant.screenshot(path=str(ROOT / "artifacts" / "browser-classroom-participant-pt-BR.png"))
             teacher.screenshot(path=str(ROOT / "artifacts" / "browser-classroom-instructor.png"))
+        finally:
+            browser.close()
+
+
+def test_a_new_tab_of_the_same_browser_is_the_same_participant():
+    """The participant key a small script keeps in a cookie: a second tab's session reads it back, so it keeps the
+    same key (a session that did not would write its own new key over it); another browser gets its own."""
+    with (
+        serve("streamlit-participant-key-test.log", {"CKPTLAB_INSTRUCTOR_SECRET": SECRET}) as url,
+        playwright_api.sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+
+            def key_after_opening_exercises(context) -> str:
+                page = context.new_page()
+                page.goto(url)
+                page.get_by_text("Predict, then measure").first.click()
+                # Drawn after the room's part of the page, where the script that keeps the key is placed.
+                page.get_by_text(i18n.t("exercises.score_title", "en")).first.wait_for(timeout=WAIT_MS)
+                page.wait_for_function("document.cookie.includes('ckptlab_participant=')", timeout=WAIT_MS)
+                page.wait_for_timeout(2000)  # a session that ignored the cookie would have written its own by now
+                assert not page.locator(".stException").count()
+                return next(c["value"] for c in context.cookies() if c["name"] == "ckptlab_participant")
+
+            one = browser.new_context()
+            first = key_after_opening_exercises(one)
+            assert len(first) == 32 and key_after_opening_exercises(one) == first  # a new tab: the same key
+            assert key_after_opening_exercises(browser.new_context()) != first  # another browser: its own
         finally:
             browser.close()

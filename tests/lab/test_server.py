@@ -46,6 +46,12 @@ def test_only_model_folders_inside_the_root_are_offered(root):
     assert policy.local_folder(str(root / "group" / "qwen-small")) == str(root.resolve() / "group" / "qwen-small")
 
 
+def test_a_link_that_loops_back_into_the_root_lists_each_folder_once(root):
+    os.symlink(".", root / "loop")
+    os.symlink("llama-small", root / "again")
+    assert ServerPolicy(models_root=root.resolve()).model_folders() == ["group/qwen-small", "llama-small"]
+
+
 @pytest.mark.parametrize("name", ["..", "../secret-model", "escape", "/etc", "llama-small/../../secret-model"])
 def test_no_path_leads_out_of_the_root(root, name):
     with pytest.raises(NotAllowedError) as refused:

@@ -354,3 +354,19 @@ def test_python_dash_m_on_a_bad_folder_exits_2_without_traceback(tmp_path):
 def test_measure_raises_the_same_errors(tmp_path):
     with pytest.raises(ModelLoadError, match="num_attention_heads=0"):
         measure(replace(FAST, model=str(config_folder(tmp_path, num_attention_heads=0))))
+
+
+def test_a_quantization_whose_package_is_missing_is_one_line(tmp_path, capsys):
+    import importlib.util
+
+    from ckptlab.cli import main
+
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed here: the message for a missing package cannot be met")
+    folder = weights_folder(tmp_path / "q")
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    (folder / "config.json").write_text(json.dumps(config))
+    code = main(["run", "--model", str(folder), "--seq-len", "16", "--repeats", "1", "--warmup", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "asks for a quantization whose package is missing" in err and "Traceback" not in err, err

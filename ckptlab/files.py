@@ -1,0 +1,68 @@
+"""A file the lab (or a loader it calls) is about to open, checked with ``stat`` first; JSON read with bounds.
+
+``open()`` on a FIFO waits for a writer forever, on ``/dev/zero`` reads until memory runs out, on a
+directory raises ``IsADirectoryError``: none of them is a message. So every file the lab opens (a
+``--training-args`` file, a model folder's config, index and weights) is ``stat``-ed first
+(:func:`regular_file_size`), and anything but a regular file is refused with one message saying what
+it is. A swap between this check and the open (by someone who can write the folder) stays possible:
+the check is about mistakes and hostile names, not about a racing writer (docs/security.md).
+
+Python's ``json`` parses nesting by recursion: 100,000 levels of ``[`` raise ``RecursionError``.
+:func:`json_depth` measures the nesting without parsing, so a reader refuses it by a bound first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from .errors import CkptlabError
+
+# What a file that is not a regular one is, by stat's test, in the words of a message.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (a named pipe), which a reader waits on forever", "file.fifo"),
+    (stat.S_ISCHR, "a character device", "file.device"),
+    (stat.S_ISBLK, "a block device", "file.device"),
+    (stat.S_ISDIR, "a directory", "file.directory"),
+    (stat.S_ISSOCK, "a socket", "file.special"),
+)
+
+
+def regular_file_size(path: str | os.PathLike[str], error: type[CkptlabError] = CkptlabError) -> int | None:
+    """The size of ``path`` when it is a regular file (symbolic links followed); None when nothing is there.
+
+    Raises:
+        error: ``path`` is a FIFO, a device, a directory or a socket (keys ``file.fifo``, ``file.device``,
+            ``file.directory``, ``file.special``), naming it and what it is.
+    """
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):  # missing, unreadable, or a NUL in the name: the caller's open says which
+        return None
+    if stat.S_ISREG(info.st_mode):
+        return info.st_size
+    shown = os.fspath(path)
+    what, key = next(
+        ((what, key) for test, what, key in _KINDS if test(info.st_mode)), ("not a regular file", "file.special")
+    )
+    raise error(
+        f"{shown!r} is {what}, not a regular file, so it is not opened. To resolve this error, give the path of "
+        "a regular file (a model folder's config.json and weights, a JSON file of TrainingArguments).",
+        key=key,
+        file=shown,
+        kind=what,
+    )
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in JSON ``text`` (brackets inside strings do not count), unparsed."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)  # a JSON string, its escapes included
+_BRACKETS = re.compile(r"[\[\]{}]")
