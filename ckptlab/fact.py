@@ -74,11 +74,6 @@ def _facts(value: Any) -> bool:
     return isinstance(value, tuple) and bool(value) and all(isinstance(one, Fact) for one in value)
 
 
-def as_written(text: str) -> Fact:
-    """A sentence known only by its words: a note read back from JSON saved before results kept their facts."""
-    return Fact("as_written", {"text": text})
-
-
 @cache
 def messages(lang: str) -> dict[str, str]:
     """The flat key -> text table of one language.

@@ -238,7 +238,7 @@ with st.sidebar:
         st.selectbox(t("at_scale.local_dir", lang), folders, key="at_scale_local_dir", help=t("lab.folder_help", lang))
     if state.at_scale_model == HUB:
         hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
-        st.text_input(t("lab.hub_name", lang), key="at_scale_hub_name", placeholder="Qwen/Qwen3-8B", help=hub_help)
+        st.text_input(t("lab.hub_name", lang), key="at_scale_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
     model_caption = st.empty()
     st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
     st.number_input(t("at_scale.batch", lang), min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")

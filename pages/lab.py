@@ -363,7 +363,7 @@ with st.sidebar:
         st.selectbox(t("lab.folder", lang), folders, key="lab_local_dir", help=t("lab.folder_help", lang))
     elif state.lab_model == HUB:
         hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
-        st.text_input(t("lab.hub_name", lang), key="lab_hub_name", placeholder="Qwen/Qwen3-8B", help=hub_help)
+        st.text_input(t("lab.hub_name", lang), key="lab_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
     elif info:
         st.caption(labpage.model_caption(info, lang))
     st.number_input(t("common.seq_len", lang), min_value=1, max_value=SEQ_MAX, step=128, key="lab_seq")

@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 
 from ckptlab import RunResult, TimingResult, compare
-from ckptlab.fact import as_written
 from ckptlab.results import Region, TimelinePoint
 from ckptlab.show.i18n import say
 
@@ -52,11 +51,6 @@ def test_the_json_keeps_the_notes_english_and_the_facts_beside_them(measured):
     assert data["notes"][0].startswith("offload does not apply on the CPU")  # the English, as JSON always had
     assert data["notes"] == [say(note) for note in result.notes]
     assert RunResult.from_dict(data).notes == result.notes
-    # JSON written before results kept their facts: its notes come back as their words, shown as they are.
-    del data["facts"]
-    old = RunResult.from_dict(data)
-    assert old.notes == [as_written(note) for note in data["notes"]]
-    assert [say(note, "ja") for note in old.notes] == data["notes"] and old.to_dict()["notes"] == data["notes"]
 
 
 def test_the_peaks_region_is_typed_and_its_json_keeps_the_dicts_keys(measured):

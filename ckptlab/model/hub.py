@@ -32,6 +32,7 @@ from ..errors import ModelLoadError, Option
 
 HUB = "hub"  # ModelInfo.source and load_config's source for a Hub model
 CONFIG_FILE = "config.json"
+EXAMPLE_REPO = "Qwen/Qwen3-8B"  # what a name box shows before anything is typed: a repository id as the Hub writes it
 # A config.json of a 400B model is a few KiB: anything near this is not a config (kept here, where importing it
 # costs no torch, for the Hub's size check before a fetch and folder_checks' before a read).
 MAX_CONFIG_BYTES: int = 4 * 2**20

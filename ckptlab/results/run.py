@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from ..errors import SpecError
-from ..fact import Fact, as_written, worded
+from ..fact import Fact, worded
 from ..model.selective import selective_key
 from ..spec import RunSpec
 
@@ -361,9 +361,7 @@ class RunResult:
             memory=build(MemoryResult, data["memory"]),
             timing=build(TimingResult, data["timing"]),
             provenance=build(Provenance, data["provenance"]),
-            notes=[Fact.from_dict(fact) for fact in data["facts"]]
-            if "facts" in data
-            else [as_written(note) for note in data.get("notes", [])],
+            notes=[Fact.from_dict(fact) for fact in data["facts"]],
             message=data.get("message", ""),
             ranks=[
                 RankResult(
