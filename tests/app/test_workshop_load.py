@@ -6,14 +6,11 @@ suite runs the same checks with three sessions (one of them with bad input) and 
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "workshop_load.py"
+from tests.benchmarks import load_benchmark
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = [
@@ -26,11 +23,7 @@ pytestmark = [
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("workshop_load_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("workshop_load")
 
 
 def test_sessions_at_once_each_get_an_answer_one_run_at_a_time():

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from ckptlab import RunSpec, load_model
 from ckptlab.step.trainstep import random_batch
+from tests.benchmarks import load_benchmark
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "instrumentation.py"
-
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("instrumentation_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("instrumentation")
 
 
 def test_recording_the_timeline_changes_neither_the_peak_nor_much_time():

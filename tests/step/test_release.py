@@ -8,11 +8,9 @@ would be counted in the next one's figures, and on a GPU would fill the device.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import sys
 import weakref
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,20 +20,14 @@ from ckptlab.explore.scale import ScaleRequest, Setting
 from ckptlab.lab.runqueue import DeviceQueue
 from ckptlab.lab.scalejob import ScaleJob
 from ckptlab.lab.sweepjob import SweepJob
+from tests.benchmarks import load_benchmark
 from tests.conftest import requires_cuda
-
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "release.py"
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
 
 def _benchmark():
-    """benchmarks/release.py: the many-runs check, and the helpers this file shares with it."""
-    spec = importlib.util.spec_from_file_location("release_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("release")
 
 
 release = _benchmark()
