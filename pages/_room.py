@@ -37,6 +37,19 @@ def exercise_label(exercise_id: str, lang: str) -> str:
     return f"{IDS.index(exercise_id) + 1}. {'★' * level} {t('exercise.' + exercise_id + '.name', lang)}"
 
 
+def picked_id(value: object) -> str:
+    """The exercise a picker's value names: its id, or a label (``"3. ★★ …"``) a browser sent back for it.
+
+    A browser keeps the label it drew and sends that back; when the label is no longer among the options,
+    Streamlit hands the page the string (DESIGN.md's pitfalls). Labels start with the exercise's number, in
+    every language and whatever follows it, so the number finds the id; anything else is the first exercise.
+    """
+    if value in IDS:
+        return str(value)
+    number = str(value).split(".", 1)[0].strip()
+    return IDS[int(number) - 1] if number.isdigit() and 1 <= int(number) <= len(IDS) else IDS[0]
+
+
 def measured_runs(exercise: Exercise, lang: str, wait: bool = False) -> dict[int | None, RunResult]:
     """The exercise's runs, measured through the Learn pages' shared runs (``wait``: with progress, until they are);
     the page stops while they are not there or when one failed, its message shown."""
