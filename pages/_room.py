@@ -138,10 +138,16 @@ def result(closed: Round, lang: str, key: str) -> None:
         provenance_caption(closed.runs[None], lang)
 
 
-def follow_the_room(lang: str) -> None:
+def follow_the_room(lang: str) -> bool:
     """A participant's side of the room, on the Exercises page: the open round's exercise and the answer box, then the
-    room's result once the instructor closes it (for the rounds this session saw open), refreshed by a fragment."""
+    room's result once the instructor closes it (for the rounds this session saw open), refreshed by a fragment.
+
+    Returns whether a round is open: then the room's box is the only answer box, and the page leaves its own copy of
+    the exercises out. The fragment reruns the whole page when a round opens or closes, so the page follows.
+    """
     state = st.session_state
+    now = classroom.ROOM.current()
+    state.classroom_open_drawn = now is not None and now.is_open  # what the whole page was drawn for
     state.setdefault("classroom_mine", {})  # round number -> this participant's answer the room counted
     state.setdefault("classroom_rounds", set())  # the rounds this session saw open: their results follow it
 
@@ -159,6 +165,8 @@ def follow_the_room(lang: str) -> None:
     @st.fragment(run_every=ROOM_REFRESH_S if server_policy()[0].has_instructor else None)
     def room() -> None:
         now = classroom.ROOM.current()
+        if (now is not None and now.is_open) != state.classroom_open_drawn:
+            st.rerun(scope="app")  # a round opened or closed: the page's own exercises hide or come back
         if now is None or (not now.is_open and now.number not in state.classroom_rounds):
             return
         state.classroom_rounds.add(now.number)
@@ -187,3 +195,4 @@ def follow_the_room(lang: str) -> None:
                 st.button(t("classroom.hide", lang), key="classroom_hide", on_click=hide, args=(now.number,))
 
     room()
+    return bool(state.classroom_open_drawn)

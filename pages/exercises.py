@@ -54,7 +54,7 @@ state.exercise_pick = picked_id(state.exercise_pick)  # an id, whatever label a 
 
 st.title(t("exercises.page_title", lang), anchor=False)
 st.markdown(t("exercises.intro", lang))
-follow_the_room(lang)  # the instructor's round on top, while one is open
+in_a_round = follow_the_room(lang)  # the instructor's round on top, while one is open
 
 # The score is recomputed from the locked-in predictions and the measured runs, in the current language.
 results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
@@ -71,6 +71,9 @@ with st.sidebar:
     for answered in outcomes:  # here, not in the picker: a label that changes is sent back stale by the browser
         st.caption(f"✓ {exercise_label(answered, lang)}")
     st.button(t("exercises.reset", lang), key="exercise_reset", on_click=reset, disabled=not state.exercise_answers)
+
+if in_a_round:
+    st.stop()  # the room's box is the only answer box: a second copy of the exercise here would not reach the room
 
 pick, forward = st.columns([6, 1], vertical_alignment="bottom")
 exercise_id = pick.selectbox(

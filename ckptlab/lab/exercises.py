@@ -168,6 +168,14 @@ def time_judgement(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> 
     return compare(runs[exercise.spec.every_n_layers], runs[None]).step.judgement
 
 
+def too_busy_to_time(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> bool:
+    """True for a timed exercise whose runs the lab judged too busy to time (``TimingResult.too_busy``): its answer
+    is not measurable on this machine now, and scores no points."""
+    if exercise.metric != "step" or exercise.kind != "percent":
+        return False
+    return any(run.timing is not None and run.timing.too_busy for run in runs.values())
+
+
 def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, RunResult], lang: str = "en") -> Outcome:
     """Score a prediction against measured runs and explain the gap.
 
@@ -191,6 +199,8 @@ def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, Run
         verdict = t("verdict.right" if points else "verdict.wrong", lang, answer=answer if answer is not None else "-")
         return Outcome(predicted, float(answer or 0), points, verdict, explain(exercise, runs, lang))
     assert measured is not None  # a percent always has one
+    if too_busy_to_time(exercise, runs):  # its time says more about the other work than about checkpointing
+        return Outcome(predicted, measured, 0, t("verdict.busy", lang), explain(exercise, runs, lang))
     points = percent_points(predicted, measured)
     gap = predicted - measured
     if abs(gap) <= PERCENT_BANDS[0][0]:
