@@ -338,8 +338,10 @@ def run_queued(
 def building_fact(checked: CheckedSpec) -> Fact:
     """What a turn does first, said the moment it has the device: building the model (not "waiting")."""
     info = checked.info
-    key = "progress.building_loaded" if info.weights == "loaded" else "progress.building_random"
-    return Fact(key, {"name": info.name, "millions": f"{info.num_params / 1e6:,.1f}"})
+    values = {"name": info.name, "millions": f"{info.num_params / 1e6:,.1f}"}
+    if info.weights == "loaded":
+        return Fact("progress.building_loaded", values)
+    return Fact("progress.building_random", values)
 
 
 def give_back_memory() -> None:

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from ckptlab.show import i18n
-from pages._room import exercise_label
 from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT
 from tests.app.wire import serve
 
@@ -127,8 +126,15 @@ def browser():
             chromium.close()
 
 
-def open_page(browser, url: str, lang: str, nav_key: str):
+def new_page(browser):
+    """A tab of its own (a person of its own) at projector size; a loaded server may take long to answer."""
     page = browser.new_context(viewport=VIEWPORT, accept_downloads=True).new_page()
+    page.set_default_navigation_timeout(WAIT_MS)
+    return page
+
+
+def open_page(browser, url: str, lang: str, nav_key: str):
+    page = new_page(browser)
     page.goto(f"{url}/?lang={lang}")
     page.get_by_role("link", name=words(nav_key, lang)).first.click()
     return page
@@ -162,10 +168,11 @@ def test_a_participant_walks_the_lesson_then_the_exercises(server, browser, lang
         check_page(page, f"exercise {exercise_id} answered")
         if done < len(walked):
             page.get_by_role("button", name=words("exercises.next", lang)).click()
-            page.get_by_text(exercise_label(walked[done], lang)).first.wait_for(timeout=WAIT_MS)
+            name = words(f"exercise.{walked[done]}.name", lang)
+            page.get_by_role("heading", name=name, exact=True).wait_for(timeout=WAIT_MS)
             check_page(page, f"exercise {walked[done]} picked by Next")
     # The timed exercise on a machine the lab judges too busy: no points, and the page says why.
-    page.get_by_text(words("exercises.not_measurable", lang)).first.wait_for(timeout=WAIT_MS)
+    page.get_by_text(words("verdict.busy", lang)).first.wait_for(timeout=WAIT_MS)
     score = page.locator("[data-testid='stSidebar'] [data-testid='stMetricValue']").first.inner_text()
     assert re.fullmatch(r"\d+ / 9", score.strip()), score  # three answers counted, of 3 points each
     shoot(page, f"participant-{lang}")
@@ -216,7 +223,7 @@ def test_an_instructor_runs_a_round_with_two_participants(server, browser, lang)
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, browser, lang, tmp_path):
-    page = browser.new_context(viewport=VIEWPORT, accept_downloads=True).new_page()
+    page = new_page(browser)
     page.goto(f"{server}/?lang={lang}&seq=128&repeats=1&warmup=1&n=2&lora=8&accum=2")
     run = page.get_by_role("button", name=words("lab.run", lang), exact=True)
     run.wait_for(timeout=WAIT_MS)
@@ -235,4 +242,18 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, browser, l
     verdict.wait_for(timeout=WAIT_MS)
     page.locator(".stPlotlyChart").first.wait_for(timeout=WAIT_MS)
     check_page(page, "at scale: qwen3-8b at 8,192 tokens on an H100 80 GB")
+    fitting = [row for row in page.locator("[data-testid='stAlert']").first.inner_text().splitlines() if row.strip()]
+    assert "bfloat16" in " ".join(fitting)  # the verdict says the precision it assumed
+    assert page.get_by_role("button", name=words("at_scale.try_float32_mixed", lang).replace("`", "")).count() == 1
     shoot(page, f"at-scale-{lang}")
+
+    # The fewest GPUs, on a small preset so the search stays cheap: its answer and the code to launch it.
+    page.goto(f"{server}/at_scale?lang={lang}&model=tiny-llama&seq=64&gpu=H100%2080%20GB")
+    page.get_by_role("button", name=words("at_scale.search", lang), exact=True).click(timeout=WAIT_MS)
+    page.get_by_text(words("at_scale.search_header", lang)).wait_for(timeout=WAIT_MS)
+    code = page.locator("[data-testid='stCode']").first
+    code.wait_for(timeout=WAIT_MS)
+    assert "from_pretrained" in code.inner_text() or "torchrun" in code.inner_text() or code.inner_text().strip()
+    check_page(page, "fewest GPUs and the code")
+    code.scroll_into_view_if_needed()
+    shoot(page, f"engineer-code-{lang}")
