@@ -17,7 +17,7 @@ from typing import Literal
 from ..errors import Option, SpecError
 from ..model import catalog
 from ..model.plan import planned_roles
-from ..results import Judgement, RunResult, compare, measurements, memory_of
+from ..results import Judgement, RunResult, compare, measurements, memory_of, timing_of
 from ..show.i18n import t
 from ..show.labels import event_label
 from ..spec import RunSpec
@@ -310,7 +310,16 @@ def _explain_budget(exercise: Exercise, runs: Mapping[int | None, RunResult], an
     held = ", ".join(f"n={n}: {mib(memory_of(runs[n]).after_forward_bytes)}" for n in exercise.choices)
     if answer is None:
         return t("explain.budget_none", lang, budget=mib(budget), held=held)
-    return t("explain.budget", lang, budget=mib(budget), held=held, n=answer)
+    # The speed is said from the measured ranking beside it, never assumed: on a busy machine the chart can show
+    # a setting with more reruns faster, and the words must not contradict the chart.
+    fitting = [n for n in exercise.choices if memory_of(runs[n]).after_forward_bytes <= budget]
+    fastest = min(fitting, key=lambda n: timing_of(runs[n]).step_s)
+    ms = {n: f"{timing_of(runs[n]).step_s * 1000:,.0f}" for n in (answer, fastest)}
+    if fastest == answer:
+        speed = t("explain.budget_fastest", lang, n=answer, ms=ms[answer])
+    else:
+        speed = t("explain.budget_not_fastest", lang, n=answer, ms=ms[answer], other=fastest, other_ms=ms[fastest])
+    return t("explain.budget", lang, budget=mib(budget), held=held, n=answer) + " " + speed
 
 
 def total_points(answers: Mapping[str, Outcome]) -> tuple[int, int]:
