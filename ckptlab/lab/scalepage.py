@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from importlib import metadata
 from typing import Any, Literal
 
 from ..errors import CkptlabError
@@ -408,6 +409,18 @@ def peak_header(gpus: int, lang: str) -> str:
 def table_height(rows: int) -> int:
     """Pixels for a table of ``rows`` rows and its header to show without an inner scroll (up to ``TABLE_MAX_PX``)."""
     return min(TABLE_ROW_PX * (rows + 1) + 4, TABLE_MAX_PX)
+
+
+def trainer_versions() -> dict[str, str]:
+    """The transformers and accelerate the Trainer code was written for: the ones installed here, never a version
+    written into a sentence that an upgrade makes wrong."""
+    found = {}
+    for name in ("transformers", "accelerate"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "-"
+    return found
 
 
 def launch_code(code: SearchCode, lang: str) -> str:

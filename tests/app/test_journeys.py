@@ -141,6 +141,9 @@ def open_page(browser, url: str, lang: str, nav_key: str):
 
 
 def shoot(page, name: str) -> None:
+    """The page once its run has ended (not faded mid-rerun), in artifacts/."""
+    page.locator("[data-testid='stStatusWidget']").wait_for(state="hidden", timeout=WAIT_MS)
+    page.wait_for_timeout(500)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"journey-{name}.png"))
 
