@@ -227,7 +227,7 @@ def test_an_instructor_runs_a_round_with_two_participants(server, browser, lang)
 @pytest.mark.parametrize("lang", LANGS)
 def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, browser, lang, tmp_path):
     page = new_page(browser)
-    page.goto(f"{server}/?lang={lang}&seq=128&repeats=1&warmup=1&n=2&lora=8&accum=2")
+    page.goto(f"{server}/?lang={lang}&seq=64&repeats=1&warmup=0&n=2&lora=8&accum=2")
     run = page.get_by_role("button", name=words("lab.run", lang), exact=True)
     run.wait_for(timeout=WAIT_MS)
     run.click()
