@@ -38,3 +38,23 @@ def test_a_label_the_picker_no_longer_shows_still_names_its_exercise():
     assert picked_id(third) == IDS[2]
     assert picked_id(IDS[4]) == IDS[4]
     assert picked_id("no such label") == IDS[0]
+
+
+def test_during_a_round_the_rooms_box_is_the_only_answer_box(measured, monkeypatch):
+    """While the instructor's round is open the page leaves out its own copy of the exercises (an answer there
+    never reached the room); once the round closes they come back. Runs from the session's measured ones."""
+    from ckptlab.lab import classroom
+    from ckptlab.lab.exercises import by_id
+
+    room = classroom.Classroom()
+    monkeypatch.setattr(classroom, "ROOM", room)
+    exercise = by_id("resident_all")
+    runs = {n: measured(every_n_layers=n) for n in (1, None)}
+    room.open(exercise, runs)
+    at = open_page("pages/exercises.py", "en", timeout=60)
+    buttons = {button.key for button in at.button}
+    assert "classroom_submit" in buttons and "exercise_submit" not in buttons and "exercise_next" not in buttons
+    room.close(room.current().number)
+    at.run()
+    assert_alive(at)
+    assert "exercise_submit" in {button.key for button in at.button}
