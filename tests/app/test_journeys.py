@@ -8,6 +8,12 @@ journey the page must show no exception and every figure's words must fit: plotl
 words may overlap (:func:`check_page`). The machine's load is no part of a journey: the server starts with the
 timing verdict stubbed busy (``journey_site/sitecustomize.py``), so the timing exercise's answer is always the
 one for a busy machine. The last step's screenshots land in artifacts/ for a person to look at.
+
+On the code before issue 43 the engineer's journey failed at "lab run with LoRA and accumulation" (run: the
+diagram's and the memory figure's titles cut by the figure's edge). Not run there, by what the code did: the
+participant's stops at *Next* after an answer (``ValueError: '1. ★ …' is not in list``, reproduced by AppTest in
+tests/app/test_exercise_picker.py) and at the timed exercise (no "not measurable here, now"); the instructor's at
+"the room's box is the only answer box" (the page's own copy of the exercise was drawn under it).
 """
 
 from __future__ import annotations
