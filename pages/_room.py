@@ -37,6 +37,19 @@ def exercise_label(exercise_id: str, lang: str) -> str:
     return f"{IDS.index(exercise_id) + 1}. {'★' * level} {t('exercise.' + exercise_id + '.name', lang)}"
 
 
+def picked_id(value: object) -> str:
+    """The exercise a picker's value names: its id, or a label (``"3. ★★ …"``) a browser sent back for it.
+
+    A browser keeps the label it drew and sends that back; when the label is no longer among the options,
+    Streamlit hands the page the string (DESIGN.md's pitfalls). Labels start with the exercise's number, in
+    every language and whatever follows it, so the number finds the id; anything else is the first exercise.
+    """
+    if value in IDS:
+        return str(value)
+    number = str(value).split(".", 1)[0].strip()
+    return IDS[int(number) - 1] if number.isdigit() and 1 <= int(number) <= len(IDS) else IDS[0]
+
+
 def measured_runs(exercise: Exercise, lang: str, wait: bool = False) -> dict[int | None, RunResult]:
     """The exercise's runs, measured through the Learn pages' shared runs (``wait``: with progress, until they are);
     the page stops while they are not there or when one failed, its message shown."""
@@ -125,12 +138,18 @@ def result(closed: Round, lang: str, key: str) -> None:
         provenance_caption(closed.runs[None], lang)
 
 
-def follow_the_room(lang: str) -> None:
+def follow_the_room(lang: str) -> bool:
     """A participant's side of the room, on the Exercises page: the open round's exercise and the answer box, then the
-    room's result once the instructor closes it (for the rounds this session saw open), refreshed by a fragment."""
+    room's result once the instructor closes it (for the rounds this session saw open), refreshed by a fragment.
+
+    Returns whether a round is open: then the room's box is the only answer box, and the page leaves its own copy of
+    the exercises out. The fragment reruns the whole page when a round opens or closes, so the page follows.
+    """
     state = st.session_state
     if server_policy()[0].has_instructor:
         keep_participant_key()  # one answer per browser, its tabs included
+    now = classroom.ROOM.current()
+    state.classroom_open_drawn = now is not None and now.is_open  # what the whole page was drawn for
     state.setdefault("classroom_mine", {})  # round number -> this participant's answer the room counted
     state.setdefault("classroom_rounds", set())  # the rounds this session saw open: their results follow it
 
@@ -148,6 +167,8 @@ def follow_the_room(lang: str) -> None:
     @st.fragment(run_every=ROOM_REFRESH_S if server_policy()[0].has_instructor else None)
     def room() -> None:
         now = classroom.ROOM.current()
+        if (now is not None and now.is_open) != state.classroom_open_drawn:
+            st.rerun(scope="app")  # a round opened or closed: the page's own exercises hide or come back
         if now is None or (not now.is_open and now.number not in state.classroom_rounds):
             return
         state.classroom_rounds.add(now.number)
@@ -176,3 +197,4 @@ def follow_the_room(lang: str) -> None:
                 st.button(t("classroom.hide", lang), key="classroom_hide", on_click=hide, args=(now.number,))
 
     room()
+    return bool(state.classroom_open_drawn)

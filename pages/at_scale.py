@@ -159,10 +159,16 @@ def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_lab
         launch, setup = st.columns(2)
         launch.caption(t("at_scale.code_launch", lang))
         launch.code(scalepage.launch_code(code, lang), language="bash", wrap_lines=True)
-        launch.caption(t("at_scale.code_trainer", lang))
+        launch.caption(t("at_scale.code_trainer", lang, **scalepage.trainer_versions()))
         launch.code(code.trainer_code, language="python", wrap_lines=True)
         setup.caption(t("at_scale.code_model", lang) if found.gpus == 1 else t("at_scale.code_fsdp", lang))
         setup.code(code.model_code, language="python", wrap_lines=True)
+
+
+def float32_under_bf16() -> None:
+    """The widgets of Trainer's usual ``bf16=True``: float32 weights, bf16 compute; Simulate then shows its peak."""
+    st.session_state.at_scale_dtype = "float32"
+    st.session_state.at_scale_mixed_precision = "bf16"
 
 
 def draw_table(
@@ -175,6 +181,10 @@ def draw_table(
     state = st.session_state
     verdict = scalepage.verdict(table, budget, budget_label, lang)
     getattr(st, verdict.kind)(verdict.text)
+    if scalepage.float32_under_mixed(
+        state
+    ):  # the verdict assumed half-precision weights: Trainer's usual, a click away
+        st.button(t("at_scale.try_float32_mixed", lang), key="at_scale_try_mixed", on_click=float32_under_bf16)
     pick = verdict.result
     st.caption(t("at_scale.optimizer", lang, training=training_label(table.results[0].spec, lang)))
     # The drawn setting follows the verdict whenever the table or the budget changes; the person may pick another.

@@ -28,6 +28,7 @@ from pages._room import (
     exercise_label,
     follow_the_room,
     measured_runs,
+    picked_id,
     prediction_box,
     provenance_caption,
     question,
@@ -40,7 +41,7 @@ lang = language()
 
 
 def go_next() -> None:
-    state.exercise_pick = IDS[min(IDS.index(state.exercise_pick) + 1, len(IDS) - 1)]
+    state.exercise_pick = IDS[min(IDS.index(picked_id(state.exercise_pick)) + 1, len(IDS) - 1)]
 
 
 def reset() -> None:
@@ -49,10 +50,11 @@ def reset() -> None:
 
 state.setdefault("exercise_answers", {})  # exercise id -> the prediction locked in (its first answer)
 state.setdefault("exercise_pick", IDS[0])
+state.exercise_pick = picked_id(state.exercise_pick)  # an id, whatever label a browser sent back
 
 st.title(t("exercises.page_title", lang), anchor=False)
 st.markdown(t("exercises.intro", lang))
-follow_the_room(lang)  # the instructor's round on top, while one is open
+in_a_round = follow_the_room(lang)  # the instructor's round on top, while one is open
 
 # The score is recomputed from the locked-in predictions and the measured runs, in the current language.
 results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
@@ -66,14 +68,19 @@ with st.sidebar:
         help=t("exercises.score_help", lang, points=exercises.MAX_POINTS),
     )
     st.caption(t("exercises.answered", lang, done=len(outcomes), total=len(EXERCISES)))
+    for answered in outcomes:  # here, not in the picker: a label that changes is sent back stale by the browser
+        st.caption(f"✓ {exercise_label(answered, lang)}")
     st.button(t("exercises.reset", lang), key="exercise_reset", on_click=reset, disabled=not state.exercise_answers)
+
+if in_a_round:
+    st.stop()  # the room's box is the only answer box: a second copy of the exercise here would not reach the room
 
 pick, forward = st.columns([6, 1], vertical_alignment="bottom")
 exercise_id = pick.selectbox(
     t("exercises.pick", lang),
     IDS,
     key="exercise_pick",
-    format_func=lambda i: exercise_label(i, lang) + (" ✓" if i in outcomes else ""),
+    format_func=lambda i: exercise_label(i, lang),  # stable: the ✓ of an answered exercise is in the sidebar
 )
 forward.button(
     t("exercises.next", lang), key="exercise_next", on_click=go_next, disabled=exercise_id == IDS[-1], width="stretch"

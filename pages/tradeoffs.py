@@ -95,7 +95,12 @@ with st.sidebar:
     # would teach nothing; at 512 it spreads from 277.2 MiB off to 219.3 at every_n_layers=1 (sweep, 2 CPU cores).
     seq_lens = st.multiselect(i18n.t("tradeoffs.seq_lens", lang), SEQ_CHOICES, default=[512], key="tradeoffs_seq")
     custom_n = st.toggle(i18n.t("tradeoffs.choose_n", lang), value=False, key="tradeoffs_choose_n")
-    st.multiselect("every_n_layers", list(range(1, 65)), default=[1, 2, 4], key="tradeoffs_n", disabled=not custom_n)
+    state.setdefault("tradeoffs_n", [1, 2, 4])
+    if custom_n:
+        st.multiselect("every_n_layers", list(range(1, 65)), key="tradeoffs_n")
+    else:  # not a box of chips saying "1 2 4" beside a sweep of every value
+        state.tradeoffs_n = state.tradeoffs_n  # kept for the toggle: a widget's value is dropped while it is not drawn
+        st.caption(i18n.t("tradeoffs.every_n_all", lang, layers=preset_infos()[model].num_layers))
     st.radio(
         i18n.t("tradeoffs.offload", lang),
         OFFLOAD_CHOICES,

@@ -338,3 +338,17 @@ def option_flags(parser: argparse.ArgumentParser) -> CliFlags:
 
 def print_progress(message: Fact, fraction: float) -> None:
     print(f"\r[{fraction:>4.0%}] {say(message):<50}", end="", file=sys.stderr, flush=True)
+
+
+class LineProgress:
+    """Progress for a standard error that is not a terminal (a log, CI, ``nohup``): one line each time the message
+    changes, so a long run says it is alive without a carriage return a file cannot show."""
+
+    def __init__(self) -> None:
+        self._last = ""
+
+    def __call__(self, message: Fact, fraction: float) -> None:
+        words = say(message)
+        if words != self._last:
+            self._last = words
+            print(f"[{fraction:>4.0%}] {words}", file=sys.stderr, flush=True)

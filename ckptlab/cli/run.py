@@ -23,11 +23,14 @@ import time
 from pathlib import Path
 
 from ..errors import CkptlabError, SpecError
+from ..fact import Fact
+from ..show.i18n import say
 from ..spec import RunSpec
 from ..torchstate import launched
 from .args import (
     EXIT_BAD_INPUT,
     EXIT_PLAN_MISMATCH,
+    LineProgress,
     add_fsdp_argument,
     add_run_arguments,
     argv_from_spec,
@@ -61,6 +64,9 @@ def add_run_command(commands) -> None:
     )
     compare_flag.add_argument("--no-compare", dest="compare", action="store_false")
     run.add_argument("--json", action="store_true", help="print only the result as JSON")
+    run.add_argument(
+        "--quiet", action="store_true", help="no progress and no warnings on standard error (errors still print)"
+    )
     ranks = run.add_argument_group("across ranks (torch's launcher, torchrun)")
     add_fsdp_argument(ranks)
     ranks.add_argument(
@@ -92,11 +98,15 @@ def _run(args: argparse.Namespace) -> int:
     from ..results import compare  # the core, once the spec is known good (see ckptlab.cli)
     from ..show.report import run_report
     from ..step.measure import measure
-    from ..step.preflight import load_model
+    from ..step.preflight import load_model, resolve_device
 
     core_loaded(args)
-    # A progress line only where a person watches; pipes and --json get clean output.
-    progress = print_progress if sys.stderr.isatty() and not args.json else None
+    # On standard error, so standard output (a report, --json) stays clean: one updating line on a terminal, a
+    # line per message in a log (a long run must say it is alive there too); --quiet says nothing.
+    progress = None if args.quiet else print_progress if sys.stderr.isatty() else LineProgress()
+    if not args.quiet and spec.mixed_precision != "none" and resolve_device(spec.device).type == "cpu":
+        warning = Fact("warning.cpu_autocast", {"mp": spec.mixed_precision, "steps": spec.warmup + spec.repeats})
+        print(f"warning: {say(warning)}", file=sys.stderr, flush=True)
     model, info = load_model(spec, progress)
     result = measure(spec, model=model, info=info, progress=progress)
     with_compare = args.compare if args.compare is not None else not args.json
@@ -105,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         reference = measure(spec.checkpointing_off(), model=model, info=info, progress=progress)
         if reference.status == "ok":
             comparison = compare(result, reference)
-    if progress:
+    if progress is print_progress:
         print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
     if args.json:
         print(result.to_json())

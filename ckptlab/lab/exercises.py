@@ -19,7 +19,7 @@ from ..errors import Option, SpecError
 from ..explore.budget import fit
 from ..model import catalog
 from ..model.plan import planned_roles
-from ..results import Judgement, RunResult, compare, measurements, memory_of
+from ..results import Judgement, RunResult, compare, measurements, memory_of, timing_of
 from ..show.i18n import t
 from ..show.labels import event_label
 from ..spec import RunSpec
@@ -185,6 +185,14 @@ def time_judgement(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> 
     return compare(runs[exercise.spec.every_n_layers], runs[None]).step.judgement
 
 
+def too_busy_to_time(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> bool:
+    """True for a timed exercise whose runs the lab judged too busy to time (``TimingResult.too_busy``): its answer
+    is not measurable on this machine now, and scores no points."""
+    if exercise.metric != "step" or exercise.kind != "percent":
+        return False
+    return any(run.timing is not None and run.timing.too_busy for run in runs.values())
+
+
 def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, RunResult], lang: str = "en") -> Outcome:
     """Score a prediction against measured runs and explain the gap.
 
@@ -208,6 +216,8 @@ def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, Run
         verdict = t("verdict.right" if points else "verdict.wrong", lang, answer=answer if answer is not None else "-")
         return Outcome(predicted, float(answer or 0), points, verdict, explain(exercise, runs, lang))
     assert measured is not None  # a percent always has one
+    if too_busy_to_time(exercise, runs):  # its time says more about the other work than about checkpointing
+        return Outcome(predicted, measured, 0, t("verdict.busy", lang), explain(exercise, runs, lang))
     points = percent_points(predicted, measured)
     gap = predicted - measured
     if abs(gap) <= PERCENT_BANDS[0][0]:
@@ -317,7 +327,16 @@ def _explain_budget(exercise: Exercise, runs: Mapping[int | None, RunResult], an
     held = ", ".join(f"n={n}: {mib(memory_of(runs[n]).after_forward_bytes)}" for n in exercise.choices)
     if answer is None:
         return t("explain.budget_none", lang, budget=mib(budget), held=held)
-    return t("explain.budget", lang, budget=mib(budget), held=held, n=answer)
+    # The speed is said from the measured ranking beside it, never assumed: on a busy machine the chart can show
+    # a setting with more reruns faster, and the words must not contradict the chart.
+    fitting = [n for n in exercise.choices if memory_of(runs[n]).after_forward_bytes <= budget]
+    fastest = min(fitting, key=lambda n: timing_of(runs[n]).step_s)
+    ms = {n: f"{timing_of(runs[n]).step_s * 1000:,.0f}" for n in (answer, fastest)}
+    if fastest == answer:
+        speed = t("explain.budget_fastest", lang, n=answer, ms=ms[answer])
+    else:
+        speed = t("explain.budget_not_fastest", lang, n=answer, ms=ms[answer], other=fastest, other_ms=ms[fastest])
+    return t("explain.budget", lang, budget=mib(budget), held=held, n=answer) + " " + speed
 
 
 def total_points(answers: Mapping[str, Outcome]) -> tuple[int, int]:

@@ -30,7 +30,7 @@ from ..results import Comparison, Judgement, RunResult, compare, judge_time
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
-from ..step.preflight import check_spec, load_model, refuse_beyond_machine, resolve_device, resolve_dtype
+from ..step.preflight import CheckedSpec, check_spec, load_model, refuse_beyond_machine, resolve_device, resolve_dtype
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 from .workers import WorkerPool
@@ -282,7 +282,8 @@ def run_queued(
     """
     started = time.monotonic()
     report = progress or (lambda message, fraction: None)
-    refuse_beyond_machine(check_spec(spec))
+    checked = check_spec(spec)
+    refuse_beyond_machine(checked)
     reference, full = reference_spec(spec), plain_spec(spec)
     run, base, plain = (_cached(cache, one) for one in (spec, reference, full))
     wait_s = 0.0
@@ -296,6 +297,8 @@ def run_queued(
             run, base, plain = (_cached(cache, one) for one in (spec, reference, full))
             count = (run is None) + (spec.checkpointing and ((base is None) + (full is not None and plain is None)))
             done = 0
+            if count:  # a worker's first words come after it has started and imported torch: seconds on an idle server
+                report(building_fact(checked), 0.0)
             try:
                 if run is None:
                     run = cache.put(
@@ -334,6 +337,15 @@ def run_queued(
         elapsed_s=time.monotonic() - started,
         plain=plain,
     )
+
+
+def building_fact(checked: CheckedSpec) -> Fact:
+    """What a turn does first, said the moment it has the device: building the model (not "waiting")."""
+    info = checked.info
+    values = {"name": info.name, "millions": f"{info.num_params / 1e6:,.1f}"}
+    if info.weights == "loaded":
+        return Fact("progress.building_loaded", values)
+    return Fact("progress.building_random", values)
 
 
 def give_back_memory() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from importlib import metadata
 from typing import Any, Literal
 
 from ..errors import CkptlabError
@@ -301,7 +302,9 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
             layers=table.num_layers,
         )
         thin = i18n.t("at_scale.thin", lang) if answer.thin else ""
-        return Verdict("success", f"{gpus}: {text}{thin}", best)
+        fitting = [Setting.of(result.spec).key for result in table.results if fits(result, budget)]
+        also = i18n.t("at_scale.all_that_fit", lang, settings=", ".join(fitting)) if len(fitting) > 1 else ""
+        return Verdict("success", f"{gpus}: {text}{thin}{also}{precision(table, lang)}", best)
     lowest = min(table.results, key=lambda result: memory_of(result).peak_bytes)
     lowest_peak = memory_of(lowest).peak_bytes
     text = i18n.t(
@@ -312,7 +315,25 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
         setting=Setting.of(lowest.spec).key,
         short=fit(lowest_peak, budget).short_bytes / GIB,
     )
-    return Verdict("error", f"{gpus}: {text}", lowest)
+    return Verdict("error", f"{gpus}: {text}{precision(table, lang)}", lowest)
+
+
+def precision(table: ScaleTable, lang: str) -> str:
+    """The precision the verdict assumed, said after it: the weights' dtype, and Trainer's mixed precision if any.
+
+    Half-precision weights hold half-precision gradients and optimizer state; Trainer's usual ``bf16=True`` keeps
+    float32 weights (and their state) and needs far more: a verdict that does not say which it is misleads.
+    """
+    spec = table.results[0].spec
+    if spec.mixed_precision != "none":
+        return i18n.t("at_scale.assumed_mixed", lang, dtype=spec.dtype, mp=spec.mixed_precision)
+    return i18n.t("at_scale.assumed_dtype", lang, dtype=spec.dtype)
+
+
+def float32_under_mixed(values: Mapping[str, Any]) -> bool:
+    """Whether the page's widgets ask for half-precision weights (bfloat16 or float16) without mixed precision:
+    then the page offers Trainer's usual ``bf16=True`` on float32 weights, one click away."""
+    return values.get("at_scale_dtype") in ("bfloat16", "float16") and values.get("at_scale_mixed_precision") == "none"
 
 
 def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[dict]:
@@ -401,6 +422,18 @@ def peak_header(gpus: int, lang: str) -> str:
 def table_height(rows: int) -> int:
     """Pixels for a table of ``rows`` rows and its header to show without an inner scroll (up to ``TABLE_MAX_PX``)."""
     return min(TABLE_ROW_PX * (rows + 1) + 4, TABLE_MAX_PX)
+
+
+def trainer_versions() -> dict[str, str]:
+    """The transformers and accelerate the Trainer code was written for: the ones installed here, never a version
+    written into a sentence that an upgrade makes wrong."""
+    found = {}
+    for name in ("transformers", "accelerate"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "-"
+    return found
 
 
 def launch_code(code: SearchCode, lang: str) -> str:

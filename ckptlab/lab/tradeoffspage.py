@@ -24,6 +24,7 @@ from .stepboxes import step_fields
 from .targets import spec_targets
 
 DEFAULT_BUDGET_MIB = 1024.0  # the custom budget's first value when no row has a peak
+BUDGET_HEADROOM = 0.05  # the first budget's room above the median peak: allocator fragmentation and such
 
 
 def spec_from_widgets(values: Mapping[str, Any], lora_choices: Sequence[str]) -> SweepSpec:
@@ -95,10 +96,13 @@ def summary(result: SweepResult, lang: str) -> str:
 
 
 def default_budget_mib(result: SweepResult, seq_len: int) -> float:
-    """The custom budget's first value: the median peak at ``seq_len``, in MiB to one decimal, rounded up so that
-    the median row fits (rounded to the nearest, equal peaks, as fused AdamW gives, fitted nowhere)."""
+    """The custom budget's first value: the median peak at ``seq_len`` and :data:`BUDGET_HEADROOM` more, rounded up
+    to a whole MiB, so the median row fits with room a person would leave (the bare peak rounded up left "0.1 MiB
+    to spare", and rounded to the nearest, equal peaks, as fused AdamW gives, fitted nowhere)."""
     peaks = [row.peak_bytes for row in result.rows_at(seq_len) if row.peak_bytes is not None]
-    return math.ceil(sorted(peaks)[len(peaks) // 2] / MIB * 10) / 10 if peaks else DEFAULT_BUDGET_MIB
+    if not peaks:
+        return DEFAULT_BUDGET_MIB
+    return float(math.ceil(sorted(peaks)[len(peaks) // 2] * (1 + BUDGET_HEADROOM) / MIB))
 
 
 def recommended(recommendation: Recommendation, seq_len: int, lang: str) -> str:

@@ -291,7 +291,7 @@ def fsdp_trainer_snippet(
     step_fields: Mapping[str, object] | None = None,
     context_fn: bool = False,
 ) -> str:
-    """``TrainingArguments`` for the same setting under FSDP2, for Trainer users (transformers 5.24, accelerate 1.15).
+    """``TrainingArguments`` for the same setting under FSDP2, for Trainer users (transformers 5.24, accelerate 1.16).
 
     What the source says: ``fsdp=True`` turns FSDP on through accelerate, wrapping each of the model's
     ``_no_split_modules`` (its decoder layers) and then the root; ``fsdp_config["version"] = 2`` is

@@ -94,3 +94,51 @@ def test_the_kept_bytes_exercise_scores_on_the_share_of_the_measurement(measured
     # The question's shape is the model's: tiny-llama, 6 layers of 6 heads of 64.
     values = exercise.question_values()
     assert (values["layers"], values["heads"], values["head_dim"], values["cp"]) == (6, 6, 64, 6)
+
+
+def _timed(run, **machine):
+    """``run`` as if timed on a machine with ``machine`` (load_average, cores, shared_cores)."""
+    from dataclasses import replace
+
+    return replace(run, timing=replace(run.timing, **machine))
+
+
+@pytest.mark.parametrize("lang", list(i18n.LANGUAGES))
+def test_a_timed_exercise_on_a_machine_too_busy_to_time_scores_nothing_and_says_why(measured, lang):
+    exercise = exercises.by_id("step_time")
+    runs = _runs(measured, exercise)
+    idle = {n: _timed(run, load_average=0.1, cores=64, shared_cores=False) for n, run in runs.items()}
+    busy = {**idle, 1: _timed(idle[1], load_average=99.0)}  # more tasks waiting than cores
+    answer = exercises.measured_answer(exercise, idle)
+    assert exercises.evaluate(exercise, answer, idle, lang).points > 0 or any(
+        run.timing.too_busy
+        for run in idle.values()  # identical steps that differed too much: busy anyway
+    )
+    outcome = exercises.evaluate(exercise, answer, busy, lang)
+    assert outcome.points == 0 and outcome.verdict == i18n.t("verdict.busy", lang)
+    assert exercises.too_busy_to_time(exercise, busy) and not exercises.too_busy_to_time(
+        exercises.by_id("resident_all"), busy
+    )  # memory is unaffected by a busy machine
+
+
+def test_the_budget_explanation_says_the_speed_the_chart_shows(measured):
+    """Exercise 6's words come from the measured ranking: when a setting with more reruns was measured faster (a
+    busy machine), the explanation says so instead of "fastest" beside a chart that shows otherwise."""
+    from dataclasses import replace
+
+    exercise = exercises.by_id("budget")
+    runs = _runs(measured, exercise)
+    answer = exercises.budget_answer(exercise, runs)
+    fitting = [n for n in exercise.choices if n <= answer]
+    assert len(fitting) > 1  # a setting with more reruns fits too: there is a ranking to say
+
+    def step_ms(run, ms):
+        return replace(run, timing=replace(run.timing, step_s=ms / 1000))
+
+    slow = {**runs, answer: step_ms(runs[answer], 762), fitting[0]: step_ms(runs[fitting[0]], 397)}
+    text = exercises.explain(exercise, slow, "en")
+    assert "was not the fastest: 762 ms" in text and f"397 ms for every_n_layers={fitting[0]}" in text
+    fast = {**runs, **{n: step_ms(runs[n], 900 - 100 * i) for i, n in enumerate(fitting)}}
+    assert exercises.explain(exercise, fast, "en").endswith(
+        f"the fastest that fits: {900 - 100 * (len(fitting) - 1)} ms a step."
+    )

@@ -148,3 +148,31 @@ def test_the_verdict_says_when_only_checkpointing_every_layer_fits():
     budget = peaks[Setting(2, False)] + 1  # now every_n_layers=2 fits too: it reruns fewer
     answer = scalepage.verdict(table, budget, "the test's budget", "en")
     assert "reruns the fewest layers (3 of 6)" in answer.text
+
+
+def test_the_verdict_names_every_setting_that_fits_and_the_precision_it_assumed():
+    """Not "the only setting that fits" beside a table where another fits too; and the dtype it assumed, since
+    Trainer's usual bf16=True on float32 weights needs far more."""
+    from ckptlab.explore.scale import scale_table
+    from ckptlab.results import memory_of
+    from ckptlab.spec import Setting
+
+    settings = (Setting(None, False), Setting(2, False), Setting(1, False))
+    table = scale_table("tiny-llama", 1024, 4, "bfloat16", settings)
+    peaks = {Setting.of(result.spec): memory_of(result).peak_bytes for result in table.results}
+    answer = scalepage.verdict(table, peaks[Setting(2, False)] + 1, "the test's budget", "en")
+    assert "Every setting simulated that fits: n=2, n=1." in answer.text
+    assert "Assumed: bfloat16 weights" in answer.text and "`bf16=True` keeps float32 weights" in answer.text
+    lonely = scalepage.verdict(table, peaks[Setting(1, False)] + 1, "the test's budget", "en")
+    assert "Every setting simulated that fits" not in lonely.text and "only" not in lonely.text
+    assert scalepage.float32_under_mixed({"at_scale_dtype": "bfloat16", "at_scale_mixed_precision": "none"})
+    assert not scalepage.float32_under_mixed({"at_scale_dtype": "float32", "at_scale_mixed_precision": "bf16"})
+
+
+def test_the_trainer_code_names_the_versions_installed():
+    import accelerate
+    import transformers
+
+    versions = scalepage.trainer_versions()
+    assert versions == {"transformers": transformers.__version__, "accelerate": accelerate.__version__}
+    assert f"accelerate {accelerate.__version__}" in i18n.t("at_scale.code_trainer", "en", **versions)

@@ -15,6 +15,7 @@ Streamlit's plotly.js (4.x) draws nothing for a pattern with an rgba fgcolor: he
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,11 +27,63 @@ def on_white(size: int) -> dict[str, Any]:
     return {"font": {"family": FONT, "size": size}, "plot_bgcolor": "white"}
 
 
+# A title's line, in characters of a Latin font (a CJK character counts two): a figure half of a 1280-pixel
+# screen's page is about 320-480 px wide, and plotly neither wraps a title nor keeps it inside the figure.
+TITLE_CHARS = {"large": 38, "normal": 40}
+
+
+def wrapped(text: str, width: int) -> str:
+    """``text`` broken into lines (plotly's ``<br>``) of at most ``width`` characters, at spaces where there are
+    any (Japanese has none: there it breaks between characters); a line it already breaks is kept."""
+    lines = []
+    for paragraph in text.split("<br>"):
+        line, used = "", 0
+        for token in _tokens(paragraph):
+            size = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in token)
+            if line and used + size > width:
+                lines.append(line.rstrip())
+                line, used = token.lstrip(), size - (len(token) - len(token.lstrip()))
+            else:
+                line, used = line + token, used + size
+        lines.append(line.rstrip())
+    return "<br>".join(lines)
+
+
+def _tokens(text: str) -> list[str]:
+    """Words with the space before them, and each wide (CJK) character on its own: the places a line may break."""
+    tokens: list[str] = []
+    for ch in text:
+        wide = unicodedata.east_asian_width(ch) in "WF"
+        if not tokens or wide or ch == " " or (unicodedata.east_asian_width(tokens[-1][-1]) in "WF"):
+            tokens.append(ch)
+        else:
+            tokens[-1] += ch
+    return tokens
+
+
 def heading(text: str, subtitle: str | None = None, size: int | None = None) -> dict[str, Any]:
-    """A figure's title at its left edge, the subtitle (where numbers come from) under it, at ``size`` if given."""
-    title: dict[str, Any] = {"text": text, "x": 0, "xref": "paper"}
+    """A figure's title at the figure's left edge (not the plot's: the room of the axis labels is the title's too),
+    the subtitle (where numbers come from) under it, at ``size`` if given; both wrapped to fit a projector's
+    half-screen figure, and the top margin grown to hold them."""
+    width = TITLE_CHARS["large" if size and size >= 18 else "normal"]
+    text = wrapped(text, width)
+    # From the figure's top edge down, the top margin grown to hold every line (a title anchored in the margin's
+    # middle grows past the figure's top edge, where the SVG clips it). Plotly anchors a title's first line at the
+    # top and does not move it down for the lines under it: the pad does (measured in Chromium, plotly.js 4.1).
+    line_px = round(1.25 * (size or 17))
+    lines = text.count("<br>")
+    title: dict[str, Any] = {
+        "text": text,
+        "x": 0,
+        "xref": "container",
+        "y": 1,
+        "yref": "container",
+        "yanchor": "top",
+        "automargin": True,
+        "pad": {"l": 8, "t": 8 + (line_px * lines + round(1.1 * (size or 17)) if lines else 0)},
+    }
     if subtitle is not None:
-        title["subtitle"] = {"text": subtitle}
+        title["subtitle"] = {"text": wrapped(subtitle, int(width * 1.3))}  # a smaller font
     if size:
         title["font"] = {"size": size}
     return title

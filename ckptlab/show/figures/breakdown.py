@@ -19,7 +19,7 @@ from ...results import RunResult
 from ...units import GIB, MIB
 from ..i18n import t
 from ..labels import provenance_label, training_label
-from ._style import CATEGORY_COLORS, GRID, heading, legend, on_white
+from ._style import CATEGORY_COLORS, GRID, heading, legend, on_white, wrapped
 
 PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
 FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
@@ -62,10 +62,15 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     totals = [sum(peak.values()) for peak in peaks]
     scale, unit = bar_unit(max(totals, default=0))
     provenance = " / ".join(dict.fromkeys(provenance_label(run.provenance, lang) for run in runs))
+    # Wrapped: beside a diagram at 1280x720 a bar is about 150 px wide, and a longer label ("checkpointing
+    # desligado") runs into its neighbour's and out of the figure.
     ticks = [
-        t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang))
+        wrapped(
+            t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang)), 20
+        )
         for label, _, memory in drawn
     ]
+    extra_lines = max((tick.count("<br>") - 1 for tick in ticks), default=0)  # the labels were two lines
     figure = go.Figure()
     for part in drawn_parts(peaks):
         values = [part_bytes(peak, part) for peak in peaks]
@@ -104,9 +109,9 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     figure.update_layout(
         title=heading(t("breakdown.title", lang), subtitle),
         barmode="stack",
-        height=height,
-        margin={"l": 60, "r": 20, "t": 105, "b": 40},  # a title and a two-line subtitle
-        legend=legend(-0.22, traceorder="reversed"),
+        height=height + 30 * extra_lines,
+        margin={"l": 60, "r": 20, "t": 105, "b": 40 + 30 * extra_lines},  # a title and a two-line subtitle
+        legend=legend(-0.22 - 0.12 * extra_lines, traceorder="reversed"),  # under the labels, however many lines
         **on_white(13),
         hoverlabel={"font": {"size": 14}},
     )

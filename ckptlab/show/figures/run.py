@@ -32,6 +32,7 @@ from ._style import (
     legend,
     on_white,
     whiskers,
+    wrapped,
 )
 
 
@@ -55,7 +56,9 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
     if checkpointed and baseline is not None and baseline.memory is not None and baseline.timing is not None:
         series.append((setting_label(None, False, lang), baseline.memory, baseline.timing, OFF_COLOR))
 
-    figure = make_subplots(rows=1, cols=2, subplot_titles=(t("fig.memory_panel", lang), t("fig.time_panel", lang)))
+    # Wrapped: at 1280x720 the panel's title is wider than its panel and runs into the axis labels.
+    panels = (wrapped(t("fig.memory_panel", lang), 22), wrapped(t("fig.time_panel", lang), 22))
+    figure = make_subplots(rows=1, cols=2, subplot_titles=panels)
     memory_labels = [t("fig.after_forward", lang), t("fig.peak_of_step", lang)]
     time_labels = [t("fig.forward", lang), t("fig.backward", lang), t("fig.step", lang)]
     for name, memory, timing, color in series:
@@ -96,9 +99,10 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
         )
     figure.update_layout(
         barmode="group",
-        height=360,
-        margin={"l": 55, "r": 10, "t": 70, "b": 55},  # room for the two-line category labels
-        legend=legend(1.12, "bottom", font={"size": 14}),
+        height=380,
+        # room for the two-line category labels below, the two-line panel titles and the legend above
+        margin={"l": 55, "r": 10, "t": 100, "b": 55},
+        legend=legend(1.2, "bottom", font={"size": 14}),
         **on_white(14),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
@@ -114,7 +118,8 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
     Args:
         runs: measured runs of one model and shape (checkpointing off first reads best).
     """
-    panels = (t("trade.memory_title", lang), t("trade.time_title", lang))
+    # Wrapped: a panel's title wider than its panel reaches over the other panel's axis labels at 1280x720.
+    panels = (wrapped(t("trade.memory_title", lang), 24), wrapped(t("trade.time_title", lang), 24))
     figure = make_subplots(rows=1, cols=2, subplot_titles=panels, horizontal_spacing=0.12)
     # Short, horizontal tick labels: the long setting names turn sideways and get cut in a half-width column.
     names = [short_setting_label(run.spec.every_n_layers, lang) for run in runs]
@@ -177,8 +182,8 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
     figure.update_layout(
         barmode="group",
         height=height,
-        margin={"l": 50, "r": 10, "t": 60, "b": 50},
-        legend=legend(1.12, "bottom", font={"size": 13}),
+        margin={"l": 50, "r": 10, "t": 90, "b": 50},  # the legend over the panels' two-line titles
+        legend=legend(1.2, "bottom", font={"size": 13}),
         **on_white(14),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")

@@ -256,9 +256,11 @@ def _layout(figure: go.Figure, title: str, subtitle: str, x_title: str, y_title:
     figure.update_layout(
         title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
         barmode="overlay",  # slots and stacking are placed by hand (offset, width, base)
-        height=480,
-        margin={"l": 60, "r": 20, "t": 115, "b": 130},  # a two-line subtitle; two-line ticks, then the legend
-        legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
+        height=500,
+        # A two-line subtitle; two-line ticks, the axis title, then the legend, clear of a long axis title (pt-BR's
+        # "configuração (camadas com checkpoint)" met the legend at 1280x720).
+        margin={"l": 60, "r": 20, "t": 115, "b": 150},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.31, "x": 0},
         **on_white(13),
         hoverlabel={"font": {"size": 14}},
     )

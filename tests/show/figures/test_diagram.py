@@ -53,7 +53,7 @@ def test_each_role_has_its_own_colour_the_same_on_every_diagram_and_observed_row
     assert {trace.name: trace.marker.color for trace in teaching.data} == colours
     planned = {trace.name.removesuffix(" (planned)"): trace.marker.color for trace in plan_figure(6, 2).data}
     assert planned == colours
-    assert lab.result.provenance.label in figure.layout.title.subtitle.text
+    assert lab.result.provenance.label in figure.layout.title.subtitle.text.replace("<br>", " ")
 
 
 def test_the_lesson_diagram_draws_the_same_boxes_as_the_run_diagram(lab):
@@ -84,7 +84,7 @@ def test_a_mismatch_adds_the_planned_rows_hatched(lab):
     assert not mismatched.plan_matches
     figure = diagram_figure(mismatched)
     assert list(figure.layout.yaxis.ticktext) == ["Forward →", "← Backward", "Planned forward", "Planned backward"]
-    assert "DIFFERS" in figure.layout.title.text
+    assert "DIFFERS" in figure.layout.title.text.replace("<br>", " ")
     planned = [trace for trace in figure.data if trace.name.endswith("(planned)")]
     observed = [trace for trace in figure.data if not trace.name.endswith("(planned)")]
     assert planned and all(_hatched(trace) for trace in planned)  # planned rows never pass for observed ones
@@ -113,13 +113,13 @@ def test_plan_figure_is_hatched_and_says_nothing_was_measured():
     figure = plan_figure(6, None)
     assert [trace.name for trace in figure.data] == [LEGEND["keep"] + " (planned)"]
     assert all(_hatched(trace) for trace in figure.data)
-    assert "nothing measured" in figure.layout.title.subtitle.text
+    assert "nothing measured" in figure.layout.title.subtitle.text.replace("<br>", " ")
 
 
 def test_a_run_that_did_not_fit_draws_its_plan(lab):
     failed = replace(lab.result, status="does_not_fit", layers=[], memory=None, timing=None, message="no room")
     figure = diagram_figure(failed)
-    assert "did not fit" in figure.layout.title.text
+    assert "did not fit" in figure.layout.title.text.replace("<br>", " ")
     assert sum(len(trace.x) for trace in figure.data) == 12
 
 
@@ -154,7 +154,9 @@ def test_a_simulated_step_is_titled_simulated():
     from ckptlab import RunSpec, simulate
 
     figure = diagram_figure(simulate(RunSpec(model="tiny-llama", seq_len=64, every_n_layers=2)))
-    assert "(simulated)" in figure.layout.title.text and "observed" not in figure.layout.title.text
+    assert "(simulated)" in figure.layout.title.text.replace(
+        "<br>", " "
+    ) and "observed" not in figure.layout.title.text.replace("<br>", " ")
 
 
 def test_the_diagram_shows_moe_reruns_recomputing_router_and_experts():
@@ -166,7 +168,7 @@ def test_the_diagram_shows_moe_reruns_recomputing_router_and_experts():
     texts = [text for trace in figure.data for text in trace.text]
     with_experts = sorted(text.split("<br>")[0] for text in texts if "router + experts" in text)
     assert with_experts == ["L1", "L3"]
-    assert "router and experts" in figure.layout.title.subtitle.text
+    assert "router and experts" in figure.layout.title.subtitle.text.replace("<br>", " ")
     assert all("MoE reruns observed" in hover for trace in figure.data for hover in trace.hovertext)
 
 
@@ -195,7 +197,7 @@ def test_a_selective_run_says_in_each_cp_box_what_it_kept_and_that_the_rerun_did
         f"{layer.name}<br><b>CP</b><br>kept {layer.kept_bytes / 1024:,.1f} KiB" for layer in cp
     ]
     assert boxes[LEGEND["rerun"]] == [f"{layer.name}<br><b>rerun</b><br>reran the rest" for layer in cp]
-    assert "selective=attention" in figure.layout.title.subtitle.text
+    assert "selective=attention" in figure.layout.title.subtitle.text.replace("<br>", " ")
     hover = next(text for trace in figure.data for text in trace.hovertext if text.startswith(f"<b>{cp[0].name}<"))
     assert f"kept {cp[0].kept_bytes:,} bytes" in hover
     # Plain checkpointing's boxes say nothing more than before.

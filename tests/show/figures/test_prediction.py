@@ -13,7 +13,7 @@ def _names(figure):
 
 
 def _says_where_from(figure):
-    subtitle = figure.layout.title.subtitle.text
+    subtitle = figure.layout.title.subtitle.text.replace("<br>", " ")
     assert subtitle.startswith("measured on the CPU"), subtitle
 
 
@@ -34,7 +34,7 @@ def test_sweep_prediction_figure_puts_predicted_beside_measured_with_errors(swep
         next(t for t in figure.data if t.name == name) for name in ("predicted (formula)", "predicted (calibrated)")
     )
     assert formula.marker.pattern.shape != calibrated.marker.pattern.shape  # the two predictions told apart
-    assert "predictions: formula" in figure.layout.title.subtitle.text
+    assert "predictions: formula" in figure.layout.title.subtitle.text.replace("<br>", " ")
     _says_where_from(figure)
 
 

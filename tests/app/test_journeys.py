@@ -1,0 +1,270 @@
+"""The three people's paths, walked in a real browser at projector size (1280x720): a participant, an instructor
+with the room, an engineer.
+
+One `streamlit run app.py` for the module (its measured runs are shared by the journeys, so the second language
+reuses the first's) and Debian's Chromium through playwright, as tests/app/test_browser.py. At every step of a
+journey the page must show no exception and every figure's words must fit: plotly draws a title in one SVG
+``<text>`` and lets the SVG clip it, so each text's box is compared with its figure's, and no two of a figure's
+words may overlap (:func:`check_page`). The machine's load is no part of a journey: the server starts with the
+timing verdict stubbed busy (``journey_site/sitecustomize.py``), so the timing exercise's answer is always the
+one for a busy machine. The last step's screenshots land in artifacts/ for a person to look at.
+
+On the code before issue 43 the engineer's journey failed at "lab run with LoRA and accumulation" (run: the
+diagram's and the memory figure's titles cut by the figure's edge). Not run there, by what the code did: the
+participant's stops at *Next* after an answer (``ValueError: '1. ★ …' is not in list``, reproduced by AppTest in
+tests/app/test_exercise_picker.py) and at the timed exercise (no "not measurable here, now"); the instructor's at
+"the room's box is the only answer box" (the page's own copy of the exercise was drawn under it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from ckptlab.show import i18n
+from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT
+from tests.app.wire import serve
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
+]
+
+SECRET = "heron at noon"
+VIEWPORT = {"width": 1280, "height": 720}  # a projector
+WAIT_MS = 300_000  # measured runs on 2 cores shared with other work (load 12 seen): only a hang reaches it
+SITE = Path(__file__).resolve().parent / "journey_site"  # the busy stub, loaded by the server's interpreter
+LANGS = ["en", "pt-BR"]
+ARTIFACTS = ROOT / "artifacts"
+
+# Every word plotly drew in the page's figures: its box in page pixels, its figure's box and what kind it is.
+# Hover labels and empty texts are left out; a rotated text's box is its rotated extent (getBoundingClientRect).
+FIGURE_WORDS_JS = """
+() => [...document.querySelectorAll('.stPlotlyChart')].map((chart, index) => {
+  const svg = chart.querySelector('svg.main-svg');
+  if (!svg) return null;
+  const frame = svg.getBoundingClientRect();
+  const words = [...chart.querySelectorAll('svg text')]
+    .filter(text => !text.closest('.hoverlayer') && text.textContent.trim()
+                    && getComputedStyle(text).visibility !== 'hidden' && getComputedStyle(text).display !== 'none'
+                    && Number(getComputedStyle(text).opacity || 1) > 0)
+    .map(text => {
+      const box = text.getBoundingClientRect();
+      const kind = text.closest('.xtick,.ytick,.x2tick,.y2tick') ? 'tick'
+        : text.closest('.legend') ? 'legend'
+        : text.classList.contains('gtitle') ? 'title'
+        : text.closest('.annotation') ? 'annotation'
+        : text.closest('.g-xtitle,.g-ytitle,.g-x2title,.g-y2title') ? 'axis title'
+        : 'trace text';
+      return {text: text.textContent, kind, left: box.left, right: box.right, top: box.top, bottom: box.bottom,
+              width: box.width, height: box.height};
+    })
+    .filter(word => word.width > 0 && word.height > 0);
+  return {index, left: frame.left, right: frame.right, top: frame.top, bottom: frame.bottom, words};
+}).filter(Boolean)
+"""
+SLACK_PX = 1.0  # sub-pixel rounding of the boxes
+
+
+def figure_problems(figures: list[dict]) -> list[str]:
+    """Words cut by their figure's edge, or overlapping another word of the same figure (ticks of one axis aside:
+    plotly spaces those itself)."""
+    problems = []
+    for figure in figures:
+        words = figure["words"]
+        for word in words:
+            outside_x = word["left"] < figure["left"] - SLACK_PX or word["right"] > figure["right"] + SLACK_PX
+            if outside_x or word["top"] < figure["top"] - SLACK_PX or word["bottom"] > figure["bottom"] + SLACK_PX:
+                problems.append(f"figure {figure['index']}: {word['kind']} {word['text']!r} is cut by the edge")
+            if word["height"] < 8:
+                problems.append(
+                    f"figure {figure['index']}: {word['kind']} {word['text']!r} is {word['height']:.0f} px tall"
+                )
+        for i, one in enumerate(words):
+            for other in words[i + 1 :]:
+                if one["kind"] == other["kind"] == "tick":
+                    continue
+                overlap_x = min(one["right"], other["right"]) - max(one["left"], other["left"])
+                overlap_y = min(one["bottom"], other["bottom"]) - max(one["top"], other["top"])
+                if overlap_x > SLACK_PX and overlap_y > SLACK_PX:
+                    problems.append(
+                        f"figure {figure['index']}: {one['kind']} {one['text']!r} overlaps {other['kind']} {other['text']!r}"
+                    )
+    return problems
+
+
+def check_page(page, step: str) -> None:
+    """No exception on the page, and every figure's words inside it and apart."""
+    page.wait_for_timeout(700)  # plotly's transitions: boxes measured mid-animation are not the drawn ones
+    exceptions = page.locator("[data-testid='stException'], .stException")
+    assert not exceptions.count(), f"{step}: {exceptions.first.inner_text()}"
+    problems = figure_problems(page.evaluate(FIGURE_WORDS_JS))
+    assert not problems, f"{step}: " + "; ".join(problems)
+
+
+def words(key: str, lang: str, **values: object) -> str:
+    return i18n.t(key, lang, **values)
+
+
+@pytest.fixture(scope="module")
+def server():
+    env = {
+        "CKPTLAB_INSTRUCTOR_SECRET": SECRET,
+        "PYTHONPATH": os.pathsep.join([str(SITE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    with serve("streamlit-journeys.log", env) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def new_page(browser):
+    """A tab of its own (a person of its own) at projector size; a loaded server may take long to answer."""
+    page = browser.new_context(viewport=VIEWPORT, accept_downloads=True).new_page()
+    page.set_default_navigation_timeout(WAIT_MS)
+    return page
+
+
+def open_page(browser, url: str, lang: str, nav_key: str):
+    page = new_page(browser)
+    page.goto(f"{url}/?lang={lang}")
+    page.get_by_role("link", name=words(nav_key, lang)).first.click()
+    return page
+
+
+def shoot(page, name: str) -> None:
+    """The page once its run has ended (not faded mid-rerun), in artifacts/."""
+    page.locator("[data-testid='stStatusWidget']").wait_for(state="hidden", timeout=WAIT_MS)
+    page.wait_for_timeout(500)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"journey-{name}.png"))
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_participant_walks_the_lesson_then_the_exercises(server, browser, lang):
+    page = open_page(browser, server, lang, "nav.lesson_page")
+    page.get_by_text(words("lesson.activation.title", lang)).first.wait_for(timeout=WAIT_MS)
+    page.locator(".stPlotlyChart").first.wait_for(timeout=WAIT_MS)
+    check_page(page, "lesson part 1")
+    page.locator("[data-testid='stButtonGroup'] button").filter(
+        has_text=words("lesson.every_n.tab", lang)
+    ).first.click()
+    page.get_by_text(words("lesson.every_n.title", lang)).first.wait_for(timeout=WAIT_MS)
+    page.locator(".stPlotlyChart").first.wait_for(timeout=WAIT_MS)
+    check_page(page, "lesson part 3")
+
+    page.get_by_role("link", name=words("nav.exercises_page", lang)).first.click()
+    page.get_by_text(words("exercises.score_title", lang)).wait_for(timeout=WAIT_MS)
+    walked = ["resident_all", "resident_half", "step_time"]  # the warm-up, its half, and a timed one (stubbed busy)
+    for done, exercise_id in enumerate(walked, start=1):
+        page.get_by_role("button", name=words("exercises.submit", lang)).click()
+        page.get_by_text(words("exercises.result_title", lang)).wait_for(timeout=WAIT_MS)
+        page.get_by_text(words("exercises.answered", lang, done=done, total=7)).wait_for(timeout=WAIT_MS)
+        check_page(page, f"exercise {exercise_id} answered")
+        if done < len(walked):
+            page.get_by_role("button", name=words("exercises.next", lang)).click()
+            name = words(f"exercise.{walked[done]}.name", lang)
+            page.get_by_role("heading", name=name, exact=True).wait_for(timeout=WAIT_MS)
+            check_page(page, f"exercise {walked[done]} picked by Next")
+    # The timed exercise on a machine the lab judges too busy: no points, and the page says why.
+    page.get_by_text(words("verdict.busy", lang)).first.wait_for(timeout=WAIT_MS)
+    score = page.locator("[data-testid='stSidebar'] [data-testid='stMetricValue']").first.inner_text()
+    assert re.fullmatch(r"\d+ / 9", score.strip()), score  # three answers counted, of 3 points each
+    shoot(page, f"participant-{lang}")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_an_instructor_runs_a_round_with_two_participants(server, browser, lang):
+    participants = [open_page(browser, server, lang, "nav.exercises_page") for _ in range(2)]
+    for participant in participants:
+        participant.get_by_text(words("exercises.score_title", lang)).wait_for(timeout=WAIT_MS)
+    teacher = open_page(browser, server, lang, "classroom.nav_page")
+    phrase = teacher.get_by_label(words("classroom.secret", lang))
+    phrase.fill(SECRET)
+    phrase.press("Enter")
+    teacher.get_by_role("button", name=words("classroom.open", lang)).click(timeout=WAIT_MS)
+    close = teacher.get_by_role("button", name=words("classroom.close", lang))
+    close.wait_for(timeout=WAIT_MS)
+    number = int(re.search(r"\d+", teacher.get_by_text(re.compile(r"\d")).first.inner_text() or "1").group())
+    check_page(teacher, "round open")
+
+    for guess, participant in zip((60, 80), participants):
+        title = participant.get_by_role(
+            "heading", name=re.compile(re.escape(words("classroom.room_title", lang, number=99)).replace("99", r"\d+"))
+        )
+        title.wait_for(timeout=WAIT_MS)  # no reload: the page's fragment asks the room
+        # During the round the room's box is the only answer box on the page (the page's own copy goes once the
+        # rerun the room asked for has ended: until then its elements linger, stale).
+        own = participant.get_by_role("button", name=words("exercises.submit", lang))
+        playwright_api.expect(own).to_have_count(0, timeout=WAIT_MS)
+        box = participant.locator("[data-testid='stNumberInput'] input").first
+        box.fill(str(guess))
+        box.press("Enter")
+        participant.get_by_role("button", name=words("classroom.submit", lang)).click()
+        participant.get_by_text(words("classroom.your_answer", lang, value=guess)).wait_for(timeout=WAIT_MS)
+        check_page(participant, "answered in the room")
+    teacher.locator("[data-testid='stMetricValue']").get_by_text("2", exact=True).wait_for(timeout=WAIT_MS)
+
+    close.click()
+    for who, page in (("instructor", teacher), *((f"participant {i}", p) for i, p in enumerate(participants, 1))):
+        page.get_by_text(
+            re.compile(re.escape(words("classroom.result_title", lang, number=99)).replace("99", r"\d+"))
+        ).first.wait_for(timeout=WAIT_MS)
+        page.get_by_text(words("classroom.measured", lang)).first.wait_for(timeout=WAIT_MS)
+        page.locator(".stPlotlyChart").first.wait_for(timeout=WAIT_MS)
+        check_page(page, f"round closed, {who}")
+    del number
+    shoot(teacher, f"instructor-{lang}")
+    shoot(participants[0], f"room-participant-{lang}")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, browser, lang, tmp_path):
+    page = new_page(browser)
+    page.goto(f"{server}/?lang={lang}&seq=64&repeats=1&warmup=0&n=2&lora=8&accum=2")
+    run = page.get_by_role("button", name=words("lab.run", lang), exact=True)
+    run.wait_for(timeout=WAIT_MS)
+    run.click()
+    download = page.get_by_role("button", name=words("lab.download_json", lang))
+    download.wait_for(timeout=WAIT_MS)
+    check_page(page, "lab run with LoRA and accumulation")
+    with page.expect_download() as saving:
+        download.click()
+    result = json.loads(Path(saving.value.path()).read_text())
+    assert result["spec"]["lora_rank"] == 8 and result["spec"]["gradient_accumulation_steps"] == 2
+
+    page.get_by_role("link", name=words("nav.at_scale_page", lang)).first.click()
+    page.get_by_role("button", name=words("at_scale.simulate", lang), exact=True).click(timeout=WAIT_MS)
+    verdict = page.locator("[data-testid='stAlert']").filter(has_text="GiB").first
+    verdict.wait_for(timeout=WAIT_MS)
+    page.locator(".stPlotlyChart").first.wait_for(timeout=WAIT_MS)
+    check_page(page, "at scale: qwen3-8b at 8,192 tokens on an H100 80 GB")
+    fitting = [row for row in page.locator("[data-testid='stAlert']").first.inner_text().splitlines() if row.strip()]
+    assert "bfloat16" in " ".join(fitting)  # the verdict says the precision it assumed
+    assert page.get_by_role("button", name=words("at_scale.try_float32_mixed", lang).replace("`", "")).count() == 1
+    shoot(page, f"at-scale-{lang}")
+
+    # The fewest GPUs, on a small preset so the search stays cheap: its answer and the code to launch it.
+    page.goto(f"{server}/at_scale?lang={lang}&model=tiny-llama&seq=64&gpu=H100%2080%20GB")
+    page.get_by_role("button", name=words("at_scale.search", lang), exact=True).click(timeout=WAIT_MS)
+    page.get_by_text(words("at_scale.search_header", lang)).wait_for(timeout=WAIT_MS)
+    code = page.locator("[data-testid='stCode']").first
+    code.wait_for(timeout=WAIT_MS)
+    assert "from_pretrained" in code.inner_text() or "torchrun" in code.inner_text() or code.inner_text().strip()
+    check_page(page, "fewest GPUs and the code")
+    code.scroll_into_view_if_needed()
+    shoot(page, f"engineer-code-{lang}")
