@@ -69,7 +69,7 @@ with st.sidebar:
     )
     st.caption(t("exercises.answered", lang, done=len(outcomes), total=len(EXERCISES)))
     for answered in outcomes:  # here, not in the picker: a label that changes is sent back stale by the browser
-        st.caption(f"✓ {exercise_label(answered, lang)}")
+        st.caption(t("exercises.answered_one", lang, exercise=exercise_label(answered, lang)))
     st.button(t("exercises.reset", lang), key="exercise_reset", on_click=reset, disabled=not state.exercise_answers)
 
 if in_a_round:

@@ -329,7 +329,7 @@ def _explain_budget(exercise: Exercise, runs: Mapping[int | None, RunResult], an
         return t("explain.budget_none", lang, budget=mib(budget), held=held)
     # The speed is said from the measured ranking beside it, never assumed: on a busy machine the chart can show
     # a setting with more reruns faster, and the words must not contradict the chart.
-    fitting = [n for n in exercise.choices if memory_of(runs[n]).after_forward_bytes <= budget]
+    fitting = [n for n in exercise.choices if fit(memory_of(runs[n]).after_forward_bytes, int(budget)).fits]
     fastest = min(fitting, key=lambda n: timing_of(runs[n]).step_s)
     ms = {n: f"{timing_of(runs[n]).step_s * 1000:,.0f}" for n in (answer, fastest)}
     if fastest == answer:
