@@ -76,6 +76,11 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         t("selective.diagram_rest", lang) if selective and layer.enabled == "CP" and layer.recompute_calls else ""
         for layer in layers
     ]
+    # A keep layer nested in a checkpointed one reruns with it: its backward box says inside whose rerun.
+    rest = [
+        t("fig.reruns_inside", lang, parent=f"L{layer.rerun_inside + 1}") if layer.rerun_inside is not None else more
+        for layer, more in zip(layers, rest)
+    ]
     rows = [
         _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover, extra=kept),
         _Row(
