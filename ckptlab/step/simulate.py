@@ -5,8 +5,9 @@ dtypes, no storage), enables checkpointing through transformers' own
 ``activation_checkpointing_enable`` and runs the same observed step as a measured run
 (``ckptlab.step.measure.observe_memory``: the same probe, the same MemTracker). Nothing is
 allocated, so an 8B model at 128k tokens runs on a laptop; the numbers are what the
-tensors of a GPU step would hold. The result has the shape of a measured one, with
-provenance "simulated" and no timing.
+tensors of a GPU step would hold (or a CPU step's, with ``device="cpu"``: its float32 default, its
+optimizer and attention kernels, no offload; the result says "cpu (simulated)"). The result has the shape
+of a measured one, with provenance "simulated" and no timing.
 
 Two things need care:
 
