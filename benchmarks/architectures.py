@@ -73,7 +73,6 @@ SMALL: dict[str, Any] = {
     "state_size": 8,
     "mamba_n_heads": 4,
     "n_mamba_heads": 2,
-    "mamba_d_head": 16,
     "mamba_chunk_size": 32,
     "chunk_size": 32,
     "linear_num_key_heads": 2,
@@ -97,16 +96,17 @@ def architectures() -> list[str]:
 def tiny_config(model_type: str):
     """The config class's defaults, shrunk: :data:`DEPTH` layers, :data:`SMALL` sizes, per-layer lists in step.
 
+    Built afresh from the changed values (not rebuilt from the defaults' dict): fields a config derives in its
+    ``__post_init__`` (Zamba2's ``mamba_headdim``, ``hybrid_layer_ids``) are derived again from the small sizes.
+
     Raises:
         Exception: whatever transformers raises for a config the shrinking cannot make valid.
     """
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from ckptlab.model.configs import config_with
-
     config = CONFIG_MAPPING[model_type]()
     text = config.get_text_config()
-    changes = {key: value for key, value in SMALL.items() if _has(text, key)}
+    changes: dict[str, Any] = {key: value for key, value in SMALL.items() if _has(text, key)}
     for key in IDS:  # token ids inside the small vocabulary
         value = getattr(text, key, None)
         if isinstance(value, int) and value >= SMALL["vocab_size"]:
@@ -118,9 +118,9 @@ def tiny_config(model_type: str):
         changes[depth_key] = DEPTH
         changes.update(_window(text.to_dict(), getattr(text, "num_hidden_layers", None)))
     if text is config:
-        return config_with(config, changes)  # the lab's own rebuild: per-layer lists kept in step
+        return type(config)(**changes)
     sub = next(name for name in config.sub_configs if getattr(config, name, None) is text)
-    return config_with(config, {sub: config_with(text, changes)})
+    return type(config)(**{sub: changes})
 
 
 def _window(values: dict[str, Any], depth: Any) -> dict[str, list[Any]]:
@@ -163,8 +163,11 @@ def time_limit(seconds: int) -> Iterator[None]:
 
 def reason(error: BaseException) -> str:
     """One line: the exception's type and the first line of its message, cut to 160 characters."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:160]
+    text = str(error).strip().split("gives an invalid config: ")[-1]  # the lab's SpecError: its cause
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):  # a validator's header, then its cause
+        lines = [f"{lines[0]} {lines[1]}"]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
 
 
 def rows_for(model_type: str, seq_len: int, folder: Path) -> list[dict[str, Any]]:
