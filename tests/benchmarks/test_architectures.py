@@ -18,13 +18,13 @@ DOZEN = {
     "gpt2": "dense",
     "qwen3": "dense",
     "gemma2": "layers differ",  # sliding and full attention in turn
-    "gemma3_text": "layers differ",  # three sliding, one full
+    "gemma3_text": "layers differ",  # three sliding, one full (a window of its default pattern)
     "mixtral": "moe",
     "qwen3_moe": "moe",
     "deepseek_v3": "moe",  # MLA attention, a first dense layer, routed and shared experts
-    "jamba": "moe",  # a hybrid of mamba and attention layers, with experts
-    "bamba": "layers differ",  # a hybrid of mamba2 and attention layers
-    "granite": "dense",
+    "jamba": "moe",  # a hybrid state-space model: mamba layers, experts on every other layer
+    "nemotron_h": "moe",  # a hybrid: mamba, experts, attention and MLP layers
+    "bamba": "dense",  # mamba2 layers (its attention layers are none by default)
     "zamba2": "nested",  # a hybrid layer holds a mamba_decoder that is a checkpointing layer too
 }
 
