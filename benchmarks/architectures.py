@@ -279,7 +279,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "| architecture | kind | layers | n=1 after fwd / peak (sim vs measured) | n=2 after fwd / peak | result |",
         "|---|---|---|---|---|---|",
     ]
-    for name, rs in by_type.items():
+    for name, rs in sorted(by_type.items()):
         refused = next((row["refused"] for row in rs if "refused" in row), None)
         cells = []
         for row in rs:
@@ -300,6 +300,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {name} | {first.get('kind', '')} | {first.get('layers', '')} | {cells[0]} | {cells[1]} | {result} |"
         )
+    missing = [name for name in architectures() if name not in by_type]
+    if missing:
+        lines += ["", f"Not run yet ({len(missing)}; the benchmark resumes where it stopped): {', '.join(missing)}."]
     return "\n".join(lines) + "\n"
 
 
