@@ -64,3 +64,6 @@ def test_run_does_what_transformers_plans_and_the_simulation_agrees(tmp_path, ca
     assert any(note.key == "note.reruns_inside" for note in sim.notes)
     assert sim.memory.after_forward_bytes == pytest.approx(run["memory"]["after_forward_bytes"], rel=0.01)
     assert sim.memory.peak_bytes == pytest.approx(run["memory"]["peak_bytes"], rel=0.01)
+    from ckptlab.show.figures.diagram import diagram_figure
+
+    assert "reruns inside L5's rerun" in diagram_figure(sim).to_json()
