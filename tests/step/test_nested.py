@@ -42,6 +42,13 @@ def test_a_keep_layer_inside_a_checkpointed_one_reruns_with_it():
     assert rerun_roles(flags, []) == flags
 
 
+def test_the_plan_before_a_run_says_the_nested_layer_reruns_inside_its_parents_rerun():
+    from ckptlab.show.figures.diagram import plan_figure
+
+    assert "reruns inside L5's rerun" in plan_figure(6, 2, nested=(None, None, 1, None, None, 4)).to_json()
+    assert "reruns inside" not in plan_figure(6, 2).to_json()
+
+
 def test_the_nesting_and_the_depth_are_described(tmp_path):
     info = describe(zamba2(tmp_path))
     assert info.num_layers == 6 and info.depth == 4
