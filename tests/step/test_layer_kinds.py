@@ -63,6 +63,7 @@ def test_the_fold_unit_spans_whole_repeats_of_the_plan_and_the_kinds():
     assert Reduction.for_plan(24, 2, period=3) is None  # a 6-layer unit: two copies would be as deep as the model
 
 
+@pytest.mark.slow  # real steps
 @pytest.mark.parametrize("every_n_layers", [None, 2])
 def test_measured_equals_a_cpu_simulation_with_the_models_own_layer_types(tmp_path, every_n_layers):
     """Before, the simulation built transformers' default pattern (four sliding layers): +3.8% after the forward."""
