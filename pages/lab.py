@@ -450,7 +450,7 @@ if spec.offload and on_cpu and not problem and (lab is None or lab.result.spec !
 try:
     if lab is None:
         if not problem:
-            plan = plan_figure(info.num_layers, spec.every_n_layers, lang=lang)
+            plan = plan_figure(info.num_layers, spec.every_n_layers, lang=lang, nested=info.nested_in)
             st.plotly_chart(plan, key="lab_plan", theme=None)
     else:
         draw_result(lab, spec, lang)

@@ -112,7 +112,12 @@ def add_run_arguments(
         default=defaults.dtype,
         help="the weights; default auto: float32 on the CPU or with --mixed-precision, else bfloat16 on CUDA",
     )
-    _flag(run, "--device", choices=DEVICES, default=defaults.device, help="default auto: CUDA when present")
+    device_help = (
+        "the device simulated: cpu for the CPU's kernels and dtype; default auto: a CUDA device"
+        if every_setting  # simulate's parser
+        else "default auto: CUDA when present"
+    )
+    _flag(run, "--device", choices=DEVICES, default=defaults.device, help=device_help)
     _flag(run, "--seed", type=int, default=defaults.seed)
     _flag(
         run,

@@ -39,7 +39,7 @@ from transformers import TrainerCallback
 
 from ..errors import SpecError
 from ..fact import Fact, worded
-from ..model.plan import observed_roles, planned_roles
+from ..model.plan import nested_in, observed_roles, planned_roles
 from ..results import LayerResult, MemoryResult
 from ..show.i18n import say
 from ..show.report import diagram
@@ -393,7 +393,8 @@ def build_report(
     """The report of an observed step: asked, flagged and observed per layer, memory, warnings and notes."""
     num_layers = len(observer.layers)
     planned = planned_roles(num_layers, requested.every_n_layers)
-    layers = layer_results(observer.layers, planned, observed_roles(model), counts)
+    # A layer nested in a checkpointed one (Zamba2) reruns with it: as planned, not a mismatch.
+    layers = layer_results(observer.layers, planned, observed_roles(model), counts, nested_in(model))
     on_model = model_checkpoint_kwargs(model)
     if on_model is not None and requested.activation_checkpointing:
         # The model's own binding is the truth (checkpointing may have been enabled outside the Trainer).

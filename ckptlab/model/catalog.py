@@ -31,7 +31,7 @@ from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
 from ..torchstate import exclusive
 from . import experts, folder_checks, hub, lora, presets, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
-from .plan import checkpointable_layers
+from .plan import checkpointable_layers, nested_in
 
 # The preset table lives in .presets; these names stay importable from here.
 PRESETS = presets.PRESETS
@@ -122,6 +122,11 @@ def _info(
     text = config.get_text_config()
     max_positions = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
     cpu_ok = PRESETS[name].cpu_ok if source == "preset" else num_params <= CPU_PARAM_LIMIT
+    period = experts.layer_period(layers)
+    nested = tuple(nested_in(meta_model))
+    is_nested = any(parent is not None for parent in nested)
+    depth = _depth(text, len(layers))
+    foldable = not is_nested and depth == len(layers)
     moe = experts.experts_shape(config, layers, getattr(meta_model.config, "_experts_implementation", None))
     return ModelInfo(
         name=name,
@@ -140,9 +145,20 @@ def _info(
         num_experts=moe.num_experts,
         experts_per_token=moe.experts_per_token,
         moe_layers=moe.moe_layers,
-        layers_alike=experts.layers_alike(layers),
+        layers_alike=period == 1 and foldable,
+        # Nested layers, or more layers than the config's depth, are no repeating unit of that depth: the fold
+        # (ckptlab.step.fold) removes whole units by lowering num_hidden_layers, so it is off for them.
+        layer_period=period if foldable else len(layers),
+        nested_in=nested if is_nested else (),
+        depth=depth,
         supports_checkpointing=bool(getattr(meta_model, "supports_gradient_checkpointing", False)),
     )
+
+
+def _depth(text: PretrainedConfig, num_layers: int) -> int:
+    """The text config's ``num_hidden_layers`` (GPT-2's ``n_layer`` through its alias); ``num_layers`` without one."""
+    depth = getattr(text, "num_hidden_layers", None)
+    return depth if isinstance(depth, int) and not isinstance(depth, bool) and depth > 0 else num_layers
 
 
 def describe(name_or_dir: str) -> ModelInfo:

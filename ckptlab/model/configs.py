@@ -9,8 +9,9 @@ parses it. :func:`load_config` is the one place a model's name is resolved.
 from __future__ import annotations
 
 import copy
+import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from huggingface_hub.errors import StrictDataclassError
@@ -220,12 +221,93 @@ def config_with(config: PretrainedConfig, overrides: Mapping[str, Any] | None) -
     aliases = getattr(config, "attribute_map", {}) or {}
     resolved = {aliases.get(key, key): value for key, value in overrides.items()}
     values = {**config.to_dict(), **resolved}
-    # A per-layer list saved for the old depth would fail validation; let it be rebuilt.
-    if aliases.get("num_hidden_layers", "num_hidden_layers") in resolved and "layer_types" not in resolved:
-        values.pop("layer_types", None)
+    new_depth = resolved.get(aliases.get("num_hidden_layers", "num_hidden_layers"))
+    old_depth = getattr(config, "num_hidden_layers", None)
+    if isinstance(new_depth, int) and isinstance(old_depth, int) and _is_depth(new_depth) and _is_depth(old_depth):
+        _keep_in_step(values, resolved, old_depth, new_depth)
     try:
         return type(config).from_dict(values)
     # transformers 5 validates configs with huggingface_hub strict dataclasses, whose
     # errors are not ValueErrors.
     except (TypeError, ValueError, StrictDataclassError) as exc:
         raise SpecError(f"config_overrides={dict(overrides)!r} gives an invalid config: {exc}") from exc
+
+
+def _is_depth(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _keep_in_step(values: dict[str, Any], resolved: Mapping[str, Any], old_depth: int, new_depth: int) -> None:
+    """Per-layer lists and lists of layer indices of ``values`` made for ``new_depth`` layers (in place), unless
+    the overrides (``resolved``) give them."""
+    for key in per_layer_lists(values, old_depth):
+        if key in resolved:
+            continue  # the caller's own list for the new depth
+        kept = layers_kept(values[key], new_depth)
+        if kept is None:
+            values.pop(key)  # no pattern to follow: transformers rebuilds its default, as before
+        else:
+            values[key] = kept
+    for key in layer_index_lists(values, old_depth):
+        if key not in resolved and new_depth < old_depth:
+            # Zamba2's hybrid_layer_ids, which from_dict would set back over the one its config derives.
+            values[key] = [index for index in values[key] if index < new_depth]
+
+
+def per_layer_lists(values: Mapping[str, Any], depth: Any) -> list[str]:
+    """The keys of ``values`` (a config's dict) that hold one entry per layer of a ``depth``-layer model.
+
+    Gemma 3's ``layer_types``, hybrids' ``layers_block_type`` (Zamba2 stores ``layer_types`` under that name),
+    Llama 4's ``no_rope_layers``, Gemma 3n's per-layer ``intermediate_size``, ... A list of layer indices
+    (``hybrid_layer_ids``, strictly increasing whole numbers) is not one, even when it happens to be as long.
+    """
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        return []
+    return [
+        key
+        for key, value in values.items()
+        if isinstance(value, (list, tuple)) and len(value) == depth and not _is_index_list(value)
+    ]
+
+
+def layer_index_lists(values: Mapping[str, Any], depth: Any) -> list[str]:
+    """The keys of ``values`` that list layers by index (``hybrid_layer_ids``, ``full_attn_idxs``): named for layers,
+    strictly increasing whole numbers below ``depth``."""
+    if not isinstance(depth, int) or isinstance(depth, bool):
+        return []
+    return [
+        key
+        for key, value in values.items()
+        if isinstance(value, (list, tuple))
+        and any(word in key for word in ("layer", "idx", "ids"))
+        and (len(value) == 1 or _is_index_list(value))
+        and all(isinstance(item, int) and not isinstance(item, bool) and 0 <= item < depth for item in value)
+    ]
+
+
+def _is_index_list(value: Sequence[Any]) -> bool:
+    numbers = [item for item in value if isinstance(item, int) and not isinstance(item, bool)]
+    return len(numbers) == len(value) > 1 and all(a < b for a, b in itertools.pairwise(numbers))
+
+
+def smallest_period(items: Sequence[Any]) -> int:
+    """The fewest leading items whose repetition gives ``items`` (``len(items)`` when nothing repeats); 1 when empty."""
+    for period in range(1, len(items)):
+        if all(items[index] == items[index % period] for index in range(period, len(items))):
+            return period
+    return max(len(items), 1)
+
+
+def layers_kept(entries: Sequence[Any], depth: int) -> list[Any] | None:
+    """A per-layer list for a copy of ``depth`` layers: the first ``depth`` entries, or the pattern continued.
+
+    A shallower copy keeps the real layers' entries in step with the layers it keeps (the fold's shallow copies
+    keep the first layers and whole repeating units, :mod:`ckptlab.step.fold`); a deeper one continues the
+    list's repeating pattern. None where a deeper copy has no pattern to continue.
+    """
+    if depth <= len(entries):
+        return list(entries[:depth])
+    period = smallest_period(entries)
+    if period == len(entries):
+        return None
+    return [entries[index % period] for index in range(depth)]

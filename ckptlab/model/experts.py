@@ -85,21 +85,52 @@ def experts_shape(config: PretrainedConfig, layers: Sequence[nn.Module], impleme
     )
 
 
+def layer_kind(layer: nn.Module) -> tuple:
+    """What makes a layer run as it does: its modules, its parameters' shapes and dtypes, and each module's own
+    per-layer settings (Gemma 3's ``attention_type`` and ``sliding_window``, Llama 4's ``use_rope``, ...).
+
+    Two layers of one kind differ only in their place: ``layer_idx`` and the like are left out.
+    """
+    modules = tuple((name, type(module).__name__, _settings(module)) for name, module in layer.named_modules())
+    params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
+    return modules, params
+
+
+_SETTING_TYPES = (bool, int, float, str, type(None))
+
+
+def _settings(module: nn.Module) -> tuple:
+    # Plain values the module keeps for itself; a layer's index says where it is, not what it does.
+    return tuple(
+        sorted(
+            (key, value)
+            for key, value in vars(module).items()
+            if isinstance(value, _SETTING_TYPES)
+            and not key.startswith("_")
+            and key != "gradient_checkpointing"  # transformers' flag: the plan, not the kind
+            and not any(word in key for word in ("idx", "index", "layer_id", "layer_number", "block_id"))
+        )
+    )
+
+
 def layers_alike(layers: Sequence[nn.Module]) -> bool:
-    """True when every layer has the same modules and parameter shapes.
+    """True when every layer is of one kind (:func:`layer_kind`): the same code with the same per-layer settings.
 
     A model whose layers differ (Qwen2-MoE's ``mlp_only_layers`` or ``decoder_sparse_step``,
-    DeepSeek's first dense layers) cannot be folded into shallow copies by the simulation's
-    fast path.
+    DeepSeek's first dense layers, Gemma 3's sliding and full attention) cannot be folded into
+    shallow copies one layer to a unit (:func:`layer_period`).
     """
+    return layer_period(layers) <= 1
 
-    def signature(layer: nn.Module) -> tuple:
-        modules = tuple((name, type(module).__name__) for name, module in layer.named_modules())
-        params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
-        return modules, params
 
-    signatures = {signature(layer) for layer in layers}
-    return len(signatures) <= 1
+def layer_period(layers: Sequence[nn.Module]) -> int:
+    """The fewest leading layers whose kinds repeat through the model (Gemma 3: 6, five sliding and one full); the
+    layer count when no pattern repeats, 1 when every layer is of one kind or there are none."""
+    kinds = [layer_kind(layer) for layer in layers]
+    for period in range(1, len(kinds)):
+        if all(kinds[index] == kinds[index % period] for index in range(period, len(kinds))):
+            return period
+    return max(len(kinds), 1)
 
 
 def experts_note(info: Any) -> Fact:

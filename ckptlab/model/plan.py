@@ -10,6 +10,7 @@ model exists; :func:`observed_roles` reads the flags back from a model on which
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import Option, SpecError
@@ -65,6 +66,48 @@ def checkpointable_layers(model: nn.Module) -> list[GradientCheckpointingLayer]:
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     return [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]
+
+
+def nested_in(model: nn.Module) -> list[int | None]:
+    """Per checkpointing layer, the index of the nearest checkpointing layer that holds it (None at the top).
+
+    Zamba2's hybrid layer holds a ``mamba_decoder`` that is a ``GradientCheckpointingLayer`` too: transformers
+    counts both in module order, and the child runs inside its parent's forward, so a checkpointed parent's rerun
+    runs the child again whatever the child's own flag.
+    """
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    names = [name for name, module in model.named_modules() if isinstance(module, GradientCheckpointingLayer)]
+    parents: list[int | None] = []
+    for index, name in enumerate(names):
+        holders = [other for other in range(index) if name.startswith(names[other] + ".")]
+        parents.append(holders[-1] if holders else None)
+    return parents
+
+
+def rerun_roles(flags: Sequence[Role], parents: Sequence[int | None]) -> list[Role]:
+    """What each layer does in the backward: CP (it reruns) when its flag says so or a layer holding it reruns.
+
+    Under non-reentrant checkpointing a checkpointed child of a checkpointed parent still runs twice in all (once
+    in the forward, once in the parent's rerun), never three times: it is CP either way. ``parents`` empty: no
+    layer is nested and the roles are the flags.
+    """
+    roles = list(flags)
+    for index, parent in enumerate(parents):
+        if parent is not None and roles[parent] == CP:
+            roles[index] = CP
+    return roles
+
+
+def rerun_inside(flags: Sequence[Role], parents: Sequence[int | None]) -> list[int | None]:
+    """Per layer, the index of the checkpointed layer inside whose rerun a keep layer reruns; None elsewhere."""
+    roles = rerun_roles(flags, parents)
+    found: list[int | None] = [None] * len(flags)
+    for index, parent in enumerate(parents):
+        if parent is not None and flags[index] != CP and roles[parent] == CP:
+            # The outermost checkpointed holder: the one whose rerun the backward runs.
+            found[index] = found[parent] if found[parent] is not None else parent
+    return found
 
 
 def observed_roles(model: nn.Module) -> list[Role]:

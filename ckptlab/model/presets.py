@@ -370,7 +370,16 @@ class ModelInfo:
     num_experts: int = 0  # routed experts per MoE layer (0: dense)
     experts_per_token: int = 0  # top_k: experts each token is routed to
     moe_layers: int = 0  # checkpointable layers that hold routed experts
-    layers_alike: bool = True  # every layer has the same modules and shapes (the simulation's fast path needs it)
+    layers_alike: bool = (
+        True  # every layer of one kind: same modules, shapes and per-layer settings (experts.layer_kind)
+    )
+    layer_period: int = (
+        1  # the fewest leading layers whose kinds repeat through the model (Gemma 3: 6); the fold's unit
+    )
+    # Per layer, the index of the checkpointing layer it sits inside (Zamba2's mamba_decoder in its hybrid layer),
+    # None at the top; empty when no layer is nested. A nested layer reruns whenever its parent does.
+    nested_in: tuple[int | None, ...] = ()
+    depth: int = 0  # the config's num_hidden_layers (0: as many as num_layers), the depth a simulation builds
     supports_checkpointing: bool = True  # transformers' supports_gradient_checkpointing for the class
 
     def to_dict(self) -> dict:
@@ -387,4 +396,4 @@ PRESET_FACTS_FILE = Path(__file__).with_name("preset_facts.json")
 def stored_facts() -> list[ModelInfo]:
     """Every preset's :class:`ModelInfo`, in the order of :data:`PRESETS`, as stored in :data:`PRESET_FACTS_FILE`."""
     stored = json.loads(PRESET_FACTS_FILE.read_text(encoding="utf-8"))
-    return [ModelInfo(**stored[name]) for name in PRESETS]
+    return [ModelInfo(**{**stored[name], "nested_in": tuple(stored[name].get("nested_in", ()))}) for name in PRESETS]

@@ -7,6 +7,7 @@ measured on CUDA, measured on the CPU, simulated or predicted.
 """
 
 from .run import (
+    AS_ON_CPU,
     BUSY_SPREAD,
     MIN_SAMPLES_TO_JUDGE,
     NO_GPU,
@@ -29,6 +30,7 @@ from .run import (
 from .verdict import Comparison, Judgement, TimeVerdict, compare, judge_time, median
 
 __all__ = [
+    "AS_ON_CPU",
     "BUSY_SPREAD",
     "MIN_SAMPLES_TO_JUDGE",
     "NO_GPU",

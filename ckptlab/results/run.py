@@ -31,6 +31,7 @@ BUSY_SPREAD = 0.25
 
 # Where a simulation ran, in the place of a device's name (a page says it in its language: show.labels).
 NO_GPU = Fact("provenance.no_gpu")
+AS_ON_CPU = Fact("provenance.as_on_cpu")  # a simulation asked for with device "cpu": the CPU's kernels and dtype
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ class LayerResult:
     kept_ops: dict[str, int] = field(default_factory=dict)  # op -> outputs kept in the forward, e.g. {"aten.mm": 7}
     rerun_ops: dict[str, int] = field(default_factory=dict)  # op -> times it ran again in the backward's rerun
     reused_ops: dict[str, int] = field(default_factory=dict)  # op -> times the rerun took its output from the cache
+    # A keep layer nested in a checkpointed one (Zamba2's mamba_decoder): the index of the layer inside whose rerun
+    # it reruns; None for every other layer.
+    rerun_inside: int | None = None
 
     def selective_as(self, policy: str) -> bool:
         """A CP layer ran with ``policy`` (a key) and it kept something; any other layer: True."""
@@ -88,9 +92,15 @@ class LayerResult:
         return "CP" if self.recompute_calls > 0 else "keep"
 
     @property
+    def expected(self) -> str:
+        """The role the plan gives the backward: the rule's, or CP for a layer that reruns inside its parent's rerun."""
+        return "CP" if self.rerun_inside is not None else self.planned
+
+    @property
     def as_planned(self) -> bool:
-        """The layer did what was planned: the every_n_layers rule, the flag transformers set and the rerun agree."""
-        return self.planned == self.enabled == self.observed
+        """The layer did what was planned: the every_n_layers rule and the flag transformers set agree, and the
+        layer reran as the plan says (inside its parent's rerun, for a nested keep layer)."""
+        return self.planned == self.enabled and self.expected == self.observed
 
     @property
     def moe_rerun_complete(self) -> bool:

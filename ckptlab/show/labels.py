@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..results import NO_GPU, Provenance, Region, RunResult, TimelinePoint
+from ..fact import worded
+from ..results import AS_ON_CPU, NO_GPU, Provenance, Region, RunResult, TimelinePoint
 from ..spec import RunSpec
 from .i18n import say, t
 
@@ -42,7 +43,10 @@ def provenance_label(provenance: Provenance | str, lang: str = "en") -> str:
     """
     if isinstance(provenance, str):
         return t(f"provenance_kind.{provenance}", lang)
-    device = say(NO_GPU, lang) if provenance.kind == "simulated" else provenance.device_name
+    device = provenance.device_name
+    if provenance.kind == "simulated":
+        # A simulation's device name is the English of one of two facts: said again in ``lang``.
+        device = say(AS_ON_CPU if device == worded(AS_ON_CPU) else NO_GPU, lang)
     return t(f"provenance.{provenance.kind}", lang, device=device)
 
 

@@ -1,15 +1,17 @@
 """The simulation's fast path: a deep model folded into two shallow copies, extrapolated exactly.
 
-Layers are identical but for their role, and the plan repeats every ``every_n_layers``
+Layers repeat, in kind (:func:`ckptlab.model.experts.layer_kind`) and role, and the plan repeats every ``every_n_layers``
 layers, so memory at any event of the step is an affine function of how many repeating
 units lie before and after it. :class:`Reduction` says which shallow copies to simulate and
 extrapolates every event of their timelines to the full depth
 (``tests/step/test_simulate.py`` compares it with simulating every layer). A model whose
-layers differ (``ModelInfo.layers_alike`` False) is simulated layer by layer instead.
+layers differ is folded by whole repeats of its layers' kinds (``ModelInfo.layer_period``: Gemma 3's five
+sliding layers and one full), and simulated layer by layer where they do not repeat.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,9 +50,16 @@ class Reduction:
     middle_units: int  # units in the middle of the full model
 
     @classmethod
-    def for_plan(cls, num_layers: int, every_n_layers: int | None) -> Reduction | None:
+    def for_plan(cls, num_layers: int, every_n_layers: int | None, period: int = 1) -> Reduction | None:
+        """The fold of ``num_layers`` layers whose kinds repeat every ``period`` layers (``ModelInfo.layer_period``).
+
+        A unit spans whole repeats of both the plan and the layers' kinds (Gemma 3's five sliding layers and one
+        full at every_n_layers=2: 6 layers), so a shallow copy's layers, kept from the head and the tail, are of
+        the kind and role of the layers they stand for.
+        """
         # Off, or only L1 checkpointed: every layer after the first is the same (keep).
-        unit = 1 if every_n_layers is None or every_n_layers >= num_layers else every_n_layers
+        plan_unit = 1 if every_n_layers is None or every_n_layers >= num_layers else every_n_layers
+        unit = math.lcm(plan_unit, max(period, 1))
         head, tail = unit, unit + num_layers % unit
         middle_units = (num_layers - head - tail) // unit
         reduction = cls(unit, head, tail, middle_units)

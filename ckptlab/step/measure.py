@@ -35,7 +35,16 @@ from ..errors import expect_type
 from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
-from ..model.plan import checkpointable_layers, observed_roles, only_first_layer_notes, planned_roles
+from ..model.plan import (
+    Role,
+    checkpointable_layers,
+    nested_in,
+    observed_roles,
+    only_first_layer_notes,
+    planned_roles,
+    rerun_inside,
+    rerun_roles,
+)
 from ..model.selective import enable_checkpointing
 from ..results import LayerResult, MemoryResult, Region, RunResult, Status
 from ..spec import RunSpec
@@ -127,14 +136,17 @@ def _measure_built(
     apply_setting(model, spec, device)
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
     planned = planned_roles(info.num_layers, spec.every_n_layers)
+    nested = nested_in(model)
     enabled = observed_roles(model)
     batch = random_batch(model, spec, device)
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
         recipe = Recipe.for_spec(spec, trained)
-        samples, layer_counts, memory = _run_steps(spec, trained, recipe, batch, device, planned, notes, report, timed)
+        reruns = rerun_roles(planned, nested)  # what a timed step must rerun, nested layers with their parents
+        samples, layer_counts, memory = _run_steps(spec, trained, recipe, batch, device, reruns, notes, report, timed)
         del recipe  # the optimizer's state is the caller's memory no longer
 
-    layers = layer_results(checkpointable_layers(model), planned, enabled, layer_counts)
+    layers = layer_results(checkpointable_layers(model), planned, enabled, layer_counts, nested)
+    notes += reruns_inside_notes(layers)
     memory = _with_offload(memory, layers, offload_applies)
     notes[:0] = offload_notes(spec, memory, layers)
     if not all(layer.as_planned for layer in layers):
@@ -215,9 +227,15 @@ def _run_steps(
 
 
 def layer_results(
-    modules: Sequence[torch.nn.Module], planned: Sequence[str], enabled: Sequence[str], counts: list[LayerCounts]
+    modules: Sequence[torch.nn.Module],
+    planned: Sequence[Role],
+    enabled: Sequence[str],
+    counts: list[LayerCounts],
+    nested: Sequence[int | None] = (),
 ) -> list[LayerResult]:
-    """One :class:`LayerResult` per checkpointable layer, from the plan, the flags and the probe's counts."""
+    """One :class:`LayerResult` per checkpointable layer, from the plan, the flags and the probe's counts; ``nested``
+    (:func:`~ckptlab.model.plan.nested_in`) marks the keep layers that rerun inside a checkpointed parent's rerun."""
+    inside = rerun_inside(planned, nested) if nested else [None] * len(planned)
     return [
         LayerResult(
             index=index,
@@ -237,6 +255,7 @@ def layer_results(
             kept_ops=dict(count.kept_ops),
             rerun_ops=dict(count.rerun_ops),
             reused_ops=dict(count.reused_ops),
+            rerun_inside=inside[index],
         )
         for index, (module, count) in enumerate(zip(modules, counts))
     ]
@@ -315,6 +334,15 @@ def logits_shape(model: torch.nn.Module, batch: Batch) -> LogitsShape | None:
     if not isinstance(vocab, int) or not isinstance(input_ids, torch.Tensor):
         return None
     return LogitsShape(tokens=input_ids.numel(), vocab=vocab)
+
+
+def reruns_inside_notes(layers: Sequence[LayerResult]) -> list[Fact]:
+    """One note per keep layer that reruns inside a checkpointed parent's rerun (transformers' rule, nested)."""
+    return [
+        Fact("note.reruns_inside", {"layer": layer.name, "parent": f"L{layer.rerun_inside + 1}"})
+        for layer in layers
+        if layer.rerun_inside is not None
+    ]
 
 
 def plan_mismatch_note(layers: list[LayerResult]) -> Fact:

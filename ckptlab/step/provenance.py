@@ -17,7 +17,7 @@ import transformers
 
 from ..fact import worded
 from ..model.catalog import ModelInfo
-from ..results import NO_GPU, Kind, ModelSummary, Provenance
+from ..results import AS_ON_CPU, NO_GPU, Kind, ModelSummary, Provenance
 
 
 def model_summary(info: ModelInfo) -> ModelSummary:
@@ -54,9 +54,9 @@ def _cpu_name() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
-def simulated_provenance() -> Provenance:
-    """Provenance of a simulation: fake tensors, no device."""
-    return made_now("simulated", worded(NO_GPU))
+def simulated_provenance(device_type: str = "cuda") -> Provenance:
+    """Provenance of a simulation: fake tensors, no device; standing for CUDA, or the CPU with ``device_type`` "cpu"."""
+    return made_now("simulated", worded(AS_ON_CPU if device_type == "cpu" else NO_GPU))
 
 
 def made_now(kind: Kind, device_name: str) -> Provenance:

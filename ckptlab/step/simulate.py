@@ -5,8 +5,9 @@ dtypes, no storage), enables checkpointing through transformers' own
 ``activation_checkpointing_enable`` and runs the same observed step as a measured run
 (``ckptlab.step.measure.observe_memory``: the same probe, the same MemTracker). Nothing is
 allocated, so an 8B model at 128k tokens runs on a laptop; the numbers are what the
-tensors of a GPU step would hold. The result has the shape of a measured one, with
-provenance "simulated" and no timing.
+tensors of a GPU step would hold (or a CPU step's, with ``device="cpu"``: its float32 default, its
+optimizer and attention kernels, no offload; the result says "cpu (simulated)"). The result has the shape
+of a measured one, with provenance "simulated" and no timing.
 
 Two things need care:
 
@@ -56,7 +57,7 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
-from ..model.plan import CP, Role, observed_roles, only_first_layer_notes, planned_roles
+from ..model.plan import CP, Role, nested_in, observed_roles, only_first_layer_notes, planned_roles, rerun_roles
 from ..model.selective import enable_checkpointing
 from ..results import LayerResult, RankResult, RunResult
 from ..spec import RunSpec
@@ -65,7 +66,7 @@ from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_mo
 from .fake_pg import fake_mesh
 from .fold import Reduction, SimulatedStep
 from .fsdp import mixed_precision_policy, shard_model
-from .measure import layer_results, observe_memory
+from .measure import layer_results, observe_memory, offload_notes, reruns_inside_notes
 from .meters import HOST, TraceSink
 from .preflight import resolve_dtype, validate_for_model
 from .provenance import model_summary, simulated_provenance
@@ -75,6 +76,7 @@ from .training import Recipe, check_optimizer_runs, prime_state
 from .trainstep import random_batch
 
 SIMULATED_DEVICE = "cuda (simulated)"
+SIMULATED_CPU = "cpu (simulated)"
 SIMULATION_METHOD = (
     "simulated: fake tensors (torch FakeTensorMode) accounted by "
     "torch.distributed._tools.mem_tracker.MemTracker (bytes of live tensor storages)"
@@ -86,8 +88,9 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     """Simulate one training step of ``spec`` on fake tensors.
 
     Args:
-        spec: what to simulate; ``device`` is ignored (the simulation stands for a CUDA
-            device), ``dtype="auto"`` means bfloat16 as on a GPU, timing fields are unused.
+        spec: what to simulate; the simulation stands for a CUDA device unless ``device`` is "cpu"
+            (:func:`simulated_device_type`); ``dtype="auto"`` means bfloat16 as on a GPU (float32 on
+            the CPU), timing fields are unused.
         fast: extrapolate from two shallow copies of the model when the plan repeats
             often enough (exact, and much faster for deep models); False simulates every layer.
         progress: called with a message and the fraction done.
@@ -102,12 +105,14 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     expect_type("ckptlab.simulate", "spec", spec, RunSpec, "ckptlab.simulate(ckptlab.RunSpec(model='qwen3-8b'))")
     report = progress or (lambda message, fraction: None)
     info, dtype, config, task = prepare(spec)
-    shape = Reduction.for_plan(info.num_layers, spec.every_n_layers) if fast and info.layers_alike else None
+    shape = Reduction.for_plan(info.num_layers, spec.every_n_layers, info.layer_period) if fast else None
 
     notes = simulation_notes(spec, info, fast)
     if shape is None:
+        if fast and not info.layers_alike:
+            notes.insert(0, Fact("note.layers_differ"))
         report(Fact("progress.simulating_all", {"layers": info.num_layers, "name": info.name}), 0.1)
-        step = simulate_depth(config, task, info.num_layers, spec, dtype)
+        step = simulate_depth(config, task, info.depth or info.num_layers, spec, dtype)
     else:
         report(simulating_some(shape.depth(1), info.num_layers), 0.1)
         one = simulate_depth(config, task, shape.depth(1), spec, dtype)
@@ -130,18 +135,23 @@ def prepare(spec: RunSpec) -> tuple[ModelInfo, torch.dtype, Any, str]:
     spec.validate()
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
-    check_optimizer_runs(spec, device_type="cuda", simulated=True)
+    device_type = simulated_device_type(spec)
+    check_optimizer_runs(spec, device_type=device_type, simulated=True)
     check_simulated_selective(spec)
-    dtype = resolve_dtype(spec.dtype, torch.device("cuda"), spec.mixed_precision)
+    dtype = resolve_dtype(spec.dtype, torch.device(device_type), spec.mixed_precision)
     config, _, task = catalog.load_config(spec.model)
     return info, dtype, config, task
+
+
+def simulated_device_type(spec: RunSpec) -> str:
+    """The device a simulation of ``spec`` stands for: "cpu" when asked for by name, else "cuda" ("auto" too: a
+    simulation's point is the GPU a person does not have)."""
+    return "cpu" if spec.device == "cpu" else "cuda"
 
 
 def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[Fact]:
     """The notes of a simulation of ``spec`` that do not depend on how its layers were simulated."""
     notes: list[Fact] = []
-    if fast and not info.layers_alike:
-        notes.append(Fact("note.layers_differ"))
     if info.experts_implementation is not None:
         notes += [experts_note(info), ROUTING_NOTE]
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
@@ -171,9 +181,9 @@ def simulate_depth(
     contexts a plan's layers meet); the spec's ``every_n_layers`` must then be set. A ``trace`` is
     told every change of the step's memory, offload's host copies included (:mod:`.replay`).
     """
+    # The copy keeps the real layers' per-layer settings in step with the layers it keeps (configs.layers_kept).
     config = catalog.config_with(config, {"num_hidden_layers": depth})
-    planned = planned_roles(depth, spec.every_n_layers) if roles is None else list(roles)
-    ledger = HostLedger(trace)
+    ledger = HostLedger(trace, as_cuda=simulated_device_type(spec) == "cuda")
     # The fake process group and its mesh come first: made inside FakeTensorMode, the mesh fails.
     try:
         with fake_mesh(spec) as mesh, FakeTensorMode(), GroupedMmShapes(), simulating(ledger):
@@ -182,15 +192,19 @@ def simulate_depth(
             )
     except DATA_DEPENDENT_ERRORS as exc:
         raise unsupported_moe_error(spec.model, config.model_type, exc) from exc
-    layers = layer_results(catalog.checkpointable_layers(model), planned, enabled, counts)
-    memory = replace(memory, method=SIMULATION_METHOD, **offload_fields(spec, layers))
+    # The plan of the layers transformers counts, which a nested model has more of than its depth.
+    modules = catalog.checkpointable_layers(model)
+    planned = planned_roles(len(modules), spec.every_n_layers) if roles is None else list(roles)
+    layers = layer_results(modules, planned, enabled, counts, nested_in(model))
+    memory = replace(memory, method=SIMULATION_METHOD, **offload_fields(spec, layers, ledger.as_cuda))
     return SimulatedStep(depth, memory, layers, host_bytes)
 
 
-def offload_fields(spec: RunSpec, layers: Sequence[LayerResult]) -> dict[str, Any]:
-    """A simulated step's ``offload_bytes`` (what the CP layers' inputs take, moved or not) and ``offload_applied``."""
+def offload_fields(spec: RunSpec, layers: Sequence[LayerResult], as_cuda: bool = True) -> dict[str, Any]:
+    """A simulated step's ``offload_bytes`` (what the CP layers' inputs take, moved or not) and ``offload_applied``
+    (not where the simulation stands for the CPU, as in a measured CPU run)."""
     moved = sum(layer.input_bytes for layer in layers if layer.planned == CP) if spec.offload else 0
-    return {"offload_bytes": moved, "offload_applied": spec.offload}
+    return {"offload_bytes": moved, "offload_applied": spec.offload and as_cuda}
 
 
 def _fake_step(
@@ -206,8 +220,9 @@ def _fake_step(
     """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
     model = catalog.instantiate(config, task, dtype)
     model.train()
+    offload = spec.offload and ledger.as_cuda  # as in a measured run: the CPU has no pinned host memory to move to
     if spec.every_n_layers is not None:  # spec.checkpointing
-        enable_checkpointing(model, spec.every_n_layers if roles is None else 1, spec.offload, spec.selective)
+        enable_checkpointing(model, spec.every_n_layers if roles is None else 1, offload, spec.selective)
     if roles is not None:
         # transformers' call set every layer up to rerun; the flag it reads at each call picks the role.
         for layer, role in zip(catalog.checkpointable_layers(model), roles, strict=True):
@@ -217,7 +232,7 @@ def _fake_step(
     enabled = observed_roles(model)
     batch = random_batch(model, spec, torch.device("cpu"))
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
-        recipe = Recipe.for_spec(spec, trained, simulated_cuda=True)
+        recipe = Recipe.for_spec(spec, trained, simulated_cuda=ledger.as_cuda)
         prime_state(recipe)  # no warm-up here: the state a real run holds from its second step
         memory, counts = observe_memory(trained, batch, torch.device("cpu"), recipe, trace)
         del recipe
@@ -228,9 +243,12 @@ def simulated_result(
     spec: RunSpec, info: ModelInfo, dtype: torch.dtype, step: SimulatedStep, notes: list[Fact]
 ) -> RunResult:
     """The :class:`RunResult` of a simulated step of the whole model, with ``notes`` on how it was simulated."""
-    if spec.offload:
+    device_type = simulated_device_type(spec)
+    if spec.offload and device_type == "cuda":
         notes.append(Fact("note.offload_simulated", {"bytes": f"{step.host_bytes:,}"}))
-    planned = planned_roles(info.num_layers, spec.every_n_layers)
+    notes[:0] = offload_notes(spec, step.memory, step.layers)  # offload asked for a CPU: what it would move
+    planned = rerun_roles(planned_roles(info.num_layers, spec.every_n_layers), info.nested_in)
+    notes += reruns_inside_notes(step.layers)
     if [layer.observed for layer in step.layers] != planned:
         notes.append(Fact("note.plan_mismatch_simulated"))
     notes += selective_notes(spec, step.layers, spec.offload)
@@ -243,12 +261,12 @@ def simulated_result(
         spec=spec,
         model=model_summary(replace(info, weights="fake")),
         status="ok",
-        device=SIMULATED_DEVICE,
+        device=SIMULATED_DEVICE if device_type == "cuda" else SIMULATED_CPU,
         dtype=str(dtype).removeprefix("torch."),
         layers=step.layers,
         memory=memory,
         timing=None,
-        provenance=simulated_provenance(),
+        provenance=simulated_provenance(device_type),
         notes=notes,
         ranks=ranks,
     )
@@ -260,7 +278,8 @@ def simulated_result(
 class HostLedger:
     """Bytes the simulated offload holds in host memory (told, copy by copy, to a ``trace`` where there is one)."""
 
-    def __init__(self, trace: TraceSink | None = None) -> None:
+    def __init__(self, trace: TraceSink | None = None, *, as_cuda: bool = True) -> None:
+        self.as_cuda = as_cuda  # the step stands for a CUDA device (else the CPU: its attention kernels, no offload)
         self.current = 0
         self.after_forward = 0  # the most it held, reached when the forward ends
         self._trace = trace
@@ -322,7 +341,8 @@ _REAL_SDPA: Callable[..., Any] = AttentionInterface._global_mapping["sdpa"]  # t
 def _sdpa_as_on_cuda(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
     """transformers' SDPA attention, on the kernel a CUDA step takes (see the module docstring): fake tensors of a
     simulation run it without the dropout that sends the CPU to the math kernel; real tensors as they are."""
-    if dropout and getattr(_ACTIVE_LEDGER, "ledger", None) is not None and isinstance(query, FakeTensor):
+    ledger = getattr(_ACTIVE_LEDGER, "ledger", None)
+    if dropout and ledger is not None and ledger.as_cuda and isinstance(query, FakeTensor):
         dropout = 0.0
     return _REAL_SDPA(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
 

@@ -80,8 +80,9 @@ class TableSimulation:
         return self._simulated(spec, info, progress)
 
     def _simulated(self, spec: RunSpec, info: ModelInfo, progress: Progress | None) -> RunResult:
-        """``spec`` simulated on its own: folded from two shallow copies where its layers are alike (:mod:`.fold`)."""
-        fold = Reduction.for_plan(info.num_layers, spec.every_n_layers) if info.layers_alike else None
+        """``spec`` simulated on its own: folded from two shallow copies where the plan and the layers' kinds repeat
+        (:mod:`.fold`), as ``simulate`` folds it."""
+        fold = Reduction.for_plan(info.num_layers, spec.every_n_layers, info.layer_period)
         self.simulated_layers += info.num_layers if fold is None else fold.depth(1) + fold.depth(2)
         if spec.fsdp and not self._fsdp_primed:
             # The first FSDP2 step of a process holds more in its gradient norm than every later one (tiny-llama:

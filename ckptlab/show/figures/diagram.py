@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from ...model.plan import planned_roles
+from ...model.plan import planned_roles, rerun_inside, rerun_roles
 from ...model.selective import selective_key
 from ...results import LayerResult, Region, RunResult, TimelinePoint
 from ...units import MIB
@@ -76,6 +76,11 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         t("selective.diagram_rest", lang) if selective and layer.enabled == "CP" and layer.recompute_calls else ""
         for layer in layers
     ]
+    # A keep layer nested in a checkpointed one reruns with it: its backward box says inside whose rerun.
+    rest = [
+        t("fig.reruns_inside", lang, parent=f"L{layer.rerun_inside + 1}") if layer.rerun_inside is not None else more
+        for layer, more in zip(layers, rest)
+    ]
     rows = [
         _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover, extra=kept),
         _Row(
@@ -108,7 +113,13 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     return _draw(rows, lang, title=title, subtitle=subtitle)
 
 
-def plan_figure(num_layers: int, every_n_layers: int | None, title: str | None = None, lang: str = "en") -> go.Figure:
+def plan_figure(
+    num_layers: int,
+    every_n_layers: int | None,
+    title: str | None = None,
+    lang: str = "en",
+    nested: Sequence[int | None] = (),
+) -> go.Figure:
     """The pattern every_n_layers plans, before anything ran (hatched, like all planned rows).
 
     Args:
@@ -116,15 +127,25 @@ def plan_figure(num_layers: int, every_n_layers: int | None, title: str | None =
         every_n_layers: the setting, ``None`` for checkpointing off.
         title: replaces the default title.
         lang: language of the words on the figure (``ckptlab.show.i18n``).
+        nested: ``ModelInfo.nested_in``: a keep layer inside a checkpointed one is planned to rerun with it.
 
     Returns:
         A Plotly figure with a planned forward and backward row.
     """
     roles = planned_roles(num_layers, every_n_layers)
     hover = [t(f"fig.plan_hover_{role}", lang, n=index + 1) for index, role in enumerate(roles)]
+    inside = rerun_inside(roles, nested) if nested else [None] * num_layers
+    extra = [t("fig.reruns_inside", lang, parent=f"L{parent + 1}") if parent is not None else "" for parent in inside]
     rows = [
         _Row(t("diagram.forward", lang), "forward", roles, hover, planned=True),
-        _Row(t("diagram.backward", lang), "backward", _backward(roles), hover, planned=True),
+        _Row(
+            t("diagram.backward", lang),
+            "backward",
+            _backward(rerun_roles(roles, nested)),
+            hover,
+            planned=True,
+            extra=extra,
+        ),
     ]
     default = t("fig.plan_title", lang, setting=setting_label(every_n_layers, False, lang))
     return _draw(rows, lang, title=title or default, subtitle=t("fig.plan_subtitle", lang))

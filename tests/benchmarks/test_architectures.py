@@ -1,0 +1,46 @@
+"""benchmarks/architectures.py on a dozen architectures of different kinds: the plan holds and measured equals
+simulated (dense, sliding and full attention, MoE, MLA, hybrid state-space, nested checkpointing layers)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # real steps: `pytest -m 'not slow'` skips them
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "architectures.py"
+
+# model type -> the kind benchmarks/architectures.py's tiny config makes of it
+DOZEN = {
+    "llama": "dense",
+    "gpt2": "dense",
+    "qwen3": "dense",
+    "gemma2": "layers differ",  # sliding and full attention in turn
+    "gemma3_text": "layers differ",  # three sliding, one full (a window of its default pattern)
+    "mixtral": "moe",
+    "qwen3_moe": "moe",
+    "deepseek_v3": "moe",  # MLA attention, a first dense layer, routed and shared experts
+    "jamba": "moe",  # a hybrid state-space model: mamba layers, experts on every other layer
+    "nemotron_h": "moe",  # a hybrid: mamba, experts, attention and MLP layers
+    "bamba": "dense",  # mamba2 layers (its attention layers are none by default)
+    "zamba2": "nested",  # a hybrid layer holds a mamba_decoder that is a checkpointing layer too
+}
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem + "_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_dozen_architectures_run_as_transformers_plans_and_simulate_exactly(tmp_path):
+    benchmark = _load(SCRIPT)
+    for model_type, kind in DOZEN.items():
+        rows = benchmark.rows_for(model_type, seq_len=16, folder=tmp_path / model_type)
+        assert [row.get("refused") for row in rows] == [None, None], model_type
+        for row in rows:
+            assert row["kind"] == kind and row["plan_ok"] and row["sim_plan_ok"], row
+            assert row["exact"], benchmark.line_of(row)
