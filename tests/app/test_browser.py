@@ -47,9 +47,9 @@ def test_press_run_and_see_the_diagram(server):
             page.goto(f"{server}/?seq=128&repeats=1&warmup=1&n=2")
             run = page.get_by_role("button", name="Run", exact=True)
             run.wait_for(timeout=60_000)
-            page.get_by_text("planned (press Run to observe it)").wait_for(timeout=60_000)
+            page.get_by_text("planned (press Run to").wait_for(timeout=60_000)  # the title wraps after "to"
             run.click()
-            page.get_by_text("what the step did (observed)").wait_for(timeout=120_000)
+            page.get_by_text("what the step did").wait_for(timeout=120_000)  # "(observed)" on the next line
             page.get_by_text("Peak reached in:").wait_for(timeout=30_000)
             # The planned chart of the previous script run lingers (stale) until this run finishes.
             expect(page.locator(".stPlotlyChart")).to_have_count(
@@ -72,7 +72,7 @@ def test_cancel_stops_a_run_in_flight(server):
             page.goto(f"{server}/?seq=2048&batch=4&repeats=20&warmup=0&n=1")
             run = page.get_by_role("button", name="Run", exact=True)
             run.wait_for(timeout=60_000)
-            page.get_by_text("planned (press Run to observe it)").wait_for(timeout=60_000)
+            page.get_by_text("planned (press Run to").wait_for(timeout=60_000)  # the title wraps after "to"
             run.click()
             page.get_by_text("timed step 1 of 20").first.wait_for(timeout=120_000)  # the run is in flight
             page.get_by_role("button", name="Cancel", exact=True).click()
