@@ -6,6 +6,7 @@ The screenshot lands in artifacts/ (gitignored) for a person to look at.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,12 @@ def server():
         yield url
 
 
+def _title(page, words: str):
+    """A figure's title that reads ``words`` (a regular expression): a title wraps into lines (SVG tspans), whose
+    text runs together without the space at the break."""
+    return page.locator("svg text.gtitle").filter(has_text=re.compile(words)).first
+
+
 def test_press_run_and_see_the_diagram(server):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -47,15 +54,15 @@ def test_press_run_and_see_the_diagram(server):
             page.goto(f"{server}/?seq=128&repeats=1&warmup=1&n=2")
             run = page.get_by_role("button", name="Run", exact=True)
             run.wait_for(timeout=60_000)
-            page.get_by_text("planned (press Run to").wait_for(timeout=60_000)  # the title wraps after "to"
+            _title(page, r"planned \(press\s*Run\s*to\s*observe").wait_for(timeout=60_000)
             run.click()
-            page.get_by_text("what the step did").wait_for(timeout=120_000)  # "(observed)" on the next line
+            _title(page, r"what\s*the\s*step\s*did").wait_for(timeout=120_000)
             page.get_by_text("Peak reached in:").wait_for(timeout=30_000)
             # The planned chart of the previous script run lingers (stale) until this run finishes.
             expect(page.locator(".stPlotlyChart")).to_have_count(
                 3, timeout=30_000
             )  # diagram, where the memory goes, comparison
-            assert page.get_by_text("L3").first.is_visible()
+            expect(page.locator("svg text").filter(has_text=re.compile(r"^L3")).first).to_be_visible()  # a box
             assert not page.locator(".stException").count()
             page.wait_for_timeout(1000)  # let Plotly finish its transitions before the picture
             page.screenshot(path=str(ROOT / "artifacts" / "browser-lab.png"))
@@ -72,7 +79,7 @@ def test_cancel_stops_a_run_in_flight(server):
             page.goto(f"{server}/?seq=2048&batch=4&repeats=20&warmup=0&n=1")
             run = page.get_by_role("button", name="Run", exact=True)
             run.wait_for(timeout=60_000)
-            page.get_by_text("planned (press Run to").wait_for(timeout=60_000)  # the title wraps after "to"
+            _title(page, r"planned \(press\s*Run\s*to\s*observe").wait_for(timeout=60_000)
             run.click()
             page.get_by_text("timed step 1 of 20").first.wait_for(timeout=120_000)  # the run is in flight
             page.get_by_role("button", name="Cancel", exact=True).click()
