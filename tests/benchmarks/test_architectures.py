@@ -3,14 +3,11 @@ simulated (dense, sliding and full attention, MoE, MLA, hybrid state-space, nest
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow  # real steps: `pytest -m 'not slow'` skips them
+from tests.benchmarks import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "architectures.py"
+pytestmark = pytest.mark.slow  # real steps: `pytest -m 'not slow'` skips them
 
 # model type -> the kind benchmarks/architectures.py's tiny config makes of it
 DOZEN = {
@@ -29,15 +26,8 @@ DOZEN = {
 }
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem + "_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_dozen_architectures_run_as_transformers_plans_and_simulate_exactly(tmp_path):
-    benchmark = _load(SCRIPT)
+    benchmark = load_benchmark("architectures")
     for model_type, kind in DOZEN.items():
         rows = benchmark.rows_for(model_type, seq_len=16, folder=tmp_path / model_type)
         assert [row.get("refused") for row in rows] == [None, None], model_type
