@@ -195,7 +195,8 @@ def test_with_lora_the_policy_keeps_the_same_attention(made):
 
 
 def test_simulated_offload_leaves_what_the_policy_kept_on_the_device(made):
-    spec = _spec(made, every_n_layers=1, offload=True, optimizer="adamw")
+    # A simulation for a CUDA device: offload applies there (a simulation of the CPU has none to make).
+    spec = _spec(made, every_n_layers=1, offload=True, optimizer="adamw", device="cuda")
     plain, kept = simulate(spec, fast=False), simulate(replace(spec, selective="attention"), fast=False)
     extra = SHAPE["num_hidden_layers"] * _attention_output_bytes()
     assert kept.memory.after_forward_bytes - plain.memory.after_forward_bytes == extra  # on the device
