@@ -132,15 +132,29 @@ def browser():
             chromium.close()
 
 
+@pytest.fixture
 def new_page(browser):
-    """A tab of its own (a person of its own) at projector size; a loaded server may take long to answer."""
-    page = browser.new_context(viewport=VIEWPORT, accept_downloads=True).new_page()
-    page.set_default_navigation_timeout(WAIT_MS)
-    return page
+    """Opens a tab of its own (a person of its own) at projector size; a loaded server may take long to answer.
+
+    Every tab a journey opened is closed when it ends: a tab left open keeps its session alive on the server, and
+    the room's pages rerun a fragment every few seconds, so the tabs of earlier journeys would load the server
+    under the later ones (on CI the engineer's At-scale simulation waited 300 s behind them and failed)."""
+    contexts = []
+
+    def open_tab():
+        context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_navigation_timeout(WAIT_MS)
+        return page
+
+    yield open_tab
+    for context in contexts:
+        context.close()
 
 
-def open_page(browser, url: str, lang: str, nav_key: str):
-    page = new_page(browser)
+def open_page(new_page, url: str, lang: str, nav_key: str):
+    page = new_page()
     page.goto(f"{url}/?lang={lang}")
     page.get_by_role("link", name=words(nav_key, lang)).first.click()
     return page
@@ -155,8 +169,8 @@ def shoot(page, name: str) -> None:
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_a_participant_walks_the_lesson_then_the_exercises(server, browser, lang):
-    page = open_page(browser, server, lang, "nav.lesson_page")
+def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lang):
+    page = open_page(new_page, server, lang, "nav.lesson_page")
     page.get_by_text(words("lesson.activation.title", lang)).first.wait_for(timeout=WAIT_MS)
     page.locator(".stPlotlyChart").first.wait_for(timeout=WAIT_MS)
     check_page(page, "lesson part 1")
@@ -192,11 +206,11 @@ def test_a_participant_walks_the_lesson_then_the_exercises(server, browser, lang
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_an_instructor_runs_a_round_with_two_participants(server, browser, lang):
-    participants = [open_page(browser, server, lang, "nav.exercises_page") for _ in range(2)]
+def test_an_instructor_runs_a_round_with_two_participants(server, new_page, lang):
+    participants = [open_page(new_page, server, lang, "nav.exercises_page") for _ in range(2)]
     for participant in participants:
         participant.get_by_text(words("exercises.score_title", lang)).wait_for(timeout=WAIT_MS)
-    teacher = open_page(browser, server, lang, "classroom.nav_page")
+    teacher = open_page(new_page, server, lang, "classroom.nav_page")
     phrase = teacher.get_by_label(words("classroom.secret", lang))
     phrase.fill(SECRET)
     phrase.press("Enter")
@@ -238,8 +252,8 @@ def test_an_instructor_runs_a_round_with_two_participants(server, browser, lang)
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, browser, lang, tmp_path):
-    page = new_page(browser)
+def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, lang):
+    page = new_page()
     page.goto(f"{server}/?lang={lang}&seq=64&repeats=1&warmup=0&n=2&lora=8&accum=2")
     run = page.get_by_role("button", name=words("lab.run", lang), exact=True)
     run.wait_for(timeout=WAIT_MS)
