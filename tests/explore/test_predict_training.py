@@ -11,6 +11,7 @@ from ckptlab.explore.predict import predict
 from ckptlab.explore.predict_training import LORA_ACTIVATIONS_NOTE, training_bytes
 from ckptlab.model.lora import adapted
 from ckptlab.step.training import gradient_bytes
+from tests.cases import covering
 
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
 STEP = RunSpec(seq_len=64, repeats=1, warmup=0, every_n_layers=2, dtype="float32", device="cpu")
@@ -64,16 +65,19 @@ def _targets(model: str, changes: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def runs():
-    """One measured step per tiny preset and training setup (64 tokens, every_n_layers=2, float32)."""
-    return {
-        (model, name): measure(_spec(model, _targets(model, changes)))
-        for model in TINY
-        for name, changes in TRAINING.items()
-    }
+    """``runs[(model, name)]``: a measured step of a tiny preset and training setup (64 tokens, every_n_layers=2,
+    float32), measured once for the module when a test first asks for it."""
+
+    class Runs(dict):
+        def __missing__(self, key):
+            model, name = key
+            self[key] = measure(_spec(model, _targets(model, TRAINING[name])))
+            return self[key]
+
+    return Runs()
 
 
-@pytest.mark.parametrize("name", TRAINING)
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize(("model", "name"), covering(TINY, list(TRAINING)))
 def test_parameters_gradients_and_optimizer_state_are_predicted_to_the_byte(model, name, runs):
     spec = _spec(model, _targets(model, TRAINING[name]))
     result = runs[(model, name)]
@@ -113,8 +117,7 @@ def test_the_per_parameter_adamw_of_the_cpu_is_estimated_as_two_copies_of_the_la
     assert _optimizer_peak(predicted) == pytest.approx(step.region_peak_bytes, rel=0.01)
 
 
-@pytest.mark.parametrize("name", ["sgd", "none", "lora-adamw"])
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize(("model", "name"), covering(TINY, ["sgd", "none", "lora-adamw"]))
 def test_a_backward_peak_is_estimated_within_minus_10_plus_25_percent(model, name, runs):
     """Without AdamW's state on all parameters the peak is the backward's, and the prediction an estimate.
 

@@ -21,6 +21,7 @@ from ckptlab.step.fake_experts import grouped_mm_output_shape
 from ckptlab.step.preflight import load_model
 from ckptlab.step.routing import collapse_routing, expert_load
 from ckptlab.step.trainstep import random_batch
+from tests.cases import covering
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -114,8 +115,8 @@ def _assert_simulation_lands_on_the_run(run: RunResult, sim: RunResult) -> None:
                 assert layer.router_recompute_calls == layer.experts_recompute_calls == reruns, layer
 
 
-@pytest.mark.parametrize("every_n_layers", [None, 1, 2])
-@pytest.mark.parametrize("model", ["tiny-qwen3-moe", "mixtral", "qwen2_moe"])
+# Each MoE model with CP and kept layers both (every_n_layers=2); off and every layer once each (tests/cases.py).
+@pytest.mark.parametrize(("model", "every_n_layers"), covering(["tiny-qwen3-moe", "mixtral", "qwen2_moe"], [2, None, 1]))
 def test_simulation_matches_a_measured_moe_run(model, every_n_layers, folders):
     path = folders.get(model, model)
     run = measure(_spec(path, every_n_layers))

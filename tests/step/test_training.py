@@ -11,6 +11,7 @@ from ckptlab.explore.budget import budget_bytes
 from ckptlab.model.lora import adapted, linear_module_names, resolve_targets
 from ckptlab.step.equivalence import check_gradients
 from ckptlab.step.training import gradient_bytes, trainable_parameters
+from tests.cases import covering
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -82,10 +83,12 @@ def test_lora_gives_back_the_model_it_was_given():
     assert all(param.requires_grad for param in model.parameters())
 
 
-@pytest.mark.parametrize("model", TINY)
-@pytest.mark.parametrize("changes", [{}, {"optimizer": "sgd"}, {"lora_rank": 4}], ids=["adamw", "sgd", "lora-adamw"])
-def test_simulated_equals_measured_for_every_category(model, changes):
-    spec = RunSpec(**{**STEP.to_dict(), "model": model, **changes})
+TRAINING = {"adamw": {}, "sgd": {"optimizer": "sgd"}, "lora-adamw": {"lora_rank": 4}}
+
+
+@pytest.mark.parametrize(("model", "option"), covering(TINY, list(TRAINING)))
+def test_simulated_equals_measured_for_every_category(model, option):
+    spec = RunSpec(**{**STEP.to_dict(), "model": model, **TRAINING[option]})
     measured, simulated = measure(spec), simulate(spec)
     for name in CATEGORIES_COMPARED:
         assert getattr(simulated.memory, name) == pytest.approx(getattr(measured.memory, name), rel=0.03), name
