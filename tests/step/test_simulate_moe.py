@@ -116,7 +116,9 @@ def _assert_simulation_lands_on_the_run(run: RunResult, sim: RunResult) -> None:
 
 
 # Each MoE model with CP and kept layers both (every_n_layers=2); off and every layer once each (tests/cases.py).
-@pytest.mark.parametrize(("model", "every_n_layers"), covering(["tiny-qwen3-moe", "mixtral", "qwen2_moe"], [2, None, 1]))
+@pytest.mark.parametrize(
+    ("model", "every_n_layers"), covering(["tiny-qwen3-moe", "mixtral", "qwen2_moe"], [2, None, 1])
+)
 def test_simulation_matches_a_measured_moe_run(model, every_n_layers, folders):
     path = folders.get(model, model)
     run = measure(_spec(path, every_n_layers))
