@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -15,6 +16,17 @@ from ckptlab import RunResult, RunSpec, measure
 FAST = RunSpec(model="tiny-llama", seq_len=128, batch_size=1, every_n_layers=1, repeats=1, warmup=0, optimizer="none")
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n auto`` in pyproject.toml: one worker a core) each worker takes its share of the cores
+    for torch's threads, and so do the processes a test starts (a CLI, a server, ranks): two workers on 2 cores
+    run 2 threads, not 4 fighting over them."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
+        torch.set_num_threads(int(threads))
+        os.environ.setdefault("OMP_NUM_THREADS", threads)
 
 
 @pytest.fixture(autouse=True)

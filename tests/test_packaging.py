@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = {"torch", "transformers", "peft", "accelerate", "streamlit", "plotly", "pandas"}
-TEST_EXTRA = {"pytest", "playwright", "nbclient", "nbformat", "ipykernel"}
+TEST_EXTRA = {"pytest", "pytest-xdist", "playwright", "nbclient", "nbformat", "ipykernel"}
 
 
 def _name(requirement: str) -> str:
