@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.wire import serve
+from tests.app.wire import HANG_MS, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -53,14 +53,14 @@ def test_press_run_and_see_the_diagram(server):
             page = browser.new_page(viewport={"width": 1366, "height": 1400})
             page.goto(f"{server}/?seq=128&repeats=1&warmup=1&n=2")
             run = page.get_by_role("button", name="Run", exact=True)
-            run.wait_for(timeout=60_000)
-            _title(page, r"planned \(press\s*Run\s*to\s*observe").wait_for(timeout=60_000)
+            run.wait_for(timeout=HANG_MS)
+            _title(page, r"planned \(press\s*Run\s*to\s*observe").wait_for(timeout=HANG_MS)
             run.click()
-            _title(page, r"what\s*the\s*step\s*did").wait_for(timeout=120_000)
-            page.get_by_text("Peak reached in:").wait_for(timeout=30_000)
+            _title(page, r"what\s*the\s*step\s*did").wait_for(timeout=HANG_MS)
+            page.get_by_text("Peak reached in:").wait_for(timeout=HANG_MS)
             # The planned chart of the previous script run lingers (stale) until this run finishes.
             expect(page.locator(".stPlotlyChart")).to_have_count(
-                3, timeout=30_000
+                3, timeout=HANG_MS
             )  # diagram, where the memory goes, comparison
             expect(page.locator("svg text").filter(has_text=re.compile(r"^L3")).first).to_be_visible()  # a box
             assert not page.locator(".stException").count()
@@ -78,12 +78,12 @@ def test_cancel_stops_a_run_in_flight(server):
             page = browser.new_page(viewport={"width": 1366, "height": 1400})
             page.goto(f"{server}/?seq=2048&batch=4&repeats=20&warmup=0&n=1")
             run = page.get_by_role("button", name="Run", exact=True)
-            run.wait_for(timeout=60_000)
-            _title(page, r"planned \(press\s*Run\s*to\s*observe").wait_for(timeout=60_000)
+            run.wait_for(timeout=HANG_MS)
+            _title(page, r"planned \(press\s*Run\s*to\s*observe").wait_for(timeout=HANG_MS)
             run.click()
-            page.get_by_text("timed step 1 of 20").first.wait_for(timeout=120_000)  # the run is in flight
+            page.get_by_text("timed step 1 of 20").first.wait_for(timeout=HANG_MS)  # the run is in flight
             page.get_by_role("button", name="Cancel", exact=True).click()
-            page.get_by_text("Run cancelled").wait_for(timeout=60_000)
+            page.get_by_text("Run cancelled").wait_for(timeout=HANG_MS)
             assert not page.get_by_text("Peak reached in:").count()  # nothing was measured
             assert not page.locator(".stException").count()
         finally:

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, server  # noqa: F401  (server is a fixture)
+from tests.app.wire import HANG_MS
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = [
@@ -29,14 +30,14 @@ def test_play_steps_through_the_training_step_in_japanese(server):  # noqa: F811
             page = browser.new_page(viewport={"width": 1366, "height": 1400})
             page.goto(f"{server}/?lang=ja")  # the entry point first: st.navigation takes over the URLs
             page.get_by_text("ステップごとのレッスン").first.click()
-            page.get_by_text("活性化とは何か").wait_for(timeout=120_000)
+            page.get_by_text("活性化とは何か").wait_for(timeout=HANG_MS)
             page.locator("[data-testid='stButtonGroup'] button").filter(has_text="ステップ実行").click()
-            page.get_by_text("1回の学習ステップをイベントごとに").wait_for(timeout=120_000)
+            page.get_by_text("1回の学習ステップをイベントごとに").wait_for(timeout=HANG_MS)
             slider = page.locator("[data-testid='stSliderThumbValue']").first
-            slider.get_by_text(re.compile(r"^1/\d+ · ")).wait_for(timeout=120_000)
+            slider.get_by_text(re.compile(r"^1/\d+ · ")).wait_for(timeout=HANG_MS)
             page.get_by_role("button", name=re.compile("再生")).click()
             # The fragment's timer moves one event every PLAY_SECONDS: after a few seconds the slider is further on.
-            slider.get_by_text(re.compile(r"^([4-9]|\d\d)/\d+ · ")).wait_for(timeout=30_000)
+            slider.get_by_text(re.compile(r"^([4-9]|\d\d)/\d+ · ")).wait_for(timeout=HANG_MS)
             assert page.get_by_role("button", name=re.compile("一時停止")).count() == 1
             assert "?lang=ja" in page.url or "lang=ja" in page.url
             assert not page.locator(".stException").count()

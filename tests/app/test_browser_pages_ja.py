@@ -18,7 +18,7 @@ import pytest
 from ckptlab.show import i18n
 from tests.app.test_app import PAGES
 from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT
-from tests.app.wire import serve
+from tests.app.wire import HANG_MS, serve
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 sync_playwright, expect = playwright_api.sync_playwright, playwright_api.expect
@@ -49,7 +49,7 @@ def test_every_page_draws_in_japanese_without_an_exception():
         try:
             for page_file, (_, key) in PAGES.items():
                 page = browser.new_page(viewport={"width": 1366, "height": 1400})
-                page.goto(f"{server}/{url_path(page_file)}?lang=ja", timeout=60_000)
+                page.goto(f"{server}/{url_path(page_file)}?lang=ja", timeout=HANG_MS)
                 heading = i18n.t(key, "ja")
                 assert heading != i18n.t(key, "en")  # the page's own words in Japanese, not English
                 page.get_by_role("heading", name=heading).first.wait_for(timeout=HEADING_TIMEOUT_MS)

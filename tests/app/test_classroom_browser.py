@@ -15,6 +15,7 @@ import pytest
 
 from ckptlab.show import i18n
 from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, serve
+from tests.app.wire import HANG_MS
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = [
@@ -24,7 +25,6 @@ pytestmark = [
 ]
 
 SECRET = "kingfisher at dawn"
-WAIT_MS = 180_000  # a measured run on 2 busy cores, and a few fragment ticks: only a hang reaches it
 
 
 def test_a_participant_follows_the_round_without_reloading():
@@ -38,7 +38,7 @@ def test_a_participant_follows_the_round_without_reloading():
             participant.set_viewport_size({"width": 1366, "height": 1400})
             participant.goto(f"{url}/?lang=pt-BR")
             participant.get_by_text("Preveja, depois meça").first.click()
-            participant.get_by_text("Sua pontuação").wait_for(timeout=WAIT_MS)
+            participant.get_by_text("Sua pontuação").wait_for(timeout=HANG_MS)
 
             teacher = browser.new_context().new_page()
             teacher.set_viewport_size({"width": 1366, "height": 1400})
@@ -47,17 +47,17 @@ def test_a_participant_follows_the_round_without_reloading():
             phrase = teacher.get_by_label("Instructor's phrase")
             phrase.fill(SECRET)
             phrase.press("Enter")
-            teacher.get_by_role("button", name="Measure and open the round").click(timeout=WAIT_MS)
-            teacher.get_by_role("button", name="Close the round and show the answers").wait_for(timeout=WAIT_MS)
+            teacher.get_by_role("button", name="Measure and open the round").click(timeout=HANG_MS)
+            teacher.get_by_role("button", name="Close the round and show the answers").wait_for(timeout=HANG_MS)
 
-            participant.get_by_text("Rodada 1 da sala").wait_for(timeout=WAIT_MS)  # no reload: the timer
+            participant.get_by_text("Rodada 1 da sala").wait_for(timeout=HANG_MS)  # no reload: the timer
             participant.get_by_role("button", name="Enviar minha resposta à sala").click()
-            participant.get_by_text("Sua resposta: 100").wait_for(timeout=WAIT_MS)
-            teacher.locator("[data-testid='stMetricValue']").get_by_text("1", exact=True).wait_for(timeout=WAIT_MS)
+            participant.get_by_text("Sua resposta: 100").wait_for(timeout=HANG_MS)
+            teacher.locator("[data-testid='stMetricValue']").get_by_text("1", exact=True).wait_for(timeout=HANG_MS)
 
             teacher.get_by_role("button", name="Close the round and show the answers").click()
-            teacher.get_by_text("Round 1: the room's predictions beside the measurement").wait_for(timeout=WAIT_MS)
-            participant.get_by_text("Rodada 1: as previsões da sala ao lado da medição").wait_for(timeout=WAIT_MS)
+            teacher.get_by_text("Round 1: the room's predictions beside the measurement").wait_for(timeout=HANG_MS)
+            participant.get_by_text("Rodada 1: as previsões da sala ao lado da medição").wait_for(timeout=HANG_MS)
             assert not participant.locator(".stException").count() and not teacher.locator(".stException").count()
             participant.wait_for_timeout(1000)  # let Plotly finish its transitions before the picture
             participant.screenshot(path=str(ROOT / "artifacts" / "browser-classroom-participant-pt-BR.png"))
@@ -81,8 +81,8 @@ def test_a_new_tab_of_the_same_browser_is_the_same_participant():
                 page.goto(url)
                 page.get_by_text("Predict, then measure").first.click()
                 # Drawn after the room's part of the page, where the script that keeps the key is placed.
-                page.get_by_text(i18n.t("exercises.score_title", "en")).first.wait_for(timeout=WAIT_MS)
-                page.wait_for_function("document.cookie.includes('ckptlab_participant=')", timeout=WAIT_MS)
+                page.get_by_text(i18n.t("exercises.score_title", "en")).first.wait_for(timeout=HANG_MS)
+                page.wait_for_function("document.cookie.includes('ckptlab_participant=')", timeout=HANG_MS)
                 page.wait_for_timeout(2000)  # a session that ignored the cookie would have written its own by now
                 assert not page.locator(".stException").count()
                 return next(c["value"] for c in context.cookies() if c["name"] == "ckptlab_participant")

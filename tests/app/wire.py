@@ -32,6 +32,9 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[2]
+# How long a browser test waits for what the page must show: a guard against a hang, never a measure of speed
+# (a test waits on the event; on 2 cores shared with other work a measured run took minutes).
+HANG_MS = 300_000
 EARLY_FOR_RERUN = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_EARLY_FOR_RERUN")
 
 
