@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SpecError, check_at_most
 from ..explore.budget import GPUS, budget_bytes, fit, fits
+from ..fact import Fact
 from ..show.i18n import say
 from ..show.report import run_report
 from ..spec import MAX_WORLD_SIZE
@@ -131,7 +132,7 @@ def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
         return int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB"
     if args.budget is not None:
         size = parse_size(args.budget, "--budget")
-        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, "above any machine's memory")
+        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, Fact("bound.budget"))
         return size, f"a budget of {args.budget.strip()}"
     return None
 

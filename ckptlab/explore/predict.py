@@ -203,13 +203,13 @@ def predict(
     every_example = "ckptlab.predict('tiny-llama', seq_len=1024, every_n_layers=[1, 2])"
     if every_n_layers is not None:
         expect_type("ckptlab.predict", "every_n_layers", every_n_layers, (list, tuple, range), every_example)
-        check_at_most("len(every_n_layers)", len(every_n_layers), MAX_LAYERS, "no model has more layers to plan")
+        check_at_most("len(every_n_layers)", len(every_n_layers), MAX_LAYERS, Fact("bound.layers"))
     expect_type("ckptlab.predict", "offload", offload, (list, tuple), "ckptlab.predict(..., offload=[False, True])")
     for flag in offload:
         expect_type("ckptlab.predict", "each offload", flag, bool, "ckptlab.predict(..., offload=[False, True])")
     if num_layers is not None:
         check_whole_number("num_layers", num_layers)
-        check_at_most("num_layers", num_layers, MAX_LAYERS, "no model has more layers to plan")
+        check_at_most("num_layers", num_layers, MAX_LAYERS, Fact("bound.layers"))
     # The shape, dtype, device, optimizer, LoRA and mixed precision checked as a run's are: RunSpec's checks are the
     # one home of these bounds (16,777,216 tokens a step among them). The model is checked above (a config too).
     RunSpec(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import Option, SpecError, check_at_most, check_whole_number, not_one_of
+from ..fact import Fact
 from ..model.presets import DEFAULT_PRESET
 from ..model.selective import Selective, selective_key, validate_selective
 from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
@@ -65,10 +66,10 @@ class SweepSpec:
             raise not_one_of("timing_order", self.timing_order, ORDERS)
         if not self.seq_lens:
             raise SpecError("seq_lens is empty: give at least one sequence length, e.g. 512.", key="sweep.no_seq_lens")
-        check_at_most("the number of seq_lens", len(self.seq_lens), MAX_SWEEP_LENGTHS, "a sweep measures every one")
+        check_at_most("the number of seq_lens", len(self.seq_lens), MAX_SWEEP_LENGTHS, Fact("bound.sweep_lengths"))
         check_at_most(
             "the number of every_n_layers values", len(self.every_n_layers or ()), MAX_SWEEP_SETTINGS,
-            "a sweep measures every one at every length",
+            Fact("bound.sweep_settings"),
         )  # fmt: skip
         for seq_len in self.seq_lens:
             check_whole_number("seq_len", seq_len)
