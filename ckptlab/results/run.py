@@ -392,7 +392,7 @@ def measurements(result: RunResult) -> tuple[MemoryResult, TimingResult]:
         SpecError: the run has none (it did not fit), or no time (a simulation).
     """
     if result.memory is None or result.timing is None:
-        raise SpecError(f"cannot compare a run with status {result.status!r}: it has no measurements.")
+        raise SpecError(key="api.no_measurements", status=result.status)
     return result.memory, result.timing
 
 
@@ -403,9 +403,7 @@ def timing_of(result: RunResult) -> TimingResult:
         SpecError: the run has none (it did not fit, or was simulated).
     """
     if result.timing is None:
-        raise SpecError(
-            f"a run with status {result.status!r} and {result.provenance.kind} figures has no time figures."
-        )
+        raise SpecError(key="api.no_time_figures", status=result.status, kind=result.provenance.kind)
     return result.timing
 
 
@@ -416,5 +414,5 @@ def memory_of(result: RunResult) -> MemoryResult:
         SpecError: the run has none (it did not fit).
     """
     if result.memory is None:
-        raise SpecError(f"a run with status {result.status!r} has no memory figures: {result.message}")
+        raise SpecError(key="api.no_memory_figures", status=result.status, message=result.message)
     return result.memory
