@@ -153,11 +153,16 @@ class CkptlabError(Exception):
 
 def worded_params(params: dict[str, Any], word: Callable[[Reference], str], lang: str = ENGLISH) -> dict[str, Any]:
     """``params`` as a sentence fills them: each :class:`Option` and :class:`Command` in ``word``'s words, each
-    fact in ``lang``'s, the rest as they are."""
-    return {
-        name: word(value) if isinstance(value, Reference) else worded_param(value, lang)
-        for name, value in params.items()
-    }
+    fact and each error (the reason for another) in ``lang``'s, the rest as they are."""
+    return {name: _worded(value, word, lang) for name, value in params.items()}
+
+
+def _worded(value: Any, word: Callable[[Reference], str], lang: str) -> Any:
+    if isinstance(value, Reference):
+        return word(value)
+    if isinstance(value, CkptlabError):  # an error that is the reason for this one, said in the same words
+        return value.worded(word, lang)
+    return worded_param(value, lang)
 
 
 def _rebuilt(cls: type[CkptlabError], message: str | None, key: str | None, params: dict[str, Any]) -> CkptlabError:

@@ -246,8 +246,7 @@ def predict(
         cal = calibrate(calibration) if isinstance(calibration, RunResult) else calibration
         if (cal.seq_len, cal.batch_size) != (seq_len, batch_size) or len(cal.layer_bytes) != arch.num_layers:
             raise SpecError(
-                "the calibration run has {cal_seq}, {cal_batch} and {cal_layers} layers; the prediction asks for "
-                "{seq}, {batch} and {layers} layers. Calibrate with a run of the same model and shape.",
+                key="api.calibration_shape",
                 cal_seq=Option("seq_len", cal.seq_len),
                 cal_batch=Option("batch_size", cal.batch_size),
                 cal_layers=len(cal.layer_bytes),
@@ -258,9 +257,7 @@ def predict(
         asked = (optimizer, lora_rank, tuple(lora_targets) if lora_targets else None)
         if (cal.optimizer, cal.lora_rank, cal.lora_targets) != asked:
             raise SpecError(
-                "the calibration run has {cal_optimizer}, {cal_rank}, {cal_targets}; the prediction asks for "
-                "{optimizer}, {rank}, {targets}. Calibrate with a run of the same spec (LoRA changes what the "
-                "layers save).",
+                key="api.calibration_spec",
                 cal_optimizer=Option("optimizer", cal.optimizer),
                 cal_rank=Option("lora_rank", cal.lora_rank),
                 cal_targets=Option("lora_targets", cal.lora_targets),
