@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .fact import ENGLISH, Fact, text, worded_param
-from .fact import messages as messages_of
 
 ERRORS = "errors."  # the prefix of an error's words in every locale file
 
@@ -111,44 +110,28 @@ class CkptlabError(Exception):
     Args:
         key: its words' key under ``errors.`` in the locale files (``"spec.at_most"``).
         params: the values its words fill in: references (:class:`Option`, :class:`Command`) worded by the edge
-            that reads it, facts (:class:`ckptlab.fact.Fact`) worded in the reader's language, anything else
-            formatted as it is (``{value!r}``, ``{limit:,}`` in the template).
-        message: only until every raise has moved its words to the locale files: the English written at the
-            raise site (then ``key``, if any, names only its translations).
+            that reads it, facts (:class:`ckptlab.fact.Fact`) and errors (the reason for this one) worded in the
+            reader's language, anything else formatted as it is (``{value!r}``, ``{limit:,}`` in the words).
 
     Raises:
         ckptlab.fact.MissingKeyError: ``errors.<key>`` is not in ``en.json``.
     """
 
-    def __init__(self, message: str | None = None, *, key: str | None = None, **params: Any) -> None:
+    def __init__(self, *, key: str, **params: Any) -> None:
         self.key = key
         self.params = params
-        if message is None:
-            if key is None:
-                raise TypeError("a CkptlabError needs key=, the key of its words under errors. in the locale files")
-            self.template: str | None = text(ERRORS + key)
-            super().__init__(self.worded())
-            return
-        self.template = message if any(isinstance(value, Reference) for value in params.values()) else None
-        self.legacy_message = message
-        super().__init__(message if self.template is None else message.format(**worded_params(params, str)))
+        super().__init__(self.worded())
 
     def worded(self, word: Callable[[Reference], str] = str, lang: str = ENGLISH) -> str:
         """The message in ``lang`` (a supported code), each reference in ``word``'s words (``str``: the Python
         API's), each fact in ``lang``'s."""
-        if getattr(self, "legacy_message", None) is None:
-            assert self.key is not None
-            return text(ERRORS + self.key, lang).format(**worded_params(self.params, word, lang))
-        english = str(self) if self.template is None else self.template.format(**worded_params(self.params, word))
-        translated = None if self.key is None or lang == ENGLISH else messages_of(lang).get(ERRORS + self.key)
-        return english if translated is None else translated.format(**worded_params(self.params, word, lang))
+        return text(ERRORS + self.key, lang).format(**worded_params(self.params, word, lang))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled whole, whatever a subclass's __init__ takes: an error raised in a worker process
         # (ckptlab.lab.workers) crosses back with its key and params, so a page still says it in its language
         # and words its options as its widgets.
-        message = getattr(self, "legacy_message", None)
-        return (_rebuilt, (type(self), message, self.key, self.params), dict(self.__dict__))
+        return (_rebuilt, (type(self), self.key, self.params), dict(self.__dict__))
 
 
 def worded_params(params: dict[str, Any], word: Callable[[Reference], str], lang: str = ENGLISH) -> dict[str, Any]:
@@ -165,10 +148,10 @@ def _worded(value: Any, word: Callable[[Reference], str], lang: str) -> Any:
     return worded_param(value, lang)
 
 
-def _rebuilt(cls: type[CkptlabError], message: str | None, key: str | None, params: dict[str, Any]) -> CkptlabError:
+def _rebuilt(cls: type[CkptlabError], key: str, params: dict[str, Any]) -> CkptlabError:
     """A :class:`CkptlabError` of ``cls`` from its pickled parts, without calling a subclass's own __init__."""
     error = cls.__new__(cls)
-    CkptlabError.__init__(error, message, key=key, **params)
+    CkptlabError.__init__(error, key=key, **params)
     return error
 
 

@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.nproc_per_node is not None:
         return _launch(args)
     if args.nnodes != 1 or args.rdzv_endpoint:
-        raise SpecError("--nnodes and --rdzv-endpoint need --nproc-per-node N (the ranks to start on this machine).")
+        raise SpecError(key="cli.nodes_without_ranks")
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup)
     check_before_the_core(spec)
     from ..results import compare  # the core, once the spec is known good (see ckptlab.cli)
@@ -145,11 +145,10 @@ def check_room_for_ranks(ranks: int, device: str, oversubscribe: bool) -> None:
     import torch
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    have, what = (torch.cuda.device_count(), "GPUs") if device == "cuda" else (cores, "CPU cores")
+    have = torch.cuda.device_count() if device == "cuda" else cores
     if ranks > have:
         raise SpecError(
-            f"--nproc-per-node {ranks} is more ranks than this machine has {what} ({have}): they would share them and "
-            f"time each other. Use --nproc-per-node {have} or fewer, or add --oversubscribe to insist."
+            key="cli.ranks_over_gpus" if device == "cuda" else "cli.ranks_over_cores", ranks=ranks, have=have
         )
 
 
@@ -158,19 +157,16 @@ def _launch(args: argparse.Namespace) -> int:
     for name in ("nproc_per_node", "nnodes"):
         value = getattr(args, name)
         if value < 1:
-            raise SpecError(f"--{name.replace('_', '-')} {value} is not valid: give a whole number >= 1.")
+            raise SpecError(key="cli.launch_whole_number", flag=name.replace("_", "-"), value=value)
     if args.nnodes > 1 and not args.rdzv_endpoint:
-        raise SpecError(
-            f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT: one machine's address and a free port there, "
-            "the same on every machine."
-        )
+        raise SpecError(key="cli.nodes_without_endpoint", nodes=args.nnodes)
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=args.nproc_per_node * args.nnodes)
     check_before_the_core(spec)  # bad input: one message and status 2 before any process starts
     from ..step.preflight import resolve_device
 
     check_room_for_ranks(args.nproc_per_node, resolve_device(spec.device).type, args.oversubscribe)
     if args.compare:
-        raise SpecError("--compare does not apply across ranks: run checkpointing off as a second command.")
+        raise SpecError(key="cli.compare_across_ranks")
     if args.rdzv_endpoint:
         where = ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint]
     else:

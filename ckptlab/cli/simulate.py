@@ -125,10 +125,7 @@ def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
         return budget_bytes(args.gpu)
     if args.budget_gib is not None:
         if not (math.isfinite(args.budget_gib) and 0 < args.budget_gib <= MAX_BUDGET_GIB):
-            raise SpecError(
-                f"--budget-gib {args.budget_gib} is not valid: give a finite number of GiB above 0 and at most "
-                f"{MAX_BUDGET_GIB:,}, e.g. 80."
-            )
+            raise SpecError(key="cli.budget_gib", value=args.budget_gib, limit=MAX_BUDGET_GIB)
         return int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB"
     if args.budget is not None:
         size = parse_size(args.budget, "--budget")
