@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import CkptlabError, SpecError
 from ..fact import Fact
-from ..show.i18n import say
+from ..show.i18n import say, t
 from ..spec import RunSpec
 from ..torchstate import launched
 from .args import (
@@ -106,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     progress = None if args.quiet else print_progress if sys.stderr.isatty() else LineProgress()
     if not args.quiet and spec.mixed_precision != "none" and resolve_device(spec.device).type == "cpu":
         warning = Fact("warning.cpu_autocast", {"mp": spec.mixed_precision, "steps": spec.warmup + spec.repeats})
-        print(f"warning: {say(warning)}", file=sys.stderr, flush=True)
+        print(t("cli.warning", message=say(warning)), file=sys.stderr, flush=True)
     model, info = load_model(spec, progress)
     result = measure(spec, model=model, info=info, progress=progress)
     with_compare = args.compare if args.compare is not None else not args.json
@@ -123,10 +123,10 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join([*training_args_lines(args), run_report(result, comparison, reference)]))
     if result.status != "ok":
         if args.json:
-            print(f"error: {result.message}", file=sys.stderr)
+            print(t("cli.error", message=result.message), file=sys.stderr)
         return EXIT_BAD_INPUT
     if not result.plan_matches:
-        print("PLAN MISMATCH: the observed reruns differ from the plan; see the notes above.", file=sys.stderr)
+        print(t("cli.plan_mismatch"), file=sys.stderr)
         return EXIT_PLAN_MISMATCH
     return 0
 
@@ -187,11 +187,11 @@ def _launch(args: argparse.Namespace) -> int:
             return 0
         failure = _first_failure(Path(errors))
         if failure is not None:
-            print(f"error: {failure['message']}", file=sys.stderr)
+            print(t("cli.error", message=failure["message"]), file=sys.stderr)
             return failure["exit"]
         log.seek(0)
         tail = "\n".join(log.read().splitlines()[-15:])
-        print(f"{tail}\nerror: the launcher (torchrun) exited with status {launcher.returncode}.", file=sys.stderr)
+        print(tail + "\n" + t("cli.launcher_failed", status=launcher.returncode), file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -210,13 +210,14 @@ def _run_rank(args: argparse.Namespace) -> int:
         _record_failure(str(error), EXIT_BAD_INPUT)
         raise  # the command prints it and exits with status 2; the launcher ends the other ranks
     except Exception as error:
-        _record_failure(f"rank {os.environ.get('RANK')}: {type(error).__name__}: {error}", EXIT_BAD_INPUT)
+        crash = t("cli.rank_crashed", rank=os.environ.get("RANK"), kind=type(error).__name__, error=error)
+        _record_failure(crash, EXIT_BAD_INPUT)
         raise
     if result is None:
         return 0
     print(result.to_json() if args.json else run_report(result))
     if not result.plan_matches:
-        message = "PLAN MISMATCH: the observed reruns differ from the plan on some rank; see the notes above."
+        message = t("cli.plan_mismatch_ranks")
         print(message, file=sys.stderr)
         _record_failure(message, EXIT_PLAN_MISMATCH)
         return EXIT_PLAN_MISMATCH

@@ -17,7 +17,7 @@ from ..explore.budget import GPUS, gpu_name
 from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
-from ..show.i18n import say
+from ..show.i18n import say, t
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
@@ -185,7 +185,7 @@ def _sweep(args: argparse.Namespace) -> int:
     else:
         print("\n".join([*training_args_lines(args), sweep_report(result, checks, recommendation)]))
     if not any(row.status == "ok" for row in result.rows):
-        print("error: no configuration fitted in memory; try a shorter sequence or a smaller batch.", file=sys.stderr)
+        print(t("cli.error", message=t("cli.nothing_fitted")), file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
 
@@ -242,7 +242,8 @@ def sweep_report(
     ]
     for row in result.rows:
         if row.status != "ok":
-            lines.append(f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  does not fit: {row.message}")
+            does_not_fit = t("cli.row_does_not_fit", message=row.message)
+            lines.append(f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {does_not_fit}")
             continue
         lines.append(
             f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {_mib(row.after_forward_bytes):>9} {_x(row.after_forward_ratio):>6}"
