@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
+from .fact import Fact, worded
 from .files import json_depth, regular_file_size
 
 MAX_FILE_BYTES = 1_000_000  # a TrainingArguments file is a few KiB; anything larger is not one
@@ -100,13 +101,13 @@ def _kwargs_object(field: str, text: str) -> dict[str, Any]:
     """A dict field given as JSON text, parsed with the file's bounds; it must be an object."""
     try:
         if len(text) > MAX_FILE_BYTES or json_depth(text) > MAX_JSON_DEPTH:
-            raise ValueError(f"longer than {MAX_FILE_BYTES:,} characters or nested over {MAX_JSON_DEPTH} deep")
+            raise Refused(Fact("training_args.kwargs_too_large", {"limit": MAX_FILE_BYTES, "depth": MAX_JSON_DEPTH}))
         parsed = json.loads(text, parse_constant=_refuse_constant)
         if not isinstance(parsed, dict):
-            raise ValueError(f"a JSON {type(parsed).__name__}, not an object")
+            raise Refused(Fact("training_args.kwargs_not_object", {"kind": type(parsed).__name__}))
     except (ValueError, RecursionError) as error:
         raise SpecError(
-            key="training_args.bad_kwargs", field=field, value=repr(text[:60]), error=str(error)[:120]
+            key="training_args.bad_kwargs", field=field, value=repr(text[:60]), error=_detail(error, 120)
         ) from None
     return parsed
 
@@ -168,20 +169,32 @@ def load_training_args_file(path: str | Path) -> dict[str, Any]:
         with open(file, "rb") as opened:
             text = opened.read(MAX_FILE_BYTES + 1).decode("utf-8")  # bounded even if it grew since the stat
         if len(text) > MAX_FILE_BYTES:
-            raise ValueError(f"over {MAX_FILE_BYTES:,} bytes")
+            raise Refused(Fact("training_args.over_bytes", {"limit": MAX_FILE_BYTES}))
         if json_depth(text) > MAX_JSON_DEPTH:
-            raise ValueError(f"nested over {MAX_JSON_DEPTH} levels deep; TrainingArguments' fields nest two")
+            raise Refused(Fact("training_args.nested", {"depth": MAX_JSON_DEPTH}))
         data = json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError, RecursionError, OSError) as error:
-        detail = str(error)[:200]
-        raise SpecError(key="training_args.not_json", path=str(file), error=detail) from None
+        raise SpecError(key="training_args.not_json", path=str(file), error=_detail(error, 200)) from None
     if not isinstance(data, dict):
         raise SpecError(key="training_args.not_object", path=str(file), kind=type(data).__name__)
     return data
 
 
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
+    raise Refused(Fact("training_args.not_a_json_number", {"name": name}))
+
+
+class Refused(ValueError):
+    """Why a JSON text of training args is refused, as a fact; caught here and said in the lab's error."""
+
+    def __init__(self, reason: Fact) -> None:
+        super().__init__(worded(reason))
+        self.reason = reason
+
+
+def _detail(error: BaseException, limit: int) -> Fact | str:
+    """What went wrong reading JSON: the lab's own reason (a fact), or the library's text, cut at ``limit``."""
+    return error.reason if isinstance(error, Refused) else str(error)[:limit]
 
 
 def _checked_mapping(args: Any, arguments_class: type) -> dict[str, Any]:

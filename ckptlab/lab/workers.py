@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..errors import CkptlabError, RunStoppedError
+from ..errors import CkptlabError, RunStoppedError, SpecError
 from ..fact import Fact
 from ..model import folder_files, hub
 from ..results import RunResult
@@ -266,7 +266,7 @@ class WorkerPool:
         grace_s: float = GRACE_S,
     ) -> None:
         if size < 1 or threads < 1:
-            raise ValueError(f"a pool needs size >= 1 and threads >= 1, not {size} and {threads}")
+            raise SpecError(key="api.pool_size", size=size, threads=threads)
         self.size, self.threads, self.warm = size, threads, warm
         self.poll_s, self.grace_s = poll_s, grace_s
         self._slots = threading.BoundedSemaphore(size)

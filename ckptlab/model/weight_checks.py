@@ -93,7 +93,7 @@ def _safetensors_shapes(file: str) -> dict[str, tuple[int, ...]]:
     try:
         entries = json.loads(header)
         if not isinstance(entries, dict):
-            raise TypeError("not an object")
+            raise TypeError  # not an object: the header is not a table (said below)
         shapes, end = {}, 0
         for name, entry in entries.items():
             if name != "__metadata__":

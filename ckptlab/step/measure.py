@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import expect_type
+from ..errors import SpecError, expect_type
 from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
@@ -103,7 +103,7 @@ def measure(
         ready = check_spec(spec)
         model, info = load_model(ready, progress=report)
     elif info is None:
-        raise ValueError("measure(model=...) needs the catalog's info for that model too")
+        raise SpecError(key="api.measure_model_without_info")
     else:
         ready = check_spec(spec, info)
     device, dtype = ready.device, ready.dtype
