@@ -4,23 +4,21 @@ Every message names the offending value and says how to fix it, in the spirit of
 ``torch.utils.checkpoint``'s "To resolve this error, ...". Front ends catch
 ``CkptlabError`` and show its message; anything else is a bug.
 
-The message is English, the language of the CLI and of the code, written where the error
-is raised (as gettext does, the source text lives in the source). An error a participant
-can meet in the app also carries a ``key`` and its ``params``: the app looks up
-``errors.<key>`` in its language's locale file and fills in the same params
-(``ckptlab.show.i18n.error_text``), and falls back to the English message when a key has
-no translation. So the core never needs to know the reader's language.
+An error is a key and its params, never a sentence: its words, English included, are ``errors.<key>`` in
+``ckptlab/locales/<lang>.json``, a ``str.format`` template over the params, looked up through the one lookup of
+the locale files (:func:`ckptlab.fact.text`). ``str(error)`` is the English; the app says the same error in
+its language (``ckptlab.show.i18n.error_text``) from the same params. So the core never needs to know the
+reader's language. A library's own text (an exception's, a path) travels as a param, never inside a key's text;
+a part of a sentence that is words of the lab's own (why a bound exists) is a :class:`ckptlab.fact.Fact`
+param, worded in the reader's language too.
 
 Nor where it is read. A message that names a setting the reader chose, or a command to run
 instead, names it as a typed reference among its params (:class:`Option`, :class:`Command`),
 never as the command line's flag nor a widget's name: the core does not know the CLI nor the
-app (ARCHITECTURE.md). Such a message is a ``str.format`` template over its params, and only
-such a message is: an error is a template exactly when one of its params is a reference
-(:attr:`CkptlabError.template`), so a message without one may hold any brace. ``str(error)``
-fills the references with the Python API's words (``every_n_layers=0``, ``offload=True``,
-``ckptlab.simulate(RunSpec(model='x'))``), which is how a Python user has always read it; each
-edge fills them with its own (``ckptlab.show.wording``: flags for the CLI, widgets for the app)
-through :meth:`CkptlabError.worded`.
+app (ARCHITECTURE.md). ``str(error)`` fills the references with the Python API's words
+(``every_n_layers=0``, ``offload=True``, ``ckptlab.simulate(RunSpec(model='x'))``), which is how a
+Python user has always read it; each edge fills them with its own (``ckptlab.show.wording``: flags
+for the CLI, widgets for the app) through :meth:`CkptlabError.worded`.
 """
 
 from __future__ import annotations
@@ -28,6 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from .fact import ENGLISH, Fact, text, worded_param
+
+ERRORS = "errors."  # the prefix of an error's words in every locale file
 
 
 class _Unset:
@@ -106,39 +108,50 @@ class CkptlabError(Exception):
     """Base class: a request the lab cannot carry out, with a message fit for a user.
 
     Args:
-        message: the English text; a ``str.format`` template over ``params`` when one of them is an
-            :class:`Option` or a :class:`Command` (then every value it names is a param, never an f-string's).
-        key: the translation key under ``errors.`` in the locale files, or None (English everywhere).
-        params: the values the translated text fills in (the same the English one names).
+        key: its words' key under ``errors.`` in the locale files (``"spec.at_most"``).
+        params: the values its words fill in: references (:class:`Option`, :class:`Command`) worded by the edge
+            that reads it, facts (:class:`ckptlab.fact.Fact`) and errors (the reason for this one) worded in the
+            reader's language, anything else formatted as it is (``{value!r}``, ``{limit:,}`` in the words).
+
+    Raises:
+        ckptlab.fact.MissingKeyError: ``errors.<key>`` is not in ``en.json``.
     """
 
-    def __init__(self, message: str, *, key: str | None = None, **params: Any) -> None:
-        self.template = message if any(isinstance(value, Reference) for value in params.values()) else None
-        super().__init__(message if self.template is None else message.format(**params))
+    def __init__(self, *, key: str, **params: Any) -> None:
         self.key = key
         self.params = params
+        super().__init__(self.worded())
 
-    def worded(self, word: Callable[[Reference], str] = str) -> str:
-        """The English message with each reference in ``word``'s words (``str``: the Python API's)."""
-        return str(self) if self.template is None else self.template.format(**worded_params(self.params, word))
+    def worded(self, word: Callable[[Reference], str] = str, lang: str = ENGLISH) -> str:
+        """The message in ``lang`` (a supported code), each reference in ``word``'s words (``str``: the Python
+        API's), each fact in ``lang``'s."""
+        return text(ERRORS + self.key, lang).format(**worded_params(self.params, word, lang))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled whole, whatever a subclass's __init__ takes: an error raised in a worker process
-        # (ckptlab.lab.workers) crosses back with its key, params and references, so a page still says it in
-        # its language and words its options as its widgets.
-        message = str(self) if self.template is None else self.template
-        return (_rebuilt, (type(self), message, self.key, self.params), dict(self.__dict__))
+        # (ckptlab.lab.workers) crosses back with its key and params, so a page still says it in its language
+        # and words its options as its widgets.
+        return (_rebuilt, (type(self), self.key, self.params), dict(self.__dict__))
 
 
-def worded_params(params: dict[str, Any], word: Callable[[Reference], str]) -> dict[str, Any]:
-    """``params`` with each :class:`Option` and :class:`Command` in ``word``'s words, the rest as they are."""
-    return {name: word(value) if isinstance(value, Reference) else value for name, value in params.items()}
+def worded_params(params: dict[str, Any], word: Callable[[Reference], str], lang: str = ENGLISH) -> dict[str, Any]:
+    """``params`` as a sentence fills them: each :class:`Option` and :class:`Command` in ``word``'s words, each
+    fact and each error (the reason for another) in ``lang``'s, the rest as they are."""
+    return {name: _worded(value, word, lang) for name, value in params.items()}
 
 
-def _rebuilt(cls: type[CkptlabError], message: str, key: str | None, params: dict[str, Any]) -> CkptlabError:
+def _worded(value: Any, word: Callable[[Reference], str], lang: str) -> Any:
+    if isinstance(value, Reference):
+        return word(value)
+    if isinstance(value, CkptlabError):  # an error that is the reason for this one, said in the same words
+        return value.worded(word, lang)
+    return worded_param(value, lang)
+
+
+def _rebuilt(cls: type[CkptlabError], key: str, params: dict[str, Any]) -> CkptlabError:
     """A :class:`CkptlabError` of ``cls`` from its pickled parts, without calling a subclass's own __init__."""
     error = cls.__new__(cls)
-    CkptlabError.__init__(error, message, key=key, **params)
+    CkptlabError.__init__(error, key=key, **params)
     return error
 
 
@@ -169,12 +182,7 @@ class RunStoppedError(CkptlabError):
 def not_one_of(name: str, value: object, choices: Iterable[object]) -> SpecError:
     """The one wording of a value outside its choices: ``dtype='float64' is not one of auto, float32, ...``."""
     return SpecError(
-        "{option} is not one of {choices}.",
-        key="spec.not_one_of",
-        option=Option(name, value),
-        name=name,
-        value=value,
-        choices=", ".join(map(str, choices)),
+        key="spec.not_one_of", option=Option(name, value), name=name, value=value, choices=", ".join(map(str, choices))
     )
 
 
@@ -186,7 +194,6 @@ def check_whole_number(name: str, value: object, minimum: int = 1) -> None:
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SpecError(
-            "{option} is not valid: it must be a whole number >= {minimum}.",
             key="spec.whole_number" if minimum == 1 else "spec.whole_number_or_zero",
             option=Option(name, value),
             minimum=minimum,
@@ -195,24 +202,19 @@ def check_whole_number(name: str, value: object, minimum: int = 1) -> None:
         )
 
 
-def check_at_most(name: str, value: int | float, maximum: int | float, why: str) -> None:
+def check_at_most(name: str, value: int | float, maximum: int | float, why: Fact) -> None:
     """Raise :class:`SpecError` when ``value`` is above ``maximum``: a bound that keeps a run finite.
 
     Args:
-        why: what the bound protects, in English, for the message (``"a median of 1000 steps is plenty"``).
+        why: what the bound protects, a fact of its own (``Fact("bound.repeats")``: ``said.bound.repeats`` in the
+            locale files), worded in the reader's language.
 
     Raises:
         SpecError: naming the value, the bound and why.
     """
     if value > maximum:
         raise SpecError(
-            "{option} is more than the lab runs (at most {limit}): {why}.",
-            key="spec.at_most",
-            option=Option(name, value),
-            why=why,
-            name=name,
-            value=f"{value!r}",
-            limit=f"{maximum:,}",
+            key="spec.at_most", option=Option(name, value), why=why, name=name, value=f"{value!r}", limit=f"{maximum:,}"
         )
 
 
@@ -231,14 +233,13 @@ def expect_type(function: str, name: str, value: object, expected: type | tuple[
         return
     wanted = " or ".join(kind.__name__ for kind in _as_tuple(expected))
     raise SpecError(
-        f"{function}() expects {name} to be a {wanted}, not {type(value).__name__} {value!r:.80}. "
-        f"For example: {example}",
         key="api.wrong_type",
         function=function,
         name=name,
         expected=wanted,
         got=type(value).__name__,
         example=example,
+        value=value,
     )
 
 

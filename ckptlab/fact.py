@@ -85,6 +85,20 @@ def messages(lang: str) -> dict[str, str]:
         return json.load(handle)
 
 
+def text(key: str, lang: str = ENGLISH) -> str:
+    """The one lookup of the locale files: ``key``'s text in ``lang`` (a supported code), the English where
+    ``lang`` has no such key yet. A fact's words (``said.``), an error's (``errors.``) and a page's (``t``) all
+    come through here.
+
+    Raises:
+        MissingKeyError: ``key`` is not in the English file.
+    """
+    found = messages(lang).get(key) or messages(ENGLISH).get(key)
+    if found is None:
+        raise MissingKeyError(f"{key!r} is not in ckptlab/locales/{ENGLISH}.json; add it to every locale file")
+    return found
+
+
 def worded(fact: Fact, lang: str = ENGLISH) -> str:
     """``fact`` in ``lang`` (a supported code): its ``said.<key>`` text filled with its params, nested facts
     worded in ``lang`` too; the English where ``lang`` has no such key yet.
@@ -92,14 +106,14 @@ def worded(fact: Fact, lang: str = ENGLISH) -> str:
     Raises:
         MissingKeyError: ``said.<key>`` is not in the English file.
     """
-    key = SAID + fact.key
-    text = messages(lang).get(key) or messages(ENGLISH).get(key)
-    if text is None:
-        raise MissingKeyError(f"{key!r} is not in ckptlab/locales/{ENGLISH}.json; add it to every locale file")
-    return text.format(**{name: _worded_param(value, lang) for name, value in fact.params.items()})
+    return text(SAID + fact.key, lang).format(
+        **{name: worded_param(value, lang) for name, value in fact.params.items()}
+    )
 
 
-def _worded_param(value: Any, lang: str) -> Any:
+def worded_param(value: Any, lang: str) -> Any:
+    """A param as a sentence fills it in ``lang``: a fact worded, a tuple of facts worded and joined by the
+    language's ``said.list_separator``, anything else as it is."""
     if isinstance(value, Fact):
         return worded(value, lang)
     return worded(Fact("list_separator"), lang).join(worded(one, lang) for one in value) if _facts(value) else value

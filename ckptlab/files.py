@@ -19,13 +19,12 @@ import stat
 
 from .errors import CkptlabError
 
-# What a file that is not a regular one is, by stat's test, in the words of a message.
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (a named pipe), which a reader waits on forever", "file.fifo"),
-    (stat.S_ISCHR, "a character device", "file.device"),
-    (stat.S_ISBLK, "a block device", "file.device"),
-    (stat.S_ISDIR, "a directory", "file.directory"),
-    (stat.S_ISSOCK, "a socket", "file.special"),
+_KINDS = (  # the kinds of file a path is refused as, the key of each ("errors.file.<key>") and its param
+    (stat.S_ISFIFO, "file.fifo", ""),
+    (stat.S_ISCHR, "file.device", "character"),
+    (stat.S_ISBLK, "file.device", "block"),
+    (stat.S_ISDIR, "file.directory", ""),
+    (stat.S_ISSOCK, "file.socket", ""),
 )
 
 
@@ -34,7 +33,7 @@ def regular_file_size(path: str | os.PathLike[str], error: type[CkptlabError] = 
 
     Raises:
         error: ``path`` is a FIFO, a device, a directory or a socket (keys ``file.fifo``, ``file.device``,
-            ``file.directory``, ``file.special``), naming it and what it is.
+            ``file.directory``, ``file.socket``, else ``file.special``), naming it and what it is.
     """
     try:
         info = os.stat(path)
@@ -43,16 +42,8 @@ def regular_file_size(path: str | os.PathLike[str], error: type[CkptlabError] = 
     if stat.S_ISREG(info.st_mode):
         return info.st_size
     shown = os.fspath(path)
-    what, key = next(
-        ((what, key) for test, what, key in _KINDS if test(info.st_mode)), ("not a regular file", "file.special")
-    )
-    raise error(
-        f"{shown!r} is {what}, not a regular file, so it is not opened. To resolve this error, give the path of "
-        "a regular file (a model folder's config.json and weights, a JSON file of TrainingArguments).",
-        key=key,
-        file=shown,
-        kind=what,
-    )
+    key, kind = next(((key, kind) for test, key, kind in _KINDS if test(info.st_mode)), ("file.special", ""))
+    raise error(key=key, file=shown, kind=kind)
 
 
 def json_depth(text: str) -> int:

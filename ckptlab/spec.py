@@ -26,6 +26,7 @@ from .errors import (
     expect_type,
     not_one_of,
 )
+from .fact import Fact
 from .model.plan import planned_roles, validate_every_n_layers
 from .model.presets import DEFAULT_PRESET
 from .model.selective import Selective, check_selective, selective_key
@@ -106,21 +107,11 @@ def check_lora(rank: int | None, targets: Sequence[str] | None) -> None:
         SpecError: ``spec.lora_rank`` or ``spec.lora_targets_without_rank``, naming the fix.
     """
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
-        raise SpecError(
-            "{option} is not valid: a LoRA rank is a whole number >= 1 (8 or 16 are common). Leave it unset "
-            "for a full fine-tune.",
-            key="spec.lora_rank",
-            option=Option("lora_rank", rank),
-            value=rank,
-        )
+        raise SpecError(key="spec.lora_rank", option=Option("lora_rank", rank), value=rank)
     if rank is not None:
-        check_at_most(
-            "lora_rank", rank, MAX_LORA_RANK, "no model's projection is wider, and a rank is at most its narrowest side"
-        )
+        check_at_most("lora_rank", rank, MAX_LORA_RANK, Fact("bound.lora_rank"))
     if targets is not None and rank is None:
         raise SpecError(
-            "{option} without {rank}: targets only mean something with LoRA. Set {rank} (for example 8) or "
-            "drop the targets.",
             key="spec.lora_targets_without_rank",
             option=Option("lora_targets", list(targets)),
             rank=Option("lora_rank"),
@@ -174,14 +165,10 @@ class RunSpec:
             check_whole_number(name, getattr(self, name))
         check_whole_number("warmup", self.warmup, minimum=0)
         check_whole_number("seed", self.seed, minimum=0)
-        check_at_most("repeats", self.repeats, MAX_REPEATS, "a median of that many timed steps is as good as it gets")
-        check_at_most("warmup", self.warmup, MAX_WARMUP, "the allocator and caches settle within a few steps")
-        check_at_most(
-            "seed", self.seed, MAX_SEED, f"each rank seeds with seed + rank, a 32-bit seed up to {2**32 - 1:,}"
-        )
-        check_at_most(
-            "seq_len x batch_size", self.seq_len * self.batch_size, MAX_TOKENS, "a step of more tokens is not one run"
-        )
+        check_at_most("repeats", self.repeats, MAX_REPEATS, Fact("bound.repeats"))
+        check_at_most("warmup", self.warmup, MAX_WARMUP, Fact("bound.warmup"))
+        check_at_most("seed", self.seed, MAX_SEED, Fact("bound.seed", {"largest": 2**32 - 1}))
+        check_at_most("seq_len x batch_size", self.seq_len * self.batch_size, MAX_TOKENS, Fact("bound.tokens"))
         if self.every_n_layers is not None:
             validate_every_n_layers(self.every_n_layers)
         for flag in ("offload", "fsdp"):
@@ -200,8 +187,6 @@ class RunSpec:
         check_selective(self.selective, self.every_n_layers)
         if self.offload and self.every_n_layers is None:
             raise SpecError(
-                "{offload} with {off}: offload moves the inputs that checkpointed layers keep, so there is "
-                "nothing to move. Set {every_n_layers} (for example 1) or drop {dropped}.",
                 key="spec.offload_without_checkpointing",
                 offload=Option("offload", True),
                 off=CHECKPOINTING_OFF,
@@ -214,26 +199,13 @@ class RunSpec:
         check_whole_number("gradient_accumulation_steps", self.gradient_accumulation_steps)
         if self.gradient_accumulation_steps > MAX_ACCUMULATION_STEPS:
             raise SpecError(
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps} is more than the lab runs "
-                f"({MAX_ACCUMULATION_STEPS}): every micro-batch is a forward and a backward, and from the second on "
-                "they hold the same bytes. Use at most that many.",
-                key="spec.accumulation_too_many",
-                value=self.gradient_accumulation_steps,
-                limit=MAX_ACCUMULATION_STEPS,
+                key="spec.accumulation_too_many", value=self.gradient_accumulation_steps, limit=MAX_ACCUMULATION_STEPS
             )
         norm = self.max_grad_norm
         if isinstance(norm, bool) or not isinstance(norm, (int, float)) or norm != norm:  # NaN != NaN
-            raise SpecError(
-                f"max_grad_norm={norm!r} is not valid: it is a number (Trainer's default is 1.0; 0 or less still "
-                "computes the norm, without clipping).",
-                key="spec.max_grad_norm",
-                value=norm,
-            )
+            raise SpecError(key="spec.max_grad_norm", value=norm)
         if self.mixed_precision != "none" and self.dtype == "float16":
             raise SpecError(
-                "{option} with {dtype}: Trainer's mixed precision autocasts float32 (or bfloat16) weights, and "
-                "float16 weights cannot be trained with it (the gradient scaler refuses float16 gradients). Use "
-                "dtype 'float32' (or 'auto') for master weights.",
                 key="spec.mixed_precision_dtype",
                 option=Option("mixed_precision", self.mixed_precision),
                 dtype=Option("dtype", "float16"),
@@ -242,8 +214,6 @@ class RunSpec:
         package = LOW_BIT_PACKAGES.get(self.optimizer)
         if package is not None and importlib.util.find_spec(package[0]) is None:
             raise SpecError(
-                "{option} needs the package {package}, which is not installed here. Install it ({pip}) or pick "
-                "another optimizer (adamw, adamw_torch, adafactor, sgd, ...).",
                 key="spec.optimizer_package",
                 option=Option("optimizer", self.optimizer),
                 optimizer=self.optimizer,
@@ -255,11 +225,7 @@ class RunSpec:
         ):
             problem = "it is not text" if not isinstance(self.optim_args, str) else optim_args_problem(self.optim_args)
             raise SpecError(
-                f"optim_args={self.optim_args!r:.120} is not valid ({problem}): it is TrainingArguments' text of "
-                "comma-separated key=value pairs, e.g. 'momentum=0.9,nesterov=true'.",
-                key="spec.optim_args",
-                value=repr(self.optim_args)[:120],
-                problem=problem,
+                key="spec.optim_args", value=repr(self.optim_args)[:120], problem=problem, optim_args=self.optim_args
             )
 
     def checkpointing_off(self) -> RunSpec:
@@ -276,17 +242,9 @@ class RunSpec:
     def _validate_ranks(self) -> None:
         size = self.world_size
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORLD_SIZE:
-            raise SpecError(
-                "{option} is not valid: it must be a whole number from 1 to {limit}.",
-                key="spec.world_size",
-                option=Option("world_size", size),
-                value=size,
-                limit=MAX_WORLD_SIZE,
-            )
+            raise SpecError(key="spec.world_size", option=Option("world_size", size), value=size, limit=MAX_WORLD_SIZE)
         if self.fsdp and size < 2:
             raise SpecError(
-                "{fsdp} with {one_rank}: FSDP shards over ranks, and one rank holds everything. Launch 2 or more "
-                "({launch}) or simulate them ({simulate}).",
                 key="spec.fsdp_one_rank",
                 fsdp=Option("fsdp", True),
                 one_rank=Option("world_size", 1),
@@ -295,8 +253,6 @@ class RunSpec:
             )
         if size > 1 and not self.fsdp:
             raise SpecError(
-                "{option} without fsdp: across ranks the lab measures FSDP2 sharding only (plain data parallel "
-                "is not measured). Add {fsdp_on}, or use {one_rank}.",
                 key="spec.ranks_without_fsdp",
                 option=Option("world_size", size),
                 fsdp_on=Option("fsdp", True),
@@ -305,8 +261,6 @@ class RunSpec:
             )
         if self.fsdp and self.lora_rank is not None:
             raise SpecError(
-                "{fsdp} with {option}: LoRA under FSDP2 is not supported by the lab yet (the adapters would have "
-                "to be added before sharding). Drop one of the two.",
                 key="spec.fsdp_with_lora",
                 fsdp=Option("fsdp", True),
                 option=Option("lora_rank", self.lora_rank),

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
+from .fact import Fact, worded
 from .files import json_depth, regular_file_size
 
 MAX_FILE_BYTES = 1_000_000  # a TrainingArguments file is a few KiB; anything larger is not one
@@ -100,18 +101,13 @@ def _kwargs_object(field: str, text: str) -> dict[str, Any]:
     """A dict field given as JSON text, parsed with the file's bounds; it must be an object."""
     try:
         if len(text) > MAX_FILE_BYTES or json_depth(text) > MAX_JSON_DEPTH:
-            raise ValueError(f"longer than {MAX_FILE_BYTES:,} characters or nested over {MAX_JSON_DEPTH} deep")
+            raise Refused(Fact("training_args.kwargs_too_large", {"limit": MAX_FILE_BYTES, "depth": MAX_JSON_DEPTH}))
         parsed = json.loads(text, parse_constant=_refuse_constant)
         if not isinstance(parsed, dict):
-            raise ValueError(f"a JSON {type(parsed).__name__}, not an object")
+            raise Refused(Fact("training_args.kwargs_not_object", {"kind": type(parsed).__name__}))
     except (ValueError, RecursionError) as error:
         raise SpecError(
-            f"training args set {field} to the text {text[:60]!r}, which is not a JSON object of keyword arguments "
-            f'({str(error)[:120]}). Write it as an object, e.g. {{"every_n_layers": 2, "offload": false}}.',
-            key="training_args.bad_kwargs",
-            field=field,
-            value=repr(text[:60]),
-            error=str(error)[:120],
+            key="training_args.bad_kwargs", field=field, value=repr(text[:60]), error=_detail(error, 120)
         ) from None
     return parsed
 
@@ -166,79 +162,53 @@ def load_training_args_file(path: str | Path) -> dict[str, Any]:
     file = Path(path)
     size = regular_file_size(file, SpecError)  # a FIFO, a device, a directory: one message each, nothing opened
     if size is None:
-        raise SpecError(
-            f"training args file {str(file)!r} does not exist. Give the path of a JSON file of TrainingArguments "
-            'fields, e.g. {"per_device_train_batch_size": 4, "bf16": true}.',
-            key="training_args.no_file",
-            path=str(file),
-        )
+        raise SpecError(key="training_args.no_file", path=str(file))
     if size > MAX_FILE_BYTES:
-        raise SpecError(
-            f"training args file {str(file)!r} is over {MAX_FILE_BYTES:,} bytes: a TrainingArguments file is a few "
-            "KiB of JSON. Give the file of your fine-tune's arguments.",
-            key="training_args.too_large",
-            path=str(file),
-            limit=f"{MAX_FILE_BYTES:,}",
-        )
+        raise SpecError(key="training_args.too_large", path=str(file), limit=f"{MAX_FILE_BYTES:,}")
     try:
         with open(file, "rb") as opened:
             text = opened.read(MAX_FILE_BYTES + 1).decode("utf-8")  # bounded even if it grew since the stat
         if len(text) > MAX_FILE_BYTES:
-            raise ValueError(f"over {MAX_FILE_BYTES:,} bytes")
+            raise Refused(Fact("training_args.over_bytes", {"limit": MAX_FILE_BYTES}))
         if json_depth(text) > MAX_JSON_DEPTH:
-            raise ValueError(f"nested over {MAX_JSON_DEPTH} levels deep; TrainingArguments' fields nest two")
+            raise Refused(Fact("training_args.nested", {"depth": MAX_JSON_DEPTH}))
         data = json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError, RecursionError, OSError) as error:
-        detail = str(error)[:200]
-        raise SpecError(
-            f"training args file {str(file)!r} is not JSON ({detail}). Write the TrainingArguments fields as one "
-            'JSON object, e.g. {"per_device_train_batch_size": 4}.',
-            key="training_args.not_json",
-            path=str(file),
-            error=detail,
-        ) from None
+        raise SpecError(key="training_args.not_json", path=str(file), error=_detail(error, 200)) from None
     if not isinstance(data, dict):
-        raise SpecError(
-            f"training args file {str(file)!r} holds a {type(data).__name__}, not a JSON object of TrainingArguments "
-            "fields.",
-            key="training_args.not_object",
-            path=str(file),
-            kind=type(data).__name__,
-        )
+        raise SpecError(key="training_args.not_object", path=str(file), kind=type(data).__name__)
     return data
 
 
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
+    raise Refused(Fact("training_args.not_a_json_number", {"name": name}))
+
+
+class Refused(ValueError):
+    """Why a JSON text of training args is refused, as a fact; caught here and said in the lab's error."""
+
+    def __init__(self, reason: Fact) -> None:
+        super().__init__(worded(reason))
+        self.reason = reason
+
+
+def _detail(error: BaseException, limit: int) -> Fact | str:
+    """What went wrong reading JSON: the lab's own reason (a fact), or the library's text, cut at ``limit``."""
+    return error.reason if isinstance(error, Refused) else str(error)[:limit]
 
 
 def _checked_mapping(args: Any, arguments_class: type) -> dict[str, Any]:
     if not isinstance(args, Mapping):
-        raise SpecError(
-            f"training args {args!r} are neither a TrainingArguments nor a mapping of its fields.",
-            key="training_args.not_mapping",
-            value=repr(args)[:80],
-        )
+        raise SpecError(key="training_args.not_mapping", value=repr(args)[:80], args=args)
     known = {field.name for field in dataclasses.fields(arguments_class)}
     unknown = sorted(str(name)[:60] for name in args if name not in known)
     if unknown:
         more = f" and {len(unknown) - _LISTED:,} more" if len(unknown) > _LISTED else ""
         listed = ", ".join(unknown[:_LISTED]) + more
-        raise SpecError(
-            f"training args name fields TrainingArguments does not have: {listed}. Check their "
-            "spelling against transformers' TrainingArguments (python -c 'help(transformers.TrainingArguments)').",
-            key="training_args.unknown_fields",
-            fields=listed,
-        )
+        raise SpecError(key="training_args.unknown_fields", fields=listed)
     files = [name for name in FILE_FIELDS if args.get(name) is not None]
     if files:
-        raise SpecError(
-            f"training args set {', '.join(files)}: a file or a DeepSpeed / FSDP / accelerate config, which the lab "
-            "neither reads nor counts, so nothing it names was opened. To resolve this error, remove the field "
-            "from the file: the step of the other fields is measured without it.",
-            key="training_args.file_field",
-            fields=", ".join(files),
-        )
+        raise SpecError(key="training_args.file_field", fields=", ".join(files))
     wrong = [
         f"{name}={repr(value)[:80]} (expected {' or '.join(kind.__name__ for kind in kinds)})"
         for name, kinds in STEP_FIELDS.items()
@@ -247,17 +217,9 @@ def _checked_mapping(args: Any, arguments_class: type) -> dict[str, Any]:
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
     ]
     if wrong:
-        raise SpecError(
-            f"training args with values of the wrong type: {'; '.join(wrong)}.",
-            key="training_args.wrong_types",
-            fields="; ".join(wrong),
-        )
+        raise SpecError(key="training_args.wrong_types", fields="; ".join(wrong))
     if args.get("bf16") and args.get("fp16"):
-        raise SpecError(
-            "training args set both bf16 and fp16 to true: Trainer refuses the pair. Keep one (bf16 on a GPU that "
-            "has it, else fp16).",
-            key="training_args.both_precisions",
-        )
+        raise SpecError(key="training_args.both_precisions")
     checked = dict(args)
     for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", *_DICT_FIELDS):
         if isinstance(checked.get(name), str):
@@ -275,11 +237,7 @@ def _checked_mapping(args: Any, arguments_class: type) -> dict[str, Any]:
         arguments_class(**{**handed, "bf16": False, "fp16": False, "use_cpu": True})
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         detail = str(error)[:400]
-        raise SpecError(
-            f"TrainingArguments refused the training args: {detail}",
-            key="training_args.refused",
-            error=detail,
-        ) from None
+        raise SpecError(key="training_args.refused", error=detail) from None
     return checked
 
 

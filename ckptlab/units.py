@@ -42,11 +42,5 @@ def parse_size(text: str, name: str = "size") -> int:
         or match.group(2).lower() not in SIZE_UNITS
         or not 0 < float(match.group(1)) < float("inf")  # 400 digits parse as inf
     ):
-        raise SpecError(
-            f"{name} {text!r} is not a memory size. Give bytes or a number with KiB, MiB, GiB (or KB, MB, GB), "
-            "e.g. 24GiB.",
-            key="spec.not_a_size",
-            name=name,
-            value=repr(text),
-        )
+        raise SpecError(key="spec.not_a_size", name=name, value=repr(text))
     return int(float(match.group(1)) * SIZE_UNITS[match.group(2).lower()])

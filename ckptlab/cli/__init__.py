@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import CkptlabError
+from ..show.i18n import t
 from ..show.wording import cli_message
 from .args import EXIT_BAD_INPUT, Parser, option_flags
 from .models import add_models_command
@@ -79,10 +80,10 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
         return args.handler(args)
     except CkptlabError as error:
         # The error's options as this command's flags (world_size is run's --nproc-per-node, simulate's --world-size).
-        print(f"error: {cli_message(error, option_flags(parser), args.command)}", file=sys.stderr)
+        print(t("cli.error", message=cli_message(error, option_flags(parser), args.command)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(t("cli.interrupted"), file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (``... --json | head``): nothing left to say, and no traceback.

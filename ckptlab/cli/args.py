@@ -16,7 +16,7 @@ from ..fact import Fact
 from ..model import hub
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
-from ..show.i18n import say
+from ..show.i18n import say, t
 from ..show.wording import CliFlags, Flag
 from ..spec import DEVICES, DTYPES, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
 from ..torchstate import freeze_what_is_loaded
@@ -64,10 +64,7 @@ def every_n_or_all(value: str) -> int | str:
     try:
         return int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a whole number nor 'all': give e.g. --every-n-layers 2, or --every-n-layers all "
-            "for off and every value from 1 to the layer count"
-        ) from None
+        raise argparse.ArgumentTypeError(t("cli.every_n_or_all", value=value)) from None
 
 
 def add_run_arguments(
@@ -200,9 +197,7 @@ def selective_argument(text: str) -> str | tuple[str, ...]:
         return text
     if "." in text:
         return _names(text)
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not one of {', '.join(SELECTIVE_CHOICES)}, nor op names like aten.mm,aten.bmm"
-    )
+    raise argparse.ArgumentTypeError(t("cli.selective_choice", text=text, choices=", ".join(SELECTIVE_CHOICES)))
 
 
 def _names(text: str) -> tuple[str, ...]:

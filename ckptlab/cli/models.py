@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..model.presets import DEFAULT_PRESET, stored_facts
+from ..show.i18n import t
 from ..show.report import models_table
 
 
@@ -23,5 +24,5 @@ def _models(args: argparse.Namespace) -> int:
         print(json.dumps([info.to_dict() for info in infos], indent=2))
     else:
         print(models_table(infos))
-        print(f"\ndefault: {DEFAULT_PRESET}. --model also takes a local directory holding a transformers config.json.")
+        print("\n" + t("cli.models_default", preset=DEFAULT_PRESET))
     return 0

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import CkptlabError, SpecError
 from ..fact import Fact
-from ..show.i18n import say
+from ..show.i18n import say, t
 from ..spec import RunSpec
 from ..torchstate import launched
 from .args import (
@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.nproc_per_node is not None:
         return _launch(args)
     if args.nnodes != 1 or args.rdzv_endpoint:
-        raise SpecError("--nnodes and --rdzv-endpoint need --nproc-per-node N (the ranks to start on this machine).")
+        raise SpecError(key="cli.nodes_without_ranks")
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup)
     check_before_the_core(spec)
     from ..results import compare  # the core, once the spec is known good (see ckptlab.cli)
@@ -106,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     progress = None if args.quiet else print_progress if sys.stderr.isatty() else LineProgress()
     if not args.quiet and spec.mixed_precision != "none" and resolve_device(spec.device).type == "cpu":
         warning = Fact("warning.cpu_autocast", {"mp": spec.mixed_precision, "steps": spec.warmup + spec.repeats})
-        print(f"warning: {say(warning)}", file=sys.stderr, flush=True)
+        print(t("cli.warning", message=say(warning)), file=sys.stderr, flush=True)
     model, info = load_model(spec, progress)
     result = measure(spec, model=model, info=info, progress=progress)
     with_compare = args.compare if args.compare is not None else not args.json
@@ -123,10 +123,10 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join([*training_args_lines(args), run_report(result, comparison, reference)]))
     if result.status != "ok":
         if args.json:
-            print(f"error: {result.message}", file=sys.stderr)
+            print(t("cli.error", message=result.message), file=sys.stderr)
         return EXIT_BAD_INPUT
     if not result.plan_matches:
-        print("PLAN MISMATCH: the observed reruns differ from the plan; see the notes above.", file=sys.stderr)
+        print(t("cli.plan_mismatch"), file=sys.stderr)
         return EXIT_PLAN_MISMATCH
     return 0
 
@@ -145,11 +145,10 @@ def check_room_for_ranks(ranks: int, device: str, oversubscribe: bool) -> None:
     import torch
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    have, what = (torch.cuda.device_count(), "GPUs") if device == "cuda" else (cores, "CPU cores")
+    have = torch.cuda.device_count() if device == "cuda" else cores
     if ranks > have:
         raise SpecError(
-            f"--nproc-per-node {ranks} is more ranks than this machine has {what} ({have}): they would share them and "
-            f"time each other. Use --nproc-per-node {have} or fewer, or add --oversubscribe to insist."
+            key="cli.ranks_over_gpus" if device == "cuda" else "cli.ranks_over_cores", ranks=ranks, have=have
         )
 
 
@@ -158,19 +157,16 @@ def _launch(args: argparse.Namespace) -> int:
     for name in ("nproc_per_node", "nnodes"):
         value = getattr(args, name)
         if value < 1:
-            raise SpecError(f"--{name.replace('_', '-')} {value} is not valid: give a whole number >= 1.")
+            raise SpecError(key="cli.launch_whole_number", flag=name.replace("_", "-"), value=value)
     if args.nnodes > 1 and not args.rdzv_endpoint:
-        raise SpecError(
-            f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT: one machine's address and a free port there, "
-            "the same on every machine."
-        )
+        raise SpecError(key="cli.nodes_without_endpoint", nodes=args.nnodes)
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=args.nproc_per_node * args.nnodes)
     check_before_the_core(spec)  # bad input: one message and status 2 before any process starts
     from ..step.preflight import resolve_device
 
     check_room_for_ranks(args.nproc_per_node, resolve_device(spec.device).type, args.oversubscribe)
     if args.compare:
-        raise SpecError("--compare does not apply across ranks: run checkpointing off as a second command.")
+        raise SpecError(key="cli.compare_across_ranks")
     if args.rdzv_endpoint:
         where = ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint]
     else:
@@ -191,11 +187,11 @@ def _launch(args: argparse.Namespace) -> int:
             return 0
         failure = _first_failure(Path(errors))
         if failure is not None:
-            print(f"error: {failure['message']}", file=sys.stderr)
+            print(t("cli.error", message=failure["message"]), file=sys.stderr)
             return failure["exit"]
         log.seek(0)
         tail = "\n".join(log.read().splitlines()[-15:])
-        print(f"{tail}\nerror: the launcher (torchrun) exited with status {launcher.returncode}.", file=sys.stderr)
+        print(tail + "\n" + t("cli.launcher_failed", status=launcher.returncode), file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -214,13 +210,14 @@ def _run_rank(args: argparse.Namespace) -> int:
         _record_failure(str(error), EXIT_BAD_INPUT)
         raise  # the command prints it and exits with status 2; the launcher ends the other ranks
     except Exception as error:
-        _record_failure(f"rank {os.environ.get('RANK')}: {type(error).__name__}: {error}", EXIT_BAD_INPUT)
+        crash = t("cli.rank_crashed", rank=os.environ.get("RANK"), kind=type(error).__name__, error=error)
+        _record_failure(crash, EXIT_BAD_INPUT)
         raise
     if result is None:
         return 0
     print(result.to_json() if args.json else run_report(result))
     if not result.plan_matches:
-        message = "PLAN MISMATCH: the observed reruns differ from the plan on some rank; see the notes above."
+        message = t("cli.plan_mismatch_ranks")
         print(message, file=sys.stderr)
         _record_failure(message, EXIT_PLAN_MISMATCH)
         return EXIT_PLAN_MISMATCH

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import SpecError, check_at_most
 from ..explore.budget import GPUS, budget_bytes, fit, fits
-from ..show.i18n import say
+from ..fact import Fact
+from ..show.i18n import say, t
 from ..show.report import run_report
 from ..spec import MAX_WORLD_SIZE
 from ..units import GIB, mib, parse_size
@@ -73,13 +74,18 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     peak = memory.peak_bytes
     answer = fit(peak, budget)  # the one rule: the whole step's simulated peak within the budget
     margin, fitting = answer.margin_bytes, answer.fits
-    words = "fits" if fitting else "does not fit"
     phase = memory.peak_where.phase or "step"
-    state = f" Optimizer state: {memory.optimizer_state_bytes / GIB:.1f} GiB." if memory.optimizer_state_bytes else ""
-    sentence = (
-        f"Simulated peak {mib(peak)} MiB ({peak / GIB:.1f} GiB, in the {phase}) {words} in {label} "
-        f"({budget / GIB:.1f} GiB): {'margin' if fitting else 'short by'} {abs(margin) / GIB:.1f} GiB.{state} "
-        + say(counts_message(spec.optimizer, spec.lora_rank))
+    state = t("cli.fit_state", gib=memory.optimizer_state_bytes / GIB) if memory.optimizer_state_bytes else ""
+    sentence = t(
+        "cli.fit_fits" if fitting else "cli.fit_short",
+        peak_mib=mib(peak),
+        peak_gib=peak / GIB,
+        phase=phase,
+        label=label,
+        budget_gib=budget / GIB,
+        margin_gib=abs(margin) / GIB,
+        state=state,
+        counts=say(counts_message(spec.optimizer, spec.lora_rank)),
     )
     return {
         "budget_bytes": budget,
@@ -124,15 +130,12 @@ def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
         return budget_bytes(args.gpu)
     if args.budget_gib is not None:
         if not (math.isfinite(args.budget_gib) and 0 < args.budget_gib <= MAX_BUDGET_GIB):
-            raise SpecError(
-                f"--budget-gib {args.budget_gib} is not valid: give a finite number of GiB above 0 and at most "
-                f"{MAX_BUDGET_GIB:,}, e.g. 80."
-            )
-        return int(args.budget_gib * GIB), f"a budget of {args.budget_gib:g} GiB"
+            raise SpecError(key="cli.budget_gib", value=args.budget_gib, limit=MAX_BUDGET_GIB)
+        return int(args.budget_gib * GIB), t("cli.budget_label", size=f"{args.budget_gib:g} GiB")
     if args.budget is not None:
         size = parse_size(args.budget, "--budget")
-        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, "above any machine's memory")
-        return size, f"a budget of {args.budget.strip()}"
+        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, Fact("bound.budget"))
+        return size, t("cli.budget_label", size=args.budget.strip())
     return None
 
 

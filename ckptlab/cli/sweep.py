@@ -17,7 +17,7 @@ from ..explore.budget import GPUS, gpu_name
 from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
-from ..show.i18n import say
+from ..show.i18n import say, t
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
@@ -96,7 +96,7 @@ def parse_seq_lens(text: str) -> tuple[int, ...]:
     Raises:
         SpecError: naming the value that is not a whole number >= 1.
     """
-    return _whole_numbers(text, "--seq-len", "Give lengths like 512 or 256,512,1024.")
+    return _whole_numbers(text, "cli.seq_lens_not_whole")
 
 
 def parse_every_n_layers(text: str) -> tuple[int, ...] | None:
@@ -107,17 +107,16 @@ def parse_every_n_layers(text: str) -> tuple[int, ...] | None:
     """
     if text.strip().lower() == "all":
         return None
-    fix = "Give 'all' or a list like 1,2,4 (checkpointing off is always measured as the reference)."
-    return _whole_numbers(text, "--every-n-layers", fix)
+    return _whole_numbers(text, "cli.every_n_layers_not_whole")
 
 
-def _whole_numbers(text: str, option: str, fix: str) -> tuple[int, ...]:
-    """``"1,2,2"`` -> ``(1, 2)``: whole numbers >= 1, in order, once each; else a SpecError naming ``option``."""
+def _whole_numbers(text: str, key: str) -> tuple[int, ...]:
+    """``"1,2,2"`` -> ``(1, 2)``: whole numbers >= 1, in order, once each; else the SpecError ``key``."""
     values = []
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
-            raise SpecError(f"{option} {text!r}: {part!r} is not a whole number >= 1. {fix}")
+            raise SpecError(key=key, text=text, part=part)
         values.append(int(part))
     return tuple(dict.fromkeys(values))
 
@@ -129,11 +128,9 @@ def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
         SpecError: a bad list, offload choice or flag.
     """
     if args.no_checkpointing:
-        raise SpecError(
-            "--no-checkpointing does not apply to sweep: checkpointing off is always its first row. Drop the flag."
-        )
+        raise SpecError(key="cli.sweep_no_checkpointing")
     if args.offload not in OFFLOAD_CHOICES:
-        raise SpecError(f"--offload {args.offload!r} is not one of {', '.join(OFFLOAD_CHOICES)}.")
+        raise SpecError(key="cli.sweep_offload", value=args.offload, choices=", ".join(OFFLOAD_CHOICES))
     seq_lens = parse_seq_lens(args.seq_len)
     policies = tuple(args.selective)
     # One policy is the sweep it always was (SweepSpec.selective); several are its policy axis.
@@ -188,7 +185,7 @@ def _sweep(args: argparse.Namespace) -> int:
     else:
         print("\n".join([*training_args_lines(args), sweep_report(result, checks, recommendation)]))
     if not any(row.status == "ok" for row in result.rows):
-        print("error: no configuration fitted in memory; try a shorter sequence or a smaller batch.", file=sys.stderr)
+        print(t("cli.error", message=t("cli.nothing_fitted")), file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
 
@@ -245,7 +242,8 @@ def sweep_report(
     ]
     for row in result.rows:
         if row.status != "ok":
-            lines.append(f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  does not fit: {row.message}")
+            does_not_fit = t("cli.row_does_not_fit", message=row.message)
+            lines.append(f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {does_not_fit}")
             continue
         lines.append(
             f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {_mib(row.after_forward_bytes):>9} {_x(row.after_forward_ratio):>6}"

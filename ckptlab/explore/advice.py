@@ -60,7 +60,7 @@ def what_would_fit(rows: Sequence[SweepRow], measured: list[SweepRow], budget: i
     smallest = min(measured, key=known_peak)
     # Parameters and their gradients do not shrink with the tokens; the activations do, about linearly
     # (SDPA keeps no seq x seq scores). The baseline stands for the parameters, their gradients for as much again.
-    fixed = 2 * known(smallest.baseline_bytes, smallest, "measured baseline")
+    fixed = 2 * known(smallest.baseline_bytes, smallest, Fact("row_figure.measured_baseline"))
     scaling = known_peak(smallest) - fixed
     left = fit(fixed, budget).margin_bytes  # what the budget leaves the activations
     if left <= 0 or scaling <= 0:

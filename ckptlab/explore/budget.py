@@ -54,12 +54,7 @@ def budget_bytes(budget: int | str) -> tuple[int, str]:
         name = gpu_name(budget)
         return GPUS[name], name
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
-        raise SpecError(
-            f"budget={budget!r} is not valid: give a positive number of bytes or a GPU name ({', '.join(GPUS)}).",
-            key="budget.bad_budget",
-            value=budget,
-            gpus=", ".join(GPUS),
-        )
+        raise SpecError(key="budget.bad_budget", value=budget, gpus=", ".join(GPUS))
     return budget, f"{mib(budget)} MiB"
 
 
@@ -75,9 +70,7 @@ def gpu_name(text: str) -> str:
     matches = [name for name in GPUS if key and key in _squash(name)]
     if len(matches) == 1:
         return matches[0]
-    which = f"matches {', '.join(matches)}: say which" if matches else "is not in the list"
     raise SpecError(
-        f"GPU {text!r} {which} ({', '.join(GPUS)}). Or give a budget in bytes.",
         key="budget.ambiguous_gpu" if matches else "budget.unknown_gpu",
         name=repr(text),
         matches=", ".join(matches),

@@ -44,13 +44,13 @@ def calibrate(off: RunResult) -> Calibration:
     """
     if off.spec.every_n_layers is not None:
         raise SpecError(
-            "calibrate() needs a run with {off}; this one has {option}. Measure the same shape with {none}.",
+            key="api.calibrate_needs_off",
             off=CHECKPOINTING_OFF,
             option=Option("every_n_layers", off.spec.every_n_layers),
             none=Option("every_n_layers", None),
         )
     if off.memory is None or off.timing is None:
-        raise SpecError(f"calibrate() needs a measured run; this one has status {off.status!r}.")
+        raise SpecError(key="api.calibrate_needs_measured", status=off.status)
     saved = [layer.saved_bytes for layer in off.layers]
     layer_bytes = list(saved)
     if len(saved) > 1:

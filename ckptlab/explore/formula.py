@@ -251,9 +251,9 @@ def selective_kept_bytes(arch: Architecture, selective: str, seq_len: int, batch
     """
     if selective not in COUNTED_POLICIES:
         raise SpecError(
-            f"the formula counts the selective policies {', '.join(COUNTED_POLICIES)}; {selective!r} is not one "
-            "of them. Simulate it (ckptlab.simulate) for its bytes.",
             key="predict.selective_not_counted",
+            counted=", ".join(COUNTED_POLICIES),
+            selective=selective,
             policy=str(selective),
         )
     if selective == "none":

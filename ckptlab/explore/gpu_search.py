@@ -155,16 +155,13 @@ def check_counts(counts: tuple[int, ...]) -> tuple[int, ...]:
         SpecError: none given, or a count below 1 or not a whole number of 8-GPU machines past 8.
     """
     if not counts:
-        raise SpecError("No GPU counts to search: give at least one, e.g. (1, 2, 4, 8).", key="search.no_counts")
+        raise SpecError(key="search.no_counts")
     for count in counts:
         try:
             machines(count)
         except ValueError as error:
             raise SpecError(
-                f"GPU count {count!r} cannot be searched: {error} Use one of {GPU_COUNTS}.",
-                key="search.bad_count",
-                count=count,
-                counts=", ".join(map(str, GPU_COUNTS)),
+                key="search.bad_count", count=count, error=error, counts=", ".join(map(str, GPU_COUNTS))
             ) from None
     return tuple(sorted(set(counts)))
 
@@ -201,11 +198,7 @@ def cheapest_that_fits(
     """
     started = time.monotonic()
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0:
-        raise SpecError(
-            f"budget_bytes={budget_bytes!r} is not valid: give one GPU's memory as a positive number of bytes.",
-            key="search.bad_budget",
-            value=budget_bytes,
-        )
+        raise SpecError(key="search.bad_budget", value=budget_bytes)
     counts = check_counts(tuple(counts))
     info = request.check(info)
     for count in counts:  # LoRA under FSDP is refused here, not halfway through the search

@@ -203,13 +203,13 @@ def predict(
     every_example = "ckptlab.predict('tiny-llama', seq_len=1024, every_n_layers=[1, 2])"
     if every_n_layers is not None:
         expect_type("ckptlab.predict", "every_n_layers", every_n_layers, (list, tuple, range), every_example)
-        check_at_most("len(every_n_layers)", len(every_n_layers), MAX_LAYERS, "no model has more layers to plan")
+        check_at_most("len(every_n_layers)", len(every_n_layers), MAX_LAYERS, Fact("bound.layers"))
     expect_type("ckptlab.predict", "offload", offload, (list, tuple), "ckptlab.predict(..., offload=[False, True])")
     for flag in offload:
         expect_type("ckptlab.predict", "each offload", flag, bool, "ckptlab.predict(..., offload=[False, True])")
     if num_layers is not None:
         check_whole_number("num_layers", num_layers)
-        check_at_most("num_layers", num_layers, MAX_LAYERS, "no model has more layers to plan")
+        check_at_most("num_layers", num_layers, MAX_LAYERS, Fact("bound.layers"))
     # The shape, dtype, device, optimizer, LoRA and mixed precision checked as a run's are: RunSpec's checks are the
     # one home of these bounds (16,777,216 tokens a step among them). The model is checked above (a config too).
     RunSpec(
@@ -246,8 +246,7 @@ def predict(
         cal = calibrate(calibration) if isinstance(calibration, RunResult) else calibration
         if (cal.seq_len, cal.batch_size) != (seq_len, batch_size) or len(cal.layer_bytes) != arch.num_layers:
             raise SpecError(
-                "the calibration run has {cal_seq}, {cal_batch} and {cal_layers} layers; the prediction asks for "
-                "{seq}, {batch} and {layers} layers. Calibrate with a run of the same model and shape.",
+                key="api.calibration_shape",
                 cal_seq=Option("seq_len", cal.seq_len),
                 cal_batch=Option("batch_size", cal.batch_size),
                 cal_layers=len(cal.layer_bytes),
@@ -258,9 +257,7 @@ def predict(
         asked = (optimizer, lora_rank, tuple(lora_targets) if lora_targets else None)
         if (cal.optimizer, cal.lora_rank, cal.lora_targets) != asked:
             raise SpecError(
-                "the calibration run has {cal_optimizer}, {cal_rank}, {cal_targets}; the prediction asks for "
-                "{optimizer}, {rank}, {targets}. Calibrate with a run of the same spec (LoRA changes what the "
-                "layers save).",
+                key="api.calibration_spec",
                 cal_optimizer=Option("optimizer", cal.optimizer),
                 cal_rank=Option("lora_rank", cal.lora_rank),
                 cal_targets=Option("lora_targets", cal.lora_targets),

@@ -127,8 +127,6 @@ def training_bytes(
     name = TRAINER_DEFAULT_OPTIMIZER if optimizer == "adamw" else optimizer
     if name not in STATE_TENSORS:
         raise SpecError(
-            "{option}: the formula does not count its state (factored or quantized moments). Simulate it "
-            "instead: {simulate} (exact, no GPU needed).",
             key="predict.optimizer_not_counted",
             option=Option("optimizer", optimizer),
             simulate=Command("simulate", (Option("optimizer", optimizer),)),

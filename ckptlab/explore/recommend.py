@@ -108,13 +108,12 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         expect_type("ckptlab.recommend", "each of rows", row, SweepRow, example)
     budget, label = budget_bytes(budget)
     if not rows:
-        raise SpecError("recommend() needs measured rows: run a sweep first.", key="recommend.no_rows")
+        raise SpecError(key="recommend.no_rows")
     seq_len = max(row.seq_len for row in rows) if seq_len is None else seq_len
     here = [row for row in rows if row.seq_len == seq_len]
     if not here:
         lengths = sorted({row.seq_len for row in rows})
         raise SpecError(
-            "no rows at {option}; the rows have {listed}.",
             key="recommend.no_rows_at",
             option=Option("seq_len", seq_len),
             listed=lengths,

@@ -153,9 +153,7 @@ class ScaleRequest:
         if self.dtype not in SIMULATION_DTYPES:
             raise not_one_of("dtype", self.dtype, SIMULATION_DTYPES)
         if not self.settings:
-            raise SpecError(
-                "No settings to simulate: give at least one (scale_settings() picks them).", key="scale.no_settings"
-            )
+            raise SpecError(key="scale.no_settings")
         for setting in self.settings:
             self.spec(setting).validate()
             check_simulated_selective(self.spec(setting))

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import Option, SpecError
+from ..fact import Fact
 from ..model.selective import selective_key
 from ..results import RunResult, TimeVerdict, compare
 from ..spec import Setting
@@ -142,7 +143,7 @@ def _safe_ratio(value: int, reference: int) -> float:
 _Value = TypeVar("_Value")
 
 
-def known(value: _Value | None, row: SweepRow, what: str) -> _Value:
+def known(value: _Value | None, row: SweepRow, what: Fact) -> _Value:
     """A figure of ``row`` that its status promises (a measured row has its peak, a timed one its steps).
 
     Raises:
@@ -150,7 +151,7 @@ def known(value: _Value | None, row: SweepRow, what: str) -> _Value:
     """
     if value is None:
         raise SpecError(
-            "the row {setting} at {option} (status {status}) has no {what}: use rows a sweep measured.",
+            key="api.row_without",
             setting=row.setting,
             option=Option("seq_len", row.seq_len),
             status=repr(row.status),
@@ -160,11 +161,11 @@ def known(value: _Value | None, row: SweepRow, what: str) -> _Value:
 
 
 def known_peak(row: SweepRow) -> int:
-    return known(row.peak_bytes, row, "measured peak")
+    return known(row.peak_bytes, row, Fact("row_figure.measured_peak"))
 
 
 def known_step(row: SweepRow) -> float:
-    return known(row.step_s, row, "timed step")
+    return known(row.step_s, row, Fact("row_figure.timed_step"))
 
 
 def row_name(row: SweepRow) -> str:

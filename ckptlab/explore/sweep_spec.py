@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import Option, SpecError, check_at_most, check_whole_number, not_one_of
+from ..fact import Fact
 from ..model.presets import DEFAULT_PRESET
 from ..model.selective import Selective, selective_key, validate_selective
 from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
@@ -64,22 +65,18 @@ class SweepSpec:
         if self.timing_order not in ORDERS:
             raise not_one_of("timing_order", self.timing_order, ORDERS)
         if not self.seq_lens:
-            raise SpecError("seq_lens is empty: give at least one sequence length, e.g. 512.", key="sweep.no_seq_lens")
-        check_at_most("the number of seq_lens", len(self.seq_lens), MAX_SWEEP_LENGTHS, "a sweep measures every one")
+            raise SpecError(key="sweep.no_seq_lens")
+        check_at_most("the number of seq_lens", len(self.seq_lens), MAX_SWEEP_LENGTHS, Fact("bound.sweep_lengths"))
         check_at_most(
             "the number of every_n_layers values", len(self.every_n_layers or ()), MAX_SWEEP_SETTINGS,
-            "a sweep measures every one at every length",
+            Fact("bound.sweep_settings"),
         )  # fmt: skip
         for seq_len in self.seq_lens:
             check_whole_number("seq_len", seq_len)
         if self.offload not in OFFLOAD_CHOICES:
             raise not_one_of("offload", self.offload, OFFLOAD_CHOICES)
         if self.every_n_layers is not None and not self.every_n_layers:
-            raise SpecError(
-                "{option} is empty: give at least one value (e.g. 1,2,4), or None for all.",
-                key="sweep.no_every_n_layers",
-                option=Option("every_n_layers"),
-            )
+            raise SpecError(key="sweep.no_every_n_layers", option=Option("every_n_layers"))
         self._validate_policies()
         for value in self.every_n_layers or ():
             for policy in self.policy_axis:
@@ -90,28 +87,19 @@ class SweepSpec:
         if self.policies is None:
             return
         if not self.policies:
-            raise SpecError(
-                "policies is empty: give at least one selective policy (e.g. none,attention), or None for "
-                "the one policy selective.",
-                key="sweep.no_policies",
-            )
+            raise SpecError(key="sweep.no_policies")
         if self.selective != "none":
             raise SpecError(
-                f"selective={selective_key(self.selective)!r} and policies={[selective_key(p) for p in self.policies]} "
-                "both given: the policy axis is policies alone. Put the policy in policies, or drop policies.",
                 key="sweep.selective_and_policies",
                 policy=selective_key(self.selective),
+                policies=[selective_key(p) for p in self.policies],
             )
         for policy in self.policies:
             validate_selective(policy)
         keys = [selective_key(policy) for policy in self.policies]
         repeated = next((key for key in keys if keys.count(key) > 1), None)
         if repeated is not None:
-            raise SpecError(
-                f"policies names {repeated!r} twice: each policy is measured once per setting. Drop the repeat.",
-                key="sweep.policy_twice",
-                policy=repeated,
-            )
+            raise SpecError(key="sweep.policy_twice", policy=repeated)
 
     def run_spec(
         self,

@@ -257,7 +257,7 @@ class CheckpointingCallback(TrainerCallback):
         self, observe_step: int = 1, report_file: str | None = REPORT_FILE, log_level: int = logging.WARNING
     ) -> None:
         if isinstance(observe_step, bool) or not isinstance(observe_step, int) or observe_step < 1:
-            raise ValueError(f"observe_step={observe_step!r}: pass the optimizer step to observe, 1 or more.")
+            raise SpecError(key="api.observe_step", value=observe_step)
         self.observe_step = observe_step
         self.report_file = report_file
         self.log_level = log_level

@@ -94,10 +94,10 @@ class Classroom:
         with self._lock:
             if self._round is not None and not self._round.closed:
                 raise SpecError(
-                    f"round {self._round.number} on {self._round.exercise_id!r} is still open: close it before "
-                    f"opening one on {exercise.id!r}.",
                     key="classroom.still_open",
                     number=self._round.number,
+                    current=self._round.exercise_id,
+                    exercise=exercise.id,
                 )
             self._numbers += 1
             self._round = _OpenRound(self._numbers, exercise.id, MappingProxyType(dict(runs)), answer)
@@ -127,11 +127,7 @@ class Classroom:
         """
         with self._lock:
             if self._round is None or self._round.number != number:
-                raise SpecError(
-                    f"round {number} is not the current round: there is nothing to close.",
-                    key="classroom.not_current",
-                    number=number,
-                )
+                raise SpecError(key="classroom.not_current", number=number)
             self._round.closed = True
             return self._round.view()
 
@@ -146,11 +142,7 @@ def round_csv(closed: Round) -> str:
         SpecError: the round is still open (its answers are not shown yet).
     """
     if closed.is_open:
-        raise SpecError(
-            f"round {closed.number} is still open: close it before downloading its answers.",
-            key="classroom.download_open",
-            number=closed.number,
-        )
+        raise SpecError(key="classroom.download_open", number=closed.number)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["round", "exercise", "kind", "answer", "prediction", "measured"])

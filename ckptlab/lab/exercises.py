@@ -123,7 +123,7 @@ def by_id(exercise_id: str) -> Exercise:
     for exercise in EXERCISES:
         if exercise.id == exercise_id:
             return exercise
-    raise SpecError(f"no exercise {exercise_id!r}; the exercises are {', '.join(e.id for e in EXERCISES)}.")
+    raise SpecError(key="api.no_exercise", exercise_id=exercise_id, exercises=", ".join(e.id for e in EXERCISES))
 
 
 def percent_of_off(run: RunResult, off: RunResult, metric: Metric) -> float:
@@ -237,9 +237,7 @@ def check_runs(exercise: Exercise, runs: Mapping[int | None, RunResult]) -> None
     for n in needed:
         if n not in runs or runs[n].memory is None or runs[n].timing is None:
             raise SpecError(
-                "exercise {exercise} needs a measured run with {option}.",
-                exercise=repr(exercise.id),
-                option=Option("every_n_layers", n),
+                key="api.exercise_needs_run", exercise=repr(exercise.id), option=Option("every_n_layers", n)
             )
 
 

@@ -432,11 +432,7 @@ def _measure_one(spec: RunSpec, load: Loader, report: Progress, stop: ShouldStop
         model, info = load(model_key(spec))
     except torch.OutOfMemoryError as error:
         raise DoesNotFitError(
-            f"{spec.model} does not fit on {spec.device}: building it ran out of memory ({error}). "
-            "Pick a smaller model, or free the device.",
-            key="model.build_out_of_memory",
-            model=spec.model,
-            device=spec.device,
+            key="model.build_out_of_memory", model=spec.model, device=spec.device, error=str(error)
         ) from None
     # A session stopped mid-step can leave gradients on the shared model; they would count as baseline.
     model.zero_grad(set_to_none=True)
@@ -460,17 +456,12 @@ class TurnStopper:
         if self.timed_out():
             assert self.limit_s is not None
             return time_limit_error(self.limit_s)
-        return RunStoppedError("The run was cancelled; nothing was measured.", key="run.cancelled")
+        return RunStoppedError(key="run.cancelled")
 
 
 def time_limit_error(limit_s: float) -> RunStoppedError:
     """A run (a sweep's row) stopped at the server's limit per run."""
-    return RunStoppedError(
-        f"The run was stopped after {limit_s:g} s on the device, this server's limit per run; "
-        "its memory was given back. Try a shorter sequence, a smaller batch or a smaller model.",
-        key="run.time_limit",
-        seconds=f"{limit_s:g}",
-    )
+    return RunStoppedError(key="run.time_limit", seconds=f"{limit_s:g}")
 
 
 def _asking(on_wait: OnWait | None, should_stop: ShouldStop | None) -> OnWait | None:
@@ -480,7 +471,7 @@ def _asking(on_wait: OnWait | None, should_stop: ShouldStop | None) -> OnWait | 
 
     def ask_then_report(ahead: int) -> None:
         if should_stop():
-            raise RunStoppedError("The run was cancelled while it waited; nothing was measured.", key="run.cancelled")
+            raise RunStoppedError(key="run.cancelled_waiting")
         if on_wait is not None:
             on_wait(ahead)
 

@@ -144,13 +144,7 @@ class DeviceQueue:
                         break
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
-                        raise DeviceBusyError(
-                            f"The device stayed busy for {timeout:.0f} s ({self._ahead(ticket)} runs still ahead of "
-                            "this one). Nothing was run; press Run again to queue once more.",
-                            key="queue.busy",
-                            seconds=f"{timeout:.0f}",
-                            ahead=self._ahead(ticket),
-                        )
+                        raise DeviceBusyError(key="queue.busy", seconds=f"{timeout:.0f}", ahead=self._ahead(ticket))
                     self._cond.wait(self.poll_s if remaining is None else min(self.poll_s, remaining))
             yield Turn(ticket.number, label, ticket.enqueued_at, ticket.started_at, 0.0)
         finally:
@@ -168,10 +162,7 @@ class DeviceQueue:
     def _leave_if_superseded(self, ticket: _Ticket) -> None:
         # Caller holds the lock.
         if ticket.superseded:
-            raise SupersededError(
-                "A newer run of this session took this one's place in the line; this one was not run.",
-                key="queue.superseded",
-            )
+            raise SupersededError(key="queue.superseded")
 
     def _try_take(self, ticket: _Ticket) -> bool:
         # Caller holds the lock. Only the head of the line may take a free device: FIFO. A replaced

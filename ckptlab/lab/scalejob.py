@@ -80,12 +80,7 @@ class _SimulationJob(BackgroundJob):
 
     def _time_limit_error(self) -> RunStoppedError:
         seconds = f"{self.limit_s:g}"
-        return RunStoppedError(
-            f"The simulations were stopped after {seconds} s, this server's limit per run; the settings "
-            "simulated by then are kept. Simulate fewer settings or a shorter sequence.",
-            key="simulation.time_limit",
-            seconds=seconds,
-        )
+        return RunStoppedError(key="simulation.time_limit", seconds=seconds)
 
     def _args(self) -> tuple[Any, ...]:
         """What :attr:`_JOB` is given after its context, before the known results and the model's description."""

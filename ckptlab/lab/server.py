@@ -105,21 +105,16 @@ class ServerPolicy:
         if root:
             models_root = Path(str(root)).expanduser().resolve()
             if not models_root.is_dir():
-                raise SpecError(
-                    f"CKPTLAB_MODELS_ROOT={str(root)!r} is not a folder on this server. Point it at the folder "
-                    "that holds the workshop's model folders, or unset it to offer the presets only.",
-                    key="server.models_root",
-                    value=str(root),
-                )
-        limit = _positive_setting(settings, "CKPTLAB_RUN_LIMIT_S", "seconds > 0, e.g. 300")
+                raise SpecError(key="server.models_root", value=str(root))
+        limit = _positive_setting(settings, "CKPTLAB_RUN_LIMIT_S")
         run_limit_s = DEFAULT_RUN_LIMIT_S if limit is None else limit
-        gib = _positive_setting(settings, "CKPTLAB_WORKER_MEMORY_GIB", "GiB > 0, e.g. 8")
+        gib = _positive_setting(settings, "CKPTLAB_WORKER_MEMORY_GIB")
         memory_cap_bytes = None if gib is None else int(gib * 2**30)
-        mode = _choice_setting(settings, "CKPTLAB_WORKERS", ("process", "thread"), "process (the default) or thread")
+        mode = _choice_setting(settings, "CKPTLAB_WORKERS", ("process", "thread"))
         max_tokens = parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or ""))
         secret = str(settings.get("CKPTLAB_INSTRUCTOR_SECRET") or "") or None
-        warm = _choice_setting(settings, "CKPTLAB_WARM_LEARN", ("0", "1"), "1 (warm the Learn pages' runs) or 0")
-        hub = _choice_setting(settings, "CKPTLAB_HUB", ("0", "1"), "1 (participants may name Hub models) or 0")
+        warm = _choice_setting(settings, "CKPTLAB_WARM_LEARN", ("0", "1"))
+        hub = _choice_setting(settings, "CKPTLAB_HUB", ("0", "1"))
         hub_cache = Path(str(settings.get("CKPTLAB_HUB_CACHE") or DEFAULT_HUB_CACHE)).expanduser()
         hub_token = str(settings.get("CKPTLAB_HUB_TOKEN") or "") or None
         return cls(
@@ -185,20 +180,11 @@ class ServerPolicy:
             NotAllowedError: local folders are off, or the path leads outside the root.
         """
         if self.models_root is None:
-            raise NotAllowedError(
-                f"Local model folders are off on this server, so {name!r} cannot be opened. Pick a preset; the "
-                "instructor can offer folders by setting CKPTLAB_MODELS_ROOT.",
-                key="server.folders_off",
-                name=name,
-            )
+            raise NotAllowedError(key="server.folders_off", name=name)
         # An absolute name replaces the root (checked below); a NUL byte names no file (resolve() would raise).
         folder = None if "\x00" in name else (self.models_root / name).resolve()
         if folder is None or not self._inside(folder):
-            raise NotAllowedError(
-                f"{name!r} is outside the models folder this server offers. Pick one of the folders listed.",
-                key="server.folder_outside",
-                name=name,
-            )
+            raise NotAllowedError(key="server.folder_outside", name=name)
         return str(folder)
 
     def _inside(self, path: Path) -> bool:
@@ -227,8 +213,6 @@ class ServerPolicy:
         tokens, limit = spec.seq_len * spec.batch_size, self.max_tokens_for(info, on_cpu)
         if tokens > limit:
             raise NotAllowedError(
-                f"{spec.seq_len} tokens x batch {spec.batch_size} = {tokens:,} tokens is more than this server "
-                f"allows for {info.name} ({limit:,}). Use a shorter sequence or a smaller batch.",
                 key="server.too_many_tokens",
                 seq=spec.seq_len,
                 batch=spec.batch_size,
@@ -248,11 +232,11 @@ SETTING_KEYS = {
 }
 
 
-def _positive_setting(settings: Mapping[str, object], name: str, use: str) -> float | None:
+def _positive_setting(settings: Mapping[str, object], name: str) -> float | None:
     """The setting ``name`` as a finite number > 0, or None when unset.
 
     Raises:
-        SpecError: naming the setting and what to ``use`` instead.
+        SpecError: naming the setting and what to use instead (``errors.<SETTING_KEYS[name]>``).
     """
     text = settings.get(name)
     if text in (None, ""):
@@ -262,19 +246,19 @@ def _positive_setting(settings: Mapping[str, object], name: str, use: str) -> fl
     except ValueError:
         value = -1.0
     if not (math.isfinite(value) and value > 0):
-        raise SpecError(f"{name}={text!r} is not valid: use {use}.", key=SETTING_KEYS[name], value=text)
+        raise SpecError(key=SETTING_KEYS[name], value=text)
     return value
 
 
-def _choice_setting(settings: Mapping[str, object], name: str, choices: tuple[str, ...], use: str) -> str:
+def _choice_setting(settings: Mapping[str, object], name: str, choices: tuple[str, ...]) -> str:
     """The setting ``name`` as one of ``choices`` (any case; unset: the first).
 
     Raises:
-        SpecError: naming the setting and what to ``use`` instead.
+        SpecError: naming the setting and what to use instead (``errors.<SETTING_KEYS[name]>``).
     """
     value = str(settings.get(name) or choices[0]).strip().lower()
     if value not in choices:
-        raise SpecError(f"{name}={value!r} is not valid: use {use}.", key=SETTING_KEYS[name], value=value)
+        raise SpecError(key=SETTING_KEYS[name], value=value)
     return value
 
 
@@ -288,12 +272,7 @@ def parse_max_tokens(text: str) -> dict[str, int]:
     for part in filter(None, (piece.strip() for piece in text.split(","))):
         name, _, number = part.partition("=")
         if not name.strip() or not number.strip().isdigit() or int(number) < 1:
-            raise SpecError(
-                f"CKPTLAB_MAX_TOKENS part {part!r} is not valid: write model=tokens pairs separated by commas, "
-                "for example 'tiny-llama=65536,*=8192'.",
-                key="server.max_tokens",
-                part=part,
-            )
+            raise SpecError(key="server.max_tokens", part=part)
         table[name.strip()] = int(number)
     return table
 

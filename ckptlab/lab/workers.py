@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..errors import CkptlabError, RunStoppedError
+from ..errors import CkptlabError, RunStoppedError, SpecError
 from ..fact import Fact
 from ..model import folder_files, hub
 from ..results import RunResult
@@ -266,7 +266,7 @@ class WorkerPool:
         grace_s: float = GRACE_S,
     ) -> None:
         if size < 1 or threads < 1:
-            raise ValueError(f"a pool needs size >= 1 and threads >= 1, not {size} and {threads}")
+            raise SpecError(key="api.pool_size", size=size, threads=threads)
         self.size, self.threads, self.warm = size, threads, warm
         self.poll_s, self.grace_s = poll_s, grace_s
         self._slots = threading.BoundedSemaphore(size)
@@ -362,7 +362,7 @@ class WorkerPool:
                             worker.cancel.set()
                         elif now - stop_asked_at >= self.grace_s:
                             worker.kill()
-                            raise RunStoppedError("The job was stopped; what it had done is kept.", key="job.stopped")
+                            raise RunStoppedError(key="job.stopped")
             except BaseException:
                 if not answered and worker.alive() and not worker.conn.closed:
                     worker.kill()  # a job left running would hold the worker (and its turn's memory) for nobody
@@ -388,7 +388,7 @@ class WorkerPool:
         or replaced by a fresh one if it was killed."""
         while not self._slots.acquire(timeout=self.poll_s):
             if should_stop is not None and should_stop():
-                raise RunStoppedError("The job was stopped; what it had done is kept.", key="job.stopped")
+                raise RunStoppedError(key="job.stopped")
         worker = self._take()
         started = time.monotonic()
         with self._lock:
@@ -433,31 +433,16 @@ class WorkerPool:
     def _lost(self, worker: _Worker) -> WorkerLostError:
         worker.kill()
         code = worker.process.exitcode
-        return WorkerLostError(
-            f"The worker process running this job ended unexpectedly (exit code {code}); nothing more was "
-            "done. Try again, with a smaller size if it ran out of memory.",
-            key="job.worker_lost",
-            code=f"{code}",
-        )
+        return WorkerLostError(key="job.worker_lost", code=f"{code}")
 
 
 def _time_limit(seconds: float | None) -> RunStoppedError:
-    return RunStoppedError(
-        f"The job was stopped after {seconds:g} s, this server's limit; its memory was given back.",
-        key="job.time_limit",
-        seconds=f"{seconds:g}",
-    )
+    return RunStoppedError(key="job.time_limit", seconds=f"{seconds:g}")
 
 
 def _memory_cap(resident: int, cap: int) -> RunStoppedError:
     used, allowed = f"{resident / 2**30:.1f}", f"{cap / 2**30:.1f}"
-    return RunStoppedError(
-        f"The job was stopped when its process reached {used} GiB of memory, over this server's cap of "
-        f"{allowed} GiB; its memory was given back. Try a shorter sequence, a smaller batch or a smaller model.",
-        key="job.memory_cap",
-        used=used,
-        cap=allowed,
-    )
+    return RunStoppedError(key="job.memory_cap", used=used, cap=allowed)
 
 
 # -- the server's pools ---------------------------------------------------------------------

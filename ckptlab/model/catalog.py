@@ -94,9 +94,6 @@ def build_on_meta(config: PretrainedConfig, task: str) -> PreTrainedModel:
     # architecture ckptlab.folder_checks has no rule for.
     except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError, RuntimeError) as exc:
         raise ModelLoadError(
-            f"transformers could not build {type(config).__name__}: {type(exc).__name__}: "
-            f"{folder_checks.one_line(exc)}. To resolve this error, check the sizes in its config "
-            "(positive, and attention heads that divide hidden_size).",
             key="model.cannot_build",
             config_class=type(config).__name__,
             detail=f"{type(exc).__name__}: {folder_checks.one_line(exc)}",
@@ -109,9 +106,6 @@ def _info(
     layers = checkpointable_layers(meta_model)
     if not layers:
         raise UnsupportedModelError(
-            "{model_class} has no layer that inherits transformers.modeling_layers.GradientCheckpointingLayer, "
-            "so {every_n_layers} has nothing to count and transformers cannot checkpoint it the standard way. "
-            "Use a model whose layers do (Llama, Qwen3, Mistral, GPT-2, BERT, ...) or a preset: {presets}.",
             key="model.no_checkpointable_layer",
             every_n_layers=Option("every_n_layers"),
             model_class=type(meta_model).__name__,
@@ -296,14 +290,7 @@ def build_model(
             )
         except ImportError as exc:  # a quantization_config whose package is not installed (bitsandbytes, ...)
             detail = folder_checks.one_line(exc, 200)
-            raise ModelLoadError(
-                f"{name_or_dir!r} cannot be loaded here: its config.json asks for a quantization whose package is "
-                f"missing ({detail}). To resolve this error, install the package it names, or remove "
-                "quantization_config from config.json to run the model unquantized.",
-                key="model.quantization_package",
-                path=repr(name_or_dir),
-                detail=detail,
-            ) from None
+            raise ModelLoadError(key="model.quantization_package", path=repr(name_or_dir), detail=detail) from None
         except (SafetensorError, pickle.UnpicklingError, RuntimeError) as exc:
             problem = weight_checks.weights_error(name_or_dir, exc)
             if problem is None:

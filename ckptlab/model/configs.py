@@ -33,12 +33,7 @@ def get_preset(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ModelLoadError(
-            f"There is no preset {name!r}. Valid presets: {preset_names()}.",
-            key="model.no_preset",
-            name=name,
-            presets=preset_names(),
-        ) from None
+        raise ModelLoadError(key="model.no_preset", name=name, presets=preset_names()) from None
 
 
 def model_class_for(config: PretrainedConfig, task: str) -> type:
@@ -57,13 +52,7 @@ def model_class_for(config: PretrainedConfig, task: str) -> type:
     """
     mapping = _task_mapping(task)
     if type(config) not in mapping:
-        raise UnsupportedModelError(
-            f"model_type {config.model_type!r} has no {task} model in transformers. The lab runs "
-            "causal or masked text language models (Llama, Qwen3, Mistral, GPT-2, BERT, ...).",
-            key="model.no_task_model",
-            model_type=repr(config.model_type),
-            task=task,
-        )
+        raise UnsupportedModelError(key="model.no_task_model", model_type=repr(config.model_type), task=task)
     classes = mapping[type(config)]
     if not isinstance(classes, (list, tuple)):
         return classes
@@ -80,7 +69,7 @@ def _task_mapping(task: str) -> Mapping[type, Any]:
         return MODEL_FOR_CAUSAL_LM_MAPPING
     if task == MASKED_LM:
         return MODEL_FOR_MASKED_LM_MAPPING
-    raise SpecError(f"task={task!r} is not valid: use {CAUSAL_LM!r} or {MASKED_LM!r}.")
+    raise SpecError(key="api.task", task=task, causal=CAUSAL_LM, masked=MASKED_LM)
 
 
 def load_config(name_or_dir: str) -> tuple[PretrainedConfig, str, str]:
@@ -120,14 +109,7 @@ def _load_local_config(path: str) -> PretrainedConfig:
     folder_files.check_folder(path)  # before any file of it is opened, by us or by a loader
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
-        raise ModelLoadError(
-            "{path} has no config.json; it is not a transformers model folder. To resolve this, point {model} at "
-            "a folder saved with save_pretrained(), or use a preset: {presets}.",
-            key="model.no_config",
-            model=Option("model"),
-            path=repr(path),
-            presets=preset_names(),
-        )
+        raise ModelLoadError(key="model.no_config", model=Option("model"), path=repr(path), presets=preset_names())
     return _config_in_folder(path, config_file, shown=path)
 
 
@@ -142,21 +124,9 @@ def _config_in_folder(folder: str, config_file: str, shown: str) -> PretrainedCo
     # A model_type that is not a string (a list, say) is unknown too: `in` would raise TypeError on it.
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         if isinstance(raw, dict) and raw.get("auto_map"):
-            raise UnsupportedModelError(
-                f"{path!r} has model_type {model_type!r}, which needs the model's own Python code "
-                "(auto_map in config.json). The lab does not run remote code (trust_remote_code "
-                "stays False); use a model built into transformers or a preset.",
-                key="model.remote_code",
-                path=repr(path),
-                model_type=repr(model_type),
-            )
+            raise UnsupportedModelError(key="model.remote_code", path=repr(path), model_type=repr(model_type))
         raise UnsupportedModelError(
-            f"{path!r} has model_type {model_type!r}, which this transformers does not know. "
-            f"Use a built-in text LM (llama, qwen3, mistral, gpt2, bert, ...) or a preset: {preset_names()}.",
-            key="model.unknown_type",
-            path=repr(path),
-            model_type=repr(model_type),
-            presets=preset_names(),
+            key="model.unknown_type", path=repr(path), model_type=repr(model_type), presets=preset_names()
         )
     folder_checks.check_raw_config(raw, config_file, CONFIG_MAPPING[model_type].attribute_map)
     try:
@@ -191,9 +161,6 @@ def infer_task(config: PretrainedConfig) -> str:
     if masked:
         return MASKED_LM
     raise UnsupportedModelError(
-        f"model_type {config.model_type!r} ({type(config).__name__}) is neither a causal nor a "
-        "masked language model in transformers. The lab runs causal or masked text LMs "
-        f"(Llama, Qwen3, Mistral, GPT-2, BERT, ...); try a preset: {preset_names()}.",
         key="model.not_a_language_model",
         model_type=repr(config.model_type),
         config_class=type(config).__name__,
@@ -212,10 +179,7 @@ def config_with(config: PretrainedConfig, overrides: Mapping[str, Any] | None) -
         return config
     unknown = [key for key in overrides if not hasattr(config, key)]
     if unknown:
-        raise SpecError(
-            f"config_overrides names {unknown} which {type(config).__name__} does not have; "
-            "check the spelling against the config's attributes (e.g. attention_dropout, resid_pdrop)."
-        )
+        raise SpecError(key="api.config_overrides_unknown", unknown=unknown, config_class=type(config).__name__)
     # Aliases (GPT-2's num_hidden_layers -> n_layer) are resolved so the new value cannot
     # lose to the old one stored under the real name.
     aliases = getattr(config, "attribute_map", {}) or {}
@@ -230,7 +194,7 @@ def config_with(config: PretrainedConfig, overrides: Mapping[str, Any] | None) -
     # transformers 5 validates configs with huggingface_hub strict dataclasses, whose
     # errors are not ValueErrors.
     except (TypeError, ValueError, StrictDataclassError) as exc:
-        raise SpecError(f"config_overrides={dict(overrides)!r} gives an invalid config: {exc}") from exc
+        raise SpecError(key="api.config_overrides_invalid", overrides=dict(overrides), error=str(exc)) from exc
 
 
 def _is_depth(value: Any) -> bool:

@@ -33,6 +33,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from ..errors import Command, DoesNotFitError, ModelLoadError, Option
+from ..fact import Fact
 from .hub import MAX_CONFIG_BYTES  # one bound on a config.json, from a folder or the Hub
 
 # describe() builds every layer on the meta device (1-3 ms each on 2 CPU cores) and the
@@ -53,21 +54,17 @@ _SIZE_FIELDS: dict[str, tuple[str, ...]] = {
     "vocab_size": ("vocab_size",),
     "max_position_embeddings": ("max_position_embeddings", "n_positions"),
 }
+# What each size field is, for a message that refuses its value (said.config_size.<field> in the locale files).
 _MEANING = {
-    "num_hidden_layers": "the number of layers",
-    "hidden_size": "the width of the residual stream",
-    "num_attention_heads": "the number of attention heads",
-    "num_key_value_heads": "the number of key/value heads",
-    "head_dim": "the width of one attention head",
-    "intermediate_size": "the width of the MLP",
-    "vocab_size": "the number of token ids",
-    "max_position_embeddings": "the longest sequence",
+    "num_hidden_layers": Fact("config_size.num_hidden_layers"),
+    "hidden_size": Fact("config_size.hidden_size"),
+    "num_attention_heads": Fact("config_size.num_attention_heads"),
+    "num_key_value_heads": Fact("config_size.num_key_value_heads"),
+    "head_dim": Fact("config_size.head_dim"),
+    "intermediate_size": Fact("config_size.intermediate_size"),
+    "vocab_size": Fact("config_size.vocab_size"),
+    "max_position_embeddings": Fact("config_size.max_position_embeddings"),
 }
-
-_FIX_CONFIG = (
-    "To resolve this error, set it in config.json to the model's real value (the one "
-    "save_pretrained() wrote), or pick a preset (python -m ckptlab models)."
-)
 
 
 def one_line(text: object, limit: int = 400) -> str:
@@ -91,9 +88,6 @@ def read_config_json(config_file: str) -> dict[str, Any]:
         size = 0  # unreadable: open() below says so
     if size > MAX_CONFIG_BYTES:
         raise ModelLoadError(
-            f"{config_file!r} is {size / 2**20:,.1f} MiB, more than the {MAX_CONFIG_BYTES // 2**20} MiB any config "
-            "holds; it is not read. To resolve this error, replace it with the config.json that save_pretrained() "
-            "wrote.",
             key="folder.config_too_large",
             file=config_file,
             size=f"{size / 2**20:,.1f}",
@@ -103,37 +97,13 @@ def read_config_json(config_file: str) -> dict[str, Any]:
         with open(config_file, encoding="utf-8") as f:
             raw = json.load(f, parse_constant=_not_a_number)
     except _NonFinite as constant:
-        raise ModelLoadError(
-            f"{config_file!r} holds {constant.args[0]}, which is not a number JSON allows (and no size or rate a "
-            "model has). To resolve this error, write the model's real value.",
-            key="folder.non_finite",
-            file=config_file,
-            constant=constant.args[0],
-        ) from None
+        raise ModelLoadError(key="folder.non_finite", file=config_file, constant=constant.args[0]) from None
     except RecursionError:
-        raise ModelLoadError(
-            f"{config_file!r} is JSON nested too deeply to parse (thousands of levels of [ or {{); "
-            "a transformers config is one flat object of fields. To resolve this error, replace it with "
-            "the config.json that save_pretrained() wrote.",
-            key="folder.deep_json",
-            file=config_file,
-        ) from None
+        raise ModelLoadError(key="folder.deep_json", file=config_file) from None
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{config_file!r} could not be read as JSON: {one_line(exc)}",
-            key="folder.not_json",
-            file=config_file,
-            detail=one_line(exc),
-        ) from exc
+        raise ModelLoadError(key="folder.not_json", file=config_file, detail=one_line(exc)) from exc
     if not isinstance(raw, dict):
-        raise ModelLoadError(
-            f"{config_file!r} holds a JSON {type(raw).__name__}, not an object of fields such as "
-            '{"model_type": "llama", "hidden_size": ...}. To resolve this error, replace it with the '
-            "config.json that save_pretrained() wrote.",
-            key="folder.not_object",
-            file=config_file,
-            kind=type(raw).__name__,
-        )
+        raise ModelLoadError(key="folder.not_object", file=config_file, kind=type(raw).__name__)
     _check_dtype_fields(raw, config_file)
     return raw
 
@@ -158,12 +128,7 @@ def _check_dtype_fields(raw: Mapping[str, Any], config_file: str) -> None:
                 continue
             if not (isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)):
                 raise ModelLoadError(
-                    f'{config_file!r}: its "{prefix}{name}" field is {value!r}, which is not a torch dtype. To resolve this '
-                    'error, write one such as "bfloat16", "float16" or "float32" (or "auto"), or remove the field.',
-                    key="folder.bad_dtype",
-                    file=config_file,
-                    field=f"{prefix}{name}",
-                    value=repr(value),
+                    key="folder.bad_dtype", file=config_file, field=f"{prefix}{name}", value=repr(value)
                 )
 
 
@@ -193,9 +158,6 @@ def check_raw_config(raw: Mapping[str, Any], config_file: str, aliases: Mapping[
                 _check_size(f"{prefix}{name}", value, usual, config_file)
                 if usual == "num_hidden_layers" and isinstance(value, int) and value > MAX_LAYERS:
                     raise ModelLoadError(
-                        f"{config_file!r} sets {prefix}{name}={value:,}, more layers than the lab handles "
-                        f"(at most {MAX_LAYERS:,}; the deepest published language models have about 130). "
-                        f"Nothing was built. {_FIX_CONFIG}",
                         key="folder.too_many_layers",
                         file=config_file,
                         name=f"{prefix}{name}",
@@ -209,12 +171,7 @@ def _check_size(name: str, value: Any, usual: str, config_file: str) -> None:
         return  # "derive it" (n_inner, head_dim, ...); per-stage lists belong to vision models, refused later
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ModelLoadError(
-            f"{config_file!r} sets {name}={json.dumps(value)[:60]}, but {name} is {_MEANING[usual]} and must "
-            f"be a positive whole number. {_FIX_CONFIG}",
-            key="folder.bad_size",
-            file=config_file,
-            name=name,
-            value=json.dumps(value)[:60],
+            key="folder.bad_size", file=config_file, name=name, value=json.dumps(value)[:60], meaning=_MEANING[usual]
         )
 
 
@@ -225,13 +182,7 @@ def config_error(config_file: str, exc: BaseException) -> ModelLoadError:
     """One line for an exception transformers raised while building the config or the model from it."""
     cause = exc.__cause__ if isinstance(exc, StrictDataclassError) and exc.__cause__ else exc
     return ModelLoadError(
-        f"{config_file!r} does not give a valid model: {type(cause).__name__}: {one_line(cause).rstrip('.')}. "
-        "To resolve this error, correct the field it names in config.json (sizes must be positive, and the "
-        "attention heads must divide hidden_size unless head_dim is given), or save the config again with "
-        "save_pretrained().",
-        key="folder.invalid_model",
-        file=config_file,
-        detail=f"{type(cause).__name__}: {one_line(cause).rstrip('.')}",
+        key="folder.invalid_model", file=config_file, detail=f"{type(cause).__name__}: {one_line(cause).rstrip('.')}"
     )
 
 
@@ -258,11 +209,6 @@ def check_config(config: Any, config_file: str) -> None:
         divisors = [n for n in range(1, min(hidden, 256) + 1) if hidden % n == 0]
         nearest = min(divisors, key=lambda n: abs(n - heads))
         raise ModelLoadError(
-            f"{config_file!r} sets {stored['hidden_size']}={hidden} and {stored['num_attention_heads']}={heads}, "
-            f"but {heads} heads do not divide {hidden}: each head is {stored['hidden_size']} / "
-            f"{stored['num_attention_heads']} wide. "
-            f"To resolve this error, set {stored['num_attention_heads']} to a divisor of {stored['hidden_size']} "
-            f"(e.g. {nearest}), or set head_dim if the architecture takes one.",
             key="folder.heads_divide",
             file=config_file,
             hidden_name=stored["hidden_size"],
@@ -273,10 +219,6 @@ def check_config(config: Any, config_file: str) -> None:
         )
     if heads and kv_heads and heads % kv_heads:
         raise ModelLoadError(
-            f"{config_file!r} sets {stored['num_attention_heads']}={heads} and {stored['num_key_value_heads']}="
-            f"{kv_heads}, but {heads} query heads do not split into {kv_heads} equal groups: each key/value head "
-            "serves a whole group of query heads. To "
-            f"resolve this error, set {stored['num_key_value_heads']} to a divisor of {stored['num_attention_heads']}.",
             key="folder.kv_groups",
             file=config_file,
             heads_name=stored["num_attention_heads"],
@@ -289,17 +231,18 @@ def check_config(config: Any, config_file: str) -> None:
 # -- building: does it fit the device at all -----------------------------------------------
 
 
-def memory_limit(device: torch.device) -> tuple[int, str, str] | None:
-    """``(bytes, device words, limit words)``: a CUDA device's total memory, the CPU's physical RAM; None if unknown."""
+def memory_limit(device: torch.device) -> tuple[int, str | Fact, Fact] | None:
+    """``(bytes, the device (a GPU's name, or this CPU), its memory)``, said in a message: a CUDA device's total memory, the CPU's physical RAM; None if unknown."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        return props.total_memory, props.name, f"the {props.total_memory / 2**30:,.1f} GiB of {props.name}"
+        gib = f"{props.total_memory / 2**30:,.1f}"
+        return props.total_memory, props.name, Fact("memory.cuda_total", {"gib": gib, "name": props.name})
     if device.type == "cpu":
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (AttributeError, ValueError, OSError):
             return None
-        return total, "this CPU", f"the {total / 2**30:,.1f} GiB of physical memory of this machine"
+        return total, Fact("device.this_cpu"), Fact("memory.cpu_total", {"gib": f"{total / 2**30:,.1f}"})
     return None
 
 
@@ -328,25 +271,12 @@ def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> Non
     _, where, what = limit
     embedding = info.vocab_size * info.hidden_size
     local = info.source == "local"
-    if local:
-        fix = (
-            f"check the sizes in its config.json (here num_hidden_layers={info.num_layers}, hidden_size="
-            f"{info.hidden_size}, vocab_size={info.vocab_size}; also intermediate_size), run it where there is "
-            "more memory"
-        )
-    else:
-        fix = "run it on a GPU with more memory, use a 16-bit dtype"
     raise DoesNotFitError(
-        "{name} does not fit on {where}: its {parameters} parameters (the vocab_size x hidden_size embedding "
-        "alone {embedding}) take {needed_gib} GiB in {dtype}, more than {what}, before any gradient or "
-        "activation. Nothing was built. To resolve this error, {fix}, or simulate the step on fake tensors: "
-        "{simulate}",
         key="model.too_big_local" if local else "model.too_big_preset",
         simulate=Command("simulate", (Option("model", info.name),)),
         where=where,
         embedding=_count(embedding),
         what=what,
-        fix=fix,
         name=repr(info.name),
         parameters=_count(info.num_params),
         needed_gib=f"{needed / 2**30:,.1f}",

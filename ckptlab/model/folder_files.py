@@ -89,20 +89,13 @@ def _check_kind(path: str) -> None:
 def _inside(path: Path, shown: str, root: Path) -> None:
     resolved = path.resolve()
     if not resolved.is_relative_to(root):
-        raise ModelLoadError(
-            f"{shown!r} leads outside the models folder this server offers ({str(root)!r}): it resolves to a file "
-            "elsewhere, so it is not opened. To resolve this error, copy the file into the model's folder "
-            "instead of linking to it.",
-            key="folder.file_outside_root",
-            file=shown,
-            root=str(root),
-        )
+        raise ModelLoadError(key="folder.file_outside_root", file=shown, root=str(root))
 
 
 def _shards(index_file: str) -> list[str]:
     """The shard names of an index file's ``weight_map``, each a plain relative name."""
     if (regular_file_size(index_file, ModelLoadError) or 0) > MAX_INDEX_BYTES:
-        raise _bad_index(index_file, f"more than {MAX_INDEX_BYTES // 2**20} MiB")
+        raise _bad_index(index_file)
     try:
         with open(index_file, encoding="utf-8") as f:
             index = json.load(f)
@@ -123,22 +116,9 @@ def _shards(index_file: str) -> list[str]:
             or "\x00" in shard
             or shard.startswith("~")
         ):
-            raise ModelLoadError(
-                f"{index_file!r} names the shard {shard!r:.80}, which is not a file name inside the model's folder "
-                "(an absolute path, one that climbs out with '..', or not a text at all). To resolve this error, "
-                "list the shards by their file names, as save_pretrained() writes them.",
-                key="folder.bad_shard_name",
-                file=index_file,
-                shard=repr(shard)[:80],
-            )
+            raise ModelLoadError(key="folder.bad_shard_name", file=index_file, shard=repr(shard)[:80])
     return sorted(shards)
 
 
-def _bad_index(index_file: str, why: str) -> ModelLoadError:
-    return ModelLoadError(
-        f"{index_file!r} is {why}, larger than any index of shards; it is not read. To resolve this error, "
-        "replace it with the index save_pretrained() wrote.",
-        key="folder.index_too_large",
-        file=index_file,
-        limit=f"{MAX_INDEX_BYTES // 2**20}",
-    )
+def _bad_index(index_file: str) -> ModelLoadError:
+    return ModelLoadError(key="folder.index_too_large", file=index_file, limit=f"{MAX_INDEX_BYTES // 2**20}")

@@ -126,13 +126,7 @@ def config_file(name: str) -> str:
     """
     hub = access()
     if not hub.enabled:
-        raise ModelLoadError(
-            f"{name!r} is not a folder on this server, and Hub names are off here: the instructor decides whether "
-            "the server fetches from the Hugging Face Hub (CKPTLAB_HUB=1). To resolve this error, pick a preset or "
-            "a folder the server offers.",
-            key="hub.off",
-            name=repr(name),
-        )
+        raise ModelLoadError(key="hub.off", name=repr(name))
     repo, revision = split_revision(name)
     return _within_deadline(lambda: _fetch(repo, revision, hub), hub.deadline_s, name)
 
@@ -166,9 +160,6 @@ def _fetch(repo: str, revision: str | None, hub: HubAccess) -> str:
                 options["local_files_only"] = True
             elif size > MAX_CONFIG_BYTES:  # refused before a config.json of gigabytes fills the cache
                 raise ModelLoadError(
-                    f"{name!r} on the Hub has a config.json of {size / 2**20:,.1f} MiB, more than the "
-                    f"{MAX_CONFIG_BYTES // 2**20} MiB any config holds; it is not fetched. To resolve this error, "
-                    "name a repository whose config.json is a transformers config.",
                     key="hub.config_too_large",
                     name=repr(name),
                     size=f"{size / 2**20:,.1f}",
@@ -183,45 +174,16 @@ def _fetch(repo: str, revision: str | None, hub: HubAccess) -> str:
     except GatedRepoError as exc:
         raise _gated(name, hub) from exc
     except RepositoryNotFoundError as exc:
-        raise ModelLoadError(
-            f"{name!r} is neither a preset nor a folder here, and the Hugging Face Hub has no repository {repo!r} "
-            "(or it is private). To resolve this error, check the spelling of owner/name, or the folder's path.",
-            key="hub.not_found",
-            name=repr(name),
-            repo=repr(repo),
-        ) from exc
+        raise ModelLoadError(key="hub.not_found", name=repr(name), repo=repr(repo)) from exc
     except RevisionNotFoundError as exc:
-        raise ModelLoadError(
-            f"The Hub repository {repo!r} has no revision {revision!r}. To resolve this error, name a branch, a tag "
-            "or a commit of it, or leave the revision out for its main branch.",
-            key="hub.no_revision",
-            repo=repr(repo),
-            revision=repr(revision),
-        ) from exc
+        raise ModelLoadError(key="hub.no_revision", repo=repr(repo), revision=repr(revision)) from exc
     except RemoteEntryNotFoundError as exc:
-        raise ModelLoadError(
-            f"The Hub repository {repo!r} has no config.json, so it is not a transformers model. To resolve this "
-            "error, name the repository of the model itself.",
-            key="hub.no_config",
-            repo=repr(repo),
-        ) from exc
+        raise ModelLoadError(key="hub.no_config", repo=repr(repo)) from exc
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as exc:
-        raise ModelLoadError(
-            f"{name!r} is not a folder here, the Hugging Face Hub could not be reached (no network, or offline "
-            "mode), and its config.json is not in the cache. To resolve this error, connect to the network once "
-            "(the config is then kept in the cache), or save the config with save_pretrained() and name that folder.",
-            key="hub.unreachable",
-            name=repr(name),
-        ) from exc
+        raise ModelLoadError(key="hub.unreachable", name=repr(name)) from exc
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
-        raise ModelLoadError(
-            f"The Hugging Face Hub answered HTTP {status} for {name!r}'s config.json. To resolve this error, try "
-            "again later, or save the config with save_pretrained() and name that folder.",
-            key="hub.http_error",
-            name=repr(name),
-            status=str(status),
-        ) from exc
+        raise ModelLoadError(key="hub.http_error", name=repr(name), status=str(status)) from exc
 
 
 def _head_timeout(hub: HubAccess) -> float:
@@ -257,21 +219,8 @@ def _remote_size(repo: str, revision: str | None, hub: HubAccess) -> int | None:
 
 def _gated(name: str, hub: HubAccess) -> ModelLoadError:
     if hub.server and hub.token is False:
-        return ModelLoadError(
-            f"{name!r} is a gated repository on the Hub, and this server sends no token for a participant's "
-            "request. To resolve this error, pick a preset or an open repository; the instructor can give the "
-            "server a token of its own (CKPTLAB_HUB_TOKEN).",
-            key="hub.gated_server",
-            name=repr(name),
-        )
-    return ModelLoadError(
-        "{name} is a gated repository on the Hub: it needs a token of an account that accepted its terms. To "
-        "resolve this error, accept them on the model's page and set HF_TOKEN (or log in with huggingface_hub), "
-        "or save its config.json in a folder and name that folder as {model}.",
-        key="hub.gated",
-        name=repr(name),
-        model=Option("model"),
-    )
+        return ModelLoadError(key="hub.gated_server", name=repr(name))
+    return ModelLoadError(key="hub.gated", name=repr(name), model=Option("model"))
 
 
 def _within_deadline(call: Callable[[], T], deadline_s: float, name: str) -> T:
@@ -294,13 +243,7 @@ def _within_deadline(call: Callable[[], T], deadline_s: float, name: str) -> T:
 
     threading.Thread(target=run, name="ckptlab-hub-fetch", daemon=True).start()
     if not done.wait(deadline_s):
-        raise ModelLoadError(
-            f"The Hugging Face Hub did not answer for {name!r} within {deadline_s:g} s. To resolve this error, try "
-            "again later, or save the config with save_pretrained() and name that folder.",
-            key="hub.timeout",
-            name=repr(name),
-            seconds=f"{deadline_s:g}",
-        )
+        raise ModelLoadError(key="hub.timeout", name=repr(name), seconds=f"{deadline_s:g}")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
@@ -316,12 +259,5 @@ def with_revision(name: str, revision: str | None) -> str:
         return name
     pinned = f"{name}@{revision}"
     if os.path.isdir(name) or "@" in name or not is_repo_name(pinned):
-        raise ModelLoadError(
-            "{revision} names a revision of a Hugging Face Hub repository, and {name} is not one (a preset, a "
-            "folder, or a name that already holds @revision). To resolve this error, drop the revision, or name "
-            "the repository as owner/name.",
-            key="hub.revision_not_hub",
-            revision=Option("revision", revision),
-            name=repr(name),
-        )
+        raise ModelLoadError(key="hub.revision_not_hub", revision=Option("revision", revision), name=repr(name))
     return pinned

@@ -75,9 +75,6 @@ def check_rank(rank: int, shapes: Sequence[tuple[str, int, int]], model_name: st
     smallest = min(fan_in, fan_out)
     if rank > smallest:
         raise SpecError(
-            "{option} is more than the smallest dimension of {model}'s {module} projection ({fan_in} x {fan_out}), "
-            "which it adapts: a LoRA rank is at most that ({smallest} here; 8 to 64 are common), since at full width "
-            "an adapter is no longer low-rank. To resolve this error, use a rank of at most {smallest}.",
             key="spec.lora_rank_too_large",
             option=Option("lora_rank", rank),
             model=model_name,
@@ -103,18 +100,12 @@ def resolve_targets(model: nn.Module, targets: Sequence[str] | None) -> list[str
     """
     available = linear_module_names(model)
     if not available:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no linear projections inside its layers, so LoRA has nothing to adapt. "
-            "Run a full fine-tune (no LoRA rank) instead.",
-            key="lora.no_linear",
-            model_class=type(model).__name__,
-        )
+        raise UnsupportedModelError(key="lora.no_linear", model_class=type(model).__name__)
     if not targets:
         return available
     unknown = [name for name in targets if name not in available]
     if unknown:
         raise SpecError(
-            "{option} names {unknown}, which {model_class} does not have. Its linear modules are: {available}.",
             key="lora.unknown_targets",
             option=Option("lora_targets"),
             unknown=", ".join(unknown),

@@ -29,8 +29,6 @@ def validate_every_n_layers(every_n_layers: int) -> None:
     """Raise :class:`SpecError` unless ``every_n_layers`` is an int >= 1."""
     if isinstance(every_n_layers, bool) or not isinstance(every_n_layers, int) or every_n_layers < 1:
         raise SpecError(
-            "{option} is not valid: it must be a whole number >= 1 (1 checkpoints every layer, 2 every other "
-            "layer, ...). To run without checkpointing, use {off} instead.",
             key="spec.every_n_layers",
             option=Option("every_n_layers", every_n_layers),
             off=Option("every_n_layers", None),
@@ -53,7 +51,7 @@ def planned_roles(num_layers: int, every_n_layers: int | None) -> list[Role]:
         SpecError: if ``every_n_layers`` is not an int >= 1 or ``num_layers`` < 0.
     """
     if num_layers < 0:
-        raise SpecError(f"num_layers={num_layers} is negative; a model has zero or more layers.")
+        raise SpecError(key="api.negative_layers", num_layers=num_layers)
     if every_n_layers is None:
         return [KEEP] * num_layers
     validate_every_n_layers(every_n_layers)

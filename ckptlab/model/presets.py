@@ -332,22 +332,9 @@ def check_model_named(name_or_dir: str) -> None:
         return
     if os.path.exists(name_or_dir):
         raise ModelLoadError(
-            "{name} is a file, not a directory: point {model} at the folder that holds config.json, or use a "
-            "preset: {presets}.",
-            key="model.is_a_file",
-            model=Option("model"),
-            name=repr(name_or_dir),
-            presets=preset_names(),
+            key="model.is_a_file", model=Option("model"), name=repr(name_or_dir), presets=preset_names()
         )
-    raise ModelLoadError(
-        f"{name_or_dir!r} is neither a preset nor an existing directory. Presets: {preset_names()}. "
-        "A directory must exist on this machine and hold a config.json; a Hugging Face Hub repository is "
-        "named owner/name (its config.json is fetched, never its weights), and a name written as a path "
-        "(./, /, ~) is only looked for on this machine.",
-        key="model.not_found",
-        name=repr(name_or_dir),
-        presets=preset_names(),
-    )
+    raise ModelLoadError(key="model.not_found", name=repr(name_or_dir), presets=preset_names())
 
 
 @dataclass(frozen=True)

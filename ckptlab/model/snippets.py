@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..errors import SpecError
 from .selective import selective_key, selective_ops
 
 
@@ -161,14 +162,14 @@ def machines(gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> int:
     """How many machines ``gpus`` GPUs take: 1 up to ``gpus_per_node``, then whole machines.
 
     Raises:
-        ValueError: ``gpus`` < 1, or more than one machine's worth that is not a multiple of ``gpus_per_node``.
+        SpecError: ``gpus`` < 1, or more than one machine's worth that is not a multiple of ``gpus_per_node``.
     """
     if gpus < 1:
-        raise ValueError(f"gpus={gpus} is not valid: at least 1.")
+        raise SpecError(key="api.gpus_below_one", gpus=gpus)
     if gpus <= gpus_per_node:
         return 1
     if gpus % gpus_per_node:
-        raise ValueError(f"gpus={gpus} is not a whole number of {gpus_per_node}-GPU machines.")
+        raise SpecError(key="api.gpus_not_whole_machines", gpus=gpus, per_node=gpus_per_node)
     return gpus // gpus_per_node
 
 

@@ -21,16 +21,11 @@ import torch
 from safetensors import SafetensorError
 
 from ..errors import ModelLoadError
+from ..fact import Fact
 from .folder_checks import one_line
 
 # safetensors itself refuses headers above 100 MB ("header too large").
 MAX_SAFETENSORS_HEADER: int = 100_000_000
-
-_FIX_WEIGHTS = (
-    "To resolve this error, copy or save the weights again (model.save_pretrained(folder) "
-    "writes a complete model.safetensors), or move the weight files away to run the config "
-    "with random weights."
-)
 
 
 def check_weights(files: Iterable[str], meta_model: torch.nn.Module, config: Any) -> None:
@@ -63,17 +58,14 @@ def check_weights(files: Iterable[str], meta_model: torch.nn.Module, config: Any
                 for key, value in text.items()
                 if type(value) is int and value in set(built) - set(stored)
             ][:3]
-            more = f", and {len(wrong) - 1} more tensors differ" if len(wrong) > 1 else ""
             raise ModelLoadError(
-                f"{file!r} holds {name} with shape {list(stored)}, but config.json gives {list(built)}"
-                f"{' (' + ', '.join(fields) + ')' if fields else ''}{more}: the weights were saved from another "
-                "config. To resolve this error, put back the config.json saved with these weights, or move the "
-                "weight files away to run this config with random weights.",
                 key="weights.shapes",
                 file=repr(file),
                 tensor=name,
                 stored=str(list(stored)),
                 built=str(list(built)),
+                fields=f" ({', '.join(fields)})" if fields else "",
+                more=Fact("weights.more_differ", {"count": len(wrong) - 1}) if len(wrong) > 1 else "",
             )
 
 
@@ -84,27 +76,24 @@ def _safetensors_shapes(file: str) -> dict[str, tuple[int, ...]]:
         if len(head) < 8:
             raise _bad_weights(
                 file,
-                f"is {size} bytes long, shorter than the 8-byte length every safetensors file starts with: "
-                "it is empty or was cut off",
+                Fact("weights.too_short", {"size": size}),
             )
         (header_len,) = struct.unpack("<Q", head)
         if header_len > MAX_SAFETENSORS_HEADER:
             raise _bad_weights(
                 file,
-                f"declares a header of {header_len:,} bytes, more than safetensors' limit of "
-                f"{MAX_SAFETENSORS_HEADER:,}: it is corrupt or not a safetensors file",
+                Fact("weights.header_over_limit", {"header": header_len, "limit": MAX_SAFETENSORS_HEADER}),
             )
         if 8 + header_len > size:
             raise _bad_weights(
                 file,
-                f"declares a header of {header_len:,} bytes but is only {size:,} bytes long: it was cut off "
-                "(an interrupted download or copy)",
+                Fact("weights.header_cut", {"header": header_len, "size": size}),
             )
         header = f.read(header_len)
     try:
         entries = json.loads(header)
         if not isinstance(entries, dict):
-            raise TypeError("not an object")
+            raise TypeError  # not an object: the header is not a table (said below)
         shapes, end = {}, 0
         for name, entry in entries.items():
             if name != "__metadata__":
@@ -112,15 +101,12 @@ def _safetensors_shapes(file: str) -> dict[str, tuple[int, ...]]:
                 end = max(end, int(entry["data_offsets"][1]))
     # OverflowError: int(Infinity), which Python's json reads from a header's "shape" or "data_offsets".
     except (ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError):
-        raise _bad_weights(
-            file, "has a header that is not a valid safetensors table of tensors: it is corrupt"
-        ) from None
+        raise _bad_weights(file, Fact("weights.bad_header")) from None
     data = size - 8 - header_len
     if end > data:
         raise _bad_weights(
             file,
-            f"is cut off: its header places tensor data up to byte {end:,}, but only {data:,} bytes of data "
-            "follow (an interrupted download or copy)",
+            Fact("weights.data_cut", {"end": end, "data": data}),
         )
     return shapes
 
@@ -130,16 +116,16 @@ def _bin_shapes(file: str) -> dict[str, tuple[int, ...]] | None:
     with open(file, "rb") as f:
         if f.read(2) != b"PK":
             if os.path.getsize(file) == 0:
-                raise _bad_weights(file, "is empty")
+                raise _bad_weights(file, Fact("weights.empty"))
             return None
     try:
         state = torch.load(file, map_location="meta", weights_only=True, mmap=True)
     except pickle.UnpicklingError as exc:
         raise _refused_pickle(file, exc) from None
     except (RuntimeError, OSError) as exc:  # torch's zip reader: RuntimeError, or OSError under mmap
-        raise _bad_weights(file, f"cannot be read as a torch.save file ({_first_sentence(exc)})") from None
+        raise _bad_weights(file, Fact("weights.unreadable", {"error": _first_sentence(exc)})) from None
     if not isinstance(state, dict):
-        raise _bad_weights(file, f"holds a {type(state).__name__}, not a state dict of named tensors")
+        raise _bad_weights(file, Fact("weights.not_a_state_dict", {"kind": type(state).__name__}))
     return {name: tuple(t.shape) for name, t in state.items() if isinstance(t, torch.Tensor)}
 
 
@@ -147,21 +133,14 @@ def _first_sentence(exc: BaseException) -> str:
     return one_line(exc, 160).split(". ")[0].rstrip(".")
 
 
-def _bad_weights(file: str, problem: str) -> ModelLoadError:
-    return ModelLoadError(f"{file!r} {problem}. {_FIX_WEIGHTS}", key="weights.bad", file=file, problem=problem)
+def _bad_weights(file: str, problem: Fact) -> ModelLoadError:
+    return ModelLoadError(key="weights.bad", file=file, problem=problem)
 
 
 def _refused_pickle(file: str, exc: BaseException) -> ModelLoadError:
     blocked = re.search(r"GLOBAL (\S+)", str(exc))
     what = f" ({blocked.group(1)})" if blocked else ""
-    return ModelLoadError(
-        f"{file!r} holds Python objects besides tensors{what}, so torch.load(weights_only=True) refused to "
-        "unpickle it, as it should: unpickling runs code. To resolve this error, if you trust the file, load it "
-        "once yourself and save the model with save_pretrained() (which writes safetensors); otherwise delete it.",
-        key="weights.pickle",
-        file=file,
-        what=what,
-    )
+    return ModelLoadError(key="weights.pickle", file=file, what=what)
 
 
 def weights_error(path: str, exc: BaseException) -> ModelLoadError | None:
@@ -170,20 +149,14 @@ def weights_error(path: str, exc: BaseException) -> ModelLoadError | None:
         return _refused_pickle(os.path.join(path, "pytorch_model.bin"), exc)
     if isinstance(exc, SafetensorError):
         return _bad_weights(
-            os.path.join(path, "model.safetensors"), f"could not be read by safetensors ({_first_sentence(exc)})"
+            os.path.join(path, "model.safetensors"),
+            Fact("weights.safetensors_unreadable", {"error": _first_sentence(exc)}),
         )
     text = str(exc)
     if "ignore_mismatched_sizes" in text:
-        return ModelLoadError(
-            f"The weights in {path!r} do not have the shapes its config.json gives (transformers' loading "
-            "report above lists them): they were saved from another config. To resolve this error, put back the "
-            "config.json saved with these weights, or move the weight files away to run this config with random "
-            "weights.",
-            key="weights.mismatch",
-            path=path,
-        )
+        return ModelLoadError(key="weights.mismatch", path=path)
     if "PytorchStreamReader" in text or "zip archive" in text:
         return _bad_weights(
-            os.path.join(path, "pytorch_model.bin"), f"cannot be read as a torch.save file ({_first_sentence(exc)})"
+            os.path.join(path, "pytorch_model.bin"), Fact("weights.unreadable", {"error": _first_sentence(exc)})
         )
     return None

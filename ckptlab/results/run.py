@@ -311,9 +311,14 @@ class RunResult:
     timing: TimingResult | None
     provenance: Provenance
     notes: list[Fact] = field(default_factory=list)  # what a reader must know: offload not applied, n > layers, ...
-    message: str = ""  # for status "does_not_fit": what did not fit and what to try
+    reason: Fact | None = None  # for status "does_not_fit": what did not fit and what to try (``message``: its English)
     # Across ranks (spec.world_size > 1): every rank measured, or rank 0 simulated; the fields above are rank 0's.
     ranks: list[RankResult] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        """Why the run has no figures, in English (``reason`` worded through ``en.json``); "" when it has them."""
+        return "" if self.reason is None else worded(self.reason)
 
     @property
     def plan_matches(self) -> bool:
@@ -335,6 +340,9 @@ class RunResult:
         data["provenance"]["label"] = self.provenance.label
         data["notes"] = [worded(note) for note in self.notes]  # English, as JSON always had them
         data["facts"] = [note.to_dict() for note in self.notes]  # the same notes, typed
+        # The reason in English where "message" always was, and typed beside the facts.
+        data = {("message" if k == "reason" else k): (self.message if k == "reason" else v) for k, v in data.items()}
+        data["reason"] = None if self.reason is None else self.reason.to_dict()
         for row, layer in zip(data["layers"], self.layers):
             row["observed"] = layer.observed
         for rank_data, rank in zip(data["ranks"], self.ranks):
@@ -372,7 +380,7 @@ class RunResult:
             timing=build(TimingResult, data["timing"]),
             provenance=build(Provenance, data["provenance"]),
             notes=[Fact.from_dict(fact) for fact in data["facts"]],
-            message=data.get("message", ""),
+            reason=Fact.from_dict(data["reason"]) if data.get("reason") else None,
             ranks=[
                 RankResult(
                     rank=row["rank"],
@@ -392,7 +400,7 @@ def measurements(result: RunResult) -> tuple[MemoryResult, TimingResult]:
         SpecError: the run has none (it did not fit), or no time (a simulation).
     """
     if result.memory is None or result.timing is None:
-        raise SpecError(f"cannot compare a run with status {result.status!r}: it has no measurements.")
+        raise SpecError(key="api.no_measurements", status=result.status)
     return result.memory, result.timing
 
 
@@ -403,9 +411,7 @@ def timing_of(result: RunResult) -> TimingResult:
         SpecError: the run has none (it did not fit, or was simulated).
     """
     if result.timing is None:
-        raise SpecError(
-            f"a run with status {result.status!r} and {result.provenance.kind} figures has no time figures."
-        )
+        raise SpecError(key="api.no_time_figures", status=result.status, kind=result.provenance.kind)
     return result.timing
 
 
@@ -416,5 +422,5 @@ def memory_of(result: RunResult) -> MemoryResult:
         SpecError: the run has none (it did not fit).
     """
     if result.memory is None:
-        raise SpecError(f"a run with status {result.status!r} has no memory figures: {result.message}")
+        raise SpecError(key="api.no_memory_figures", status=result.status, message=result.message)
     return result.memory

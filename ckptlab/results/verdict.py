@@ -83,7 +83,7 @@ def judge_time(samples: list[float], reference: list[float]) -> TimeVerdict:
         SpecError: an empty side (nothing was timed).
     """
     if not samples or not reference:
-        raise SpecError("cannot judge a time difference without timed steps on both sides.")
+        raise SpecError(key="api.no_timed_steps")
     middle, ref_middle = statistics.median(samples), statistics.median(reference)
     spread = max(_relative_spread(samples), _relative_spread(reference))
     count = min(len(samples), len(reference))

@@ -19,7 +19,8 @@ import re
 import string
 from collections.abc import Callable, Sequence
 
-from ..errors import CkptlabError, Reference, worded_params
+from ..errors import ERRORS as ERRORS
+from ..errors import CkptlabError, Reference
 from ..fact import ENGLISH, Fact, worded
 
 # The locale files' lookup lives in ckptlab.fact (the results layer words notes too); the edge asks here.
@@ -27,6 +28,7 @@ from ..fact import LOCALES_DIR as LOCALES_DIR
 from ..fact import SAID as SAID
 from ..fact import MissingKeyError as MissingKeyError
 from ..fact import messages as messages
+from ..fact import text as lookup
 
 DEFAULT = ENGLISH
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).
@@ -62,11 +64,7 @@ def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
     Raises:
         MissingKeyError: ``key`` is not in the English file.
     """
-    text = messages(normalize(lang)).get(key, messages(DEFAULT).get(key))
-    if text is None:
-        raise MissingKeyError(
-            f"translation key {key!r} is not in ckptlab/locales/{DEFAULT}.json; add it to every locale file"
-        )
+    text = lookup(key, normalize(lang))
     return text.format(**values) if values else text
 
 
@@ -75,22 +73,15 @@ def placeholders(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
-ERRORS = "errors."  # the prefix of the translations of keyed core errors (ckptlab.errors)
-
-
 def error_text(error: Exception, lang: str = DEFAULT, word: Callable[[Reference], str] = str) -> str:
-    """What the app shows for ``error`` in ``lang``: its ``errors.<key>`` translation, or its English message.
-
-    English is the core's own message (written where the error is raised), so ``en.json``
-    has no ``errors.`` keys; the other languages translate the keyed ones, filled in with
-    the error's params. An error without a key, or a key without a translation yet,
-    shows its English message rather than nothing. ``word`` says the error's options and
-    commands (:class:`ckptlab.errors.Option`) in the reader's words, in the English and in a
-    translation alike (``ckptlab.show.wording``); by default the Python API's.
+    """What the app shows for ``error`` in ``lang``: a core error's ``errors.<key>`` words filled with its params,
+    English included (``str(error)`` is the same words with the Python API's references). ``word`` says the
+    error's options and commands (:class:`ckptlab.errors.Option`) in the reader's words (``ckptlab.show.wording``);
+    by default the Python API's. Any other exception (a bug) shows its own message.
     """
     if not isinstance(error, CkptlabError):
-        return _translated(ERRORS, getattr(error, "key", None), getattr(error, "params", {}), str(error), lang)
-    return _translated(ERRORS, error.key, worded_params(error.params, word), error.worded(word), lang)
+        return str(error)
+    return error.worded(word, normalize(lang))
 
 
 def say(fact: Fact | Sequence[Fact], lang: str = DEFAULT) -> str:
@@ -100,13 +91,6 @@ def say(fact: Fact | Sequence[Fact], lang: str = DEFAULT) -> str:
     if isinstance(fact, Fact):
         return worded(fact, normalize(lang))
     return " ".join(worded(one, normalize(lang)) for one in fact)
-
-
-def _translated(prefix: str, key: str | None, params: dict, english: str, lang: str) -> str:
-    """An error's ``prefix + key`` in ``lang`` filled with ``params``, else its English."""
-    code = normalize(lang)
-    text = None if key is None or code == DEFAULT else messages(code).get(prefix + key)
-    return english if text is None else text.format(**params)
 
 
 # Characters Markdown gives a meaning inside a line (links, images, emphasis, code, HTML, tables), Streamlit's

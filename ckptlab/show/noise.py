@@ -13,7 +13,7 @@ from ..explore.accuracy import PredictionCheck
 from ..explore.sweep import SweepResult, SweepRow
 from ..results import BUSY_SPREAD, BusyReason, TimingResult
 from ..units import MIB
-from .i18n import t
+from .i18n import say, t
 
 
 def busy_message(
@@ -75,6 +75,7 @@ def sweep_table(rows: Sequence[SweepRow], lang: str = "en", checks: Sequence[Pre
         if checks:
             share = rerun.get((row.seq_len, row.setting))
             line[t("tradeoffs.col_rerun", lang)] = None if share is None else round(share * 100 + 0.0)
-        line[t("tradeoffs.col_where", lang)] = row.peak_where or row.message
+        reason = None if row.result is None else row.result.reason  # why it did not fit, in the page's language
+        line[t("tradeoffs.col_where", lang)] = row.peak_where or (row.message if reason is None else say(reason, lang))
         table.append(line)
     return table

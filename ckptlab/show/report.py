@@ -74,25 +74,25 @@ def setting_name(every_n_layers: int | None, offload: bool = False) -> str:
 def training_name(spec: RunSpec) -> str:
     """What the step trains and how, as Trainer runs it: ``"full fine-tune, AdamW (fused, Trainer's default),
     gradient norm clipped at 1.0"``, ``"LoRA r=8 on q_proj, v_proj, sgd, 4 micro-batches a step, bf16 autocast"``."""
-    tuned = "full fine-tune" if spec.lora_rank is None else f"LoRA r={spec.lora_rank}"
+    tuned = t("cli.training_full") if spec.lora_rank is None else t("cli.training_lora", rank=spec.lora_rank)
     if spec.lora_targets:
-        tuned += f" on {', '.join(spec.lora_targets)}"
+        tuned = t("cli.training_lora_on", lora=tuned, targets=", ".join(spec.lora_targets))
     if spec.optimizer == "none":
-        parts = [tuned, "forward and backward only (no optimizer step)"]
+        parts = [tuned, t("cli.training_no_optimizer")]
     else:
-        optimizer = "AdamW (fused, Trainer's default)" if spec.optimizer == "adamw" else spec.optimizer
+        optimizer = t("cli.training_adamw") if spec.optimizer == "adamw" else spec.optimizer
         if spec.optim_args:
-            optimizer += f" ({spec.optim_args})"
+            optimizer = t("cli.training_optim_args", optimizer=optimizer, args=spec.optim_args)
         parts = [tuned, optimizer]
     if spec.gradient_accumulation_steps > 1:
-        parts.append(f"{spec.gradient_accumulation_steps} micro-batches a step (gradient accumulation)")
+        parts.append(t("cli.training_accumulation", steps=spec.gradient_accumulation_steps))
     if spec.mixed_precision_via == "autocast":
-        parts.append(f"{spec.mixed_precision} autocast")
+        parts.append(t("cli.training_autocast", mp=spec.mixed_precision))
     elif spec.mixed_precision_via == "fsdp2":
-        parts.append(f"{spec.mixed_precision} FSDP2 MixedPrecisionPolicy (float32 master shards and reductions)")
+        parts.append(t("cli.training_fsdp2_mp", mp=spec.mixed_precision))
     if spec.optimizer != "none":
         bound = spec.max_grad_norm
-        parts.append(f"gradient norm clipped at {float(bound)}" if bound > 0 else "gradient norm computed, not clipped")
+        parts.append(t("cli.training_clipped", bound=float(bound)) if bound > 0 else t("cli.training_not_clipped"))
     return ", ".join(parts)
 
 

@@ -21,9 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from ..errors import UNSET, Command, Option, Reference
-from ..fact import Fact
 from ..results import RunResult
-from ..spec import Setting
 from .i18n import error_text, say, t
 
 
@@ -122,16 +120,6 @@ def app_message(error: Exception, lang: str = "en") -> str:
 
 
 def run_message(result: RunResult, lang: str = "en") -> str:
-    """Why a run has no figures, as a page shows it: a "does not fit" worded from the result's fields in ``lang``
-    (never from the sentence the core wrote for the command line, ``RunResult.message``)."""
-    if result.status != "does_not_fit":
-        return result.message
-    spec = result.spec
-    params = {
-        "model": result.model.name,
-        "seq_len": spec.seq_len,
-        "batch": spec.batch_size,
-        "setting": Setting.of(spec).key,
-        "device": result.device,
-    }
-    return say(Fact("run.does_not_fit", params), lang)
+    """Why a run has no figures, as a page shows it: its reason (a fact) in ``lang``; "" when it has figures.
+    The command line and the JSON say the same fact in English (``RunResult.message``)."""
+    return "" if result.reason is None else say(result.reason, lang)

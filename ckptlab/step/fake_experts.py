@@ -79,12 +79,6 @@ def unsupported_moe_error(model_name: str, family: str, exc: Exception) -> Unsup
     """The one message for a model whose layers need tensor values the simulation does not have."""
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return UnsupportedModelError(
-        "{name} ({family}) cannot be simulated: its layers make a decision from the values of a tensor (torch: "
-        "{detail}), which fake tensors do not have. Mixture-of-experts models whose experts use transformers' "
-        "experts implementations (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-style, ...) can be simulated; this one "
-        "decides its routing in Python from tensor values (a loop over the experts that were hit, .item(), "
-        "nonzero). To resolve this, measure it on a device ({measure}), or simulate a model built with "
-        "@use_experts_implementation.",
         key="model.moe_not_simulable",
         measure=Command("measure"),
         name=repr(model_name),

@@ -42,9 +42,10 @@ def fake_mesh(spec: RunSpec) -> Iterator[DeviceMesh | None]:
     with _ONE_GROUP_AT_A_TIME:
         if dist.is_initialized():
             raise SpecError(
-                f"cannot simulate {spec.world_size} ranks here: this process already belongs to a process group "
-                f"(backend {dist.get_backend()}, {dist.get_world_size()} ranks). Simulate in a process that is "
-                "not a launched rank."
+                key="api.simulate_in_process_group",
+                ranks=spec.world_size,
+                backend=dist.get_backend(),
+                size=dist.get_world_size(),
             )
         dist.init_process_group("fake", rank=0, world_size=spec.world_size, store=FakeStore())
         try:

@@ -146,8 +146,7 @@ def launched_group(device_name: str) -> Iterator[torch.device]:
     """
     if not launched() and not dist.is_initialized():
         raise SpecError(
-            "measure_ranks needs a process started by torch's launcher (RANK, WORLD_SIZE, MASTER_ADDR and "
-            "MASTER_PORT are not all set). Run {launch}.",
+            key="api.measure_ranks_not_launched",
             launch=Command("measure", (Option("world_size", 2), Option("fsdp", True))),
         )
     wants_cuda = device_name == "cuda" or (device_name == "auto" and torch.cuda.is_available())
@@ -190,12 +189,14 @@ def measure_ranks(spec: RunSpec, *, progress: Progress | None = None) -> RunResu
         if backend_for(device) == "gloo":
             reduce_scatter_in_place(model)
         if os.environ.get(FAIL_ON_RANK_ENV) == str(rank):
-            raise RankFailedError(f"rank {rank} of {world_size}: failure injected by {FAIL_ON_RANK_ENV} (a test hook)")
+            raise RankFailedError(
+                key="rank.injected_failure", rank=rank, world_size=world_size, variable=FAIL_ON_RANK_ENV
+            )
         own_batch = replace(spec, seed=spec.seed + rank)  # each rank its own tokens; the weights stay the same
         result = measure(own_batch, model=model, info=info, progress=progress if rank == 0 else None)
         if result.status != "ok":
             # Its collectives are now out of step with the other ranks': end this rank, the launcher ends the rest.
-            raise RankFailedError(f"rank {rank} of {world_size}: {result.message}")
+            raise RankFailedError(key="rank.failed", rank=rank, world_size=world_size, message=result.message)
         own = RankResult(rank=rank, memory=result.memory, timing=result.timing, layers=result.layers)
         gathered: list[RankResult | None] | None = [None] * world_size if rank == 0 else None
         dist.gather_object(own, gathered, dst=0)

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import expect_type
+from ..errors import SpecError, expect_type
 from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
@@ -103,7 +103,7 @@ def measure(
         ready = check_spec(spec)
         model, info = load_model(ready, progress=report)
     elif info is None:
-        raise ValueError("measure(model=...) needs the catalog's info for that model too")
+        raise SpecError(key="api.measure_model_without_info")
     else:
         ready = check_spec(spec, info)
     device, dtype = ready.device, ready.dtype
@@ -392,13 +392,22 @@ def _release_after_oom(
     if device.type == "cuda":
         torch.cuda.empty_cache()
         capacity = torch.cuda.get_device_properties(device).total_memory
-        where = f"the {capacity / 2**30:.0f} GiB of {torch.cuda.get_device_name(device)}"
+        gib = f"{capacity / 2**30:.0f}"
+        where = Fact("memory.cuda_total", {"gib": gib, "name": torch.cuda.get_device_name(device)})
     else:
-        where = "this machine's memory"
-    setting = "off" if spec.every_n_layers is None else f"every_n_layers={spec.every_n_layers}"
-    message = (
-        f"Does not fit: {info.name} at seq_len={spec.seq_len}, batch_size={spec.batch_size}, {setting}"
-        f"{', offload' if spec.offload else ''} ran out of {where}. Try a shorter sequence, a smaller "
-        "batch, every_n_layers=1, or offload."
+        where = Fact("memory.this_machine")
+    setting = Fact(
+        "run.setting_off" if spec.every_n_layers is None else "run.setting_every_n", {"n": spec.every_n_layers}
     )
-    return _result(spec, info, device, dtype, "does_not_fit", layers=[], memory=None, timing=None, message=message)
+    reason = Fact(
+        "run.does_not_fit",
+        {
+            "model": info.name,
+            "seq_len": spec.seq_len,
+            "batch": spec.batch_size,
+            "setting": setting,
+            "offload": Fact("run.with_offload") if spec.offload else "",
+            "where": where,
+        },
+    )
+    return _result(spec, info, device, dtype, "does_not_fit", layers=[], memory=None, timing=None, reason=reason)

@@ -39,13 +39,7 @@ def resolve_device(name: str) -> torch.device:
         SpecError: for "cuda" on a machine where torch sees no CUDA device.
     """
     if name == "cuda" and not torch.cuda.is_available():
-        raise SpecError(
-            "{option} but torch sees no CUDA device here (torch.cuda.is_available() is False; torch {torch}). "
-            "Use device 'cpu' or 'auto'.",
-            key="spec.no_cuda",
-            option=Option("device", "cuda"),
-            torch=torch.__version__,
-        )
+        raise SpecError(key="spec.no_cuda", option=Option("device", "cuda"), torch=torch.__version__)
     if device_type_of(name) == "cuda":
         # The current device: 0 in a single process, the rank's own GPU once fsdp.py has set it.
         return torch.device("cuda", torch.cuda.current_device())
@@ -71,9 +65,6 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
     """
     if spec.checkpointing and not info.supports_checkpointing:
         raise UnsupportedModelError(
-            "{name} ({family}) does not support activation checkpointing in transformers (its class sets "
-            "supports_gradient_checkpointing=False), so {option} cannot be applied. To resolve this, run it with "
-            "checkpointing off ({off}) or pick a model whose class supports it.",
             key="model.no_checkpointing_support",
             option=Option("every_n_layers", spec.every_n_layers),
             off=Option("every_n_layers", None),
@@ -85,8 +76,6 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
         check_rank(spec.lora_rank, _adapted(spec, info), info.name)
     if info.max_positions is not None and spec.seq_len > info.max_positions:
         raise SpecError(
-            "{option} is longer than {model} accepts ({positions} positions). Use a sequence length of at most "
-            "{positions}, or a model with longer positions.",
             key="spec.seq_too_long",
             option=Option("seq_len", spec.seq_len),
             seq_len=spec.seq_len,
@@ -182,14 +171,10 @@ def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.devic
     if needed <= 0.8 * available:
         return None
     return DoesNotFitError(
-        f"{info.name} does not fit on this CPU: its parameters and gradients alone are predicted at "
-        f"{needed / 2**30:.1f} GiB ({info.num_params / 1e9:.2f}B parameters x {element} bytes x 2), "
-        f"and {available / 2**30:.1f} GiB of memory is available. Run it on a GPU, or pick a tiny preset "
-        "(python -m ckptlab models).",
         key="model.host_memory",
         name=info.name,
         needed_gib=f"{needed / 2**30:.1f}",
-        parameters=f"{info.num_params / 1e9:.2f}B",
+        parameters=f"{info.num_params / 1000000000.0:.2f}B",
         element=element,
         available_gib=f"{available / 2**30:.1f}",
     )
@@ -244,10 +229,6 @@ def step_floor_refusal(
             2 * adapter_parameters(spec.lora_rank, _adapted(spec, info)) * torch.tensor([], dtype=dtype).element_size()
         )
         return DoesNotFitError(
-            "{option} x batch {batch} = {tokens} tokens of {name} with LoRA rank {rank} needs at least {needed_gib} "
-            "GiB in one step (parameters, the rank-{rank} adapters and their gradients ({adapters_gib} GiB), the "
-            "logits and each layer's input), more than the {room_gib} GiB {where} has; nothing was built. Use a "
-            "smaller {lora_rank}, a shorter sequence or a smaller batch, or simulate it: {simulate}",
             key="model.step_floor_lora",
             option=Option("seq_len", spec.seq_len, words=f"seq_len {spec.seq_len}"),
             lora_rank=Option("lora_rank"),
@@ -263,9 +244,6 @@ def step_floor_refusal(
             room_gib=f"{room / 2**30:,.1f}",
         )
     return DoesNotFitError(
-        "{option} x batch {batch} = {tokens} tokens of {name} needs at least {needed_gib} GiB in one step "
-        "(parameters, gradients, the logits and each layer's input), more than the {room_gib} GiB {where} has; "
-        "nothing was built. Use a shorter sequence or a smaller batch, or simulate it: {simulate}",
         key="model.step_floor",
         option=Option("seq_len", spec.seq_len, words=f"seq_len {spec.seq_len}"),
         where=limit[1],

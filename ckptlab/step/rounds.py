@@ -94,14 +94,13 @@ def time_settings(
         SpecError: settings that differ in more than checkpointing, or none.
     """
     if not specs:
-        raise SpecError("time_settings needs at least one setting.")
+        raise SpecError(key="api.no_settings_to_time")
     first = specs[0]
     for spec in specs:
         spec.validate()
         if _shared(spec) != _shared(first):
             raise SpecError(
-                "settings timed together must differ only in {every_n_layers}, {offload} and {selective}; "
-                "{spec} differs from {first} in more.",
+                key="api.settings_differ",
                 every_n_layers=Option("every_n_layers"),
                 offload=Option("offload"),
                 selective=Option("selective"),

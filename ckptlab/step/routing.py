@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import SpecError
 from ..model.experts import experts_count, moe_parts
 from ..model.plan import checkpointable_layers
 from .trainstep import Batch
@@ -25,7 +26,7 @@ def expert_load(model: torch.nn.Module, batch: Batch) -> list[int]:
     parts = [moe_parts(layer) for layer in checkpointable_layers(model)]
     router, experts = next(((r, e) for r, e in parts if r is not None and e is not None), (None, None))
     if router is None or experts is None:
-        raise ValueError(f"{type(model).__name__} has no layer with a router and experts.")
+        raise SpecError(key="api.no_moe_layer", model_class=type(model).__name__)
     seen: list[torch.Tensor] = []
     # transformers' top-k routers return (logits, scores, indices); the indices are (tokens, top_k).
     handle = router.register_forward_hook(lambda module, args, output: seen.append(output[-1].detach()))

@@ -230,9 +230,6 @@ def check_simulated_selective(spec: RunSpec) -> None:
     """
     if spec.fsdp and spec.selective != NONE and spec.every_n_layers is not None and spec.optimizer != "none":
         raise SpecError(
-            "{fsdp} with {option} and {optimizer_option} cannot be simulated yet: on fake tensors the rerun of a "
-            "sharded layer did not match what the policy recorded in its forward. Simulate the policy on one GPU, "
-            "or with {no_optimizer} (the activations alone), or measure it on real ranks ({launch}).",
             key="spec.selective_with_fsdp",
             fsdp=Option("fsdp", True),
             option=Option("selective", selective_key(spec.selective)),

@@ -33,9 +33,7 @@ Cancel = Callable[[], bool] | threading.Event  # a job's stop button: an event, 
 def stop_if_asked(should_stop: ShouldStop | None) -> None:
     """Raise :class:`RunStoppedError` when ``should_stop()`` says so."""
     if should_stop is not None and should_stop():
-        raise RunStoppedError(
-            "The run was stopped before its end at its caller's request; nothing was measured.", key="run.stopped"
-        )
+        raise RunStoppedError(key="run.stopped")
 
 
 @contextmanager

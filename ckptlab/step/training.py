@@ -79,9 +79,6 @@ def check_optimizer_runs(spec: RunSpec, *, device_type: str, simulated: bool = F
         return
     if simulated:
         raise SpecError(
-            "{option} cannot be simulated: its step ({package}'s quantized state and kernels) does not run on "
-            "fake tensors, so the simulation cannot count it. Measure it on a GPU ({measure}), or simulate adamw "
-            "for an upper bound of its state.",
             key="spec.optimizer_not_simulated",
             option=Option("optimizer", spec.optimizer),
             measure=Command("measure", (Option("device", "cuda"),)),
@@ -90,8 +87,6 @@ def check_optimizer_runs(spec: RunSpec, *, device_type: str, simulated: bool = F
         )
     if device_type != "cuda":
         raise SpecError(
-            "{option} is measured on CUDA only: its step ({package}) compiles or calls kernels that do not run "
-            "under the CPU's memory tracker. Run it with {cuda} on a GPU.",
             key="spec.optimizer_needs_cuda",
             option=Option("optimizer", spec.optimizer),
             cuda=Option("device", "cuda"),

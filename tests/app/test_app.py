@@ -300,8 +300,12 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
 
     spec = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=1)
     real = labrun.run_queued(spec)  # shared cache: measured once for the suite
-    message = "Does not fit: tiny-llama at seq_len=128 ran out of the 80 GiB of a GPU. Try a shorter sequence."
-    failed = lambda result: replace(result, status="does_not_fit", layers=[], memory=None, timing=None, message=message)  # noqa: E731
+    from ckptlab.fact import Fact
+
+    where = Fact("memory.cuda_total", {"gib": "80", "name": "a GPU"})
+    params = {"model": "tiny-llama", "seq_len": 128, "batch": 1, "offload": "", "where": where}
+    reason = Fact("run.does_not_fit", {**params, "setting": Fact("run.setting_every_n", {"n": 1})})
+    failed = lambda result: replace(result, status="does_not_fit", layers=[], memory=None, timing=None, reason=reason)  # noqa: E731
     if which == "run":
         fake = replace(real, run=replace(real.run, result=failed(real.result)), reference=None, comparison=None)
     else:
@@ -312,9 +316,11 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
     at.button(key="lab_run").click().run()
     _assert_alive(at)
     if which == "run":
-        # Worded from the result's fields (show.wording.run_message), not from the core's sentence.
-        assert "Does not fit: tiny-llama at seq_len=128, batch_size=1, n=1" in _texts(at.error)
-        assert message not in _texts(at.error)
+        # The result's reason, worded in the page's language (show.wording.run_message): the CLI's sentence.
+        assert (
+            "Does not fit: tiny-llama at seq_len=128, batch_size=1, every_n_layers=1 ran out of the 80 GiB"
+            in _texts(at.error)
+        )
         assert len(at.get("plotly_chart")) == 1  # the planned pattern, titled as not fitting
     else:
         assert "Without checkpointing it does not fit" in _texts(at.warning)

@@ -172,7 +172,7 @@ def test_a_failed_job_keeps_what_it_simulated_and_the_error_a_page_translates(mo
         calls["n"] += 1
         if calls["n"] == 2:
             if raised == "keyed":
-                raise RunStoppedError("stopped for the test", key="run.stopped")
+                raise RunStoppedError(key="run.stopped")
             raise ZeroDivisionError("a bug")
         return real(table, spec, **kwargs)
 

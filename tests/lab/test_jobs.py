@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptlab.errors import SpecError
+from ckptlab.errors import Option, SpecError
 from ckptlab.fact import Fact
 from ckptlab.lab.jobs import BackgroundJob
 from ckptlab.lab.scalejob import ScaleJob
@@ -31,9 +31,9 @@ def _failed(error: Exception, bug_words=None) -> _Failing:
 
 
 def test_the_labs_own_error_is_kept_as_it_is_for_the_page_to_translate():
-    error = SpecError("seq_len=0 is not valid", key="spec.whole_number", name="seq_len", value=0)
+    error = SpecError(key="spec.whole_number", option=Option("seq_len", 0), minimum=1)
     job = _failed(error)
-    assert job._error == "seq_len=0 is not valid" and job._failure is error
+    assert job._error == "seq_len=0 is not valid: it must be a whole number >= 1." and job._failure is error
     # Words for a bug are for bugs: the lab's error stays its own sentence.
     assert _failed(error, bug_words=lambda detail: Fact("sweep.failed_rows_kept", {"error": detail}))._failure is error
 

@@ -29,7 +29,7 @@ class Gated:
         progress("half", 0.5)
         assert self.go.wait(60), "the test never let the run go"
         if self.fail_first and len(self.asked) == 1:
-            raise DeviceBusyError("busy", key="run.device_busy", seconds="1")
+            raise DeviceBusyError(key="queue.busy", seconds="1", ahead=0)
         run = SimpleNamespace(result=f"run {spec.every_n_layers}")
         reference = SimpleNamespace(result="off")
         return SimpleNamespace(result=run.result, run=run, reference=reference)

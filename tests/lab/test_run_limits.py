@@ -88,7 +88,7 @@ def test_a_cancel_while_waiting_gives_the_place_back():
         holding.wait(0.01)
     cancel.set()
     waiting.join(30)
-    assert [error.key for error in outcome] == ["run.cancelled"]  # type: ignore[attr-defined]
+    assert [error.key for error in outcome] == ["run.cancelled_waiting"]  # type: ignore[attr-defined]
     assert queue.busy() == (True, 0)  # the other session still holds the device; the line is empty
     release.set()
     other.join(30)

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from ckptlab.errors import CkptlabError, RunStoppedError, SpecError
+from ckptlab.errors import CkptlabError, Option, RunStoppedError, SpecError
 from ckptlab.fact import Fact
 from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import NotAllowedError
@@ -29,10 +29,10 @@ def pool():
 
 def test_every_lab_error_pickles_with_its_key_and_params() -> None:
     for error in (
-        SpecError("bad", key="spec.whole_number", name="repeats", value=0),
-        NotAllowedError("no", key="server.folder_outside", name="/etc"),
-        RankFailedError("rank", key=None),
-        SupersededError("later", key="queue.superseded"),
+        SpecError(key="spec.whole_number", option=Option("repeats", 0), minimum=1),
+        NotAllowedError(key="server.folder_outside", name="/etc"),
+        RankFailedError(key="rank.failed", rank=1, world_size=2, message="did not fit"),
+        SupersededError(key="queue.superseded"),
     ):
         back = pickle.loads(pickle.dumps(error))
         assert type(back) is type(error) and str(back) == str(error)
@@ -41,7 +41,7 @@ def test_every_lab_error_pickles_with_its_key_and_params() -> None:
 
 def test_an_error_crosses_the_process_boundary_with_its_key(pool: WorkerPool) -> None:
     with pytest.raises(NotAllowedError) as raised:
-        pool.run(f"{TARGETS}:fail", NotAllowedError("outside", key="server.folder_outside", name="/etc"))
+        pool.run(f"{TARGETS}:fail", NotAllowedError(key="server.folder_outside", name="/etc"))
     assert raised.value.key == "server.folder_outside" and raised.value.params == {"name": "/etc"}
     with pytest.raises(ZeroDivisionError, match="boom"):  # a bug too, as it was raised
         pool.run(f"{TARGETS}:fail", ZeroDivisionError("boom"))

@@ -70,7 +70,7 @@ def _option_errors(tmp_path, monkeypatch) -> list[CkptlabError]:
     monkeypatch.setattr(preflight.torch.cuda, "is_available", lambda: False)
     found.append(_raised(lambda: preflight.resolve_device("cuda")))
     found += keyed_errors(tmp_path)
-    return [error for error in found if error.template is not None]
+    return [error for error in found if _references(error)]
 
 
 def _references(error: CkptlabError) -> list[Option | Command]:
@@ -101,7 +101,7 @@ def test_an_error_keeps_its_references_through_pickling(tmp_path, monkeypatch):
     """A worker process's error crosses back whole: its page still words its options as widgets."""
     for error in _option_errors(tmp_path, monkeypatch):
         back = pickle.loads(pickle.dumps(error))
-        assert type(back) is type(error) and back.params == error.params and back.template == error.template
+        assert type(back) is type(error) and back.params == error.params and back.key == error.key
         assert str(back) == str(error) and cli_message(back, FLAGS) == cli_message(error, FLAGS)
         assert app_message(back, "ja") == app_message(error, "ja")
     assert pickle.loads(pickle.dumps(Option("lora_rank"))).value is UNSET
@@ -121,8 +121,10 @@ def test_a_flag_is_the_parsers_and_the_command_decides_the_ranks_flag():
     assert cli_line(Command("simulate", (Option("model", "a b"),)), FLAGS) == "python -m ckptlab simulate --model 'a b'"
 
 
-def test_a_message_with_references_is_a_template_and_one_without_keeps_its_braces():
-    plain = SpecError("a {brace} stays")
-    assert plain.template is None and str(plain) == plain.worded(lambda reference: "x") == "a {brace} stays"
-    templated = SpecError("{option} is bad", option=Option("seq_len", 0), value=0)
-    assert str(templated) == "seq_len=0 is bad" and cli_message(templated, FLAGS) == "--seq-len 0 is bad"
+def test_an_error_is_a_key_and_params_worded_from_the_locale_files_and_a_param_keeps_its_braces():
+    error = SpecError(key="spec.whole_number", option=Option("seq_len", 0), minimum=1)
+    assert str(error) == "seq_len=0 is not valid: it must be a whole number >= 1."
+    assert cli_message(error, FLAGS) == "--seq-len 0 is not valid: it must be a whole number >= 1."
+    assert str(SpecError(key="spec.not_a_size", name="a {brace}", value="'x'")).startswith("a {brace} 'x' is not")
+    with pytest.raises(TypeError):
+        SpecError("a sentence written where it is raised")  # type: ignore[misc]

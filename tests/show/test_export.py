@@ -44,7 +44,7 @@ def test_layer_rows_match_the_layer_columns(result):
 
 
 def test_a_run_that_did_not_fit_gives_one_row_with_its_status(result):
-    failed = replace(result, status="does_not_fit", layers=[], memory=None, timing=None, message="no room")
+    failed = replace(result, status="does_not_fit", layers=[], memory=None, timing=None)
     rows = _rows(result_csv(failed))
     assert len(rows) == 1
     assert rows[0]["status"] == "does_not_fit" and rows[0]["layer"] == "" and rows[0]["peak_bytes"] == ""

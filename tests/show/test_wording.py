@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 import ckptlab
+from ckptlab.fact import Fact
 from ckptlab.show.wording import run_message
 
 
@@ -14,21 +15,27 @@ from ckptlab.show.wording import run_message
 def did_not_fit():
     spec = ckptlab.RunSpec(model="tiny-llama", seq_len=64, batch_size=3, every_n_layers=2, offload=True)
     ran = ckptlab.simulate(spec)
-    english = "Does not fit: tiny-llama at seq_len=64 ... ran out of this machine's memory."
-    return replace(ran, status="does_not_fit", memory=None, timing=None, message=english)
+    params = {"model": "tiny-llama", "seq_len": 64, "batch": 3, "offload": Fact("run.with_offload")}
+    setting = Fact("run.setting_every_n", {"n": 2})
+    reason = Fact("run.does_not_fit", {**params, "setting": setting, "where": Fact("memory.this_machine")})
+    return replace(ran, status="does_not_fit", memory=None, timing=None, reason=reason)
 
 
-def test_a_run_that_did_not_fit_is_worded_from_its_fields_in_each_language(did_not_fit):
-    assert run_message(did_not_fit, "en").startswith(
-        "Does not fit: tiny-llama at seq_len=64, batch_size=3, n=2+offload"
+def test_a_run_that_did_not_fit_is_its_reason_worded_in_each_language(did_not_fit):
+    english = (
+        "Does not fit: tiny-llama at seq_len=64, batch_size=3, every_n_layers=2, offload ran out of this machine's "
+        "memory. Try a shorter sequence, a smaller batch, every_n_layers=1, or offload."
     )
-    for lang in ("en", "pt-BR", "ja"):  # English too: worded from the fields, never from the core's sentence
+    assert did_not_fit.message == run_message(did_not_fit, "en") == english  # the CLI's and the JSON's words
+    for lang in ("pt-BR", "ja"):
         shown = run_message(did_not_fit, lang)
-        assert shown != did_not_fit.message
-        for value in ("tiny-llama", "64", "3", "n=2+offload", did_not_fit.device):
+        assert shown != english
+        for value in ("tiny-llama", "64", "3", "every_n_layers=2", "offload"):
             assert value in shown, (lang, value)
+    back = ckptlab.RunResult.from_dict(did_not_fit.to_dict())
+    assert back.reason == did_not_fit.reason and back.to_dict()["message"] == english
 
 
-def test_a_run_with_figures_keeps_its_message(did_not_fit):
-    ok = replace(did_not_fit, status="ok", message="")
-    assert run_message(ok, "ja") == ""
+def test_a_run_with_figures_has_no_message(did_not_fit):
+    ok = replace(did_not_fit, status="ok", reason=None)
+    assert run_message(ok, "ja") == "" and ok.message == "" and ok.to_dict()["message"] == ""

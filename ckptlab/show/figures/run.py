@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ...errors import SpecError
 from ...results import RunResult, judge_time, memory_of, timing_of
 from ...units import MIB
 from ..i18n import t
@@ -50,7 +51,7 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
         ValueError: if ``result`` has no measurements (it did not fit).
     """
     if result.memory is None or result.timing is None:
-        raise ValueError(f"a run with status {result.status!r} has no measurements to chart")
+        raise SpecError(key="api.no_measurements_to_chart", status=result.status)
     checkpointed = result.spec.checkpointing
     series = [(run_label(result, lang), result.memory, result.timing, RUN_COLOR if checkpointed else OFF_COLOR)]
     if checkpointed and baseline is not None and baseline.memory is not None and baseline.timing is not None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from ...errors import SpecError
 from ...results import RunResult, memory_of
 from ...step import timeline as tl
 from ...units import MIB
@@ -80,7 +81,7 @@ def timeline_figure(
     """
     for each in (run, *others):
         if each.memory is None or not memory_of(each).timeline:
-            raise ValueError(f"the run {each.spec} has no memory timeline to draw")
+            raise SpecError(key="api.no_timeline", spec=each.spec)
     layers = run.model.num_layers
     figure = go.Figure()
     spans = tl.phase_spans(memory_of(run).timeline, layers)

@@ -18,6 +18,7 @@ from ...explore.predict import architecture, predict
 from ...explore.recommend import Recommendation
 from ...explore.sweep import SweepResult, SweepRow
 from ...explore.sweep_rows import known, known_peak, known_step
+from ...fact import Fact
 from ...model import catalog
 from ...units import MIB, mib
 from ..i18n import t
@@ -118,12 +119,21 @@ def sweep_tradeoff_figure(
                     "color": [NOISE_GREY if row.time_is_noise else color for row in group],
                 },
                 error_x=whiskers(
-                    [(known(row.step_max_s, row, "slowest step") - known_step(row)) * 1000 for row in group],
-                    [(known_step(row) - known(row.step_min_s, row, "fastest step")) * 1000 for row in group],
+                    [
+                        (known(row.step_max_s, row, Fact("row_figure.slowest_step")) - known_step(row)) * 1000
+                        for row in group
+                    ],
+                    [
+                        (known_step(row) - known(row.step_min_s, row, Fact("row_figure.fastest_step"))) * 1000
+                        for row in group
+                    ],
                     GREY,
                 ),
                 customdata=[
-                    [peak_where(row, lang), known(row.after_forward_bytes, row, "resident bytes") / MIB]
+                    [
+                        peak_where(row, lang),
+                        known(row.after_forward_bytes, row, Fact("row_figure.resident_bytes")) / MIB,
+                    ]
                     for row in group
                 ],
                 hovertemplate=_point_hover(lang),
@@ -241,7 +251,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
         ]
         if measured:
             for col, values in (
-                (1, [known(row.after_forward_bytes, row, "resident bytes") for row in measured]),
+                (1, [known(row.after_forward_bytes, row, Fact("row_figure.resident_bytes")) for row in measured]),
                 (2, [known_peak(row) for row in measured]),
             ):
                 name = t("tradeoff_fig.series_measured", lang, label=label)

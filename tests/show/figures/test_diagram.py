@@ -117,7 +117,7 @@ def test_plan_figure_is_hatched_and_says_nothing_was_measured():
 
 
 def test_a_run_that_did_not_fit_draws_its_plan(lab):
-    failed = replace(lab.result, status="does_not_fit", layers=[], memory=None, timing=None, message="no room")
+    failed = replace(lab.result, status="does_not_fit", layers=[], memory=None, timing=None)
     figure = diagram_figure(failed)
     assert "did not fit" in figure.layout.title.text.replace("<br>", " ")
     assert sum(len(trace.x) for trace in figure.data) == 12

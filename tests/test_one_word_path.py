@@ -1,0 +1,119 @@
+"""Every sentence a person reads comes from the locale files: the scan of ``ckptlab/`` for sentences built elsewhere.
+
+It reads the package as Python syntax trees and names, as ``file:line``, each string literal with words (letters
+and a space) handed to an exception that is raised, to ``print``, or to ``argparse.ArgumentTypeError``: those are
+sentences a person reads, and they belong in ``ckptlab/locales/<lang>.json`` (an error as ``errors.<key>``, a
+fact as ``said.<key>``, a line of the command line as ``cli.<key>``). Out of its scope: argparse's help (an
+``add_argument``'s ``help=``, a parser's ``description=``), the code snippets' comments (``model/snippets.py``
+writes code, not sentences), and the exceptions in ``INTERNAL``: a bug's message, read by whoever fixes it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ckptlab"
+SENTENCE = re.compile(r"[A-Za-z]{2,}\s+[A-Za-z]")  # two words: a sentence, not a key, a flag nor glue
+
+# Exceptions whose message is for the lab's developer, never for its reader: each with why.
+INTERNAL = {
+    "RuntimeError": "a broken invariant (a meter read outside its step, a nested device turn): a bug",
+    "NotImplementedError": "a branch the lab never takes (a reduce-scatter op gloo's ranks do not run)",
+    "AssertionError": "a broken invariant",
+    "NotDerivable": "step.replay's signal to fall back to the fold, caught there and never shown",
+    "AttributeError": "Python's own protocol of a module's __getattr__",
+    "MissingKeyError": "a key the code asks for is missing from en.json: a bug the locale tests catch",
+    "IndexError": "an event index outside a timeline: a caller's bug",
+}
+# Raises of ValueError that guard a private contract inside the lab (a caller in the lab passing what it never
+# passes), by file and the function they are in: each with why no reader meets them.
+PRIVATE_CONTRACTS = {
+    ("step/fake_experts.py", "grouped_mm_output_shape"): "the fake grouped_mm's own argument check, called by torch",
+    ("step/timeline.py", "position"): "an event kind the probe never records",
+    ("step/training.py", "trainer_optimizer_class"): "called only with an optimizer the spec already checked",
+}
+
+
+def _literal_words(node: ast.AST) -> list[str]:
+    """The string literals ``node`` puts in a message as they are: a constant, an f-string's text, both sides of
+    a ``+``, both arms of an ``if``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return ["".join(value.value for value in node.values if isinstance(value, ast.Constant))]
+    if isinstance(node, ast.BinOp):
+        return _literal_words(node.left) + _literal_words(node.right)
+    if isinstance(node, ast.IfExp):
+        return _literal_words(node.body) + _literal_words(node.orelse)
+    return []
+
+
+def _name(call: ast.Call) -> str:
+    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+
+
+def _functions(tree: ast.AST) -> dict[ast.AST, str]:
+    """Each node -> the name of the function it is in."""
+    inside: dict[ast.AST, str] = {}
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                inside.setdefault(node, function.name) if node is not function else None
+    return inside
+
+
+def sentences_outside_the_locale_files(path: Path, where: str) -> list[str]:
+    """Every sentence ``path`` builds outside the locale files, as ``file:line what``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    functions = _functions(tree)
+    raised = {id(node.exc) for node in ast.walk(tree) if isinstance(node, ast.Raise)}
+    found = []
+    for node in ast.walk(tree):
+        call, what = None, ""
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            call, what = node.exc, f"raise {_name(node.exc)}"
+            if _name(call) in INTERNAL:
+                continue
+            if (where, functions.get(node, "")) in PRIVATE_CONTRACTS:
+                continue
+        elif isinstance(node, ast.Call) and _name(node) in ("print", "ArgumentTypeError") and id(node) not in raised:
+            call, what = node, _name(node)
+        if call is None:
+            continue
+        for argument in [*call.args, *(keyword.value for keyword in call.keywords if keyword.arg != "file")]:
+            for text in _literal_words(argument):
+                if SENTENCE.search(text):
+                    found.append(f"{where}:{node.lineno} {what}({text[:60]!r})")
+    return found
+
+
+def test_no_sentence_is_built_outside_the_locale_files():
+    found = [
+        line
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line in sentences_outside_the_locale_files(path, str(path.relative_to(PACKAGE)))
+    ]
+    assert found == [], "word these through the locale files (t, say, errors.<key>):\n" + "\n".join(found)
+
+
+def test_the_scan_names_each_sentence_by_file_and_line(tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text(
+        "def f(x):\n"
+        "    raise ValueError(f'{x} is not valid: use 1')\n"  # 2
+        "    raise SpecError(key='spec.x', value=x)\n"
+        "    print(f'error: {x} did not fit')\n"  # 4
+        "    print('\\r' + ' ' * 60 + '\\r', end='')\n"
+        "    raise RuntimeError('a bug, for the developer')\n"
+        "    raise argparse.ArgumentTypeError('not a number')\n"  # 7
+        "    print(t('cli.error', message=x))\n",
+        encoding="utf-8",
+    )
+    lines = [line.split(" ")[0].rsplit(":", 1)[1] for line in sentences_outside_the_locale_files(source, "m.py")]
+    assert sorted(lines, key=int) == ["2", "4", "7"]
+
+
+def test_each_exception_left_in_english_says_why():
+    assert all(reason for reason in [*INTERNAL.values(), *PRIVATE_CONTRACTS.values()])
