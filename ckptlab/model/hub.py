@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -241,8 +242,13 @@ def _within_deadline(call: Callable[[], T], deadline_s: float, name: str) -> T:
         finally:
             done.set()
 
+    started = time.monotonic()
     threading.Thread(target=run, name="ckptlab-hub-fetch", daemon=True).start()
-    if not done.wait(deadline_s):
+    finished = done.wait(deadline_s)
+    # A failure that came after the deadline is the deadline's too: on a loaded machine this thread may wake
+    # after the fetch gave up on its own (its HEAD's timeout is the deadline), and the answer must not depend on
+    # which thread the scheduler ran first.
+    if not finished or ("error" in outcome and time.monotonic() - started >= deadline_s):
         raise ModelLoadError(key="hub.timeout", name=repr(name), seconds=f"{deadline_s:g}")
     if "error" in outcome:
         raise outcome["error"]
