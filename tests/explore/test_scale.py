@@ -182,7 +182,7 @@ def test_a_failed_job_keeps_what_it_simulated_and_the_error_a_page_translates(mo
     state = job.state()
     assert not state.running and state.table.cancelled and len(state.table.results) == 1
     if raised == "keyed":
-        assert state.error == "stopped for the test" and state.failure.key == "run.stopped"
+        assert state.error == str(state.failure) and state.failure.key == "run.stopped"
     else:
         assert state.error == "ZeroDivisionError: a bug" and state.failure is None
 
