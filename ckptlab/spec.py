@@ -79,24 +79,24 @@ MAX_OPTIM_ARGS = 1000  # characters of optim_args: a few key=value pairs
 _OPTIM_WORDS = {"true", "false", "yes", "no"}  # Trainer reads nesterov=..., centered=... as these
 
 
-def optim_args_problem(text: str) -> str | None:
+def optim_args_problem(text: str) -> Fact | None:
     """What is wrong with ``optim_args`` as Trainer parses it (``key=value`` pairs, each value a finite number, a
     yes/no word or a torch dtype's name), or None. Trainer splits on "=" and calls ``float()`` on the values, so
     ``"====="`` or ``"momentum=abc"`` would end in a traceback inside the step."""
     if len(text) > MAX_OPTIM_ARGS:
-        return f"longer than {MAX_OPTIM_ARGS:,} characters"
+        return Fact("optim_args.too_long", {"limit": MAX_OPTIM_ARGS})
     for pair in text.replace(" ", "").split(","):
         key, equals, value = pair.partition("=")
         if not key or not equals or "=" in value or not value:
-            return f"{pair[:40]!r} is not one key=value pair"
+            return Fact("optim_args.not_a_pair", {"pair": pair[:40]})
         if value.lower() in _OPTIM_WORDS or (key.endswith("_dtype") and value.isidentifier()):
             continue
         try:
             number = float(value)
         except ValueError:
-            return f"{key[:40]}={value[:40]} is not a number"
+            return Fact("optim_args.not_a_number", {"key": key[:40], "value": value[:40]})
         if number != number or number in (float("inf"), float("-inf")):
-            return f"{key[:40]}={value[:40]} is not a finite number"
+            return Fact("optim_args.not_finite", {"key": key[:40], "value": value[:40]})
     return None
 
 
@@ -223,7 +223,11 @@ class RunSpec:
         if self.optim_args is not None and (
             not isinstance(self.optim_args, str) or optim_args_problem(self.optim_args) is not None
         ):
-            problem = "it is not text" if not isinstance(self.optim_args, str) else optim_args_problem(self.optim_args)
+            problem = (
+                Fact("optim_args.not_text")
+                if not isinstance(self.optim_args, str)
+                else optim_args_problem(self.optim_args)
+            )
             raise SpecError(
                 key="spec.optim_args", value=repr(self.optim_args)[:120], problem=problem, optim_args=self.optim_args
             )

@@ -203,9 +203,8 @@ def _checked_mapping(args: Any, arguments_class: type) -> dict[str, Any]:
     known = {field.name for field in dataclasses.fields(arguments_class)}
     unknown = sorted(str(name)[:60] for name in args if name not in known)
     if unknown:
-        more = f" and {len(unknown) - _LISTED:,} more" if len(unknown) > _LISTED else ""
-        listed = ", ".join(unknown[:_LISTED]) + more
-        raise SpecError(key="training_args.unknown_fields", fields=listed)
+        more = Fact("training_args.more_fields", {"count": len(unknown) - _LISTED}) if len(unknown) > _LISTED else ""
+        raise SpecError(key="training_args.unknown_fields", fields=", ".join(unknown[:_LISTED]), more=more)
     files = [name for name in FILE_FIELDS if args.get(name) is not None]
     if files:
         raise SpecError(key="training_args.file_field", fields=", ".join(files))
