@@ -46,9 +46,7 @@ def test_the_simulation_of_a_4bit_base_equals_its_measured_cpu_step_per_category
     import ckptlab
     from ckptlab.model.quantize import quant_state_tensors
 
-    spec = RunSpec(
-        model="tiny-llama", seq_len=32, repeats=1, warmup=0, lora_rank=8, quantization=QLORA, device="cpu"
-    )
+    spec = RunSpec(model="tiny-llama", seq_len=32, repeats=1, warmup=0, lora_rank=8, quantization=QLORA, device="cpu")
     measured, simulated = ckptlab.measure(spec), ckptlab.simulate(spec)
     assert [fact.key for fact in measured.notes[:2]] == ["note.quantized_base", "note.kbit_prepared"]
     for memory in (measured.memory, simulated.memory):
@@ -59,6 +57,8 @@ def test_the_simulation_of_a_4bit_base_equals_its_measured_cpu_step_per_category
     assert simulated.memory.after_forward_bytes == pytest.approx(measured.memory.after_forward_bytes, rel=0.01)
     # The 4-bit states are counted with the parameters: the base's bytes are the packed weights and their states.
     model, _ = ckptlab.build_model("tiny-llama", quantization=spec.quantization)
-    states = sum(tensor.untyped_storage().nbytes() for tensor in {id(t): t for t in quant_state_tensors(model)}.values())
+    states = sum(
+        tensor.untyped_storage().nbytes() for tensor in {id(t): t for t in quant_state_tensors(model)}.values()
+    )
     weights = sum(param.untyped_storage().nbytes() for param in model.parameters())
     assert states > 0 and measured.memory.breakdown_baseline["parameter"] >= weights + states - 4096
