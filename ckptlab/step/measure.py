@@ -108,6 +108,8 @@ def measure(
     else:
         ready = check_spec(spec, info)
     spec, device, dtype = ready.spec, ready.device, ready.dtype  # the spec with its folder's quantization
+    if (spec.quantization is not None) != bool(getattr(model, "is_loaded_in_4bit", False)):
+        raise ValueError("measure(model=...) needs a model built for the spec's quantization (load_model(spec))")
     check_optimizer_runs(spec, device_type=device.type)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
