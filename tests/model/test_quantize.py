@@ -28,6 +28,15 @@ def test_the_setting_is_read_strictly_and_round_trips_through_json(tmp_path):
     file.write_text(json.dumps(QLORA))
     assert load_quantization_file(file) == spec.quantization
 
+    # A folder whose config.json carries a bitsandbytes quantization_config (a "-bnb-4bit" checkpoint) uses it.
+    from ckptlab.model.catalog import load_config
+    from ckptlab.step.preflight import with_folder_quantization
+
+    config = load_config("tiny-llama")[0].to_dict()
+    config["quantization_config"] = {**QLORA, "quant_method": "bitsandbytes", "_load_in_4bit": True}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert with_folder_quantization(RunSpec(model=str(tmp_path), lora_rank=4)).quantization == spec.quantization
+
     refusals = {
         "spec.quantization_keys": lambda: RunSpec(quantization={**QLORA, "bnb_4bit_quant_tpye": "nf4"}),
         "spec.quantization_not_4bit": lambda: RunSpec(quantization={"load_in_8bit": True}),
