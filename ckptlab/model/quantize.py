@@ -133,6 +133,10 @@ class Quantization:
 
 
 UNSEEN = object()
+# QLoRA's own setting (Dettmers et al. 2023, and the "-bnb-4bit" checkpoints): the app's "4-bit base (QLoRA)" choice.
+QLORA = Quantization(
+    load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype="bfloat16"
+)
 
 
 def _value_error(name: str, value: object, expected: str) -> SpecError:

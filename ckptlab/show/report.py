@@ -77,6 +77,8 @@ def training_name(spec: RunSpec) -> str:
     tuned = "full fine-tune" if spec.lora_rank is None else f"LoRA r={spec.lora_rank}"
     if spec.lora_targets:
         tuned += f" on {', '.join(spec.lora_targets)}"
+    if spec.quantization is not None:
+        tuned += f" over a 4-bit {spec.quantization.bnb_4bit_quant_type} base (QLoRA)"
     if spec.optimizer == "none":
         parts = [tuned, "forward and backward only (no optimizer step)"]
     else:
