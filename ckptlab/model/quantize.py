@@ -349,3 +349,23 @@ def load_quantization_file(path: str | os.PathLike[str]) -> Quantization:
             problem=problem,
         )
     return Quantization.from_config(data)
+
+
+def model_quantization(model: Any) -> Quantization | None:
+    """The 4-bit setting a model's ``Linear4bit`` layers were made with (a PeftModel's base too), read from the
+    layers themselves; None for a model without one. ``llm_int8_skip_modules`` is not read back (None)."""
+    import sys
+
+    bnb = sys.modules.get("bitsandbytes")  # a model with Linear4bit layers has imported it
+    if bnb is None:
+        return None
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            weight = module.weight
+            compute = getattr(module, "compute_dtype", None)
+            return Quantization(
+                bnb_4bit_quant_type=getattr(weight, "quant_type", "fp4"),
+                bnb_4bit_use_double_quant=bool(getattr(weight, "compress_statistics", False)),
+                bnb_4bit_compute_dtype=str(compute).removeprefix("torch.") if compute is not None else "float32",
+            )
+    return None

@@ -98,7 +98,10 @@ def test_a_trainer_qlora_step_peaks_as_the_labs_run(tmp_path):
     generator = torch.Generator().manual_seed(0)
     rows = [torch.randint(model.config.vocab_size, (SEQ,), generator=generator) for _ in range(4)]
     data = [{"input_ids": ids, "labels": ids} for ids in rows]
-    Trainer(model=model, args=args, train_dataset=data, callbacks=[track]).train()
+    callback = ckptlab.CheckpointingCallback()  # its report, on step 1, says the base is 4-bit and how
+    Trainer(model=model, args=args, train_dataset=data, callbacks=[track, callback]).train()
+    (said,) = [fact for fact in callback.report.facts if fact.key == "trainer.quantized_base"]
+    assert "bnb_4bit_quant_type='nf4', bnb_4bit_use_double_quant=True" in said.params["fields"]
 
     (tmp_path / "args.json").write_text(json.dumps(TRAINING_ARGS))
     (tmp_path / "q.json").write_text(json.dumps(QUANTIZATION))
