@@ -343,7 +343,7 @@ def load_quantization_file(path: str | os.PathLike[str]) -> Quantization:
     if problem is not None:
         raise SpecError(
             f"quantization config file {shown!r} cannot be read ({problem}). Give a JSON object of "
-            'BitsAndBytesConfig fields, e.g. {{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}}.',
+            'BitsAndBytesConfig fields, e.g. {"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}.',
             key="spec.quantization_file",
             path=shown,
             problem=problem,
