@@ -73,7 +73,7 @@ class Quantization:
         unknown = [
             str(name)
             for name, value in fields.items()
-            if name not in cls.__dataclass_fields__ and name != "load_in_8bit" and _INERT.get(name, UNSEEN) != value
+            if name not in cls.__dataclass_fields__ and name != "load_in_8bit" and _INERT.get(name, _UNSEEN) != value
         ]
         if unknown:
             raise SpecError(
@@ -132,7 +132,7 @@ class Quantization:
         return BitsAndBytesConfig(**fields)
 
 
-UNSEEN = object()
+_UNSEEN = object()
 # QLoRA's own setting (Dettmers et al. 2023, and the "-bnb-4bit" checkpoints): the app's "4-bit base (QLoRA)" choice.
 QLORA = Quantization(
     load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype="bfloat16"
@@ -199,6 +199,7 @@ def quantize(model: Any, quantization: Quantization) -> int:
     import torch
     from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+    from transformers.pytorch_utils import Conv1D
     from transformers.quantizers.quantizer_bnb_4bit import Bnb4BitHfQuantizer
 
     config = quantization.bnb_config()
@@ -214,6 +215,8 @@ def quantize(model: Any, quantization: Quantization) -> int:
         if not isinstance(module, bnb.nn.Linear4bit) or name not in old or old[name] is module:
             continue
         weight = old[name].weight.data
+        if isinstance(old[name], Conv1D):  # GPT-2's projections store (in, out): transposed first, as transformers
+            weight = weight.T.contiguous()
         if isinstance(weight, FakeTensor):
             module.weight = _fake_params4bit(module, weight, bnb)
         else:  # transformers' Bnb4bitQuantize.convert
