@@ -21,6 +21,8 @@ _HOMES = {
     "ModelLoadError": ".errors",
     "SpecError": ".errors",
     "UnsupportedModelError": ".errors",
+    "LongestSeq": ".explore.longest",
+    "longest_seq": ".explore.longest",
     "Prediction": ".explore.predict",
     "predict": ".explore.predict",
     "Recommendation": ".explore.recommend",
@@ -41,6 +43,8 @@ _HOMES = {
     "describe_plan": ".model.plan",
     "observed_roles": ".model.plan",
     "planned_roles": ".model.plan",
+    "QLORA": ".model.quantize",
+    "Quantization": ".model.quantize",
     "Comparison": ".results",
     "LayerResult": ".results",
     "MemoryResult": ".results",
@@ -76,12 +80,14 @@ def __dir__() -> list[str]:
 # The same names, eagerly, for type checkers and editors (tests/test_packaging.py checks they are _HOMES).
 if TYPE_CHECKING:
     from .errors import CkptlabError, DoesNotFitError, ModelLoadError, SpecError, UnsupportedModelError
+    from .explore.longest import LongestSeq, longest_seq
     from .explore.predict import Prediction, predict
     from .explore.recommend import Recommendation, recommend
     from .explore.sweep import SweepResult, SweepRow, SweepSpec, sweep
     from .integrations.trainer import CheckpointingCallback, CheckpointingReport
     from .model.catalog import DEFAULT_PRESET, ModelInfo, Preset, build_model, describe, list_presets
     from .model.plan import checkpointable_layers, describe_plan, observed_roles, planned_roles
+    from .model.quantize import QLORA, Quantization
     from .results import Comparison, LayerResult, MemoryResult, Provenance, RunResult, TimingResult, compare
     from .show.report import diagram, result_diagram, run_report
     from .spec import RunSpec

@@ -29,6 +29,7 @@ from .errors import (
 from .fact import Fact
 from .model.plan import planned_roles, validate_every_n_layers
 from .model.presets import DEFAULT_PRESET
+from .model.quantize import Quantization, as_quantization, check_installed
 from .model.selective import Selective, check_selective, selective_key
 from .training_args import read_training_args
 
@@ -149,8 +150,12 @@ class RunSpec:
     # Selective checkpointing (ckptlab.model.selective): what a CP layer keeps besides its input. "none", a
     # policy ("attention", "matmuls", "torchtitan") or, from Python, a tuple of op names such as ("aten.mm",).
     selective: Selective = "none"
+    # A 4-bit base (QLoRA): BitsAndBytesConfig's fields (ckptlab.model.quantize); a mapping of them is read as one.
+    # None: the base in `dtype` (a model folder whose config.json has a bitsandbytes quantization_config uses it).
+    quantization: Quantization | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "quantization", as_quantization(self.quantization))
         # JSON and the URL give a list; a tuple keeps the spec hashable (results are cached by spec).
         if self.lora_targets is not None and not isinstance(self.lora_targets, tuple):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
@@ -183,6 +188,7 @@ class RunSpec:
                 raise not_one_of(name, getattr(self, name), choices)
         self._validate_recipe()
         check_lora(self.lora_rank, self.lora_targets)
+        self._validate_quantization()
         self._validate_ranks()
         check_selective(self.selective, self.every_n_layers)
         if self.offload and self.every_n_layers is None:
@@ -231,6 +237,19 @@ class RunSpec:
             raise SpecError(
                 key="spec.optim_args", value=repr(self.optim_args)[:120], problem=problem, optim_args=self.optim_args
             )
+
+    def _validate_quantization(self) -> None:
+        """A 4-bit base: its fields, LoRA (Trainer refuses to train a purely quantized model), bitsandbytes here."""
+        if self.quantization is None:
+            return
+        self.quantization.validate()
+        if self.lora_rank is None:
+            raise SpecError(
+                key="spec.quantization_without_lora",
+                option=Option("quantization"),
+                rank=Option("lora_rank"),
+            )
+        check_installed()
 
     def checkpointing_off(self) -> RunSpec:
         """The same run with checkpointing off (no offload, no selective policy): the reference runs are compared with."""

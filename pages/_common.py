@@ -157,6 +157,13 @@ def lora_boxes(prefix: str, choices: Sequence[str], lang: str) -> None:
         placeholder=i18n.t("training.lora_targets_none", lang),
         help=i18n.t("training.lora_targets_help", lang),
     )
+    state.setdefault(f"{prefix}_qlora", False)
+    st.toggle(
+        i18n.t("training.qlora", lang),
+        key=f"{prefix}_qlora",
+        disabled=not state[f"{prefix}_lora"],
+        help=i18n.t("training.qlora_help", lang),
+    )
 
 
 def job_buttons(

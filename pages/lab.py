@@ -59,7 +59,7 @@ lang = language()
 policy, policy_problem = server_policy()
 WIDGETS = ("lab_model", "lab_local_dir", "lab_hub_name", "lab_seq", "lab_batch", "lab_dtype", "lab_device", "lab_ckpt", "lab_n",
            "lab_offload", "lab_repeats", "lab_warmup", "lab_optimizer", "lab_lora", "lab_lora_rank", "lab_lora_targets",
-           "lab_accumulation", "lab_mixed_precision", "lab_max_grad_norm", "lab_selective")  # fmt: skip
+           "lab_qlora", "lab_accumulation", "lab_mixed_precision", "lab_max_grad_norm", "lab_selective")  # fmt: skip
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -184,6 +184,8 @@ def draw_code(spec: RunSpec, lang: str) -> None:
         code = snippets.selective_snippet(spec.every_n_layers, spec.offload, spec.selective)
     else:
         code = snippets.model_snippet(spec.every_n_layers, spec.offload)
+    if spec.quantization is not None:  # the 4-bit base first: peft's preparation turns checkpointing on its way
+        code = snippets.qlora_snippet(spec.quantization.to_dict()) + "\n" + code
     st.code(code, language="python")
     st.caption(t("lab.with_trainer", lang))
     trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=selective)

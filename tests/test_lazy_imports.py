@@ -55,6 +55,7 @@ def _probe(*argv: str) -> tuple[int, list[str], str]:
         (["simulate", "--every-n-layers", "all", "--seq-len", "0"], 2, "--seq-len 0"),
         (["sweep", "--seq-len", "x"], 2, "'x' is not a whole number"),
         (["run", "--selective", "keep-all"], 2, "keep-all"),
+        (["run", "--quantization-config", "./no/such.json", "--lora-rank", "8"], 2, "cannot be read (no such file)"),
     ],
 )
 def test_the_cli_answers_before_torch_loads(argv, status, words):

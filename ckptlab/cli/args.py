@@ -15,6 +15,7 @@ from typing import NoReturn
 from ..fact import Fact
 from ..model import hub
 from ..model.presets import check_model_named
+from ..model.quantize import load_quantization_file
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
 from ..show.wording import CliFlags, Flag
@@ -183,6 +184,15 @@ def add_run_arguments(
         help=f"selective checkpointing: what a CP layer keeps besides its input: {', '.join(SELECTIVE_CHOICES)}, or "
         "comma-separated op names such as aten.mm,aten.bmm (default none)",
     )
+    _flag(
+        run,
+        "--quantization-config",
+        dest="quantization",
+        default=None,
+        metavar="FILE.json",
+        help="a 4-bit base (QLoRA): BitsAndBytesConfig's fields as JSON, e.g. "
+        '{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}; needs --lora-rank',
+    )
     run.add_argument(
         "--training-args",
         metavar="FILE.json",
@@ -225,6 +235,8 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
     flags["model"] = hub.with_revision(flags["model"], getattr(args, "revision", None))
     if args.no_checkpointing:
         flags["every_n_layers"] = None
+    if isinstance(flags["quantization"], str):  # --quantization-config FILE.json
+        flags["quantization"] = load_quantization_file(flags["quantization"])
     extra = {"world_size": getattr(args, "world_size", 1), "fsdp": getattr(args, "fsdp", False), **extra}
     path = getattr(args, "training_args", None)
     if path is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError, check_at_most
@@ -61,6 +61,12 @@ def add_simulate_command(commands) -> None:
     parser.add_argument(
         "--exact", action="store_true", help="simulate every layer instead of extrapolating (slower, same bytes)"
     )
+    parser.add_argument(
+        "--longest-seq",
+        action="store_true",
+        help="search the longest --seq-len whose simulated step fits --gpu or --budget, for the setting given "
+        "(with --every-n-layers all: off and each distinct every_n_layers); --seq-len is the first guess",
+    )
     parser.add_argument("--json", action="store_true", help="print only the result (and the verdict) as JSON")
     parser.set_defaults(handler=_simulate_command)
 
@@ -105,6 +111,10 @@ def _simulate_command(args: argparse.Namespace) -> int:
     spec = spec_from_args(argparse.Namespace(**{**vars(args), "every_n_layers": 1}) if every_setting else args)
     budget = _budget(args)
     check_before_the_core(spec)
+    if args.longest_seq:
+        if budget is None:
+            raise SpecError(key="cli.longest_seq_needs_memory")
+        return _longest_command(args, spec, budget, every_setting)
     if every_setting:
         return _table_command(args, spec, budget)
     from ..step.simulate import simulate  # the core, once the flags are known good (see ckptlab.cli)
@@ -122,6 +132,44 @@ def _simulate_command(args: argparse.Namespace) -> int:
         if verdict:
             print("\n" + verdict["sentence"])
     return 0
+
+
+def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str], every_setting: bool) -> int:
+    """``--longest-seq``: per setting, the longest sequence whose simulated step fits the budget."""
+    from ..explore.longest import longest_seq  # the core, once the flags are known good (see ckptlab.cli)
+    from ..explore.scale import every_n_choices
+    from ..model import catalog
+
+    core_loaded(args)
+    specs = [spec]
+    if every_setting:
+        num_layers = catalog.describe(spec.model).num_layers
+        specs = [replace(spec, every_n_layers=None, offload=False)]
+        specs += [replace(spec, every_n_layers=n) for n in every_n_choices(num_layers, "distinct")]
+    rows = [longest_seq(one, budget[0]) for one in specs]
+    if args.json:
+        print(json.dumps({"longest_seq": [asdict(row) for row in rows], "budget_label": budget[1]}, indent=2))
+        return 0
+    print("\n".join([*training_args_lines(args), longest_report(spec, rows, budget)]))
+    return 0
+
+
+def longest_report(spec: RunSpec, rows: list, budget: tuple[int, str]) -> str:
+    """One line per setting: the longest sequence that fits, its simulated peak, and the length that does not."""
+    header = [
+        f"{spec.model}, batch_size={spec.batch_size}: the longest sequence whose simulated step fits {budget[1]} "
+        f"({budget[0] / GIB:.1f} GiB), per setting (simulated, fake tensors)",
+        f"{'setting':<14} {'longest seq':>11} {'peak GiB':>9}  next length",
+    ]
+    lines = []
+    for row in rows:
+        peak = f"{row.peak_bytes / GIB:>9.2f}" if row.peak_bytes is not None else f"{'-':>9}"
+        if row.over_seq_len is None:
+            after = f"the model's limit ({row.limit:,}) fits"
+        else:
+            after = f"{row.over_seq_len:,} tokens: {row.over_peak_bytes / GIB:.2f} GiB, does not fit"
+        lines.append(f"{row.setting:<14} {row.seq_len:>11,} {peak}  {after}")
+    return "\n".join(header + lines)
 
 
 def _budget(args: argparse.Namespace) -> tuple[int, str] | None:

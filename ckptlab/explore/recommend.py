@@ -28,7 +28,7 @@ import torch
 
 from ..errors import CkptlabError, Option, SpecError, expect_type
 from ..fact import Fact, worded
-from ..model.snippets import lora_snippet, model_snippet, selective_snippet, trainer_snippet
+from ..model.snippets import lora_snippet, model_snippet, qlora_snippet, selective_snippet, trainer_snippet
 from ..results import MIN_SAMPLES_TO_JUDGE, Judgement, judge_time
 from ..spec import TRAINER_DEFAULT_OPTIMIZER, Setting
 from ..units import mib, milliseconds
@@ -153,6 +153,8 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
     if spec is not None and spec.lora_rank is not None:
         targets = training_bytes(spec.model, torch.float32, lora_rank=spec.lora_rank, lora_targets=spec.lora_targets)
         model_code += "\n" + lora_snippet(spec.lora_rank, targets.lora_targets)
+    if spec is not None and spec.quantization is not None:  # the 4-bit base is loaded and prepared first
+        model_code = qlora_snippet(spec.quantization.to_dict(), spec.model) + "\n" + model_code
     return Recommendation(
         budget_bytes=budget,
         budget_label=label,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from ..errors import Option, SpecError, check_at_most, check_whole_number, not_one_of
 from ..fact import Fact
 from ..model.presets import DEFAULT_PRESET
+from ..model.quantize import Quantization, as_quantization
 from ..model.selective import Selective, selective_key, validate_selective
 from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
 
@@ -50,8 +51,10 @@ class SweepSpec:
     # The policy axis: each checkpointed setting measured once per policy, in this order ("none" is plain
     # checkpointing); None: the one policy ``selective``.
     policies: tuple[Selective, ...] | None = None
+    quantization: Quantization | None = None  # as RunSpec.quantization (a 4-bit base), every row
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "quantization", as_quantization(self.quantization))
         if isinstance(self.policies, list):  # JSON and the URL give a list; a tuple keeps the spec hashable
             object.__setattr__(self, "policies", tuple(self.policies))
 
@@ -127,6 +130,7 @@ class SweepSpec:
             lora_targets=self.lora_targets,
             **{name: getattr(self, name) for name in RECIPE_FIELDS},
             selective=policy if every_n_layers is not None else "none",
+            quantization=self.quantization,
         )
 
     @classmethod
@@ -147,5 +151,6 @@ class SweepSpec:
             lora_targets=spec.lora_targets,
             **{name: getattr(spec, name) for name in RECIPE_FIELDS},
             selective=spec.selective,
+            quantization=spec.quantization,
             **axes,
         )

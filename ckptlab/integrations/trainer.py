@@ -40,6 +40,7 @@ from transformers import TrainerCallback
 from ..errors import SpecError
 from ..fact import Fact, worded
 from ..model.plan import nested_in, observed_roles, planned_roles
+from ..model.quantize import model_quantization
 from ..results import LayerResult, MemoryResult
 from ..show.i18n import say
 from ..show.report import diagram
@@ -412,6 +413,10 @@ def build_report(
         facts.append(Fact("trainer.optimizer_state_created", {"mib": mib(memory.optimizer_state_bytes)}))
     if observer.micro_batches > 1:
         facts.append(Fact("trainer.micro_batches", {"micro_batches": observer.micro_batches}))
+    quantization = model_quantization(model)
+    if quantization is not None:  # the lab's twin of this step needs the 4-bit base too
+        fields = ", ".join(f"{name}={value!r}" for name, value in quantization.to_dict().items() if value is not None)
+        facts.append(Fact("trainer.quantized_base", {"fields": fields}))
     return CheckpointingReport(
         step=step,
         model=type(model).__name__,

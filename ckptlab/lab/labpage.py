@@ -15,6 +15,7 @@ from ..errors import CkptlabError
 from ..fact import Fact
 from ..model import catalog, hub
 from ..model.catalog import ModelInfo
+from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
 from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
@@ -180,6 +181,7 @@ def widget_values(spec: RunSpec, folder: str, hub_name: str = "") -> dict[str, A
         "lab_lora": spec.lora_rank is not None,
         "lab_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
         "lab_lora_targets": list(spec.lora_targets or ()),
+        "lab_qlora": spec.quantization is not None,
         "lab_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
         **step_widget_values("lab", spec),
         # The box offers the named policies; op names come from Python only.
@@ -203,6 +205,7 @@ def spec_from_widgets(values: Mapping[str, Any], model: str, lora_targets: tuple
         optimizer=values["lab_optimizer"],
         lora_rank=int(values["lab_lora_rank"]) if values["lab_lora"] else None,
         lora_targets=lora_targets,
+        quantization=QLORA if values["lab_lora"] and values.get("lab_qlora") else None,  # a 4-bit base under LoRA
         **step_fields("lab", values),
         selective=values.get("lab_selective", NONE) if checkpointing else NONE,
     )

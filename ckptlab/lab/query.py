@@ -14,6 +14,7 @@ The At-scale page adds ``gpus=8`` (:func:`gpus_from_query`): GPUs sharing the mo
 Trainer's side of the step, where it is not the default: ``accum=4`` (gradient accumulation steps),
 ``mp=bf16`` (mixed precision), ``clip=0.5`` (max_grad_norm; ``ckptlab.lab.stepboxes``).
 ``selective=attention`` is the CP layers' selective policy (``ckptlab.model.selective``; absent: none).
+``qlora=1`` is a 4-bit base, QLoRA's setting (``ckptlab.model.quantize.QLORA``; needs ``lora``; absent: none).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..fact import Fact
+from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
 from ..spec import DEVICES, DTYPES, MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
@@ -76,6 +78,7 @@ def spec_to_query(spec: RunSpec) -> dict[str, str]:
         **({"targets": ",".join(spec.lora_targets)} if spec.lora_targets else {}),
         **step_query(spec.to_dict()),
         **({"selective": selective_key(spec.selective)} if spec.selective != NONE else {}),
+        **({"qlora": "1"} if spec.quantization is not None else {}),
     }
 
 
@@ -187,6 +190,12 @@ def spec_from_query(
             warnings.append(
                 Fact("link.not_a_rank", {**_ignored("lora", values, base.lora_rank or "off"), "high": LORA_RANK_MAX})
             )
+    if "qlora" in values:
+        flag = values["qlora"].strip().lower()
+        if flag in _TRUE or flag in _FALSE:
+            changes["quantization"] = QLORA if flag in _TRUE else None
+        else:
+            warnings.append(Fact("link.not_a_flag", _ignored("qlora", values, int(base.quantization is not None))))
     if "targets" in values:
         names = tuple(dict.fromkeys(name.strip() for name in values["targets"].split(",") if name.strip()))
         changes["lora_targets"] = names or None  # empty: every projection
@@ -194,6 +203,8 @@ def spec_from_query(
     spec = replace(base, **changes)
     if spec.lora_targets is not None and spec.lora_rank is None:
         spec = replace(spec, lora_targets=None)  # targets without LoRA mean nothing; not worth a warning
+    if spec.quantization is not None and spec.lora_rank is None:
+        spec = replace(spec, quantization=None)  # a 4-bit base trains adapters only: without LoRA, none
     if spec.offload and spec.every_n_layers is None:
         warnings.append(Fact("link.needs_checkpointing", {"key": "offload", "value": "1", "fallback": "off"}))
         spec = replace(spec, offload=False)

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -35,7 +36,8 @@ from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 from .workers import WorkerPool
 
-ModelKey = tuple[str, str, str, int]  # (model, resolved dtype, resolved device, seed)
+# (model, resolved dtype, resolved device, seed), and a 4-bit base's Quantization last where the spec has one.
+ModelKey = tuple[Any, ...]
 Loader = Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]]
 
 CACHE_SIZE = 512  # results are a few KiB each
@@ -123,14 +125,16 @@ def model_key(spec: RunSpec) -> ModelKey:
         str(resolve_dtype(spec.dtype, device, spec.mixed_precision)).removeprefix("torch."),
         device.type,
         spec.seed,
-    )
+    ) + ((spec.quantization,) if spec.quantization is not None else ())
 
 
 def build_for_key(key: ModelKey) -> tuple[PreTrainedModel, ModelInfo]:
     """Build the model for a :func:`model_key` (the default loader; the app wraps it in a cache)."""
-    name, dtype, device, seed = key
-    # seq_len=1: the model is shared by every sequence length; each run's length is checked by measure.
-    return load_model(RunSpec(model=name, dtype=dtype, device=device, seed=seed, seq_len=1))
+    name, dtype, device, seed, *quantized = key
+    # seq_len=1: the model is shared by every sequence length; each run's length is checked by measure. A 4-bit
+    # base is built quantized (and trains adapters: any rank stands for the runs' own).
+    lora = {"quantization": quantized[0], "lora_rank": 1} if quantized else {}
+    return load_model(RunSpec(model=name, dtype=dtype, device=device, seed=seed, seq_len=1, **lora))
 
 
 def lora_target_choices(model: str) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 from ..explore.recommend import Recommendation
 from ..explore.sweep import SweepResult, SweepSpec, plan_sweep
 from ..fact import Fact
+from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
 from ..show.i18n import say, t
@@ -43,6 +44,7 @@ def spec_from_widgets(values: Mapping[str, Any], lora_choices: Sequence[str]) ->
         optimizer=values["tradeoffs_optimizer"],
         lora_rank=int(values["tradeoffs_lora_rank"]) if lora and lora_choices else None,
         lora_targets=spec_targets(values["tradeoffs_lora_targets"], lora_choices, lora),
+        quantization=QLORA if lora and lora_choices and values.get("tradeoffs_qlora") else None,
         **step_fields("tradeoffs", values),
         **policy_axis(values.get("tradeoffs_selective") or [NONE]),
     )

@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PretrainedC
 
 from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
 from ..torchstate import exclusive
-from . import experts, folder_checks, hub, lora, presets, weight_checks
+from . import experts, folder_checks, hub, lora, presets, quantize, weight_checks
 from .configs import config_with, load_config, model_class_for, preset_names
 from .plan import checkpointable_layers, nested_in
 
@@ -243,6 +243,7 @@ def build_model(
     device: str | torch.device = "cpu",
     seed: int = 0,
     config_overrides: Mapping[str, Any] | None = None,
+    quantization: quantize.Quantization | None = None,
 ) -> tuple[PreTrainedModel, ModelInfo]:
     """Build a model ready for a training step.
 
@@ -257,6 +258,8 @@ def build_model(
         seed: seed for random weights.
         config_overrides: config attributes to change before building, e.g.
             ``{"attention_dropout": 0.1}`` to switch dropout on.
+        quantization: a 4-bit base: the linear layers quantized as transformers loads them
+            (``ckptlab.model.quantize``), then peft's ``prepare_model_for_kbit_training``.
 
     Returns:
         ``(model, info)``: the model in ``train()`` mode, and its :class:`ModelInfo`.
@@ -284,9 +287,12 @@ def build_model(
     auto = _auto_class(task)
     torch.manual_seed(seed)
     if loaded:
+        loading: dict[str, Any] = {}
+        if quantization is not None:  # transformers quantizes while loading (or reads a pre-quantized folder)
+            loading = {"quantization_config": quantization.bnb_config(), "device_map": str(device)}
         try:
             model = auto.from_pretrained(
-                name_or_dir, config=config, local_files_only=True, dtype=dtype, **_model_kwargs(config, task)
+                name_or_dir, config=config, local_files_only=True, dtype=dtype, **_model_kwargs(config, task), **loading
             )
         except ImportError as exc:  # a quantization_config whose package is not installed (bitsandbytes, ...)
             detail = folder_checks.one_line(exc, 200)
@@ -299,11 +305,26 @@ def build_model(
     else:
         # Created on the target device directly: an 8B model never passes through host memory.
         with torch.device(device):
-            model = instantiate(config, task, dtype)
-    # transformers wraps PreTrainedModel.to in functools.wraps, whose stub mypy calls unbound.
-    model.to(device)  # type: ignore[arg-type]
+            model = instantiate(without_quantization(config), task, dtype)
+        if quantization is not None:
+            quantize.quantize(model, quantization)
+    if quantization is None:
+        # transformers wraps PreTrainedModel.to in functools.wraps, whose stub mypy calls unbound.
+        model.to(device)  # type: ignore[arg-type]
+    else:
+        quantize.prepare(model)  # a quantized model is not moved (transformers refuses .to on it)
     model.train()
     return model, info
+
+
+def without_quantization(config: PretrainedConfig) -> PretrainedConfig:
+    """``config`` without its ``quantization_config`` (a copy; itself when it has none): ``from_config`` builds
+    random float weights, which ``ckptlab.model.quantize`` quantizes as loading would."""
+    if getattr(config, "quantization_config", None) is None:
+        return config
+    config = copy.deepcopy(config)
+    del config.quantization_config
+    return config
 
 
 def write_preset_facts() -> None:

@@ -152,6 +152,40 @@ def lora_snippet(rank: int, targets: Sequence[str]) -> str:
     return f"model = get_peft_model(model, LoraConfig(r={rank}, target_modules=[{names}]))"
 
 
+def qlora_snippet(quantization: Mapping[str, object], model: str = "MODEL") -> str:
+    """The lines that load a 4-bit base and prepare it for training (QLoRA), before the checkpointing line.
+
+    Args:
+        quantization: ``BitsAndBytesConfig``'s fields (``ckptlab.model.quantize.Quantization.to_dict()``).
+        model: the name ``from_pretrained`` loads.
+
+    Returns:
+        Python source: the ``BitsAndBytesConfig``, ``from_pretrained`` with it and peft's
+        ``prepare_model_for_kbit_training``, whose reentrant checkpointing the next line replaces.
+    """
+    fields = []
+    for name, value in quantization.items():
+        if name == "bnb_4bit_compute_dtype":
+            fields.append(f"    {name}=torch.{value},")
+        elif value is not None:
+            fields.append(f"    {name}={value!r},")
+    return "\n".join(
+        [
+            "import torch",
+            "from peft import prepare_model_for_kbit_training",
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig",
+            "",
+            "bnb_config = BitsAndBytesConfig(",
+            *fields,
+            ")",
+            f'model = AutoModelForCausalLM.from_pretrained("{model}", quantization_config=bnb_config, device_map="auto")',
+            "# casts float16/bfloat16 parameters to float32 and turns on reentrant checkpointing, which the next line",
+            "# replaces (as Trainer does with activation_checkpointing=True)",
+            "model = prepare_model_for_kbit_training(model)",
+        ]
+    )
+
+
 # -- past one GPU: FSDP2 ----------------------------------------------------------------------
 
 GPUS_PER_NODE = 8  # GPUs per machine the launch lines assume beyond one machine (an 8-GPU server)

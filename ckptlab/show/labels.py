@@ -74,6 +74,8 @@ def training_label(spec: RunSpec, lang: str = "en") -> str:
     optimizer = t(f"optimizer.{spec.optimizer}", lang)
     if spec.lora_rank is None:
         return t("breakdown.training_full", lang, optimizer=optimizer)
+    if spec.quantization is not None:
+        return t("breakdown.training_qlora", lang, optimizer=optimizer, rank=spec.lora_rank)
     return t("breakdown.training_lora", lang, optimizer=optimizer, rank=spec.lora_rank)
 
 

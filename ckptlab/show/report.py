@@ -77,6 +77,8 @@ def training_name(spec: RunSpec) -> str:
     tuned = t("cli.training_full") if spec.lora_rank is None else t("cli.training_lora", rank=spec.lora_rank)
     if spec.lora_targets:
         tuned = t("cli.training_lora_on", lora=tuned, targets=", ".join(spec.lora_targets))
+    if spec.quantization is not None:
+        tuned = t("cli.training_qlora", tuned=tuned, quant_type=spec.quantization.bnb_4bit_quant_type)
     if spec.optimizer == "none":
         parts = [tuned, t("cli.training_no_optimizer")]
     else:

@@ -45,6 +45,7 @@ from ..model.plan import (
     rerun_inside,
     rerun_roles,
 )
+from ..model.quantize import quantization_notes
 from ..model.selective import enable_checkpointing
 from ..results import LayerResult, MemoryResult, Region, RunResult, Status
 from ..spec import RunSpec
@@ -106,7 +107,9 @@ def measure(
         raise SpecError(key="api.measure_model_without_info")
     else:
         ready = check_spec(spec, info)
-    device, dtype = ready.device, ready.dtype
+    spec, device, dtype = ready.spec, ready.device, ready.dtype  # the spec with its folder's quantization
+    if (spec.quantization is not None) != bool(getattr(model, "is_loaded_in_4bit", False)):
+        raise SpecError(key="api.measure_model_quantization")
     check_optimizer_runs(spec, device_type=device.type)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
@@ -134,6 +137,7 @@ def _measure_built(
 
     model.train()
     apply_setting(model, spec, device)
+    notes += quantization_notes(spec.quantization, spec.checkpointing)
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     nested = nested_in(model)

@@ -40,6 +40,7 @@ from torch.distributed._tools.mem_tracker import (
 )
 from torch.utils.hooks import RemovableHandle
 
+from ..model.quantize import quant_state_tensors
 from .training import gradient_bytes, optimizer_state_bytes, parameter_bytes
 
 CUDA_MEMORY_METHOD = (
@@ -253,6 +254,10 @@ class _LeanMemTracker(MemTracker):
             for param in module.parameters():
                 if not param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
                     self._param_to_grad_hook_handles[param] = (_NO_HOOK, _NO_HOOK)
+        # A 4-bit weight's quant state (absmax, their double quantization) is neither a parameter nor a buffer, yet
+        # the weight's bytes: counted as parameters.
+        for tensor in quant_state_tensors(module):
+            self._update_and_maybe_create_winfos(tensor, _MemRefType.PARAM)
         return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
     def _update_peak_stats(self, peak_state: object) -> None:

@@ -8,7 +8,7 @@ gradients above the free host memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import PreTrainedModel
@@ -19,6 +19,7 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits, memory_limit
 from ..model.lora import adapted_shapes, adapter_parameters, check_rank
+from ..model.quantize import config_quantization
 from ..spec import RunSpec
 from ..torchstate import exclusive
 from .stopping import Progress
@@ -105,11 +106,26 @@ def check_spec(spec: RunSpec, info: ModelInfo | None = None) -> CheckedSpec:
     Raises:
         SpecError, ModelLoadError, UnsupportedModelError: naming the bad value and the fix.
     """
+    spec = with_folder_quantization(spec)
     spec.validate()
     info = catalog.describe(spec.model) if info is None else info
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
     return CheckedSpec(spec, info, device, resolve_dtype(spec.dtype, device, spec.mixed_precision))
+
+
+def with_folder_quantization(spec: RunSpec) -> RunSpec:
+    """``spec`` with the 4-bit quantization its model's config.json asks for (a "-bnb-4bit" folder's
+    ``quantization_config``) where the spec names none; else ``spec`` itself.
+
+    Raises:
+        SpecError: a bitsandbytes quantization_config the lab does not take.
+    """
+    if spec.quantization is not None or not isinstance(spec.model, str):
+        return spec
+    config, _, _ = catalog.load_config(spec.model)
+    found = config_quantization(config)
+    return spec if found is None else replace(spec, quantization=found)
 
 
 def refuse_beyond_machine(checked: CheckedSpec) -> None:
@@ -152,7 +168,13 @@ def load_model(spec: RunSpec | CheckedSpec, progress: Progress | None = None) ->
             {"name": info.name, "millions": millions},
         )
         progress(said, 0.0)
-    return catalog.build_model(checked.spec.model, dtype=checked.dtype, device=checked.device, seed=checked.spec.seed)
+    return catalog.build_model(
+        checked.spec.model,
+        dtype=checked.dtype,
+        device=checked.device,
+        seed=checked.spec.seed,
+        quantization=checked.spec.quantization,
+    )
 
 
 def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> DoesNotFitError | None:

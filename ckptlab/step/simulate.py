@@ -58,6 +58,8 @@ from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
 from ..model.plan import CP, Role, nested_in, observed_roles, only_first_layer_notes, planned_roles, rerun_roles
+from ..model.quantize import prepare as prepare_kbit
+from ..model.quantize import quantization_notes, quantize
 from ..model.selective import enable_checkpointing
 from ..results import LayerResult, RankResult, RunResult
 from ..spec import RunSpec
@@ -68,7 +70,7 @@ from .fold import Reduction, SimulatedStep
 from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory, offload_notes, reruns_inside_notes
 from .meters import HOST, TraceSink
-from .preflight import resolve_dtype, validate_for_model
+from .preflight import resolve_dtype, validate_for_model, with_folder_quantization
 from .provenance import model_summary, simulated_provenance
 from .selective import check_simulated_selective, selective_notes
 from .stopping import DONE, Progress
@@ -104,6 +106,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     """
     expect_type("ckptlab.simulate", "spec", spec, RunSpec, "ckptlab.simulate(ckptlab.RunSpec(model='qwen3-8b'))")
     report = progress or (lambda message, fraction: None)
+    spec = with_folder_quantization(spec)
     info, dtype, config, task = prepare(spec)
     shape = Reduction.for_plan(info.num_layers, spec.every_n_layers, info.layer_period) if fast else None
 
@@ -154,6 +157,7 @@ def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[Fact]:
     notes: list[Fact] = []
     if info.experts_implementation is not None:
         notes += [experts_note(info), ROUTING_NOTE]
+    notes += quantization_notes(spec.quantization, spec.checkpointing)
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
     return notes
 
@@ -218,7 +222,13 @@ def _fake_step(
     trace: TraceSink | None,
 ) -> tuple:
     """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
-    model = catalog.instantiate(config, task, dtype)
+    model = catalog.instantiate(catalog.without_quantization(config), task, dtype)
+    if spec.quantization is not None:  # as a measured run's build: quantized, then peft's preparation
+        quantize(model, spec.quantization)
+        prepare_kbit(model)
+        if spec.every_n_layers is None:  # as a measured run's apply_setting
+            model.disable_input_require_grads()
+            model.activation_checkpointing_disable()
     model.train()
     offload = spec.offload and ledger.as_cuda  # as in a measured run: the CPU has no pinned host memory to move to
     if spec.every_n_layers is not None:  # spec.checkpointing

@@ -27,6 +27,7 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
 from ..errors import Command, Option, SpecError
+from ..model.quantize import quant_state_tensors
 from ..spec import LOW_BIT_PACKAGES, RunSpec
 
 MIXED_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -206,7 +207,8 @@ def parameter_bytes(model: nn.Module, device: torch.device | None = None) -> tup
     def on_device(tensor: torch.Tensor) -> bool:
         return device is None or tensor.device.type == device.type
 
-    params = _storage_bytes(p for p in model.parameters() if on_device(p))
+    # A 4-bit weight's quant state counts with its weight (ckptlab.model.quantize).
+    params = _storage_bytes(p for p in [*model.parameters(), *quant_state_tensors(model)] if on_device(p))
     buffers = _storage_bytes(b for b in model.buffers() if on_device(b))
     return params, buffers
 

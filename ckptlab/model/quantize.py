@@ -1,0 +1,364 @@
+"""A 4-bit base as bitsandbytes stores it (QLoRA): the setting, the quantized model, peft's preparation.
+
+:class:`Quantization` is ``transformers.BitsAndBytesConfig``'s own fields that change the bytes of a step
+(``load_in_4bit``, ``bnb_4bit_quant_type``, ``bnb_4bit_use_double_quant``, ``bnb_4bit_compute_dtype``,
+``llm_int8_skip_modules``), with BitsAndBytesConfig's defaults (fp4, no double quantization, float32
+compute). BitsAndBytesConfig accepts unknown keys silently; the lab refuses them.
+
+:func:`quantize` replaces the model's linear layers in place as transformers' bitsandbytes integration does
+when it loads a model (``replace_with_bnb_linear``, then ``Params4bit(weight).to(device)`` per layer: the
+modules it keeps in 16 bits, the head and ``llm_int8_skip_modules``, stay). On fake tensors
+(``ckptlab.simulate``) ``Params4bit`` cannot wrap a FakeTensor, so the layers keep their real class
+(``bnb.nn.Linear4bit``, which peft's 4-bit LoRA layer is picked by) and the weight is a fake packed
+parameter carrying ``Params4bit``'s attributes and a quant state made by bitsandbytes' own
+``quantize_4bit`` on fake storage (its ops have fake kernels). :func:`prepare` is peft's
+``prepare_model_for_kbit_training``.
+
+``import bitsandbytes`` takes seconds: it happens only here, in functions a 4-bit run calls.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import Option, SpecError
+from ..fact import Fact
+from ..files import json_depth, regular_file_size
+
+QUANT_TYPES = ("nf4", "fp4")
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+PIP_LINE = "pip install bitsandbytes"
+# BitsAndBytesConfig's fields that a config.json's quantization_config carries and that change no byte of a 4-bit
+# step at these values: read and dropped. Any other value, or any other key, is refused.
+_INERT = {
+    "quant_method": "bitsandbytes",
+    "bnb_4bit_quant_storage": "uint8",
+    "llm_int8_threshold": 6.0,
+    "llm_int8_has_fp16_weight": False,
+    "llm_int8_enable_fp32_cpu_offload": False,
+}
+_PRIVATE = ("_load_in_4bit", "_load_in_8bit")  # BitsAndBytesConfig.to_dict's copies of load_in_4bit/8bit
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """A 4-bit base: ``BitsAndBytesConfig``'s fields, by their own names and with its defaults."""
+
+    load_in_4bit: bool = True  # the lab runs 4-bit bases only (load_in_8bit is refused with one message)
+    bnb_4bit_quant_type: str = "fp4"  # "nf4" (QLoRA's) or "fp4" (BitsAndBytesConfig's default)
+    bnb_4bit_use_double_quant: bool = False  # the absmax quantized again (8 bits per 64 weights instead of 32)
+    bnb_4bit_compute_dtype: str = "float32"  # the dtype Linear4bit computes in; BitsAndBytesConfig's None is float32
+    llm_int8_skip_modules: tuple[str, ...] | None = None  # modules kept in 16 bits; None: transformers' own choice
+
+    def __post_init__(self) -> None:
+        if isinstance(self.llm_int8_skip_modules, list):  # JSON gives a list; a tuple keeps the spec hashable
+            object.__setattr__(self, "llm_int8_skip_modules", tuple(self.llm_int8_skip_modules))
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Quantization:
+        """The quantization a ``BitsAndBytesConfig(**config)`` mapping (a JSON file, a config.json's
+        ``quantization_config``) asks for.
+
+        Raises:
+            SpecError: a key BitsAndBytesConfig does not have or the lab does not count, a bad value, 8 bits.
+        """
+        if not isinstance(config, Mapping):
+            raise _value_error("quantization", config, Fact("quantization.expected_object"))
+        fields = {name: value for name, value in config.items() if name not in _PRIVATE}
+        unknown = [
+            str(name)
+            for name, value in fields.items()
+            if name not in cls.__dataclass_fields__ and name != "load_in_8bit" and _INERT.get(name, _UNSEEN) != value
+        ]
+        if unknown:
+            raise SpecError(
+                key="spec.quantization_keys",
+                option=Option("quantization"),
+                unknown=", ".join(sorted(unknown))[:200],
+                known=", ".join([*cls.__dataclass_fields__, "load_in_8bit"]),
+            )
+        if fields.get("load_in_8bit") is True or fields.get("load_in_4bit") is not True:
+            raise SpecError(
+                key="spec.quantization_not_4bit",
+                option=Option("quantization"),
+            )
+        kept = {name: value for name, value in fields.items() if name in cls.__dataclass_fields__}
+        if kept.get("bnb_4bit_compute_dtype", "float32") is None:
+            kept["bnb_4bit_compute_dtype"] = "float32"  # BitsAndBytesConfig's own reading of None
+        if isinstance(kept.get("bnb_4bit_compute_dtype"), str):
+            kept["bnb_4bit_compute_dtype"] = kept["bnb_4bit_compute_dtype"].removeprefix("torch.")
+        quantization = cls(**kept)
+        quantization.validate()
+        return quantization
+
+    def validate(self) -> None:
+        """Raise :class:`SpecError` naming the first bad value."""
+        if self.load_in_4bit is not True:
+            raise _value_error("load_in_4bit", self.load_in_4bit, "true")
+        if self.bnb_4bit_quant_type not in QUANT_TYPES:
+            raise _value_error("bnb_4bit_quant_type", self.bnb_4bit_quant_type, " or ".join(QUANT_TYPES))
+        if not isinstance(self.bnb_4bit_use_double_quant, bool):
+            raise _value_error(
+                "bnb_4bit_use_double_quant", self.bnb_4bit_use_double_quant, Fact("quantization.expected_bool")
+            )
+        if self.bnb_4bit_compute_dtype not in COMPUTE_DTYPES:
+            raise _value_error("bnb_4bit_compute_dtype", self.bnb_4bit_compute_dtype, ", ".join(COMPUTE_DTYPES))
+        skip = self.llm_int8_skip_modules
+        if skip is not None and not (isinstance(skip, tuple) and all(isinstance(name, str) for name in skip)):
+            raise _value_error("llm_int8_skip_modules", skip, Fact("quantization.expected_names"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as ``BitsAndBytesConfig(**fields)`` takes them (JSON-ready)."""
+        fields = asdict(self)
+        if self.llm_int8_skip_modules is not None:
+            fields["llm_int8_skip_modules"] = list(self.llm_int8_skip_modules)
+        return fields
+
+    def bnb_config(self) -> Any:
+        """The ``transformers.BitsAndBytesConfig`` of these fields."""
+        import torch
+        from transformers import BitsAndBytesConfig
+
+        fields = self.to_dict()
+        fields["bnb_4bit_compute_dtype"] = getattr(torch, self.bnb_4bit_compute_dtype)
+        return BitsAndBytesConfig(**fields)
+
+
+_UNSEEN = object()
+# QLoRA's own setting (Dettmers et al. 2023, and the "-bnb-4bit" checkpoints): the app's "4-bit base (QLoRA)" choice.
+QLORA = Quantization(
+    load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype="bfloat16"
+)
+
+
+def _value_error(name: str, value: object, expected: Fact | str) -> SpecError:
+    """``expected``: what the field takes, in words (a fact) or as its values ("nf4 or fp4")."""
+    return SpecError(key="spec.quantization_value", option=Option(name, value), expected=expected)
+
+
+def as_quantization(value: object) -> Quantization | None:
+    """A spec's ``quantization`` as given (a :class:`Quantization`, a mapping from JSON, or None), as a Quantization.
+
+    Raises:
+        SpecError: as :meth:`Quantization.from_config`.
+    """
+    if value is None or isinstance(value, Quantization):
+        return value
+    return Quantization.from_config(value)  # type: ignore[arg-type]
+
+
+def config_quantization(config: Any) -> Quantization | None:
+    """The 4-bit quantization a model's config (its config.json's ``quantization_config``) asks for, or None.
+
+    Raises:
+        SpecError: a bitsandbytes quantization_config the lab does not take.
+    """
+    found = getattr(config, "quantization_config", None)
+    if found is None:
+        return None
+    fields = found if isinstance(found, Mapping) else found.to_dict()
+    if fields.get("quant_method") != "bitsandbytes":
+        return None  # another method: transformers says what it needs when it loads the folder
+    return Quantization.from_config(fields)
+
+
+def check_installed() -> None:
+    """Raise :class:`SpecError` with the pip line where bitsandbytes is not installed (nothing imported)."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise SpecError(
+            key="spec.quantization_package",
+            option=Option("quantization"),
+            pip=PIP_LINE,
+        )
+
+
+# -- the model -------------------------------------------------------------------------------------------
+
+
+def quantize(model: Any, quantization: Quantization) -> int:
+    """Quantize ``model``'s linear layers to 4 bits in place, as transformers' bitsandbytes integration does when it
+    loads a model (the modules it keeps in 16 bits stay); fake tensors too (the module docstring).
+
+    Returns:
+        The number of layers quantized.
+    """
+    import bitsandbytes as bnb
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+    from transformers.pytorch_utils import Conv1D
+    from transformers.quantizers.quantizer_bnb_4bit import Bnb4BitHfQuantizer
+
+    config = quantization.bnb_config()
+    quantizer = Bnb4BitHfQuantizer(config)
+    skip = quantizer.get_modules_to_not_convert(model, config.llm_int8_skip_modules, model._keep_in_fp32_modules)
+    old = {name: module for name, module in model.named_modules()}
+    # The new modules are made on the meta device, outside a FakeTensorMode that would make their weights fake.
+    with unset_fake_temporarily(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        replace_with_bnb_linear(model, modules_to_not_convert=skip, quantization_config=config)
+    count = 0
+    for name, module in model.named_modules():
+        if not isinstance(module, bnb.nn.Linear4bit) or name not in old or old[name] is module:
+            continue
+        weight = old[name].weight.data
+        if isinstance(old[name], Conv1D):  # GPT-2's projections store (in, out): transposed first, as transformers
+            weight = weight.T.contiguous()
+        if isinstance(weight, FakeTensor):
+            module.weight = _fake_params4bit(module, weight, bnb)
+        else:  # transformers' Bnb4bitQuantize.convert
+            packed = bnb.nn.Params4bit(weight, requires_grad=False, **module.weight.__dict__)
+            module.weight = packed.to(weight.device)  # type: ignore[misc]  # bitsandbytes' overloads of to()
+        if old[name].bias is not None:
+            module.bias = torch.nn.Parameter(old[name].bias.data, requires_grad=False)
+        count += 1
+    model.is_loaded_in_4bit = True  # transformers' _process_model_after_weight_loading; peft reads it
+    return count
+
+
+def _fake_params4bit(module: Any, weight: Any, bnb: Any) -> Any:
+    """A fake packed weight with ``Params4bit``'s attributes and a quant state from bitsandbytes' ``quantize_4bit``."""
+    import torch
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    attributes = dict(module.weight.__dict__)
+    mode = detect_fake_mode(weight)
+    assert mode is not None  # the weight is fake
+    with unset_fake_temporarily():  # the dynamic map of the double quantization, made once, for real
+        if "dynamic" not in bnb.functional.name2qmap:
+            bnb.functional.name2qmap["dynamic"] = bnb.functional.create_dynamic_map()
+    allowed, mode.allow_non_fake_inputs = mode.allow_non_fake_inputs, True  # that real map, read on fake storage
+    try:
+        packed, state = bnb.functional.quantize_4bit(
+            weight,
+            blocksize=attributes["blocksize"],
+            compress_statistics=attributes["compress_statistics"],
+            quant_type=attributes["quant_type"],
+            quant_storage=attributes["quant_storage"],
+        )
+    finally:
+        mode.allow_non_fake_inputs = allowed
+    param: Any = torch.nn.Parameter(packed, requires_grad=False)  # on a FakeTensor: the fake tensor, as a parameter
+    for key, value in attributes.items():
+        setattr(param, key, value)
+    param.quant_state, param.bnb_quantized, param.module = state, True, module
+    module.quant_state = state
+    return param
+
+
+def prepare(model: Any) -> int:
+    """peft's ``prepare_model_for_kbit_training(model)``: freezes the base, casts every float16/bfloat16 parameter
+    to float32 (the embeddings and the head too) and turns on reentrant checkpointing on every layer, which the
+    lab then replaces with the spec's setting (as Trainer does with ``activation_checkpointing=True``) or turns off.
+
+    Returns:
+        The number of parameters cast to float32.
+    """
+    import torch
+    from peft import prepare_model_for_kbit_training
+
+    cast = sum(param.numel() for param in model.parameters() if param.dtype in (torch.float16, torch.bfloat16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the deprecated gradient_checkpointing_enable peft calls
+        prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+    return cast
+
+
+def quant_state_tensors(model: Any) -> list[Any]:
+    """The tensors of every 4-bit weight's quant state (absmax, their double quantization, the maps): not parameters
+    nor buffers of the model, yet its weights' bytes. Empty for a model without 4-bit layers."""
+    found: list[Any] = []
+    for module in model.modules():
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        while state is not None:
+            found += [
+                tensor
+                for tensor in (state.absmax, state.code, getattr(state, "offset", None))
+                if tensor is not None and hasattr(tensor, "untyped_storage")
+            ]
+            state = getattr(state, "state2", None)
+    return found
+
+
+def quantization_notes(quantization: Quantization | None, checkpointing: bool) -> list[Any]:
+    """The notes of a step on a 4-bit base: the values it used, and what peft's preparation did to checkpointing."""
+    from ..fact import Fact
+
+    if quantization is None:
+        return []
+    skip = quantization.llm_int8_skip_modules
+    used = Fact(
+        "note.quantized_base",
+        {
+            "quant_type": quantization.bnb_4bit_quant_type,
+            "double_quant": quantization.bnb_4bit_use_double_quant,
+            "compute_dtype": quantization.bnb_4bit_compute_dtype,
+            "skip": "None" if skip is None else ", ".join(skip),
+        },
+    )
+    return [used, Fact("note.kbit_prepared" if checkpointing else "note.kbit_prepared_off")]
+
+
+MAX_FILE_BYTES = 65_536  # a BitsAndBytesConfig JSON is a few hundred bytes
+MAX_JSON_DEPTH = 4  # an object holding a list of module names nests two
+
+
+def load_quantization_file(path: str | os.PathLike[str]) -> Quantization:
+    """The :class:`Quantization` of a JSON file of ``BitsAndBytesConfig`` fields, read with ``ckptlab.files``' checks
+    (a FIFO, a device or a directory refused before anything is opened; size and nesting bounded).
+
+    Raises:
+        SpecError: no such file, not a JSON object within the bounds, or fields the lab does not take.
+    """
+    shown = os.fspath(path)
+    size = regular_file_size(path, SpecError)
+    problem: Fact | str | None = None
+    data: Any = None
+    if size is None:
+        problem = Fact("file.no_such_file")
+    elif size > MAX_FILE_BYTES:
+        problem = Fact("file.over_bytes", {"limit": MAX_FILE_BYTES})
+    else:
+        try:
+            with open(path, "rb") as opened:
+                text = opened.read(MAX_FILE_BYTES + 1).decode("utf-8")  # bounded even if it grew since the stat
+            if len(text) > MAX_FILE_BYTES:
+                problem = Fact("file.over_bytes", {"limit": MAX_FILE_BYTES})
+            elif json_depth(text) > MAX_JSON_DEPTH:
+                problem = Fact("file.nested", {"depth": MAX_JSON_DEPTH})
+            else:
+                data = json.loads(text)
+        except (ValueError, UnicodeDecodeError, RecursionError, OSError) as error:
+            problem = str(error)[:200]  # the library's own words
+        if problem is None and not isinstance(data, dict):
+            problem = Fact("file.not_object", {"kind": type(data).__name__})
+    if problem is not None:
+        raise SpecError(key="spec.quantization_file", path=shown, problem=problem)
+    return Quantization.from_config(data)
+
+
+def model_quantization(model: Any) -> Quantization | None:
+    """The 4-bit setting a model's ``Linear4bit`` layers were made with (a PeftModel's base too), read from the
+    layers themselves; None for a model without one. ``llm_int8_skip_modules`` is not read back (None)."""
+    import sys
+
+    bnb = sys.modules.get("bitsandbytes")  # a model with Linear4bit layers has imported it
+    if bnb is None:
+        return None
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            weight = module.weight
+            compute = getattr(module, "compute_dtype", None)
+            return Quantization(
+                bnb_4bit_quant_type=getattr(weight, "quant_type", "fp4"),
+                bnb_4bit_use_double_quant=bool(getattr(weight, "compress_statistics", False)),
+                bnb_4bit_compute_dtype=str(compute).removeprefix("torch.") if compute is not None else "float32",
+            )
+    return None

@@ -1,0 +1,35 @@
+"""The "4-bit base (QLoRA)" choice: the Lab page's widgets and a shared link carry it and read it back, the
+Trade-offs sweep takes it, and the code box loads the base before the checkpointing line."""
+
+from __future__ import annotations
+
+import ast
+
+from ckptlab import RunSpec
+from ckptlab.lab import labpage, tradeoffspage
+from ckptlab.lab.query import spec_from_query, spec_to_query
+from ckptlab.model.quantize import QLORA
+from ckptlab.model.snippets import qlora_snippet
+
+
+def test_the_qlora_choice_round_trips_through_widgets_and_a_link_and_writes_its_code():
+    spec = RunSpec(model="tiny-llama", lora_rank=8, quantization=QLORA)
+    values = labpage.widget_values(spec, "")
+    assert values["lab_qlora"] is True and labpage.spec_from_widgets(values, spec.model, None) == spec
+    assert labpage.spec_from_widgets({**values, "lab_lora": False}, spec.model, None).quantization is None
+    assert spec_from_query(spec_to_query(spec)) == (spec, [])
+    assert spec_from_query({**spec_to_query(spec), "lora": "off"})[0].quantization is None  # adapters only
+    assert spec_to_query(RunSpec()).get("qlora") is None  # links without it stay as they were
+    sweep = tradeoffspage.spec_from_widgets(
+        {
+            "tradeoffs_model": "tiny-llama", "tradeoffs_seq": [64], "tradeoffs_n": [], "tradeoffs_choose_n": False,
+            "tradeoffs_offload": "none", "tradeoffs_batch": 1, "tradeoffs_dtype": "auto", "tradeoffs_repeats": 1,
+            "tradeoffs_warmup": 0, "tradeoffs_optimizer": "adamw", "tradeoffs_lora": True, "tradeoffs_lora_rank": 4,
+            "tradeoffs_lora_targets": ["q_proj"], "tradeoffs_qlora": True,
+        },
+        ["q_proj", "v_proj"],
+    )  # fmt: skip
+    assert sweep.quantization == QLORA and sweep.run_spec(64, 1, False).quantization == QLORA
+    code = qlora_snippet(QLORA.to_dict())
+    ast.parse(code)
+    assert "bnb_4bit_quant_type='nf4'" in code and "prepare_model_for_kbit_training(model)" in code

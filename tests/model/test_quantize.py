@@ -1,0 +1,73 @@
+"""A 4-bit base (RunSpec.quantization): BitsAndBytesConfig's fields read strictly, LoRA required, a JSON round trip,
+and the model as transformers and peft make it, measured and simulated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ckptlab import RunSpec
+from ckptlab.errors import SpecError
+from ckptlab.model.quantize import Quantization, load_quantization_file
+
+QLORA = {
+    "load_in_4bit": True,
+    "bnb_4bit_quant_type": "nf4",
+    "bnb_4bit_use_double_quant": True,
+    "bnb_4bit_compute_dtype": "float32",
+}
+
+
+def test_the_setting_is_read_strictly_and_round_trips_through_json(tmp_path):
+    spec = RunSpec(model="tiny-llama", lora_rank=8, quantization={**QLORA, "quant_method": "bitsandbytes"})
+    spec.validate()
+    assert spec.quantization == Quantization(True, "nf4", True, "float32")
+    assert RunSpec(**json.loads(json.dumps(spec.to_dict()))) == spec
+    file = tmp_path / "q.json"
+    file.write_text(json.dumps(QLORA))
+    assert load_quantization_file(file) == spec.quantization
+
+    # A folder whose config.json carries a bitsandbytes quantization_config (a "-bnb-4bit" checkpoint) uses it.
+    from ckptlab.model.catalog import load_config
+    from ckptlab.step.preflight import with_folder_quantization
+
+    config = load_config("tiny-llama")[0].to_dict()
+    config["quantization_config"] = {**QLORA, "quant_method": "bitsandbytes", "_load_in_4bit": True}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert with_folder_quantization(RunSpec(model=str(tmp_path), lora_rank=4)).quantization == spec.quantization
+
+    refusals = {
+        "spec.quantization_keys": lambda: RunSpec(quantization={**QLORA, "bnb_4bit_quant_tpye": "nf4"}),
+        "spec.quantization_not_4bit": lambda: RunSpec(quantization={"load_in_8bit": True}),
+        "spec.quantization_value": lambda: RunSpec(quantization={**QLORA, "bnb_4bit_quant_type": "nf3"}),
+        "spec.quantization_without_lora": RunSpec(quantization=QLORA).validate,
+        "spec.quantization_file": lambda: load_quantization_file(tmp_path / "missing.json"),
+    }
+    for key, action in refusals.items():
+        with pytest.raises(SpecError) as caught:
+            action()
+        assert caught.value.key == key
+
+
+@pytest.mark.slow
+def test_the_simulation_of_a_4bit_base_equals_its_measured_cpu_step_per_category():
+    import ckptlab
+    from ckptlab.model.quantize import quant_state_tensors
+
+    spec = RunSpec(model="tiny-llama", seq_len=32, repeats=1, warmup=0, lora_rank=8, quantization=QLORA, device="cpu")
+    measured, simulated = ckptlab.measure(spec), ckptlab.simulate(spec)
+    assert [fact.key for fact in measured.notes[:2]] == ["note.quantized_base", "note.kbit_prepared"]
+    for memory in (measured.memory, simulated.memory):
+        assert memory.breakdown_at_peak.get("gradient", 0) < memory.breakdown_at_peak["parameter"] / 10  # adapters
+    for category, value in measured.memory.breakdown_at_peak.items():
+        assert simulated.memory.breakdown_at_peak.get(category) == pytest.approx(value, rel=0.01), category
+    assert simulated.memory.peak_bytes == pytest.approx(measured.memory.peak_bytes, rel=0.01)
+    assert simulated.memory.after_forward_bytes == pytest.approx(measured.memory.after_forward_bytes, rel=0.01)
+    # The 4-bit states are counted with the parameters: the base's bytes are the packed weights and their states.
+    model, _ = ckptlab.build_model("tiny-llama", quantization=spec.quantization)
+    states = sum(
+        tensor.untyped_storage().nbytes() for tensor in {id(t): t for t in quant_state_tensors(model)}.values()
+    )
+    weights = sum(param.untyped_storage().nbytes() for param in model.parameters())
+    assert states > 0 and measured.memory.breakdown_baseline["parameter"] >= weights + states - 4096
