@@ -20,13 +20,15 @@ import string
 from collections.abc import Callable, Sequence
 
 from ..errors import CkptlabError, Reference, worded_params
-from ..fact import ENGLISH, Fact, worded
+from ..fact import ENGLISH, Fact, filled, worded
 
 # The locale files' lookup lives in ckptlab.fact (the results layer words notes too); the edge asks here.
 from ..fact import LOCALES_DIR as LOCALES_DIR
 from ..fact import SAID as SAID
 from ..fact import MissingKeyError as MissingKeyError
 from ..fact import messages as messages
+from ..fact import number as number  # a number shown to people, in its language's form
+from ..fact import separators as separators
 
 DEFAULT = ENGLISH
 # Language code -> its own name, as the selector shows it (a person looks for their language in it).
@@ -54,7 +56,9 @@ def normalize(lang: object) -> str:
 
 
 def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
-    """The text of ``key`` in ``lang``, with ``{name}`` placeholders filled from ``values``.
+    """The text of ``key`` in ``lang``, with ``{name}`` placeholders filled from ``values``; a number formatted in
+    the template (``{peak:,.1f}``) in the language's form (a caller that formats a number itself asks
+    :func:`number`).
 
     A key missing in one language falls back to English (the locale tests keep that from
     happening); a key missing in English is a bug and raises.
@@ -62,12 +66,13 @@ def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
     Raises:
         MissingKeyError: ``key`` is not in the English file.
     """
-    text = messages(normalize(lang)).get(key, messages(DEFAULT).get(key))
+    code = normalize(lang)
+    text = messages(code).get(key, messages(DEFAULT).get(key))
     if text is None:
         raise MissingKeyError(
             f"translation key {key!r} is not in ckptlab/locales/{DEFAULT}.json; add it to every locale file"
         )
-    return text.format(**values) if values else text
+    return filled(text, code, values) if values else text
 
 
 def placeholders(text: str) -> set[str]:
@@ -106,7 +111,7 @@ def _translated(prefix: str, key: str | None, params: dict, english: str, lang: 
     """An error's ``prefix + key`` in ``lang`` filled with ``params``, else its English."""
     code = normalize(lang)
     text = None if key is None or code == DEFAULT else messages(code).get(prefix + key)
-    return english if text is None else text.format(**params)
+    return english if text is None else filled(text, code, params)
 
 
 # Characters Markdown gives a meaning inside a line (links, images, emphasis, code, HTML, tables), Streamlit's

@@ -22,7 +22,7 @@ from ...model.plan import planned_roles, rerun_inside, rerun_roles
 from ...model.selective import selective_key
 from ...results import LayerResult, Region, RunResult, TimelinePoint
 from ...units import MIB
-from ..i18n import t
+from ..i18n import number, t
 from ..labels import provenance_label, setting_label
 from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS, heading, legend, on_white
 
@@ -69,7 +69,9 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     # A selective policy: each CP box says what it kept (observed bytes), and its rerun box that it reran the rest.
     selective = spec.selective != "none"
     kept = [
-        t("selective.diagram_kept", lang, kept=_bytes(layer.kept_bytes)) if selective and layer.enabled == "CP" else ""
+        t("selective.diagram_kept", lang, kept=_bytes(layer.kept_bytes, lang))
+        if selective and layer.enabled == "CP"
+        else ""
         for layer in layers
     ]
     rest = [
@@ -194,9 +196,9 @@ def _backward(roles: Sequence[str]) -> list[str]:
     return ["rerun" if role == "CP" else "keep" for role in roles]
 
 
-def _bytes(count: int) -> str:
+def _bytes(count: int, lang: str) -> str:
     """A kept size that reads in a small box: MiB from 1 MiB, KiB below."""
-    return f"{count / MIB:,.1f} MiB" if count >= MIB else f"{count / 1024:,.1f} KiB"
+    return f"{number(count / MIB, ',.1f', lang)} MiB" if count >= MIB else f"{number(count / 1024, ',.1f', lang)} KiB"
 
 
 def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
@@ -207,9 +209,9 @@ def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
         module=layer.module,
         calls=layer.forward_calls,
         reruns=layer.recompute_calls,
-        saved=f"{layer.saved_bytes / MIB:,.2f}",
-        saved_bytes=f"{layer.saved_bytes:,}",
-        input=f"{layer.input_bytes / MIB:,.2f}",
+        saved=number(layer.saved_bytes / MIB, ",.2f", lang),
+        saved_bytes=number(layer.saved_bytes, ",", lang),
+        input=number(layer.input_bytes / MIB, ",.2f", lang),
         planned=layer.planned,
         flag=layer.enabled,
         observed=layer.observed,
@@ -223,7 +225,7 @@ def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
             "selective.diagram_hover",
             lang,
             policy=layer.selective,
-            kept=f"{layer.kept_bytes:,}",
+            kept=number(layer.kept_bytes, ",", lang),
             ops=", ".join(f"{name} x{count}" for name, count in layer.kept_ops.items()) or "-",
             reused=sum(layer.reused_ops.values()),
             rerun=sum(layer.rerun_ops.values()),
@@ -314,7 +316,7 @@ def _draw(
     figure.update_layout(
         barmode="overlay",
         legend=legend(-0.02, font={"size": size}),
-        **on_white(size),
+        **on_white(size, lang),
         uniformtext={"minsize": 9 if compact else 10, "mode": "show"},
         **layout,
     )

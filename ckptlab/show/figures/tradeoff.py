@@ -186,6 +186,7 @@ def sweep_tradeoff_figure(
             )
     sweep_layout(
         figure,
+        lang,
         t("tradeoff_fig.tradeoff_title", lang, model=result.model, seq=seq_len),
         sweep_provenance_label(result, lang),
         x_title=t("tradeoff_fig.tradeoff_x", lang),
@@ -276,6 +277,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
             )
     sweep_layout(
         figure,
+        lang,
         t("tradeoff_fig.seq_title", lang, model=result.model),
         t("tradeoff_fig.seq_subtitle", lang, provenance=sweep_provenance_label(result, lang)),
         x_title=t("tradeoff_fig.seq_x", lang),
@@ -332,7 +334,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
                     "tradeoff_fig.peak_hover",
                     lang,
                     setting=row.setting,
-                    mib=mib(known_peak(row)),
+                    mib=mib(known_peak(row), lang),
                     where=peak_where(row, lang),
                 )
                 + "<extra></extra>",
@@ -340,6 +342,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
         )
     sweep_layout(
         figure,
+        lang,
         t("tradeoff_fig.peak_title", lang, model=result.model, seq=seq_len),
         sweep_provenance_label(result, lang),
         x_title=t("tradeoff_fig.peak_x", lang),
@@ -349,7 +352,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
 
 
 def sweep_layout(
-    figure: go.Figure, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None
+    figure: go.Figure, lang: str, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None
 ) -> None:
     """The layout every sweep figure shares: title and provenance subtitle, the legend under the axis title."""
     figure.update_layout(
@@ -357,7 +360,7 @@ def sweep_layout(
         height=480,
         margin={"l": 60, "r": 20, "t": 90, "b": 120},  # the legend sits below the axis title
         legend=legend(-0.2),
-        **on_white(13),
+        **on_white(13, lang),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero", title_text=y_title)
     figure.update_xaxes(gridcolor=LIGHT_GRID, title_text=x_title)
