@@ -66,25 +66,16 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     moe_reruns = [
         layer.moe and layer.router_recompute_calls > 0 and layer.experts_recompute_calls > 0 for layer in layers
     ]
-    # A selective policy: each CP box says what it kept (observed bytes), and its rerun box that it reran the rest.
+    # A selective policy: the subtitle says what the CP layers kept (observed bytes) and that their reruns did the
+    # rest; a box a layer's width wide (40 px for six layers at 1280x720) holds no more than its name and role.
     selective = spec.selective != "none"
-    kept = [
-        t("selective.diagram_kept", lang, kept=_bytes(layer.kept_bytes, lang))
-        if selective and layer.enabled == "CP"
-        else ""
-        for layer in layers
-    ]
-    rest = [
-        t("selective.diagram_rest", lang) if selective and layer.enabled == "CP" and layer.recompute_calls else ""
-        for layer in layers
-    ]
     # A keep layer nested in a checkpointed one reruns with it: its backward box says inside whose rerun.
     rest = [
-        t("fig.reruns_inside", lang, parent=f"L{layer.rerun_inside + 1}") if layer.rerun_inside is not None else more
-        for layer, more in zip(layers, rest)
+        t("fig.reruns_inside", lang, parent=f"L{layer.rerun_inside + 1}") if layer.rerun_inside is not None else ""
+        for layer in layers
     ]
     rows = [
-        _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover, extra=kept),
+        _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover),
         _Row(
             t("diagram.backward", lang),
             "backward",
@@ -108,8 +99,10 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         ]
         title = t("fig.differs", lang, setting=setting)
     subtitle = provenance_label(result.provenance, lang)
-    if selective:
-        subtitle += " · " + t("selective.diagram_subtitle", lang, policy=selective_key(spec.selective))
+    if selective:  # a line of its own: the provenance and the policy in one line ran past a column's edge
+        sizes = sorted({layer.kept_bytes for layer in layers if layer.enabled == "CP"})
+        kept = "–".join(_bytes(size, lang) for size in sizes[:1] + sizes[1:][-1:]) or _bytes(0, lang)
+        subtitle += "<br>" + t("selective.diagram_subtitle", lang, policy=selective_key(spec.selective), kept=kept)
     if any(moe_reruns):
         subtitle += " · " + t("fig.moe_subtitle", lang, count=sum(moe_reruns))
     return _draw(rows, lang, title=title, subtitle=subtitle)

@@ -103,6 +103,10 @@ def sweep_prediction_figure(
                     },
                     text=[_error_text(e, lang) for e in errors],
                     textposition="outside",
+                    # Upright along the bar, at its size: a bar of a group is narrower than "+22.0%" lying down, and
+                    # plotly shrank the words to fit it (about 5 px tall at 1280x720, issue 43).
+                    textangle=-90,
+                    constraintext="none",
                     textfont={"size": 11},
                     cliponaxis=False,
                     hovertemplate="%{x}: %{y:,.1f} "
