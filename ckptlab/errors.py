@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .fact import ENGLISH, Fact, text, worded_param
+from .fact import ENGLISH, Fact, filled, text, worded_param
 
 ERRORS = "errors."  # the prefix of an error's words in every locale file
 
@@ -125,7 +125,7 @@ class CkptlabError(Exception):
     def worded(self, word: Callable[[Reference], str] = str, lang: str = ENGLISH) -> str:
         """The message in ``lang`` (a supported code), each reference in ``word``'s words (``str``: the Python
         API's), each fact in ``lang``'s."""
-        return text(ERRORS + self.key, lang).format(**worded_params(self.params, word, lang))
+        return filled(text(ERRORS + self.key, lang), lang, worded_params(self.params, word, lang))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled whole, whatever a subclass's __init__ takes: an error raised in a worker process

@@ -13,6 +13,7 @@ This module sits in the bottom layer so the results layer can write a result's n
 from __future__ import annotations
 
 import json
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -22,6 +23,9 @@ from typing import Any
 LOCALES_DIR = Path(__file__).resolve().parent / "locales"  # package data: installs with ckptlab
 ENGLISH = "en"
 SAID = "said."  # the prefix of a fact's words in every locale file
+# A language's decimal mark and thousands separator, in that order (plotly's ``layout.separators`` reads the same):
+# ".," in English and Japanese, ",." in Brazilian Portuguese. Language data, so it lives in the locale files.
+SEPARATORS = "number.separators"
 
 
 class MissingKeyError(KeyError):
@@ -106,9 +110,43 @@ def worded(fact: Fact, lang: str = ENGLISH) -> str:
     Raises:
         MissingKeyError: ``said.<key>`` is not in the English file.
     """
-    return text(SAID + fact.key, lang).format(
-        **{name: worded_param(value, lang) for name, value in fact.params.items()}
+    return filled(
+        text(SAID + fact.key, lang), lang, {name: worded_param(value, lang) for name, value in fact.params.items()}
     )
+
+
+def separators(lang: str) -> str:
+    """``lang``'s decimal mark and thousands separator (``".,"`` or ``",."``): :data:`SEPARATORS` of its file."""
+    return messages(lang).get(SEPARATORS) or messages(ENGLISH)[SEPARATORS]
+
+
+def localized(text: str, lang: str) -> str:
+    """A number Python formatted (``"1,234.5"``, ``"+22.0%"``) with ``lang``'s decimal mark and thousands separator
+    (``"1.234,5"`` in pt-BR): the one place a number shown to people takes its language's form."""
+    marks = separators(lang)
+    return text if marks == ".," else text.translate(str.maketrans(".,", marks))
+
+
+def number(value: float, spec: str, lang: str) -> str:
+    """``format(value, spec)`` in ``lang``'s form: ``number(75.3, ",.1f", "pt-BR") == "75,3"``."""
+    return localized(format(value, spec), lang)
+
+
+class _NumberFormatter(string.Formatter):
+    """``str.format`` but that a number formatted in a template (``{peak:,.1f}``) takes the language's form."""
+
+    def __init__(self, lang: str) -> None:
+        self.lang = lang
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        text = format(value, format_spec)
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return localized(text, self.lang) if is_number else text
+
+
+def filled(text: str, lang: str, values: Mapping[str, Any]) -> str:
+    """``text.format(**values)``, its numbers in ``lang``'s form (:func:`localized`)."""
+    return _NumberFormatter(lang).vformat(text, (), values) if separators(lang) != ".," else text.format(**values)
 
 
 def worded_param(value: Any, lang: str) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from .errors import SpecError
+from .fact import ENGLISH, localized
 
 KIB = 2**10
 MIB = 2**20
@@ -17,13 +18,13 @@ GIB = 2**30
 SIZE_UNITS = {"": 1, "b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
 
-def mib(num_bytes: float) -> str:
-    """Bytes as MiB with one decimal, e.g. ``"194.1"``."""
-    return f"{num_bytes / MIB:,.1f}"
+def mib(num_bytes: float, lang: str = ENGLISH) -> str:
+    """Bytes as MiB with one decimal, e.g. ``"194.1"`` (``"1.234,5"`` in pt-BR: :func:`ckptlab.fact.localized`)."""
+    return localized(f"{num_bytes / MIB:,.1f}", lang)
 
 
-def milliseconds(seconds: float) -> str:
-    return f"{seconds * 1000:,.0f}"
+def milliseconds(seconds: float, lang: str = ENGLISH) -> str:
+    return localized(f"{seconds * 1000:,.0f}", lang)
 
 
 def parse_size(text: str, name: str = "size") -> int:

@@ -49,7 +49,9 @@ def estimate_text(seconds: float, basis: str, lang: str, left: bool = True) -> s
     ``basis``: "measured" (the FLOP count scaled by this server's measured runs, :data:`ckptlab.lab.run.PACE`),
     "predicted" (the FLOP count alone) or "so_far" (the job's own pace so far; seconds left only).
     """
-    return i18n.t(f"wait.{'left' if left else 'total'}_{basis}", lang, seconds=f"{max(seconds, 1):,.0f}")
+    return i18n.t(
+        f"wait.{'left' if left else 'total'}_{basis}", lang, seconds=i18n.number(max(seconds, 1), ",.0f", lang)
+    )
 
 
 @st.cache_resource(show_spinner=False)

@@ -16,7 +16,7 @@ from ckptlab.model.plan import planned_roles
 from ckptlab.results import RunResult
 from ckptlab.show.figures.diagram import roles_diagram_figure
 from ckptlab.show.figures.room import room_figure
-from ckptlab.show.i18n import t
+from ckptlab.show.i18n import number, t
 from ckptlab.show.wording import run_message
 from pages._common import preset_infos
 from pages._learn_runs import measured
@@ -111,9 +111,9 @@ def measured_text(closed: Round, lang: str) -> str:
     if closed.measured is None:
         return t("classroom.none_fits", lang)
     if closed.exercise.kind == "percent":
-        return f"{closed.measured:,.0f}%"
+        return f"{number(closed.measured, ',.0f', lang)}%"
     if closed.exercise.kind == "kept":
-        return f"{closed.measured:,.1f} KiB"
+        return f"{number(closed.measured, ',.1f', lang)} KiB"
     return f"every_n_layers={int(closed.measured)}"
 
 

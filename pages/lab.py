@@ -31,8 +31,8 @@ from ckptlab.show.export import layer_rows, result_csv
 from ckptlab.show.figures.breakdown import breakdown_figure
 from ckptlab.show.figures.diagram import diagram_figure, plan_figure
 from ckptlab.show.figures.run import comparison_figure
-from ckptlab.show.i18n import as_text, say, t
-from ckptlab.show.labels import experts_caption, method_label, provenance_label, setting_label
+from ckptlab.show.i18n import as_text, number, say, t
+from ckptlab.show.labels import experts_caption, method_label, provenance_label, run_label
 from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.peak_words import logits_sentence
 from ckptlab.show.wording import app_message, run_message
@@ -125,7 +125,7 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -
 
         def progress(message: str, fraction: float) -> None:
             fraction, message = min(max(fraction, 0.0), 1.0), say(message, lang)
-            status.update(label=t("lab.status_running", lang, pct=f"{fraction:.0%}", message=message))
+            status.update(label=t("lab.status_running", lang, pct=number(fraction, ".0%", lang), message=message))
             left = "" if total_s is None else " · " + estimate_text(total_s * (1 - fraction), basis, lang)
             bar.progress(fraction, text=message + left)
 
@@ -273,7 +273,7 @@ def draw_measurements(lab: LabRun, spec: RunSpec, lang: str) -> bool:
         return False
     diagram, where = st.columns([3, 2])
     diagram.plotly_chart(diagram_figure(result, lang=lang), key="lab_diagram", theme=None)
-    label = setting_label(result.spec.every_n_layers, result.spec.offload, lang)
+    label = run_label(result, lang)  # says so when offload did not happen (the CPU)
     bars = [(label, result)]
     if lab.plain is not None and lab.plain.result.status == "ok":  # a selective policy beside plain checkpointing
         policy = labpage.policy_label(str(result.spec.selective), lang)

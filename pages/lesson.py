@@ -24,7 +24,7 @@ from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure, focus_of
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
-from ckptlab.show.i18n import t
+from ckptlab.show.i18n import number, t
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
@@ -161,7 +161,7 @@ if part == "activation":
         step_figure(off, learnpage.loss_index(off), lang=lang), key="lesson_activation_chart", theme=None
     )
     saved = learnpage.saved_bytes(off) / MIB
-    figure.caption(t("lesson.activation.caption", lang, mib=f"{saved:,.1f}", layers=len(off.layers)))
+    figure.caption(t("lesson.activation.caption", lang, mib=number(saved, ",.1f", lang), layers=len(off.layers)))
 
 elif part == "trade":
     off, one = need(at(None), at(1))
@@ -174,8 +174,8 @@ elif part == "trade":
         t(
             caption,
             lang,
-            resident=f"{comparison.after_forward_ratio * 100:.0f}",
-            step=f"{comparison.step_ratio * 100:.0f}",
+            resident=number(comparison.after_forward_ratio * 100, ".0f", lang),
+            step=number(comparison.step_ratio * 100, ".0f", lang),
         )
     )
     figure.plotly_chart(learnpage.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
@@ -204,7 +204,12 @@ elif part == "offload":
     figure = figure_column()
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
     figure.caption(
-        t("lesson.offload.caption", lang, mib=f"{chosen[-1].memory.offload_bytes / MIB:,.1f}", seq=LONG.seq_len)
+        t(
+            "lesson.offload.caption",
+            lang,
+            mib=number(chosen[-1].memory.offload_bytes / MIB, ",.1f", lang),
+            seq=LONG.seq_len,
+        )
     )
 
 elif part == "peak":
@@ -222,8 +227,8 @@ elif part == "peak":
         t(
             "lesson.peak.numbers",
             lang,
-            short=f"{ratios[0] * 100:.0f}",
-            long=f"{ratios[1] * 100:.0f}",
+            short=number(ratios[0] * 100, ".0f", lang),
+            long=number(ratios[1] * 100, ".0f", lang),
             seq_short=BASE.seq_len,
             seq_long=LONG.seq_len,
         )
@@ -240,15 +245,15 @@ elif part == "shrink":
         (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting="n=1"), lora_on),
     ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=480), key="lesson_shrink_chart", theme=None)
-    shares = [f"{learnpage.activation_share(off) * 100:.0f}" for off in (full_off, lora_off)]
+    shares = [number(learnpage.activation_share(off) * 100, ".0f", lang) for off in (full_off, lora_off)]
     ratios = [ckptlab.compare(on, off).peak_ratio for on, off in ((full_on, full_off), (lora_on, lora_off))]
     figure.caption(
         t(
             "lesson.shrink.caption",
             lang,
             seq=FULL.seq_len,
-            full=f"{ratios[0] * 100:.0f}",
-            lora=f"{ratios[1] * 100:.0f}",
+            full=number(ratios[0] * 100, ".0f", lang),
+            lora=number(ratios[1] * 100, ".0f", lang),
             full_share=shares[0],
             lora_share=shares[1],
         )
@@ -262,7 +267,7 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
     figure = figure_column()
     labels = learnpage.shard_labels(idea, lang)
     spec = idea.bars[0].spec
-    subtitle = t("lesson.shard.subtitle", lang, model=spec.model, seq=f"{spec.seq_len:,}")
+    subtitle = t("lesson.shard.subtitle", lang, model=spec.model, seq=number(spec.seq_len, ",", lang))
     figure.plotly_chart(
         sharding_figure([(label, b.parts) for label, b in zip(labels, idea.bars)], subtitle, lang=lang),
         key="lesson_shard_chart",

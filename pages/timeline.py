@@ -14,7 +14,7 @@ from ckptlab.lab import learnpage
 from ckptlab.lab.run import reference_spec
 from ckptlab.show.figures.diagram import focus_of
 from ckptlab.show.figures.timeline import peak_cause, timeline_figure
-from ckptlab.show.i18n import t
+from ckptlab.show.i18n import number, t
 from ckptlab.show.labels import event_label, method_label, run_label
 from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
@@ -70,7 +70,13 @@ st.plotly_chart(timeline_figure(run, others, lang=lang, cursor=index), key="time
 
 now, high = learnpage.above_baseline(run, point)
 st.markdown(
-    t("timeline.at_event", lang, event=event_label(point, lang), now=f"{now / MIB:,.1f}", high=f"{high / MIB:,.1f}")
+    t(
+        "timeline.at_event",
+        lang,
+        event=event_label(point, lang),
+        now=number(now / MIB, ",.1f", lang),
+        high=number(high / MIB, ",.1f", lang),
+    )
 )
 st.plotly_chart(learnpage.run_diagram(run, lang, focus=focus_of(point)), key="timeline_diagram", theme=None)
 st.caption(t("timeline.diagram_caption", lang))

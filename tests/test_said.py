@@ -106,7 +106,7 @@ def test_real_progress_and_simulation_notes_say_themselves_in_every_language():
     for english in (
         "building tiny-llama (13.8M parameters, random weights)",
         "simulating all 6 layers of tiny-llama",
-        "n=1: simulating 3 of 6 layers",  # the table shares shallow steps between its settings (step.table)
+        "n=1: simulating shallow step 1 of 1: a copy of 3 layers that stands for all 6",  # steps shared (step.table)
         "off: done",
         "waiting for the device",
         "warm-up step 1 of 1",

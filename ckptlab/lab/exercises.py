@@ -20,7 +20,7 @@ from ..explore.budget import fit
 from ..model import catalog
 from ..model.plan import planned_roles
 from ..results import Judgement, RunResult, compare, measurements, memory_of, timing_of
-from ..show.i18n import t
+from ..show.i18n import number, t
 from ..show.labels import event_label
 from ..spec import RunSpec
 from ..units import mib
@@ -221,9 +221,9 @@ def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, Run
     points = percent_points(predicted, measured)
     gap = predicted - measured
     if abs(gap) <= PERCENT_BANDS[0][0]:
-        verdict = t("verdict.close", lang, gap=f"{abs(gap):.0f}")
+        verdict = t("verdict.close", lang, gap=number(abs(gap), ".0f", lang))
     else:
-        verdict = t("verdict.high" if gap > 0 else "verdict.low", lang, gap=f"{abs(gap):.0f}")
+        verdict = t("verdict.high" if gap > 0 else "verdict.low", lang, gap=number(abs(gap), ".0f", lang))
     return Outcome(predicted, measured, points, verdict, explain(exercise, runs, lang))
 
 
@@ -252,9 +252,11 @@ def _evaluate_kept(exercise: Exercise, predicted: float, runs: Mapping[int | Non
     gap = 100.0 * (predicted - measured) / measured if measured else float("inf")
     points = percent_points(gap, 0.0) if measured else 0
     if abs(gap) <= PERCENT_BANDS[0][0]:
-        verdict = t("selective.verdict_close", lang, gap=f"{abs(gap):.0f}")
+        verdict = t("selective.verdict_close", lang, gap=number(abs(gap), ".0f", lang))
     else:
-        verdict = t("selective.verdict_high" if gap > 0 else "selective.verdict_low", lang, gap=f"{abs(gap):.0f}")
+        verdict = t(
+            "selective.verdict_high" if gap > 0 else "selective.verdict_low", lang, gap=number(abs(gap), ".0f", lang)
+        )
     return Outcome(predicted, measured, points, verdict, explain(exercise, runs, lang))
 
 
@@ -269,12 +271,12 @@ def _explain_kept(run: RunResult, lang: str) -> str:
         "selective.explain_kept",
         lang,
         layers=len(cp),
-        per_layer=f"{measured / max(len(cp), 1):,.1f}",
-        kib=f"{measured:,.1f}",
+        per_layer=number(measured / max(len(cp), 1), ",.1f", lang),
+        kib=number(measured, ",.1f", lang),
         ops=", ".join(ops) or "-",
         seq=run.spec.seq_len,
-        rerun=f"{rerun:,}",
-        reused=f"{reused:,}",
+        rerun=number(rerun, ",", lang),
+        reused=number(reused, ",", lang),
     )
 
 
@@ -285,7 +287,7 @@ def _explain_resident(run: RunResult, off: RunResult, lang: str) -> str:
     rest = max(memory_of(run).after_forward_bytes - kept, 0)
     # With every layer CP there are no keep layers to name among the rest.
     key = "explain.after_forward_all_cp" if len(cp) == len(run.layers) else "explain.after_forward"
-    return t(key, lang, k=len(cp), kept=mib(kept), off=mib(cp_off), rest=mib(rest))
+    return t(key, lang, k=len(cp), kept=mib(kept, lang), off=mib(cp_off, lang), rest=mib(rest, lang))
 
 
 def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
@@ -296,10 +298,10 @@ def _explain_peak(run: RunResult, off: RunResult, lang: str) -> str:
     values = {
         "where": where,
         "seq": run.spec.seq_len,
-        "off": mib(off_memory.peak_above_baseline_bytes),
-        "run": mib(memory.peak_above_baseline_bytes),
-        "grad": mib(point.region_peak_breakdown.get("gradient", 0)),
-        "freed": mib(max(off_memory.after_forward_bytes - memory.after_forward_bytes, 0)),
+        "off": mib(off_memory.peak_above_baseline_bytes, lang),
+        "run": mib(memory.peak_above_baseline_bytes, lang),
+        "grad": mib(point.region_peak_breakdown.get("gradient", 0), lang),
+        "freed": mib(max(off_memory.after_forward_bytes - memory.after_forward_bytes, 0), lang),
     }
     return t("explain.peak_unmoved" if ratio >= 90 else "explain.peak_moved", lang, **values)
 
@@ -313,28 +315,28 @@ def _explain_step(run: RunResult, off: RunResult, lang: str) -> str:
         key,
         lang,
         k=cp,
-        forward=f"{timing.forward_s * 1000:,.0f}",
-        backward_off=f"{off_timing.backward_s * 1000:,.0f}",
-        backward=f"{timing.backward_s * 1000:,.0f}",
-        ratio=f"{comparison.step_ratio * 100:.0f}",
+        forward=number(timing.forward_s * 1000, ",.0f", lang),
+        backward_off=number(off_timing.backward_s * 1000, ",.0f", lang),
+        backward=number(timing.backward_s * 1000, ",.0f", lang),
+        ratio=number(comparison.step_ratio * 100, ".0f", lang),
     )
 
 
 def _explain_budget(exercise: Exercise, runs: Mapping[int | None, RunResult], answer: int | None, lang: str) -> str:
     budget = exercise.budget_fraction * memory_of(runs[None]).after_forward_bytes
-    held = ", ".join(f"n={n}: {mib(memory_of(runs[n]).after_forward_bytes)}" for n in exercise.choices)
+    held = ", ".join(f"n={n}: {mib(memory_of(runs[n]).after_forward_bytes, lang)}" for n in exercise.choices)
     if answer is None:
-        return t("explain.budget_none", lang, budget=mib(budget), held=held)
+        return t("explain.budget_none", lang, budget=mib(budget, lang), held=held)
     # The speed is said from the measured ranking beside it, never assumed: on a busy machine the chart can show
     # a setting with more reruns faster, and the words must not contradict the chart.
     fitting = [n for n in exercise.choices if fit(memory_of(runs[n]).after_forward_bytes, int(budget)).fits]
     fastest = min(fitting, key=lambda n: timing_of(runs[n]).step_s)
-    ms = {n: f"{timing_of(runs[n]).step_s * 1000:,.0f}" for n in (answer, fastest)}
+    ms = {n: number(timing_of(runs[n]).step_s * 1000, ",.0f", lang) for n in (answer, fastest)}
     if fastest == answer:
         speed = t("explain.budget_fastest", lang, n=answer, ms=ms[answer])
     else:
         speed = t("explain.budget_not_fastest", lang, n=answer, ms=ms[answer], other=fastest, other_ms=ms[fastest])
-    return t("explain.budget", lang, budget=mib(budget), held=held, n=answer) + " " + speed
+    return t("explain.budget", lang, budget=mib(budget, lang), held=held, n=answer) + " " + speed
 
 
 def total_points(answers: Mapping[str, Outcome]) -> tuple[int, int]:

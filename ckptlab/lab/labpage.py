@@ -19,8 +19,8 @@ from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
 from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
-from ..show.i18n import t
-from ..show.labels import event_label, provenance_label, setting_label, training_label
+from ..show.i18n import number, t
+from ..show.labels import event_label, provenance_label, run_label, setting_label, training_label
 from ..show.report import setting_name
 from ..show.wording import app_message
 from ..spec import RunSpec
@@ -38,9 +38,9 @@ SAME_MEMORY_BYTES = MIB / 20  # a memory delta below it reads "same as off"
 PEAK_UNMOVED = 0.98  # peak ratio above it: what the forward freed did not lower the peak
 
 
-def params_label(num_params: int) -> str:
+def params_label(num_params: int, lang: str) -> str:
     """A parameter count in the model boxes' words: ``1.5B`` or ``135M``."""
-    return f"{num_params / 1e9:.1f}B" if num_params >= 1e9 else f"{num_params / 1e6:.0f}M"
+    return f"{number(num_params / 1e9, '.1f', lang)}B" if num_params >= 1e9 else f"{num_params / 1e6:.0f}M"
 
 
 def model_label(name: str, info: ModelInfo | None, lang: str) -> str:
@@ -52,17 +52,22 @@ def model_label(name: str, info: ModelInfo | None, lang: str) -> str:
         return t("lab.local_dir", lang)
     group = t("lab.group_tiny", lang) if info.cpu_ok else t("lab.group_real", lang)
     return t(
-        "lab.model_label", lang, group=group, name=name, layers=info.num_layers, size=params_label(info.num_params)
+        "lab.model_label",
+        lang,
+        group=group,
+        name=name,
+        layers=info.num_layers,
+        size=params_label(info.num_params, lang),
     )
 
 
-def duration(seconds: float) -> str:
+def duration(seconds: float, lang: str) -> str:
     """Seconds in whole seconds, minutes or hours, whichever reads best."""
     if seconds < 120:
-        return f"{seconds:,.0f} s"
+        return f"{number(seconds, ',.0f', lang)} s"
     if seconds < 7200:
-        return f"{seconds / 60:,.0f} min"
-    return f"{seconds / 3600:,.0f} h"
+        return f"{number(seconds / 60, ',.0f', lang)} min"
+    return f"{number(seconds / 3600, ',.0f', lang)} h"
 
 
 def weights_and_gradients_bytes(num_params: int, dtype: str) -> int:
@@ -78,7 +83,7 @@ def model_caption(info: ModelInfo, lang: str) -> str:
             lang,
             family=info.family,
             hidden=info.hidden_size,
-            positions=f"{info.max_positions:,}",
+            positions=number(info.max_positions, ",", lang),
         )
     return t("lab.model_caption", lang, family=info.family, hidden=info.hidden_size)
 
@@ -123,8 +128,10 @@ def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, la
 def cpu_warning(spec: RunSpec, info: ModelInfo, lang: str) -> str:
     """A model meant for a GPU, run on the CPU: the predicted step and Run times and its weights and gradients."""
     step_s, run_s = cpu_estimate(spec, info)
-    gib = f"{weights_and_gradients_bytes(info.num_params, spec.dtype) / GIB:,.1f}"
-    return t("lab.meant_for_gpu", lang, model=info.name, step=duration(step_s), run=duration(run_s), gib=gib)
+    gib = number(weights_and_gradients_bytes(info.num_params, spec.dtype) / GIB, ",.1f", lang)
+    return t(
+        "lab.meant_for_gpu", lang, model=info.name, step=duration(step_s, lang), run=duration(run_s, lang), gib=gib
+    )
 
 
 def head_line(spec: RunSpec, lang: str) -> str:
@@ -142,7 +149,7 @@ def head_line(spec: RunSpec, lang: str) -> str:
         "lab.head",
         lang,
         model=spec.model,
-        seq=f"{spec.seq_len:,}",
+        seq=number(spec.seq_len, ",", lang),
         batch=spec.batch_size,
         dtype=dtype,
         device=device,
@@ -215,8 +222,8 @@ def status_label(lab: LabRun, lang: str) -> str:
     """The run's status line once done: reused from the cache at a time, or measured in so many seconds."""
     if lab.run.reused and (lab.reference is None or lab.reference.reused):
         return t("lab.reused_label", lang, clock=clock(lab.run))
-    waited = t("lab.waited", lang, seconds=f"{lab.wait_s:.1f}") if lab.wait_s >= 0.5 else ""
-    return t("lab.measured_in", lang, seconds=f"{lab.elapsed_s:.1f}", waited=waited)
+    waited = t("lab.waited", lang, seconds=number(lab.wait_s, ".1f", lang)) if lab.wait_s >= 0.5 else ""
+    return t("lab.measured_in", lang, seconds=number(lab.elapsed_s, ".1f", lang), waited=waited)
 
 
 def gradients_message(
@@ -243,14 +250,14 @@ def memory_delta(value: int, reference: int | None, lang: str) -> dict[str, Any]
     diff = value - reference
     if abs(diff) < SAME_MEMORY_BYTES:
         return {"delta": t("lab.same_as_off", lang), "delta_color": "off", "delta_arrow": "off"}
-    return {"delta": t("lab.mib_vs_off", lang, diff=f"{diff / MIB:+,.1f}"), "delta_color": "inverse"}
+    return {"delta": t("lab.mib_vs_off", lang, diff=number(diff / MIB, "+,.1f", lang)), "delta_color": "inverse"}
 
 
 def time_delta(value: float, reference: float | None, significant: bool | None, lang: str) -> dict[str, Any]:
     """``st.metric`` delta arguments for a time against checkpointing off: grey when too few steps or noise."""
     if reference is None:
         return {}
-    diff = f"{(value - reference) * 1000:+,.0f} ms"
+    diff = f"{number((value - reference) * 1000, '+,.0f', lang)} ms"
     if significant:
         return {"delta": t("lab.vs_off", lang, diff=diff), "delta_color": "inverse"}
     key = "lab.too_few_steps" if significant is None else "lab.noise"
@@ -259,7 +266,7 @@ def time_delta(value: float, reference: float | None, significant: bool | None, 
 
 def time_sentence(comparison: Comparison, min_samples: int, lang: str) -> str:
     """The step time's change against checkpointing off, said as measurable, noise or too few steps to tell."""
-    change = f"{(comparison.step_ratio - 1) * 100:+.0f}%"
+    change = f"{number((comparison.step_ratio - 1) * 100, '+.0f', lang)}%"
     if comparison.step_significant is None:
         return t("lab.time_too_few", lang, change=change, min=min_samples)
     if comparison.step_significant:
@@ -271,7 +278,7 @@ def freed_sentence(memory: MemoryResult, base: MemoryResult, comparison: Compari
     """ "" unless the forward freed memory that did not lower the peak; then how much, in words."""
     freed = base.after_forward_bytes - memory.after_forward_bytes
     if freed > 0 and comparison.peak_ratio > PEAK_UNMOVED:
-        return t("lab.freed_not_peak", lang, mib=mib(freed))
+        return t("lab.freed_not_peak", lang, mib=mib(freed, lang))
     return ""
 
 
@@ -315,15 +322,15 @@ def metrics(lab: LabRun, lang: str) -> list[Metric]:
         return time_delta(value, reference, phase_significant(lab.result, base, name), lang)
 
     def ms(seconds: float) -> str:
-        return f"{seconds * 1000:,.0f} ms"
+        return f"{number(seconds * 1000, ',.0f', lang)} ms"
 
     return [
-        Metric(t("lab.metric_peak", lang), f"{mib(memory.peak_bytes)} MiB", mem("peak_bytes"), t("lab.metric_peak_help", lang)),
-        Metric(t("lab.metric_resident", lang), f"{mib(memory.after_forward_bytes)} MiB", mem("after_forward_bytes"),
+        Metric(t("lab.metric_peak", lang), f"{mib(memory.peak_bytes, lang)} MiB", mem("peak_bytes"), t("lab.metric_peak_help", lang)),
+        Metric(t("lab.metric_resident", lang), f"{mib(memory.after_forward_bytes, lang)} MiB", mem("after_forward_bytes"),
                t("lab.metric_resident_help", lang)),
         Metric(t("lab.metric_forward", lang), ms(timing.forward_s), phase("forward"), t("lab.metric_forward_help", lang)),
         Metric(t("lab.metric_backward", lang), ms(timing.backward_s), phase("backward"), t("lab.metric_backward_help", lang)),
-        Metric(t("lab.metric_baseline", lang), f"{mib(memory.baseline_bytes)} MiB", {}, t("lab.metric_baseline_help", lang)),
+        Metric(t("lab.metric_baseline", lang), f"{mib(memory.baseline_bytes, lang)} MiB", {}, t("lab.metric_baseline_help", lang)),
         Metric(t("lab.metric_step", lang), ms(timing.step_s), phase("step"), t("lab.metric_step_help", lang)),
     ]  # fmt: skip
 
@@ -351,9 +358,9 @@ def settings_changed(result: RunResult, lang: str) -> str:
         "lab.settings_changed",
         lang,
         model=result.model.name,
-        seq=f"{result.spec.seq_len:,}",
+        seq=number(result.spec.seq_len, ",", lang),
         batch=result.spec.batch_size,
-        setting=setting_label(result.spec.every_n_layers, result.spec.offload, lang),
+        setting=run_label(result, lang),
     )
 
 
@@ -366,10 +373,10 @@ def offload_box(spec: RunSpec, result: RunResult, lang: str) -> tuple[Literal["i
     if result.spec.offload and not memory.offload_applied:
         layers = sum(layer.planned == "CP" for layer in result.layers)
         return "info", t(
-            "lab.offload_not_applied", lang, device=result.device, mib=mib(memory.offload_bytes), layers=layers
+            "lab.offload_not_applied", lang, device=result.device, mib=mib(memory.offload_bytes, lang), layers=layers
         )
     if memory.offload_applied:
-        return "success", t("lab.offload_moved", lang, mib=mib(memory.offload_bytes))
+        return "success", t("lab.offload_moved", lang, mib=mib(memory.offload_bytes, lang))
     return None
 
 
@@ -405,11 +412,11 @@ def kept_line(result: RunResult, lang: str) -> str:
         "selective.kept_line",
         lang,
         policy=selective_key(result.spec.selective),
-        bytes=f"{kept_bytes(result):,}",
-        mib=f"{kept_bytes(result) / MIB:,.2f}",
+        bytes=number(kept_bytes(result), ",", lang),
+        mib=number(kept_bytes(result) / MIB, ",.2f", lang),
         layers=len(cp),
-        reused=f"{reused:,}",
-        rerun=f"{rerun:,}",
+        reused=number(reused, ",", lang),
+        rerun=number(rerun, ",", lang),
     )
 
 
@@ -423,7 +430,7 @@ def selective_rows(lab: LabRun, lang: str) -> list[dict[str, Any]]:
     base = reference_run(lab)
     runs = [
         (t("setting.off", lang), base),
-        (t("selective.row_full", lang, setting=setting_label(lab.result.spec.every_n_layers, lab.result.spec.offload, lang)),
+        (t("selective.row_full", lang, setting=run_label(lab.result, lang)),
          lab.plain.result),
         (t("selective.row_policy", lang, policy=policy_label(str(lab.result.spec.selective), lang)), lab.result),
     ]  # fmt: skip

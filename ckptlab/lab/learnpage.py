@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from ..results import RunResult, TimelinePoint, memory_of
 from ..show.figures.diagram import roles_diagram_figure
-from ..show.i18n import t
+from ..show.i18n import number, t
 from ..show.labels import event_label
 from ..spec import RunSpec
 from ..step import timeline as tl
@@ -65,7 +65,7 @@ def bump_line(points: Sequence[TimelinePoint], lang: str) -> str:
     if not bumps:
         return ""
     layer, rise = max(bumps.items(), key=lambda item: item[1])
-    return t("timeline.bump_line", lang, count=len(bumps), n=layer + 1, mib=f"{rise / MIB:,.1f}")
+    return t("timeline.bump_line", lang, count=len(bumps), n=layer + 1, mib=number(rise / MIB, ",.1f", lang))
 
 
 def shard_labels(idea: ShardingIdea, lang: str) -> list[str]:
@@ -87,10 +87,10 @@ def shard_caption(idea: ShardingIdea, lang: str) -> str:
         "lesson.shard.caption",
         lang,
         gpus=idea.bars[-1].spec.world_size,
-        state=f"{idea.state_ratio * 100:.0f}",
-        act_gpus=f"{idea.activation_ratio_gpus * 100:.0f}",
-        act_ckpt=f"{idea.activation_ratio_checkpointing * 100:.0f}",
-        gathered=f"{idea.gathered_bytes / MIB:,.0f}",
+        state=number(idea.state_ratio * 100, ".0f", lang),
+        act_gpus=number(idea.activation_ratio_gpus * 100, ".0f", lang),
+        act_ckpt=number(idea.activation_ratio_checkpointing * 100, ".0f", lang),
+        gathered=number(idea.gathered_bytes / MIB, ",.0f", lang),
     )
 
 
@@ -120,11 +120,11 @@ def keep_caption(plain: RunResult, kept: RunResult, lang: str) -> str:
     return t(
         "lesson.keep.caption",
         lang,
-        kib=f"{kib:,.1f}",
+        kib=number(kib, ",.1f", lang),
         layers=len(cp),
-        plain=f"{memory_of(plain).after_forward_bytes / MIB:,.2f}",
-        kept=f"{memory_of(kept).after_forward_bytes / MIB:,.2f}",
-        extra=f"{extra:,.1f}",
-        reused=f"{sum(sum(layer.reused_ops.values()) for layer in cp):,}",
-        rerun=f"{sum(sum(layer.rerun_ops.values()) for layer in cp):,}",
+        plain=number(memory_of(plain).after_forward_bytes / MIB, ",.2f", lang),
+        kept=number(memory_of(kept).after_forward_bytes / MIB, ",.2f", lang),
+        extra=number(extra, ",.1f", lang),
+        reused=number(sum(sum(layer.reused_ops.values()) for layer in cp), ",", lang),
+        rerun=number(sum(sum(layer.rerun_ops.values()) for layer in cp), ",", lang),
     )

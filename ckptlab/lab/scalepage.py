@@ -62,18 +62,22 @@ class Verdict:
     result: RunResult | None  # the setting to draw (the one that fits, or the closest)
 
 
-def duration(seconds: float) -> str:
-    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"
+def duration(seconds: float, lang: str) -> str:
+    return (
+        f"{i18n.number(seconds, ',.0f', lang)} s" if seconds < 120 else f"{i18n.number(seconds / 60, ',.1f', lang)} min"
+    )
 
 
 def model_label(name: str, info: ModelInfo, lang: str) -> str:
     """A preset in the model box: name, layers and size, in the page's words."""
-    return i18n.t("at_scale.model_label", lang, name=name, layers=info.num_layers, size=params_label(info.num_params))
+    return i18n.t(
+        "at_scale.model_label", lang, name=name, layers=info.num_layers, size=params_label(info.num_params, lang)
+    )
 
 
 def model_caption(info: ModelInfo, lang: str) -> str:
     """The sidebar's line under the model: family, layers, hidden size and positions (∞ when the config says none)."""
-    positions = f"{info.max_positions:,}" if info.max_positions else "∞"
+    positions = i18n.number(info.max_positions, ",", lang) if info.max_positions else "∞"
     return i18n.t(
         "at_scale.model_caption",
         lang,
@@ -269,7 +273,7 @@ def summary(table: ScaleTable, lang: str) -> str:
         model=table.request.model,
         layers=table.num_layers,
         count=len(table.results),
-        elapsed=duration(table.elapsed_s),
+        elapsed=duration(table.elapsed_s, lang),
         each=each,
         reused=i18n.t("at_scale.reused", lang, count=reused) if reused else "",
     ).replace(" ()", "")
@@ -373,7 +377,7 @@ def search_verdict(search: GpuSearch, budget_label: str, lang: str) -> Verdict:
         lang,
         tried=len(search.tried),
         simulated=search.simulated,
-        elapsed=duration(search.elapsed_s),
+        elapsed=duration(search.elapsed_s, lang),
     )
     if search.cancelled and not search.fits:
         return Verdict("info", i18n.t("at_scale.search_stopped", lang) + " " + counted, None)

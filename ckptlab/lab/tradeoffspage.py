@@ -16,7 +16,7 @@ from ..fact import Fact
 from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
-from ..show.i18n import say, t
+from ..show.i18n import number, say, t
 from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
@@ -93,7 +93,7 @@ def summary(result: SweepResult, lang: str) -> str:
         batch=result.spec.batch_size,
         provenance=provenance,
         rows=len(result.rows),
-        seconds=f"{result.elapsed_s:.0f}",
+        seconds=number(result.elapsed_s, ".0f", lang),
     )
 
 
@@ -116,9 +116,9 @@ def recommended(recommendation: Recommendation, seq_len: int, lang: str) -> str:
         lang,
         setting=row.setting,
         seq=seq_len,
-        ms=milliseconds(row.step_s),
-        peak=mib(row.peak_bytes),
-        spare=mib(recommendation.margin_bytes or 0),
+        ms=milliseconds(row.step_s, lang),
+        peak=mib(row.peak_bytes, lang),
+        spare=mib(recommendation.margin_bytes or 0, lang),
         budget=recommendation.budget_label,
     )
 

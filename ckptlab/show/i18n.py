@@ -21,13 +21,15 @@ from collections.abc import Callable, Sequence
 
 from ..errors import ERRORS as ERRORS
 from ..errors import CkptlabError, Reference
-from ..fact import ENGLISH, Fact, worded
+from ..fact import ENGLISH, Fact, filled, worded
 
 # The locale files' lookup lives in ckptlab.fact (the results layer words notes too); the edge asks here.
 from ..fact import LOCALES_DIR as LOCALES_DIR
 from ..fact import SAID as SAID
 from ..fact import MissingKeyError as MissingKeyError
 from ..fact import messages as messages
+from ..fact import number as number  # a number shown to people, in its language's form
+from ..fact import separators as separators
 from ..fact import text as lookup
 
 DEFAULT = ENGLISH
@@ -56,7 +58,9 @@ def normalize(lang: object) -> str:
 
 
 def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
-    """The text of ``key`` in ``lang``, with ``{name}`` placeholders filled from ``values``.
+    """The text of ``key`` in ``lang``, with ``{name}`` placeholders filled from ``values``; a number formatted in
+    the template (``{peak:,.1f}``) in the language's form (a caller that formats a number itself asks
+    :func:`number`).
 
     A key missing in one language falls back to English (the locale tests keep that from
     happening); a key missing in English is a bug and raises.
@@ -64,8 +68,9 @@ def t(key: str, lang: str = DEFAULT, /, **values: object) -> str:
     Raises:
         MissingKeyError: ``key`` is not in the English file.
     """
-    text = lookup(key, normalize(lang))
-    return text.format(**values) if values else text
+    code = normalize(lang)
+    text = lookup(key, code)
+    return filled(text, code, values) if values else text
 
 
 def placeholders(text: str) -> set[str]:

@@ -28,8 +28,12 @@ def short_setting_label(every_n_layers: int | None, lang: str = "en") -> str:
 
 
 def run_label(run: RunResult, lang: str = "en") -> str:
-    """The setting of a run, for a legend."""
-    return setting_label(run.spec.every_n_layers, run.spec.offload, lang)
+    """The setting of a run, for a legend: what ran, so an offload asked for where it does not apply (the CPU)
+    says it did not happen (decided on ``memory.offload_applied``)."""
+    n, memory = run.spec.every_n_layers, run.memory
+    if n is not None and run.spec.offload and memory is not None and not memory.offload_applied:
+        return t("setting.on_offload_not_applied", lang, n=n)
+    return setting_label(n, run.spec.offload, lang)
 
 
 def provenance_label(provenance: Provenance | str, lang: str = "en") -> str:

@@ -13,7 +13,7 @@ from ..explore.accuracy import PredictionCheck
 from ..explore.sweep import SweepResult, SweepRow
 from ..results import BUSY_SPREAD, BusyReason, TimingResult
 from ..units import MIB
-from .i18n import say, t
+from .i18n import number, say, t
 
 
 def busy_message(
@@ -22,9 +22,11 @@ def busy_message(
     """Why the machine was too busy to time, in ``lang``; "" when it was not."""
     why = []
     if "load" in reasons and load is not None:
-        why.append(t("noise.busy_load", lang, load=f"{load:.1f}", cores=cores))
+        why.append(t("noise.busy_load", lang, load=number(load, ".1f", lang), cores=cores))
     if "spread" in reasons and spread is not None:
-        why.append(t("noise.busy_spread", lang, spread=f"{spread:.0%}", limit=f"{BUSY_SPREAD:.0%}"))
+        why.append(
+            t("noise.busy_spread", lang, spread=number(spread, ".0%", lang), limit=number(BUSY_SPREAD, ".0%", lang))
+        )
     if "shared" in reasons:
         why.append(t("noise.busy_shared", lang))
     return t("noise.busy", lang, why=" ".join(why)) if why else ""

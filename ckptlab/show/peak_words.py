@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..explore.sweep_rows import SweepRow
 from ..results import MemoryResult
 from ..units import MIB
-from .i18n import t
+from .i18n import number, t
 from .labels import event_label
 
 
@@ -43,14 +43,22 @@ def peak_sentence(row: SweepRow, off: SweepRow | None, lang: str = "en") -> str:
     else:
         why = t("tradeoff_fig.why_forward", lang)
     sentence = t(
-        "tradeoff_fig.sentence", lang, setting=row.setting, mib=f"{row.peak_bytes / MIB:,.1f}", where=where, why=why
+        "tradeoff_fig.sentence",
+        lang,
+        setting=row.setting,
+        mib=number(row.peak_bytes / MIB, ",.1f", lang),
+        where=where,
+        why=why,
     )
     if off is None or off.peak_bytes is None or row is off:
         return sentence
     change = off.peak_bytes - row.peak_bytes
     if change > 0.005 * off.peak_bytes:
         return sentence + t(
-            "tradeoff_fig.lower", lang, mib=f"{change / MIB:,.1f}", ratio=f"{row.peak_bytes / off.peak_bytes:.2f}"
+            "tradeoff_fig.lower",
+            lang,
+            mib=number(change / MIB, ",.1f", lang),
+            ratio=number(row.peak_bytes / off.peak_bytes, ".2f", lang),
         )
     return sentence + t("tradeoff_fig.not_lower", lang)
 
@@ -65,7 +73,7 @@ def logits_sentence(memory: MemoryResult | None, lang: str = "en") -> str:
         "scale.logits_peak",
         lang,
         where=event_label(memory.peak_where, lang),
-        mib=f"{share / MIB:,.1f}",
-        peak_mib=f"{memory.peak_bytes / MIB:,.1f}",
-        share=f"{share / memory.peak_bytes:.0%}",
+        mib=number(share / MIB, ",.1f", lang),
+        peak_mib=number(memory.peak_bytes / MIB, ",.1f", lang),
+        share=number(share / memory.peak_bytes, ".0%", lang),
     )

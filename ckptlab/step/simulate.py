@@ -117,9 +117,9 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
         report(Fact("progress.simulating_all", {"layers": info.num_layers, "name": info.name}), 0.1)
         step = simulate_depth(config, task, info.depth or info.num_layers, spec, dtype)
     else:
-        report(simulating_some(shape.depth(1), info.num_layers), 0.1)
+        report(simulating_some(shape.depth(1), info.num_layers, 1, 2), 0.1)
         one = simulate_depth(config, task, shape.depth(1), spec, dtype)
-        report(simulating_some(shape.depth(2), info.num_layers), 0.5)
+        report(simulating_some(shape.depth(2), info.num_layers, 2, 2), 0.5)
         two = simulate_depth(config, task, shape.depth(2), spec, dtype)
         step = shape.extrapolate(one, two)
         notes.append(
@@ -162,9 +162,10 @@ def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[Fact]:
     return notes
 
 
-def simulating_some(depth: int, layers: int) -> Fact:
-    """The progress line of one shallow copy's simulation (``depth`` of the model's ``layers``)."""
-    return Fact("progress.simulating_some", {"depth": depth, "layers": layers})
+def simulating_some(depth: int, layers: int, step: int, steps: int) -> Fact:
+    """The progress line of one shallow copy's simulation (``depth`` of the model's ``layers``), the ``step``-th of
+    ``steps``: a count that only goes up (the copies' depths do not: a table records 3 layers, then 2)."""
+    return Fact("progress.simulating_some", {"depth": depth, "layers": layers, "step": step, "steps": steps})
 
 
 # -- one simulated step -------------------------------------------------------------------

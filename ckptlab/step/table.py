@@ -123,7 +123,7 @@ class TableSimulation:
             later = [(other, plan) for other in others for plan in self._plans(other, depth) if len(plan) not in depths]
             missing.append(later[0] if later else (group, plans[0] + plans[0][-1:]))
         for index, (other, plan) in enumerate(missing):
-            report(simulating_some(len(plan), depth), index / (len(missing) + 1))
+            report(simulating_some(len(plan), depth, index + 1, len(missing)), index / (len(missing) + 1))
             self._recorded[(other, plan)] = replay.record(config, task, other, dtype, plan)
             self.simulated_layers += len(plan)
         own = [step for (other, _), step in self._recorded.items() if other == group]

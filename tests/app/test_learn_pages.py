@@ -167,7 +167,7 @@ def test_the_lesson_part_what_to_keep_is_in_the_pages_language(lang):
     results = at.session_state["learn_results"]
     kept = next(r for spec, r in results.items() if spec.selective == "attention" and spec.seq_len == 128)
     kib = sum(layer.kept_bytes for layer in kept.layers if layer.enabled == "CP") / 1024
-    assert kib > 0 and f"**{kib:,.1f} KiB**" in "\n".join(str(c.value) for c in at.caption)
+    assert kib > 0 and f"**{i18n.number(kib, ',.1f', lang)} KiB**" in "\n".join(str(c.value) for c in at.caption)
     _no_english(at, lang)
 
 
@@ -186,5 +186,5 @@ def test_the_exercise_keeping_the_attention_is_in_the_pages_language(lang):
     kept = next(r for spec, r in results.items() if spec.selective == "attention" and spec.seq_len == 128)
     kib = sum(layer.kept_bytes for layer in kept.layers if layer.enabled == "CP") / 1024
     explanation = "\n".join(m.value for m in at.markdown)
-    assert f"{kib:,.1f} KiB" in explanation  # the measured bytes, in the explanation
+    assert f"{i18n.number(kib, ',.1f', lang)} KiB" in explanation  # the measured bytes, in the explanation
     _no_english(at, lang)

@@ -82,6 +82,14 @@ def test_table_simulates_each_setting_in_order(table):
     fractions = [fraction for _, fraction in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert any(say(message).startswith("n=1+offload: simulating") for message, _ in seen)
+    # Each setting's shallow steps counted upwards, whatever their depths (issue 43: "3 of 36 layers", then "2 of 36").
+    steps: dict[str, list[tuple[int, int]]] = {}
+    for message, _ in seen:
+        inner = message.params.get("message") if message.key == "progress.prefixed" else message
+        if inner is not None and inner.key == "progress.simulating_some":
+            steps.setdefault(say(message.params["prefix"]), []).append((inner.params["step"], inner.params["steps"]))
+    assert steps and all([step for step, _ in pairs] == list(range(1, len(pairs) + 1)) for pairs in steps.values())
+    assert all(step <= total for pairs in steps.values() for step, total in pairs)
 
 
 def test_known_results_are_reused_not_simulated_again(table, monkeypatch):

@@ -27,17 +27,18 @@ def test_model_labels_group_size_and_the_folder_entry():
     tiny, real = ckptlab.describe("tiny-llama"), ckptlab.describe("qwen3-8b")
     assert (
         labpage.model_label("tiny-llama", tiny, lang)
-        == f"tiny · tiny-llama · {tiny.num_layers} layers · {labpage.params_label(tiny.num_params)}"
+        == f"tiny · tiny-llama · {tiny.num_layers} layers · {labpage.params_label(tiny.num_params, lang)}"
     )
     assert labpage.model_label("qwen3-8b", real, lang).endswith(f"{real.num_layers} layers · 8.2B")
     assert labpage.model_label(labpage.LOCAL, None, lang) == i18n.t("lab.local_dir", lang)
-    assert labpage.params_label(135_000_000) == "135M" and labpage.params_label(1_540_000_000) == "1.5B"
+    assert labpage.params_label(135_000_000, lang) == "135M" and labpage.params_label(1_540_000_000, lang) == "1.5B"
+    assert labpage.params_label(1_540_000_000, "pt-BR") == "1,5B"
 
 
 def test_durations_read_in_seconds_minutes_or_hours():
-    assert labpage.duration(59.4) == "59 s"
-    assert labpage.duration(600) == "10 min"
-    assert labpage.duration(3 * 3600) == "3 h"
+    assert labpage.duration(59.4, lang) == "59 s"
+    assert labpage.duration(600, lang) == "10 min"
+    assert labpage.duration(3 * 3600, lang) == "3 h"
 
 
 def test_weights_and_gradients_are_two_copies_at_the_dtypes_width():

@@ -111,7 +111,7 @@ def test_the_model_box_names_layers_in_the_pages_language():
     info = ckptlab.describe("qwen3-8b")
     assert scalepage.model_label("qwen3-8b", info, "en") == f"qwen3-8b · {info.num_layers} layers · 8.2B"
     portuguese = scalepage.model_label("qwen3-8b", info, "pt-BR")
-    assert portuguese == f"qwen3-8b · {info.num_layers} camadas · 8.2B"
+    assert portuguese == f"qwen3-8b · {info.num_layers} camadas · 8,2B"  # the decimal comma
 
 
 def test_the_table_is_as_tall_as_its_rows_up_to_a_limit():

@@ -11,10 +11,12 @@ from __future__ import annotations
 import ast
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
 
+from ckptlab.fact import Fact
 from ckptlab.show import i18n
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,6 +229,27 @@ def test_t_fills_values_falls_back_and_raises_on_unknown_keys():
     )
     with pytest.raises(i18n.MissingKeyError):
         i18n.t("no.such.key", "en")
+
+
+def test_numbers_shown_to_people_take_the_languages_decimal_mark():
+    """pt-BR writes 1.234,5 (issue 43: "pico 75.3 MiB"); English and Japanese 1,234.5. A number formatted by a
+    template and one a caller formats (``number``) alike; a version or a name passed as text stays as it is."""
+    assert i18n.number(1234.5, ",.1f", "pt-BR") == "1.234,5" and i18n.number(1234.5, ",.1f", "ja") == "1,234.5"
+    assert i18n.number(0.22, "+.1%", "pt-BR") == "+22,0%"
+    assert i18n.t("scale_figures.budget", "pt-BR", budget="H100", gib=1234.5) == "H100: 1.234,5 GiB"
+    assert i18n.t("scale_figures.budget", "en", budget="H100", gib=1234.5) == "H100: 1,234.5 GiB"
+    assert i18n.t("at_scale.code_trainer", "pt-BR", transformers="5.24", accelerate="1.16").count("1.16") == 1
+    kept = Fact("trainer.selective_no_op", {"policies": "attention", "bytes": 12345, "rerun": 1234, "reused": 0})
+    assert "12.345" in i18n.say(kept, "pt-BR") and "12,345" in i18n.say(kept, "en")
+
+
+def test_the_lessons_part_labels_fit_its_selector_on_a_projector():
+    """The Lesson's nine parts share one row beside Next (pages/lesson.py): at 1280x720 a label longer than 14
+    columns (a CJK character two) was cut ("7. What it canno…", issue 43)."""
+    for lang, table in LOCALES.items():
+        for key in [key for key in table if key.startswith("lesson.") and key.endswith(".tab")]:
+            columns = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in table[key])
+            assert columns <= 14, f"{lang}:{key} {table[key]!r} is {columns} columns"
 
 
 def test_technical_terms_stay_in_english():

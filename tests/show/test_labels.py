@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -49,11 +50,17 @@ def test_the_setting_label_follows_the_language_and_keeps_the_technical_words():
     assert short_setting_label(4) == "n=4"
 
 
-def test_a_run_is_labelled_by_its_setting():
+def test_a_run_is_labelled_by_its_setting_and_says_when_offload_did_not_happen():
     class Run:
         spec = RunSpec(model="tiny-llama", every_n_layers=3, offload=True)
+        memory = SimpleNamespace(offload_applied=True)
 
     assert run_label(Run(), "ja") == setting_label(3, True, "ja")  # type: ignore[arg-type]
+    Run.memory.offload_applied = False  # a CPU run: offload asked for, not applied (issue 43)
+    for lang in i18n.LANGUAGES:
+        label = run_label(Run(), lang)  # type: ignore[arg-type]
+        assert label == i18n.t("setting.on_offload_not_applied", lang, n=3) != setting_label(3, True, lang)
+        assert "CPU" in label
 
 
 def test_one_provenance_label_for_a_result_and_for_a_bare_kind():

@@ -19,12 +19,15 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
+from ..i18n import separators
+
 FONT = "Arial, Helvetica, sans-serif"
 
 
-def on_white(size: int) -> dict[str, Any]:
-    """The layout every figure shares: the one font at ``size``, on a white plot (``update_layout(**on_white(14))``)."""
-    return {"font": {"family": FONT, "size": size}, "plot_bgcolor": "white"}
+def on_white(size: int, lang: str) -> dict[str, Any]:
+    """The layout every figure shares: the one font at ``size``, on a white plot, numbers (ticks, hover labels) in
+    ``lang``'s decimal mark and thousands separator (``update_layout(**on_white(14, lang))``)."""
+    return {"font": {"family": FONT, "size": size}, "plot_bgcolor": "white", "separators": separators(lang)}
 
 
 # A title's line, in characters of a Latin font (a CJK character counts two): a figure half of a 1280-pixel

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from ...results import RunResult
 from ...units import GIB, MIB
-from ..i18n import t
+from ..i18n import number, t
 from ..labels import provenance_label, training_label
 from ._style import CATEGORY_COLORS, GRID, heading, legend, on_white, wrapped
 
@@ -93,7 +93,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
             x=ticks,
             y=[total / scale for total in totals],
             mode="text",
-            text=[f"{total / scale:,.1f} {unit}" for total in totals],
+            text=[f"{number(total / scale, ',.1f', lang)} {unit}" for total in totals],
             textposition="top center",
             textfont={"size": 14},
             showlegend=False,
@@ -103,7 +103,11 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     )
     # What all bars share goes in the subtitle; what differs is the caller's to put in the labels.
     shared = list(dict.fromkeys(training_label(run.spec, lang) for run in runs))
-    pieces = [t("breakdown.subtitle", lang, model=runs[0].spec.model, seq=f"{runs[0].spec.seq_len:,}")] if runs else []
+    pieces = (
+        [t("breakdown.subtitle", lang, model=runs[0].spec.model, seq=number(runs[0].spec.seq_len, ",", lang))]
+        if runs
+        else []
+    )
     # The provenance on a line of its own: beside a diagram the figure is narrow, and it must not be cut off.
     subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else [])]) + f"<br>{provenance}"
     figure.update_layout(
@@ -112,7 +116,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
         height=height + 30 * extra_lines,
         margin={"l": 60, "r": 20, "t": 105, "b": 40 + 30 * extra_lines},  # a title and a two-line subtitle
         legend=legend(-0.22 - 0.12 * extra_lines, traceorder="reversed"),  # under the labels, however many lines
-        **on_white(13),
+        **on_white(13, lang),
         hoverlabel={"font": {"size": 14}},
     )
     figure.update_yaxes(
@@ -168,7 +172,7 @@ def sharding_figure(
         height=height,
         margin={"l": 60, "r": 20, "t": 90, "b": 40},
         legend=legend(-0.2),
-        **on_white(13),
+        **on_white(13, lang),
         hoverlabel={"font": {"size": 14}},
     )
     figure.update_yaxes(gridcolor=GRID, title_text=t("sharding_fig.y", lang, unit=unit))

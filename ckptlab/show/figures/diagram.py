@@ -22,7 +22,7 @@ from ...model.plan import planned_roles, rerun_inside, rerun_roles
 from ...model.selective import selective_key
 from ...results import LayerResult, Region, RunResult, TimelinePoint
 from ...units import MIB
-from ..i18n import t
+from ..i18n import number, t
 from ..labels import provenance_label, setting_label
 from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS, heading, legend, on_white
 
@@ -66,23 +66,16 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     moe_reruns = [
         layer.moe and layer.router_recompute_calls > 0 and layer.experts_recompute_calls > 0 for layer in layers
     ]
-    # A selective policy: each CP box says what it kept (observed bytes), and its rerun box that it reran the rest.
+    # A selective policy: the subtitle says what the CP layers kept (observed bytes) and that their reruns did the
+    # rest; a box a layer's width wide (40 px for six layers at 1280x720) holds no more than its name and role.
     selective = spec.selective != "none"
-    kept = [
-        t("selective.diagram_kept", lang, kept=_bytes(layer.kept_bytes)) if selective and layer.enabled == "CP" else ""
-        for layer in layers
-    ]
-    rest = [
-        t("selective.diagram_rest", lang) if selective and layer.enabled == "CP" and layer.recompute_calls else ""
-        for layer in layers
-    ]
     # A keep layer nested in a checkpointed one reruns with it: its backward box says inside whose rerun.
     rest = [
-        t("fig.reruns_inside", lang, parent=f"L{layer.rerun_inside + 1}") if layer.rerun_inside is not None else more
-        for layer, more in zip(layers, rest)
+        t("fig.reruns_inside", lang, parent=f"L{layer.rerun_inside + 1}") if layer.rerun_inside is not None else ""
+        for layer in layers
     ]
     rows = [
-        _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover, extra=kept),
+        _Row(t("diagram.forward", lang), "forward", [layer.enabled for layer in layers], hover),
         _Row(
             t("diagram.backward", lang),
             "backward",
@@ -106,8 +99,10 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         ]
         title = t("fig.differs", lang, setting=setting)
     subtitle = provenance_label(result.provenance, lang)
-    if selective:
-        subtitle += " · " + t("selective.diagram_subtitle", lang, policy=selective_key(spec.selective))
+    if selective:  # a line of its own: the provenance and the policy in one line ran past a column's edge
+        sizes = sorted({layer.kept_bytes for layer in layers if layer.enabled == "CP"})
+        kept = "–".join(_bytes(size, lang) for size in sizes[:1] + sizes[1:][-1:]) or _bytes(0, lang)
+        subtitle += "<br>" + t("selective.diagram_subtitle", lang, policy=selective_key(spec.selective), kept=kept)
     if any(moe_reruns):
         subtitle += " · " + t("fig.moe_subtitle", lang, count=sum(moe_reruns))
     return _draw(rows, lang, title=title, subtitle=subtitle)
@@ -194,9 +189,9 @@ def _backward(roles: Sequence[str]) -> list[str]:
     return ["rerun" if role == "CP" else "keep" for role in roles]
 
 
-def _bytes(count: int) -> str:
+def _bytes(count: int, lang: str) -> str:
     """A kept size that reads in a small box: MiB from 1 MiB, KiB below."""
-    return f"{count / MIB:,.1f} MiB" if count >= MIB else f"{count / 1024:,.1f} KiB"
+    return f"{number(count / MIB, ',.1f', lang)} MiB" if count >= MIB else f"{number(count / 1024, ',.1f', lang)} KiB"
 
 
 def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
@@ -207,9 +202,9 @@ def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
         module=layer.module,
         calls=layer.forward_calls,
         reruns=layer.recompute_calls,
-        saved=f"{layer.saved_bytes / MIB:,.2f}",
-        saved_bytes=f"{layer.saved_bytes:,}",
-        input=f"{layer.input_bytes / MIB:,.2f}",
+        saved=number(layer.saved_bytes / MIB, ",.2f", lang),
+        saved_bytes=number(layer.saved_bytes, ",", lang),
+        input=number(layer.input_bytes / MIB, ",.2f", lang),
         planned=layer.planned,
         flag=layer.enabled,
         observed=layer.observed,
@@ -223,7 +218,7 @@ def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
             "selective.diagram_hover",
             lang,
             policy=layer.selective,
-            kept=f"{layer.kept_bytes:,}",
+            kept=number(layer.kept_bytes, ",", lang),
             ops=", ".join(f"{name} x{count}" for name, count in layer.kept_ops.items()) or "-",
             reused=sum(layer.reused_ops.values()),
             rerun=sum(layer.rerun_ops.values()),
@@ -314,7 +309,7 @@ def _draw(
     figure.update_layout(
         barmode="overlay",
         legend=legend(-0.02, font={"size": size}),
-        **on_white(size),
+        **on_white(size, lang),
         uniformtext={"minsize": 9 if compact else 10, "mode": "show"},
         **layout,
     )

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 from ...explore.accuracy import PredictionCheck
 from ...explore.sweep import SweepResult
 from ...units import MIB
-from ..i18n import t
+from ..i18n import number, t
 from ._style import (
     CALIBRATED_COLOR,
     FORMULA_COLOR,
@@ -101,8 +101,12 @@ def sweep_prediction_figure(
                         else color,
                         "pattern": {"shape": pattern} if pattern else None,
                     },
-                    text=[_error_text(e) for e in errors],
+                    text=[_error_text(e, lang) for e in errors],
                     textposition="outside",
+                    # Upright along the bar, at its size: a bar of a group is narrower than "+22.0%" lying down, and
+                    # plotly shrank the words to fit it (about 5 px tall at 1280x720, issue 43).
+                    textangle=-90,
+                    constraintext="none",
                     textfont={"size": 11},
                     cliponaxis=False,
                     hovertemplate="%{x}: %{y:,.1f} "
@@ -119,13 +123,13 @@ def sweep_prediction_figure(
         subtitle += " · " + t(
             "tradeoff_fig.experts_counted" if experts == {True} else "tradeoff_fig.experts_left_out", lang
         )
-    sweep_layout(figure, t("tradeoff_fig.prediction_title", lang, model=result.model, seq=seq_len), subtitle)
+    sweep_layout(figure, lang, t("tradeoff_fig.prediction_title", lang, model=result.model, seq=seq_len), subtitle)
     figure.update_layout(barmode="group")
     return figure
 
 
-def _error_text(error: float | None) -> str:
-    return "" if error is None else f"{error * 100:+.1f}%"
+def _error_text(error: float | None, lang: str) -> str:
+    return "" if error is None else f"{number(error * 100, '+.1f', lang)}%"
 
 
 def guess_figure(
@@ -141,7 +145,7 @@ def guess_figure(
             x=[predicted, measured],
             orientation="h",
             marker={"color": [GUESS_COLOR, RUN_COLOR]},
-            text=[f"{predicted:,.0f}{unit}", f"{measured:,.0f}{unit}"],
+            text=[f"{number(predicted, ',.0f', lang)}{unit}", f"{number(measured, ',.0f', lang)}{unit}"],
             textposition="outside",
             hoverinfo="skip",
         )
@@ -162,7 +166,7 @@ def guess_figure(
     figure.update_layout(
         height=height,
         margin={"l": label_px, "r": 30, "t": 30, "b": 30},
-        **on_white(15),
+        **on_white(15, lang),
         showlegend=False,
     )
     figure.update_xaxes(range=[0, top * 1.2 or 1], gridcolor=GRID, fixedrange=True)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from ..i18n import t
+from ..i18n import number, t
 from ._style import GRID, GUESS_COLOR, OFF_COLOR, RUN_COLOR, on_white
 
 PERCENT_BIN = 10.0  # a histogram's bin, in percentage points: the width of the exercises' best band (within 10)
@@ -52,7 +52,11 @@ def room_figure(
                 hovertemplate="%{x}: %{y}<extra></extra>",
             )
         )
-        value = f"{measured or 0:,.0f}%" if kind == "percent" else f"{measured or 0:,.1f} KiB"
+        value = (
+            f"{number(measured or 0, ',.0f', lang)}%"
+            if kind == "percent"
+            else f"{number(measured or 0, ',.1f', lang)} KiB"
+        )
         lines = [(measured, RUN_COLOR, t("classroom.fig_measured", lang, value=value), 20)]
         if kind == "percent":  # checkpointing off is 100% of itself; KiB kept have no such line
             lines.insert(0, (100.0, OFF_COLOR, t("exercise.off_line", lang), 0))
@@ -92,7 +96,7 @@ def room_figure(
     figure.update_layout(
         height=height,
         margin={"l": 50, "r": 20, "t": 60, "b": 50},
-        **on_white(15),
+        **on_white(15, lang),
         showlegend=False,
         bargap=0.3 if kind == "choice" else 0.05,
     )

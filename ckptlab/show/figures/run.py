@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from ...errors import SpecError
 from ...results import RunResult, judge_time, memory_of, timing_of
 from ...units import MIB
-from ..i18n import t
+from ..i18n import number, t
 from ..labels import run_label, setting_label, short_setting_label
 from ._style import (
     CATEGORY_COLORS,
@@ -71,7 +71,7 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
                 name=name,
                 legendgroup=name,
                 marker_color=color,
-                text=[f"{value:,.1f}" for value in memory_mib],
+                text=[number(value, ",.1f", lang) for value in memory_mib],
                 textposition="outside",
                 hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + name + "</extra>",
             ),
@@ -104,7 +104,7 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
         # room for the two-line category labels below, the two-line panel titles and the legend above
         margin={"l": 55, "r": 10, "t": 100, "b": 55},
         legend=legend(1.2, "bottom", font={"size": 14}),
-        **on_white(14),
+        **on_white(14, lang),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
     return figure
@@ -140,7 +140,7 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
                 x=names,
                 y=values,
                 name=t(key, lang),
-                text=[f"{v:,.1f}" for v in values],
+                text=[number(v, ",.1f", lang) for v in values],
                 textposition="outside",
                 marker={"color": CATEGORY_COLORS["activation"] if key == "trade.after_forward" else PEAK_COLOR},
                 hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + t(key, lang) + "</extra>",
@@ -165,7 +165,9 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
             name=t("trade.step", lang),
             marker={"color": [NOISE_GREY if grey else color for grey, color in zip(noise, colors)]},
             text=[
-                t("tradeoff_fig.noise_point", lang, setting=f"{v:,.0f}") if grey else f"{v:,.0f}"
+                t("tradeoff_fig.noise_point", lang, setting=number(v, ",.0f", lang))
+                if grey
+                else number(v, ",.0f", lang)
                 for grey, v in zip(noise, times)
             ],
             textposition="outside",
@@ -185,7 +187,7 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
         height=height,
         margin={"l": 50, "r": 10, "t": 90, "b": 50},  # the legend over the panels' two-line titles
         legend=legend(1.2, "bottom", font={"size": 13}),
-        **on_white(14),
+        **on_white(14, lang),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")
     figure.update_xaxes(tickangle=0, title={"text": "every_n_layers", "font": {"size": 12}})
@@ -211,7 +213,7 @@ def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int =
                 y=values,
                 name=t(key, lang),
                 marker={"color": color},
-                text=[f"{v:,.1f}" for v in values],
+                text=[number(v, ",.1f", lang) for v in values],
                 textposition="inside",
             )
         )
@@ -221,7 +223,7 @@ def offload_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int =
         title=heading(t("offload.title", lang), size=18),
         margin={"l": 60, "r": 10, "t": 60, "b": 40},
         legend=legend(-0.12),
-        **on_white(14),
+        **on_white(14, lang),
     )
     figure.update_yaxes(title={"text": "MiB"}, gridcolor=GRID, rangemode="tozero")
     return figure

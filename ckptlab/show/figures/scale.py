@@ -19,7 +19,7 @@ from ...explore.budget import fits
 from ...explore.scale import ScaleTable, Setting
 from ...results import RunResult, memory_of
 from ...units import GIB, MIB
-from ..i18n import t
+from ..i18n import number, t
 from ..labels import provenance_label
 from ._style import BUDGET_COLOR, CATEGORY_COLORS, GRID, HOST_PATTERN, VERDICT_COLORS, VERDICT_SYMBOLS, on_white
 from .breakdown import bar_unit, drawn_parts, part_bytes
@@ -75,7 +75,7 @@ def scale_peak_figure(
 
     subtitle = t("scale_figures.peak_subtitle", lang, provenance=provenance, **_shape(table))
     if budget_bytes is not None:
-        gpu = budget_label or _gib_text(budget_bytes)
+        gpu = budget_label or _gib_text(budget_bytes, lang)
         for fit in (True, False):
             index = [i for i, result in enumerate(results) if fits(result, budget_bytes) == fit]
             if not index:
@@ -84,7 +84,7 @@ def scale_peak_figure(
             figure.add_trace(
                 go.Scatter(
                     x=[_centre(i, results[i]) for i in index], y=[peaks[i] / scale for i in index], mode="markers+text",
-                    name=verdict, text=[f"{peaks[i] / scale:,.1f}" for i in index], textposition="top center",
+                    name=verdict, text=[number(peaks[i] / scale, ",.1f", lang) for i in index], textposition="top center",
                     textfont={"color": VERDICT_COLORS[fit], "size": 13},
                     marker={"symbol": VERDICT_SYMBOLS[fit], "size": 12, "color": VERDICT_COLORS[fit],
                             "line": {"color": "white", "width": 1}},
@@ -109,6 +109,7 @@ def scale_peak_figure(
             subtitle += t("scale_figures.budget_off_scale", lang, budget=gpu, gib=budget_bytes / GIB)
     _layout(
         figure,
+        lang,
         t("scale_figures.peak_title", lang, **_shape(table)) + _per_gpu(table, lang),
         subtitle,
         t("scale_figures.x_title", lang),
@@ -141,7 +142,7 @@ def resident_figure(table: ScaleTable, selected: Setting | None = None, lang: st
     figure.add_trace(
         go.Bar(
             x=slots, y=[v / scale for v in resident], offset=offsets, width=widths, name=t("scale_figures.resident", lang),
-            marker={"color": CATEGORY_COLORS["activation"]}, text=[f"{v / scale:,.1f}" for v in resident], textposition="outside",
+            marker={"color": CATEGORY_COLORS["activation"]}, text=[number(v / scale, ",.1f", lang) for v in resident], textposition="outside",
             hovertext=[_hover(lang, tick, t("scale_figures.resident", lang), value, provenance) for tick, value in zip(ticks, resident)],
             hoverinfo="text", cliponaxis=False,
         )
@@ -150,6 +151,7 @@ def resident_figure(table: ScaleTable, selected: Setting | None = None, lang: st
     title = t("scale_figures.resident_title", lang, **_shape(table)) + _per_gpu(table, lang)
     _layout(
         figure,
+        lang,
         title,
         t("scale_figures.resident_subtitle", lang, provenance=provenance, **_shape(table)),
         t("scale_figures.x_title", lang),
@@ -187,8 +189,8 @@ def _provenance(results: list[RunResult], lang: str) -> str:
     return provenance_label(results[0].provenance, lang) if results else t("fig.seen_simulated", lang)
 
 
-def _gib_text(num_bytes: int) -> str:
-    return f"{num_bytes / GIB:,.1f} GiB"
+def _gib_text(num_bytes: int, lang: str) -> str:
+    return f"{number(num_bytes / GIB, ',.1f', lang)} GiB"
 
 
 def _ticks(table: ScaleTable, results: list[RunResult], selected: Setting | None, lang: str) -> list[str]:
@@ -233,7 +235,7 @@ def _add_host(
         go.Bar(
             x=index, y=[v / scale for v in values], offset=0.02, width=0.4, name=t("scale_figures.host", lang),
             marker={"color": CATEGORY_COLORS["host"], "pattern": HOST_PATTERN, "line": {"color": CATEGORY_COLORS["host"], "width": 1}},
-            text=[f"{v / scale:,.1f}" for v in values] if labels else None, textposition="outside",
+            text=[number(v / scale, ",.1f", lang) for v in values] if labels else None, textposition="outside",
             hovertext=[_hover(lang, ticks[i], t("scale_figures.host", lang), v, provenance) for i, v in zip(index, values)],
             hoverinfo="text", cliponaxis=False,
         )
@@ -252,7 +254,9 @@ def _hover(lang: str, tick: str, part: str, value: int, provenance: str) -> str:
     )
 
 
-def _layout(figure: go.Figure, title: str, subtitle: str, x_title: str, y_title: str, ticks: list[str]) -> None:
+def _layout(
+    figure: go.Figure, lang: str, title: str, subtitle: str, x_title: str, y_title: str, ticks: list[str]
+) -> None:
     figure.update_layout(
         title={"text": title, "subtitle": {"text": subtitle}, "x": 0, "xref": "paper"},
         barmode="overlay",  # slots and stacking are placed by hand (offset, width, base)
@@ -261,7 +265,7 @@ def _layout(figure: go.Figure, title: str, subtitle: str, x_title: str, y_title:
         # "configuração (camadas com checkpoint)" met the legend at 1280x720).
         margin={"l": 60, "r": 20, "t": 115, "b": 150},
         legend={"orientation": "h", "yanchor": "top", "y": -0.31, "x": 0},
-        **on_white(13),
+        **on_white(13, lang),
         hoverlabel={"font": {"size": 14}},
     )
     figure.update_yaxes(gridcolor=GRID, title_text=y_title)

@@ -16,7 +16,7 @@ from ...errors import SpecError
 from ...results import RunResult, memory_of
 from ...step import timeline as tl
 from ...units import MIB
-from ..i18n import t
+from ..i18n import number, t
 from ..labels import event_label, provenance_label, run_label
 from ._style import (
     BAND_COLORS,
@@ -47,7 +47,7 @@ def peak_cause(run: RunResult, lang: str) -> str:
     )[:2]
     if not parts:
         return where
-    held = ", ".join(f"{t('category.' + key, lang)} {value / MIB:,.1f} MiB" for value, key in parts)
+    held = ", ".join(f"{t('category.' + key, lang)} {number(value / MIB, ',.1f', lang)} MiB" for value, key in parts)
     return t("timeline.peak_cause", lang, where=where, held=held)
 
 
@@ -129,8 +129,8 @@ def timeline_figure(
         high = [_above(each, point.region_peak_bytes) for point in points]
         top = max(top, *high)
         hover = [
-            f"<b>{event_label(point, lang)}</b><br>{t('timeline.hover_now', lang, mib=f'{a:,.1f}')}<br>"
-            f"{t('timeline.hover_high', lang, mib=f'{b:,.1f}')}"
+            f"<b>{event_label(point, lang)}</b><br>{t('timeline.hover_now', lang, mib=number(a, ',.1f', lang))}<br>"
+            f"{t('timeline.hover_high', lang, mib=number(b, ',.1f', lang))}"
             for point, a, b in zip(points, now, high)
         ]
         figure.add_trace(
@@ -179,7 +179,7 @@ def timeline_figure(
             yshift=11 if first else -11,
             xanchor="right" if near_end else "left",
             xshift=-12 if near_end else 12,
-            text=f"<b>{t('timeline.peak_note', lang, mib=f'{high[peak]:,.1f}')}</b>",
+            text=f"<b>{t('timeline.peak_note', lang, mib=number(high[peak], ',.1f', lang))}</b>",
             font={"size": 13, "color": color},
             bgcolor=LEGEND_BACKGROUND,
         )
@@ -206,7 +206,7 @@ def timeline_figure(
         height=height,
         margin={"l": 60, "r": 20, "t": 108, "b": 60},
         legend=legend(-0.14, font={"size": 13}),
-        **on_white(14),
+        **on_white(14, lang),
         hoverlabel={"font": {"size": 14}},
     )
     figure.update_xaxes(
@@ -296,14 +296,14 @@ def step_figure(run: RunResult, index: int, *, lang: str = "en", height: int = 4
     figure.update_layout(
         title=heading(
             t("step.title", lang, i=index + 1, n=len(points), event=event_label(point, lang)),
-            t("step.subtitle", lang, now=f"{now:,.1f}", setting=run_label(run, lang)),
+            t("step.subtitle", lang, now=number(now, ",.1f", lang), setting=run_label(run, lang)),
             size=19,
         ),
         height=height,
         barmode="group",
         margin={"l": 60, "r": 10, "t": 90, "b": 40},
         legend=legend(-0.1, font={"size": 13}, traceorder="normal"),
-        **on_white(14),
+        **on_white(14, lang),
     )
     figure.update_xaxes(categoryorder="array", categoryarray=[f"L{i + 1}" for i in range(len(states))], fixedrange=True)
     figure.update_yaxes(

@@ -43,6 +43,67 @@ from ._style import (
 
 # The Pareto figure's marker for each selective policy of a sweep, in the order the sweep measured them.
 POLICY_SYMBOLS = ("circle", "diamond", "square", "triangle-up", "cross")
+# The Pareto plot's area in pixels on the Trade-offs page at 1280x720 (the narrowest it is drawn: the figure's
+# 480 px less its margins; the page's width less the sidebar and the margins), where its point labels are placed.
+PARETO_PLOT_PX = (520, 270)
+LABEL_PX = 13  # the labels' font (on_white(13)): a character about 0.6 of it wide, a line 1.3 of it tall
+# Where a point's label may go, in the order tried: plotly's textposition and the box's corner from the point.
+LABEL_PLACES = ("top center", "bottom center", "middle right", "middle left", "top right", "top left")
+
+
+def label_positions(
+    points: Sequence[tuple[float, float, str]],
+    x_range: tuple[float, float],
+    y_range: tuple[float, float],
+    avoid_y: float | None = None,
+    plot_px: tuple[int, int] = PARETO_PLOT_PX,
+) -> list[str]:
+    """A textposition for each point's label so that no two labels, no label and another point, and no label and
+    the line at ``avoid_y`` (the budget, with its label at the top right) meet, where a place is free: each label
+    takes the first free place of :data:`LABEL_PLACES`, points from the top down; a label with none keeps the first.
+
+    Args:
+        points: (x, y, label) in data units.
+        x_range, y_range: the axes' ranges in data units.
+        avoid_y: a horizontal line's height in data units.
+        plot_px: the plot area's width and height in pixels.
+    """
+    width, height = plot_px
+    x_scale = width / ((x_range[1] - x_range[0]) or 1.0)
+    y_scale = height / ((y_range[1] - y_range[0]) or 1.0)
+    centres = [((x - x_range[0]) * x_scale, (y_range[1] - y) * y_scale) for x, y, _ in points]  # y down, as drawn
+    marker = 7.0  # half a marker (size 11) and plotly's gap
+    taken = [(cx - marker, cy - marker, cx + marker, cy + marker) for cx, cy in centres]
+    if avoid_y is not None:
+        line_y = (y_range[1] - avoid_y) * y_scale
+        taken.append((-1e9, line_y - 2, 1e9, line_y + 2))
+        taken.append((width - 0.6 * LABEL_PX * 24, line_y - 1.4 * LABEL_PX, width, line_y))  # its label, top right
+    chosen = [LABEL_PLACES[0]] * len(points)
+    for index in sorted(range(len(points)), key=lambda i: centres[i][1]):
+        box_width, box_height = 0.6 * LABEL_PX * len(points[index][2]), 1.3 * LABEL_PX
+        for place in LABEL_PLACES:
+            box = label_box(centres[index], place, box_width, box_height, marker)
+            inside = box[0] >= 0 and box[2] <= width and box[1] >= 0 and box[3] <= height
+            if inside and not any(_meet(box, other) for other in taken):
+                chosen[index] = place
+                break
+        taken.append(label_box(centres[index], chosen[index], box_width, box_height, marker))
+    return chosen
+
+
+def label_box(
+    centre: tuple[float, float], place: str, width: float, height: float, gap: float
+) -> tuple[float, float, float, float]:
+    """The pixel box (left, top, right, bottom) of a label at ``place`` around a point at ``centre``."""
+    cx, cy = centre
+    vertical, horizontal = place.split()
+    top = {"top": cy - gap - height, "bottom": cy + gap, "middle": cy - height / 2}[vertical]
+    left = {"center": cx - width / 2, "right": cx + gap, "left": cx - gap - width}[horizontal]
+    return left, top, left + width, top + height
+
+
+def _meet(one: tuple[float, float, float, float], other: tuple[float, float, float, float]) -> bool:
+    return one[0] < other[2] and other[0] < one[2] and one[1] < other[3] and other[1] < one[3]
 
 
 def sweep_provenance_label(result: SweepResult, lang: str = "en") -> str:
@@ -91,6 +152,32 @@ def sweep_tradeoff_figure(
     """
     rows = [row for row in result.rows_at(seq_len) if row.step_s is not None]
     figure = go.Figure()
+    # Each point's label where it meets no other label, point or the budget line (issue 43: "n=… (noise)" labels
+    # over each other and over the line). A point in the noise says so by its grey and the legend, not in words.
+    budget_y = recommendation.budget_bytes / MIB if recommendation is not None else None
+    steps = [known_step(r) for r in rows]
+    x_low = min(
+        (min(known(r.step_min_s, r, Fact("row_figure.fastest_step")), s) * 1000 for r, s in zip(rows, steps)),
+        default=0.0,
+    )
+    x_high = max(
+        (max(known(r.step_max_s, r, Fact("row_figure.slowest_step")), s) * 1000 for r, s in zip(rows, steps)),
+        default=1.0,
+    )
+    y_high = max([known_peak(r) / MIB for r in rows] + ([budget_y] if budget_y else []), default=1.0)
+    pad = (x_high - x_low) * 0.08 or 1.0
+    x_range, y_range = (x_low - pad, x_high + pad), (0.0, y_high * 1.12)  # drawn so: the labels' places assume them
+    places = dict(
+        zip(
+            [id(row) for row in rows],
+            label_positions(
+                [(known_step(r) * 1000, known_peak(r) / MIB, r.setting) for r in rows],
+                x_range,
+                y_range,
+                budget_y,
+            ),
+        )
+    )
     # One trace per selective policy, each its own marker, so that a sweep over policies tells them apart
     # (checkpointing off is plain: it sits with "none"); one policy keeps the one trace it always had.
     policies = list(dict.fromkeys(row.selective for row in rows))
@@ -106,11 +193,8 @@ def sweep_tradeoff_figure(
                 x=[known_step(row) * 1000 for row in group],
                 y=[known_peak(row) / MIB for row in group],
                 mode="markers+text",
-                text=[
-                    t("tradeoff_fig.noise_point", lang, setting=row.setting) if row.time_is_noise else row.setting
-                    for row in group
-                ],
-                textposition="top center",
+                text=[row.setting for row in group],
+                textposition=[places[id(row)] for row in group],
                 textfont={"color": [NOISE_GREY if row.time_is_noise else BLACK for row in group]},
                 name=name,
                 marker={
@@ -170,7 +254,8 @@ def sweep_tradeoff_figure(
             y=recommendation.budget_bytes / MIB,
             line={"color": BUDGET_COLOR, "dash": "dash", "width": 1.5},
             annotation_text=t("tradeoff_fig.budget", lang, budget=recommendation.budget_label),
-            annotation_position="top left",
+            # Top right: over the slow settings, which are the small ones; the fast, big ones sit at the left.
+            annotation_position="top right",
         )
         if recommendation.row is not None and recommendation.row.seq_len == seq_len:
             chosen = recommendation.row
@@ -196,11 +281,14 @@ def sweep_tradeoff_figure(
             )
     sweep_layout(
         figure,
+        lang,
         t("tradeoff_fig.tradeoff_title", lang, model=result.model, seq=seq_len),
         sweep_provenance_label(result, lang),
         x_title=t("tradeoff_fig.tradeoff_x", lang),
         y_title=t("tradeoff_fig.tradeoff_y", lang),
     )
+    figure.update_xaxes(range=list(x_range))
+    figure.update_yaxes(range=list(y_range))
     return figure
 
 
@@ -286,6 +374,7 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
             )
     sweep_layout(
         figure,
+        lang,
         t("tradeoff_fig.seq_title", lang, model=result.model),
         t("tradeoff_fig.seq_subtitle", lang, provenance=sweep_provenance_label(result, lang)),
         x_title=t("tradeoff_fig.seq_x", lang),
@@ -342,7 +431,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
                     "tradeoff_fig.peak_hover",
                     lang,
                     setting=row.setting,
-                    mib=mib(known_peak(row)),
+                    mib=mib(known_peak(row), lang),
                     where=peak_where(row, lang),
                 )
                 + "<extra></extra>",
@@ -350,6 +439,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
         )
     sweep_layout(
         figure,
+        lang,
         t("tradeoff_fig.peak_title", lang, model=result.model, seq=seq_len),
         sweep_provenance_label(result, lang),
         x_title=t("tradeoff_fig.peak_x", lang),
@@ -359,7 +449,7 @@ def sweep_peak_figure(result: SweepResult, seq_len: int, lang: str = "en") -> go
 
 
 def sweep_layout(
-    figure: go.Figure, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None
+    figure: go.Figure, lang: str, title: str, subtitle: str, x_title: str | None = None, y_title: str | None = None
 ) -> None:
     """The layout every sweep figure shares: title and provenance subtitle, the legend under the axis title."""
     figure.update_layout(
@@ -367,7 +457,7 @@ def sweep_layout(
         height=480,
         margin={"l": 60, "r": 20, "t": 90, "b": 120},  # the legend sits below the axis title
         legend=legend(-0.2),
-        **on_white(13),
+        **on_white(13, lang),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero", title_text=y_title)
     figure.update_xaxes(gridcolor=LIGHT_GRID, title_text=x_title)

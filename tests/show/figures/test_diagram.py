@@ -9,7 +9,7 @@ import pytest
 import ckptlab
 from ckptlab.lab.run import run_queued
 from ckptlab.show.figures.diagram import diagram_figure, focus_of, plan_figure, roles_diagram_figure
-from ckptlab.show.i18n import t
+from ckptlab.show.i18n import number, t
 from ckptlab.step.probe import region_for
 
 SPEC = ckptlab.RunSpec(model="tiny-llama", seq_len=128, repeats=1, warmup=1, every_n_layers=2)
@@ -187,18 +187,29 @@ def test_the_core_figures_do_not_import_streamlit():
         assert not any(name.startswith("streamlit") for name in imported), module.__name__
 
 
-def test_a_selective_run_says_in_each_cp_box_what_it_kept_and_that_the_rerun_did_the_rest():
+def test_a_selective_run_says_what_the_cp_layers_kept_in_its_subtitle_and_its_boxes_fit():
+    """A box is a layer's width (40 px for six layers in the Lab's column at 1280x720): "kept 780.0 KiB" and
+    "reran the rest" spilled into the next boxes (issue 43), and the subtitle's policy, on the provenance's line,
+    ran past the figure's edge ("selective=attention: e"). The boxes say name and role; the subtitle the rest."""
     lab = run_queued(replace(SPEC, selective="attention"))
-    figure = diagram_figure(lab.result)
+    figure = diagram_figure(lab.result, lang="pt-BR")
     boxes = _boxes(figure)
     cp = [layer for layer in lab.result.layers if layer.enabled == "CP"]
     assert cp and all(layer.kept_bytes > 0 for layer in cp)
-    assert boxes[LEGEND["CP"]] == [
-        f"{layer.name}<br><b>CP</b><br>kept {layer.kept_bytes / 1024:,.1f} KiB" for layer in cp
-    ]
-    assert boxes[LEGEND["rerun"]] == [f"{layer.name}<br><b>rerun</b><br>reran the rest" for layer in cp]
-    assert "selective=attention" in figure.layout.title.subtitle.text.replace("<br>", " ")
+    legend = {role: t(f"diagram.legend_{role}", "pt-BR") for role in ("CP", "rerun")}
+    assert boxes[legend["CP"]] == [f"{layer.name}<br><b>CP</b>" for layer in cp]
+    assert boxes[legend["rerun"]] == [f"{layer.name}<br><b>rerun</b>" for layer in cp]
+    subtitle = figure.layout.title.subtitle.text
+    _, *policy = subtitle.split("<br>selective=")  # the policy starts a line of its own
+    least = min(layer.kept_bytes for layer in cp)
+    kept = (
+        f"{number(least / 2**20, ',.1f', 'pt-BR')} MiB"
+        if least >= 2**20
+        else f"{number(least / 1024, ',.1f', 'pt-BR')} KiB"
+    )
+    assert policy and kept in policy[0]  # in the reader's numbers
+    assert all(len(line) <= 49 for line in subtitle.split("<br>"))  # heading()'s wrap for a size-20 title
     hover = next(text for trace in figure.data for text in trace.hovertext if text.startswith(f"<b>{cp[0].name}<"))
-    assert f"kept {cp[0].kept_bytes:,} bytes" in hover
-    # Plain checkpointing's boxes say nothing more than before.
-    assert boxes[LEGEND["CP"]][0] != _boxes(diagram_figure(run_queued(SPEC).result))[LEGEND["CP"]][0]
+    assert f"{cp[0].kept_bytes:,}".replace(",", ".") in hover
+    # Plain checkpointing's subtitle says no policy.
+    assert "selective=" not in diagram_figure(run_queued(SPEC).result).layout.title.subtitle.text

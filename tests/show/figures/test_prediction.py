@@ -28,6 +28,8 @@ def test_sweep_prediction_figure_puts_predicted_beside_measured_with_errors(swep
         if trace.name.startswith("predicted"):
             assert trace.marker.pattern.shape  # hatched: never mistaken for a measurement
             assert all(text.endswith("%") for text in trace.text)  # the error of the prediction
+            # Upright and at its size: lying down in a grouped bar, plotly shrank it to 5 px (issue 43).
+            assert trace.textangle == -90 and trace.constraintext == "none" and trace.textfont.size >= 11
         else:
             assert not trace.marker.pattern.shape  # the measurement is solid
     formula, calibrated = (

@@ -38,7 +38,9 @@ def test_timeline_overlays_two_settings_with_phases_peaks_and_a_cursor(measured,
     assert len(labels) == len(washes) and {note.font.color for note in labels} == {PHASE_LABEL_COLOR}
     assert any(shape.type == "line" for shape in figure.layout.shapes)
     peak_notes = [note.text for note in figure.layout.annotations if "MiB" in (note.text or "")]
-    assert len(peak_notes) == 2 and f"{(run.memory.peak_bytes - run.memory.baseline_bytes) / MIB:,.1f}" in peak_notes[0]
+    peak = i18n.number((run.memory.peak_bytes - run.memory.baseline_bytes) / MIB, ",.1f", lang)  # 75,3 in pt-BR
+    assert len(peak_notes) == 2 and peak in peak_notes[0]
+    assert figure.layout.separators == i18n.separators(lang)  # the axes' and hover labels' numbers alike
 
 
 def test_step_figure_bars_are_what_each_layer_holds(measured):

@@ -10,6 +10,9 @@ from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import SweepResult, SweepSpec
 from ckptlab.explore.sweep_rows import rows_from_results
 from ckptlab.show.figures.tradeoff import (
+    LABEL_PX,
+    PARETO_PLOT_PX,
+    label_box,
     pareto_rows,
     seq_len_figure,
     sweep_peak_figure,
@@ -55,11 +58,38 @@ def test_tradeoff_figure_points_frontier_budget_and_recommendation():
     assert figure.layout.title.subtitle.text.replace("<br>", " ") == "measured on CUDA"
 
 
+def test_the_pareto_labels_meet_no_other_label_point_or_the_budget_line():
+    """Issue 43: the labels overlapped each other and the budget line at 1280x720. Close points and a budget
+    between them: each label gets a free place in the plot (boxes estimated as drawn: PARETO_PLOT_PX)."""
+    rows = [
+        replace(TABLE[index], step_s=step, step_min_s=step, step_max_s=step * 1.02, peak_bytes=mib * MIB)
+        for index, step, mib in ((0, 0.100, 800), (2, 0.1015, 812), (3, 0.103, 790), (4, 0.160, 400))
+    ]
+    result = SweepResult(spec=SweepSpec(seq_lens=(1024,)), model="hand-made", num_layers=8, device="cuda:0", rows=rows)
+    figure = sweep_tradeoff_figure(result, 1024, recommend(rows, 805 * MIB))
+    points = figure.data[0]
+    (x0, x1), (y0, y1) = figure.layout.xaxis.range, figure.layout.yaxis.range
+    width, height = PARETO_PLOT_PX
+    centres = [((x - x0) * width / (x1 - x0), (y1 - y) * height / (y1 - y0)) for x, y in zip(points.x, points.y)]
+    boxes = [
+        label_box(centre, place, 0.6 * LABEL_PX * len(text), 1.3 * LABEL_PX, 7.0)
+        for centre, place, text in zip(centres, points.textposition, points.text)
+    ]
+    assert len(set(points.textposition)) > 1  # the close ones were moved apart
+    budget = (y1 - 805) * height / (y1 - y0)
+    for index, box in enumerate(boxes):
+        assert box[0] >= 0 and box[2] <= width and box[1] >= 0 and box[3] <= height, (points.text[index], box)
+        assert not box[1] < budget < box[3], points.text[index]  # the budget line runs under or over it
+        for other in boxes[index + 1 :]:
+            assert not (box[0] < other[2] and other[0] < box[2] and box[1] < other[3] and other[1] < box[3])
+
+
 def test_tradeoff_figure_of_a_real_sweep(swept):
     rows = swept.rows_at(64)
     figure = sweep_tradeoff_figure(swept, 64, recommend(swept.rows, max(row.peak_bytes for row in rows)))
-    # Two timed steps a row are too few to judge: every setting but off is greyed and says so.
-    assert list(figure.data[0].text) == ["off"] + [f"{row.setting} (noise)" for row in rows[1:]]
+    # Two timed steps a row are too few to judge: every setting but off is greyed (the legend names the grey).
+    assert list(figure.data[0].text) == [row.setting for row in rows]
+    assert len(set(figure.data[0].marker.color)) == 2
     assert all(row.time_is_noise for row in rows[1:])
     # At 64 tokens every setting has the same peak (the gradients'): the frontier is the fastest point alone.
     frontier = next(t for t in figure.data if t.name.startswith("Pareto frontier"))
@@ -130,7 +160,7 @@ def test_a_time_within_the_noise_is_greyed_and_named():
     grey = next(trace for trace in figure.data if trace.name == "time within the noise (grey)").marker.color
     colours = list(points.marker.color)
     assert colours[1] == grey == NOISE_GREY and colours[0] == colours[2] != grey  # only the noisy point is grey
-    assert list(points.text) == ["off", "n=4 (noise)", "n=2"]
+    assert list(points.text) == ["off", "n=4", "n=2"]  # the grey and the legend say noise (words collided)
     table = sweep_table(rows, "en")
     assert [line["time vs off"] for line in table] == ["", "noise: not measurable", "measurable"]
     assert sweep_table(rows, "ja")[1]["off との時間差"] == "ノイズ:測定可能な差ではない"
