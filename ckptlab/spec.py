@@ -26,6 +26,7 @@ from .errors import (
     expect_type,
     not_one_of,
 )
+from .model.attention import check_attn_implementation
 from .model.plan import planned_roles, validate_every_n_layers
 from .model.presets import DEFAULT_PRESET
 from .model.selective import Selective, check_selective, selective_key
@@ -158,6 +159,9 @@ class RunSpec:
     # Selective checkpointing (ckptlab.model.selective): what a CP layer keeps besides its input. "none", a
     # policy ("attention", "matmuls", "torchtitan") or, from Python, a tuple of op names such as ("aten.mm",).
     selective: Selective = "none"
+    # The attention kernel the model is built with (ckptlab.model.attention): "sdpa" (transformers' default),
+    # "eager" (keeps each layer's heads x seq^2 probabilities), "flash_attention_2" (CUDA, the flash-attn package).
+    attn_implementation: str = "sdpa"
 
     def __post_init__(self) -> None:
         # JSON and the URL give a list; a tuple keeps the spec hashable (results are cached by spec).
@@ -198,6 +202,7 @@ class RunSpec:
         check_lora(self.lora_rank, self.lora_targets)
         self._validate_ranks()
         check_selective(self.selective, self.every_n_layers)
+        check_attn_implementation(self.attn_implementation)
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "{offload} with {off}: offload moves the inputs that checkpointed layers keep, so there is "
@@ -329,7 +334,9 @@ class RunSpec:
 
     def trainer_fields(self) -> dict[str, Any]:
         """The ``TrainingArguments`` fields, beside checkpointing, whose Trainer step is this spec's (the inverse of
-        :meth:`from_training_args`); without an optimizer ("none") only the batch, which has no Trainer twin else."""
+        :meth:`from_training_args`); without an optimizer ("none") only the batch, which has no Trainer twin else.
+        ``attn_implementation`` is none of them: a model keyword (``from_pretrained(..., attn_implementation=...)``),
+        not a TrainingArguments field (ckptlab.model.snippets writes it in the model's line)."""
         fields: dict[str, Any] = {"per_device_train_batch_size": self.batch_size}
         if self.trainer_optimizer is None:
             return fields

@@ -33,6 +33,7 @@ from transformers import PreTrainedModel
 
 from ..errors import expect_type
 from ..fact import Fact
+from ..model.attention import attention_notes, use_attention
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import (
@@ -134,6 +135,7 @@ def _measure_built(
 
     model.train()
     apply_setting(model, spec, device)
+    notes += attention_notes(type(model), model.config, spec.attn_implementation)
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     nested = nested_in(model)
@@ -177,6 +179,7 @@ def apply_setting(model: PreTrainedModel, spec: RunSpec, device: torch.device) -
     # enable() registers an input-embeddings hook each call and never removes the last one: on a
     # model reused across runs (the app's cache, a sweep) they would pile up. Start clean.
     model.disable_input_require_grads()
+    use_attention(model, spec.attn_implementation)  # a model built once serves either attention (ModelState restores)
     if spec.every_n_layers is not None:  # spec.checkpointing
         offload = spec.offload and device.type == "cuda"
         # transformers' call, with the selective policy's context_fn when the spec has one.

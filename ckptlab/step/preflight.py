@@ -16,6 +16,7 @@ from transformers import PreTrainedModel
 from ..errors import Command, DoesNotFitError, Option, SpecError, UnsupportedModelError, not_one_of
 from ..fact import Fact
 from ..model import catalog
+from ..model.attention import check_flash_device
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits, memory_limit
 from ..model.lora import adapted_shapes, adapter_parameters, check_rank
@@ -120,6 +121,7 @@ def check_spec(spec: RunSpec, info: ModelInfo | None = None) -> CheckedSpec:
     info = catalog.describe(spec.model) if info is None else info
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
+    check_flash_device(spec.attn_implementation, device.type)
     return CheckedSpec(spec, info, device, resolve_dtype(spec.dtype, device, spec.mixed_precision))
 
 
@@ -163,7 +165,13 @@ def load_model(spec: RunSpec | CheckedSpec, progress: Progress | None = None) ->
             {"name": info.name, "millions": millions},
         )
         progress(said, 0.0)
-    return catalog.build_model(checked.spec.model, dtype=checked.dtype, device=checked.device, seed=checked.spec.seed)
+    return catalog.build_model(
+        checked.spec.model,
+        dtype=checked.dtype,
+        device=checked.device,
+        seed=checked.spec.seed,
+        attn_implementation=checked.spec.attn_implementation,
+    )
 
 
 def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> DoesNotFitError | None:

@@ -54,6 +54,7 @@ from transformers.modeling_utils import AttentionInterface
 from ..errors import expect_type
 from ..fact import Fact
 from ..model import catalog
+from ..model.attention import FLASH_ATTENTION_2, SDPA, attention_notes, check_flash_device
 from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
@@ -107,7 +108,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     info, dtype, config, task = prepare(spec)
     shape = Reduction.for_plan(info.num_layers, spec.every_n_layers, info.layer_period) if fast else None
 
-    notes = simulation_notes(spec, info, fast)
+    notes = simulation_notes(spec, info, fast, config, task)
     if shape is None:
         if fast and not info.layers_alike:
             notes.insert(0, Fact("note.layers_differ"))
@@ -136,6 +137,7 @@ def prepare(spec: RunSpec) -> tuple[ModelInfo, torch.dtype, Any, str]:
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
     device_type = simulated_device_type(spec)
+    check_flash_device(spec.attn_implementation, device_type)
     check_optimizer_runs(spec, device_type=device_type, simulated=True)
     check_simulated_selective(spec)
     dtype = resolve_dtype(spec.dtype, torch.device(device_type), spec.mixed_precision)
@@ -149,9 +151,20 @@ def simulated_device_type(spec: RunSpec) -> str:
     return "cpu" if spec.device == "cpu" else "cuda"
 
 
-def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[Fact]:
-    """The notes of a simulation of ``spec`` that do not depend on how its layers were simulated."""
+def simulated_attention(spec: RunSpec) -> str:
+    """The attention a simulation builds with: the spec's, but SDPA for flash_attention_2, whose CUDA kernels fake
+    tensors cannot run; SDPA's flash kernel keeps the same bytes (the output and a float32 logsumexp)."""
+    return SDPA if spec.attn_implementation == FLASH_ATTENTION_2 else spec.attn_implementation
+
+
+def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool, config: Any = None, task: str = "") -> list[Fact]:
+    """The notes of a simulation of ``spec`` that do not depend on how its layers were simulated (with the model's
+    ``config`` and ``task``, also whether its class runs the attention asked for)."""
     notes: list[Fact] = []
+    if spec.attn_implementation == FLASH_ATTENTION_2:
+        notes.append(Fact("note.flash_simulated_as_sdpa"))
+    if config is not None:
+        notes += attention_notes(catalog.model_class_for(config, task), config, simulated_attention(spec))
     if info.experts_implementation is not None:
         notes += [experts_note(info), ROUTING_NOTE]
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
@@ -218,7 +231,7 @@ def _fake_step(
     trace: TraceSink | None,
 ) -> tuple:
     """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
-    model = catalog.instantiate(config, task, dtype)
+    model = catalog.instantiate(config, task, dtype, simulated_attention(spec))
     model.train()
     offload = spec.offload and ledger.as_cuda  # as in a measured run: the CPU has no pinned host memory to move to
     if spec.every_n_layers is not None:  # spec.checkpointing
