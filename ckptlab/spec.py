@@ -202,7 +202,7 @@ class RunSpec:
         check_lora(self.lora_rank, self.lora_targets)
         self._validate_ranks()
         check_selective(self.selective, self.every_n_layers)
-        check_attn_implementation(self.attn_implementation)
+        check_attn_implementation(self.attn_implementation, self.selective)
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 "{offload} with {off}: offload moves the inputs that checkpointed layers keep, so there is "

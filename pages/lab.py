@@ -184,7 +184,7 @@ def draw_code(spec: RunSpec, lang: str) -> None:
         code = snippets.selective_snippet(spec.every_n_layers, spec.offload, spec.selective)
     else:
         code = snippets.model_snippet(spec.every_n_layers, spec.offload)
-    st.code(code, language="python")
+    st.code(snippets.with_attention(code, spec.attn_implementation), language="python")
     st.caption(t("lab.with_trainer", lang))
     trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=selective)
     st.code(trainer, language="python")

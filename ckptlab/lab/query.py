@@ -12,8 +12,9 @@ frozen base, on the modules in ``targets=q_proj,v_proj`` (absent: every projecti
 Whether the targets exist in the model is checked later, by the page, which has the model.
 The At-scale page adds ``gpus=8`` (:func:`gpus_from_query`): GPUs sharing the model under FSDP2.
 Trainer's side of the step, where it is not the default: ``accum=4`` (gradient accumulation steps),
-``mp=bf16`` (mixed precision), ``clip=0.5`` (max_grad_norm; ``ckptlab.lab.stepboxes``).
+``mp=bf16`` (mixed precision), ``clip=0.5`` (max_grad_norm), ``attn=eager`` (``ckptlab.lab.stepboxes``).
 ``selective=attention`` is the CP layers' selective policy (``ckptlab.model.selective``; absent: none).
+``attn=eager`` is the attention implementation (``ckptlab.model.attention``; absent: sdpa).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..fact import Fact
+from ..model.attention import EAGER, available_attentions
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
 from ..spec import DEVICES, DTYPES, MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
@@ -149,6 +151,7 @@ def spec_from_query(
         ("mp", MIXED_PRECISIONS, "mixed_precision"),
         ("opt", OPTIMIZERS, "optimizer"),
         ("selective", SELECTIVE_CHOICES, "selective"),
+        ("attn", available_attentions(), "attn_implementation"),
     ):
         if key in values:
             if values[key].strip().lower() in choices:
@@ -204,6 +207,9 @@ def spec_from_query(
                 {"key": "selective", "value": selective_key(spec.selective), "fallback": NONE},
             )
         )
+        spec = replace(spec, selective=NONE)
+    if spec.selective == "attention" and spec.attn_implementation == EAGER:  # the pair RunSpec refuses
+        warnings.append(Fact("link.attention_policy_eager", {"fallback": NONE}))
         spec = replace(spec, selective=NONE)
     if spec.mixed_precision != "none" and spec.dtype == "float16":
         warnings.append(Fact("link.needs_float32", {"value": spec.mixed_precision}))

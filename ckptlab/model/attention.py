@@ -35,15 +35,21 @@ SDPA = "sdpa"
 EAGER = "eager"
 FLASH_ATTENTION_2 = "flash_attention_2"
 ATTN_IMPLEMENTATIONS = (SDPA, EAGER, FLASH_ATTENTION_2)
-FLASH_PACKAGE = ("flash_attn", "pip install flash-attn --no-build-isolation")
+FLASH_PACKAGE = ("flash_attn", "pip install flash-attn")
 
 
-def check_attn_implementation(value: object) -> None:
-    """Raise :class:`SpecError` for an attention implementation the lab does not build with.
+def check_attn_implementation(value: object, selective: object = "none") -> None:
+    """Raise :class:`SpecError` for an attention implementation the lab does not build with, or that the
+    selective policy ``selective`` cannot go with.
+
+    The ``"attention"`` policy keeps the outputs of SDPA's fused attention op (``ckptlab.model.selective``).
+    Eager attention calls no such op, so the pair would keep nothing: it is refused, with one message, rather
+    than read as "keep eager's product after the softmax" (``"matmuls"`` keeps that, and the scores).
 
     Raises:
         SpecError: ``spec.attention_from_hub`` for a kernel of the Hub (a name with "/"), ``spec.flash_attention_package``
-            for flash_attention_2 without its package, ``spec.not_one_of`` for anything else unknown.
+            for flash_attention_2 without its package, ``spec.attention_policy_eager`` for the attention policy with
+            eager, ``spec.not_one_of`` for anything else unknown.
     """
     if isinstance(value, str) and "/" in value:
         raise SpecError(
@@ -56,6 +62,17 @@ def check_attn_implementation(value: object) -> None:
         )
     if value not in ATTN_IMPLEMENTATIONS:
         raise not_one_of("attn_implementation", value, ATTN_IMPLEMENTATIONS)
+    if value == EAGER and selective == "attention":
+        raise SpecError(
+            "{policy} with {option}: the attention policy keeps the outputs of SDPA's fused attention op, which "
+            "eager attention never calls, so it would keep nothing. Use {matmuls} to keep eager's two products (the "
+            "scores and the product after the softmax), or {sdpa}.",
+            key="spec.attention_policy_eager",
+            policy=Option("selective", "attention"),
+            option=Option("attn_implementation", EAGER),
+            matmuls=Option("selective", "matmuls"),
+            sdpa=Option("attn_implementation", SDPA),
+        )
     if value == FLASH_ATTENTION_2 and importlib.util.find_spec(FLASH_PACKAGE[0]) is None:
         raise SpecError(
             "{option} needs the package {package} and a CUDA device, and {package} is not installed here. Install "
@@ -67,6 +84,13 @@ def check_attn_implementation(value: object) -> None:
             package=FLASH_PACKAGE[0],
             pip=FLASH_PACKAGE[1],
         )
+
+
+def available_attentions(device_type: str | None = None) -> tuple[str, ...]:
+    """The implementations a spec may name here: flash_attention_2 only where its package is installed (and, given
+    a ``device_type``, on CUDA); a page offers these, a link falls back from any other."""
+    flash = importlib.util.find_spec(FLASH_PACKAGE[0]) is not None and device_type in (None, "cuda")
+    return ATTN_IMPLEMENTATIONS if flash else (SDPA, EAGER)
 
 
 def check_flash_device(attn_implementation: str, device_type: str) -> None:

@@ -232,7 +232,8 @@ def selective_lines(result: RunResult) -> list[str]:
 
 
 def _selective_words(spec: RunSpec) -> str:
-    return "" if spec.selective == "none" else f", selective={selective_key(spec.selective)}"
+    policy = "" if spec.selective == "none" else f", selective={selective_key(spec.selective)}"
+    return policy + ("" if spec.attn_implementation == "sdpa" else f" · {spec.attn_implementation} attention")
 
 
 def _experts_words(model: ModelSummary) -> str:

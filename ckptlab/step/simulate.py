@@ -163,12 +163,34 @@ def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool, config: Any = N
     notes: list[Fact] = []
     if spec.attn_implementation == FLASH_ATTENTION_2:
         notes.append(Fact("note.flash_simulated_as_sdpa"))
-    if config is not None:
-        notes += attention_notes(catalog.model_class_for(config, task), config, simulated_attention(spec))
+    model_class = None if config is None else catalog.model_class_for(config, task)
+    if model_class is not None:
+        notes += attention_notes(model_class, config, simulated_attention(spec))
     if info.experts_implementation is not None:
         notes += [experts_note(info), ROUTING_NOTE]
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
+    if model_class is not None:
+        notes += cuda_sdpa_notes(spec, model_class, config)
     return notes
+
+
+def cuda_sdpa_notes(spec: RunSpec, model_class: Any, config: Any) -> list[Fact]:
+    """Which CUDA kernel a simulated SDPA call stands for, in a note (none for the CPU, eager, or no attention).
+
+    Fake tensors run SDPA's CPU flash op (:func:`_sdpa_as_on_cuda`): the output and a float32 logsumexp of
+    ``batch x heads x seq``. On CUDA, SDPA picks by dtype: a 16-bit step takes the flash kernel, which keeps the
+    same bytes; a float32 one the memory-efficient kernel, whose logsumexp is padded to a multiple of 32 tokens
+    (at most ``heads x 31 x 4`` bytes a layer more than counted).
+    """
+    if simulated_device_type(spec) != "cuda" or simulated_attention(spec) != SDPA:
+        return []
+    if attention_notes(model_class, config, SDPA):  # the class runs eager: no SDPA call to stand for
+        return []
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if not getattr(text, "num_attention_heads", None):
+        return []
+    sixteen_bits = spec.mixed_precision != "none" or resolve_dtype(spec.dtype, torch.device("cuda")) != torch.float32
+    return [Fact("note.sdpa_kernel_flash" if sixteen_bits else "note.sdpa_kernel_efficient")]
 
 
 def simulating_some(depth: int, layers: int) -> Fact:
