@@ -259,6 +259,7 @@ def layer_results(
             rerun_ops=dict(count.rerun_ops),
             reused_ops=dict(count.reused_ops),
             rerun_inside=inside[index],
+            attention_bytes=count.attention_bytes,
         )
         for index, (module, count) in enumerate(zip(modules, counts))
     ]

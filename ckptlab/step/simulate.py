@@ -23,6 +23,9 @@ Two things need care:
 - **speed.** A 36-layer 8B step takes about 10 s of fake-tensor dispatch, so deep models
   whose layers are alike are simulated as two shallow copies and extrapolated exactly
   (:mod:`.fold`).
+- **dropout.** On fake CPU tensors ``dropout`` draws a mask in the input's dtype; CUDA's fused kernel keeps a
+  boolean one. :func:`_dropout_as_on_cuda` gives fake tensors CUDA's (eager attention's probabilities, BERT's
+  and GPT-2's hidden states in train mode).
 - **attention with dropout.** On fake CPU tensors SDPA with attention dropout (BERT, GPT-2 in
   train mode) falls back to the math kernel, which stores the batch x heads x seq^2
   probabilities and their dropout mask; CUDA's flash and memory-efficient kernels draw the mask
@@ -382,6 +385,20 @@ def _sdpa_as_on_cuda(module, query, key, value, attention_mask, dropout: float =
     return _REAL_SDPA(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
 
 
+_REAL_DROPOUT = torch.nn.functional.dropout
+
+
+def _dropout_as_on_cuda(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """``torch.nn.functional.dropout`` as a CUDA step runs it: fake tensors of a simulation standing for CUDA take
+    the fused kernel (``native_dropout``), which keeps a one-byte boolean mask; on fake CPU tensors ``dropout``
+    would draw a mask in the input's dtype (4 bytes in float32). Eager attention's dropout and the hidden
+    states' keep their masks for the backward. Real tensors, and other threads, get torch's own."""
+    ledger = getattr(_ACTIVE_LEDGER, "ledger", None)
+    if ledger is None or not ledger.as_cuda or not isinstance(input, FakeTensor) or not training or not 0 < p < 1:
+        return _REAL_DROPOUT(input, p, training, inplace)
+    return torch.native_dropout(input, p, True)[0]
+
+
 def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None:
     """transformers' packed-sequence check, answered as for the real tensors of a simulated batch.
 
@@ -408,6 +425,7 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
         transformers.modeling_utils.save_on_cpu = _SimulatedSaveOnCpu  # type: ignore[misc, assignment]  # our stand-in for torch's class
         transformers.masking_utils.find_packed_sequence_indices = _unpacked_when_simulating
         AttentionInterface._global_mapping["sdpa"] = _sdpa_as_on_cuda  # models look it up at each call
+        torch.nn.functional.dropout = _dropout_as_on_cuda  # nn.Dropout and eager attention look it up at each call
     _ACTIVE_LEDGER.ledger = ledger
     try:
         yield

@@ -21,6 +21,7 @@ SHAPE = {
     "intermediate_size": 96,
     "num_attention_heads": 4,
     "num_key_value_heads": 4,
+    "head_dim": 16,
     "vocab_size": 256,
     "attention_dropout": 0.0,
 }
@@ -43,6 +44,11 @@ def test_eager_keeps_the_probabilities_sdpa_a_logsumexp_measured_simulated_and_s
         assert RunResult.from_dict(measured.to_dict()).spec == measured.spec  # the JSON keeps the attention
         assert not [note for note in measured.notes if note.key == "note.attention_kept"]
         resident[attention] = (measured.memory.after_forward_bytes, simulated.memory.after_forward_bytes)
+        # Observed per layer: what the attention kept, the probabilities (eager), the output and logsumexp (SDPA).
+        head_dim = SHAPE["head_dim"]
+        kept = heads * SEQ * SEQ * 4 if attention == "eager" else SEQ * heads * head_dim * 4 + heads * SEQ * 4
+        for result in (measured, simulated):
+            assert [layer.attention_bytes for layer in result.layers] == [kept] * layers, (attention, result.device)
     assert resident["eager"][0] - resident["sdpa"][0] == expected  # measured
     assert resident["eager"][1] - resident["sdpa"][1] == expected  # simulated
 
