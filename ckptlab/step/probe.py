@@ -270,6 +270,9 @@ class LayerProbe:
             if self.on_input is not None and args and isinstance(args[0], torch.Tensor):
                 self.on_input(index, args[0])
             self._current_layer = index
+            # Not inside any attention as a layer begins: a rerun that stopped early (torch's checkpoint stops the
+            # recompute once it has what the backward needs) never ran the attention's forward hook.
+            self._in_attention = 0
             self._entry_child.pop(index, None)
             if self.on_region is not None:
                 self._emit("layer_forward", index)
