@@ -60,7 +60,10 @@ def main() -> None:
 
     single = RunSpec(model=args.model, seq_len=args.seq_len, device="cpu")
     spec = SweepSpec.from_run_spec(single)
-    specs = [spec.run_spec(seq_len, n, offload) for seq_len, n, offload in plan_sweep(spec).rows]
+    specs = [
+        spec.run_spec(seq_len, n, offload, selective=policy, attn_implementation=attention)
+        for seq_len, n, offload, policy, attention in plan_sweep(spec).rows
+    ]
     print(
         f"{args.model}, seq {args.seq_len}, {torch.get_num_threads()} torch threads, {len(specs)} configurations (off + every_n_layers 1..{len(specs) - 1}), "
         f"warm-up {single.warmup}, repeats {single.repeats}, {args.rounds} rounds"

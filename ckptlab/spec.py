@@ -27,6 +27,7 @@ from .errors import (
     not_one_of,
 )
 from .fact import Fact
+from .model.attention import check_attn_implementation
 from .model.plan import planned_roles, validate_every_n_layers
 from .model.presets import DEFAULT_PRESET
 from .model.quantize import Quantization, as_quantization, check_installed
@@ -153,6 +154,9 @@ class RunSpec:
     # A 4-bit base (QLoRA): BitsAndBytesConfig's fields (ckptlab.model.quantize); a mapping of them is read as one.
     # None: the base in `dtype` (a model folder whose config.json has a bitsandbytes quantization_config uses it).
     quantization: Quantization | None = None
+    # The attention kernel the model is built with (ckptlab.model.attention): "sdpa" (transformers' default),
+    # "eager" (keeps each layer's heads x seq^2 probabilities), "flash_attention_2" (CUDA, the flash-attn package).
+    attn_implementation: str = "sdpa"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantization", as_quantization(self.quantization))
@@ -191,6 +195,7 @@ class RunSpec:
         self._validate_quantization()
         self._validate_ranks()
         check_selective(self.selective, self.every_n_layers)
+        check_attn_implementation(self.attn_implementation, self.selective)
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 key="spec.offload_without_checkpointing",
@@ -306,7 +311,9 @@ class RunSpec:
 
     def trainer_fields(self) -> dict[str, Any]:
         """The ``TrainingArguments`` fields, beside checkpointing, whose Trainer step is this spec's (the inverse of
-        :meth:`from_training_args`); without an optimizer ("none") only the batch, which has no Trainer twin else."""
+        :meth:`from_training_args`); without an optimizer ("none") only the batch, which has no Trainer twin else.
+        ``attn_implementation`` is none of them: a model keyword (``from_pretrained(..., attn_implementation=...)``),
+        not a TrainingArguments field (ckptlab.model.snippets writes it in the model's line)."""
         fields: dict[str, Any] = {"per_device_train_batch_size": self.batch_size}
         if self.trainer_optimizer is None:
             return fields

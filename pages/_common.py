@@ -18,6 +18,7 @@ from ckptlab.lab.query import CLIP_MAX, LORA_RANK_MAX
 from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
+from ckptlab.model.attention import available_attentions
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
 from ckptlab.spec import MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
@@ -102,8 +103,9 @@ def optimizer_box(key: str, lang: str) -> None:
 
 
 def step_boxes(prefix: str, lang: str) -> None:
-    """Trainer's side of the step (accumulation, mixed precision, clipping), in ``<prefix>_accumulation``,
-    ``_mixed_precision`` and ``_max_grad_norm`` (``ckptlab.lab.stepboxes`` reads them back)."""
+    """Trainer's side of the step (accumulation, mixed precision, clipping) and the attention, in
+    ``<prefix>_accumulation``, ``_mixed_precision``, ``_max_grad_norm`` and ``_attention`` (``ckptlab.lab.stepboxes``
+    reads them back)."""
     state = st.session_state
     for key, value in step_widget_values(prefix, RunSpec()).items():
         state.setdefault(key, value)  # the lab's defaults where neither a link nor the session set one
@@ -131,6 +133,13 @@ def step_boxes(prefix: str, lang: str) -> None:
             format="%g",
             key=f"{prefix}_max_grad_norm",
             help=i18n.t("training.max_grad_norm_help", lang),
+        )
+        st.selectbox(  # a model keyword, not Trainer's: from_pretrained(..., attn_implementation=...)
+            i18n.t("training.attention", lang),
+            available_attentions(),
+            key=f"{prefix}_attention",
+            format_func=lambda name: i18n.t(f"training.attention_{name}", lang),
+            help=i18n.t("training.attention_help", lang),
         )
 
 

@@ -186,7 +186,7 @@ def draw_code(spec: RunSpec, lang: str) -> None:
         code = snippets.model_snippet(spec.every_n_layers, spec.offload)
     if spec.quantization is not None:  # the 4-bit base first: peft's preparation turns checkpointing on its way
         code = snippets.qlora_snippet(spec.quantization.to_dict()) + "\n" + code
-    st.code(code, language="python")
+    st.code(snippets.with_attention(code, spec.attn_implementation), language="python")
     st.caption(t("lab.with_trainer", lang))
     trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=selective)
     st.code(trainer, language="python")

@@ -36,7 +36,7 @@ run_through_app()
 state = st.session_state
 lang = language()
 
-PARTS = ("activation", "trade", "every_n", "keep", "offload", "peak", "shrink", "shard", "step")
+PARTS = ("activation", "trade", "every_n", "keep", "attention", "offload", "peak", "shrink", "shard", "step")
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
 LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
 # The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
@@ -198,6 +198,17 @@ elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside 
     ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lesson_keep_chart", theme=None)
     figure.caption(learnpage.keep_caption(plain, kept, lang))
+
+elif part == "attention":  # eager against SDPA, checkpointing off, at two lengths: the s^2 the fused kernels recompute
+    pairs = [(at(None, spec), at(None, replace(spec, attn_implementation="eager"))) for spec in (BASE, LONG)]
+    runs = need(*(spec for pair in pairs for spec in pair))
+    figure = figure_column()
+    bars = [
+        (t("lesson.attention.bar", lang, attention=run.spec.attn_implementation, seq=run.spec.seq_len), run)
+        for run in runs
+    ]
+    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=420), key="lesson_attention_chart", theme=None)
+    figure.caption(learnpage.attention_caption([(runs[0], runs[1]), (runs[2], runs[3])], lang))
 
 elif part == "offload":
     chosen = need(at(1), at(1, replace(LONG, seq_len=256)), at(1, LONG))

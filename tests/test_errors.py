@@ -38,6 +38,8 @@ def keyed_errors(tmp_path) -> list[CkptlabError]:
         RunSpec(lora_targets=("q_proj",)),
         RunSpec(every_n_layers=0),
         RunSpec(every_n_layers=None, offload=True),
+        RunSpec(attn_implementation="kernels-community/flash-attn"),  # no code from the Hub
+        RunSpec(attn_implementation="flash_attention_2"),  # flash-attn is not installed here
     ]
     found = [_raised(spec.validate) for spec in bad_specs]
     found.append(_raised(lambda: validate_for_model(RunSpec(model="tiny-gpt2", seq_len=4096), describe("tiny-gpt2"))))

@@ -26,6 +26,7 @@ LANGS = ("pt-BR", "ja")
 TECHNICAL = {"seq", "off", "offload", "checkpointing", "checkpointed", "every_n_layers", "tiny-llama", "tiny-gpt2"}
 TECHNICAL |= {"fsdp2", "ranks", "rank", "fake", "process", "group", "shards", "host", "host_offload_bytes", "gpu"}
 TECHNICAL |= {"bytes"}  # pt-BR says bytes too
+TECHNICAL |= {"sdpa", "cuda", "flash", "kernel", "logsumexp", "float32", "heads", "backward"}  # a simulated SDPA call
 
 
 def _words(text: str) -> set[str]:
@@ -122,7 +123,12 @@ def test_real_progress_and_simulation_notes_say_themselves_in_every_language():
         assert english in english_said, english
     assert all(isinstance(message, Fact) for message in said), [m for m in said if not isinstance(m, Fact)]
     notes = simulated.notes
-    assert [note.key for note in notes] == ["note.only_first_layer", "note.offload_simulated", "note.fsdp_simulated"]
+    assert [note.key for note in notes] == [
+        "note.only_first_layer",
+        "note.sdpa_kernel_flash",
+        "note.offload_simulated",
+        "note.fsdp_simulated",
+    ]
     lines = list(dict.fromkeys(said)) + notes
     for lang in LANGS:
         assert all(i18n.say(line, lang) != i18n.say(line) for line in lines), lang

@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from ..fact import Fact
 from ..model import hub
+from ..model.attention import ATTN_IMPLEMENTATIONS
 from ..model.presets import check_model_named
 from ..model.quantize import load_quantization_file
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
@@ -193,6 +194,15 @@ def add_run_arguments(
         help="a 4-bit base (QLoRA): BitsAndBytesConfig's fields as JSON, e.g. "
         '{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}; needs --lora-rank',
     )
+    _flag(
+        run,
+        "--attn-implementation",
+        default=defaults.attn_implementation,
+        metavar="KERNEL",
+        help=f"the attention the model is built with (transformers' attn_implementation): "
+        f"{', '.join(ATTN_IMPLEMENTATIONS)}; eager keeps each layer's heads x seq^2 probabilities, flash_attention_2 "
+        f"needs CUDA and the flash-attn package (default {defaults.attn_implementation})",
+    )
     run.add_argument(
         "--training-args",
         metavar="FILE.json",
@@ -317,6 +327,8 @@ def argv_from_spec(spec: RunSpec) -> list[str]:
     argv += ["--max-grad-norm", repr(spec.max_grad_norm), "--mixed-precision", spec.mixed_precision]
     if spec.optim_args is not None:
         argv += ["--optim-args", spec.optim_args]
+    if spec.attn_implementation != "sdpa":
+        argv += ["--attn-implementation", spec.attn_implementation]
     if spec.selective != "none":
         argv += ["--selective", spec.selective if isinstance(spec.selective, str) else ",".join(spec.selective)]
     return argv

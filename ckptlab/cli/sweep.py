@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..errors import SpecError
 from ..explore.budget import GPUS, gpu_name
 from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
+from ..model.attention import ATTN_IMPLEMENTATIONS
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
@@ -66,6 +67,14 @@ def add_sweep_command(commands) -> None:
         metavar="POLICY",
         help=f"one or more selective policies, e.g. --selective none attention: each checkpointed setting is "
         f"measured with each ({', '.join(SELECTIVE_CHOICES)}, or comma-separated op names; default none)",
+    )
+    sweep_parser.add_argument(
+        "--attn-implementation",
+        nargs="+",
+        default=[defaults.attn_implementation],
+        metavar="KERNEL",
+        help=f"one or more attention implementations, e.g. --attn-implementation sdpa eager: every row (off "
+        f"included) is measured with each ({', '.join(ATTN_IMPLEMENTATIONS)}; default {defaults.attn_implementation})",
     )
     sweep_parser.add_argument("--no-checkpointing", action="store_true", help=argparse.SUPPRESS)
     sweep_parser.add_argument(
@@ -135,8 +144,11 @@ def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
     policies = tuple(args.selective)
     # One policy is the sweep it always was (SweepSpec.selective); several are its policy axis.
     one = policies[0] if len(policies) == 1 else "none"
+    attentions = tuple(args.attn_implementation)  # one: every row's; several: the attention axis
     base = spec_from_args(
-        replace_namespace(args, seq_len=seq_lens[0], every_n_layers=1, offload=False, selective=one),
+        replace_namespace(
+            args, seq_len=seq_lens[0], every_n_layers=1, offload=False, selective=one, attn_implementation=attentions[0]
+        ),
         repeats=args.repeats,
         warmup=args.warmup,
     )
@@ -147,6 +159,7 @@ def sweep_spec_from_args(args: argparse.Namespace) -> SweepSpec:
         offload=args.offload,
         warmup_each_row=args.warmup_each_row,
         **({"policies": policies} if len(policies) > 1 else {}),
+        **({"attn_implementations": attentions} if len(attentions) > 1 else {}),
     )
     spec.validate()
     return spec

@@ -58,9 +58,11 @@ def check_predictions(result: SweepResult) -> list[PredictionCheck]:
         One :class:`PredictionCheck` per row, in the sweep's order.
     """
     checks: list[PredictionCheck] = []
-    for seq_len in dict.fromkeys(row.seq_len for row in result.rows):
-        rows = result.rows_at(seq_len)
-        off = result.off_row(seq_len)
+    # Each attention's rows against its own off row and its own formula (a sweep's attention axis).
+    groups = dict.fromkeys((row.seq_len, row.attn_implementation) for row in result.rows)
+    for seq_len, attention in groups:
+        rows = [row for row in result.rows_at(seq_len) if row.attn_implementation == attention]
+        off = result.off_row(seq_len, attention)
         # A stopped sweep can keep an off row whose memory was measured but whose rounds were never timed.
         calibration = off.result if off is not None and off.status == "ok" and off.step_s is not None else None
         settings = [row.every_n_layers for row in rows if row.every_n_layers is not None]
@@ -84,6 +86,7 @@ def check_predictions(result: SweepResult) -> list[PredictionCheck]:
                 lora_targets=spec.lora_targets,
                 selective=policy,
                 mixed_precision=spec.mixed_precision,
+                attn_implementation=attention,
             ):
                 by_key[(p.method, p.every_n_layers, p.offload, policy)] = p
         for row in rows:

@@ -11,8 +11,14 @@ against autograd's saved tensors, see ``tests/explore/test_predict.py``):
 - bytes per element ``e`` from the dtype (4 in float32: "fp32 doubling"); statistics,
   the logsumexp and the loss are float32 whatever the dtype;
 - no dropout masks: the presets and modern LLMs train with dropout 0;
-- no ``s x s`` scores: PyTorch SDPA (the lab's attention) keeps the output and a float32
-  logsumexp per head and token instead (flash / memory-efficient kernels);
+- no ``s x s`` scores: PyTorch SDPA (the lab's default attention) keeps the output and a float32
+  logsumexp per head and token instead (flash / memory-efficient kernels); with eager attention
+  (``attn_implementation="eager"``, :func:`eager_scores_bytes`) the ``a*s^2`` term comes back: each
+  layer keeps its softmax probabilities, ``b*a*s^2`` in float32 and, in 16 bits, their cast copy too
+  (``2 + 4`` bytes: the Playbook's ``5*a*s/h`` without dropout; GPT-2 and BERT take the softmax in 16
+  bits and keep ``2``), no logsumexp, and under GQA the keys
+  and values repeated to ``a`` heads (``repeat_kv``); its float ``b x s x s`` mask is an input of every
+  checkpointed layer, kept once while any layer is checkpointed (:func:`eager_mask_bytes`);
 - GQA: Q and the attention output have ``a*d`` elements per token, K and V ``kv*d`` each;
 - the norms: each keeps its input and its output (the next matmul's input), ``4h`` for two;
   transformers' RMSNorm also keeps the normalised tensor before the weight (``+2h``) and
@@ -174,16 +180,44 @@ def architecture(model: str | PretrainedConfig | Architecture, num_layers: int |
     )
 
 
-def layer_activation_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int) -> int:
+# Families whose eager attention takes the softmax in the activations' dtype (GPT-2's, BERT's); the others
+# (Llama, Qwen, Mistral, Gemma, ...) take it in float32 and cast the probabilities back.
+SOFTMAX_IN_DTYPE = ("gpt2", "bert", "roberta", "distilbert")
+
+
+def eager_scores_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int) -> int:
+    """Formula: the ``a*s^2`` term eager attention adds to one layer (no dropout): its softmax probabilities. Llama's
+    family keeps them in float32 for the softmax's backward and, in 16 bits, their cast copy too (the value
+    matmul's); GPT-2 and BERT take the softmax in the element's dtype and keep it once."""
+    upcast = arch.family not in SOFTMAX_IN_DTYPE
+    per_score = FLOAT32 + (element if element != FLOAT32 else 0) if upcast else element
+    return batch_size * arch.num_heads * seq_len * seq_len * per_score
+
+
+def eager_mask_bytes(seq_len: int, batch_size: int, weights_element: int) -> int:
+    """Formula: eager attention's float causal mask (``b x 1 x s x s`` in the weights' dtype), an input of every
+    checkpointed layer: kept once while any layer is checkpointed (SDPA's CUDA path takes ``is_causal``, no mask)."""
+    return batch_size * seq_len * seq_len * weights_element
+
+
+def layer_activation_bytes(
+    arch: Architecture, seq_len: int, batch_size: int, element: int, attention: str = "sdpa"
+) -> int:
     """Formula: bytes one kept layer saves for its backward (see the module docstring).
 
     Args:
         arch: the model's :class:`Architecture`.
         seq_len, batch_size: the shape of the step.
         element: bytes per element of the activations (4 in float32, 2 in bfloat16).
+        attention: the attention implementation ("sdpa" and "flash_attention_2" keep the same; "eager" the scores).
     """
     h, a, kv, d, i = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.intermediate_size
     tokens = seq_len * batch_size
+    if attention == "eager":
+        scores = eager_scores_bytes(arch, seq_len, batch_size, element)
+        # No logsumexp; keys and values repeated to the query heads (repeat_kv copies them under GQA).
+        sdpa = layer_activation_bytes(arch, seq_len, batch_size, element)
+        return sdpa + scores - tokens * (FLOAT32 * a - element * 2 * (a - kv) * d)
     per_token = 0.0
     # Two norms, input and output each (Korthikanti: 2 LayerNorm inputs + the QKV and MLP inputs).
     norm_input = FLOAT32 if arch.norm == "rms" else element
@@ -235,7 +269,9 @@ def outside_bytes(arch: Architecture, seq_len: int, batch_size: int, element: in
 COUNTED_POLICIES = ("none", "attention", "matmuls")
 
 
-def selective_kept_bytes(arch: Architecture, selective: str, seq_len: int, batch_size: int, element: int) -> int:
+def selective_kept_bytes(
+    arch: Architecture, selective: str, seq_len: int, batch_size: int, element: int, attention: str = "sdpa"
+) -> int:
     """Formula: bytes a selective policy keeps in one CP layer (the kept ops' outputs), besides the layer's input.
 
     - ``"attention"``: the fused SDPA op's output (``a*d`` per token) and its float32 logsumexp
@@ -244,7 +280,9 @@ def selective_kept_bytes(arch: Architecture, selective: str, seq_len: int, batch
       projection ``h``; the MLP's matmuls (SwiGLU gate, up ``i`` each and down ``h``; a GELU MLP ``i``
       and ``h``). In an MoE layer the router's logits ``E`` and the shared expert's matmuls
       (``2i_s + h`` and its gate's 1); the routed experts run as grouped matmuls, which the policy does
-      not list. All are kept whether or not the backward needs them (SAC keeps what it is told).
+      not list. All are kept whether or not the backward needs them (SAC keeps what it is told). With eager
+      attention there is no fused op: its two bmm outputs instead, the scores ``a*s`` and their product with
+      V ``a*d`` per token (``"attention"`` with eager is refused: ``ckptlab.model.attention``).
 
     Raises:
         SpecError: a policy the formula does not count (torchtitan's, or op names): simulate it.
@@ -259,7 +297,7 @@ def selective_kept_bytes(arch: Architecture, selective: str, seq_len: int, batch
     if selective == "none":
         return 0
     h, a, kv, d, i = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.intermediate_size
-    per_token = element * a * d + FLOAT32 * a
+    per_token = element * a * (seq_len + d) if attention == "eager" else element * a * d + FLOAT32 * a
     if selective == "matmuls":
         per_token += element * (a * d + 2 * kv * d + h)
         if arch.experts:

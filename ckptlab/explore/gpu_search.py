@@ -55,6 +55,7 @@ from ..model.snippets import (
     selective_snippet,
     torchrun_line,
     trainer_snippet,
+    with_attention,
 )
 from ..results import RunResult
 from ..spec import RunSpec, Setting
@@ -121,7 +122,7 @@ class GpuSearch:
         n, offload, optimizer, policy = spec.every_n_layers, spec.offload, spec.optimizer, spec.selective
         run_line = ckptlab_run_line(
             spec.world_size, spec.model, spec.seq_len, spec.batch_size, spec.dtype, n, offload, optimizer,
-            selective=policy,
+            selective=policy, attn_implementation=spec.attn_implementation,
         )  # fmt: skip
         context_fn = n is not None and policy != "none"  # the policy's context_fn, made in the model lines
         if spec.world_size == 1:
@@ -131,13 +132,13 @@ class GpuSearch:
             return SearchCode(
                 torchrun_line(1, script),
                 run_line,
-                model_code,
+                with_attention(model_code, spec.attn_implementation),
                 trainer_snippet(n, offload, spec.trainer_fields(), context_fn=context_fn),
             )
         return SearchCode(
             torchrun_line(spec.world_size, script),
             run_line,
-            fsdp_snippet(n, offload, optimizer, selective=policy),
+            fsdp_snippet(n, offload, optimizer, selective=policy, attn_implementation=spec.attn_implementation),
             fsdp_trainer_snippet(n, offload, spec.trainer_fields(), context_fn=context_fn),
         )
 

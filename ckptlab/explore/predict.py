@@ -49,6 +49,7 @@ from transformers import PretrainedConfig
 
 from ..errors import Option, SpecError, check_at_most, check_whole_number, expect_type
 from ..fact import Fact, worded
+from ..model.attention import EAGER, FLASH_ATTENTION_2
 from ..model.folder_checks import MAX_LAYERS
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..model.presets import DEFAULT_PRESET
@@ -63,6 +64,7 @@ from .formula import (
     FORMULA_SOURCE,
     Architecture,
     architecture,
+    eager_mask_bytes,
     element_bytes,
     experts_not_counted_note,
     forward_flops,
@@ -163,6 +165,7 @@ def predict(
     lora_targets: Sequence[str] | None = None,
     selective: str = "none",
     mixed_precision: str = "none",
+    attn_implementation: str = "sdpa",
 ) -> list[Prediction]:
     """Predicted resident activations, rerun cost and step time of each setting.
 
@@ -185,6 +188,9 @@ def predict(
         mixed_precision: as in :class:`~ckptlab.RunSpec`: "bf16" or "fp16" computes in 16 bits over float32
             master weights ('auto' dtype is then float32, as a run resolves it), so the activations are 16-bit
             and the parameters, gradients and optimizer state float32.
+        attn_implementation: as in :class:`~ckptlab.RunSpec`: "eager" adds each kept layer's ``a*s^2`` softmax
+            probabilities (:func:`~.formula.eager_scores_bytes`) and, while any layer is checkpointed, its
+            float mask once (:func:`~.formula.eager_mask_bytes`); "flash_attention_2" keeps what SDPA keeps.
 
     Returns:
         The ``"formula"`` predictions (off first, then each setting), then the
@@ -224,6 +230,8 @@ def predict(
         lora_targets=None if lora_targets is None else tuple(lora_targets),
         selective=selective,
         mixed_precision=mixed_precision,
+        # flash_attention_2 is predicted without its package (it keeps what SDPA's flash kernel keeps).
+        attn_implementation="sdpa" if attn_implementation == FLASH_ATTENTION_2 else attn_implementation,
     ).validate()
     arch = architecture(model, num_layers)
     element = element_bytes(dtype, device, mixed_precision)
@@ -266,10 +274,12 @@ def predict(
                 targets=Option("lora_targets", asked[2]),
             )
     causal = arch.family not in ("bert", "roberta")
-    kept_per_layer = selective_kept_bytes(arch, selective, seq_len, batch_size, element)
+    kept_per_layer = selective_kept_bytes(arch, selective, seq_len, batch_size, element, attn_implementation)
     skipped = selective_skipped_flops(arch, selective, seq_len, causal)
-    layer = layer_activation_bytes(arch, seq_len, batch_size, element)
+    layer = layer_activation_bytes(arch, seq_len, batch_size, element, attn_implementation)
     input_bytes = seq_len * batch_size * arch.hidden_size * element
+    weights_element = resolve_dtype(dtype, torch.device(device_type_of(device)), mixed_precision).itemsize
+    mask = eager_mask_bytes(seq_len, batch_size, weights_element) if attn_implementation == EAGER else 0
     formula = _Source(
         layer_bytes=[layer] * arch.num_layers,
         input_bytes=[input_bytes] * arch.num_layers,
@@ -281,6 +291,7 @@ def predict(
         selective=selective,
         kept_layer_bytes=kept_per_layer,
         skipped_flops=skipped,
+        checkpointed_shared_bytes=mask,
     )
     flops = forward_flops(arch, seq_len, causal=causal)
     predictions = [
@@ -300,6 +311,7 @@ def predict(
             selective=selective,
             kept_layer_bytes=kept_per_layer,
             skipped_flops=skipped,
+            checkpointed_shared_bytes=mask,
         )
         predictions += [
             _with_training(source.predict("calibrated", n, flag, seq_len, batch_size, *flops), training, lora_rank)
@@ -357,6 +369,7 @@ class _Source:
     selective: str = "none"  # the CP layers' selective policy
     kept_layer_bytes: int = 0  # what it keeps in one CP layer (formula)
     skipped_flops: float = 0.0  # matmul FLOPs per token of one CP layer's rerun it takes from its cache
+    checkpointed_shared_bytes: int = 0  # an input every CP layer shares, kept once if any is CP (eager's mask)
 
     def predict(
         self,
@@ -374,7 +387,9 @@ class _Source:
         kept = sum(self.layer_bytes[index] for index, role in enumerate(roles) if role == "keep")
         # What a selective policy keeps is SAC's cache, not autograd's saved tensors: offload leaves it on the device.
         selective_kept = len(cp) * self.kept_layer_bytes
-        resident = self.outside_bytes + kept + (0 if offload else moved) + selective_kept
+        # An input every CP layer shares (eager's mask), kept once on the device; offload copies it to the host.
+        shared = self.checkpointed_shared_bytes if cp and not offload else 0
+        resident = self.outside_bytes + kept + (0 if offload else moved) + selective_kept + shared
         # The rerun rebuilds a CP layer's activations next to the input it kept (unless that input
         # is one of its saved tensors, then only the rest is new); offload brings the input back too.
         extra = 0

@@ -28,7 +28,14 @@ import torch
 
 from ..errors import CkptlabError, Option, SpecError, expect_type
 from ..fact import Fact, worded
-from ..model.snippets import lora_snippet, model_snippet, qlora_snippet, selective_snippet, trainer_snippet
+from ..model.snippets import (
+    lora_snippet,
+    model_snippet,
+    qlora_snippet,
+    selective_snippet,
+    trainer_snippet,
+    with_attention,
+)
 from ..results import MIN_SAMPLES_TO_JUDGE, Judgement, judge_time
 from ..spec import TRAINER_DEFAULT_OPTIMIZER, Setting
 from ..units import mib, milliseconds
@@ -149,7 +156,7 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         ranked_by = "predicted"
     as_fast = [row.setting for row in tied]
     spec = best.result.spec if best.result is not None else None
-    model_code = _model_code(best)
+    model_code = with_attention(_model_code(best), best.attn_implementation)
     if spec is not None and spec.lora_rank is not None:
         targets = training_bytes(spec.model, torch.float32, lora_rank=spec.lora_rank, lora_targets=spec.lora_targets)
         model_code += "\n" + lora_snippet(spec.lora_rank, targets.lora_targets)

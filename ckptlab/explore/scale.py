@@ -104,6 +104,7 @@ class ScaleRequest:
     gradient_accumulation_steps: int = 1  # as RunSpec: micro-batches a step, gradients alive across them
     max_grad_norm: float = 1.0  # as RunSpec: Trainer's clipping bound
     mixed_precision: str = "none"  # as RunSpec: "bf16"/"fp16" over float32 weights (FSDP2's policy past one GPU)
+    attn_implementation: str = "sdpa"  # as RunSpec: the attention the model is built with
 
     @property
     def mixed_precision_via(self) -> str:
@@ -136,6 +137,7 @@ class ScaleRequest:
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             max_grad_norm=self.max_grad_norm,
             mixed_precision=self.mixed_precision,
+            attn_implementation=self.attn_implementation,
         )
 
     def check(self, info: ModelInfo | None = None) -> ModelInfo:

@@ -48,7 +48,7 @@ from ..step.preflight import load_model, resolve_device, validate_for_model
 from ..step.rounds import OnStep, time_settings
 from ..step.stopping import Cancel, Progress, ShouldStop, scaled, stopper
 from .predict import settings_for
-from .sweep_rows import COLUMNS, SweepRow, rows_from_results
+from .sweep_rows import COLUMNS, SweepRow, row_key, rows_from_results
 from .sweep_spec import OFFLOAD_CHOICES, OffloadChoice, SweepSpec
 
 __all__ = [
@@ -94,8 +94,16 @@ class SweepResult:
     def rows_at(self, seq_len: int) -> list[SweepRow]:
         return [row for row in self.rows if row.seq_len == seq_len]
 
-    def off_row(self, seq_len: int) -> SweepRow | None:
-        return next((row for row in self.rows_at(seq_len) if row.every_n_layers is None), None)
+    def off_row(self, seq_len: int, attn_implementation: str | None = None) -> SweepRow | None:
+        """The off reference at ``seq_len``: of ``attn_implementation``'s rows, or the first attention's (None)."""
+        return next(
+            (
+                row
+                for row in self.rows_at(seq_len)
+                if row.every_n_layers is None and attn_implementation in (None, row.attn_implementation)
+            ),
+            None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,7 +136,8 @@ class _Plan:
     """The rows a sweep will run, worked out before anything heavy happens."""
 
     info: ModelInfo
-    rows: list[tuple[int, int | None, bool, Selective]]  # (seq_len, every_n_layers, offload, policy) in order
+    # (seq_len, every_n_layers, offload, policy, attention) in order
+    rows: list[tuple[int, int | None, bool, Selective, str]]
     notes: list[Fact]
 
 
@@ -157,11 +166,17 @@ def plan_sweep(spec: SweepSpec) -> _Plan:
         notes.append(Fact("note.warmup", {"warmup": spec.warmup}))
     if spec.timing_order == "interleaved":
         notes.append(Fact("note.interleaved", {"repeats": spec.repeats}))
-    rows: list[tuple[int, int | None, bool, Selective]] = []
+    rows: list[tuple[int, int | None, bool, Selective, str]] = []
     for seq_len in spec.seq_lens:
-        if spec.include_off:
-            rows.append((seq_len, None, False, "none"))
-        rows += [(seq_len, n, flag, policy) for n in settings for flag in offloads for policy in spec.policy_axis]
+        for attention in spec.attention_axis:  # each attention its own off reference, then its settings
+            if spec.include_off:
+                rows.append((seq_len, None, False, "none", attention))
+            rows += [
+                (seq_len, n, flag, policy, attention)
+                for n in settings
+                for flag in offloads
+                for policy in spec.policy_axis
+            ]
     return _Plan(info=info, rows=rows, notes=notes)
 
 
@@ -225,15 +240,22 @@ def sweep(
     done = 0
     for seq_len in groups:
         pending: list[RunResult] = []
-        for index, (length, n, offload, policy) in enumerate(plan.rows):
+        for index, (length, n, offload, policy, attention) in enumerate(plan.rows):
             if length != seq_len:
                 continue
             if stopped():
                 cancelled = True
                 break
             first = not pending or spec.warmup_each_row
-            run_spec = spec.run_spec(seq_len, n, offload, warmup=spec.warmup if first else 0, selective=policy)
-            label = _row_label(index, len(plan.rows), seq_len, Setting(n, offload, policy).key)
+            run_spec = spec.run_spec(
+                seq_len,
+                n,
+                offload,
+                warmup=spec.warmup if first else 0,
+                selective=policy,
+                attn_implementation=attention,
+            )
+            label = _row_label(index, len(plan.rows), seq_len, row_key(Setting(n, offload, policy), attention))
             with hold(worded(label)):
                 if model is None:
                     report(Fact("progress.building_row", {"label": label}), done / total)

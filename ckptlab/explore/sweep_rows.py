@@ -46,13 +46,15 @@ class SweepRow:
     step_verdict: str = ""  # against off: "measurable", "noise" or "too_few" (Judgement); "" for off itself
     message: str = ""  # for does_not_fit: what did not fit
     selective: str = "none"  # the CP layers' selective policy (its key, ckptlab.model.selective); "none": plain
+    attn_implementation: str = "sdpa"  # the attention the row ran (RunSpec.attn_implementation)
     result: RunResult | None = field(default=None, compare=False, repr=False)  # the full run (timeline, layers, notes)
     time_verdict: TimeVerdict | None = field(default=None, compare=False, repr=False)  # the verdict behind step_verdict
 
     @property
     def setting(self) -> str:
-        """``"off"``, ``"n=2"``, ``"n=2+offload"`` or ``"n=1+attention"``: the setting's :attr:`~ckptlab.spec.Setting.key`."""
-        return Setting(self.every_n_layers, self.offload, self.selective).key
+        """``"off"``, ``"n=2"``, ``"n=2+offload"`` or ``"n=1+attention"``: the setting's :attr:`~ckptlab.spec.Setting.key`
+        (``"n=2+eager"``, ``"off+eager"`` for a row of another attention than SDPA: :func:`row_key`)."""
+        return row_key(Setting(self.every_n_layers, self.offload, self.selective), self.attn_implementation)
 
     @property
     def peak_above_baseline_bytes(self) -> int | None:
@@ -71,13 +73,22 @@ class SweepRow:
         return data
 
 
+def row_key(setting: Setting, attn_implementation: str) -> str:
+    """A sweep row's id: the setting's key, and its attention where it is not SDPA (the default): ``"n=2+eager"``."""
+    return setting.key + ("" if attn_implementation == "sdpa" else f"+{attn_implementation}")
+
+
 COLUMNS = tuple(name for name in SweepRow.__dataclass_fields__ if name not in ("result", "time_verdict")) + ("setting",)
 
 
 def rows_from_results(results: Sequence[RunResult]) -> list[SweepRow]:
     """Table rows from measured runs, each compared with the run with checkpointing off at its length (if any)."""
-    off = {r.spec.seq_len: r for r in results if r.spec.every_n_layers is None and r.status == "ok"}
-    return [_row(result, off.get(result.spec.seq_len)) for result in results]
+    off = {
+        (r.spec.seq_len, r.spec.attn_implementation): r
+        for r in results
+        if r.spec.every_n_layers is None and r.status == "ok"
+    }
+    return [_row(result, off.get((result.spec.seq_len, result.spec.attn_implementation))) for result in results]
 
 
 def _row(result: RunResult, off: RunResult | None) -> SweepRow:
@@ -92,6 +103,7 @@ def _row(result: RunResult, off: RunResult | None) -> SweepRow:
         "cp_layers": cp_layers,
         "message": result.message,
         "selective": selective_key(spec.selective),
+        "attn_implementation": spec.attn_implementation,
         "result": result,
     }
     if result.memory is None:
@@ -170,7 +182,8 @@ def known_step(row: SweepRow) -> float:
 
 def row_name(row: SweepRow) -> str:
     """A row's setting in words: "checkpointing off", "every_n_layers=2 with offload"."""
+    attention = "" if row.attn_implementation == "sdpa" else f", {row.attn_implementation} attention"
     if row.every_n_layers is None:
-        return "checkpointing off"
+        return "checkpointing off" + attention
     policy = "" if row.selective == "none" else f", selective={row.selective}"
-    return f"every_n_layers={row.every_n_layers}" + (" with offload" if row.offload else "") + policy
+    return f"every_n_layers={row.every_n_layers}" + (" with offload" if row.offload else "") + policy + attention

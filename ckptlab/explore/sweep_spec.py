@@ -52,11 +52,21 @@ class SweepSpec:
     # checkpointing); None: the one policy ``selective``.
     policies: tuple[Selective, ...] | None = None
     quantization: Quantization | None = None  # as RunSpec.quantization (a 4-bit base), every row
+    attn_implementation: str = "sdpa"  # as RunSpec.attn_implementation, for every row
+    # The attention axis (ckptlab.model.attention): every row, the off reference included, measured once per
+    # implementation, in this order; None: the one attn_implementation.
+    attn_implementations: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantization", as_quantization(self.quantization))
-        if isinstance(self.policies, list):  # JSON and the URL give a list; a tuple keeps the spec hashable
-            object.__setattr__(self, "policies", tuple(self.policies))
+        for name in ("policies", "attn_implementations"):  # JSON and the URL give a list; a tuple stays hashable
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def attention_axis(self) -> tuple[str, ...]:
+        """The attention implementations every row is measured with, in order."""
+        return self.attn_implementations if self.attn_implementations is not None else (self.attn_implementation,)
 
     @property
     def policy_axis(self) -> tuple[Selective, ...]:
@@ -81,10 +91,19 @@ class SweepSpec:
         if self.every_n_layers is not None and not self.every_n_layers:
             raise SpecError(key="sweep.no_every_n_layers", option=Option("every_n_layers"))
         self._validate_policies()
+        axis = self.attention_axis
+        if not axis or len(set(axis)) < len(axis):
+            raise SpecError(
+                key="sweep.attention_axis",
+                axis=list(axis),
+            )
         for value in self.every_n_layers or ():
             for policy in self.policy_axis:
                 self.run_spec(self.seq_lens[0], value, False, selective=policy).validate()
-        self.run_spec(self.seq_lens[0], None, False).validate()
+        for attention in axis:  # each with each policy: the attention policy does not go with eager
+            self.run_spec(self.seq_lens[0], None, False, attn_implementation=attention).validate()
+            for policy in self.policy_axis:
+                self.run_spec(self.seq_lens[0], 1, False, selective=policy, attn_implementation=attention).validate()
 
     def _validate_policies(self) -> None:
         if self.policies is None:
@@ -111,8 +130,10 @@ class SweepSpec:
         offload: bool,
         warmup: int | None = None,
         selective: Selective | None = None,
+        attn_implementation: str | None = None,
     ) -> RunSpec:
-        """The single run of one row; ``selective`` is the row's policy (default: the first of the axis)."""
+        """The single run of one row; ``selective`` is the row's policy and ``attn_implementation`` its attention
+        (defaults: the first of each axis)."""
         policy = self.policy_axis[0] if selective is None else selective
         return RunSpec(
             model=self.model,
@@ -131,12 +152,13 @@ class SweepSpec:
             **{name: getattr(self, name) for name in RECIPE_FIELDS},
             selective=policy if every_n_layers is not None else "none",
             quantization=self.quantization,
+            attn_implementation=self.attention_axis[0] if attn_implementation is None else attn_implementation,
         )
 
     @classmethod
     def from_run_spec(cls, spec: RunSpec, **axes: Any) -> SweepSpec:
-        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up, seed, optimizer, LoRA and
-        selective policy; ``axes`` set the rest."""
+        """A sweep around ``spec``: its model, batch, dtype, device, repeats, warm-up, seed, optimizer, LoRA,
+        selective policy and attention; ``axes`` set the rest."""
         axes.setdefault("seq_lens", (spec.seq_len,))
         return cls(
             model=spec.model,
@@ -152,5 +174,6 @@ class SweepSpec:
             **{name: getattr(spec, name) for name in RECIPE_FIELDS},
             selective=spec.selective,
             quantization=spec.quantization,
+            attn_implementation=spec.attn_implementation,
             **axes,
         )

@@ -11,6 +11,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from ..explore.formula import architecture, eager_scores_bytes
 from ..results import RunResult, TimelinePoint, memory_of
 from ..show.figures.diagram import roles_diagram_figure
 from ..show.i18n import number, t
@@ -127,4 +128,40 @@ def keep_caption(plain: RunResult, kept: RunResult, lang: str) -> str:
         extra=number(extra, ",.1f", lang),
         reused=number(sum(sum(layer.reused_ops.values()) for layer in cp), ",", lang),
         rerun=number(sum(sum(layer.rerun_ops.values()) for layer in cp), ",", lang),
+    )
+
+
+def attention_caption(runs: Sequence[tuple[RunResult, RunResult]], lang: str) -> str:
+    """The lesson's attention part under its figure: ``runs`` is (SDPA, eager) at a short and a long sequence,
+    checkpointing off. Eager minus SDPA per layer, measured, beside the Ultra-Scale Playbook's ``5·a·s/h`` term
+    (``5·a·s²`` bytes a layer and sequence: 16-bit probabilities, dropout mask and dropped probabilities) and
+    the lab's formula for this model (no dropout: the probabilities alone, ``eager_scores_bytes``)."""
+    (short_sdpa, short_eager), (long_sdpa, long_eager) = runs
+    arch = architecture(short_sdpa.spec.model, len(short_sdpa.layers))
+    element = 4 if short_sdpa.dtype == "float32" else 2
+
+    def per_layer(sdpa: RunResult, eager: RunResult) -> float:
+        return (memory_of(eager).after_forward_bytes - memory_of(sdpa).after_forward_bytes) / len(sdpa.layers)
+
+    def playbook(run: RunResult) -> float:  # 5·a·s² bytes a layer (batch 1 aside: times the batch)
+        return 5 * arch.num_heads * run.spec.seq_len**2 * run.spec.batch_size
+
+    def formula(run: RunResult) -> int:
+        return eager_scores_bytes(arch, run.spec.seq_len, run.spec.batch_size, element)
+
+    short, long = per_layer(short_sdpa, short_eager), per_layer(long_sdpa, long_eager)
+    return t(
+        "lesson.attention.caption",
+        lang,
+        seq_short=short_sdpa.spec.seq_len,
+        seq_long=long_sdpa.spec.seq_len,
+        short=f"{short / MIB:,.2f}",
+        long=f"{long / MIB:,.2f}",
+        growth=f"{long / short:,.1f}" if short else "-",
+        lengths=f"{long_sdpa.spec.seq_len / short_sdpa.spec.seq_len:g}",
+        heads=arch.num_heads,
+        playbook_short=f"{playbook(short_sdpa) / MIB:,.2f}",
+        playbook_long=f"{playbook(long_sdpa) / MIB:,.2f}",
+        formula_short=f"{formula(short_sdpa) / MIB:,.2f}",
+        formula_long=f"{formula(long_sdpa) / MIB:,.2f}",
     )

@@ -12,9 +12,10 @@ frozen base, on the modules in ``targets=q_proj,v_proj`` (absent: every projecti
 Whether the targets exist in the model is checked later, by the page, which has the model.
 The At-scale page adds ``gpus=8`` (:func:`gpus_from_query`): GPUs sharing the model under FSDP2.
 Trainer's side of the step, where it is not the default: ``accum=4`` (gradient accumulation steps),
-``mp=bf16`` (mixed precision), ``clip=0.5`` (max_grad_norm; ``ckptlab.lab.stepboxes``).
+``mp=bf16`` (mixed precision), ``clip=0.5`` (max_grad_norm), ``attn=eager`` (``ckptlab.lab.stepboxes``).
 ``selective=attention`` is the CP layers' selective policy (``ckptlab.model.selective``; absent: none).
 ``qlora=1`` is a 4-bit base, QLoRA's setting (``ckptlab.model.quantize.QLORA``; needs ``lora``; absent: none).
+``attn=eager`` is the attention implementation (``ckptlab.model.attention``; absent: sdpa).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..fact import Fact
+from ..model.attention import EAGER, available_attentions
 from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
@@ -152,6 +154,7 @@ def spec_from_query(
         ("mp", MIXED_PRECISIONS, "mixed_precision"),
         ("opt", OPTIMIZERS, "optimizer"),
         ("selective", SELECTIVE_CHOICES, "selective"),
+        ("attn", available_attentions(), "attn_implementation"),
     ):
         if key in values:
             if values[key].strip().lower() in choices:
@@ -215,6 +218,9 @@ def spec_from_query(
                 {"key": "selective", "value": selective_key(spec.selective), "fallback": NONE},
             )
         )
+        spec = replace(spec, selective=NONE)
+    if spec.selective == "attention" and spec.attn_implementation == EAGER:  # the pair RunSpec refuses
+        warnings.append(Fact("link.attention_policy_eager", {"fallback": NONE}))
         spec = replace(spec, selective=NONE)
     if spec.mixed_precision != "none" and spec.dtype == "float16":
         warnings.append(Fact("link.needs_float32", {"value": spec.mixed_precision}))

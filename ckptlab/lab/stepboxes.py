@@ -1,4 +1,5 @@
-"""Trainer's side of the step in the pages' widgets and links: gradient accumulation, mixed precision, clipping.
+"""Trainer's side of the step in the pages' widgets and links: gradient accumulation, mixed precision, clipping,
+and the attention the model is built with (a model keyword, not a TrainingArguments field, drawn in the same box).
 
 The Lab, Trade-offs and At-scale pages draw the same three boxes (``pages._common.step_boxes``) under
 their own prefix (``lab_accumulation``, ``tradeoffs_mixed_precision``, ...); these functions turn a
@@ -18,9 +19,15 @@ FIELDS = {
     "accumulation": "gradient_accumulation_steps",
     "mixed_precision": "mixed_precision",
     "max_grad_norm": "max_grad_norm",
+    "attention": "attn_implementation",
 }
 # The RunSpec field -> its key in a link.
-QUERY_KEYS = {"gradient_accumulation_steps": "accum", "mixed_precision": "mp", "max_grad_norm": "clip"}
+QUERY_KEYS = {
+    "gradient_accumulation_steps": "accum",
+    "mixed_precision": "mp",
+    "max_grad_norm": "clip",
+    "attn_implementation": "attn",
+}
 
 
 def step_widget_values(prefix: str, spec: RunSpec) -> dict[str, Any]:

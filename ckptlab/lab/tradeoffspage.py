@@ -69,8 +69,8 @@ def sweep_estimate(spec: SweepSpec) -> tuple[float, bool]:
         SpecError, ModelLoadError: a sweep that cannot be planned.
     """
     total, measured = 0.0, False
-    for seq_len, every_n, offload, policy in plan_sweep(spec).rows:
-        row = spec.run_spec(seq_len, every_n, offload, selective=policy)
+    for seq_len, every_n, offload, policy, attention in plan_sweep(spec).rows:
+        row = spec.run_spec(seq_len, every_n, offload, selective=policy, attn_implementation=attention)
         seconds, measured = PACE.estimate(row)
         if row.checkpointing:  # the estimate counts its checkpointing-off reference; a sweep's row is one run
             seconds -= PACE.estimate(row.checkpointing_off())[0]

@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PretrainedC
 from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
 from ..torchstate import exclusive
 from . import experts, folder_checks, hub, lora, presets, quantize, weight_checks
+from .attention import SDPA, implementation_for
 from .configs import config_with, load_config, model_class_for, preset_names
 from .plan import checkpointable_layers, nested_in
 
@@ -45,10 +46,9 @@ ModelInfo = presets.ModelInfo
 # fp32 needs several GiB (weights, grads, activations) and tens of seconds on a laptop.
 CPU_PARAM_LIMIT: int = 200_000_000
 
-# The lab measures the standard attention path every user gets by default (PyTorch SDPA),
-# so it is set explicitly rather than left to whatever a config or kernel install picks.
-# Classes without SDPA support (transformers raises if asked) keep their own default, eager.
-_ATTN_IMPLEMENTATION = "sdpa"
+# The lab builds with the attention a spec names (RunSpec.attn_implementation, default SDPA: the path every user
+# gets by default), set explicitly rather than left to whatever a config or kernel install picks. Classes
+# without SDPA support (transformers raises if asked) keep their own default, eager (ckptlab.model.attention).
 
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 
@@ -62,12 +62,14 @@ def _auto_class(task: str) -> type[AutoModelForCausalLM] | type[AutoModelForMask
     return AutoModelForCausalLM if task == CAUSAL_LM else AutoModelForMaskedLM
 
 
-def _model_kwargs(config: PretrainedConfig, task: str) -> dict[str, Any]:
-    """Keyword arguments every build passes: SDPA where the class has it, grouped_mm experts, no remote code."""
+def _model_kwargs(config: PretrainedConfig, task: str, attn_implementation: str = SDPA) -> dict[str, Any]:
+    """Keyword arguments every build passes: the attention asked for (SDPA by default) where the class has it,
+    grouped_mm experts, no remote code."""
     kwargs: dict[str, Any] = {"trust_remote_code": False}
     model_class = model_class_for(config, task)
-    if getattr(model_class, "_supports_sdpa", False):
-        kwargs["attn_implementation"] = _ATTN_IMPLEMENTATION
+    implementation = implementation_for(model_class, attn_implementation)
+    if implementation is not None:
+        kwargs["attn_implementation"] = implementation
     if experts.supports_experts_implementation(model_class):
         # transformers' own default, asked for by name so that the measured step and the
         # simulation are sure to run the same experts path (ckptlab.model.experts).
@@ -226,13 +228,15 @@ def _projection_shapes(name_or_dir: str, stamp: tuple[tuple[str, int, int], ...]
     return lora.projection_shapes(build_on_meta(config, task))
 
 
-def instantiate(config: PretrainedConfig, task: str, dtype: torch.dtype) -> PreTrainedModel:
-    """A model with fresh weights from ``config``, made in the current device context.
+def instantiate(
+    config: PretrainedConfig, task: str, dtype: torch.dtype, attn_implementation: str = SDPA
+) -> PreTrainedModel:
+    """A model with fresh weights from ``config``, made in the current device context, with the attention asked for.
 
     ``build_model`` wraps it in ``torch.device(...)``; ``ckptlab.simulate`` calls it under
     ``FakeTensorMode``, where the weights take no memory.
     """
-    return _auto_class(task).from_config(config, dtype=dtype, **_model_kwargs(config, task))
+    return _auto_class(task).from_config(config, dtype=dtype, **_model_kwargs(config, task, attn_implementation))
 
 
 @exclusive  # process-wide torch state: ckptlab.torchstate
@@ -244,6 +248,7 @@ def build_model(
     seed: int = 0,
     config_overrides: Mapping[str, Any] | None = None,
     quantization: quantize.Quantization | None = None,
+    attn_implementation: str = SDPA,
 ) -> tuple[PreTrainedModel, ModelInfo]:
     """Build a model ready for a training step.
 
@@ -260,6 +265,8 @@ def build_model(
             ``{"attention_dropout": 0.1}`` to switch dropout on.
         quantization: a 4-bit base: the linear layers quantized as transformers loads them
             (``ckptlab.model.quantize``), then peft's ``prepare_model_for_kbit_training``.
+        attn_implementation: transformers' ``attn_implementation`` ("sdpa", "eager", ...; ckptlab.model.attention);
+            a class that refuses SDPA keeps eager.
 
     Returns:
         ``(model, info)``: the model in ``train()`` mode, and its :class:`ModelInfo`.
@@ -292,7 +299,12 @@ def build_model(
             loading = {"quantization_config": quantization.bnb_config(), "device_map": str(device)}
         try:
             model = auto.from_pretrained(
-                name_or_dir, config=config, local_files_only=True, dtype=dtype, **_model_kwargs(config, task), **loading
+                name_or_dir,
+                config=config,
+                local_files_only=True,
+                dtype=dtype,
+                **_model_kwargs(config, task, attn_implementation),
+                **loading,
             )
         except ImportError as exc:  # a quantization_config whose package is not installed (bitsandbytes, ...)
             detail = folder_checks.one_line(exc, 200)
@@ -305,7 +317,7 @@ def build_model(
     else:
         # Created on the target device directly: an 8B model never passes through host memory.
         with torch.device(device):
-            model = instantiate(without_quantization(config), task, dtype)
+            model = instantiate(without_quantization(config), task, dtype, attn_implementation)
         if quantization is not None:
             quantize.quantize(model, quantization)
     if quantization is None:

@@ -28,6 +28,26 @@ def model_snippet(every_n_layers: int | None, offload: bool = False) -> str:
     return f"model.activation_checkpointing_enable(every_n_layers={every_n_layers}, offload={offload})"
 
 
+def attention_snippet(attn_implementation: str) -> str:
+    """The loading line that builds the model with ``attn_implementation``; "" for SDPA, transformers' own default.
+
+    The attention is a keyword of the model (``from_pretrained(..., attn_implementation=...)``), not a field of
+    ``TrainingArguments``: Trainer trains whatever attention the model was built with.
+    """
+    if attn_implementation == "sdpa":
+        return ""
+    return (
+        f'model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="{attn_implementation}")'
+        "  # a model keyword: TrainingArguments has none"
+    )
+
+
+def with_attention(code: str, attn_implementation: str) -> str:
+    """``code`` after the loading line of :func:`attention_snippet` (``code`` alone for SDPA)."""
+    line = attention_snippet(attn_implementation)
+    return f"{line}\n{code}" if line else code
+
+
 def selective_snippet(every_n_layers: int, offload: bool, selective: str | tuple[str, ...]) -> str:
     """The lines that set up selective checkpointing on a loaded model: torch's policy API through transformers.
 
@@ -238,6 +258,7 @@ def ckptlab_run_line(
     optimizer: str = "adamw",
     gpus_per_node: int = GPUS_PER_NODE,
     selective: str | tuple[str, ...] = "none",
+    attn_implementation: str = "sdpa",
 ) -> str:
     """The ``python -m ckptlab run`` line that measures the same step on real GPUs (FSDP2 across them past one).
 
@@ -252,6 +273,7 @@ def ckptlab_run_line(
         + (" --offload" if offload else "")
         + f" --optimizer {optimizer}"
         + ("" if policy == "none" else f" --selective {policy}")
+        + ("" if attn_implementation == "sdpa" else f" --attn-implementation {attn_implementation}")
     )
     if gpus == 1:
         return f"python -m ckptlab run {options}"
@@ -268,6 +290,7 @@ def fsdp_snippet(
     offload: bool = False,
     optimizer: str = "adamw",
     selective: str | tuple[str, ...] = "none",
+    attn_implementation: str = "sdpa",
 ) -> str:
     """A training script's lines for checkpointing under FSDP2, in the order the lab runs them.
 
@@ -280,6 +303,7 @@ def fsdp_snippet(
         every_n_layers, offload: as in :func:`model_snippet`.
         optimizer: a ``RunSpec.optimizer``; "none" writes no optimizer line.
         selective: a selective policy: its lines (:func:`selective_snippet`) enable checkpointing instead.
+        attn_implementation: the attention the model is loaded with (:func:`attention_snippet`).
 
     Returns:
         Python source; ``model`` is your loaded model, run under torchrun (:func:`torchrun_line`).
@@ -297,7 +321,10 @@ def fsdp_snippet(
         "",
         'dist.init_process_group("nccl")  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT',
         'torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))',
-        "# model = AutoModelForCausalLM.from_pretrained(...), in the dtype you train in",
+        "# model = AutoModelForCausalLM.from_pretrained(...), in the dtype you train in"
+        if attn_implementation == "sdpa"
+        else f'# model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="{attn_implementation}"), in '
+        "the dtype you train in (a model keyword: TrainingArguments has none)",
         enable,
         "for layer in [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]:",
         "    fully_shard(layer)  # each decoder layer: gathered for its forward, and again for its rerun",

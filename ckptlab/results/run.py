@@ -81,6 +81,9 @@ class LayerResult:
     # A keep layer nested in a checkpointed one (Zamba2's mamba_decoder): the index of the layer inside whose rerun
     # it reruns; None for every other layer.
     rerun_inside: int | None = None
+    # Of saved_bytes, what the layer's attention kept: the probabilities under eager attention, the output and
+    # logsumexp under SDPA's fused kernels (ckptlab.step.probe.kept_by_attention); 0 in a CP layer.
+    attention_bytes: int = 0
 
     def selective_as(self, policy: str) -> bool:
         """A CP layer ran with ``policy`` (a key) and it kept something; any other layer: True."""

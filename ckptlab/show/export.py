@@ -44,6 +44,7 @@ LAYER_COLUMNS = (
     "forward_calls",
     "recompute_calls",
     "saved_bytes",
+    "attention_bytes",
     "input_bytes",
 )
 COLUMNS = LAYER_COLUMNS + RUN_COLUMNS
@@ -88,6 +89,7 @@ def layer_rows(result: RunResult) -> list[dict[str, Any]]:
             "forward_calls": layer.forward_calls,
             "recompute_calls": layer.recompute_calls,
             "saved_bytes": layer.saved_bytes,
+            "attention_bytes": layer.attention_bytes,  # of saved_bytes, what the attention kept
             "input_bytes": layer.input_bytes,
         }
         for layer in result.layers

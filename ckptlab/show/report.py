@@ -234,7 +234,8 @@ def selective_lines(result: RunResult) -> list[str]:
 
 
 def _selective_words(spec: RunSpec) -> str:
-    return "" if spec.selective == "none" else f", selective={selective_key(spec.selective)}"
+    policy = "" if spec.selective == "none" else f", selective={selective_key(spec.selective)}"
+    return policy + ("" if spec.attn_implementation == "sdpa" else f" · {spec.attn_implementation} attention")
 
 
 def _experts_words(model: ModelSummary) -> str:
@@ -380,12 +381,12 @@ def _table_row(label: str, value: str, reference: str | None, note: str) -> str:
 
 
 def layer_table(result: RunResult) -> str:
-    """Per-layer rows: planned, flag, observed, calls, reruns, saved and input MiB.
+    """Per-layer rows: planned, flag, observed, calls, reruns, saved MiB (and of them, the attention's) and input MiB.
 
     Consecutive layers with identical rows are folded into one ("L2-L35"), so a 36-layer
     model reads as its pattern.
     """
-    header = f"  {'layer':<8}{'planned':<9}{'flag':<6}{'observed':<10}{'fwd calls':>10}{'reruns':>8}{'saved MiB':>11}{'input MiB':>11}"
+    header = f"  {'layer':<8}{'planned':<9}{'flag':<6}{'observed':<10}{'fwd calls':>10}{'reruns':>8}{'saved MiB':>11}{'attn MiB':>10}{'input MiB':>11}"
     groups: list[list] = []
     for layer in result.layers:
         row = (
@@ -395,6 +396,7 @@ def layer_table(result: RunResult) -> str:
             layer.forward_calls,
             layer.recompute_calls,
             mib(layer.saved_bytes),
+            mib(layer.attention_bytes),
             mib(layer.input_bytes),
         )
         if groups and groups[-1][1] == row and groups[-1][0][-1].index == layer.index - 1:
@@ -402,9 +404,11 @@ def layer_table(result: RunResult) -> str:
         else:
             groups.append([[layer], row])
     rows = []
-    for layers, (planned, enabled, observed, calls, reruns, saved, inputs) in groups:
+    for layers, (planned, enabled, observed, calls, reruns, saved, attention, inputs) in groups:
         name = layers[0].name if len(layers) == 1 else f"{layers[0].name}-{layers[-1].name}"
-        rows.append(f"  {name:<8}{planned:<9}{enabled:<6}{observed:<10}{calls:>10}{reruns:>8}{saved:>11}{inputs:>11}")
+        rows.append(
+            f"  {name:<8}{planned:<9}{enabled:<6}{observed:<10}{calls:>10}{reruns:>8}{saved:>11}{attention:>10}{inputs:>11}"
+        )
     return "\n".join([header] + rows)
 
 

@@ -55,6 +55,7 @@ APP_WIDGETS = {
     "lora_rank": "training.lora_rank",
     "lora_targets": "training.lora_targets",
     "world_size": "at_scale.gpus",
+    "attn_implementation": "training.attention",
 }
 # A Command's action -> the locale key of the page that does it.
 APP_PAGES = {"simulate": "nav.at_scale_page", "measure": "nav.lab_page"}

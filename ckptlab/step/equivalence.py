@@ -65,6 +65,7 @@ def check_gradients(spec: RunSpec, dropout: float = DROPOUT, attention_dropout: 
             device=device,
             seed=spec.seed,
             config_overrides=_dropout_overrides(spec, dropout, attention_dropout),
+            attn_implementation=spec.attn_implementation,
         )
         if checkpointing and spec.every_n_layers is not None:  # spec.checkpointing
             enable_checkpointing(model, spec.every_n_layers, offload_applies, spec.selective)

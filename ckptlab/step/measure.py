@@ -33,6 +33,7 @@ from transformers import PreTrainedModel
 
 from ..errors import SpecError, expect_type
 from ..fact import Fact
+from ..model.attention import attention_notes, use_attention
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
 from ..model.plan import (
@@ -138,6 +139,7 @@ def _measure_built(
     model.train()
     apply_setting(model, spec, device)
     notes += quantization_notes(spec.quantization, spec.checkpointing)
+    notes += attention_notes(type(model), model.config, spec.attn_implementation)
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
     planned = planned_roles(info.num_layers, spec.every_n_layers)
     nested = nested_in(model)
@@ -181,6 +183,7 @@ def apply_setting(model: PreTrainedModel, spec: RunSpec, device: torch.device) -
     # enable() registers an input-embeddings hook each call and never removes the last one: on a
     # model reused across runs (the app's cache, a sweep) they would pile up. Start clean.
     model.disable_input_require_grads()
+    use_attention(model, spec.attn_implementation)  # a model built once serves either attention (ModelState restores)
     if spec.every_n_layers is not None:  # spec.checkpointing
         offload = spec.offload and device.type == "cuda"
         # transformers' call, with the selective policy's context_fn when the spec has one.
@@ -260,6 +263,7 @@ def layer_results(
             rerun_ops=dict(count.rerun_ops),
             reused_ops=dict(count.reused_ops),
             rerun_inside=inside[index],
+            attention_bytes=count.attention_bytes,
         )
         for index, (module, count) in enumerate(zip(modules, counts))
     ]

@@ -1,8 +1,8 @@
 """A model handed to :func:`ckptlab.measure` is given back as it came: flags, modes and hooks.
 
-A run switches checkpointing on or off on every layer, registers transformers' input-embeddings
-hook (``enable_input_require_grads``, which checkpointing needs), and puts every module in
-training mode. On a model the caller owns (``measure(spec, model=...)``, a sweep's model, the
+A run switches checkpointing on or off on every layer, switches the attention implementation, registers
+transformers' input-embeddings hook (``enable_input_require_grads``, which checkpointing needs), and puts
+every module in training mode. On a model the caller owns (``measure(spec, model=...)``, a sweep's model, the
 app's cached one) none of that may outlive the run: a later run, or the caller's own training
 loop, would start from the lab's settings. :class:`ModelState` records what a run changes and
 puts it back.
@@ -29,6 +29,9 @@ class ModelState:
     training: list[tuple[nn.Module, bool]]
     checkpointing: list[tuple[nn.Module, str, object]]  # (module, attribute, instance value or _MISSING)
     input_require_grads: bool  # transformers' enable_input_require_grads hook was on
+    attention: str | None = (
+        None  # the attention implementation it ran (a run may switch it: RunSpec.attn_implementation)
+    )
 
     @classmethod
     def capture(cls, model: nn.Module) -> ModelState:
@@ -44,10 +47,14 @@ class ModelState:
             ],
             input_require_grads=bool(getattr(model, "_require_grads_hooks", None))
             or hasattr(model, "_require_grads_hook"),
+            attention=getattr(getattr(model, "config", None), "_attn_implementation", None),
         )
 
     def restore(self) -> None:
-        """Put back the flags and the hook as they were at :meth:`capture`."""
+        """Put back the flags, the hook and the attention implementation as they were at :meth:`capture`."""
+        config = getattr(self.model, "config", None)
+        if self.attention is not None and getattr(config, "_attn_implementation", None) != self.attention:
+            self.model.set_attn_implementation(self.attention)  # type: ignore[operator]  # a PreTrainedModel's
         for module, training in self.training:
             module.training = training
         for module, name, value in self.checkpointing:

@@ -16,6 +16,7 @@ from transformers import PreTrainedModel
 from ..errors import Command, DoesNotFitError, Option, SpecError, UnsupportedModelError, not_one_of
 from ..fact import Fact
 from ..model import catalog
+from ..model.attention import check_flash_device
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import check_fits, memory_limit
 from ..model.lora import adapted_shapes, adapter_parameters, check_rank
@@ -111,6 +112,7 @@ def check_spec(spec: RunSpec, info: ModelInfo | None = None) -> CheckedSpec:
     info = catalog.describe(spec.model) if info is None else info
     validate_for_model(spec, info)
     device = resolve_device(spec.device)
+    check_flash_device(spec.attn_implementation, device.type)
     return CheckedSpec(spec, info, device, resolve_dtype(spec.dtype, device, spec.mixed_precision))
 
 
@@ -174,6 +176,7 @@ def load_model(spec: RunSpec | CheckedSpec, progress: Progress | None = None) ->
         device=checked.device,
         seed=checked.spec.seed,
         quantization=checked.spec.quantization,
+        attn_implementation=checked.spec.attn_implementation,
     )
 
 

@@ -50,6 +50,7 @@ class LayerCounts:
     kept_ops: dict[str, int] = field(default_factory=dict)  # op -> outputs kept in the forward
     rerun_ops: dict[str, int] = field(default_factory=dict)  # op -> times it ran again in the backward's rerun
     reused_ops: dict[str, int] = field(default_factory=dict)  # op -> times the rerun took it from the cache
+    attention_bytes: int = 0  # of saved_bytes, what the attention kept (attention_module, kept_by_attention)
 
 
 # The events of a step, in the order they come: the forward of each layer and its end, the
@@ -126,6 +127,9 @@ class LayerProbe:
         self._policies: list[SelectivePolicy | None] = [policy_of(layer) for layer in self.layers]
         self._state = self._fresh_state()
         self._current_layer: int | None = None
+        self._attentions = [attention_module(layer) for layer in self.layers]
+        self._in_attention = 0  # inside a layer's attention module's own code (its projections aside)
+        self._attention_inputs: WeakIdKeyDictionary = WeakIdKeyDictionary()  # storages it was handed (cos, sin, mask)
         self._entry_child: dict[int, nn.Module] = {}
         self._grad_hooks: list[RemovableHandle] = []  # on step tensors; removed when the probe detaches
         self._param_storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -209,6 +213,10 @@ class LayerProbe:
                 stack.callback(layer.register_forward_hook(self._layer_post_hook(index)).remove)
                 for child in layer.children():
                     stack.callback(child.register_forward_pre_hook(self._child_pre_hook(index, child)).remove)
+                attention = self._attentions[index]
+                if attention is not None and self.track_saved:
+                    for handle in self._attention_hooks(attention):
+                        stack.callback(handle.remove)
                 # In an MoE layer the rerun is seen on the router and the experts themselves too.
                 for part, module in zip(("router", "experts"), self._moe_parts[index]):
                     if module is not None:
@@ -222,6 +230,31 @@ class LayerProbe:
                 stack.enter_context(observer.watching(self._attached_policies()))
                 stack.enter_context(watching_context_fns(self.layers, observer))  # a user's own (Trainer's kwargs)
             yield self
+
+    def _attention_hooks(self, attention: nn.Module) -> list[RemovableHandle]:
+        """Hooks that mark the attention module's own code: entered, left, and its projections (children with
+        parameters) left out; the tensors it is handed (hidden states, cos and sin, the mask) are its inputs."""
+
+        def enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            self._in_attention += 1
+            for tensor in tensors_in((args, kwargs)):
+                self._attention_inputs[tensor.untyped_storage()] = True
+
+        def leave(*_: Any) -> None:
+            self._in_attention -= 1
+
+        def resume(*_: Any) -> None:
+            self._in_attention += 1
+
+        handles = [
+            attention.register_forward_pre_hook(enter, with_kwargs=True),
+            attention.register_forward_hook(leave),
+        ]
+        for child in attention.children():
+            if any(True for _ in child.parameters()):  # a projection or a norm: not what the attention keeps
+                handles.append(child.register_forward_pre_hook(leave))
+                handles.append(child.register_forward_hook(resume))
+        return handles
 
     def _attached_policies(self) -> list[SelectivePolicy]:
         return list({id(policy): policy for policy in map(policy_of, self.layers) if policy is not None}.values())
@@ -237,6 +270,9 @@ class LayerProbe:
             if self.on_input is not None and args and isinstance(args[0], torch.Tensor):
                 self.on_input(index, args[0])
             self._current_layer = index
+            # Not inside any attention as a layer begins: a rerun that stopped early (torch's checkpoint stops the
+            # recompute once it has what the backward needs) never ran the attention's forward hook.
+            self._in_attention = 0
             self._entry_child.pop(index, None)
             if self.on_region is not None:
                 self._emit("layer_forward", index)
@@ -304,7 +340,10 @@ class LayerProbe:
                 if self._current_layer is None:
                     state.outside_saved_bytes += storage.nbytes()
                 else:
-                    state.counts[self._current_layer].saved_bytes += storage.nbytes()
+                    counts = state.counts[self._current_layer]
+                    counts.saved_bytes += storage.nbytes()
+                    if self._in_attention > 0 and storage not in self._attention_inputs and kept_by_attention(tensor):
+                        counts.attention_bytes += storage.nbytes()
         # detach(): returning the tensor itself would make a reference cycle (see
         # torch.autograd.graph.saved_tensors_hooks); the storage is shared, nothing is copied.
         return tensor.detach()
@@ -316,6 +355,34 @@ class LayerProbe:
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
+
+
+def attention_module(layer: nn.Module) -> nn.Module | None:
+    """The layer's attention: the innermost module whose class is an ``...Attention`` (LlamaAttention,
+    GPT2Attention, BertSelfAttention); None for a layer without one."""
+    found = [module for module in layer.modules() if type(module).__name__.endswith("Attention")]
+    innermost = [
+        module for module in found if not any(other is not module for other in found if _inside(other, module))
+    ]
+    return innermost[0] if innermost else None
+
+
+def _inside(inner: nn.Module, outer: nn.Module) -> bool:
+    return any(module is inner for module in outer.modules()) and inner is not outer
+
+
+# What autograd saves in an attention's own code that the attention kept: the probabilities (softmax, their cast copy,
+# dropout's mask and output) for eager; the fused op's output and its logsumexp for SDPA's kernels.
+_KEPT_NODES = ("Softmax", "ToCopy", "Dropout", "Mul", "Attention", "ScaledDotProduct")
+
+
+def kept_by_attention(tensor: torch.Tensor) -> bool:
+    """A tensor saved in an attention's own code is one the attention kept (rather than its queries, keys and
+    values, made by projections and the rotary embedding): the output of a softmax, a cast, a dropout or the
+    fused op, or a tensor no autograd node made (the logsumexp, a dropout mask)."""
+    made = tensor._base if tensor._base is not None else tensor  # a matmul saves a view of what it multiplies
+    node = made.grad_fn
+    return node is None or any(word in type(node).__name__ for word in _KEPT_NODES)
 
 
 def _storage_bytes(value: Any) -> int:

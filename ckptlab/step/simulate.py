@@ -23,6 +23,9 @@ Two things need care:
 - **speed.** A 36-layer 8B step takes about 10 s of fake-tensor dispatch, so deep models
   whose layers are alike are simulated as two shallow copies and extrapolated exactly
   (:mod:`.fold`).
+- **dropout.** On fake CPU tensors ``dropout`` draws a mask in the input's dtype; CUDA's fused kernel keeps a
+  boolean one. :func:`_dropout_as_on_cuda` gives fake tensors CUDA's (eager attention's probabilities, BERT's
+  and GPT-2's hidden states in train mode).
 - **attention with dropout.** On fake CPU tensors SDPA with attention dropout (BERT, GPT-2 in
   train mode) falls back to the math kernel, which stores the batch x heads x seq^2
   probabilities and their dropout mask; CUDA's flash and memory-efficient kernels draw the mask
@@ -54,6 +57,7 @@ from transformers.modeling_utils import AttentionInterface
 from ..errors import expect_type
 from ..fact import Fact
 from ..model import catalog
+from ..model.attention import FLASH_ATTENTION_2, SDPA, attention_notes, check_flash_device
 from ..model.catalog import ModelInfo
 from ..model.experts import ROUTING_NOTE, experts_note
 from ..model.lora import adapted
@@ -110,7 +114,7 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
     info, dtype, config, task = prepare(spec)
     shape = Reduction.for_plan(info.num_layers, spec.every_n_layers, info.layer_period) if fast else None
 
-    notes = simulation_notes(spec, info, fast)
+    notes = simulation_notes(spec, info, fast, config, task)
     if shape is None:
         if fast and not info.layers_alike:
             notes.insert(0, Fact("note.layers_differ"))
@@ -139,6 +143,7 @@ def prepare(spec: RunSpec) -> tuple[ModelInfo, torch.dtype, Any, str]:
     info = catalog.describe(spec.model)
     validate_for_model(spec, info)
     device_type = simulated_device_type(spec)
+    check_flash_device(spec.attn_implementation, device_type)
     check_optimizer_runs(spec, device_type=device_type, simulated=True)
     check_simulated_selective(spec)
     dtype = resolve_dtype(spec.dtype, torch.device(device_type), spec.mixed_precision)
@@ -152,14 +157,47 @@ def simulated_device_type(spec: RunSpec) -> str:
     return "cpu" if spec.device == "cpu" else "cuda"
 
 
-def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool) -> list[Fact]:
-    """The notes of a simulation of ``spec`` that do not depend on how its layers were simulated."""
+def simulated_attention(spec: RunSpec) -> str:
+    """The attention a simulation builds with: the spec's, but SDPA for flash_attention_2, whose CUDA kernels fake
+    tensors cannot run; SDPA's flash kernel keeps the same bytes (the output and a float32 logsumexp)."""
+    return SDPA if spec.attn_implementation == FLASH_ATTENTION_2 else spec.attn_implementation
+
+
+def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool, config: Any = None, task: str = "") -> list[Fact]:
+    """The notes of a simulation of ``spec`` that do not depend on how its layers were simulated (with the model's
+    ``config`` and ``task``, also whether its class runs the attention asked for)."""
     notes: list[Fact] = []
+    if spec.attn_implementation == FLASH_ATTENTION_2:
+        notes.append(Fact("note.flash_simulated_as_sdpa"))
+    model_class = None if config is None else catalog.model_class_for(config, task)
+    if model_class is not None:
+        notes += attention_notes(model_class, config, simulated_attention(spec))
     if info.experts_implementation is not None:
         notes += [experts_note(info), ROUTING_NOTE]
     notes += quantization_notes(spec.quantization, spec.checkpointing)
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
+    if model_class is not None:
+        notes += cuda_sdpa_notes(spec, model_class, config)
     return notes
+
+
+def cuda_sdpa_notes(spec: RunSpec, model_class: Any, config: Any) -> list[Fact]:
+    """Which CUDA kernel a simulated SDPA call stands for, in a note (none for the CPU, eager, or no attention).
+
+    Fake tensors run SDPA's CPU flash op (:func:`_sdpa_as_on_cuda`): the output and a float32 logsumexp of
+    ``batch x heads x seq``. On CUDA, SDPA picks by dtype: a 16-bit step takes the flash kernel, which keeps the
+    same bytes; a float32 one the memory-efficient kernel, whose logsumexp is padded to a multiple of 32 tokens
+    (at most ``heads x 31 x 4`` bytes a layer more than counted).
+    """
+    if simulated_device_type(spec) != "cuda" or simulated_attention(spec) != SDPA:
+        return []
+    if attention_notes(model_class, config, SDPA):  # the class runs eager: no SDPA call to stand for
+        return []
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if not getattr(text, "num_attention_heads", None):
+        return []
+    sixteen_bits = spec.mixed_precision != "none" or resolve_dtype(spec.dtype, torch.device("cuda")) != torch.float32
+    return [Fact("note.sdpa_kernel_flash" if sixteen_bits else "note.sdpa_kernel_efficient")]
 
 
 def simulating_some(depth: int, layers: int, step: int, steps: int) -> Fact:
@@ -223,7 +261,7 @@ def _fake_step(
     trace: TraceSink | None,
 ) -> tuple:
     """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
-    model = catalog.instantiate(catalog.without_quantization(config), task, dtype)
+    model = catalog.instantiate(catalog.without_quantization(config), task, dtype, simulated_attention(spec))
     if spec.quantization is not None:  # as a measured run's build: quantized, then peft's preparation
         quantize(model, spec.quantization)
         prepare_kbit(model)
@@ -358,6 +396,20 @@ def _sdpa_as_on_cuda(module, query, key, value, attention_mask, dropout: float =
     return _REAL_SDPA(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
 
 
+_REAL_DROPOUT = torch.nn.functional.dropout
+
+
+def _dropout_as_on_cuda(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """``torch.nn.functional.dropout`` as a CUDA step runs it: fake tensors of a simulation standing for CUDA take
+    the fused kernel (``native_dropout``), which keeps a one-byte boolean mask; on fake CPU tensors ``dropout``
+    would draw a mask in the input's dtype (4 bytes in float32). Eager attention's dropout and the hidden
+    states' keep their masks for the backward. Real tensors, and other threads, get torch's own."""
+    ledger = getattr(_ACTIVE_LEDGER, "ledger", None)
+    if ledger is None or not ledger.as_cuda or not isinstance(input, FakeTensor) or not training or not 0 < p < 1:
+        return _REAL_DROPOUT(input, p, training, inplace)
+    return torch.native_dropout(input, p, True)[0]
+
+
 def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None:
     """transformers' packed-sequence check, answered as for the real tensors of a simulated batch.
 
@@ -384,6 +436,7 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
         transformers.modeling_utils.save_on_cpu = _SimulatedSaveOnCpu  # type: ignore[misc, assignment]  # our stand-in for torch's class
         transformers.masking_utils.find_packed_sequence_indices = _unpacked_when_simulating
         AttentionInterface._global_mapping["sdpa"] = _sdpa_as_on_cuda  # models look it up at each call
+        torch.nn.functional.dropout = _dropout_as_on_cuda  # nn.Dropout and eager attention look it up at each call
     _ACTIVE_LEDGER.ledger = ledger
     try:
         yield

@@ -73,7 +73,7 @@ class TableSimulation:
             except NotDerivable:
                 self._unreplayable.add(group)  # its settings take the fold, each on its own
             else:
-                notes = simulation_notes(spec, info, fast=True)
+                notes = simulation_notes(spec, info, True, config, task)
                 notes.append(Fact("note.replayed", {"depths": _depths(used), "layers": info.num_layers}))
                 report(DONE, 1.0)
                 return simulated_result(spec, info, dtype, replayed, notes)

@@ -188,3 +188,22 @@ def test_the_exercise_keeping_the_attention_is_in_the_pages_language(lang):
     explanation = "\n".join(m.value for m in at.markdown)
     assert f"{i18n.number(kib, ',.1f', lang)} KiB" in explanation  # the measured bytes, in the explanation
     _no_english(at, lang)
+
+
+def test_the_lesson_part_on_the_attention_matrix_shows_eager_beside_sdpa_at_two_lengths():
+    at = open_page("pages/lesson.py", "pt-BR")
+    learned(at.segmented_control(key="lesson_part").set_value("attention").run())
+    assert_alive(at)
+    assert at.subheader[0].value == i18n.t("lesson.attention.title", "pt-BR")
+    assert len(at.get("plotly_chart")) == 1  # four bars: SDPA and eager at 128 and 512 tokens, measured
+    runs = {
+        (spec.attn_implementation, spec.seq_len): result
+        for spec, result in at.session_state["learn_results"].items()
+        if spec.every_n_layers is None and spec.optimizer == "none"
+    }
+    # tiny-llama: eager keeps 6 heads x seq^2 float32 probabilities a layer; SDPA a logsumexp of 6 x seq instead.
+    for seq in (128, 512):
+        extra = runs["eager", seq].memory.after_forward_bytes - runs["sdpa", seq].memory.after_forward_bytes
+        assert extra == 6 * 6 * (seq * seq - seq) * 4, seq
+    per_layer = f"**{6 * (512 * 512 - 512) * 4 / 2**20:,.2f} MiB**"
+    assert per_layer in "\n".join(str(caption.value) for caption in at.caption)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptlab import list_presets
+from ckptlab import RunSpec, list_presets, simulate
 from ckptlab.errors import SpecError
 from ckptlab.explore.accuracy import check_predictions
 from ckptlab.explore.calibration import calibrate
@@ -95,3 +95,25 @@ def test_calibration_must_be_an_off_run_of_the_same_shape(measured):
         calibrate(measured(every_n_layers=2))
     with pytest.raises(SpecError, match="same model and shape"):
         predict("tiny-llama", seq_len=256, calibration=measured(every_n_layers=None))
+
+
+@pytest.mark.parametrize("model", ["tiny-qwen3", "tiny-gpt2"])  # GQA and a float32 softmax; a bf16 softmax
+def test_eager_attention_adds_the_a_s_squared_term_as_simulated(model):
+    """Eager keeps each layer's probabilities (and, checkpointed, its mask once): the formula's eager minus SDPA
+    is the simulation's, to the byte, off and checkpointed."""
+    shape = {"seq_len": 128, "batch_size": 2, "dtype": "bfloat16", "device": "cuda"}
+    predicted = {
+        attention: {
+            p.every_n_layers: p.resident_bytes
+            for p in predict(model, every_n_layers=[2], **shape, attn_implementation=attention)
+        }
+        for attention in ("sdpa", "eager")
+    }
+    for n in (None, 2):
+        simulated = {
+            attention: simulate(
+                RunSpec(model=model, every_n_layers=n, attn_implementation=attention, optimizer="none", **shape)
+            ).memory.after_forward_bytes
+            for attention in ("sdpa", "eager")
+        }
+        assert predicted["eager"][n] - predicted["sdpa"][n] == simulated["eager"] - simulated["sdpa"], n

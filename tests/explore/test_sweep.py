@@ -120,14 +120,14 @@ def test_cancel_as_a_function_before_the_first_row():
 
 def test_offload_rows_are_skipped_on_the_cpu_and_said_once():
     plan = plan_sweep(SweepSpec(seq_lens=(64, 128), offload="both", device="cpu"))
-    assert all(offload is False for _, _, offload, _ in plan.rows)
+    assert all(offload is False for _, _, offload, *_ in plan.rows)
     assert [note.key for note in plan.notes].count("note.offload_skipped") == 1
     assert len(plan.rows) == 2 * 7
 
 
 def test_settings_with_the_same_plan_are_measured_once():
     plan = plan_sweep(SweepSpec(every_n_layers=(6, 8, 2), device="cpu"))
-    assert [n for _, n, _, _ in plan.rows] == [None, 6, 2]
+    assert [n for _, n, *_ in plan.rows] == [None, 6, 2]
     (same,) = [note for note in plan.notes if note.key == "note.same_plan"]
     assert same.params == {"dropped": "8", "kept": 6, "layers": 6}
     assert "every_n_layers=8 give the same plan as every_n_layers=6 on 6 layers" in i18n.say(same)

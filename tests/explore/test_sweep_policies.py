@@ -31,14 +31,14 @@ def test_plain_keys_stay_and_a_policy_is_added_to_its_key():
 def test_the_plan_has_each_setting_once_per_policy_and_a_plain_off_row():
     rows = plan_sweep(TWO).rows
     assert rows == [
-        (64, None, False, "none"),
-        (64, 1, False, "none"),
-        (64, 1, False, "attention"),
-        (64, 3, False, "none"),
-        (64, 3, False, "attention"),
+        (64, None, False, "none", "sdpa"),
+        (64, 1, False, "none", "sdpa"),
+        (64, 1, False, "attention", "sdpa"),
+        (64, 3, False, "none", "sdpa"),
+        (64, 3, False, "attention", "sdpa"),
     ]
     assert plan_sweep(SweepSpec(model="tiny-llama", every_n_layers=(2,), selective="attention")).rows[1:] == [
-        (512, 2, False, "attention")
+        (512, 2, False, "attention", "sdpa")
     ]
 
 
@@ -134,3 +134,37 @@ def test_the_recommended_policy_lines_run_on_a_tiny_model():
     ids = torch.arange(16).unsqueeze(0)
     model(input_ids=ids, labels=ids).loss.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_the_attention_axis_gives_each_attention_its_off_row_and_settings_and_the_flag_reads_it():
+    """``sweep --attn-implementation sdpa eager``: rows for both, each with its own off reference."""
+    from ckptlab.cli import build_parser
+    from ckptlab.cli.sweep import sweep_spec_from_args
+
+    args = build_parser().parse_args(
+        [
+            "sweep",
+            "--model",
+            "tiny-llama",
+            "--seq-len",
+            "64",
+            "--every-n-layers",
+            "1",
+            "--attn-implementation",
+            "sdpa",
+            "eager",
+        ]
+    )
+    spec = sweep_spec_from_args(args)
+    assert spec.attention_axis == ("sdpa", "eager")
+    assert plan_sweep(spec).rows == [
+        (64, None, False, "none", "sdpa"),
+        (64, 1, False, "none", "sdpa"),
+        (64, None, False, "none", "eager"),
+        (64, 1, False, "none", "eager"),
+    ]
+    assert spec.run_spec(64, 1, False, attn_implementation="eager").attn_implementation == "eager"
+    with pytest.raises(SpecError, match="eager"):  # the attention policy has no op to keep in eager attention
+        SweepSpec(
+            model="tiny-llama", every_n_layers=(1,), policies=("attention",), attn_implementations=("eager",)
+        ).validate()

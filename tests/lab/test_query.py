@@ -169,3 +169,13 @@ def test_the_selective_policy_travels_in_the_link_only_when_there_is_one():
     assert warnings == [
         Fact("link.needs_checkpointing", {"key": "selective", "value": "attention", "fallback": "none"})
     ]
+
+
+def test_the_attention_travels_in_the_link_and_a_hub_kernel_or_the_attention_policy_with_eager_falls_back():
+    eager = ckptlab.RunSpec(attn_implementation="eager")
+    assert spec_to_query(eager)["attn"] == "eager" and "attn" not in spec_to_query(ckptlab.RunSpec())
+    assert spec_from_query(spec_to_query(eager)) == (eager, [])
+    spec, warnings = spec_from_query({"attn": "kernels-community/flash-attn"})  # no code from the Hub
+    assert spec == ckptlab.RunSpec() and [w.key for w in warnings] == ["link.not_one_of"]
+    spec, warnings = spec_from_query({"attn": "eager", "selective": "attention"})
+    assert spec == eager and [w.key for w in warnings] == ["link.attention_policy_eager"]

@@ -87,8 +87,8 @@ def test_the_sweeps_estimate_counts_each_row_once_and_says_when_it_is_measured(m
     predicted, measured = tradeoffspage.sweep_estimate(spec)
     info = labrun.catalog.describe(spec.model)
     rows = [
-        spec.run_spec(seq, n, offload, selective=policy)
-        for seq, n, offload, policy in tradeoffspage.plan_sweep(spec).rows
+        spec.run_spec(seq, n, offload, selective=policy, attn_implementation=attention)
+        for seq, n, offload, policy, attention in tradeoffspage.plan_sweep(spec).rows
     ]
     one_run = [labrun.cpu_estimate(row.checkpointing_off(), info)[1] for row in rows]  # off, or the row's own
     on = [labrun.cpu_estimate(row, info)[1] - off for row, off in zip(rows, one_run) if row.checkpointing]

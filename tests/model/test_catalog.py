@@ -288,3 +288,16 @@ def test_unreadable_config_is_a_load_error(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="JSON"):
         describe(str(tmp_path))
+
+
+def test_a_class_that_refuses_sdpa_keeps_eager_and_says_so():
+    """Gemma 2's class refuses SDPA (its soft-capping): the build asks nothing of it, and a run says eager ran."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, MambaConfig
+
+    from ckptlab.model.attention import attention_notes, implementation_for
+
+    assert implementation_for(Gemma2ForCausalLM, "sdpa") is None and implementation_for(Gemma2ForCausalLM, "eager")
+    (note,) = attention_notes(Gemma2ForCausalLM, Gemma2Config(), "sdpa")
+    assert note.key == "note.attention_kept" and note.params["used"] == "eager"
+    assert attention_notes(LlamaForCausalLM, LlamaConfig(), "sdpa") == []
+    assert attention_notes(Gemma2ForCausalLM, MambaConfig(), "sdpa") == []  # no attention heads: nothing to say

@@ -209,6 +209,13 @@ def _layer_hover(layer: LayerResult, lang: str = "en") -> str:
         flag=layer.enabled,
         observed=layer.observed,
     )
+    if layer.attention_bytes:
+        text += t(
+            "fig.layer_hover_attention",
+            lang,
+            kept=f"{layer.attention_bytes / MIB:,.2f}",
+            kept_bytes=f"{layer.attention_bytes:,}",
+        )
     if layer.moe:
         text += t(
             "fig.layer_hover_moe", lang, router=layer.router_recompute_calls, experts=layer.experts_recompute_calls
