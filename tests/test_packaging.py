@@ -16,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNTIME = {"torch", "transformers", "peft", "accelerate", "streamlit", "plotly", "pandas"}
+RUNTIME = {"torch", "transformers", "peft", "accelerate", "streamlit", "plotly", "pandas", "bitsandbytes"}
 TEST_EXTRA = {"pytest", "pytest-xdist", "playwright", "nbclient", "nbformat", "ipykernel"}
 
 

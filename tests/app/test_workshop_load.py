@@ -16,6 +16,7 @@ pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.browser,
+    pytest.mark.alone,  # a run must end within the server's 40 s limit: another test's worker beside it broke that
     pytest.mark.skipif(
         not os.path.exists("/usr/bin/chromium"), reason="chromium is missing (apt-get install chromium)"
     ),
