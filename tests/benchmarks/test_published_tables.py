@@ -14,7 +14,13 @@ from ckptlab.explore.reference import PR_48444_ROWS
 from ckptlab.units import MIB
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "published_tables.py"
-METRICS = {"active", "allocated", "reserved", "nvidia-smi", "card memory"}  # card memory: a card whose size a context fits (Unsloth)
+METRICS = {
+    "active",
+    "allocated",
+    "reserved",
+    "nvidia-smi",
+    "card memory",
+}  # card memory: a card whose size a context fits (Unsloth)
 
 
 @pytest.fixture(scope="module")
