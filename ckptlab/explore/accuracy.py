@@ -87,6 +87,7 @@ def check_predictions(result: SweepResult) -> list[PredictionCheck]:
                 selective=policy,
                 mixed_precision=spec.mixed_precision,
                 attn_implementation=attention,
+                quantization=spec.quantization,  # a 4-bit base counted as bitsandbytes stores it
             ):
                 by_key[(p.method, p.every_n_layers, p.offload, policy)] = p
         for row in rows:

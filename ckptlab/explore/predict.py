@@ -40,7 +40,7 @@ Python API and the JSON (``to_dict``): the same facts as English sentences, word
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -53,6 +53,7 @@ from ..model.attention import EAGER, FLASH_ATTENTION_2
 from ..model.folder_checks import MAX_LAYERS
 from ..model.plan import planned_roles, validate_every_n_layers
 from ..model.presets import DEFAULT_PRESET
+from ..model.quantize import Quantization
 from ..results import Provenance, RunResult
 from ..spec import LOW_BIT_PACKAGES, RunSpec
 from ..step.preflight import device_type_of, resolve_dtype
@@ -166,6 +167,7 @@ def predict(
     selective: str = "none",
     mixed_precision: str = "none",
     attn_implementation: str = "sdpa",
+    quantization: Quantization | Mapping[str, Any] | None = None,
 ) -> list[Prediction]:
     """Predicted resident activations, rerun cost and step time of each setting.
 
@@ -191,6 +193,9 @@ def predict(
         attn_implementation: as in :class:`~ckptlab.RunSpec`: "eager" adds each kept layer's ``a*s^2`` softmax
             probabilities (:func:`~.formula.eager_scores_bytes`) and, while any layer is checkpointed, its
             float mask once (:func:`~.formula.eager_mask_bytes`); "flash_attention_2" keeps what SDPA keeps.
+        quantization: as in :class:`~ckptlab.RunSpec` (a 4-bit base; needs ``lora_rank``): the parameters are the
+            base as bitsandbytes stores it (:func:`~.predict_training.training_bytes`), counted on the model the
+            simulation builds; the activations stay the formula's (LoRA's approximation).
 
     Returns:
         The ``"formula"`` predictions (off first, then each setting), then the
@@ -218,7 +223,7 @@ def predict(
         check_at_most("num_layers", num_layers, MAX_LAYERS, Fact("bound.layers"))
     # The shape, dtype, device, optimizer, LoRA and mixed precision checked as a run's are: RunSpec's checks are the
     # one home of these bounds (16,777,216 tokens a step among them). The model is checked above (a config too).
-    RunSpec(
+    checked = RunSpec(
         model=os.fspath(model) if isinstance(model, (str, os.PathLike)) else DEFAULT_PRESET,
         seq_len=seq_len,
         batch_size=batch_size,
@@ -232,7 +237,9 @@ def predict(
         mixed_precision=mixed_precision,
         # flash_attention_2 is predicted without its package (it keeps what SDPA's flash kernel keeps).
         attn_implementation="sdpa" if attn_implementation == FLASH_ATTENTION_2 else attn_implementation,
-    ).validate()
+        quantization=quantization,  # type: ignore[arg-type]  # a mapping is read as one (RunSpec.__post_init__)
+    )
+    checked.validate()
     arch = architecture(model, num_layers)
     element = element_bytes(dtype, device, mixed_precision)
     training = None
@@ -244,6 +251,7 @@ def predict(
             lora_rank=lora_rank,
             lora_targets=lora_targets,
             device=device_type_of(device),
+            quantization=checked.quantization,
         )
     settings: list[tuple[int | None, bool]] = [(None, False)]
     for n in settings_for(arch.num_layers, every_n_layers):

@@ -46,6 +46,7 @@ from ..fact import Fact
 from ..model import catalog
 from ..model.configs import infer_task
 from ..model.lora import resolve_targets
+from ..model.quantize import Quantization
 from ..spec import OPTIMIZERS, TRAINER_DEFAULT_OPTIMIZER, check_lora
 
 PeakPhase = Literal["backward", "optimizer"]
@@ -109,6 +110,7 @@ def training_bytes(
     lora_rank: int | None = None,
     lora_targets: Sequence[str] | None = None,
     device: str = "cpu",
+    quantization: Quantization | None = None,
 ) -> TrainingBytes:
     """Parameters, gradients and optimizer state of one training step, counted on the ``meta`` device.
 
@@ -117,6 +119,8 @@ def training_bytes(
         dtype: the parameters' dtype.
         optimizer, lora_rank, lora_targets: as in :class:`~ckptlab.RunSpec`.
         device: "cpu" or "cuda": AdamW keeps its step counters on the device on the CPU only.
+        quantization: a 4-bit base (as :class:`~ckptlab.RunSpec`): the base counted as the simulation builds it
+            (:func:`_quantized_parameter_bytes`), not in ``dtype``.
 
     Raises:
         SpecError: an optimizer, rank or target that is not valid (naming the fix).
@@ -134,9 +138,9 @@ def training_bytes(
         )
     check_lora(lora_rank, lora_targets or None)  # empty targets: none
     if isinstance(model, PretrainedConfig):
-        counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()))
+        counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()), quantization)
     else:
-        counts = _count_named(str(model), dtype, lora_rank, tuple(lora_targets or ()))
+        counts = _count_named(str(model), dtype, lora_rank, tuple(lora_targets or ()), quantization)
     params, buffers, trainable, tensors, targets, largest = counts
     moments, fused = STATE_TENSORS[name]
     stateful = moments > 0
@@ -162,17 +166,28 @@ _Counts = tuple[int, int, int, int, tuple[str, ...], int]
 
 
 @functools.lru_cache(maxsize=64)
-def _count_named(name: str, dtype: torch.dtype, rank: int | None, targets: tuple[str, ...]) -> _Counts:
+def _count_named(
+    name: str, dtype: torch.dtype, rank: int | None, targets: tuple[str, ...], quantization: Quantization | None
+) -> _Counts:
     config, _, task = catalog.load_config(name)
-    return _count(config, task, dtype, rank, targets)
+    return _count(config, task, dtype, rank, targets, quantization)
 
 
 def _count(
-    config: PretrainedConfig, task: str, dtype: torch.dtype, rank: int | None, targets: tuple[str, ...]
+    config: PretrainedConfig,
+    task: str,
+    dtype: torch.dtype,
+    rank: int | None,
+    targets: tuple[str, ...],
+    quantization: Quantization | None = None,
 ) -> _Counts:
-    with torch.device("meta"):
-        model = catalog.instantiate(copy.deepcopy(config), task, dtype)
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    model: torch.nn.Module
+    if quantization is None:
+        with torch.device("meta"):
+            model = catalog.instantiate(copy.deepcopy(config), task, dtype)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+    else:
+        model, params = _quantized_parameter_bytes(config, task, dtype, quantization)
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     if rank is None:
         sizes = [p.numel() * p.element_size() for p in model.parameters()]
@@ -195,3 +210,27 @@ def _count(
         modules += 1
         largest = max(largest, rank * max(fan_in, fan_out) * ADAPTER)
     return params + adapters, buffers, adapters, 2 * modules, names, largest
+
+
+def _quantized_parameter_bytes(
+    config: PretrainedConfig, task: str, dtype: torch.dtype, quantization: Quantization
+) -> tuple[torch.nn.Module, int]:
+    """The model with a 4-bit base, built as the simulation builds it (on fake tensors: ``ckptlab.model.quantize``'s
+    own :func:`~ckptlab.model.quantize.quantize` and peft's ``prepare_model_for_kbit_training``), and its parameter
+    bytes as a run counts them: the packed 4-bit weights, their quant states (absmax, with double quantization
+    their own absmax and code maps; ``quant_state_tensors``) and the modules kept in 16 bits (embeddings, the head,
+    ``llm_int8_skip_modules``) after peft's float32 cast. No formula of its own: the same code as the run's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ..model.quantize import prepare, quant_state_tensors, quantize
+
+    with FakeTensorMode():
+        model = catalog.instantiate(catalog.without_quantization(copy.deepcopy(config)), task, dtype)
+        quantize(model, quantization)
+        prepare(model)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    storages: dict[int, int] = {}  # a state's tensors by storage, each once (as the tracker counts them)
+    for tensor in quant_state_tensors(model):
+        storage = tensor.untyped_storage()
+        storages[storage._cdata] = storage.nbytes()
+    return model, params + sum(storages.values())

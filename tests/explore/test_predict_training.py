@@ -14,7 +14,8 @@ from ckptlab.step.training import gradient_bytes
 from tests.cases import covering
 
 TINY = [preset.name for preset in list_presets() if preset.cpu_ok]
-STEP = RunSpec(seq_len=64, repeats=1, warmup=0, every_n_layers=2, dtype="float32", device="cpu")
+ONCE = {"repeats": 1, "warmup": 0}
+STEP = RunSpec(seq_len=64, **ONCE, every_n_layers=2, dtype="float32", device="cpu")
 TRAINING = {
     "adamw": {},
     "adamw_torch": {"optimizer": "adamw_torch"},
@@ -195,3 +196,20 @@ def test_mixed_precision_predicts_16_bit_activations_over_float32_master_weights
         assert mp.optimizer_state_bytes == f32.optimizer_state_bytes
     with pytest.raises(SpecError, match="mixed_precision='bf17'"):
         predict("tiny-llama", seq_len=64, mixed_precision="bf17")
+
+
+@pytest.mark.slow
+def test_a_4_bit_base_is_predicted_as_bitsandbytes_stores_it_and_as_the_simulation_counts_it():
+    """QLoRA (issue 46): the prediction counts the packed 4-bit weights, their double-quantized states and the
+    embeddings and head peft casts to float32 (the simulation's own build), not the base in 16 bits."""
+    from ckptlab import QLORA, simulate
+
+    spec = RunSpec(
+        model="tiny-llama", seq_len=64, lora_rank=8, quantization=QLORA, device="cuda", every_n_layers=1, **ONCE
+    )
+    simulated = simulate(spec).memory
+    shape = {"seq_len": 64, "lora_rank": 8, "device": "cuda", "every_n_layers": [1]}
+    (_, four_bit) = predict("tiny-llama", quantization=QLORA, **shape)
+    (_, sixteen_bit) = predict("tiny-llama", **shape)
+    assert four_bit.parameter_bytes == simulated.breakdown_baseline["parameter"] < sixteen_bit.parameter_bytes
+    assert four_bit.peak_bytes == pytest.approx(simulated.peak_bytes, rel=0.05)
