@@ -287,6 +287,13 @@ class RunSpec:
                 one_rank=Option("world_size", 1),
                 value=size,
             )
+        if self.fsdp and self.quantization is not None:  # before LoRA's: QLoRA has its own reason and fix
+            raise SpecError(
+                key="spec.fsdp_with_quantization",
+                fsdp=Option("fsdp", True),
+                option=Option("quantization"),
+                one_rank=Option("world_size", 1),
+            )
         if self.fsdp and self.lora_rank is not None:
             raise SpecError(
                 key="spec.fsdp_with_lora",

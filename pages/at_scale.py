@@ -59,11 +59,11 @@ lang = language()
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
 WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_hub_name", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
            "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_accumulation", "at_scale_mixed_precision", "at_scale_max_grad_norm",
-           "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets", "at_scale_selective")  # fmt: skip
+           "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets", "at_scale_qlora", "at_scale_selective")  # fmt: skip
 
 
 # The shape's keys in a link (gpu= aside), Trainer's step among them.
-LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum", "mp", "clip")
+LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "qlora", "accum", "mp", "clip")
 
 
 def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:

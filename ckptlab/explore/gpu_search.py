@@ -52,6 +52,7 @@ from ..model.snippets import (
     fsdp_trainer_snippet,
     machines,
     model_snippet,
+    qlora_snippet,
     selective_snippet,
     torchrun_line,
     trainer_snippet,
@@ -92,6 +93,7 @@ class GpuSearch:
     cancelled: bool = False  # stopped before the search could answer
     elapsed_s: float = 0.0  # wall time of the search
     one_gpu_only: tuple[str, ...] = ()  # settings (keys) searched on one GPU alone (spec.selective_with_fsdp)
+    quantized_one_gpu: bool = False  # a 4-bit base: searched on one GPU alone (spec.fsdp_with_quantization)
 
     @property
     def fits(self) -> bool:
@@ -129,6 +131,8 @@ class GpuSearch:
             model_code = model_snippet(n, offload)
             if n is not None and policy != "none":
                 model_code = selective_snippet(n, offload, policy)
+            if spec.quantization is not None:  # the 4-bit base is loaded and prepared first (QLoRA: one GPU)
+                model_code = qlora_snippet(spec.quantization.to_dict(), spec.model) + "\n" + model_code
             return SearchCode(
                 torchrun_line(1, script),
                 run_line,
@@ -167,6 +171,14 @@ def check_counts(counts: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(set(counts)))
 
 
+def searched_counts(request: ScaleRequest, counts: tuple[int, ...]) -> tuple[int, ...]:
+    """The GPU counts a search of ``request`` looks at: ``counts``, or one GPU alone for a 4-bit base (QLoRA runs on
+    one GPU here: spec.fsdp_with_quantization) when one GPU is among them (else the spec's own error says why)."""
+    if request.quantization is not None and 1 in counts:
+        return (1,)
+    return counts
+
+
 def cheapest_that_fits(
     request: ScaleRequest,
     budget_bytes: int,
@@ -200,7 +212,9 @@ def cheapest_that_fits(
     started = time.monotonic()
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0:
         raise SpecError(key="search.bad_budget", value=budget_bytes)
-    counts = check_counts(tuple(counts))
+    asked = check_counts(tuple(counts))
+    counts = searched_counts(request, asked)
+    quantized_one_gpu = counts != asked  # said with the answer (scalepage.search_verdict)
     info = request.check(info)
     for count in counts:  # LoRA under FSDP is refused here, not halfway through the search
         request.spec(replace(request.settings[0], selective=NONE), count).validate()
@@ -241,8 +255,9 @@ def cheapest_that_fits(
         elapsed = time.monotonic() - started
         one_gpu = tuple(s.key for s in settings if not _shardable(request, s)) if counts[-1] > 1 else ()
         return GpuSearch(
-            request, budget_bytes, counts, info.num_layers, result, tried, simulated, cancelled, elapsed, one_gpu
-        )
+            request, budget_bytes, counts, info.num_layers, result, tried, simulated, cancelled, elapsed, one_gpu,
+            quantized_one_gpu,
+        )  # fmt: skip
 
     best: RunResult | None = None
     if counts[0] == 1:  # one GPU: no FSDP, its own case; the cheapest setting that fits is the answer

@@ -22,6 +22,7 @@ from typing import Literal
 from ..errors import SpecError, check_whole_number, not_one_of
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.quantize import Quantization
 from ..model.selective import NONE, Selective, selective_key, validate_selective
 from ..results import RunResult
 from ..spec import RunSpec, Setting
@@ -105,6 +106,7 @@ class ScaleRequest:
     max_grad_norm: float = 1.0  # as RunSpec: Trainer's clipping bound
     mixed_precision: str = "none"  # as RunSpec: "bf16"/"fp16" over float32 weights (FSDP2's policy past one GPU)
     attn_implementation: str = "sdpa"  # as RunSpec: the attention the model is built with
+    quantization: Quantization | None = None  # as RunSpec: a 4-bit base (QLoRA; needs lora_rank, one GPU)
 
     @property
     def mixed_precision_via(self) -> str:
@@ -138,6 +140,7 @@ class ScaleRequest:
             max_grad_norm=self.max_grad_norm,
             mixed_precision=self.mixed_precision,
             attn_implementation=self.attn_implementation,
+            quantization=self.quantization,
         )
 
     def check(self, info: ModelInfo | None = None) -> ModelInfo:
@@ -229,6 +232,7 @@ def scale_table(
     gradient_accumulation_steps: int = 1,
     max_grad_norm: float = 1.0,
     mixed_precision: str = "none",
+    quantization: Quantization | None = None,
 ) -> ScaleTable:
     """Simulate one model at one shape for each setting, one after another.
 
@@ -244,6 +248,7 @@ def scale_table(
         info: the model's description if the caller has it (describing an 8B model takes seconds).
         optimizer, lora_rank, lora_targets: what the step trains, as in :class:`~ckptlab.RunSpec`.
         gradient_accumulation_steps, max_grad_norm, mixed_precision: Trainer's side of the step, as in ``RunSpec``.
+        quantization: a 4-bit base, as in ``RunSpec`` (with LoRA, on one GPU).
         world_size: GPUs; above 1 each setting is simulated under FSDP2 on a fake process group, rank 0's figures.
 
     Returns:
@@ -268,6 +273,7 @@ def scale_table(
         gradient_accumulation_steps=gradient_accumulation_steps,
         max_grad_norm=max_grad_norm,
         mixed_precision=mixed_precision,
+        quantization=quantization,
     )
     info = request.check(info)
     known = known or {}

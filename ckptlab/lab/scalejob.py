@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..errors import CkptlabError, RunStoppedError
-from ..explore.gpu_search import GPU_COUNTS, GpuSearch
+from ..explore.gpu_search import GPU_COUNTS, GpuSearch, searched_counts
 from ..explore.scale import ScaleRequest, ScaleTable
 from ..fact import Fact
 from ..model.catalog import ModelInfo
@@ -183,7 +183,7 @@ class SearchJob(_SimulationJob):
         self, request: ScaleRequest, budget_bytes: int, *, counts: tuple[int, ...] = GPU_COUNTS, **options: Any
     ) -> None:
         super().__init__(request, **options)
-        for count in counts:  # LoRA past one GPU, say, is refused here and not on the thread
+        for count in searched_counts(request, counts):  # LoRA past one GPU, say, is refused here, not on the thread
             request.spec(request.settings[0], count).validate()
         self.budget_bytes, self.counts = budget_bytes, counts
 

@@ -27,6 +27,7 @@ from ..explore.scale import (
 )
 from ..fact import Fact
 from ..model.catalog import ModelInfo
+from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
 from ..results import RunResult, memory_of
@@ -138,6 +139,7 @@ def widget_values(spec: RunSpec, folder: str, tiny: bool, hub_name: str = "") ->
         "at_scale_lora": spec.lora_rank is not None,
         "at_scale_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
         "at_scale_lora_targets": list(spec.lora_targets or ()),
+        "at_scale_qlora": spec.quantization is not None,  # QLoRA's setting (the link's qlora=1)
         "at_scale_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
         "at_scale_tiny": not folder and not hub_name and tiny,
         "at_scale_model": chosen,
@@ -170,6 +172,7 @@ def query(values: Mapping[str, Any], model: str, targets: tuple[str, ...] | None
         "opt": values["at_scale_optimizer"],
         "lora": str(values["at_scale_lora_rank"]) if values["at_scale_lora"] else "off",
         **({"targets": ",".join(targets)} if values["at_scale_lora"] and targets else {}),
+        **({"qlora": "1"} if values["at_scale_lora"] and values.get("at_scale_qlora") else {}),
         **step_query(step_fields("at_scale", values)),
         **({"selective": ",".join(values["at_scale_selective"])} if values.get("at_scale_selective") else {}),
     }
@@ -197,6 +200,8 @@ def request_from_widgets(
         optimizer=values["at_scale_optimizer"],
         lora_rank=int(values["at_scale_lora_rank"]) if values["at_scale_lora"] else None,
         lora_targets=lora_targets,
+        # A 4-bit base under LoRA: QLoRA's setting, as on the Lab page (one GPU: spec.fsdp_with_quantization).
+        quantization=QLORA if values["at_scale_lora"] and values.get("at_scale_qlora") else None,
         world_size=int(values["at_scale_gpus"]),
         **step_fields("at_scale", values),
     )
@@ -379,6 +384,13 @@ def search_verdict(search: GpuSearch, budget_label: str, lang: str) -> Verdict:
         simulated=search.simulated,
         elapsed=duration(search.elapsed_s, lang),
     )
+    verdict = _search_verdict(search, budget_label, counted, lang)
+    if search.quantized_one_gpu:  # a 4-bit base: one GPU searched, and why
+        return replace(verdict, text=i18n.t("at_scale.search_qlora_one_gpu", lang) + " " + verdict.text)
+    return verdict
+
+
+def _search_verdict(search: GpuSearch, budget_label: str, counted: str, lang: str) -> Verdict:
     if search.cancelled and not search.fits:
         return Verdict("info", i18n.t("at_scale.search_stopped", lang) + " " + counted, None)
     if search.result is None:

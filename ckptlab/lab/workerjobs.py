@@ -75,6 +75,7 @@ def scale_request(
         optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
         world_size=request.world_size, gradient_accumulation_steps=request.gradient_accumulation_steps,
         max_grad_norm=request.max_grad_norm, mixed_precision=request.mixed_precision,
+        quantization=request.quantization,
     )  # fmt: skip
 
 

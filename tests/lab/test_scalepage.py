@@ -176,3 +176,24 @@ def test_the_trainer_code_names_the_versions_installed():
     versions = scalepage.trainer_versions()
     assert versions == {"transformers": transformers.__version__, "accelerate": accelerate.__version__}
     assert f"accelerate {accelerate.__version__}" in i18n.t("at_scale.code_trainer", "en", **versions)
+
+
+def test_a_4_bit_base_reaches_the_request_and_the_link_and_the_gpu_search_says_it_is_one_gpu():
+    """QLoRA (issue 46): the toggle's 4-bit base is in the request's specs and the link; past one GPU the page says
+    why not (FSDP2 over a 4-bit base is not simulated), and the GPU search looks at one GPU and says so."""
+    from ckptlab.explore.gpu_search import GpuSearch, searched_counts
+
+    info = ckptlab.describe("qwen3-8b")
+    values = _values(at_scale_qlora=True)
+    request = scalepage.request_from_widgets(values, "qwen3-8b", info.num_layers, None)
+    assert request.spec(request.settings[0]).quantization == ckptlab.QLORA
+    assert scalepage.query(values, "qwen3-8b", None)["qlora"] == "1"
+    assert "runs on one GPU" in scalepage.request_problem(request, info, "en")
+    one = replace(request, world_size=1)
+    assert scalepage.request_problem(one, info, "en") == ""
+    assert searched_counts(one, (1, 2, 4)) == (1,) and searched_counts(replace(one, quantization=None), (1, 2)) == (
+        1,
+        2,
+    )
+    search = GpuSearch(one, 24 * GIB, (1,), info.num_layers, None, quantized_one_gpu=True)
+    assert scalepage.search_verdict(search, "24 GiB", "en").text.startswith("A 4-bit base (QLoRA) is searched on one")
