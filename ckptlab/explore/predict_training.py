@@ -120,7 +120,7 @@ def training_bytes(
         optimizer, lora_rank, lora_targets: as in :class:`~ckptlab.RunSpec`.
         device: "cpu" or "cuda": AdamW keeps its step counters on the device on the CPU only.
         quantization: a 4-bit base (as :class:`~ckptlab.RunSpec`): the base counted as the simulation builds it
-            (:func:`_quantized_parameter_bytes`), not in ``dtype``.
+            (``catalog.quantized_on_fake``), not in ``dtype``.
 
     Raises:
         SpecError: an optimizer, rank or target that is not valid (naming the fix).
@@ -187,7 +187,7 @@ def _count(
             model = catalog.instantiate(copy.deepcopy(config), task, dtype)
         params = sum(p.numel() * p.element_size() for p in model.parameters())
     else:
-        model, params = _quantized_parameter_bytes(config, task, dtype, quantization)
+        model, params = catalog.quantized_on_fake(config, task, dtype, quantization)
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     if rank is None:
         sizes = [p.numel() * p.element_size() for p in model.parameters()]
@@ -210,27 +210,3 @@ def _count(
         modules += 1
         largest = max(largest, rank * max(fan_in, fan_out) * ADAPTER)
     return params + adapters, buffers, adapters, 2 * modules, names, largest
-
-
-def _quantized_parameter_bytes(
-    config: PretrainedConfig, task: str, dtype: torch.dtype, quantization: Quantization
-) -> tuple[torch.nn.Module, int]:
-    """The model with a 4-bit base, built as the simulation builds it (on fake tensors: ``ckptlab.model.quantize``'s
-    own :func:`~ckptlab.model.quantize.quantize` and peft's ``prepare_model_for_kbit_training``), and its parameter
-    bytes as a run counts them: the packed 4-bit weights, their quant states (absmax, with double quantization
-    their own absmax and code maps; ``quant_state_tensors``) and the modules kept in 16 bits (embeddings, the head,
-    ``llm_int8_skip_modules``) after peft's float32 cast. No formula of its own: the same code as the run's."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from ..model.quantize import prepare, quant_state_tensors, quantize
-
-    with FakeTensorMode():
-        model = catalog.instantiate(catalog.without_quantization(copy.deepcopy(config)), task, dtype)
-        quantize(model, quantization)
-        prepare(model)
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
-    storages: dict[int, int] = {}  # a state's tensors by storage, each once (as the tracker counts them)
-    for tensor in quant_state_tensors(model):
-        storage = tensor.untyped_storage()
-        storages[storage._cdata] = storage.nbytes()
-    return model, params + sum(storages.values())

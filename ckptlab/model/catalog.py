@@ -290,7 +290,10 @@ def build_model(
         del meta_model
     else:
         info = describe(name_or_dir)
-    folder_checks.check_fits(info, dtype, device)  # the parameters alone must fit the device
+    stored = None  # a 4-bit base at its 4-bit size (quantized_on_fake), not its 16-bit one
+    if quantization is not None:
+        stored = (quantized_on_fake(config, task, dtype, quantization)[1], quantization.bnb_4bit_quant_type)
+    folder_checks.check_fits(info, dtype, device, stored)  # the parameters alone must fit the device
     auto = _auto_class(task)
     torch.manual_seed(seed)
     if loaded:
@@ -327,6 +330,42 @@ def build_model(
         quantize.prepare(model)  # a quantized model is not moved (transformers refuses .to on it)
     model.train()
     return model, info
+
+
+@exclusive  # process-wide torch state: ckptlab.torchstate
+def quantized_on_fake(
+    config: PretrainedConfig, task: str, dtype: torch.dtype, quantization: quantize.Quantization
+) -> tuple[PreTrainedModel, int]:
+    """The model with a 4-bit base as a run builds it, on fake tensors (``quantize.quantize`` and peft's
+    ``prepare_model_for_kbit_training``, as ``ckptlab.simulate``), and its parameter bytes as a run's tracker counts
+    them: the packed 4-bit weights, their quant states (absmax, with double quantization their own absmax and code
+    maps) and the modules kept in 16 bits (embeddings, the head, ``llm_int8_skip_modules``) after peft's float32
+    cast. The one count of a 4-bit base's bytes (predict, the preflight's floor): no formula of its own."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        model = instantiate(without_quantization(copy.deepcopy(config)), task, dtype)
+        quantize.quantize(model, quantization)
+        quantize.prepare(model)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    storages: dict[int, int] = {}  # a state's tensors by storage, each once (as the tracker counts them)
+    for tensor in quantize.quant_state_tensors(model):
+        storage = tensor.untyped_storage()
+        storages[storage._cdata] = storage.nbytes()
+    return model, params + sum(storages.values())
+
+
+def quantized_parameter_bytes(name_or_dir: str, dtype: torch.dtype, quantization: quantize.Quantization) -> int:
+    """:func:`quantized_on_fake`'s bytes for a preset, folder or Hub name (kept per files' stamp, as ``describe``)."""
+    return _quantized_parameter_bytes(name_or_dir, _files_stamp(name_or_dir), dtype, quantization)
+
+
+@functools.lru_cache(maxsize=16)
+def _quantized_parameter_bytes(
+    name_or_dir: str, stamp: tuple[tuple[str, int, int], ...], dtype: torch.dtype, quantization: quantize.Quantization
+) -> int:
+    config, _, task = load_config(name_or_dir)
+    return quantized_on_fake(config, task, dtype, quantization)[1]
 
 
 def without_quantization(config: PretrainedConfig) -> PretrainedConfig:

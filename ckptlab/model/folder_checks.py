@@ -246,7 +246,9 @@ def memory_limit(device: torch.device) -> tuple[int, str | Fact, Fact] | None:
     return None
 
 
-def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> None:
+def check_fits(
+    info: Any, dtype: torch.dtype, device: torch.device | str, stored: tuple[int, str] | None = None
+) -> None:
     """Refuse a model whose parameters alone, in ``dtype``, exceed the device's total memory.
 
     The rule is the floor of any training step: parameters must be resident, and their
@@ -258,6 +260,8 @@ def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> Non
         info: the catalog's ``ModelInfo`` (``num_params`` counted on the meta device).
         dtype: the dtype the parameters will have.
         device: where the model would be built.
+        stored: a 4-bit base's bytes as a run holds them and its quant type (``catalog.quantized_parameter_bytes``),
+            counted instead of ``num_params`` in ``dtype``.
 
     Raises:
         DoesNotFitError: naming the parameter count, the bytes and the limit.
@@ -265,7 +269,7 @@ def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> Non
     device = torch.device(device)
     limit = memory_limit(device)
     element = torch.empty((), dtype=dtype).element_size()
-    needed = info.num_params * element
+    needed, label = stored or (info.num_params * element, str(dtype).removeprefix("torch."))
     if limit is None or needed <= limit[0]:
         return
     _, where, what = limit
@@ -280,7 +284,7 @@ def check_fits(info: Any, dtype: torch.dtype, device: torch.device | str) -> Non
         name=repr(info.name),
         parameters=_count(info.num_params),
         needed_gib=f"{needed / 2**30:,.1f}",
-        dtype=str(dtype).removeprefix("torch."),
+        dtype=label,
         limit_gib=f"{limit[0] / 2**30:,.1f}",
         device="CPU" if device.type == "cpu" else where,
         layers=info.num_layers,

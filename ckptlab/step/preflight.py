@@ -139,7 +139,9 @@ def refuse_beyond_machine(checked: CheckedSpec) -> None:
         DoesNotFitError: naming what does not fit and what would.
     """
     info, dtype, device = checked.info, checked.dtype, checked.device
-    check_fits(info, dtype, device)
+    quantization = checked.spec.quantization
+    stored = None if quantization is None else (base_bytes(checked.spec, info, dtype), quantization.bnb_4bit_quant_type)
+    check_fits(info, dtype, device, stored)
     # A LoRA base is frozen, so "parameters and their gradients" overcounts it: its floor (the adapters and their
     # gradients) is step_floor's, which then names the rank.
     full = checked.spec.lora_rank is None
@@ -217,7 +219,16 @@ def step_floor(spec: RunSpec, info: ModelInfo, dtype: torch.dtype) -> int:
     tokens = spec.seq_len * spec.batch_size
     logits = tokens * info.vocab_size * (element + 4)
     inputs = tokens * info.hidden_size * element * max(info.num_layers, 1)
-    return info.num_params * element + _trained_parameters(spec, info) * element + logits + inputs
+    return base_bytes(spec, info, dtype) + _trained_parameters(spec, info) * element + logits + inputs
+
+
+def base_bytes(spec: RunSpec, info: ModelInfo, dtype: torch.dtype) -> int:
+    """The model's own parameters as the step holds them: in ``dtype``, or a 4-bit base as bitsandbytes stores it
+    (packed weights, their quant states, the modules kept in 16 bits after peft's float32 cast), counted on the model
+    the run builds, on fake tensors (``catalog.quantized_parameter_bytes``)."""
+    if spec.quantization is None:
+        return info.num_params * torch.tensor([], dtype=dtype).element_size()
+    return catalog.quantized_parameter_bytes(spec.model, dtype, spec.quantization)
 
 
 def _trained_parameters(spec: RunSpec, info: ModelInfo) -> int:

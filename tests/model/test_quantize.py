@@ -71,3 +71,25 @@ def test_the_simulation_of_a_4bit_base_equals_its_measured_cpu_step_per_category
     )
     weights = sum(param.untyped_storage().nbytes() for param in model.parameters())
     assert states > 0 and measured.memory.breakdown_baseline["parameter"] >= weights + states - 4096
+
+
+@pytest.mark.slow  # bitsandbytes' import and two builds of tiny-llama (one on fake tensors)
+def test_the_preflight_floor_counts_a_4_bit_base_at_the_bytes_the_built_model_holds():
+    """Issue 46: the floor checked before a run counts the base as bitsandbytes stores it (packed weights, their
+    states, the embeddings and head in float32 after peft's cast), the bytes the built model holds, not 16 bits."""
+    import torch
+
+    import ckptlab
+    from ckptlab.model.quantize import quant_state_tensors
+    from ckptlab.step.preflight import base_bytes, step_floor
+
+    spec = RunSpec(model="tiny-llama", lora_rank=8, quantization=QLORA, device="cpu")
+    info = ckptlab.describe("tiny-llama")
+    model, _ = ckptlab.build_model("tiny-llama", dtype=torch.bfloat16, quantization=spec.quantization)
+    tensors = [*model.parameters(), *quant_state_tensors(model)]
+    held = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+    assert base_bytes(spec, info, torch.bfloat16) == held < info.num_params * 2
+    sixteen_bit = RunSpec(model="tiny-llama", lora_rank=8, device="cpu")
+    assert step_floor(sixteen_bit, info, torch.bfloat16) - step_floor(spec, info, torch.bfloat16) == (
+        info.num_params * 2 - held
+    )
