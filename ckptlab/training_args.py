@@ -36,7 +36,7 @@ from typing import Any
 
 from .errors import SpecError
 from .fact import Fact, worded
-from .files import json_depth, regular_file_size
+from .files import json_depth, read_json_object
 
 MAX_FILE_BYTES = 1_000_000  # a TrainingArguments file is a few KiB; anything larger is not one
 MAX_JSON_DEPTH = 16  # TrainingArguments' deepest field is a dict of kwargs: two levels; json parses by recursion
@@ -154,34 +154,28 @@ def read_training_args(args: Any) -> TrainingArgsReading:
 
 
 def load_training_args_file(path: str | Path) -> dict[str, Any]:
-    """The JSON object of a TrainingArguments file.
+    """The JSON object of a TrainingArguments file, read by ``ckptlab.files``' one reader.
 
     Raises:
         SpecError: no such file, too large, not JSON, or not an object.
     """
-    file = Path(path)
-    size = regular_file_size(file, SpecError)  # a FIFO, a device, a directory: one message each, nothing opened
-    if size is None:
-        raise SpecError(key="training_args.no_file", path=str(file))
-    if size > MAX_FILE_BYTES:
-        raise SpecError(key="training_args.too_large", path=str(file), limit=f"{MAX_FILE_BYTES:,}")
-    try:
-        with open(file, "rb") as opened:
-            text = opened.read(MAX_FILE_BYTES + 1).decode("utf-8")  # bounded even if it grew since the stat
-        if len(text) > MAX_FILE_BYTES:
-            raise Refused(Fact("training_args.over_bytes", {"limit": MAX_FILE_BYTES}))
-        if json_depth(text) > MAX_JSON_DEPTH:
-            raise Refused(Fact("training_args.nested", {"depth": MAX_JSON_DEPTH}))
-        data = json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, UnicodeDecodeError, RecursionError, OSError) as error:
-        raise SpecError(key="training_args.not_json", path=str(file), error=_detail(error, 200)) from None
-    if not isinstance(data, dict):
-        raise SpecError(key="training_args.not_object", path=str(file), kind=type(data).__name__)
-    return data
+    shown = str(Path(path))
+
+    def refuse(problem: Fact | str) -> SpecError:
+        """The file's problem (``read_json_object``'s) as this file's own keyed error."""
+        if isinstance(problem, Fact) and problem.key == "file.no_such_file":
+            return SpecError(key="training_args.no_file", path=shown)
+        if isinstance(problem, Fact) and problem.key == "file.over_bytes":
+            return SpecError(key="training_args.too_large", path=shown, limit=f"{MAX_FILE_BYTES:,}")
+        if isinstance(problem, Fact) and problem.key == "file.not_object":
+            return SpecError(key="training_args.not_object", path=shown, kind=problem.params["kind"])
+        return SpecError(key="training_args.not_json", path=shown, error=problem)
+
+    return read_json_object(path, max_bytes=MAX_FILE_BYTES, max_depth=MAX_JSON_DEPTH, refuse=refuse, error=SpecError)
 
 
 def _refuse_constant(name: str) -> Any:
-    raise Refused(Fact("training_args.not_a_json_number", {"name": name}))
+    raise Refused(Fact("file.not_a_json_number", {"name": name}))
 
 
 class Refused(ValueError):

@@ -20,7 +20,6 @@ parameter carrying ``Params4bit``'s attributes and a quant state made by bitsand
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import warnings
 from collections.abc import Mapping
@@ -29,7 +28,7 @@ from typing import Any
 
 from ..errors import Option, SpecError
 from ..fact import Fact
-from ..files import json_depth, regular_file_size
+from ..files import read_json_object
 
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -311,36 +310,20 @@ MAX_JSON_DEPTH = 4  # an object holding a list of module names nests two
 
 
 def load_quantization_file(path: str | os.PathLike[str]) -> Quantization:
-    """The :class:`Quantization` of a JSON file of ``BitsAndBytesConfig`` fields, read with ``ckptlab.files``' checks
+    """The :class:`Quantization` of a JSON file of ``BitsAndBytesConfig`` fields, read by ``ckptlab.files``' one reader
     (a FIFO, a device or a directory refused before anything is opened; size and nesting bounded).
 
     Raises:
         SpecError: no such file, not a JSON object within the bounds, or fields the lab does not take.
     """
     shown = os.fspath(path)
-    size = regular_file_size(path, SpecError)
-    problem: Fact | str | None = None
-    data: Any = None
-    if size is None:
-        problem = Fact("file.no_such_file")
-    elif size > MAX_FILE_BYTES:
-        problem = Fact("file.over_bytes", {"limit": MAX_FILE_BYTES})
-    else:
-        try:
-            with open(path, "rb") as opened:
-                text = opened.read(MAX_FILE_BYTES + 1).decode("utf-8")  # bounded even if it grew since the stat
-            if len(text) > MAX_FILE_BYTES:
-                problem = Fact("file.over_bytes", {"limit": MAX_FILE_BYTES})
-            elif json_depth(text) > MAX_JSON_DEPTH:
-                problem = Fact("file.nested", {"depth": MAX_JSON_DEPTH})
-            else:
-                data = json.loads(text)
-        except (ValueError, UnicodeDecodeError, RecursionError, OSError) as error:
-            problem = str(error)[:200]  # the library's own words
-        if problem is None and not isinstance(data, dict):
-            problem = Fact("file.not_object", {"kind": type(data).__name__})
-    if problem is not None:
-        raise SpecError(key="spec.quantization_file", path=shown, problem=problem)
+    data = read_json_object(
+        path,
+        max_bytes=MAX_FILE_BYTES,
+        max_depth=MAX_JSON_DEPTH,
+        refuse=lambda problem: SpecError(key="spec.quantization_file", path=shown, problem=problem),
+        error=SpecError,
+    )
     return Quantization.from_config(data)
 
 
