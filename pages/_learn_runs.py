@@ -8,11 +8,13 @@ a fragment shows their progress and estimate, and reruns the page when they are 
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import streamlit as st
 
 import ckptlab
 from ckptlab.lab import learn as learnrun
-from ckptlab.lab.learnruns import LEARN_RUNS, How, RunsState, sharding_job
+from ckptlab.lab.learnruns import LEARN_RUNS, How, IdeaJob, RunsState, qlora_job, sharding_job
 from ckptlab.results import RunResult
 from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message
@@ -20,6 +22,7 @@ from ckptlab.spec import RunSpec
 from pages._common import estimate_text, language
 from pages._server import job_workers, server_policy
 
+T = TypeVar("T")
 POLL_S = 1.0  # how often a waiting page looks at the shared runs: each look is a cheap read of the store
 
 
@@ -100,13 +103,22 @@ def wait_words(state: RunsState, lang: str) -> str:
 
 
 def simulated_sharding(lang: str) -> learnrun.ShardingIdea | None:
-    """The lesson's sharding idea, simulated once for the server in the background (``ckptlab.lab.learnruns``).
+    """The lesson's sharding idea, simulated once for the server in the background (``ckptlab.lab.learnruns``)."""
+    return simulated_idea(sharding_job(job_workers(server_policy()[0], "simulation")), "lesson.shard.simulating", lang)
+
+
+def simulated_qlora(lang: str) -> learnrun.QloraIdea | None:
+    """The lesson's 4-bit idea, simulated once for the server in the background (``ckptlab.lab.learnruns``)."""
+    return simulated_idea(qlora_job(job_workers(server_policy()[0], "simulation")), "lesson.qlora.simulating", lang)
+
+
+def simulated_idea(job: IdeaJob[T], simulating: str, lang: str) -> T | None:
+    """A simulated idea's job drawn: its idea, or its progress (``simulating``: the bar's words' key) or failure.
 
     Returns:
         The idea; None while it is simulated (a fragment shows the progress and reruns the page when it is there)
         or when it could not be (the message is shown).
     """
-    job = sharding_job(job_workers(server_policy()[0], "simulation"))
     finished, _, idea, failure = job.outcome()
     if idea is not None:
         return idea
@@ -124,7 +136,7 @@ def simulated_sharding(lang: str) -> learnrun.ShardingIdea | None:
         if finished:
             st.rerun(scope="app")
         left = job.left_s()
-        text = t("lesson.shard.simulating", lang)
+        text = t(simulating, lang)
         if left is not None:
             text += " · " + estimate_text(left, "so_far", lang)
         st.progress(min(max(fraction, 0.0), 1.0), text=text)

@@ -29,14 +29,14 @@ from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
 from pages._common import language, run_through_app
-from pages._learn_runs import measured, simulated_sharding
+from pages._learn_runs import measured, simulated_qlora, simulated_sharding
 
 run_through_app()
 
 state = st.session_state
 lang = language()
 
-PARTS = ("activation", "trade", "every_n", "keep", "attention", "offload", "peak", "shrink", "shard", "step")
+PARTS = ("activation", "trade", "every_n", "keep", "attention", "offload", "peak", "shrink", "qlora", "shard", "step")
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
 LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
 # The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
@@ -285,6 +285,24 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
         theme=None,
     )
     figure.caption(learnpage.shard_caption(idea, lang))
+
+elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 4 bits shrink the weights alone
+    qlora = simulated_qlora(lang)
+    if qlora is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(t("lesson.qlora.body", lang))
+        st.stop()
+    figure = figure_column()
+    spec = qlora.bars[0].spec
+    subtitle = t(
+        "lesson.qlora.subtitle", lang, model=spec.model, seq=number(spec.seq_len, ",", lang), rank=spec.lora_rank
+    )
+    figure.plotly_chart(
+        sharding_figure([(label, b.parts) for label, b in zip(learnpage.qlora_labels(qlora, lang), qlora.bars)],
+                        subtitle, lang=lang),
+        key="lesson_qlora_chart",
+        theme=None,
+    )  # fmt: skip
+    figure.caption(learnpage.qlora_caption(qlora, lang))
 
 else:  # the step-through
     draw_step_through(lambda n: need(at(n))[0], lang)

@@ -11,7 +11,9 @@ count in another session's baseline on a GPU.
 
 One idea is simulated, not measured: "sharding divides parameters, gradients and optimizer
 state; checkpointing divides activations" needs several GPUs, so :func:`sharding_idea` runs
-FSDP2 on a fake process group (``ckptlab.simulate``) at 1, 2 and 4 GPUs, checkpointing off and on.
+FSDP2 on a fake process group (``ckptlab.simulate``) at 1, 2 and 4 GPUs, checkpointing off and on. So is
+"4 bits shrink the weights, not the activations" (:func:`qlora_idea`): a simulated CUDA GPU's step of a tiny
+preset with LoRA over a 16-bit base beside a 4-bit one, checkpointing off and on.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from transformers import PreTrainedModel
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
+from ..model.quantize import QLORA
 from ..results import RunResult, memory_of
 from ..spec import RunSpec
 from ..step.simulate import simulate
@@ -131,8 +134,27 @@ def sharding_idea(
     Raises:
         SpecError, ModelLoadError: a bad ``base``.
     """
-    report = progress or (lambda message, fraction: None)
     specs = sharding_specs(base, gpus)
+    results = _simulated_all(specs, progress, workers)
+    bars = [ShardingBar(spec, per_gpu_parts(results[spec]), results[spec]) for spec in specs]
+    by_config = {(b.spec.world_size, b.spec.every_n_layers): b for b in bars}
+    off_one, off_most, on_one = by_config[min(gpus), None], by_config[max(gpus), None], by_config[min(gpus), 1]
+    state = ("parameter", "gradient", "optimizer_state")
+    held = max((breakdown.get("parameter", 0) for breakdown in _most_parts(off_most.result)), default=0)
+    return ShardingIdea(
+        bars=bars,
+        state_ratio=sum(off_most.parts[p] for p in state) / sum(off_one.parts[p] for p in state),
+        activation_ratio_gpus=off_most.parts["activation"] / off_one.parts["activation"],
+        activation_ratio_checkpointing=on_one.parts["activation"] / off_one.parts["activation"],
+        gathered_bytes=max(held - off_most.parts["parameter"], 0),
+    )
+
+
+def _simulated_all(
+    specs: Sequence[RunSpec], progress: Progress | None, workers: WorkerPool | None
+) -> dict[RunSpec, RunResult]:
+    """Each of ``specs`` simulated (or reused: kept for the process), in this thread or ``workers``' process."""
+    report = progress or (lambda message, fraction: None)
     results: dict[RunSpec, RunResult] = {}
     for index, spec in enumerate(specs):
         with _simulated_lock:
@@ -150,19 +172,52 @@ def sharding_idea(
                 _simulated[spec] = known
         results[spec] = known
     report(DONE, 1.0)
-    bars = [ShardingBar(spec, per_gpu_parts(results[spec]), results[spec]) for spec in specs]
-    by_config = {(b.spec.world_size, b.spec.every_n_layers): b for b in bars}
-    off_one, off_most, on_one = by_config[min(gpus), None], by_config[max(gpus), None], by_config[min(gpus), 1]
-    state = ("parameter", "gradient", "optimizer_state")
-    held = max((breakdown.get("parameter", 0) for breakdown in _most_parts(off_most.result)), default=0)
-    return ShardingIdea(
-        bars=bars,
-        state_ratio=sum(off_most.parts[p] for p in state) / sum(off_one.parts[p] for p in state),
-        activation_ratio_gpus=off_most.parts["activation"] / off_one.parts["activation"],
-        activation_ratio_checkpointing=on_one.parts["activation"] / off_one.parts["activation"],
-        gathered_bytes=max(held - off_most.parts["parameter"], 0),
-    )
+    return results
 
 
 def _most_parts(result: RunResult) -> list[dict[str, int]]:
     return [point.region_peak_breakdown for point in memory_of(result).timeline]
+
+
+# -- the lesson's 4-bit idea: simulated, not measured -----------------------------------------
+
+# tiny-llama, LoRA rank 8 with AdamW, 512 tokens, bfloat16 on a simulated CUDA GPU (where QLoRA runs).
+QLORA_LESSON = RunSpec(
+    model="tiny-llama", seq_len=512, batch_size=1, dtype="bfloat16", optimizer="adamw", lora_rank=8, repeats=1, warmup=0
+)
+
+
+@dataclass(frozen=True)
+class QloraIdea:
+    """ "4 bits shrink the weights; the activations, the logits and the adapters' state stay; checkpointing buys the
+    sequence", in simulated numbers: LoRA over a 16-bit base, then over a 4-bit one, each checkpointing off and on."""
+
+    bars: list[ShardingBar]  # 16-bit off, 16-bit every_n_layers=1, 4-bit off, 4-bit every_n_layers=1 (per_gpu_parts)
+    logits_bytes: int  # the float32 logits alive at the 4-bit step's peak, checkpointing off (transformers' loss)
+
+    def bar(self, quantized: bool, every_n_layers: int | None) -> ShardingBar:
+        return next(
+            b
+            for b in self.bars
+            if (b.spec.quantization is not None, b.spec.every_n_layers) == (quantized, every_n_layers)
+        )
+
+
+def qlora_specs(base: RunSpec = QLORA_LESSON) -> list[RunSpec]:
+    """LoRA over the base in ``base.dtype``, then over QLoRA's 4-bit base; each checkpointing off, then every layer."""
+    return [replace(base, quantization=q, every_n_layers=n) for q in (None, QLORA) for n in (None, 1)]
+
+
+def qlora_idea(
+    base: RunSpec = QLORA_LESSON, progress: Progress | None = None, workers: WorkerPool | None = None
+) -> QloraIdea:
+    """Simulate :func:`qlora_specs` (or reuse them: kept for the process) and put the idea in numbers.
+
+    Raises:
+        SpecError, ModelLoadError: a bad ``base`` (bitsandbytes missing among them: its pip line).
+    """
+    specs = qlora_specs(base)
+    results = _simulated_all(specs, progress, workers)
+    bars = [ShardingBar(spec, per_gpu_parts(results[spec]), results[spec]) for spec in specs]
+    logits = memory_of(results[specs[2]]).logits_bytes_at_peak or 0
+    return QloraIdea(bars=bars, logits_bytes=logits)

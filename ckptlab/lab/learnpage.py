@@ -20,7 +20,7 @@ from ..spec import RunSpec
 from ..step import timeline as tl
 from ..units import MIB
 from .exercises import Exercise, Outcome, evaluate
-from .learn import ShardingIdea
+from .learn import QloraIdea, ShardingIdea
 from .run import reference_spec
 
 
@@ -164,4 +164,42 @@ def attention_caption(runs: Sequence[tuple[RunResult, RunResult]], lang: str) ->
         playbook_long=f"{playbook(long_sdpa) / MIB:,.2f}",
         formula_short=f"{formula(short_sdpa) / MIB:,.2f}",
         formula_long=f"{formula(long_sdpa) / MIB:,.2f}",
+    )
+
+
+def qlora_labels(idea: QloraIdea, lang: str) -> list[str]:
+    """The lesson's 4-bit bars: which base (16-bit or 4-bit) and which checkpointing."""
+    return [
+        t(
+            "lesson.qlora.bar_4bit" if bar.spec.quantization is not None else "lesson.qlora.bar_16bit",
+            lang,
+            dtype=bar.spec.dtype,
+            setting=t("setting.short_off", lang) if bar.spec.every_n_layers is None else f"n={bar.spec.every_n_layers}",
+        )
+        for bar in idea.bars
+    ]
+
+
+def qlora_caption(idea: QloraIdea, lang: str) -> str:
+    """What the 4-bit figure shows, in simulated numbers: the weights shrink, the activations, the logits and the
+    adapters' optimizer state do not, and checkpointing is what cuts the activations."""
+    sixteen, four = idea.bar(False, None), idea.bar(True, None)
+    four_on = idea.bar(True, 1)
+
+    def mib(value: float) -> str:
+        return number(value / MIB, ",.1f", lang)
+
+    return t(
+        "lesson.qlora.caption",
+        lang,
+        params_16=mib(sixteen.parts["parameter"]),
+        params_4=mib(four.parts["parameter"]),
+        act_16=mib(sixteen.parts["activation"]),
+        act_4=mib(four.parts["activation"]),
+        act_4_on=mib(four_on.parts["activation"]),
+        logits=mib(idea.logits_bytes),
+        state_16=mib(sixteen.parts["optimizer_state"]),
+        state_4=mib(four.parts["optimizer_state"]),
+        peak_off=mib(memory_of(four.result).peak_bytes),
+        peak_on=mib(memory_of(four_on.result).peak_bytes),
     )

@@ -18,14 +18,14 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..fact import Fact
 from ..results import RunResult
 from ..spec import RunSpec
 from . import exercises
 from .jobs import BackgroundJob
-from .learn import ShardingIdea, sharding_idea, shared_model
+from .learn import QloraIdea, ShardingIdea, qlora_idea, sharding_idea, shared_model
 from .run import PACE, LabRun, Pace, reference_spec, run_queued
 from .workers import WorkerPool
 
@@ -236,44 +236,60 @@ def warm(how: How = How(), runs: SharedRuns | None = None) -> None:
     (LEARN_RUNS if runs is None else runs).ask(workshop_specs(), how, warming=True)
 
 
-# -- the lesson's sharding idea: simulated once for the server, in the background -------------
+# -- the lesson's simulated ideas (sharding, 4 bits): each simulated once for the server, in the background ----
+
+T = TypeVar("T")
 
 
-class ShardingJob(BackgroundJob):
-    """:func:`ckptlab.lab.learn.sharding_idea` on its own thread, for every session of the server."""
+class IdeaJob(BackgroundJob, Generic[T]):
+    """One of the lesson's simulated ideas (:func:`ckptlab.lab.learn.sharding_idea`, ``qlora_idea``) on its own
+    thread, for every session of the server."""
 
-    def __init__(self, workers: WorkerPool | None = None) -> None:
-        super().__init__("ckptlab-sharding-idea")
+    def __init__(self, name: str, make: Callable[..., T], workers: WorkerPool | None = None) -> None:
+        super().__init__(f"ckptlab-{name}-idea")
+        self._make = make
         self._workers = workers
-        self.idea: ShardingIdea | None = None
+        self.idea: T | None = None
 
     def _run(self) -> None:
         try:
-            idea = sharding_idea(progress=self._progress, workers=self._workers)
+            idea = self._make(progress=self._progress, workers=self._workers)
         except Exception as error:  # bad input or a bug: the page says why, and the next ask tries again
             self._fail(error)
             idea = None
         with self._lock:
             self.idea, self._finished = idea, True
 
-    def outcome(self) -> tuple[bool, float, ShardingIdea | None, Exception | str | Fact | None]:
+    def outcome(self) -> tuple[bool, float, T | None, Exception | str | Fact | None]:
         """``(finished, fraction, idea, failure)``: the failure the lab's error, or a bug's words."""
         with self._lock:
             failure = self._failure if self._failure is not None else (self._error or None)
             return self._finished, self._fraction, self.idea, failure
 
 
-_sharding_lock = threading.Lock()
-_sharding: list[ShardingJob] = []  # the server's one job (the last one asked for)
+ShardingJob = IdeaJob[ShardingIdea]
+_ideas_lock = threading.Lock()
+_ideas: dict[str, IdeaJob[Any]] = {}  # the server's one job per idea (the last one asked for)
 
 
-def sharding_job(workers: WorkerPool | None = None) -> ShardingJob:
-    """The server's sharding-idea job, started on the first ask; one that failed is started again."""
-    with _sharding_lock:
-        if _sharding:
-            finished, _, idea, _ = _sharding[0].outcome()
+def _idea_job(name: str, make: Callable[..., T], workers: WorkerPool | None) -> IdeaJob[T]:
+    """The server's job for one idea, started on the first ask; one that failed is started again."""
+    with _ideas_lock:
+        job = _ideas.get(name)
+        if job is not None:
+            finished, _, idea, _ = job.outcome()
             if not finished or idea is not None:
-                return _sharding[0]
-        _sharding[:] = [ShardingJob(workers)]
-        _sharding[0].start()
-        return _sharding[0]
+                return job
+        _ideas[name] = IdeaJob(name, make, workers)
+        _ideas[name].start()
+        return _ideas[name]
+
+
+def sharding_job(workers: WorkerPool | None = None) -> IdeaJob[ShardingIdea]:
+    """The server's sharding-idea job (:func:`ckptlab.lab.learn.sharding_idea`)."""
+    return _idea_job("sharding", sharding_idea, workers)
+
+
+def qlora_job(workers: WorkerPool | None = None) -> IdeaJob[QloraIdea]:
+    """The server's 4-bit idea job (:func:`ckptlab.lab.learn.qlora_idea`)."""
+    return _idea_job("qlora", qlora_idea, workers)

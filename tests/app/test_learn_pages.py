@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ckptlab.lab.exercises import by_id
-from ckptlab.lab.learnruns import sharding_job
+from ckptlab.lab.learnruns import qlora_job, sharding_job
 from ckptlab.show import i18n
 from tests.app.polling import learned
 from tests.app.sessions import assert_alive, open_page
@@ -207,3 +207,22 @@ def test_the_lesson_part_on_the_attention_matrix_shows_eager_beside_sdpa_at_two_
         assert extra == 6 * 6 * (seq * seq - seq) * 4, seq
     per_layer = f"**{6 * (512 * 512 - 512) * 4 / 2**20:,.2f} MiB**"
     assert per_layer in "\n".join(str(caption.value) for caption in at.caption)
+
+
+def test_the_4_bit_part_shows_the_weights_shrink_and_the_activations_do_not_simulated():
+    """QLoRA's lesson part (issue 46), in pt-BR: four simulated steps of tiny-llama with LoRA, a bf16 base beside a
+    4-bit one, checkpointing off and every layer; the caption's figures are those simulations'."""
+    at = open_page("pages/lesson.py", "pt-BR")
+    learned(at.segmented_control(key="lesson_part").set_value("qlora").run())
+    assert_alive(at)
+    assert at.subheader[0].value == i18n.t("lesson.qlora.title", "pt-BR")
+    assert len(at.get("plotly_chart")) == 1
+    idea = qlora_job().idea  # the server's one simulation, shared by every session
+    assert {bar.result.provenance.kind for bar in idea.bars} == {"simulated"}
+    sixteen, four, four_on = idea.bar(False, None).parts, idea.bar(True, None).parts, idea.bar(True, 1).parts
+    assert four["parameter"] < 0.8 * sixteen["parameter"]  # the weights shrink (the embeddings and head stay)
+    assert four["activation"] >= 0.9 * sixteen["activation"]  # the activations do not
+    assert four["optimizer_state"] == sixteen["optimizer_state"]  # nor the adapters' AdamW state
+    assert four_on["activation"] < four["activation"] / 2  # checkpointing does
+    caption = "\n".join(str(element.value) for element in at.caption)
+    assert f"**{i18n.number(four['parameter'] / 2**20, ',.1f', 'pt-BR')} MiB**" in caption, caption
