@@ -94,3 +94,8 @@ def test_a_bad_gpus_value_falls_back_and_lora_past_one_gpu_is_an_error_not_a_cra
     at = _page(model="tiny-llama", seq="64", gpus="2", lora="8")
     assert "LoRA" in _texts(at.error)
     assert at.button(key="at_scale_run").disabled and at.button(key="at_scale_search").disabled
+    # A 4-bit base (the link's qlora=1, issue 46) opens with its toggle on, stays in the link, and past one GPU
+    # the page says why not, in its own words.
+    at = _page(model="tiny-llama", seq="64", gpus="2", lora="8", qlora="1")
+    assert at.toggle(key="at_scale_qlora").value is True and at.query_params["qlora"] == "1"
+    assert "runs on one GPU" in _texts(at.error)
