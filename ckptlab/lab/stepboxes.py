@@ -13,21 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..spec import RunSpec
+from ..spec_fields import widgets_in
 
+_STEP = widgets_in("step")  # the fields whose widgets are in the step box (spec_fields.Widget.box)
 # The widget's name after the page's prefix -> the RunSpec field it sets.
-FIELDS = {
-    "accumulation": "gradient_accumulation_steps",
-    "mixed_precision": "mixed_precision",
-    "max_grad_norm": "max_grad_norm",
-    "attention": "attn_implementation",
-}
+FIELDS = {field.widget.name: field.name for field in _STEP if field.widget is not None}
 # The RunSpec field -> its key in a link.
-QUERY_KEYS = {
-    "gradient_accumulation_steps": "accum",
-    "mixed_precision": "mp",
-    "max_grad_norm": "clip",
-    "attn_implementation": "attn",
-}
+QUERY_KEYS = {field.name: field.link.key for field in _STEP if field.link is not None}
 
 
 def step_widget_values(prefix: str, spec: RunSpec) -> dict[str, Any]:
@@ -36,11 +28,13 @@ def step_widget_values(prefix: str, spec: RunSpec) -> dict[str, Any]:
 
 
 def step_fields(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``RunSpec`` fields the page's step boxes say (defaults where a box is not drawn)."""
+    """The ``RunSpec`` fields the page's step boxes say (defaults where a box is not drawn); a number box's value as
+    the type of the field's default (a whole number or not)."""
     defaults = RunSpec()
     found = {field: values.get(f"{prefix}_{name}", getattr(defaults, field)) for name, field in FIELDS.items()}
-    found["gradient_accumulation_steps"] = int(found["gradient_accumulation_steps"])
-    found["max_grad_norm"] = float(found["max_grad_norm"])
+    for field in _STEP:
+        if field.widget is not None and field.widget.kind == "number":
+            found[field.name] = type(getattr(defaults, field.name))(found[field.name])
     return found
 
 
