@@ -7,13 +7,13 @@ The edges derive their tables from :data:`FIELDS` instead of mapping each field 
   help text stays there) and ``argv_from_spec`` writes them back for launched ranks;
 - the link (``ckptlab.lab.query``): ``spec_to_query`` writes each :attr:`SpecField.link` key and ``spec_from_query``
   reads it the way :attr:`Link.reads` says, within the field's bounds;
-- the widgets (``ckptlab.lab.stepboxes``, ``ckptlab.lab.labpage``, ``pages/``): each :attr:`SpecField.widget`'s
-  session-state name, its kind and the limits it offers;
+- the widgets (``ckptlab.lab.stepboxes``, ``pages/``): each :attr:`SpecField.widget`'s session-state name, its kind,
+  the function that draws it and the limits it offers;
 - the validation (``RunSpec.validate``) and the reading of a user's ``TrainingArguments``
   (``ckptlab.training_args.DEFAULTED_NAMES``);
 - the errors' words in the app (``ckptlab.show.wording.APP_WIDGETS``): a setting is named by its widget's label.
 
-A field whose edge is special names its function there (:attr:`Cli.special`, :attr:`Widget.kind`), so the special
+A field whose edge is special names its function there (:attr:`Cli.special`, :attr:`Widget.drawn_by`), so the special
 case is found from here. A field without a link or a widget says why (:attr:`SpecField.no_link`,
 :attr:`SpecField.no_widget`). ``tests/test_spec_fields.py`` checks that every field reaches every edge.
 
@@ -104,13 +104,14 @@ class Link:
 
 @dataclass(frozen=True)
 class Widget:
-    """A field's widget on the pages: its session-state name after the page's prefix (``lab_seq``) and its kind:
-    "number", "select", "toggle", or the name of the function that draws a special one (in ``pages/_common.py``
-    or a page). ``box="step"``: drawn by ``pages._common.step_boxes`` from this declaration alone."""
+    """A field's widget on the pages: its session-state name after the page's prefix (``lab_seq``), its kind
+    ("number", "select", "toggle", "slider", "multiselect") and the function of ``pages/_common.py`` that draws it
+    on every page that has it (``drawn_by``; None: each page draws it itself, under ``<prefix>_<name>``). A number
+    box offers ``low`` to ``offered`` (:class:`SpecField`) in steps of ``step``."""
 
     name: str
-    kind: str
-    box: str | None = None
+    kind: Literal["number", "select", "toggle", "slider", "multiselect"]
+    drawn_by: str | None = None
     step: float = 1
 
 
@@ -144,7 +145,7 @@ FIELDS: tuple[SpecField, ...] = (
         "model",
         Cli("--model", special="model"),  # and --revision, which travels inside the name (owner/name@revision)
         Link("model", "text", always=True),
-        Widget("model", "model_box"),  # a preset, the instructor's folder picker or a Hub name (pages/lab.py)
+        Widget("model", "select"),  # presets, and entries for the folder picker and a Hub name (lab.labpage.LOCAL, HUB)
         label="common.model",
     ),
     SpecField(
@@ -190,7 +191,7 @@ FIELDS: tuple[SpecField, ...] = (
         "every_n_layers",
         Cli("--every-n-layers", "int", special="checkpointing"),  # or --no-checkpointing
         Link("n", "every_n", always=True),
-        Widget("n", "checkpointing"),  # a toggle (<prefix>_ckpt) and a slider up to the model's layers
+        Widget("n", "slider"),  # up to the model's layers, under a toggle (<prefix>_ckpt) for off
         trainer="activation_checkpointing",
         low=1,
     ),
@@ -228,7 +229,7 @@ FIELDS: tuple[SpecField, ...] = (
         "optimizer",
         Cli("--optimizer", "choice", metavar="NAME"),
         Link("opt", "one_of", always=True),
-        Widget("optimizer", "optimizer_box"),
+        Widget("optimizer", "select", drawn_by="optimizer_box"),
         label="training.optimizer",
         trainer="optim",
         choices=OPTIMIZERS,
@@ -243,7 +244,7 @@ FIELDS: tuple[SpecField, ...] = (
         "gradient_accumulation_steps",
         Cli("--gradient-accumulation-steps", "int", metavar="K"),
         Link("accum", "int"),
-        Widget("accumulation", "number", box="step"),
+        Widget("accumulation", "number", drawn_by="step_boxes"),
         label="training.accumulation",
         trainer="gradient_accumulation_steps",
         low=1,
@@ -254,7 +255,7 @@ FIELDS: tuple[SpecField, ...] = (
         "max_grad_norm",
         Cli("--max-grad-norm", "float", metavar="X"),
         Link("clip", "number"),
-        Widget("max_grad_norm", "number", box="step", step=0.1),
+        Widget("max_grad_norm", "number", drawn_by="step_boxes", step=0.1),
         label="training.max_grad_norm",
         trainer="max_grad_norm",
         low=0.0,
@@ -264,7 +265,7 @@ FIELDS: tuple[SpecField, ...] = (
         "mixed_precision",
         Cli("--mixed-precision", "choice"),
         Link("mp", "one_of"),
-        Widget("mixed_precision", "select", box="step"),
+        Widget("mixed_precision", "select", drawn_by="step_boxes"),
         label="training.mixed_precision",
         trainer="bf16",  # or fp16: TrainingArguments has a flag for each
         choices=MIXED_PRECISIONS,
@@ -273,7 +274,7 @@ FIELDS: tuple[SpecField, ...] = (
         "lora_rank",
         Cli("--lora-rank", "int", metavar="R"),
         Link("lora", "rank_or_off", always=True),
-        Widget("lora_rank", "lora_boxes"),  # a toggle (<prefix>_lora) and the rank
+        Widget("lora_rank", "number", drawn_by="lora_boxes"),  # under a toggle (<prefix>_lora)
         label="training.lora_rank",
         low=1,
         high=MAX_LORA_RANK,
@@ -283,7 +284,7 @@ FIELDS: tuple[SpecField, ...] = (
         "lora_targets",
         Cli("--lora-targets", "names", metavar="NAMES"),
         Link("targets", "names"),
-        Widget("lora_targets", "lora_boxes"),  # the model's projections, read once the model is
+        Widget("lora_targets", "multiselect", drawn_by="lora_boxes"),  # the model's projections, once it is read
         label="training.lora_targets",
     ),
     SpecField(
@@ -298,14 +299,14 @@ FIELDS: tuple[SpecField, ...] = (
         "quantization",
         Cli("--quantization-config", metavar="FILE.json", special="quantization_file"),  # a file's fields
         Link("qlora", "preset", on=QLORA),  # QLoRA's setting
-        Widget("qlora", "lora_boxes"),
+        Widget("qlora", "toggle", drawn_by="lora_boxes"),
         label="training.qlora",
     ),
     SpecField(
         "attn_implementation",
         Cli("--attn-implementation", metavar="KERNEL"),  # checked by the spec (flash_attention_2 needs its package)
         Link("attn", "one_of"),
-        Widget("attention", "select", box="step"),  # a model keyword, drawn beside Trainer's step
+        Widget("attention", "select", drawn_by="step_boxes"),  # a model keyword, drawn beside Trainer's step
         label="training.attention",
         choices=ATTN_IMPLEMENTATIONS,
         choices_here=available_attentions,
@@ -313,7 +314,7 @@ FIELDS: tuple[SpecField, ...] = (
     SpecField(
         "world_size",
         Cli("--world-size", "int", shared=False, special="ranks"),  # simulate's; run's is --nproc-per-node (x --nnodes)
-        widget=Widget("gpus", "gpus_box"),  # At scale's GPUs, in its link as gpus= (ckptlab.lab.query.gpus_from_query)
+        widget=Widget("gpus", "select"),  # At scale's GPUs, in its link as gpus= (ckptlab.lab.query.gpus_from_query)
         label="at_scale.gpus",
         low=1,
         high=MAX_WORLD_SIZE,
@@ -330,6 +331,7 @@ FIELDS: tuple[SpecField, ...] = (
 FIELD: dict[str, SpecField] = {field.name: field for field in FIELDS}
 
 
-def widgets_in(box: str) -> tuple[SpecField, ...]:
-    """The fields drawn in one box of widgets (``"step"``: Trainer's side of the step and the attention)."""
-    return tuple(field for field in FIELDS if field.widget is not None and field.widget.box == box)
+def drawn_by(function: str) -> tuple[SpecField, ...]:
+    """The fields whose widgets one function of ``pages/_common.py`` draws (``"step_boxes"``: Trainer's side of the
+    step and the attention)."""
+    return tuple(field for field in FIELDS if field.widget is not None and field.widget.drawn_by == function)

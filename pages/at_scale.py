@@ -23,7 +23,7 @@ from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
 from ckptlab.lab.labpage import folder_info, hub_name_problem
-from ckptlab.lab.query import BATCH_MAX, gpus_from_query, spec_from_query
+from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, HUB, LOCAL, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
@@ -43,6 +43,7 @@ from pages._common import (
     language,
     lora_boxes,
     lora_choices,
+    offered,
     optimizer_box,
     poll_job,
     preset_infos,
@@ -251,7 +252,7 @@ with st.sidebar:
         st.text_input(t("lab.hub_name", lang), key="at_scale_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
     model_caption = st.empty()
     st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
-    st.number_input(t("at_scale.batch", lang), min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
+    st.number_input(t("at_scale.batch", lang), **offered("batch_size"), step=1, key="at_scale_batch")
     st.selectbox(t("at_scale.dtype", lang), SIMULATION_DTYPES, key="at_scale_dtype")
     optimizer_box("at_scale_optimizer", lang)
     step_boxes("at_scale", lang)

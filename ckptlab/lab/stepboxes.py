@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..spec import RunSpec
-from ..spec_fields import widgets_in
+from ..spec_fields import drawn_by
 
-_STEP = widgets_in("step")  # the fields whose widgets are in the step box (spec_fields.Widget.box)
+_STEP = drawn_by("step_boxes")  # the fields whose widgets are in the step box (spec_fields.Widget.drawn_by)
 # The widget's name after the page's prefix -> the RunSpec field it sets.
 FIELDS = {field.widget.name: field.name for field in _STEP if field.widget is not None}
 # The RunSpec field -> its key in a link.
