@@ -70,6 +70,7 @@ def test_a_declared_field_travels_in_a_link_or_says_why_not(field: SpecField):
         return
     assert field.link.reads in READERS
     spec = RunSpec(**{**NEEDS.get(field.name, {}), field.name: _other_value(field)})
+    spec.validate()  # a value the field takes
     query = spec_to_query(spec)
     assert field.link.key in query
     assert spec_from_query(query) == (spec, [])
