@@ -32,7 +32,7 @@ from .model.plan import planned_roles, validate_every_n_layers
 from .model.presets import DEFAULT_PRESET
 from .model.quantize import Quantization, as_quantization, check_installed
 from .model.selective import Selective, check_selective, selective_key
-from .spec_fields import (  # the choices and the bounds are declared with their fields (spec_fields)
+from .spec_fields import (  # noqa: F401 (the choices and bounds live with their fields; these names stay here too)
     DEVICES,
     DTYPES,
     MAX_ACCUMULATION_STEPS,
@@ -44,6 +44,7 @@ from .spec_fields import (  # the choices and the bounds are declared with their
     MAX_WORLD_SIZE,
     MIXED_PRECISIONS,
     OPTIMIZERS,
+    closed_choices,
 )
 from .training_args import read_training_args
 
@@ -164,14 +165,9 @@ class RunSpec:
             validate_every_n_layers(self.every_n_layers)
         for flag in ("offload", "fsdp"):
             expect_type("RunSpec", flag, getattr(self, flag), bool, f"RunSpec({flag}=True)")
-        for name, choices in (
-            ("dtype", DTYPES),
-            ("device", DEVICES),
-            ("optimizer", OPTIMIZERS),
-            ("mixed_precision", MIXED_PRECISIONS),
-        ):
-            if getattr(self, name) not in choices:
-                raise not_one_of(name, getattr(self, name), choices)
+        for field in closed_choices():  # dtype, device, optimizer, mixed_precision
+            if getattr(self, field.name) not in field.choices:
+                raise not_one_of(field.name, getattr(self, field.name), field.choices)
         self._validate_recipe()
         check_lora(self.lora_rank, self.lora_targets)
         self._validate_quantization()

@@ -331,6 +331,11 @@ FIELDS: tuple[SpecField, ...] = (
 FIELD: dict[str, SpecField] = {field.name: field for field in FIELDS}
 
 
+def closed_choices() -> tuple[SpecField, ...]:
+    """The fields whose value is one of their choices and nothing else (RunSpec.validate; argparse's choices)."""
+    return tuple(field for field in FIELDS if field.cli is not None and field.cli.type == "choice")
+
+
 def drawn_by(function: str) -> tuple[SpecField, ...]:
     """The fields whose widgets one function of ``pages/_common.py`` draws (``"step_boxes"``: Trainer's side of the
     step and the attention)."""
