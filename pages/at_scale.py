@@ -27,6 +27,7 @@ from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, HUB, LOCAL, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
+from ckptlab.lab.stepboxes import QUERY_KEYS, step_widget_values
 from ckptlab.lab.targets import spec_targets
 from ckptlab.model import hub
 from ckptlab.model.catalog import ModelInfo
@@ -59,12 +60,12 @@ lang = language()
 # Every word the page shows is in ckptlab/locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
 WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_hub_name", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
-           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_accumulation", "at_scale_mixed_precision", "at_scale_max_grad_norm",
-           "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets", "at_scale_selective")  # fmt: skip
+           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_lora", "at_scale_lora_rank",
+           "at_scale_lora_targets", "at_scale_selective", *step_widget_values("at_scale", DEFAULT))  # fmt: skip
 
 
-# The shape's keys in a link (gpu= aside), Trainer's step among them.
-LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "accum", "mp", "clip")
+# The shape's keys in a link (gpu= aside), the step boxes' among them (their declarations': accum, mp, clip, attn).
+LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", *QUERY_KEYS.values())
 
 
 def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
