@@ -80,8 +80,8 @@ LinkReads = Literal["text", "int", "offered", "every_n", "flag", "one_of", "numb
 
 @dataclass(frozen=True)
 class Cli:
-    """A field's flag. ``special`` names a function of ``ckptlab.cli.args`` (``SPECIAL_FLAGS``) that adds the
-    flag and writes it back instead of the plain rule."""
+    """A field's flag. ``special`` names the functions of ``ckptlab.cli.args`` (``ADD_SPECIAL``, ``ARGV_SPECIAL``)
+    that add the flag and write it back instead of the plain rule (a flag with its value; a switch where on)."""
 
     flag: str
     type: CliType = "text"
@@ -97,9 +97,8 @@ class Link:
     key: str
     reads: LinkReads
     always: bool = False  # written even at its default (the first keys a link ever had); else only when it differs
-    on: object = (
-        True  # the field's value when the flag is on: True ("flag", off False) or a named value ("preset", off None)
-    )
+    # The field's value when the flag is on: True ("flag"; off: False) or a named value ("preset"; off: None).
+    on: object = True
 
 
 @dataclass(frozen=True)
@@ -126,7 +125,7 @@ class SpecField:
     widget: Widget | None = None
     label: str | None = None  # the locale key of its widget's label (the app names the setting by it in an error)
     trainer: str | None = None  # the TrainingArguments field a reading names when a file leaves it to Trainer
-    low: int | float | None = None  # the least value (a number)
+    low: int | float | None = None  # the least a link or a widget offers (and a spec may name, but max_grad_norm)
     high: int | float | None = None  # the most a spec may name (RunSpec.validate); None: no bound of its own
     offered: int | float | None = None  # the most a link or a widget offers
     choices: tuple[object, ...] = ()  # the values it takes, where they are a list

@@ -2,7 +2,8 @@
 
 A shared link must always open: every value that does not parse or is out of range falls
 back to its default, and the reason is returned as a warning (a :class:`~ckptlab.fact.Fact` under
-``said.link.*``) for the page to word in its language.
+``said.link.*``) for the page to word in its language. Each field's key, how it is read and its bounds are
+declared with the field (``ckptlab.spec_fields``); this module has one reader for each way (:data:`READERS`).
 
     ?model=tiny-qwen3&seq=1024&batch=1&dtype=auto&device=auto&n=2&offload=0&repeats=4&warmup=2&opt=adamw&lora=off
 
