@@ -32,26 +32,22 @@ from .model.plan import planned_roles, validate_every_n_layers
 from .model.presets import DEFAULT_PRESET
 from .model.quantize import Quantization, as_quantization, check_installed
 from .model.selective import Selective, check_selective, selective_key
+from .spec_fields import (  # noqa: F401 (the choices and bounds live with their fields; these names stay here too)
+    DEVICES,
+    DTYPES,
+    MAX_ACCUMULATION_STEPS,
+    MAX_LORA_RANK,
+    MAX_REPEATS,
+    MAX_SEED,
+    MAX_TOKENS,
+    MAX_WARMUP,
+    MAX_WORLD_SIZE,
+    MIXED_PRECISIONS,
+    OPTIMIZERS,
+    closed_choices,
+)
 from .training_args import read_training_args
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-# Optimizers by the names of TrainingArguments.optim, built as Trainer builds them (ckptlab.step.training),
-# and the lab's own two: "adamw" is Trainer's default (adamw_torch_fused for torch >= 2.8), "none" stops after
-# the backward (lessons on activations alone). The low-bit ones need their package (LOW_BIT_PACKAGES).
-OPTIMIZERS = (
-    "adamw",
-    "adamw_torch_fused",
-    "adamw_torch",
-    "adafactor",
-    "sgd",
-    "adagrad",
-    "rmsprop",
-    "adamw_torch_8bit",
-    "adamw_torch_4bit",
-    "adamw_bnb_8bit",
-    "none",
-)
 # The optimizers that need a package of their own: its import name and pip line.
 LOW_BIT_PACKAGES = {
     "adamw_torch_8bit": ("torchao", "pip install torchao"),
@@ -59,24 +55,11 @@ LOW_BIT_PACKAGES = {
     "adamw_bnb_8bit": ("bitsandbytes", "pip install bitsandbytes"),
 }
 TRAINER_DEFAULT_OPTIMIZER = "adamw_torch_fused"  # what "adamw" means: TrainingArguments.optim's default
-# Trainer's mixed precision: "bf16"/"fp16" is TrainingArguments(bf16=True)/(fp16=True), autocast over the weights;
-# under FSDP2 ranks it is fully_shard's MixedPrecisionPolicy instead (RunSpec.mixed_precision_via says which).
-MIXED_PRECISIONS = ("none", "bf16", "fp16")
 # Trainer's side of the step besides the optimizer's name: a sweep's rows share them, settings timed together too.
 RECIPE_FIELDS = ("optim_args", "gradient_accumulation_steps", "max_grad_norm", "mixed_precision")
-MAX_ACCUMULATION_STEPS = 256  # micro-batches per optimizer step a spec may name; each is a forward and a backward
 # How timed steps of several settings are ordered (ckptlab.step.rounds): "interleaved" A B C A B C ..., "blocks" A A B B.
 Order = Literal["interleaved", "blocks"]
 ORDERS: tuple[Order, ...] = ("interleaved", "blocks")
-MAX_WORLD_SIZE = 1024  # the most ranks a spec may name (a simulation's fake process group goes this far)
-# Bounds that keep one run finite (README, "Limits"): each refused with one message naming it.
-MAX_REPEATS = 1000  # timed steps: a median of a thousand is as good as it gets
-MAX_WARMUP = 100  # untimed steps: the allocator and caches settle within a few
-MAX_TOKENS = 2**24  # seq_len x batch_size of one step (16,777,216: 128 sequences of 128k tokens)
-MAX_SEED = 2**32 - 1 - MAX_WORLD_SIZE  # rank r seeds with seed + r, which must stay a 32-bit seed (numpy's range)
-
-
-MAX_LORA_RANK = 65_536  # the widest projection of any model; the model's own narrowest one bounds it first
 MAX_OPTIM_ARGS = 1000  # characters of optim_args: a few key=value pairs
 _OPTIM_WORDS = {"true", "false", "yes", "no"}  # Trainer reads nesterov=..., centered=... as these
 
@@ -182,14 +165,9 @@ class RunSpec:
             validate_every_n_layers(self.every_n_layers)
         for flag in ("offload", "fsdp"):
             expect_type("RunSpec", flag, getattr(self, flag), bool, f"RunSpec({flag}=True)")
-        for name, choices in (
-            ("dtype", DTYPES),
-            ("device", DEVICES),
-            ("optimizer", OPTIMIZERS),
-            ("mixed_precision", MIXED_PRECISIONS),
-        ):
-            if getattr(self, name) not in choices:
-                raise not_one_of(name, getattr(self, name), choices)
+        for field in closed_choices():  # dtype, device, optimizer, mixed_precision
+            if getattr(self, field.name) not in field.choices:
+                raise not_one_of(field.name, getattr(self, field.name), field.choices)
         self._validate_recipe()
         check_lora(self.lora_rank, self.lora_targets)
         self._validate_quantization()

@@ -37,6 +37,7 @@ from typing import Any
 from .errors import SpecError
 from .fact import Fact, worded
 from .files import json_depth, read_json_object
+from .spec_fields import FIELDS
 
 MAX_FILE_BYTES = 1_000_000  # a TrainingArguments file is a few KiB; anything larger is not one
 MAX_JSON_DEPTH = 16  # TrainingArguments' deepest field is a dict of kwargs: two levels; json parses by recursion
@@ -63,15 +64,10 @@ STEP_FIELDS: dict[str, tuple[type, ...]] = {
     "gradient_checkpointing_kwargs": (dict, str, type(None)),
 }
 # What a reading says was left at Trainer's default: the fields that change the step (one name per idea), each
-# with the RunSpec field it sets (a flag of that field given on the command line means it is not defaulted).
-DEFAULTED_NAMES = {
-    "per_device_train_batch_size": "batch_size",
-    "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "max_grad_norm": "max_grad_norm",
-    "optim": "optimizer",
-    "bf16": "mixed_precision",
-    "activation_checkpointing": "every_n_layers",
-}
+# with the RunSpec field it sets (a flag of that field given on the command line means it is not defaulted):
+# the TrainingArguments names the fields declare (spec_fields.SpecField.trainer), in STEP_FIELDS' order.
+_DECLARED = {field.trainer: field.name for field in FIELDS if field.trainer is not None}
+DEFAULTED_NAMES = {name: _DECLARED[name] for name in STEP_FIELDS if name in _DECLARED}
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ from streamlit.runtime.pages_manager import PagesManager
 
 import ckptlab
 from ckptlab.fact import Fact
-from ckptlab.lab.query import CLIP_MAX, LORA_RANK_MAX
 from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
 from ckptlab.model.attention import available_attentions
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
-from ckptlab.spec import MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+from ckptlab.spec import MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+from ckptlab.spec_fields import FIELD
 
 
 def run_through_app() -> None:
@@ -91,6 +91,12 @@ def settle_lora_targets(prefix: str, model: str, choices: Sequence[str]) -> list
     return settled.unknown
 
 
+def offered(name: str) -> dict[str, Any]:
+    """A number box's limits for a RunSpec field, as declared with it (``ckptlab.spec_fields``; a link offers the same)."""
+    field = FIELD[name]
+    return {"min_value": field.low, "max_value": field.offered}
+
+
 def optimizer_box(key: str, lang: str) -> None:
     """The optimizer's select box, as every page with training controls draws it."""
     st.selectbox(
@@ -112,8 +118,7 @@ def step_boxes(prefix: str, lang: str) -> None:
     with st.expander(i18n.t("training.step", lang)):
         st.number_input(
             i18n.t("training.accumulation", lang),
-            min_value=1,
-            max_value=MAX_ACCUMULATION_STEPS,
+            **offered("gradient_accumulation_steps"),
             step=1,
             key=f"{prefix}_accumulation",
             help=i18n.t("training.accumulation_help", lang),
@@ -127,8 +132,7 @@ def step_boxes(prefix: str, lang: str) -> None:
         )
         st.number_input(
             i18n.t("training.max_grad_norm", lang),
-            min_value=0.0,
-            max_value=CLIP_MAX,  # the link's clamp (ckptlab.lab.query), said there
+            **offered("max_grad_norm"),  # the link's clamp (ckptlab.lab.query), said there
             step=0.1,
             format="%g",
             key=f"{prefix}_max_grad_norm",
@@ -154,8 +158,7 @@ def lora_boxes(prefix: str, choices: Sequence[str], lang: str) -> None:
     )
     st.number_input(
         i18n.t("training.lora_rank", lang),
-        min_value=1,
-        max_value=LORA_RANK_MAX,
+        **offered("lora_rank"),
         step=1,
         key=f"{prefix}_lora_rank",
         disabled=not state[f"{prefix}_lora"],

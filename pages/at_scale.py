@@ -23,10 +23,11 @@ from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
 from ckptlab.lab.labpage import folder_info, hub_name_problem
-from ckptlab.lab.query import BATCH_MAX, gpus_from_query, spec_from_query
+from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, HUB, LOCAL, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
+from ckptlab.lab.stepboxes import QUERY_KEYS, step_widget_values
 from ckptlab.lab.targets import spec_targets
 from ckptlab.model import hub
 from ckptlab.model.catalog import ModelInfo
@@ -43,6 +44,7 @@ from pages._common import (
     language,
     lora_boxes,
     lora_choices,
+    offered,
     optimizer_box,
     poll_job,
     preset_infos,
@@ -58,12 +60,12 @@ lang = language()
 # Every word the page shows is in ckptlab/locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
 WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_hub_name", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
-           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_accumulation", "at_scale_mixed_precision", "at_scale_max_grad_norm",
-           "at_scale_lora", "at_scale_lora_rank", "at_scale_lora_targets", "at_scale_qlora", "at_scale_selective")  # fmt: skip
+           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_lora", "at_scale_lora_rank",
+           "at_scale_lora_targets", "at_scale_qlora", "at_scale_selective", *step_widget_values("at_scale", DEFAULT))  # fmt: skip
 
 
-# The shape's keys in a link (gpu= aside), Trainer's step among them.
-LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "qlora", "accum", "mp", "clip")
+# The shape's keys in a link (gpu= aside), the step boxes' among them (their declarations': accum, mp, clip, attn).
+LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "qlora", *QUERY_KEYS.values())
 
 
 def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
@@ -251,7 +253,7 @@ with st.sidebar:
         st.text_input(t("lab.hub_name", lang), key="at_scale_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
     model_caption = st.empty()
     st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
-    st.number_input(t("at_scale.batch", lang), min_value=1, max_value=BATCH_MAX, step=1, key="at_scale_batch")
+    st.number_input(t("at_scale.batch", lang), **offered("batch_size"), step=1, key="at_scale_batch")
     st.selectbox(t("at_scale.dtype", lang), SIMULATION_DTYPES, key="at_scale_dtype")
     optimizer_box("at_scale_optimizer", lang)
     step_boxes("at_scale", lang)

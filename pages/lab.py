@@ -19,7 +19,7 @@ import ckptlab
 from ckptlab.lab import labpage
 from ckptlab.lab import run as labrun
 from ckptlab.lab.labpage import HUB, LOCAL
-from ckptlab.lab.query import BATCH_MAX, REPEATS_MAX, SEQ_MAX, WARMUP_MAX, spec_from_query, spec_to_query
+from ckptlab.lab.query import spec_from_query, spec_to_query
 from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
@@ -44,6 +44,7 @@ from pages._common import (
     language,
     lora_boxes,
     lora_choices,
+    offered,
     optimizer_box,
     preset_infos,
     run_through_app,
@@ -368,8 +369,8 @@ with st.sidebar:
         st.text_input(t("lab.hub_name", lang), key="lab_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
     elif info:
         st.caption(labpage.model_caption(info, lang))
-    st.number_input(t("common.seq_len", lang), min_value=1, max_value=SEQ_MAX, step=128, key="lab_seq")
-    st.number_input(t("lab.batch", lang), min_value=1, max_value=BATCH_MAX, step=1, key="lab_batch")
+    st.number_input(t("common.seq_len", lang), **offered("seq_len"), step=128, key="lab_seq")
+    st.number_input(t("lab.batch", lang), **offered("batch_size"), step=1, key="lab_batch")
     left, right = st.columns(2)
     left.selectbox("dtype", DTYPES, key="lab_dtype", help=t("lab.dtype_help", lang))
     right.selectbox(t("lab.device", lang), DEVICES, key="lab_device", help=t("lab.device_help", lang))
@@ -405,8 +406,8 @@ with st.sidebar:
     step_boxes("lab", lang)
     lora_boxes("lab", choices, lang)
     with st.expander(t("lab.timing", lang)):
-        st.number_input(t("lab.repeats", lang), min_value=1, max_value=REPEATS_MAX, key="lab_repeats")
-        st.number_input(t("lab.warmup", lang), min_value=0, max_value=WARMUP_MAX, key="lab_warmup")
+        st.number_input(t("lab.repeats", lang), **offered("repeats"), key="lab_repeats")
+        st.number_input(t("lab.warmup", lang), **offered("warmup"), key="lab_warmup")
 
 spec = labpage.spec_from_widgets(state, model_name or "", spec_targets(state.lab_lora_targets, choices, state.lab_lora))
 state.lab_saved = spec

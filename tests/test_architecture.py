@@ -13,7 +13,11 @@ PACKAGE = ROOT / "ckptlab"
 LAYERS = [
     {"ckptlab.errors", "ckptlab.fact", "ckptlab.units", "ckptlab.torchstate", "ckptlab.files"},
     {"ckptlab.model"},
-    {"ckptlab.spec", "ckptlab.training_args"},  # what to run; a user's TrainingArguments read as it
+    {
+        "ckptlab.spec",
+        "ckptlab.spec_fields",
+        "ckptlab.training_args",
+    },  # what to run, its fields at the edges; a user's TrainingArguments read as it
     {"ckptlab.results"},
     {"ckptlab.step"},
     {"ckptlab.explore"},

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import fields
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from ..fact import Fact
 from ..model import hub
@@ -20,7 +20,8 @@ from ..model.quantize import load_quantization_file
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
 from ..show.wording import CliFlags, Flag
-from ..spec import DEVICES, DTYPES, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
+from ..spec import OPTIMIZERS, RunSpec
+from ..spec_fields import FIELDS, SpecField
 from ..torchstate import freeze_what_is_loaded
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
@@ -69,146 +70,119 @@ def every_n_or_all(value: str) -> int | str:
         raise argparse.ArgumentTypeError(t("cli.every_n_or_all", value=value)) from None
 
 
+def _helps(defaults: RunSpec, every_setting: bool) -> dict[str, str]:
+    """argparse's help of each shared flag, by the RunSpec field it sets (a flag without one has no help)."""
+    return {
+        "model": "preset name, local directory with config.json, or Hugging Face Hub repository owner/name (its "
+        f"config.json only, random weights) (default {defaults.model})",
+        "seq_len": f"tokens per sequence (default {defaults.seq_len})",
+        "batch_size": "sequences per step (default 1)",
+        "every_n_layers": "checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)"
+        + ("; 'all': off and every N from 1 to the layer count, as one table" if every_setting else ""),
+        "offload": "keep checkpointed inputs in pinned host memory (CUDA only)",
+        "dtype": "the weights; default auto: float32 on the CPU or with --mixed-precision, else bfloat16 on CUDA",
+        "device": "the device simulated: cpu for the CPU's kernels and dtype; default auto: a CUDA device"
+        if every_setting  # simulate's parser
+        else "default auto: CUDA when present",
+        "optimizer": "TrainingArguments.optim's name, built as Trainer builds it: adamw (default: Trainer's, fused), "
+        f"{', '.join(name for name in OPTIMIZERS if name not in ('adamw', 'none'))}; or none (forward and backward only)",
+        "optim_args": "TrainingArguments.optim_args, e.g. momentum=0.9",
+        "gradient_accumulation_steps": "micro-batches per optimizer step, as Trainer's (default 1)",
+        "max_grad_norm": "Trainer's gradient clipping bound (default 1.0; 0 still computes the norm, as Trainer)",
+        "mixed_precision": "bf16 or fp16: autocast over float32 weights, as TrainingArguments(bf16=True); with --fsdp, "
+        "FSDP2's MixedPrecisionPolicy instead (16-bit all-gathers, float32 gradient reduction; default none)",
+        "lora_rank": "train LoRA adapters of rank R on a frozen base (peft); default: full fine-tune",
+        "lora_targets": "comma-separated modules LoRA adapts, e.g. q_proj,v_proj (default: every attention and MLP "
+        "projection)",
+        "selective": "selective checkpointing: what a CP layer keeps besides its input: "
+        f"{', '.join(SELECTIVE_CHOICES)}, or comma-separated op names such as aten.mm,aten.bmm (default none)",
+        "quantization": "a 4-bit base (QLoRA): BitsAndBytesConfig's fields as JSON, e.g. "
+        '{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}; needs --lora-rank',
+        "attn_implementation": "the attention the model is built with (transformers' attn_implementation): "
+        f"{', '.join(ATTN_IMPLEMENTATIONS)}; eager keeps each layer's heads x seq^2 probabilities, flash_attention_2 "
+        f"needs CUDA and the flash-attn package (default {defaults.attn_implementation})",
+    }
+
+
+def _type_options(field: SpecField, every_setting: bool) -> dict[str, Any]:
+    """argparse's type, choices or store_true for a declared flag (``spec_fields.Cli.type``)."""
+    assert field.cli is not None
+    kind = field.cli.type
+    if kind == "switch":
+        return {"store_true": True}
+    if kind == "choice":
+        return {"choices": field.choices}
+    if field.cli.special == "checkpointing" and every_setting:
+        return {"type": every_n_or_all}
+    readers: dict[str, Callable[[str], Any]] = {
+        "int": int,
+        "float": float,
+        "names": _names,
+        "policy": selective_argument,
+    }
+    return {"type": readers[kind]} if kind in readers else {}
+
+
 def add_run_arguments(
     run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(), *, every_setting: bool = False
 ) -> None:
-    """The options of ``run`` that describe one spec; ``simulate`` and ``sweep`` reuse them.
+    """The options of ``run`` that describe one spec, one for each shared flag ``ckptlab.spec_fields`` declares;
+    ``simulate`` and ``sweep`` reuse them.
 
     ``every_setting``: ``--every-n-layers`` also takes "all" (``simulate``'s table).
     """
-    _flag(
-        run,
-        "--model",
-        default=defaults.model,
-        help=f"preset name, local directory with config.json, or Hugging Face Hub repository owner/name (its "
-        f"config.json only, random weights) (default {defaults.model})",
-    )
-    _flag(
-        run,
-        "--revision",
-        default=None,
-        help="a branch, tag or commit of the Hub repository --model names (default: its main branch)",
-    )
-    _flag(
-        run, "--seq-len", type=int, default=defaults.seq_len, help=f"tokens per sequence (default {defaults.seq_len})"
-    )
-    _flag(run, "--batch-size", type=int, default=defaults.batch_size, help="sequences per step (default 1)")
-    setting = run.add_mutually_exclusive_group()
-    _flag(
-        setting,
-        "--every-n-layers",
-        type=every_n_or_all if every_setting else int,
-        default=defaults.every_n_layers,
-        help="checkpoint layers 1, 1+N, 1+2N, ... (default 1: all)"
-        + ("; 'all': off and every N from 1 to the layer count, as one table" if every_setting else ""),
-    )
-    _flag(setting, "--no-checkpointing", store_true=True, help="run with checkpointing off")
-    _flag(run, "--offload", store_true=True, help="keep checkpointed inputs in pinned host memory (CUDA only)")
-    _flag(
-        run,
-        "--dtype",
-        choices=DTYPES,
-        default=defaults.dtype,
-        help="the weights; default auto: float32 on the CPU or with --mixed-precision, else bfloat16 on CUDA",
-    )
-    device_help = (
-        "the device simulated: cpu for the CPU's kernels and dtype; default auto: a CUDA device"
-        if every_setting  # simulate's parser
-        else "default auto: CUDA when present"
-    )
-    _flag(run, "--device", choices=DEVICES, default=defaults.device, help=device_help)
-    _flag(run, "--seed", type=int, default=defaults.seed)
-    _flag(
-        run,
-        "--optimizer",
-        choices=OPTIMIZERS,
-        default=defaults.optimizer,
-        metavar="NAME",
-        help="TrainingArguments.optim's name, built as Trainer builds it: adamw (default: Trainer's, fused), "
-        f"{', '.join(name for name in OPTIMIZERS if name not in ('adamw', 'none'))}; or none (forward and backward only)",
-    )
-    _flag(
-        run,
-        "--optim-args",
-        default=defaults.optim_args,
-        metavar="TEXT",
-        help="TrainingArguments.optim_args, e.g. momentum=0.9",
-    )
-    _flag(
-        run,
-        "--gradient-accumulation-steps",
-        type=int,
-        default=defaults.gradient_accumulation_steps,
-        metavar="K",
-        help="micro-batches per optimizer step, as Trainer's (default 1)",
-    )
-    _flag(
-        run,
-        "--max-grad-norm",
-        type=float,
-        default=defaults.max_grad_norm,
-        metavar="X",
-        help="Trainer's gradient clipping bound (default 1.0; 0 still computes the norm, as Trainer)",
-    )
-    _flag(
-        run,
-        "--mixed-precision",
-        choices=MIXED_PRECISIONS,
-        default=defaults.mixed_precision,
-        help=(
-            "bf16 or fp16: autocast over float32 weights, as TrainingArguments(bf16=True); with --fsdp, FSDP2's "
-            "MixedPrecisionPolicy instead (16-bit all-gathers, float32 gradient reduction; default none)"
-        ),
-    )
-    _flag(
-        run,
-        "--lora-rank",
-        type=int,
-        default=defaults.lora_rank,
-        metavar="R",
-        help="train LoRA adapters of rank R on a frozen base (peft); default: full fine-tune",
-    )
-    _flag(
-        run,
-        "--lora-targets",
-        type=_names,
-        default=defaults.lora_targets,
-        metavar="NAMES",
-        help="comma-separated modules LoRA adapts, e.g. q_proj,v_proj (default: every attention and MLP projection)",
-    )
-    _flag(
-        run,
-        "--selective",
-        type=selective_argument,
-        default=defaults.selective,
-        metavar="POLICY",
-        help=f"selective checkpointing: what a CP layer keeps besides its input: {', '.join(SELECTIVE_CHOICES)}, or "
-        "comma-separated op names such as aten.mm,aten.bmm (default none)",
-    )
-    _flag(
-        run,
-        "--quantization-config",
-        dest="quantization",
-        default=None,
-        metavar="FILE.json",
-        help="a 4-bit base (QLoRA): BitsAndBytesConfig's fields as JSON, e.g. "
-        '{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}; needs --lora-rank',
-    )
-    _flag(
-        run,
-        "--attn-implementation",
-        default=defaults.attn_implementation,
-        metavar="KERNEL",
-        help=f"the attention the model is built with (transformers' attn_implementation): "
-        f"{', '.join(ATTN_IMPLEMENTATIONS)}; eager keeps each layer's heads x seq^2 probabilities, flash_attention_2 "
-        f"needs CUDA and the flash-attn package (default {defaults.attn_implementation})",
-    )
+    helps = _helps(defaults, every_setting)
+    for field in FIELDS:
+        if field.cli is None or not field.cli.shared:
+            continue
+        options = _type_options(field, every_setting)
+        if "store_true" not in options:
+            options["default"] = getattr(defaults, field.name)
+        if field.cli.metavar is not None:
+            options["metavar"] = field.cli.metavar
+        if field.name in helps:
+            options["help"] = helps[field.name]
+        if field.cli.special is None:
+            _flag(run, field.cli.flag, **options)
+        else:
+            ADD_SPECIAL[field.cli.special](run, field.cli.flag, options)
     run.add_argument(
         "--training-args",
         metavar="FILE.json",
         help="your TrainingArguments as JSON (the fields TrainingArguments(**json) takes): the step they run; "
         "the flags above, where given, win over the file",
     )
+
+
+def _model_flags(run: argparse.ArgumentParser, flag: str, options: dict[str, Any]) -> None:
+    """``--model``, and ``--revision`` of a Hub repository (which travels inside the name: owner/name@revision)."""
+    _flag(run, flag, **options)
+    _flag(
+        run,
+        "--revision",
+        default=None,
+        help="a branch, tag or commit of the Hub repository --model names (default: its main branch)",
+    )
+
+
+def _checkpointing_flags(run: argparse.ArgumentParser, flag: str, options: dict[str, Any]) -> None:
+    """``--every-n-layers N`` or ``--no-checkpointing`` (every_n_layers=None), one or the other."""
+    setting = run.add_mutually_exclusive_group()
+    _flag(setting, flag, **options)
+    _flag(setting, "--no-checkpointing", store_true=True, help="run with checkpointing off")
+
+
+def _quantization_flag(run: argparse.ArgumentParser, flag: str, options: dict[str, Any]) -> None:
+    """``--quantization-config FILE.json``: the field's value is the file's (``spec_from_args`` reads it)."""
+    _flag(run, flag, **{**options, "dest": "quantization", "default": None})
+
+
+# The shared flags added their own way (spec_fields.Cli.special names them): parser, flag, argparse's options.
+ADD_SPECIAL: dict[str, Callable[[argparse.ArgumentParser, str, dict[str, Any]], None]] = {
+    "model": _model_flags,
+    "checkpointing": _checkpointing_flags,
+    "quantization_file": _quantization_flag,
+}
 
 
 def selective_argument(text: str) -> str | tuple[str, ...]:
@@ -226,9 +200,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 # The flags of add_run_arguments, each setting the RunSpec field of its name (--no-checkpointing sets every_n_layers):
 # every field but the commands' own (run's and sweep's --repeats and --warmup, the ranks of run and simulate).
-_SPEC_FIELDS = tuple(
-    field.name for field in fields(RunSpec) if field.name not in {"repeats", "warmup", "world_size", "fsdp"}
-)
+_SPEC_FIELDS = tuple(field.name for field in FIELDS if field.cli is not None and field.cli.shared)
 
 
 def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
@@ -310,28 +282,32 @@ def add_fsdp_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def argv_from_spec(spec: RunSpec) -> list[str]:
-    """The ``run`` options that give back ``spec`` (world size aside: the launcher sets it); for launched ranks."""
-    argv = ["--model", spec.model, "--seq-len", str(spec.seq_len), "--batch-size", str(spec.batch_size)]
-    argv += ["--dtype", spec.dtype, "--device", spec.device, "--seed", str(spec.seed), "--optimizer", spec.optimizer]
-    argv += ["--repeats", str(spec.repeats), "--warmup", str(spec.warmup)]
-    argv += ["--no-checkpointing"] if spec.every_n_layers is None else ["--every-n-layers", str(spec.every_n_layers)]
-    if spec.offload:
-        argv.append("--offload")
-    if spec.lora_rank is not None:
-        argv += ["--lora-rank", str(spec.lora_rank)]
-    if spec.lora_targets is not None:
-        argv += ["--lora-targets", ",".join(spec.lora_targets)]
-    if spec.fsdp:
-        argv.append("--fsdp")
-    argv += ["--gradient-accumulation-steps", str(spec.gradient_accumulation_steps)]
-    argv += ["--max-grad-norm", repr(spec.max_grad_norm), "--mixed-precision", spec.mixed_precision]
-    if spec.optim_args is not None:
-        argv += ["--optim-args", spec.optim_args]
-    if spec.attn_implementation != "sdpa":
-        argv += ["--attn-implementation", spec.attn_implementation]
-    if spec.selective != "none":
-        argv += ["--selective", spec.selective if isinstance(spec.selective, str) else ",".join(spec.selective)]
+    """The ``run`` options that give back ``spec`` (world size aside: the launcher sets it); for launched ranks.
+
+    Each declared flag with its value (``spec_fields``); a switch where on, nothing for None.
+    """
+    argv: list[str] = []
+    for field in FIELDS:
+        value = getattr(spec, field.name)
+        if field.cli is None:
+            continue
+        if field.cli.special in ARGV_SPECIAL:
+            argv += ARGV_SPECIAL[field.cli.special](field.cli.flag, value)
+        elif field.cli.type == "switch":
+            argv += [field.cli.flag] if value else []
+        elif value is not None:
+            words = ",".join(value) if isinstance(value, tuple) else repr(value) if isinstance(value, float) else value
+            argv += [field.cli.flag, str(words)]
     return argv
+
+
+# The fields written back their own way (spec_fields.Cli.special names them): the flag and the value -> argv.
+ARGV_SPECIAL: dict[str, Callable[[str, Any], list[str]]] = {
+    "checkpointing": lambda flag, every: ["--no-checkpointing"] if every is None else [flag, str(every)],
+    # Not written: a file's fields; ranks refuse LoRA (spec.fsdp_with_lora), which a 4-bit base needs.
+    "quantization_file": lambda flag, quantization: [],
+    "ranks": lambda flag, size: [],  # the launcher sets the world size
+}
 
 
 # The flags whose dest is not the RunSpec field they set: a switch for one value, and run's ranks.

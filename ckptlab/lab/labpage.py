@@ -24,9 +24,11 @@ from ..show.labels import event_label, provenance_label, run_label, setting_labe
 from ..show.report import setting_name
 from ..show.wording import app_message
 from ..spec import RunSpec
+from ..spec_fields import FIELD
 from ..step.equivalence import GradientCheck
 from ..step.preflight import check_spec, resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
+from . import stepboxes
 from .query import LORA_RANK_DEFAULT
 from .run import LabRun, Measured, cpu_estimate, phase_significant
 from .server import ServerPolicy
@@ -34,6 +36,11 @@ from .stepboxes import step_fields, step_widget_values
 
 LOCAL = "local directory"  # the model box's entry for a folder the instructor offers
 HUB = "hub"  # the model box's entry for a Hub repository, where the instructor allows them (CKPTLAB_HUB=1)
+# The Lab page's widgets that hold their RunSpec field as it is (spec_fields: lab_<widget name>); the others
+# (model, checkpointing, offload, LoRA, selective, the step boxes) are read below with what they depend on.
+PLAIN_WIDGETS = tuple(
+    FIELD[name] for name in ("seq_len", "batch_size", "dtype", "device", "repeats", "warmup", "optimizer")
+)
 SAME_MEMORY_BYTES = MIB / 20  # a memory delta below it reads "same as off"
 PEAK_UNMOVED = 0.98  # peak ratio above it: what the forward freed did not lower the peak
 
@@ -175,16 +182,10 @@ def widget_values(spec: RunSpec, folder: str, hub_name: str = "") -> dict[str, A
         "lab_model": LOCAL if folder else HUB if hub_name else spec.model,
         "lab_local_dir": folder,
         "lab_hub_name": hub_name,
-        "lab_seq": spec.seq_len,
-        "lab_batch": spec.batch_size,
-        "lab_dtype": spec.dtype,
-        "lab_device": spec.device,
+        **stepboxes.widget_values("lab", spec, PLAIN_WIDGETS),
         "lab_ckpt": spec.every_n_layers is not None,
         "lab_n": spec.every_n_layers or 1,
         "lab_offload": spec.offload,
-        "lab_repeats": spec.repeats,
-        "lab_warmup": spec.warmup,
-        "lab_optimizer": spec.optimizer,
         "lab_lora": spec.lora_rank is not None,
         "lab_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
         "lab_lora_targets": list(spec.lora_targets or ()),
@@ -201,15 +202,9 @@ def spec_from_widgets(values: Mapping[str, Any], model: str, lora_targets: tuple
     checkpointing = values["lab_ckpt"]
     return RunSpec(
         model=model,
-        seq_len=int(values["lab_seq"]),
-        batch_size=int(values["lab_batch"]),
-        dtype=values["lab_dtype"],
-        device=values["lab_device"],
+        **stepboxes.widget_fields("lab", values, PLAIN_WIDGETS),
         every_n_layers=int(values["lab_n"]) if checkpointing else None,
         offload=bool(values["lab_offload"]) and checkpointing,
-        repeats=int(values["lab_repeats"]),
-        warmup=int(values["lab_warmup"]),
-        optimizer=values["lab_optimizer"],
         lora_rank=int(values["lab_lora_rank"]) if values["lab_lora"] else None,
         lora_targets=lora_targets,
         quantization=QLORA if values["lab_lora"] and values.get("lab_qlora") else None,  # a 4-bit base under LoRA

@@ -2,7 +2,8 @@
 
 A shared link must always open: every value that does not parse or is out of range falls
 back to its default, and the reason is returned as a warning (a :class:`~ckptlab.fact.Fact` under
-``said.link.*``) for the page to word in its language.
+``said.link.*``) for the page to word in its language. Each field's key, how it is read and its bounds are
+declared with the field (``ckptlab.spec_fields``); this module has one reader for each way (:data:`READERS`).
 
     ?model=tiny-qwen3&seq=1024&batch=1&dtype=auto&device=auto&n=2&offload=0&repeats=4&warmup=2&opt=adamw&lora=off
 
@@ -22,66 +23,190 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..fact import Fact
-from ..model.attention import EAGER, available_attentions
-from ..model.quantize import QLORA
-from ..model.selective import CHOICES as SELECTIVE_CHOICES
+from ..model.attention import EAGER
 from ..model.selective import NONE, selective_key
-from ..spec import DEVICES, DTYPES, MAX_ACCUMULATION_STEPS, MIXED_PRECISIONS, OPTIMIZERS, RunSpec
-from .stepboxes import step_query
+from ..spec import RunSpec
+from ..spec_fields import (  # the bounds a link and the widgets offer: declared with their fields, re-exported here
+    BATCH_MAX,
+    CLIP_MAX,
+    DEVICES,
+    FIELDS,
+    LORA_RANK_MAX,
+    REPEATS_MAX,
+    SEQ_MAX,
+    WARMUP_MAX,
+    SpecField,
+)
 
-# Bounds shared by the query parser and the page's widgets.
-SEQ_MAX = 262_144
-BATCH_MAX = 256
-REPEATS_MAX = 50
-WARMUP_MAX = 20
-LORA_RANK_MAX = 1024
-CLIP_MAX = 1e6  # max_grad_norm in a link and the box: far above any gradient norm a step sees
+__all__ = [
+    "BATCH_MAX",
+    "CLIP_MAX",
+    "LORA_RANK_DEFAULT",
+    "LORA_RANK_MAX",
+    "REPEATS_MAX",
+    "SEQ_MAX",
+    "WARMUP_MAX",
+    "gpus_from_query",
+    "has_control_character",
+    "spec_from_query",
+    "spec_to_query",
+]
+
 LORA_RANK_DEFAULT = 8  # the rank a page's LoRA box offers first: peft's LoraConfig default (r=8), on every page
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-@dataclass(frozen=True)
-class _IntField:
-    attr: str
-    low: int
-    high: int
-
-
-_INTS = {
-    "seq": _IntField("seq_len", 1, SEQ_MAX),
-    "batch": _IntField("batch_size", 1, BATCH_MAX),
-    "repeats": _IntField("repeats", 1, REPEATS_MAX),
-    "warmup": _IntField("warmup", 0, WARMUP_MAX),
-    "accum": _IntField("gradient_accumulation_steps", 1, MAX_ACCUMULATION_STEPS),
-}
+def _written(field: SpecField, value: Any) -> str | None:
+    """A field's value as its link writes it; None: no key (an empty list of names)."""
+    assert field.link is not None
+    reads = field.link.reads
+    if reads in ("every_n", "rank_or_off"):
+        return "off" if value is None else str(value)
+    if reads in ("flag", "preset"):
+        return "1" if value not in (None, False) else "0"
+    if reads == "names":
+        return ",".join(value) if value else None
+    if reads == "number":
+        return f"{value:g}"
+    return selective_key(value) if isinstance(value, tuple) else str(value)
 
 
 def spec_to_query(spec: RunSpec) -> dict[str, str]:
-    """The query parameters that :func:`spec_from_query` turns back into ``spec`` (seed aside)."""
-    return {
-        "model": spec.model,
-        "seq": str(spec.seq_len),
-        "batch": str(spec.batch_size),
-        "dtype": spec.dtype,
-        "device": spec.device,
-        "n": "off" if spec.every_n_layers is None else str(spec.every_n_layers),
-        "offload": "1" if spec.offload else "0",
-        "repeats": str(spec.repeats),
-        "warmup": str(spec.warmup),
-        "opt": spec.optimizer,
-        "lora": "off" if spec.lora_rank is None else str(spec.lora_rank),
-        **({"targets": ",".join(spec.lora_targets)} if spec.lora_targets else {}),
-        **step_query(spec.to_dict()),
-        **({"selective": selective_key(spec.selective)} if spec.selective != NONE else {}),
-        **({"qlora": "1"} if spec.quantization is not None else {}),
-    }
+    """The query parameters that :func:`spec_from_query` turns back into ``spec`` (seed aside): each declared field's
+    key (``ckptlab.spec_fields``), the first keys always, the others where they differ from the default."""
+    defaults = RunSpec()
+    query = {}
+    for field in FIELDS:
+        value = getattr(spec, field.name)
+        if field.link is None or (not field.link.always and value == getattr(defaults, field.name)):
+            continue
+        text = _written(field, value)
+        if text is not None:
+            query[field.link.key] = text
+    return query
+
+
+class _Reading:
+    """One link being read: its values, the changes to the spec so far and the warnings."""
+
+    def __init__(self, values: dict[str, str], base: RunSpec, devices: Sequence[str]) -> None:
+        self.values, self.base, self.devices = values, base, tuple(devices)
+        self.changes: dict[str, Any] = {}  # RunSpec fields, each value checked: replace(base, **changes)
+        self.warnings: list[Fact] = []
+
+    def ignored(self, field: SpecField, default: object = None, **more: object) -> dict[str, object]:
+        """The params of "this value is ignored": the key, the value given, the one used (``default``, else the
+        base's)."""
+        assert field.link is not None
+        used = getattr(self.base, field.name) if default is None else default
+        return {**_ignored(field.link.key, self.values, used), **more}
+
+
+def _read_text(reading: _Reading, field: SpecField, text: str) -> None:
+    if text.strip():
+        reading.changes[field.name] = text.strip()
+
+
+def _read_int(reading: _Reading, field: SpecField, text: str) -> None:
+    number = _int(text)
+    if number is None or not field.low <= number <= field.offered:  # type: ignore[operator]
+        reading.warnings.append(Fact("link.not_in_range", reading.ignored(field, low=field.low, high=field.offered)))
+    else:
+        reading.changes[field.name] = number
+
+
+def _read_offered(reading: _Reading, field: SpecField, text: str) -> None:
+    choices = reading.devices if field.name == "device" else field.offered_choices()
+    if text in choices:
+        reading.changes[field.name] = text
+    else:
+        reading.warnings.append(
+            Fact("link.not_available", reading.ignored(field, choices=", ".join(map(str, choices))))
+        )
+
+
+def _read_every_n(reading: _Reading, field: SpecField, text: str) -> None:
+    text, number = text.strip().lower(), _int(text)
+    if text in ("off", "none"):
+        reading.changes[field.name] = None
+    elif number is not None and number >= field.low:  # type: ignore[operator]
+        reading.changes[field.name] = number
+    else:
+        reading.warnings.append(Fact("link.not_every_n", reading.ignored(field)))
+
+
+def _read_flag(reading: _Reading, field: SpecField, text: str) -> None:
+    assert field.link is not None
+    flag, off = text.strip().lower(), False if field.link.on is True else None
+    if flag in _TRUE or flag in _FALSE:
+        reading.changes[field.name] = field.link.on if flag in _TRUE else off
+    else:
+        was = getattr(reading.base, field.name)
+        reading.warnings.append(Fact("link.not_a_flag", reading.ignored(field, int(was not in (None, False)))))
+
+
+def _read_one_of(reading: _Reading, field: SpecField, text: str) -> None:
+    choices = field.offered_choices()
+    if text.strip().lower() in choices:
+        reading.changes[field.name] = text.strip().lower()
+    else:
+        reading.warnings.append(Fact("link.not_one_of", reading.ignored(field, choices=", ".join(map(str, choices)))))
+
+
+def _read_number(reading: _Reading, field: SpecField, text: str) -> None:
+    assert field.link is not None and field.low is not None and field.offered is not None
+    try:
+        bound = float(text)
+    except ValueError:
+        bound = math.nan
+    if math.isfinite(bound):
+        # The page's box holds low to offered: a value outside is clamped, and the link is told so.
+        used = min(max(bound, float(field.low)), float(field.offered))
+        reading.changes[field.name] = used
+        if used != bound:
+            reading.warnings.append(Fact("link.clamped", {"key": field.link.key, "value": text, "used": f"{used:g}"}))
+    else:
+        reading.warnings.append(
+            Fact("link.not_a_number", reading.ignored(field, f"{getattr(reading.base, field.name):g}"))
+        )
+
+
+def _read_rank_or_off(reading: _Reading, field: SpecField, text: str) -> None:
+    text, number = text.strip().lower(), _int(text)
+    if text in _FALSE or text == "none":
+        reading.changes[field.name] = None
+    elif number is not None and field.low <= number <= field.offered:  # type: ignore[operator]
+        reading.changes[field.name] = number
+    else:
+        was = getattr(reading.base, field.name)
+        reading.warnings.append(Fact("link.not_a_rank", reading.ignored(field, was or "off", high=field.offered)))
+
+
+def _read_names(reading: _Reading, field: SpecField, text: str) -> None:
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    reading.changes[field.name] = names or None  # empty: the default (for LoRA's targets: every projection)
+
+
+# How a link's value is read (spec_fields.Link.reads), in the order a link is read: its warnings come in this order.
+READERS: dict[str, Callable[[_Reading, SpecField, str], None]] = {
+    "text": _read_text,
+    "int": _read_int,
+    "offered": _read_offered,
+    "every_n": _read_every_n,
+    "flag": _read_flag,
+    "one_of": _read_one_of,
+    "number": _read_number,
+    "rank_or_off": _read_rank_or_off,
+    "preset": _read_flag,
+    "names": _read_names,
+}
 
 
 def spec_from_query(
@@ -91,6 +216,9 @@ def spec_from_query(
     default: RunSpec | None = None,
 ) -> tuple[RunSpec, list[Fact]]:
     """Read settings from query parameters; anything unusable falls back with a warning.
+
+    Each declared field's key is read as its declaration says (``ckptlab.spec_fields.Link.reads``), the readers in
+    the order of :data:`READERS`.
 
     Args:
         params: the URL's query parameters (a repeated key may come as a list: its last value counts).
@@ -103,107 +231,17 @@ def spec_from_query(
     """
     base = default or RunSpec()
     values = {key: _last(value) for key, value in params.items()}
-    changes: dict[str, Any] = {}  # RunSpec fields, each value checked above: replace(base, **changes)
     warnings: list[Fact] = []
     for key in [key for key, value in values.items() if has_control_character(value)]:
         warnings.append(Fact("link.control_character", {"key": key, "value": values.pop(key)}))
+    reading = _Reading(values, base, devices)
+    for reads, read in READERS.items():
+        for field in FIELDS:
+            if field.link is not None and field.link.reads == reads and field.link.key in values:
+                read(reading, field, values[field.link.key])
+    warnings += reading.warnings
 
-    model = values.get("model", "").strip()
-    if model:
-        changes["model"] = model
-    for key, field in _INTS.items():
-        if key in values:
-            number = _int(values[key])
-            if number is None or not field.low <= number <= field.high:
-                warnings.append(
-                    Fact(
-                        "link.not_in_range",
-                        {**_ignored(key, values, getattr(base, field.attr)), "low": field.low, "high": field.high},
-                    )
-                )
-            else:
-                changes[field.attr] = number
-    for key, choices in (("dtype", DTYPES), ("device", tuple(devices))):
-        if key in values:
-            if values[key] in choices:
-                changes[key] = values[key]
-            else:
-                warnings.append(
-                    Fact(
-                        "link.not_available",
-                        {**_ignored(key, values, getattr(base, key)), "choices": ", ".join(choices)},
-                    )
-                )
-    if "n" in values:
-        text = values["n"].strip().lower()
-        number = _int(text)
-        if text in ("off", "none"):
-            changes["every_n_layers"] = None
-        elif number is not None and number >= 1:
-            changes["every_n_layers"] = number
-        else:
-            warnings.append(Fact("link.not_every_n", _ignored("n", values, base.every_n_layers)))
-    if "offload" in values:
-        flag = values["offload"].strip().lower()
-        if flag in _TRUE or flag in _FALSE:
-            changes["offload"] = flag in _TRUE
-        else:
-            warnings.append(Fact("link.not_a_flag", _ignored("offload", values, int(base.offload))))
-
-    for key, choices, attr in (
-        ("mp", MIXED_PRECISIONS, "mixed_precision"),
-        ("opt", OPTIMIZERS, "optimizer"),
-        ("selective", SELECTIVE_CHOICES, "selective"),
-        ("attn", available_attentions(), "attn_implementation"),
-    ):
-        if key in values:
-            if values[key].strip().lower() in choices:
-                changes[attr] = values[key].strip().lower()
-            else:
-                warnings.append(
-                    Fact(
-                        "link.not_one_of", {**_ignored(key, values, getattr(base, attr)), "choices": ", ".join(choices)}
-                    )
-                )
-    if "clip" in values:
-        try:
-            bound = float(values["clip"])
-        except ValueError:
-            bound = math.nan
-        if math.isfinite(bound):
-            # The page's box holds 0 to CLIP_MAX: a bound outside is clamped, and the link is told so.
-            changes["max_grad_norm"] = min(max(bound, 0.0), CLIP_MAX)
-            if changes["max_grad_norm"] != bound:
-                warnings.append(
-                    Fact(
-                        "link.clamped",
-                        {"key": "clip", "value": values["clip"], "used": f"{changes['max_grad_norm']:g}"},
-                    )
-                )
-        else:
-            warnings.append(Fact("link.not_a_number", _ignored("clip", values, f"{base.max_grad_norm:g}")))
-    if "lora" in values:
-        text = values["lora"].strip().lower()
-        number = _int(text)
-        if text in _FALSE or text == "none":
-            changes["lora_rank"] = None
-        elif number is not None and 1 <= number <= LORA_RANK_MAX:
-            changes["lora_rank"] = number
-        else:
-            warnings.append(
-                Fact("link.not_a_rank", {**_ignored("lora", values, base.lora_rank or "off"), "high": LORA_RANK_MAX})
-            )
-    if "qlora" in values:
-        flag = values["qlora"].strip().lower()
-        if flag in _TRUE or flag in _FALSE:
-            changes["quantization"] = QLORA if flag in _TRUE else None
-        else:
-            warnings.append(Fact("link.not_a_flag", _ignored("qlora", values, int(base.quantization is not None))))
-    if "targets" in values:
-        names = tuple(dict.fromkeys(name.strip() for name in values["targets"].split(",") if name.strip()))
-        changes["lora_targets"] = names or None  # empty: every projection
-
-    spec = replace(base, **changes)
+    spec = replace(base, **reading.changes)
     if spec.lora_targets is not None and spec.lora_rank is None:
         spec = replace(spec, lora_targets=None)  # targets without LoRA mean nothing; not worth a warning
     if spec.quantization is not None and spec.lora_rank is None:

@@ -9,39 +9,56 @@ link's keys (``accum=4&mp=bf16&clip=0.5``, read back by :func:`ckptlab.lab.query
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..spec import RunSpec
+from ..spec_fields import FIELD, SpecField, drawn_by
 
+_DEFAULTS = RunSpec()
+
+_STEP = drawn_by("step_boxes")  # the fields whose widgets are in the step box (spec_fields.Widget.drawn_by)
 # The widget's name after the page's prefix -> the RunSpec field it sets.
-FIELDS = {
-    "accumulation": "gradient_accumulation_steps",
-    "mixed_precision": "mixed_precision",
-    "max_grad_norm": "max_grad_norm",
-    "attention": "attn_implementation",
-}
+FIELDS = {field.widget.name: field.name for field in _STEP if field.widget is not None}
 # The RunSpec field -> its key in a link.
-QUERY_KEYS = {
-    "gradient_accumulation_steps": "accum",
-    "mixed_precision": "mp",
-    "max_grad_norm": "clip",
-    "attn_implementation": "attn",
-}
+QUERY_KEYS = {field.name: field.link.key for field in _STEP if field.link is not None}
+
+
+def widget_key(prefix: str, field: SpecField) -> str:
+    """The session-state key of ``field``'s widget on a page: ``<prefix>_<widget name>`` (``lab_seq``)."""
+    assert field.widget is not None, field.name
+    return f"{prefix}_{field.widget.name}"
+
+
+def widget_values(prefix: str, spec: RunSpec, fields: Sequence[SpecField]) -> dict[str, Any]:
+    """The session-state values of ``fields``' widgets for ``spec``."""
+    return {widget_key(prefix, field): getattr(spec, field.name) for field in fields}
+
+
+def widget_fields(prefix: str, values: Mapping[str, Any], fields: Sequence[SpecField]) -> dict[str, Any]:
+    """The ``RunSpec`` fields ``fields``' widgets say (every widget drawn)."""
+    return {field.name: from_widget(field, values[widget_key(prefix, field)]) for field in fields}
+
+
+def from_widget(field: SpecField, value: Any) -> Any:
+    """A widget's value as its field's: a number box's as the type of the field's default (a whole number or not)."""
+    if field.widget is not None and field.widget.kind == "number":
+        return type(getattr(_DEFAULTS, field.name))(value)
+    return value
 
 
 def step_widget_values(prefix: str, spec: RunSpec) -> dict[str, Any]:
     """The session-state values of the page's step boxes for ``spec``."""
-    return {f"{prefix}_{name}": getattr(spec, field) for name, field in FIELDS.items()}
+    return widget_values(prefix, spec, _STEP)
 
 
 def step_fields(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``RunSpec`` fields the page's step boxes say (defaults where a box is not drawn)."""
-    defaults = RunSpec()
-    found = {field: values.get(f"{prefix}_{name}", getattr(defaults, field)) for name, field in FIELDS.items()}
-    found["gradient_accumulation_steps"] = int(found["gradient_accumulation_steps"])
-    found["max_grad_norm"] = float(found["max_grad_norm"])
-    return found
+    """The ``RunSpec`` fields the page's step boxes say (defaults where a box is not drawn); a number box's value as
+    the type of the field's default (a whole number or not)."""
+    return {
+        field: from_widget(FIELD[field], values.get(f"{prefix}_{name}", getattr(_DEFAULTS, field)))
+        for name, field in FIELDS.items()
+    }
 
 
 def step_query(fields: Mapping[str, Any]) -> dict[str, str]:

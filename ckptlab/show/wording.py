@@ -10,8 +10,8 @@ language. Nothing here reads or rewrites a sentence: only the references are wor
 The flags have one home, the CLI's own argparse parsers: this layer may not import ``cli/``
 (show < cli), so the CLI hands its parsers' flags in (:data:`CliFlags`, read by
 ``ckptlab.cli.args.option_flags``); a flag renamed there is renamed in every message.
-The app's widgets are named by the locale keys the pages label them with, in one table here
-(:data:`APP_WIDGETS`); a setting no page has a widget for is said in the Python API's words.
+The app's widgets are named by the locale keys the pages label them with, declared with each field
+(``ckptlab.spec_fields``, :data:`APP_WIDGETS`); a setting no page has a widget for is said in the Python API's words.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from ..errors import UNSET, Command, Option, Reference
 from ..results import RunResult
+from ..spec_fields import FIELDS
 from .i18n import error_text, say, t
 
 
@@ -41,22 +42,9 @@ CliFlags = Mapping[str, Mapping[str, Flag]]
 PROGRAM = "python -m ckptlab"
 CLI_COMMANDS = {"simulate": "simulate", "measure": "run"}
 
-# RunSpec field -> the locale key of the label of the widget that sets it in the app. A field without a
-# widget is said in the Python API's words. every_n_layers is the checkpointing toggle only when off.
-APP_WIDGETS = {
-    "model": "common.model",
-    "seq_len": "common.seq_len",
-    "batch_size": "lab.batch",
-    "device": "lab.device",
-    "repeats": "lab.repeats",
-    "warmup": "lab.warmup",
-    "offload": "tradeoffs.offload",
-    "optimizer": "training.optimizer",
-    "lora_rank": "training.lora_rank",
-    "lora_targets": "training.lora_targets",
-    "world_size": "at_scale.gpus",
-    "attn_implementation": "training.attention",
-}
+# RunSpec field -> the locale key of the label of the widget that sets it in the app (spec_fields.SpecField.label).
+# A field without a widget is said in the Python API's words. every_n_layers is the checkpointing toggle only when off.
+APP_WIDGETS = {field.name: field.label for field in FIELDS if field.label is not None}
 # A Command's action -> the locale key of the page that does it.
 APP_PAGES = {"simulate": "nav.at_scale_page", "measure": "nav.lab_page"}
 

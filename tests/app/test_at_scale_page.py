@@ -170,3 +170,10 @@ def test_a_link_to_a_folder_the_server_does_not_offer_opens_the_default(tmp_path
     monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))
     at = _page(model=str(tmp_path / "mine"))
     assert not at.exception and at.selectbox(key="at_scale_local_dir").value == "mine"
+
+
+def test_a_link_opens_with_its_attention():
+    """The step box's keys in the page's link are their declarations' (ckptlab.spec_fields): attn= among them."""
+    at = _page(model="tiny-qwen3", seq="128", attn="eager")
+    assert not at.exception, _texts(at.exception)
+    assert at.selectbox(key="at_scale_attention").value == "eager"

@@ -1,0 +1,100 @@
+"""Each RunSpec field is declared once (ckptlab.spec_fields) and reaches every edge from there: a flag of the
+command line, a key of a link that reads back a value other than the default, and a widget of the pages (or the
+reason it has none)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from ckptlab import RunSpec
+from ckptlab.cli import build_parser
+from ckptlab.cli.args import ADD_SPECIAL, ARGV_SPECIAL, option_flags
+from ckptlab.lab.query import READERS, spec_from_query, spec_to_query
+from ckptlab.spec_fields import FIELD, FIELDS, SpecField
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = {path.name: path.read_text() for path in (ROOT / "pages").glob("*.py")}
+# A field whose value means something only beside another's (LoRA's targets and a 4-bit base need a rank).
+NEEDS = {"lora_targets": {"lora_rank": 8}, "quantization": {"lora_rank": 8}}
+
+
+def test_every_runspec_field_is_declared_once():
+    assert [field.name for field in FIELDS] == list(FIELD)  # no field twice
+    assert set(FIELD) == {field.name for field in dataclasses.fields(RunSpec)}
+
+
+@pytest.mark.parametrize("field", [field for field in FIELDS if field.cli is not None], ids=lambda field: field.name)
+def test_a_declared_flag_is_a_flag_of_the_command_line(field: SpecField):
+    assert field.cli is not None
+    flags = option_flags(build_parser())
+    commands = [command for command, table in flags.items() if field.name in table]
+    assert commands, f"no command has a flag setting {field.name}"
+    assert any(flags[command][field.name].name == field.cli.flag for command in commands), (field.cli.flag, commands)
+    if field.cli.shared:
+        assert all(field.name in flags[command] for command in ("run", "simulate", "sweep"))
+    special = field.cli.special
+    assert special is None or special in ADD_SPECIAL or special in ARGV_SPECIAL, special
+
+
+def _other_value(field: SpecField) -> object:
+    """A value of ``field`` other than RunSpec's default, as its declaration allows."""
+    assert field.link is not None
+    default = getattr(RunSpec(), field.name)
+    reads = field.link.reads
+    if reads in ("offered", "one_of"):
+        return next(choice for choice in field.offered_choices() if choice != default)
+    if reads in ("flag", "preset"):
+        return field.link.on
+    if reads == "every_n":
+        return None  # off
+    if reads == "rank_or_off":
+        return 2 if default is None else None
+    if reads == "number":
+        return default / 2
+    if reads == "int":
+        return default + 1 if default + 1 <= field.offered else default - 1
+    if reads == "names":
+        return ("q_proj", "v_proj")
+    assert reads == "text", reads
+    return f"{default}-other"
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=lambda field: field.name)
+def test_a_declared_field_travels_in_a_link_or_says_why_not(field: SpecField):
+    if field.link is None:
+        assert field.no_link, f"{field.name}: no link key and no reason"
+        return
+    assert field.link.reads in READERS
+    spec = RunSpec(**{**NEEDS.get(field.name, {}), field.name: _other_value(field)})
+    spec.validate()  # a value the field takes
+    query = spec_to_query(spec)
+    assert field.link.key in query
+    assert spec_from_query(query) == (spec, [])
+    assert len({field.link.key for field in FIELDS if field.link is not None}) == sum(
+        field.link is not None for field in FIELDS
+    )
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=lambda field: field.name)
+def test_a_declared_field_has_a_widget_or_says_why_not(field: SpecField):
+    if field.widget is None:
+        assert field.no_widget, f"{field.name}: no widget and no reason"
+        return
+    name = field.widget.name
+    if field.widget.drawn_by is not None:
+        common = PAGES["_common.py"]
+        body = re.search(rf"^def {field.widget.drawn_by}\(.*?(?=^def |\Z)", common, re.S | re.M)
+        assert body is not None, f"pages/_common.py has no {field.widget.drawn_by}"
+        called = [page for page, text in PAGES.items() if f"{field.widget.drawn_by}(" in text and page != "_common.py"]
+        assert called, f"no page calls {field.widget.drawn_by}"
+        assert f'_{name}"' in body.group(0) or field.widget.drawn_by == "optimizer_box", name
+    else:
+        assert any(re.search(rf'"\w+_{name}"', text) for text in PAGES.values()), f"no page has a <prefix>_{name}"
+    if field.widget.kind == "number":
+        assert field.low is not None and field.offered is not None, f"{field.name}: a number box needs its limits"
+    if field.label is not None:
+        assert any(f'"{field.label}"' in text for text in PAGES.values()), field.label
