@@ -18,6 +18,9 @@ pytestmark = pytest.mark.slow  # simulations: `pytest -m 'not slow'` skips them
 REPLAYED = "note.replayed"
 # Six layers: 5 checkpoints the last layer too, 6 only the first.
 SETTINGS = [(None, False), (1, False), (1, True), (2, False), (3, False), (5, False), (6, False)]
+# Each kind of plan once (off, one role, both roles, a checkpointed last layer), for the cases whose difference is
+# the model's structure or Trainer's side of the step, not the plan: every plan of SETTINGS runs on the dense case.
+FEW = [(None, False), (1, False), (2, False), (5, False)]
 
 
 def _figures(result):
@@ -35,18 +38,18 @@ def _keys(result) -> list[str]:
     return [note.key for note in result.notes]
 
 
-# (model, spec fields, settings): every tiny preset (dense, GPT-2 and BERT, MoE) in bfloat16, and Trainer's side of
-# the step, LoRA, offload and selective policies on one of them. FSDP2 ranks take the fold, setting by setting
-# (tests/step/test_fsdp.py proves the fold exact there).
+# (model, spec fields, settings): each structurally different model (a dense decoder, GPT-2's Conv1D, BERT's encoder,
+# MoE) in bfloat16, and Trainer's side of the step, LoRA, offload and selective policies on one of them; tiny-qwen3
+# is a dense decoder as tiny-llama is, so it runs with the options rather than alone (issue 42). FSDP2 ranks take the
+# fold, setting by setting (tests/step/test_fsdp.py proves the fold exact there).
 CASES = {
     "llama": ("tiny-llama", {"dtype": "bfloat16"}, SETTINGS),
-    "qwen3": ("tiny-qwen3", {"dtype": "bfloat16"}, SETTINGS),
-    "gpt2": ("tiny-gpt2", {"dtype": "bfloat16"}, SETTINGS),
-    "bert": ("tiny-bert", {"dtype": "bfloat16"}, SETTINGS),
-    "moe": ("tiny-qwen3-moe", {"dtype": "bfloat16"}, SETTINGS),
-    "float32 lora": ("tiny-qwen3", {"lora_rank": 8}, SETTINGS),
-    "mixed precision": ("tiny-qwen3", {"mixed_precision": "bf16"}, SETTINGS),
-    "fp16 accumulation": ("tiny-llama", {"mixed_precision": "fp16", "gradient_accumulation_steps": 2}, SETTINGS),
+    "gpt2": ("tiny-gpt2", {"dtype": "bfloat16"}, FEW),
+    "bert": ("tiny-bert", {"dtype": "bfloat16"}, FEW),
+    "moe": ("tiny-qwen3-moe", {"dtype": "bfloat16"}, FEW),
+    "float32 lora": ("tiny-qwen3", {"lora_rank": 8}, FEW),
+    "mixed precision": ("tiny-qwen3", {"mixed_precision": "bf16"}, FEW),
+    "fp16 accumulation": ("tiny-llama", {"mixed_precision": "fp16", "gradient_accumulation_steps": 2}, FEW),
     "offload everywhere": ("tiny-qwen3", {"offload": True}, [(1, True), (2, True), (3, True)]),
     "selective": ("tiny-llama", {"selective": "matmuls"}, [(1, False), (1, True), (2, False), (4, True)]),
 }
