@@ -12,7 +12,7 @@ import pytest
 
 from ckptlab import RunSpec
 from ckptlab.cli import build_parser
-from ckptlab.cli.args import ADD_SPECIAL, ARGV_SPECIAL, option_flags
+from ckptlab.cli.args import ADD_SPECIAL, ARGV_SPECIAL, argv_from_spec, option_flags, spec_from_args
 from ckptlab.lab.query import READERS, spec_from_query, spec_to_query
 from ckptlab.spec_fields import FIELD, FIELDS, SpecField
 
@@ -98,3 +98,37 @@ def test_a_declared_field_has_a_widget_or_says_why_not(field: SpecField):
         assert field.low is not None and field.offered is not None, f"{field.name}: a number box needs its limits"
     if field.label is not None:
         assert any(f'"{field.label}"' in text for text in PAGES.values()), field.label
+
+
+# What a launched rank is given: every field the launcher passes on, away from its default (a rank refuses LoRA,
+# so the LoRA fields go in a spec of their own; the world size and a 4-bit base's file are not passed on, by design).
+RANK_SPECS = [
+    RunSpec(
+        model="tiny-gpt2",
+        seq_len=48,
+        batch_size=2,
+        dtype="float32",
+        device="cpu",
+        every_n_layers=2,
+        offload=True,
+        repeats=3,
+        warmup=1,
+        seed=7,
+        optimizer="sgd",
+        optim_args="momentum=0.9",
+        gradient_accumulation_steps=2,
+        max_grad_norm=0.25,
+        mixed_precision="bf16",
+        selective="matmuls",
+        attn_implementation="eager",
+    ),
+    RunSpec(every_n_layers=None, lora_rank=4, lora_targets=("q_proj",), selective="none"),
+    RunSpec(selective=("aten.mm", "aten.bmm")),
+]
+
+
+@pytest.mark.parametrize("spec", RANK_SPECS, ids=["recipe", "lora", "op names"])
+def test_a_launched_rank_reads_back_the_spec_it_was_given(spec: RunSpec):
+    """``argv_from_spec`` is what ``run --nproc-per-node`` hands each rank: parsed by ``run``, it is the spec again."""
+    args = build_parser().parse_args(["run", *argv_from_spec(spec)])
+    assert spec_from_args(args, repeats=args.repeats, warmup=args.warmup) == spec
