@@ -204,8 +204,8 @@ def rows_for(model_type: str, seq_len: int, folder: Path) -> list[dict[str, Any]
             rows.append(row)
             break  # the other setting meets the same reason
         rule = rerun_roles(planned_roles(info.num_layers, every_n_layers), info.nested_in)
-        row["plan_ok"] = [layer.observed for layer in run.layers] == rule and run.plan_matches
-        row["sim_plan_ok"] = [layer.observed for layer in sim.layers] == rule
+        row["plan_ok"] = reran(run.layers) == ran(rule, run.layers) and run.plan_matches
+        row["sim_plan_ok"] = reran(sim.layers) == ran(rule, sim.layers)
         for name in ("after_forward_bytes", "peak_bytes"):
             row[f"measured_{name}"] = getattr(run.memory, name)
             row[f"simulated_{name}"] = getattr(sim.memory, name)
@@ -221,6 +221,16 @@ def rows_for(model_type: str, seq_len: int, folder: Path) -> list[dict[str, Any]
     for row in rows:
         row["seconds"] = round(time.perf_counter() - started, 1)
     return rows
+
+
+def reran(layers) -> list[str]:
+    """The observed roles of the layers the step ran (a vision tower's layers do not run on a text batch)."""
+    return [layer.observed for layer in layers if layer.forward_calls]
+
+
+def ran(rule: list[str], layers) -> list[str]:
+    """The rule's roles of the layers the step ran."""
+    return [role for role, layer in zip(rule, layers, strict=True) if layer.forward_calls]
 
 
 def kind_of(info) -> str:

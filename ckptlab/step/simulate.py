@@ -44,10 +44,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import transformers
+import transformers.initialization
 import transformers.masking_utils
 import transformers.modeling_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -410,6 +411,20 @@ def _dropout_as_on_cuda(input: torch.Tensor, p: float = 0.5, training: bool = Tr
     return torch.native_dropout(input, p, True)[0]
 
 
+_REAL_TRUNC_NORMAL = cast(
+    Callable[..., torch.Tensor], transformers.initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"]
+)
+
+
+def _trunc_normal_on_fake(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``trunc_normal_`` as transformers initializes with it (SigLIP's vision tower, Gemma 3's): torch draws until
+    no value falls outside the bounds, a decision fake tensors cannot make. Their values are never read, and the
+    draw is in place: a fake tensor is left as it is (no byte changes). Real tensors get torch's own."""
+    if isinstance(tensor, FakeTensor):
+        return tensor
+    return _REAL_TRUNC_NORMAL(tensor, *args, **kwargs)
+
+
 def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None:
     """transformers' packed-sequence check, answered as for the real tensors of a simulated batch.
 
@@ -437,6 +452,8 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
         transformers.masking_utils.find_packed_sequence_indices = _unpacked_when_simulating
         AttentionInterface._global_mapping["sdpa"] = _sdpa_as_on_cuda  # models look it up at each call
         torch.nn.functional.dropout = _dropout_as_on_cuda  # nn.Dropout and eager attention look it up at each call
+        # transformers' init functions look their torch function up in this table at each call.
+        transformers.initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"] = _trunc_normal_on_fake
     _ACTIVE_LEDGER.ledger = ledger
     try:
         yield
