@@ -141,3 +141,14 @@ def test_the_load_figure_is_read_through_an_injected_function():
         raise OSError("no load average here")
 
     assert machine_load(no_load, cores=8) == (None, 8)
+
+
+def test_a_layer_the_step_never_ran_contradicts_no_plan():
+    """Gemma 3's vision layers: transformers flags them by its rule, a text batch never runs them (no rerun)."""
+    from ckptlab.results import LayerResult
+
+    layer = LayerResult(0, "L1", "SiglipEncoderLayer", "CP", "CP", forward_calls=0, recompute_calls=0, saved_bytes=0,
+                        input_bytes=0)  # fmt: skip
+    assert layer.as_planned
+    assert not replace(layer, forward_calls=1).as_planned  # one that ran and did not rerun does
+    assert not replace(layer, enabled="keep").as_planned  # and the flags must still follow the rule

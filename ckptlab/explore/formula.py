@@ -87,6 +87,9 @@ class Architecture:
     renormalizes_top_k: bool = False  # the router divides the top-k weights by their sum
     float32_routing_weights: bool = False  # Mixtral keeps the routing weights in float32 in any dtype
     experts_counted: bool = True  # False: an MoE the formula does not know; its experts' activations are left out
+    # Per checkpointing layer, the index of the one that holds it (Zamba2's mamba_decoder), None at the top; empty
+    # when none is nested (ModelInfo.nested_in): a layer inside a checkpointed one keeps nothing, reruns with it.
+    nested_in: tuple[int | None, ...] = ()
 
 
 # What a prediction says of an MoE (Prediction.facts; English in said.predict.* of the locale files).
@@ -137,18 +140,22 @@ def architecture(model: str | PretrainedConfig | Architecture, num_layers: int |
 
     Args:
         model: a preset name, a local directory, a transformers config (or an architecture, returned as is).
-        num_layers: the count of checkpointable layers; looked up when a name is given.
+        num_layers: the count of checkpointable layers; looked up when a name is given (with the layers nested in
+            others, ``nested_in``).
 
     Raises:
         ModelLoadError, UnsupportedModelError: for a name the catalog cannot load.
     """
     if isinstance(model, Architecture):
         return model
+    nested: tuple[int | None, ...] = ()
     if isinstance(model, PretrainedConfig):
         config = model
     else:
         config, _, _ = catalog.load_config(model)
-        num_layers = num_layers or catalog.describe(model).num_layers
+        if not num_layers:
+            info = catalog.describe(model)
+            num_layers, nested = info.num_layers, info.nested_in
     text = config.get_text_config()
     hidden = text.hidden_size
     heads = text.num_attention_heads
@@ -177,6 +184,7 @@ def architecture(model: str | PretrainedConfig | Architecture, num_layers: int |
         rotary=family not in ("gpt2", "bert", "roberta", "distilbert"),
         post_norm=family in ("bert", "roberta"),
         **_moe_fields(family, text),
+        nested_in=nested,
     )
 
 

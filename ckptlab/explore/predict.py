@@ -51,7 +51,7 @@ from ..errors import Option, SpecError, check_at_most, check_whole_number, expec
 from ..fact import Fact, worded
 from ..model.attention import EAGER, FLASH_ATTENTION_2
 from ..model.folder_checks import MAX_LAYERS
-from ..model.plan import planned_roles, validate_every_n_layers
+from ..model.plan import planned_roles, rerun_roles, validate_every_n_layers
 from ..model.presets import DEFAULT_PRESET
 from ..model.quantize import Quantization
 from ..results import Provenance, RunResult
@@ -300,6 +300,7 @@ def predict(
         kept_layer_bytes=kept_per_layer,
         skipped_flops=skipped,
         checkpointed_shared_bytes=mask,
+        nested_in=arch.nested_in,
     )
     flops = forward_flops(arch, seq_len, causal=causal)
     predictions = [
@@ -320,12 +321,22 @@ def predict(
             kept_layer_bytes=kept_per_layer,
             skipped_flops=skipped,
             checkpointed_shared_bytes=mask,
+            nested_in=arch.nested_in,
         )
         predictions += [
             _with_training(source.predict("calibrated", n, flag, seq_len, batch_size, *flops), training, lora_rank)
             for n, flag in settings
         ]
     return predictions
+
+
+def _held_by(index: int, nested_in: Sequence[int | None]) -> list[int]:
+    """The layers inside layer ``index``, at any depth."""
+    held: list[int] = []
+    for child, parent in enumerate(nested_in):
+        if parent is not None and (parent == index or parent in held):
+            held.append(child)
+    return held
 
 
 def _with_experts(prediction: Prediction, arch: Architecture) -> Prediction:
@@ -378,6 +389,7 @@ class _Source:
     kept_layer_bytes: int = 0  # what it keeps in one CP layer (formula)
     skipped_flops: float = 0.0  # matmul FLOPs per token of one CP layer's rerun it takes from its cache
     checkpointed_shared_bytes: int = 0  # an input every CP layer shares, kept once if any is CP (eager's mask)
+    nested_in: tuple[int | None, ...] = ()  # Architecture.nested_in: the layer holding each layer, if any
 
     def predict(
         self,
@@ -390,9 +402,15 @@ class _Source:
         total_flops: float,
     ) -> Prediction:
         roles = planned_roles(len(self.layer_bytes), n)
-        cp = [index for index, role in enumerate(roles) if role == "CP"]
+        # A layer nested in a checkpointed one (Zamba2's mamba_decoder) keeps nothing: the parent's checkpoint drops
+        # all it holds, and the parent's rerun runs it again whatever its own flag (model.plan.rerun_roles).
+        inside = [False] * len(roles)
+        for index, parent in enumerate(self.nested_in):
+            inside[index] = parent is not None and (roles[parent] == "CP" or inside[parent])
+        reruns = rerun_roles(roles, self.nested_in) if self.nested_in else roles
+        cp = [index for index, role in enumerate(roles) if role == "CP" and not inside[index]]
         moved = sum(self.input_bytes[index] for index in cp)
-        kept = sum(self.layer_bytes[index] for index, role in enumerate(roles) if role == "keep")
+        kept = sum(self.layer_bytes[index] for index, role in enumerate(roles) if role == "keep" and not inside[index])
         # What a selective policy keeps is SAC's cache, not autograd's saved tensors: offload leaves it on the device.
         selective_kept = len(cp) * self.kept_layer_bytes
         # An input every CP layer shares (eager's mask), kept once on the device; offload copies it to the host.
@@ -403,9 +421,10 @@ class _Source:
         extra = 0
         for index in cp:
             rebuilt = self.layer_bytes[index] - (self.input_bytes[index] if self.input_saved_as_is else 0)
+            rebuilt += sum(self.layer_bytes[child] for child in _held_by(index, self.nested_in))  # rerun with it
             rebuilt = max(rebuilt - self.kept_layer_bytes, 0)  # the cached outputs are already resident
             extra = max(extra, rebuilt + (self.input_bytes[index] if offload else 0))
-        fraction = len(cp) * (layer_flops - self.skipped_flops) / total_flops
+        fraction = reruns.count("CP") * (layer_flops - self.skipped_flops) / total_flops
         if method == "formula":
             ratio = 1 + fraction / 3  # a backward costs about two forwards
             step = None if self.step_s is None else self.step_s * ratio
@@ -419,7 +438,7 @@ class _Source:
             batch_size=batch_size,
             every_n_layers=n,
             offload=offload,
-            cp_layers=len(cp),
+            cp_layers=roles.count("CP"),  # the flags transformers sets (a nested one among them)
             resident_bytes=resident,
             layer_bytes=max(self.layer_bytes),
             rerun_extra_bytes=extra,

@@ -170,13 +170,25 @@ def infer_task(config: PretrainedConfig) -> str:
 
 def config_with(config: PretrainedConfig, overrides: Mapping[str, Any] | None) -> PretrainedConfig:
     """A copy of ``config`` with ``overrides`` applied (aliases resolved, per-layer lists rebuilt); ``config`` itself
-    when there are none.
+    when there are none. A key that a wrapper (Gemma3Config, Llama4Config) lacks and its text config has is the text
+    config's: ``num_hidden_layers`` of Gemma 3 is its language model's depth.
 
     Raises:
         SpecError: an unknown attribute or an invalid resulting config.
     """
     if not overrides:
         return config
+    text_part = _text_part(config)
+    if text_part is not None:  # a wrapper (Gemma3Config, Llama4Config): its text config's keys go to it
+        name, text = text_part
+        inner = {key: value for key, value in overrides.items() if not hasattr(config, key) and hasattr(text, key)}
+        if inner:
+            outer = {key: value for key, value in overrides.items() if key not in inner}
+            try:
+                wrapped = type(config).from_dict({**config.to_dict(), name: config_with(text, inner).to_dict()})
+            except (TypeError, ValueError, StrictDataclassError) as exc:
+                raise SpecError(key="api.config_overrides_invalid", overrides=dict(overrides), error=str(exc)) from exc
+            return config_with(wrapped, outer)
     unknown = [key for key in overrides if not hasattr(config, key)]
     if unknown:
         raise SpecError(key="api.config_overrides_unknown", unknown=unknown, config_class=type(config).__name__)
@@ -195,6 +207,21 @@ def config_with(config: PretrainedConfig, overrides: Mapping[str, Any] | None) -
     # errors are not ValueErrors.
     except (TypeError, ValueError, StrictDataclassError) as exc:
         raise SpecError(key="api.config_overrides_invalid", overrides=dict(overrides), error=str(exc)) from exc
+
+
+def _text_part(config: PretrainedConfig) -> tuple[str, PretrainedConfig] | None:
+    """The name and the config of the text model a wrapper holds (Gemma3Config's ``text_config``); None for a config
+    that is its own text config, or whose text part is not one sub-config (transformers finds several)."""
+    try:
+        text = config.get_text_config()
+    except ValueError:  # several text configs (an encoder and a decoder): no one text part
+        return None
+    if text is config:
+        return None
+    name = next(
+        (name for name in getattr(config, "sub_configs", {}) or {} if getattr(config, name, None) is text), None
+    )
+    return None if name is None else (name, text)
 
 
 def _is_depth(value: Any) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import Option, SpecError
-from ..fact import Fact
+from ..fact import Fact, worded
 
 if TYPE_CHECKING:
     import torch.nn as nn
@@ -118,21 +118,36 @@ def observed_roles(model: nn.Module) -> list[Role]:
     return [CP if layer.gradient_checkpointing else KEEP for layer in checkpointable_layers(model)]
 
 
-def describe_plan(num_layers: int, every_n_layers: int | None) -> str:
-    """One sentence on what the setting does for this layer count, for notes and captions."""
+def describe_plan(num_layers: int, every_n_layers: int | None, nested_in: Sequence[int | None] = ()) -> str:
+    """One sentence on what the setting does for this layer count, for notes and captions (English, from the
+    locale files' ``said.plan.*``).
+
+    ``nested_in`` (``ModelInfo.nested_in``): a keep layer inside a checkpointed one reruns with it, and the
+    sentence says so ("L2 reruns inside L1's rerun").
+    """
+    return worded(plan_fact(num_layers, every_n_layers, nested_in))
+
+
+def plan_fact(num_layers: int, every_n_layers: int | None, nested_in: Sequence[int | None] = ()) -> Fact:
+    """:func:`describe_plan`'s sentence as a fact, for a page to word in its language."""
     if every_n_layers is None:
-        return f"checkpointing off: all {num_layers} layers keep their activations"
+        return Fact("plan.off", {"layers": num_layers})
     roles = planned_roles(num_layers, every_n_layers)
-    cp = [str(i + 1) for i, role in enumerate(roles) if role == CP]
-    sentence = f"every_n_layers={every_n_layers}: {len(cp)} of {num_layers} layers checkpointed (L{', L'.join(cp)})"
+    cp = [f"L{index + 1}" for index, role in enumerate(roles) if role == CP]
+    values = {"n": every_n_layers, "cp": len(cp), "layers": num_layers, "names": ", ".join(cp)}
     if every_n_layers == 1:
-        sentence += ", i.e. all of them"
+        fact = Fact("plan.all", values)
     elif every_n_layers >= num_layers > 0:
-        sentence += (
-            f"; every_n_layers={every_n_layers} is not smaller than the {num_layers} layers, "
-            "so only the first layer is checkpointed"
-        )
-    return sentence
+        fact = Fact("plan.only_first", values)
+    else:
+        fact = Fact("plan.checkpointed", values)
+    inside = rerun_inside(roles, nested_in) if nested_in else []
+    reruns = tuple(
+        Fact("plan.reruns_inside", {"layer": f"L{index + 1}", "parent": f"L{parent + 1}"})
+        for index, parent in enumerate(inside)
+        if parent is not None
+    )
+    return Fact("plan.with_nested", {"plan": fact, "reruns": reruns}) if reruns else fact
 
 
 def only_first_layer_notes(num_layers: int, every_n_layers: int | None) -> list[Fact]:

@@ -102,8 +102,10 @@ class LayerResult:
     @property
     def as_planned(self) -> bool:
         """The layer did what was planned: the every_n_layers rule and the flag transformers set agree, and the
-        layer reran as the plan says (inside its parent's rerun, for a nested keep layer)."""
-        return self.planned == self.enabled and self.expected == self.observed
+        layer reran as the plan says (inside its parent's rerun, for a nested keep layer). A layer the step never
+        ran (Gemma 3's vision tower on a text batch: transformers counts its layers all the same) has nothing to
+        rerun, and contradicts no plan."""
+        return self.planned == self.enabled and (self.expected == self.observed or self.forward_calls == 0)
 
     @property
     def moe_rerun_complete(self) -> bool:

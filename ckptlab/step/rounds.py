@@ -26,7 +26,7 @@ from ..errors import Option, SpecError, not_one_of
 from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.lora import adapted
-from ..model.plan import planned_roles
+from ..model.plan import planned_roles, rerun_roles
 from ..results import TimingResult
 from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
 from ..torchstate import exclusive
@@ -110,7 +110,8 @@ def time_settings(
     report = progress or (lambda message, fraction: None)
     device = resolve_device(first.device)
     clock = clock or clock_for(device)
-    planned = [planned_roles(info.num_layers, spec.every_n_layers) for spec in specs]
+    # What each timed step must rerun: a keep layer nested in a checkpointed one reruns with it (as measure's).
+    planned = [rerun_roles(planned_roles(info.num_layers, spec.every_n_layers), info.nested_in) for spec in specs]
     samples: list[dict[str, list[float]]] = [{"forward": [], "backward": [], "optimizer": []} for _ in specs]
     notes: list[list[Fact]] = [[] for _ in specs]
     steps = step_order(len(specs), first.repeats, order)

@@ -32,6 +32,11 @@ Two things need care:
   again from the RNG in the backward and keep only the output and a float32 log-sum-exp, as
   without dropout. :func:`_sdpa_as_on_cuda` gives fake tensors that path (dropout 0: the same
   bytes, and the numbers of a fake tensor are never read).
+- **values transformers reads.** Where transformers reads a tensor's values to pick a path, a fake tensor cannot
+  answer, and the simulation answers as the real tensors of the lab's batch would: no packed sequences
+  (:func:`_unpacked_when_simulating`), no padding in a mask the model makes of ones (:func:`_unpadded_mask`: BERT's,
+  BART's, BioGPT's), and ``trunc_normal_``'s draws left undrawn (:func:`_trunc_normal_on_fake`: a vision tower's
+  init); none changes a byte of what the real step holds.
 - **mixture of experts.** transformers' ``grouped_mm`` experts run as in a measured step;
   :mod:`.fake_experts` gives torch's grouped matmul its output on fake float32 tensors, and
   the routing, which fake tensors cannot decide, changes no byte (``ROUTING_NOTE``).
@@ -44,10 +49,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import transformers
+import transformers.initialization
 import transformers.masking_utils
 import transformers.modeling_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -410,6 +416,20 @@ def _dropout_as_on_cuda(input: torch.Tensor, p: float = 0.5, training: bool = Tr
     return torch.native_dropout(input, p, True)[0]
 
 
+_REAL_TRUNC_NORMAL = cast(
+    Callable[..., torch.Tensor], transformers.initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"]
+)
+
+
+def _trunc_normal_on_fake(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``trunc_normal_`` as transformers initializes with it (SigLIP's vision tower, Gemma 3's): torch draws until
+    no value falls outside the bounds, a decision fake tensors cannot make. Their values are never read, and the
+    draw is in place: a fake tensor is left as it is (no byte changes). Real tensors get torch's own."""
+    if isinstance(tensor, FakeTensor):
+        return tensor
+    return _REAL_TRUNC_NORMAL(tensor, *args, **kwargs)
+
+
 def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None:
     """transformers' packed-sequence check, answered as for the real tensors of a simulated batch.
 
@@ -421,6 +441,31 @@ def _unpacked_when_simulating(position_ids: torch.Tensor) -> torch.Tensor | None
     if getattr(_ACTIVE_LEDGER, "ledger", None) is not None and isinstance(position_ids, FakeTensor):
         return None
     return _REAL_FIND_PACKED(position_ids)
+
+
+_REAL_IGNORE_CAUSAL = transformers.masking_utils._ignore_causal_mask_sdpa
+_REAL_IGNORE_BIDIRECTIONAL = transformers.masking_utils._ignore_bidirectional_mask_sdpa
+
+
+def _ignore_causal_when_simulating(padding_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> bool:
+    """transformers' check whether SDPA may take ``is_causal`` and no mask, answered as for the real tensors of a
+    simulated batch (:func:`_unpadded_mask`)."""
+    return _REAL_IGNORE_CAUSAL(_unpadded_mask(padding_mask), *args, **kwargs)
+
+
+def _ignore_bidirectional_when_simulating(padding_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> bool:
+    """transformers' check whether a bidirectional (encoder's) mask can be left out, answered as for real tensors."""
+    return _REAL_IGNORE_BIDIRECTIONAL(_unpadded_mask(padding_mask), *args, **kwargs)
+
+
+def _unpadded_mask(padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """None (no padding) for a fake padding mask of a simulation. ``random_batch`` pads no row, so the only padding
+    mask a lab step meets is all ones (BERT's, BART's, BioGPT's, made by the model with ``torch.ones`` when it is given
+    none): transformers reads it, finds no padding and builds no mask. A fake mask cannot be read, so transformers
+    would build a ``b x 1 x s x s`` mask that no real run holds (1,024 bytes at 32 tokens, 4,096 for eager's floats)."""
+    if getattr(_ACTIVE_LEDGER, "ledger", None) is not None and isinstance(padding_mask, FakeTensor):
+        return None
+    return padding_mask
 
 
 @contextmanager
@@ -435,8 +480,12 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
         # transformers looks both names up in its modules at each call.
         transformers.modeling_utils.save_on_cpu = _SimulatedSaveOnCpu  # type: ignore[misc, assignment]  # our stand-in for torch's class
         transformers.masking_utils.find_packed_sequence_indices = _unpacked_when_simulating
+        transformers.masking_utils._ignore_causal_mask_sdpa = _ignore_causal_when_simulating  # looked up at each call
+        transformers.masking_utils._ignore_bidirectional_mask_sdpa = _ignore_bidirectional_when_simulating
         AttentionInterface._global_mapping["sdpa"] = _sdpa_as_on_cuda  # models look it up at each call
         torch.nn.functional.dropout = _dropout_as_on_cuda  # nn.Dropout and eager attention look it up at each call
+        # transformers' init functions look their torch function up in this table at each call.
+        transformers.initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"] = _trunc_normal_on_fake
     _ACTIVE_LEDGER.ledger = ledger
     try:
         yield

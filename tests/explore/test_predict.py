@@ -85,6 +85,24 @@ def test_offload_moves_the_cp_inputs_off_the_device():
     assert plain.resident_bytes - offloaded.resident_bytes == plain.offload_bytes == 3 * 256 * 384 * 2
 
 
+def test_a_layer_nested_in_a_checkpointed_one_keeps_nothing_and_reruns_with_it():
+    """Zamba2's shape: L2 inside L1, L4 inside L3. At every_n_layers=2 the keep layers L2 and L4 sit in checkpointed
+    parents: they keep no activations, rerun with their parents (the rerun rebuilds them too); the words say so."""
+    from dataclasses import replace
+
+    from ckptlab import describe_plan
+
+    flat = architecture("tiny-llama", num_layers=4)
+    nested = replace(flat, nested_in=(None, 0, None, 2))
+    (plain,), (inside,) = (predict(arch, seq_len=64, every_n_layers=[2])[1:] for arch in (flat, nested))
+    layer = layer_activation_bytes(flat, 64, 1, 4)
+    assert plain.resident_bytes - inside.resident_bytes == 2 * layer  # L2 and L4 kept theirs, unnested
+    assert inside.cp_layers == plain.cp_layers == 2  # the flags transformers sets
+    assert inside.recompute_fraction == pytest.approx(2 * plain.recompute_fraction)  # four layers rerun, not two
+    assert inside.rerun_extra_bytes == plain.rerun_extra_bytes + layer  # L1's rerun rebuilds L2's too
+    assert describe_plan(4, 2, nested.nested_in).endswith("L2 reruns inside L1's rerun, L4 reruns inside L3's rerun")
+
+
 def test_settings_keep_one_of_each_plan():
     assert settings_for(6) == [1, 2, 3, 4, 5, 6]
     assert settings_for(6, [8, 6, 7, 2]) == [8, 2]

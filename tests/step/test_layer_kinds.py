@@ -51,6 +51,16 @@ def test_zamba2s_layer_types_alias_is_kept_in_step():
     assert shallow.layers_block_type == ["linear_attention", "hybrid"] and shallow.hybrid_layer_ids == [1]
 
 
+def test_a_wrappers_depth_is_its_text_configs():
+    """Gemma3Config and Llama4Config wrap a text config: the depth a simulation's copy overrides is its language
+    model's (the wrapper has no num_hidden_layers of its own), its per-layer lists kept in step; the rest stays."""
+    config = AutoConfig.for_model("gemma3", text_config={"num_hidden_layers": 4, "layer_types": [SLIDING] * 3 + [FULL]})
+    shallow = config_with(config, {"num_hidden_layers": 2, "image_token_id": 7})
+    assert type(shallow) is type(config) and shallow.image_token_id == 7
+    assert shallow.text_config.num_hidden_layers == 2 and shallow.text_config.layer_types == [SLIDING, SLIDING]
+    assert shallow.vision_config.num_hidden_layers == config.vision_config.num_hidden_layers
+
+
 def test_layers_of_other_settings_are_not_alike(tmp_path):
     info = describe(gemma3(tmp_path / "a", [SLIDING, FULL] * 3))
     assert not info.layers_alike and info.layer_period == 2

@@ -141,3 +141,19 @@ def test_attention_dropout_takes_the_cuda_kernels_path_in_a_simulation(tmp_path,
     config, _, _ = load_config(model)
     probabilities = config.num_attention_heads * 512 * 512 * 4  # batch 1, float32
     assert resident(0.1)[0] - resident(0.0)[0] >= config.num_hidden_layers * probabilities
+
+
+def test_a_mask_the_model_makes_of_ones_is_left_out_as_in_a_real_run(tmp_path):
+    """BioGPT makes its padding mask with torch.ones when given none: a real run reads it, finds no padding and builds
+    no mask; the simulation cannot read a fake one and kept a 32 x 32 mask (1,024 bytes) until told the batch's answer."""
+    from transformers import AutoConfig
+
+    from ckptlab import measure
+
+    config = AutoConfig.for_model(
+        "biogpt", hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=128
+    )
+    config.save_pretrained(tmp_path)
+    spec = RunSpec(model=str(tmp_path), seq_len=32, every_n_layers=1, device="cpu", dtype="float32", optimizer="none")
+    spec = replace(spec, repeats=1, warmup=0)
+    assert simulate(spec).memory.after_forward_bytes == measure(spec, timed=False).memory.after_forward_bytes
