@@ -19,6 +19,7 @@ from ..model.attention import ATTN_IMPLEMENTATIONS
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
+from ..show.labels import provenance_label
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
@@ -237,7 +238,7 @@ def sweep_report(
             layers=result.num_layers,
             batch=spec.batch_size,
             device=result.device,
-            measured=f" · {first.dtype} · {first.provenance.label}" if first else "",
+            measured=f" · {first.dtype} · {provenance_label(first.provenance)}" if first else "",
             training=training_name(spec.run_spec(spec.seq_lens[0], None, False)),
         )
     ]

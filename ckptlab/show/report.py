@@ -25,7 +25,7 @@ from ..results import (
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .i18n import say, t
-from .labels import setting_label
+from .labels import method_label, provenance_label, setting_label
 from .peak_words import logits_sentence
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
@@ -297,7 +297,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
         training=training_name(spec),
     )
     versions = f"torch {result.provenance.torch_version} · transformers {result.provenance.transformers_version}"
-    head = f"{described}\n{ran}\n{result.provenance.label} · {versions}"
+    head = f"{described}\n{ran}\n{provenance_label(result.provenance, 'en')} · {versions}"
     if result.status != "ok":
         return head + "\n\n" + result.message
     busy = timing_busy_note(result.timing) or (reference is not None and timing_busy_note(reference.timing))
@@ -343,7 +343,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
         else:
             verb = t("cli.offload_not_applied", "en")
         lines.append(_table_row(t("cli.memory_offload", "en"), mib(memory.offload_bytes), None, verb))
-    lines.append(f"  ({memory.method})")
+    lines.append(f"  ({method_label(memory.method, 'en')})")
     lines.append("")
     if timing is None:
         lines.append("  " + t("cli.time_not_simulated", "en"))
@@ -353,7 +353,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
         lines += [
             "",
             t("cli.against_off", "en"),
-            f"  {comparison.describe_step()}",
+            "  " + step_time_words(comparison),
             "  "
             + t("cli.against_off_ratios", "en", resident=comparison.after_forward_ratio, peak=comparison.peak_ratio),
         ]
@@ -425,8 +425,14 @@ def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: in
             continue
         spread = t("cli.time_spread", "en", fastest=milliseconds(min(samples)), slowest=milliseconds(max(samples)))
         lines.append(_table_row(label, milliseconds(value), None if ref is None else milliseconds(ref), spread))
-    lines.append(f"  ({timing.method})")
+    lines.append(f"  ({method_label(timing.method, 'en')})")
     return lines
+
+
+def step_time_words(comparison: Comparison) -> str:
+    """The step time against checkpointing off and what it is worth (``Comparison.describe_step``'s English)."""
+    step = comparison.step
+    return t(f"cli.step_time_{step.judgement.value}", "en", change=step.change, min_samples=MIN_SAMPLES_TO_JUDGE)
 
 
 def _table_row(label: str, value: str, reference: str | None, note: str) -> str:
