@@ -15,7 +15,7 @@ from ..errors import SpecError, check_at_most
 from ..explore.budget import GPUS, budget_bytes, fit, fits
 from ..fact import Fact
 from ..show.i18n import say, t
-from ..show.report import run_report
+from ..show.report import region_words, run_report
 from ..spec import MAX_WORLD_SIZE
 from ..units import GIB, mib, parse_size
 from .args import (
@@ -242,7 +242,7 @@ def table_report(results: list[RunResult], num_layers: int, budget: tuple[int, s
         column = f"{yes if fits(result, budget[0]) else no:<{fits_width}}" if budget else ""
         lines.append(
             f"{setting.key:<14} {setting.cp_layers(num_layers):>9} {memory.peak_bytes / GIB:>9.2f} "
-            f"{memory.after_forward_bytes / GIB:>13.2f}  {column}{memory.peak_where.description}"
+            f"{memory.after_forward_bytes / GIB:>13.2f}  {column}{region_words(memory.peak_where)}"
         )
     footer = [t("cli.table_fits_legend", label=budget[1], budget_gib=budget[0] / GIB)] if budget else []
     return "\n".join(header + lines + footer)

@@ -20,6 +20,7 @@ from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
 from ..show.labels import provenance_label
+from ..show.peak_words import peak_where
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
@@ -264,7 +265,7 @@ def sweep_report(
             f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {_mib(row.after_forward_bytes):>9} {_x(row.after_forward_ratio):>6}"
             f"  {_mib(row.peak_above_baseline_bytes):>7} {_x(row.peak_ratio):>6} {_mib(row.peak_bytes):>7} {_mib(row.optimizer_state_bytes):>7}  {_ms(row.forward_s):>6} {_ms(row.backward_s):>6}"
             f" {_ms(row.step_s):>6} {_x(row.step_ratio):>6} {_spread(row.step_spread):>6} {VERDICT_WORDS.get(row.step_verdict, ''):>10}"
-            f"  {row.peak_where}"
+            f"  {peak_where(row)}"
         )
     lines.append(VERDICT_LEGEND)
     if checks:

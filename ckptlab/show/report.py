@@ -19,13 +19,14 @@ from ..results import (
     LayerResult,
     MemoryResult,
     ModelSummary,
+    Region,
     RunResult,
     TimingResult,
 )
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .i18n import say, t
-from .labels import method_label, provenance_label, setting_label
+from .labels import event_label, method_label, provenance_label, setting_label
 from .peak_words import logits_sentence
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
@@ -323,7 +324,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
         lines.append(row("  " + of_which, lambda m: m.optimizer_state_bytes, steady))
     resident, needs = t("cli.memory_resident", "en"), t("cli.memory_resident_note", "en")
     lines.append(row(resident, lambda m: m.after_forward_bytes, needs))
-    reached = t("cli.memory_peak_note", "en", where=memory.peak_where.description)
+    reached = t("cli.memory_peak_note", "en", where=region_words(memory.peak_where))
     lines.append(row(t("cli.memory_peak", "en"), lambda m: m.peak_bytes, reached))
     if memory.breakdown_at_peak:
         # Parts under 0.05 MiB (a norm's gradient, the rotary buffer) would print as "0.0": left out.
@@ -427,6 +428,11 @@ def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: in
         lines.append(_table_row(label, milliseconds(value), None if ref is None else milliseconds(ref), spread))
     lines.append(f"  ({method_label(timing.method, 'en')})")
     return lines
+
+
+def region_words(region: Region) -> str:
+    """Where in the step (the peak was reached), in English: the event's words, or as a result read back said it."""
+    return event_label(region, "en") if region.kind else region.description
 
 
 def step_time_words(comparison: Comparison) -> str:
