@@ -30,7 +30,12 @@ from .labels import event_label, method_label, provenance_label, setting_label
 from .peak_words import logits_sentence
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
-ARROWS = (" -> ", " <- ")  # the forward's and the backward's, between the boxes
+ARROWS = (" -> ", " <- ")
+WEIGHTS = (
+    "random",
+    "loaded",
+    "fake",
+)  # ModelSummary.weights: built, read from a folder, simulated  # the forward's and the backward's, between the boxes
 
 # The command line's words, English (the CLI's language), from the locale files like every other sentence:
 # a sweep row's time against checkpointing off in one word (results.Judgement), and the legends.
@@ -283,7 +288,7 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
         layers=model.num_layers,
         hidden=model.hidden_size,
         params_m=model.num_params / 1e6,
-        weights=model.weights,
+        weights=t(f"cli.weights_{model.weights}", "en") if model.weights in WEIGHTS else model.weights,
         experts=_experts_words(model),
     )
     ran = t(
