@@ -89,6 +89,85 @@ def sentences_outside_the_locale_files(path: Path, where: str) -> list[str]:
     return found
 
 
+# The edge (the command line and ckptlab/show) puts what it builds in front of people: there a literal with two
+# words is a sentence wherever it goes (a report's line, a table's header, a figure's label), not only when it is
+# raised or printed. Out of scope as above, and: docstrings, argparse's help (``help=``, ``description=``, an
+# argument group's title, a ``*_help`` variable handed to ``help=``), dict keys, and plotly's text positions.
+EDGE = ("cli", "show")
+PLOTLY_POSITIONS = {f"{v} {h}" for v in ("top", "middle", "bottom") for h in ("left", "center", "right")}
+
+
+def _help_and_keys(tree: ast.AST) -> set[int]:
+    """The ids of the nodes whose literals are no sentence for the edge's reader: docstrings, argparse's help,
+    dict keys, the messages of the exceptions in INTERNAL."""
+    nodes: list[ast.AST] = []
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        documented = isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+        if documented and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            nodes.append(body[0].value)
+        if isinstance(node, ast.Call):
+            nodes += [keyword.value for keyword in node.keywords if keyword.arg in ("help", "description")]
+            if _name(node) == "add_argument_group" or _name(node) in INTERNAL:
+                nodes += node.args
+        elif isinstance(node, ast.Assign) and any(
+            getattr(target, "id", "").endswith("_help") for target in node.targets
+        ):
+            nodes.append(node.value)
+        elif isinstance(node, ast.Dict):
+            nodes += [key for key in node.keys if key is not None]
+    return {id(inner) for node in nodes for inner in ast.walk(node)}
+
+
+def words_outside_the_locale_files(path: Path, where: str) -> list[str]:
+    """Every literal with two words in an edge module ``path``, outside what :func:`_help_and_keys` leaves out,
+    as ``file:line what``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = _help_and_keys(tree)
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped or not isinstance(node, (ast.Constant, ast.JoinedStr)):
+            continue
+        if isinstance(node, ast.JoinedStr):
+            skipped.update(id(value) for value in node.values)  # its parts are read once, as the whole
+        for text in _literal_words(node):
+            if SENTENCE.search(text) and text not in PLOTLY_POSITIONS:
+                found.append(f"{where}:{node.lineno} {text[:60]!r}")
+    return found
+
+
+def test_the_edge_builds_no_words_outside_the_locale_files():
+    """The command line's reports and tables (``show/report.py``, ``cli/``) word every line, label and column
+    header through ``t``: a sentence left in code is named here. (A one-word label, "Notes:", is beyond a scan that
+    must not take a flag, a key or a dtype for a word.)"""
+    found = [
+        line
+        for folder in EDGE
+        for path in sorted((PACKAGE / folder).rglob("*.py"))
+        for line in words_outside_the_locale_files(path, str(path.relative_to(PACKAGE)))
+    ]
+    assert found == [], "word these through the locale files (t, say, cli.<key>):\n" + "\n".join(found)
+
+
+def test_the_edge_scan_names_each_literal_with_words(tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text(
+        '"""A docstring, with words."""\n'
+        "def f(x, parser):\n"
+        "    lines = [f'Per layer: {x}', t('cli.notes', 'en')]\n"  # 3
+        "    parser.add_argument('--x', help='a help text')\n"
+        "    group = parser.add_argument_group('across ranks')\n"
+        "    device_help = 'default auto: CUDA'\n"
+        "    table = {'peak GiB': 1}\n"
+        "    figure.update(textposition='top center')\n"
+        "    raise RuntimeError('a bug, for the developer')\n"
+        "    return _table_row('this run', x, 'steady state') + t('cli.x', 'en', tail=' and more')\n",  # 10
+        encoding="utf-8",
+    )
+    lines = [line.split(" ")[0] for line in words_outside_the_locale_files(source, "m.py")]
+    assert lines == ["m.py:3", "m.py:10", "m.py:10", "m.py:10"]
+
+
 def test_no_sentence_is_built_outside_the_locale_files():
     found = [
         line

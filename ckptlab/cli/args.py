@@ -262,13 +262,13 @@ def training_args_lines(args: argparse.Namespace) -> list[str]:
         return []
     reading = read_training_args(load_training_args_file(path))
     given: frozenset[str] = getattr(args, "given", frozenset())
-    lines = [f"from {path}: the step of TrainingArguments(**json), the flags given winning over it"]
+    lines = [t("cli.training_args_from", path=path)]
     defaulted = {name: value for name, value in reading.defaulted.items() if DEFAULTED_NAMES[name] not in given}
     if defaulted:
         listed = ", ".join(f"{name}={value!r}" for name, value in defaulted.items())
-        lines.append(f"  not in the file, Trainer's defaults: {listed}")
+        lines.append("  " + t("cli.training_args_defaulted", listed=listed))
     if reading.unused:
-        lines.append(f"  read, not counted (they change no byte of the step): {', '.join(reading.unused)}")
+        lines.append("  " + t("cli.training_args_unused", names=", ".join(reading.unused)))
     return lines
 
 

@@ -15,7 +15,7 @@ from ..errors import SpecError, check_at_most
 from ..explore.budget import GPUS, budget_bytes, fit, fits
 from ..fact import Fact
 from ..show.i18n import say, t
-from ..show.report import run_report
+from ..show.report import region_words, run_report
 from ..spec import MAX_WORLD_SIZE
 from ..units import GIB, mib, parse_size
 from .args import (
@@ -156,18 +156,20 @@ def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int,
 
 def longest_report(spec: RunSpec, rows: list, budget: tuple[int, str]) -> str:
     """One line per setting: the longest sequence that fits, its simulated peak, and the length that does not."""
+    setting, longest, peak_gib, next_length = (
+        t(f"cli.column_{name}") for name in ("setting", "longest_seq", "peak_gib", "next_length")
+    )
     header = [
-        f"{spec.model}, batch_size={spec.batch_size}: the longest sequence whose simulated step fits {budget[1]} "
-        f"({budget[0] / GIB:.1f} GiB), per setting (simulated, fake tensors)",
-        f"{'setting':<14} {'longest seq':>11} {'peak GiB':>9}  next length",
+        t("cli.longest_head", model=spec.model, batch=spec.batch_size, label=budget[1], budget_gib=budget[0] / GIB),
+        f"{setting:<14} {longest:>11} {peak_gib:>9}  {next_length}",
     ]
     lines = []
     for row in rows:
         peak = f"{row.peak_bytes / GIB:>9.2f}" if row.peak_bytes is not None else f"{'-':>9}"
         if row.over_seq_len is None:
-            after = f"the model's limit ({row.limit:,}) fits"
+            after = t("cli.longest_limit_fits", limit=row.limit)
         else:
-            after = f"{row.over_seq_len:,} tokens: {row.over_peak_bytes / GIB:.2f} GiB, does not fit"
+            after = t("cli.longest_over", seq_len=row.over_seq_len, peak_gib=row.over_peak_bytes / GIB)
         lines.append(f"{row.setting:<14} {row.seq_len:>11,} {peak}  {after}")
     return "\n".join(header + lines)
 
@@ -214,22 +216,33 @@ def table_report(results: list[RunResult], num_layers: int, budget: tuple[int, s
     from ..spec import Setting
 
     first = results[0]
+    setting_word, cp_layers, peak_gib, after_fwd, fits_word, peak_in = (
+        t(f"cli.column_{name}") for name in ("setting", "cp_layers", "peak_gib", "after_fwd_gib", "fits", "peak_in")
+    )
+    yes, no = t("cli.table_fits_yes"), t("cli.table_fits_no")
+    fits_width = max(len(fits_word), len(yes), len(no)) + 2  # the fits column, two spaces after its longest word
     header = [
-        f"{first.model.name} at seq_len={first.spec.seq_len}, batch_size={first.spec.batch_size}, {first.dtype}: "
-        f"simulated (fake tensors), {len(results)} settings",
-        f"{'setting':<14} {'CP layers':>9} {'peak GiB':>9} {'after fwd GiB':>13}  "
-        + ("fits  " if budget else "")
-        + "peak in",
+        t(
+            "cli.table_head",
+            model=first.model.name,
+            seq_len=first.spec.seq_len,
+            batch=first.spec.batch_size,
+            dtype=first.dtype,
+            settings=len(results),
+        ),
+        f"{setting_word:<14} {cp_layers:>9} {peak_gib:>9} {after_fwd:>13}  "
+        + (f"{fits_word:<{fits_width}}" if budget else "")
+        + peak_in,
     ]
     lines = []
     for result in results:
         memory = result.memory
         assert memory is not None  # a simulation always has its memory
         setting = Setting.of(result.spec)
-        column = ("yes   " if fits(result, budget[0]) else "no    ") if budget else ""
+        column = f"{yes if fits(result, budget[0]) else no:<{fits_width}}" if budget else ""
         lines.append(
             f"{setting.key:<14} {setting.cp_layers(num_layers):>9} {memory.peak_bytes / GIB:>9.2f} "
-            f"{memory.after_forward_bytes / GIB:>13.2f}  {column}{memory.peak_where.description}"
+            f"{memory.after_forward_bytes / GIB:>13.2f}  {column}{region_words(memory.peak_where)}"
         )
-    footer = [f"fits: the simulated peak within {budget[1]} ({budget[0] / GIB:.1f} GiB)"] if budget else []
+    footer = [t("cli.table_fits_legend", label=budget[1], budget_gib=budget[0] / GIB)] if budget else []
     return "\n".join(header + lines + footer)

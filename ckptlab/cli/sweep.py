@@ -19,6 +19,8 @@ from ..model.attention import ATTN_IMPLEMENTATIONS
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
+from ..show.labels import provenance_label
+from ..show.peak_words import peak_where
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
 from ..units import mib, milliseconds, parse_size
@@ -231,9 +233,15 @@ def sweep_report(
     spec = result.spec
     first = next((row.result for row in result.rows if row.result is not None), None)
     lines = [
-        f"{result.model}: {result.num_layers} layers · batch {spec.batch_size} · {result.device}"
-        + (f" · {first.dtype} · {first.provenance.label}" if first else "")
-        + f" · {training_name(spec.run_spec(spec.seq_lens[0], None, False))}"
+        t(
+            "cli.sweep_head",
+            model=result.model,
+            layers=result.num_layers,
+            batch=spec.batch_size,
+            device=result.device,
+            measured=f" · {first.dtype} · {provenance_label(first.provenance)}" if first else "",
+            training=training_name(spec.run_spec(spec.seq_lens[0], None, False)),
+        )
     ]
     timings = [row.result.timing for row in result.rows if row.result is not None and row.result.timing is not None]
     busy = busy_note(
@@ -244,15 +252,10 @@ def sweep_report(
     )
     if busy:
         lines.append(busy)
-    lines += [f"note: {say(note)}" for note in result.notes]
+    lines += [t("cli.note", note=say(note)) for note in result.notes]
     if result.cancelled:
-        lines.append(f"note: stopped after {len(result.rows)} rows; the rows measured are below.")
-    lines += [
-        "",
-        "Measured: memory in MiB (resident and peak above the baseline; total = peak with the baseline, which holds "
-        "the parameters and the optimizer's state, shown as optim), time in ms (medians; x off: ratio of medians):",
-        f"{'seq':>6}  {'setting':<14}{'CP':>3}  {'resident':>9} {'x off':>6}  {'peak':>7} {'x off':>6} {'total':>7} {'optim':>7}  {'fwd':>6} {'bwd':>6} {'step':>6} {'x off':>6} {'spread':>6} {'time':>10}  peak reached in",
-    ]
+        lines.append(t("cli.note", note=t("cli.sweep_stopped", rows=len(result.rows))))
+    lines += ["", t("cli.sweep_measured_legend"), _header(MEASURED_COLUMNS)]
     for row in result.rows:
         if row.status != "ok":
             does_not_fit = t("cli.row_does_not_fit", message=row.message)
@@ -262,16 +265,11 @@ def sweep_report(
             f"{row.seq_len:>6}  {row.setting:<14}{row.cp_layers:>3}  {_mib(row.after_forward_bytes):>9} {_x(row.after_forward_ratio):>6}"
             f"  {_mib(row.peak_above_baseline_bytes):>7} {_x(row.peak_ratio):>6} {_mib(row.peak_bytes):>7} {_mib(row.optimizer_state_bytes):>7}  {_ms(row.forward_s):>6} {_ms(row.backward_s):>6}"
             f" {_ms(row.step_s):>6} {_x(row.step_ratio):>6} {_spread(row.step_spread):>6} {VERDICT_WORDS.get(row.step_verdict, ''):>10}"
-            f"  {row.peak_where}"
+            f"  {peak_where(row)}"
         )
     lines.append(VERDICT_LEGEND)
     if checks:
-        lines += [
-            "",
-            "Predicted resident after the forward, MiB (predicted, not measured; error against the measurement):",
-            f"{'seq':>6}  {'setting':<14}{'measured':>9}  {'formula':>9} {'error':>7}  {'calibrated':>10} {'error':>7}  {'rerun share':>11}"
-            f"  {'peak':>7} {'formula':>8} {'error':>7} in",
-        ]
+        lines += ["", t("cli.sweep_predicted_legend"), _header(PREDICTED_COLUMNS)]
         for check in checks:
             lines.append(
                 f"{check.seq_len:>6}  {check.setting:<14}{_mib(check.measured_after_forward_bytes):>9}  {mib(check.formula_after_forward_bytes):>9}"
@@ -280,16 +278,16 @@ def sweep_report(
                 f" {percent(check.formula_peak_error):>7} {check.formula_peak_phase or ''}"
             )
         lines += [
-            "formula: Korthikanti et al. 2022 adapted (ckptlab.predict); calibrated: per-layer bytes of the measured off run.",
+            t("cli.sweep_formula_legend"),
             RERUN_SHARE_NOTE,
-            "peak: the formula's peak of the whole step, total; in the optimizer step it is exact arithmetic "
-            f"(parameters, gradients, optimizer state, the update's copy), in the backward an estimate{backward_range(checks)}.",
+            t("cli.sweep_peak_legend", range=backward_range(checks)),
         ]
         if spec.lora_rank is not None:
-            lines.append(f"note: {say(LORA_ACTIVATIONS_NOTE)}")
+            lines.append(t("cli.note", note=say(LORA_ACTIVATIONS_NOTE)))
     if recommendation is not None:
         lines.append("")
-        lines.append(f"Recommendation for {recommendation.budget_label} at seq_len={recommendation.seq_len}:")
+        head = t("cli.recommendation_head", label=recommendation.budget_label, seq_len=recommendation.seq_len)
+        lines.append(head)
         lines.append(f"  {recommendation.reason}")
         if recommendation.row is not None:
             lines += ["  " + line for line in recommendation.model_code.splitlines()]
@@ -306,7 +304,50 @@ def backward_range(checks: list[PredictionCheck]) -> str:
     if not errors:
         return ""
     low, high = min(errors), max(errors)
-    return f" ({percent(low)} above)" if low == high else f" ({percent(low)} to {percent(high)} above)"
+    if low == high:
+        return " " + t("cli.sweep_range_one", error=percent(low))
+    return " " + t("cli.sweep_range", low=percent(low), high=percent(high))
+
+
+# The tables' columns as the rows below them are aligned: (the space before it, its header's key, its alignment
+# and width); the last one's rows are of any length.
+MEASURED_COLUMNS = (
+    ("", "seq", ">6"),
+    ("  ", "setting", "<14"),
+    ("", "cp", ">3"),
+    ("  ", "resident", ">9"),
+    (" ", "x_off", ">6"),
+    ("  ", "peak", ">7"),
+    (" ", "x_off", ">6"),
+    (" ", "total", ">7"),
+    (" ", "optim", ">7"),
+    ("  ", "fwd", ">6"),
+    (" ", "bwd", ">6"),
+    (" ", "step", ">6"),
+    (" ", "x_off", ">6"),
+    (" ", "spread", ">6"),
+    (" ", "time", ">10"),
+    ("  ", "peak_reached_in", ""),
+)
+PREDICTED_COLUMNS = (
+    ("", "seq", ">6"),
+    ("  ", "setting", "<14"),
+    ("", "measured", ">9"),
+    ("  ", "formula", ">9"),
+    (" ", "error", ">7"),
+    ("  ", "calibrated", ">10"),
+    (" ", "error", ">7"),
+    ("  ", "rerun_share", ">11"),
+    ("  ", "peak", ">7"),
+    (" ", "formula", ">8"),
+    (" ", "error", ">7"),
+    (" ", "in", ""),
+)
+
+
+def _header(columns: tuple[tuple[str, str, str], ...]) -> str:
+    """A table's header line: each column's word from the locale files, aligned as its rows."""
+    return "".join(f"{space}{t(f'cli.column_{key}'):{align}}" for space, key, align in columns)
 
 
 def _x(ratio: float | None) -> str:

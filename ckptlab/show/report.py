@@ -19,16 +19,23 @@ from ..results import (
     LayerResult,
     MemoryResult,
     ModelSummary,
+    Region,
     RunResult,
     TimingResult,
 )
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .i18n import say, t
-from .labels import setting_label
+from .labels import event_label, method_label, provenance_label, setting_label
 from .peak_words import logits_sentence
 
 LAYERS_PER_LINE = 12  # wrap the diagram so a 36-layer model still fits a terminal
+ARROWS = (" -> ", " <- ")
+WEIGHTS = (
+    "random",
+    "loaded",
+    "fake",
+)  # ModelSummary.weights: built, read from a folder, simulated  # the forward's and the backward's, between the boxes
 
 # The command line's words, English (the CLI's language), from the locale files like every other sentence:
 # a sweep row's time against checkpointing off in one word (results.Judgement), and the legends.
@@ -122,9 +129,14 @@ def diagram(forward_roles: Sequence[str], backward_roles: Sequence[str], title: 
     """
     lines = [title]
     layers = range(len(forward_roles))
+    # "Forward:   input  -> ": the words from the locale files, padded so both rows' first boxes line up.
+    names = (t("cli.diagram_forward", "en"), t("cli.diagram_backward", "en"))
+    ends = (t("cli.diagram_input", "en"), t("cli.diagram_output", "en"))
+    name_width, end_width = max(map(len, names)) + 2, max(map(len, ends)) + 1
+    heads = [f"{name:<{name_width}}{end:<{end_width}}{arrow.lstrip()}" for name, end, arrow in zip(names, ends, ARROWS)]
     for roles, order, arrow, head in (
-        (forward_roles, layers, " -> ", "Forward:   input  -> "),
-        (backward_roles, layers[::-1], " <- ", "Backward:  output <- "),
+        (forward_roles, layers, ARROWS[0], heads[0]),
+        (backward_roles, layers[::-1], ARROWS[1], heads[1]),
     ):
         for start in range(0, len(order), LAYERS_PER_LINE):
             lines += _row(head, order[start : start + LAYERS_PER_LINE], roles, arrow)
@@ -151,23 +163,20 @@ def result_diagram(result: RunResult) -> str:
     text = diagram(
         [layer.enabled for layer in result.layers],
         ["rerun" if layer.recompute_calls else "keep" for layer in result.layers],
-        title + " (observed)",
+        t("cli.diagram_observed", "en", title=title),
     )
     if not result.plan_matches:
         planned = diagram(
             [layer.planned for layer in result.layers],
             ["rerun" if layer.planned == "CP" else "keep" for layer in result.layers],
-            title + " (planned: differs from what was observed!)",
+            t("cli.diagram_planned", "en", title=title),
         )
         text += "\n\n" + planned
     moe_reruns = sum(
         1 for layer in result.layers if layer.moe and layer.router_recompute_calls and layer.experts_recompute_calls
     )
     if moe_reruns:
-        text += (
-            "\nMoE: each rerun above recomputed the layer's router and its experts too "
-            f"({moe_reruns} layers; seen on those modules in the backward)."
-        )
+        text += "\n" + t("cli.moe_reruns", "en", layers=moe_reruns)
     selective = selective_lines(result)
     if selective:
         text += "\n" + "\n".join(selective)
@@ -178,7 +187,7 @@ def _ops(counts: dict[str, int], limit: int = 4) -> str:
     """``aten.mm x6, aten.bmm x2, ...``: the most frequent ops first."""
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     words = ", ".join(f"{name} x{count}" for name, count in ranked[:limit])
-    return words + (f", {len(ranked) - limit} more" if len(ranked) > limit else "")
+    return words + (", " + t("cli.ops_more", "en", count=len(ranked) - limit) if len(ranked) > limit else "")
 
 
 def _layer_names(layers: Sequence[LayerResult]) -> str:
@@ -190,7 +199,8 @@ def _layer_names(layers: Sequence[LayerResult]) -> str:
         return f"{layers[0].name}-{layers[-1].name}"
     if len(layers) <= 4:
         return ", ".join(layer.name for layer in layers)
-    return f"{layers[0].name}, {layers[1].name}, ... {layers[-1].name} ({len(layers)} layers)"
+    count = t("cli.layer_count", "en", count=len(layers))
+    return f"{layers[0].name}, {layers[1].name}, ... {layers[-1].name} {count}"
 
 
 def selective_lines(result: RunResult) -> list[str]:
@@ -214,50 +224,86 @@ def selective_lines(result: RunResult) -> list[str]:
             tuple(sorted(layer.reused_ops.items())),
         )
         groups.setdefault(row, []).append(layer)
-    lines = [f"Inside the CP layers (selective={policy!r}, observed in the memory step):"]
+    lines = [t("cli.selective_head", "en", policy=policy)]
     for layers in groups.values():
         first = layers[0]
         name = _layer_names(layers)
         if not first.kept_ops:
-            lines.append(f"  {name}: CP + {policy}: KEPT NOTHING (the policy matched no op; see the notes)")
+            lines.append("  " + t("cli.selective_kept_nothing", "en", layers=name, policy=policy))
         else:
-            lines.append(f"  {name}: CP + {policy} kept: {mib(first.kept_bytes)} MiB ({_ops(first.kept_ops)})")
+            kept = t(
+                "cli.selective_kept",
+                "en",
+                layers=name,
+                policy=policy,
+                mib=mib(first.kept_bytes),
+                ops=_ops(first.kept_ops),
+            )
+            lines.append("  " + kept)
         reran = sum(first.rerun_ops.values())
         if first.reused_ops:
-            lines.append(
-                f"    rerun without {policy}: {reran} ops ran again ({_ops(first.rerun_ops)}); "
-                f"taken from the cache: {_ops(first.reused_ops)}"
+            rerun = t(
+                "cli.selective_rerun_without",
+                "en",
+                policy=policy,
+                ops_count=reran,
+                ops=_ops(first.rerun_ops),
+                reused=_ops(first.reused_ops),
             )
         else:
-            lines.append(f"    rerun in full: {reran} ops ran again, none taken from the cache")
+            rerun = t("cli.selective_rerun_full", "en", ops_count=reran)
+        lines.append("    " + rerun)
     return lines
 
 
 def _selective_words(spec: RunSpec) -> str:
     policy = "" if spec.selective == "none" else f", selective={selective_key(spec.selective)}"
-    return policy + ("" if spec.attn_implementation == "sdpa" else f" · {spec.attn_implementation} attention")
+    attention = (
+        "" if spec.attn_implementation == "sdpa" else t("cli.report_attention", "en", kernel=spec.attn_implementation)
+    )
+    return policy + (f" · {attention}" if attention else "")
 
 
 def _experts_words(model: ModelSummary) -> str:
     if not model.experts_implementation:
         return ""
-    return (
-        f", {model.num_experts} experts, {model.experts_per_token} per token, "
-        f"experts_implementation={model.experts_implementation!r}"
+    experts = t(
+        "cli.report_experts",
+        "en",
+        experts=model.num_experts,
+        per_token=model.experts_per_token,
+        implementation=model.experts_implementation,
     )
+    return ", " + experts
 
 
 def run_report(result: RunResult, comparison: Comparison | None = None, reference: RunResult | None = None) -> str:
     """The command line's human-readable report of one run."""
     spec, model = result.spec, result.model
-    head = (
-        f"{model.name} ({model.family}, {model.num_layers} layers, hidden {model.hidden_size}, "
-        f"{model.num_params / 1e6:,.1f}M parameters, {model.weights} weights{_experts_words(model)})\n"
-        f"seq_len {spec.seq_len} · batch {spec.batch_size} · {result.dtype} · {result.device} · "
-        f"{setting_name(spec.every_n_layers, spec.offload)}{_selective_words(spec)} · {training_name(spec)}\n"
-        f"{result.provenance.label} · torch {result.provenance.torch_version} · "
-        f"transformers {result.provenance.transformers_version}"
+    described = t(
+        "cli.report_model",
+        "en",
+        name=model.name,
+        family=model.family,
+        layers=model.num_layers,
+        hidden=model.hidden_size,
+        params_m=model.num_params / 1e6,
+        weights=t(f"cli.weights_{model.weights}", "en") if model.weights in WEIGHTS else model.weights,
+        experts=_experts_words(model),
     )
+    ran = t(
+        "cli.report_spec",
+        "en",
+        seq_len=spec.seq_len,
+        batch=spec.batch_size,
+        dtype=result.dtype,
+        device=result.device,
+        setting=setting_name(spec.every_n_layers, spec.offload),
+        selective=_selective_words(spec),
+        training=training_name(spec),
+    )
+    versions = f"torch {result.provenance.torch_version} · transformers {result.provenance.transformers_version}"
+    head = f"{described}\n{ran}\n{provenance_label(result.provenance, 'en')} · {versions}"
     if result.status != "ok":
         return head + "\n\n" + result.message
     busy = timing_busy_note(result.timing) or (reference is not None and timing_busy_note(reference.timing))
@@ -274,62 +320,67 @@ def run_report(result: RunResult, comparison: Comparison | None = None, referenc
 
     optimizer = memory.optimizer_state_bytes
     lines = [head, "", result_diagram(result), ""]
-    lines.append(_table_row("Memory, MiB", "this run", "off" if reference else None, ""))
-    baseline_note = "parameters, buffers" + (", optimizer state" if optimizer else "")
-    lines.append(row("baseline before the forward", lambda m: m.baseline_bytes, baseline_note))
+    off = t("cli.column_off", "en") if reference else None
+    lines.append(_table_row(t("cli.memory_head", "en"), t("cli.column_this_run", "en"), off, ""))
+    baseline_note = t("cli.memory_baseline_note_optimizer" if optimizer else "cli.memory_baseline_note", "en")
+    lines.append(row(t("cli.memory_baseline", "en"), lambda m: m.baseline_bytes, baseline_note))
     if optimizer:
-        lines.append(
-            row("  of which optimizer state", lambda m: m.optimizer_state_bytes, "steady state, after the first step")
-        )
-    lines.append(
-        row("resident after the forward", lambda m: m.after_forward_bytes, "above baseline: what the backward needs")
-    )
-    lines.append(row("peak over the step", lambda m: m.peak_bytes, f"reached in: {memory.peak_where.description}"))
+        of_which, steady = t("cli.memory_optimizer", "en"), t("cli.memory_optimizer_note", "en")
+        lines.append(row("  " + of_which, lambda m: m.optimizer_state_bytes, steady))
+    resident, needs = t("cli.memory_resident", "en"), t("cli.memory_resident_note", "en")
+    lines.append(row(resident, lambda m: m.after_forward_bytes, needs))
+    reached = t("cli.memory_peak_note", "en", where=region_words(memory.peak_where))
+    lines.append(row(t("cli.memory_peak", "en"), lambda m: m.peak_bytes, reached))
     if memory.breakdown_at_peak:
         # Parts under 0.05 MiB (a norm's gradient, the rotary buffer) would print as "0.0": left out.
         parts = sorted(
             ((name, amount) for name, amount in memory.breakdown_at_peak.items() if amount >= 0.05 * MIB),
             key=lambda item: -item[1],
         )
-        lines.append("  at the peak: " + ", ".join(f"{category_name(name)} {mib(amount)}" for name, amount in parts))
+        listed = ", ".join(f"{category_name(name)} {mib(amount)}" for name, amount in parts)
+        lines.append("  " + t("cli.memory_at_peak", "en", parts=listed))
     if memory.logits_set_the_peak:
         lines.append("  " + logits_sentence(memory))
     if memory.offload_bytes and spec.offload:
         if result.provenance.kind == "simulated":
-            verb = "held in pinned host memory instead (simulated)"
+            verb = t("cli.offload_simulated", "en")
         elif memory.offload_applied:
-            verb = "moved to pinned host memory"
+            verb = t("cli.offload_applied", "en")
         else:
-            verb = "would move off a GPU (not applied on the CPU)"
-        lines.append(_table_row("offload", mib(memory.offload_bytes), None, verb))
-    lines.append(f"  ({memory.method})")
+            verb = t("cli.offload_not_applied", "en")
+        lines.append(_table_row(t("cli.memory_offload", "en"), mib(memory.offload_bytes), None, verb))
+    lines.append(f"  ({method_label(memory.method, 'en')})")
     lines.append("")
     if timing is None:
-        lines.append("  Time: not simulated: fake tensors carry shapes, not arithmetic.")
+        lines.append("  " + t("cli.time_not_simulated", "en"))
     else:
         lines += _time_rows(timing, ref_timing, spec.warmup)
     if comparison is not None:
         lines += [
             "",
-            "Against checkpointing off (same process, same inputs):",
-            f"  {comparison.describe_step()}",
-            f"  resident after the forward x{comparison.after_forward_ratio:.2f}, "
-            f"peak above baseline x{comparison.peak_ratio:.2f}",
+            t("cli.against_off", "en"),
+            "  " + step_time_words(comparison),
+            "  "
+            + t("cli.against_off_ratios", "en", resident=comparison.after_forward_ratio, peak=comparison.peak_ratio),
         ]
     if result.ranks:
         lines += ["", *rank_table(result)]
-    lines += ["", "Per layer:", layer_table(result)]
+    lines += ["", t("cli.per_layer", "en"), layer_table(result)]
     if result.notes:
-        lines += ["", "Notes:"] + [f"  - {say(note)}" for note in result.notes]
+        lines += ["", t("cli.notes", "en")] + [f"  - {say(note)}" for note in result.notes]
     return "\n".join(lines)
 
 
 def rank_table(result: RunResult) -> list[str]:
     """Every rank's memory (MiB) and step time, and whether the ranks showed the same CP / keep / rerun pattern."""
     spec = result.spec
+    head = t("cli.ranks_head_simulated" if result.timing is None else "cli.ranks_head", "en", ranks=spec.world_size)
+    rank, baseline, params, optim, resident, peak, step_ms = (
+        t(f"cli.column_{name}", "en") for name in ("rank", "baseline", "params", "optim", "resident", "peak", "step_ms")
+    )
     lines = [
-        f"Per rank (FSDP2, {spec.world_size} ranks{', rank 0 simulated' if result.timing is None else ''}), MiB:",
-        f"  {'rank':>4}  {'baseline':>9} {'params':>9} {'optim':>9}  {'resident':>9}  {'peak':>9}  {'step ms':>8}",
+        head,
+        f"  {rank:>4}  {baseline:>9} {params:>9} {optim:>9}  {resident:>9}  {peak:>9}  {step_ms:>8}",
     ]
     for row in result.ranks:
         memory = row.memory
@@ -342,37 +393,57 @@ def rank_table(result: RunResult) -> list[str]:
         )
     patterns = {tuple(layer.observed for layer in row.layers) for row in result.ranks}
     if len(result.ranks) > 1:
-        same = "the same on every rank" if len(patterns) == 1 else "NOT the same on every rank (see the notes)"
-        lines.append(f"  The diagram above (CP / keep / rerun, observed): {same}.")
+        lines.append("  " + t("cli.ranks_same" if len(patterns) == 1 else "cli.ranks_differ", "en"))
     return lines
 
 
 def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: int) -> list[str]:
     lines = [
         _table_row(
-            "Time, ms",
-            "median",
-            "off" if ref_timing else None,
-            f"of {len(timing.step_samples)} steps after {warmup} warm-up",
+            t("cli.time_head", "en"),
+            t("cli.column_median", "en"),
+            t("cli.column_off", "en") if ref_timing else None,
+            t("cli.time_steps", "en", steps=len(timing.step_samples), warmup=warmup),
         )
     ]
     for label, value, samples, ref in (
-        ("forward (with loss)", timing.forward_s, timing.forward_samples, ref_timing.forward_s if ref_timing else None),
-        ("backward", timing.backward_s, timing.backward_samples, ref_timing.backward_s if ref_timing else None),
         (
-            "optimizer step",
+            t("cli.time_forward", "en"),
+            timing.forward_s,
+            timing.forward_samples,
+            ref_timing.forward_s if ref_timing else None,
+        ),
+        (
+            t("cli.time_backward", "en"),
+            timing.backward_s,
+            timing.backward_samples,
+            ref_timing.backward_s if ref_timing else None,
+        ),
+        (
+            t("cli.time_optimizer", "en"),
             timing.optimizer_s,
             timing.optimizer_samples,
             ref_timing.optimizer_s if ref_timing else None,
         ),
-        ("step", timing.step_s, timing.step_samples, ref_timing.step_s if ref_timing else None),
+        (t("cli.time_step", "en"), timing.step_s, timing.step_samples, ref_timing.step_s if ref_timing else None),
     ):
         if not samples:  # no optimizer in the step
             continue
-        spread = f"spread {milliseconds(min(samples))}-{milliseconds(max(samples))}"
+        spread = t("cli.time_spread", "en", fastest=milliseconds(min(samples)), slowest=milliseconds(max(samples)))
         lines.append(_table_row(label, milliseconds(value), None if ref is None else milliseconds(ref), spread))
-    lines.append(f"  ({timing.method})")
+    lines.append(f"  ({method_label(timing.method, 'en')})")
     return lines
+
+
+def region_words(region: Region) -> str:
+    """Where in the step (the peak was reached), in English: the event's words, or as a result read back said it."""
+    return event_label(region, "en") if region.kind else region.description
+
+
+def step_time_words(comparison: Comparison) -> str:
+    """The step time against checkpointing off and what it is worth (``Comparison.describe_step``'s English)."""
+    step = comparison.step
+    return t(f"cli.step_time_{step.judgement.value}", "en", change=step.change, min_samples=MIN_SAMPLES_TO_JUDGE)
 
 
 def _table_row(label: str, value: str, reference: str | None, note: str) -> str:
@@ -386,7 +457,18 @@ def layer_table(result: RunResult) -> str:
     Consecutive layers with identical rows are folded into one ("L2-L35"), so a 36-layer
     model reads as its pattern.
     """
-    header = f"  {'layer':<8}{'planned':<9}{'flag':<6}{'observed':<10}{'fwd calls':>10}{'reruns':>8}{'saved MiB':>11}{'attn MiB':>10}{'input MiB':>11}"
+    columns = (
+        ("layer", "<8"),
+        ("planned", "<9"),
+        ("flag", "<6"),
+        ("observed", "<10"),
+        ("fwd_calls", ">10"),
+        ("reruns", ">8"),
+        ("saved_mib", ">11"),
+        ("attn_mib", ">10"),
+        ("input_mib", ">11"),
+    )
+    header = "  " + "".join(f"{t(f'cli.column_{name}', 'en'):{align}}" for name, align in columns)
     groups: list[list] = []
     for layer in result.layers:
         row = (
@@ -414,12 +496,15 @@ def layer_table(result: RunResult) -> str:
 
 def models_table(infos: Sequence[ModelInfo]) -> str:
     """``python -m ckptlab models``: one row per preset, each text column as wide as its longest value plus two."""
+    cpu, gpu = t("cli.models_cpu", "en"), t("cli.models_gpu", "en")
     rows = [
         (info.name, info.family, info.task, info.num_layers, info.hidden_size, _params(info.num_params))
-        + ("CPU" if info.cpu_ok else "GPU / simulation",)
+        + (cpu if info.cpu_ok else gpu,)
         for info in infos
     ]
-    names = ("name", "family", "task", "layers", "hidden", "params", "for")
+    names = tuple(
+        t(f"cli.column_{name}", "en") for name in ("name", "family", "task", "layers", "hidden", "params", "for")
+    )
     widths = [max(len(str(value)) for value in column) for column in zip(names, *rows)]
 
     def line(values: Sequence[object]) -> str:

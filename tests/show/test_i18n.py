@@ -171,7 +171,8 @@ def test_every_translation_keeps_the_placeholders_and_has_words():
     "source",
     TRANSLATED_PAGES
     + [str(path.relative_to(ROOT)) for path in sorted((ROOT / "ckptlab/lab").glob("*.py"))]
-    + ["ckptlab/show/labels.py"]
+    + ["ckptlab/show/labels.py", "ckptlab/show/report.py"]
+    + [str(path.relative_to(ROOT)) for path in sorted((ROOT / "ckptlab/cli").glob("*.py"))]
     + [str(path.relative_to(ROOT)) for path in sorted((ROOT / "ckptlab/show/figures").glob("*.py"))],
 )
 def test_every_key_the_code_uses_exists(source):
