@@ -92,7 +92,7 @@ def sentences_outside_the_locale_files(path: Path, where: str) -> list[str]:
 # The edge (the command line and ckptlab/show) puts what it builds in front of people: there a literal with two
 # words is a sentence wherever it goes (a report's line, a table's header, a figure's label), not only when it is
 # raised or printed. Out of scope as above, and: docstrings, argparse's help (``help=``, ``description=``, an
-# argument group's title, a ``*_help`` variable handed to ``help=``), dict keys, and plotly's text positions.
+# argument group's title, a ``*_help`` variable or what a ``*_help(s)`` function returns, handed to ``help=``), dict keys, and plotly's text positions.
 EDGE = ("cli", "show")
 PLOTLY_POSITIONS = {f"{v} {h}" for v in ("top", "middle", "bottom") for h in ("left", "center", "right")}
 
@@ -116,6 +116,8 @@ def _help_and_keys(tree: ast.AST) -> set[int]:
             nodes.append(node.value)
         elif isinstance(node, ast.Dict):
             nodes += [key for key in node.keys if key is not None]
+        if isinstance(node, ast.FunctionDef) and node.name.rstrip("s").endswith("_help"):  # args._helps: help= texts
+            nodes += [inner.value for inner in ast.walk(node) if isinstance(inner, ast.Return) and inner.value]
     return {id(inner) for node in nodes for inner in ast.walk(node)}
 
 
