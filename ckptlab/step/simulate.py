@@ -53,11 +53,11 @@ from typing import Any, cast
 
 import torch
 import transformers
-import transformers.initialization
 import transformers.masking_utils
 import transformers.modeling_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.graph import saved_tensors_hooks
+from transformers import initialization as transformers_initialization  # a name of its own: see _REAL_TRUNC_NORMAL
 from transformers.modeling_utils import AttentionInterface
 
 from ..errors import expect_type
@@ -416,8 +416,10 @@ def _dropout_as_on_cuda(input: torch.Tensor, p: float = 0.5, training: bool = Tr
     return torch.native_dropout(input, p, True)[0]
 
 
+# transformers' lazy package may lack the submodule as an attribute when another import loaded the submodule first
+# (seen in a pytest worker): `from transformers import initialization` finds it in sys.modules either way.
 _REAL_TRUNC_NORMAL = cast(
-    Callable[..., torch.Tensor], transformers.initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"]
+    Callable[..., torch.Tensor], transformers_initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"]
 )
 
 
@@ -485,7 +487,7 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
         AttentionInterface._global_mapping["sdpa"] = _sdpa_as_on_cuda  # models look it up at each call
         torch.nn.functional.dropout = _dropout_as_on_cuda  # nn.Dropout and eager attention look it up at each call
         # transformers' init functions look their torch function up in this table at each call.
-        transformers.initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"] = _trunc_normal_on_fake
+        transformers_initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"] = _trunc_normal_on_fake
     _ACTIVE_LEDGER.ledger = ledger
     try:
         yield
