@@ -19,13 +19,6 @@ LANGS = list(i18n.LANGUAGES)
 RECIPE = {"opt": "adamw_torch", "accum": "2", "mp": "bf16", "clip": "0.5"}
 
 
-@pytest.fixture(autouse=True)
-def in_the_servers_threads(monkeypatch):
-    """The pages' jobs run in this process (CKPTLAB_WORKERS=thread): no worker process to start for a recipe
-    test; the same jobs in worker processes are tests/lab/test_jobs_in_workers.py's."""
-    monkeypatch.setenv("CKPTLAB_WORKERS", "thread")
-
-
 def _texts(elements) -> str:
     return "\n".join(str(element.value) for element in elements)
 
