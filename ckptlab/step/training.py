@@ -218,7 +218,10 @@ def _storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     total = 0
     for tensor in tensors:
         if isinstance(tensor, DTensor):  # FSDP2's sharded parameters, their gradients and states: this rank's shard
-            tensor = tensor.to_local()
+            # Without grad mode to_local() hands back the local tensor itself; with it, a differentiable view made
+            # through autograd and every tracker's dispatch (a third of an FSDP2 simulation: counted per region).
+            with torch.no_grad():
+                tensor = tensor.to_local()
         storage = tensor.untyped_storage()
         if storage._cdata in seen:  # the C storage's address: the same for every view, fake tensors too
             continue
