@@ -1,8 +1,10 @@
-"""The three people's paths, walked in a real browser at projector size (1280x720): a participant, an instructor
-with the room, an engineer.
+"""The app in a real browser: the three people's paths at projector size (1280x720), a participant, an instructor
+with the room, an engineer, and what only a browser shows (a link to a page as a new server's first request, every
+page in Japanese, Play's fragment timer, the participant's cookie, Cancel of a run in flight).
 
-One `streamlit run app.py` for the module (its measured runs are shared by the journeys, so the second language
-reuses the first's) and Debian's Chromium through playwright, as tests/app/test_browser.py. At every step of a
+One `streamlit run app.py` for the module, Debian's Chromium through playwright: a server's start and its first pages
+cost seconds of both cores, so every browser test shares this one (issue 42), and its measured runs are shared by
+the journeys, so the second language reuses the first's. At every step of a
 journey the page must show no exception and every figure's words must fit: plotly draws a title in one SVG
 ``<text>`` and lets the SVG clip it, so each text's box is compared with its figure's, and no two of a figure's
 words may overlap (:func:`check_page`). The machine's load is no part of a journey: the server starts with the
@@ -22,14 +24,16 @@ import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from ckptlab.show import i18n
-from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT
-from tests.app.wire import HANG_MS, serve
+from tests.app.test_app import PAGES
+from tests.app.wire import CHROMIUM, CHROMIUM_ARGS, HANG_MS, ROOT, serve
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+expect = playwright_api.expect
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.browser,
@@ -111,6 +115,14 @@ def words(key: str, lang: str, **values: object) -> str:
     return i18n.t(key, lang, **values)
 
 
+def figure_title(page, key: str, lang: str):
+    """The figure title worded by ``key``, found by its fixed words (its placeholders left out): a wrapped title's
+    lines (SVG tspans) run together without the space at the break."""
+    fixed = max(words(key, lang, setting="\0", seen="\0").split("\0"), key=len).strip(" :()")
+    pattern = re.compile(r"\s*".join(map(re.escape, fixed.split())))
+    return page.locator("svg text.gtitle").filter(has_text=pattern).first
+
+
 @pytest.fixture(scope="module")
 def server():
     env = {
@@ -167,6 +179,17 @@ def shoot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"journey-{name}.png"))
 
 
+def test_a_link_to_a_page_as_the_new_servers_first_request_gets_the_app_around_it(server, new_page):
+    """Before app.py has ever run, Streamlit serves a pages/ folder in its older mode and runs the page alone (no
+    navigation, no language selector); each page leaves that mode and reruns. First in this module: the server's first
+    request."""
+    page = new_page()
+    page.goto(f"{server}/at_scale?lang=ja", timeout=HANG_MS)
+    sidebar = page.locator("section[data-testid='stSidebar']")
+    expect(sidebar.get_by_text("Language · Idioma · 言語")).to_be_visible(timeout=HANG_MS)
+    expect(sidebar.get_by_text("at scale", exact=True)).to_have_count(0)  # no pages/ file-name entries
+
+
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lang):
     page = open_page(new_page, server, lang, "nav.lesson_page")
@@ -206,15 +229,18 @@ def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lan
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_an_instructor_runs_a_round_with_two_participants(server, new_page, lang):
+    """The participants' pages follow the round by their fragment's timer alone (no reload); in the second language
+    the instructor's page is in English: one room, each person in their own language."""
     participants = [open_page(new_page, server, lang, "nav.exercises_page") for _ in range(2)]
     for participant in participants:
         participant.get_by_text(words("exercises.score_title", lang)).wait_for(timeout=HANG_MS)
-    teacher = open_page(new_page, server, lang, "classroom.nav_page")
-    phrase = teacher.get_by_label(words("classroom.secret", lang))
+    teacher_lang = LANGS[0]
+    teacher = open_page(new_page, server, teacher_lang, "classroom.nav_page")
+    phrase = teacher.get_by_label(words("classroom.secret", teacher_lang))
     phrase.fill(SECRET)
     phrase.press("Enter")
-    teacher.get_by_role("button", name=words("classroom.open", lang)).click(timeout=HANG_MS)
-    close = teacher.get_by_role("button", name=words("classroom.close", lang))
+    teacher.get_by_role("button", name=words("classroom.open", teacher_lang)).click(timeout=HANG_MS)
+    close = teacher.get_by_role("button", name=words("classroom.close", teacher_lang))
     close.wait_for(timeout=HANG_MS)
     number = int(re.search(r"\d+", teacher.get_by_text(re.compile(r"\d")).first.inner_text() or "1").group())
     check_page(teacher, "round open")
@@ -238,11 +264,15 @@ def test_an_instructor_runs_a_round_with_two_participants(server, new_page, lang
     teacher.locator("[data-testid='stMetricValue']").get_by_text("2", exact=True).wait_for(timeout=HANG_MS)
 
     close.click()
-    for who, page in (("instructor", teacher), *((f"participant {i}", p) for i, p in enumerate(participants, 1))):
+    people = (
+        ("instructor", teacher, teacher_lang),
+        *((f"participant {i}", p, lang) for i, p in enumerate(participants, 1)),
+    )
+    for who, page, page_lang in people:
         page.get_by_text(
-            re.compile(re.escape(words("classroom.result_title", lang, number=99)).replace("99", r"\d+"))
+            re.compile(re.escape(words("classroom.result_title", page_lang, number=99)).replace("99", r"\d+"))
         ).first.wait_for(timeout=HANG_MS)
-        page.get_by_text(words("classroom.measured", lang)).first.wait_for(timeout=HANG_MS)
+        page.get_by_text(words("classroom.measured", page_lang)).first.wait_for(timeout=HANG_MS)
         page.locator(".stPlotlyChart").first.wait_for(timeout=HANG_MS)
         check_page(page, f"round closed, {who}")
     del number
@@ -256,9 +286,16 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     page.goto(f"{server}/?lang={lang}&seq=64&repeats=1&warmup=0&n=2&lora=8&accum=2")
     run = page.get_by_role("button", name=words("lab.run", lang), exact=True)
     run.wait_for(timeout=HANG_MS)
+    figure_title(page, "fig.plan_title", lang).wait_for(timeout=HANG_MS)  # the plan, before a run
     run.click()
     download = page.get_by_role("button", name=words("lab.download_json", lang))
     download.wait_for(timeout=HANG_MS)
+    figure_title(page, "fig.what_step_did", lang).wait_for(timeout=HANG_MS)
+    # The planned chart of the previous script run lingers (stale) until this run finishes.
+    expect(page.locator(".stPlotlyChart")).to_have_count(
+        3, timeout=HANG_MS
+    )  # diagram, where the memory goes, comparison
+    expect(page.locator("svg text").filter(has_text=re.compile(r"^L3")).first).to_be_visible()  # a layer's box
     check_page(page, "lab run with LoRA and accumulation")
     with page.expect_download() as saving:
         download.click()
@@ -286,3 +323,95 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     check_page(page, "fewest GPUs and the code")
     code.scroll_into_view_if_needed()
     shoot(page, f"engineer-code-{lang}")
+
+
+# -- what only a browser shows, on the same server --------------------------------------------------------------
+
+
+def test_every_page_draws_in_japanese_without_an_exception(server, new_page):
+    """Each page opened with ``?lang=ja`` shows its own heading in Japanese (from ja.json, the one the AppTest of the
+    page checks in English) and runs its script to the end without an exception. The pictures land in
+    ``$CKPTLAB_SCREENSHOTS`` when it is set, else in artifacts/screenshots-ja/; without a CJK font the Japanese shows
+    as boxes: the pictures still tell whether a page drew."""
+    folder = Path(os.environ.get("CKPTLAB_SCREENSHOTS") or ARTIFACTS / "screenshots-ja")
+    folder.mkdir(parents=True, exist_ok=True)
+    for page_file, (_, key) in PAGES.items():
+        name = Path(page_file).stem
+        address = "" if name == "lab" else name  # under st.navigation a page's address is its file's name
+        page = new_page()
+        page.goto(f"{server}/{address}?lang=ja", timeout=HANG_MS)
+        heading = words(key, "ja")
+        assert heading != words(key, "en")  # the page's own words in Japanese, not English
+        page.get_by_role("heading", name=heading).first.wait_for(timeout=HANG_MS)
+        # The script ran to its end: Streamlit's running indicator gone, no widget left a placeholder.
+        expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=HANG_MS)
+        expect(page.get_by_test_id("stSkeleton")).to_have_count(0, timeout=HANG_MS)
+        expect(page.locator(".stException")).to_have_count(0)
+        shown = urlsplit(page.url)  # still this page, still in Japanese
+        assert shown.path.strip("/") == address and parse_qs(shown.query)["lang"] == ["ja"]
+        path = folder / f"{name}-ja.png"
+        page.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 10_000  # a picture, not an empty frame
+        page.close()
+
+
+def test_play_steps_through_the_training_step_in_japanese(server, new_page):
+    """AppTest does not run a fragment's timer: Play moving the step-through on by itself is seen here."""
+    page = new_page()
+    page.goto(f"{server}/?lang=ja")  # the entry point first: st.navigation takes over the URLs
+    page.get_by_role("link", name=words("nav.lesson_page", "ja")).first.click()
+    page.get_by_text(words("lesson.activation.title", "ja")).first.wait_for(timeout=HANG_MS)
+    page.locator("[data-testid='stButtonGroup'] button").filter(has_text="ステップ実行").click()
+    page.get_by_text("1回の学習ステップをイベントごとに").wait_for(timeout=HANG_MS)
+    slider = page.locator("[data-testid='stSliderThumbValue']").first
+    slider.get_by_text(re.compile(r"^1/\d+ · ")).wait_for(timeout=HANG_MS)
+    page.get_by_role("button", name=re.compile("再生")).click()
+    # The fragment's timer moves one event every PLAY_SECONDS: after a few seconds the slider is further on.
+    slider.get_by_text(re.compile(r"^([4-9]|\d\d)/\d+ · ")).wait_for(timeout=HANG_MS)
+    assert page.get_by_role("button", name=re.compile("一時停止")).count() == 1
+    assert "lang=ja" in page.url
+    assert not page.locator(".stException").count()
+    page.screenshot(path=str(ARTIFACTS / "browser-lesson-play-ja.png"))
+
+
+def test_a_new_tab_of_the_same_browser_is_the_same_participant(server, browser):
+    """The participant key a small script keeps in a cookie: a second tab's session reads it back, so it keeps the
+    same key (a session that did not would write its own new key over it); another browser gets its own."""
+    contexts = [browser.new_context(viewport=VIEWPORT), browser.new_context(viewport=VIEWPORT)]
+
+    def key_after_opening_exercises(context) -> str:
+        page = context.new_page()
+        page.goto(server)
+        page.get_by_role("link", name=words("nav.exercises_page", "en")).first.click()
+        # Drawn after the room's part of the page, where the script that keeps the key is placed.
+        page.get_by_text(words("exercises.score_title", "en")).first.wait_for(timeout=HANG_MS)
+        page.wait_for_function("document.cookie.includes('ckptlab_participant=')", timeout=HANG_MS)
+        page.wait_for_timeout(2000)  # a session that ignored the cookie would have written its own by now
+        assert not page.locator(".stException").count()
+        key = next(c["value"] for c in context.cookies() if c["name"] == "ckptlab_participant")
+        page.close()
+        return key
+
+    try:
+        first = key_after_opening_exercises(contexts[0])
+        assert len(first) == 32 and key_after_opening_exercises(contexts[0]) == first  # a new tab: the same key
+        assert key_after_opening_exercises(contexts[1]) != first  # another browser: its own
+    finally:
+        for context in contexts:
+            context.close()
+
+
+def test_cancel_stops_a_run_in_flight(server, new_page):
+    """A long run (tiny-llama, 2048 tokens x 4, 20 timed steps: minutes on 2 cores), cancelled from the page. Last in
+    this module: a cancelled run's worker ends its step before it stops."""
+    page = new_page()
+    page.goto(f"{server}/?seq=2048&batch=4&repeats=20&warmup=0&n=1")
+    run = page.get_by_role("button", name="Run", exact=True)
+    run.wait_for(timeout=HANG_MS)
+    figure_title(page, "fig.plan_title", "en").wait_for(timeout=HANG_MS)
+    run.click()
+    page.get_by_text("timed step 1 of 20").first.wait_for(timeout=HANG_MS)  # the run is in flight
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    page.get_by_text("Run cancelled").wait_for(timeout=HANG_MS)
+    assert not page.get_by_text("Peak reached in:").count()  # nothing was measured
+    assert not page.locator(".stException").count()

@@ -32,6 +32,17 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[2]
+# Debian's Chromium (apt-get install chromium), driven by playwright without a browser download.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 # How long a browser test waits for what the page must show: a guard against a hang, never a measure of speed
 # (a test waits on the event; on 2 cores shared with other work a measured run took minutes).
 HANG_MS = 300_000
