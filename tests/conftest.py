@@ -29,6 +29,16 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", threads)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Take what the imports made (torch's, transformers', streamlit's and the test modules' objects) out of the
+    collector's walks, as the CLI and the app's workers do (``freeze_what_is_loaded``): every observed step starts
+    with a full ``gc.collect()``, which in a test process walked about half a million objects, 0.2 s a step and
+    thousands of steps a run. What a test makes later is collected as before."""
+    from ckptlab.torchstate import freeze_what_is_loaded
+
+    freeze_what_is_loaded()
+
+
 @pytest.fixture(autouse=True)
 def _models_root_as_it_was():
     """The process-wide models root (``folder_files.confine``) as before each test: a page run under AppTest
