@@ -96,8 +96,8 @@ def _helps(defaults: RunSpec, every_setting: bool) -> dict[str, str]:
         "projection)",
         "selective": "selective checkpointing: what a CP layer keeps besides its input: "
         f"{', '.join(SELECTIVE_CHOICES)}, or comma-separated op names such as aten.mm,aten.bmm (default none)",
-        "quantization": "a 4-bit base (QLoRA): BitsAndBytesConfig's fields as JSON, e.g. "
-        '{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}; needs --lora-rank',
+        "quantization": "a 4-bit base (QLoRA) or an 8-bit one: BitsAndBytesConfig's fields as JSON, e.g. "
+        '{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"} or {"load_in_8bit": true}; needs --lora-rank',
         "attn_implementation": "the attention the model is built with (transformers' attn_implementation): "
         f"{', '.join(ATTN_IMPLEMENTATIONS)}; eager keeps each layer's heads x seq^2 probabilities, flash_attention_2 "
         f"needs CUDA and the flash-attn package (default {defaults.attn_implementation})",

@@ -414,9 +414,10 @@ def build_report(
     if observer.micro_batches > 1:
         facts.append(Fact("trainer.micro_batches", {"micro_batches": observer.micro_batches}))
     quantization = model_quantization(model)
-    if quantization is not None:  # the lab's twin of this step needs the 4-bit base too
+    if quantization is not None:  # the lab's twin of this step needs the quantized base too
         fields = ", ".join(f"{name}={value!r}" for name, value in quantization.to_dict().items() if value is not None)
-        facts.append(Fact("trainer.quantized_base", {"fields": fields}))
+        eight = quantization.bits == 8
+        facts.append(Fact("trainer.quantized_base_8bit" if eight else "trainer.quantized_base", {"fields": fields}))
     return CheckpointingReport(
         step=step,
         model=type(model).__name__,

@@ -263,7 +263,7 @@ def build_model(
         seed: seed for random weights.
         config_overrides: config attributes to change before building, e.g.
             ``{"attention_dropout": 0.1}`` to switch dropout on.
-        quantization: a 4-bit base: the linear layers quantized as transformers loads them
+        quantization: a 4-bit or 8-bit base: the linear layers quantized as transformers loads them
             (``ckptlab.model.quantize``), then peft's ``prepare_model_for_kbit_training``.
         attn_implementation: transformers' ``attn_implementation`` ("sdpa", "eager", ...; ckptlab.model.attention);
             a class that refuses SDPA keeps eager.
@@ -290,9 +290,9 @@ def build_model(
         del meta_model
     else:
         info = describe(name_or_dir)
-    stored = None  # a 4-bit base at its 4-bit size (quantized_on_fake), not its 16-bit one
+    stored = None  # a quantized base at its quantized size (quantized_on_fake), not its 16-bit one
     if quantization is not None:
-        stored = (quantized_on_fake(config, task, dtype, quantization)[1], quantization.bnb_4bit_quant_type)
+        stored = (quantized_on_fake(config, task, dtype, quantization)[1], quantization.label)
     folder_checks.check_fits(info, dtype, device, stored)  # the parameters alone must fit the device
     auto = _auto_class(task)
     torch.manual_seed(seed)
@@ -336,11 +336,11 @@ def build_model(
 def quantized_on_fake(
     config: PretrainedConfig, task: str, dtype: torch.dtype, quantization: quantize.Quantization
 ) -> tuple[PreTrainedModel, int]:
-    """The model with a 4-bit base as a run builds it, on fake tensors (``quantize.quantize`` and peft's
+    """The model with a 4-bit or 8-bit base as a run builds it, on fake tensors (``quantize.quantize`` and peft's
     ``prepare_model_for_kbit_training``, as ``ckptlab.simulate``), and its parameter bytes as a run's tracker counts
     them: the packed 4-bit weights, their quant states (absmax, with double quantization their own absmax and code
-    maps) and the modules kept in 16 bits (embeddings, the head, ``llm_int8_skip_modules``) after peft's float32
-    cast. The one count of a 4-bit base's bytes (predict, the preflight's floor): no formula of its own."""
+    maps) or the int8 weights and their row scales (SCB) and the modules kept in 16 bits (embeddings, the head, ``llm_int8_skip_modules``) after peft's float32
+    cast. The one count of a quantized base's bytes (predict, the preflight's floor): no formula of its own."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():

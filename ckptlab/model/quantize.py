@@ -1,20 +1,29 @@
-"""A 4-bit base as bitsandbytes stores it (QLoRA): the setting, the quantized model, peft's preparation.
+"""A quantized base as bitsandbytes stores it (QLoRA's 4 bits, LLM.int8()'s 8 bits): the setting, the quantized
+model, peft's preparation.
 
-:class:`Quantization` is ``transformers.BitsAndBytesConfig``'s own fields that change the bytes of a step
-(``load_in_4bit``, ``bnb_4bit_quant_type``, ``bnb_4bit_use_double_quant``, ``bnb_4bit_compute_dtype``,
-``llm_int8_skip_modules``), with BitsAndBytesConfig's defaults (fp4, no double quantization, float32
-compute). BitsAndBytesConfig accepts unknown keys silently; the lab refuses them.
+:class:`Quantization` is ``transformers.BitsAndBytesConfig``'s own fields that change the bytes of a step: for a
+4-bit base ``load_in_4bit``, ``bnb_4bit_quant_type``, ``bnb_4bit_use_double_quant``, ``bnb_4bit_compute_dtype``; for
+an 8-bit base ``load_in_8bit``, ``llm_int8_threshold``, ``llm_int8_has_fp16_weight`` (false only); for both
+``llm_int8_skip_modules``; with BitsAndBytesConfig's defaults (fp4, no double quantization, float32 compute,
+threshold 6.0). BitsAndBytesConfig accepts unknown keys silently; the lab refuses them.
 
 :func:`quantize` replaces the model's linear layers in place as transformers' bitsandbytes integration does
-when it loads a model (``replace_with_bnb_linear``, then ``Params4bit(weight).to(device)`` per layer: the
-modules it keeps in 16 bits, the head and ``llm_int8_skip_modules``, stay). On fake tensors
-(``ckptlab.simulate``) ``Params4bit`` cannot wrap a FakeTensor, so the layers keep their real class
-(``bnb.nn.Linear4bit``, which peft's 4-bit LoRA layer is picked by) and the weight is a fake packed
-parameter carrying ``Params4bit``'s attributes and a quant state made by bitsandbytes' own
-``quantize_4bit`` on fake storage (its ops have fake kernels). :func:`prepare` is peft's
-``prepare_model_for_kbit_training``.
+when it loads a model (``replace_with_bnb_linear``, then ``Params4bit(weight).to(device)`` or
+``Int8Params(weight).to(device)`` per layer: the modules it keeps in 16 bits, the head and
+``llm_int8_skip_modules``, stay). On fake tensors (``ckptlab.simulate``) neither ``Params4bit`` nor ``Int8Params``
+can wrap a FakeTensor, so the layers keep their real class (``bnb.nn.Linear4bit``/``bnb.nn.Linear8bitLt``, which
+peft's LoRA layers are picked by) and the weight is a fake parameter carrying the real parameter's attributes, made by
+bitsandbytes' own ``quantize_4bit``/``int8_vectorwise_quant`` on fake storage (its ops have fake kernels).
+:func:`prepare` is peft's ``prepare_model_for_kbit_training``.
 
-``import bitsandbytes`` takes seconds: it happens only here, in functions a 4-bit run calls.
+An 8-bit base's step is bitsandbytes' training path on the CPU (``MatMul8bitFp``: the int8 weight dequantized to the
+input's dtype, then ``F.linear``; ``llm_int8_threshold`` is not used there), measured on the CPU and simulated on fake
+CPU tensors alike. On CUDA bitsandbytes runs ``MatMul8bitLt`` instead: it quantizes each input row-wise to int8 and
+keeps for the backward a float16 copy of the input (where the input is not float16) and the input's outlier columns
+(those with a value above ``llm_int8_threshold``, data-dependent, kept in 16 bits). The lab counts neither: for a
+CUDA GPU its figure of an 8-bit base is the CPU path's, a lower bound, and its note says so (``note.int8_cpu_path``).
+
+``import bitsandbytes`` takes seconds: it happens only here, in functions a quantized run calls.
 """
 
 from __future__ import annotations
@@ -33,31 +42,56 @@ from ..files import read_json_object
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 PIP_LINE = "pip install bitsandbytes"
-# BitsAndBytesConfig's fields that a config.json's quantization_config carries and that change no byte of a 4-bit
+# BitsAndBytesConfig's fields that a config.json's quantization_config carries and that change no byte of a
 # step at these values: read and dropped. Any other value, or any other key, is refused.
 _INERT = {
     "quant_method": "bitsandbytes",
     "bnb_4bit_quant_storage": "uint8",
-    "llm_int8_threshold": 6.0,
-    "llm_int8_has_fp16_weight": False,
     "llm_int8_enable_fp32_cpu_offload": False,
 }
+# The fields one width reads and the other ignores (BitsAndBytesConfig ignores them too): held at their defaults.
+_4BIT_ONLY = ("bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype")
+_8BIT_ONLY = ("llm_int8_threshold", "llm_int8_has_fp16_weight")
 _PRIVATE = ("_load_in_4bit", "_load_in_8bit")  # BitsAndBytesConfig.to_dict's copies of load_in_4bit/8bit
 
 
 @dataclass(frozen=True)
 class Quantization:
-    """A 4-bit base: ``BitsAndBytesConfig``'s fields, by their own names and with its defaults."""
+    """A 4-bit or an 8-bit base: ``BitsAndBytesConfig``'s fields, by their own names and with its defaults.
 
-    load_in_4bit: bool = True  # the lab runs 4-bit bases only (load_in_8bit is refused with one message)
+    ``Quantization(load_in_8bit=True)`` is an 8-bit base (``load_in_4bit`` then False); the fields the chosen width
+    does not read are held at their defaults, so two equal settings compare equal.
+    """
+
+    load_in_4bit: bool = True  # a 4-bit base (QLoRA's), unless load_in_8bit
     bnb_4bit_quant_type: str = "fp4"  # "nf4" (QLoRA's) or "fp4" (BitsAndBytesConfig's default)
     bnb_4bit_use_double_quant: bool = False  # the absmax quantized again (8 bits per 64 weights instead of 32)
     bnb_4bit_compute_dtype: str = "float32"  # the dtype Linear4bit computes in; BitsAndBytesConfig's None is float32
     llm_int8_skip_modules: tuple[str, ...] | None = None  # modules kept in 16 bits; None: transformers' own choice
+    load_in_8bit: bool = False  # an 8-bit base (LLM.int8(): bitsandbytes' Linear8bitLt, Int8Params)
+    llm_int8_threshold: float = 6.0  # outliers above it computed in 16 bits on CUDA (the module docstring)
+    llm_int8_has_fp16_weight: bool = False  # True (a 16-bit weight kept and trained beside the int8 one) is refused
 
     def __post_init__(self) -> None:
         if isinstance(self.llm_int8_skip_modules, list):  # JSON gives a list; a tuple keeps the spec hashable
             object.__setattr__(self, "llm_int8_skip_modules", tuple(self.llm_int8_skip_modules))
+        if self.load_in_8bit is True:
+            object.__setattr__(self, "load_in_4bit", False)
+        if isinstance(self.llm_int8_threshold, int) and not isinstance(self.llm_int8_threshold, bool):
+            object.__setattr__(self, "llm_int8_threshold", float(self.llm_int8_threshold))  # JSON's 6 is 6.0
+        ignored = _4BIT_ONLY if self.load_in_8bit is True else _8BIT_ONLY
+        for name in ignored:
+            object.__setattr__(self, name, self.__dataclass_fields__[name].default)
+
+    @property
+    def bits(self) -> int:
+        """8 for an 8-bit base, else 4."""
+        return 8 if self.load_in_8bit is True else 4
+
+    @property
+    def label(self) -> str:
+        """The base's format in one word: the 4-bit quant type ("nf4", "fp4") or "int8"."""
+        return "int8" if self.bits == 8 else self.bnb_4bit_quant_type
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Quantization:
@@ -65,7 +99,8 @@ class Quantization:
         ``quantization_config``) asks for.
 
         Raises:
-            SpecError: a key BitsAndBytesConfig does not have or the lab does not count, a bad value, 8 bits.
+            SpecError: a key BitsAndBytesConfig does not have or the lab does not count, a bad value, neither width or
+                both.
         """
         if not isinstance(config, Mapping):
             raise _value_error("quantization", config, Fact("quantization.expected_object"))
@@ -73,21 +108,26 @@ class Quantization:
         unknown = [
             str(name)
             for name, value in fields.items()
-            if name not in cls.__dataclass_fields__ and name != "load_in_8bit" and _INERT.get(name, _UNSEEN) != value
+            if name not in cls.__dataclass_fields__ and _INERT.get(name, _UNSEEN) != value
         ]
         if unknown:
             raise SpecError(
                 key="spec.quantization_keys",
                 option=Option("quantization"),
                 unknown=", ".join(sorted(unknown))[:200],
-                known=", ".join([*cls.__dataclass_fields__, "load_in_8bit"]),
+                known=", ".join(cls.__dataclass_fields__),
             )
-        if fields.get("load_in_8bit") is True or fields.get("load_in_4bit") is not True:
+        if (fields.get("load_in_4bit") is True) == (fields.get("load_in_8bit") is True):
             raise SpecError(
-                key="spec.quantization_not_4bit",
+                key="spec.quantization_width",
                 option=Option("quantization"),
+                four=fields.get("load_in_4bit", False),
+                eight=fields.get("load_in_8bit", False),
             )
-        kept = {name: value for name, value in fields.items() if name in cls.__dataclass_fields__}
+        ignored = _4BIT_ONLY if fields.get("load_in_8bit") is True else _8BIT_ONLY  # BitsAndBytesConfig's reading too
+        kept = {
+            name: value for name, value in fields.items() if name in cls.__dataclass_fields__ and name not in ignored
+        }
         if kept.get("bnb_4bit_compute_dtype", "float32") is None:
             kept["bnb_4bit_compute_dtype"] = "float32"  # BitsAndBytesConfig's own reading of None
         if isinstance(kept.get("bnb_4bit_compute_dtype"), str):
@@ -98,8 +138,10 @@ class Quantization:
 
     def validate(self) -> None:
         """Raise :class:`SpecError` naming the first bad value."""
-        if self.load_in_4bit is not True:
+        if self.load_in_8bit is not True and self.load_in_4bit is not True:
             raise _value_error("load_in_4bit", self.load_in_4bit, "true")
+        if not isinstance(self.load_in_8bit, bool):
+            raise _value_error("load_in_8bit", self.load_in_8bit, Fact("quantization.expected_bool"))
         if self.bnb_4bit_quant_type not in QUANT_TYPES:
             raise _value_error("bnb_4bit_quant_type", self.bnb_4bit_quant_type, " or ".join(QUANT_TYPES))
         if not isinstance(self.bnb_4bit_use_double_quant, bool):
@@ -111,10 +153,20 @@ class Quantization:
         skip = self.llm_int8_skip_modules
         if skip is not None and not (isinstance(skip, tuple) and all(isinstance(name, str) for name in skip)):
             raise _value_error("llm_int8_skip_modules", skip, Fact("quantization.expected_names"))
+        threshold = self.llm_int8_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, float) or not threshold >= 0:
+            raise _value_error("llm_int8_threshold", threshold, Fact("quantization.expected_threshold"))
+        if self.llm_int8_has_fp16_weight is not False:
+            raise SpecError(
+                key="spec.quantization_fp16_weight",
+                option=Option("llm_int8_has_fp16_weight", self.llm_int8_has_fp16_weight),
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as ``BitsAndBytesConfig(**fields)`` takes them (JSON-ready)."""
-        fields = asdict(self)
+        """The fields the base's width reads, as ``BitsAndBytesConfig(**fields)`` takes them (JSON-ready)."""
+        names = ("load_in_8bit", *_8BIT_ONLY) if self.bits == 8 else ("load_in_4bit", *_4BIT_ONLY)
+        every = asdict(self)
+        fields = {name: every[name] for name in (*names, "llm_int8_skip_modules")}
         if self.llm_int8_skip_modules is not None:
             fields["llm_int8_skip_modules"] = list(self.llm_int8_skip_modules)
         return fields
@@ -125,7 +177,8 @@ class Quantization:
         from transformers import BitsAndBytesConfig
 
         fields = self.to_dict()
-        fields["bnb_4bit_compute_dtype"] = getattr(torch, self.bnb_4bit_compute_dtype)
+        if self.bits == 4:
+            fields["bnb_4bit_compute_dtype"] = getattr(torch, self.bnb_4bit_compute_dtype)
         return BitsAndBytesConfig(**fields)
 
 
@@ -153,7 +206,7 @@ def as_quantization(value: object) -> Quantization | None:
 
 
 def config_quantization(config: Any) -> Quantization | None:
-    """The 4-bit quantization a model's config (its config.json's ``quantization_config``) asks for, or None.
+    """The quantization (4 or 8 bits) a model's config (its config.json's ``quantization_config``) asks for, or None.
 
     Raises:
         SpecError: a bitsandbytes quantization_config the lab does not take.
@@ -181,8 +234,8 @@ def check_installed() -> None:
 
 
 def quantize(model: Any, quantization: Quantization) -> int:
-    """Quantize ``model``'s linear layers to 4 bits in place, as transformers' bitsandbytes integration does when it
-    loads a model (the modules it keeps in 16 bits stay); fake tensors too (the module docstring).
+    """Quantize ``model``'s linear layers to 4 or 8 bits in place, as transformers' bitsandbytes integration does
+    when it loads a model (the modules it keeps in 16 bits stay); fake tensors too (the module docstring).
 
     Returns:
         The number of layers quantized.
@@ -193,9 +246,12 @@ def quantize(model: Any, quantization: Quantization) -> int:
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
     from transformers.pytorch_utils import Conv1D
     from transformers.quantizers.quantizer_bnb_4bit import Bnb4BitHfQuantizer
+    from transformers.quantizers.quantizer_bnb_8bit import Bnb8BitHfQuantizer
 
     config = quantization.bnb_config()
-    quantizer = Bnb4BitHfQuantizer(config)
+    eight = quantization.bits == 8
+    quantizer = Bnb8BitHfQuantizer(config) if eight else Bnb4BitHfQuantizer(config)
+    layer_class = bnb.nn.Linear8bitLt if eight else bnb.nn.Linear4bit
     skip = quantizer.get_modules_to_not_convert(model, config.llm_int8_skip_modules, model._keep_in_fp32_modules)
     old = {name: module for name, module in model.named_modules()}
     # The new modules are made on the meta device, outside a FakeTensorMode that would make their weights fake.
@@ -204,26 +260,30 @@ def quantize(model: Any, quantization: Quantization) -> int:
         replace_with_bnb_linear(model, modules_to_not_convert=skip, quantization_config=config)
     count = 0
     for name, module in model.named_modules():
-        if not isinstance(module, bnb.nn.Linear4bit) or name not in old or old[name] is module:
+        if not isinstance(module, layer_class) or name not in old or old[name] is module:
             continue
         weight = old[name].weight.data
         if isinstance(old[name], Conv1D):  # GPT-2's projections store (in, out): transposed first, as transformers
             weight = weight.T.contiguous()
         if isinstance(weight, FakeTensor):
-            module.weight = _fake_params4bit(module, weight, bnb)
+            module.weight = (_fake_int8params if eight else _fake_params4bit)(module, weight, bnb)
+        elif eight:  # transformers' Bnb8bitQuantize.convert
+            attributes = {key: value for key, value in module.weight.__dict__.items() if key != "SCB"}
+            int8 = bnb.nn.Int8Params(weight.to("cpu"), requires_grad=False, **attributes)
+            module.weight = int8.to(weight.device)  # type: ignore[misc]  # bitsandbytes' overloads of to()
         else:  # transformers' Bnb4bitQuantize.convert
             packed = bnb.nn.Params4bit(weight, requires_grad=False, **module.weight.__dict__)
             module.weight = packed.to(weight.device)  # type: ignore[misc]  # bitsandbytes' overloads of to()
         if old[name].bias is not None:
             module.bias = torch.nn.Parameter(old[name].bias.data, requires_grad=False)
         count += 1
-    model.is_loaded_in_4bit = True  # transformers' _process_model_after_weight_loading; peft reads it
+    # transformers' _process_model_after_weight_loading; peft reads it
+    setattr(model, "is_loaded_in_8bit" if eight else "is_loaded_in_4bit", True)
     return count
 
 
 def _fake_params4bit(module: Any, weight: Any, bnb: Any) -> Any:
     """A fake packed weight with ``Params4bit``'s attributes and a quant state from bitsandbytes' ``quantize_4bit``."""
-    import torch
     from torch._guards import detect_fake_mode
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -244,11 +304,31 @@ def _fake_params4bit(module: Any, weight: Any, bnb: Any) -> Any:
         )
     finally:
         mode.allow_non_fake_inputs = allowed
-    param: Any = torch.nn.Parameter(packed, requires_grad=False)  # on a FakeTensor: the fake tensor, as a parameter
-    for key, value in attributes.items():
-        setattr(param, key, value)
+    param = _fake_parameter(packed, attributes)
     param.quant_state, param.bnb_quantized, param.module = state, True, module
     module.quant_state = state
+    return param
+
+
+def _fake_int8params(module: Any, weight: Any, bnb: Any) -> Any:
+    """A fake int8 weight with ``Int8Params``' attributes (``CB`` the weight itself, ``SCB`` its row scales), made as
+    ``Int8Params._quantize`` makes them: bitsandbytes' ``int8_vectorwise_quant`` of the float16 weight."""
+    import torch
+
+    attributes = dict(module.weight.__dict__)
+    int8, scales, _ = bnb.functional.int8_vectorwise_quant(weight.contiguous().to(torch.float16))
+    param = _fake_parameter(int8, attributes)
+    param.CB, param.SCB = param.data, scales
+    return param
+
+
+def _fake_parameter(tensor: Any, attributes: Mapping[str, Any]) -> Any:
+    """``tensor`` (fake) as a frozen parameter carrying a bitsandbytes parameter's ``attributes``."""
+    import torch
+
+    param: Any = torch.nn.Parameter(tensor, requires_grad=False)  # on a FakeTensor: the fake tensor, as a parameter
+    for key, value in attributes.items():
+        setattr(param, key, value)
     return param
 
 
@@ -271,11 +351,18 @@ def prepare(model: Any) -> int:
 
 
 def quant_state_tensors(model: Any) -> list[Any]:
-    """The tensors of every 4-bit weight's quant state (absmax, their double quantization, the maps): not parameters
-    nor buffers of the model, yet its weights' bytes. Empty for a model without 4-bit layers."""
+    """The tensors of every 4-bit weight's quant state (absmax, their double quantization, the maps) and every 8-bit
+    weight's row scales (``SCB``, on the weight until the layer's first forward, then on its ``MatmulLtState``): not
+    parameters nor buffers of the model, yet its weights' bytes. Empty for a model without quantized layers. (An
+    8-bit weight's ``CB`` is the weight's own storage: a parameter already.)"""
     found: list[Any] = []
     for module in model.modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        weight = getattr(module, "weight", None)
+        for owner in (weight, getattr(module, "state", None)):
+            scales = getattr(owner, "SCB", None)
+            if scales is not None and hasattr(scales, "untyped_storage"):
+                found.append(scales)
+        state = getattr(weight, "quant_state", None)
         while state is not None:
             found += [
                 tensor
@@ -287,12 +374,21 @@ def quant_state_tensors(model: Any) -> list[Any]:
 
 
 def quantization_notes(quantization: Quantization | None, checkpointing: bool) -> list[Any]:
-    """The notes of a step on a 4-bit base: the values it used, and what peft's preparation did to checkpointing."""
-    from ..fact import Fact
-
+    """The notes of a step on a quantized base: the values it used, what peft's preparation did to checkpointing, and
+    for an 8-bit base which of bitsandbytes' paths the figures count (the module docstring)."""
     if quantization is None:
         return []
     skip = quantization.llm_int8_skip_modules
+    prepared = Fact("note.kbit_prepared" if checkpointing else "note.kbit_prepared_off")
+    if quantization.bits == 8:
+        eight = Fact(
+            "note.quantized_base_8bit",
+            {
+                "threshold": quantization.llm_int8_threshold,
+                "skip": "None" if skip is None else ", ".join(skip),
+            },
+        )
+        return [eight, prepared, Fact("note.int8_cpu_path", {"threshold": quantization.llm_int8_threshold})]
     used = Fact(
         "note.quantized_base",
         {
@@ -302,7 +398,7 @@ def quantization_notes(quantization: Quantization | None, checkpointing: bool) -
             "skip": "None" if skip is None else ", ".join(skip),
         },
     )
-    return [used, Fact("note.kbit_prepared" if checkpointing else "note.kbit_prepared_off")]
+    return [used, prepared]
 
 
 MAX_FILE_BYTES = 65_536  # a BitsAndBytesConfig JSON is a few hundred bytes
@@ -328,14 +424,21 @@ def load_quantization_file(path: str | os.PathLike[str]) -> Quantization:
 
 
 def model_quantization(model: Any) -> Quantization | None:
-    """The 4-bit setting a model's ``Linear4bit`` layers were made with (a PeftModel's base too), read from the
-    layers themselves; None for a model without one. ``llm_int8_skip_modules`` is not read back (None)."""
+    """The setting a model's ``Linear4bit`` or ``Linear8bitLt`` layers were made with (a PeftModel's base too), read
+    from the layers themselves; None for a model without one. ``llm_int8_skip_modules`` is not read back (None)."""
     import sys
 
-    bnb = sys.modules.get("bitsandbytes")  # a model with Linear4bit layers has imported it
+    bnb = sys.modules.get("bitsandbytes")  # a model with quantized layers has imported it
     if bnb is None:
         return None
     for module in model.modules():
+        if isinstance(module, bnb.nn.Linear8bitLt):
+            state = module.state
+            return Quantization(
+                load_in_8bit=True,
+                llm_int8_threshold=float(state.threshold),
+                llm_int8_has_fp16_weight=bool(state.has_fp16_weights),
+            )
         if isinstance(module, bnb.nn.Linear4bit):
             weight = module.weight
             compute = getattr(module, "compute_dtype", None)

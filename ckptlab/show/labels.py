@@ -79,7 +79,13 @@ def training_label(spec: RunSpec, lang: str = "en") -> str:
     if spec.lora_rank is None:
         return t("breakdown.training_full", lang, optimizer=optimizer)
     if spec.quantization is not None:
-        return t("breakdown.training_qlora", lang, optimizer=optimizer, rank=spec.lora_rank)
+        eight = spec.quantization.bits == 8
+        return t(
+            "breakdown.training_8bit" if eight else "breakdown.training_qlora",
+            lang,
+            optimizer=optimizer,
+            rank=spec.lora_rank,
+        )
     return t("breakdown.training_lora", lang, optimizer=optimizer, rank=spec.lora_rank)
 
 

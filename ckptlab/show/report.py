@@ -85,7 +85,10 @@ def training_name(spec: RunSpec) -> str:
     if spec.lora_targets:
         tuned = t("cli.training_lora_on", lora=tuned, targets=", ".join(spec.lora_targets))
     if spec.quantization is not None:
-        tuned = t("cli.training_qlora", tuned=tuned, quant_type=spec.quantization.bnb_4bit_quant_type)
+        if spec.quantization.bits == 8:
+            tuned = t("cli.training_8bit", tuned=tuned)
+        else:
+            tuned = t("cli.training_qlora", tuned=tuned, quant_type=spec.quantization.bnb_4bit_quant_type)
     if spec.optimizer == "none":
         parts = [tuned, t("cli.training_no_optimizer")]
     else:

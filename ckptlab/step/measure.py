@@ -109,7 +109,10 @@ def measure(
     else:
         ready = check_spec(spec, info)
     spec, device, dtype = ready.spec, ready.device, ready.dtype  # the spec with its folder's quantization
-    if (spec.quantization is not None) != bool(getattr(model, "is_loaded_in_4bit", False)):
+    bits = (
+        8 if getattr(model, "is_loaded_in_8bit", False) else 4 if getattr(model, "is_loaded_in_4bit", False) else None
+    )
+    if (spec.quantization and spec.quantization.bits) != bits:
         raise SpecError(key="api.measure_model_quantization")
     check_optimizer_runs(spec, device_type=device.type)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)

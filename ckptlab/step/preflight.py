@@ -117,7 +117,7 @@ def check_spec(spec: RunSpec, info: ModelInfo | None = None) -> CheckedSpec:
 
 
 def with_folder_quantization(spec: RunSpec) -> RunSpec:
-    """``spec`` with the 4-bit quantization its model's config.json asks for (a "-bnb-4bit" folder's
+    """``spec`` with the 4-bit or 8-bit quantization its model's config.json asks for (a "-bnb-4bit" or "-bnb-8bit" folder's
     ``quantization_config``) where the spec names none; else ``spec`` itself.
 
     Raises:
@@ -140,7 +140,7 @@ def refuse_beyond_machine(checked: CheckedSpec) -> None:
     """
     info, dtype, device = checked.info, checked.dtype, checked.device
     quantization = checked.spec.quantization
-    stored = None if quantization is None else (base_bytes(checked.spec, info, dtype), quantization.bnb_4bit_quant_type)
+    stored = None if quantization is None else (base_bytes(checked.spec, info, dtype), quantization.label)
     check_fits(info, dtype, device, stored)
     # A LoRA base is frozen, so "parameters and their gradients" overcounts it: its floor (the adapters and their
     # gradients) is step_floor's, which then names the rank.

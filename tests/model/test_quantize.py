@@ -4,6 +4,7 @@ and the model as transformers and peft make it, measured and simulated."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -17,6 +18,40 @@ QLORA = {
     "bnb_4bit_use_double_quant": True,
     "bnb_4bit_compute_dtype": "float32",
 }
+
+
+INT8 = {"load_in_8bit": True, "llm_int8_threshold": 6.0}
+
+
+def test_an_8bit_setting_is_read_strictly_round_trips_and_comes_from_a_bnb_8bit_folder(tmp_path):
+    """Issue 46: load_in_8bit (LLM.int8()) with its own fields; the 4-bit fields it ignores held at their defaults."""
+    from transformers import BitsAndBytesConfig
+
+    from ckptlab.model.catalog import load_config
+    from ckptlab.step.preflight import with_folder_quantization
+
+    spec = RunSpec(model="tiny-llama", lora_rank=8, quantization={**INT8, "llm_int8_skip_modules": ["o_proj"]})
+    spec.validate()
+    assert spec.quantization == Quantization(load_in_8bit=True, llm_int8_skip_modules=("o_proj",))
+    assert (spec.quantization.bits, spec.quantization.label, spec.quantization.load_in_4bit) == (8, "int8", False)
+    assert RunSpec(**json.loads(json.dumps(spec.to_dict()))) == spec
+    assert spec.quantization.to_dict() == {
+        "load_in_8bit": True,
+        "llm_int8_threshold": 6.0,
+        "llm_int8_has_fp16_weight": False,
+        "llm_int8_skip_modules": ["o_proj"],
+    }
+    # A "-bnb-8bit" checkpoint's quantization_config, as BitsAndBytesConfig.to_dict writes it (every field).
+    written = BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=5.0).to_dict()
+    config = load_config("tiny-llama")[0].to_dict()
+    config["quantization_config"] = written
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    found = with_folder_quantization(RunSpec(model=str(tmp_path), lora_rank=4)).quantization
+    assert found == Quantization(load_in_8bit=True, llm_int8_threshold=5.0)
+    assert Quantization.from_config({"load_in_8bit": True, "llm_int8_threshold": 6}) == Quantization(load_in_8bit=True)
+    with pytest.raises(SpecError) as caught:
+        RunSpec(quantization={**INT8, "llm_int8_threshold": "high"})
+    assert caught.value.key == "spec.quantization_value"
 
 
 def test_the_setting_is_read_strictly_and_round_trips_through_json(tmp_path):
@@ -39,7 +74,8 @@ def test_the_setting_is_read_strictly_and_round_trips_through_json(tmp_path):
 
     refusals = {
         "spec.quantization_keys": lambda: RunSpec(quantization={**QLORA, "bnb_4bit_quant_tpye": "nf4"}),
-        "spec.quantization_not_4bit": lambda: RunSpec(quantization={"load_in_8bit": True}),
+        "spec.quantization_width": lambda: RunSpec(quantization={**QLORA, "load_in_8bit": True}),
+        "spec.quantization_fp16_weight": lambda: RunSpec(quantization={**INT8, "llm_int8_has_fp16_weight": True}),
         "spec.quantization_value": lambda: RunSpec(quantization={**QLORA, "bnb_4bit_quant_type": "nf3"}),
         "spec.quantization_without_lora": RunSpec(quantization=QLORA).validate,
         "spec.quantization_file": lambda: load_quantization_file(tmp_path / "missing.json"),
@@ -93,3 +129,55 @@ def test_the_preflight_floor_counts_a_4_bit_base_at_the_bytes_the_built_model_ho
     assert step_floor(sixteen_bit, info, torch.bfloat16) - step_floor(spec, info, torch.bfloat16) == (
         info.num_params * 2 - held
     )
+
+
+@pytest.mark.slow  # bitsandbytes' import, a real CPU step and its simulation on tiny-llama
+def test_the_simulation_of_an_8bit_base_equals_its_measured_cpu_step_per_category(monkeypatch):
+    """Issue 46: an 8-bit base (Linear8bitLt, Int8Params) made as transformers loads one, measured on the CPU and
+    simulated on fake tensors: equal per category, the row scales (SCB) counted as parameters, and the notes say the
+    figures are bitsandbytes' CPU path (a CUDA GPU's outlier columns and float16 input copies are not counted)."""
+    import torch
+
+    import ckptlab
+    from ckptlab.explore.predict import predict
+    from ckptlab.model.lora import adapter_parameters, projection_shapes
+    from ckptlab.model.quantize import model_quantization, quant_state_tensors
+
+    spec = RunSpec(model="tiny-llama", seq_len=16, repeats=1, warmup=0, lora_rank=8, quantization=INT8, device="cpu")
+    # What note.int8_cpu_path says: a training step takes bitsandbytes' CPU path (MatMul8bitFp), never MatMul8bitLt
+    # (CUDA's, with the outlier columns and float16 input copies), so the threshold changes no byte of it.
+    from bitsandbytes.autograd import _functions as bnb_functions
+
+    def cuda_path(*args: object, **kwargs: object) -> None:
+        raise AssertionError("MatMul8bitLt ran: note.int8_cpu_path no longer says what the step does")
+
+    monkeypatch.setattr(bnb_functions.MatMul8bitLt, "forward", staticmethod(cuda_path))
+    measured, simulated = ckptlab.measure(spec), ckptlab.simulate(spec)
+    no_outliers = replace(spec, quantization=Quantization(load_in_8bit=True, llm_int8_threshold=0.0))
+    assert ckptlab.simulate(no_outliers).memory.breakdown_at_peak == simulated.memory.breakdown_at_peak
+    for result in (measured, simulated):
+        assert [fact.key for fact in result.notes[:3]] == [
+            "note.quantized_base_8bit",
+            "note.kbit_prepared",
+            "note.int8_cpu_path",
+        ]
+    for category, value in measured.memory.breakdown_at_peak.items():
+        print(category, value, simulated.memory.breakdown_at_peak.get(category))
+        assert simulated.memory.breakdown_at_peak.get(category) == pytest.approx(value, rel=0.01), category
+    assert simulated.memory.peak_bytes == pytest.approx(measured.memory.peak_bytes, rel=0.01)
+    # The parameters: the int8 weights, their float32 row scales (SCB), the float32 embeddings, norms and head
+    # (peft's cast), and the float32 adapters; predict counts the base from the same build on fake tensors.
+    model, _ = ckptlab.build_model("tiny-llama", quantization=spec.quantization)
+    assert model_quantization(model) == spec.quantization
+    int8 = [module for module in model.modules() if type(module).__name__ == "Linear8bitLt"]
+    assert int8 and all(module.weight.dtype == torch.int8 for module in int8)
+    scales = sum(tensor.untyped_storage().nbytes() for tensor in quant_state_tensors(model))
+    assert scales == 4 * sum(module.out_features for module in int8)  # one float32 scale per output row
+    base = sum(param.untyped_storage().nbytes() for param in model.parameters()) + scales
+    adapters = 4 * adapter_parameters(8, projection_shapes(model))
+    print("parameters: measured", measured.memory.breakdown_baseline["parameter"], "base", base, "scales", scales)
+    assert measured.memory.breakdown_baseline["parameter"] == base + adapters
+    shape = {"seq_len": 16, "lora_rank": 8, "device": "cpu", "dtype": "float32", "every_n_layers": [1]}
+    (_, predicted) = predict("tiny-llama", quantization=spec.quantization, **shape)
+    (_, sixteen_bit) = predict("tiny-llama", **shape)
+    assert predicted.parameter_bytes == simulated.memory.breakdown_baseline["parameter"] < sixteen_bit.parameter_bytes
