@@ -212,7 +212,8 @@ def job_buttons(
 
     job = state.get(f"{prefix}_job")
     running = job is not None and job.state().running
-    *columns, stop_column, _ = st.columns([2 / len(starts)] * len(starts) + [1, 3])  # the starts share two parts
+    # One or two starts share two parts; three or more take one each, so that none is squeezed to a word a line.
+    *columns, stop_column, _ = st.columns([max(2 / len(starts), 1.0)] * len(starts) + [1, 3])
     for index, (column, (label, key, make, help)) in enumerate(zip(columns, starts)):
         column.button(
             label,
