@@ -212,7 +212,11 @@ def job_buttons(
 
     job = state.get(f"{prefix}_job")
     running = job is not None and job.state().running
-    *columns, stop_column, _ = st.columns([2 / len(starts)] * len(starts) + [1, 3])  # the starts share two parts
+    # One or two starts share two parts left of Stop and an empty column; three or more fill the row with Stop, each
+    # half as wide again as it, so that no label is cut to an ellipsis ("Sequência mais longa" at 1280 pixels).
+    few = len(starts) <= 2
+    widths = [2 / len(starts)] * len(starts) + [1, 3] if few else [1.5] * len(starts) + [1]
+    *columns, stop_column = st.columns(widths)[: len(starts) + 1]
     for index, (column, (label, key, make, help)) in enumerate(zip(columns, starts)):
         column.button(
             label,

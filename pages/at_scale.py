@@ -1,10 +1,11 @@
 """At scale: a real model size on a GPU you do not have, every checkpointing setting simulated.
 
 A flat page: read the widgets, start a :class:`ckptlab.lab.scalejob.ScaleJob` (the simulations on
-a thread, one after another, so the page stays responsive and Stop keeps what is done) or a
-:class:`~ckptlab.lab.scalejob.SearchJob` (the fewest GPUs that fit), poll it in a fragment with a
+a thread, one after another, so the page stays responsive and Stop keeps what is done), a
+:class:`~ckptlab.lab.scalejob.SearchJob` (the fewest GPUs that fit) or a
+:class:`~ckptlab.lab.scalejob.LongestJob` (the longest sequence that fits, per setting), poll it in a fragment with a
 progress bar, then draw the core's figures from what is kept in the session (``at_scale_job``,
-``at_scale_table``, ``at_scale_found``, ``at_scale_error``; the diagram drawn is ``at_scale_show``'s setting:
+``at_scale_table``, ``at_scale_found``, ``at_scale_longest``, ``at_scale_error``; the diagram drawn is ``at_scale_show``'s setting:
 the verdict's, until the person picks another). Past one GPU each
 setting is simulated under FSDP2 (rank 0's memory). Changing the GPU or the budget only redraws.
 The shape lives in the URL, so a link restores it; nothing heavy runs before a button.
@@ -20,11 +21,12 @@ import streamlit as st
 
 from ckptlab.explore.budget import GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
+from ckptlab.explore.longest import LongestTable
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
 from ckptlab.lab.labpage import folder_info, hub_name_problem
 from ckptlab.lab.query import gpus_from_query, spec_from_query
-from ckptlab.lab.scalejob import ScaleJob, ScaleJobState, SearchJob, remember
+from ckptlab.lab.scalejob import LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT, HUB, LOCAL, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.stepboxes import QUERY_KEYS, step_widget_values
@@ -119,14 +121,15 @@ def draw_buttons(
     policy: ServerPolicy,
     lang: str,
 ) -> bool:
-    """Simulate, Search GPUs and Stop, and the last start's error; returns whether a job is running.
+    """Simulate, Search GPUs, Longest sequence and Stop, and the last start's error; returns whether a job is running.
 
     ``policy``: the server's; a job past its seconds per run is ended (in a worker process, at once; in
     this process, between two simulations), and so is a job whose session is gone.
     """
 
-    def job(search: bool) -> ScaleJob | SearchJob:
-        """Every setting simulated (``search``: the fewest GPUs that fit looked for) on a thread; :func:`poll` polls."""
+    def job(kind: str) -> ScaleJob | SearchJob | LongestJob:
+        """Every setting simulated, the fewest GPUs that fit looked for (``kind`` "search") or the longest sequence
+        per setting (``kind`` "longest", :func:`scalepage.longest_settings`) on a thread; :func:`poll_job` polls."""
         cache = simulation_cache()
         how = {
             "known": cache,
@@ -137,11 +140,16 @@ def draw_buttons(
             "alive": session_alive(),
             "memory_cap_bytes": policy.memory_cap_bytes,
         }
-        return SearchJob(replace(request, world_size=1), budget, **how) if search else ScaleJob(request, **how)
+        if kind == "search":
+            return SearchJob(replace(request, world_size=1), budget, **how)
+        if kind == "longest":
+            return LongestJob(request, budget, settings=scalepage.longest_settings(request), **how)
+        return ScaleJob(request, **how)
 
     starts = [
-        (t("at_scale.simulate", lang), "at_scale_run", lambda: job(search=False), None),
-        (t("at_scale.search", lang), "at_scale_search", lambda: job(search=True), t("at_scale.search_help", lang)),
+        (t("at_scale.simulate", lang), "at_scale_run", lambda: job("table"), None),
+        (t("at_scale.search", lang), "at_scale_search", lambda: job("search"), t("at_scale.search_help", lang)),
+        (t("at_scale.longest", lang), "at_scale_longest_run", lambda: job("longest"), t("at_scale.longest_help", lang)),
     ]
     running = job_buttons("at_scale", starts, t("at_scale.stop", lang), lang, blocked=problem)
     if st.session_state.get("at_scale_error"):
@@ -165,6 +173,22 @@ def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_lab
         launch.code(code.trainer_code, language="python", wrap_lines=True)
         setup.caption(t("at_scale.code_model", lang) if found.gpus == 1 else t("at_scale.code_fsdp", lang))
         setup.code(code.model_code, language="python", wrap_lines=True)
+
+
+def draw_longest(found: LongestTable, request: ScaleRequest, budget: int, budget_label: str, lang: str) -> None:
+    """The longest-sequence search's answer: which setting reaches the longest, and its table per setting."""
+    st.subheader(t("at_scale.longest_header", lang), anchor=False)
+    if not scalepage.longest_is_for(found, request, budget):
+        st.info(t("at_scale.longest_changed", lang))
+    if found.cancelled:
+        st.warning(t("at_scale.longest_stopped", lang, done=len(found.rows), total=len(found.settings)))
+    if not found.rows:
+        return
+    answer = scalepage.longest_verdict(found, budget, budget_label, lang)
+    getattr(st, answer.kind)(answer.text)
+    st.caption(scalepage.longest_summary(found, lang))
+    rows = scalepage.longest_rows(found, lang)
+    st.dataframe(rows, hide_index=True, key="at_scale_longest_view", height=scalepage.table_height(len(rows)))
 
 
 def float32_under_bf16() -> None:
@@ -365,10 +389,12 @@ def keep_simulations(snapshot: ScaleJobState) -> None:
         state.at_scale_table = snapshot.table
     if snapshot.search is not None:
         state.at_scale_found = snapshot.search
+    if snapshot.longest is not None:
+        state.at_scale_longest = snapshot.longest
 
 
-def simulation_words(job: ScaleJob | SearchJob, snapshot: ScaleJobState) -> str:
-    total = None if isinstance(job, SearchJob) else len(job.request.settings)
+def simulation_words(job: ScaleJob | SearchJob | LongestJob, snapshot: ScaleJobState) -> str:
+    total = len(job.request.settings) if isinstance(job, ScaleJob) else None  # a search: so many simulated
     return scalepage.progress_words(len(snapshot.results), total, snapshot.message, snapshot.stop_requested, lang)
 
 
@@ -378,9 +404,17 @@ found: GpuSearch | None = state.get("at_scale_found")
 if found is not None:
     draw_search(found, request, budget, budget_label, lang)
 
+longest: LongestTable | None = state.get("at_scale_longest")
+if longest is not None:
+    try:
+        draw_longest(longest, request, budget, budget_label, lang)
+    except Exception as error:  # drawing must never take the page down
+        failure(t("at_scale.draw_failed", lang), f"{type(error).__name__}: {error}", t("at_scale.details", lang))
+
 table: ScaleTable | None = state.get("at_scale_table")
 if table is None:
-    if not running and not problem and found is None:  # with a problem the error above says what to change
+    # With a problem the error above says what to change.
+    if not running and not problem and found is None and longest is None:
         st.info(t("at_scale.press", lang))
     st.stop()
 

@@ -10,6 +10,7 @@ import pytest
 
 from ckptlab import RunSpec
 from ckptlab.errors import CkptlabError
+from ckptlab.explore.longest import check_budget
 from ckptlab.explore.sweep import SweepSpec
 from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import ServerPolicy
@@ -50,6 +51,7 @@ def keyed_errors(tmp_path) -> list[CkptlabError]:
     found.append(_raised(lambda: policy.check(RunSpec(seq_len=128), describe("tiny-llama"), on_cpu=True)))
     found += _folder_errors(tmp_path)
     found.append(_raised(lambda: check_simulated_selective(RunSpec(selective="attention", world_size=2, fsdp=True))))
+    found.append(_raised(lambda: check_budget(0)))  # the longest sequence with no memory to fit
     found += [
         _raised(SweepSpec(every_n_layers=(1,), **changes).validate)
         for changes in (

@@ -9,13 +9,20 @@ that does not. Whether a peak fits is :func:`ckptlab.explore.budget.fit`'s one r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..errors import Option, RunStoppedError, SpecError
+from ..fact import Fact
 from ..model import catalog
+from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import MAX_TOKENS, RunSpec, Setting
+from ..step.stopping import DONE, Cancel, Progress, label, prefixed, stopper
+from ..step.table import TableSimulation
 from .budget import fit
+from .scale import ScaleRequest
 
 MIN_SEQ = 16  # the shortest sequence tried: below it nothing of interest fits that this does not
 MAX_SIMULATIONS = 40  # a bound on one search; a near-linear peak needs about six
@@ -128,3 +135,101 @@ def longest_seq(
             else:
                 high = middle
     return answer(low, high)
+
+
+@dataclass(frozen=True)
+class LongestTable:
+    """The longest sequence of each of a request's settings within one budget (the At-scale page's search)."""
+
+    request: ScaleRequest  # the shape, the recipe and the GPUs searched (its seq_len: every search's first guess)
+    budget_bytes: int
+    rows: tuple[LongestSeq, ...]  # one per setting searched, in the order asked
+    settings: tuple[Setting, ...]  # the settings asked for (more than ``rows`` when stopped)
+    cancelled: bool  # stopped before every setting was searched
+    elapsed_s: float
+    simulated: int  # simulations run now (the others reused)
+
+
+def check_budget(budget_bytes: object) -> int:
+    """``budget_bytes`` when it is a whole number of bytes above 0: the memory a search needs to fit.
+
+    Raises:
+        SpecError: no budget (None, 0, a negative or a non-integer).
+    """
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0:
+        raise SpecError(key="longest.no_budget", option=Option("budget_bytes", budget_bytes))
+    return budget_bytes
+
+
+def longest_table(
+    request: ScaleRequest,
+    budget_bytes: int,
+    settings: Sequence[Setting],
+    *,
+    known: Mapping[RunSpec, RunResult] | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+    info: ModelInfo | None = None,
+) -> LongestTable:
+    """:func:`longest_seq` for each of ``settings`` at ``request``'s shape and recipe, one after another.
+
+    Args:
+        request: the model, batch, dtype, recipe and GPUs (``request.spec(setting)``); its seq_len is the first guess.
+        budget_bytes: one GPU's memory (:func:`check_budget`).
+        settings: the checkpointing settings to search.
+        known: results already simulated, by spec (a page's cache); reused, not simulated again.
+        on_result: called with each result simulated now.
+        progress: called with a message and the fraction of the settings done.
+        cancel: a ``threading.Event`` or a function returning True to stop; asked before each simulation. A
+            stopped table keeps the settings searched to their end and says ``cancelled``.
+        info: the model's description if the caller has it.
+
+    Returns:
+        A :class:`LongestTable`.
+
+    Raises:
+        SpecError, ModelLoadError: bad input, before anything is simulated.
+    """
+    started = time.monotonic()
+    check_budget(budget_bytes)
+    request.check(info)
+    report = progress or (lambda message, fraction: None)
+    stopped = stopper(cancel)
+    known = known or {}
+    table = TableSimulation()  # the settings share their shallow steps at each length tried
+    rows: list[LongestSeq] = []
+    simulated = 0
+    for index, setting in enumerate(settings):
+        tried: list[int] = []
+
+        def simulate(spec: RunSpec, index: int = index, tried: list[int] = tried) -> RunResult:
+            nonlocal simulated
+            if stopped():
+                raise RunStoppedError(key="run.stopped")
+            result = known.get(spec)
+            if result is None:
+                prefix = Fact("progress.longest_try", {"setting": Setting.of(spec).key, "seq_len": spec.seq_len})
+                # A search takes about six to ten simulations: each takes a fifth of the setting's share left.
+                before, after = 1 - 0.8 ** len(tried), 1 - 0.8 ** (len(tried) + 1)
+
+                def within(message: Fact, fraction: float) -> None:
+                    done = index + before + (after - before) * fraction
+                    report(prefixed(prefix, message), done / len(settings))
+
+                result = table.result(spec, progress=within)
+                simulated += 1
+                if on_result is not None:
+                    on_result(result)
+            tried.append(spec.seq_len)
+            return result
+
+        try:
+            rows.append(longest_seq(request.spec(setting), budget_bytes, simulate=simulate))
+        except RunStoppedError:
+            break
+        report(prefixed(label(setting.key), DONE), (index + 1) / len(settings))
+    cancelled = len(rows) < len(settings)
+    return LongestTable(
+        request, budget_bytes, tuple(rows), tuple(settings), cancelled, time.monotonic() - started, simulated
+    )

@@ -1,5 +1,6 @@
 """At scale on a thread, for a page: :func:`~ckptlab.explore.scale.scale_table` as a background job,
-and :func:`~ckptlab.explore.gpu_search.cheapest_that_fits` (the GPU search) as another.
+:func:`~ckptlab.explore.gpu_search.cheapest_that_fits` (the GPU search) as another, and
+:func:`~ckptlab.explore.longest.longest_table` (the longest sequence per setting) as a third.
 
 A click on a page reruns its script and would interrupt a simulation made inside it; a
 :class:`ScaleJob` is polled instead, and Stop keeps what was simulated. :func:`remember`
@@ -17,11 +18,12 @@ from typing import Any
 
 from ..errors import CkptlabError, RunStoppedError
 from ..explore.gpu_search import GPU_COUNTS, GpuSearch, searched_counts
+from ..explore.longest import LongestTable, check_budget
 from ..explore.scale import ScaleRequest, ScaleTable
 from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..results import RunResult
-from ..spec import RunSpec
+from ..spec import RunSpec, Setting
 from .jobs import BackgroundJob
 from .workers import WorkerPool
 
@@ -39,6 +41,7 @@ class ScaleJobState:
     stop_requested: bool  # Stop was pressed
     search: GpuSearch | None = None  # a SearchJob's answer, when finished
     failure: CkptlabError | None = None  # the lab's error behind ``error`` (a page says it in its language)
+    longest: LongestTable | None = None  # a LongestJob's answer, when finished (stopped: the settings searched)
 
 
 class _SimulationJob(BackgroundJob):
@@ -67,7 +70,7 @@ class _SimulationJob(BackgroundJob):
         self.request = request
         self._known = known
         self._on_result_outer = on_result
-        self._answer: ScaleTable | GpuSearch | None = None
+        self._answer: ScaleTable | GpuSearch | LongestTable | None = None
         self.limit_s = limit_s
         super().__init__(self._THREAD, alive=alive)
 
@@ -86,7 +89,7 @@ class _SimulationJob(BackgroundJob):
         """What :attr:`_JOB` is given after its context, before the known results and the model's description."""
         return (self.request,)
 
-    def _partial(self) -> ScaleTable | GpuSearch | None:
+    def _partial(self) -> ScaleTable | GpuSearch | LongestTable | None:
         """What a failed job leaves: nothing, unless a subclass keeps what was simulated."""
         return None
 
@@ -128,6 +131,7 @@ class _SimulationJob(BackgroundJob):
                 self._stop.is_set(),
                 answer if isinstance(answer, GpuSearch) else None,
                 self._failure if isinstance(self._failure, CkptlabError) else None,
+                answer if isinstance(answer, LongestTable) else None,
             )
 
     def _collect(self, result: RunResult) -> None:
@@ -189,6 +193,34 @@ class SearchJob(_SimulationJob):
 
     def _args(self) -> tuple[Any, ...]:
         return (self.request, self.budget_bytes, self.counts)
+
+
+class LongestJob(_SimulationJob):
+    """:func:`~ckptlab.explore.longest.longest_table` on a background thread, polled like a :class:`ScaleJob`;
+    ``stop()`` ends it before its next simulation, keeping the settings searched to their end.
+
+    Args:
+        request: the shape and the recipe (its settings aside); checked in the constructor.
+        budget_bytes: one GPU's memory; none (0, None) is refused here, not on the thread.
+        settings: the settings to search, in order.
+        options: ``known``, ``on_result``, ``info``, ``limit_s``, ``workers``, ``alive``, ``memory_cap_bytes``, as
+            in :class:`ScaleJob`.
+
+    Raises:
+        SpecError, ModelLoadError: bad input.
+    """
+
+    _THREAD, _JOB = "ckptlab-longest", "longest_request"
+
+    def __init__(
+        self, request: ScaleRequest, budget_bytes: int, *, settings: tuple[Setting, ...], **options: Any
+    ) -> None:
+        self.budget_bytes = check_budget(budget_bytes)
+        super().__init__(request, **options)
+        self.settings = settings
+
+    def _args(self) -> tuple[Any, ...]:
+        return (self.request, self.budget_bytes, self.settings)
 
 
 _REMEMBER_LOCK = threading.Lock()  # jobs of several sessions may share one cache

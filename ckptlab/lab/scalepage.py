@@ -15,6 +15,7 @@ from typing import Any, Literal
 from ..errors import CkptlabError
 from ..explore.budget import GPUS, fit, fits, gpu_name
 from ..explore.gpu_search import GpuSearch, SearchCode
+from ..explore.longest import LongestTable
 from ..explore.scale import (
     SIMULATION_DTYPES,
     EveryN,
@@ -428,6 +429,91 @@ def _search_verdict(search: GpuSearch, budget_label: str, counted: str, lang: st
 def search_is_for(search: GpuSearch, request: ScaleRequest, budget: int) -> bool:
     """True when ``search`` answered this shape, these settings and this budget (the GPUs chosen aside)."""
     return search.budget_bytes == budget and replace(search.request, world_size=1) == replace(request, world_size=1)
+
+
+def longest_settings(request: ScaleRequest) -> tuple[Setting, ...]:
+    """The settings the longest-sequence search runs: those of the page's at n=1 and checkpointing off.
+
+    Off and n=1 are the ends: every layer checkpointed keeps the fewest activations, none the most, so the
+    longest sequence of any other n lies between theirs. The offload twin and the selective policies the page
+    simulates sit at n=1, beside it. A search costs six to ten simulations: the page's eleven settings of an 8B
+    model would be a hundred, where these are two to four.
+    """
+    return tuple(setting for setting in request.settings if setting.every_n_layers in (None, 1))
+
+
+def longest_is_for(found: LongestTable, request: ScaleRequest, budget: int) -> bool:
+    """True when ``found`` answered this model, recipe, GPUs and budget and these settings; the page's sequence
+    length aside, which is only the search's first guess."""
+    same = replace(found.request, seq_len=0, settings=()) == replace(request, seq_len=0, settings=())
+    return same and found.budget_bytes == budget and found.settings == longest_settings(request)
+
+
+def longest_verdict(found: LongestTable, budget: int, budget_label: str, lang: str) -> Verdict:
+    """The longest sequence of all the settings searched and which setting reaches it, or that nothing fits.
+
+    ``budget``, ``budget_label``: the page's; the search's own budget in GiB where it was for another.
+    """
+    label = budget_label if found.budget_bytes == budget else f"{found.budget_bytes / GIB:g} GiB"
+    best = max(found.rows, key=lambda row: row.seq_len)  # the first of equals: the least recompute
+    if best.seq_len == 0 or best.peak_bytes is None:
+        lowest = min(found.rows, key=lambda row: row.over_peak_bytes or 0)
+        text = i18n.t(
+            "at_scale.longest_none",
+            lang,
+            seq=lowest.over_seq_len or 0,
+            budget=label,
+            peak=(lowest.over_peak_bytes or 0) / GIB,
+            setting=lowest.setting,
+        )
+        return Verdict("error", text, None)
+    text = i18n.t(
+        "at_scale.longest_best", lang, budget=label, seq=best.seq_len, setting=best.setting, peak=best.peak_bytes / GIB
+    )
+    if best.over_seq_len is None:
+        text += i18n.t("at_scale.longest_at_limit", lang, limit=best.limit)
+    return Verdict("success", text, None)
+
+
+def longest_summary(found: LongestTable, lang: str) -> str:
+    """One line: where the figures come from (simulated), the model, batch and GPUs, what was searched and how long."""
+    return i18n.t(
+        "at_scale.longest_summary",
+        lang,
+        provenance=provenance_label("simulated", lang),
+        model=found.request.model,
+        batch=found.request.batch_size,
+        gpus=gpus_label(found.request.world_size, lang),
+        count=len(found.rows),
+        elapsed=duration(found.elapsed_s, lang),
+        simulated=found.simulated,
+    )
+
+
+def longest_rows(found: LongestTable, lang: str) -> list[dict]:
+    """The search's table: per setting, the longest ``seq_len`` that fits and its simulated peak, then the shortest
+    length that does not and its peak (or that the model's limit fits), GiB per GPU."""
+    out = []
+    for row in found.rows:
+        if row.over_seq_len is None:
+            after = i18n.t("at_scale.longest_limit_fits", lang, limit=row.limit)
+        else:
+            after = i18n.number(row.over_seq_len, ",", lang)
+        out.append(
+            {
+                i18n.t("at_scale.col_setting", lang): row.setting,
+                i18n.t("at_scale.col_longest", lang): row.seq_len,
+                i18n.t("at_scale.col_longest_peak", lang): _gib(row.peak_bytes),
+                i18n.t("at_scale.col_next", lang): after,
+                i18n.t("at_scale.col_next_peak", lang): _gib(row.over_peak_bytes),
+                i18n.t("at_scale.col_simulations", lang): row.simulations,
+            }
+        )
+    return out
+
+
+def _gib(size: int | None) -> float | None:
+    return None if size is None else round(size / GIB, 2)
 
 
 def peak_header(gpus: int, lang: str) -> str:

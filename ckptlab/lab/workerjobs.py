@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from transformers import PreTrainedModel
 
 from ..explore.gpu_search import GpuSearch, cheapest_that_fits
+from ..explore.longest import LongestTable, longest_table
 from ..explore.scale import ScaleRequest, ScaleTable, scale_table
 from ..explore.sweep import SweepResult, SweepSpec, sweep
 from ..model.catalog import ModelInfo
 from ..results import RunResult
-from ..spec import RunSpec
+from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
 from ..step.simulate import simulate
@@ -90,6 +91,21 @@ def search_request(
     """:func:`ckptlab.explore.gpu_search.cheapest_that_fits`, each simulation sent as it is made."""
     return cheapest_that_fits(
         request, budget_bytes, counts=counts, known=known, on_result=context.collect,
+        progress=context.progress, cancel=context.cancelled, info=info,
+    )  # fmt: skip
+
+
+def longest_request(
+    context: JobContext,
+    request: ScaleRequest,
+    budget_bytes: int,
+    settings: tuple[Setting, ...],
+    known: Mapping[RunSpec, RunResult] | None,
+    info: ModelInfo | None,
+) -> LongestTable:
+    """:func:`ckptlab.explore.longest.longest_table`, each simulation sent as it is made."""
+    return longest_table(
+        request, budget_bytes, settings, known=known, on_result=context.collect,
         progress=context.progress, cancel=context.cancelled, info=info,
     )  # fmt: skip
 

@@ -177,3 +177,46 @@ def test_a_link_opens_with_its_attention():
     at = _page(model="tiny-qwen3", seq="128", attn="eager")
     assert not at.exception, _texts(at.exception)
     assert at.selectbox(key="at_scale_attention").value == "eager"
+
+
+def test_longest_sequence_searches_off_and_n1_in_the_background_and_draws_its_table(monkeypatch):
+    """The search stubbed (ckptlab.explore.longest.longest_seq answers at once): the button starts a job, the page
+    draws its verdict, its provenance and one row per setting, and a new GPU only says the answer is for another."""
+    from ckptlab.explore import longest
+    from ckptlab.spec import Setting
+
+    mib = 2**20
+    searched: list = []
+
+    def canned(spec, budget_bytes, *, simulate=None):
+        searched.append(spec)
+        key = Setting.of(spec).key
+        if key == "off":
+            return longest.LongestSeq(key, 1234, 90 * mib, 1235, 91 * mib, budget_bytes, 7, 2048)
+        return longest.LongestSeq(key, 2048, 60 * mib, None, None, budget_bytes, 6, 2048)
+
+    monkeypatch.setattr(longest, "longest_seq", canned)
+    monkeypatch.setenv("CKPTLAB_WORKERS", "thread")  # the job on this process's thread, where the stub is
+    at = _page(model="tiny-llama", seq="64", gpu="L4 24 GB")
+    assert not at.exception, _texts(at.exception)
+    assert "Longest sequence" in [button.label for button in at.button]
+    at.button(key="at_scale_longest_run").click().run()
+    _poll(at, lambda at: "at_scale_longest" in at.session_state)
+    assert not at.exception and not at.error, _texts(at.error)
+
+    found = at.session_state["at_scale_longest"]
+    assert [setting.key for setting in found.settings] == ["off", "n=1", "n=1+offload"]  # of off, n=1 ... n=6
+    assert [spec.every_n_layers for spec in searched] == [None, 1, 1] and {spec.seq_len for spec in searched} == {64}
+    assert "**2,048 tokens**, with **n=1**" in _texts(at.success) and "the model's limit" in _texts(at.success)
+    assert "simulated (fake tensors) · tiny-llama · batch 1 · 1 GPU · 3 settings searched" in _texts(at.caption)
+    table = at.dataframe[0].value
+    assert list(table["setting"]) == ["off", "n=1", "n=1+offload"]
+    assert list(table["longest seq_len that fits"]) == [1234, 2048, 2048]
+    assert table["shortest that does not fit"][0] == "1,235"
+    assert table["shortest that does not fit"][1] == "none: the model's limit (2,048) fits"
+    assert "Set the model and shape" not in _texts(at.info)  # an answer is drawn: no "press Simulate"
+
+    job = at.session_state["at_scale_job"]
+    at.selectbox(key="at_scale_gpu").set_value("H100 80 GB").run()
+    assert not at.exception, _texts(at.exception)
+    assert "press **Longest sequence** again" in _texts(at.info) and at.session_state["at_scale_job"] is job

@@ -324,6 +324,16 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     code.scroll_into_view_if_needed()
     shoot(page, f"engineer-code-{lang}")
 
+    # The longest sequence per setting on the same page: tiny-llama's 2,048 positions fit an H100 (six simulations
+    # a setting, doubling from 64 tokens, their shallow steps shared), so the answer is the model's limit.
+    page.get_by_role("button", name=words("at_scale.longest", lang), exact=True).click(timeout=HANG_MS)
+    page.get_by_text(words("at_scale.longest_header", lang)).wait_for(timeout=HANG_MS)
+    longest = page.locator("[data-testid='stDataFrame']").first
+    longest.wait_for(timeout=HANG_MS)
+    check_page(page, "the longest sequence that fits")
+    at_limit = words("at_scale.longest_at_limit", lang, limit=2048).strip()  # every setting reaches it: off first
+    page.locator("[data-testid='stAlert']").filter(has_text=at_limit).first.wait_for(timeout=HANG_MS)
+
 
 # -- what only a browser shows, on the same server --------------------------------------------------------------
 

@@ -3,10 +3,19 @@ longer that does not (the simulation stubbed with a known peak; the real one is 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from itertools import pairwise
 from types import SimpleNamespace
+from typing import ClassVar
+
+import pytest
 
 from ckptlab import RunSpec
-from ckptlab.explore.longest import longest_seq
+from ckptlab.errors import SpecError
+from ckptlab.explore import longest
+from ckptlab.explore.longest import check_budget, longest_seq, longest_table
+from ckptlab.explore.scale import ScaleRequest
+from ckptlab.spec import Setting
 
 
 def _stub(bytes_per_token: int, fixed: int, asked: list[int]):
@@ -27,3 +36,79 @@ def test_the_search_ends_one_token_apart_within_few_simulations():
     assert found.peak_bytes <= budget < found.over_peak_bytes and found.simulations == len(set(asked)) <= 12
     assert longest_seq(spec, 10**12, simulate=_stub(1000, 0, [])).seq_len == 2048  # the model's limit fits
     assert longest_seq(spec, 1000, simulate=_stub(1000, 10**6, [])).seq_len == 0  # nothing fits
+
+
+def _rising(fractions: list[float]) -> bool:
+    """A progress bar that never goes back (floating-point rounding aside)."""
+    return all(later >= earlier - 1e-9 for earlier, later in pairwise(fractions))
+
+
+class _FakeTable:
+    """Stands for ckptlab.step.table.TableSimulation: a peak of 1,000 bytes a token (n=1: 500) over 10 MB."""
+
+    calls: ClassVar[list[RunSpec]] = []
+
+    def result(self, spec: RunSpec, progress=None):
+        self.calls.append(spec)
+        per_token = 500 if spec.every_n_layers == 1 else 1000
+        return SimpleNamespace(spec=spec, memory=SimpleNamespace(peak_bytes=10_000_000 + per_token * spec.seq_len))
+
+
+def test_a_request_is_searched_per_setting_reusing_what_is_known_and_stop_keeps_the_settings_done(monkeypatch):
+    monkeypatch.setattr(longest, "TableSimulation", _FakeTable)
+    _FakeTable.calls = []
+    request = ScaleRequest("tiny-llama", 64, 1, "bfloat16", (Setting(None), Setting(1), Setting(2)))
+    settings = (Setting(None), Setting(1))
+    known = {request.spec(Setting(None)): _FakeTable().result(request.spec(Setting(None)))}
+    _FakeTable.calls = []
+    sent: list = []
+    fractions: list[float] = []
+    budget = 10_000_000 + 1000 * 700
+    table = longest_table(
+        request, budget, settings, known=known, on_result=sent.append, progress=lambda m, f: fractions.append(f)
+    )
+    assert [(row.setting, row.seq_len, row.over_seq_len) for row in table.rows] == [
+        ("off", 700, 701),
+        ("n=1", 1400, 1401),
+    ]
+    assert not table.cancelled and table.settings == settings
+    assert request.spec(Setting(None)) not in _FakeTable.calls  # the page's 64 tokens, known: reused
+    assert table.simulated == len(_FakeTable.calls) == len(sent)
+    assert _rising(fractions) and fractions[-1] == 1.0
+
+    _FakeTable.calls = []
+    second_begun = lambda: any(spec.every_n_layers == 1 for spec in _FakeTable.calls)  # noqa: E731
+    stopped = longest_table(request, budget, settings, cancel=second_begun)  # stopped in n=1's search
+    assert stopped.cancelled and [row.setting for row in stopped.rows] == ["off"]
+
+
+def test_no_budget_is_refused_with_its_own_message():
+
+    for nothing in (0, None, -1, 2.5):
+        with pytest.raises(SpecError) as refused:
+            check_budget(nothing)
+        assert refused.value.key == "longest.no_budget"
+    assert "choose a GPU, or a budget in GiB" in str(refused.value)
+    from ckptlab.show.wording import app_message
+
+    assert "GPU を選ぶ" in app_message(refused.value, "ja")
+    assert check_budget(24 * 2**30) == 24 * 2**30
+
+
+@pytest.mark.slow  # a real search: about fifteen simulations of tiny-llama
+def test_the_longest_sequence_of_tiny_llama_in_a_small_budget_is_a_simulated_step_that_fits():
+    from ckptlab import simulate  # the core, imported by the one test that runs it
+    from ckptlab.explore.budget import fit
+
+    request = ScaleRequest("tiny-llama", 64, 1, "bfloat16", (Setting(None), Setting(1)))
+    budget = int(0.15 * 2**30)  # the whole model fits at 16 tokens; neither setting reaches its 2,048 positions
+    fractions: list[float] = []
+    table = longest_table(request, budget, request.settings, progress=lambda message, done: fractions.append(done))
+    off, every = table.rows
+    for row in table.rows:
+        assert row.over_seq_len == row.seq_len + 1
+        assert fit(row.peak_bytes, budget).fits and not fit(row.over_peak_bytes, budget).fits
+    assert _rising(fractions) and fractions[-1] == 1.0
+    assert 16 < off.seq_len < every.seq_len < 2048  # checkpointing every layer buys the longer sequence
+    # The search's shared steps (ckptlab.step.table) are the simulation's bytes.
+    assert simulate(replace(request.spec(Setting(1)), seq_len=every.seq_len)).memory.peak_bytes == every.peak_bytes

@@ -197,3 +197,24 @@ def test_a_4_bit_base_reaches_the_request_and_the_link_and_the_gpu_search_says_i
     )
     search = GpuSearch(one, 24 * GIB, (1,), info.num_layers, None, quantized_one_gpu=True)
     assert scalepage.search_verdict(search, "24 GiB", "en").text.startswith("A 4-bit base (QLoRA) is searched on one")
+
+
+def test_the_longest_sequence_searches_the_ends_and_says_when_nothing_fits_in_the_pages_language():
+    from ckptlab.explore.longest import LongestSeq, LongestTable
+
+    settings = tuple(scale_settings(36, "distinct", "n=1", policies=("attention",)))
+    request = ScaleRequest("qwen3-8b", 8192, 1, "bfloat16", settings)
+    searched = scalepage.longest_settings(request)
+    assert [setting.key for setting in searched] == ["off", "n=1", "n=1+attention", "n=1+offload"]
+    rows = tuple(LongestSeq(setting.key, 0, None, 16, 30 * GIB + index, 24 * GIB, 3, 40960)
+                 for index, setting in enumerate(searched))  # fmt: skip
+    found = LongestTable(request, 24 * GIB, rows, searched, False, 12.0, 12)
+    assert scalepage.longest_is_for(found, replace(request, seq_len=1024), 24 * GIB)  # the first guess aside
+    assert not scalepage.longest_is_for(found, request, 80 * GIB)
+    assert not scalepage.longest_is_for(found, replace(request, lora_rank=8), 24 * GIB)
+    verdict = scalepage.longest_verdict(found, 24 * GIB, "RTX 4090 24 GB", "en")
+    assert verdict.kind == "error" and "Not even 16 tokens fit RTX 4090 24 GB" in verdict.text
+    assert "30.00 GiB (**off**)" in verdict.text
+    assert "24 GiB" in scalepage.longest_verdict(found, 80 * GIB, "H100 80 GB", "en").text  # the search's own budget
+    assert "16 トークンすら" in scalepage.longest_verdict(found, 24 * GIB, "RTX 4090 24 GB", "ja").text
+    assert "configurações procuradas" in scalepage.longest_summary(found, "pt-BR")
