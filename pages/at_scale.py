@@ -325,7 +325,7 @@ elif state.at_scale_model == HUB:
     model = state.at_scale_hub_name.strip()  # fetched below, through the one place a name is resolved
 else:
     model = state.at_scale_model
-budget, budget_label = scalepage.budget(state.at_scale_gpu, state.at_scale_budget_gib)
+budget, budget_label = scalepage.budget(state.at_scale_gpu, state.at_scale_budget_gib, lang)
 
 st.title(t("at_scale.title", lang), anchor=False)
 st.markdown(t("at_scale.intro", lang))

@@ -217,11 +217,16 @@ def request_problem(request: ScaleRequest, info: ModelInfo, lang: str) -> str:
     return ""
 
 
-def budget(gpu: str, budget_gib: float) -> tuple[int, str]:
-    """The budget in bytes and its label: a GPU of the list, or a custom number of GiB."""
+def budget(gpu: str, budget_gib: float, lang: str = i18n.DEFAULT) -> tuple[int, str]:
+    """The budget in bytes and its label: a GPU of the list, or a custom number of GiB in ``lang``'s form."""
     if gpu == CUSTOM:
-        return int(budget_gib * GIB), f"{budget_gib:g} GiB"
+        return int(budget_gib * GIB), gib_label(budget_gib, lang)
     return GPUS[gpu], gpu
+
+
+def gib_label(gib: float, lang: str) -> str:
+    """A custom budget as people read it in ``lang`` ("12.5 GiB", "12,5 GiB")."""
+    return f"{i18n.number(gib, 'g', lang)} GiB"
 
 
 def plan_line(request: ScaleRequest, every: EveryN, num_layers: int, known: int, lang: str) -> str:
@@ -454,7 +459,7 @@ def longest_verdict(found: LongestTable, budget: int, budget_label: str, lang: s
 
     ``budget``, ``budget_label``: the page's; the search's own budget in GiB where it was for another.
     """
-    label = budget_label if found.budget_bytes == budget else f"{found.budget_bytes / GIB:g} GiB"
+    label = budget_label if found.budget_bytes == budget else gib_label(found.budget_bytes / GIB, lang)
     best = max(found.rows, key=lambda row: row.seq_len)  # the first of equals: the least recompute
     if best.seq_len == 0 or best.peak_bytes is None:
         lowest = min(found.rows, key=lambda row: row.over_peak_bytes or 0)

@@ -27,6 +27,7 @@ def test_a_links_gpu_is_a_listed_gpu_a_budget_in_gib_or_nothing():
 def test_budgets_in_bytes_and_words():
     assert scalepage.budget("H100 80 GB", 12.0) == (80 * GIB, "H100 80 GB")
     assert scalepage.budget(CUSTOM, 12.5) == (int(12.5 * GIB), "12.5 GiB")
+    assert scalepage.budget(CUSTOM, 12.5, "pt-BR") == (int(12.5 * GIB), "12,5 GiB")  # the language's decimal mark
 
 
 def _values(**changes) -> dict:
