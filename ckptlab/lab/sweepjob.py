@@ -152,7 +152,7 @@ class SweepJob(BackgroundJob):
 
     def _sweep(self) -> SweepResult:
         if self._workers is None:
-            return sweep(
+            return sweep(  # the module's, looked up on each sweep: a page's tests replace it (tests/app/given_sweep.py)
                 self.spec,
                 progress=self._progress,
                 cancel=self._should_stop,

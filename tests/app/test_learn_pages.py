@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from ckptlab.lab.exercises import by_id
-from ckptlab.lab.learnruns import qlora_job, sharding_job
+from ckptlab.lab.learn import SHARDING, sharding_idea
+from ckptlab.lab.learnruns import IdeaJob, qlora_job
 from ckptlab.show import i18n
 from tests.app.polling import learned
 from tests.app.sessions import assert_alive, open_page
@@ -103,14 +106,38 @@ def test_the_shrink_part_shows_checkpointing_shrinks_lora_more_than_a_full_fine_
         assert on["parameter"] == off["parameter"] and on["optimizer_state"] == off["optimizer_state"]
 
 
+# The shard part draws a smaller idea: tiny-llama's on one and two GPUs, in the page's simulation workers (4 simulations
+# of about 1.4 s of CPU, not 6 of 2.3). The lesson's own (qwen3-0.6b at 1024 tokens on 1, 2 and 4 GPUs) is
+# tests/lab/test_learn_sharding.py's, which proves each thing it says.
+TINY_SHARDING = replace(SHARDING, model="tiny-llama", seq_len=128)
+TINY_GPUS = (1, 2)
+
+
+@pytest.fixture
+def tiny_sharding(monkeypatch):
+    """The server's sharding job, of :data:`TINY_SHARDING` on :data:`TINY_GPUS` (its simulations kept for the process, as
+    the lesson's)."""
+    import pages._learn_runs
+
+    jobs: list[IdeaJob] = []
+
+    def sharding_job(workers=None) -> IdeaJob:
+        if not jobs:
+            jobs.append(IdeaJob("sharding", partial(sharding_idea, TINY_SHARDING, TINY_GPUS), workers).start())
+        return jobs[0]
+
+    monkeypatch.setattr(pages._learn_runs, "sharding_job", sharding_job)
+    return sharding_job
+
+
 @pytest.mark.parametrize("lang", LANGS)
-def test_the_shard_part_draws_one_gpus_memory_from_simulations(lang):
+def test_the_shard_part_draws_one_gpus_memory_from_simulations(lang, tiny_sharding):
     at = open_page("pages/lesson.py", lang)
     learned(at.segmented_control(key="lesson_part").set_value("shard").run())
     assert_alive(at)
     assert at.subheader[0].value == i18n.t("lesson.shard.title", lang)
     assert len(at.get("plotly_chart")) == 1
-    idea = sharding_job().idea  # the server's one simulation, shared by every session
+    idea = tiny_sharding().idea  # the server's one simulation, shared by every session
     caption = "\n".join(str(element.value) for element in at.caption)
     assert (
         f"**{idea.state_ratio * 100:.0f}%**" in caption

@@ -9,7 +9,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import ckptlab
+from ckptlab.explore.sweep import plan_sweep
 from ckptlab.show import i18n
+from tests.app.given_sweep import give_sweep
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -17,6 +19,14 @@ APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 300  # real measured steps on 2 shared cores; AppTest's default 3 s is far too short
 LANGS = list(i18n.LANGUAGES)
 RECIPE = {"opt": "adamw_torch", "accum": "2", "mp": "bf16", "clip": "0.5"}
+
+
+@pytest.fixture(autouse=True)
+def in_the_servers_threads(monkeypatch):
+    """The pages' jobs in this process (CKPTLAB_WORKERS=thread): the At-scale simulations start no worker process (the
+    tests wait on the job's thread, no page rerun beside it); the same jobs in worker processes are
+    tests/lab/test_jobs_in_workers.py's."""
+    monkeypatch.setenv("CKPTLAB_WORKERS", "thread")
 
 
 def _texts(elements) -> str:
@@ -86,7 +96,11 @@ def test_the_lab_page_runs_the_recipe_of_its_link_and_keeps_it_in_the_link(monke
     assert {key: at.query_params[key] for key in RECIPE} == RECIPE
 
 
-def test_the_trade_offs_sweep_runs_every_row_with_the_recipe():
+def test_the_trade_offs_sweep_runs_every_row_with_the_recipe(monkeypatch):
+    # The sweep stubbed: what the page hands it is proven here; a real sweep from the page is test_tradeoffs_page's,
+    # every row measured with SweepSpec.run_spec is tests/explore/test_sweep.py's, a measured step with each part of
+    # the recipe tests/step/test_recipe.py's.
+    given = give_sweep(monkeypatch)
     at = _open("pages/tradeoffs.py", "en")
     at.selectbox(key="tradeoffs_model").set_value("tiny-llama")
     at.multiselect(key="tradeoffs_seq").set_value([64])
@@ -101,9 +115,13 @@ def test_the_trade_offs_sweep_runs_every_row_with_the_recipe():
     at.run()
     at.run()
     assert not at.exception and not at.error, _texts(at.exception) + _texts(at.error)
-    rows = at.session_state["tradeoffs_result"].rows
-    assert rows and all(row.status == "ok" for row in rows)
-    assert {(r.result.spec.gradient_accumulation_steps, r.result.spec.mixed_precision) for r in rows} == {(2, "bf16")}
+    [spec] = given.asked
+    rows = [  # every row the sweep runs, as it runs it
+        spec.run_spec(length, n, offload, selective=policy, attn_implementation=attention)
+        for length, n, offload, policy, attention in plan_sweep(spec).rows
+    ]
+    assert [row.every_n_layers for row in rows] == [None, 1]
+    assert {(row.gradient_accumulation_steps, row.mixed_precision) for row in rows} == {(2, "bf16")}
 
 
 @pytest.mark.parametrize("lang", LANGS)

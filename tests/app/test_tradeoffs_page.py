@@ -1,4 +1,8 @@
-"""The trade-off explorer page, driven headless with AppTest: a sweep completes, charts and the recommendation appear, Stop keeps rows."""
+"""The trade-off explorer page, driven headless with AppTest: a sweep completes, charts and the recommendation appear, Stop keeps rows.
+
+One real sweep, at the page's defaults (``default_sweep``); the other tests drive the page with its sweep stubbed
+and answering with that sweep's rows (tests/app/given_sweep.py).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ckptlab.explore.sweep import SweepResult
+from tests.app.given_sweep import give_sweep
 from tests.app.polling import rerun_until
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
@@ -39,6 +45,27 @@ def _finished(at: AppTest) -> bool:
     return "tradeoffs_result" in at.session_state
 
 
+def _defaults() -> AppTest:
+    """The page at its defaults, one timed step a row (as every sweep of these tests)."""
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    at.number_input(key="tradeoffs_repeats").set_value(1)
+    at.number_input(key="tradeoffs_warmup").set_value(0)
+    return at.run()
+
+
+@pytest.fixture(scope="module")
+def default_sweep() -> SweepResult:
+    """The page's one real sweep: its defaults (tiny-llama at 512 tokens, every every_n_layers), run from its button
+    in a worker process as a server runs it. The other tests drive the page with the sweep stubbed
+    (tests/app/given_sweep.py) and these rows given."""
+    at = _defaults()
+    at.button(key="tradeoffs_run").click().run()
+    _poll(at, _finished)
+    assert not at.exception, _texts(at.exception)
+    assert not at.error, _texts(at.error)
+    return at.session_state["tradeoffs_result"]
+
+
 def test_the_page_is_in_the_app_navigation():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
     at.switch_page("pages/tradeoffs.py").run()
@@ -46,13 +73,15 @@ def test_the_page_is_in_the_app_navigation():
     assert at.title[0].value == "Trade-off explorer"
 
 
-def test_a_sweep_completes_and_shows_the_charts_and_the_recommendation():
-    at = _page()
+def test_a_sweep_completes_and_shows_the_charts_and_the_recommendation(default_sweep, monkeypatch):
+    given = give_sweep(monkeypatch, default_sweep)  # the page's one real sweep, its rows reported as they came
+    at = _defaults()
     assert not at.exception and not at.get("plotly_chart")
     assert "Run the sweep" in _texts(at.info)
 
     at.button(key="tradeoffs_run").click().run()
     _poll(at, _finished)
+    assert given.asked == [default_sweep.spec]  # the page asked for the sweep whose rows it draws
     assert not at.exception, _texts(at.exception)
     assert not at.error, _texts(at.error)
     result = at.session_state["tradeoffs_result"]
@@ -78,11 +107,13 @@ def test_a_sweep_completes_and_shows_the_charts_and_the_recommendation():
     assert "parameters and their gradients alone" in _texts(at.markdown)
 
 
-def test_stop_keeps_the_rows_measured():
-    at = _page("tiny-llama", 128)  # slower rows: Stop lands well before the last one
+def test_stop_keeps_the_rows_measured(default_sweep, monkeypatch):
+    given = give_sweep(monkeypatch, default_sweep, stop_after=2)  # two rows reported, then it waits for Stop
+    at = _defaults()
     at.button(key="tradeoffs_run").click().run()
     _poll(at, lambda at: len(at.session_state["tradeoffs_job"].state().rows) >= 2 or _finished(at))
     at.button(key="tradeoffs_stop").click().run()
+    given.pressed.set()
     _poll(at, _finished)
     assert not at.exception, _texts(at.exception)
     result = at.session_state["tradeoffs_result"]
@@ -100,16 +131,9 @@ def test_a_sweep_longer_than_the_server_allows_is_refused_before_it_starts(monke
     assert "tradeoffs_job" not in at.session_state or at.session_state["tradeoffs_job"] is None
 
 
-def test_the_default_sweep_shows_checkpointing_lowering_the_peak():
+def test_the_default_sweep_shows_checkpointing_lowering_the_peak(default_sweep):
     """The page's defaults teach its lesson: the settings' peaks spread (at 256 tokens they were one flat line, the
     gradients and the optimizer holding every setting's peak). One timed step a row, as the other tests."""
-    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
-    at.number_input(key="tradeoffs_repeats").set_value(1)
-    at.number_input(key="tradeoffs_warmup").set_value(0)
-    at.run()
-    at.button(key="tradeoffs_run").click().run()
-    _poll(at, _finished)
-    assert not at.exception, _texts(at.exception)
-    rows = [row for row in at.session_state["tradeoffs_result"].rows if row.status == "ok"]
+    rows = [row for row in default_sweep.rows if row.status == "ok"]
     peaks = {row.setting: row.peak_bytes for row in rows}
     assert len(peaks) == 7 and min(peaks.values()) < 0.9 * peaks["off"], peaks
