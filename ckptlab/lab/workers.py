@@ -42,7 +42,7 @@ import traceback
 import types
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -158,8 +158,6 @@ def _worker_main(conn: Connection, cancel: Any, threads: int, warm: tuple[str, .
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if message[0] == "quit":
-            return
         _, target, args, kwargs, models_root, hub_access = message
         folder_files.confine(models_root)  # the server's models root, as the parent has it now
         hub.configure(hub_access)  # and its way to the Hub: on or off, its cache, its token
@@ -232,13 +230,6 @@ class _Worker:
         self.process.kill()
         self.process.join(10)
         self.conn.close()
-
-    def quit(self) -> None:
-        with suppress(OSError):
-            self.conn.send(("quit",))
-        self.process.join(5)
-        if self.process.is_alive():
-            self.kill()
 
 
 WARM = ("torch", "transformers", "ckptlab", "ckptlab.lab.workerjobs")
@@ -374,11 +365,14 @@ class WorkerPool:
             return bool(self._running) or any(begun < end and ended > start for begun, ended in self._spans)
 
     def close(self) -> None:
-        """Stop the idle workers (a test's clean-up; a server's pools live as long as it does)."""
+        """Stop the idle workers (a test's clean-up; a server's pools live as long as it does).
+
+        Killed, not asked to quit: an idle worker holds no job, and a fresh one (the replacement of a killed worker)
+        would only read the request after importing torch and transformers, seconds of a core for nothing."""
         with self._lock:
             idle, self._idle = list(self._idle), deque()
         for worker in idle:
-            worker.quit()
+            worker.kill()
 
     # -- inside ---------------------------------------------------------------------------
 
