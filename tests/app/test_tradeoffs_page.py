@@ -56,11 +56,14 @@ def _defaults() -> AppTest:
 @pytest.fixture(scope="module")
 def default_sweep() -> SweepResult:
     """The page's one real sweep: its defaults (tiny-llama at 512 tokens, every every_n_layers), run from its button
-    in a worker process as a server runs it. The other tests drive the page with the sweep stubbed
+    on the job's thread (a sweep in a worker process is tests/lab/test_jobs_in_workers.py's; here it cost a worker's
+    start too, 25 s against 15 s idle). The other tests drive the page with the sweep stubbed
     (tests/app/given_sweep.py) and these rows given."""
-    at = _defaults()
-    at.button(key="tradeoffs_run").click().run()
-    _poll(at, _finished)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CKPTLAB_WORKERS", "thread")
+        at = _defaults()
+        at.button(key="tradeoffs_run").click().run()
+        _poll(at, _finished)
     assert not at.exception, _texts(at.exception)
     assert not at.error, _texts(at.error)
     return at.session_state["tradeoffs_result"]

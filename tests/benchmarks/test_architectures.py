@@ -2,7 +2,8 @@
 equals simulated (sliding and full attention, MoE, MLA, hybrid state-space, nested checkpointing layers).
 
 The presets' own structures (llama, GPT-2, Qwen3, Qwen3-MoE) are proven the same way, per memory category, in
-tests/step/test_recipe.py and tests/step/test_simulate.py, so they are not run again here (issue 42)."""
+tests/step/test_recipe.py and tests/step/test_simulate.py, and Gemma 3's sliding and full layers in
+tests/step/test_layer_kinds.py, so they are not run again here (issue 42)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ pytestmark = pytest.mark.slow  # real steps: `pytest -m 'not slow'` skips them
 # model type -> the kind benchmarks/architectures.py's tiny config makes of it
 OTHER_KINDS = {
     "gemma2": "layers differ",  # sliding and full attention in turn
-    "gemma3_text": "layers differ",  # three sliding, one full (a window of its default pattern)
     "mixtral": "moe",
     "deepseek_v3": "moe",  # MLA attention, a first dense layer, routed and shared experts
     "jamba": "moe",  # a hybrid state-space model: mamba layers, experts on every other layer
