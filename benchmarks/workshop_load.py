@@ -74,7 +74,12 @@ class LoadReport:
 
     @property
     def holds(self) -> bool:
-        return not self.outcomes.get("nothing") and not self.overlaps and not self.open_turns and self.rss_change < RSS_GROWTH_LIMIT
+        return (
+            not self.outcomes.get("nothing")
+            and not self.overlaps
+            and not self.open_turns
+            and self.rss_change < RSS_GROWTH_LIMIT
+        )
 
 
 def _free_port() -> int:
