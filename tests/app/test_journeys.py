@@ -1,6 +1,7 @@
 """The app in a real browser: the three people's paths at projector size (1280x720), a participant, an instructor
 with the room, an engineer, and what only a browser shows (a link to a page as a new server's first request, every
-page in Japanese, Play's fragment timer, the participant's cookie, Cancel of a run in flight).
+page in Japanese, Play's fragment timer, Cancel of a run in flight; the participant's cookie rides along the
+participant's and the instructor's journeys).
 
 One `streamlit run app.py` for the module, Debian's Chromium through playwright: a server's start and its first pages
 cost seconds of both cores, so every browser test shares this one (issue 42), and its measured runs are shared by
@@ -171,6 +172,16 @@ def open_page(new_page, url: str, lang: str, nav_key: str):
     return page
 
 
+def participant_key(page, settled: bool = True) -> str:
+    """The participant key a small script keeps in a cookie, once the Exercises page has drawn (the script sits after
+    the room's part of the page) and, ``settled``, a session that ignored the cookie would have written its own over
+    it (two browsers' keys differ whether or not one was written over: no need to wait for that)."""
+    page.wait_for_function("document.cookie.includes('ckptlab_participant=')", timeout=HANG_MS)
+    if settled:
+        page.wait_for_timeout(2000)
+    return next(c["value"] for c in page.context.cookies() if c["name"] == "ckptlab_participant")
+
+
 def shoot(page, name: str) -> None:
     """The page once its run has ended (not faded mid-rerun), in artifacts/."""
     page.locator("[data-testid='stStatusWidget']").wait_for(state="hidden", timeout=HANG_MS)
@@ -225,6 +236,12 @@ def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lan
     score = page.locator("[data-testid='stSidebar'] [data-testid='stMetricValue']").first.inner_text()
     assert re.fullmatch(r"\d+ / 9", score.strip()), score  # three answers counted, of 3 points each
     shoot(page, f"participant-{lang}")
+    # A new tab of the same browser is the same participant: its session reads the cookie back and keeps the key.
+    key = participant_key(page)
+    second = page.context.new_page()
+    second.goto(f"{server}/exercises?lang={lang}")
+    second.get_by_text(words("exercises.score_title", lang)).first.wait_for(timeout=HANG_MS)
+    assert len(key) == 32 and participant_key(second) == key
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -234,6 +251,8 @@ def test_an_instructor_runs_a_round_with_two_participants(server, new_page, lang
     participants = [open_page(new_page, server, lang, "nav.exercises_page") for _ in range(2)]
     for participant in participants:
         participant.get_by_text(words("exercises.score_title", lang)).wait_for(timeout=HANG_MS)
+    keys = [participant_key(participant, settled=False) for participant in participants]
+    assert keys[0] != keys[1]  # two browsers: two participants, each with a key of its own
     teacher_lang = LANGS[0]
     teacher = open_page(new_page, server, teacher_lang, "classroom.nav_page")
     phrase = teacher.get_by_label(words("classroom.secret", teacher_lang))
@@ -382,33 +401,6 @@ def test_play_steps_through_the_training_step_in_japanese(server, new_page):
     assert "lang=ja" in page.url
     assert not page.locator(".stException").count()
     page.screenshot(path=str(ARTIFACTS / "browser-lesson-play-ja.png"))
-
-
-def test_a_new_tab_of_the_same_browser_is_the_same_participant(server, browser):
-    """The participant key a small script keeps in a cookie: a second tab's session reads it back, so it keeps the
-    same key (a session that did not would write its own new key over it); another browser gets its own."""
-    contexts = [browser.new_context(viewport=VIEWPORT), browser.new_context(viewport=VIEWPORT)]
-
-    def key_after_opening_exercises(context) -> str:
-        page = context.new_page()
-        page.goto(server)
-        page.get_by_role("link", name=words("nav.exercises_page", "en")).first.click()
-        # Drawn after the room's part of the page, where the script that keeps the key is placed.
-        page.get_by_text(words("exercises.score_title", "en")).first.wait_for(timeout=HANG_MS)
-        page.wait_for_function("document.cookie.includes('ckptlab_participant=')", timeout=HANG_MS)
-        page.wait_for_timeout(2000)  # a session that ignored the cookie would have written its own by now
-        assert not page.locator(".stException").count()
-        key = next(c["value"] for c in context.cookies() if c["name"] == "ckptlab_participant")
-        page.close()
-        return key
-
-    try:
-        first = key_after_opening_exercises(contexts[0])
-        assert len(first) == 32 and key_after_opening_exercises(contexts[0]) == first  # a new tab: the same key
-        assert key_after_opening_exercises(contexts[1]) != first  # another browser: its own
-    finally:
-        for context in contexts:
-            context.close()
 
 
 def test_cancel_stops_a_run_in_flight(server, new_page):
