@@ -15,8 +15,10 @@ from ckptlab.step.simulate import simulate
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
-MODEL, SEQ = "tiny-llama", 64  # 6 layers: a second or two a simulation on 2 cores
-SETTINGS = (Setting(None), Setting(1), Setting(2), Setting(6))
+# 4 layers: a simulation costs its operations, and the search's logic is the same whatever the model (its code for
+# tiny-llama is the engineer's journey's, tests/app/test_journeys.py).
+MODEL, SEQ, LAYERS = "tiny-bert", 64, 4
+SETTINGS = (Setting(None), Setting(1), Setting(2), Setting(LAYERS))
 COUNTS = (1, 2, 4, 8)
 REQUEST = ScaleRequest(MODEL, SEQ, 1, "bfloat16", SETTINGS)
 
@@ -33,7 +35,7 @@ def _brute_force(every_pair, budget: int):
     fitting = [result for result in every_pair.values() if fits(result, budget)]
     if not fitting:
         return None
-    return min(fitting, key=lambda r: (r.spec.world_size, recompute_cost(Setting.of(r.spec), 6)))
+    return min(fitting, key=lambda r: (r.spec.world_size, recompute_cost(Setting.of(r.spec), LAYERS)))
 
 
 def _budgets(every_pair) -> list[int]:
@@ -104,7 +106,7 @@ def test_the_code_of_an_answer_past_one_gpu_launches_and_shards(every_pair):
     n = search.setting.every_n_layers
     assert code.launch == f"torchrun --nproc-per-node {search.gpus} train.py"
     assert code.ckptlab_launch.startswith(
-        f"python -m ckptlab run --nproc-per-node {search.gpus} --fsdp --model tiny-llama"
+        f"python -m ckptlab run --nproc-per-node {search.gpus} --fsdp --model {MODEL}"
     )
     assert f"activation_checkpointing_enable(every_n_layers={n}, offload=False)" in code.model_code
     assert "fully_shard(model)" in code.model_code and "fsdp=True" in code.trainer_code
