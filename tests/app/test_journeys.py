@@ -333,7 +333,7 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     shoot(page, f"at-scale-{lang}")
 
     # The fewest GPUs, on a small preset so the search stays cheap: its answer and the code to launch it.
-    page.goto(f"{server}/at_scale?lang={lang}&model=tiny-llama&seq=1024&gpu=H100%2080%20GB")
+    page.goto(f"{server}/at_scale?lang={lang}&model=tiny-llama&seq=64&gpu=H100%2080%20GB")
     page.get_by_role("button", name=words("at_scale.search", lang), exact=True).click(timeout=HANG_MS)
     page.get_by_text(words("at_scale.search_header", lang)).wait_for(timeout=HANG_MS)
     code = page.locator("[data-testid='stCode']").first
@@ -343,8 +343,8 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     code.scroll_into_view_if_needed()
     shoot(page, f"engineer-code-{lang}")
 
-    # The longest sequence per setting on the same page: tiny-llama's 2,048 positions fit an H100 (from the page's
-    # 1,024 tokens, one doubling a setting: the cheapest real search), so the answer is the model's limit.
+    # The longest sequence per setting on the same page: tiny-llama's 2,048 positions fit an H100 (six simulations
+    # a setting, doubling from 64 tokens, their shallow steps shared), so the answer is the model's limit.
     page.get_by_role("button", name=words("at_scale.longest", lang), exact=True).click(timeout=HANG_MS)
     page.get_by_text(words("at_scale.longest_header", lang)).wait_for(timeout=HANG_MS)
     longest = page.locator("[data-testid='stDataFrame']").first
