@@ -172,14 +172,18 @@ def open_page(new_page, url: str, lang: str, nav_key: str):
     return page
 
 
-def participant_key(page, settled: bool = True) -> str:
+def participant_key(page) -> str:
     """The participant key a small script keeps in a cookie, once the Exercises page has drawn (the script sits after
-    the room's part of the page) and, ``settled``, a session that ignored the cookie would have written its own over
-    it (two browsers' keys differ whether or not one was written over: no need to wait for that)."""
+    the room's part of the page)."""
     page.wait_for_function("document.cookie.includes('ckptlab_participant=')", timeout=HANG_MS)
-    if settled:
-        page.wait_for_timeout(2000)
     return next(c["value"] for c in page.context.cookies() if c["name"] == "ckptlab_participant")
+
+
+# The scripts in the page that write the key: a session that found no key of this browser adds one; they stay in the
+# page once run.
+KEY_WRITERS_JS = (
+    "() => [...document.querySelectorAll('script')].filter(s => s.textContent.includes('ckptlab_participant=')).length"
+)
 
 
 def shoot(page, name: str) -> None:
@@ -241,6 +245,8 @@ def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lan
     second = page.context.new_page()
     second.goto(f"{server}/exercises?lang={lang}")
     second.get_by_text(words("exercises.score_title", lang)).first.wait_for(timeout=HANG_MS)
+    second.locator("[data-testid='stStatusWidget']").wait_for(state="hidden", timeout=HANG_MS)  # its run has ended
+    assert second.evaluate(KEY_WRITERS_JS) == 0  # it wrote no key of its own over the browser's
     assert len(key) == 32 and participant_key(second) == key
 
 
@@ -251,7 +257,7 @@ def test_an_instructor_runs_a_round_with_two_participants(server, new_page, lang
     participants = [open_page(new_page, server, lang, "nav.exercises_page") for _ in range(2)]
     for participant in participants:
         participant.get_by_text(words("exercises.score_title", lang)).wait_for(timeout=HANG_MS)
-    keys = [participant_key(participant, settled=False) for participant in participants]
+    keys = [participant_key(participant) for participant in participants]
     assert keys[0] != keys[1]  # two browsers: two participants, each with a key of its own
     teacher_lang = LANGS[0]
     teacher = open_page(new_page, server, teacher_lang, "classroom.nav_page")
@@ -335,7 +341,9 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     # The fewest GPUs, on a small preset so the search stays cheap: its answer and the code to launch it.
     page.goto(f"{server}/at_scale?lang={lang}&model=tiny-llama&seq=64&gpu=H100%2080%20GB")
     page.get_by_role("button", name=words("at_scale.search", lang), exact=True).click(timeout=HANG_MS)
-    page.get_by_text(words("at_scale.search_header", lang)).wait_for(timeout=HANG_MS)
+    # The answer's code box, which only the search draws. Not its header: on two runs of this module of 2026-12-04
+    # the verdict and the code were drawn and the header above them was not, after the other journeys had loaded the
+    # server (the job's end is drawn by a rerun its progress fragment asks for; not reproduced alone in 22 tries).
     code = page.locator("[data-testid='stCode']").first
     code.wait_for(timeout=HANG_MS)
     assert "from_pretrained" in code.inner_text() or "torchrun" in code.inner_text() or code.inner_text().strip()
@@ -343,11 +351,12 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     code.scroll_into_view_if_needed()
     shoot(page, f"engineer-code-{lang}")
 
-    # The longest sequence per setting on the same page: tiny-llama's 2,048 positions fit an H100 (six simulations
-    # a setting, doubling from 64 tokens, their shallow steps shared), so the answer is the model's limit.
+    # The longest sequence per setting on the same page: tiny-llama's 2,048 positions fit an H100, so the answer is
+    # the model's limit. From 1,024 tokens, two simulations a setting (from 64 it took six, 20 s more of the run).
+    page.goto(f"{server}/at_scale?lang={lang}&model=tiny-llama&seq=1024&gpu=H100%2080%20GB")
     page.get_by_role("button", name=words("at_scale.longest", lang), exact=True).click(timeout=HANG_MS)
-    page.get_by_text(words("at_scale.longest_header", lang)).wait_for(timeout=HANG_MS)
-    longest = page.locator("[data-testid='stDataFrame']").first
+    longest = page.locator("[data-testid='stDataFrame']").first  # the table only this search draws (not its header,
+    # which went missing once as the search's did above, in the second language, where every result was cached)
     longest.wait_for(timeout=HANG_MS)
     check_page(page, "the longest sequence that fits")
     at_limit = words("at_scale.longest_at_limit", lang, limit=2048).strip()  # every setting reaches it: off first
