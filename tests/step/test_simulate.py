@@ -83,7 +83,7 @@ def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(shallower, laye
 
 
 # Every plan on the dense decoder; each other structure (GPT-2's Conv1D, BERT's encoder, MoE) off and at one role, its
-# both-roles plan (every_n_layers=2) being in tests/step/test_recipe.py per memory category. tiny-qwen3 is a dense
+# both-roles plan (every_n_layers=2) being in tests/step/test_training.py per memory category. tiny-qwen3 is a dense
 # decoder as tiny-llama is.
 MATCHED = {"tiny-llama": (None, 1, 2, 3), "tiny-gpt2": (None, 1), "tiny-bert": (None, 1), "tiny-qwen3-moe": (None, 1)}
 
