@@ -78,6 +78,27 @@ def measured():
     return run
 
 
+@pytest.fixture(scope="session")
+def shallower(tmp_path_factory):
+    """``shallower(model, layers)``: a model folder of ``model``'s config cut to ``layers`` layers, made once per
+    session. A simulation costs its number of operations (fake tensors hold no data): fewer layers prove the same
+    wherever they still hold every kind of plan a test covers."""
+    from ckptlab.model.catalog import load_config
+    from ckptlab.model.configs import config_with
+
+    folders: dict[tuple[str, int], str] = {}
+
+    def cut(model: str, layers: int) -> str:
+        if (model, layers) not in folders:
+            config, _, _ = load_config(model)
+            folder = tmp_path_factory.mktemp(f"{model}-{layers}-layers")
+            config_with(config, {"num_hidden_layers": layers}).save_pretrained(folder)
+            folders[(model, layers)] = str(folder)
+        return folders[(model, layers)]
+
+    return cut
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``slow`` every test that uses one of our module-, package- or session-scoped fixtures.
 

@@ -2,7 +2,7 @@
 equals simulated (sliding and full attention, MoE, MLA, hybrid state-space, nested checkpointing layers).
 
 The presets' own structures (llama, GPT-2, Qwen3, Qwen3-MoE) are proven the same way, per memory category, in
-tests/step/test_recipe.py and tests/step/test_simulate.py, and Gemma 3's sliding and full layers in
+tests/step/test_training.py and tests/step/test_simulate.py, and Gemma 3's sliding and full layers in
 tests/step/test_layer_kinds.py, so they are not run again here (issue 42)."""
 
 from __future__ import annotations

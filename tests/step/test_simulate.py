@@ -10,7 +10,6 @@ import pytest
 from ckptlab import ModelLoadError, RunSpec, SpecError, simulate
 from ckptlab.explore.reference import reproduce_pr48444
 from ckptlab.model.catalog import load_config
-from ckptlab.model.configs import config_with
 from ckptlab.step.simulate import Reduction
 from ckptlab.units import GIB, MIB
 from tests.conftest import FAST
@@ -53,24 +52,18 @@ def test_an_8b_simulation_allocates_no_real_memory():
     assert result.memory.breakdown_at_peak.keys() >= {"parameter", "gradient", "optimizer_state"}
 
 
-@pytest.fixture(scope="module")
-def sixteen_layers(tmp_path_factory) -> str:
-    """qwen3-0.6b cut to 16 layers, the fewest that fold at every_n_layers=2: a simulation's cost is its number of
-    operations (fake tensors hold no data), so the 28 real layers cost 28/16 as much and prove the same folding."""
-    config, _, _ = load_config("qwen3-0.6b")
-    folder = tmp_path_factory.mktemp("qwen3-16-layers")
-    config_with(config, {"num_hidden_layers": 16}).save_pretrained(folder)
-    return str(folder)
-
-
-# Each kind of plan once: off, one role, both roles with offload, one checkpointed layer among 16 (both roles without
+# Each kind of plan once: off, one role, both roles with offload, one checkpointed layer among them (both roles without
 # offload, and one role with it, are the replay's cases in tests/step/test_replay.py, against the same exact
-# simulation).
-@pytest.mark.parametrize("every_n_layers, offload", [(None, False), (1, False), (2, True), (16, False)])
-def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(sixteen_layers, every_n_layers, offload):
+# simulation). qwen3-0.6b cut to the fewest layers that fold each plan (Reduction.for_plan; its 28 cost more and
+# prove the same folding): 8 where every layer after the first is alike (a unit of one layer: shallow copies of 3
+# and 4 layers), 16 at every_n_layers=2 (a unit of two).
+@pytest.mark.parametrize(
+    "layers, every_n_layers, offload", [(8, None, False), (8, 1, False), (16, 2, True), (8, 8, False)]
+)
+def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(shallower, layers, every_n_layers, offload):
     """The fast path simulates two shallow copies and extrapolates."""
-    spec = RunSpec(model=sixteen_layers, seq_len=256, every_n_layers=every_n_layers, offload=offload)
-    assert Reduction.for_plan(16, every_n_layers) is not None
+    spec = RunSpec(model=shallower("qwen3-0.6b", layers), seq_len=256, every_n_layers=every_n_layers, offload=offload)
+    assert Reduction.for_plan(layers, every_n_layers) is not None
     fast, full = simulate(spec), simulate(spec, fast=False)
     assert any(note.key == "note.extrapolated" for note in fast.notes)
     for name in (
@@ -90,7 +83,7 @@ def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(sixteen_layers,
 
 
 # Every plan on the dense decoder; each other structure (GPT-2's Conv1D, BERT's encoder, MoE) off and at one role, its
-# both-roles plan (every_n_layers=2) being in tests/step/test_recipe.py per memory category. tiny-qwen3 is a dense
+# both-roles plan (every_n_layers=2) being in tests/step/test_training.py per memory category. tiny-qwen3 is a dense
 # decoder as tiny-llama is.
 MATCHED = {"tiny-llama": (None, 1, 2, 3), "tiny-gpt2": (None, 1), "tiny-bert": (None, 1), "tiny-qwen3-moe": (None, 1)}
 
@@ -108,11 +101,12 @@ def test_simulation_matches_a_measured_cpu_run(model, measured):
         assert sim.memory.peak_where.description == run.memory.peak_where.description
 
 
-def test_simulated_offload_moves_layer_inputs_to_host():
-    """offload frees layers x seq x hidden x bytes of device memory and holds it on the host."""
-    spec = RunSpec(model="tiny-qwen3", seq_len=512, every_n_layers=1, dtype="bfloat16")
+def test_simulated_offload_moves_layer_inputs_to_host(shallower):
+    """offload frees layers x seq x hidden x bytes of device memory and holds it on the host (tiny-qwen3 on 3 of its
+    8 layers: the first, one between and the last, simulated whole where 8 took the fold's 3 and 4)."""
+    spec = RunSpec(model=shallower("tiny-qwen3", 3), seq_len=512, every_n_layers=1, dtype="bfloat16")
     plain, offloaded = simulate(spec), simulate(replace(spec, offload=True))
-    layer_inputs = 8 * 512 * 256 * 2
+    layer_inputs = 3 * 512 * 256 * 2
     assert plain.memory.after_forward_bytes - offloaded.memory.after_forward_bytes == layer_inputs
     assert offloaded.memory.host_offload_bytes == offloaded.memory.offload_bytes == layer_inputs
     assert plain.memory.host_offload_bytes == 0
