@@ -103,12 +103,32 @@ def figure_problems(figures: list[dict]) -> list[str]:
     return problems
 
 
+# Every chart on the page drawn by plotly (its SVG holds words): FIGURE_WORDS_JS leaves a chart not yet drawn out.
+CHARTS_DRAWN_JS = (
+    "() => [...document.querySelectorAll('.stPlotlyChart')].every(c => c.querySelector('svg.main-svg text'))"
+)
+SETTLE_READS = 50  # plotly's transitions end in well under a second: at most 50 reads 100 ms apart
+
+
+def settled_figures(page) -> list[dict]:
+    """The figures' words once every chart is drawn and two reads agree: boxes read mid-transition are not the ones
+    drawn. Waits on the drawing (a condition polled), not for a fixed time."""
+    page.wait_for_function(CHARTS_DRAWN_JS, timeout=HANG_MS)
+    seen = page.evaluate(FIGURE_WORDS_JS)
+    for _ in range(SETTLE_READS):
+        page.wait_for_timeout(100)
+        again = page.evaluate(FIGURE_WORDS_JS)
+        if again == seen:
+            return again
+        seen = again
+    raise AssertionError(f"the figures' words still move after {SETTLE_READS} reads")
+
+
 def check_page(page, step: str) -> None:
     """No exception on the page, and every figure's words inside it and apart."""
-    page.wait_for_timeout(700)  # plotly's transitions: boxes measured mid-animation are not the drawn ones
+    problems = figure_problems(settled_figures(page))
     exceptions = page.locator("[data-testid='stException'], .stException")
     assert not exceptions.count(), f"{step}: {exceptions.first.inner_text()}"
-    problems = figure_problems(page.evaluate(FIGURE_WORDS_JS))
     assert not problems, f"{step}: " + "; ".join(problems)
 
 
@@ -165,10 +185,11 @@ def new_page(browser):
         context.close()
 
 
-def open_page(new_page, url: str, lang: str, nav_key: str):
+def open_page(new_page, url: str, lang: str, address: str):
+    """A new tab on the page at ``address`` (its file's name under st.navigation), as a link shared in a room opens
+    it: the Lab page's run is no part of a participant's way in."""
     page = new_page()
-    page.goto(f"{url}/?lang={lang}")
-    page.get_by_role("link", name=words(nav_key, lang)).first.click()
+    page.goto(f"{url}/{address}?lang={lang}")
     return page
 
 
@@ -207,7 +228,7 @@ def test_a_link_to_a_page_as_the_new_servers_first_request_gets_the_app_around_i
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lang):
-    page = open_page(new_page, server, lang, "nav.lesson_page")
+    page = open_page(new_page, server, lang, "lesson")
     page.get_by_text(words("lesson.activation.title", lang)).first.wait_for(timeout=HANG_MS)
     page.locator(".stPlotlyChart").first.wait_for(timeout=HANG_MS)
     check_page(page, "lesson part 1")
@@ -254,13 +275,13 @@ def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lan
 def test_an_instructor_runs_a_round_with_two_participants(server, new_page, lang):
     """The participants' pages follow the round by their fragment's timer alone (no reload); in the second language
     the instructor's page is in English: one room, each person in their own language."""
-    participants = [open_page(new_page, server, lang, "nav.exercises_page") for _ in range(2)]
+    participants = [open_page(new_page, server, lang, "exercises") for _ in range(2)]
     for participant in participants:
         participant.get_by_text(words("exercises.score_title", lang)).wait_for(timeout=HANG_MS)
     keys = [participant_key(participant) for participant in participants]
     assert keys[0] != keys[1]  # two browsers: two participants, each with a key of its own
     teacher_lang = LANGS[0]
-    teacher = open_page(new_page, server, teacher_lang, "classroom.nav_page")
+    teacher = open_page(new_page, server, teacher_lang, "instructor")
     phrase = teacher.get_by_label(words("classroom.secret", teacher_lang))
     phrase.fill(SECRET)
     phrase.press("Enter")
