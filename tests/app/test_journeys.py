@@ -107,21 +107,25 @@ def figure_problems(figures: list[dict]) -> list[str]:
 CHARTS_DRAWN_JS = (
     "() => [...document.querySelectorAll('.stPlotlyChart')].every(c => c.querySelector('svg.main-svg text'))"
 )
-SETTLE_READS = 50  # plotly's transitions end in well under a second: at most 50 reads 100 ms apart
 
 
 def settled_figures(page) -> list[dict]:
-    """The figures' words once every chart is drawn and two reads agree: boxes read mid-transition are not the ones
-    drawn. Waits on the drawing (a condition polled), not for a fixed time."""
+    """The figures' words once every chart is drawn and two reads 100 ms apart agree: boxes read while plotly lays
+    a figure out again are not the ones drawn. Both are conditions the page is polled for, within HANG_MS as every
+    other wait here, not a fixed time."""
     page.wait_for_function(CHARTS_DRAWN_JS, timeout=HANG_MS)
-    seen = page.evaluate(FIGURE_WORDS_JS)
-    for _ in range(SETTLE_READS):
-        page.wait_for_timeout(100)
-        again = page.evaluate(FIGURE_WORDS_JS)
-        if again == seen:
-            return again
-        seen = again
-    raise AssertionError(f"the figures' words still move after {SETTLE_READS} reads")
+    page.evaluate("() => { window.ckptlabWords = null; }")
+    settled = page.wait_for_function(
+        f"""() => {{
+          const now = JSON.stringify(({FIGURE_WORDS_JS.strip()})());
+          const same = window.ckptlabWords === now;
+          window.ckptlabWords = now;
+          return same && now;
+        }}""",
+        polling=100,
+        timeout=HANG_MS,
+    )
+    return json.loads(settled.json_value())
 
 
 def check_page(page, step: str) -> None:
