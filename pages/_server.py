@@ -70,9 +70,13 @@ def keep_participant_key() -> None:
     Streamlit cannot set a cookie from the server (``st.context.cookies`` is read-only), so a small script in the
     page sets it; the next session's ``st.context.cookies`` brings it back. The key is the session's own hex id (no
     quote nor markup can reach the script). A browser with scripts off, a private window or a scripted client is
-    a new participant each time: only sign-in closes that (docs/security.md). Once per session."""
-    state = st.session_state
-    if signed_in_person() is not None or state.get("ckptlab_owner_kept"):
+    a new participant each time: only sign-in closes that (docs/security.md).
+
+    The script is in every run of the page until a session opens with the key in its cookie, not in the first run
+    only: the browser loads the code of an HTML element lazily, and a run that follows at once (a click) removed an
+    element drawn once before its script ever ran (a participant with no cookie after three answers, CI of
+    2026-12-04). Drawn in the same place each run, the element stays and its script runs once."""
+    if signed_in_person() is not None:
         return
     owner = session_owner()
     if st.context.cookies.get(PARTICIPANT_COOKIE) != owner:
@@ -81,7 +85,6 @@ def keep_participant_key() -> None:
             "</script>",
             unsafe_allow_javascript=True,
         )
-    state.ckptlab_owner_kept = True
 
 
 def signed_in_person() -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pages._server as server
 
 
@@ -68,3 +70,17 @@ def test_a_tab_that_reconnects_within_the_session_ttl_keeps_its_job_and_a_closed
     _Clock.now = 320.5  # inactive past the TTL: Streamlit has dropped the session
     assert not alive()
     _Runtime.connected = True  # (class state, for the next test)
+
+
+def test_the_key_writer_is_in_every_run_until_a_session_opens_with_the_key(monkeypatch):
+    """Drawn in one run only, the script's element went with the next run before the browser ran it (the participant's
+    journey, CI of 2026-12-04): it is in each run, at one place, until the browser's cookie brings the key back."""
+    written: list[str] = []
+    monkeypatch.setattr(server.st, "html", lambda body, **_: written.append(body))
+    server.keep_participant_key()
+    server.keep_participant_key()  # the page's next run, in the same session
+    owner = server.session_owner()
+    assert len(written) == 2 and written[0] == written[1] and f"{server.PARTICIPANT_COOKIE}={owner};" in written[0]
+    monkeypatch.setattr(server.st, "context", SimpleNamespace(cookies={server.PARTICIPANT_COOKIE: owner}))
+    server.keep_participant_key()  # a session whose browser sent the key: nothing to write
+    assert len(written) == 2
