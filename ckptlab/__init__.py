@@ -12,7 +12,26 @@ The names below load their module when first used (PEP 562): ``import ckptlab`` 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
+
+
+class _NoHubKernelNotice(logging.Filter):
+    """Drops bitsandbytes' notice that the Hub's optional CPU 4-bit kernel did not load.
+
+    On a CPU with AVX512-BF16, importing bitsandbytes asks the ``kernels`` package for
+    kernels-community's 4-bit GEMM; kernels 0.19 refuses a repository whose publisher it cannot
+    verify, so every process printed "Failed to load CPU gemm_4bit_forward from kernels-community"
+    (peft imports bitsandbytes whenever it is installed, and Trainer imports peft: the first line of
+    `ckptlab simulate` on any model). Nothing is missing: bitsandbytes falls back to its own CPU
+    kernel, the one the lab's 4-bit runs measure. Its other messages pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "from kernels-community" not in record.getMessage()
+
+
+# On the logger before bitsandbytes makes it: its module takes the same logger by name when imported.
+logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_NoHubKernelNotice())
 
 # Each public name and the module that defines it; ``__getattr__`` imports that module on first use.
 _HOMES = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,12 @@ def test_the_type_checkers_imports_are_the_lazy_names():
         for alias in node.names
     }
     assert imported == ckptlab._HOMES
+
+
+def test_bitsandbytes_hub_kernel_notice_is_dropped_and_its_other_messages_pass(caplog):
+    """`import ckptlab` quiets the one notice every process printed on an AVX512-BF16 CPU (ckptlab/__init__.py)."""
+    bitsandbytes_cpu = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    with caplog.at_level(logging.WARNING, logger=bitsandbytes_cpu.name):
+        bitsandbytes_cpu.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "untrusted")
+        bitsandbytes_cpu.warning("another notice")
+    assert [record.getMessage() for record in caplog.records] == ["another notice"]
