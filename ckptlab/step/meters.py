@@ -371,9 +371,10 @@ class TrackerMeter:
         self._tracker.track_external(*external)
         with warnings.catch_warnings(), _removing_mod_tracker_grad_hooks():
             # ModTracker warns when a module is already gone when its backward hook fires (seen
-            # with tiny-bert), and when a module enters the forward again inside itself (every simulated
-            # or CPU step of tiny-llama: it printed "The module hierarchy tracking maybe be messed up" at
-            # the top of `ckptlab simulate`); the device totals the lab reads do not depend on per-module stats.
+            # with tiny-bert), and when a module's forward starts while it still counts that module among
+            # the parents ("The module hierarchy tracking maybe be messed up": a simulated step of tiny-llama
+            # printed it at the top of `ckptlab simulate`); the device totals the lab reads do not depend on
+            # per-module stats.
             warnings.filterwarnings("ignore", message="Module is None. Skipping P", category=UserWarning)
             warnings.filterwarnings("ignore", message="The module hierarchy tracking", category=UserWarning)
             with self._tracker:
