@@ -104,7 +104,7 @@ def test_simulation_matches_a_measured_cpu_run(model, measured):
 def test_simulated_offload_moves_layer_inputs_to_host(shallower):
     """offload frees layers x seq x hidden x bytes of device memory and holds it on the host (tiny-qwen3 on 3 of its
     8 layers: the first, one between and the last, simulated whole where 8 took the fold's 3 and 4)."""
-    layers, seq_len, hidden = 3, 512, 256
+    layers, seq_len, hidden = 3, 512, load_config("tiny-qwen3")[0].hidden_size
     spec = RunSpec(model=shallower("tiny-qwen3", layers), seq_len=seq_len, every_n_layers=1, dtype="bfloat16")
     plain, offloaded = simulate(spec), simulate(replace(spec, offload=True))
     layer_inputs = layers * seq_len * hidden * 2  # bfloat16
