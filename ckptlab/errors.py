@@ -23,6 +23,7 @@ for the CLI, widgets for the app) through :meth:`CkptlabError.worded`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,13 @@ from typing import Any
 from .fact import ENGLISH, Fact, filled, text, worded_param
 
 ERRORS = "errors."  # the prefix of an error's words in every locale file
+
+
+def one_line(text: object, limit: int = 400) -> str:
+    """``text`` with its whitespace (newlines, tabs) folded to single spaces, ANSI bold dropped, cut at ``limit``:
+    how a library's own text travels as a param of a one-line message."""
+    flat = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(text)).split())
+    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
 
 
 class _Unset:

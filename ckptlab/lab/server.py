@@ -44,6 +44,10 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
 ``CKPTLAB_HUB_CACHE``
     The server's own cache of fetched configs (default ``~/.cache/ckptlab/hub``): never the
     instructor's Hugging Face cache, whose gated configs a participant must not read through it.
+``CKPTLAB_HUB_CACHE_MIB``
+    The most that cache holds, in MiB (default 64): after each fetch the oldest revisions are
+    evicted past it (``ckptlab.model.hub.evict_oldest``), so participants naming revision after
+    revision cannot fill the server's disk.
 ``CKPTLAB_HUB_TOKEN``
     The token the server sends for a participant's fetch (a gated repository's config). Unset:
     none is sent, whatever ``HF_TOKEN`` or login the server's account has. Never in a repr or a log.
@@ -70,6 +74,9 @@ DEFAULT_RUN_LIMIT_S = 300.0  # a workshop of 30 participants gets through one ru
 GPU_FLOP_PER_S = 20e12
 FOLDER_DEPTH = 2  # root/model or root/group/model: deep enough for a workshop, shallow enough to list fast
 DEFAULT_HUB_CACHE = Path("~/.cache/ckptlab/hub")  # the server's own, apart from huggingface_hub's default cache
+# The most the server's Hub cache holds, oldest revisions evicted past it: a config is at most 4 MiB (MAX_CONFIG_BYTES),
+# most a few KiB, so 64 MiB keeps hundreds of models and at least 16 of the largest.
+DEFAULT_HUB_CACHE_MIB = 64.0
 
 
 class NotAllowedError(CkptlabError):
@@ -90,6 +97,7 @@ class ServerPolicy:
     warm_learn: bool = False  # CKPTLAB_WARM_LEARN=1: queue the Learn pages' shared runs when the server starts
     hub: bool = False  # CKPTLAB_HUB=1: participants may name a Hub repository (its config.json is fetched)
     hub_cache: Path = DEFAULT_HUB_CACHE  # CKPTLAB_HUB_CACHE: the server's own cache of fetched configs
+    hub_cache_bytes: int = int(DEFAULT_HUB_CACHE_MIB * 2**20)  # CKPTLAB_HUB_CACHE_MIB: that cache's bound
     # CKPTLAB_HUB_TOKEN: the token sent for a participant's fetch; None: none is sent. Never in a repr or a log.
     hub_token: str | None = field(default=None, repr=False)
 
@@ -117,6 +125,8 @@ class ServerPolicy:
         hub = _choice_setting(settings, "CKPTLAB_HUB", ("0", "1"))
         hub_cache = Path(str(settings.get("CKPTLAB_HUB_CACHE") or DEFAULT_HUB_CACHE)).expanduser()
         hub_token = str(settings.get("CKPTLAB_HUB_TOKEN") or "") or None
+        cache_mib = _positive_setting(settings, "CKPTLAB_HUB_CACHE_MIB")
+        hub_cache_bytes = int((DEFAULT_HUB_CACHE_MIB if cache_mib is None else cache_mib) * 2**20)
         return cls(
             models_root,
             run_limit_s,
@@ -127,6 +137,7 @@ class ServerPolicy:
             warm == "1",
             hub=hub == "1",
             hub_cache=hub_cache,
+            hub_cache_bytes=hub_cache_bytes,
             hub_token=hub_token,
         )
 
@@ -138,6 +149,7 @@ class ServerPolicy:
             enabled=self.hub,
             cache_dir=str(self.hub_cache.expanduser()),
             token=self.hub_token if self.hub_token is not None else False,
+            cache_max_bytes=self.hub_cache_bytes,
             server=True,
         )
 
@@ -229,6 +241,7 @@ SETTING_KEYS = {
     "CKPTLAB_WORKERS": "server.workers",
     "CKPTLAB_WARM_LEARN": "server.warm_learn",
     "CKPTLAB_HUB": "server.hub",
+    "CKPTLAB_HUB_CACHE_MIB": "server.hub_cache_mib",
 }
 
 

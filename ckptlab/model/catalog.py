@@ -27,7 +27,7 @@ import torch
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
 
-from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type
+from ..errors import ModelLoadError, Option, UnsupportedModelError, expect_type, one_line
 from ..torchstate import exclusive
 from . import experts, folder_checks, hub, lora, presets, quantize, weight_checks
 from .attention import SDPA, implementation_for
@@ -98,7 +98,7 @@ def build_on_meta(config: PretrainedConfig, task: str) -> PreTrainedModel:
         raise ModelLoadError(
             key="model.cannot_build",
             config_class=type(config).__name__,
-            detail=f"{type(exc).__name__}: {folder_checks.one_line(exc)}",
+            detail=f"{type(exc).__name__}: {one_line(exc)}",
         ) from exc
 
 
@@ -186,7 +186,8 @@ def _files_stamp(name_or_dir: str) -> tuple[tuple[str, int, int], ...]:
     if name_or_dir in PRESETS:  # a preset name wins over a folder of the same name (load_config)
         return ()
     if not os.path.isdir(name_or_dir) and hub.is_repo_name(name_or_dir):
-        # Asked of the Hub each time (a HEAD when cached), so a moved branch, or the Hub switched off, is seen.
+        # The process's one fetch of this config (hub.config_file): a moved branch is seen by the next process, the
+        # Hub switched off at once (HubAccess.enabled is asked first).
         config_file = hub.config_file(name_or_dir)
         return ((config_file, os.stat(config_file).st_mtime_ns, os.stat(config_file).st_size),)
     try:
@@ -310,7 +311,7 @@ def build_model(
                 **loading,
             )
         except ImportError as exc:  # a quantization_config whose package is not installed (bitsandbytes, ...)
-            detail = folder_checks.one_line(exc, 200)
+            detail = one_line(exc, 200)
             raise ModelLoadError(key="model.quantization_package", path=repr(name_or_dir), detail=detail) from None
         except (SafetensorError, pickle.UnpicklingError, RuntimeError) as exc:
             problem = weight_checks.weights_error(name_or_dir, exc)

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..errors import Command, DoesNotFitError, ModelLoadError, Option
+from ..errors import Command, DoesNotFitError, ModelLoadError, Option, one_line
 from ..fact import Fact
 from .hub import MAX_CONFIG_BYTES  # one bound on a config.json, from a folder or the Hub
 
@@ -65,12 +64,6 @@ _MEANING = {
     "vocab_size": Fact("config_size.vocab_size"),
     "max_position_embeddings": Fact("config_size.max_position_embeddings"),
 }
-
-
-def one_line(text: object, limit: int = 400) -> str:
-    """``text`` with its whitespace (newlines, tabs) folded to single spaces, ANSI bold dropped, cut at ``limit``."""
-    flat = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(text)).split())
-    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
 
 
 # -- 1. config.json as JSON ---------------------------------------------------------------

@@ -325,11 +325,13 @@ def check_model_named(name_or_dir: str) -> None:
     the heavy imports. Whether the repository exists is the Hub's to say (``ckptlab.model.hub``).
 
     Raises:
-        ModelLoadError: a file where a folder was expected (``model.is_a_file``), or neither a preset, an
-            existing directory nor an ``owner/name`` (``model.not_found``).
+        ModelLoadError: a file where a folder was expected (``model.is_a_file``), a Hub repository's name with a
+            revision none can have (``hub.bad_revision``), or neither a preset, an existing directory nor an
+            ``owner/name`` (``model.not_found``).
     """
     if name_or_dir in PRESETS or os.path.isdir(name_or_dir) or hub.is_repo_name(name_or_dir):
         return
+    hub.check_revision(name_or_dir)  # owner/name@. : the revision is wrong, not the name
     if os.path.exists(name_or_dir):
         raise ModelLoadError(
             key="model.is_a_file", model=Option("model"), name=repr(name_or_dir), presets=preset_names()

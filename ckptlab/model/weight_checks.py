@@ -20,9 +20,8 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, one_line
 from ..fact import Fact
-from .folder_checks import one_line
 
 # safetensors itself refuses headers above 100 MB ("header too large").
 MAX_SAFETENSORS_HEADER: int = 100_000_000
