@@ -9,14 +9,21 @@ Repositories it knows, besides the configs a test hands it (``configs``: repo ->
 - ``HUGE``: a HEAD announcing a config.json of 64 MiB (its body is never asked for);
 - ``NO_CONFIG``: the repository exists and has no config.json (404, ``EntryNotFound``);
 - ``SILENT``: never answers, until the server stops (the lab's own deadline must end the wait);
+- hostile transfers, each announcing a config of :data:`ANNOUNCED` bytes in its HEAD: ``STREAM`` sends bytes
+  forever (no ``Content-Length``); ``DRIP`` one byte every 10 ms; ``MUTE`` its headers and then nothing; ``RESET``
+  a few bytes and a TCP reset; ``SHORT`` fewer bytes than its ``Content-Length``; ``MISMATCH`` a ``Content-Length``
+  other than the HEAD's; ``GZIP`` a body marked gzip that is not;
 - any other: 401 with ``X-Error-Code: RepoNotFound``, as the Hub answers for a repository that does not exist.
 
-A revision other than ``main`` or :data:`TAG` is 404 ``RevisionNotFound``.
+A revision other than ``main`` or :data:`TAG` is 404 ``RevisionNotFound``. ``FakeHub.silent`` set: every request is
+recorded and never answered (a Hub that accepts connections and never answers).
 """
 
 from __future__ import annotations
 
 import hashlib
+import socket
+import struct
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -27,6 +34,15 @@ GATED = "lab/gated"
 HUGE = "lab/huge"
 NO_CONFIG = "lab/no-config"
 SILENT = "lab/silent"
+STREAM = "lab/stream"
+DRIP = "lab/drip"
+MUTE = "lab/mute"
+RESET = "lab/reset"
+SHORT = "lab/short"
+MISMATCH = "lab/mismatch"
+GZIP = "lab/gzip"
+HOSTILE = (STREAM, DRIP, MUTE, RESET, SHORT, MISMATCH, GZIP)
+ANNOUNCED = 100  # the size the hostile repositories' HEAD announces
 TOKEN = "hf_test_token"
 TAG = "v1"
 
@@ -39,6 +55,9 @@ class FakeHub:
     configs: dict[str, bytes]
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Authorization)
     released: threading.Event = field(default_factory=threading.Event)  # set when SILENT may stop waiting
+    silent: threading.Event = field(default_factory=threading.Event)  # set: no request is answered any more
+    sent: dict[str, int] = field(default_factory=dict)  # a hostile body's bytes written before the client left
+    ended: threading.Event = field(default_factory=threading.Event)  # set when a hostile body's handler ends
 
 
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
@@ -55,6 +74,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _answer(self, body: bool) -> None:
             auth = self.headers.get("Authorization")
             hub.requests.append((self.command, self.path, auth))
+            if hub.silent.is_set():
+                hub.released.wait(60)
+                return None
             parts = self.path.split("?")[0].strip("/").split("/")
             if len(parts) < 5 or parts[2] != "resolve":
                 return self._error(404, "EntryNotFound")
@@ -68,6 +90,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._file(b"", body=False, size=64 * 2**20)
             if repo == NO_CONFIG:
                 return self._error(404, "EntryNotFound", commit=True)
+            if repo in HOSTILE:
+                if not body:
+                    return self._file(b"", body=False, size=ANNOUNCED, commit=_commit(repo))
+                return self._hostile(repo)
             content = hub.configs.get(repo)
             if content is None:
                 return self._error(401, "RepoNotFound")
@@ -86,6 +112,47 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if body:
                 self.wfile.write(content)
+
+        def _hostile(self, repo: str) -> None:
+            self.send_response(200)
+            if repo != STREAM:  # a stream has no length: its body ends when the connection does
+                length = {SHORT: ANNOUNCED, MISMATCH: ANNOUNCED + 50, GZIP: 8, DRIP: ANNOUNCED, MUTE: ANNOUNCED}
+                self.send_header("Content-Length", str(length.get(repo, ANNOUNCED)))
+            if repo == GZIP:
+                self.send_header("Content-Encoding", "gzip")
+            self.end_headers()
+            self.wfile.flush()
+            hub.sent[repo] = 0
+            try:
+                if repo == STREAM:
+                    while True:
+                        self.wfile.write(b" " * 4096)
+                        hub.sent[repo] += 4096
+                elif repo == DRIP:
+                    for _ in range(ANNOUNCED):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        hub.sent[repo] += 1
+                        if hub.released.wait(0.01):
+                            break
+                elif repo == MUTE:
+                    hub.released.wait(60)
+                elif repo == RESET:
+                    self.wfile.write(b"{" * 10)
+                    self.wfile.flush()
+                    # SO_LINGER 0: close() sends a TCP reset, not an orderly end
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                elif repo == SHORT:
+                    self.wfile.write(b"{" * (ANNOUNCED // 2))
+                elif repo == MISMATCH:
+                    self.wfile.write(b" " * (ANNOUNCED + 50))
+                elif repo == GZIP:
+                    self.wfile.write(b"not gzip")
+            except OSError:  # the client stopped reading and closed: what a bounded fetch does
+                pass
+            self.close_connection = True
+            hub.ended.set()
 
         def _error(self, status: int, code: str, commit: bool = False) -> None:
             self.send_response(status)

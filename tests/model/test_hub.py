@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,25 @@ from ckptlab.errors import CkptlabError
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model import hub
 from ckptlab.model.catalog import describe
+from ckptlab.model.configs import load_config
 from ckptlab.model.presets import PRESETS
-from tests.model.hubserver import GATED, HUGE, NO_CONFIG, SILENT, TAG, TOKEN, fake_hub
+from tests.model.hubserver import (
+    ANNOUNCED,
+    DRIP,
+    GATED,
+    GZIP,
+    HUGE,
+    MISMATCH,
+    MUTE,
+    NO_CONFIG,
+    RESET,
+    SHORT,
+    SILENT,
+    STREAM,
+    TAG,
+    TOKEN,
+    fake_hub,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 REMOTE_CODE = json.dumps({"model_type": "my_own_llm", "auto_map": {"AutoConfig": "modeling_mine.MyConfig"}})
@@ -109,6 +127,7 @@ def test_a_hub_that_never_answers_ends_at_the_labs_own_deadline(access):
         ("owner/name@refs/pr/1", True),
         ("owner/name@../../elsewhere", False),  # a revision that would climb out of the cache's refs/
         ("owner/name@", False),
+        ("owner/name@.", False),  # "." is dropped from the resolve URL: the Hub would be asked another path
         ("./owner/name", False),
         ("~/owner/name", False),
         ("/owner/name", False),
@@ -270,3 +289,88 @@ def test_a_page_opens_a_link_to_a_hub_model_only_where_the_instructor_allows_it(
 
 def _at(access: hub.HubAccess, endpoint: str) -> hub.HubAccess:
     return hub.HubAccess(**{**_fields(access), "endpoint": endpoint})
+
+
+def test_a_config_is_fetched_once_per_process_and_a_silent_hub_leaves_the_cache_answering_at_once(access, served):
+    before = len(served.requests)
+    # What one simulate asks (describe's stamp and description, the checks' and the step's load_config): one fetch.
+    describe("lab/tiny-llama")
+    load_config("lab/tiny-llama")
+    path = hub.config_file("lab/tiny-llama")
+    assert [method for method, _, _ in served.requests[before:]] == ["HEAD", "GET"]
+    # Another way to the Hub (as a fresh process would fetch again) over the warm cache, the Hub now silent: its
+    # one HEAD waits cached_head_s, not a HEAD's 10 s per fetch, and the cached copy answers every caller.
+    served.silent.set()
+    # (The endpoint written with a trailing "/": the same server, another way to it, so nothing fetched is known.)
+    again = {"endpoint": f"{served.url}/", "cached_head_s": 0.2, "deadline_s": 30.0}
+    hub.configure(hub.HubAccess(**{**_fields(access), **again}))
+    before = len(served.requests)
+    assert [hub.config_file("lab/tiny-llama") for _ in range(3)] == [path] * 3
+    assert load_config("lab/tiny-llama")[1] == "hub"
+    assert [method for method, _, _ in served.requests[before:]] == ["HEAD"]
+
+
+def _no_partial_file(access) -> None:
+    left = [path.name for path in Path(access.cache_dir).rglob("*") if path.is_file()]
+    assert not [name for name in left if name.endswith(".incomplete")] and not any("blobs" in name for name in left)
+    assert not list(Path(access.cache_dir).rglob("blobs/*")), left
+
+
+def test_a_transfer_stops_at_the_size_the_head_announced_and_keeps_nothing(access, served):
+    error = _error(STREAM)  # bytes forever, no Content-Length; the HEAD said ANNOUNCED
+    assert error.key == "hub.overlong" and f"{ANNOUNCED:,} bytes" in str(error)
+    _no_partial_file(access)
+
+
+def test_a_transfer_stops_at_the_deadline_and_keeps_nothing(access, served):
+    hub.configure(hub.HubAccess(**{**_fields(access), "deadline_s": 0.3}))
+    assert _error(DRIP).key == "hub.timeout"  # a byte every 10 ms: ANNOUNCED bytes take 1 s
+    assert served.ended.wait(10)  # the server saw the client leave, rather than send the whole body
+    assert served.sent[DRIP] < ANNOUNCED
+    for thread in threading.enumerate():  # the fetch's thread ends too (it removes its partial file first)
+        if thread.name == hub.FETCH_THREAD:
+            thread.join(10)
+    _no_partial_file(access)
+    assert _error(MUTE).key == "hub.timeout"  # headers, then nothing: the read ends at the deadline as well
+
+
+@pytest.mark.parametrize("repo", [RESET, SHORT, MISMATCH, GZIP])
+def test_every_transport_error_is_one_line_naming_the_repository(access, repo):
+    error = _error(repo)
+    assert error.key in ("hub.transfer", "hub.overlong"), error.key
+    assert repo in str(error) and "\n" not in str(error)
+    _no_partial_file(access)
+
+
+def test_the_servers_hub_cache_is_bounded_by_bytes_the_oldest_revision_evicted(served, tmp_path):
+    size = len(CONFIGS["lab/tiny-llama"])
+    served.configs.update({f"lab/copy-{i}": CONFIGS["lab/tiny-llama"] for i in range(3)})
+    policy = ServerPolicy.from_settings({"CKPTLAB_HUB": "1", "CKPTLAB_HUB_CACHE": str(tmp_path)})
+    assert policy.hub_access().cache_max_bytes == 64 * 2**20  # the default bound (docs/workshop-server.md)
+    bound = int(2.5 * size)  # room for two copies
+    mib = bound / 2**20
+    policy = ServerPolicy.from_settings(
+        {"CKPTLAB_HUB": "1", "CKPTLAB_HUB_CACHE": str(tmp_path), "CKPTLAB_HUB_CACHE_MIB": mib}
+    )
+    hub.configure(hub.HubAccess(**{**_fields(policy.hub_access()), "endpoint": served.url}))
+    paths = [hub.config_file(f"lab/copy-{i}") for i in range(3)]
+    kept = [os.path.exists(path) for path in paths]
+    assert kept == [False, True, True]
+    held = sum(path.stat().st_size for path in tmp_path.rglob("blobs/*"))
+    assert held <= bound
+    assert os.path.exists(hub.config_file("lab/copy-0"))  # evicted, so fetched again
+    with pytest.raises(CkptlabError) as caught:
+        ServerPolicy.from_settings({"CKPTLAB_HUB_CACHE_MIB": "0"})
+    assert caught.value.key == "server.hub_cache_mib"
+
+
+@pytest.mark.parametrize(
+    ("name", "revision"), [("lab/tiny-llama", "../x"), ("lab/tiny-llama", ""), ("t/anyrev-ok", ".")]
+)
+def test_a_bad_revision_is_refused_naming_the_revision_not_the_repository(access, served, name, revision):
+    before = len(served.requests)
+    with pytest.raises(CkptlabError) as caught:
+        describe(hub.with_revision(name, revision) if revision != "." else f"{name}@{revision}")
+    error = caught.value
+    assert error.key == "hub.bad_revision" and f"{revision!r} is not a revision" in str(error), str(error)
+    assert len(served.requests) == before  # nothing asked of the Hub
