@@ -281,7 +281,7 @@ def _fetched(repo: str, revision: str | None, hub: HubAccess, deadline: float, c
     if metadata.commit_hash is None or metadata.etag is None:  # not a Hub (a proxy's page, a captive portal)
         if cached:
             return cached
-        raise ModelLoadError(key="hub.transfer", name=repr(name), detail="no X-Repo-Commit or ETag in the answer")
+        raise ModelLoadError(key="hub.not_a_hub", name=repr(name))
     if metadata.size is not None and metadata.size > MAX_CONFIG_BYTES:  # refused before it fills the cache
         raise _too_large(name, metadata.size)
     at_commit = try_to_load_from_cache(repo, CONFIG_FILE, cache_dir=hub.cache_dir, revision=metadata.commit_hash)
@@ -329,9 +329,7 @@ def _download(
                         raise ModelLoadError(key="hub.timeout", name=repr(name), seconds=f"{hub.deadline_s:g}")
                     file.write(chunk)
         if size is not None and received != size:
-            raise ModelLoadError(
-                key="hub.transfer", name=repr(name), detail=f"{received:,} of the {size:,} bytes announced"
-            )
+            raise ModelLoadError(key="hub.short", name=repr(name), received=received, size=size)
         os.replace(partial, blob)
     finally:
         if os.path.exists(partial):
