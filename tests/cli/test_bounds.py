@@ -38,6 +38,8 @@ def nothing_is_built(monkeypatch):
         (["simulate", "--budget-gib", "nan"], "finite number of GiB"),
         (["simulate", "--budget-gib", "inf"], "finite number of GiB"),
         (["simulate", "--budget-gib", "-1"], "finite number of GiB"),
+        (["simulate", "--budget", "0.5"], "--budget '0.5' is 0.5 bytes, less than one byte"),  # not a budget of 0
+        (["simulate", "--budget", "0.0001KiB"], "--budget '0.0001KiB' is 0.1024 bytes, less than one byte"),
         (["sweep", "--seq-len", ",".join(str(16 + i) for i in range(2000))], f"at most {MAX_SWEEP_LENGTHS}"),
     ],
 )
