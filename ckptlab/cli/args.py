@@ -21,7 +21,7 @@ from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
 from ..show.wording import CliFlags, Flag
 from ..spec import OPTIMIZERS, RunSpec
-from ..spec_fields import FIELDS, SpecField
+from ..spec_fields import FIELDS, SpecField, split_names
 from ..torchstate import freeze_what_is_loaded
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
@@ -117,7 +117,7 @@ def _type_options(field: SpecField, every_setting: bool) -> dict[str, Any]:
     readers: dict[str, Callable[[str], Any]] = {
         "int": int,
         "float": float,
-        "names": _names,
+        "names": split_names,
         "policy": selective_argument,
     }
     return {"type": readers[kind]} if kind in readers else {}
@@ -190,12 +190,8 @@ def selective_argument(text: str) -> str | tuple[str, ...]:
     if text in SELECTIVE_CHOICES:
         return text
     if "." in text:
-        return _names(text)
+        return split_names(text)
     raise argparse.ArgumentTypeError(t("cli.selective_choice", text=text, choices=", ".join(SELECTIVE_CHOICES)))
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 # The flags of add_run_arguments, each setting the RunSpec field of its name (--no-checkpointing sets every_n_layers):
