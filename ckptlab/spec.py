@@ -293,9 +293,11 @@ class RunSpec:
         ``ckptlab.training_args.read_training_args`` says which.
 
         Raises:
-            SpecError: unknown or ill-typed fields, or fields TrainingArguments refuses.
+            SpecError: unknown or ill-typed fields, fields TrainingArguments refuses, or checkpointing kwargs the
+                lab's steps do not run (``TrainingArgsReading.check_runnable``: ``use_reentrant=True``, a context_fn).
         """
         reading = read_training_args(args)
+        reading.check_runnable()  # never dropped in silence: the spec would run another checkpoint than the file's
         return cls(**{**reading.changes, **overrides})
 
     def trainer_fields(self) -> dict[str, Any]:
