@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ..fact import Fact
+from ..fact import CUT_AT, Fact, cut_for_message
 from ..model import hub
 from ..model.attention import ATTN_IMPLEMENTATIONS
 from ..model.presets import check_model_named
@@ -29,6 +30,10 @@ EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
 
 
+# A value argparse quotes in its message, longer than a message shows whole (fact.CUT_AT).
+_QUOTED_LONG = re.compile(r"'([^']{%d,})'" % (CUT_AT + 1))
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with the lab's way of refusing bad input: one line naming the value (and the choices), exit 2.
 
@@ -38,6 +43,8 @@ class Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
+        # argparse quotes the value whole ("invalid choice: 'zzz...'"): a long one is cut as the lab's messages cut it.
+        message = _QUOTED_LONG.sub(lambda found: repr(cut_for_message(found.group(1))), message)
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see: {self.prog} --help)\n")
 
 
