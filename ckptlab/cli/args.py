@@ -31,7 +31,7 @@ EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never 
 
 
 # A value argparse quotes in its message, longer than a message shows whole (fact.CUT_AT).
-_QUOTED_LONG = re.compile(r"'([^']{%d,})'" % (CUT_AT + 1))
+_QUOTED_LONG = re.compile("'([^']{" + str(CUT_AT + 1) + ",})'")
 
 
 class Parser(argparse.ArgumentParser):
