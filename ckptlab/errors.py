@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from .fact import ENGLISH, Fact, filled, text, worded_param
+from .fact import ENGLISH, Fact, cut_for_message, filled, text, worded_param
 
 ERRORS = "errors."  # the prefix of an error's words in every locale file
 
@@ -149,6 +149,9 @@ def worded_params(params: dict[str, Any], word: Callable[[Reference], str], lang
 
 
 def _worded(value: Any, word: Callable[[Reference], str], lang: str) -> Any:
+    if isinstance(value, Option) and value.value is not UNSET:
+        # The value a reader gave, cut where it is long (a 5,000-character --attn-implementation), worded by the edge.
+        return word(replace(value, value=cut_for_message(value.value, lang)))
     if isinstance(value, Reference):
         return word(value)
     if isinstance(value, CkptlabError):  # an error that is the reason for this one, said in the same words

@@ -26,6 +26,9 @@ SAID = "said."  # the prefix of a fact's words in every locale file
 # A language's decimal mark and thousands separator, in that order (plotly's ``layout.separators`` reads the same):
 # ".," in English and Japanese, ",." in Brazilian Portuguese. Language data, so it lives in the locale files.
 SEPARATORS = "number.separators"
+# A value a one-line message shows whole up to this many characters; a longer one (a 5,000-character flag, 20,000
+# characters of names, a link's 5,000 digits) as its first CUT_AT characters and its length (:func:`cut_for_message`).
+CUT_AT = 200
 
 
 class MissingKeyError(KeyError):
@@ -151,7 +154,46 @@ def filled(text: str, lang: str, values: Mapping[str, Any]) -> str:
 
 def worded_param(value: Any, lang: str) -> Any:
     """A param as a sentence fills it in ``lang``: a fact worded, a tuple of facts worded and joined by the
-    language's ``said.list_separator``, anything else as it is."""
+    language's ``said.list_separator``, anything else as it is, cut where it is long (:func:`cut_for_message`)."""
     if isinstance(value, Fact):
         return worded(value, lang)
-    return worded(Fact("list_separator"), lang).join(worded(one, lang) for one in value) if _facts(value) else value
+    if _facts(value):
+        return worded(Fact("list_separator"), lang).join(worded(one, lang) for one in value)
+    return cut_for_message(value, lang)
+
+
+class CutValue(str):
+    """A long value as a message shows it: its start and its length in the reader's words (``said.cut_value``). Its
+    ``repr`` (a template's ``{value!r}``, an option's ``field=value``) quotes the start alone where the value was a
+    text: ``'xxxx'… (5,000 characters)``."""
+
+    quoted: str
+
+    def __new__(cls, value: Any, lang: str) -> CutValue:
+        whole = value if isinstance(value, str) else repr(value)
+        start = whole[:CUT_AT]
+        shown = repr(start) if isinstance(value, str) else start
+        plain, quoted = (Fact("cut_value", {"start": one, "characters": len(whole)}) for one in (start, shown))
+        # Filled here, not through worded(): its start is a param that must not be cut again.
+        said = super().__new__(cls, filled(text(SAID + plain.key, lang), lang, plain.params))
+        said.quoted = filled(text(SAID + quoted.key, lang), lang, quoted.params)
+        return said
+
+    def __repr__(self) -> str:
+        return self.quoted
+
+
+def cut_for_message(value: Any, lang: str = ENGLISH) -> Any:
+    """``value`` as a one-line message shows it: whole up to :data:`CUT_AT` characters, else a :class:`CutValue`
+    (its first characters and its length). A text, or a list or tuple of values (by its repr); anything else (a
+    number, a path object) as it is. The one cut of a value for a message: errors' params, their options' values
+    (``ckptlab.errors``) and facts' params all pass through it."""
+    if isinstance(value, CutValue):
+        return value
+    if isinstance(value, str):
+        long = len(value) > CUT_AT
+    elif isinstance(value, (list, tuple)):
+        long = len(value) > CUT_AT or len(repr(value)) > CUT_AT
+    else:
+        return value
+    return CutValue(value, lang) if long else value

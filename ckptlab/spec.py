@@ -45,6 +45,7 @@ from .spec_fields import (  # noqa: F401 (the choices and bounds live with their
     MIXED_PRECISIONS,
     OPTIMIZERS,
     closed_choices,
+    split_names,
 )
 from .training_args import read_training_args
 
@@ -143,8 +144,11 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantization", as_quantization(self.quantization))
+        # A text is names as the flag and the link write them ("q_proj,v_proj"), not its characters; empty: none.
+        if isinstance(self.lora_targets, str):
+            object.__setattr__(self, "lora_targets", split_names(self.lora_targets) or None)
         # JSON and the URL give a list; a tuple keeps the spec hashable (results are cached by spec).
-        if self.lora_targets is not None and not isinstance(self.lora_targets, tuple):
+        elif self.lora_targets is not None and not isinstance(self.lora_targets, tuple):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         if isinstance(self.selective, list):  # op names, read back from JSON
             object.__setattr__(self, "selective", tuple(self.selective))
@@ -289,9 +293,11 @@ class RunSpec:
         ``ckptlab.training_args.read_training_args`` says which.
 
         Raises:
-            SpecError: unknown or ill-typed fields, or fields TrainingArguments refuses.
+            SpecError: unknown or ill-typed fields, fields TrainingArguments refuses, or checkpointing kwargs the
+                lab's steps do not run (``TrainingArgsReading.check_runnable``: ``use_reentrant=True``, a context_fn).
         """
         reading = read_training_args(args)
+        reading.check_runnable()  # never dropped in silence: the spec would run another checkpoint than the file's
         return cls(**{**reading.changes, **overrides})
 
     def trainer_fields(self) -> dict[str, Any]:

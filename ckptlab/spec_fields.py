@@ -22,6 +22,7 @@ This module imports nothing heavy (no torch, no transformers): the CLI's ``--hel
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -67,6 +68,9 @@ REPEATS_MAX = 50  # a page's timed steps
 WARMUP_MAX = 20  # a page's untimed steps
 LORA_RANK_MAX = 1024  # a page's LoRA rank
 CLIP_MAX = 1e6  # max_grad_norm in a link and the box: far above any gradient norm a step sees
+# max_grad_norm's "never clip": Trainer clips to an infinite bound (the norm is still computed). The flag's "inf", a
+# link's clip=inf and the box's top (CLIP_MAX) all mean it (SpecField.never).
+NEVER_CLIP = math.inf
 
 # How argparse reads a flag's value (``ckptlab.cli.args`` has one reader for each).
 CliType = Literal["text", "int", "float", "choice", "switch", "names", "policy"]
@@ -75,6 +79,7 @@ CliType = Literal["text", "int", "float", "choice", "switch", "names", "policy"]
 # as written), "every_n" (a whole number >= 1, or off), "flag" (1/0, yes/no, ...), "one_of" (one of the choices,
 # any case), "number" (a finite number, clamped to low..offered), "rank_or_off" (1..offered, or off), "preset" (a flag
 # that sets a named value, Link.on, or None), "names" (a comma-separated list, each once).
+# "names" is read by :func:`split_names`, as the flag and RunSpec read a text of names.
 LinkReads = Literal["text", "int", "offered", "every_n", "flag", "one_of", "number", "rank_or_off", "preset", "names"]
 
 
@@ -130,6 +135,10 @@ class SpecField:
     offered: int | float | None = None  # the most a link or a widget offers
     choices: tuple[object, ...] = ()  # the values it takes, where they are a list
     choices_here: Callable[[], tuple[str, ...]] | None = None  # the choices this machine has, where fewer
+    # A number field's value that means "no bound at all" (max_grad_norm: NEVER_CLIP). The flag takes it as it is; a
+    # link reads it as it is, not clamped to ``offered`` (ckptlab.lab.query); a box, which cannot hold it, shows it as
+    # its top, ``offered``, and reads its top back as it (ckptlab.lab.stepboxes).
+    never: float | None = None
     no_link: str = ""  # why it has no key in a link
     no_widget: str = ""  # why no page has a widget for it
 
@@ -259,6 +268,7 @@ FIELDS: tuple[SpecField, ...] = (
         trainer="max_grad_norm",
         low=0.0,
         offered=CLIP_MAX,
+        never=NEVER_CLIP,
     ),
     SpecField(
         "mixed_precision",
@@ -328,6 +338,13 @@ FIELDS: tuple[SpecField, ...] = (
 )
 
 FIELD: dict[str, SpecField] = {field.name: field for field in FIELDS}
+
+
+def split_names(text: str) -> tuple[str, ...]:
+    """A comma-separated text of names as the names, each stripped and once, in order (``"q_proj, v_proj"`` ->
+    ``("q_proj", "v_proj")``): the one reading of a list of names written as text, by the flag (``--lora-targets``,
+    ``--selective``), the link (``targets=``) and ``RunSpec(lora_targets="q_proj,v_proj")``."""
+    return tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
 
 
 def closed_choices() -> tuple[SpecField, ...]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError
+from .errors import Option, SpecError
 from .fact import Fact, worded
 from .files import json_depth, read_json_object
 from .spec_fields import FIELDS
@@ -46,6 +46,10 @@ MAX_JSON_DEPTH = 16  # TrainingArguments' deepest field is a dict of kwargs: two
 FILE_FIELDS = ("accelerator_config", "fsdp_config", "deepspeed")
 _DICT_FIELDS = ("lr_scheduler_kwargs",)  # read, not counted, and never handed on: TrainingArguments json.loads them
 _LISTED = 10  # names an unknown-fields message lists before "and N more"
+# What the lab's steps run of the checkpointing kwargs left after Trainer's pops (every_n_layers, offload): transformers'
+# non-reentrant checkpoint, its default ({} becomes use_reentrant=False). A key with another value (use_reentrant=True,
+# a context_fn, preserve_rng_state, ...) changes what torch's checkpoint keeps or runs, so it is refused by name.
+RUN_KWARGS: dict[str, Any] = {"use_reentrant": False}
 
 # TrainingArguments' fields the lab reads, with the types their JSON values must have.
 _BOOL, _INT, _NUMBER, _TEXT = (bool,), (int,), (int, float), (str,)
@@ -78,6 +82,25 @@ class TrainingArgsReading:
     defaulted: dict[str, Any]  # step fields the arguments left out, with Trainer's default value
     unused: tuple[str, ...]  # fields given that do not change the step's bytes
     checkpoint_kwargs: dict[str, Any]  # what is left of the checkpointing kwargs after Trainer's pops
+    kwargs_field: str = "activation_checkpointing_kwargs"  # the field they came from (or its older name)
+
+    def check_runnable(self) -> None:
+        """Refuse checkpointing kwargs the lab's steps do not run (:data:`RUN_KWARGS`), naming the first.
+
+        Raises:
+            SpecError: ``training_args.kwarg_not_run``, naming the key and its value (``use_reentrant=True``,
+                ``context_fn='os.system'``).
+        """
+        for key, value in self.checkpoint_kwargs.items():
+            if key in RUN_KWARGS and value is RUN_KWARGS[key]:
+                continue
+            raise SpecError(
+                key="training_args.kwarg_not_run",
+                field=self.kwargs_field,
+                name=str(key),
+                value=repr(value),
+                selective=Option("selective"),
+            )
 
 
 def checkpointing_kwargs(kwargs: Mapping[str, Any] | str | None) -> tuple[int, bool, dict[str, Any]]:
@@ -125,7 +148,11 @@ def read_training_args(args: Any) -> TrainingArgsReading:
         left_out = {name for name in DEFAULTED_NAMES if name not in given}
     optim = str(getattr(values["optim"], "value", values["optim"]))  # an OptimizerNames member or its text
     checkpointing = bool(values.get("activation_checkpointing") or values.get("gradient_checkpointing"))
-    kwargs = values.get("activation_checkpointing_kwargs") or values.get("gradient_checkpointing_kwargs")
+    kwargs_field = next(
+        (name for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs") if values.get(name)),
+        "activation_checkpointing_kwargs",
+    )
+    kwargs = values.get(kwargs_field)
     every_n_layers, offload, rest = checkpointing_kwargs(kwargs)
     mixed = "bf16" if values["bf16"] else "fp16" if values["fp16"] else "none"
     changes: dict[str, Any] = {
@@ -146,6 +173,7 @@ def read_training_args(args: Any) -> TrainingArgsReading:
         defaulted={name: _plain(defaults[name]) for name in DEFAULTED_NAMES if name in left_out},
         unused=tuple(sorted(name for name in given if name not in STEP_FIELDS and given[name] != defaults.get(name))),
         checkpoint_kwargs=rest,
+        kwargs_field=kwargs_field,
     )
 
 

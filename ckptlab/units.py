@@ -31,11 +31,12 @@ def parse_size(text: str, name: str = "size") -> int:
     """``"24GiB"``, ``"512 MiB"``, ``"1000000"`` -> bytes.
 
     Args:
-        text: a positive number, with or without a unit of :data:`SIZE_UNITS` (any case).
+        text: a positive number, with or without a unit of :data:`SIZE_UNITS` (any case), of at least one byte
+            (a fraction of a byte beyond it is dropped).
         name: what the value is called where it was given (a flag such as ``--budget``), for the message.
 
     Raises:
-        SpecError: naming the value and the accepted forms.
+        SpecError: naming the value and the accepted forms, or a size under one byte.
     """
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     if (
@@ -44,4 +45,7 @@ def parse_size(text: str, name: str = "size") -> int:
         or not 0 < float(match.group(1)) < float("inf")  # 400 digits parse as inf
     ):
         raise SpecError(key="spec.not_a_size", name=name, value=repr(text))
-    return int(float(match.group(1)) * SIZE_UNITS[match.group(2).lower()])
+    size = float(match.group(1)) * SIZE_UNITS[match.group(2).lower()]
+    if size < 1:  # "0.5" or "0.0001KiB": int() would make it a budget of 0 bytes, which nothing fits
+        raise SpecError(key="spec.size_under_a_byte", name=name, value=repr(text), size=size)
+    return int(size)

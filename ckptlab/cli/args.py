@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ..fact import Fact
+from ..fact import CUT_AT, Fact, cut_for_message
 from ..model import hub
 from ..model.attention import ATTN_IMPLEMENTATIONS
 from ..model.presets import check_model_named
@@ -21,12 +22,16 @@ from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
 from ..show.wording import CliFlags, Flag
 from ..spec import OPTIMIZERS, RunSpec
-from ..spec_fields import FIELDS, SpecField
+from ..spec_fields import FIELDS, SpecField, split_names
 from ..torchstate import freeze_what_is_loaded
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
 EXIT_BAD_INPUT = 2  # also: the step does not fit
 EXIT_PLAN_MISMATCH = 3  # the observed reruns differ from the plan: loud, never hidden
+
+
+# A value argparse quotes in its message, longer than a message shows whole (fact.CUT_AT).
+_QUOTED_LONG = re.compile("'([^']{" + str(CUT_AT + 1) + ",})'")
 
 
 class Parser(argparse.ArgumentParser):
@@ -38,6 +43,8 @@ class Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
+        # argparse quotes the value whole ("invalid choice: 'zzz...'"): a long one is cut as the lab's messages cut it.
+        message = _QUOTED_LONG.sub(lambda found: repr(cut_for_message(found.group(1))), message)
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see: {self.prog} --help)\n")
 
 
@@ -117,7 +124,7 @@ def _type_options(field: SpecField, every_setting: bool) -> dict[str, Any]:
     readers: dict[str, Callable[[str], Any]] = {
         "int": int,
         "float": float,
-        "names": _names,
+        "names": split_names,
         "policy": selective_argument,
     }
     return {"type": readers[kind]} if kind in readers else {}
@@ -190,12 +197,8 @@ def selective_argument(text: str) -> str | tuple[str, ...]:
     if text in SELECTIVE_CHOICES:
         return text
     if "." in text:
-        return _names(text)
+        return split_names(text)
     raise argparse.ArgumentTypeError(t("cli.selective_choice", text=text, choices=", ".join(SELECTIVE_CHOICES)))
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 # The flags of add_run_arguments, each setting the RunSpec field of its name (--no-checkpointing sets every_n_layers):

@@ -136,11 +136,15 @@ def _simulate_command(args: argparse.Namespace) -> int:
 
 def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str], every_setting: bool) -> int:
     """``--longest-seq``: per setting, the longest sequence whose simulated step fits the budget."""
-    from ..explore.longest import longest_seq  # the core, once the flags are known good (see ckptlab.cli)
+    from ..explore.longest import (  # the core, once the flags are known good (see ckptlab.cli)
+        longest_seq,
+        refuse_over_floor,
+    )
     from ..explore.scale import every_n_choices
     from ..model import catalog
 
     core_loaded(args)
+    refuse_over_floor(spec, budget[0])  # at once, not after a search that simulates every length down to the least
     specs = [spec]
     if every_setting:
         num_layers = catalog.describe(spec.model).num_layers

@@ -13,15 +13,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import torch
+
 from ..errors import Option, RunStoppedError, SpecError
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import RunResult
-from ..spec import MAX_TOKENS, RunSpec, Setting
+from ..spec import MAX_TOKENS, TRAINER_DEFAULT_OPTIMIZER, RunSpec, Setting
+from ..step.preflight import resolve_dtype
+from ..step.simulate import simulated_device_type
 from ..step.stopping import DONE, Cancel, Progress, label, prefixed, stopper
 from ..step.table import TableSimulation
+from ..units import GIB
 from .budget import fit
+from .predict_training import STATE_TENSORS, training_bytes
 from .scale import ScaleRequest
 
 MIN_SEQ = 16  # the shortest sequence tried: below it nothing of interest fits that this does not
@@ -137,6 +143,51 @@ def longest_seq(
     return answer(low, high)
 
 
+def parameter_floor(spec: RunSpec) -> tuple[int, str]:
+    """(bytes, dtype name): what ``spec``'s step holds at any sequence length, on one GPU: its parameters, their
+    gradients and the optimizer's state, counted on the meta device (``predict_training.training_bytes``). An optimizer
+    the formula does not count (Adafactor, the low-bit ones) adds no state here: still a floor."""
+    device = simulated_device_type(spec)
+    dtype = resolve_dtype(spec.dtype, torch.device(device), spec.mixed_precision)
+    named = TRAINER_DEFAULT_OPTIMIZER if spec.optimizer == "adamw" else spec.optimizer
+    counted = training_bytes(
+        spec.model,
+        dtype,
+        optimizer=spec.optimizer if named in STATE_TENSORS else "none",
+        lora_rank=spec.lora_rank,
+        lora_targets=spec.lora_targets,
+        device=device,
+        quantization=spec.quantization,
+    )
+    floor = counted.parameter_bytes + counted.gradient_bytes + counted.optimizer_state_bytes
+    return floor, str(dtype).removeprefix("torch.")
+
+
+def refuse_over_floor(spec: RunSpec, budget_bytes: int) -> None:
+    """Refuse a search whose :func:`parameter_floor` does not fit ``budget_bytes`` (:func:`~.budget.fit`, the one
+    rule), before anything is simulated: a search would otherwise halve the sequence down to MIN_SEQ, simulating a
+    large model at every length (llama-3.1-8b in 1 GiB: over 300 s) to answer "nothing fits".
+
+    Raises:
+        SpecError: ``longest.floor_over_budget``, naming the floor, the budget and what would lower the floor.
+    """
+    floor, dtype = parameter_floor(spec)
+    if fit(floor, budget_bytes).fits:
+        return
+    raise SpecError(
+        key="longest.floor_over_budget",
+        name=str(spec.model),
+        floor_gib=floor / GIB,
+        budget_gib=budget_bytes / GIB,
+        floor_bytes=floor,
+        budget_bytes=budget_bytes,
+        dtype=dtype,
+        optimizer=spec.optimizer,
+        lora_rank=Option("lora_rank"),
+        option=Option("optimizer", "sgd"),
+    )
+
+
 @dataclass(frozen=True)
 class LongestTable:
     """The longest sequence of each of a request's settings within one budget (the At-scale page's search)."""
@@ -194,6 +245,8 @@ def longest_table(
     started = time.monotonic()
     check_budget(budget_bytes)
     request.check(info)
+    if settings:  # the floor is the same for every setting: parameters, gradients and state do not checkpoint
+        refuse_over_floor(request.spec(settings[0]), budget_bytes)
     report = progress or (lambda message, fraction: None)
     stopped = stopper(cancel)
     known = known or {}

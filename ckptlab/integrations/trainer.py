@@ -48,6 +48,7 @@ from ..spec import RunSpec
 from ..step.measure import layer_results
 from ..step.observe import StepObserver
 from ..step.training import model_device
+from ..training_args import read_training_args
 from ..units import mib
 from .trainer_setting import (
     RequestedSetting,
@@ -377,7 +378,9 @@ def step_fields(args: Any) -> dict[str, Any]:
     """The TrainingArguments fields of the step (batch, accumulation, optim, clipping, mixed precision), as the lab
     reads them; empty for arguments it cannot read (a Trainer subclass's own args, say)."""
     try:
-        return RunSpec.from_training_args(args).trainer_fields()
+        # Read, not RunSpec.from_training_args: the step observed here runs whatever checkpointing kwargs it was
+        # given (use_reentrant=True among them, which the report warns about); the lab's own run refuses those.
+        return RunSpec(**read_training_args(args).changes).trainer_fields()
     except (SpecError, TypeError, ValueError):
         return {}
 

@@ -41,6 +41,7 @@ from ..spec_fields import (  # the bounds a link and the widgets offer: declared
     SEQ_MAX,
     WARMUP_MAX,
     SpecField,
+    split_names,
 )
 
 __all__ = [
@@ -166,7 +167,9 @@ def _read_number(reading: _Reading, field: SpecField, text: str) -> None:
         bound = float(text)
     except ValueError:
         bound = math.nan
-    if math.isfinite(bound):
+    if field.never is not None and bound == field.never:  # clip=inf: what --max-grad-norm inf means (never clip)
+        reading.changes[field.name] = field.never
+    elif math.isfinite(bound):
         # The page's box holds low to offered: a value outside is clamped, and the link is told so.
         used = min(max(bound, float(field.low)), float(field.offered))
         reading.changes[field.name] = used
@@ -190,7 +193,7 @@ def _read_rank_or_off(reading: _Reading, field: SpecField, text: str) -> None:
 
 
 def _read_names(reading: _Reading, field: SpecField, text: str) -> None:
-    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    names = split_names(text)
     reading.changes[field.name] = names or None  # empty: the default (for LoRA's targets: every projection)
 
 

@@ -31,8 +31,16 @@ def widget_key(prefix: str, field: SpecField) -> str:
 
 
 def widget_values(prefix: str, spec: RunSpec, fields: Sequence[SpecField]) -> dict[str, Any]:
-    """The session-state values of ``fields``' widgets for ``spec``."""
-    return {widget_key(prefix, field): getattr(spec, field.name) for field in fields}
+    """The session-state values of ``fields``' widgets for ``spec`` (a field's ``never`` as its box's top)."""
+    return {widget_key(prefix, field): to_widget(field, getattr(spec, field.name)) for field in fields}
+
+
+def to_widget(field: SpecField, value: Any) -> Any:
+    """A field's value as its widget holds it: a number box cannot hold the field's ``never`` (max_grad_norm's inf,
+    never clip), so it shows its top, which :func:`from_widget` reads back as ``never``."""
+    if field.never is not None and value == field.never:
+        return field.offered
+    return value
 
 
 def widget_fields(prefix: str, values: Mapping[str, Any], fields: Sequence[SpecField]) -> dict[str, Any]:
@@ -41,8 +49,11 @@ def widget_fields(prefix: str, values: Mapping[str, Any], fields: Sequence[SpecF
 
 
 def from_widget(field: SpecField, value: Any) -> Any:
-    """A widget's value as its field's: a number box's as the type of the field's default (a whole number or not)."""
+    """A widget's value as its field's: a number box's as the type of the field's default (a whole number or not), its
+    top as the field's ``never`` where it has one (spec_fields.SpecField.never)."""
     if field.widget is not None and field.widget.kind == "number":
+        if field.never is not None and value == field.offered:
+            return field.never
         return type(getattr(_DEFAULTS, field.name))(value)
     return value
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -38,6 +39,8 @@ def nothing_is_built(monkeypatch):
         (["simulate", "--budget-gib", "nan"], "finite number of GiB"),
         (["simulate", "--budget-gib", "inf"], "finite number of GiB"),
         (["simulate", "--budget-gib", "-1"], "finite number of GiB"),
+        (["simulate", "--budget", "0.5"], "--budget '0.5' is 0.5 bytes, less than one byte"),  # not a budget of 0
+        (["simulate", "--budget", "0.0001KiB"], "--budget '0.0001KiB' is 0.1024 bytes, less than one byte"),
         (["sweep", "--seq-len", ",".join(str(16 + i) for i in range(2000))], f"at most {MAX_SWEEP_LENGTHS}"),
     ],
 )
@@ -99,3 +102,29 @@ def test_oversubscribe_lets_more_ranks_than_cores_through_the_check(monkeypatch)
     run_command.check_room_for_ranks(64, "cpu", oversubscribe=True)  # no error
     with pytest.raises(SpecError, match="--oversubscribe"):
         run_command.check_room_for_ranks(64, "cpu", oversubscribe=False)
+
+
+LONG_NAMES = ",".join(f"t{i}" for i in range(3500))[:20_000].rstrip(",")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--attn-implementation", "x" * 5000],  # the lab's error: its option's value cut
+        ["simulate", "--dtype", "z" * 5000],  # argparse's own message
+        ["simulate", "--lora-targets", LONG_NAMES],  # a list of names: their repr, cut
+    ],
+)
+def test_a_long_value_is_cut_in_its_one_line_message(argv, capsys):
+    with pytest.raises(SystemExit) if argv[1] == "--dtype" else contextlib.nullcontext():
+        assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and len(err) < 800 and "characters)" in err, err[:1000]
+
+
+def test_a_long_link_value_is_cut_in_its_warning():
+    from ckptlab.lab.query import gpus_from_query
+    from ckptlab.show.i18n import say
+
+    _, warnings = gpus_from_query("9" * 5000, (1, 8))
+    assert [len(say(fact, "ja")) < 400 and "(5,000 文字)" in say(fact, "ja") for fact in warnings] == [True]

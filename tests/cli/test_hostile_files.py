@@ -54,6 +54,14 @@ def _one_line(argv: list[str], capsys) -> str:
         ({"deepspeed": {"zero_optimization": {"stage": 3}}}, "set deepspeed"),
         ({"fsdp_config": {"min_num_params": 1}}, "set fsdp_config"),
         ({"activation_checkpointing_kwargs": "[1,2]"}, "not a JSON object of keyword arguments (a JSON list"),
+        (  # transformers honours it; the lab's steps run the non-reentrant variant: refused by name, never dropped
+            {"activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": True}},
+            "set use_reentrant=True in activation_checkpointing_kwargs, which the lab does not run",
+        ),
+        (
+            {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": '{"context_fn": "os.system"}'},
+            "set context_fn='os.system' in gradient_checkpointing_kwargs, which the lab does not run",
+        ),
         ({"gradient_checkpointing_kwargs": "{" * 50 + "}" * 50}, "nested over 16 deep"),
         ({"lr_scheduler_kwargs": "[" * 5000 + "]" * 5000}, "set lr_scheduler_kwargs to the text"),
         ({"bf16": True, "fp16": True}, "both bf16 and fp16"),
@@ -79,6 +87,9 @@ def test_fields_read_not_counted_are_named_and_never_opened(tmp_path, monkeypatc
     assert spec.batch_size == 8
     reading = ckptlab.training_args.read_training_args(fields)
     assert reading.unused == ("learning_rate", "lr_scheduler_kwargs", "output_dir")
+    # What the lab runs is taken: transformers' own default, spelled out.
+    kwargs = {"activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": False}}
+    assert ckptlab.RunSpec.from_training_args(kwargs).every_n_layers == 1
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,7 @@ class _FakeTable:
 
 def test_a_request_is_searched_per_setting_reusing_what_is_known_and_stop_keeps_the_settings_done(monkeypatch):
     monkeypatch.setattr(longest, "TableSimulation", _FakeTable)
+    monkeypatch.setattr(longest, "refuse_over_floor", lambda spec, budget: None)  # made-up peaks, under the real floor
     _FakeTable.calls = []
     request = ScaleRequest("tiny-llama", 64, 1, "bfloat16", (Setting(None), Setting(1), Setting(2)))
     settings = (Setting(None), Setting(1))
@@ -115,3 +116,22 @@ def test_the_longest_sequence_of_tiny_llama_in_a_small_budget_is_a_simulated_ste
     assert 16 < off.seq_len < every.seq_len < 2048  # checkpointing every layer buys the longer sequence
     # The search's shared steps (ckptlab.step.table) are the simulation's bytes.
     assert simulate(replace(request.spec(Setting(1)), seq_len=every.seq_len)).memory.peak_bytes == every.peak_bytes
+
+
+def test_a_search_whose_parameters_alone_exceed_the_budget_is_refused_at_once(monkeypatch, capsys):
+    """The parameter floor over the budget: one line before any simulation, for the CLI's search and the page's."""
+    import ckptlab.step.simulate
+    import ckptlab.step.table
+    from ckptlab.cli import main
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("simulated although the parameters alone do not fit")
+
+    monkeypatch.setattr(ckptlab.step.simulate, "simulate", refuse)
+    monkeypatch.setattr(ckptlab.step.table.TableSimulation, "result", refuse)
+    argv = ["simulate", "--model", "tiny-llama", "--longest-seq", "--every-n-layers", "all", "--budget", "1KiB"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "optimizer state alone take" in err and "budget of 0.000 GiB" in err and err.count("\n") == 1, err
+    with pytest.raises(SpecError, match="no sequence length fits"):
+        longest_table(ScaleRequest("tiny-llama", 64, 1, "bfloat16", (Setting(1),)), 1024, [Setting(1)])

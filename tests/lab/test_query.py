@@ -179,3 +179,23 @@ def test_the_attention_travels_in_the_link_and_a_hub_kernel_or_the_attention_pol
     assert spec == ckptlab.RunSpec() and [w.key for w in warnings] == ["link.not_one_of"]
     spec, warnings = spec_from_query({"attn": "eager", "selective": "attention"})
     assert spec == eager and [w.key for w in warnings] == ["link.attention_policy_eager"]
+
+
+def test_a_field_means_one_thing_on_every_face():
+    """clip=inf in a link is --max-grad-norm inf (never clip, and the box's top, read back so); lora_targets as a text
+    is split on commas by RunSpec as the flag and the link split it, not taken as its characters."""
+    import math
+
+    from ckptlab.cli import build_parser
+    from ckptlab.cli.args import spec_from_args
+    from ckptlab.lab.stepboxes import step_fields, step_widget_values
+
+    argv = ["simulate", "--max-grad-norm", "inf", "--lora-rank", "8", "--lora-targets", "q_proj,v_proj"]
+    flagged = spec_from_args(build_parser().parse_args(argv))
+    linked, warnings = spec_from_query({"clip": "inf", "lora": "8", "targets": "q_proj,v_proj"})
+    assert warnings == []
+    assert flagged.max_grad_norm == linked.max_grad_norm == math.inf
+    assert step_fields("lab", step_widget_values("lab", linked))["max_grad_norm"] == math.inf
+    assert spec_from_query(spec_to_query(linked)) == (linked, [])
+    typed = RunSpec(lora_rank=8, lora_targets="q_proj,v_proj")
+    assert flagged.lora_targets == linked.lora_targets == typed.lora_targets == ("q_proj", "v_proj")
