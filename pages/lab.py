@@ -348,9 +348,7 @@ if state.lab_n > num_layers:
 choices = lora_choices(model_name) if info is not None else []
 unknown = settle_lora_targets("lab", model_name, choices)
 if unknown:  # names from the link this model does not have
-    warning = t(
-        "training.lora_targets_unknown", lang, unknown=", ".join(unknown), model=model_name, choices=", ".join(choices)
-    )
+    warning = labpage.unknown_targets_warning(unknown, model_name, choices, lang)
     state.lab_query_warnings = [*state.get("lab_query_warnings", []), warning]
 
 with st.sidebar:
