@@ -29,7 +29,7 @@ from ..spec_fields import FIELD
 from ..step.equivalence import GradientCheck
 from ..step.preflight import check_spec, resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
-from . import stepboxes
+from . import forged, stepboxes
 from .query import LORA_RANK_DEFAULT
 from .run import LabRun, Measured, cpu_estimate, phase_significant
 from .server import ServerPolicy
@@ -207,6 +207,22 @@ def widget_values(spec: RunSpec, folder: str, hub_name: str = "") -> dict[str, A
         **step_widget_values("lab", spec),
         # The box offers the named policies; op names come from Python only.
         "lab_selective": spec.selective if spec.selective in SELECTIVE_CHOICES else NONE,
+    }
+
+
+def widget_checks(presets: Sequence[str]) -> dict[str, forged.Check]:
+    """What each of the Lab page's widgets could send (:mod:`ckptlab.lab.forged`): a preset or the folder and Hub
+    entries, the fields' numbers and choices as declared, toggles, the targets' names, the named policies."""
+    fields = [*PLAIN_WIDGETS, *(FIELD[name] for name in stepboxes.FIELDS.values()), FIELD["lora_rank"]]
+    return {
+        "lab_model": forged.one_of([*presets, LOCAL, HUB]),
+        "lab_local_dir": forged.text,
+        "lab_hub_name": forged.text,
+        **{stepboxes.widget_key("lab", field): forged.field_check(field.name) for field in fields},
+        **{f"lab_{name}": forged.flag for name in ("ckpt", "offload", "lora", "qlora", "check_grads")},
+        "lab_n": forged.field_check("every_n_layers"),
+        "lab_lora_targets": forged.names,
+        "lab_selective": forged.one_of(SELECTIVE_CHOICES),
     }
 
 
