@@ -6,14 +6,19 @@ app.py's navigation lists the pages; this file only serves them (``from pages._c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+from streamlit.runtime.state.common import is_array_value_field_name
+from streamlit.runtime.state.session_state import Serialized, Value, WStates
 
 import ckptlab
 from ckptlab.fact import Fact
+from ckptlab.lab import forged
 from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
@@ -37,6 +42,80 @@ def run_through_app() -> None:
     if PagesManager.uses_pages_directory and not st.session_state:
         PagesManager.uses_pages_directory = False
         st.rerun()
+
+
+# Widget values Streamlit could not read back, by session: (widget key, the value as it came), said by the page.
+_UNREADABLE: dict[str, list[tuple[str, object]]] = {}
+_UNREADABLE_LOCK = threading.Lock()
+
+
+def _read_or_default(read: Callable[[WStates, str], Any]) -> Callable[[WStates, str], Any]:
+    """``WStates.__getitem__`` that gives a widget's default for a value its deserializer cannot read.
+
+    Streamlit reads every widget's value back before the page runs (to find the changed ones), and a number box's
+    deserializer raises on what no box sends (``int(nan)``, a string): the session then shows that exception, its
+    trace and the server's paths, and the page never runs. Here the box keeps its default and the page says, in one
+    line, that the value was refused (:func:`refuse_forged`).
+    """
+
+    def read_or_default(self: WStates, widget_id: str) -> Any:
+        metadata = self.widget_metadata.get(widget_id)
+        sent = self.states.get(widget_id)
+        proto = sent.value if isinstance(sent, Serialized) else None
+        field = proto.WhichOneof("value") if proto is not None else None
+        # A list where the box holds one value, or one value where it holds a list, is no box's: read as it came, it
+        # would also change the field Streamlit writes the box back in, and fail there on the page's next run.
+        forged_kind = field is not None and is_array_value_field_name(field) != is_array_value_field_name(
+            getattr(metadata, "value_type", field)
+        )
+        try:
+            if not forged_kind:
+                return read(self, widget_id)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        if metadata is None:
+            return read(self, widget_id)  # Streamlit's own answer (a KeyError) for a widget it does not know
+        came = getattr(proto, field) if proto is not None and field else None
+        if came is not None and not isinstance(came, (str, int, float, bool)):
+            came = list(getattr(came, "data", ())) or type(came).__name__
+        default = metadata.deserializer(None)
+        self.states[widget_id] = Value(default)
+        context = get_script_run_ctx()
+        with _UNREADABLE_LOCK:
+            unreadable = _UNREADABLE.setdefault(context.session_id if context else "", [])
+            unreadable.append((widget_id.rsplit("-", 1)[-1], came))  # "$$ID-<hash>-<key>": the page's key
+        return default
+
+    read_or_default.guarded = True  # type: ignore[attr-defined]
+    return read_or_default
+
+
+if not getattr(WStates.__getitem__, "guarded", False):  # once per process, whichever page imports this first
+    WStates.__getitem__ = _read_or_default(WStates.__getitem__)  # type: ignore[method-assign]
+
+
+def refuse_forged(checks: Mapping[str, forged.Check], lang: str) -> list[str]:
+    """Each widget value of ``checks`` that its box could not have sent (a forged websocket message: a NaN, a number
+    for a select box, a string for a list) removed from the session, so the page fills the box again as on its first
+    run; returns the one-line refusals to show, naming the widget and the value (as text)."""
+    state = st.session_state
+    context = get_script_run_ctx()
+    with _UNREADABLE_LOCK:
+        unreadable = _UNREADABLE.pop(context.session_id if context else "", [])
+    bad: dict[str, object] = dict(unreadable)
+    for key in checks:
+        try:
+            if key in state and not checks[key](state[key]):
+                bad.setdefault(key, state[key])
+        except (TypeError, ValueError, OverflowError):  # unreadable, as above: refused all the same
+            bad.setdefault(key, None)
+    for key in bad:
+        if key in state:
+            del state[key]
+    return [
+        i18n.t("common.widget_refused", lang, widget=key, value=i18n.Literal(forged.shown_value(value)))
+        for key, value in bad.items()
+    ]
 
 
 def language() -> str:

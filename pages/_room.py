@@ -9,25 +9,25 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ckptlab.lab import classroom, exercises, learnpage
+from ckptlab.lab import classroom, exercises, forged, learnpage
 from ckptlab.lab.classroom import Round
 from ckptlab.lab.exercises import EXERCISES, Exercise, explain, time_judgement
 from ckptlab.model.plan import planned_roles
 from ckptlab.results import RunResult
 from ckptlab.show.figures.diagram import roles_diagram_figure
 from ckptlab.show.figures.room import room_figure
-from ckptlab.show.i18n import number, t
+from ckptlab.show.i18n import Literal, number, t
 from ckptlab.show.wording import run_message
-from pages._common import preset_infos
+from pages._common import preset_infos, refuse_forged
 from pages._learn_runs import measured
 from pages._server import keep_participant_key, server_policy, session_owner
 
 ROOM_REFRESH_S = 3.0  # how often a page asks the room what changed: a few seconds, so measured runs are not disturbed
 IDS = [exercise.id for exercise in EXERCISES]
-# A number to predict: its label, first value, bounds and step, by the exercise's kind.
+# A number to predict: its label, first value and step, by the exercise's kind (its range: exercises.ANSWER_RANGES).
 NUMBER_BOXES = {
-    "percent": ("exercises.prediction_percent", 100, exercises.ANSWER_RANGES["percent"][1], 5),
-    "kept": ("selective.prediction_kib", 0, exercises.ANSWER_RANGES["kept"][1], 16),
+    "percent": ("exercises.prediction_percent", 100.0, 5.0),
+    "kept": ("selective.prediction_kib", 0.0, 16.0),
 }
 
 
@@ -68,9 +68,12 @@ def prediction_box(exercise: Exercise, key: str, lang: str, disabled: bool) -> f
     """The box a prediction goes in, kept in ``key``: a number (a percent, the KiB kept) or one of the exercise's
     every_n_layers."""
     if exercise.kind in NUMBER_BOXES:
-        label, first, most, step = NUMBER_BOXES[exercise.kind]
+        label, first, step = NUMBER_BOXES[exercise.kind]
         st.session_state.setdefault(key, first)
-        return st.number_input(t(label, lang), min_value=0, max_value=most, step=step, key=key, disabled=disabled)
+        # No min or max: Streamlit puts a number outside a box's bounds back to its default before the page sees it
+        # (401 sent over the websocket arrived as 0, and counted). The page checks the value as sent
+        # (Exercise.accepts, the one range) and refuses it by name (answer_refusal); a NaN arrives as None, refused.
+        return st.number_input(t(label, lang), value=None, step=step, format="%g", key=key, disabled=disabled)
     return st.radio(
         t("exercises.prediction_choice", lang),
         exercise.choices,
@@ -79,6 +82,16 @@ def prediction_box(exercise: Exercise, key: str, lang: str, disabled: bool) -> f
         format_func=lambda n: f"every_n_layers={n}",
         disabled=disabled,
     )
+
+
+def answer_refusal(exercise: Exercise, value: object, lang: str) -> str:
+    """Why ``value`` is no answer to ``exercise`` (:meth:`Exercise.accepts` said so): its range, or its choices."""
+    shown = Literal(forged.shown_value(value))  # sent by a participant: shown as text
+    if exercise.kind == "choice":
+        choices = ", ".join(str(n) for n in exercise.choices)
+        return t("classroom.answer_not_a_choice", lang, value=shown, choices=choices)
+    low, high = exercises.ANSWER_RANGES[exercise.kind]
+    return t("classroom.answer_out_of_range", lang, value=shown, low=low, high=high)
 
 
 def provenance_caption(off: RunResult, lang: str) -> None:
@@ -154,7 +167,15 @@ def follow_the_room(lang: str) -> bool:
     state.setdefault("classroom_rounds", set())  # the rounds this session saw open: their results follow it
 
     def answer(number: int, pred_key: str) -> None:
-        value = float(state[pred_key])
+        value = state.get(pred_key)
+        asked = classroom.ROOM.current()
+        if asked is not None and asked.number == number and not asked.exercise.accepts(value):  # type: ignore[arg-type]
+            state.classroom_bad_answer, state.classroom_refused = (number, value), None  # said by name, not counted
+            return
+        state.classroom_bad_answer = None
+        if not isinstance(value, (int, float)):
+            return  # the round moved on meanwhile: nothing to count
+        value = float(value)
         counted = classroom.ROOM.answer(number, session_owner(), value)  # a participant's first answer only
         if counted:
             state.classroom_mine[number] = value
@@ -188,6 +209,9 @@ def follow_the_room(lang: str) -> bool:
                 )  # left on after an answer: pressed again, the page says the room counted the first
             if state.get("classroom_refused") == now.number:
                 st.warning(t("classroom.not_counted", lang))
+            bad = state.get("classroom_bad_answer")
+            if bad is not None and bad[0] == now.number:
+                st.warning(answer_refusal(now.exercise, bad[1], lang))
             if mine is not None:
                 st.caption(t("classroom.your_answer", lang, value=f"{mine:g}"))
             if now.is_open:
@@ -196,5 +220,7 @@ def follow_the_room(lang: str) -> bool:
                 result(now, lang, "classroom")
                 st.button(t("classroom.hide", lang), key="classroom_hide", on_click=hide, args=(now.number,))
 
+    for refused in refuse_forged({}, lang):  # a room answer Streamlit could not read back (a string for a number)
+        st.warning(refused)
     room()
     return bool(state.classroom_open_drawn)

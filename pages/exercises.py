@@ -25,6 +25,7 @@ from pages._common import language, run_through_app
 from pages._room import (
     IDS,
     NUMBER_BOXES,
+    answer_refusal,
     exercise_label,
     follow_the_room,
     measured_runs,
@@ -93,8 +94,11 @@ box = "pred" if exercise.kind in NUMBER_BOXES else "choice"  # the keys the page
 guess = prediction_box(exercise, f"exercise_{box}_{exercise.id}", lang, disabled=locked)
 
 if st.button(t("exercises.submit", lang), key="exercise_submit", type="primary", disabled=locked):
-    state.exercise_answers[exercise.id] = float(guess)
-    locked = True
+    if exercise.accepts(guess):  # the box has no bounds of its own (pages/_room.py): its range is checked here
+        state.exercise_answers[exercise.id] = float(guess)
+        locked = True
+    else:
+        st.warning(answer_refusal(exercise, guess, lang))
 
 if locked:
     runs = measured_runs(exercise, lang)

@@ -15,12 +15,12 @@ import time
 import streamlit as st
 
 import ckptlab
-from ckptlab.lab import exercises
+from ckptlab.lab import exercises, forged
 from ckptlab.lab.classroom import ROOM, round_csv
 from ckptlab.lab.server import PhraseDelay
 from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message
-from pages._common import download_buttons, language, run_through_app
+from pages._common import download_buttons, language, refuse_forged, run_through_app
 from pages._room import IDS, ROOM_REFRESH_S, exercise_label, measured_runs, question, result
 from pages._server import server_policy
 
@@ -37,6 +37,8 @@ if not policy.has_instructor:
     st.info(t("classroom.no_secret", lang))
     st.stop()
 st.markdown(t("classroom.intro", lang))
+for refused in refuse_forged({"classroom_secret": forged.text}, lang):  # a phrase box holds text, nothing else
+    st.error(refused)
 typed = st.text_input(t("classroom.secret", lang), type="password", key="classroom_secret")
 if not typed:
     st.info(t("classroom.enter_secret", lang))
@@ -98,7 +100,8 @@ question(now.exercise, lang, "instructor")
 def close_round(number: int) -> None:
     """Close the round this page showed (its number fixed when drawn, so a round opened since in another tab of the
     instructor's stays open)."""
-    if not server_policy()[0].is_instructor(state.get("classroom_secret") or ""):
+    typed = state.get("classroom_secret")
+    if not isinstance(typed, str) or not server_policy()[0].is_instructor(typed):
         return  # a press reaches its callback before the page checks the phrase: check it here too
     try:
         ROOM.close(number)

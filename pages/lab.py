@@ -47,6 +47,7 @@ from pages._common import (
     offered,
     optimizer_box,
     preset_infos,
+    refuse_forged,
     run_through_app,
     settle_lora_targets,
     step_boxes,
@@ -314,8 +315,13 @@ def draw_selective(lab: LabRun, lang: str) -> None:
 # -- the page: settings -> spec -> URL, then Run, then the result -------------------------
 
 state = st.session_state
+# A value no box of this page could send (forged over the websocket) is dropped before anything reads it: the box is
+# filled again from the link, and the page says so in one line.
+refused = refuse_forged(labpage.widget_checks(list(preset_infos())), lang)
 if any(key not in state for key in WIDGETS):
     load_widgets(DEVICES, policy, lang)  # first run of this session, or back from another page (widgets dropped)
+if refused:
+    state.lab_query_warnings = [*state.get("lab_query_warnings", []), *refused]
 
 # The model decides the every_n_layers range, so describe it before drawing the controls.
 folders = policy.model_folders()  # what the instructor offers under CKPTLAB_MODELS_ROOT; none when unset
@@ -348,9 +354,7 @@ if state.lab_n > num_layers:
 choices = lora_choices(model_name) if info is not None else []
 unknown = settle_lora_targets("lab", model_name, choices)
 if unknown:  # names from the link this model does not have
-    warning = t(
-        "training.lora_targets_unknown", lang, unknown=", ".join(unknown), model=model_name, choices=", ".join(choices)
-    )
+    warning = labpage.unknown_targets_warning(unknown, model_name, choices, lang)
     state.lab_query_warnings = [*state.get("lab_query_warnings", []), warning]
 
 with st.sidebar:

@@ -7,7 +7,7 @@ text, a dict of widget values or ``st.metric`` keyword arguments; nothing here i
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
 from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
+from ..show import i18n
 from ..show.i18n import number, t
 from ..show.labels import event_label, provenance_label, run_label, setting_label, training_label
 from ..show.report import setting_name
@@ -28,7 +29,7 @@ from ..spec_fields import FIELD
 from ..step.equivalence import GradientCheck
 from ..step.preflight import check_spec, resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
-from . import stepboxes
+from . import forged, stepboxes
 from .query import LORA_RANK_DEFAULT
 from .run import LabRun, Measured, cpu_estimate, phase_significant
 from .server import ServerPolicy
@@ -100,7 +101,19 @@ def hub_name_problem(name: str, lang: str) -> str:
     the server's (the box must not open, by another name, a folder the instructor does not offer)."""
     if hub.is_repo_name(name) and not os.path.exists(name):
         return ""
-    return t("lab.hub_not_a_name", lang, name=repr(name))
+    return t("lab.hub_not_a_name", lang, name=repr(i18n.Literal(name)))  # typed or linked: shown as text
+
+
+def unknown_targets_warning(unknown: Sequence[str], model: str, choices: Sequence[str], lang: str) -> str:
+    """The warning for LoRA targets a link asked for that ``model`` does not have: the link's names (and the model
+    it named) shown as text, never Markdown a browser follows (a ``![p](http://...)`` image it would fetch)."""
+    return t(
+        "training.lora_targets_unknown",
+        lang,
+        unknown=i18n.Literal(", ".join(unknown)),
+        model=i18n.Literal(model),
+        choices=", ".join(choices),
+    )
 
 
 def folder_info(path: str, lang: str) -> tuple[ModelInfo | None, str]:
@@ -194,6 +207,22 @@ def widget_values(spec: RunSpec, folder: str, hub_name: str = "") -> dict[str, A
         **step_widget_values("lab", spec),
         # The box offers the named policies; op names come from Python only.
         "lab_selective": spec.selective if spec.selective in SELECTIVE_CHOICES else NONE,
+    }
+
+
+def widget_checks(presets: Sequence[str]) -> dict[str, forged.Check]:
+    """What each of the Lab page's widgets could send (:mod:`ckptlab.lab.forged`): a preset or the folder and Hub
+    entries, the fields' numbers and choices as declared, toggles, the targets' names, the named policies."""
+    fields = [*PLAIN_WIDGETS, *(FIELD[name] for name in stepboxes.FIELDS.values()), FIELD["lora_rank"]]
+    return {
+        "lab_model": forged.one_of([*presets, LOCAL, HUB]),
+        "lab_local_dir": forged.text,
+        "lab_hub_name": forged.text,
+        **{stepboxes.widget_key("lab", field): forged.field_check(field.name) for field in fields},
+        **{f"lab_{name}": forged.flag for name in ("ckpt", "offload", "lora", "qlora", "check_grads")},
+        "lab_n": forged.field_check("every_n_layers"),
+        "lab_lora_targets": forged.names,
+        "lab_selective": forged.one_of(SELECTIVE_CHOICES),
     }
 
 

@@ -31,7 +31,15 @@ from ..results import Comparison, Judgement, RunResult, compare, judge_time
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
-from ..step.preflight import CheckedSpec, check_spec, load_model, refuse_beyond_machine, resolve_device, resolve_dtype
+from ..step.preflight import (
+    CheckedSpec,
+    check_spec,
+    load_model,
+    refuse_beyond_machine,
+    resolve_device,
+    resolve_dtype,
+    with_folder_quantization,
+)
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 from .workers import WorkerPool
@@ -118,7 +126,16 @@ def plain_spec(spec: RunSpec) -> RunSpec | None:
 
 
 def model_key(spec: RunSpec) -> ModelKey:
-    """What identifies a built model: "auto" resolved, so "auto" and "cpu" share one model on a CPU machine."""
+    """What identifies a built model: "auto" resolved, so "auto" and "cpu" share one model on a CPU machine; the
+    quantization the spec names, or else the one its folder's (or Hub config's) ``quantization_config`` asks for.
+
+    Raises:
+        SpecError: a bitsandbytes quantization_config the lab does not take.
+    """
+    # The folder's quantization belongs to the key: build_for_key then builds the 4-bit base with adapters, as the
+    # CLI's check_spec does. Without it the key named a plain base, and its build, finding the folder's
+    # quantization_config and no LoRA rank, refused a run that had one.
+    spec = with_folder_quantization(spec)
     device = resolve_device(spec.device)
     return (
         spec.model,

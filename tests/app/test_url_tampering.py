@@ -34,11 +34,15 @@ def test_link_values_are_shown_as_text_and_nan_or_out_of_range_numbers_fall_back
     at.query_params["seq"] = "![p](https://evil.example/p.png)"
     at.query_params["clip"] = "1e308"
     at.query_params["gpu"] = "nan"
+    at.query_params["lora"] = "8"  # LoRA's targets: names this model does not have, warned about as typed
+    at.query_params["targets"] = "![t](https://evil.example/t.png),[sign in](https://evil.example/login)"
     at.run()
     assert not at.exception, [str(e.value) for e in at.exception]
     shown = "\n".join(str(w.value) for w in [*at.warning, *at.error])
     assert "evil" in shown and "](https" not in shown and "![" not in shown, shown  # escaped: \]\(https\:
     assert "clip='1e308' in the link is outside the range" in shown.replace("\\", "")
+    if page == "app.py":  # the Lab page names the link's unknown targets
+        assert "targets=![t](https://evil.example/t.png), [sign in]" in shown.replace("\\", "")
     if page.endswith("at_scale.py"):
         assert "gpu='nan' in the link is not a GPU of the list" in shown.replace("\\", "")
 

@@ -128,6 +128,12 @@ def test_problems_are_said_in_the_pages_words_and_lora_needs_a_target():
     assert labpage.problem_with(no_target, info, ServerPolicy(), "en")[0] != ""
 
 
+def test_a_typed_hub_name_that_is_no_name_is_shown_as_text():
+    problem = labpage.hub_name_problem("[sign in](https://evil.example/login)", "en")
+    assert "](https" not in problem and "evil" in problem  # escaped: \]\(https\:, never a live link
+    assert "[sign in](https://evil.example/login)" in problem.replace("\\", "")
+
+
 def test_a_real_model_on_the_cpu_is_warned_about_with_a_prediction():
     info = ckptlab.describe("qwen3-8b")
     text = labpage.cpu_warning(RunSpec(model="qwen3-8b", seq_len=512, dtype="bfloat16"), info, lang)

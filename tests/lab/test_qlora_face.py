@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from ckptlab import RunSpec
 from ckptlab.lab import labpage, tradeoffspage
 from ckptlab.lab.query import spec_from_query, spec_to_query
@@ -33,3 +35,25 @@ def test_the_qlora_choice_round_trips_through_widgets_and_a_link_and_writes_its_
     code = qlora_snippet(QLORA.to_dict())
     ast.parse(code)
     assert "bnb_4bit_quant_type='nf4'" in code and "prepare_model_for_kbit_training(model)" in code
+
+
+@pytest.mark.slow  # builds a 4-bit base: bitsandbytes' import and its quantization, a few seconds
+def test_a_folder_with_a_4bit_quantization_config_builds_for_the_app_as_for_the_cli(tmp_path):
+    """The app's model key carries the folder's quantization, so its build is the 4-bit base the CLI's check reads
+    (it refused "4-bit base (QLoRA) without LoRA rank" with the rank set)."""
+    import json
+
+    from bitsandbytes.nn import Linear4bit
+
+    from ckptlab.lab.run import build_for_key, model_key
+    from ckptlab.model.catalog import load_config
+    from ckptlab.model.configs import config_with
+
+    config = config_with(load_config("tiny-llama")[0], {"num_hidden_layers": 1}).to_dict()
+    config["quantization_config"] = {**QLORA.to_dict(), "quant_method": "bitsandbytes"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = RunSpec(model=str(tmp_path), seq_len=32, lora_rank=8, device="cpu")
+    key = model_key(spec)
+    assert QLORA in key
+    model, info = build_for_key(key)
+    assert info.num_layers == 1 and any(isinstance(module, Linear4bit) for module in model.modules())
