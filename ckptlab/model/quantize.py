@@ -243,7 +243,11 @@ def config_quantization(config: Any) -> Quantization | None:
     if method != "bitsandbytes":  # a str, or transformers' QuantizationMethod (a str enum) from a config object
         # GPTQ, AWQ, FP8, ...: stored in formats whose bytes and kernels the lab does not count. Refused by name:
         # simulated as a 16-bit base it would be another model than the checkpoint.
-        raise SpecError(key="spec.quantization_method", option=Option("quantization"), method=str(getattr(method, "value", method))[:60])
+        raise SpecError(
+            key="spec.quantization_method",
+            option=Option("quantization"),
+            method=str(getattr(method, "value", method))[:60],
+        )
     return Quantization.from_config(fields)
 
 

@@ -194,7 +194,8 @@ def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.devic
     if available is None:
         return None
     element = torch.tensor([], dtype=dtype).element_size()
-    needed = 2 * info.num_params * element + info.buffer_bytes  # parameters + gradients + buffers, before any activation
+    # parameters + gradients + buffers, before any activation
+    needed = 2 * info.num_params * element + info.buffer_bytes
     if needed <= 0.8 * available:
         return None
     return DoesNotFitError(
