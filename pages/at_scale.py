@@ -340,7 +340,7 @@ if not model:  # the Hub entry, nothing typed yet
 if state.at_scale_model == HUB and hub_name_problem(model, lang):
     st.error(hub_name_problem(model, lang))
     st.stop()
-info, model_problem = (preset_infos()[model], "") if model in preset_infos() else folder_info(model, lang)
+info, model_problem = (preset_infos()[model], "") if model in preset_infos() else folder_info(model, lang, policy)
 if info is None:
     st.error(model_problem)
     st.stop()

@@ -344,7 +344,7 @@ elif state.lab_model == HUB and not model_name:
 elif state.lab_model == HUB and labpage.hub_name_problem(model_name, lang):
     model_problem = labpage.hub_name_problem(model_name, lang)
 elif model_name:
-    info, model_problem = labpage.folder_info(model_name, lang)
+    info, model_problem = labpage.folder_info(model_name, lang, policy)  # described in a worker, under its cap
 num_layers = info.num_layers if info else max(2, state.lab_n)
 if state.lab_n > num_layers:
     warning = t("lab.n_lowered", lang, layers=num_layers, model=model_name)

@@ -29,7 +29,7 @@ from ..spec_fields import FIELD
 from ..step.equivalence import GradientCheck
 from ..step.preflight import check_spec, resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
-from . import forged, stepboxes
+from . import forged, stepboxes, workers
 from .query import LORA_RANK_DEFAULT
 from .run import LabRun, Measured, cpu_estimate, phase_significant
 from .server import ServerPolicy
@@ -116,9 +116,23 @@ def unknown_targets_warning(unknown: Sequence[str], model: str, choices: Sequenc
     )
 
 
-def folder_info(path: str, lang: str) -> tuple[ModelInfo | None, str]:
-    """A local folder described, or None and why not in the page's words (a folder that breaks transformers too)."""
+def folder_info(path: str, lang: str, policy: ServerPolicy | None = None) -> tuple[ModelInfo | None, str]:
+    """A local folder or Hub name described, or None and why not in the page's words (a folder that breaks
+    transformers too).
+
+    With a server's ``policy`` whose jobs run in worker processes, the description (a model built on the meta
+    device) runs in the describing worker (``workers.describe_workers``) under the policy's memory cap and run
+    limit, never on the page's own thread: a config that makes the build heavy ends that worker, not the server.
+    """
     try:
+        if policy is not None and policy.workers:
+            info = workers.describe_workers().run(
+                "ckptlab.lab.workerjobs:describe_model",
+                path,
+                limit_s=policy.run_limit_s,
+                memory_cap_bytes=policy.memory_cap_bytes,
+            )
+            return info, ""
         return catalog.describe(path), ""
     except CkptlabError as error:
         return None, app_message(error, lang)
@@ -134,7 +148,7 @@ def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, la
     """
     problem = ""
     try:
-        on_cpu = check_spec(spec).device.type == "cpu"
+        on_cpu = check_spec(spec, info).device.type == "cpu"  # the page's description: none built here again
         policy.check(spec, info, on_cpu)  # type: ignore[arg-type]  # check() raised already when info is None
     except CkptlabError as error:
         problem, on_cpu = app_message(error, lang), True

@@ -25,7 +25,9 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
     run start, and the time limit is what stops one that takes too long.
 ``CKPTLAB_WORKER_MEMORY_GIB``
     Resident memory (GiB) one job's worker process may reach; past it the worker is killed,
-    its memory given back and its participant told. Unset: no cap but the machine's.
+    its memory given back and its participant told. Unset: half the machine's physical memory
+    (:data:`DEFAULT_WORKER_MEMORY_SHARE`), so that one participant's job (a model described from a
+    hostile config, a run) cannot take the server and every other session down with it.
 ``CKPTLAB_WORKERS``
     ``process`` (the default): every job runs in a worker process (:mod:`ckptlab.lab.workers`),
     so no participant's torch state meets another's and a job past its limit is ended at once.
@@ -62,8 +64,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from ..errors import CkptlabError, SpecError
 from ..model.catalog import ModelInfo
+from ..model.folder_checks import memory_limit
 from ..model.hub import HubAccess
 from ..spec import RunSpec
 from .run import CPU_FLOP_PER_S, cpu_estimate
@@ -77,6 +82,9 @@ DEFAULT_HUB_CACHE = Path("~/.cache/ckptlab/hub")  # the server's own, apart from
 # The most the server's Hub cache holds, oldest revisions evicted past it: a config is at most 4 MiB (MAX_CONFIG_BYTES),
 # most a few KiB, so 64 MiB keeps hundreds of models and at least 16 of the largest.
 DEFAULT_HUB_CACHE_MIB = 64.0
+# Of the machine's physical memory, what one job's worker may reach when the instructor sets no cap: one job past it
+# is ended, and the other half stays for the server process and the other participants' jobs.
+DEFAULT_WORKER_MEMORY_SHARE = 0.5
 
 
 class NotAllowedError(CkptlabError):
@@ -117,7 +125,7 @@ class ServerPolicy:
         limit = _positive_setting(settings, "CKPTLAB_RUN_LIMIT_S")
         run_limit_s = DEFAULT_RUN_LIMIT_S if limit is None else limit
         gib = _positive_setting(settings, "CKPTLAB_WORKER_MEMORY_GIB")
-        memory_cap_bytes = None if gib is None else int(gib * 2**30)
+        memory_cap_bytes = default_memory_cap() if gib is None else int(gib * 2**30)
         mode = _choice_setting(settings, "CKPTLAB_WORKERS", ("process", "thread"))
         max_tokens = parse_max_tokens(str(settings.get("CKPTLAB_MAX_TOKENS") or ""))
         secret = str(settings.get("CKPTLAB_INSTRUCTOR_SECRET") or "") or None
@@ -243,6 +251,13 @@ SETTING_KEYS = {
     "CKPTLAB_HUB": "server.hub",
     "CKPTLAB_HUB_CACHE_MIB": "server.hub_cache_mib",
 }
+
+
+def default_memory_cap() -> int | None:
+    """The worker memory cap of a server whose instructor set none: :data:`DEFAULT_WORKER_MEMORY_SHARE` of the
+    machine's physical memory (None where it cannot be read), as the size rule reads it."""
+    machine = memory_limit(torch.device("cpu"))
+    return None if machine is None else int(machine[0] * DEFAULT_WORKER_MEMORY_SHARE)
 
 
 def _positive_setting(settings: Mapping[str, object], name: str) -> float | None:

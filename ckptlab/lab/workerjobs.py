@@ -18,7 +18,7 @@ from ..explore.gpu_search import GpuSearch, cheapest_that_fits
 from ..explore.longest import LongestTable, longest_table
 from ..explore.scale import ScaleRequest, ScaleTable, scale_table
 from ..explore.sweep import SweepResult, SweepSpec, sweep
-from ..model.catalog import ModelInfo
+from ..model.catalog import ModelInfo, describe
 from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
@@ -108,6 +108,12 @@ def longest_request(
         request, budget_bytes, settings, known=known, on_result=context.collect,
         progress=context.progress, cancel=context.cancelled, info=info,
     )  # fmt: skip
+
+
+def describe_model(context: JobContext, name: str) -> ModelInfo:
+    """:func:`ckptlab.describe` of a folder or Hub name: the page's description, built (on the meta device) here,
+    under the worker's memory cap and time limit, never on the page's own thread."""
+    return describe(name)
 
 
 def simulate_spec(context: JobContext, spec: RunSpec) -> RunResult:

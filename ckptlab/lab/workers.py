@@ -457,13 +457,20 @@ def sweep_workers() -> WorkerPool:
     return _pool("sweep", lambda plan: WorkerPool(SWEEPS_AT_ONCE, plan.device_threads))
 
 
+def describe_workers() -> WorkerPool:
+    """The server's one worker that describes the models participants name (a folder, a Hub name): each
+    description builds the model on the meta device, which a hostile config can make heavy, so it runs apart from
+    the pages' threads and from the measuring and simulating workers (a page waits on it, never on a run)."""
+    return _pool("describe", lambda plan: WorkerPool(1, 1))
+
+
 def simulation_workers() -> WorkerPool:
     """The server's bounded pool for CPU-heavy jobs (simulations, the GPU search), sized to the cores."""
     return _pool("simulation", lambda plan: WorkerPool(plan.simulation_workers, plan.simulation_threads))
 
 
 def started_pool(name: str) -> WorkerPool | None:
-    """The server's pool ``name`` ("device", "sweep", "simulation") if it was started, without starting it."""
+    """The server's pool ``name`` ("device", "sweep", "simulation", "describe") if it was started, without starting it."""
     with _POOLS_LOCK:
         return _POOLS.get(name)
 

@@ -115,6 +115,9 @@ def _info(
         )
     # parameters() yields each tensor once, so tied embeddings are counted once.
     num_params = sum(p.numel() for p in meta_model.parameters())
+    # buffers() yields each tensor once too; on the meta device they have their dtype (int64 position ids) and no
+    # storage, so a buffer of 2^31 positions is counted without being made.
+    buffer_bytes = sum(b.numel() * b.element_size() for b in meta_model.buffers())
     text = config.get_text_config()
     max_positions = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
     cpu_ok = PRESETS[name].cpu_ok if source == "preset" else num_params <= CPU_PARAM_LIMIT
@@ -148,6 +151,7 @@ def _info(
         nested_in=nested if is_nested else (),
         depth=depth,
         supports_checkpointing=bool(getattr(meta_model, "supports_gradient_checkpointing", False)),
+        buffer_bytes=buffer_bytes,
     )
 
 

@@ -24,6 +24,7 @@ Every message names the file and the field or tensor, and says how to fix it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -88,7 +89,7 @@ def read_config_json(config_file: str) -> dict[str, Any]:
         )
     try:
         with open(config_file, encoding="utf-8") as f:
-            raw = json.load(f, parse_constant=_not_a_number)
+            raw = json.load(f, parse_constant=_not_a_number, parse_float=_finite_float)
     except _NonFinite as constant:
         raise ModelLoadError(key="folder.non_finite", file=config_file, constant=constant.args[0]) from None
     except RecursionError:
@@ -109,6 +110,15 @@ def _not_a_number(constant: str) -> Any:
     raise _NonFinite(constant)
 
 
+def _finite_float(literal: str) -> float:
+    """A JSON number as Python reads it, unless it overflows to infinity (``1e400``, ``-1e400``): json hands such a
+    literal to ``float``, which gives ``inf`` where no config means one, so it is refused as Infinity is."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _NonFinite(literal[:40])
+    return value
+
+
 def _check_dtype_fields(raw: Mapping[str, Any], config_file: str) -> None:
     """A config's dtype must name a torch dtype ("bfloat16"), "auto" or nothing: transformers looks it up on torch."""
     sections = [("", raw)] + (
@@ -126,37 +136,137 @@ def _check_dtype_fields(raw: Mapping[str, Any], config_file: str) -> None:
 
 
 def check_raw_config(raw: Mapping[str, Any], config_file: str, aliases: Mapping[str, str] | None = None) -> None:
-    """Sizes and counts in the raw ``config.json``: positive whole numbers, at most :data:`MAX_LAYERS` layers.
+    """Sizes, counts and field types in the raw ``config.json``, nested configs included, before anything is built.
+
+    Every section is checked: the top level and each ``*_config`` object it carries (``text_config``,
+    ``vision_config``, ``audio_config``, BLT's ``encoder_config``, ``decoder_config`` and ``patcher_config``, ...),
+    at any depth: sizes and counts are positive whole numbers, every depth (``num_hidden_layers`` and the other
+    names of :data:`_DEPTH_NAMES`) at most :data:`MAX_LAYERS`, and no list longer than that (per-layer lists such
+    as ``layer_types``): transformers builds one module per layer and loops over such lists, so a depth of 1e9 in a
+    vision tower would loop 1e9 times, on the meta device too. ``num_experts_per_tok`` is at most the experts
+    there are; ``architectures`` is a list of class names; ``quantization_config`` an object.
 
     Args:
-        raw: the JSON object; a nested ``text_config`` object is checked too.
+        raw: the JSON object.
         config_file: named in the message.
         aliases: the config class's ``attribute_map`` (``{"num_hidden_layers": "n_layer"}``),
-            so names an architecture stores under are checked whatever they are.
+            so names an architecture stores under are checked whatever they are; a nested config's own
+            class (its ``model_type``) gives its aliases.
 
     Raises:
         ModelLoadError: the first field that is wrong, by name, with its value.
     """
+    quantization = raw.get("quantization_config")
+    if quantization is not None and not isinstance(quantization, dict):
+        raise ModelLoadError(
+            key="folder.bad_quantization_config", file=config_file, value=json.dumps(quantization)[:60]
+        )
+    for prefix, section, section_aliases in _sections(raw, aliases or {}, "", 0):
+        _check_section(prefix, section, section_aliases, config_file)
+
+
+# Fields that count layers (a depth), in some architecture: each at most MAX_LAYERS.
+_DEPTH_NAMES = frozenset(
+    {
+        "num_hidden_layers",
+        "n_layer",
+        "n_layers",
+        "num_layers",
+        "num_global_layers",  # Mllama's vision tower
+        "encoder_layers",
+        "decoder_layers",
+        "num_encoder_layers",
+        "num_decoder_layers",
+    }
+)
+# Routed experts and the experts each token goes to, by the names MoE configs store them under.
+_EXPERTS_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_PER_TOKEN_NAMES = ("num_experts_per_tok", "num_experts_per_token", "moe_topk")
+_MAX_NESTING = 4  # configs inside configs (Qwen2.5-Omni's thinker holds a text and a vision config): a few levels
+
+
+def _sections(
+    section: Mapping[str, Any], aliases: Mapping[str, str], prefix: str, level: int
+) -> list[tuple[str, Mapping[str, Any], Mapping[str, str]]]:
+    """``section`` and every ``*_config`` object inside it (quantization_config is no model), with their aliases."""
+    found: list[tuple[str, Mapping[str, Any], Mapping[str, str]]] = [(prefix, section, aliases)]
+    if level >= _MAX_NESTING:
+        return found
+    for key, value in section.items():
+        if not (isinstance(key, str) and key.endswith("_config") and isinstance(value, dict)):
+            continue
+        if key == "quantization_config":
+            continue
+        found += _sections(value, _aliases_of(value, aliases), f"{prefix}{key}.", level + 1)
+    return found
+
+
+def _aliases_of(section: Mapping[str, Any], parent: Mapping[str, str]) -> Mapping[str, str]:
+    """A nested config's ``attribute_map``, from its ``model_type`` (save_pretrained writes it); its parent's without."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type = section.get("model_type")
+    if isinstance(model_type, str) and model_type in CONFIG_MAPPING:
+        return getattr(CONFIG_MAPPING[model_type], "attribute_map", None) or {}
+    return parent
+
+
+def _check_section(prefix: str, section: Mapping[str, Any], aliases: Mapping[str, str], config_file: str) -> None:
+    """One section's sizes, depths, lists, experts and architectures (:func:`check_raw_config`)."""
     fields = {usual: set(names) for usual, names in _SIZE_FIELDS.items()}
-    for usual, stored in (aliases or {}).items():
+    for usual, stored in aliases.items():
         if usual in fields:
             fields[usual].add(stored)
-    sections: list[tuple[str, Mapping[str, Any]]] = [("", raw)]
-    if isinstance(raw.get("text_config"), dict):
-        sections.append(("text_config.", raw["text_config"]))
-    for prefix, section in sections:
-        for usual, names in fields.items():
-            for name in sorted(names & section.keys()):
-                value = section[name]
-                _check_size(f"{prefix}{name}", value, usual, config_file)
-                if usual == "num_hidden_layers" and isinstance(value, int) and value > MAX_LAYERS:
-                    raise ModelLoadError(
-                        key="folder.too_many_layers",
-                        file=config_file,
-                        name=f"{prefix}{name}",
-                        value=f"{value:,}",
-                        limit=f"{MAX_LAYERS:,}",
-                    )
+    depths = (_DEPTH_NAMES | fields["num_hidden_layers"]) & section.keys()
+    for usual, names in fields.items():
+        for name in sorted(names & section.keys()):
+            _check_size(f"{prefix}{name}", section[name], usual, config_file)
+    for name in sorted(depths):
+        value = section[name]
+        _check_size(f"{prefix}{name}", value, "num_hidden_layers", config_file)
+        if isinstance(value, int) and value > MAX_LAYERS:
+            raise ModelLoadError(
+                key="folder.too_many_layers",
+                file=config_file,
+                name=f"{prefix}{name}",
+                value=f"{value:,}",
+                limit=f"{MAX_LAYERS:,}",
+            )
+    for name, value in section.items():
+        if isinstance(value, list) and len(value) > MAX_LAYERS:
+            raise ModelLoadError(
+                key="folder.long_list", file=config_file, name=f"{prefix}{name}", length=len(value), limit=MAX_LAYERS
+            )
+    architectures = section.get("architectures")
+    if architectures is not None and not (
+        isinstance(architectures, list) and all(isinstance(name, str) for name in architectures)
+    ):
+        raise ModelLoadError(
+            key="folder.bad_architectures",
+            file=config_file,
+            name=f"{prefix}architectures",
+            value=json.dumps(architectures)[:60],
+        )
+    _check_experts(prefix, section, config_file)
+
+
+def _check_experts(prefix: str, section: Mapping[str, Any], config_file: str) -> None:
+    """Each token goes to at most the experts there are: the router's top-k of more than it has fails in torch."""
+    experts = next(((name, section[name]) for name in _EXPERTS_NAMES if _is_count(section.get(name))), None)
+    per_token = next(((name, section[name]) for name in _PER_TOKEN_NAMES if _is_count(section.get(name))), None)
+    if experts is not None and per_token is not None and per_token[1] > experts[1]:
+        raise ModelLoadError(
+            key="folder.experts_per_token",
+            file=config_file,
+            per_token_name=f"{prefix}{per_token[0]}",
+            per_token=per_token[1],
+            experts_name=f"{prefix}{experts[0]}",
+            experts=experts[1],
+        )
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _check_size(name: str, value: Any, usual: str, config_file: str) -> None:
@@ -242,10 +352,10 @@ def memory_limit(device: torch.device) -> tuple[int, str | Fact, Fact] | None:
 def check_fits(
     info: Any, dtype: torch.dtype, device: torch.device | str, stored: tuple[int, str] | None = None
 ) -> None:
-    """Refuse a model whose parameters alone, in ``dtype``, exceed the device's total memory.
+    """Refuse a model whose parameters, in ``dtype``, and buffers exceed the device's total memory.
 
-    The rule is the floor of any training step: parameters must be resident, and their
-    gradients, the optimizer and the activations only add to them. So a refusal here is
+    The rule is the floor of any training step: parameters and buffers (BERT's position ids: 16 GiB each at 2^31
+    positions) must be resident, and their gradients, the optimizer and the activations only add to them. So a refusal here is
     never wrong, whatever the sequence length or checkpointing setting; the finer CPU
     check (parameters and gradients against the free memory) stays in ``ckptlab.measure``.
 
@@ -262,7 +372,8 @@ def check_fits(
     device = torch.device(device)
     limit = memory_limit(device)
     element = torch.empty((), dtype=dtype).element_size()
-    needed, label = stored or (info.num_params * element, str(dtype).removeprefix("torch."))
+    weights, label = stored or (info.num_params * element, str(dtype).removeprefix("torch."))
+    needed = weights + info.buffer_bytes
     if limit is None or needed <= limit[0]:
         return
     _, where, what = limit
@@ -277,6 +388,7 @@ def check_fits(
         name=repr(info.name),
         parameters=_count(info.num_params),
         needed_gib=f"{needed / 2**30:,.1f}",
+        buffers_gib=f"{info.buffer_bytes / 2**30:,.1f}",
         dtype=label,
         limit_gib=f"{limit[0] / 2**30:,.1f}",
         device="CPU" if device.type == "cpu" else where,

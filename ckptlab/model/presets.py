@@ -370,6 +370,9 @@ class ModelInfo:
     nested_in: tuple[int | None, ...] = ()
     depth: int = 0  # the config's num_hidden_layers (0: as many as num_layers), the depth a simulation builds
     supports_checkpointing: bool = True  # transformers' supports_gradient_checkpointing for the class
+    # Bytes of the model's buffers (BERT's position_ids and token_type_ids, rotary inv_freq, ...), counted on the
+    # meta device: resident beside the parameters in every run, so part of every memory floor.
+    buffer_bytes: int = 0
 
     def to_dict(self) -> dict:
         """A plain dict of the fields, for JSON and tables."""

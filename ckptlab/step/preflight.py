@@ -194,7 +194,8 @@ def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.devic
     if available is None:
         return None
     element = torch.tensor([], dtype=dtype).element_size()
-    needed = 2 * info.num_params * element  # parameters + gradients, before any activation
+    # parameters + gradients + buffers, before any activation
+    needed = 2 * info.num_params * element + info.buffer_bytes
     if needed <= 0.8 * available:
         return None
     return DoesNotFitError(
@@ -203,6 +204,7 @@ def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.devic
         needed_gib=f"{needed / 2**30:.1f}",
         parameters=f"{info.num_params / 1000000000.0:.2f}B",
         element=element,
+        buffers_gib=f"{info.buffer_bytes / 2**30:.1f}",
         available_gib=f"{available / 2**30:.1f}",
     )
 
@@ -210,7 +212,7 @@ def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.devic
 def step_floor(spec: RunSpec, info: ModelInfo, dtype: torch.dtype) -> int:
     """Bytes one training step of ``spec`` holds at least, whatever its checkpointing: a floor, not an estimate.
 
-    The parameters and the gradients of what is trained (the whole model, or under LoRA only the adapters,
+    The parameters, the buffers, and the gradients of what is trained (the whole model, or under LoRA only the adapters,
     ``rank x (in + out)`` each: a frozen base has no gradients); the logits of every token, in the model's
     dtype and again in float32 (transformers' loss upcasts them: ``ForCausalLMLoss``); and each layer's
     input, which even a checkpointed layer keeps. Everything else a step holds only adds to it.
@@ -219,13 +221,15 @@ def step_floor(spec: RunSpec, info: ModelInfo, dtype: torch.dtype) -> int:
     tokens = spec.seq_len * spec.batch_size
     logits = tokens * info.vocab_size * (element + 4)
     inputs = tokens * info.hidden_size * element * max(info.num_layers, 1)
-    return base_bytes(spec, info, dtype) + _trained_parameters(spec, info) * element + logits + inputs
+    weights = base_bytes(spec, info, dtype) + info.buffer_bytes  # buffers are resident beside the parameters
+    return weights + _trained_parameters(spec, info) * element + logits + inputs
 
 
 def base_bytes(spec: RunSpec, info: ModelInfo, dtype: torch.dtype) -> int:
     """The model's own parameters as the step holds them: in ``dtype``, or a 4-bit base as bitsandbytes stores it
     (packed weights, their quant states, the modules kept in 16 bits after peft's float32 cast), counted on the model
-    the run builds, on fake tensors (``catalog.quantized_parameter_bytes``)."""
+    the run builds, on fake tensors (``catalog.quantized_parameter_bytes``). Its buffers come beside them
+    (``info.buffer_bytes``)."""
     if spec.quantization is None:
         return info.num_params * torch.tensor([], dtype=dtype).element_size()
     return catalog.quantized_parameter_bytes(spec.model, dtype, spec.quantization)

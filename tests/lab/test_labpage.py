@@ -228,3 +228,36 @@ def test_offload_is_said_once_in_the_box_and_its_notes_are_left_out_of_the_capti
         "success",
         i18n.t("lab.offload_moved", lang, mib=f"{offloaded.memory.offload_bytes / MIB:,.1f}"),
     )
+
+
+@pytest.mark.slow  # a worker process
+def test_a_named_model_is_described_in_the_describing_worker_under_the_servers_cap(tmp_path, monkeypatch):
+    # Issue 56: describe() builds the model on the meta device, which a hostile config can make heavy: on a server
+    # whose jobs run in workers, the page's thread never builds it; the worker does, under the memory cap.
+    from ckptlab.lab import workers
+    from ckptlab.model import catalog, presets
+    from tests.model.test_folders import config_folder
+
+    folder = str(config_folder(tmp_path, "tiny-llama"))
+
+    def on_the_page(*args, **kwargs):
+        raise AssertionError("described on the page's thread")
+
+    monkeypatch.setattr(catalog, "describe", on_the_page)
+    asked = {}
+    real_run = workers.WorkerPool.run
+
+    def run(pool, target, *args, **kwargs):
+        asked.update(kwargs, pool=pool)
+        return real_run(pool, target, *args, **kwargs)
+
+    monkeypatch.setattr(workers.WorkerPool, "run", run)
+    policy = ServerPolicy(memory_cap_bytes=3 * GIB, run_limit_s=120.0)
+    try:
+        info, problem = labpage.folder_info(folder, "en", policy)
+        preset = next(facts for facts in presets.stored_facts() if facts.name == "tiny-llama")
+        assert (problem, info.name, info.num_layers) == ("", folder, preset.num_layers)
+        assert (asked["memory_cap_bytes"], asked["limit_s"]) == (3 * GIB, 120.0)
+        assert asked["pool"] is workers.describe_workers()
+    finally:
+        workers.describe_workers().close()  # its fresh worker too: a later test starts its own

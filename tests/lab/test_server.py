@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from ckptlab import RunSpec
 from ckptlab.errors import SpecError
@@ -111,3 +112,14 @@ def test_a_run_over_the_limit_is_refused_naming_both_numbers():
         policy.check(RunSpec(seq_len=501, batch_size=2), describe("tiny-llama"), on_cpu=True)
     assert refused.value.key == "server.too_many_tokens"
     assert "1,002 tokens" in str(refused.value) and "(1,000)" in str(refused.value)
+
+
+def test_a_server_without_a_memory_setting_caps_each_worker_at_half_the_machine():
+    # Issue 56: with no CKPTLAB_WORKER_MEMORY_GIB, one participant's job could take all of the server's memory.
+    from ckptlab.lab.server import DEFAULT_WORKER_MEMORY_SHARE
+    from ckptlab.model.folder_checks import memory_limit
+
+    machine = memory_limit(torch.device("cpu"))
+    assert machine is not None
+    assert ServerPolicy.from_settings({}).memory_cap_bytes == int(machine[0] * DEFAULT_WORKER_MEMORY_SHARE)
+    assert ServerPolicy.from_settings({"CKPTLAB_WORKER_MEMORY_GIB": "2"}).memory_cap_bytes == 2 * 2**30

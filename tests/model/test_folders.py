@@ -370,3 +370,81 @@ def test_a_quantization_whose_package_is_missing_is_one_line(tmp_path, capsys):
     code = main(["run", "--model", str(folder), "--seq-len", "16", "--repeats", "1", "--warmup", "0"])
     err = capsys.readouterr().err
     assert code == 2 and "asks for a quantization whose package is missing" in err and "Traceback" not in err, err
+
+
+# -- issue 56: nested configs, buffers, malformed fields, overflowing numbers --------------
+
+TINY_TEXT = {  # a two-layer Gemma 3 text model, the language half of the nested configs below
+    "model_type": "gemma3_text",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "intermediate_size": 64,
+    "vocab_size": 256,
+}
+NESTED_DEPTHS = [
+    # (config.json, the field the message names): each a depth transformers would loop over on the meta device
+    (
+        {"model_type": "gemma3", "text_config": TINY_TEXT, "vision_config": {"model_type": "siglip_vision_model",
+                                                                             "num_hidden_layers": 10**9}},
+        "vision_config.num_hidden_layers=1,000,000,000",
+    ),
+    (
+        {"model_type": "blt", **{part: {"num_hidden_layers": 10**7} for part in ("encoder_config", "decoder_config",
+                                                                                  "patcher_config")}},
+        "config.num_hidden_layers=10,000,000",
+    ),
+    (
+        {"model_type": "mllama", "vision_config": {"model_type": "mllama_vision_model", "num_global_layers": 10**7}},
+        "vision_config.num_global_layers=10,000,000",
+    ),
+    ({"model_type": "mllama", "vision_config": {"num_hidden_layers": 1e7}}, "vision_config.num_hidden_layers=10000000.0"),
+    ({"model_type": "llama", "num_hidden_layers": 2, "layer_types": ["full_attention"] * 10**5}, "layer_types"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "raw, words", NESTED_DEPTHS, ids=["gemma3-vision", "blt", "mllama-global", "mllama-1e7", "list"]
+)
+def test_nested_depths_and_per_layer_lists_are_bounded_before_anything_is_built(tmp_path, raw, words, nothing_built):
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ModelLoadError) as raised:
+        describe(str(tmp_path))
+    assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
+MALFORMED = [
+    ({"architectures": 5}, "architectures=5"),
+    ({"quantization_config": "bitsandbytes"}, 'quantization_config="bitsandbytes"'),
+    ({"quantization_config": ["bitsandbytes"]}, 'quantization_config=["bitsandbytes"]'),
+    ({"num_local_experts": 4, "num_experts_per_tok": 9}, "num_experts_per_tok=9 and num_local_experts=4"),
+]
+
+
+@pytest.mark.parametrize("changes, words", MALFORMED, ids=["architectures", "quant-str", "quant-list", "experts"])
+def test_malformed_fields_are_one_line_before_anything_is_built(tmp_path, changes, words, nothing_built):
+    folder = config_folder(tmp_path, "tiny-llama", **changes)
+    with pytest.raises(ModelLoadError) as raised:
+        describe(str(folder))
+    assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("literal", ["1e400", "-1e400"])
+def test_a_number_that_overflows_to_infinity_is_refused_as_infinity_is(tmp_path, literal, nothing_built):
+    folder = config_folder(tmp_path, rms_norm_eps=0.5)  # then written as the literal JSON parses to inf
+    (folder / "config.json").write_text((folder / "config.json").read_text().replace("0.5", literal))
+    with pytest.raises(ModelLoadError, match=f"holds {literal}, which is no finite number"):
+        describe(str(folder))
+
+
+def test_the_size_rule_counts_the_buffers_bert_holds_for_its_positions(tmp_path, monkeypatch):
+    # BERT 1 wide with 2^28 positions: 268.4M parameters (1.0 GiB in float32), and position_ids and token_type_ids
+    # of 2^28 int64 each (4.0 GiB) that parameters() does not list.
+    small = {"hidden_size": 1, "num_attention_heads": 1, "intermediate_size": 1, "num_hidden_layers": 1}
+    info = describe(str(config_folder(tmp_path, "tiny-bert", max_position_embeddings=2**28, **small)))
+    assert info.buffer_bytes == 2 * 2**28 * 8
+    monkeypatch.setattr(folder_checks, "memory_limit", lambda device: (2 * 2**30, "H100-2", "the 2.0 GiB of H100-2"))
+    with pytest.raises(DoesNotFitError, match=r"and its buffers \(4.0 GiB: position ids and the like\) take 5.0 GiB"):
+        folder_checks.check_fits(info, torch.float32, "cuda")

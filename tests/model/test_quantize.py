@@ -4,6 +4,7 @@ and the model as transformers and peft make it, measured and simulated."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -181,3 +182,35 @@ def test_the_simulation_of_an_8bit_base_equals_its_measured_cpu_step_per_categor
     (_, predicted) = predict("tiny-llama", quantization=spec.quantization, **shape)
     (_, sixteen_bit) = predict("tiny-llama", **shape)
     assert predicted.parameter_bytes == simulated.memory.breakdown_baseline["parameter"] < sixteen_bit.parameter_bytes
+
+
+# -- issue 56: other quantization methods, and long skip lists ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "quantization, words",
+    [
+        ({"quant_method": "gptq", "bits": 4}, "asks for a gptq quantization"),
+        ({"quant_method": "awq", "bits": 4}, "asks for a awq quantization"),
+        ({"quant_method": "fp8"}, "asks for a fp8 quantization"),
+        ({"load_in_4bit": True}, "without a quant_method (load_in_4bit)"),
+    ],
+    ids=["gptq", "awq", "fp8", "no-method"],
+)
+def test_a_folder_quantized_by_another_method_is_refused_by_name_not_run_as_16_bits(tmp_path, quantization, words):
+    from ckptlab.step.preflight import with_folder_quantization
+    from tests.model.test_folders import config_folder
+
+    folder = config_folder(tmp_path, "tiny-llama", quantization_config=quantization)
+    with pytest.raises(SpecError, match=re.escape(words)):
+        with_folder_quantization(RunSpec(model=str(folder), lora_rank=8))
+
+
+@pytest.mark.parametrize("count", [6_000, 100_000])
+def test_a_skip_list_past_the_regex_cache_is_refused_at_once(count):
+    from ckptlab.model.quantize import MAX_SKIP_MODULES
+
+    names = [f"model.layers.{index}.mlp" for index in range(count)]
+    with pytest.raises(SpecError, match=f"lists {count:,} module names; the lab takes at most {MAX_SKIP_MODULES}"):
+        Quantization.from_config({"load_in_4bit": True, "llm_int8_skip_modules": names})
+    assert Quantization.from_config({"load_in_4bit": True, "llm_int8_skip_modules": names[:MAX_SKIP_MODULES]})
