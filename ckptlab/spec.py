@@ -54,7 +54,16 @@ LOW_BIT_PACKAGES = {
     "adamw_torch_8bit": ("torchao", "pip install torchao"),
     "adamw_torch_4bit": ("torchao", "pip install torchao"),
     "adamw_bnb_8bit": ("bitsandbytes", "pip install bitsandbytes"),
+    "adamw_8bit": ("bitsandbytes", "pip install bitsandbytes"),  # Trainer's other name of adamw_bnb_8bit
+    "paged_adamw_8bit": ("bitsandbytes", "pip install bitsandbytes"),
+    "paged_adamw_32bit": ("bitsandbytes", "pip install bitsandbytes"),
 }
+# bitsandbytes' optimizers: their state is plain tensors made with torch.zeros_like and their step one custom op with
+# a fake kernel (bitsandbytes/_ops.py's register_fake), so a simulation and the CPU's meter count them as they are
+# stored. torchao's compile their step (ckptlab.step.training.check_optimizer_runs).
+BITSANDBYTES_OPTIMIZERS = frozenset(
+    name for name, (package, _) in LOW_BIT_PACKAGES.items() if package == "bitsandbytes"
+)
 TRAINER_DEFAULT_OPTIMIZER = "adamw_torch_fused"  # what "adamw" means: TrainingArguments.optim's default
 # Trainer's side of the step besides the optimizer's name: a sweep's rows share them, settings timed together too.
 RECIPE_FIELDS = ("optim_args", "gradient_accumulation_steps", "max_grad_norm", "mixed_precision")

@@ -47,6 +47,9 @@ OPTIMIZERS = (
     "adamw_torch_8bit",
     "adamw_torch_4bit",
     "adamw_bnb_8bit",
+    "adamw_8bit",
+    "paged_adamw_8bit",
+    "paged_adamw_32bit",
     "none",
 )
 # Trainer's mixed precision: "bf16"/"fp16" is TrainingArguments(bf16=True)/(fp16=True), autocast over the weights;

@@ -182,6 +182,11 @@ def simulation_notes(spec: RunSpec, info: ModelInfo, fast: bool, config: Any = N
         notes += [experts_note(info), ROUTING_NOTE]
     notes += quantization_notes(spec.quantization, spec.checkpointing)
     notes += only_first_layer_notes(info.num_layers, spec.every_n_layers)
+    if spec.optimizer.startswith("paged_") and simulated_device_type(spec) == "cuda":
+        # bitsandbytes allocates a paged state buffer of 1e5 elements or more with cudaMallocManaged
+        # (Optimizer8bit.get_state_buffer): the GPU holds it while there is room and the driver moves it to the host
+        # when there is not, so the step slows down where a plain optimizer would run out of memory.
+        notes.append(Fact("note.paged_optimizer", {"optimizer": spec.optimizer}))
     if model_class is not None:
         notes += cuda_sdpa_notes(spec, model_class, config)
     return notes

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 from torch.distributed.tensor import DTensor
 
 from ..errors import Command, Option, SpecError
 from ..model.quantize import quant_state_tensors
-from ..spec import LOW_BIT_PACKAGES, RunSpec
+from ..spec import BITSANDBYTES_OPTIMIZERS, LOW_BIT_PACKAGES, RunSpec
 
 MIXED_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -68,15 +69,16 @@ def trainer_parameter_groups(model: nn.Module, weight_decay: float = 0.0) -> lis
 def check_optimizer_runs(spec: RunSpec, *, device_type: str, simulated: bool = False) -> None:
     """Refuse a low-bit optimizer where its step cannot be counted: on fake tensors, or measured on the CPU.
 
-    Their steps are custom kernels or ``torch.compile(fullgraph=True)`` over quantized state (torchao's
-    AdamW8bit failed so here: "found no compiled frames" under MemTracker, the CPU's meter, which is a
-    dispatch mode); on CUDA the allocator's counters need no dispatch mode.
+    torchao's steps are ``torch.compile(fullgraph=True)`` over quantized state (its AdamW8bit failed so here: "found
+    no compiled frames" under MemTracker, the CPU's meter, which is a dispatch mode); on CUDA the allocator's counters
+    need no dispatch mode. bitsandbytes' (``spec.BITSANDBYTES_OPTIMIZERS``) pass: their state is plain tensors and
+    their step one custom op with a CPU kernel and a fake one, which the meter and a simulation count as stored.
 
     Raises:
         SpecError: naming the optimizer, its package and what to do instead.
     """
     package = LOW_BIT_PACKAGES.get(spec.optimizer)
-    if package is None:
+    if package is None or spec.optimizer in BITSANDBYTES_OPTIMIZERS:
         return
     if simulated:
         raise SpecError(
@@ -111,7 +113,28 @@ def make_optimizer(spec: RunSpec, model: nn.Module, *, simulated_cuda: bool = Fa
     takes = inspect.signature(optimizer_class.__init__).parameters
     if simulated_cuda and "foreach" in takes and not kwargs.get("fused") and kwargs.get("foreach") is None:
         kwargs["foreach"] = True
-    return optimizer_class(trainer_parameter_groups(model), **kwargs)
+    groups = trainer_parameter_groups(model)
+    fake_mode = _fake_mode_of(groups)
+    if fake_mode is None or spec.optimizer not in BITSANDBYTES_OPTIMIZERS:
+        return optimizer_class(groups, **kwargs)
+    # bitsandbytes builds its 8-bit quantization maps in __init__ from Python floats (``.tolist()`` of a tensor, which
+    # a fake tensor cannot answer): build them as real tensors, then hand the step fake copies (2 x 256 float32, one
+    # pair for every parameter, as on a GPU). Its state and step then run on fake tensors as they would on real ones.
+    with unset_fake_temporarily():
+        optimizer = optimizer_class(groups, **kwargs)
+    qmaps = optimizer.name2qmap  # type: ignore[attr-defined]  # bitsandbytes' Optimizer8bit
+    for name, qmap in qmaps.items():
+        qmaps[name] = fake_mode.from_tensor(qmap)
+    return optimizer
+
+
+def _fake_mode_of(groups: list[dict]) -> FakeTensorMode | None:
+    """The fake mode the parameters were made in, or None for real parameters."""
+    for group in groups:
+        for param in group["params"]:
+            local = param.to_local() if isinstance(param, DTensor) else param
+            return local.fake_mode if isinstance(local, FakeTensor) else None
+    return None
 
 
 @dataclass

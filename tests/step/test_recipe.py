@@ -110,6 +110,9 @@ OPTIONS = {
     "norm0": {"max_grad_norm": 0.0},
     "sgd-momentum": {"optimizer": "sgd", "optim_args": "momentum=0.9"},
     "adafactor": {"optimizer": "adafactor"},
+    # bitsandbytes' 8-bit AdamW (the name unsloth's and peft's QLoRA notebooks train with): its uint8 moments, their
+    # block maxima and quantization maps, counted on fake tensors as the CPU's meter counts them in a real step.
+    "adamw_8bit": {"optimizer": "adamw_8bit"},
 }
 
 
@@ -143,23 +146,30 @@ def test_a_simulation_takes_the_multi_tensor_optimizer_cuda_runs_where_the_cpu_l
     assert [len(group["params"]) > 0 for group in fused.param_groups] == [True, True]
 
 
-@pytest.mark.parametrize("name", ["adamw", "adamw_torch", "adafactor", "sgd", "adagrad", "rmsprop"])
+@pytest.mark.parametrize("name", ["adamw", "adamw_torch", "adafactor", "sgd", "adagrad", "rmsprop", "paged_adamw_8bit"])
 def test_every_optimizers_state_bytes_are_exact(name):
     model, _ = build_model("tiny-llama")
     recipe = Recipe.for_spec(RunSpec(model="tiny-llama", optimizer=name), model)
     prime_state(recipe)
     state = recipe.optimizer.state if recipe.optimizer is not None else {}
-    expected = sum(
-        value.untyped_storage().nbytes()
+    storages = {  # each storage once: bitsandbytes' quantization maps are one pair shared by every parameter
+        value.untyped_storage().data_ptr(): value.untyped_storage().nbytes()
         for per_param in state.values()
         for value in per_param.values()
         if isinstance(value, torch.Tensor)
-    )
+    }
+    expected = sum(storages.values())
     assert optimizer_state_bytes(recipe.optimizer) == expected
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     moments = {"adamw": 2, "adamw_torch": 2, "adagrad": 1, "rmsprop": 1, "sgd": 0}
     if name in moments:  # two, one or no tensors the size of each parameter, plus a small step counter
         assert moments[name] * params <= expected <= moments[name] * params + 8 * 4 * len(state)
+    if name == "paged_adamw_8bit":  # bitsandbytes' Optimizer2State.init_state, counted by hand
+        sizes = [p.numel() for p in model.parameters()]
+        eight_bit = [n for n in sizes if n >= 4096]  # min_8bit_size: smaller tensors keep two float32 moments
+        blocks = sum(-(-n // 256) for n in eight_bit)  # one float32 absmax a 256-element block, for each moment
+        maps = 2 * 256 * 4  # the signed and unsigned dynamic maps, one pair shared by every parameter
+        assert expected == 2 * sum(eight_bit) + 2 * 4 * blocks + maps + 2 * 4 * sum(n for n in sizes if n < 4096)
 
 
 @pytest.mark.parametrize(
@@ -223,3 +233,6 @@ def test_a_low_bit_optimizer_is_refused_where_its_step_cannot_be_counted():
         check_optimizer_runs(spec, device_type="cpu")
     check_optimizer_runs(spec, device_type="cuda")  # the CUDA allocator's counters need no dispatch mode
     check_optimizer_runs(RunSpec(optimizer="adafactor"), device_type="cpu", simulated=True)
+    for name in ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit"):  # bitsandbytes': both
+        check_optimizer_runs(RunSpec(optimizer=name), device_type="cpu", simulated=True)
+        check_optimizer_runs(RunSpec(optimizer=name), device_type="cpu")
