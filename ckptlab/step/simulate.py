@@ -37,6 +37,14 @@ Two things need care:
   (:func:`_unpacked_when_simulating`), no padding in a mask the model makes of ones (:func:`_unpadded_mask`: BERT's,
   BART's, BioGPT's), and ``trunc_normal_``'s draws left undrawn (:func:`_trunc_normal_on_fake`: a vision tower's
   init); none changes a byte of what the real step holds.
+- **DTensor's shape propagation.** Under FSDP2 the gradients are DTensors; to learn an op's output shape DTensor
+  runs it once on placeholders of the *global* shapes in the ambient fake mode, or in a fresh one when there is
+  none (a real rank). MemTracker skips what runs in another fake mode than the one it was entered in, so a real
+  rank's placeholders are never counted; a simulation's ambient mode is the tracker's own, and they were:
+  the norm over the sharded gradients held all of them at once, the unsharded size of every gradient (tiny-llama
+  on 2 ranks: 55,071,460 B of "activation" at a 165,212,360 B peak, where gloo rank 0 peaks at 146,135,276 B),
+  and only on a process's first such op, DTensor caching the answer. :func:`_propagation_fake_mode` gives the
+  propagation a fake mode of its own, as on a real rank.
 - **mixture of experts.** transformers' ``grouped_mm`` experts run as in a measured step;
   :mod:`.fake_experts` gives torch's grouped matmul its output on fake float32 tensors, and
   the routing, which fake tensors cannot decide, changes no byte (``ROUTING_NOTE``).
@@ -52,9 +60,11 @@ from dataclasses import replace
 from typing import Any, cast
 
 import torch
+import torch.distributed.tensor._sharding_prop as dtensor_sharding_prop  # DTensor's shape propagation: see below
 import transformers
 import transformers.masking_utils
 import transformers.modeling_utils
+from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.graph import saved_tensors_hooks
 from transformers import initialization as transformers_initialization  # a name of its own: see _REAL_TRUNC_NORMAL
@@ -475,12 +485,24 @@ def _unpadded_mask(padding_mask: torch.Tensor | None) -> torch.Tensor | None:
     return padding_mask
 
 
+_REAL_DETECT_FAKE_MODE = detect_fake_mode
+
+
+def _propagation_fake_mode(inputs: Any = None) -> FakeTensorMode | None:
+    """The fake mode DTensor's sharding propagation runs its global-shape placeholders in: none in a simulating
+    thread, so that it makes a fresh one, as on a real rank, and the tracker skips them (see the module docstring);
+    torch's own answer elsewhere (real ranks, other threads, a compiler's tracing)."""
+    if getattr(_ACTIVE_LEDGER, "ledger", None) is not None:
+        return None
+    return _REAL_DETECT_FAKE_MODE(inputs)
+
+
 @contextmanager
 def simulating(ledger: HostLedger) -> Iterator[None]:
     """Mark this thread as simulating: offload, the packed-sequence check and attention behave as for real CUDA
-    tensors.
+    tensors, and DTensor's shape propagation is not counted as memory.
 
-    The replacements are installed in transformers once and hand real tensors, and other
+    The replacements are installed in transformers (and torch's DTensor) once and hand real tensors, and other
     threads, to the original functions.
     """
     with _INSTALL_LOCK:
@@ -493,6 +515,7 @@ def simulating(ledger: HostLedger) -> Iterator[None]:
         torch.nn.functional.dropout = _dropout_as_on_cuda  # nn.Dropout and eager attention look it up at each call
         # transformers' init functions look their torch function up in this table at each call.
         transformers_initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"] = _trunc_normal_on_fake
+        dtensor_sharding_prop.detect_fake_mode = _propagation_fake_mode  # looked up at each propagation
     _ACTIVE_LEDGER.ledger = ledger
     try:
         yield

@@ -8,10 +8,9 @@ table, and every setting's timeline replayed from them. The At-scale page's elev
 36-layer model record four steps of 13 layers in all (:func:`_replay_plans`): checkpointing off,
 n=1 and its offload twin, and one step of both roles for every other n.
 
-Where the replay's premise fails on the recorded steps, and under FSDP2 (whose first step in a process
-holds more than the later ones), a setting is simulated on its own by ``simulate``'s fold (:mod:`.fold`,
-exact on the same premise, two shallow steps per setting). ``tests/step/test_replay.py`` compares every
-replayed figure with simulating every layer.
+Where the replay's premise fails on the recorded steps, and under FSDP2, a setting is simulated on its own
+by ``simulate``'s fold (:mod:`.fold`, exact on the same premise, two shallow steps per setting).
+``tests/step/test_replay.py`` compares every replayed figure with simulating every layer.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ class TableSimulation:
         self._recorded: dict[tuple[RunSpec, tuple[Role, ...]], replay.RecordedStep] = {}  # replay's steps
         self._sources: dict[RunSpec, replay.Sources] = {}  # by group, for as long as its steps are the same
         self._unreplayable: set[RunSpec] = set()  # groups whose recorded steps the replay's premise failed on
-        self._fsdp_primed = False  # an FSDP2 setting was simulated by this table (see _simulated)
         self._planned = list(planned)  # the settings the table will be asked for: a group's steps serve them all
         self.simulated_layers = 0  # layers simulated so far (shallow steps and whole models)
 
@@ -84,11 +82,6 @@ class TableSimulation:
         (:mod:`.fold`), as ``simulate`` folds it."""
         fold = Reduction.for_plan(info.num_layers, spec.every_n_layers, info.layer_period)
         self.simulated_layers += info.num_layers if fold is None else fold.depth(1) + fold.depth(2)
-        if spec.fsdp and not self._fsdp_primed:
-            # The first FSDP2 step of a process holds more in its gradient norm than every later one (tiny-llama:
-            # 6 MiB, an embedding's size); a table's figures are the steady state's, whatever ran before it.
-            simulate(spec)
-            self._fsdp_primed = True
         return simulate(spec, progress=progress)
 
     def _plans(self, group: RunSpec, depth: int, spec: RunSpec | None = None) -> list[tuple[Role, ...]]:

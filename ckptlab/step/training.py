@@ -146,10 +146,6 @@ class Recipe:
     clip_bound: float | None = None  # clip_grad_norm_'s max_norm (inf: the norm alone); None: no norm
     autocast_dtype: torch.dtype | None = None  # the forward's autocast dtype; None: no autocast
     scaler: torch.amp.GradScaler | None = None  # fp16's loss scaling, as accelerate's
-    # clip_grad_norm_'s foreach: None lets torch choose, as Trainer does. A simulation computes the norm tensor by
-    # tensor: on fake DTensor shards (FSDP2) the multi-tensor norm and in-place scaling held transients of twice the
-    # rank's gradients that 2 measured gloo ranks did not, while the bytes a CUDA step holds are the same either way.
-    clip_foreach: bool | None = None
 
     @classmethod
     def for_spec(cls, spec: RunSpec, model: nn.Module, *, simulated_cuda: bool = False) -> Recipe:
@@ -166,14 +162,7 @@ class Recipe:
         scaler = None
         if spec.mixed_precision == "fp16" and optimizer is not None:
             scaler = torch.amp.GradScaler(model_device(model).type)
-        return cls(
-            optimizer,
-            spec.gradient_accumulation_steps,
-            clip_bound,
-            autocast_dtype,
-            scaler,
-            clip_foreach=False if simulated_cuda else None,
-        )
+        return cls(optimizer, spec.gradient_accumulation_steps, clip_bound, autocast_dtype, scaler)
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -141,7 +141,7 @@ def _optimizer_step(model: torch.nn.Module, recipe: Recipe, probe: LayerProbe | 
     if recipe.scaler is not None:
         recipe.scaler.unscale_(optimizer)
     assert recipe.clip_bound is not None  # Recipe.for_spec sets it wherever there is an optimizer
-    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.clip_bound, foreach=recipe.clip_foreach)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.clip_bound)
     if probe is not None:
         probe.set_phase("optimizer")
     if recipe.scaler is not None:

@@ -111,7 +111,7 @@ def test_a_group_the_replay_cannot_give_takes_the_fold_setting_by_setting(monkey
     else:
         spec = replace(spec, world_size=2, fsdp=True)
     result = TableSimulation().result(spec)
-    folded = simulate(spec)  # not this process's first FSDP2 step: the table simulated one before its own
+    folded = simulate(spec)
     assert REPLAYED not in _keys(result) and _keys(result) == _keys(folded)
     assert _figures(result) == _figures(folded)
 
