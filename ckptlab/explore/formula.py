@@ -55,7 +55,7 @@ from ..errors import SpecError, not_one_of
 from ..fact import Fact
 from ..model import catalog
 from ..spec import MIXED_PRECISIONS
-from ..step.preflight import device_type_of, resolve_dtype
+from ..step.preflight import resolve_dtype, simulated_device_type_of
 from ..step.training import MIXED_PRECISION_DTYPES
 
 FLOAT32 = 4  # bytes: statistics, logsumexp, log-probabilities and RMSNorm's upcast input
@@ -356,8 +356,8 @@ def forward_flops(arch: Architecture, seq_len: int, causal: bool = True) -> tupl
 def element_bytes(dtype: str, device: str = "auto", mixed_precision: str = "none") -> int:
     """Bytes per element of what a step computes: the mixed precision's dtype when there is one (Trainer's
     ``bf16=True`` autocasts the forward, FSDP2's policy all-gathers bf16 parameters, so the activations are
-    16-bit over float32 master weights), else the weights' dtype, 'auto' resolved as a run resolves it
-    (``step.preflight.resolve_dtype``: bfloat16 on CUDA, float32 otherwise).
+    16-bit over float32 master weights), else the weights' dtype, 'auto' resolved as a simulation resolves it
+    (``step.preflight.simulated_device_type_of`` and ``resolve_dtype``: bfloat16 unless the device is "cpu").
 
     Raises:
         SpecError: a dtype that is not "auto", "float32", "bfloat16" or "float16", or a mixed precision that
@@ -367,4 +367,4 @@ def element_bytes(dtype: str, device: str = "auto", mixed_precision: str = "none
         if mixed_precision not in MIXED_PRECISION_DTYPES:
             raise not_one_of("mixed_precision", mixed_precision, MIXED_PRECISIONS)
         return MIXED_PRECISION_DTYPES[mixed_precision].itemsize
-    return resolve_dtype(dtype, torch.device(device_type_of(device))).itemsize
+    return resolve_dtype(dtype, torch.device(simulated_device_type_of(device))).itemsize

@@ -56,7 +56,7 @@ from ..model.presets import DEFAULT_PRESET
 from ..model.quantize import Quantization
 from ..results import Provenance, RunResult
 from ..spec import LOW_BIT_PACKAGES, RunSpec
-from ..step.preflight import device_type_of, resolve_dtype
+from ..step.preflight import resolve_dtype, simulated_device_type_of
 from ..step.provenance import made_now
 from .calibration import Calibration, calibrate
 from .formula import (
@@ -174,7 +174,9 @@ def predict(
     Args:
         model: a preset name, a local directory, a transformers config, or its :func:`architecture`.
         seq_len, batch_size: the shape of the step.
-        dtype, device: as in :class:`~ckptlab.RunSpec`; they set the bytes per element.
+        dtype, device: as in :class:`~ckptlab.RunSpec`; they set the bytes per element. "auto" is read as
+            :func:`~ckptlab.simulate` reads it (``step.preflight.simulated_device_type_of``): a CUDA step, in
+            bfloat16 unless mixed precision asks for float32 weights, on any machine; name "cpu" for the CPU.
         every_n_layers: the settings to predict (default: 1 .. layers); checkpointing off is always included.
         offload: for each setting, with and/or without offload (offload rows move the CP inputs off the device).
         calibration: a measured run with checkpointing off at the same shape (or its
@@ -241,16 +243,20 @@ def predict(
     )
     checked.validate()
     arch = architecture(model, num_layers)
+    # 'auto' read as a simulation reads it (a CUDA step in bf16 unless the device is named): a prediction answers
+    # for the same GPU, so the same call of both with their defaults counts the same step.
+    device_type = simulated_device_type_of(device)
+    weights_dtype = resolve_dtype(dtype, torch.device(device_type), mixed_precision)
     element = element_bytes(dtype, device, mixed_precision)
     training = None
     if not isinstance(model, Architecture):
         training = training_bytes(
             model,
-            resolve_dtype(dtype, torch.device(device_type_of(device)), mixed_precision),
+            weights_dtype,
             optimizer=optimizer,
             lora_rank=lora_rank,
             lora_targets=lora_targets,
-            device=device_type_of(device),
+            device=device_type,
             quantization=checked.quantization,
         )
     settings: list[tuple[int | None, bool]] = [(None, False)]
@@ -286,8 +292,7 @@ def predict(
     skipped = selective_skipped_flops(arch, selective, seq_len, causal)
     layer = layer_activation_bytes(arch, seq_len, batch_size, element, attn_implementation)
     input_bytes = seq_len * batch_size * arch.hidden_size * element
-    weights_element = resolve_dtype(dtype, torch.device(device_type_of(device)), mixed_precision).itemsize
-    mask = eager_mask_bytes(seq_len, batch_size, weights_element) if attn_implementation == EAGER else 0
+    mask = eager_mask_bytes(seq_len, batch_size, weights_dtype.itemsize) if attn_implementation == EAGER else 0
     formula = _Source(
         layer_bytes=[layer] * arch.num_layers,
         input_bytes=[input_bytes] * arch.num_layers,
