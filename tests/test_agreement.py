@@ -1,0 +1,74 @@
+"""The agreement the lab promises between its faces (issue 62): every kind of result it gives two ways, one small case
+each, compared at the peak.
+
+- measured and simulated, for the CPU: the same step, to the byte (baseline, after the forward and peak);
+- simulated and predicted, with both functions' defaults: the same step (device, dtype, parameters, state), and the
+  prediction's peak within the estimate's own tolerance;
+- the CLI and the Python API, with their defaults: the same simulation, to the byte.
+
+Each case is as small as proves it (a 2-layer tiny-llama, 64 to 256 tokens); their proofs in depth live beside the
+code they prove (tests/step/test_simulate.py, tests/explore/test_predict*.py, tests/cli/).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from ckptlab import RunSpec, measure, predict, simulate
+from ckptlab.cli import main
+from ckptlab.results import RunResult
+
+pytestmark = pytest.mark.slow  # real and simulated steps
+
+ONCE = {"repeats": 1, "warmup": 0}
+
+
+def test_measured_and_simulated_for_the_cpu_agree_to_the_byte(shallower):
+    spec = RunSpec(model=shallower("tiny-llama", 2), seq_len=64, dtype="float32", device="cpu", **ONCE)
+    measured, simulated = measure(spec).memory, simulate(spec).memory
+    assert simulated.baseline_bytes == measured.baseline_bytes
+    assert simulated.after_forward_bytes == measured.after_forward_bytes
+    assert simulated.peak_bytes == measured.peak_bytes
+
+
+def test_simulated_and_predicted_with_their_defaults_count_the_same_step():
+    """Both read 'auto' as a CUDA step in bf16 (issue 62, item 6), so what is arithmetic agrees to the byte and the
+    peak within the backward's estimate (predict_training: an estimate, not a bound; +9.5% on this case)."""
+    simulated = simulate(RunSpec(seq_len=256)).memory
+    (_, predicted) = predict(RunSpec().model, seq_len=256, every_n_layers=[RunSpec().every_n_layers])
+    assert predicted.parameter_bytes + predicted.buffer_bytes + predicted.optimizer_state_bytes == (
+        simulated.baseline_bytes
+    )
+    assert predicted.resident_bytes == pytest.approx(simulated.after_forward_bytes, abs=4096)
+    assert predicted.peak_bytes == pytest.approx(simulated.peak_bytes, rel=0.10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 62, item 5: predict's backward peak is a sum of every activation and gradient (the loss's float32 "
+    "log-probabilities and every CP input counted during a layer's rerun, the embeddings' gradient before it exists) "
+    "and has no eager s^2 gradients: +7.5% here",
+)
+def test_predicted_eager_peak_with_every_layer_checkpointed_is_within_5_percent_of_the_simulation():
+    shape = {"seq_len": 256, "dtype": "float32", "attn_implementation": "eager"}
+    simulated = simulate(RunSpec(**shape)).memory
+    (_, predicted) = predict(RunSpec().model, every_n_layers=[1], **shape)
+    assert predicted.peak_bytes == pytest.approx(simulated.peak_bytes, rel=0.05)
+
+
+def test_the_cli_and_the_python_api_with_their_defaults_give_the_same_simulation():
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["simulate", "--json"]) == 0
+    cli = RunResult.from_dict(json.loads(printed.getvalue()))
+    api = simulate(RunSpec())
+    assert cli.spec == api.spec  # the flags' defaults are RunSpec's
+    assert (cli.memory.baseline_bytes, cli.memory.after_forward_bytes, cli.memory.peak_bytes) == (
+        api.memory.baseline_bytes,
+        api.memory.after_forward_bytes,
+        api.memory.peak_bytes,
+    )
