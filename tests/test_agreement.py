@@ -47,17 +47,24 @@ def test_simulated_and_predicted_with_their_defaults_count_the_same_step():
     assert predicted.peak_bytes == pytest.approx(simulated.peak_bytes, rel=0.10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 62, item 5: predict's backward peak is a sum of every activation and gradient (the loss's float32 "
-    "log-probabilities and every CP input counted during a layer's rerun, the embeddings' gradient before it exists) "
-    "and has no eager s^2 gradients: +7.5% here",
-)
-def test_predicted_eager_peak_with_every_layer_checkpointed_is_within_5_percent_of_the_simulation():
-    shape = {"seq_len": 256, "dtype": "float32", "attn_implementation": "eager"}
-    simulated = simulate(RunSpec(**shape)).memory
-    (_, predicted) = predict(RunSpec().model, every_n_layers=[1], **shape)
-    assert predicted.peak_bytes == pytest.approx(simulated.peak_bytes, rel=0.05)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_predicted_eager_peak_with_every_layer_checkpointed_is_within_5_percent_of_the_simulation(dtype, shallower):
+    """Issue 62, item 5: the backward's moments (a layer's MLP and attention, the loss's, the embeddings') hold eager's
+    s^2 gradients; at 256 and 1,024 tokens the peak within 5%, and what eager adds over SDPA within 15% at 1,024
+    (at 256 it is 0.2% of the peak, 394,240 B in float32: below the estimate's resolution)."""
+    model = shallower("tiny-llama", 2)  # the peak is L1's backward at any depth; two layers simulate in a third
+    for seq_len in (256, 1024):
+        peaks = {}
+        for attention in ("sdpa", "eager"):
+            shape = {"seq_len": seq_len, "dtype": dtype, "attn_implementation": attention}
+            simulated = simulate(RunSpec(model=model, every_n_layers=1, **shape)).memory.peak_bytes
+            (_, predicted) = predict(model, every_n_layers=[1], **shape)
+            peaks[attention] = (simulated, predicted.peak_bytes)
+        simulated, predicted = peaks["eager"]
+        assert predicted == pytest.approx(simulated, rel=0.05), seq_len
+        if seq_len == 1024:
+            added = [eager - sdpa for eager, sdpa in zip(peaks["eager"], peaks["sdpa"], strict=True)]
+            assert added[1] == pytest.approx(added[0], rel=0.15)
 
 
 def test_the_cli_and_the_python_api_with_their_defaults_give_the_same_simulation():
