@@ -55,7 +55,7 @@ from ..errors import SpecError, not_one_of
 from ..fact import Fact
 from ..model import catalog
 from ..spec import MIXED_PRECISIONS
-from ..step.preflight import device_type_of, resolve_dtype
+from ..step.preflight import resolve_dtype, simulated_device_type_of
 from ..step.training import MIXED_PRECISION_DTYPES
 
 FLOAT32 = 4  # bytes: statistics, logsumexp, log-probabilities and RMSNorm's upcast input
@@ -208,6 +208,11 @@ def eager_mask_bytes(seq_len: int, batch_size: int, weights_element: int) -> int
     return batch_size * seq_len * seq_len * weights_element
 
 
+# What an MLP saves per token, in ``i``-wide tensors: SwiGLU's gate, SiLU(gate), up and their product; a fused GELU's
+# input and output; GPT-2's gelu_new written out op by op.
+_MLP_SAVED = {"swiglu": 4, "gelu": 2, "gelu-composite": 5}
+
+
 def layer_activation_bytes(
     arch: Architecture, seq_len: int, batch_size: int, element: int, attention: str = "sdpa"
 ) -> int:
@@ -240,7 +245,7 @@ def layer_activation_bytes(
         per_token += (a + kv) * d * (FLOAT32 + element) + FLOAT32 * (a + kv)
     if arch.experts:
         return int(tokens * (per_token + _moe_per_token(arch, element))) + 4 * arch.experts  # + int32 offsets
-    per_token += element * i * {"swiglu": 4, "gelu": 2, "gelu-composite": 5}[arch.mlp]
+    per_token += element * i * _MLP_SAVED[arch.mlp]
     return int(tokens * per_token)
 
 
@@ -257,20 +262,87 @@ def _moe_per_token(arch: Architecture, element: int) -> float:
     return router + routed + shared
 
 
+def persistent_outside_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int) -> int:
+    """Formula: what outside the layers stays resident until the embeddings' backward, the last: token ids (the
+    embedding's backward) and the shifted labels, the rotary cos/sin tables every layer shares, BERT's embeddings'
+    norm. The rest of :func:`outside_bytes` (the loss's log-probabilities, the final norm, the head's transform) is
+    freed before the first layer's backward."""
+    h = arch.hidden_size
+    per_token = 2 * INDEX
+    if arch.post_norm:
+        per_token += element * h + 2 * FLOAT32  # the embeddings' norm
+    if arch.rotary:
+        per_token += 2 * element * arch.head_dim  # cos and sin, computed once, shared by every layer
+    return seq_len * batch_size * per_token
+
+
 def outside_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int) -> int:
     """Formula: bytes resident after the forward outside the layers (embeddings, head, loss, shared tables)."""
     h = arch.hidden_size
-    tokens = seq_len * batch_size
-    per_token = 2 * INDEX  # token ids (the embedding's backward) and the shifted labels
-    per_token += FLOAT32 * arch.vocab_size  # the loss upcasts the logits and keeps the log-probabilities
+    per_token = FLOAT32 * arch.vocab_size  # the loss upcasts the logits and keeps the log-probabilities
     if arch.post_norm:
-        per_token += (element * h + 2 * FLOAT32) + 4 * element * h  # embeddings' norm; the head's transform
+        per_token += 4 * element * h  # the head's transform
     else:
         norm_input = FLOAT32 if arch.norm == "rms" else element
         per_token += norm_input * h + element * h + (element * h + FLOAT32 if arch.norm == "rms" else 2 * FLOAT32)
-    if arch.rotary:
-        per_token += 2 * element * arch.head_dim  # cos and sin, computed once, shared by every layer
-    return int(tokens * per_token)
+    return int(seq_len * batch_size * per_token) + persistent_outside_bytes(arch, seq_len, batch_size, element)
+
+
+def embeddings_backward_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int) -> int:
+    """Formula: what the embeddings' backward, the step's last, holds besides the gradients: the token ids it indexes
+    by and the gradient reaching it (``b*s*h``); the shared tables and the labels are gone by then."""
+    return seq_len * batch_size * (INDEX + element * arch.hidden_size)
+
+
+def loss_backward_bytes(arch: Architecture, seq_len: int, batch_size: int) -> int:
+    """Formula: what the loss's backward adds beside the float32 log-probabilities it still holds: their gradient
+    and the logits' upcast gradient, both float32 (``b*s*V*4`` each), whatever the dtype."""
+    return 2 * FLOAT32 * arch.vocab_size * seq_len * batch_size
+
+
+def second_half_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int, attention: str = "sdpa") -> int:
+    """Formula: what one layer saves after its attention's core (the MLP, the norm before it, the output
+    projection's input and, with eager attention in 16 bits, the value matmul's cast copy of the probabilities):
+    the backward frees it before it reaches the attention's core, a layer's second moment (:func:`backward_temp_bytes`).
+    """
+    h, a, d = arch.hidden_size, arch.num_heads, arch.head_dim
+    tokens = seq_len * batch_size
+    # RMSNorm: its upcast input, output, normalised tensor and rsqrt; LayerNorm: input, output, mean and rstd.
+    norm = FLOAT32 + element * h + (FLOAT32 + element) * h if arch.norm == "rms" else 2 * (element * h + FLOAT32)
+    mlp = _moe_per_token(arch, element) if arch.experts else element * arch.intermediate_size * _MLP_SAVED[arch.mlp]
+    per_token = norm + mlp + element * a * d  # + the output projection's input
+    copy = 0
+    if attention == "eager" and arch.family not in SOFTMAX_IN_DTYPE and element != FLOAT32:
+        copy = batch_size * a * seq_len * seq_len * element
+    return int(tokens * per_token) + copy
+
+
+def backward_temp_bytes(
+    arch: Architecture, seq_len: int, batch_size: int, element: int, attention: str = "sdpa"
+) -> tuple[int, int]:
+    """Formula: the temporaries of one layer's backward at its two high moments, ``(MLP, attention)``.
+
+    Both hold the gradient coming in and the residual's (``2*b*s*h`` elements). The MLP's backward adds the
+    gradients of its ``i``-wide tensors (SwiGLU: the down projection's input, the gate's and the up projection's,
+    ``3i``; a fused GELU ``2i``; GPT-2's written-out GELU ``3i``; an MoE's routed copies ``3k*i_e``). The attention's
+    core adds, with eager attention, the probabilities' gradient and the scores' (``2*b*a*s^2``, float32 where the
+    softmax is upcast: the lab's simulation of a CUDA step counts 12 bytes a score with the probabilities), with
+    SDPA the query's, keys' and values' gradients.
+    """
+    h, a, kv, d = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim
+    tokens = seq_len * batch_size
+    flowing = 2 * tokens * h * element
+    if arch.experts:
+        wide = 3 * arch.experts_per_token * arch.expert_intermediate_size + 3 * arch.shared_expert_intermediate_size
+    else:
+        wide = {"swiglu": 3, "gelu": 2, "gelu-composite": 3}[arch.mlp] * arch.intermediate_size
+    mlp = tokens * element * wide + flowing
+    if attention == "eager":
+        gradient = FLOAT32 if arch.family not in SOFTMAX_IN_DTYPE else element
+        core = 2 * batch_size * a * seq_len * seq_len * gradient
+    else:
+        core = tokens * element * (a * d + 2 * kv * d)
+    return mlp, core + flowing
 
 
 # The selective policies the formula counts (ckptlab.model.selective); the others are simulated or measured.
@@ -356,8 +428,8 @@ def forward_flops(arch: Architecture, seq_len: int, causal: bool = True) -> tupl
 def element_bytes(dtype: str, device: str = "auto", mixed_precision: str = "none") -> int:
     """Bytes per element of what a step computes: the mixed precision's dtype when there is one (Trainer's
     ``bf16=True`` autocasts the forward, FSDP2's policy all-gathers bf16 parameters, so the activations are
-    16-bit over float32 master weights), else the weights' dtype, 'auto' resolved as a run resolves it
-    (``step.preflight.resolve_dtype``: bfloat16 on CUDA, float32 otherwise).
+    16-bit over float32 master weights), else the weights' dtype, 'auto' resolved as a simulation resolves it
+    (``step.preflight.simulated_device_type_of`` and ``resolve_dtype``: bfloat16 unless the device is "cpu").
 
     Raises:
         SpecError: a dtype that is not "auto", "float32", "bfloat16" or "float16", or a mixed precision that
@@ -367,4 +439,4 @@ def element_bytes(dtype: str, device: str = "auto", mixed_precision: str = "none
         if mixed_precision not in MIXED_PRECISION_DTYPES:
             raise not_one_of("mixed_precision", mixed_precision, MIXED_PRECISIONS)
         return MIXED_PRECISION_DTYPES[mixed_precision].itemsize
-    return resolve_dtype(dtype, torch.device(device_type_of(device))).itemsize
+    return resolve_dtype(dtype, torch.device(simulated_device_type_of(device))).itemsize

@@ -56,7 +56,7 @@ from ..model.presets import DEFAULT_PRESET
 from ..model.quantize import Quantization
 from ..results import Provenance, RunResult
 from ..spec import LOW_BIT_PACKAGES, RunSpec
-from ..step.preflight import device_type_of, resolve_dtype
+from ..step.preflight import resolve_dtype, simulated_device_type_of
 from ..step.provenance import made_now
 from .calibration import Calibration, calibrate
 from .formula import (
@@ -65,16 +65,21 @@ from .formula import (
     FORMULA_SOURCE,
     Architecture,
     architecture,
+    backward_temp_bytes,
     eager_mask_bytes,
     element_bytes,
+    embeddings_backward_bytes,
     experts_not_counted_note,
     forward_flops,
     layer_activation_bytes,
+    loss_backward_bytes,
     outside_bytes,
+    persistent_outside_bytes,
+    second_half_bytes,
     selective_kept_bytes,
     selective_skipped_flops,
 )
-from .predict_training import LORA_ACTIVATIONS_NOTE, PeakPhase, TrainingBytes, training_bytes
+from .predict_training import LORA_ACTIVATIONS_NOTE, BackwardMoments, PeakPhase, TrainingBytes, training_bytes
 
 Method = Literal["formula", "calibrated"]
 BACKWARD_PEAK_NOTE = Fact("predict.backward_peak")  # the peak is the backward's: an estimate, not exact arithmetic
@@ -174,7 +179,9 @@ def predict(
     Args:
         model: a preset name, a local directory, a transformers config, or its :func:`architecture`.
         seq_len, batch_size: the shape of the step.
-        dtype, device: as in :class:`~ckptlab.RunSpec`; they set the bytes per element.
+        dtype, device: as in :class:`~ckptlab.RunSpec`; they set the bytes per element. "auto" is read as
+            :func:`~ckptlab.simulate` reads it (``step.preflight.simulated_device_type_of``): a CUDA step, in
+            bfloat16 unless mixed precision asks for float32 weights, on any machine; name "cpu" for the CPU.
         every_n_layers: the settings to predict (default: 1 .. layers); checkpointing off is always included.
         offload: for each setting, with and/or without offload (offload rows move the CP inputs off the device).
         calibration: a measured run with checkpointing off at the same shape (or its
@@ -241,16 +248,20 @@ def predict(
     )
     checked.validate()
     arch = architecture(model, num_layers)
+    # 'auto' read as a simulation reads it (a CUDA step in bf16 unless the device is named): a prediction answers
+    # for the same GPU, so the same call of both with their defaults counts the same step.
+    device_type = simulated_device_type_of(device)
+    weights_dtype = resolve_dtype(dtype, torch.device(device_type), mixed_precision)
     element = element_bytes(dtype, device, mixed_precision)
     training = None
     if not isinstance(model, Architecture):
         training = training_bytes(
             model,
-            resolve_dtype(dtype, torch.device(device_type_of(device)), mixed_precision),
+            weights_dtype,
             optimizer=optimizer,
             lora_rank=lora_rank,
             lora_targets=lora_targets,
-            device=device_type_of(device),
+            device=device_type,
             quantization=checked.quantization,
         )
     settings: list[tuple[int | None, bool]] = [(None, False)]
@@ -286,12 +297,21 @@ def predict(
     skipped = selective_skipped_flops(arch, selective, seq_len, causal)
     layer = layer_activation_bytes(arch, seq_len, batch_size, element, attn_implementation)
     input_bytes = seq_len * batch_size * arch.hidden_size * element
-    weights_element = resolve_dtype(dtype, torch.device(device_type_of(device)), mixed_precision).itemsize
-    mask = eager_mask_bytes(seq_len, batch_size, weights_element) if attn_implementation == EAGER else 0
+    mask = eager_mask_bytes(seq_len, batch_size, weights_dtype.itemsize) if attn_implementation == EAGER else 0
+    outside = outside_bytes(arch, seq_len, batch_size, element)
+    # The backward's moments, from the formula for either source: what the loss's backward adds, what a layer's
+    # backward frees before its attention's and the temporaries of both (a calibration measures none of them).
+    backward = _Backward(
+        loss_bytes=loss_backward_bytes(arch, seq_len, batch_size),
+        freed_before_layers=outside - persistent_outside_bytes(arch, seq_len, batch_size, element),
+        second_half_bytes=second_half_bytes(arch, seq_len, batch_size, element, attn_implementation),
+        temp_bytes=backward_temp_bytes(arch, seq_len, batch_size, element, attn_implementation),
+        end_bytes=embeddings_backward_bytes(arch, seq_len, batch_size, element),
+    )
     formula = _Source(
         layer_bytes=[layer] * arch.num_layers,
         input_bytes=[input_bytes] * arch.num_layers,
-        outside_bytes=outside_bytes(arch, seq_len, batch_size, element),
+        outside_bytes=outside,
         input_saved_as_is=not (arch.norm == "rms" and element != FLOAT32),
         provenance=made_now("predicted", FORMULA_SOURCE),
         # Seconds need a measured step to scale; the ratio itself comes from the config alone.
@@ -301,10 +321,11 @@ def predict(
         skipped_flops=skipped,
         checkpointed_shared_bytes=mask,
         nested_in=arch.nested_in,
+        backward=backward,
     )
     flops = forward_flops(arch, seq_len, causal=causal)
     predictions = [
-        _with_training(formula.predict("formula", n, flag, seq_len, batch_size, *flops), training, lora_rank)
+        _with_training(*formula.predict("formula", n, flag, seq_len, batch_size, *flops), training, lora_rank)
         for n, flag in settings
     ]
     predictions = [_with_experts(prediction, arch) for prediction in predictions]
@@ -322,9 +343,10 @@ def predict(
             skipped_flops=skipped,
             checkpointed_shared_bytes=mask,
             nested_in=arch.nested_in,
+            backward=backward,
         )
         predictions += [
-            _with_training(source.predict("calibrated", n, flag, seq_len, batch_size, *flops), training, lora_rank)
+            _with_training(*source.predict("calibrated", n, flag, seq_len, batch_size, *flops), training, lora_rank)
             for n, flag in settings
         ]
     return predictions
@@ -349,13 +371,16 @@ def _with_experts(prediction: Prediction, arch: Architecture) -> Prediction:
     return replace(prediction, experts=arch.experts, experts_counted=False, facts=prediction.facts + (note,))
 
 
-def _with_training(prediction: Prediction, training: TrainingBytes | None, lora_rank: int | None) -> Prediction:
-    """The prediction with the step's parameters, gradients, optimizer state and peak."""
+def _with_training(
+    prediction: Prediction, moments: BackwardMoments, training: TrainingBytes | None, lora_rank: int | None
+) -> Prediction:
+    """The prediction with the step's parameters, gradients, optimizer state and peak (the backward's from its
+    ``moments``)."""
     approximate = lora_rank is not None and prediction.method == "formula"
     facts: tuple[Fact, ...] = (LORA_ACTIVATIONS_NOTE,) if approximate else ()
     if training is None:
         return replace(prediction, lora_rank=lora_rank, activations_approximate=approximate, facts=facts)
-    peak, phase = training.peak(prediction.resident_bytes, prediction.rerun_extra_bytes)
+    peak, phase = training.peak(moments)
     if phase == "backward":
         facts += (BACKWARD_PEAK_NOTE,)
     return replace(
@@ -374,6 +399,17 @@ def _with_training(prediction: Prediction, training: TrainingBytes | None, lora_
     )
 
 
+@dataclass(frozen=True)
+class _Backward:
+    """The formula's terms of the backward's moments (:class:`~.predict_training.BackwardMoments`), in bytes."""
+
+    loss_bytes: int  # the loss's backward, beside all the forward left (formula.loss_backward_bytes)
+    freed_before_layers: int  # of outside: the log-probabilities, the final norm's (formula.persistent_outside_bytes)
+    second_half_bytes: int  # a layer's, freed before its attention's backward (formula.second_half_bytes)
+    temp_bytes: tuple[int, int]  # a layer's backward's temporaries: its MLP's, its attention's (backward_temp_bytes)
+    end_bytes: int  # the embeddings' backward, besides the gradients (formula.embeddings_backward_bytes)
+
+
 @dataclass
 class _Source:
     """Per-layer numbers from one source (formula or calibration), and the step they imply."""
@@ -390,6 +426,7 @@ class _Source:
     skipped_flops: float = 0.0  # matmul FLOPs per token of one CP layer's rerun it takes from its cache
     checkpointed_shared_bytes: int = 0  # an input every CP layer shares, kept once if any is CP (eager's mask)
     nested_in: tuple[int | None, ...] = ()  # Architecture.nested_in: the layer holding each layer, if any
+    backward: _Backward = _Backward(0, 0, 0, (0, 0), 0)
 
     def predict(
         self,
@@ -400,7 +437,8 @@ class _Source:
         batch_size: int,
         layer_flops: float,
         total_flops: float,
-    ) -> Prediction:
+    ) -> tuple[Prediction, BackwardMoments]:
+        """One setting's prediction, and its backward's moments for the peak (``_with_training``)."""
         roles = planned_roles(len(self.layer_bytes), n)
         # A layer nested in a checkpointed one (Zamba2's mamba_decoder) keeps nothing: the parent's checkpoint drops
         # all it holds, and the parent's rerun runs it again whatever its own flag (model.plan.rerun_roles).
@@ -419,11 +457,14 @@ class _Source:
         # The rerun rebuilds a CP layer's activations next to the input it kept (unless that input
         # is one of its saved tensors, then only the rest is new); offload brings the input back too.
         extra = 0
+        rebuilt_by: dict[int, int] = {}
         for index in cp:
             rebuilt = self.layer_bytes[index] - (self.input_bytes[index] if self.input_saved_as_is else 0)
             rebuilt += sum(self.layer_bytes[child] for child in _held_by(index, self.nested_in))  # rerun with it
             rebuilt = max(rebuilt - self.kept_layer_bytes, 0)  # the cached outputs are already resident
-            extra = max(extra, rebuilt + (self.input_bytes[index] if offload else 0))
+            rebuilt_by[index] = rebuilt + (self.input_bytes[index] if offload else 0)
+            extra = max(extra, rebuilt_by[index])
+        moments = self._moments(roles, inside, rebuilt_by, resident, shared, offload)
         fraction = reruns.count("CP") * (layer_flops - self.skipped_flops) / total_flops
         if method == "formula":
             ratio = 1 + fraction / 3  # a backward costs about two forwards
@@ -432,7 +473,7 @@ class _Source:
             assert self.step_s is not None and self.forward_s is not None  # a calibration always carries both
             step = self.step_s + fraction * self.forward_s
             ratio = step / self.step_s
-        return Prediction(
+        prediction = Prediction(
             method=method,
             seq_len=seq_len,
             batch_size=batch_size,
@@ -449,4 +490,43 @@ class _Source:
             provenance=self.provenance,
             selective=self.selective if cp else "none",
             kept_bytes=selective_kept,
+        )
+        return prediction, moments
+
+    def _moments(
+        self,
+        roles: Sequence[str],
+        inside: Sequence[bool],
+        rebuilt_by: Mapping[int, int],
+        resident: int,
+        shared: int,
+        offload: bool,
+    ) -> BackwardMoments:
+        """The backward's moments: the loss's, then each layer's two (its MLP's, its attention's), then the
+        embeddings'. At a layer's, the layers before it still hold what they kept (a CP layer its input, a kept
+        layer its activations), the layers after it nothing (their backward is done), and the log-probabilities and
+        the final norm's tensors are gone; the layer holds all it keeps or rebuilds, then, at its attention's
+        backward, its second half is freed. The embeddings' backward holds little but the gradients."""
+        backward = self.backward
+        # What stays from the first layer's backward to the last: outside's ids, labels, shared tables, eager's mask.
+        persistent = max(self.outside_bytes - backward.freed_before_layers, 0) + shared
+        mlp_temp, attention_temp = backward.temp_bytes
+        held_before = 0  # by the layers before the one whose backward runs
+        layers: list[tuple[int, int]] = []
+        for index, role in enumerate(roles):
+            if inside[index]:
+                layers.append((0, 0))  # it reruns inside its parent, whose moments count it
+                continue
+            if role == "CP":
+                own = self.input_bytes[index] + self.kept_layer_bytes + rebuilt_by[index]
+                if offload:
+                    own -= self.input_bytes[index]  # rebuilt_by brought it back already
+                keeps = self.kept_layer_bytes + (0 if offload else self.input_bytes[index])
+            else:
+                own = keeps = self.layer_bytes[index]
+            alive = persistent + held_before + own
+            layers.append((alive + mlp_temp, max(alive - backward.second_half_bytes, 0) + attention_temp))
+            held_before += keeps
+        return BackwardMoments(
+            loss_bytes=resident + backward.loss_bytes, layer_bytes=tuple(layers), end_bytes=backward.end_bytes
         )

@@ -20,13 +20,14 @@ None of these depend on the tokens, so they are arithmetic, not a model of the s
   ``sqrt(sum)``); the per-parameter loop it runs on the CPU about two copies of the largest
   trained tensor (an estimate: AdamW's optimizer step within 1% on the tiny presets).
 
-The step's peak is the larger of two moments. The optimizer step: parameters, buffers,
-gradients, the state and the update's temporaries (exact). The backward: parameters,
-buffers, the state, the activations resident after the forward, one rerun's rebuilt
-activations and every gradient, counted as if they were all alive at once, and none of its
-temporaries (the logits' gradient, a matmul's output): an estimate, not a bound, since the two
-errors pull opposite ways. On the tiny presets at 64 tokens it came out between -9% (BERT,
-SGD) and +20% of the measured peak (``tests/explore/test_predict_training.py``).
+The step's peak is the highest of the step's moments. The optimizer step: parameters, buffers,
+gradients, the state and the update's temporaries (exact). The backward (an estimate, :class:`BackwardMoments`):
+the loss's backward, then each layer's, last to first, then the embeddings'; at each, what the activations hold
+then (:mod:`.predict` builds them from :mod:`.formula`) beside the gradients made so far: the head's and the final
+norm's first, each layer's once its backward has run, the input embeddings' last (:func:`training_bytes` counts
+them per layer). On the tiny presets at 64 tokens it is held within -10% and +25% of the measured peak
+(``tests/explore/test_predict_training.py``); with eager attention and every layer checkpointed within 5% of the
+simulation of a CUDA step (``tests/test_agreement.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Literal
 
 import torch
 from transformers import PretrainedConfig
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.pytorch_utils import Conv1D
 
 from ..errors import Command, Option, SpecError, not_one_of
@@ -80,6 +82,13 @@ class TrainingBytes:
     gradient_bytes: int  # one gradient per trained parameter, after the backward
     optimizer_state_bytes: int  # the moments (+ step counters where they are on the device); 0 for sgd and none
     optimizer_temp_bytes: int  # held during step() only: none fused, a copy of the trained bytes with foreach
+    # Of gradient_bytes: each checkpointing layer's own (a nested layer's in its outermost), in the layers' order, and
+    # the input embeddings' (0 when tied to the head: then made with the head's); the rest (head, final norm) first.
+    layer_gradient_bytes: tuple[int, ...] = ()
+    embedding_gradient_bytes: int = 0
+    # Tied to the head: the embeddings' backward makes a dense gradient of the shared weight's size before adding it
+    # to the one the head's backward made (untied, that gradient is the .grad itself, in gradient_bytes).
+    tied_embedding_temp_bytes: int = 0
 
     @property
     def baseline_bytes(self) -> int:
@@ -91,15 +100,40 @@ class TrainingBytes:
         """Held during ``optimizer.step()``: 0 without an optimizer (the step ends with the backward)."""
         return 0 if self.optimizer == "none" else self.baseline_bytes + self.gradient_bytes + self.optimizer_temp_bytes
 
-    def backward_peak_estimate(self, resident_bytes: int, rerun_extra_bytes: int) -> int:
-        """The backward's peak, estimated: every activation and every gradient alive at once, no temporaries."""
-        return self.baseline_bytes + resident_bytes + rerun_extra_bytes + self.gradient_bytes
+    def backward_peak_estimate(self, moments: BackwardMoments) -> int:
+        """The backward's peak, estimated: the highest of its moments, each with the gradients made by then."""
+        layers = len(moments.layer_bytes)
+        per_layer = list(self.layer_gradient_bytes)
+        if len(per_layer) != layers:
+            # Counted on another depth than the prediction's (an Architecture's own num_layers): spread evenly.
+            share = sum(per_layer) // layers if layers else 0
+            per_layer = [share] * layers
+        made = self.gradient_bytes - sum(per_layer) - self.embedding_gradient_bytes  # the head's, the final norm's
+        highest = moments.loss_bytes
+        for index in reversed(range(layers)):
+            before_own, with_own = moments.layer_bytes[index]
+            highest = max(highest, made + before_own, made + per_layer[index] + with_own)
+            made += per_layer[index]
+        highest = max(highest, self.gradient_bytes + self.tied_embedding_temp_bytes + moments.end_bytes)
+        return self.baseline_bytes + highest
 
-    def peak(self, resident_bytes: int, rerun_extra_bytes: int) -> tuple[int, PeakPhase]:
+    def peak(self, moments: BackwardMoments) -> tuple[int, PeakPhase]:
         """The step's predicted peak (total, parameters included) and the phase it comes from."""
-        backward = self.backward_peak_estimate(resident_bytes, rerun_extra_bytes)
+        backward = self.backward_peak_estimate(moments)
         optimizer = self.optimizer_peak_bytes
         return (optimizer, "optimizer") if optimizer >= backward else (backward, "backward")
+
+
+@dataclass(frozen=True)
+class BackwardMoments:
+    """The activations (and the backward's temporaries) alive at each high moment of the backward, above the
+    baseline and without the gradients, which :meth:`TrainingBytes.peak` adds as they are made by then."""
+
+    loss_bytes: int  # the loss's backward: all the forward left resident, and the logits' float32 gradients
+    # Per layer, in the layers' order: (its MLP's backward, before its own gradients; its attention's backward,
+    # after them). (0, 0) for a layer that reruns inside another's.
+    layer_bytes: tuple[tuple[int, int], ...]
+    end_bytes: int  # the embeddings' backward, once every layer's is done: what outside keeps, a gradient in
 
 
 def training_bytes(
@@ -141,7 +175,7 @@ def training_bytes(
         counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()), quantization)
     else:
         counts = _count_named(str(model), dtype, lora_rank, tuple(lora_targets or ()), quantization)
-    params, buffers, trainable, tensors, targets, largest = counts
+    params, buffers, trainable, tensors, targets, largest, per_layer, embedding, tied_temp = counts
     moments, fused = STATE_TENSORS[name]
     stateful = moments > 0
     counters = STEP_COUNTER * tensors if stateful and (fused or device != "cuda") else 0
@@ -158,11 +192,20 @@ def training_bytes(
         gradient_bytes=trainable,
         optimizer_state_bytes=moments * trainable + counters,
         optimizer_temp_bytes=temporaries,
+        layer_gradient_bytes=per_layer,
+        embedding_gradient_bytes=embedding,
+        tied_embedding_temp_bytes=tied_temp,
     )
 
 
-# (parameters, buffers, trained, trained tensors, LoRA targets, the largest trained tensor), bytes
-_Counts = tuple[int, int, int, int, tuple[str, ...], int]
+# (parameters, buffers, trained, trained tensors, LoRA targets, the largest trained tensor, trained per layer, trained
+# in the input embeddings, the tied embeddings' dense gradient), bytes
+_Counts = tuple[int, int, int, int, tuple[str, ...], int, tuple[int, ...], int, int]
+
+
+def _layer_index(name: str, layers: Sequence[str]) -> int | None:
+    """The outermost checkpointing layer a module or parameter ``name`` lies in (None: outside the layers)."""
+    return next((index for index, layer in enumerate(layers) if name.startswith(layer + ".")), None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,9 +232,25 @@ def _count(
     else:
         model, params = catalog.quantized_on_fake(config, task, dtype, quantization)
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    # Where each gradient is made in the backward: per layer, and the input embeddings' last (unless tied to the head,
+    # whose backward makes it first).
+    layers = [name for name, module in model.named_modules() if isinstance(module, GradientCheckpointingLayer)]
+    per_layer = [0] * len(layers)
     if rank is None:
-        sizes = [p.numel() * p.element_size() for p in model.parameters()]
-        return params, buffers, sum(sizes), len(sizes), (), max(sizes, default=0)
+        embedding = model.get_input_embeddings().weight
+        head = model.get_output_embeddings()
+        tied = head is not None and head.weight is embedding
+        sizes = []
+        last = tied_temp = 0
+        for name, parameter in model.named_parameters():
+            size = parameter.numel() * parameter.element_size()
+            sizes.append(size)
+            index = _layer_index(name, layers)
+            if index is not None:
+                per_layer[index] += size
+            elif parameter is embedding:
+                last, tied_temp = (0, size) if tied else (size, 0)
+        return params, buffers, sum(sizes), len(sizes), (), max(sizes, default=0), tuple(per_layer), last, tied_temp
     names = tuple(resolve_targets(model, targets or None))
     adapters = 0
     modules = 0
@@ -207,6 +266,9 @@ def _count(
         else:
             continue
         adapters += rank * (fan_in + fan_out) * ADAPTER  # A: rank x in, B: out x rank
+        index = _layer_index(full_name, layers)
+        if index is not None:
+            per_layer[index] += rank * (fan_in + fan_out) * ADAPTER
         modules += 1
         largest = max(largest, rank * max(fan_in, fan_out) * ADAPTER)
-    return params + adapters, buffers, adapters, 2 * modules, names, largest
+    return params + adapters, buffers, adapters, 2 * modules, names, largest, tuple(per_layer), 0, 0

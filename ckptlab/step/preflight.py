@@ -34,6 +34,13 @@ def device_type_of(name: str) -> str:
     return "cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu"
 
 
+def simulated_device_type_of(name: str) -> str:
+    """The device a figure that answers for a GPU (a simulation, a prediction) stands for: "cpu" when named, else
+    "cuda", "auto" included whatever this machine has (their point is the GPU a person does not have). The one rule
+    of 'auto' for them; a measured run reads 'auto' as the machine it runs on (:func:`device_type_of`)."""
+    return "cpu" if name == "cpu" else "cuda"
+
+
 def resolve_device(name: str) -> torch.device:
     """The device for ``spec.device`` (:func:`device_type_of`), on this machine.
 

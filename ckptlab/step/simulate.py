@@ -90,7 +90,7 @@ from .fold import Reduction, SimulatedStep
 from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory, offload_notes, reruns_inside_notes
 from .meters import HOST, TraceSink
-from .preflight import resolve_dtype, validate_for_model, with_folder_quantization
+from .preflight import resolve_dtype, simulated_device_type_of, validate_for_model, with_folder_quantization
 from .provenance import model_summary, simulated_provenance
 from .selective import check_simulated_selective, selective_notes
 from .stopping import DONE, Progress
@@ -168,9 +168,8 @@ def prepare(spec: RunSpec) -> tuple[ModelInfo, torch.dtype, Any, str]:
 
 
 def simulated_device_type(spec: RunSpec) -> str:
-    """The device a simulation of ``spec`` stands for: "cpu" when asked for by name, else "cuda" ("auto" too: a
-    simulation's point is the GPU a person does not have)."""
-    return "cpu" if spec.device == "cpu" else "cuda"
+    """The device a simulation of ``spec`` stands for (:func:`~.preflight.simulated_device_type_of`)."""
+    return simulated_device_type_of(spec.device)
 
 
 def simulated_attention(spec: RunSpec) -> str:

@@ -95,7 +95,7 @@ def test_a_layer_nested_in_a_checkpointed_one_keeps_nothing_and_reruns_with_it()
     flat = architecture("tiny-llama", num_layers=4)
     nested = replace(flat, nested_in=(None, 0, None, 2))
     (plain,), (inside,) = (predict(arch, seq_len=64, every_n_layers=[2])[1:] for arch in (flat, nested))
-    layer = layer_activation_bytes(flat, 64, 1, 4)
+    layer = layer_activation_bytes(flat, 64, 1, 2)  # 'auto' is bf16, as a simulation reads it
     assert plain.resident_bytes - inside.resident_bytes == 2 * layer  # L2 and L4 kept theirs, unnested
     assert inside.cp_layers == plain.cp_layers == 2  # the flags transformers sets
     assert inside.recompute_fraction == pytest.approx(2 * plain.recompute_fraction)  # four layers rerun, not two

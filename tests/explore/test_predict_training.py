@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -213,3 +215,17 @@ def test_a_4_bit_base_is_predicted_as_bitsandbytes_stores_it_and_as_the_simulati
     (_, sixteen_bit) = predict("tiny-llama", **shape)
     assert four_bit.parameter_bytes == simulated.breakdown_baseline["parameter"] < sixteen_bit.parameter_bytes
     assert four_bit.peak_bytes == pytest.approx(simulated.peak_bytes, rel=0.05)
+
+
+def test_auto_is_read_as_a_simulation_reads_it_a_cuda_step_in_bf16_on_a_machine_without_cuda(monkeypatch):
+    """Issue 62 (6): ``predict`` answers for the GPU ``simulate`` stands for, so their defaults count the same step;
+    before, a machine without CUDA predicted a float32 CPU step (+77% after the forward on llama-3.1-8b at 8k)."""
+    from ckptlab.step.simulate import simulated_device_type
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert simulated_device_type(RunSpec()) == "cuda"
+    (_, default) = predict("tiny-llama", seq_len=64, every_n_layers=[1])
+    (_, named) = predict("tiny-llama", seq_len=64, every_n_layers=[1], device="cuda", dtype="bfloat16")
+    assert default == replace(named, provenance=default.provenance)  # made at another instant
+    (_, cpu) = predict("tiny-llama", seq_len=64, every_n_layers=[1], device="cpu")
+    assert cpu.parameter_bytes == 2 * default.parameter_bytes  # a named CPU stays float32
