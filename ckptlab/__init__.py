@@ -20,11 +20,11 @@ class _NoHubKernelNotice(logging.Filter):
     """Drops bitsandbytes' notice that the Hub's optional CPU 4-bit kernel did not load.
 
     On a CPU with AVX512-BF16, importing bitsandbytes asks the ``kernels`` package for
-    kernels-community's 4-bit GEMM; kernels 0.19 refuses a repository whose publisher it cannot
-    verify, so every process printed "Failed to load CPU gemm_4bit_forward from kernels-community"
-    (peft imports bitsandbytes whenever it is installed, and Trainer imports peft: the first line of
-    `ckptlab simulate` on any model). Nothing is missing: bitsandbytes falls back to its own CPU
-    kernel, the one the lab's 4-bit runs measure. Its other messages pass."""
+    kernels-community's 4-bit GEMM; the lab imports it with the Hub offline (``ckptlab.model.libraries``),
+    where kernels finds it in no cache, so every run that adapts or quantizes (peft imports bitsandbytes)
+    printed "Failed to load CPU gemm_4bit_forward from kernels-community" first. Nothing is missing:
+    bitsandbytes falls back to its own CPU kernel, the one the lab's 4-bit runs measure. Its other
+    messages pass."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "from kernels-community" not in record.getMessage()

@@ -37,6 +37,7 @@ from typing import Any
 from .errors import Option, SpecError
 from .fact import Fact, worded
 from .files import json_depth, read_json_object
+from .model.libraries import trainer_modules_without_peft
 from .spec_fields import FIELDS
 
 MAX_FILE_BYTES = 1_000_000  # a TrainingArguments file is a few KiB; anything larger is not one
@@ -137,7 +138,8 @@ def read_training_args(args: Any) -> TrainingArgsReading:
     Raises:
         SpecError: unknown field names, a value of the wrong type, or fields ``TrainingArguments`` refuses.
     """
-    from transformers import TrainingArguments
+    with trainer_modules_without_peft():  # a reading adapts nothing: no peft (ckptlab.model.libraries)
+        from transformers import TrainingArguments
 
     if isinstance(args, TrainingArguments):
         given = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainingArguments)}

@@ -7,8 +7,13 @@ import ast
 import importlib
 import json
 import logging
+import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -100,3 +105,82 @@ def test_bitsandbytes_hub_kernel_notice_is_dropped_and_its_other_messages_pass(c
         bitsandbytes_cpu.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "untrusted")
         bitsandbytes_cpu.warning("another notice")
     assert [record.getMessage() for record in caplog.records] == ["another notice"]
+
+
+# Two simulations in one interpreter, a preset's and a QLoRA one's, then a peft model handed to transformers' Trainer
+# helpers (imported by the first run without peft: ckptlab.model.libraries). Reports what each run had imported.
+RUNS = """
+import json, sys
+from ckptlab.cli import main
+
+def simulate(*extra):
+    try:
+        status = main(["simulate", "--model", "tiny-llama", "--seq-len", "32", *extra])
+    except SystemExit as exit:
+        status = exit.code
+    return status, sorted({"peft", "bitsandbytes"} & set(sys.modules))
+
+plain = simulate()
+qlora = simulate("--lora-rank", "8", "--quantization-config", sys.argv[1])
+import peft, torch, transformers.trainer_utils
+adapted = peft.get_peft_model(torch.nn.Sequential(torch.nn.Linear(4, 4)), peft.LoraConfig(target_modules=["0"]))
+unwrapped = transformers.trainer_utils.unwrap_peft_model(adapted) is adapted.get_base_model()
+print(json.dumps({"plain": plain, "qlora": qlora, "unwrapped": unwrapped}), file=sys.stderr)
+"""
+
+
+@contextmanager
+def _silent_hub() -> Iterator[tuple[str, list[socket.socket], threading.Event]]:
+    """A server that accepts every connection and never answers (issue 62, item 7): its URL, what it accepted, and
+    an event set at the first connection."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    asked = threading.Event()
+
+    def accept() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:  # the server was closed
+                return
+            accepted.append(connection)
+            asked.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", accepted, asked
+    finally:
+        server.shutdown(socket.SHUT_RDWR)
+        server.close()
+        for connection in accepted:
+            connection.close()
+
+
+@pytest.mark.slow
+def test_a_run_asks_a_silent_hub_nothing_and_imports_peft_only_to_adapt(tmp_path):
+    """A preset's run imports neither peft nor bitsandbytes (Trainer's modules pulled both in, and bitsandbytes' Hub
+    kernel lookup hung every run on a silent ``HF_ENDPOINT``); a QLoRA run imports them and sends the Hub nothing,
+    ``HF_TOKEN`` included (issue 56, class 12); transformers still knows a peft model imported afterwards."""
+    config = tmp_path / "qlora.json"
+    config.write_text('{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}', encoding="utf-8")
+    with _silent_hub() as (url, accepted, asked):
+        # Offline settings off: they would hide the lookup this test is about.
+        env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+        env.update(HF_ENDPOINT=url, HF_TOKEN="hf_server_account_token")
+        process = subprocess.Popen(
+            [sys.executable, "-c", RUNS, str(config)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        # Whichever comes first: the runs end, or one asks the silent server (where it would wait forever).
+        threading.Thread(target=lambda: (process.wait(), asked.set()), daemon=True).start()
+        asked.wait(timeout=600)
+        connections = len(accepted)
+        if process.poll() is None:
+            process.kill()
+        _, err = process.communicate()
+    assert connections == 0, "a run connected to HF_ENDPOINT"
+    said = err.decode().strip().splitlines()
+    assert process.returncode == 0, "\n".join(said[-20:])
+    report = json.loads(said[-1])
+    assert report["plain"] == [0, []]
+    assert report["qlora"] == [0, ["bitsandbytes", "peft"]]
+    assert report["unwrapped"]

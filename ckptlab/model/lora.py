@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
 from ..errors import Option, SpecError, UnsupportedModelError
+from .libraries import import_peft
 from .plan import checkpointable_layers
 
 if TYPE_CHECKING:  # peft is imported where LoRA runs: only they pay for it
@@ -120,6 +121,7 @@ def apply_lora(model: PreTrainedModel, rank: int, targets: Sequence[str] | None)
 
     ``lora_alpha = 2 x rank`` and no adapter dropout: neither changes the memory of a step.
     """
+    import_peft()
     from peft import LoraConfig, get_peft_model  # imported here: only LoRA runs pay for it
 
     config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=resolve_targets(model, targets))

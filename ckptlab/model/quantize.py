@@ -38,6 +38,7 @@ from typing import Any
 from ..errors import Option, SpecError
 from ..fact import Fact
 from ..files import read_json_object
+from .libraries import import_bitsandbytes, import_peft
 
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -271,6 +272,7 @@ def quantize(model: Any, quantization: Quantization) -> int:
     Returns:
         The number of layers quantized.
     """
+    import_bitsandbytes()  # first: without its Hub kernel lookup (transformers' integration below imports it too)
     import bitsandbytes as bnb
     import torch
     from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
@@ -371,6 +373,7 @@ def prepare(model: Any) -> int:
     Returns:
         The number of parameters cast to float32.
     """
+    import_peft()
     import torch
     from peft import prepare_model_for_kbit_training
 

@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 from torch.distributed.tensor import DTensor
 
 from ..errors import Command, Option, SpecError
+from ..model.libraries import import_bitsandbytes, trainer_modules_without_peft
 from ..model.quantize import quant_state_tensors
 from ..spec import BITSANDBYTES_OPTIMIZERS, LOW_BIT_PACKAGES, RunSpec
 
@@ -47,7 +48,11 @@ def trainer_optimizer_class(spec: RunSpec) -> tuple[type[torch.optim.Optimizer],
     name = spec.trainer_optimizer
     if name is None:
         raise ValueError("optimizer='none' has no Trainer optimizer")
-    from transformers import Trainer, TrainingArguments  # Trainer's import is heavy: only a run with an optimizer pays
+    # Trainer's import is heavy: only a run with an optimizer pays, and not for peft (ckptlab.model.libraries).
+    with trainer_modules_without_peft():
+        from transformers import Trainer, TrainingArguments
+    if LOW_BIT_PACKAGES.get(spec.optimizer, ("",))[0] == "bitsandbytes":
+        import_bitsandbytes()  # Trainer's handler imports it: first, without its Hub kernel lookup
 
     args = TrainingArguments(optim=name, optim_args=spec.optim_args, report_to="none")
     return Trainer.get_optimizer_cls_and_kwargs(args)
@@ -55,7 +60,8 @@ def trainer_optimizer_class(spec: RunSpec) -> tuple[type[torch.optim.Optimizer],
 
 def trainer_parameter_groups(model: nn.Module, weight_decay: float = 0.0) -> list[dict]:
     """``Trainer.create_optimizer``'s two groups of the trainable parameters: with weight decay, and without."""
-    from transformers import Trainer
+    with trainer_modules_without_peft():
+        from transformers import Trainer
 
     # get_decay_parameter_names reads nothing of the Trainer it belongs to: the model's names decide.
     decay = set(Trainer.get_decay_parameter_names(None, model))  # type: ignore[arg-type]

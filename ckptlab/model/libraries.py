@@ -1,0 +1,121 @@
+"""Two libraries the lab imports that reach further than a run asks: the one home of how the lab imports them.
+
+**transformers' Trainer modules import peft.** ``transformers.trainer_utils`` (which ``TrainingArguments`` and
+``Trainer`` import) runs ``from peft import PeftMixedModel, PeftModel`` whenever peft is installed, and peft
+imports bitsandbytes, whose CPU backend asks the Hub for a kernel (below). Every run with an optimizer builds it
+through ``Trainer.get_optimizer_cls_and_kwargs``, so every run paid about a second of imports and a request to
+``HF_ENDPOINT``, and a Hub that accepted connections and never answered hung every run, presets included (issue 62,
+item 7). :func:`trainer_modules_without_peft` imports those modules with a stand-in for the two names, which
+answer ``isinstance`` as peft's classes do: nothing is an instance of a peft class before peft is imported, and
+after, the stand-ins ask peft's own classes. A run that adapts imports peft before its optimizer (``model.lora``),
+and then transformers gets peft itself.
+
+**bitsandbytes asks the Hub on import.** On a CPU with AVX512-BF16, ``import bitsandbytes`` calls
+``kernels.get_kernel("kernels-community/quantization-bitsandbytes")``, which asks ``HF_ENDPOINT`` for the
+publisher's overview with the process's ``HF_TOKEN`` and no timeout, before it looks at any cache (issue 56, class
+12: a worker sent the server account's token on every start). :func:`import_bitsandbytes` imports it with
+huggingface_hub's offline switch on for the duration of the import: ``kernels`` reads that switch
+(``constants.HF_HUB_OFFLINE``) when it is called, looks in the local cache only and sends nothing. The kernel is
+optional: without it bitsandbytes runs its own CPU kernel, the one the lab's 4-bit runs measure.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import logging
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# The names transformers' Trainer modules import from peft at their top level (trainer_utils, trainer; 5.25).
+PEFT_CLASS_NAMES = ("PeftModel", "PeftMixedModel")
+# kernels' notice that offline mode skips its publisher check: the lab turned offline on, on purpose.
+_KERNELS_HUB_LOGGER = "kernels._internals.hf_hub"
+# The stand-in and the offline switch are process-wide while they are on: the lab's imports of peft and bitsandbytes
+# take this lock, so another thread's run never meets the stand-in nor inherits the switch.
+_LOCK = threading.RLock()
+
+
+class _PeftClass(type):
+    """The type of a stand-in for one of peft's model classes: ``isinstance`` asks peft's class once peft is imported.
+
+    An object can only be an instance of a peft class after peft was imported, so before that the answer is False.
+    """
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        real = _peft_class(cls.__name__)
+        return real is not None and isinstance(instance, real)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        real = _peft_class(cls.__name__)
+        return real is not None and issubclass(subclass, real)
+
+
+def _peft_class(name: str) -> type | None:
+    peft = sys.modules.get("peft")
+    if peft is None or getattr(peft, "__ckptlab_stand_in__", False):
+        return None
+    return getattr(peft, name)
+
+
+@contextmanager
+def trainer_modules_without_peft() -> Iterator[None]:
+    """Import transformers' ``Trainer``/``TrainingArguments`` inside this block without importing peft.
+
+    Where peft is already imported, or the Trainer modules are, the block changes nothing.
+    """
+    with _LOCK:
+        if "peft" in sys.modules or "transformers.trainer_utils" in sys.modules:
+            yield
+            return
+        stand_in = types.ModuleType("peft")
+        # transformers asks importlib.util.find_spec("peft"), which reads the module's spec once it is in sys.modules.
+        stand_in.__spec__ = importlib.machinery.ModuleSpec("peft", None)
+        stand_in.__ckptlab_stand_in__ = True  # type: ignore[attr-defined]
+        for name in PEFT_CLASS_NAMES:
+            setattr(stand_in, name, _PeftClass(name, (), {}))
+        sys.modules["peft"] = stand_in
+        try:
+            yield
+        finally:
+            if sys.modules.get("peft") is stand_in:
+                del sys.modules["peft"]  # a later `import peft` imports peft itself
+
+
+def import_bitsandbytes() -> None:
+    """``import bitsandbytes`` without its Hub kernel lookup sending anything (the module docstring); imported once.
+
+    Call it before any import that may import bitsandbytes (``import bitsandbytes`` then finds it in ``sys.modules``).
+
+    Raises:
+        ImportError: bitsandbytes is not installed (as ``import bitsandbytes`` does).
+    """
+    if "bitsandbytes" in sys.modules:
+        return
+    from huggingface_hub import constants
+
+    quiet = logging.getLogger(_KERNELS_HUB_LOGGER)
+    with _LOCK:
+        offline, level = constants.HF_HUB_OFFLINE, quiet.level
+        constants.HF_HUB_OFFLINE = True
+        quiet.setLevel(logging.ERROR)
+        try:
+            import bitsandbytes  # noqa: F401  # imported for the process: the lab's modules import it by name
+        finally:
+            constants.HF_HUB_OFFLINE = offline
+            quiet.setLevel(level)
+
+
+def import_peft() -> None:
+    """``import peft`` as a run that adapts needs it: bitsandbytes first (peft imports it where it is installed)
+    through :func:`import_bitsandbytes`, and never while the Trainer modules' stand-in is in place."""
+    if "peft" in sys.modules and not getattr(sys.modules["peft"], "__ckptlab_stand_in__", False):
+        return
+    with _LOCK:
+        if importlib.util.find_spec("bitsandbytes") is not None:
+            import_bitsandbytes()
+        import peft  # noqa: F401  # imported for the process: the lab's modules import from it by name
