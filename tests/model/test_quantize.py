@@ -181,3 +181,20 @@ def test_the_simulation_of_an_8bit_base_equals_its_measured_cpu_step_per_categor
     (_, predicted) = predict("tiny-llama", quantization=spec.quantization, **shape)
     (_, sixteen_bit) = predict("tiny-llama", **shape)
     assert predicted.parameter_bytes == simulated.memory.breakdown_baseline["parameter"] < sixteen_bit.parameter_bytes
+
+
+@pytest.mark.slow  # bitsandbytes' and peft's import, tiny-llama built on fake tensors
+def test_checkpointing_off_leaves_none_of_the_input_gradient_hooks_peft_registered():
+    """Issue 62: prepare_model_for_kbit_training registers the embeddings' input-gradient hook twice (itself, then
+    through transformers' checkpointing) and transformers keeps the last handle only; with checkpointing off the
+    other stayed on and the first layer kept tensors a Trainer's step without checkpointing does not keep
+    (``prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)`` registers none)."""
+    import torch
+
+    from ckptlab.model.catalog import load_config, quantized_on_fake
+
+    config, _, task = load_config("tiny-llama")
+    model, _ = quantized_on_fake(config, task, torch.float32, Quantization(**QLORA))
+    assert model.get_input_embeddings()._forward_hooks  # on: the embeddings' output requires grad
+    model.disable_input_require_grads()  # what turning checkpointing off calls (measure's apply_setting, simulate)
+    assert not model.get_input_embeddings()._forward_hooks
