@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from ckptlab import RunSpec, load_model
+from ckptlab import RunSpec, build_model, load_model, measure
 from ckptlab.step.meters import TRACKER_CATEGORIES, TrackerMeter
 from ckptlab.step.trainstep import random_batch, train_step
 
@@ -69,16 +67,23 @@ def test_under_accumulation_the_meter_rises_as_the_allocator_without_a_tracker(s
     """Issue 62: MemTracker's module hooks held each micro-batch's graph, and with a frozen embedding (LoRA) the
     embeddings' output and its .grad (2 x tokens x hidden x 4 B) lived until the step's end; the CPU allocator,
     with no tracker, freed them after each backward. The lab's rise over its baseline is the allocator's."""
-    import ckptlab
     from peft import LoraConfig, get_peft_model
 
     seq, accumulation = 32, 3
-    spec = RunSpec(model=shallower("tiny-llama", 2), seq_len=seq, every_n_layers=1, lora_rank=8, dtype="float32")
-    spec = replace(spec, gradient_accumulation_steps=accumulation, device="cpu", warmup=1, repeats=1)
-    memory = ckptlab.measure(spec, timed=False).memory  # one warm-up step, then the metered one
+    spec = RunSpec(
+        model=shallower("tiny-llama", 2),
+        seq_len=seq,
+        every_n_layers=1,
+        lora_rank=8,
+        gradient_accumulation_steps=accumulation,
+        dtype="float32",
+        device="cpu",
+        warmup=1,
+    )
+    memory = measure(spec, timed=False).memory  # one warm-up step, then the metered one
 
     torch.manual_seed(0)
-    model = get_peft_model(ckptlab.build_model(spec.model)[0], LoraConfig(r=8, target_modules="all-linear"))
+    model = get_peft_model(build_model(spec.model)[0], LoraConfig(r=8, target_modules="all-linear"))
     model.get_base_model().activation_checkpointing_enable()
     optimizer = torch.optim.AdamW([param for param in model.parameters() if param.requires_grad])
     batches = [torch.randint(model.config.vocab_size, (1, seq)) for _ in range(accumulation)]
