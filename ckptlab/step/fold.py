@@ -116,7 +116,7 @@ class Reduction:
             for unit in self._units_in_step_order(block[0][0].phase):
                 for point, key in block:
                     after = by_key_two[key]  # unit 0 of two: one more unit after it
-                    before = by_key_two[(key[0], ("middle", 1, key[1][2]), *key[2:])]  # unit 1: one more before
+                    before = by_key_two[(key[0], ("middle", 1, key[1][2]), key[2], key[3])]  # unit 1: one more before
                     value = _combine(point, before, after, unit, full_units - 1 - unit)
                     timeline.append(self._relabel(value, key, unit=unit))
             block.clear()
