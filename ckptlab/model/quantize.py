@@ -370,6 +370,11 @@ def prepare(model: Any) -> int:
     to float32 (the embeddings and the head too) and turns on reentrant checkpointing on every layer, which the
     lab then replaces with the spec's setting (as Trainer does with ``activation_checkpointing=True``) or turns off.
 
+    peft registers the embeddings' input-gradient hook twice (``enable_input_require_grads`` itself, then through
+    ``gradient_checkpointing_enable``), and transformers keeps only the last call's handles: every handle is kept here,
+    so that ``disable_input_require_grads`` (checkpointing off) removes both, as a Trainer without checkpointing
+    has none (``prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)`` registers none).
+
     Returns:
         The number of parameters cast to float32.
     """
@@ -378,9 +383,21 @@ def prepare(model: Any) -> int:
     from peft import prepare_model_for_kbit_training
 
     cast = sum(param.numel() for param in model.parameters() if param.dtype in (torch.float16, torch.bfloat16))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # the deprecated gradient_checkpointing_enable peft calls
-        prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+    enable = model.enable_input_require_grads
+    handles: list[Any] = []
+
+    def enable_keeping_every_handle() -> None:
+        enable()
+        handles.extend(model._require_grads_hooks)  # transformers' list, replaced at each call
+
+    model.enable_input_require_grads = enable_keeping_every_handle  # the instance's: what peft and transformers call
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the deprecated gradient_checkpointing_enable peft calls
+            prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+    finally:
+        del model.enable_input_require_grads
+    model._require_grads_hooks = handles
     return cast
 
 

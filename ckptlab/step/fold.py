@@ -116,7 +116,7 @@ class Reduction:
             for unit in self._units_in_step_order(block[0][0].phase):
                 for point, key in block:
                     after = by_key_two[key]  # unit 0 of two: one more unit after it
-                    before = by_key_two[(key[0], ("middle", 1, key[1][2]), key[2])]  # unit 1: one more before
+                    before = by_key_two[(key[0], ("middle", 1, key[1][2]), key[2], key[3])]  # unit 1: one more before
                     value = _combine(point, before, after, unit, full_units - 1 - unit)
                     timeline.append(self._relabel(value, key, unit=unit))
             block.clear()
@@ -161,7 +161,9 @@ class Reduction:
         return range(self.middle_units) if phase != "backward" else range(self.middle_units - 1, -1, -1)
 
     def _key(self, point: TimelinePoint, depth: int) -> tuple[Any, ...]:
-        return (point.kind, self._place(point.layer, depth), point.phase)
+        # The micro-batch tells apart the events that gradient accumulation repeats: without it the last
+        # micro-batch's event of a kind, place and phase stood for every earlier one's, whose gradients are fewer.
+        return (point.kind, self._place(point.layer, depth), point.phase, point.micro_batch)
 
     def _relabel(self, point: TimelinePoint, key: tuple[Any, ...], unit: int) -> TimelinePoint:
         layer = self._layer_index(key[1], unit)

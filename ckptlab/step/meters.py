@@ -358,6 +358,7 @@ class TrackerMeter:
         self._logits = logits
         self._trace = trace
         self._tracker: _LeanMemTracker | None = None
+        self._grad_hooks: list[RemovableHandle] = []  # ModTracker's, registered in this step's forwards so far
         self._last_peak_snap: dict = {}
         self._last_peak_logits = 0
 
@@ -369,7 +370,7 @@ class TrackerMeter:
         if self._optimizer is not None:  # MemTracker skips a None too; its stub takes none
             external.append(self._optimizer)
         self._tracker.track_external(*external)
-        with warnings.catch_warnings(), _removing_mod_tracker_grad_hooks():
+        with warnings.catch_warnings(), _removing_mod_tracker_grad_hooks() as self._grad_hooks:
             # ModTracker warns when a module is already gone when its backward hook fires (seen
             # with tiny-bert), and when a module's forward starts while it still counts that module among
             # the parents ("The module hierarchy tracking maybe be messed up": a simulated step of tiny-llama
@@ -404,6 +405,12 @@ class TrackerMeter:
         # multiple iterative calls") unless its per-module stats are cleared; the device totals and the
         # peaks the lab reads are kept.
         self._live().reset_mod_stats()
+        # The last micro-batch's backward is over: its ModTracker hooks hold its graph's nodes in cycles (below), and
+        # with a frozen embedding (LoRA) the embeddings' output is a leaf that requires grad, so its AccumulateGrad
+        # node kept it and its .grad (2 x tokens x hidden x 4 B in float32) until the step's end. No run without
+        # the tracker holds them (the CPU allocator's events, torch.profiler's profile_memory: issue 62), so the
+        # hooks go now.
+        _remove_all(self._grad_hooks)
 
     def peak_logits(self) -> int | None:
         return self._last_peak_logits if self._logits is not None else None
@@ -447,9 +454,17 @@ def _register_multi_grad_hook_kept(*args, **kwargs) -> RemovableHandle:
     return handle
 
 
+def _remove_all(handles: list[RemovableHandle]) -> None:
+    """Remove every hook of ``handles`` and empty the list (the one list ModTracker's registrations go on to)."""
+    for handle in handles:
+        handle.remove()
+    handles.clear()
+
+
 @contextmanager
-def _removing_mod_tracker_grad_hooks() -> Iterator[None]:
-    """Remove, on exit, the multi-grad hooks ModTracker registered in this thread meanwhile.
+def _removing_mod_tracker_grad_hooks() -> Iterator[list[RemovableHandle]]:
+    """Remove, on exit, the multi-grad hooks ModTracker registered in this thread meanwhile (the list it yields:
+    :meth:`TrackerMeter.next_micro_batch` removes those of a finished micro-batch sooner).
 
     The replacement is installed in ``torch.distributed._tools.mod_tracker`` once (ModTracker
     looks the name up there at each call) and behaves as the original outside a watched step
@@ -462,11 +477,10 @@ def _removing_mod_tracker_grad_hooks() -> Iterator[None]:
     handles: list[RemovableHandle] = []
     _KEPT_HANDLES.handles = handles
     try:
-        yield
+        yield handles
     finally:
         _KEPT_HANDLES.handles = outer
-        for handle in handles:
-            handle.remove()
+        _remove_all(handles)
 
 
 class Clock(Protocol):

@@ -1,6 +1,7 @@
 """A real Trainer QLoRA step (a 4-bit base loaded by transformers, peft's prepare_model_for_kbit_training, LoRA,
 bf16, activation checkpointing, gradient accumulation 2), tracked by torch's own MemTracker with the 4-bit states
-counted, peaks within 3% of `ckptlab run --training-args F --quantization-config Q --lora-rank R`."""
+counted, peaks as `ckptlab run --training-args F --quantization-config Q --lora-rank R` and as its simulation,
+folded (tiny-llama deepened to 8 layers: the fewest that fold every layer checkpointed)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ckptlab.model.quantize import quant_state_tensors
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
-SEQ, RANK = 32, 8
+SEQ, RANK, LAYERS = 32, 8, 8
 QUANTIZATION = {
     "load_in_4bit": True,
     "bnb_4bit_quant_type": "nf4",
@@ -72,11 +73,12 @@ def _tracker_callback(step: int):
     return Track()
 
 
-def test_a_trainer_qlora_step_peaks_as_the_labs_run(tmp_path):
+def test_a_trainer_qlora_step_peaks_as_the_labs_run_and_its_folded_simulation(tmp_path, shallower):
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments
 
-    ckptlab.build_model("tiny-llama")[0].save_pretrained(tmp_path / "model")  # random weights, quantized on loading
+    deeper = shallower("tiny-llama", LAYERS)
+    ckptlab.build_model(deeper)[0].save_pretrained(tmp_path / "model")  # random weights, quantized on loading
     config = BitsAndBytesConfig(**{**QUANTIZATION, "bnb_4bit_compute_dtype": torch.float32})
     model = AutoModelForCausalLM.from_pretrained(
         tmp_path / "model", quantization_config=config, device_map="cpu", dtype=torch.float32
@@ -106,10 +108,20 @@ def test_a_trainer_qlora_step_peaks_as_the_labs_run(tmp_path):
     (tmp_path / "args.json").write_text(json.dumps(TRAINING_ARGS))
     (tmp_path / "q.json").write_text(json.dumps(QUANTIZATION))
     flags = ["--training-args", str(tmp_path / "args.json"), "--quantization-config", str(tmp_path / "q.json")]
-    flags += ["--lora-rank", str(RANK), "--model", "tiny-llama", "--seq-len", str(SEQ), "--repeats", "1"]
+    flags += ["--lora-rank", str(RANK), "--model", deeper, "--seq-len", str(SEQ), "--json", "--device", "cpu"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["run", *flags, "--warmup", "1", "--json", "--quiet", "--device", "cpu"]) == 0
+        assert main(["run", *flags, "--repeats", "1", "--warmup", "1", "--quiet"]) == 0
     lab = json.loads(out.getvalue())
     assert lab["spec"]["quantization"]["bnb_4bit_quant_type"] == "nf4" and lab["spec"]["mixed_precision"] == "bf16"
-    assert track.peak == pytest.approx(lab["memory"]["peak_bytes"], rel=0.03)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["simulate", *flags, "--dtype", "float32"]) == 0
+    simulated = json.loads(out.getvalue())
+    assert "note.extrapolated" in [fact["key"] for fact in simulated["facts"]]  # the fold, under accumulation
+    # Stock MemTracker's module hooks keep each earlier micro-batch's embeddings' output and its .grad (float32) to
+    # the step's end, which the allocator frees (issue 62; tests/step/test_meters.py): the lab counts them freed.
+    held_by_tracker = (TRAINING_ARGS["gradient_accumulation_steps"] - 1) * 2 * SEQ * lab["model"]["hidden_size"] * 4
+    for memory in (lab["memory"], simulated["memory"]):
+        assert memory["peak_bytes"] == pytest.approx(track.peak, rel=0.005)
+        assert memory["peak_bytes"] == pytest.approx(track.peak - held_by_tracker, abs=64)

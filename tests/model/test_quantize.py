@@ -214,3 +214,20 @@ def test_a_skip_list_past_the_regex_cache_is_refused_at_once(count):
     with pytest.raises(SpecError, match=f"lists {count:,} module names; the lab takes at most {MAX_SKIP_MODULES}"):
         Quantization.from_config({"load_in_4bit": True, "llm_int8_skip_modules": names})
     assert Quantization.from_config({"load_in_4bit": True, "llm_int8_skip_modules": names[:MAX_SKIP_MODULES]})
+
+
+@pytest.mark.slow  # bitsandbytes' and peft's import, tiny-llama built on fake tensors
+def test_checkpointing_off_leaves_none_of_the_input_gradient_hooks_peft_registered():
+    """Issue 62: prepare_model_for_kbit_training registers the embeddings' input-gradient hook twice (itself, then
+    through transformers' checkpointing) and transformers keeps the last handle only; with checkpointing off the
+    other stayed on and the first layer kept tensors a Trainer's step without checkpointing does not keep
+    (``prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)`` registers none)."""
+    import torch
+
+    from ckptlab.model.catalog import load_config, quantized_on_fake
+
+    config, _, task = load_config("tiny-llama")
+    model, _ = quantized_on_fake(config, task, torch.float32, Quantization(**QLORA))
+    assert model.get_input_embeddings()._forward_hooks  # on: the embeddings' output requires grad
+    model.disable_input_require_grads()  # what turning checkpointing off calls (measure's apply_setting, simulate)
+    assert not model.get_input_embeddings()._forward_hooks

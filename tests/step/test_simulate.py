@@ -56,13 +56,30 @@ def test_an_8b_simulation_allocates_no_real_memory():
 # offload, and one role with it, are the replay's cases in tests/step/test_replay.py, against the same exact
 # simulation). qwen3-0.6b cut to the fewest layers that fold each plan (Reduction.for_plan; its 28 cost more and
 # prove the same folding): 8 where every layer after the first is alike (a unit of one layer: shallow copies of 3
-# and 4 layers), 16 at every_n_layers=2 (a unit of two).
+# and 4 layers), 16 at every_n_layers=2 (a unit of two). Gradient accumulation repeats every event once per
+# micro-batch: tiny-llama deepened to 8 layers (the fewest that fold a unit of one), 2 and 3 micro-batches.
 @pytest.mark.parametrize(
-    "layers, every_n_layers, offload", [(8, None, False), (8, 1, False), (16, 2, True), (8, 8, False)]
+    "model, layers, every_n_layers, offload, accumulation",
+    [
+        ("qwen3-0.6b", 8, None, False, 1),
+        ("qwen3-0.6b", 8, 1, False, 1),
+        ("qwen3-0.6b", 16, 2, True, 1),
+        ("qwen3-0.6b", 8, 8, False, 1),
+        ("tiny-llama", 8, 1, False, 2),
+        ("tiny-llama", 8, None, False, 3),
+    ],
 )
-def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(shallower, layers, every_n_layers, offload):
+def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(
+    shallower, model, layers, every_n_layers, offload, accumulation
+):
     """The fast path simulates two shallow copies and extrapolates."""
-    spec = RunSpec(model=shallower("qwen3-0.6b", layers), seq_len=256, every_n_layers=every_n_layers, offload=offload)
+    spec = RunSpec(
+        model=shallower(model, layers),
+        seq_len=256 if model == "qwen3-0.6b" else 64,
+        every_n_layers=every_n_layers,
+        offload=offload,
+        gradient_accumulation_steps=accumulation,
+    )
     assert Reduction.for_plan(layers, every_n_layers) is not None
     fast, full = simulate(spec), simulate(spec, fast=False)
     assert any(note.key == "note.extrapolated" for note in fast.notes)
