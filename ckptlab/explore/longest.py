@@ -193,9 +193,13 @@ def _by_line(
 
 
 def parameter_floor(spec: RunSpec) -> tuple[int, str]:
-    """(bytes, dtype name): what ``spec``'s step holds at any sequence length, on one GPU: its parameters, their
-    gradients and the optimizer's state, counted on the meta device (``predict_training.training_bytes``). An optimizer
-    the formula does not count (Adafactor, the low-bit ones) adds no state here: still a floor."""
+    """(bytes, dtype name): what ``spec``'s step holds on one GPU at any sequence length and any checkpointing: its
+    parameters, their gradients and the optimizer's state, counted on the meta device
+    (``predict_training.training_bytes``). Under FSDP2 (``spec.fsdp``, ``world_size`` N) a rank holds ``ceil(rows /
+    N)`` rows of each of them, padding included, so at least the total over N: the floor is that. An optimizer the
+    formula does not count (Adafactor, the low-bit ones) adds no state here: still a floor. The longest-sequence
+    search refuses a budget under it (:func:`refuse_over_floor`); the fewest-GPUs search skips each GPU count whose
+    floor is over the budget (``gpu_search.cheapest_that_fits``)."""
     device = simulated_device_type(spec)
     dtype = resolve_dtype(spec.dtype, torch.device(device), spec.mixed_precision)
     named = TRAINER_DEFAULT_OPTIMIZER if spec.optimizer == "adamw" else spec.optimizer
@@ -209,6 +213,8 @@ def parameter_floor(spec: RunSpec) -> tuple[int, str]:
         quantization=spec.quantization,
     )
     floor = counted.parameter_bytes + counted.gradient_bytes + counted.optimizer_state_bytes
+    if spec.fsdp and spec.world_size > 1:
+        floor //= spec.world_size  # every rank's shard is at least its share; a lower bound stays one
     return floor, str(dtype).removeprefix("torch.")
 
 
