@@ -61,7 +61,15 @@ def add_simulate_command(commands) -> None:
     parser.add_argument(
         "--exact", action="store_true", help="simulate every layer instead of extrapolating (slower, same bytes)"
     )
-    parser.add_argument(
+    search = parser.add_mutually_exclusive_group()
+    search.add_argument(
+        "--fewest-gpus",
+        action="store_true",
+        help="search the fewest GPUs (FSDP2 past one: 1, 2, 4, 8, 16, 64), then the least recompute, whose simulated "
+        "step fits --gpu or --budget on each GPU, for the setting given (with --every-n-layers all: the At-scale "
+        "page's settings); GPU counts whose parameters, gradients and optimizer state alone do not fit are skipped",
+    )
+    search.add_argument(
         "--longest-seq",
         action="store_true",
         help="search the longest --seq-len whose simulated step fits --gpu or --budget, for the setting given "
@@ -115,6 +123,10 @@ def _simulate_command(args: argparse.Namespace) -> int:
         if budget is None:
             raise SpecError(key="cli.longest_seq_needs_memory")
         return _longest_command(args, spec, budget, every_setting)
+    if args.fewest_gpus:
+        if budget is None:
+            raise SpecError(key="cli.fewest_gpus_needs_memory")
+        return _fewest_command(args, spec, budget, every_setting)
     if every_setting:
         return _table_command(args, spec, budget)
     from ..step.simulate import simulate  # the core, once the flags are known good (see ckptlab.cli)
@@ -155,6 +167,59 @@ def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int,
         print(json.dumps({"longest_seq": [asdict(row) for row in rows], "budget_label": budget[1]}, indent=2))
         return 0
     print("\n".join([*training_args_lines(args), longest_report(spec, rows, budget)]))
+    return 0
+
+
+def _fewest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str], every_setting: bool) -> int:
+    """``--fewest-gpus``: the fewest GPUs, then the least recompute, whose simulated step fits the budget a GPU."""
+    from ..explore.gpu_search import cheapest_that_fits  # the core, once the flags are known good (see ckptlab.cli)
+    from ..explore.scale import SIMULATION_DTYPES, ScaleRequest, scale_settings
+    from ..model import catalog
+    from ..spec import Setting
+
+    core_loaded(args)
+    info = catalog.describe(spec.model)
+    settings = tuple(scale_settings(info.num_layers)) if every_setting else (Setting.of(spec),)
+    request = ScaleRequest(
+        spec.model, spec.seq_len, spec.batch_size,
+        spec.dtype if spec.dtype in SIMULATION_DTYPES else "bfloat16",  # "auto": a simulated GPU's bf16
+        settings, spec.optimizer, spec.lora_rank, spec.lora_targets, 1, spec.gradient_accumulation_steps,
+        spec.max_grad_norm, spec.mixed_precision, spec.attn_implementation, spec.quantization,
+    )  # fmt: skip
+    search = cheapest_that_fits(request, budget[0], info=info)
+    result = search.result
+    if args.json:
+        data = {
+            "gpus": search.gpus,
+            "setting": None if search.setting is None else search.setting.key,
+            "peak_bytes": None if result is None or result.memory is None else result.memory.peak_bytes,
+            "budget_bytes": budget[0],
+            "budget_label": budget[1],
+            "counts": list(search.counts),
+            "floor_refused": list(search.floor_refused),
+            "simulations": search.simulated,
+            "looked_at": [[one.spec.world_size, Setting.of(one.spec).key] for one in search.tried],
+        }
+        print(json.dumps({"fewest_gpus": data}, indent=2))
+        return 0
+    lines = [
+        *training_args_lines(args),
+        t("cli.fewest_head", model=spec.model, seq_len=spec.seq_len, batch=spec.batch_size, label=budget[1],
+          budget_gib=budget[0] / GIB),
+    ]  # fmt: skip
+    code = search.code()
+    if result is None or result.memory is None or search.setting is None or code is None:
+        lines.append(t("cli.fewest_none", gpus=search.counts[-1]))
+    else:
+        peak = result.memory.peak_bytes
+        lines += [
+            t("cli.fewest_answer", gpus=search.gpus, setting=search.setting.key, peak_gib=peak / GIB),
+            "  " + code.launch,
+            "  " + code.ckptlab_launch,
+        ]
+    refused = ", ".join(map(str, search.floor_refused)) or t("cli.fewest_refused_none")
+    lines.append(t("cli.fewest_counted", simulations=search.simulated, refused=refused))
+    print("\n".join(lines))
     return 0
 
 

@@ -20,18 +20,29 @@ the reduce-scatter input of one layer). Each event's memory is a sum of the two,
 grow with N, and neither does the peak, their maximum. One GPU runs no FSDP at all, so it is
 searched as its own case, never inferred from two.
 
+Two more facts cut what it simulates:
+
+- **The parameter floor.** Parameters, their gradients and the optimizer's state are held at the optimizer step
+  whatever the checkpointing (per rank under FSDP2: at least their total over N); a count whose floor
+  (:func:`ckptlab.explore.longest.parameter_floor`) does not fit the budget (:func:`~.budget.fit`, the one rule)
+  is never simulated (``GpuSearch.floor_refused``).
+- **The leanest setting.** A setting that checkpoints every layer another does, offloads where it does and keeps
+  no more in its CP layers holds no more memory at any moment of the step (:func:`holds_no_more`); every_n_layers=1
+  with offload is such a setting for all the plain ones. Where it does not fit at a count, nothing does.
+
 So, with the settings in cost order:
 
-1. one GPU: simulate the settings in order and stop at the first that fits (it is the answer);
-2. otherwise, for each setting in order, with ``best`` the fewest GPUs found so far: only
-   fewer GPUs than ``best`` can beat it (same or more recompute otherwise). Simulate it at the
-   largest such count: if it does not fit there it fits at none below (the fact above); if it
-   does, a binary search over the counts below finds the fewest where it fits.
+1. one GPU (where the floor allows it): the cheapest setting first (where it fits it is the answer), then the
+   leanest (where it does not fit, one GPU is done), then the middle of the settings still undecided, each
+   simulation ruling in or out every setting it holds no more or no less than;
+2. otherwise a binary search of the leanest over the counts the floor allows (one simulation a count) gives the
+   fewest GPUs where anything fits, and step 1's order finds the cheapest setting there.
 
-Each setting costs one simulation, plus at most ``ceil(log2(len(counts)))`` more each time the
-answer improves (at most ``len(counts) - 1`` times): for 11 settings and 6 counts, under 30
-simulations where every pair would be 66, and results already simulated (the page's table) are
-reused. ``tests/explore/test_gpu_search.py`` checks the answer against simulating every pair.
+Where no setting is the leanest (selective policies alone, no every_n_layers=1), the search goes setting by
+setting: simulate each at the largest count below the best found so far, and a binary search below it where it
+fits (``by_floor=False`` is that search everywhere, for ``benchmarks/gpu_search.py``). For the Llama 3.1 70B shape
+at 8192 tokens on H100s the benchmark prints both. ``tests/explore/test_gpu_search.py`` checks the answer against
+simulating every pair, ``tests/explore/test_gpu_search_order.py`` against the search setting by setting.
 
 Numbers are bytes; words and units belong to the front ends.
 """
@@ -45,6 +56,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import SpecError
 from ..fact import Fact
 from ..model.catalog import ModelInfo
+from ..model.plan import planned_roles
 from ..model.selective import NONE
 from ..model.snippets import (
     ckptlab_run_line,
@@ -62,7 +74,8 @@ from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
 from ..step.table import TableSimulation
-from .budget import fits
+from .budget import fit, fits
+from .longest import parameter_floor
 from .scale import ScaleRequest, recompute_cost
 
 # The counts the lab offers: one GPU, one 8-GPU machine's powers of two, 2 and 8 machines.
@@ -94,6 +107,7 @@ class GpuSearch:
     elapsed_s: float = 0.0  # wall time of the search
     one_gpu_only: tuple[str, ...] = ()  # settings (keys) searched on one GPU alone (spec.selective_with_fsdp)
     quantized_one_gpu: bool = False  # a 4-bit base: searched on one GPU alone (spec.fsdp_with_quantization)
+    floor_refused: tuple[int, ...] = ()  # counts not simulated: their parameter floor (longest.parameter_floor) is over
 
     @property
     def fits(self) -> bool:
@@ -189,6 +203,7 @@ def cheapest_that_fits(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
     info: ModelInfo | None = None,
+    by_floor: bool = True,
 ) -> GpuSearch:
     """The fewest GPUs, then the least recompute, whose simulated per-GPU peak fits ``budget_bytes``.
 
@@ -201,6 +216,9 @@ def cheapest_that_fits(
         progress: called with a message and an estimate of the fraction done.
         cancel: a ``threading.Event`` or a function returning True; checked between simulations.
         info: the model's description if the caller has it.
+        by_floor: skip the counts the parameter floor refuses and decide each count by its leanest setting first;
+            False: the search setting by setting as it was before them (kept for ``benchmarks/gpu_search.py``,
+            which compares the two).
 
     Returns:
         A :class:`GpuSearch`; ``result`` is None when nothing fits at any count (or the search was stopped).
@@ -250,28 +268,159 @@ def cheapest_that_fits(
         tried.append(result)
         return result
 
+    floor_refused: tuple[int, ...] = ()  # set below, once the search has not been stopped before it began
+
     def answer(result: RunResult | None, cancelled: bool = False) -> GpuSearch:
         report(DONE, 1.0)
         elapsed = time.monotonic() - started
         one_gpu = tuple(s.key for s in settings if not _shardable(request, s)) if counts[-1] > 1 else ()
         return GpuSearch(
             request, budget_bytes, counts, info.num_layers, result, tried, simulated, cancelled, elapsed, one_gpu,
-            quantized_one_gpu,
+            quantized_one_gpu, floor_refused,
         )  # fmt: skip
 
+    if stopped():
+        return answer(None, cancelled=True)
+    # A count whose parameters, gradients and optimizer state alone (per rank under FSDP2) do not fit is never
+    # simulated: nothing checkpointing does brings a peak below them.
+    floor_refused = tuple(
+        count for count in counts if by_floor and not _floor_fits(request, settings[0], count, budget_bytes)
+    )
+
+    left = [count for count in counts if count not in floor_refused]
+    sharded = [count for count in left if count > 1]
+    # Selective policies under FSDP2 with an optimizer step are refused (spec.selective_with_fsdp): one GPU
+    # only for those, and said (GpuSearch.one_gpu_only).
+    shardable = [setting for setting in settings if _shardable(request, setting)] if sharded else []
+    leanest = _leanest(shardable, info.num_layers)
+    if not by_floor or (sharded and leanest is None):  # setting by setting, as before the leanest
+        return _by_setting(settings, shardable, left, run, answer, stopped, budget_bytes)
+    if left and left[0] == 1:  # one GPU: no FSDP, its own case
+        found, cancelled = _cheapest_at(settings, 1, info.num_layers, run, stopped, budget_bytes)
+        if found is not None or cancelled:
+            return answer(found, cancelled)
+    if leanest is None:
+        return answer(None)
+    # The leanest fits at a count or nothing does (it holds no more than any other setting), and what fits at N
+    # fits at every count above N (per-GPU memory does not grow with the GPUs): the fewest GPUs is a binary
+    # search of the leanest over the counts, one simulation a count.
+    low, high, fewest = 0, len(sharded) - 1, None
+    while low <= high:
+        if stopped():
+            return answer(None, cancelled=True)
+        middle = (low + high) // 2
+        result = run(leanest, sharded[middle])
+        if fits(result, budget_bytes):
+            fewest, high = (sharded[middle], result), middle - 1
+        else:
+            low = middle + 1
+    if fewest is None:
+        return answer(None)
+    gpus, lean = fewest
+    found, cancelled = _cheapest_at(shardable, gpus, info.num_layers, run, stopped, budget_bytes, {leanest: lean})
+    return answer(found, cancelled)
+
+
+def _floor_fits(request: ScaleRequest, setting: Setting, gpus: int, budget_bytes: int) -> bool:
+    """Whether ``parameter_floor`` at ``gpus`` (per rank under FSDP2) fits the budget: :func:`~.budget.fit`'s rule."""
+    return fit(parameter_floor(request.spec(setting, gpus))[0], budget_bytes).fits
+
+
+def _cp_layers(setting: Setting, num_layers: int) -> frozenset[int]:
+    return frozenset(i for i, role in enumerate(planned_roles(num_layers, setting.every_n_layers)) if role == "CP")
+
+
+def holds_no_more(lean: Setting, other: Setting, num_layers: int) -> bool:
+    """Whether ``lean`` holds no more device memory than ``other`` at every moment of a step, so its peak is no
+    higher: it checkpoints every layer ``other`` does (a CP layer keeps its input where a keep layer keeps all
+    its activations, and the rerun rebuilds one layer's at a time, which a keep layer holds all along), offloads
+    where ``other`` does, and keeps no more in its CP layers (plain checkpointing, or ``other``'s own policy)."""
+    return (
+        _cp_layers(lean, num_layers) >= _cp_layers(other, num_layers)
+        and (lean.offload or not other.offload)
+        and (lean.selective == NONE or lean.selective == other.selective)
+    )
+
+
+def _leanest(settings: list[Setting], num_layers: int) -> Setting | None:
+    """The setting that holds no more than any other (every_n_layers=1 with offload, among plain ones), or None."""
+    return next((lean for lean in settings if all(holds_no_more(lean, other, num_layers) for other in settings)), None)
+
+
+def _cheapest_at(
+    settings: list[Setting],
+    gpus: int,
+    num_layers: int,
+    run: Callable[[Setting, int], RunResult],
+    stopped: Callable[[], bool],
+    budget_bytes: int,
+    simulated: dict[Setting, RunResult] | None = None,
+) -> tuple[RunResult | None, bool]:
+    """(the cheapest of ``settings``, in cost order, that fits at ``gpus``, or None; whether it was stopped).
+
+    A setting that does not fit rules out every setting it holds no more than (:func:`holds_no_more`); one that
+    fits rules in every setting that holds no more than it. The simulations: the cheapest first (where it fits it
+    is the answer at once), then the leanest (where it does not fit, nothing does: one simulation decides the
+    count), then the middle of the settings still undecided before the cheapest ruled in, so that a failure rules
+    out a whole chain of settings at once where they nest (every_n_layers' divisors). ``simulated``: the settings
+    already simulated at ``gpus``.
+    """
+    simulated = dict(simulated or {})
+
+    def known(setting: Setting) -> bool | None:
+        for other, result in simulated.items():
+            fitting = fits(result, budget_bytes)
+            if fitting and holds_no_more(setting, other, num_layers):
+                return True
+            if not fitting and holds_no_more(other, setting, num_layers):
+                return False
+        return None
+
+    leanest = _leanest(settings, num_layers)
+    first_probes = [settings[0]] + ([leanest] if leanest is not None else [])
+    while True:
+        status = [known(setting) for setting in settings]
+        cheapest = next((index for index, state in enumerate(status) if state is not False), None)
+        if cheapest is None:
+            return None, False
+        if status[cheapest] is True:  # the answer; ruled in without a simulation, it is simulated for its figures
+            answer = simulated.get(settings[cheapest])
+            if answer is None:
+                if stopped():
+                    return None, True
+                answer = run(settings[cheapest], gpus)
+            return answer, False
+        ruled_in = status.index(True) if True in status else len(status)
+        undecided = [setting for setting, state in zip(settings[:ruled_in], status, strict=False) if state is None]
+        probes = [setting for setting in first_probes if known(setting) is None]
+        probe = probes[0] if probes else undecided[len(undecided) // 2]
+        if stopped():
+            return None, True
+        simulated[probe] = run(probe, gpus)
+
+
+def _by_setting(
+    settings: list[Setting],
+    shardable: list[Setting],
+    counts: list[int],
+    run: Callable[[Setting, int], RunResult],
+    answer: Callable[..., GpuSearch],
+    stopped: Callable[[], bool],
+    budget_bytes: int,
+) -> GpuSearch:
+    """The search setting by setting (before the floor and the leanest; still where no setting is the leanest): one
+    GPU in cost order, then each setting at the most GPUs that could beat the best so far and a binary search below
+    it where it fits."""
+    sharded = [count for count in counts if count > 1]
     best: RunResult | None = None
-    if counts[0] == 1:  # one GPU: no FSDP, its own case; the cheapest setting that fits is the answer
+    if counts and counts[0] == 1:
         for setting in settings:
             if stopped():
                 return answer(None, cancelled=True)
             result = run(setting, 1)
             if fits(result, budget_bytes):
                 return answer(result)
-    sharded = [count for count in counts if count > 1]
-    # Selective policies under FSDP2 with an optimizer step are refused (spec.selective_with_fsdp): one GPU
-    # only for those, and said (GpuSearch.one_gpu_only).
-    one_gpu = tuple(setting.key for setting in settings if not _shardable(request, setting)) if sharded else ()
-    for setting in [setting for setting in settings if setting.key not in one_gpu]:
+    for setting in shardable:
         below = [count for count in sharded if best is None or count < best.spec.world_size]
         if not below:
             break  # best is already the fewest GPUs searched; later settings only cost more recompute

@@ -1,10 +1,14 @@
 """The longest sequence that fits: for a spec and a budget, the largest ``seq_len`` whose simulated step fits it.
 
-The question QLoRA users ask ("how long can the sequence be on a 24 GB card?"). A step's peak grows with the
-sequence (almost linearly once attention keeps no ``s x s`` matrix), so the search interpolates between a
-simulated length that fits and one that does not (regula falsi, halving where interpolation stalls) and
-stops when they are one token apart: the answer is a simulated step that fits, next to one a token longer
-that does not. Whether a peak fits is :func:`ckptlab.explore.budget.fit`'s one rule.
+The question QLoRA users ask ("how long can the sequence be on a 24 GB card?"). At a fixed setting a step's peak
+is a line in the sequence length wherever attention keeps no ``s x s`` matrix and nothing saturates, so the search
+first draws that line through two simulated lengths (the first guess and its double, or its half when the guess
+does not fit) and simulates the length the line answers and the next one: when the answer fits and the next does
+not (:func:`ckptlab.explore.budget.fit`, the one rule, decides both), four simulations answer. Where the line misses
+(MoE routing, a sliding window that saturates, FSDP2 shards' rounding, eager attention's ``s x s``), the search goes
+on as it did before the line, from the lengths already simulated: it brackets (doubling or halving) and narrows
+the bracket by interpolation (regula falsi, halving where interpolation stalls) until a simulated length that fits
+sits next to one a token longer that does not. ``simulations`` counts every distinct length simulated.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from .predict_training import STATE_TENSORS, training_bytes
 from .scale import ScaleRequest
 
 MIN_SEQ = 16  # the shortest sequence tried: below it nothing of interest fits that this does not
-MAX_SIMULATIONS = 40  # a bound on one search; a near-linear peak needs about six
+MAX_SIMULATIONS = 40  # a bound on one search; a linear peak needs four
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,11 @@ class LongestSeq:
 
 
 def longest_seq(
-    spec: RunSpec, budget_bytes: int, *, simulate: Callable[[RunSpec], RunResult] | None = None
+    spec: RunSpec,
+    budget_bytes: int,
+    *,
+    simulate: Callable[[RunSpec], RunResult] | None = None,
+    by_line: bool = True,
 ) -> LongestSeq:
     """The longest ``seq_len`` for which ``spec``'s simulated step (its batch, recipe and setting) fits ``budget_bytes``.
 
@@ -57,6 +65,9 @@ def longest_seq(
         spec: what to simulate; its ``seq_len`` is the first guess.
         budget_bytes: the memory it must fit (``ckptlab.explore.budget.budget_bytes`` reads a GPU's name).
         simulate: the simulation (``ckptlab.simulate``; a test may pass another).
+        by_line: draw the peak's line through two lengths first and confirm its answer (four simulations where
+            the peak is linear); False: bracket and narrow from the first guess alone, the search before the line
+            (kept for ``benchmarks/longest_search.py``, which compares the two).
 
     Returns:
         A :class:`LongestSeq`.
@@ -100,9 +111,20 @@ def longest_seq(
             limit,
         )
 
-    low = min(max(spec.seq_len, MIN_SEQ), limit)
-    if not fits(low):  # bracket from below: halve until a length fits
-        high = low
+    start = min(max(spec.seq_len, MIN_SEQ), limit)
+    fits(start)  # the first guess is simulated first either way: both searches start from it
+    if by_line:
+        found = _by_line(start, limit, peak, fits, budget_bytes)
+        if found is not None:
+            return answer(*found)
+    # The bracketing search, from every length simulated so far: the shortest that does not fit, the longest below it
+    # that does (a monotone peak has no fitting length above one that does not).
+    over = [seq_len for seq_len in peaks if not fits(seq_len)]
+    high = min(over, default=None)
+    fitting = [seq_len for seq_len in peaks if fits(seq_len) and (high is None or seq_len < high)]
+    if not fitting:  # bracket from below: halve until a length fits
+        assert high is not None  # a length was simulated, and it did not fit
+        low = high
         while low > MIN_SEQ:
             low = max(MIN_SEQ, low // 2)
             if fits(low):
@@ -110,15 +132,17 @@ def longest_seq(
             high = low
         else:
             return answer(0, high)
-    else:  # bracket from above: double until a length does not fit
-        high = low
-        while high < limit:
-            high = min(limit, high * 2)
-            if not fits(high):
-                break
-            low = high
-        else:
-            return answer(limit, None)
+    else:
+        low = max(fitting)
+        if high is None:  # bracket from above: double until a length does not fit
+            high = low
+            while high < limit:
+                high = min(limit, high * 2)
+                if not fits(high):
+                    break
+                low = high
+            else:
+                return answer(limit, None)
     while high - low > 1 and len(peaks) < MAX_SIMULATIONS:
         width = high - low
         slope = (peak(high) - peak(low)) / width
@@ -143,10 +167,39 @@ def longest_seq(
     return answer(low, high)
 
 
+def _by_line(
+    start: int, limit: int, peak: Callable[[int], int], fits: Callable[[int], bool], budget_bytes: int
+) -> tuple[int, int | None] | None:
+    """(longest, next length) read from the line through two simulated lengths and confirmed by the fit rule at
+    the line's answer and the next length; None where the line's answer does not hold (the caller searches on
+    from the lengths simulated). ``start`` is already simulated."""
+    if fits(start) and start == limit:
+        return limit, None
+    if not fits(start) and start == MIN_SEQ:
+        return 0, MIN_SEQ
+    other = min(limit, 2 * start) if fits(start) else max(MIN_SEQ, start // 2)
+    rise, run = peak(other) - peak(start), other - start
+    if rise * run <= 0:  # flat or falling (the optimizer step's peak, not the activations'): no line to read
+        return None
+    # The longest length whose line stays within the budget, in whole bytes and tokens (no float rounding).
+    longest = start + (budget_bytes - peak(start)) * run // rise  # floor division: the line's last fitting token
+    if longest >= limit:
+        return (limit, None) if fits(limit) else None
+    if longest < MIN_SEQ:
+        return (0, MIN_SEQ) if not fits(MIN_SEQ) else None
+    if fits(longest) and not fits(longest + 1):
+        return longest, longest + 1
+    return None
+
+
 def parameter_floor(spec: RunSpec) -> tuple[int, str]:
-    """(bytes, dtype name): what ``spec``'s step holds at any sequence length, on one GPU: its parameters, their
-    gradients and the optimizer's state, counted on the meta device (``predict_training.training_bytes``). An optimizer
-    the formula does not count (Adafactor, the low-bit ones) adds no state here: still a floor."""
+    """(bytes, dtype name): what ``spec``'s step holds on one GPU at any sequence length and any checkpointing: its
+    parameters, their gradients and the optimizer's state, counted on the meta device
+    (``predict_training.training_bytes``). Under FSDP2 (``spec.fsdp``, ``world_size`` N) a rank holds ``ceil(rows /
+    N)`` rows of each of them, padding included, so at least the total over N: the floor is that. An optimizer the
+    formula does not count (Adafactor, the low-bit ones) adds no state here: still a floor. The longest-sequence
+    search refuses a budget under it (:func:`refuse_over_floor`); the fewest-GPUs search skips each GPU count whose
+    floor is over the budget (``gpu_search.cheapest_that_fits``)."""
     device = simulated_device_type(spec)
     dtype = resolve_dtype(spec.dtype, torch.device(device), spec.mixed_precision)
     named = TRAINER_DEFAULT_OPTIMIZER if spec.optimizer == "adamw" else spec.optimizer
@@ -160,6 +213,8 @@ def parameter_floor(spec: RunSpec) -> tuple[int, str]:
         quantization=spec.quantization,
     )
     floor = counted.parameter_bytes + counted.gradient_bytes + counted.optimizer_state_bytes
+    if spec.fsdp and spec.world_size > 1:
+        floor //= spec.world_size  # every rank's shard is at least its share; a lower bound stays one
     return floor, str(dtype).removeprefix("torch.")
 
 
@@ -263,8 +318,9 @@ def longest_table(
             result = known.get(spec)
             if result is None:
                 prefix = Fact("progress.longest_try", {"setting": Setting.of(spec).key, "seq_len": spec.seq_len})
-                # A search takes about six to ten simulations: each takes a fifth of the setting's share left.
-                before, after = 1 - 0.8 ** len(tried), 1 - 0.8 ** (len(tried) + 1)
+                # A search takes four simulations where the line holds, six to twelve where it does not: each
+                # takes a third of the setting's share left.
+                before, after = 1 - 0.67 ** len(tried), 1 - 0.67 ** (len(tried) + 1)
 
                 def within(message: Fact, fraction: float) -> None:
                     done = index + before + (after - before) * fraction

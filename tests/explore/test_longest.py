@@ -135,3 +135,43 @@ def test_a_search_whose_parameters_alone_exceed_the_budget_is_refused_at_once(mo
     assert "optimizer state alone take" in err and "budget of 0.000 GiB" in err and err.count("\n") == 1, err
     with pytest.raises(SpecError, match="no sequence length fits"):
         longest_table(ScaleRequest("tiny-llama", 64, 1, "bfloat16", (Setting(1),)), 1024, [Setting(1)])
+
+
+def _peaks(peak_of):
+    """A stubbed simulation whose peak is ``peak_of(seq_len)``, and the lengths it was asked."""
+    asked: list[int] = []
+
+    def simulate(spec: RunSpec):
+        asked.append(spec.seq_len)
+        return SimpleNamespace(memory=SimpleNamespace(peak_bytes=peak_of(spec.seq_len)))
+
+    return simulate, asked
+
+
+def test_a_linear_peak_is_answered_by_its_line_in_four_simulations_as_the_search_before_it():
+    """Two lengths give the line, its answer and the next length confirm it: the bracketing search's answer in 4."""
+    spec = RunSpec(model="tiny-llama", seq_len=128)  # 2,048 positions
+    linear = lambda seq_len: 10_000_000 + 1000 * seq_len  # noqa: E731
+    counts = []
+    for budget in (10_000_000 + 1000 * 1234 + 999, 10_000_000 + 1000 * 77, 10_000_000 + 1000 * 2047):
+        simulate, asked = _peaks(linear)
+        by_line = longest_seq(spec, budget, simulate=simulate)
+        before = longest_seq(spec, budget, simulate=_peaks(linear)[0], by_line=False)
+        assert (by_line.seq_len, by_line.over_seq_len) == (before.seq_len, before.over_seq_len)
+        assert by_line.simulations == len(asked) == len(set(asked)) <= 4
+        counts.append((by_line.simulations, before.simulations))
+    assert all(line <= before for line, before in counts) and counts[0][1] > 4, counts  # 128 up to 2,048: 7 before
+    assert longest_seq(spec, 10**12, simulate=_peaks(linear)[0]).simulations == 3  # the limit fits: 128, 256, 2048
+
+
+def test_a_peak_off_its_line_falls_back_to_the_bracketing_search_and_counts_every_simulation():
+    """A sliding window that saturates (the peak bends at 600 tokens): the line misses, the search goes on from the
+    lengths it has and ends where the search before the line ends."""
+    spec = RunSpec(model="tiny-llama", seq_len=128)
+    bent = lambda seq_len: 10_000_000 + 3000 * min(seq_len, 600) + 1000 * seq_len  # noqa: E731
+    budget = bent(1500) + 500
+    simulate, asked = _peaks(bent)
+    found = longest_seq(spec, budget, simulate=simulate)
+    before = longest_seq(spec, budget, simulate=_peaks(bent)[0], by_line=False)
+    assert (found.seq_len, found.over_seq_len) == (before.seq_len, before.over_seq_len) == (1500, 1501)
+    assert found.simulations == len(asked) == len(set(asked)) > 4
