@@ -21,6 +21,7 @@ from .errors import (
     Command,
     Option,
     SpecError,
+    UnsupportedModelError,
     check_at_most,
     check_whole_number,
     expect_type,
@@ -29,7 +30,7 @@ from .errors import (
 from .fact import Fact
 from .model.attention import check_attn_implementation
 from .model.plan import planned_roles, validate_every_n_layers
-from .model.presets import DEFAULT_PRESET
+from .model.presets import DEFAULT_PRESET, ModelInfo
 from .model.quantize import Quantization, as_quantization, check_installed
 from .model.selective import Selective, check_selective, selective_key
 from .spec_fields import (  # noqa: F401 (the choices and bounds live with their fields; these names stay here too)
@@ -246,6 +247,32 @@ class RunSpec:
                 rank=Option("lora_rank"),
             )
         check_installed()
+
+    def check_model_limits(self, info: ModelInfo) -> None:
+        """Check this spec against the limits its model's description states, which need no model built (a preset's are
+        stored: ``presets.stored_fact``, so a command refuses before it imports torch).
+
+        Raises:
+            UnsupportedModelError: checkpointing asked of a class transformers cannot checkpoint.
+            SpecError: a sequence longer than the model's positions.
+        """
+        if self.checkpointing and not info.supports_checkpointing:
+            raise UnsupportedModelError(
+                key="model.no_checkpointing_support",
+                option=Option("every_n_layers", self.every_n_layers),
+                off=Option("every_n_layers", None),
+                name=info.name,
+                family=info.family,
+                every_n_layers=self.every_n_layers,
+            )
+        if info.max_positions is not None and self.seq_len > info.max_positions:
+            raise SpecError(
+                key="spec.seq_too_long",
+                option=Option("seq_len", self.seq_len),
+                seq_len=self.seq_len,
+                model=info.name,
+                positions=info.max_positions,
+            )
 
     def checkpointing_off(self) -> RunSpec:
         """The same run with checkpointing off (no offload, no selective policy): the reference runs are compared with."""

@@ -30,7 +30,9 @@ import functools
 import gc
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
 TORCH_STATE = threading.RLock()  # serializes model building and steps: see the module's docstring
@@ -71,3 +73,51 @@ def freeze_what_is_loaded() -> None:
     """
     gc.collect()  # what the imports left in cycles goes now, not frozen with the rest
     gc.freeze()
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the platform says it, else the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """How the cores are shared: one device worker, and a bounded pool of CPU-heavy (simulation) workers."""
+
+    device_threads: int  # torch threads of what measures (the app's device worker, `run`, `measure`)
+    simulation_workers: int  # simulations that may run at once
+    simulation_threads: int  # torch threads of each simulation worker
+
+
+def thread_plan(cores: int | None = None) -> ThreadPlan:
+    """Half the cores to the measured run, the other half to simulations, at least one thread each: the one rule of
+    how many torch threads measure on a shared machine (the app's workers, ``run`` and ``measure``).
+
+    Two cores: one thread measures, one simulation at a time on the other. Sixteen: 8 threads
+    measure, 4 simulations of 2 threads each. The sum is the core count (at least 2).
+    """
+    cores = max(1, int(usable_cores() if cores is None else cores))
+    device = max(1, cores // 2)
+    rest = max(1, cores - device)
+    workers = max(1, rest // 2)
+    return ThreadPlan(device, workers, max(1, rest // workers))
+
+
+@contextmanager
+def measuring_threads() -> Iterator[int]:
+    """torch's intra-op threads at most :func:`thread_plan`'s ``device_threads`` for the block, and put back after.
+
+    torch's default is one thread a core: on a shared 2-core machine two threads made each step wait for the
+    neighbours' tasks (3-11x slower under load; issue 61), where one thread left the other core to them. A measured
+    step takes the cores the app's device worker takes; a process that set fewer (a test worker's share of the
+    cores, a user's choice) keeps its own. Yields the thread count.
+    """
+    import torch  # only a measured step gets here, with torch already imported
+
+    before = torch.get_num_threads()
+    threads = min(before, thread_plan().device_threads)
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)

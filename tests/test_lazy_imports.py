@@ -62,6 +62,9 @@ def _probe(*argv: str) -> tuple[int, list[str], str]:
         (["sweep", "--seq-len", "x"], 2, "'x' is not a whole number"),
         (["run", "--selective", "keep-all"], 2, "keep-all"),
         (["run", "--quantization-config", "./no/such.json", "--lora-rank", "8"], 2, "cannot be read (no such file)"),
+        # A preset's limits are stored (ckptlab/model/preset_facts.json): past its positions is refused before torch.
+        (["simulate", "--model", "qwen3-8b", "--seq-len", "10000000"], 2, "(40960 positions)"),
+        (["run", "--model", "qwen3-8b", "--seq-len", "40961"], 2, "(40960 positions)"),
     ],
 )
 def test_the_cli_answers_before_torch_loads(argv, status, words):
@@ -120,12 +123,15 @@ def simulate(*extra):
         status = exit.code
     return status, sorted({"peft", "bitsandbytes"} & set(sys.modules))
 
+TRAINER_MODULES = ("transformers.trainer", "transformers.training_args", "transformers.trainer_utils")
+no_optimizer = simulate("--optimizer", "none"), sorted(set(TRAINER_MODULES) & set(sys.modules))
 plain = simulate()
 qlora = simulate("--lora-rank", "8", "--quantization-config", sys.argv[1])
 import peft, torch, transformers.trainer_utils
 adapted = peft.get_peft_model(torch.nn.Sequential(torch.nn.Linear(4, 4)), peft.LoraConfig(target_modules=["0"]))
 unwrapped = transformers.trainer_utils.unwrap_peft_model(adapted) is adapted.get_base_model()
-print(json.dumps({"plain": plain, "qlora": qlora, "unwrapped": unwrapped}), file=sys.stderr)
+report = {"no_optimizer": no_optimizer, "plain": plain, "qlora": qlora, "unwrapped": unwrapped}
+print(json.dumps(report), file=sys.stderr)
 """
 
 
@@ -158,8 +164,9 @@ def _silent_hub() -> Iterator[tuple[str, list[socket.socket], threading.Event]]:
 
 @pytest.mark.slow
 def test_a_run_asks_a_silent_hub_nothing_and_imports_peft_only_to_adapt(tmp_path):
-    """A preset's run imports neither peft nor bitsandbytes (Trainer's modules pulled both in, and bitsandbytes' Hub
-    kernel lookup hung every run on a silent ``HF_ENDPOINT``); a QLoRA run imports them and sends the Hub nothing,
+    """A preset's run without an optimizer imports none of Trainer's modules (issue 61); a preset's run imports neither
+    peft nor bitsandbytes (Trainer's modules pulled both in, and bitsandbytes' Hub kernel lookup hung every run on a
+    silent ``HF_ENDPOINT``); a QLoRA run imports them and sends the Hub nothing,
     ``HF_TOKEN`` included (issue 56, class 12); transformers still knows a peft model imported afterwards."""
     config = tmp_path / "qlora.json"
     config.write_text('{"load_in_4bit": true, "bnb_4bit_quant_type": "nf4"}', encoding="utf-8")
@@ -181,6 +188,8 @@ def test_a_run_asks_a_silent_hub_nothing_and_imports_peft_only_to_adapt(tmp_path
     said = err.decode().strip().splitlines()
     assert process.returncode == 0, "\n".join(said[-20:])
     report = json.loads(said[-1])
+    # Trainer's modules only where the recipe needs their mapping (an optimizer's class: step/training.py).
+    assert report["no_optimizer"] == [[0, []], []]
     assert report["plain"] == [0, []]
     assert report["qlora"] == [0, ["bitsandbytes", "peft"]]
     assert report["unwrapped"]

@@ -118,7 +118,7 @@ def _simulate_command(args: argparse.Namespace) -> int:
     # The table's spec stands for its settings: every_n_layers is set per setting.
     spec = spec_from_args(argparse.Namespace(**{**vars(args), "every_n_layers": 1}) if every_setting else args)
     budget = _budget(args)
-    check_before_the_core(spec)
+    check_before_the_core(spec, seq_len_is_a_guess=args.longest_seq)
     if args.longest_seq:
         if budget is None:
             raise SpecError(key="cli.longest_seq_needs_memory")

@@ -22,7 +22,7 @@ limit makes its initialisation fail.
 
 Workers start warm (torch, transformers and ckptlab imported once, before the first job) and
 are reused from job to job. Each sets ``torch.set_num_threads`` to its share of the cores
-(:func:`thread_plan`), so the pools together never run more compute threads than there are
+(:func:`ckptlab.torchstate.thread_plan`, the rule ``run`` and ``measure`` follow too), so the pools together never run more compute threads than there are
 cores. Errors cross the boundary pickled with their key and params
 (:meth:`ckptlab.errors.CkptlabError.__reduce__`); a bug that does not pickle arrives as its
 type and message.
@@ -43,7 +43,6 @@ import types
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -52,7 +51,7 @@ from ..fact import Fact
 from ..model import folder_files, hub
 from ..results import RunResult
 from ..step.stopping import Progress, ShouldStop
-from ..torchstate import freeze_what_is_loaded
+from ..torchstate import ThreadPlan, freeze_what_is_loaded, thread_plan
 
 LOG = logging.getLogger(__name__)
 
@@ -67,30 +66,6 @@ OnLimit = Callable[[], CkptlabError]  # the error a job past its time limit ends
 
 class WorkerLostError(CkptlabError):
     """A worker process ended in the middle of a job (killed from outside, or out of memory)."""
-
-
-@dataclass(frozen=True)
-class ThreadPlan:
-    """How the cores are shared: one device worker, and a bounded pool of CPU-heavy (simulation) workers."""
-
-    device_threads: int  # torch threads of the worker that measures (it holds the device queue's turn)
-    simulation_workers: int  # simulations that may run at once
-    simulation_threads: int  # torch threads of each simulation worker
-
-
-def thread_plan(cores: int | None = None) -> ThreadPlan:
-    """Half the cores to the measured run, the other half to simulations, at least one thread each.
-
-    Two cores: one thread measures, one simulation at a time on the other. Sixteen: 8 threads
-    measure, 4 simulations of 2 threads each. The sum is the core count (at least 2).
-    """
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cores = max(1, int(cores))
-    device = max(1, cores // 2)
-    rest = max(1, cores - device)
-    workers = max(1, rest // 2)
-    return ThreadPlan(device, workers, max(1, rest // workers))
 
 
 # -- the worker's side ----------------------------------------------------------------------

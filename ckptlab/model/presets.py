@@ -7,6 +7,7 @@ dimensions and are meant for a GPU or the simulation. Every preset gets random w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -387,5 +388,20 @@ PRESET_FACTS_FILE = Path(__file__).with_name("preset_facts.json")
 
 def stored_facts() -> list[ModelInfo]:
     """Every preset's :class:`ModelInfo`, in the order of :data:`PRESETS`, as stored in :data:`PRESET_FACTS_FILE`."""
+    stored = _stored()
+    return [stored[name] for name in PRESETS]
+
+
+def stored_fact(name: str) -> ModelInfo | None:
+    """A preset's :class:`ModelInfo` as stored (what describing it on the meta device finds), without torch; None for
+    a name that is not a preset (a folder or a Hub repository: only their config says their limits)."""
+    return _stored().get(name) if name in PRESETS else None
+
+
+@functools.cache
+def _stored() -> dict[str, ModelInfo]:
+    # Read once a process: the file changes only with a preset (catalog.write_preset_facts), never while the lab runs.
     stored = json.loads(PRESET_FACTS_FILE.read_text(encoding="utf-8"))
-    return [ModelInfo(**{**stored[name], "nested_in": tuple(stored[name].get("nested_in", ()))}) for name in PRESETS]
+    return {
+        name: ModelInfo(**{**facts, "nested_in": tuple(facts.get("nested_in", ()))}) for name, facts in stored.items()
+    }

@@ -130,6 +130,7 @@ class TimingResult:
     # The machine while it timed (None where unknown, e.g. a result saved before these fields existed):
     load_average: float | None = None  # the highest 1-minute load average read around the timed steps
     cores: int | None = None  # CPU cores this process may run on
+    threads: int | None = None  # torch's intra-op threads of the timed steps (torchstate.thread_plan where measured)
     shared_cores: bool = False  # a shared server's simulations ran on the same cores while this was timed
 
     @property
@@ -147,7 +148,9 @@ class TimingResult:
 
     @property
     def busy_reasons(self) -> tuple[BusyReason, ...]:
-        """Why this machine was too busy to time, if it was: "load" (more runnable tasks than cores),
+        """Why this machine was too busy to time, if it was: "load" (more runnable tasks than cores: the load counts
+        the step's own ``threads``, so a one-thread step beside one other task on two cores is not busy, where torch's
+        default of a thread a core made it so),
         "spread" (identical steps differed by more than :data:`BUSY_SPREAD` of their median) and/or
         "shared" (a shared server ran simulations on the same cores meanwhile: ``shared_cores``)."""
         reasons: list[BusyReason] = []

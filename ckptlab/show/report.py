@@ -406,7 +406,16 @@ def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: in
             t("cli.time_head", "en"),
             t("cli.column_median", "en"),
             t("cli.column_off", "en") if ref_timing else None,
-            t("cli.time_steps", "en", steps=len(timing.step_samples), warmup=warmup),
+            t("cli.time_steps", "en", steps=len(timing.step_samples), warmup=warmup)
+            if timing.threads is None  # a result saved before the field
+            else t(
+                "cli.time_steps_threads",
+                "en",
+                steps=len(timing.step_samples),
+                warmup=warmup,
+                threads=timing.threads,
+                cores=timing.cores,
+            ),
         )
     ]
     for label, value, samples, ref in (

@@ -50,7 +50,7 @@ from ..model.quantize import quantization_notes
 from ..model.selective import enable_checkpointing
 from ..results import LayerResult, MemoryResult, Region, RunResult, Status
 from ..spec import RunSpec
-from ..torchstate import exclusive
+from ..torchstate import exclusive, measuring_threads
 from .meters import LogitsShape, TraceSink, TrackerMeter, clock_for, machine_load, meter_for
 from .modelstate import ModelState
 from .preflight import check_spec, load_model
@@ -117,7 +117,8 @@ def measure(
     check_optimizer_runs(spec, device_type=device.type)
     state = ModelState.capture(model)  # a model passed in goes back as it came (ckptlab.step.modelstate)
     try:
-        with stoppable(model, should_stop):
+        # The threads the app's device worker measures with (torchstate.thread_plan), put back after; the result says them.
+        with stoppable(model, should_stop), measuring_threads():
             return _measure_built(spec, model, info, device, dtype, report, timed)
     except RuntimeError as error:  # torch.OutOfMemoryError is one
         if not isinstance(error, torch.OutOfMemoryError) and "can't allocate memory" not in str(error):

@@ -41,6 +41,7 @@ from torch.distributed._tools.mem_tracker import (
 from torch.utils.hooks import RemovableHandle
 
 from ..model.quantize import quant_state_tensors
+from ..torchstate import usable_cores
 from .training import gradient_bytes, optimizer_state_bytes, parameter_bytes
 
 CUDA_MEMORY_METHOD = (
@@ -551,9 +552,7 @@ def machine_load(
         load = read()[0] if read is not None else None
     except OSError:
         load = None
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return load, cores
+    return load, usable_cores() if cores is None else cores
 
 
 def clock_for(device: torch.device) -> CudaClock | CpuClock:

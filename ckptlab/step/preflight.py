@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import Command, DoesNotFitError, Option, SpecError, UnsupportedModelError, not_one_of
+from ..errors import Command, DoesNotFitError, Option, SpecError, not_one_of
 from ..fact import Fact
 from ..model import catalog
 from ..model.attention import check_flash_device
@@ -69,28 +69,13 @@ def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
     """Check the spec against the model's limits.
 
     Raises:
-        SpecError: a sequence longer than the model's positions.
+        SpecError: a sequence longer than the model's positions (``RunSpec.check_model_limits``), a LoRA rank above
+            the model's projections.
         UnsupportedModelError: checkpointing asked of a class transformers cannot checkpoint.
     """
-    if spec.checkpointing and not info.supports_checkpointing:
-        raise UnsupportedModelError(
-            key="model.no_checkpointing_support",
-            option=Option("every_n_layers", spec.every_n_layers),
-            off=Option("every_n_layers", None),
-            name=info.name,
-            family=info.family,
-            every_n_layers=spec.every_n_layers,
-        )
+    spec.check_model_limits(info)
     if spec.lora_rank is not None:
         check_rank(spec.lora_rank, _adapted(spec, info), info.name)
-    if info.max_positions is not None and spec.seq_len > info.max_positions:
-        raise SpecError(
-            key="spec.seq_too_long",
-            option=Option("seq_len", spec.seq_len),
-            seq_len=spec.seq_len,
-            model=info.name,
-            positions=info.max_positions,
-        )
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,7 @@ def timing_result(
         step_samples=samples["step"],
         load_average=max((load for load in loads if load is not None), default=None),
         cores=machine_load()[1],
+        threads=torch.get_num_threads(),
     )
 
 

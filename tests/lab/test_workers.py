@@ -13,8 +13,9 @@ from ckptlab.errors import CkptlabError, Option, RunStoppedError, SpecError
 from ckptlab.fact import Fact
 from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import NotAllowedError
-from ckptlab.lab.workers import WorkerLostError, WorkerPool, resident_bytes, thread_plan
+from ckptlab.lab.workers import WorkerLostError, WorkerPool, resident_bytes
 from ckptlab.step.fsdp import RankFailedError
+from ckptlab.torchstate import measuring_threads, thread_plan, usable_cores
 
 TARGETS = "tests.lab.worker_targets"
 
@@ -74,6 +75,24 @@ def test_thread_plan_never_oversubscribes_the_cores() -> None:
         used = plan.device_threads + plan.simulation_workers * plan.simulation_threads
         assert used <= max(cores, 2) and plan.simulation_workers >= 1
     assert thread_plan(2) == thread_plan(2).__class__(1, 1, 1)
+
+
+def test_a_measured_step_takes_the_device_workers_threads_and_gives_them_back() -> None:
+    """``run`` and ``measure`` follow the workers' rule (issue 61): torch's default of a thread a core is cut to the
+    device worker's share; a process that asked for fewer keeps them; either is put back after."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(usable_cores())  # torch's default
+        with measuring_threads() as threads:
+            assert threads == torch.get_num_threads() == thread_plan().device_threads
+        assert torch.get_num_threads() == usable_cores()
+        torch.set_num_threads(1)
+        with measuring_threads() as threads:
+            assert threads == torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_job_past_its_time_limit_is_killed_and_replaced(pool: WorkerPool) -> None:

@@ -10,8 +10,8 @@ from ckptlab.model import catalog, presets
 @pytest.mark.parametrize("name", list(presets.PRESETS))
 def test_stored_facts_are_what_describe_finds(name: str):
     stored = {info.name: info for info in presets.stored_facts()}
-    # describe() builds the preset on the meta device and counts its layers and parameters.
-    assert stored[name] == catalog.describe(name), (
+    # describe_on_meta() builds the preset on the meta device and counts its layers and parameters.
+    assert stored[name] == catalog.describe_on_meta(name) == catalog.describe(name), (
         f"{presets.PRESET_FACTS_FILE.name} is out of date for {name!r}: run "
         "python -c 'from ckptlab.model.catalog import write_preset_facts; write_preset_facts()'"
     )

@@ -12,6 +12,7 @@ from ckptlab import build_model, list_presets, measure, planned_roles
 from ckptlab.fact import Fact
 from ckptlab.results import RunResult
 from ckptlab.step.measure import OFFLOAD_ON_CPU_NOTE
+from ckptlab.torchstate import thread_plan
 from tests.conftest import FAST, requires_cuda
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
@@ -107,6 +108,7 @@ def test_a_lower_peak_needs_a_long_enough_sequence(measured):
 
 def test_timing_has_medians_and_samples(measured):
     timing = measure(replace(FAST, repeats=3)).timing
+    assert timing.threads == min(torch.get_num_threads(), thread_plan().device_threads)  # the workers' rule
     assert len(timing.step_samples) == 3
     assert timing.step_s == sorted(timing.step_samples)[1]
     assert 0 < timing.forward_s < timing.step_s
