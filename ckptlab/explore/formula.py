@@ -302,8 +302,10 @@ def loss_backward_bytes(arch: Architecture, seq_len: int, batch_size: int) -> in
 
 def second_half_bytes(arch: Architecture, seq_len: int, batch_size: int, element: int, attention: str = "sdpa") -> int:
     """Formula: what one layer saves after its attention's core (the MLP, the norm before it, the output
-    projection's input and, with eager attention in 16 bits, the value matmul's cast copy of the probabilities):
-    the backward frees it before it reaches the attention's core, a layer's second moment (:func:`backward_temp_bytes`).
+    projection's input and, with eager attention, what the value matmul saved: the values, repeated to the query heads,
+    and in 16 bits its cast copy of the probabilities): the backward frees it before it reaches the attention's core
+    (eager's softmax; SDPA's fused kernel holds its values until its backward ends), a layer's second moment
+    (:func:`backward_temp_bytes`).
     """
     h, a, d = arch.hidden_size, arch.num_heads, arch.head_dim
     tokens = seq_len * batch_size
@@ -312,8 +314,10 @@ def second_half_bytes(arch: Architecture, seq_len: int, batch_size: int, element
     mlp = _moe_per_token(arch, element) if arch.experts else element * arch.intermediate_size * _MLP_SAVED[arch.mlp]
     per_token = norm + mlp + element * a * d  # + the output projection's input
     copy = 0
-    if attention == "eager" and arch.family not in SOFTMAX_IN_DTYPE and element != FLOAT32:
-        copy = batch_size * a * seq_len * seq_len * element
+    if attention == "eager":
+        per_token += element * a * d  # the value matmul's values, its backward done before the softmax's
+        if arch.family not in SOFTMAX_IN_DTYPE and element != FLOAT32:
+            copy = batch_size * a * seq_len * seq_len * element
     return int(tokens * per_token) + copy
 
 
@@ -322,21 +326,24 @@ def backward_temp_bytes(
 ) -> tuple[int, int]:
     """Formula: the temporaries of one layer's backward at its two high moments, ``(MLP, attention)``.
 
-    Both hold the gradient coming in and the residual's (``2*b*s*h`` elements). The MLP's backward adds the
-    gradients of its ``i``-wide tensors (SwiGLU: the down projection's input, the gate's and the up projection's,
-    ``3i``; a fused GELU ``2i``; GPT-2's written-out GELU ``3i``; an MoE's routed copies ``3k*i_e``). The attention's
-    core adds, with eager attention, the probabilities' gradient and the scores' (``2*b*a*s^2``, float32 where the
-    softmax is upcast: the lab's simulation of a CUDA step counts 12 bytes a score with the probabilities), with
-    SDPA the query's, keys' and values' gradients.
+    The MLP's, at its activation's backward: the gradient coming in (``b*s*h``) and the gradients of its ``i``-wide
+    tensors (SwiGLU: the down projection's input, the gate's and the up projection's, ``3i``; a fused GELU ``2i``;
+    GPT-2's written-out GELU ``3i``), less the down projection's input, which its backward (the layer's first, which
+    has made that projection's gradient: ``TrainingBytes.layer_gradient_moments``) has freed; an MoE's routed copies
+    ``3k*i_e`` beside the gradient coming in and the residual's. The attention's core holds the residual's gradient
+    and the output's or the values' (``2*b*s*h``) and adds, with eager attention, the probabilities' gradient and the
+    scores' (``2*b*a*s^2``, float32 where the softmax is upcast: the lab's simulation of a CUDA step counts 12 bytes a
+    score with the probabilities), with SDPA the query's, keys' and values' gradients.
     """
     h, a, kv, d = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim
     tokens = seq_len * batch_size
     flowing = 2 * tokens * h * element
     if arch.experts:
         wide = 3 * arch.experts_per_token * arch.expert_intermediate_size + 3 * arch.shared_expert_intermediate_size
+        mlp = tokens * element * wide + flowing
     else:
-        wide = {"swiglu": 3, "gelu": 2, "gelu-composite": 3}[arch.mlp] * arch.intermediate_size
-    mlp = tokens * element * wide + flowing
+        wide = {"swiglu": 3, "gelu": 2, "gelu-composite": 3}[arch.mlp] - 1  # the down projection's input freed
+        mlp = tokens * element * (wide * arch.intermediate_size + h)
     if attention == "eager":
         gradient = FLOAT32 if arch.family not in SOFTMAX_IN_DTYPE else element
         core = 2 * batch_size * a * seq_len * seq_len * gradient

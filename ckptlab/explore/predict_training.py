@@ -24,10 +24,12 @@ The step's peak is the highest of the step's moments. The optimizer step: parame
 gradients, the state and the update's temporaries (exact). The backward (an estimate, :class:`BackwardMoments`):
 the loss's backward, then each layer's, last to first, then the embeddings'; at each, what the activations hold
 then (:mod:`.predict` builds them from :mod:`.formula`) beside the gradients made so far: the head's and the final
-norm's first, each layer's once its backward has run, the input embeddings' last (:func:`training_bytes` counts
-them per layer). On the tiny presets at 64 tokens it is held within -10% and +25% of the measured peak
-(``tests/explore/test_predict_training.py``); with eager attention and every layer checkpointed within 5% of the
-simulation of a CUDA step (``tests/test_agreement.py``).
+norm's first, each layer's as its modules' backward makes them (its MLP's output projection's at its MLP's moment,
+its attention's input projections' after its attention's), the input embeddings' last (:func:`training_bytes` counts
+them per layer and per moment). On the tiny presets at 64 tokens it is held within -10% and +25% of the measured
+peak (``tests/explore/test_predict_training.py``); with eager attention and every layer checkpointed within 5% of
+the simulation of a CUDA step, and what eager adds over SDPA within 15% (``tests/test_agreement.py``: on
+tiny-llama to a few hundred bytes).
 """
 
 from __future__ import annotations
@@ -85,6 +87,10 @@ class TrainingBytes:
     # Of gradient_bytes: each checkpointing layer's own (a nested layer's in its outermost), in the layers' order, and
     # the input embeddings' (0 when tied to the head: then made with the head's); the rest (head, final norm) first.
     layer_gradient_bytes: tuple[int, ...] = ()
+    # Of each layer's own, in the same order, what its backward has made by its two moments (:class:`BackwardMoments`):
+    # by its MLP's, its output projection's (the layer's first matmul backward); by its attention's core, all but the
+    # attention's input projections' (queries, keys, values: their backward follows the core's). Empty: (0, all).
+    layer_gradient_moments: tuple[tuple[int, int], ...] = ()
     embedding_gradient_bytes: int = 0
     # Tied to the head: the embeddings' backward makes a dense gradient of the shared weight's size before adding it
     # to the one the head's backward made (untied, that gradient is the .grad itself, in gradient_bytes).
@@ -104,15 +110,19 @@ class TrainingBytes:
         """The backward's peak, estimated: the highest of its moments, each with the gradients made by then."""
         layers = len(moments.layer_bytes)
         per_layer = list(self.layer_gradient_bytes)
+        by_moment = list(self.layer_gradient_moments) or [(0, own) for own in per_layer]
         if len(per_layer) != layers:
             # Counted on another depth than the prediction's (an Architecture's own num_layers): spread evenly.
+            count = max(len(per_layer), 1)
             share = sum(per_layer) // layers if layers else 0
             per_layer = [share] * layers
+            by_moment = [(sum(m for m, _ in by_moment) // count, sum(a for _, a in by_moment) // count)] * layers
         made = self.gradient_bytes - sum(per_layer) - self.embedding_gradient_bytes  # the head's, the final norm's
         highest = moments.loss_bytes
         for index in reversed(range(layers)):
-            before_own, with_own = moments.layer_bytes[index]
-            highest = max(highest, made + before_own, made + per_layer[index] + with_own)
+            at_mlp, at_attention = moments.layer_bytes[index]
+            made_by_mlp, made_by_attention = by_moment[index]
+            highest = max(highest, made + made_by_mlp + at_mlp, made + made_by_attention + at_attention)
             made += per_layer[index]
         highest = max(highest, self.gradient_bytes + self.tied_embedding_temp_bytes + moments.end_bytes)
         return self.baseline_bytes + highest
@@ -130,8 +140,9 @@ class BackwardMoments:
     baseline and without the gradients, which :meth:`TrainingBytes.peak` adds as they are made by then."""
 
     loss_bytes: int  # the loss's backward: all the forward left resident, and the logits' float32 gradients
-    # Per layer, in the layers' order: (its MLP's backward, before its own gradients; its attention's backward,
-    # after them). (0, 0) for a layer that reruns inside another's.
+    # Per layer, in the layers' order: (its MLP's backward, at its activation's; its attention's backward, at its
+    # core's), the layer's gradients made by then in TrainingBytes.layer_gradient_moments. (0, 0) for a layer that
+    # reruns inside another's.
     layer_bytes: tuple[tuple[int, int], ...]
     end_bytes: int  # the embeddings' backward, once every layer's is done: what outside keeps, a gradient in
 
@@ -175,7 +186,7 @@ def training_bytes(
         counts = _count(model, infer_task(model), dtype, lora_rank, tuple(lora_targets or ()), quantization)
     else:
         counts = _count_named(str(model), dtype, lora_rank, tuple(lora_targets or ()), quantization)
-    params, buffers, trainable, tensors, targets, largest, per_layer, embedding, tied_temp = counts
+    params, buffers, trainable, tensors, targets, largest, per_layer, by_moment, embedding, tied_temp = counts
     moments, fused = STATE_TENSORS[name]
     stateful = moments > 0
     counters = STEP_COUNTER * tensors if stateful and (fused or device != "cuda") else 0
@@ -193,19 +204,53 @@ def training_bytes(
         optimizer_state_bytes=moments * trainable + counters,
         optimizer_temp_bytes=temporaries,
         layer_gradient_bytes=per_layer,
+        layer_gradient_moments=by_moment,
         embedding_gradient_bytes=embedding,
         tied_embedding_temp_bytes=tied_temp,
     )
 
 
-# (parameters, buffers, trained, trained tensors, LoRA targets, the largest trained tensor, trained per layer, trained
-# in the input embeddings, the tied embeddings' dense gradient), bytes
-_Counts = tuple[int, int, int, int, tuple[str, ...], int, tuple[int, ...], int, int]
+# (parameters, buffers, trained, trained tensors, LoRA targets, the largest trained tensor, trained per layer, of them
+# made by each layer's two backward moments, trained in the input embeddings, the tied embeddings' dense gradient), bytes
+_Counts = tuple[int, int, int, int, tuple[str, ...], int, tuple[int, ...], tuple[tuple[int, int], ...], int, int]
 
 
 def _layer_index(name: str, layers: Sequence[str]) -> int | None:
     """The outermost checkpointing layer a module or parameter ``name`` lies in (None: outside the layers)."""
     return next((index for index, layer in enumerate(layers) if name.startswith(layer + ".")), None)
+
+
+def _moment_modules(model: torch.nn.Module, layers: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """Of the layers' modules (full names), those whose gradients a layer's backward makes early or late.
+
+    The first: each layer's MLP output projection, its last matmul module (down_proj, GPT-2's ``mlp.c_proj``, BERT's
+    ``output.dense``), whose backward runs first, before the MLP's activation's. The second: the input projections of
+    its attention module (a transformers ``*Attention`` class: the matmul modules before its last, the output
+    projection), whose backward follows the core's. A layer without one of them names none (an MoE block's experts
+    are not matmul modules)."""
+    matmuls = (torch.nn.Linear, Conv1D)
+    last: set[str] = set()
+    inputs: set[str] = set()
+    for layer in layers:
+        block = model.get_submodule(layer)
+        names = [f"{layer}.{name}" for name, module in block.named_modules() if isinstance(module, matmuls)]
+        if names:
+            last.add(names[-1])
+        attention = next(
+            (name for name, module in block.named_modules() if type(module).__name__.endswith("Attention")), None
+        )
+        if attention is not None:
+            inside = [name for name in names if name.startswith(f"{layer}.{attention}.")]
+            inputs.update(inside[:-1])
+    return frozenset(last), frozenset(inputs)
+
+
+def _add_by_moment(
+    by_moment: list[list[int]], index: int, module: str, size: int, early: frozenset[str], late: frozenset[str]
+) -> None:
+    """Count ``size`` bytes of gradient made by ``module`` of layer ``index`` at the moments it is made by."""
+    by_moment[index][0] += size if module in early else 0
+    by_moment[index][1] += 0 if module in late else size
 
 
 @functools.lru_cache(maxsize=64)
@@ -235,7 +280,10 @@ def _count(
     # Where each gradient is made in the backward: per layer, and the input embeddings' last (unless tied to the head,
     # whose backward makes it first).
     layers = [name for name, module in model.named_modules() if isinstance(module, GradientCheckpointingLayer)]
+    outermost = [name for name in layers if _layer_index(name, layers) is None]
+    early, late = _moment_modules(model, outermost)
     per_layer = [0] * len(layers)
+    by_moment = [[0, 0] for _ in layers]
     if rank is None:
         embedding = model.get_input_embeddings().weight
         head = model.get_output_embeddings()
@@ -248,9 +296,22 @@ def _count(
             index = _layer_index(name, layers)
             if index is not None:
                 per_layer[index] += size
+                _add_by_moment(by_moment, index, name.rpartition(".")[0], size, early, late)
             elif parameter is embedding:
                 last, tied_temp = (0, size) if tied else (size, 0)
-        return params, buffers, sum(sizes), len(sizes), (), max(sizes, default=0), tuple(per_layer), last, tied_temp
+        moments = tuple((mlp, attention) for mlp, attention in by_moment)
+        return (
+            params,
+            buffers,
+            sum(sizes),
+            len(sizes),
+            (),
+            max(sizes, default=0),
+            tuple(per_layer),
+            moments,
+            last,
+            tied_temp,
+        )
     names = tuple(resolve_targets(model, targets or None))
     adapters = 0
     modules = 0
@@ -269,6 +330,8 @@ def _count(
         index = _layer_index(full_name, layers)
         if index is not None:
             per_layer[index] += rank * (fan_in + fan_out) * ADAPTER
+            _add_by_moment(by_moment, index, full_name, rank * (fan_in + fan_out) * ADAPTER, early, late)
         modules += 1
         largest = max(largest, rank * max(fan_in, fan_out) * ADAPTER)
-    return params + adapters, buffers, adapters, 2 * modules, names, largest, tuple(per_layer), 0, 0
+    moments = tuple((mlp, attention) for mlp, attention in by_moment)
+    return params + adapters, buffers, adapters, 2 * modules, names, largest, tuple(per_layer), moments, 0, 0
