@@ -110,11 +110,16 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     )
     # The provenance on a line of its own: beside a diagram the figure is narrow, and it must not be cut off.
     subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else [])]) + f"<br>{provenance}"
+    title = heading(t("breakdown.title", lang), subtitle)
+    # A long CPU name wraps the provenance onto a third line ("measured on the CPU (Intel(R) Xeon(R) Processor, 2
+    # cores)" at 1280x720): the top margin grows a line's height for each, or the subtitle runs into the axis title.
+    # The figure grows by as much, so the plot and the legend under it keep their places.
+    more_top = 18 * max(0, title["subtitle"]["text"].count("<br>") + 1 - 2)
     figure.update_layout(
-        title=heading(t("breakdown.title", lang), subtitle),
+        title=title,
         barmode="stack",
-        height=height + 30 * extra_lines,
-        margin={"l": 60, "r": 20, "t": 105, "b": 40 + 30 * extra_lines},  # a title and a two-line subtitle
+        height=height + 30 * extra_lines + more_top,
+        margin={"l": 60, "r": 20, "t": 105 + more_top, "b": 40 + 30 * extra_lines},  # a title and a 2-line subtitle
         legend=legend(-0.22 - 0.12 * extra_lines, traceorder="reversed"),  # under the labels, however many lines
         **on_white(13, lang),
         hoverlabel={"font": {"size": 14}},
