@@ -182,7 +182,7 @@ def _by_line(
     if rise * run <= 0:  # flat or falling (the optimizer step's peak, not the activations'): no line to read
         return None
     # The longest length whose line stays within the budget, in whole bytes and tokens (no float rounding).
-    longest = start + (budget_bytes - peak(start)) * run // rise  # floor division: the line's last fitting token
+    longest = start + fit(peak(start), budget_bytes).margin_bytes * run // rise  # floor: the line's last fitting token
     if longest >= limit:
         return (limit, None) if fits(limit) else None
     if longest < MIN_SEQ:
