@@ -74,8 +74,10 @@ def test_the_search_finds_the_fewest_gpus_that_fit_and_prints_the_code():
     _finish(at)
     found = at.session_state["at_scale_found"]
     assert found.fits and found.gpus > 1 and found.result.memory.peak_bytes <= 0.1 * GIB
+    # One GPU does not fit: its parameters, gradients and AdamW state alone are over the budget, so the search skips it
+    # without a simulation (the floor), or it was simulated and its peak is over.
     one_gpu = [r for r in found.tried if r.spec.world_size == 1]
-    assert one_gpu and all(r.memory.peak_bytes > 0.1 * GIB for r in one_gpu)  # one GPU was tried and does not fit
+    assert 1 in found.floor_refused or (one_gpu and all(r.memory.peak_bytes > 0.1 * GIB for r in one_gpu))
     assert found.setting == Setting(None)  # checkpointing off already fits on the fewest GPUs: no recompute
     assert f"{found.gpus} GPUs (FSDP2)" in _texts(at.success)
     code = found.code()
