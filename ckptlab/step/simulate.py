@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, cast
@@ -378,8 +378,8 @@ _REAL_SAVE_ON_CPU = torch.autograd.graph.save_on_cpu
 class _SimulatedSaveOnCpu(saved_tensors_hooks):
     """``save_on_cpu`` for fake tensors: a host record at pack, a new device tensor at unpack.
 
-    Real tensors are handed to torch's own ``save_on_cpu``, so this class can stay installed in
-    transformers while measured runs go on in other threads.
+    Real tensors are handed to torch's own ``save_on_cpu``, so measured runs in other threads go on as they would
+    while a simulation has this class installed in transformers (:func:`simulating`).
     """
 
     def __init__(self, pin_memory: bool = False, device_type: str = "cuda") -> None:
@@ -496,27 +496,61 @@ def _propagation_fake_mode(inputs: Any = None) -> FakeTensorMode | None:
     return _REAL_DETECT_FAKE_MODE(inputs)
 
 
+def _replacements() -> list[tuple[Any, str, Any]]:
+    """Where each stand-in goes: (a module or a table, the name in it, the stand-in). Read at each install, so that
+    a stand-in a test swaps on this module is the one installed."""
+    return [
+        # transformers looks these names up in its modules at each call.
+        (transformers.modeling_utils, "save_on_cpu", _SimulatedSaveOnCpu),
+        (transformers.masking_utils, "find_packed_sequence_indices", _unpacked_when_simulating),
+        (transformers.masking_utils, "_ignore_causal_mask_sdpa", _ignore_causal_when_simulating),
+        (transformers.masking_utils, "_ignore_bidirectional_mask_sdpa", _ignore_bidirectional_when_simulating),
+        (AttentionInterface._global_mapping, "sdpa", _sdpa_as_on_cuda),  # models look it up at each call
+        (torch.nn.functional, "dropout", _dropout_as_on_cuda),  # nn.Dropout and eager attention look it up at each call
+        # transformers' init functions look their torch function up in this table at each call.
+        (transformers_initialization.TORCH_INIT_FUNCTIONS, "trunc_normal_", _trunc_normal_on_fake),
+        (dtensor_sharding_prop, "detect_fake_mode", _propagation_fake_mode),  # looked up at each propagation
+    ]
+
+
+def _put(place: Any, name: str, value: Any) -> Any:
+    """Set ``name`` in a module or a table to ``value``; what it held before."""
+    if isinstance(place, MutableMapping):
+        held, place[name] = place[name], value
+    else:
+        held = getattr(place, name)
+        setattr(place, name, value)
+    return held
+
+
+# What the replaced places held before the first of the running simulations, and how many run (both under
+# _INSTALL_LOCK): the last one to end puts them back, so a user's process is left as it was.
+_ORIGINALS: list[tuple[Any, str, Any]] = []
+_RUNNING = 0
+
+
 @contextmanager
 def simulating(ledger: HostLedger) -> Iterator[None]:
     """Mark this thread as simulating: offload, the packed-sequence check and attention behave as for real CUDA
     tensors, and DTensor's shape propagation is not counted as memory.
 
-    The replacements are installed in transformers (and torch's DTensor) once and hand real tensors, and other
-    threads, to the original functions.
+    The replacements are installed in transformers (and torch) while any simulation of the process runs (the app
+    runs them in threads: they hand real tensors, and other threads, to the original functions) and restored when
+    the last one ends, as accelerate's ``init_on_device`` restores what it patches.
     """
+    global _RUNNING
     with _INSTALL_LOCK:
-        # transformers looks both names up in its modules at each call.
-        transformers.modeling_utils.save_on_cpu = _SimulatedSaveOnCpu  # type: ignore[misc, assignment]  # our stand-in for torch's class
-        transformers.masking_utils.find_packed_sequence_indices = _unpacked_when_simulating
-        transformers.masking_utils._ignore_causal_mask_sdpa = _ignore_causal_when_simulating  # looked up at each call
-        transformers.masking_utils._ignore_bidirectional_mask_sdpa = _ignore_bidirectional_when_simulating
-        AttentionInterface._global_mapping["sdpa"] = _sdpa_as_on_cuda  # models look it up at each call
-        torch.nn.functional.dropout = _dropout_as_on_cuda  # nn.Dropout and eager attention look it up at each call
-        # transformers' init functions look their torch function up in this table at each call.
-        transformers_initialization.TORCH_INIT_FUNCTIONS["trunc_normal_"] = _trunc_normal_on_fake
-        dtensor_sharding_prop.detect_fake_mode = _propagation_fake_mode  # looked up at each propagation
+        if _RUNNING == 0:
+            _ORIGINALS[:] = [(place, name, _put(place, name, stand_in)) for place, name, stand_in in _replacements()]
+        _RUNNING += 1
     _ACTIVE_LEDGER.ledger = ledger
     try:
         yield
     finally:
         _ACTIVE_LEDGER.ledger = None
+        with _INSTALL_LOCK:
+            _RUNNING -= 1
+            if _RUNNING == 0:
+                for place, name, original in reversed(_ORIGINALS):
+                    _put(place, name, original)
+                _ORIGINALS.clear()

@@ -180,3 +180,72 @@ def test_a_mask_the_model_makes_of_ones_is_left_out_as_in_a_real_run(tmp_path):
     spec = RunSpec(model=str(tmp_path), seq_len=32, every_n_layers=1, device="cpu", dtype="float32", optimizer="none")
     spec = replace(spec, repeats=1, warmup=0)
     assert simulate(spec).memory.after_forward_bytes == measure(spec, timed=False).memory.after_forward_bytes
+
+
+def test_a_simulation_leaves_the_process_as_it_was(shallower):
+    """The simulation's stand-ins (dropout, save_on_cpu, masking_utils' checks, the SDPA entry, trunc_normal_,
+    DTensor's fake-mode lookup) are installed while a simulation runs, kept while another one in the process still
+    does (the app's threads), and put back when the last one ends: a real step after them is bit-equal to one before."""
+    import threading
+
+    import torch
+    import torch.distributed.tensor._sharding_prop as dtensor_sharding_prop
+    import transformers.modeling_utils
+    from transformers import initialization
+    from transformers import masking_utils as masking
+    from transformers.modeling_utils import AttentionInterface
+
+    import ckptlab.step.simulate as simulation
+    from ckptlab import build_model
+
+    # Each place the simulation replaces, and its stand-in there.
+    places = [
+        (torch.nn.functional, "dropout", simulation._dropout_as_on_cuda),
+        (transformers.modeling_utils, "save_on_cpu", simulation._SimulatedSaveOnCpu),
+        (masking, "find_packed_sequence_indices", simulation._unpacked_when_simulating),
+        (masking, "_ignore_causal_mask_sdpa", simulation._ignore_causal_when_simulating),
+        (masking, "_ignore_bidirectional_mask_sdpa", simulation._ignore_bidirectional_when_simulating),
+        (AttentionInterface._global_mapping, "sdpa", simulation._sdpa_as_on_cuda),
+        (initialization.TORCH_INIT_FUNCTIONS, "trunc_normal_", simulation._trunc_normal_on_fake),
+        (dtensor_sharding_prop, "detect_fake_mode", simulation._propagation_fake_mode),
+    ]
+
+    def placed() -> list:
+        return [place[name] if isinstance(place, dict) else getattr(place, name) for place, name, _ in places]
+
+    def loss_and_grads() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model, _ = build_model(folder, seed=0, config_overrides={"attention_dropout": 0.2})
+        model.train()
+        torch.manual_seed(0)  # the dropout's draws
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.detach(), {name: param.grad for name, param in model.named_parameters()}
+
+    folder = shallower("tiny-llama", 2)
+    ids = torch.randint(0, 4096, (1, 32), generator=torch.Generator().manual_seed(1))
+    stand_ins = [stand_in for _, _, stand_in in places]
+    originals = placed()
+    assert not any(original is stand_in for original, stand_in in zip(originals, stand_ins, strict=True))
+    loss, grads = loss_and_grads()
+
+    # Another simulation of the process (a thread of the app) runs through the whole of this one.
+    entered, leave = threading.Event(), threading.Event()
+
+    def other_simulation() -> None:
+        with simulation.simulating(simulation.HostLedger()):
+            entered.set()
+            leave.wait()
+
+    other = threading.Thread(target=other_simulation)
+    other.start()
+    entered.wait()
+    simulate(RunSpec(model=folder, seq_len=32, every_n_layers=1, dtype="float32", optimizer="none"))
+    assert all(now is stand_in for now, stand_in in zip(placed(), stand_ins, strict=True))  # the other still runs
+    leave.set()
+    other.join()
+
+    assert all(now is original for now, original in zip(placed(), originals, strict=True))
+    loss_after, grads_after = loss_and_grads()
+    assert torch.equal(loss_after, loss)
+    assert grads_after.keys() == grads.keys()
+    assert all(torch.equal(grads_after[name], grads[name]) for name in grads)
