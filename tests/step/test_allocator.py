@@ -22,9 +22,9 @@ def test_round_size_rounds_each_request_up_to_512_bytes():
 
 
 def test_get_pool_and_get_allocation_size_pick_the_pool_and_the_segment():
-    """get_pool / get_allocation_size: 1 MiB is small (a 2 MiB segment); 1 MiB + 1 is large (20 MiB, under
+    """get_pool / get_allocation_size: 1 MiB is small (two share a 2 MiB segment); 1 MiB + 1 is large (20 MiB, under
     10 MiB); 10 MiB and 11 MiB are rounded up to 2 MiB (10 and 12 MiB segments)."""
-    assert replay([Alloc(MIB)]).reserved_peak == 2 * MIB
+    assert replay([Alloc(MIB), Alloc(MIB)]).reserved_peak == 2 * MIB  # the small pool splits off 1 MiB
     assert replay([Alloc(MIB + 1)]).reserved_peak == 20 * MIB
     assert replay([Alloc(10 * MIB)]).reserved_peak == 10 * MIB
     assert replay([Alloc(11 * MIB)]).reserved_peak == 12 * MIB
@@ -71,9 +71,10 @@ def test_max_split_size_keeps_an_oversize_block_from_a_smaller_request():
 
 def test_max_split_size_serves_a_large_request_only_within_20_mib_and_never_splits_it():
     """get_free_block / should_split with max_split_size_mb=40: a cached 100 MiB block serves 82 MiB (under
-    82 + 20), whole (100 MiB allocated), but not 60 MiB (a new 60 MiB segment: 160 MiB reserved)."""
-    near = replay([Alloc(100 * MIB), Free(0), Alloc(82 * MIB)], SPLIT_40)
-    assert (near.reserved_peak, near.allocated_peak) == (100 * MIB, 100 * MIB)
+    82 + 20) whole, so 10 MiB needs a 10 MiB segment of its own (110 MiB; split, the 18 MiB left would have served
+    it); it does not serve 60 MiB (a new 60 MiB segment: 160 MiB reserved)."""
+    near = replay([Alloc(100 * MIB), Free(0), Alloc(82 * MIB), Alloc(10 * MIB)], SPLIT_40)
+    assert (near.reserved_peak, near.allocated_peak) == (110 * MIB, 110 * MIB)
     assert replay([Alloc(100 * MIB), Free(0), Alloc(60 * MIB)], SPLIT_40).reserved_peak == 160 * MIB
 
 
