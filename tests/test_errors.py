@@ -16,6 +16,7 @@ from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import describe
 from ckptlab.show import i18n
+from ckptlab.step.allocator import AllocatorConfig
 from ckptlab.step.preflight import validate_for_model
 from ckptlab.step.selective import check_simulated_selective
 
@@ -52,6 +53,7 @@ def keyed_errors(tmp_path) -> list[CkptlabError]:
     found += _folder_errors(tmp_path)
     found.append(_raised(lambda: check_simulated_selective(RunSpec(selective="attention", world_size=2, fsdp=True))))
     found.append(_raised(lambda: check_budget(0)))  # the longest sequence with no memory to fit
+    found.append(_raised(AllocatorConfig(max_split_size_mb=8).validate))  # under torch's 20 MiB
     found += [
         _raised(SweepSpec(every_n_layers=(1,), **changes).validate)
         for changes in (

@@ -1,0 +1,166 @@
+"""The caching allocator model (ckptlab/step/allocator.py), one rule a test, on hand-made traces whose reserved
+bytes are worked out by hand from c10/cuda/CUDACachingAllocator.cpp; each test names the rule and its function."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ckptlab.errors import SpecError
+from ckptlab.step.allocator import Alloc, AllocatorConfig, CachingAllocator, Free, replay
+
+MIB = 1024 * 1024
+SPLIT_40 = AllocatorConfig(max_split_size_mb=40)
+EXPANDABLE = AllocatorConfig(expandable_segments=True)
+
+
+def test_round_size_rounds_each_request_up_to_512_bytes():
+    """round_size: 1 B and 513 B take 512 B and 1,024 B of one 2 MiB small segment."""
+    result = replay([Alloc(1), Alloc(513)])
+    assert (result.allocated_peak, result.requested_peak, result.reserved_peak) == (1536, 514, 2 * MIB)
+
+
+def test_get_pool_and_get_allocation_size_pick_the_pool_and_the_segment():
+    """get_pool / get_allocation_size: 1 MiB is small (two share a 2 MiB segment); 1 MiB + 1 is large (20 MiB, under
+    10 MiB); 10 MiB and 11 MiB are rounded up to 2 MiB (10 and 12 MiB segments)."""
+    assert replay([Alloc(MIB), Alloc(MIB)]).reserved_peak == 2 * MIB  # the small pool splits off 1 MiB
+    assert replay([Alloc(MIB + 1)]).reserved_peak == 20 * MIB
+    assert replay([Alloc(10 * MIB)]).reserved_peak == 10 * MIB
+    assert replay([Alloc(11 * MIB)]).reserved_peak == 12 * MIB
+
+
+def test_should_split_a_small_block_when_512_bytes_would_remain():
+    """should_split (small pool): two 1,000 B requests share one 2 MiB segment."""
+    assert replay([Alloc(1000), Alloc(1000)]).reserved_peak == 2 * MIB
+
+
+def test_should_split_a_large_block_only_when_more_than_1_mib_would_remain():
+    """should_split (large pool): 19 MiB leaves 1 MiB of its 20 MiB segment, not split, so 1.5 MiB needs a new
+    20 MiB segment (40 MiB reserved, 21.5 allocated: the 19 MiB block is whole); 18.5 MiB leaves 1.5 MiB, split off, which the 1.5 MiB request reuses (20 MiB)."""
+    whole = replay([Alloc(19 * MIB), Alloc(3 * MIB // 2)])
+    assert (whole.reserved_peak, whole.allocated_peak) == (40 * MIB, 20 * MIB + 3 * MIB // 2)
+    split = replay([Alloc(37 * MIB // 2), Alloc(3 * MIB // 2)])
+    assert (split.reserved_peak, split.allocated_peak) == (20 * MIB, 20 * MIB)
+
+
+def test_get_free_block_takes_the_best_fit():
+    """get_free_block: cached 12 and 14 MiB segments; 11 MiB takes the 12 (best fit), so 13 MiB takes the 14 and
+    nothing new is reserved (26 MiB). A worst fit would have left 13 MiB a new segment."""
+    trace = [Alloc(12 * MIB), Alloc(14 * MIB), Free(0), Free(1), Alloc(11 * MIB), Alloc(13 * MIB)]
+    result = replay(trace)
+    assert (result.reserved_peak, result.largest_free_at_peak) == (26 * MIB, 0)
+
+
+def test_free_block_merges_neighbours_of_the_same_segment_only():
+    """free_block / try_merge_blocks: two 5 MiB blocks of one 20 MiB segment merge back into it, which then serves
+    20 MiB (20 MiB reserved); two freed 12 MiB segments, though side by side, never merge, so 24 MiB needs a new
+    segment (48 MiB)."""
+    assert replay([Alloc(5 * MIB), Alloc(5 * MIB), Free(0), Free(1), Alloc(20 * MIB)]).reserved_peak == 20 * MIB
+    assert replay([Alloc(12 * MIB), Alloc(12 * MIB), Free(0), Free(1), Alloc(24 * MIB)]).reserved_peak == 48 * MIB
+
+
+def test_max_split_size_keeps_an_oversize_block_from_a_smaller_request():
+    """get_free_block with max_split_size: a cached 50 MiB block serves 5 MiB by default (50 MiB reserved);
+    with max_split_size_mb=40 it is oversize and 5 MiB gets its own 20 MiB segment (70 MiB)."""
+    trace = [Alloc(50 * MIB), Free(0), Alloc(5 * MIB)]
+    assert replay(trace).reserved_peak == 50 * MIB
+    result = replay(trace, SPLIT_40)
+    assert (result.reserved_peak, result.largest_free_at_peak) == (70 * MIB, 50 * MIB)
+
+
+def test_max_split_size_serves_a_large_request_only_within_20_mib_and_never_splits_it():
+    """get_free_block / should_split with max_split_size_mb=40: a cached 100 MiB block serves 82 MiB (under
+    82 + 20) whole, so 10 MiB needs a 10 MiB segment of its own (110 MiB; split, the 18 MiB left would have served
+    it); it does not serve 60 MiB (a new 60 MiB segment: 160 MiB reserved)."""
+    near = replay([Alloc(100 * MIB), Free(0), Alloc(82 * MIB), Alloc(10 * MIB)], SPLIT_40)
+    assert (near.reserved_peak, near.allocated_peak) == (110 * MIB, 110 * MIB)
+    assert replay([Alloc(100 * MIB), Free(0), Alloc(60 * MIB)], SPLIT_40).reserved_peak == 160 * MIB
+
+
+def test_release_cached_blocks_only_when_the_device_has_no_room():
+    """malloc -> release_cached_blocks and a retry: a cached 12 MiB segment is kept without a limit (42 MiB), and
+    released on a 40 MiB device so that 30 MiB fits (30 MiB, one retry)."""
+    trace = [Alloc(12 * MIB), Free(0), Alloc(30 * MIB)]
+    assert replay(trace).reserved_peak == 42 * MIB
+    tight = replay(trace, capacity=40 * MIB)
+    assert (tight.reserved_peak, tight.retries, tight.out_of_memory_at) == (30 * MIB, 1, None)
+
+
+def test_release_available_cached_blocks_releases_the_oversize_block_first():
+    """release_available_cached_blocks with max_split_size_mb=40 on a 120 MiB device: cached 50 and 60 MiB
+    segments; 5 MiB may take neither, and its 20 MiB segment needs room: the smallest oversize block that covers
+    40 MiB (the 50) is released, the 60 stays (80 MiB reserved)."""
+    allocator = CachingAllocator(SPLIT_40, capacity=120 * MIB)
+    first, second = allocator.malloc(50 * MIB), allocator.malloc(60 * MIB)
+    assert first is not None and second is not None
+    allocator.free(first)
+    allocator.free(second)
+    assert allocator.malloc(5 * MIB) is not None
+    assert (allocator.reserved, allocator.retries) == (80 * MIB, 0)  # num_alloc_retries counts only a full release
+
+
+def test_malloc_reports_the_out_of_memory_event_when_fragmentation_leaves_no_segment():
+    """malloc: on a 40 MiB device, three 9 MiB requests fill two 20 MiB segments; with the first and third freed,
+    21 MiB needs a 22 MiB segment: the whole cached segment is released, the one holding the live 9 MiB cannot be,
+    and 20 + 22 > 40: out of memory at event 5 though the live 30 MiB would fit."""
+    trace = [Alloc(9 * MIB), Alloc(9 * MIB), Alloc(9 * MIB), Free(0), Free(2), Alloc(21 * MIB)]
+    result = replay(trace, capacity=40 * MIB)
+    assert (result.out_of_memory_at, result.reserved_peak, result.retries) == (5, 40 * MIB, 1)
+
+
+def test_expandable_segments_grow_one_range_in_pages():
+    """try_allocate_expandable_block / map_block: 50 MiB maps three 20 MiB pages (60 MiB); freed, it merges with
+    the 10 MiB left after it and serves 60 MiB with no new segment (60 MiB, against 110 MiB without); a small
+    request maps one 2 MiB page."""
+    trace = [Alloc(50 * MIB), Free(0), Alloc(60 * MIB)]
+    assert replay(trace).reserved_peak == 110 * MIB
+    assert replay(trace, EXPANDABLE).reserved_peak == 60 * MIB
+    assert replay([Alloc(1000)], EXPANDABLE).reserved_peak == 2 * MIB
+
+
+def test_expandable_segments_unmap_the_cached_pages_when_the_device_is_full():
+    """release_blocks / unmap_block: on a 41 MiB device, a freed 30 MiB (two 20 MiB pages) leaves 40 MiB cached;
+    a 1 MiB request's 2 MiB small page does not fit, so the cached pages are unmapped and it is retried (2 MiB)."""
+    allocator = CachingAllocator(EXPANDABLE, capacity=41 * MIB)
+    block = allocator.malloc(30 * MIB)
+    assert block is not None and allocator.reserved == 40 * MIB
+    allocator.free(block)
+    assert allocator.malloc(MIB) is not None
+    assert (allocator.reserved, allocator.retries) == (2 * MIB, 1)
+
+
+def test_a_max_split_size_torch_refuses_is_refused_by_name():
+    """AllocatorConfig.validate: under 20 MiB (kLargeBuffer) is refused, naming the value and the least."""
+    with pytest.raises(SpecError) as caught:
+        replay([], AllocatorConfig(max_split_size_mb=8))
+    assert caught.value.key == "allocator.max_split_size_too_small" and caught.value.params["value"] == 8
+
+
+def test_reserved_is_never_below_allocated_over_random_traces():
+    """Every rule together, over seeded random traces: after each event reserved >= allocated, and the replay's
+    peaks keep reserved >= allocated >= requested."""
+    rng = random.Random(60)
+    sizes = [1, 700, 512 * 1024, MIB, MIB + 1, 3 * MIB, 9 * MIB, 11 * MIB, 25 * MIB, 45 * MIB]
+    configs = [AllocatorConfig(), SPLIT_40, EXPANDABLE, AllocatorConfig(max_split_size_mb=40, expandable_segments=True)]
+    for _ in range(150):
+        config, capacity = rng.choice(configs), rng.choice([None, 100 * MIB, 200 * MIB])
+        allocator = CachingAllocator(config, capacity)
+        live, trace, count = {}, [], 0
+        for _ in range(40):
+            if live and rng.random() < 0.45:
+                index = rng.choice(sorted(live))
+                allocator.free(live.pop(index))
+                trace.append(Free(index))
+            else:
+                nbytes = rng.choice(sizes) + rng.randrange(512)
+                block = allocator.malloc(nbytes)
+                if block is None:
+                    break
+                live[count] = block
+                trace.append(Alloc(nbytes))
+                count += 1
+            assert allocator.reserved >= allocator.allocated >= 0
+            assert capacity is None or allocator.reserved <= capacity
+        result = replay(trace, config, capacity)
+        assert result.reserved_peak >= result.allocated_peak >= result.requested_peak
