@@ -7,8 +7,10 @@ largest cached free block at that peak, the allocated peak, and the event at whi
 memory even though the live bytes fit. It is not wired into ``simulate``, the fit rule or the pages yet: a later
 session records the simulated step's trace and replays it here.
 
-Written from ``c10/cuda/CUDACachingAllocator.cpp`` of torch 2.13 (``DeviceCachingAllocator``); each rule below names
-the function it follows:
+Written after ``c10/cuda/CUDACachingAllocator.cpp`` (``DeviceCachingAllocator``): its header comment's rules and
+constants (``kMinBlockSize`` ... ``kRoundLarge``, as DESIGN.md quotes them), and each rule below names the function it
+follows. It was not yet checked line by line against torch 2.13's file (no line numbers cited): the session that
+wires it in checks it there, and against a GPU's ``max_memory_reserved``.
 
 - ``round_size``: a request is rounded up to a multiple of 512 B (``kMinBlockSize``).
 - ``get_pool``: up to 1 MiB (``kSmallSize``) goes to the small pool, the rest to the large pool.
@@ -38,9 +40,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ckptlab.errors import Option, SpecError
+from ..errors import Option, SpecError
+from ..units import MIB
 
-MIB = 1024 * 1024
 MIN_BLOCK_SIZE = 512  # kMinBlockSize
 SMALL_SIZE = 1 * MIB  # kSmallSize: the largest request of the small pool
 SMALL_BUFFER = 2 * MIB  # kSmallBuffer: a small segment, and a small expandable page
