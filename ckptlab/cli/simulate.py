@@ -173,16 +173,17 @@ def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int,
 def _fewest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str], every_setting: bool) -> int:
     """``--fewest-gpus``: the fewest GPUs, then the least recompute, whose simulated step fits the budget a GPU."""
     from ..explore.gpu_search import cheapest_that_fits  # the core, once the flags are known good (see ckptlab.cli)
-    from ..explore.scale import SIMULATION_DTYPES, ScaleRequest, scale_settings
+    from ..explore.scale import ScaleRequest, scale_settings
     from ..model import catalog
     from ..spec import Setting
+    from ..step.preflight import simulated_dtype
 
     core_loaded(args)
     info = catalog.describe(spec.model)
     settings = tuple(scale_settings(info.num_layers)) if every_setting else (Setting.of(spec),)
     request = ScaleRequest(
         spec.model, spec.seq_len, spec.batch_size,
-        spec.dtype if spec.dtype in SIMULATION_DTYPES else "bfloat16",  # "auto": a simulated GPU's bf16
+        str(simulated_dtype(spec)).removeprefix("torch."),  # "auto" as every simulation reads it
         settings, spec.optimizer, spec.lora_rank, spec.lora_targets, 1, spec.gradient_accumulation_steps,
         spec.max_grad_norm, spec.mixed_precision, spec.attn_implementation, spec.quantization,
     )  # fmt: skip

@@ -17,15 +17,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-import torch
-
 from ..errors import Option, RunStoppedError, SpecError
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import MAX_TOKENS, TRAINER_DEFAULT_OPTIMIZER, RunSpec, Setting
-from ..step.preflight import resolve_dtype
+from ..step.preflight import simulated_dtype
 from ..step.simulate import simulated_device_type
 from ..step.stopping import DONE, Cancel, Progress, label, prefixed, stopper
 from ..step.table import TableSimulation
@@ -201,7 +199,7 @@ def parameter_floor(spec: RunSpec) -> tuple[int, str]:
     search refuses a budget under it (:func:`refuse_over_floor`); the fewest-GPUs search skips each GPU count whose
     floor is over the budget (``gpu_search.cheapest_that_fits``)."""
     device = simulated_device_type(spec)
-    dtype = resolve_dtype(spec.dtype, torch.device(device), spec.mixed_precision)
+    dtype = simulated_dtype(spec)
     named = TRAINER_DEFAULT_OPTIMIZER if spec.optimizer == "adamw" else spec.optimizer
     counted = training_bytes(
         spec.model,

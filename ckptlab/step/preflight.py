@@ -65,6 +65,12 @@ def resolve_dtype(name: str, device: torch.device, mixed_precision: str = "none"
     return DTYPE_BY_NAME[name]
 
 
+def simulated_dtype(spec: RunSpec) -> torch.dtype:
+    """The weights' dtype a simulation of ``spec`` runs in: its dtype on the device it stands for
+    (:func:`simulated_device_type_of`; "auto" is bfloat16 there, float32 under mixed precision or on a named CPU)."""
+    return resolve_dtype(spec.dtype, torch.device(simulated_device_type_of(spec.device)), spec.mixed_precision)
+
+
 def validate_for_model(spec: RunSpec, info: ModelInfo) -> None:
     """Check the spec against the model's limits.
 

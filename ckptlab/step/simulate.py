@@ -90,7 +90,13 @@ from .fold import Reduction, SimulatedStep
 from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory, offload_notes, reruns_inside_notes
 from .meters import HOST, TraceSink
-from .preflight import resolve_dtype, simulated_device_type_of, validate_for_model, with_folder_quantization
+from .preflight import (
+    resolve_dtype,
+    simulated_device_type_of,
+    simulated_dtype,
+    validate_for_model,
+    with_folder_quantization,
+)
 from .provenance import model_summary, simulated_provenance
 from .selective import check_simulated_selective, selective_notes
 from .stopping import DONE, Progress
@@ -162,7 +168,7 @@ def prepare(spec: RunSpec) -> tuple[ModelInfo, torch.dtype, Any, str]:
     check_flash_device(spec.attn_implementation, device_type)
     check_optimizer_runs(spec, device_type=device_type, simulated=True)
     check_simulated_selective(spec)
-    dtype = resolve_dtype(spec.dtype, torch.device(device_type), spec.mixed_precision)
+    dtype = simulated_dtype(spec)
     config, _, task = catalog.load_config(spec.model)
     return info, dtype, config, task
 
