@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError
-from ..units import GIB, mib, parse_size
+from ..units import mib, parse_size
+from .gpus import GPU_SPECS
 
 _SIZE_WITH_UNIT = re.compile(
     r"\s*[-+]?[0-9]*\.?[0-9]+\s*[A-Za-z]+\s*"
@@ -26,17 +27,10 @@ _SIZE_WITH_UNIT = re.compile(
 if TYPE_CHECKING:  # only for the annotation: the CLI imports this module before torch may load
     from ..results import RunResult
 
-# Memory each card is sold with, read as GiB (nvidia-smi shows a little less, e.g. 81,559 MiB
-# on an H100 80GB, and the CUDA context takes a few hundred MiB outside torch's counts: the
-# margin should cover both).
-GPUS: dict[str, int] = {
-    "H100 80 GB": 80 * GIB,
-    "H200 141 GB": 141 * GIB,
-    "A100 40 GB": 40 * GIB,
-    "A100 80 GB": 80 * GIB,
-    "L4 24 GB": 24 * GIB,
-    "RTX 4090 24 GB": 24 * GIB,
-}
+# Memory each card is sold with, read as GiB, from the one GPU table (:mod:`ckptlab.explore.gpus`). nvidia-smi
+# shows a little less (e.g. 81,559 MiB on an H100 80GB), and the CUDA context takes a few hundred MiB outside
+# torch's counts: the margin should cover both.
+GPUS: dict[str, int] = {name: spec.memory_bytes for name, spec in GPU_SPECS.items()}
 
 
 def budget_bytes(budget: int | str) -> tuple[int, str]:

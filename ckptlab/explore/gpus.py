@@ -1,0 +1,84 @@
+"""The GPUs the lab knows: one record each, its memory beside its speed, every figure from the vendor's datasheet.
+
+One home for what a GPU *is* (issue 59's time and issue 60's device total read the same record):
+:data:`GPU_SPECS` holds one :class:`GpuSpec` per card; :data:`ckptlab.explore.budget.GPUS` (name to bytes)
+is derived from it, so a budget, a time prediction and the nvidia-smi prediction cannot disagree on which
+cards exist.
+
+The figures are the **dense** ones (a datasheet's headline "with sparsity" figure is twice the dense one
+and no training step reaches it) and per **direction** for the links (datasheets add both directions:
+NVLink 4's "900 GB/s" is 450 GB/s each way; PCIe Gen5 x16's "128 GB/s" is 64 GB/s each way). Where a card
+comes in several form factors the lab takes the one named in :attr:`GpuSpec.form`: the SXM boards of the data
+center GPUs (what clusters and cloud 8-GPU nodes have). docs/gpus.md lists each figure with its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ..units import GIB
+
+TERA = 10**12
+GIGA = 10**9
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link's kind and its bandwidth in bytes a second, one direction."""
+
+    name: str  # "PCIe Gen5 x16", "NVLink 4", ...
+    bytes_per_s: float  # one direction: a datasheet's bidirectional figure halved
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU: its memory, its dense peak FLOP/s per dtype, its memory bandwidth and its two links.
+
+    ``dense_flops`` is keyed by what a matmul runs in: "bfloat16", "float16", "tf32" (float32 on tensor
+    cores, torch's ``allow_tf32``) and "float32" (the CUDA cores). ``source`` is the datasheet the figures
+    were read from.
+    """
+
+    name: str  # the lab's name, as budgets and pages show it: "H100 80 GB"
+    form: str  # the board the figures are of: "SXM", "PCIe"
+    memory_bytes: int  # what the card is sold with, read as GiB (nvidia-smi shows a little less)
+    dense_flops: Mapping[str, float]  # FLOP/s, dense, by the dtype the matmul runs in
+    memory_bandwidth: float  # bytes a second, the card's memory
+    host_link: Link  # GPU to host (offload's copies)
+    gpu_link: Link  # GPU to GPU (FSDP2's collectives); PCIe where the card has no NVLink
+    source: str  # the datasheet
+
+
+def _flops(bf16: float, tf32: float, fp32: float) -> Mapping[str, float]:
+    """Dense FLOP/s per dtype, in TFLOP/s; float16 runs at bfloat16's rate on every card here."""
+    return MappingProxyType(
+        {"bfloat16": bf16 * TERA, "float16": bf16 * TERA, "tf32": tf32 * TERA, "float32": fp32 * TERA}
+    )
+
+
+_PCIE4 = Link("PCIe Gen4 x16", 32 * GIGA)  # 64 GB/s both directions
+_PCIE5 = Link("PCIe Gen5 x16", 64 * GIGA)  # 128 GB/s both directions
+_NVLINK3 = Link("NVLink 3", 300 * GIGA)  # A100: 600 GB/s both directions
+_NVLINK4 = Link("NVLink 4", 450 * GIGA)  # H100/H200: 900 GB/s both directions
+
+_H100 = "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column)"
+_H200 = "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column)"
+_A100 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (SXM)"
+_L4 = "https://www.nvidia.com/en-us/data-center/l4/"
+_ADA = "NVIDIA Ada GPU Architecture whitepaper v2.1, Appendix A, GeForce RTX 4090 (tensor FLOPS with FP32 accumulate)"
+
+GPU_SPECS: Mapping[str, GpuSpec] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            GpuSpec("H100 80 GB", "SXM", 80 * GIB, _flops(989.4, 494.7, 66.9), 3.35e12, _PCIE5, _NVLINK4, _H100),
+            GpuSpec("H200 141 GB", "SXM", 141 * GIB, _flops(989.4, 494.7, 66.9), 4.8e12, _PCIE5, _NVLINK4, _H200),
+            GpuSpec("A100 40 GB", "SXM", 40 * GIB, _flops(312, 156, 19.5), 1.555e12, _PCIE4, _NVLINK3, _A100),
+            GpuSpec("A100 80 GB", "SXM", 80 * GIB, _flops(312, 156, 19.5), 2.039e12, _PCIE4, _NVLINK3, _A100),
+            GpuSpec("L4 24 GB", "PCIe", 24 * GIB, _flops(121, 60, 30.3), 300e9, _PCIE4, _PCIE4, _L4),
+            GpuSpec("RTX 4090 24 GB", "PCIe", 24 * GIB, _flops(165.2, 82.6, 82.6), 1.008e12, _PCIE4, _PCIE4, _ADA),
+        )
+    }
+)
