@@ -119,3 +119,37 @@ def import_peft() -> None:
         if importlib.util.find_spec("bitsandbytes") is not None:
             import_bitsandbytes()
         import peft  # noqa: F401  # imported for the process: the lab's modules import from it by name
+
+
+# The lab builds a TrainingArguments of its own only to ask Trainer for an optimizer's class (step/training.py). Under
+# a simulated FSDP2 step the fake process group of step/fake_pg is up at that moment, and TrainingArguments warns that
+# "torch.distributed process group is initialized, but parallel_mode != ParallelMode.DISTRIBUTED": about the lab's
+# own stand-in, not the user's launch, and it filled 28 of 35 lines of a workshop server's log (issue 58). The filter
+# drops that one warning, and only while this thread builds the lab's arguments; a user's own TrainingArguments, in
+# any thread, still warns.
+_TRAINING_ARGS_LOGGER = "transformers.training_args"
+_OWN_ARGUMENTS = threading.local()
+
+
+class _OwnArgumentsFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(_OWN_ARGUMENTS, "building", False):
+            return True
+        return "parallel_mode != ParallelMode.DISTRIBUTED" not in record.getMessage()
+
+
+_OWN_ARGUMENTS_FILTER = _OwnArgumentsFilter()
+
+
+@contextmanager
+def lab_own_training_arguments() -> Iterator[None]:
+    """While this thread builds the lab's own ``TrainingArguments``, drop its warning about the lab's process group."""
+    logger = logging.getLogger(_TRAINING_ARGS_LOGGER)
+    with _LOCK:
+        if _OWN_ARGUMENTS_FILTER not in logger.filters:
+            logger.addFilter(_OWN_ARGUMENTS_FILTER)
+    _OWN_ARGUMENTS.building = True
+    try:
+        yield
+    finally:
+        _OWN_ARGUMENTS.building = False

@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 from torch.distributed.tensor import DTensor
 
 from ..errors import Command, Option, SpecError
-from ..model.libraries import import_bitsandbytes, trainer_modules_without_peft
+from ..model.libraries import import_bitsandbytes, lab_own_training_arguments, trainer_modules_without_peft
 from ..model.quantize import quant_state_tensors
 from ..spec import BITSANDBYTES_OPTIMIZERS, LOW_BIT_PACKAGES, RunSpec
 
@@ -54,7 +54,8 @@ def trainer_optimizer_class(spec: RunSpec) -> tuple[type[torch.optim.Optimizer],
     if LOW_BIT_PACKAGES.get(spec.optimizer, ("",))[0] == "bitsandbytes":
         import_bitsandbytes()  # Trainer's handler imports it: first, without its Hub kernel lookup
 
-    args = TrainingArguments(optim=name, optim_args=spec.optim_args, report_to="none")
+    with lab_own_training_arguments():
+        args = TrainingArguments(optim=name, optim_args=spec.optim_args, report_to="none")
     return Trainer.get_optimizer_cls_and_kwargs(args)
 
 
