@@ -33,6 +33,10 @@ class _NoHubKernelNotice(logging.Filter):
 # On the logger before bitsandbytes makes it: its module takes the same logger by name when imported.
 logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_NoHubKernelNotice())
 
+# A message's unit specs ("{needed:gib}") are the units module's to register (ckptlab.fact.UNIT_SPECS): importing
+# any part of the package runs this file first, so no message is worded before they are there.
+from . import units as _units  # noqa: E402
+
 # Each public name and the module that defines it; ``__getattr__`` imports that module on first use.
 _HOMES = {
     "CkptlabError": ".errors",

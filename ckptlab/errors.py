@@ -225,7 +225,7 @@ def check_at_most(name: str, value: int | float, maximum: int | float, why: Fact
     """
     if value > maximum:
         raise SpecError(
-            key="spec.at_most", option=Option(name, value), why=why, name=name, value=f"{value!r}", limit=f"{maximum:,}"
+            key="spec.at_most", option=Option(name, value), why=why, name=name, value=f"{value!r}", limit=maximum
         )
 
 

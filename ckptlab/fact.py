@@ -135,21 +135,35 @@ def number(value: float, spec: str, lang: str) -> str:
     return localized(format(value, spec), lang)
 
 
+# The unit format specs a template may put on a number of bytes or a count: ``{needed:gib}`` is ``needed`` (bytes)
+# as GiB with one decimal in the reader's language. A fact or an error carries the bytes; the template picks the
+# unit, so no sentence's number is formatted in the core (issue 57). The divisors are ckptlab.units' constants,
+# which registers them here (units imports this module, so this module cannot import it): name -> (divisor, spec).
+UNIT_SPECS: dict[str, tuple[float, str]] = {}
+
+
 class _NumberFormatter(string.Formatter):
-    """``str.format`` but that a number formatted in a template (``{peak:,.1f}``) takes the language's form."""
+    """``str.format`` but that a number formatted in a template (``{peak:,.1f}``) takes the language's form, and a
+    unit spec of :data:`UNIT_SPECS` (``{needed:gib}``) divides the number first."""
 
     def __init__(self, lang: str) -> None:
         self.lang = lang
 
     def format_field(self, value: Any, format_spec: str) -> str:
-        text = format(value, format_spec)
         is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if format_spec in UNIT_SPECS and is_number:
+            divisor, format_spec = UNIT_SPECS[format_spec]
+            value = value / divisor
+        try:
+            text = format(value, format_spec)
+        except (ValueError, TypeError):  # a spec for a number met a text: a message is said, never raised from
+            return str(value)
         return localized(text, self.lang) if is_number else text
 
 
 def filled(text: str, lang: str, values: Mapping[str, Any]) -> str:
-    """``text.format(**values)``, its numbers in ``lang``'s form (:func:`localized`)."""
-    return _NumberFormatter(lang).vformat(text, (), values) if separators(lang) != ".," else text.format(**values)
+    """``text.format(**values)``, its numbers in ``lang``'s form (:func:`localized`) and unit specs applied."""
+    return _NumberFormatter(lang).vformat(text, (), values)
 
 
 def worded_param(value: Any, lang: str) -> Any:

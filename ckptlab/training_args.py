@@ -192,7 +192,7 @@ def load_training_args_file(path: str | Path) -> dict[str, Any]:
         if isinstance(problem, Fact) and problem.key == "file.no_such_file":
             return SpecError(key="training_args.no_file", path=shown)
         if isinstance(problem, Fact) and problem.key == "file.over_bytes":
-            return SpecError(key="training_args.too_large", path=shown, limit=f"{MAX_FILE_BYTES:,}")
+            return SpecError(key="training_args.too_large", path=shown, limit=MAX_FILE_BYTES)
         if isinstance(problem, Fact) and problem.key == "file.not_object":
             return SpecError(key="training_args.not_object", path=shown, kind=problem.params["kind"])
         return SpecError(key="training_args.not_json", path=shown, error=problem)

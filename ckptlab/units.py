@@ -9,11 +9,30 @@ from __future__ import annotations
 import re
 
 from .errors import SpecError
-from .fact import ENGLISH, localized
+from .fact import ENGLISH, UNIT_SPECS, Fact, localized
 
 KIB = 2**10
 MIB = 2**20
 GIB = 2**30
+# A template's unit specs (ckptlab.fact.UNIT_SPECS): bytes as GiB or MiB, a count in millions or billions, each with
+# the one decimal (two for billions) the pages show.
+UNIT_SPECS.update(
+    {
+        "gib": (GIB, ",.1f"),
+        "gib0": (GIB, ",.0f"),
+        "mib": (MIB, ",.1f"),
+        "mib0": (MIB, ",.0f"),
+        "millions": (1e6, ",.1f"),
+        "billions": (1e9, ",.2f"),
+    }
+)
+
+
+def parameter_count(count: int) -> Fact:
+    """A number of parameters as every message says it: "8.03B" from a billion, else "494.0M" (``said.count.*``)."""
+    return Fact("count.billions" if count >= 1e9 else "count.millions", {"count": count})
+
+
 # Sizes as people write them: binary (KiB, MiB, GiB) and decimal (KB, MB, GB) units, or bytes.
 SIZE_UNITS = {"": 1, "b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 

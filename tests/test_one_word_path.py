@@ -198,3 +198,40 @@ def test_the_scan_names_each_sentence_by_file_and_line(tmp_path):
 
 def test_each_exception_left_in_english_says_why():
     assert all(reason for reason in [*INTERNAL.values(), *PRIVATE_CONTRACTS.values()])
+
+
+def _formatted_numbers(tree: ast.AST) -> list[int]:
+    """Lines where a ``Fact(...)`` or an exception's call (a name ending in ``Error``) gets a param written by an
+    f-string with a format spec (``size=f"{n / 2**20:,.1f}"``): a number formatted in the core, in English."""
+    lines = []
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call) or not (_name(call) == "Fact" or _name(call).endswith("Error")):
+            continue
+        values = [keyword.value for keyword in call.keywords] + [
+            value for argument in call.args if isinstance(argument, ast.Dict) for value in argument.values
+        ]
+        for value in values:
+            if isinstance(value, ast.JoinedStr) and any(
+                isinstance(part, ast.FormattedValue) and part.format_spec is not None for part in value.values
+            ):
+                lines.append(value.lineno)
+    return lines
+
+
+def test_facts_and_errors_carry_numbers_not_formatted_text():
+    """A fact's or an error's number travels as a number: its template formats it in the reader's language
+    (``{needed:gib}``, ``{tokens:,}``: ``ckptlab.fact.UNIT_SPECS``), so a pt-BR message reads "11.175,9 GiB"."""
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line in _formatted_numbers(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert not found, (
+        "numbers formatted into a fact's or an error's params (pass the number; format it in the template):\n"
+        + "\n".join(found)
+    )
+
+
+def test_the_number_scan_names_a_formatted_param(tmp_path):
+    source = 'raise SpecError(key="k", size=f"{n / 2**20:,.1f}")\nFact("k", {"gib": f"{x:.1f}", "n": n})\n'
+    assert _formatted_numbers(ast.parse(source)) == [1, 2]

@@ -174,7 +174,9 @@ def _read_number(reading: _Reading, field: SpecField, text: str) -> None:
         used = min(max(bound, float(field.low)), float(field.offered))
         reading.changes[field.name] = used
         if used != bound:
-            reading.warnings.append(Fact("link.clamped", {"key": field.link.key, "value": text, "used": f"{used:g}"}))
+            reading.warnings.append(
+                Fact("link.clamped", {"key": field.link.key, "value": text, "used": used, "unit": ""})
+            )
     else:
         reading.warnings.append(
             Fact("link.not_a_number", reading.ignored(field, f"{getattr(reading.base, field.name):g}"))

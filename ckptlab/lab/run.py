@@ -32,7 +32,7 @@ from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
 from ..step.preflight import (
-    CheckedSpec,
+    building_fact,
     check_spec,
     load_model,
     refuse_beyond_machine,
@@ -319,7 +319,7 @@ def run_queued(
             count = (run is None) + (spec.checkpointing and ((base is None) + (full is not None and plain is None)))
             done = 0
             if count:  # a worker's first words come after it has started and imported torch: seconds on an idle server
-                report(building_fact(checked), 0.0)
+                report(building_fact(checked.info), 0.0)  # said the moment it has the device, not "waiting"
             try:
                 if run is None:
                     run = cache.put(
@@ -358,15 +358,6 @@ def run_queued(
         elapsed_s=time.monotonic() - started,
         plain=plain,
     )
-
-
-def building_fact(checked: CheckedSpec) -> Fact:
-    """What a turn does first, said the moment it has the device: building the model (not "waiting")."""
-    info = checked.info
-    values = {"name": info.name, "millions": f"{info.num_params / 1e6:,.1f}"}
-    if info.weights == "loaded":
-        return Fact("progress.building_loaded", values)
-    return Fact("progress.building_random", values)
 
 
 def give_back_memory() -> None:
@@ -482,7 +473,7 @@ class TurnStopper:
 
 def time_limit_error(limit_s: float) -> RunStoppedError:
     """A run (a sweep's row) stopped at the server's limit per run."""
-    return RunStoppedError(key="run.time_limit", seconds=f"{limit_s:g}")
+    return RunStoppedError(key="run.time_limit", seconds=limit_s)
 
 
 def _asking(on_wait: OnWait | None, should_stop: ShouldStop | None) -> OnWait | None:

@@ -144,7 +144,7 @@ class DeviceQueue:
                         break
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
-                        raise DeviceBusyError(key="queue.busy", seconds=f"{timeout:.0f}", ahead=self._ahead(ticket))
+                        raise DeviceBusyError(key="queue.busy", seconds=timeout, ahead=self._ahead(ticket))
                     self._cond.wait(self.poll_s if remaining is None else min(self.poll_s, remaining))
             yield Turn(ticket.number, label, ticket.enqueued_at, ticket.started_at, 0.0)
         finally:

@@ -109,7 +109,7 @@ def gpu_from_link(text: str) -> tuple[str, float, list[Fact]] | None:
         return None
     low, high = BUDGET_GIB_RANGE
     used = min(max(gib, low), high)
-    clamped = [Fact("link.clamped", {"key": "gpu", "value": text, "used": f"{used:g}GiB"})] if used != gib else []
+    clamped = [Fact("link.clamped", {"key": "gpu", "value": text, "used": used, "unit": "GiB"})] if used != gib else []
     return CUSTOM, used, clamped
 
 

@@ -236,9 +236,9 @@ class ServerPolicy:
                 key="server.too_many_tokens",
                 seq=spec.seq_len,
                 batch=spec.batch_size,
-                tokens=f"{tokens:,}",
+                tokens=tokens,
                 model=info.name,
-                limit=f"{limit:,}",
+                limit=limit,
             )
 
 

@@ -402,16 +402,15 @@ class WorkerPool:
     def _lost(self, worker: _Worker) -> WorkerLostError:
         worker.kill()
         code = worker.process.exitcode
-        return WorkerLostError(key="job.worker_lost", code=f"{code}")
+        return WorkerLostError(key="job.worker_lost", code=code)
 
 
 def _time_limit(seconds: float | None) -> RunStoppedError:
-    return RunStoppedError(key="job.time_limit", seconds=f"{seconds:g}")
+    return RunStoppedError(key="job.time_limit", seconds=seconds)
 
 
 def _memory_cap(resident: int, cap: int) -> RunStoppedError:
-    used, allowed = f"{resident / 2**30:.1f}", f"{cap / 2**30:.1f}"
-    return RunStoppedError(key="job.memory_cap", used=used, cap=allowed)
+    return RunStoppedError(key="job.memory_cap", used=resident, cap=cap)
 
 
 # -- the server's pools ---------------------------------------------------------------------

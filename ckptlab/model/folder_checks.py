@@ -34,6 +34,7 @@ from huggingface_hub.errors import StrictDataclassError
 
 from ..errors import Command, DoesNotFitError, ModelLoadError, Option, one_line
 from ..fact import Fact
+from ..units import parameter_count
 from .hub import MAX_CONFIG_BYTES  # one bound on a config.json, from a folder or the Hub
 
 # describe() builds every layer on the meta device (1-3 ms each on 2 CPU cores) and the
@@ -84,8 +85,8 @@ def read_config_json(config_file: str) -> dict[str, Any]:
         raise ModelLoadError(
             key="folder.config_too_large",
             file=config_file,
-            size=f"{size / 2**20:,.1f}",
-            limit=f"{MAX_CONFIG_BYTES // 2**20}",
+            size=size,
+            limit=MAX_CONFIG_BYTES,
         )
     try:
         with open(config_file, encoding="utf-8") as f:
@@ -229,8 +230,8 @@ def _check_section(prefix: str, section: Mapping[str, Any], aliases: Mapping[str
                 key="folder.too_many_layers",
                 file=config_file,
                 name=f"{prefix}{name}",
-                value=f"{value:,}",
-                limit=f"{MAX_LAYERS:,}",
+                value=value,
+                limit=MAX_LAYERS,
             )
     for name, value in section.items():
         if isinstance(value, list) and len(value) > MAX_LAYERS:
@@ -338,14 +339,14 @@ def memory_limit(device: torch.device) -> tuple[int, str | Fact, Fact] | None:
     """``(bytes, the device (a GPU's name, or this CPU), its memory)``, said in a message: a CUDA device's total memory, the CPU's physical RAM; None if unknown."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        gib = f"{props.total_memory / 2**30:,.1f}"
-        return props.total_memory, props.name, Fact("memory.cuda_total", {"gib": gib, "name": props.name})
+        total = props.total_memory
+        return total, props.name, Fact("memory.cuda_total", {"total": total, "name": props.name})
     if device.type == "cpu":
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (AttributeError, ValueError, OSError):
             return None
-        return total, Fact("device.this_cpu"), Fact("memory.cpu_total", {"gib": f"{total / 2**30:,.1f}"})
+        return total, Fact("device.this_cpu"), Fact("memory.cpu_total", {"total": total})
     return None
 
 
@@ -383,20 +384,16 @@ def check_fits(
         key="model.too_big_local" if local else "model.too_big_preset",
         simulate=Command("simulate", (Option("model", info.name),)),
         where=where,
-        embedding=_count(embedding),
+        embedding=parameter_count(embedding),
         what=what,
         name=repr(info.name),
-        parameters=_count(info.num_params),
-        needed_gib=f"{needed / 2**30:,.1f}",
-        buffers_gib=f"{info.buffer_bytes / 2**30:,.1f}",
+        parameters=parameter_count(info.num_params),
+        needed=needed,
+        buffers=info.buffer_bytes,
         dtype=label,
-        limit_gib=f"{limit[0] / 2**30:,.1f}",
+        limit_bytes=limit[0],
         device="CPU" if device.type == "cpu" else where,
         layers=info.num_layers,
         hidden=info.hidden_size,
         vocab=info.vocab_size,
     )
-
-
-def _count(n: int) -> str:
-    return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.1f}M"

@@ -225,7 +225,7 @@ def _awaited(fetch: _Fetch, started: float, deadline_s: float, name: str) -> str
     # after the fetch gave up on its own (its HEAD's timeout is the deadline), and the answer must not depend on
     # which thread the scheduler ran first.
     if not finished or (fetch.error is not None and time.monotonic() - started >= deadline_s):
-        raise ModelLoadError(key="hub.timeout", name=repr(name), seconds=f"{deadline_s:g}")
+        raise ModelLoadError(key="hub.timeout", name=repr(name), seconds=deadline_s)
     if fetch.error is not None:
         raise fetch.error
     assert fetch.path is not None
@@ -326,7 +326,7 @@ def _download(
                     if received > limit:
                         raise ModelLoadError(key="hub.overlong", name=repr(name), size=limit)
                     if time.monotonic() > deadline:
-                        raise ModelLoadError(key="hub.timeout", name=repr(name), seconds=f"{hub.deadline_s:g}")
+                        raise ModelLoadError(key="hub.timeout", name=repr(name), seconds=hub.deadline_s)
                     file.write(chunk)
         if size is not None and received != size:
             raise ModelLoadError(key="hub.short", name=repr(name), received=received, size=size)
@@ -368,8 +368,8 @@ def _too_large(name: str, size: int) -> ModelLoadError:
     return ModelLoadError(
         key="hub.config_too_large",
         name=repr(name),
-        size=f"{size / 2**20:,.1f}",
-        limit=f"{MAX_CONFIG_BYTES // 2**20}",
+        size=size,
+        limit=MAX_CONFIG_BYTES,
     )
 
 

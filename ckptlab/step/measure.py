@@ -386,7 +386,7 @@ def offload_notes(spec: RunSpec, memory: MemoryResult | None, layers: Sequence[L
     cp_layers = sum(layer.planned == "CP" for layer in layers)
     return [
         OFFLOAD_ON_CPU_NOTE,
-        Fact("note.offload_would_move", {"bytes": f"{memory.offload_bytes:,}", "layers": cp_layers}),
+        Fact("note.offload_would_move", {"bytes": memory.offload_bytes, "layers": cp_layers}),
     ]
 
 
@@ -404,8 +404,7 @@ def _release_after_oom(
     if device.type == "cuda":
         torch.cuda.empty_cache()
         capacity = torch.cuda.get_device_properties(device).total_memory
-        gib = f"{capacity / 2**30:.0f}"
-        where = Fact("memory.cuda_total", {"gib": gib, "name": torch.cuda.get_device_name(device)})
+        where = Fact("memory.cuda_total", {"total": capacity, "name": torch.cuda.get_device_name(device)})
     else:
         where = Fact("memory.this_machine")
     setting = Fact(

@@ -23,6 +23,7 @@ from ..model.lora import adapted_shapes, adapter_parameters, check_rank
 from ..model.quantize import config_quantization
 from ..spec import RunSpec
 from ..torchstate import exclusive
+from ..units import parameter_count
 from .stopping import Progress
 
 DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -164,12 +165,7 @@ def load_model(spec: RunSpec | CheckedSpec, progress: Progress | None = None) ->
     refuse_beyond_machine(checked)
     info = checked.info
     if progress is not None:
-        millions = f"{info.num_params / 1e6:,.1f}"
-        said = Fact(
-            "progress.building_loaded" if info.weights == "loaded" else "progress.building_random",
-            {"name": info.name, "millions": millions},
-        )
-        progress(said, 0.0)
+        progress(building_fact(info), 0.0)
     return catalog.build_model(
         checked.spec.model,
         dtype=checked.dtype,
@@ -177,6 +173,14 @@ def load_model(spec: RunSpec | CheckedSpec, progress: Progress | None = None) ->
         seed=checked.spec.seed,
         quantization=checked.spec.quantization,
         attn_implementation=checked.spec.attn_implementation,
+    )
+
+
+def building_fact(info: ModelInfo) -> Fact:
+    """What building ``info``'s model is said as: its name, its parameter count, random or loaded weights."""
+    return Fact(
+        "progress.building_loaded" if info.weights == "loaded" else "progress.building_random",
+        {"name": info.name, "parameters": parameter_count(info.num_params)},
     )
 
 
@@ -199,11 +203,11 @@ def host_memory_refusal(info: ModelInfo, dtype: torch.dtype, device: torch.devic
     return DoesNotFitError(
         key="model.host_memory",
         name=info.name,
-        needed_gib=f"{needed / 2**30:.1f}",
-        parameters=f"{info.num_params / 1000000000.0:.2f}B",
+        needed=needed,
+        parameters=parameter_count(info.num_params),
         element=element,
-        buffers_gib=f"{info.buffer_bytes / 2**30:.1f}",
-        available_gib=f"{available / 2**30:.1f}",
+        buffers=info.buffer_bytes,
+        available=available,
     )
 
 
@@ -273,13 +277,13 @@ def step_floor_refusal(
             where=limit[1],
             simulate=Command("simulate", (Option("model", info.name), Option("lora_rank", spec.lora_rank))),
             rank=spec.lora_rank,
-            adapters_gib=f"{adapters / 2**30:,.1f}",
+            adapters=adapters,
             seq=spec.seq_len,
             batch=spec.batch_size,
-            tokens=f"{tokens:,}",
+            tokens=tokens,
             name=info.name,
-            needed_gib=f"{needed / 2**30:,.1f}",
-            room_gib=f"{room / 2**30:,.1f}",
+            needed=needed,
+            room=room,
         )
     return DoesNotFitError(
         key="model.step_floor",
@@ -288,10 +292,10 @@ def step_floor_refusal(
         simulate=Command("simulate", (Option("model", info.name),)),
         seq=spec.seq_len,
         batch=spec.batch_size,
-        tokens=f"{tokens:,}",
+        tokens=tokens,
         name=info.name,
-        needed_gib=f"{needed / 2**30:,.1f}",
-        room_gib=f"{room / 2**30:,.1f}",
+        needed=needed,
+        room=room,
     )
 
 

@@ -256,7 +256,7 @@ def selective_notes(spec: RunSpec, layers: list[LayerResult], offload_applied: b
     notes: list[Fact] = []
     kept = sum(layer.kept_bytes for layer in layers)
     if offload_applied and kept:
-        notes.append(Fact("note.selective_offload", {"bytes": f"{kept:,}"}))
+        notes.append(Fact("note.selective_offload", {"bytes": kept}))
     wanted = selective_key(spec.selective)
     missed = [layer.name for layer in layers if layer.enabled == "CP" and not layer.selective_as(wanted)]
     if not missed:

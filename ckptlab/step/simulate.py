@@ -320,7 +320,7 @@ def simulated_result(
     """The :class:`RunResult` of a simulated step of the whole model, with ``notes`` on how it was simulated."""
     device_type = simulated_device_type(spec)
     if spec.offload and device_type == "cuda":
-        notes.append(Fact("note.offload_simulated", {"bytes": f"{step.host_bytes:,}"}))
+        notes.append(Fact("note.offload_simulated", {"bytes": step.host_bytes}))
     notes[:0] = offload_notes(spec, step.memory, step.layers)  # offload asked for a CPU: what it would move
     planned = rerun_roles(planned_roles(info.num_layers, spec.every_n_layers), info.nested_in)
     notes += reruns_inside_notes(step.layers)

@@ -82,7 +82,7 @@ def test_the_warm_up_flag_queues_the_workshops_runs_when_a_first_page_opens(monk
 
     def measure(spec, **_):
         asked.append(spec)
-        raise DeviceBusyError(key="queue.busy", seconds="0", ahead=0)
+        raise DeviceBusyError(key="queue.busy", seconds=0, ahead=0)
 
     runs = SharedRuns(measure=measure, pace=Pace())
     monkeypatch.setattr(learnruns, "LEARN_RUNS", runs)

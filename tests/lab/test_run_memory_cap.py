@@ -21,6 +21,7 @@ def test_a_job_killed_for_memory_is_reported_as_the_memory_cap(monkeypatch):
     monkeypatch.setattr(labrun, "_cached", lambda cache, spec: None)
     with pytest.raises(RunStoppedError) as caught:
         labrun.run_queued(RunSpec(model="tiny-llama"), queue=DeviceQueue(), cache=ResultCache())
-    assert caught.value.key == "job.memory_cap" and caught.value.params["cap"] == "1.2"
-    assert "1.2 GiB" in app_message(caught.value, "ja") and "1.2 GiB" in app_message(caught.value, "pt-BR")
+    assert caught.value.key == "job.memory_cap" and caught.value.params["cap"] == int(1.2 * 2**30)  # bytes, a number
+    # the template formats it in the reader's language
+    assert "1.2 GiB" in app_message(caught.value, "ja") and "1,2 GiB" in app_message(caught.value, "pt-BR")
     assert "cancelled" not in str(caught.value)
