@@ -41,7 +41,7 @@ from ..errors import SpecError
 from ..fact import Fact, worded
 from ..model.plan import nested_in, observed_roles, planned_roles
 from ..model.quantize import model_quantization
-from ..results import LayerResult, MemoryResult
+from ..results import METHOD_FACTS, LayerResult, MemoryResult
 from ..show.i18n import say
 from ..show.report import diagram
 from ..spec import RunSpec
@@ -213,7 +213,7 @@ class CheckpointingReport:
             lines.append(Fact("trainer.mismatch", {"rows": rows}))
         peak_where = memory.peak_where.description
         lines += [
-            Fact("trainer.memory", {"method": memory.method}),
+            Fact("trainer.memory", {"method": METHOD_FACTS.get(memory.method, memory.method)}),
             Fact("trainer.memory_baseline", {"mib": mib(memory.baseline_bytes)}),
             Fact("trainer.memory_after_forward", {"mib": mib(memory.after_forward_bytes)}),
             Fact(

@@ -29,6 +29,23 @@ MIN_SAMPLES_TO_JUDGE = 3
 BUSY_SPREAD = 0.25
 
 
+# How a number was counted or timed: ``MemoryResult.method`` and ``TimingResult.method`` hold one of these keys,
+# never a sentence; its words are ``said.method.<key>`` in the reader's language (:data:`METHOD_FACTS`).
+CUDA_MEMORY_METHOD = "memory_cuda"  # the CUDA caching allocator's statistics
+CPU_MEMORY_METHOD = "memory_cpu"  # MemTracker on a separate untimed step
+OBSERVED_MEMORY_METHOD = "memory_observed"  # MemTracker on the user's own training step (integrations)
+SIMULATED_MEMORY_METHOD = "memory_simulated"  # fake tensors accounted by MemTracker
+CUDA_TIME_METHOD = "time_cuda"  # CUDA events
+CPU_TIME_METHOD = "time_cpu"  # time.perf_counter
+METHOD_FACTS = {
+    CUDA_MEMORY_METHOD: Fact("method.memory_cuda"),
+    CPU_MEMORY_METHOD: Fact("method.memory_cpu"),
+    OBSERVED_MEMORY_METHOD: Fact("method.memory_observed"),
+    SIMULATED_MEMORY_METHOD: Fact("method.memory_simulated"),
+    CUDA_TIME_METHOD: Fact("method.time_cuda"),
+    CPU_TIME_METHOD: Fact("method.time_cpu"),
+}
+
 # Where a simulation ran, in the place of a device's name (a page says it in its language: show.labels).
 NO_GPU = Fact("provenance.no_gpu")
 AS_ON_CPU = Fact("provenance.as_on_cpu")  # a simulation asked for with device "cpu": the CPU's kernels and dtype

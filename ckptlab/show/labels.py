@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..fact import worded
-from ..results import AS_ON_CPU, NO_GPU, Provenance, Region, RunResult, TimelinePoint
+from ..results import AS_ON_CPU, METHOD_FACTS, NO_GPU, Provenance, Region, RunResult, TimelinePoint
 from ..spec import RunSpec
 from .i18n import say, t
 
@@ -55,16 +55,9 @@ def provenance_label(provenance: Provenance | str, lang: str = "en") -> str:
 
 
 def method_label(method: str, lang: str = "en") -> str:
-    """How a number was measured (the meters' method strings), in ``lang``; an unknown method as it is."""
-    from ..step import meters  # the method strings live with the meters that produce them
-
-    keys = {
-        meters.CPU_MEMORY_METHOD: "method.memory_cpu",
-        meters.CUDA_MEMORY_METHOD: "method.memory_cuda",
-        meters.CPU_TIME_METHOD: "method.time_cpu",
-        meters.CUDA_TIME_METHOD: "method.time_cuda",
-    }
-    return t(keys[method], lang) if method in keys else method
+    """How a number was measured (a result's method key, :data:`ckptlab.results.METHOD_FACTS`), in ``lang``; an
+    unknown method (a result read from an older JSON, which wrote the English) as it is."""
+    return say(METHOD_FACTS[method], lang) if method in METHOD_FACTS else method
 
 
 def event_label(point: TimelinePoint | Region, lang: str = "en") -> str:

@@ -41,16 +41,10 @@ from torch.distributed._tools.mem_tracker import (
 from torch.utils.hooks import RemovableHandle
 
 from ..model.quantize import quant_state_tensors
+from ..results import CPU_MEMORY_METHOD, CPU_TIME_METHOD, CUDA_MEMORY_METHOD, CUDA_TIME_METHOD
 from ..torchstate import usable_cores
 from .training import gradient_bytes, optimizer_state_bytes, parameter_bytes
 
-CUDA_MEMORY_METHOD = (
-    "CUDA caching allocator statistics: torch.cuda.memory_allocated and max_memory_allocated "
-    "(bytes in live tensors, allocator block rounding included)"
-)
-CPU_MEMORY_METHOD = (
-    "torch.distributed._tools.mem_tracker.MemTracker on a separate untimed step (bytes of live tensor storages)"
-)
 # Where the bytes of a step go, by one name everywhere (results, tables, figures, locales).
 CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temp")
 # What a trace counts beside MemTracker's categories: bytes in float32 logits (LogitsShape), not added to the total.
@@ -67,9 +61,6 @@ TRACKER_CATEGORIES = {  # MemTracker's names -> the lab's
     "Temp": "temp",
     "Other": "other",
 }
-
-CUDA_TIME_METHOD = "CUDA events around forward, backward and the optimizer step, read after torch.cuda.synchronize()"
-CPU_TIME_METHOD = "time.perf_counter around forward, backward and the optimizer step"
 
 
 class MemoryMeter(Protocol):

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from ..model.plan import checkpointable_layers
-from ..results import MemoryResult
+from ..results import OBSERVED_MEMORY_METHOD, MemoryResult
 from .meters import meter_for
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .training import model_device, optimizer_state_bytes
@@ -148,8 +148,8 @@ class StepObserver:
         if "bytes" not in self._resident or peak_point is None:
             raise RuntimeError("the observed step ran no backward through the model's output")
         memory = MemoryResult(
-            # The meter's words are a measured run's, whose memory step is a step of its own; here it is the loop's.
-            method=self._meter.method.replace("on a separate untimed step", "on the observed training step"),
+            # The meter's method is a measured run's, whose memory step is a step of its own; here it is the loop's.
+            method=OBSERVED_MEMORY_METHOD,
             baseline_bytes=self._baseline,
             after_forward_bytes=self._resident["bytes"],
             peak_bytes=peak_point.region_peak_bytes,

@@ -81,7 +81,7 @@ from ..model.plan import CP, Role, nested_in, observed_roles, only_first_layer_n
 from ..model.quantize import prepare as prepare_kbit
 from ..model.quantize import quantization_notes, quantize
 from ..model.selective import enable_checkpointing
-from ..results import LayerResult, RankResult, RunResult
+from ..results import SIMULATED_MEMORY_METHOD, LayerResult, RankResult, RunResult
 from ..spec import RunSpec
 from ..torchstate import exclusive
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
@@ -105,10 +105,6 @@ from .trainstep import random_batch
 
 SIMULATED_DEVICE = "cuda (simulated)"
 SIMULATED_CPU = "cpu (simulated)"
-SIMULATION_METHOD = (
-    "simulated: fake tensors (torch FakeTensorMode) accounted by "
-    "torch.distributed._tools.mem_tracker.MemTracker (bytes of live tensor storages)"
-)
 
 
 @exclusive  # process-wide torch state: ckptlab.torchstate
@@ -265,7 +261,7 @@ def simulate_depth(
     modules = catalog.checkpointable_layers(model)
     planned = planned_roles(len(modules), spec.every_n_layers) if roles is None else list(roles)
     layers = layer_results(modules, planned, enabled, counts, nested_in(model))
-    memory = replace(memory, method=SIMULATION_METHOD, **offload_fields(spec, layers, ledger.as_cuda))
+    memory = replace(memory, method=SIMULATED_MEMORY_METHOD, **offload_fields(spec, layers, ledger.as_cuda))
     return SimulatedStep(depth, memory, layers, host_bytes)
 
 

@@ -87,9 +87,11 @@ def test_a_simulation_says_where_it_ran_in_the_pages_language():
 
 
 def test_method_event_and_training_labels():
-    from ckptlab.step import meters
+    from ckptlab.results import METHOD_FACTS, SIMULATED_MEMORY_METHOD
 
-    assert method_label(meters.CPU_MEMORY_METHOD, "ja") == i18n.t("method.memory_cpu", "ja")
+    # a method is a key worded in the reader's language: the simulated one too (it fell back to English before)
+    assert method_label(SIMULATED_MEMORY_METHOD, "ja") == i18n.t("said.method.memory_simulated", "ja")
+    assert all(method_label(method, "pt-BR") != method_label(method, "en") for method in METHOD_FACTS)
     assert method_label("a meter of its own") == "a meter of its own"
     assert event_label(region_for("rerun", 2), "pt-BR") == i18n.t("event.rerun", "pt-BR", n=3)
     assert event_label(region_for("loss")) == i18n.t("event.loss", "en", n="")
