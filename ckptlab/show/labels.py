@@ -63,6 +63,8 @@ def method_label(method: str, lang: str = "en") -> str:
 def event_label(point: TimelinePoint | Region, lang: str = "en") -> str:
     """An event of the timeline (or the stretch it starts) for people, e.g. "backward of L3: its rerun, then its
     gradients"."""
+    if not point.kind:  # a result read back from a JSON that kept only the English
+        return getattr(point, "description", "") or getattr(point, "event", "")
     return t(f"event.{point.kind}", lang, n="" if point.layer is None else point.layer + 1)
 
 

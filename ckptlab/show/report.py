@@ -449,7 +449,7 @@ def _time_rows(timing: TimingResult, ref_timing: TimingResult | None, warmup: in
 
 def region_words(region: Region) -> str:
     """Where in the step (the peak was reached), in English: the event's words, or as a result read back said it."""
-    return event_label(region, "en") if region.kind else region.description
+    return event_label(region, "en")
 
 
 def step_time_words(comparison: Comparison) -> str:

@@ -23,6 +23,7 @@ import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..fact import text
 from ..model.experts import moe_parts
 from ..model.plan import checkpointable_layers
 from ..model.selective import SelectivePolicy, policy_of
@@ -56,26 +57,29 @@ class LayerCounts:
 # The events of a step, in the order they come: the forward of each layer and its end, the
 # head and the loss, the backward reaching each layer (and rerunning a CP one), the embeddings.
 # kind: (phase, rerun, description; {n} is the 1-based layer number)
-EVENTS: dict[str, tuple[str, bool, str]] = {
-    "embeddings": ("forward", False, "forward: embeddings"),
-    "micro_batch": ("forward", False, "forward: the next micro-batch, the gradients of the last ones held"),
-    "layer_forward": ("forward", False, "forward of L{n}"),
-    "layer_done": ("forward", False, "forward: L{n} done"),
-    "loss": ("loss", False, "forward: final norm, logits and loss"),
-    "backward": ("backward", False, "backward: loss, logits and final norm"),
-    "layer_backward": ("backward", False, "backward of L{n}"),
-    "rerun": ("backward", True, "backward of L{n}: its rerun, then its gradients"),
-    "backward_end": ("backward", False, "backward: embeddings and the last gradients"),
-    "grad_norm": ("optimizer", False, "gradient norm: clip_grad_norm_, as Trainer computes it"),
-    "optimizer": ("optimizer", False, "optimizer step: the gradients into the weights"),
+EVENTS: dict[str, tuple[str, bool]] = {
+    "embeddings": ("forward", False),
+    "micro_batch": ("forward", False),
+    "layer_forward": ("forward", False),
+    "layer_done": ("forward", False),
+    "loss": ("loss", False),
+    "backward": ("backward", False),
+    "layer_backward": ("backward", False),
+    "rerun": ("backward", True),
+    "backward_end": ("backward", False),
+    "grad_norm": ("optimizer", False),
+    "optimizer": ("optimizer", False),
 }
 
 
 def region_for(kind: str, layer: int | None = None, micro_batch: int = 0) -> Region:
     """The :class:`Region` an event of ``kind`` starts (``layer`` 0-based, for the per-layer kinds; ``micro_batch``
     0-based, the micro-batch of a step with gradient accumulation)."""
-    phase, rerun, description = EVENTS[kind]
-    return Region(kind, phase, layer, rerun, description.format(n=None if layer is None else layer + 1), micro_batch)
+    phase, rerun = EVENTS[kind]
+    # The description is the JSON's English, from the one home of an event's words (event.<kind> of en.json); a page
+    # says the event in its reader's language from the kind (show.labels.event_label).
+    description = text(f"event.{kind}").format(n="" if layer is None else layer + 1)
+    return Region(kind, phase, layer, rerun, description, micro_batch)
 
 
 @dataclass

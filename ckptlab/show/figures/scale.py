@@ -20,7 +20,7 @@ from ...explore.scale import ScaleTable, Setting
 from ...results import RunResult, memory_of
 from ...units import GIB, MIB
 from ..i18n import number, t
-from ..labels import provenance_label
+from ..labels import event_label, provenance_label
 from ._style import BUDGET_COLOR, CATEGORY_COLORS, GRID, HOST_PATTERN, VERDICT_COLORS, VERDICT_SYMBOLS, on_white
 from .breakdown import bar_unit, drawn_parts, part_bytes
 
@@ -90,7 +90,7 @@ def scale_peak_figure(
                             "line": {"color": "white", "width": 1}},
                     hovertext=[
                         t("scale_figures.hover_peak", lang, setting=_plain(ticks[i]), mib=peaks[i] / MIB, gib=peaks[i] / GIB, verdict=verdict,
-                          where=memory_of(results[i]).peak_where.description or "?", provenance=provenance)
+                          where=event_label(memory_of(results[i]).peak_where, lang) or "?", provenance=provenance)
                         for i in index
                     ],
                     hoverinfo="text", cliponaxis=False,
