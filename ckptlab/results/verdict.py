@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 from ..errors import SpecError, expect_type
+from ..fact import ENGLISH, filled, text
 from .run import MIN_SAMPLES_TO_JUDGE, RunResult, measurements
 
 
@@ -51,16 +52,11 @@ class TimeVerdict:
         percent = round((self.ratio - 1) * 100)
         return f"{percent:+d}%" if percent else "0%"
 
-    def describe(self, what: str = "step time") -> str:
-        """The verdict in English words, for the command line and the Python API."""
-        if self.judgement is Judgement.TOO_FEW:
-            return (
-                f"{what} {self.change}, from fewer than {MIN_SAMPLES_TO_JUDGE} timed steps a run: too few to tell "
-                "an effect from noise"
-            )
-        if self.measurable:
-            return f"{what} {self.change} (outside the spread of both runs)"
-        return f"{what} {self.change}, within the spread of the repeats: not a measurable difference"
+    def describe(self, lang: str = ENGLISH) -> str:
+        """The verdict on the step time in ``lang``'s words (English by default), as the command line says it: the
+        one wording is ``cli.step_time_<judgement>`` of the locale files."""
+        template = text(f"cli.step_time_{self.judgement.value}", lang)
+        return filled(template, lang, {"change": self.change, "min_samples": MIN_SAMPLES_TO_JUDGE})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,8 +114,9 @@ class Comparison:
         """True: measurable; False: within the noise; None: too few repeats to tell (``step.judgement``)."""
         return None if self.step.judgement is Judgement.TOO_FEW else self.step.measurable
 
-    def describe_step(self) -> str:
-        return self.step.describe("step time")
+    def describe_step(self, lang: str = ENGLISH) -> str:
+        """The verdict on the step time in ``lang``'s words (:meth:`TimeVerdict.describe`)."""
+        return self.step.describe(lang)
 
 
 def compare(run: RunResult, reference: RunResult) -> Comparison:

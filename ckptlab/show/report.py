@@ -454,8 +454,7 @@ def region_words(region: Region) -> str:
 
 def step_time_words(comparison: Comparison) -> str:
     """The step time against checkpointing off and what it is worth (``Comparison.describe_step``'s English)."""
-    step = comparison.step
-    return t(f"cli.step_time_{step.judgement.value}", "en", change=step.change, min_samples=MIN_SAMPLES_TO_JUDGE)
+    return comparison.describe_step("en")
 
 
 def _table_row(label: str, value: str, reference: str | None, note: str) -> str:
