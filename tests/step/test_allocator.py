@@ -307,3 +307,30 @@ def test_parse_alloc_conf_refuses_a_bad_string_by_name(text, key, value):
     for lang in i18n.LANGUAGES:
         words = i18n.messages(lang)[i18n.ERRORS + key]
         assert i18n.placeholders(words) <= set(error.params), (lang, key)
+
+
+def test_the_published_growth_of_pytorch_123548_is_reproduced_to_the_mib():
+    """malloc / get_free_block / find_expandable_block together, against a published trace: pytorch PR #193400
+    (issue #123548; torch 2.12 on a 16 GiB RX 9070 XT, ROCm issue #6603 names the 64 MiB buffer allocated first)
+    with max_split_size_mb:128,expandable_segments:True: each cycle allocates 91 MiB, 45.5 MiB and a 2 MiB block
+    that stays, then frees the first two. The published allocated and reserved MiB at cycles 0, 20, ..., 100 are
+    replayed exactly (the freed 136.5 MiB block is oversize for 91 MiB, so each cycle maps new pages). On a device
+    where 16,000 MiB can be reserved (the one figure inferred: any capacity from 16,000 to 16,099 MiB gives it),
+    the first release and retry comes at cycle 115, leaving 296 allocated and 2,680 reserved, as published."""
+    published = {0: (66, 220), 20: (106, 2980), 40: (146, 5760), 60: (186, 8520), 80: (226, 11300), 100: (266, 14060)}
+    config = parse_alloc_conf("max_split_size_mb:128,expandable_segments:True")
+    for capacity, cycles in ((None, 101), (16000 * MIB, 116)):
+        allocator = CachingAllocator(config, capacity)
+        assert allocator.malloc(64 * MIB) is not None
+        peak, seen = 0, {}
+        for cycle in range(cycles):
+            first, second = allocator.malloc(91 * MIB), allocator.malloc(91 * MIB // 2)
+            assert first is not None and second is not None and allocator.malloc(2 * MIB) is not None
+            peak = max(peak, allocator.reserved)
+            allocator.free(first)
+            allocator.free(second)
+            seen[cycle] = (allocator.allocated // MIB, allocator.reserved // MIB, allocator.retries)
+        if capacity is None:
+            assert {cycle: seen[cycle][:2] for cycle in published} == published
+        else:
+            assert seen[114][2] == 0 and seen[115] == (296, 2680, 1) and peak == 16000 * MIB
