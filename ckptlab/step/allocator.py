@@ -643,10 +643,11 @@ def replay(
     """Replay ``trace`` through :class:`CachingAllocator` on a device of ``capacity`` bytes.
 
     Args:
-        trace: allocations and frees in the order the step makes them; a zero-byte allocation takes nothing, as
-            ``CUDACachingAllocator::allocate`` skips ``malloc`` for it.
-        config: the ``PYTORCH_CUDA_ALLOC_CONF`` settings.
-        capacity: the bytes the allocator may reserve; ``None``: without limit (no cache is ever released).
+        trace: allocations (each on its stream) and frees in the order the step makes them; a zero-byte
+            allocation takes nothing, as ``CUDACachingAllocator::allocate`` skips ``malloc`` for it.
+        config: the ``PYTORCH_CUDA_ALLOC_CONF`` settings (:func:`parse_alloc_conf` reads the string).
+        capacity: the bytes the allocator may reserve, and the memory ``per_process_memory_fraction`` takes its
+            share of; ``None``: without limit (no cache is ever released).
 
     Returns:
         The peaks, the largest free block at the reserved peak, and the event at which it ran out of memory.
@@ -822,7 +823,11 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
             i += 2
         elif key in ("garbage_collection_threshold", "per_process_memory_fraction"):
             reader.expect(i + 1, ":")
-            settings[key] = reader.real(i + 2, key)
+            value = reader.real(i + 2, key)
+            if key == "garbage_collection_threshold" and not 0 < value < 1:
+                # parseGarbageCollectionThreshold refuses 0 too, which the dataclass reads as "off".
+                raise reader.fail("allocator.gc_threshold_out_of_range", value=value)
+            settings[key] = value
             i += 2
         elif key == "expandable_segments":
             reader.expect(i + 1, ":")
@@ -834,11 +839,11 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
             settings[key] = counts if any(counts) else ()
         elif key == "backend" or key == "large_segment_size_mb":
             reader.expect(i + 1, ":")
-            value = reader.at(i + 2, key)
-            if key == "backend" and value not in ("native", "cudaMallocAsync"):
-                raise reader.fail("allocator.conf_backend", value=value)
-            if key == "large_segment_size_mb" or value == "cudaMallocAsync":
-                raise reader.fail("allocator.conf_not_modelled", name=key, value=value)
+            word = reader.at(i + 2, key)
+            if key == "backend" and word not in ("native", "cudaMallocAsync"):
+                raise reader.fail("allocator.conf_backend", value=word)
+            if key == "large_segment_size_mb" or word == "cudaMallocAsync":
+                raise reader.fail("allocator.conf_not_modelled", name=key, value=word)
             i += 2
         elif key in _IGNORED_KEYS:
             i = reader.skip(i, key)

@@ -287,6 +287,7 @@ def test_parse_alloc_conf_reads_torchs_syntax():
         ("expandable_segments:true", "allocator.conf_not_a_bool", "true"),
         ("max_split_size_mb:128MB", "allocator.conf_not_a_number", "128MB"),
         ("garbage_collection_threshold:1.5", "allocator.gc_threshold_out_of_range", 1.5),
+        ("garbage_collection_threshold:0", "allocator.gc_threshold_out_of_range", 0.0),
         ("per_process_memory_fraction:1.2", "allocator.memory_fraction_out_of_range", 1.2),
         ("roundup_power2_divisions:[100:4]", "allocator.interval_not_power_of_two", 100),
         ("roundup_power2_divisions:3", "allocator.divisions_not_power_of_two", 3),
