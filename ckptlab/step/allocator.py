@@ -57,12 +57,12 @@ carries no ``.cpp``: each rule below cites the function and the character range 
 - ``try_allocate_expandable_block`` / ``find_expandable_block`` / ``map_block`` [96000, 112000): the lowest
   address, among the pool's unmapped ranges of the stream (``unmapped`` is ordered by
   ``BlockComparatorAddress``), where the range and the free block just before it hold the request; else a new
-  segment for the stream. Pages are 2 MiB (small) and 20 MiB (large); ``ExpandableSegment::map`` rounds outwards
-  and maps all of them or none [16000, 32000).
+  segment for the stream. Pages are 2 MiB (small) and ``large_segment_size`` (large, 20 MiB by default);
+  ``ExpandableSegment::map`` rounds outwards and maps all of them or none [16000, 32000).
 
 Not modelled: CUDA graphs and private pools, ``recordStream`` (a block used on another stream is cached only
-once that stream's events complete: here a free is immediate), ``large_segment_size_mb`` (refused by
-:func:`parse_alloc_conf`), ``backend:cudaMallocAsync`` (refused: it is another allocator). The device capacity is
+once that stream's events complete: here a free is immediate), ``backend:cudaMallocAsync`` (refused by
+:func:`parse_alloc_conf`: it is another allocator). The device capacity is
 the bytes the allocator may reserve (what ``cudaMalloc`` / ``cuMemCreate`` can still get).
 """
 
@@ -142,6 +142,8 @@ class AllocatorConfig:
             torch keeps them), or ``()`` for torch's default (no power-of-two rounding).
         per_process_memory_fraction: ``per_process_memory_fraction`` (or ``torch.cuda.set_per_process_memory_
             fraction``): the share of the device's memory the allocator may reserve; 1 is torch's default.
+        large_segment_size_mb: ``large_segment_size_mb``: the segment of a request under 10 MiB, and the large
+            pool's page with expandable segments; ``None`` is torch's default, 20 MiB (AllocatorConfig.h:340).
     """
 
     max_split_size_mb: int | None = None
@@ -150,6 +152,7 @@ class AllocatorConfig:
     garbage_collection_threshold: float = 0.0
     roundup_power2_divisions: tuple[int, ...] = field(default=())
     per_process_memory_fraction: float = 1.0
+    large_segment_size_mb: int | None = None
 
     def validate(self) -> None:
         """Refuse what torch's parser refuses (``AcceleratorAllocatorConfig::parseMaxSplitSize`` and the others).
@@ -169,6 +172,17 @@ class AllocatorConfig:
                     value=value,
                     minimum=least,
                 )
+        segment = self.large_segment_size_mb
+        least_segment = MIN_LARGE_ALLOC // MIB  # parseLargeSegmentSize: above kMinLargeAlloc / kMB
+        if segment is not None and (
+            isinstance(segment, bool) or not isinstance(segment, int) or segment <= least_segment
+        ):
+            raise SpecError(
+                key="allocator.large_segment_size_too_small",
+                option=Option("large_segment_size_mb", segment),
+                value=segment,
+                minimum=least_segment,
+            )
         threshold = self.garbage_collection_threshold
         if threshold != 0 and not 0 < threshold < 1:
             raise SpecError(
@@ -198,6 +212,11 @@ class AllocatorConfig:
     def max_split_size(self) -> int | None:
         """``max_split_size`` in bytes, or ``None`` when unset (torch's ``SIZE_MAX``)."""
         return None if self.max_split_size_mb is None else self.max_split_size_mb * MIB
+
+    @property
+    def large_segment_size(self) -> int:
+        """``large_segment_size`` in bytes (20 MiB by default)."""
+        return LARGE_BUFFER if self.large_segment_size_mb is None else self.large_segment_size_mb * MIB
 
     @property
     def max_non_split_rounding_size(self) -> int:
@@ -260,12 +279,12 @@ def round_size(nbytes: int, config: AllocatorConfig | None = None) -> int:
     return -(-nbytes // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
 
 
-def allocation_size(size: int) -> int:
+def allocation_size(size: int, config: AllocatorConfig | None = None) -> int:
     """``get_allocation_size``: the bytes of a new segment for a rounded request ``size``."""
     if size <= SMALL_SIZE:
         return SMALL_BUFFER
     if size < MIN_LARGE_ALLOC:
-        return LARGE_BUFFER
+        return LARGE_BUFFER if config is None else config.large_segment_size
     return -(-size // ROUND_LARGE) * ROUND_LARGE
 
 
@@ -298,11 +317,11 @@ class _Pool:
     """A ``BlockPool``: its cached free mapped blocks (``blocks``), with expandable segments its unmapped ranges
     (``unmapped``), and ``calls``, its ``get_free_blocks_call_count``."""
 
-    def __init__(self, small: bool) -> None:
+    def __init__(self, small: bool, page: int) -> None:
         self.small = small
         self.blocks: list[_Block] = []
         self.unmapped: list[_Block] = []
-        self.page = SMALL_BUFFER if small else LARGE_BUFFER
+        self.page = page  # find_expandable_block: kSmallBuffer, or large_segment_size
         self.calls = 0
 
     def insert(self, block: _Block) -> None:
@@ -343,8 +362,8 @@ class CachingAllocator:
             self.allowed = int(config.per_process_memory_fraction * total)
         # garbage_collect_cached_blocks runs, and get_free_block counts ages, only with both set.
         self.gc = self.allowed is not None and config.garbage_collection_threshold > 0
-        self.small = _Pool(small=True)
-        self.large = _Pool(small=False)
+        self.small = _Pool(small=True, page=SMALL_BUFFER)
+        self.large = _Pool(small=False, page=config.large_segment_size)
         self.reserved = 0  # total_allocated_memory
         self.allocated = 0
         self.retries = 0
@@ -415,7 +434,7 @@ class CachingAllocator:
         expandable range grown."""
         if retry:
             self.retries += 1
-        nbytes = allocation_size(size)
+        nbytes = allocation_size(size, self.config)
         if self.allowed is not None and self.reserved + nbytes > self.allowed:
             return None  # refused before asking the device, with expandable segments too
         if self.config.expandable_segments:
@@ -800,7 +819,7 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
 
     ``CUDAAllocatorConfig::parseArgs`` (CUDAAllocatorConfig.cpp) refuses a key neither it nor
     ``AcceleratorAllocatorConfig`` knows; ``AcceleratorAllocatorConfig::parseArgs`` (AllocatorConfig.cpp) reads
-    ``max_split_size_mb``, ``max_non_split_rounding_mb``, ``garbage_collection_threshold``,
+    ``large_segment_size_mb``, ``max_split_size_mb``, ``max_non_split_rounding_mb``, ``garbage_collection_threshold``,
     ``roundup_power2_divisions`` and ``expandable_segments``; ``per_process_memory_fraction`` is the CUDA parser's.
     The settings that do not change the device allocator's reserved bytes (the pinned host allocator's, the lock
     around ``cudaMalloc``, ``throw_on_cudamalloc_oom``, ``graph_capture_record_stream_reuse``) are read past.
@@ -810,14 +829,14 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
         SpecError: the string as given (``alloc_conf``), and what is wrong: a key torch does not know, a
             missing ``:`` or ``,``, a value that is not a number or not ``True``/``False``, a value torch refuses
             (``max_split_size_mb`` under 20, a threshold outside (0, 1), divisions not a power of two), or a
-            setting the model does not follow (``backend:cudaMallocAsync``, ``large_segment_size_mb``).
+            setting the model does not follow (``backend:cudaMallocAsync``).
     """
     reader = _Reader(text)
     settings: dict[str, object] = {}
     i = 0
     while i < len(reader.tokens):
         key = reader.tokens[i]
-        if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+        if key in ("max_split_size_mb", "max_non_split_rounding_mb", "large_segment_size_mb"):
             reader.expect(i + 1, ":")
             settings[key] = reader.whole(i + 2, key)
             i += 2
@@ -837,12 +856,12 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
             reader.expect(i + 1, ":")
             i, counts = reader.divisions(i + 1)
             settings[key] = counts if any(counts) else ()
-        elif key == "backend" or key == "large_segment_size_mb":
+        elif key == "backend":
             reader.expect(i + 1, ":")
             word = reader.at(i + 2, key)
-            if key == "backend" and word not in ("native", "cudaMallocAsync"):
+            if word not in ("native", "cudaMallocAsync"):
                 raise reader.fail("allocator.conf_backend", value=word)
-            if key == "large_segment_size_mb" or word == "cudaMallocAsync":
+            if word == "cudaMallocAsync":
                 raise reader.fail("allocator.conf_not_modelled", name=key, value=word)
             i += 2
         elif key in _IGNORED_KEYS:

@@ -294,6 +294,7 @@ def test_parse_alloc_conf_reads_torchs_syntax():
         ("expandable_segment:True", "allocator.conf_unknown_key", None),
         ("max_split_size_mb:", "allocator.conf_ended", None),
         ("expandable_segments:True:False", "allocator.conf_syntax", None),
+        ("large_segment_size_mb:10", "allocator.large_segment_size_too_small", 10),
         ("backend:cudaMallocAsync", "allocator.conf_not_modelled", "cudaMallocAsync"),
         ("backend:fast", "allocator.conf_backend", "fast"),
     ],
@@ -335,3 +336,19 @@ def test_the_published_growth_of_pytorch_123548_is_reproduced_to_the_mib():
             assert {cycle: seen[cycle][:2] for cycle in published} == published
         else:
             assert seen[114][2] == 0 and seen[115] == (296, 2680, 1) and peak == 16000 * MIB
+
+
+def test_large_segment_size_mb_sets_the_small_large_segment_and_the_expandable_page():
+    """get_allocation_size / find_expandable_block with large_segment_size_mb:40 (parsed as torch reads it): a
+    5 MiB request gets a 40 MiB segment (20 by default), and with expandable segments 50 MiB maps two 40 MiB
+    pages (80 MiB; three 20 MiB pages, 60, by default)."""
+    forty = parse_alloc_conf("large_segment_size_mb:40")
+    assert (replay([Alloc(5 * MIB)]).reserved_peak, replay([Alloc(5 * MIB)], forty).reserved_peak) == (
+        20 * MIB,
+        40 * MIB,
+    )
+    pages = parse_alloc_conf("large_segment_size_mb:40,expandable_segments:True")
+    assert (replay([Alloc(50 * MIB)], EXPANDABLE).reserved_peak, replay([Alloc(50 * MIB)], pages).reserved_peak) == (
+        60 * MIB,
+        80 * MIB,
+    )
