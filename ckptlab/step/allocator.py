@@ -69,6 +69,7 @@ the bytes the allocator may reserve (what ``cudaMalloc`` / ``cuMemCreate`` can s
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -314,20 +315,40 @@ class _Block:
 
 
 class _Pool:
-    """A ``BlockPool``: its cached free mapped blocks (``blocks``), with expandable segments its unmapped ranges
-    (``unmapped``), and ``calls``, its ``get_free_blocks_call_count``."""
+    """A ``BlockPool``: its cached free mapped blocks (``entries``, kept in ``BlockComparatorSize``'s order: stream,
+    size, address), with expandable segments its unmapped ranges (``unmapped``), and ``calls``, its
+    ``get_free_blocks_call_count``.
+
+    A block's stream, size and address do not change while it is cached (torch erases a block from the set before
+    it changes), so each entry's key stays its block's.
+    """
 
     def __init__(self, small: bool, page: int) -> None:
         self.small = small
-        self.blocks: list[_Block] = []
+        self.entries: list[tuple[int, int, int, _Block]] = []
         self.unmapped: list[_Block] = []
         self.page = page  # find_expandable_block: kSmallBuffer, or large_segment_size
         self.calls = 0
 
+    @property
+    def blocks(self) -> list[_Block]:
+        """The cached free blocks in ``BlockComparatorSize``'s order."""
+        return [entry[3] for entry in self.entries]
+
     def insert(self, block: _Block) -> None:
         """``BlockPool::insert_into_blocks``: cached, its age counted from now."""
         block.gc_base = self.calls
-        self.blocks.append(block)
+        insort(self.entries, (block.stream, block.size, block.addr, block))
+
+    def lower_bound(self, stream: int, size: int) -> int:
+        """``blocks.lower_bound``: the place of the first cached block at or after ``(stream, size)``."""
+        return bisect_left(self.entries, (stream, size, -1))
+
+    def remove(self, block: _Block) -> None:
+        """``blocks.erase``."""
+        index = bisect_left(self.entries, (block.stream, block.size, block.addr))
+        assert self.entries[index][3] is block  # a cached block's key does not change
+        del self.entries[index]
 
 
 class CachingAllocator:
@@ -399,31 +420,38 @@ class CachingAllocator:
         refusals."""
         if self.gc:
             pool.calls += 1  # ++pool.get_free_blocks_call_count, only while garbage collection is on
-        candidates = sorted(
-            (b for b in pool.blocks if b.stream == stream and b.size >= size), key=lambda b: (b.size, b.addr)
-        )
-        if not candidates:
+        entries = pool.entries
+        index = pool.lower_bound(stream, size)
+        if index == len(entries) or entries[index][0] != stream:
             return None
-        index = 0
 
         # An expandable block counts as the size it can grow to (its unmapped neighbour included).
         def grows_to(b: _Block) -> int:
             return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
 
-        while (
-            candidates[index].expandable
-            and index + 1 < len(candidates)
-            and grows_to(candidates[index + 1]) < grows_to(candidates[index])
-        ):
-            index += 1
-        block = candidates[index]
+        if entries[index][3].expandable:
+            if self.config.expandable_segments:
+                while (
+                    entries[index][3].expandable
+                    and index + 1 < len(entries)
+                    and entries[index + 1][0] == stream
+                    and grows_to(entries[index + 1][3]) < grows_to(entries[index][3])
+                ):
+                    index += 1
+            else:
+                # Expandable segments turned off after some were made: torch skips their blocks.
+                while index < len(entries) and entries[index][3].expandable and entries[index][0] == stream:
+                    index += 1
+                if index == len(entries) or entries[index][0] != stream:
+                    return None
+        block = entries[index][3]
         limit = self.config.max_split_size
         if limit is not None:
             if size < limit and block.size >= limit:
                 return None  # an oversize block never serves a request below max_split_size
             if size >= limit and block.size >= size + self.config.max_non_split_rounding_size:
                 return None  # nor a larger request, beyond request + max_non_split_rounding_size
-        pool.blocks.remove(block)
+        del entries[index]
         return block
 
     def _room(self, nbytes: int) -> bool:
@@ -495,13 +523,16 @@ class CachingAllocator:
             if dst.next is not None:
                 dst.next.prev = dst
         dst.size += src.size
-        (pool.blocks if src.mapped else pool.unmapped).remove(src)
+        if src.mapped:
+            pool.remove(src)
+        else:
+            pool.unmapped.remove(src)
 
     # --- releasing the cache -----------------------------------------------------------------------------------
 
     def _release_block(self, block: _Block, pool: _Pool) -> None:
         """``release_block``: a whole cached segment given back (``cudaFree``)."""
-        pool.blocks.remove(block)
+        pool.remove(block)
         self.reserved -= block.size
 
     def _garbage_collect_cached_blocks(self) -> None:
@@ -521,7 +552,7 @@ class CachingAllocator:
         while reclaimed < target and freed and count > 0:
             age_threshold = total_age / count
             freed = False
-            for block in sorted(pool.blocks, key=lambda b: (b.stream, b.size, b.addr)):  # BlockComparatorSize
+            for block in pool.blocks:  # in BlockComparatorSize's order
                 age = pool.calls - block.gc_base
                 if not block.is_split() and not block.expandable and age >= age_threshold:
                     freed = True
@@ -537,18 +568,20 @@ class CachingAllocator:
         if limit is None:
             return False
         key = max(size, limit)
-        ordered = sorted((b for b in pool.blocks if b.stream == stream), key=lambda b: (b.size, b.addr))
-        above = [b for b in ordered if b.size >= key]
-        if above and not above[0].expandable:
-            self._release_block(above[0], pool)
+        entries = pool.entries
+        index = pool.lower_bound(stream, key)
+        if index < len(entries) and entries[index][0] == stream and not entries[index][3].expandable:
+            self._release_block(entries[index][3], pool)
             return True
+        # No single block is large enough: from the one before, the stream's oversize blocks, largest first.
         released = 0
-        for block in reversed([b for b in ordered if b.size < key]):
-            if released >= key or block.size < limit:
-                break
-            if not block.expandable and not block.is_split():
-                self._release_block(block, pool)
+        index -= 1
+        while index >= 0 and released < key and entries[index][1] >= limit and entries[index][0] == stream:
+            block = entries[index][3]
+            if not block.expandable:
                 released += block.size
+                self._release_block(block, pool)  # at this index: the ones below keep their places
+            index -= 1
         return released >= key
 
     def _release_cached_blocks(self) -> bool:
@@ -575,7 +608,7 @@ class CachingAllocator:
             if not self._map_block(following, min(size - candidate.size, following.size), pool):
                 return None
             candidate = following
-        pool.blocks.remove(candidate)
+        pool.remove(candidate)
         return candidate
 
     def _find_expandable_block(self, pool: _Pool, size: int, stream: int) -> _Block:
@@ -630,7 +663,7 @@ class CachingAllocator:
         end = (block.addr + block.size) // pool.page * pool.page
         if begin >= end:
             return
-        pool.blocks.remove(block)
+        pool.remove(block)
         for addr, size, before in ((block.addr, begin - block.addr, True), (end, block.addr + block.size - end, False)):
             if size > 0:
                 part = _Block(addr, size, pool.small, block.stream, expandable=True)
@@ -653,7 +686,7 @@ class CachingAllocator:
 
     def largest_free_block(self) -> int:
         """The largest cached free (mapped) block of either pool, in bytes."""
-        return max((b.size for pool in (self.small, self.large) for b in pool.blocks), default=0)
+        return max((entry[1] for pool in (self.small, self.large) for entry in pool.entries), default=0)
 
 
 def replay(
