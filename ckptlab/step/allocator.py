@@ -696,7 +696,8 @@ def replay(
 
     Args:
         trace: allocations (each on its stream) and frees in the order the step makes them; a zero-byte
-            allocation takes nothing, as ``CUDACachingAllocator::allocate`` skips ``malloc`` for it.
+            allocation takes nothing, as ``NativeCachingAllocator::allocate`` [144000, 160000) skips ``malloc``
+            for it.
         config: the ``PYTORCH_CUDA_ALLOC_CONF`` settings (:func:`parse_alloc_conf` reads the string).
         capacity: the bytes the allocator may reserve, and the memory ``per_process_memory_fraction`` takes its
             share of; ``None``: without limit (no cache is ever released).
