@@ -60,10 +60,16 @@ carries no ``.cpp``: each rule below cites the function and the character range 
   segment for the stream. Pages are 2 MiB (small) and ``large_segment_size`` (large, 20 MiB by default);
   ``ExpandableSegment::map`` rounds outwards and maps all of them or none [16000, 32000).
 
-Not modelled: CUDA graphs and private pools, ``recordStream`` (a block used on another stream is cached only
-once that stream's events complete: here a free is immediate), ``backend:cudaMallocAsync`` (refused by
-:func:`parse_alloc_conf`: it is another allocator). The device capacity is
-the bytes the allocator may reserve (what ``cudaMalloc`` / ``cuMemCreate`` can still get).
+Not modelled: CUDA graphs and private pools (``try_mempool_fallback`` included), ``recordStream`` (a block used
+on another stream is cached only once that stream's events complete: here a free is immediate),
+``trigger_free_memory_callbacks`` (torch registers one, which collects blocks shared with other processes over
+CUDA IPC), ``PYTORCH_NO_CUDA_MEMORY_CACHING``, and ``backend:cudaMallocAsync`` (refused by
+:func:`parse_alloc_conf`: it is another allocator). The device capacity is the bytes the allocator may reserve
+(what ``cudaMalloc`` / ``cuMemCreate`` can still get).
+
+Checked against a published trace as well: pytorch PR #193400's allocated and reserved MiB under
+``max_split_size_mb:128,expandable_segments:True`` are replayed exactly (tests/step/test_allocator.py,
+docs/allocator-published.md).
 """
 
 from __future__ import annotations
