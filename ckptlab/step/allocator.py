@@ -2,43 +2,82 @@
 
 What it is for: the lab's memory figures are the bytes of live tensors, but a run dies when the caching allocator
 cannot get one more segment, and nvidia-smi shows reserved memory, not allocated (issue 60). This module answers,
-for one trace of ``(alloc size, free)`` events on one stream and one device capacity, the reserved peak, the
-largest cached free block at that peak, the allocated peak, and the event at which the device would run out of
-memory even though the live bytes fit. It is not wired into ``simulate``, the fit rule or the pages yet: a later
-session records the simulated step's trace and replays it here.
+for one trace of ``(alloc size, stream, free)`` events and one device capacity, the reserved peak, the largest
+cached free block at that peak, the allocated peak, and the event at which the device would run out of memory
+even though the live bytes fit.
 
-Written after ``c10/cuda/CUDACachingAllocator.cpp`` (``DeviceCachingAllocator``): its header comment's rules and
-constants (``kMinBlockSize`` ... ``kRoundLarge``, as DESIGN.md quotes them), and each rule below names the function it
-follows. It was not yet checked line by line against torch 2.13's file (no line numbers cited): the session that
-wires it in checks it there, and against a GPU's ``max_memory_reserved``.
+Checked line by line against torch's source (issue 60). The source read is ``c10/cuda/CUDACachingAllocator.cpp``
+of ``pytorch/pytorch`` as the lab's search index stores it (file id 79076714, 168,130 characters; the index does
+not name its commit). It is the version of torch 2.13's era: it reads its settings from
+``AcceleratorAllocatorConfig`` (``large_segment_size``, ``max_non_split_rounding_size``) and
+``CUDAAllocatorConfig::per_process_memory_fraction``, as the headers torch 2.13.0 installs declare
+(``torch/include/c10/core/AllocatorConfig.h`` and ``c10/cuda/CUDAAllocatorConfig.h``, whose line numbers are cited
+below as ``AllocatorConfig.h:N``). The index returns a file by character offset, not by line, and a torch wheel
+carries no ``.cpp``: each rule below cites the function and the character range of the stored text that holds it
+(``[112000, 128000)``: ``read_file(id=79076714, offset=112000)`` shows it). The settings parser follows
+``c10/core/AllocatorConfig.cpp`` (index file id 10131072) and ``c10/cuda/CUDAAllocatorConfig.cpp`` (id 57445915950).
 
-- ``round_size``: a request is rounded up to a multiple of 512 B (``kMinBlockSize``).
-- ``get_pool``: up to 1 MiB (``kSmallSize``) goes to the small pool, the rest to the large pool.
-- ``get_allocation_size``: a new segment is 2 MiB (``kSmallBuffer``) for the small pool, 20 MiB (``kLargeBuffer``)
-  for requests under 10 MiB (``kMinLargeAlloc``), else the request rounded up to 2 MiB (``kRoundLarge``).
-- ``get_free_block``: best fit, the smallest cached block of the pool at least as large (ties: the lowest address,
-  ``BlockComparatorSize``); with ``max_split_size`` set, a block of at least that size never serves a smaller
-  request, and serves a larger one only when it is under request + 20 MiB.
-- ``should_split`` / ``alloc_found_block``: a small block (or any block with expandable segments) splits when at
-  least 512 B would remain, a large one when the request is under ``max_split_size`` and more than 1 MiB remains.
-- ``free_block`` / ``try_merge_blocks``: a freed block merges with its free neighbours of the same segment only.
-- ``malloc``: when no cached block fits, ``alloc_block`` asks for a new segment; when the device has no room,
-  ``release_available_cached_blocks`` (only with ``max_split_size`` set: the oversize cached blocks, largest
-  first) and a retry, then ``release_cached_blocks`` (every whole cached segment of both pools) and a retry; then
-  out of memory.
-- ``expandable_segments:True``: ``try_allocate_expandable_block`` / ``find_expandable_block`` / ``map_block`` grow
-  one mapped range per pool in pages (2 MiB small, 20 MiB large, ``ExpandableSegment::map`` rounds outwards), and
-  ``release_blocks`` / ``unmap_block`` give back the whole pages inside cached free blocks
-  (``ExpandableSegment::unmap`` rounds inwards).
+- ``round_size`` [86000, 102000): under 512 B (``kMinBlockSize``, AllocatorConfig.h:19) a request takes 512 B;
+  else, where ``roundup_power2_divisions`` gives its size interval ``d > 1`` divisions and the size is above
+  ``512 * d``, ``roundup_power2_next_division``; else the next multiple of 512 B.
+- ``AcceleratorAllocatorConfig::roundup_power2_divisions(size)`` (AllocatorConfig.cpp): the interval of a size is
+  ``floor(log2(size)) - 20`` (1 MiB is the first), clamped to 0..15.
+- ``get_pool`` [112000, 128000): up to 1 MiB (``kSmallSize``, AllocatorConfig.h:21) goes to the small pool.
+- ``get_allocation_size`` [112000, 128000): a new segment is 2 MiB (``kSmallBuffer``) for the small pool, 20 MiB
+  (``large_segment_size``, AllocatorConfig.h:340) for requests under 10 MiB (``kMinLargeAlloc``), else the
+  request rounded up to 2 MiB (``kRoundLarge``).
+- ``get_free_block`` [112000, 128000): ``pool.blocks.lower_bound`` under ``BlockComparatorSize`` [32000, 48000),
+  which orders by stream, then size, then address: best fit among the cached blocks of the request's own stream
+  only. An expandable block counts as the size it can grow to. With ``max_split_size`` set, a block of at least
+  that size never serves a smaller request, and serves a larger one only when it is under request +
+  ``max_non_split_rounding_size`` (20 MiB unless ``max_non_split_rounding_mb`` says otherwise).
+- ``should_split`` / ``alloc_found_block`` [112000, 128000) / [48000, 64000): a small block (or any block with
+  expandable segments) splits when at least 512 B would remain, a large one when the request is under
+  ``max_split_size`` and more than 1 MiB remains.
+- ``free_block`` / ``try_merge_blocks`` [96000, 128000): a freed block merges with its free neighbours of the same
+  segment (mapped alike) only, and goes back to its pool with a fresh garbage-collection age.
+- ``malloc`` [48000, 64000): ``get_free_block``; when none fits, ``garbage_collect_cached_blocks`` (only with a
+  memory fraction below 1 and ``garbage_collection_threshold`` set), then ``alloc_block``; failing that
+  ``release_available_cached_blocks`` and ``alloc_block``, then ``release_cached_blocks`` and ``alloc_block`` as
+  the retry (``num_alloc_retries``); then out of memory.
+- ``alloc_block`` [112000, 128000): refused without asking the device when the reserved bytes plus the new
+  segment's size (``get_allocation_size``, also with expandable segments) would pass ``allowed_memory_maximum``
+  (``setMemoryFraction`` [64000, 80000): the fraction times the device's memory, when the fraction is below 1);
+  else ``cudaMalloc`` (here: the device capacity) or ``try_allocate_expandable_block``.
+- ``garbage_collect_cached_blocks`` [112000, 128000): when reserved passes ``threshold * allowed_memory_maximum``,
+  release whole non-expandable cached blocks of the large pool whose age (``get_free_block`` calls on the pool
+  since the block was cached, counted only while garbage collection is on) is at least the average age of the
+  pool's whole cached blocks, round after round, until the excess is reclaimed or nothing more is released.
+- ``release_available_cached_blocks`` [112000, 128000): with ``max_split_size`` set, the smallest cached block of
+  the stream at least ``max(request, max_split_size)``; else the oversize ones largest first until they add up to
+  it.
+- ``release_cached_blocks`` / ``release_blocks`` / ``release_block`` [112000, 144000): every whole cached segment
+  of both pools, large first; expandable blocks give back their whole pages (``unmap_block``,
+  ``ExpandableSegment::unmap`` rounds inwards [16000, 32000)).
+- ``try_allocate_expandable_block`` / ``find_expandable_block`` / ``map_block`` [96000, 112000): the lowest
+  address, among the pool's unmapped ranges of the stream (``unmapped`` is ordered by
+  ``BlockComparatorAddress``), where the range and the free block just before it hold the request; else a new
+  segment for the stream. Pages are 2 MiB (small) and ``large_segment_size`` (large, 20 MiB by default);
+  ``ExpandableSegment::map`` rounds outwards and maps all of them or none [16000, 32000).
 
-Not modelled yet: several streams, ``garbage_collection_threshold``, ``roundup_power2_divisions``, CUDA graphs.
-The device capacity is the bytes the allocator may reserve (what ``cudaMalloc`` / ``cuMemCreate`` can still get).
+Not modelled: CUDA graphs and private pools (``try_mempool_fallback`` included), ``recordStream`` (a block used
+on another stream is cached only once that stream's events complete: here a free is immediate),
+``trigger_free_memory_callbacks`` (torch registers one, which collects blocks shared with other processes over
+CUDA IPC), ``PYTORCH_NO_CUDA_MEMORY_CACHING``, and ``backend:cudaMallocAsync`` (refused by
+:func:`parse_alloc_conf`: it is another allocator). The device capacity is the bytes the allocator may reserve
+(what ``cudaMalloc`` / ``cuMemCreate`` can still get).
+
+Checked against a published trace as well: pytorch PR #193400's allocated and reserved MiB under
+``max_split_size_mb:128,expandable_segments:True`` are replayed exactly (tests/step/test_allocator.py,
+docs/allocator-published.md).
 """
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_left, insort
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import Option, SpecError
 from ..units import MIB
@@ -46,16 +85,39 @@ from ..units import MIB
 MIN_BLOCK_SIZE = 512  # kMinBlockSize
 SMALL_SIZE = 1 * MIB  # kSmallSize: the largest request of the small pool
 SMALL_BUFFER = 2 * MIB  # kSmallBuffer: a small segment, and a small expandable page
-LARGE_BUFFER = 20 * MIB  # kLargeBuffer: a large segment for requests under kMinLargeAlloc, and a large page
+LARGE_BUFFER = 20 * MIB  # large_segment_size's default: a large segment under kMinLargeAlloc, and a large page
 MIN_LARGE_ALLOC = 10 * MIB  # kMinLargeAlloc
 ROUND_LARGE = 2 * MIB  # kRoundLarge
+ROUNDUP_INTERVALS = 16  # kRoundUpPowerOfTwoIntervals: one divisions count per power of two from 1 MiB to 64 GiB
+ROUNDUP_FIRST_LOG2 = 20  # log2 of kRoundUpPowerOfTwoStart (1 MiB)
+ALLOC_CONF_OPTION = "alloc_conf"  # the setting a PYTORCH_CUDA_ALLOC_CONF string's errors name
+
+# CUDAAllocatorConfig::getKeys (CUDAAllocatorConfig.h:158) and the accelerator's keys that do not change the
+# device allocator's reserved bytes: the pinned host allocator, the lock around cudaMalloc, an earlier error.
+# Their values are skipped as ConfigTokenizer::skipKey does (AllocatorConfig.h:100).
+_IGNORED_KEYS = frozenset(
+    {
+        "release_lock_on_cudamalloc",
+        "release_lock_on_hipmalloc",
+        "pinned_use_cuda_host_register",
+        "pinned_use_hip_host_register",
+        "pinned_num_register_threads",
+        "pinned_reserve_segment_size_mb",
+        "pinned_free_catch_all",
+        "pinned_use_background_threads",
+        "graph_capture_record_stream_reuse",
+        "throw_on_cudamalloc_oom",
+    }
+)
 
 
 @dataclass(frozen=True)
 class Alloc:
-    """One allocation of ``nbytes`` (as a tensor's storage asks: before the allocator's rounding)."""
+    """One allocation of ``nbytes`` (as a tensor's storage asks: before the allocator's rounding) on ``stream``
+    (0: the compute stream; another number: another stream, whose cached blocks this one never reuses)."""
 
     nbytes: int
+    stream: int = 0
 
 
 @dataclass(frozen=True)
@@ -68,37 +130,112 @@ class Free:
 Event = Alloc | Free
 
 
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
 @dataclass(frozen=True)
 class AllocatorConfig:
-    """The parts of ``PYTORCH_CUDA_ALLOC_CONF`` the model follows.
+    """The parts of ``PYTORCH_CUDA_ALLOC_CONF`` the model follows (:func:`parse_alloc_conf` reads the string).
 
     Args:
         max_split_size_mb: ``max_split_size_mb``, in MiB as torch reads it; ``None`` is torch's default (no limit).
         expandable_segments: ``expandable_segments:True``.
+        max_non_split_rounding_mb: ``max_non_split_rounding_mb``: how far above a request an oversize cached
+            block may serve it whole; ``None`` is torch's default, 20 MiB.
+        garbage_collection_threshold: ``garbage_collection_threshold``, in (0, 1); 0 is torch's default (off).
+            It acts only with ``per_process_memory_fraction`` below 1.
+        roundup_power2_divisions: the divisions of each power-of-two interval from 1 MiB up (16 of them, as
+            torch keeps them), or ``()`` for torch's default (no power-of-two rounding).
+        per_process_memory_fraction: ``per_process_memory_fraction`` (or ``torch.cuda.set_per_process_memory_
+            fraction``): the share of the device's memory the allocator may reserve; 1 is torch's default.
+        large_segment_size_mb: ``large_segment_size_mb``: the segment of a request under 10 MiB, and the large
+            pool's page with expandable segments; ``None`` is torch's default, 20 MiB (AllocatorConfig.h:340).
     """
 
     max_split_size_mb: int | None = None
     expandable_segments: bool = False
+    max_non_split_rounding_mb: int | None = None
+    garbage_collection_threshold: float = 0.0
+    roundup_power2_divisions: tuple[int, ...] = field(default=())
+    per_process_memory_fraction: float = 1.0
+    large_segment_size_mb: int | None = None
 
     def validate(self) -> None:
-        """Refuse a ``max_split_size_mb`` torch refuses: under 20 MiB (``kLargeBuffer``), the size of a large segment.
+        """Refuse what torch's parser refuses (``AcceleratorAllocatorConfig::parseMaxSplitSize`` and the others).
 
         Raises:
-            SpecError: naming the value and the least it may be.
+            SpecError: naming the setting, its value and what it may be.
         """
-        value = self.max_split_size_mb
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < LARGE_BUFFER // MIB):
+        least = LARGE_BUFFER // MIB  # kLargeBuffer / kMB, the least of both sizes in MiB
+        for name in ("max_split_size_mb", "max_non_split_rounding_mb"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise SpecError(
+                    key="allocator.max_split_size_too_small"
+                    if name == "max_split_size_mb"
+                    else "allocator.max_non_split_rounding_too_small",
+                    option=Option(name, value),
+                    value=value,
+                    minimum=least,
+                )
+        segment = self.large_segment_size_mb
+        least_segment = MIN_LARGE_ALLOC // MIB  # parseLargeSegmentSize: above kMinLargeAlloc / kMB
+        if segment is not None and (
+            isinstance(segment, bool) or not isinstance(segment, int) or segment <= least_segment
+        ):
             raise SpecError(
-                key="allocator.max_split_size_too_small",
-                option=Option("max_split_size_mb", value),
-                value=value,
-                minimum=LARGE_BUFFER // MIB,
+                key="allocator.large_segment_size_too_small",
+                option=Option("large_segment_size_mb", segment),
+                value=segment,
+                minimum=least_segment,
+            )
+        threshold = self.garbage_collection_threshold
+        if threshold != 0 and not 0 < threshold < 1:
+            raise SpecError(
+                key="allocator.gc_threshold_out_of_range",
+                option=Option("garbage_collection_threshold", threshold),
+                value=threshold,
+            )
+        fraction = self.per_process_memory_fraction
+        if not 0 <= fraction <= 1:
+            raise SpecError(
+                key="allocator.memory_fraction_out_of_range",
+                option=Option("per_process_memory_fraction", fraction),
+                value=fraction,
+            )
+        divisions = self.roundup_power2_divisions
+        if divisions and (
+            len(divisions) != ROUNDUP_INTERVALS or any(d != 0 and not _is_power_of_two(d) for d in divisions)
+        ):
+            raise SpecError(
+                key="allocator.divisions_not_power_of_two",
+                option=Option("roundup_power2_divisions", divisions),
+                value=divisions,
+                count=ROUNDUP_INTERVALS,
             )
 
     @property
     def max_split_size(self) -> int | None:
         """``max_split_size`` in bytes, or ``None`` when unset (torch's ``SIZE_MAX``)."""
         return None if self.max_split_size_mb is None else self.max_split_size_mb * MIB
+
+    @property
+    def large_segment_size(self) -> int:
+        """``large_segment_size`` in bytes (20 MiB by default)."""
+        return LARGE_BUFFER if self.large_segment_size_mb is None else self.large_segment_size_mb * MIB
+
+    @property
+    def max_non_split_rounding_size(self) -> int:
+        """``max_non_split_rounding_size`` in bytes (20 MiB by default)."""
+        return LARGE_BUFFER if self.max_non_split_rounding_mb is None else self.max_non_split_rounding_mb * MIB
+
+    def divisions(self, size: int) -> int:
+        """``AcceleratorAllocatorConfig::roundup_power2_divisions(size)``: the divisions of ``size``'s interval."""
+        if not self.roundup_power2_divisions:
+            return 0
+        index = min(max(size.bit_length() - 1 - ROUNDUP_FIRST_LOG2, 0), ROUNDUP_INTERVALS - 1)
+        return self.roundup_power2_divisions[index]
 
 
 @dataclass(frozen=True)
@@ -124,125 +261,222 @@ class AllocatorReplay:
     retries: int
 
 
-def round_size(nbytes: int) -> int:
-    """``round_size``: the request rounded up to a multiple of 512 B (at least 512)."""
-    return max(MIN_BLOCK_SIZE, -(-nbytes // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE)
+def roundup_power2_next_division(size: int, divisions: int) -> int:
+    """``roundup_power2_next_division`` [86000, 102000): ``size`` rounded up to the next of ``divisions`` equal
+    steps between the powers of two around it (1,200 in 4 divisions of 1,024..2,048: 1,280); a power of two
+    stays."""
+    if _is_power_of_two(size):
+        return size
+    floor = 1 << (size.bit_length() - 1)  # llvm::PowerOf2Floor
+    step = floor >> (divisions.bit_length() - 1)  # power2_floor >> (63 - countLeadingZeros(divisions))
+    if step == 0:
+        return floor << 1
+    below = size & ~(step - 1)
+    return size if below == size else below + step
 
 
-def allocation_size(size: int) -> int:
+def round_size(nbytes: int, config: AllocatorConfig | None = None) -> int:
+    """``round_size`` [86000, 102000): the request rounded up to a multiple of 512 B (at least 512), or to its
+    interval's power-of-two division where ``roundup_power2_divisions`` gives it more than one."""
+    if nbytes < MIN_BLOCK_SIZE:
+        return MIN_BLOCK_SIZE
+    divisions = config.divisions(nbytes) if config is not None else 0
+    if divisions > 1 and nbytes > MIN_BLOCK_SIZE * divisions:
+        return roundup_power2_next_division(nbytes, divisions)
+    return -(-nbytes // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+
+
+def allocation_size(size: int, config: AllocatorConfig | None = None) -> int:
     """``get_allocation_size``: the bytes of a new segment for a rounded request ``size``."""
     if size <= SMALL_SIZE:
         return SMALL_BUFFER
     if size < MIN_LARGE_ALLOC:
-        return LARGE_BUFFER
+        return LARGE_BUFFER if config is None else config.large_segment_size
     return -(-size // ROUND_LARGE) * ROUND_LARGE
 
 
 class _Block:
-    """A block of a segment (``Block``): its address range, whether it is live and whether it is mapped."""
+    """A block of a segment (``Block``): its address range, stream, whether it is live and whether it is mapped,
+    and ``gc_base``, its pool's ``get_free_blocks_call_count`` when it was last cached (``insert_into_blocks``)."""
 
-    __slots__ = ("addr", "allocated", "expandable", "mapped", "next", "prev", "size", "small")
+    __slots__ = ("addr", "allocated", "expandable", "gc_base", "mapped", "next", "prev", "size", "small", "stream")
 
-    def __init__(self, addr: int, size: int, small: bool, *, mapped: bool = True, expandable: bool = False) -> None:
+    def __init__(
+        self, addr: int, size: int, small: bool, stream: int = 0, *, mapped: bool = True, expandable: bool = False
+    ) -> None:
         self.addr = addr
         self.size = size
         self.small = small
+        self.stream = stream
         self.allocated = False
         self.mapped = mapped
         self.expandable = expandable
+        self.gc_base = 0
         self.prev: _Block | None = None
         self.next: _Block | None = None
 
+    def is_split(self) -> bool:
+        """``Block::is_split``: a neighbour in its segment on either side."""
+        return self.prev is not None or self.next is not None
+
 
 class _Pool:
-    """A ``BlockPool``: its cached free mapped blocks (``blocks``) and, with expandable segments, its unmapped
-    ranges (``unmapped``)."""
+    """A ``BlockPool``: its cached free mapped blocks (``entries``, kept in ``BlockComparatorSize``'s order: stream,
+    size, address), with expandable segments its unmapped ranges (``unmapped``), and ``calls``, its
+    ``get_free_blocks_call_count``.
 
-    def __init__(self, small: bool) -> None:
+    A block's stream, size and address do not change while it is cached (torch erases a block from the set before
+    it changes), so each entry's key stays its block's.
+    """
+
+    def __init__(self, small: bool, page: int) -> None:
         self.small = small
-        self.blocks: list[_Block] = []
+        self.entries: list[tuple[int, int, int, _Block]] = []
         self.unmapped: list[_Block] = []
-        self.page = SMALL_BUFFER if small else LARGE_BUFFER
+        self.page = page  # find_expandable_block: kSmallBuffer, or large_segment_size
+        self.calls = 0
+
+    @property
+    def blocks(self) -> list[_Block]:
+        """The cached free blocks in ``BlockComparatorSize``'s order."""
+        return [entry[3] for entry in self.entries]
+
+    def insert(self, block: _Block) -> None:
+        """``BlockPool::insert_into_blocks``: cached, its age counted from now."""
+        block.gc_base = self.calls
+        insort(self.entries, (block.stream, block.size, block.addr, block))
+
+    def lower_bound(self, stream: int, size: int) -> int:
+        """``blocks.lower_bound``: the place of the first cached block at or after ``(stream, size)``."""
+        return bisect_left(self.entries, (stream, size, -1))
+
+    def remove(self, block: _Block) -> None:
+        """``blocks.erase``."""
+        index = bisect_left(self.entries, (block.stream, block.size, block.addr))
+        assert self.entries[index][3] is block  # a cached block's key does not change
+        del self.entries[index]
 
 
 class CachingAllocator:
-    """One device's caching allocator on one stream, as ``DeviceCachingAllocator`` runs it.
+    """One device's caching allocator, as ``DeviceCachingAllocator`` runs it.
 
     Args:
         config: the ``PYTORCH_CUDA_ALLOC_CONF`` settings.
         capacity: the bytes the allocator may reserve from the device; ``None``: without limit.
+        total_memory: the device's memory (``totalGlobalMem``), of which ``per_process_memory_fraction`` is
+            taken; ``None``: ``capacity``.
+
+    Raises:
+        SpecError: a setting torch refuses, or a memory fraction below 1 with no device memory to take it of.
     """
 
-    def __init__(self, config: AllocatorConfig = AllocatorConfig(), capacity: int | None = None) -> None:
+    def __init__(
+        self, config: AllocatorConfig = AllocatorConfig(), capacity: int | None = None, total_memory: int | None = None
+    ) -> None:
         config.validate()
         self.config = config
         self.capacity = capacity
-        self.small = _Pool(small=True)
-        self.large = _Pool(small=False)
+        total = capacity if total_memory is None else total_memory
+        # setMemoryFraction: allowed_memory_maximum is set only for a fraction below 1.
+        self.allowed: int | None = None
+        if config.per_process_memory_fraction < 1:
+            if total is None:
+                raise SpecError(
+                    key="allocator.memory_fraction_without_memory",
+                    option=Option("per_process_memory_fraction", config.per_process_memory_fraction),
+                    value=config.per_process_memory_fraction,
+                )
+            self.allowed = int(config.per_process_memory_fraction * total)
+        # garbage_collect_cached_blocks runs, and get_free_block counts ages, only with both set.
+        self.gc = self.allowed is not None and config.garbage_collection_threshold > 0
+        self.small = _Pool(small=True, page=SMALL_BUFFER)
+        self.large = _Pool(small=False, page=config.large_segment_size)
         self.reserved = 0  # total_allocated_memory
         self.allocated = 0
         self.retries = 0
         self._next_addr = 0
-        # One address range per pool with expandable segments, as large as anything a trace asks (torch reserves
-        # 1.125 x the GPU's memory of address space; the capacity, not the address space, is what runs out).
+        # One address range per pool and stream with expandable segments, as large as anything a trace asks (torch
+        # reserves 1.125 x the GPU's memory of address space; the capacity, not the address space, runs out).
         self._space = 1 << 60
 
     # --- malloc -----------------------------------------------------------------------------------------------
 
-    def malloc(self, nbytes: int) -> _Block | None:
-        """``malloc``: a live block for a request of ``nbytes``, or ``None`` when the device is out of memory."""
-        size = round_size(nbytes)
+    def malloc(self, nbytes: int, stream: int = 0) -> _Block | None:
+        """``malloc``: a live block for a request of ``nbytes`` on ``stream``, or ``None`` when the device is out
+        of memory."""
+        size = round_size(nbytes, self.config)
         pool = self.small if size <= SMALL_SIZE else self.large
-        block = self._get_free_block(pool, size)
+        block = self._get_free_block(pool, size, stream)
         if block is None:
+            if self.gc:
+                self._garbage_collect_cached_blocks()
             block = (
-                self._alloc_block(pool, size)
+                self._alloc_block(pool, size, stream)
                 # torch counts only the retry after releasing everything in num_alloc_retries.
-                or (self._release_available_cached_blocks(pool, size) and self._alloc_block(pool, size))
-                or (self._release_cached_blocks() and self._alloc_block(pool, size, retry=True))
+                or (self._release_available_cached_blocks(pool, size, stream) and self._alloc_block(pool, size, stream))
+                or (self._release_cached_blocks() and self._alloc_block(pool, size, stream, retry=True))
                 or None
             )
             if block is None:
                 return None
         return self._alloc_found_block(pool, block, size)
 
-    def _get_free_block(self, pool: _Pool, size: int) -> _Block | None:
-        """``get_free_block``: best fit among the pool's cached blocks, with ``max_split_size``'s two refusals."""
-        candidates = sorted((b for b in pool.blocks if b.size >= size), key=lambda b: (b.size, b.addr))
-        if not candidates:
+    def _get_free_block(self, pool: _Pool, size: int, stream: int) -> _Block | None:
+        """``get_free_block``: best fit among the pool's cached blocks of ``stream``, with ``max_split_size``'s two
+        refusals."""
+        if self.gc:
+            pool.calls += 1  # ++pool.get_free_blocks_call_count, only while garbage collection is on
+        entries = pool.entries
+        index = pool.lower_bound(stream, size)
+        if index == len(entries) or entries[index][0] != stream:
             return None
-        index = 0
-        if candidates[0].expandable:
-            # An expandable block counts as the size it can grow to (its unmapped neighbour included).
-            def grows_to(b: _Block) -> int:
-                return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
 
-            while index + 1 < len(candidates) and grows_to(candidates[index + 1]) < grows_to(candidates[index]):
-                index += 1
-        block = candidates[index]
+        # An expandable block counts as the size it can grow to (its unmapped neighbour included).
+        def grows_to(b: _Block) -> int:
+            return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
+
+        if entries[index][3].expandable:
+            if self.config.expandable_segments:
+                while (
+                    entries[index][3].expandable
+                    and index + 1 < len(entries)
+                    and entries[index + 1][0] == stream
+                    and grows_to(entries[index + 1][3]) < grows_to(entries[index][3])
+                ):
+                    index += 1
+            else:
+                # Expandable segments turned off after some were made: torch skips their blocks.
+                while index < len(entries) and entries[index][3].expandable and entries[index][0] == stream:
+                    index += 1
+                if index == len(entries) or entries[index][0] != stream:
+                    return None
+        block = entries[index][3]
         limit = self.config.max_split_size
         if limit is not None:
             if size < limit and block.size >= limit:
                 return None  # an oversize block never serves a request below max_split_size
-            if size >= limit and block.size >= size + LARGE_BUFFER:
-                return None  # nor a larger request, beyond request + 20 MiB
-        pool.blocks.remove(block)
+            if size >= limit and block.size >= size + self.config.max_non_split_rounding_size:
+                return None  # nor a larger request, beyond request + max_non_split_rounding_size
+        del entries[index]
         return block
 
     def _room(self, nbytes: int) -> bool:
         return self.capacity is None or self.reserved + nbytes <= self.capacity
 
-    def _alloc_block(self, pool: _Pool, size: int, retry: bool = False) -> _Block | None:
-        """``alloc_block``: a new segment (``cudaMalloc``), or the pool's expandable range grown."""
+    def _alloc_block(self, pool: _Pool, size: int, stream: int, retry: bool = False) -> _Block | None:
+        """``alloc_block``: within ``allowed_memory_maximum``, a new segment (``cudaMalloc``), or the pool's
+        expandable range grown."""
         if retry:
             self.retries += 1
+        nbytes = allocation_size(size, self.config)
+        if self.allowed is not None and self.reserved + nbytes > self.allowed:
+            return None  # refused before asking the device, with expandable segments too
         if self.config.expandable_segments:
-            return self._try_allocate_expandable_block(pool, size)
-        nbytes = allocation_size(size)
+            return self._try_allocate_expandable_block(pool, size, stream)
         if not self._room(nbytes):
             return None
         self.reserved += nbytes
-        block = _Block(self._next_addr, nbytes, pool.small)
+        block = _Block(self._next_addr, nbytes, pool.small, stream)
         self._next_addr += nbytes
         return block
 
@@ -257,13 +491,15 @@ class CachingAllocator:
     def _alloc_found_block(self, pool: _Pool, block: _Block, size: int) -> _Block:
         """``alloc_found_block``: split off the remainder when ``should_split`` says so, and mark the block live."""
         if self._should_split(pool, block, size):
-            remaining = _Block(block.addr + size, block.size - size, pool.small, expandable=block.expandable)
+            remaining = _Block(
+                block.addr + size, block.size - size, pool.small, block.stream, expandable=block.expandable
+            )
             remaining.prev, remaining.next = block, block.next
             if block.next is not None:
                 block.next.prev = remaining
             block.next = remaining
             block.size = size
-            pool.blocks.append(remaining)
+            pool.insert(remaining)
         block.allocated = True
         self.allocated += block.size
         return block
@@ -277,7 +513,7 @@ class CachingAllocator:
         pool = self.small if block.small else self.large
         self._try_merge(block, block.prev, pool)
         self._try_merge(block, block.next, pool)
-        pool.blocks.append(block)
+        pool.insert(block)
 
     def _try_merge(self, dst: _Block, src: _Block | None, pool: _Pool) -> None:
         """``try_merge_blocks``: ``src`` (a neighbour in the segment) joins ``dst`` when it is free and mapped alike."""
@@ -293,52 +529,83 @@ class CachingAllocator:
             if dst.next is not None:
                 dst.next.prev = dst
         dst.size += src.size
-        (pool.blocks if src.mapped else pool.unmapped).remove(src)
+        if src.mapped:
+            pool.remove(src)
+        else:
+            pool.unmapped.remove(src)
 
     # --- releasing the cache -----------------------------------------------------------------------------------
 
     def _release_block(self, block: _Block, pool: _Pool) -> None:
         """``release_block``: a whole cached segment given back (``cudaFree``)."""
-        pool.blocks.remove(block)
+        pool.remove(block)
         self.reserved -= block.size
 
-    def _release_available_cached_blocks(self, pool: _Pool, size: int) -> bool:
-        """``release_available_cached_blocks``: with ``max_split_size`` set, the smallest oversize cached block
-        that covers the request, else the oversize ones largest first until they add up to it."""
+    def _garbage_collect_cached_blocks(self) -> None:
+        """``garbage_collect_cached_blocks``: above ``threshold * allowed_memory_maximum`` reserved, the large
+        pool's whole cached blocks at least as old as their average age are released, round after round, until the
+        excess is reclaimed (a round does not stop at it) or a round releases nothing."""
+        assert self.allowed is not None  # self.gc implies it
+        threshold = int(self.config.garbage_collection_threshold * self.allowed)
+        if self.reserved <= threshold:
+            return
+        target, reclaimed = self.reserved - threshold, 0
+        pool = self.large
+        # The average counts every whole cached block, expandable ones too, though only the others are released.
+        ages = [pool.calls - b.gc_base for b in pool.blocks if not b.is_split()]
+        total_age, count = sum(ages), len(ages)
+        freed = True
+        while reclaimed < target and freed and count > 0:
+            age_threshold = total_age / count
+            freed = False
+            for block in pool.blocks:  # in BlockComparatorSize's order
+                age = pool.calls - block.gc_base
+                if not block.is_split() and not block.expandable and age >= age_threshold:
+                    freed = True
+                    reclaimed += block.size
+                    total_age -= age
+                    count -= 1
+                    self._release_block(block, pool)
+
+    def _release_available_cached_blocks(self, pool: _Pool, size: int, stream: int) -> bool:
+        """``release_available_cached_blocks``: with ``max_split_size`` set, the smallest oversize cached block of
+        the stream that covers the request, else the stream's oversize ones largest first until they add up to it."""
         limit = self.config.max_split_size
         if limit is None:
             return False
         key = max(size, limit)
-        ordered = sorted(pool.blocks, key=lambda b: (b.size, b.addr))
-        above = [b for b in ordered if b.size >= key]
-        if above and not above[0].expandable:
-            self._release_block(above[0], pool)
+        entries = pool.entries
+        index = pool.lower_bound(stream, key)
+        if index < len(entries) and entries[index][0] == stream and not entries[index][3].expandable:
+            self._release_block(entries[index][3], pool)
             return True
+        # No single block is large enough: from the one before, the stream's oversize blocks, largest first.
         released = 0
-        for block in reversed([b for b in ordered if b.size < key]):
-            if released >= key or block.size < limit:
-                break
-            if not block.expandable and block.prev is None and block.next is None:
-                self._release_block(block, pool)
+        index -= 1
+        while index >= 0 and released < key and entries[index][1] >= limit and entries[index][0] == stream:
+            block = entries[index][3]
+            if not block.expandable:
                 released += block.size
+                self._release_block(block, pool)  # at this index: the ones below keep their places
+            index -= 1
         return released >= key
 
     def _release_cached_blocks(self) -> bool:
-        """``release_cached_blocks`` / ``release_blocks``: every whole cached segment of both pools, and with
-        expandable segments the whole pages inside each cached block."""
+        """``release_cached_blocks`` / ``release_blocks``: every whole cached segment of both pools (large first),
+        and with expandable segments the whole pages inside each cached block."""
         for pool in (self.large, self.small):
             for block in list(pool.blocks):
                 if block.expandable:
                     self._unmap_block(block, pool)
-                elif block.prev is None and block.next is None:
+                elif not block.is_split():
                     self._release_block(block, pool)
         return True
 
     # --- expandable segments -----------------------------------------------------------------------------------
 
-    def _try_allocate_expandable_block(self, pool: _Pool, size: int) -> _Block | None:
+    def _try_allocate_expandable_block(self, pool: _Pool, size: int, stream: int) -> _Block | None:
         """``try_allocate_expandable_block``: map pages at the free end of the pool's range until ``size`` fits."""
-        candidate = self._find_expandable_block(pool, size)
+        candidate = self._find_expandable_block(pool, size, stream)
         if not candidate.mapped and not self._map_block(candidate, min(candidate.size, size), pool):
             return None
         while candidate.size < size:
@@ -347,13 +614,14 @@ class CachingAllocator:
             if not self._map_block(following, min(size - candidate.size, following.size), pool):
                 return None
             candidate = following
-        pool.blocks.remove(candidate)
+        pool.remove(candidate)
         return candidate
 
-    def _find_expandable_block(self, pool: _Pool, size: int) -> _Block:
-        """``find_expandable_block``: an unmapped range (with the free block just before it) of ``size`` bytes,
-        or the pool's range made."""
-        for block in sorted(pool.unmapped, key=lambda b: (b.size, b.addr)):
+    def _find_expandable_block(self, pool: _Pool, size: int, stream: int) -> _Block:
+        """``find_expandable_block``: the lowest-addressed unmapped range of the stream (``unmapped`` is ordered by
+        ``BlockComparatorAddress``) that, with the free block just before it, holds ``size`` bytes; else a new
+        range for the stream."""
+        for block in sorted((b for b in pool.unmapped if b.stream == stream), key=lambda b: b.addr):
             start = block.prev if block.prev is not None and not block.prev.allocated else block
             room = 0
             walk: _Block | None = start
@@ -364,7 +632,7 @@ class CachingAllocator:
                 return start
         # The range starts on a page, as ExpandableSegment's pages are counted from its base.
         base = -(-self._next_addr // pool.page) * pool.page
-        block = _Block(base, self._space, pool.small, mapped=False, expandable=True)
+        block = _Block(base, self._space, pool.small, stream, mapped=False, expandable=True)
         self._next_addr = base + self._space
         pool.unmapped.append(block)
         return block
@@ -381,7 +649,9 @@ class CachingAllocator:
         pool.unmapped.remove(block)
         block.mapped = True
         if mapped < block.size:
-            rest = _Block(block.addr + mapped, block.size - mapped, pool.small, mapped=False, expandable=True)
+            rest = _Block(
+                block.addr + mapped, block.size - mapped, pool.small, block.stream, mapped=False, expandable=True
+            )
             rest.prev, rest.next = block, block.next
             if block.next is not None:
                 block.next.prev = rest
@@ -390,7 +660,7 @@ class CachingAllocator:
             block.size = mapped
         self._try_merge(block, block.prev, pool)
         self._try_merge(block, block.next, pool)
-        pool.blocks.append(block)
+        pool.insert(block)
         return True
 
     def _unmap_block(self, block: _Block, pool: _Pool) -> None:
@@ -399,10 +669,10 @@ class CachingAllocator:
         end = (block.addr + block.size) // pool.page * pool.page
         if begin >= end:
             return
-        pool.blocks.remove(block)
+        pool.remove(block)
         for addr, size, before in ((block.addr, begin - block.addr, True), (end, block.addr + block.size - end, False)):
             if size > 0:
-                part = _Block(addr, size, pool.small, expandable=True)
+                part = _Block(addr, size, pool.small, block.stream, expandable=True)
                 if before:
                     part.prev, part.next = block.prev, block
                     if block.prev is not None:
@@ -413,7 +683,7 @@ class CachingAllocator:
                     if block.next is not None:
                         block.next.prev = part
                     block.next = part
-                pool.blocks.append(part)
+                pool.insert(part)
         block.addr, block.size, block.mapped = begin, end - begin, False
         self.reserved -= end - begin
         self._try_merge(block, block.prev, pool)
@@ -422,7 +692,7 @@ class CachingAllocator:
 
     def largest_free_block(self) -> int:
         """The largest cached free (mapped) block of either pool, in bytes."""
-        return max((b.size for pool in (self.small, self.large) for b in pool.blocks), default=0)
+        return max((entry[1] for pool in (self.small, self.large) for entry in pool.entries), default=0)
 
 
 def replay(
@@ -431,16 +701,18 @@ def replay(
     """Replay ``trace`` through :class:`CachingAllocator` on a device of ``capacity`` bytes.
 
     Args:
-        trace: allocations and frees in the order the step makes them; a zero-byte allocation takes nothing, as
-            ``CUDACachingAllocator::allocate`` skips ``malloc`` for it.
-        config: the ``PYTORCH_CUDA_ALLOC_CONF`` settings.
-        capacity: the bytes the allocator may reserve; ``None``: without limit (no cache is ever released).
+        trace: allocations (each on its stream) and frees in the order the step makes them; a zero-byte
+            allocation takes nothing, as ``NativeCachingAllocator::allocate`` [144000, 160000) skips ``malloc``
+            for it.
+        config: the ``PYTORCH_CUDA_ALLOC_CONF`` settings (:func:`parse_alloc_conf` reads the string).
+        capacity: the bytes the allocator may reserve, and the memory ``per_process_memory_fraction`` takes its
+            share of; ``None``: without limit (no cache is ever released).
 
     Returns:
         The peaks, the largest free block at the reserved peak, and the event at which it ran out of memory.
 
     Raises:
-        SpecError: a ``max_split_size_mb`` torch refuses.
+        SpecError: a setting torch refuses, or a memory fraction below 1 with no ``capacity`` to take it of.
     """
     allocator = CachingAllocator(config, capacity)
     live: dict[int, tuple[_Block | None, int]] = {}
@@ -450,7 +722,7 @@ def replay(
         if isinstance(event, Alloc):
             if event.nbytes < 0:
                 raise RuntimeError(f"a trace's allocation of {event.nbytes} bytes: the trace is broken")
-            block = allocator.malloc(event.nbytes) if event.nbytes else None
+            block = allocator.malloc(event.nbytes, event.stream) if event.nbytes else None
             if event.nbytes and block is None:
                 return AllocatorReplay(
                     reserved_peak, largest_at_peak, allocated_peak, requested_peak, index, allocator.retries
@@ -470,3 +742,176 @@ def replay(
         allocated_peak = max(allocated_peak, allocator.allocated)
         requested_peak = max(requested_peak, requested)
     return AllocatorReplay(reserved_peak, largest_at_peak, allocated_peak, requested_peak, None, allocator.retries)
+
+
+# --- PYTORCH_CUDA_ALLOC_CONF ------------------------------------------------------------------------------------
+
+
+def _tokens(text: str) -> list[str]:
+    """``ConfigTokenizer`` (AllocatorConfig.h:35): ``,`` ``:`` ``[`` ``]`` are tokens of their own, whitespace is
+    dropped (inside a word too), the rest runs into words."""
+    return [token for token in re.split(r"([,:\[\]])", "".join(text.split())) if token]
+
+
+class _Reader:
+    """The tokens of one ``PYTORCH_CUDA_ALLOC_CONF`` string and the checks torch's parsers make on them.
+
+    Where torch reads ``ConfigTokenizer::checkToken``'s answer it refuses the string; where it ignores it
+    (``checkToken(++i, ":")`` in each ``parse...``), or ``std::stoull`` reads the digits before a word
+    (``128MB``), the lab refuses too: such a string is a mistake, and torch would read it otherwise than it reads.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokens(text)
+
+    def fail(self, key: str, **params: object) -> SpecError:
+        return SpecError(key=key, option=Option(ALLOC_CONF_OPTION, self.text), **params)
+
+    def at(self, i: int, expected: str) -> str:
+        """The token at ``i``, which must be there (``checkIndex``); ``expected`` names what should be."""
+        if i >= len(self.tokens):
+            raise self.fail("allocator.conf_ended", expected=expected)
+        return self.tokens[i]
+
+    def expect(self, i: int, token: str) -> None:
+        """``checkToken(i, token)``, its answer read."""
+        found = self.at(i, token)
+        if found != token:
+            raise self.fail("allocator.conf_syntax", expected=token, found=found, position=i + 1)
+
+    def whole(self, i: int, key: str) -> int:
+        """``toSizeT``: a whole number, digits only."""
+        value = self.at(i, key)
+        if not value.isdigit():
+            raise self.fail("allocator.conf_not_a_number", name=key, value=value)
+        return int(value)
+
+    def real(self, i: int, key: str) -> float:
+        """``toDouble``: a decimal number."""
+        value = self.at(i, key)
+        if not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", value):
+            raise self.fail("allocator.conf_not_a_number", name=key, value=value)
+        return float(value)
+
+    def boolean(self, i: int, key: str) -> bool:
+        """``toBool``: ``True`` or ``False``, spelled so."""
+        value = self.at(i, key)
+        if value not in ("True", "False"):
+            raise self.fail("allocator.conf_not_a_bool", name=key, value=value)
+        return value == "True"
+
+    def skip(self, i: int, key: str) -> int:
+        """``ConfigTokenizer::skipKey`` (AllocatorConfig.h:100): past ``key:value`` or ``key:[...]``."""
+        self.expect(i + 1, ":")
+        i += 2
+        if self.at(i, key) != "[":
+            return i
+        while self.at(i, "]") != "]":
+            i += 1
+        return i
+
+    def divisions(self, i: int) -> tuple[int, tuple[int, ...]]:
+        """``parseRoundUpPower2Divisions`` (AllocatorConfig.cpp): ``[1024:4,>:1]``, each boundary (MiB) a power of
+        two setting its interval (a size's interval: the power of two at or below it), the first one also every
+        interval below it, ``>`` every interval after the last; or one count for all intervals. A count is a
+        power of two (in the list, 0 too: no rounding). ``i`` is the ``:`` after the key; returns the last index
+        read and the 16 counts."""
+        key = "roundup_power2_divisions"
+        counts = [0] * ROUNDUP_INTERVALS
+        i += 1
+        if self.at(i, key) != "[":
+            value = self.whole(i, key)
+            if not _is_power_of_two(value):
+                raise self.fail("allocator.divisions_not_power_of_two", value=value, count=ROUNDUP_INTERVALS)
+            return i, (value,) * ROUNDUP_INTERVALS
+        last, first = 0, True
+        i += 1
+        while self.at(i, "]") != "]":
+            bound = self.at(i, key)
+            self.expect(i + 1, ":")
+            value = self.whole(i + 2, key)
+            if value != 0 and not _is_power_of_two(value):
+                raise self.fail("allocator.divisions_not_power_of_two", value=value, count=ROUNDUP_INTERVALS)
+            if bound == ">":
+                counts[last + 1 :] = [value] * (ROUNDUP_INTERVALS - last - 1)
+            else:
+                boundary = self.whole(i, key)
+                if not _is_power_of_two(boundary):
+                    raise self.fail("allocator.interval_not_power_of_two", value=boundary)
+                index = min(boundary.bit_length() - 1, ROUNDUP_INTERVALS - 1)
+                if first:
+                    counts[:index] = [value] * index
+                    first = False
+                counts[index] = value
+                last = index
+            i += 3
+            if self.at(i, "]") != "]":
+                self.expect(i, ",")
+                i += 1
+        return i, tuple(counts)
+
+
+def parse_alloc_conf(text: str) -> AllocatorConfig:
+    """A ``PYTORCH_CUDA_ALLOC_CONF`` string read as torch 2.13 reads it: ``key:value`` pairs separated by commas
+    (``expandable_segments:True,max_split_size_mb:128,garbage_collection_threshold:0.6,
+    roundup_power2_divisions:[256:4,>:1],per_process_memory_fraction:0.9``).
+
+    ``CUDAAllocatorConfig::parseArgs`` (CUDAAllocatorConfig.cpp) refuses a key neither it nor
+    ``AcceleratorAllocatorConfig`` knows; ``AcceleratorAllocatorConfig::parseArgs`` (AllocatorConfig.cpp) reads
+    ``large_segment_size_mb``, ``max_split_size_mb``, ``max_non_split_rounding_mb``, ``garbage_collection_threshold``,
+    ``roundup_power2_divisions`` and ``expandable_segments``; ``per_process_memory_fraction`` is the CUDA parser's.
+    The settings that do not change the device allocator's reserved bytes (the pinned host allocator's, the lock
+    around ``cudaMalloc``, ``throw_on_cudamalloc_oom``, ``graph_capture_record_stream_reuse``) are read past.
+    A key given twice takes its last value, as torch's parser overwrites.
+
+    Raises:
+        SpecError: the string as given (``alloc_conf``), and what is wrong: a key torch does not know, a
+            missing ``:`` or ``,``, a value that is not a number or not ``True``/``False``, a value torch refuses
+            (``max_split_size_mb`` under 20, a threshold outside (0, 1), divisions not a power of two), or a
+            setting the model does not follow (``backend:cudaMallocAsync``).
+    """
+    reader = _Reader(text)
+    settings: dict[str, object] = {}
+    i = 0
+    while i < len(reader.tokens):
+        key = reader.tokens[i]
+        if key in ("max_split_size_mb", "max_non_split_rounding_mb", "large_segment_size_mb"):
+            reader.expect(i + 1, ":")
+            settings[key] = reader.whole(i + 2, key)
+            i += 2
+        elif key in ("garbage_collection_threshold", "per_process_memory_fraction"):
+            reader.expect(i + 1, ":")
+            value = reader.real(i + 2, key)
+            if key == "garbage_collection_threshold" and not 0 < value < 1:
+                # parseGarbageCollectionThreshold refuses 0 too, which the dataclass reads as "off".
+                raise reader.fail("allocator.gc_threshold_out_of_range", value=value)
+            settings[key] = value
+            i += 2
+        elif key == "expandable_segments":
+            reader.expect(i + 1, ":")
+            settings[key] = reader.boolean(i + 2, key)
+            i += 2
+        elif key == "roundup_power2_divisions":
+            reader.expect(i + 1, ":")
+            i, counts = reader.divisions(i + 1)
+            settings[key] = counts if any(counts) else ()
+        elif key == "backend":
+            reader.expect(i + 1, ":")
+            word = reader.at(i + 2, key)
+            if word not in ("native", "cudaMallocAsync"):
+                raise reader.fail("allocator.conf_backend", value=word)
+            if word == "cudaMallocAsync":
+                raise reader.fail("allocator.conf_not_modelled", name=key, value=word)
+            i += 2
+        elif key in _IGNORED_KEYS:
+            i = reader.skip(i, key)
+        else:
+            raise reader.fail("allocator.conf_unknown_key", name=key)
+        if i + 1 < len(reader.tokens):
+            reader.expect(i + 1, ",")
+            i += 1
+        i += 1
+    config = AllocatorConfig(**settings)  # type: ignore[arg-type]
+    config.validate()
+    return config
