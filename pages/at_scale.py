@@ -24,10 +24,11 @@ from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.longest import LongestTable
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
 from ckptlab.lab import scalepage
-from ckptlab.lab.labpage import folder_info, hub_name_problem
+from ckptlab.lab.labpage import folder_info
+from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
 from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
-from ckptlab.lab.scalepage import CUSTOM, DEFAULT, HUB, LOCAL, SEQ_LIMIT
+from ckptlab.lab.scalepage import CUSTOM, DEFAULT, SEQ_LIMIT
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.stepboxes import QUERY_KEYS, step_widget_values
 from ckptlab.lab.targets import spec_targets
@@ -262,20 +263,14 @@ with st.sidebar:
         t("at_scale.model", lang),
         [*names, *([LOCAL] if folders else []), *([HUB] if policy.hub else [])],
         key="at_scale_model",
-        format_func=lambda name: (
-            t("at_scale.local_label", lang)
-            if name == LOCAL
-            else t("lab.hub_entry", lang)
-            if name == HUB
-            else scalepage.model_label(name, preset_infos()[name], lang)
-        ),
+        format_func=lambda name: model_label(name, preset_infos().get(name), lang),
     )
     if state.at_scale_model == LOCAL:
         st.selectbox(t("at_scale.local_dir", lang), folders, key="at_scale_local_dir", help=t("lab.folder_help", lang))
     if state.at_scale_model == HUB:
         hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
         st.text_input(t("lab.hub_name", lang), key="at_scale_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
-    model_caption = st.empty()
+    model_caption_box = st.empty()
     st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
     st.number_input(t("at_scale.batch", lang), **offered("batch_size"), step=1, key="at_scale_batch")
     st.selectbox(t("at_scale.dtype", lang), SIMULATION_DTYPES, key="at_scale_dtype")
@@ -344,7 +339,7 @@ info, model_problem = (preset_infos()[model], "") if model in preset_infos() els
 if info is None:
     st.error(model_problem)
     st.stop()
-model_caption.caption(scalepage.model_caption(info, lang))
+model_caption_box.caption(model_caption(info, lang))
 if experts_caption(info, lang):
     st.caption(experts_caption(info, lang))
 

@@ -18,7 +18,7 @@ import torch
 import ckptlab
 from ckptlab.lab import labpage
 from ckptlab.lab import run as labrun
-from ckptlab.lab.labpage import HUB, LOCAL
+from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
 from ckptlab.lab.query import spec_from_query, spec_to_query
 from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
@@ -341,8 +341,8 @@ if state.lab_model not in (LOCAL, HUB):
     info = preset_infos()[model_name]
 elif state.lab_model == HUB and not model_name:
     model_problem = t("lab.hub_empty", lang)
-elif state.lab_model == HUB and labpage.hub_name_problem(model_name, lang):
-    model_problem = labpage.hub_name_problem(model_name, lang)
+elif state.lab_model == HUB and hub_name_problem(model_name, lang):
+    model_problem = hub_name_problem(model_name, lang)
 elif model_name:
     info, model_problem = labpage.folder_info(model_name, lang, policy)  # described in a worker, under its cap
 num_layers = info.num_layers if info else max(2, state.lab_n)
@@ -363,7 +363,7 @@ with st.sidebar:
         t("common.model", lang),
         [*preset_infos(), *([LOCAL] if folders else []), *([HUB] if policy.hub else [])],
         key="lab_model",
-        format_func=lambda name: labpage.model_label(name, preset_infos().get(name), lang),
+        format_func=lambda name: model_label(name, preset_infos().get(name), lang, grouped=True),
         help=t("lab.model_help", lang),
     )
     if state.lab_model == LOCAL:
@@ -372,7 +372,7 @@ with st.sidebar:
         hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
         st.text_input(t("lab.hub_name", lang), key="lab_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
     elif info:
-        st.caption(labpage.model_caption(info, lang))
+        st.caption(model_caption(info, lang))
     st.number_input(t("common.seq_len", lang), **offered("seq_len"), step=128, key="lab_seq")
     st.number_input(t("lab.batch", lang), **offered("batch_size"), step=1, key="lab_batch")
     left, right = st.columns(2)

@@ -16,6 +16,7 @@ from ckptlab.explore.budget import GPUS
 from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
 from ckptlab.lab import tradeoffspage
+from ckptlab.lab.modelbox import model_caption, model_label
 from ckptlab.lab.query import LORA_RANK_DEFAULT
 from ckptlab.lab.run import build_for_key, model_key
 from ckptlab.lab.server import ServerPolicy
@@ -87,9 +88,13 @@ st.markdown(i18n.t("tradeoffs.intro", lang))
 state = st.session_state
 with st.sidebar:
     st.header(i18n.t("tradeoffs.sweep", lang), anchor=False)
-    model = st.selectbox(
-        i18n.t("common.model", lang), list(preset_infos()), key="tradeoffs_model"
-    )  # CPU-sized ones first
+    model = st.selectbox(  # CPU-sized ones first, labelled as on the Lab page (lab.modelbox)
+        i18n.t("common.model", lang),
+        list(preset_infos()),
+        key="tradeoffs_model",
+        format_func=lambda name: model_label(name, preset_infos()[name], lang, grouped=True),
+    )
+    st.caption(model_caption(preset_infos()[model], lang))
     # 512 tokens by default: at 256 the tiny models' peak is the same for every setting (the gradients and the
     # optimizer hold it: 217.4 MiB off, 210.5 for every every_n_layers on tiny-llama), so the page's first figure
     # would teach nothing; at 512 it spreads from 277.2 MiB off to 219.3 at every_n_layers=1 (sweep, 2 CPU cores).

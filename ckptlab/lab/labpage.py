@@ -6,14 +6,13 @@ text, a dict of widget values or ``st.metric`` keyword arguments; nothing here i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import CkptlabError
 from ..fact import Fact
-from ..model import catalog, hub
+from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
@@ -30,13 +29,12 @@ from ..step.equivalence import GradientCheck
 from ..step.preflight import check_spec, resolve_device, resolve_dtype
 from ..units import GIB, MIB, mib
 from . import forged, stepboxes, workers
+from .modelbox import HUB, LOCAL, duration
 from .query import LORA_RANK_DEFAULT
 from .run import LabRun, Measured, cpu_estimate, phase_significant
 from .server import ServerPolicy
 from .stepboxes import step_fields, step_widget_values
 
-LOCAL = "local directory"  # the model box's entry for a folder the instructor offers
-HUB = "hub"  # the model box's entry for a Hub repository, where the instructor allows them (CKPTLAB_HUB=1)
 # The Lab page's widgets that hold their RunSpec field as it is (spec_fields: lab_<widget name>); the others
 # (model, checkpointing, offload, LoRA, selective, the step boxes) are read below with what they depend on.
 PLAIN_WIDGETS = tuple(
@@ -46,62 +44,9 @@ SAME_MEMORY_BYTES = MIB / 20  # a memory delta below it reads "same as off"
 PEAK_UNMOVED = 0.98  # peak ratio above it: what the forward freed did not lower the peak
 
 
-def params_label(num_params: int, lang: str) -> str:
-    """A parameter count in the model boxes' words: ``1.5B`` or ``135M``."""
-    return f"{number(num_params / 1e9, '.1f', lang)}B" if num_params >= 1e9 else f"{num_params / 1e6:.0f}M"
-
-
-def model_label(name: str, info: ModelInfo | None, lang: str) -> str:
-    """A preset in the model box: its group (tiny or real), name, layers and size; the folder and Hub entries in
-    words."""
-    if name == HUB:
-        return t("lab.hub_entry", lang)
-    if name == LOCAL or info is None:
-        return t("lab.local_dir", lang)
-    group = t("lab.group_tiny", lang) if info.cpu_ok else t("lab.group_real", lang)
-    return t(
-        "lab.model_label",
-        lang,
-        group=group,
-        name=name,
-        layers=info.num_layers,
-        size=params_label(info.num_params, lang),
-    )
-
-
-def duration(seconds: float, lang: str) -> str:
-    """Seconds in whole seconds, minutes or hours, whichever reads best."""
-    if seconds < 120:
-        return f"{number(seconds, ',.0f', lang)} s"
-    if seconds < 7200:
-        return f"{number(seconds / 60, ',.0f', lang)} min"
-    return f"{number(seconds / 3600, ',.0f', lang)} h"
-
-
 def weights_and_gradients_bytes(num_params: int, dtype: str) -> int:
     """Parameters plus gradients in ``dtype`` ("auto" counts as float32, as on a CPU): a prediction, not a measurement."""
     return 2 * num_params * (2 if dtype in ("bfloat16", "float16") else 4)
-
-
-def model_caption(info: ModelInfo, lang: str) -> str:
-    """The sidebar's line under a preset: family, hidden size and, when the config says, its positions."""
-    if info.max_positions:
-        return t(
-            "lab.model_caption_positions",
-            lang,
-            family=info.family,
-            hidden=info.hidden_size,
-            positions=number(info.max_positions, ",", lang),
-        )
-    return t("lab.model_caption", lang, family=info.family, hidden=info.hidden_size)
-
-
-def hub_name_problem(name: str, lang: str) -> str:
-    """Why the Hub box's ``name`` is not fetched ("" when it is): it must read as ``owner/name`` and be no folder of
-    the server's (the box must not open, by another name, a folder the instructor does not offer)."""
-    if hub.is_repo_name(name) and not os.path.exists(name):
-        return ""
-    return t("lab.hub_not_a_name", lang, name=repr(i18n.Literal(name)))  # typed or linked: shown as text
 
 
 def unknown_targets_warning(unknown: Sequence[str], model: str, choices: Sequence[str], lang: str) -> str:

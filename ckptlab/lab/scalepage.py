@@ -38,13 +38,11 @@ from ..show.labels import event_label, provenance_label
 from ..show.wording import app_message
 from ..spec import RunSpec
 from ..units import GIB
-from .labpage import params_label
+from .modelbox import HUB, LOCAL, duration
 from .query import LORA_RANK_DEFAULT
 from .stepboxes import step_fields, step_query, step_widget_values
 
 CATEGORY_COLUMNS = ("parameter", "gradient", "optimizer_state", "activation", "temp")  # per GPU at the peak
-LOCAL = "local"  # the model box's entry for a folder the instructor offers
-HUB = "hub"  # the model box's entry for a Hub repository, where the instructor allows them (CKPTLAB_HUB=1)
 CUSTOM = "custom"  # the GPU box's entry for a budget in GiB
 DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16")
 DEFAULT_GPU = "H100 80 GB"
@@ -62,32 +60,6 @@ class Verdict:
     kind: Literal["success", "error", "info"]  # st.success, st.error or st.info
     text: str
     result: RunResult | None  # the setting to draw (the one that fits, or the closest)
-
-
-def duration(seconds: float, lang: str) -> str:
-    return (
-        f"{i18n.number(seconds, ',.0f', lang)} s" if seconds < 120 else f"{i18n.number(seconds / 60, ',.1f', lang)} min"
-    )
-
-
-def model_label(name: str, info: ModelInfo, lang: str) -> str:
-    """A preset in the model box: name, layers and size, in the page's words."""
-    return i18n.t(
-        "at_scale.model_label", lang, name=name, layers=info.num_layers, size=params_label(info.num_params, lang)
-    )
-
-
-def model_caption(info: ModelInfo, lang: str) -> str:
-    """The sidebar's line under the model: family, layers, hidden size and positions (∞ when the config says none)."""
-    positions = i18n.number(info.max_positions, ",", lang) if info.max_positions else "∞"
-    return i18n.t(
-        "at_scale.model_caption",
-        lang,
-        family=info.family,
-        layers=info.num_layers,
-        hidden=info.hidden_size,
-        positions=positions,
-    )
 
 
 BUDGET_GIB_RANGE = (0.01, 4096.0)  # the custom budget's box: its least and most GiB

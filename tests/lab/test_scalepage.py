@@ -8,7 +8,8 @@ import ckptlab
 from ckptlab.explore.gpu_search import SearchCode
 from ckptlab.explore.scale import ScaleRequest, scale_settings
 from ckptlab.lab import scalepage
-from ckptlab.lab.scalepage import CUSTOM, DEFAULT, DEFAULT_BUDGET_GIB, LOCAL
+from ckptlab.lab.modelbox import LOCAL
+from ckptlab.lab.scalepage import CUSTOM, DEFAULT, DEFAULT_BUDGET_GIB
 from ckptlab.show import i18n
 from ckptlab.spec import RunSpec
 from ckptlab.units import GIB
@@ -101,19 +102,6 @@ def test_the_progress_line_is_said_in_the_pages_language():
         scalepage.progress_words(2, 5, prefixed(label("n=2"), DONE), False, "en")
         == "Simulating (2 of 5 done): n=2: done"
     )
-
-
-def test_the_model_caption_says_infinite_positions_when_the_config_has_none():
-    info = ckptlab.describe("qwen3-8b")
-    assert f"{info.max_positions:,}" in scalepage.model_caption(info, "en")
-    assert "∞" in scalepage.model_caption(replace(info, max_positions=None), "en")
-
-
-def test_the_model_box_names_layers_in_the_pages_language():
-    info = ckptlab.describe("qwen3-8b")
-    assert scalepage.model_label("qwen3-8b", info, "en") == f"qwen3-8b · {info.num_layers} layers · 8.2B"
-    portuguese = scalepage.model_label("qwen3-8b", info, "pt-BR")
-    assert portuguese == f"qwen3-8b · {info.num_layers} camadas · 8,2B"  # the decimal comma
 
 
 def test_the_table_is_as_tall_as_its_rows_up_to_a_limit():

@@ -243,18 +243,19 @@ def test_simulating_a_served_copy_of_a_preset_equals_simulating_the_preset_to_th
 
 def test_the_pages_hub_entry_takes_only_an_owner_name_and_a_link_restores_it(tmp_path, monkeypatch):
     from ckptlab.lab import labpage, scalepage
+    from ckptlab.lab.modelbox import HUB, hub_name_problem
     from ckptlab.show import i18n
 
     spec = RunSpec(model="Qwen/Qwen3-8B")
-    assert scalepage.widget_values(spec, "", tiny=False, hub_name=spec.model)["at_scale_model"] == scalepage.HUB
+    assert scalepage.widget_values(spec, "", tiny=False, hub_name=spec.model)["at_scale_model"] == HUB
     values = labpage.widget_values(spec, "", hub_name=spec.model)
-    assert (values["lab_model"], values["lab_hub_name"]) == (labpage.HUB, "Qwen/Qwen3-8B")
-    assert labpage.hub_name_problem("Qwen/Qwen3-8B@main", "en") == ""
+    assert (values["lab_model"], values["lab_hub_name"]) == (HUB, "Qwen/Qwen3-8B")
+    assert hub_name_problem("Qwen/Qwen3-8B@main", "en") == ""
     (tmp_path / "srv" / "secrets").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     # The box must not open, by another name, a folder the instructor does not offer.
     for name in ("/etc", "../x/y", "~/models", "srv/secrets", "Qwen/Qwen3 8B"):  # shown as text, not Markdown
-        assert repr(i18n.Literal(name)) in labpage.hub_name_problem(name, "en"), name
+        assert repr(i18n.Literal(name)) in hub_name_problem(name, "en"), name
 
 
 @pytest.mark.slow  # the app
