@@ -52,14 +52,14 @@ if TYPE_CHECKING:
 # Share of the dense tensor-core peak a model's matmuls reach. The best-shape ceiling measured by ml-engineering's
 # MAMF finder is 80.1% on H100 SXM (792 of 989 TFLOP/s), 85.9% on A100 SXM; a model's own shapes sit below it.
 E_COMPUTE = 0.70
-# Share of the HBM bandwidth a memory-bound kernel reaches: copies and elementwise kernels measure about 90% of
-# the datasheet's figure on Hopper (a 4 GiB copy at 90.6%); torch's unfused kernels a little less.
+# Share of the HBM bandwidth a memory-bound kernel reaches: first value in the range 0.8-0.9 (a plain 4 GiB copy
+# measured 90.6% of an H100 NVL's datasheet figure in one public probe; torch's unfused kernels reach less).
 E_MEMORY = 0.85
-# Seconds a kernel takes at least: a launch from eager PyTorch costs about 5-20 us of host time per op (4.2 us
-# for one op issued from Python, measured on a Hopper card; 5-20 us per cudaLaunchKernel quoted).
+# Seconds a kernel takes at least: one op issued from eager PyTorch costs about 5-20 us of host time (4.2 us for
+# an op from Python in the same probe; 5-20 us per cudaLaunchKernel commonly quoted). The fit's default constant.
 LAUNCH_S = 8e-6
-# Share of a link's one-direction bandwidth a copy reaches: pinned host copies reach about 80% of PCIe's figure
-# (26 of 32 GB/s on Gen4 x16 in NVIDIA's bandwidthTest); NCCL's ring collectives about 80% of NVLink's.
+# Share of a link's one-direction bandwidth a copy reaches: first values, about 80% as commonly reported for
+# pinned host copies over PCIe (CUDA samples' bandwidthTest) and for NCCL's ring collectives over NVLink.
 E_HOST_LINK = 0.80
 E_GPU_LINK = 0.80
 # The CPU's own figures are measured (explore/machine.py), so they need no efficiency; a CPU op still pays
