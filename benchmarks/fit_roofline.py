@@ -69,6 +69,12 @@ def main() -> int:
     )
     fitted = dataclasses.replace(GPU_EFFICIENCY, **{field: best})
     print(f"{ROW['model']}, {ROW['seq_len']} tokens, {ROW['dtype']}, {ROW['gpu']}; fitted {field} = {best:.4g}")
+    if best in (grid[0], grid[-1]):
+        # The factor moves little with any one constant where the step is bound by something else: say so rather
+        # than hand a value at the edge of the range over as a fit.
+        print(
+            f"  at the edge of the range searched ({low:g} to {high:g}): no {field} within it reaches x{ROW['factor']}"
+        )
     print(f"{'setting':<8}{'published':>10}{'first values':>14}{'fitted':>8}")
     for n, published in ((ROW["n"], ROW["factor"]), *CHECKS.items()):
         first = factor(works, n, GPU_EFFICIENCY, tokens)

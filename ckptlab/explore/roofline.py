@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import torch
+from torch.utils import _runtime_estimation
 
 from ..errors import SpecError
 from ..results import Kind, Provenance
@@ -65,6 +66,10 @@ E_GPU_LINK = 0.80
 # The CPU's own figures are measured (explore/machine.py), so they need no efficiency; a CPU op still pays
 # PyTorch's eager dispatch, about 5 us.
 CPU_DISPATCH_S = 5e-6
+
+# Ops that launch no kernel: torch's own list of view ops (its runtime estimator skips them too) and prim's
+# metadata queries (``prim.device``: the fake step asks it about three times per op that runs a kernel); free.
+VIEW_OPS = frozenset(str(packet) for packet in _runtime_estimation._VIEW_OPS)
 
 PREDICTED_KIND: Kind = "predicted-roofline"  # the provenance kind every TimePrediction carries
 Float32Matmul = Literal["tf32", "float32"]
@@ -154,10 +159,18 @@ def peak_flops(speed: Speed, dtype: str, f32: Float32Matmul = "float32") -> floa
     return flops.get(dtype, flops["float32"])
 
 
+def launches_kernel(op: str) -> bool:
+    """Whether an op (its aten name, e.g. "aten.view.default") runs a kernel: not a view, not a prim query."""
+    return not op.startswith("prim.") and op.rsplit(".", 1)[0] not in VIEW_OPS
+
+
 def op_seconds(
     cost: OpCost, speed: Speed, efficiency: Efficiency = GPU_EFFICIENCY, f32: Float32Matmul = "float32"
 ) -> float:
-    """One op's time: the slower of its compute and its memory traffic, and never less than one launch."""
+    """One op's time: the slower of its compute and its memory traffic, and never less than one launch; nothing
+    for an op that launches no kernel (a view, a metadata query)."""
+    if not launches_kernel(cost.op):
+        return 0.0
     compute = cost.flops / (peak_flops(speed, cost.dtype, f32) * efficiency.compute) if cost.flops else 0.0
     memory = cost.bytes / (speed.memory_bandwidth * efficiency.memory)
     return max(compute, memory, efficiency.launch_s)

@@ -59,6 +59,9 @@ def test_a_tiny_kernel_costs_one_launch():
     tiny = OpCost("aten.mul.Tensor", "bfloat16", flops=0, bytes=1024)
     assert op_seconds(tiny, H100) == LAUNCH_S
     assert item_seconds(WorkItem("forward", 0, tiny, 1000), H100) == pytest.approx(1000 * LAUNCH_S)
+    # a view or a metadata query launches no kernel (the fake step asks prim.device about thrice per real op)
+    for free in ("aten.view.default", "aten.t.default", "prim.device.default"):
+        assert op_seconds(dataclasses.replace(tiny, op=free), H100) == 0.0
 
 
 def test_offload_bytes_cross_the_host_link_and_add_to_the_step():
