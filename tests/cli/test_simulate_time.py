@@ -1,13 +1,9 @@
-"""``simulate --gpu``'s predicted step time and each setting's factor over off (issue 59), from hand-built counted
-work injected into simulated results: the counting itself is tested where it is made (step/work's producer)."""
+"""``simulate --gpu``'s words for a predicted step time and each setting's factor over off (issue 59), from
+hand-built counted work; the command's own run with work injected into its results is in test_simulate.py, among
+the module's other simulations."""
 
 from __future__ import annotations
 
-import json
-
-import pytest
-
-from ckptlab.cli import main
 from ckptlab.cli.simulate import time_report, time_table_report
 from ckptlab.explore.gpus import GPU_SPECS
 from ckptlab.explore.roofline import over_off, predict_time
@@ -17,7 +13,7 @@ from ckptlab.step.work import OpCost, StepWork, WorkItem
 ADD = OpCost("aten.add.Tensor", "bfloat16", flops=0, bytes=3 * 2**27)  # memory-bound: a known time each
 
 
-def _work(setting: Setting, layers: int) -> StepWork:
+def hand_work(setting: Setting, layers: int) -> StepWork:
     """Each layer's forward once and backward twice as long; a checkpointed layer's forward again as its rerun."""
     items = [
         WorkItem(phase, i, ADD, count) for i in range(layers) for phase, count in (("forward", 1), ("backward", 2))
@@ -30,7 +26,7 @@ def _work(setting: Setting, layers: int) -> StepWork:
 def test_the_table_says_each_settings_time_and_its_factor_over_off():
     h100 = GPU_SPECS["H100 80 GB"]
     rows = over_off(
-        [(s, predict_time(_work(s, 4), h100, tokens=64, f32="float32")) for s in (Setting(None), Setting(1))]
+        [(s, predict_time(hand_work(s, 4), h100, tokens=64, f32="float32")) for s in (Setting(None), Setting(1))]
     )
     rows.append(over_off([(Setting(2), None)])[0])
     text = time_table_report(rows)
@@ -42,24 +38,3 @@ def test_the_table_says_each_settings_time_and_its_factor_over_off():
         == time_table_report(rows[2:])
         == ("Predicted time: none: this simulation carries no count of its operations (FLOPs and bytes) to time.")
     )
-
-
-@pytest.mark.slow  # two tiny simulations
-def test_simulate_gpu_prints_the_time_from_a_results_counted_work(monkeypatch, capsys):
-    """A lone checkpointed setting that carries work has off simulated beside it, for its factor; JSON and text."""
-    import ckptlab.step.simulate as simulate_module
-
-    real = simulate_module.simulate
-
-    def with_work(spec, **kwargs):
-        result = real(spec, **kwargs)
-        # RunResult.work comes with the counting (issue 59's first item); until then it is set on the result here
-        object.__setattr__(result, "work", _work(Setting.of(spec), result.model.num_layers))
-        return result
-
-    monkeypatch.setattr(simulate_module, "simulate", with_work)
-    quick = ["simulate", "--model", "tiny-llama", "--seq-len", "64", "--every-n-layers", "2", "--gpu", "H100"]
-    assert main([*quick, "--json"]) == 0
-    timed = json.loads(capsys.readouterr().out)["predicted_time"]
-    assert timed["setting"] == "n=2" and timed["factor_over_off"] == pytest.approx(3.5 / 3)  # 2 of 4 layers rerun
-    assert timed["predicted"]["provenance"]["kind"] == "predicted-roofline"
