@@ -18,7 +18,7 @@ from ..show.i18n import say, t
 from ..show.labels import provenance_label
 from ..show.report import region_words, run_report
 from ..spec import MAX_WORLD_SIZE
-from ..units import GIB, mib, parse_size
+from ..units import GIB, mib, milliseconds, parse_size
 from .args import (
     EVERY_SETTING,
     add_fsdp_argument,
@@ -178,7 +178,7 @@ def time_report(row: SettingTime) -> str:
         t(
             "cli.time_predicted",
             device=prediction.device,
-            seconds=prediction.seconds,
+            ms=milliseconds(prediction.seconds),
             rerun_pct=100 * prediction.rerun_share,
             tokens_per_s=prediction.tokens_per_s,
             mfu_pct=100 * prediction.mfu,
@@ -187,7 +187,7 @@ def time_report(row: SettingTime) -> str:
         t(
             "cli.time_phases",
             phases=", ".join(
-                t("cli.time_phase", phase=t(f"cli.phase_{phase}"), seconds=seconds)
+                t("cli.time_phase", phase=t(f"cli.phase_{phase}"), ms=milliseconds(seconds))
                 for phase, seconds in prediction.by_phase.items()
                 if seconds
             ),
@@ -210,15 +210,15 @@ def time_table_report(rows: list[SettingTime]) -> str:
     timed = [row.prediction for row in rows if row.prediction is not None]
     if not timed:
         return t("cli.time_no_work")
-    setting_word, step_s, factor = (t(f"cli.column_{name}") for name in ("setting", "step_s", "factor_over_off"))
+    setting_word, step_ms, factor = (t(f"cli.column_{name}") for name in ("setting", "step_ms", "factor_over_off"))
     lines = [
         t("cli.time_table_head", device=timed[0].device, provenance=provenance_label(timed[0].provenance)),
-        f"{setting_word:<14} {step_s:>10} {factor:>8}",
+        f"{setting_word:<14} {step_ms:>10} {factor:>8}",
     ]
     for row in rows:
-        seconds = "-" if row.prediction is None else f"{row.prediction.seconds:.3f}"
+        ms = "-" if row.prediction is None else milliseconds(row.prediction.seconds)
         times = "-" if row.factor_over_off is None else f"x{row.factor_over_off:.2f}"
-        lines.append(f"{row.setting.key:<14} {seconds:>10} {times:>8}")
+        lines.append(f"{row.setting.key:<14} {ms:>10} {times:>8}")
     return "\n".join(lines)
 
 

@@ -141,5 +141,5 @@ def test_simulate_gpu_prints_the_time_from_a_results_counted_work(monkeypatch, c
     quick = ["simulate", "--model", "tiny-llama", "--seq-len", "64", "--every-n-layers", "2", "--gpu", "H100"]
     assert main([*quick, "--json"]) == 0
     timed = json.loads(capsys.readouterr().out)["predicted_time"]
-    assert timed["setting"] == "n=2" and timed["factor_over_off"] == pytest.approx(3.5 / 3)  # 2 of 4 layers rerun
+    assert timed["setting"] == "n=2" and timed["factor_over_off"] == pytest.approx(21 / 18)  # 3 of 6 layers rerun
     assert timed["predicted"]["provenance"]["kind"] == "predicted-roofline"
