@@ -12,12 +12,13 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError, check_at_most
-from ..explore.budget import GPUS, budget_bytes, fit, fits
+from ..explore.budget import GPUS, budget_bytes, fit, fits, gpu_name
 from ..fact import Fact
 from ..show.i18n import say, t
+from ..show.labels import provenance_label
 from ..show.report import region_words, run_report
 from ..spec import MAX_WORLD_SIZE
-from ..units import GIB, mib, parse_size
+from ..units import GIB, mib, milliseconds, parse_size
 from .args import (
     EVERY_SETTING,
     add_fsdp_argument,
@@ -29,6 +30,7 @@ from .args import (
 )
 
 if TYPE_CHECKING:
+    from ..explore.roofline import SettingTime
     from ..results import RunResult
     from ..spec import RunSpec
 
@@ -134,16 +136,90 @@ def _simulate_command(args: argparse.Namespace) -> int:
     core_loaded(args)
     result = simulate(spec, fast=not args.exact)
     verdict = fit_verdict(result, *budget) if budget else None
+    times = _setting_times(args, [result], simulate) if args.gpu else None
     if args.json:
         data = result.to_dict()
         if verdict:
             data["fit"] = verdict
+        if times is not None:
+            data |= time_json(times[0])
         print(json.dumps(data, indent=2))
     else:
         print("\n".join([*training_args_lines(args), run_report(result)]))
         if verdict:
             print("\n" + verdict["sentence"])
+        if times is not None:
+            print("\n" + time_report(times[0]))
     return 0
+
+
+def _setting_times(args: argparse.Namespace, results: list[RunResult], simulate) -> list[SettingTime]:
+    """Each result's predicted time on ``--gpu`` and its factor over off; a lone checkpointed setting that carries
+    counted work has off simulated beside it (the factor needs it), and off's own row left out."""
+    from ..explore.gpus import GPU_SPECS
+    from ..explore.roofline import setting_times, step_work
+    from ..spec import Setting
+
+    speed = GPU_SPECS[gpu_name(args.gpu)]
+    settings = [Setting.of(result.spec) for result in results]
+    if any(setting.every_n_layers is None for setting in settings) or step_work(results[0]) is None:
+        return setting_times(results, speed)
+    off = simulate(replace(results[0].spec, every_n_layers=None, offload=False), fast=not args.exact)
+    return setting_times([*results, off], speed)[: len(results)]
+
+
+def time_report(row: SettingTime) -> str:
+    """One setting's predicted step time in words: seconds, the rerun's share, tokens/s, MFU, each phase and the
+    factor over off; or the one line that says the simulation counted no work to time."""
+    prediction = row.prediction
+    if prediction is None:
+        return t("cli.time_no_work")
+    lines = [
+        t(
+            "cli.time_predicted",
+            device=prediction.device,
+            ms=milliseconds(prediction.seconds),
+            rerun_pct=100 * prediction.rerun_share,
+            tokens_per_s=prediction.tokens_per_s,
+            mfu_pct=100 * prediction.mfu,
+            provenance=provenance_label(prediction.provenance),
+        ),
+        t(
+            "cli.time_phases",
+            phases=", ".join(
+                t("cli.time_phase", phase=t(f"cli.phase_{phase}"), ms=milliseconds(seconds))
+                for phase, seconds in prediction.by_phase.items()
+                if seconds
+            ),
+        ),
+    ]
+    if row.factor_over_off is not None:
+        lines.append(t("cli.time_factor", factor=row.factor_over_off))
+    return "\n".join(lines)
+
+
+def time_json(row: SettingTime) -> dict:
+    """The predicted time's JSON fields of one setting: the typed prediction and its factor over off, or null and
+    the sentence that says why there is none."""
+    note = None if row.prediction is not None else t("cli.time_no_work")
+    return {"predicted_time": row.to_dict(), "predicted_time_note": note}
+
+
+def time_table_report(rows: list[SettingTime]) -> str:
+    """One line per setting under the table: its predicted step time and its factor over off."""
+    timed = [row.prediction for row in rows if row.prediction is not None]
+    if not timed:
+        return t("cli.time_no_work")
+    setting_word, step_ms, factor = (t(f"cli.column_{name}") for name in ("setting", "step_ms", "factor_over_off"))
+    lines = [
+        t("cli.time_table_head", device=timed[0].device, provenance=provenance_label(timed[0].provenance)),
+        f"{setting_word:<14} {step_ms:>10} {factor:>8}",
+    ]
+    for row in rows:
+        ms = "-" if row.prediction is None else milliseconds(row.prediction.seconds)
+        times = "-" if row.factor_over_off is None else f"x{row.factor_over_off:.2f}"
+        lines.append(f"{row.setting.key:<14} {ms:>10} {times:>8}")
+    return "\n".join(lines)
 
 
 def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str], every_setting: bool) -> int:
@@ -273,11 +349,16 @@ def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, s
     # --exact simulates every layer of every setting; else the settings share their shallow steps.
     results = [simulate(one, fast=False) for one in specs] if args.exact else simulate_table(specs)
     verdicts = [fit_verdict(result, *budget) if budget else None for result in results]
+    times = _setting_times(args, results, simulate) if args.gpu else None
     if args.json:
         rows = [result.to_dict() | ({"fit": verdict} if verdict else {}) for result, verdict in zip(results, verdicts)]
+        for row, time in zip(rows, times or []):
+            row |= time_json(time)
         print(json.dumps({"rows": rows}, indent=2))
         return 0
     print("\n".join([*training_args_lines(args), table_report(results, num_layers, budget)]))
+    if times is not None:
+        print("\n" + time_table_report(times))
     return 0
 
 

@@ -16,7 +16,8 @@ from ..fact import Fact, worded
 from ..model.selective import selective_key
 from ..spec import RunSpec
 
-Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
+# "predicted-roofline": a step's time from its counted ops on a device's speed (explore/roofline), not the formula.
+Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted", "predicted-roofline"]
 BusyReason = Literal["load", "spread", "shared"]
 Status = Literal["ok", "does_not_fit"]
 
@@ -55,7 +56,7 @@ AS_ON_CPU = Fact("provenance.as_on_cpu")  # a simulation asked for with device "
 class Provenance:
     """Where the numbers of a result come from."""
 
-    kind: Kind  # measured-cuda, measured-cpu, simulated or predicted
+    kind: Kind  # measured-cuda, measured-cpu, simulated, predicted or predicted-roofline
     device_name: str  # e.g. "NVIDIA H200" or the CPU's name
     torch_version: str
     transformers_version: str
@@ -64,6 +65,8 @@ class Provenance:
     @property
     def label(self) -> str:
         """Short words for a figure caption, e.g. "measured on CUDA (NVIDIA H200)"."""
+        if self.kind == "predicted-roofline":
+            return f"predicted (roofline, {self.device_name})"
         words = {
             "measured-cuda": "measured on CUDA",
             "measured-cpu": "measured on the CPU",

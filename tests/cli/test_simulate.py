@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
+import ckptlab.step.simulate as simulate_module
 from ckptlab.cli import main
+from ckptlab.spec import Setting
+from tests.cli.test_simulate_time import hand_work
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -118,6 +121,25 @@ def test_every_n_layers_all_prints_one_row_a_setting_as_each_single_simulation(c
     assert [line.split()[:2] for line in lines[2 : 3 + layers]] == [["off", "0"], ["n=1", "4"], ["n=2", "2"]] + [
         [f"n={n}", str(-(-layers // n))] for n in range(3, layers + 1)
     ]
-    assert all(" yes " in line for line in lines[2 : 3 + layers]) and lines[-1].startswith(
+    assert all(" yes " in line for line in lines[2 : 3 + layers]) and lines[3 + layers].startswith(
         "fits: the simulated peak within L4"
     )
+    assert lines[-1].startswith("Predicted time: none")  # --gpu's time, once the simulation counts its work
+
+
+def test_simulate_gpu_prints_the_time_from_a_results_counted_work(monkeypatch, capsys):
+    """A lone checkpointed setting that carries work has off simulated beside it, for its factor; JSON and text."""
+    real = simulate_module.simulate
+
+    def with_work(spec, **kwargs):
+        result = real(spec, **kwargs)
+        # RunResult.work comes with the counting (issue 59's first item); until then it is set on the result here
+        object.__setattr__(result, "work", hand_work(Setting.of(spec), result.model.num_layers))
+        return result
+
+    monkeypatch.setattr(simulate_module, "simulate", with_work)
+    quick = ["simulate", "--model", "tiny-llama", "--seq-len", "64", "--every-n-layers", "2", "--gpu", "H100"]
+    assert main([*quick, "--json"]) == 0
+    timed = json.loads(capsys.readouterr().out)["predicted_time"]
+    assert timed["setting"] == "n=2" and timed["factor_over_off"] == pytest.approx(21 / 18)  # 3 of 6 layers rerun
+    assert timed["predicted"]["provenance"]["kind"] == "predicted-roofline"
