@@ -36,6 +36,7 @@ from .model.selective import Selective, check_selective, selective_key
 from .spec_fields import (  # noqa: F401 (the choices and bounds live with their fields; these names stay here too)
     DEVICES,
     DTYPES,
+    FIELD,
     MAX_ACCUMULATION_STEPS,
     MAX_LORA_RANK,
     MAX_REPEATS,
@@ -96,6 +97,18 @@ def optim_args_problem(text: str) -> Fact | None:
     return None
 
 
+def check_declared_bound(name: str, value: int | float) -> None:
+    """Refuse ``value`` above the bound ``spec_fields`` declares for the field ``name`` (its ``high``), with what the
+    bound protects (its ``why``): every bound of a spec through one refusal (``errors.check_at_most``).
+
+    Raises:
+        SpecError: ``spec.at_most``, naming the field, the value, the bound and why.
+    """
+    declared = FIELD[name]
+    assert declared.high is not None and declared.why is not None, f"{name} declares no bound"
+    check_at_most(name, value, declared.high, declared.why)
+
+
 def check_lora(rank: int | None, targets: Sequence[str] | None) -> None:
     """Raise :class:`SpecError` for a LoRA rank that is not a whole number >= 1, or for targets without a rank.
 
@@ -105,7 +118,7 @@ def check_lora(rank: int | None, targets: Sequence[str] | None) -> None:
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
         raise SpecError(key="spec.lora_rank", option=Option("lora_rank", rank), value=rank)
     if rank is not None:
-        check_at_most("lora_rank", rank, MAX_LORA_RANK, Fact("bound.lora_rank"))
+        check_declared_bound("lora_rank", rank)
     if targets is not None and rank is None:
         raise SpecError(
             key="spec.lora_targets_without_rank",
@@ -171,9 +184,8 @@ class RunSpec:
             check_whole_number(name, getattr(self, name))
         check_whole_number("warmup", self.warmup, minimum=0)
         check_whole_number("seed", self.seed, minimum=0)
-        check_at_most("repeats", self.repeats, MAX_REPEATS, Fact("bound.repeats"))
-        check_at_most("warmup", self.warmup, MAX_WARMUP, Fact("bound.warmup"))
-        check_at_most("seed", self.seed, MAX_SEED, Fact("bound.seed", {"largest": 2**32 - 1}))
+        for name in ("repeats", "warmup", "seed"):
+            check_declared_bound(name, getattr(self, name))
         check_at_most("seq_len x batch_size", self.seq_len * self.batch_size, MAX_TOKENS, Fact("bound.tokens"))
         if self.every_n_layers is not None:
             validate_every_n_layers(self.every_n_layers)
@@ -200,10 +212,7 @@ class RunSpec:
     def _validate_recipe(self) -> None:
         """Trainer's side of the step: accumulation, the clipping bound, mixed precision against the dtype."""
         check_whole_number("gradient_accumulation_steps", self.gradient_accumulation_steps)
-        if self.gradient_accumulation_steps > MAX_ACCUMULATION_STEPS:
-            raise SpecError(
-                key="spec.accumulation_too_many", value=self.gradient_accumulation_steps, limit=MAX_ACCUMULATION_STEPS
-            )
+        check_declared_bound("gradient_accumulation_steps", self.gradient_accumulation_steps)
         norm = self.max_grad_norm
         if isinstance(norm, bool) or not isinstance(norm, (int, float)) or norm != norm:  # NaN != NaN
             raise SpecError(key="spec.max_grad_norm", value=norm)
@@ -287,8 +296,9 @@ class RunSpec:
 
     def _validate_ranks(self) -> None:
         size = self.world_size
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORLD_SIZE:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise SpecError(key="spec.world_size", option=Option("world_size", size), value=size, limit=MAX_WORLD_SIZE)
+        check_declared_bound("world_size", size)
         if self.fsdp and size < 2:
             raise SpecError(
                 key="spec.fsdp_one_rank",

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from .fact import Fact
 from .model.attention import ATTN_IMPLEMENTATIONS, available_attentions
 from .model.quantize import QLORA
 from .model.selective import CHOICES as SELECTIVE_CHOICES
@@ -135,6 +136,7 @@ class SpecField:
     trainer: str | None = None  # the TrainingArguments field a reading names when a file leaves it to Trainer
     low: int | float | None = None  # the least a link or a widget offers (and a spec may name, but max_grad_norm)
     high: int | float | None = None  # the most a spec may name (RunSpec.validate); None: no bound of its own
+    why: Fact | None = None  # what ``high`` protects, said with the refusal (errors.check_at_most); with ``high``
     offered: int | float | None = None  # the most a link or a widget offers
     choices: tuple[object, ...] = ()  # the values it takes, where they are a list
     choices_here: Callable[[], tuple[str, ...]] | None = None  # the choices this machine has, where fewer
@@ -186,6 +188,7 @@ FIELDS: tuple[SpecField, ...] = (
         label="lab.repeats",
         low=1,
         high=MAX_REPEATS,
+        why=Fact("bound.repeats"),
         offered=REPEATS_MAX,
     ),
     SpecField(
@@ -196,6 +199,7 @@ FIELDS: tuple[SpecField, ...] = (
         label="lab.warmup",
         low=0,
         high=MAX_WARMUP,
+        why=Fact("bound.warmup"),
         offered=WARMUP_MAX,
     ),
     SpecField(
@@ -233,6 +237,7 @@ FIELDS: tuple[SpecField, ...] = (
         Cli("--seed", "int"),
         low=0,
         high=MAX_SEED,
+        why=Fact("bound.seed", {"largest": 2**32 - 1}),
         no_link="a page's runs take the default seed: a link names the settings, not the random draw",
         no_widget="a page's runs take the default seed",
     ),
@@ -260,6 +265,7 @@ FIELDS: tuple[SpecField, ...] = (
         trainer="gradient_accumulation_steps",
         low=1,
         high=MAX_ACCUMULATION_STEPS,
+        why=Fact("bound.accumulation"),
         offered=MAX_ACCUMULATION_STEPS,
     ),
     SpecField(
@@ -290,6 +296,7 @@ FIELDS: tuple[SpecField, ...] = (
         label="training.lora_rank",
         low=1,
         high=MAX_LORA_RANK,
+        why=Fact("bound.lora_rank"),
         offered=LORA_RANK_MAX,
     ),
     SpecField(
@@ -330,6 +337,7 @@ FIELDS: tuple[SpecField, ...] = (
         label="at_scale.gpus",
         low=1,
         high=MAX_WORLD_SIZE,
+        why=Fact("bound.world_size"),
         no_link="At scale's own key, gpus= (gpus_from_query): one of the GPU counts it searches",
     ),
     SpecField(

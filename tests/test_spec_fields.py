@@ -132,3 +132,21 @@ def test_a_launched_rank_reads_back_the_spec_it_was_given(spec: RunSpec):
     """``argv_from_spec`` is what ``run --nproc-per-node`` hands each rank: parsed by ``run``, it is the spec again."""
     args = build_parser().parse_args(["run", *argv_from_spec(spec)])
     assert spec_from_args(args, repeats=args.repeats, warmup=args.warmup) == spec
+
+
+def test_every_declared_bound_is_refused_through_the_one_refusal():
+    """RunSpec.validate reads each field's declared ``high`` (and its ``why``): one past it is refused as
+    ``spec.at_most`` naming the field, so a bound cannot be restated, or forgotten, in the validation."""
+    from ckptlab.errors import SpecError
+    from ckptlab.spec import RunSpec
+    from ckptlab.spec_fields import FIELDS
+
+    bounded = [field for field in FIELDS if field.high is not None]
+    assert {field.name for field in bounded} >= {"repeats", "warmup", "seed", "gradient_accumulation_steps"}
+    needs = {"world_size": {"fsdp": True}}  # ranks are FSDP2's
+    for field in bounded:
+        assert field.why is not None, field.name
+        with pytest.raises(SpecError) as caught:
+            RunSpec(model="tiny-llama", **{field.name: field.high + 1}, **needs.get(field.name, {})).validate()
+        assert caught.value.key == "spec.at_most" and caught.value.params["name"] == field.name, field.name
+        RunSpec(model="tiny-llama", **{field.name: field.high}, **needs.get(field.name, {})).validate()  # allowed
