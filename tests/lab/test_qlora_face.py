@@ -34,7 +34,7 @@ def test_the_qlora_choice_round_trips_through_widgets_and_a_link_and_writes_its_
     assert sweep.quantization == QLORA and sweep.run_spec(64, 1, False).quantization == QLORA
     code = qlora_snippet(QLORA.to_dict())
     ast.parse(code)
-    assert "bnb_4bit_quant_type='nf4'" in code and "prepare_model_for_kbit_training(model)" in code
+    assert 'bnb_4bit_quant_type="nf4"' in code and "prepare_model_for_kbit_training(model)" in code
 
 
 @pytest.mark.slow  # builds a 4-bit base: bitsandbytes' import and its quantization, a few seconds
