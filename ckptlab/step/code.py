@@ -9,7 +9,8 @@ the order a run of the lab builds its model (``ckptlab.step.measure``):
 3. the model line: ``from_pretrained`` with the weights' dtype, the attention (a model keyword; SDPA, transformers'
    default, is not written) and, for a 4-bit base, ``quantization_config=BitsAndBytesConfig(...)``;
 4. for a 4-bit base, peft's ``prepare_model_for_kbit_training`` (``ckptlab.model.quantize.prepare``);
-5. transformers' checkpointing call on the base (its offload, its policy's ``context_fn``);
+5. transformers' checkpointing call on the base (its offload, its policy's ``context_fn``), or the call that turns it
+   off;
 6. LoRA's ``get_peft_model`` with the lab's ``LoraConfig`` (``ckptlab.model.lora``), on the checkpointed base;
 7. the ``TrainingArguments`` of the step (``RunSpec.trainer_fields()``): Trainer enables the same checkpointing again
    from them, so the box serves a loop of one's own and Trainer alike.
@@ -98,8 +99,8 @@ def training_code(spec: RunSpec, dtype: str | torch.dtype | None = None, targets
             body += [PREPARE_COMMENT, "model = prepare_model_for_kbit_training(model)"]
         else:  # what the lab's run leaves after turning the preparation's checkpointing off (quantize.prepare)
             body.append("model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)")
-    if spec.checkpointing:
-        body += enable_lines(spec.every_n_layers, spec.offload, context_fn=selective)
+    # Off is said too, as a run of the lab says it (measure.apply_setting): a model from elsewhere may have it on.
+    body += enable_lines(spec.every_n_layers, spec.offload, context_fn=selective)
     if lora:
         assert spec.lora_rank is not None and targets is not None  # for mypy: lora says both
         body.append("# LoRA on the checkpointed base (peft keeps the decoder layers and their checkpointing)")
