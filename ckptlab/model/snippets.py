@@ -231,37 +231,11 @@ def bnb_config_lines(quantization: Mapping[str, object]) -> list[str]:
     return ["bnb_config = BitsAndBytesConfig(", *fields, ")"]
 
 
-# peft's preparation of a 4-bit base for training, as the lab runs it (ckptlab.model.quantize.prepare): it casts
-# float16/bfloat16 parameters to float32 and turns on reentrant checkpointing, which the checkpointing line replaces.
+# The comment over peft's preparation of a 4-bit base for training, as the lab runs it (ckptlab.model.quantize.prepare).
 PREPARE_COMMENT = (
     "# casts float16/bfloat16 parameters to float32 and turns on reentrant checkpointing, which the next line\n"
     "# replaces (as Trainer does with activation_checkpointing=True)"
 )
-
-
-def qlora_snippet(quantization: Mapping[str, object], model: str = "MODEL") -> str:
-    """The lines that load a 4-bit base and prepare it for training (QLoRA), before the checkpointing line.
-
-    Args:
-        quantization: ``BitsAndBytesConfig``'s fields (``ckptlab.model.quantize.Quantization.to_dict()``).
-        model: the name ``from_pretrained`` loads.
-
-    Returns:
-        Python source: the ``BitsAndBytesConfig``, ``from_pretrained`` with it and peft's
-        ``prepare_model_for_kbit_training``, whose reentrant checkpointing the next line replaces.
-    """
-    return "\n".join(
-        [
-            "import torch",
-            "from peft import prepare_model_for_kbit_training",
-            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig",
-            "",
-            *bnb_config_lines(quantization),
-            f'model = AutoModelForCausalLM.from_pretrained("{model}", quantization_config=bnb_config, device_map="auto")',
-            PREPARE_COMMENT,
-            "model = prepare_model_for_kbit_training(model)",
-        ]
-    )
 
 
 # -- past one GPU: FSDP2 ----------------------------------------------------------------------
