@@ -21,6 +21,7 @@ English like the code itself (the locale files hold sentences a person reads in 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import torch
@@ -28,7 +29,7 @@ import torch
 from ..model import catalog
 from ..model.hub import split_revision
 from ..model.lora import resolve_targets
-from ..model.presets import CAUSAL_LM, PRESETS
+from ..model.presets import CAUSAL_LM
 from ..model.quantize import as_quantization
 from ..model.selective import NONE
 from ..model.snippets import (
@@ -68,7 +69,7 @@ def training_code(spec: RunSpec, dtype: str | torch.dtype | None = None, targets
         >>> print(training_code(RunSpec(model="tiny-llama", every_n_layers=2)).splitlines()[0])
         import torch
     """
-    config, _, task = catalog.load_config(spec.model)
+    config, source, task = catalog.load_config(spec.model)
     auto_class = "AutoModelForCausalLM" if task == CAUSAL_LM else "AutoModelForMaskedLM"
     quantization = as_quantization(spec.quantization)
     selective = spec.checkpointing and spec.selective != NONE
@@ -93,7 +94,7 @@ def training_code(spec: RunSpec, dtype: str | torch.dtype | None = None, targets
         body += [*policy_lines(spec.selective), "", ""]
     if quantization is not None:
         body += bnb_config_lines(quantization.to_dict())
-    body += _model_lines(spec.model, auto_class, dtype_name, spec.attn_implementation, quantization is not None)
+    body += _model_lines(spec.model, source, auto_class, dtype_name, spec.attn_implementation, quantization is not None)
     if quantization is not None:
         if spec.checkpointing:
             body += [PREPARE_COMMENT, "model = prepare_model_for_kbit_training(model)"]
@@ -114,12 +115,12 @@ def training_code(spec: RunSpec, dtype: str | torch.dtype | None = None, targets
     return "\n".join([*import_lines(imports), "", *body])
 
 
-def _model_lines(name: str, auto_class: str, dtype: str, attention: str, quantized: bool) -> list[str]:
-    """``model = <auto class>.from_pretrained(...)`` with the keywords that make the lab's model."""
-    repo, revision = split_revision(name) if name not in PRESETS else (name, None)
-    arguments = [
-        f'"{repo}",' + (f"  # the lab's preset {name}: your model's name or folder" if name in PRESETS else "")
-    ]
+def _model_lines(name: str, source: str, auto_class: str, dtype: str, attention: str, quantized: bool) -> list[str]:
+    """``model = <auto class>.from_pretrained(...)`` with the keywords that make the lab's model (``source``: the
+    name's kind, as ``load_config`` resolved it: "preset", "local" or "hub")."""
+    repo, revision = split_revision(name) if source == "hub" else (name, None)
+    preset = f"  # the lab's preset {name}: your model's name or folder" if source == "preset" else ""
+    arguments = [f"{json.dumps(repo)},{preset}"]  # a Python literal in double quotes, whatever a folder's name holds
     if revision is not None:
         arguments.append(f'revision="{revision}",')
     arguments.append(f"dtype=torch.{dtype},")
