@@ -170,8 +170,9 @@ def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_lab
         launch, setup = st.columns(2)
         launch.caption(t("at_scale.code_launch", lang))
         launch.code(scalepage.launch_code(code, lang), language="bash", wrap_lines=True)
-        launch.caption(t("at_scale.code_trainer", lang, **scalepage.trainer_versions()))
-        launch.code(code.trainer_code, language="python", wrap_lines=True)
+        if found.gpus > 1:  # on one GPU the model's box ends with these TrainingArguments (ckptlab.step.code)
+            launch.caption(t("at_scale.code_trainer", lang, **scalepage.trainer_versions()))
+            launch.code(code.trainer_code, language="python", wrap_lines=True)
         setup.caption(t("at_scale.code_model", lang) if found.gpus == 1 else t("at_scale.code_fsdp", lang))
         setup.code(code.model_code, language="python", wrap_lines=True)
 

@@ -24,7 +24,7 @@ from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queue
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
 from ckptlab.lab.workers import started_pool
-from ckptlab.model import hub, snippets
+from ckptlab.model import hub
 from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show.export import layer_rows, result_csv
@@ -37,6 +37,7 @@ from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.peak_words import logits_sentence
 from ckptlab.show.wording import app_message, run_message
 from ckptlab.spec import DTYPES, RunSpec
+from ckptlab.step.code import training_code
 from pages._common import (
     download_buttons,
     estimate_text,
@@ -177,21 +178,12 @@ def _check_gradients(spec: RunSpec, lang: str) -> None:
             state.lab_grads = (spec, None, f"{type(error).__name__}: {error}")
 
 
-def draw_code(spec: RunSpec, lang: str) -> None:
-    """The transformers lines for the current settings (not the last run's)."""
+def draw_code(spec: RunSpec, targets: list[str], lang: str) -> None:
+    """The code for the current settings (not the last run's): one box, written from the spec by the core
+    (``targets``: the model's projections, read once for the LoRA boxes, which "all" of the spec means)."""
     st.subheader(t("lab.code_title", lang), anchor=False)
-    st.caption(t("lab.on_a_model", lang))
-    selective = spec.every_n_layers is not None and spec.selective != "none"
-    if selective:  # torch's policy through transformers' call
-        code = snippets.selective_snippet(spec.every_n_layers, spec.offload, spec.selective)
-    else:
-        code = snippets.model_snippet(spec.every_n_layers, spec.offload)
-    if spec.quantization is not None:  # the 4-bit base first: peft's preparation turns checkpointing on its way
-        code = snippets.qlora_snippet(spec.quantization.to_dict()) + "\n" + code
-    st.code(snippets.with_attention(code, spec.attn_implementation), language="python")
-    st.caption(t("lab.with_trainer", lang))
-    trainer = snippets.trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=selective)
-    st.code(trainer, language="python")
+    st.caption(t("lab.code_caption", lang))
+    st.code(training_code(spec, targets=spec.lora_targets or targets), language="python")
 
 
 def draw_result(lab: LabRun, spec: RunSpec, lang: str) -> None:
@@ -461,6 +453,6 @@ try:
             st.plotly_chart(plan, key="lab_plan", theme=None)
     else:
         draw_result(lab, spec, lang)
-    draw_code(spec, lang)
+    draw_code(spec, choices, lang)
 except Exception as error:  # drawing must never take the page down
     failure(t("lab.draw_failed", lang), f"{type(error).__name__}: {error}", t("lab.details", lang))

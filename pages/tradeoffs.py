@@ -223,10 +223,8 @@ if recommendation.row is not None:
     st.markdown(i18n.say(recommendation.reasons, lang))
     if recommendation.ranked_by == "predicted":
         st.info(i18n.t("tradeoffs.ranked_by_prediction", lang))
-    st.caption(i18n.t("tradeoffs.on_a_model", lang))
-    st.code(recommendation.model_code, language="python")
-    st.caption(i18n.t("tradeoffs.with_trainer", lang))
-    st.code(recommendation.trainer_code, language="python")
+    st.caption(i18n.t("tradeoffs.code_caption", lang))
+    st.code(recommendation.model_code, language="python")  # the whole box, TrainingArguments included
 else:
     st.error(i18n.say(recommendation.reasons, lang))
     for advice in recommendation.advice:

@@ -291,7 +291,8 @@ def sweep_report(
         lines.append(f"  {recommendation.reason}")
         if recommendation.row is not None:
             lines += ["  " + line for line in recommendation.model_code.splitlines()]
-            lines += ["  " + line for line in recommendation.trainer_code.splitlines()]
+            if recommendation.row.result is None:  # a row without its run: the box is its setting's line alone
+                lines += ["  " + line for line in recommendation.trainer_code.splitlines()]
         lines += [f"  - {suggestion}" for suggestion in recommendation.suggestions]
     return "\n".join(lines)
 

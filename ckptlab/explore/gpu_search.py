@@ -63,15 +63,12 @@ from ..model.snippets import (
     fsdp_snippet,
     fsdp_trainer_snippet,
     machines,
-    model_snippet,
-    qlora_snippet,
-    selective_snippet,
     torchrun_line,
     trainer_snippet,
-    with_attention,
 )
 from ..results import RunResult
 from ..spec import RunSpec, Setting
+from ..step.code import training_code
 from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
 from ..step.table import TableSimulation
 from .budget import fit, fits
@@ -88,7 +85,7 @@ class SearchCode:
 
     launch: str  # torchrun (or python) for a user's train.py
     ckptlab_launch: str  # python -m ckptlab run ...: the same step measured on real GPUs
-    model_code: str  # activation_checkpointing_enable(...), with the fully_shard lines past one GPU
+    model_code: str  # one GPU: the whole code box (ckptlab.step.code); past one: the fully_shard lines
     trainer_code: str  # TrainingArguments(...), with fsdp=True and fsdp_config past one GPU
 
 
@@ -141,16 +138,11 @@ class GpuSearch:
             selective=policy, attn_implementation=spec.attn_implementation,
         )  # fmt: skip
         context_fn = n is not None and policy != "none"  # the policy's context_fn, made in the model lines
-        if spec.world_size == 1:
-            model_code = model_snippet(n, offload)
-            if n is not None and policy != "none":
-                model_code = selective_snippet(n, offload, policy)
-            if spec.quantization is not None:  # the 4-bit base is loaded and prepared first (QLoRA: one GPU)
-                model_code = qlora_snippet(spec.quantization.to_dict(), spec.model) + "\n" + model_code
+        if spec.world_size == 1:  # the whole code box of the simulated run, TrainingArguments included
             return SearchCode(
                 torchrun_line(1, script),
                 run_line,
-                with_attention(model_code, spec.attn_implementation),
+                training_code(spec, dtype=self.result.dtype),
                 trainer_snippet(n, offload, spec.trainer_fields(), context_fn=context_fn),
             )
         return SearchCode(

@@ -24,26 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import torch
-
 from ..errors import CkptlabError, Option, SpecError, expect_type
 from ..fact import Fact, worded
-from ..model.snippets import (
-    lora_snippet,
-    model_snippet,
-    qlora_snippet,
-    selective_snippet,
-    trainer_snippet,
-    with_attention,
-)
+from ..model.snippets import model_snippet, selective_snippet, trainer_snippet, with_attention
 from ..results import MIN_SAMPLES_TO_JUDGE, Judgement, judge_time
 from ..spec import TRAINER_DEFAULT_OPTIMIZER, Setting
+from ..step.code import training_code
 from ..units import mib, milliseconds
 from .advice import nothing_fits, what_would_fit
 from .budget import budget_bytes, fit
 from .formula import architecture
 from .predict import predict
-from .predict_training import training_bytes
 from .sweep import SweepRow
 from .sweep_rows import known_peak, known_step, row_name
 
@@ -69,10 +60,10 @@ class Recommendation:
     row: SweepRow | None  # the fastest row whose peak fits; None when nothing fits
     margin_bytes: int | None  # budget minus the chosen row's peak
     reasons: tuple[Fact, ...]  # why this row (or why none), sentence by sentence, with the numbers
-    # model.activation_checkpointing_enable(...) for the chosen row (with its selective policy's context_fn),
-    # then peft's line with LoRA ("" if none)
+    # The chosen row's code box (ckptlab.step.code.training_code: the model loaded, prepared and checkpointed, LoRA,
+    # and its TrainingArguments); for a row without its run, only transformers' call for its setting ("" if none)
     model_code: str
-    trainer_code: str  # TrainingArguments(...) for the chosen row ("" if none)
+    trainer_code: str  # TrainingArguments(...) for the chosen row alone, as the box ends ("" if none)
     fitting: list[SweepRow] = field(default_factory=list)  # every row that fits, fastest first
     as_fast: list[str] = field(default_factory=list)  # settings whose step time is within the noise of the fastest's
     advice: tuple[Fact, ...] = ()  # when nothing fits: what would, measured or estimated
@@ -156,12 +147,10 @@ def recommend(rows: Sequence[SweepRow], budget: int | str, seq_len: int | None =
         ranked_by = "predicted"
     as_fast = [row.setting for row in tied]
     spec = best.result.spec if best.result is not None else None
-    model_code = with_attention(_model_code(best), best.attn_implementation)
-    if spec is not None and spec.lora_rank is not None:
-        targets = training_bytes(spec.model, torch.float32, lora_rank=spec.lora_rank, lora_targets=spec.lora_targets)
-        model_code += "\n" + lora_snippet(spec.lora_rank, targets.lora_targets)
-    if spec is not None and spec.quantization is not None:  # the 4-bit base is loaded and prepared first
-        model_code = qlora_snippet(spec.quantization.to_dict(), spec.model) + "\n" + model_code
+    if best.result is not None:  # the whole code box of the measured run, TrainingArguments included
+        model_code = training_code(best.result.spec, dtype=best.result.dtype)
+    else:  # a row without its run (made by hand): the setting's lines only
+        model_code = with_attention(_model_code(best), best.attn_implementation)
     return Recommendation(
         budget_bytes=budget,
         budget_label=label,

@@ -116,15 +116,25 @@ def resolve_targets(model: nn.Module, targets: Sequence[str] | None) -> list[str
     return list(targets)
 
 
-def apply_lora(model: PreTrainedModel, rank: int, targets: Sequence[str] | None) -> PeftModel:
-    """Freeze ``model`` and wrap it with rank-``rank`` LoRA adapters on ``targets`` (peft).
+def lora_config_fields(rank: int, targets: Sequence[str]) -> dict[str, object]:
+    """peft's ``LoraConfig`` fields of the lab's adapters (what :func:`apply_lora` builds and the code box writes).
 
     ``lora_alpha = 2 x rank`` and no adapter dropout: neither changes the memory of a step.
+
+    Args:
+        rank: the LoRA rank.
+        targets: the module names to adapt, resolved (:func:`resolve_targets`).
     """
+    return {"r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0, "target_modules": list(targets)}
+
+
+def apply_lora(model: PreTrainedModel, rank: int, targets: Sequence[str] | None) -> PeftModel:
+    """Freeze ``model`` and wrap it with rank-``rank`` LoRA adapters on ``targets`` (peft), as
+    :func:`lora_config_fields` says."""
     import_peft()
     from peft import LoraConfig, get_peft_model  # imported here: only LoRA runs pay for it
 
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=resolve_targets(model, targets))
+    config = LoraConfig(**lora_config_fields(rank, resolve_targets(model, targets)))  # type: ignore[arg-type]
     with quiet_peft(), _fake_safe(model):
         return get_peft_model(model, config)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..errors import SpecError
+from .lora import lora_config_fields
 from .selective import selective_key, selective_ops
 
 
@@ -59,14 +60,42 @@ def selective_snippet(every_n_layers: int, offload: bool, selective: str | tuple
         Python source: the imports, the ops to keep, the policy and transformers' call with its
         ``context_fn``; torchtitan's rule (every second ``aten.mm`` recomputed) counts per region.
     """
-    ops = selective_ops(selective)
-    kept = "\n".join(f"    torch.ops.{name}," for name in ops)
     lines = [
         "from functools import partial",
         "",
         "import torch",
         "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts",
         "",
+        *policy_lines(selective),
+        "",
+        *enable_lines(every_n_layers, offload, context_fn=True),
+    ]
+    return "\n".join(lines)
+
+
+# What the lines of policy_lines name, as (module, name): the whole code box imports them once.
+POLICY_IMPORTS = (
+    ("functools", "partial"),
+    ("torch", None),
+    ("torch.utils.checkpoint", "CheckpointPolicy"),
+    ("torch.utils.checkpoint", "create_selective_checkpoint_contexts"),
+)
+
+
+def policy_lines(selective: str | tuple[str, ...]) -> list[str]:
+    """A selective policy as code, ending in the ``context_fn`` transformers' call takes (no imports:
+    :data:`POLICY_IMPORTS`).
+
+    Args:
+        selective: a ``RunSpec.selective`` other than "none" (``ckptlab.model.selective``).
+
+    Returns:
+        Lines of Python source: the ops to keep, the policy (torchtitan's rule: every second ``aten.mm`` of a region
+        recomputed) and ``context_fn``.
+    """
+    ops = selective_ops(selective)
+    kept = "\n".join(f"    torch.ops.{name}," for name in ops)
+    lines = [
         f"KEEP = {{  # selective={selective_key(selective)!r}: these ops' outputs are kept, the rest is recomputed",
         kept,
         "}",
@@ -89,7 +118,6 @@ def selective_snippet(every_n_layers: int, offload: bool, selective: str | tuple
             "",
             "",
             "context_fn = lambda: create_selective_checkpoint_contexts(make_policy())  # noqa: E731",
-            "",
         ]
     else:
         lines += [
@@ -99,16 +127,22 @@ def selective_snippet(every_n_layers: int, offload: bool, selective: str | tuple
             "",
             "",
             "context_fn = partial(create_selective_checkpoint_contexts, policy)",
-            "",
         ]
-    lines += [
+    return lines
+
+
+def enable_lines(every_n_layers: int | None, offload: bool, context_fn: bool = False) -> list[str]:
+    """transformers' call on a loaded model for the setting: :func:`model_snippet`'s line, or with a selective
+    policy's ``context_fn`` (made by :func:`policy_lines`) the call with its ``activation_checkpointing_kwargs``."""
+    if every_n_layers is None or not context_fn:
+        return [model_snippet(every_n_layers, offload)]
+    return [
         "model.activation_checkpointing_enable(",
         f"    every_n_layers={every_n_layers},",
         f"    offload={offload},",
         '    activation_checkpointing_kwargs={"use_reentrant": False, "context_fn": context_fn},',
         ")",
     ]
-    return "\n".join(lines)
 
 
 def trainer_snippet(
@@ -159,51 +193,49 @@ def _field_lines(fields: Mapping[str, object] | None) -> list[str]:
 
 
 def lora_snippet(rank: int, targets: Sequence[str]) -> str:
-    """The peft line that wraps a model whose checkpointing is already set (PEFT users enable it on the base first).
+    """The peft lines that wrap a model whose checkpointing is already set (PEFT users enable it on the base first).
 
     Args:
         rank: the LoRA rank.
         targets: the module names to adapt (resolved: peft needs them for a model it does not know).
 
     Returns:
-        Python source, e.g. ``model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj"]))``.
+        Python source: the lab's ``LoraConfig`` (``ckptlab.model.lora.lora_config_fields``), one field a line, and
+        ``model = get_peft_model(model, lora_config)``.
     """
-    names = ", ".join(f'"{name}"' for name in targets)
-    return f"model = get_peft_model(model, LoraConfig(r={rank}, target_modules=[{names}]))"
+    fields = [f"    {name}={_value(value)}," for name, value in lora_config_fields(rank, targets).items()]
+    return "\n".join(["lora_config = LoraConfig(", *fields, ")", "model = get_peft_model(model, lora_config)"])
 
 
-def qlora_snippet(quantization: Mapping[str, object], model: str = "MODEL") -> str:
-    """The lines that load a 4-bit base and prepare it for training (QLoRA), before the checkpointing line.
+def _value(value: object) -> str:
+    """A literal as the code box writes it: text in double quotes (lists of text too), as transformers' docs."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    return repr(value)
+
+
+def bnb_config_lines(quantization: Mapping[str, object]) -> list[str]:
+    """``bnb_config = BitsAndBytesConfig(...)`` with a quantization's fields (its compute dtype as ``torch.<dtype>``).
 
     Args:
         quantization: ``BitsAndBytesConfig``'s fields (``ckptlab.model.quantize.Quantization.to_dict()``).
-        model: the name ``from_pretrained`` loads.
-
-    Returns:
-        Python source: the ``BitsAndBytesConfig``, ``from_pretrained`` with it and peft's
-        ``prepare_model_for_kbit_training``, whose reentrant checkpointing the next line replaces.
     """
     fields = []
     for name, value in quantization.items():
         if name == "bnb_4bit_compute_dtype":
             fields.append(f"    {name}=torch.{value},")
         elif value is not None:
-            fields.append(f"    {name}={value!r},")
-    return "\n".join(
-        [
-            "import torch",
-            "from peft import prepare_model_for_kbit_training",
-            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig",
-            "",
-            "bnb_config = BitsAndBytesConfig(",
-            *fields,
-            ")",
-            f'model = AutoModelForCausalLM.from_pretrained("{model}", quantization_config=bnb_config, device_map="auto")',
-            "# casts float16/bfloat16 parameters to float32 and turns on reentrant checkpointing, which the next line",
-            "# replaces (as Trainer does with activation_checkpointing=True)",
-            "model = prepare_model_for_kbit_training(model)",
-        ]
-    )
+            fields.append(f"    {name}={_value(value)},")
+    return ["bnb_config = BitsAndBytesConfig(", *fields, ")"]
+
+
+# The comment over peft's preparation of a 4-bit base for training, as the lab runs it (ckptlab.model.quantize.prepare).
+PREPARE_COMMENT = (
+    "# casts float16/bfloat16 parameters to float32 and turns on reentrant checkpointing, which the next line\n"
+    "# replaces (as Trainer does with activation_checkpointing=True)"
+)
 
 
 # -- past one GPU: FSDP2 ----------------------------------------------------------------------

@@ -202,10 +202,13 @@ def test_a_lora_recommendation_enables_checkpointing_then_wraps_with_peft(measur
 
     rows = rows_from_results([measured(every_n_layers=None, lora_rank=4, optimizer="sgd")])
     rec = recommend(rows, "H100")
-    first, second = rec.model_code.splitlines()
-    assert first == "model.activation_checkpointing_disable()"
-    assert second.startswith("model = get_peft_model(model, LoraConfig(r=4, target_modules=[")
-    assert '"q_proj"' in second and _trainer_kwargs(rec.trainer_code)["optim"] == "sgd"
+    lines = rec.model_code.splitlines()  # the run's whole box (ckptlab.step.code), executed in tests/step/test_code.py
+    disable = lines.index("model.activation_checkpointing_disable()")
+    assert (
+        disable < lines.index("lora_config = LoraConfig(") < lines.index("model = get_peft_model(model, lora_config)")
+    )
+    assert "    r=4," in lines and '"q_proj"' in rec.model_code and _trainer_kwargs(rec.trainer_code)["optim"] == "sgd"
+    assert rec.model_code.endswith("args = " + rec.trainer_code)  # the box ends with the arguments the JSON carries
     assert "LoRA adapters' gradients" in rec.reason and "the state of sgd" in rec.reason
 
 

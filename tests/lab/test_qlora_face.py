@@ -11,7 +11,7 @@ from ckptlab import RunSpec
 from ckptlab.lab import labpage, tradeoffspage
 from ckptlab.lab.query import spec_from_query, spec_to_query
 from ckptlab.model.quantize import QLORA
-from ckptlab.model.snippets import qlora_snippet
+from ckptlab.step.code import training_code
 
 
 def test_the_qlora_choice_round_trips_through_widgets_and_a_link_and_writes_its_code():
@@ -32,9 +32,9 @@ def test_the_qlora_choice_round_trips_through_widgets_and_a_link_and_writes_its_
         ["q_proj", "v_proj"],
     )  # fmt: skip
     assert sweep.quantization == QLORA and sweep.run_spec(64, 1, False).quantization == QLORA
-    code = qlora_snippet(QLORA.to_dict())
+    code = training_code(sweep.run_spec(64, 1, False))
     ast.parse(code)
-    assert "bnb_4bit_quant_type='nf4'" in code and "prepare_model_for_kbit_training(model)" in code
+    assert 'bnb_4bit_quant_type="nf4"' in code and "prepare_model_for_kbit_training(model)" in code
 
 
 @pytest.mark.slow  # builds a 4-bit base: bitsandbytes' import and its quantization, a few seconds
