@@ -152,6 +152,13 @@ class SpecField:
         return self.choices_here() if self.choices_here is not None else self.choices
 
 
+def devices_here() -> tuple[str, ...]:
+    """The devices a page offers on this machine: "cuda" only where torch sees one."""
+    import torch  # here, not at the top: the CLI's --help reads this module before torch loads
+
+    return DEVICES if torch.cuda.is_available() else tuple(device for device in DEVICES if device != "cuda")
+
+
 # The order is the command line's (its --help lists them so) and a link's.
 FIELDS: tuple[SpecField, ...] = (
     SpecField(
@@ -231,6 +238,7 @@ FIELDS: tuple[SpecField, ...] = (
         Widget("device", "select"),
         label="lab.device",
         choices=DEVICES,
+        choices_here=lambda: devices_here(),
     ),
     SpecField(
         "seed",

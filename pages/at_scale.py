@@ -28,9 +28,9 @@ from ckptlab.lab.labpage import folder_info
 from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
 from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
-from ckptlab.lab.scalepage import CUSTOM, DEFAULT, SEQ_LIMIT
+from ckptlab.lab.scalepage import CUSTOM, DEFAULT
 from ckptlab.lab.server import ServerPolicy
-from ckptlab.lab.stepboxes import QUERY_KEYS, step_widget_values
+from ckptlab.lab.stepboxes import QUERY_KEYS
 from ckptlab.lab.targets import spec_targets
 from ckptlab.model import hub
 from ckptlab.model.catalog import ModelInfo
@@ -41,6 +41,7 @@ from ckptlab.show.i18n import Literal, as_text, say, t
 from ckptlab.show.labels import experts_caption, training_label
 from ckptlab.show.peak_words import logits_sentence
 from ckptlab.spec import RunSpec
+from ckptlab.spec_fields import SEQ_MAX
 from pages._common import (
     failure,
     job_buttons,
@@ -62,9 +63,7 @@ run_through_app()
 lang = language()
 # Every word the page shows is in ckptlab/locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
-WIDGETS = ("at_scale_tiny", "at_scale_model", "at_scale_local_dir", "at_scale_hub_name", "at_scale_seq", "at_scale_batch", "at_scale_dtype",
-           "at_scale_every", "at_scale_offload", "at_scale_gpu", "at_scale_gpus", "at_scale_budget_gib", "at_scale_optimizer", "at_scale_lora", "at_scale_lora_rank",
-           "at_scale_lora_targets", "at_scale_qlora", "at_scale_selective", *step_widget_values("at_scale", DEFAULT))  # fmt: skip
+WIDGETS = scalepage.WIDGETS
 
 
 # The shape's keys in a link (gpu= aside), the step boxes' among them (their declarations': accum, mp, clip, attn).
@@ -82,9 +81,9 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
     spec, ignored = spec_from_query({k: v for k, v in params.items() if k in LINK_KEYS}, default=DEFAULT)
     state.at_scale_gpus, ignored_gpus = gpus_from_query(params.get("gpus", "1"), GPU_COUNTS)
     warnings = [say(as_text(fact), lang) for fact in ignored + ignored_gpus]  # the link's values as text
-    if spec.seq_len > SEQ_LIMIT:
-        warnings.append(t("at_scale.seq_clamped", lang, seq=spec.seq_len, limit=SEQ_LIMIT))
-        spec = replace(spec, seq_len=SEQ_LIMIT)
+    if spec.seq_len > SEQ_MAX:  # the link's reader already clamps to it (spec_fields' seq_len offers SEQ_MAX)
+        warnings.append(t("at_scale.seq_clamped", lang, seq=spec.seq_len, limit=SEQ_MAX))
+        spec = replace(spec, seq_len=SEQ_MAX)
     infos = preset_infos()
     # A link's owner/name is a Hub repository where the server fetches them (the folder entry otherwise).
     hub_name = spec.model if policy.hub and spec.model not in infos and hub.is_repo_name(spec.model) else ""
@@ -272,7 +271,7 @@ with st.sidebar:
         hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
         st.text_input(t("lab.hub_name", lang), key="at_scale_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
     model_caption_box = st.empty()
-    st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_LIMIT, step=1024, key="at_scale_seq")
+    st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_MAX, step=1024, key="at_scale_seq")
     st.number_input(t("at_scale.batch", lang), **offered("batch_size"), step=1, key="at_scale_batch")
     st.selectbox(t("at_scale.dtype", lang), SIMULATION_DTYPES, key="at_scale_dtype")
     optimizer_box("at_scale_optimizer", lang)

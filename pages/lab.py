@@ -13,7 +13,6 @@ import time
 from dataclasses import replace
 
 import streamlit as st
-import torch
 
 import ckptlab
 from ckptlab.lab import labpage
@@ -37,6 +36,7 @@ from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.peak_words import logits_sentence
 from ckptlab.show.wording import app_message, run_message
 from ckptlab.spec import DTYPES, RunSpec
+from ckptlab.spec_fields import FIELD
 from ckptlab.step.code import training_code
 from pages._common import (
     download_buttons,
@@ -57,12 +57,10 @@ from pages._server import job_workers, offered_folder, server_policy, session_ow
 
 run_through_app()
 
-DEVICES = ("auto", "cpu", "cuda") if torch.cuda.is_available() else ("auto", "cpu")
+DEVICES = FIELD["device"].offered_choices()
 lang = language()
 policy, policy_problem = server_policy()
-WIDGETS = ("lab_model", "lab_local_dir", "lab_hub_name", "lab_seq", "lab_batch", "lab_dtype", "lab_device", "lab_ckpt", "lab_n",
-           "lab_offload", "lab_repeats", "lab_warmup", "lab_optimizer", "lab_lora", "lab_lora_rank", "lab_lora_targets",
-           "lab_qlora", "lab_accumulation", "lab_mixed_precision", "lab_max_grad_norm", "lab_selective")  # fmt: skip
+WIDGETS = labpage.WIDGETS
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)

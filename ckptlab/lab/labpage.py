@@ -169,6 +169,10 @@ def widget_values(spec: RunSpec, folder: str, hub_name: str = "") -> dict[str, A
     }
 
 
+# Every widget of the Lab page (and its session state's targets_for), from the one mapping of a spec to them.
+WIDGETS = tuple(widget_values(RunSpec(model="tiny-llama"), ""))
+
+
 def widget_checks(presets: Sequence[str]) -> dict[str, forged.Check]:
     """What each of the Lab page's widgets could send (:mod:`ckptlab.lab.forged`): a preset or the folder and Hub
     entries, the fields' numbers and choices as declared, toggles, the targets' names, the named policies."""

@@ -47,7 +47,6 @@ CUSTOM = "custom"  # the GPU box's entry for a budget in GiB
 DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16")
 DEFAULT_GPU = "H100 80 GB"
 DEFAULT_BUDGET_GIB = 40.0  # the custom budget's first value
-SEQ_LIMIT = 131_072  # the longest context of the presets (Llama 3.x)
 TABLE_ROW_PX = 36  # st.dataframe's row height: the table is as tall as its rows and header
 TABLE_MAX_PX = 720  # taller than this, the table scrolls inside
 PLAN_KEYS_SHOWN = 14  # more settings than this: the plan line names the first four and the last two
@@ -101,7 +100,7 @@ def widget_values(spec: RunSpec, folder: str, tiny: bool, hub_name: str = "") ->
     """The model and shape boxes for ``spec`` (session-state keys); the GPU boxes at their defaults.
 
     Args:
-        spec: the link's settings (its sequence already within :data:`SEQ_LIMIT`).
+        spec: the link's settings (its sequence already within the page's ``spec_fields.SEQ_MAX``).
         folder: the offered folder's name when ``spec.model`` is a local folder, "" for a preset.
         tiny: whether the preset is a CPU-sized one (the tiny presets are shown then).
         hub_name: ``spec.model`` when it is a Hub repository the server may fetch, else "".
@@ -130,6 +129,10 @@ def widget_values(spec: RunSpec, folder: str, tiny: bool, hub_name: str = "") ->
         "at_scale_budget_gib": DEFAULT_BUDGET_GIB,
         **step_widget_values("at_scale", spec),
     }
+
+
+# Every widget of the page: the model and shape boxes' (one mapping of a spec to them) and the GPU count's.
+WIDGETS = (*widget_values(DEFAULT, "", tiny=False), "at_scale_gpus")
 
 
 def query(values: Mapping[str, Any], model: str, targets: tuple[str, ...] | None) -> dict[str, str]:
