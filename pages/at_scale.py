@@ -27,10 +27,11 @@ from ckptlab.lab import scalepage
 from ckptlab.lab.labpage import folder_info
 from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
 from ckptlab.lab.query import gpus_from_query, spec_from_query
-from ckptlab.lab.scalejob import LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
+from ckptlab.lab.scalejob import SIMULATIONS, LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.stepboxes import QUERY_KEYS
+from ckptlab.lab.store import ResultStore
 from ckptlab.lab.targets import spec_targets
 from ckptlab.model import hub
 from ckptlab.model.catalog import ModelInfo
@@ -107,10 +108,9 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
     return warnings
 
 
-@st.cache_resource(show_spinner=False)
-def simulation_cache() -> dict[RunSpec, RunResult]:
-    """Simulations by spec, shared by every session: a workshop that asks for the same 8B shape simulates it once."""
-    return {}
+def simulation_cache() -> ResultStore[RunSpec, RunResult]:
+    """Simulations by spec, shared by every session (``scalejob.SIMULATIONS``, bounded)."""
+    return SIMULATIONS
 
 
 def draw_buttons(

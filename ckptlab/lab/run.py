@@ -13,7 +13,6 @@ import ctypes
 import gc
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -42,13 +41,13 @@ from ..step.preflight import (
 )
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
+from .store import MAX_BYTES, MAX_ENTRIES, ResultStore, json_bytes
 from .workers import WorkerPool
 
 # (model, resolved dtype, resolved device, seed), and a 4-bit base's Quantization last where the spec has one.
 ModelKey = tuple[Any, ...]
 Loader = Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]]
 
-CACHE_SIZE = 512  # results are a few KiB each
 
 # For the warning before a real-shape model runs on the CPU: qwen3-0.6b (596M parameters),
 # seq 128, fp32, 2 CPU cores took 39 s a step, about 6 x parameters x tokens / 12e9.
@@ -84,32 +83,21 @@ class LabRun:
 
 
 class ResultCache:
-    """Results by :class:`RunSpec`, shared by all sessions, least recently used dropped first."""
+    """The Lab's measured runs by :class:`RunSpec`, shared by all sessions: the one bounded store (:mod:`.store`)."""
 
-    def __init__(self, size: int = CACHE_SIZE) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._items: OrderedDict[RunSpec, Measured] = OrderedDict()
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
+        self._store: ResultStore[RunSpec, Measured] = ResultStore(
+            lambda measured: json_bytes(measured.result), max_entries, max_bytes
+        )
 
     def get(self, spec: RunSpec) -> Measured | None:
-        with self._lock:
-            found = self._items.get(spec)
-            if found is not None:
-                self._items.move_to_end(spec)
-            return found
+        return self._store.get(spec)
 
     def put(self, result: RunResult) -> Measured:
-        measured = Measured(result, datetime.now(timezone.utc), reused=False)
-        with self._lock:
-            self._items[result.spec] = measured
-            self._items.move_to_end(result.spec)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return measured
+        return self._store.put(result.spec, Measured(result, datetime.now(timezone.utc), reused=False))
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
+        self._store.clear()
 
 
 RESULTS = ResultCache()

@@ -9,9 +9,8 @@ keeps a page's cache of results, shared by the jobs of several sessions, bounded
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +24,7 @@ from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import RunSpec, Setting
 from .jobs import BackgroundJob
+from .store import ResultStore, json_bytes
 from .workers import WorkerPool
 
 
@@ -223,12 +223,11 @@ class LongestJob(_SimulationJob):
         return (self.request, self.budget_bytes, self.settings)
 
 
-_REMEMBER_LOCK = threading.Lock()  # jobs of several sessions may share one cache
+# The At-scale page's simulations by spec, shared by every session: a workshop that asks for the same 8B shape
+# simulates it once. The one bounded store (lab.store).
+SIMULATIONS: ResultStore[RunSpec, RunResult] = ResultStore(json_bytes)
 
 
-def remember(cache: MutableMapping[RunSpec, RunResult], result: RunResult, limit: int = 256) -> None:
-    """Put ``result`` in ``cache`` by its spec, dropping the oldest entries beyond ``limit``."""
-    with _REMEMBER_LOCK:
-        cache[result.spec] = result
-        while len(cache) > limit:
-            cache.pop(next(iter(cache)))
+def remember(store: ResultStore[RunSpec, RunResult], result: RunResult) -> None:
+    """Keep ``result`` in ``store`` by its spec (the store drops the least recently used past its bounds)."""
+    store.put(result.spec, result)

@@ -17,7 +17,7 @@ from ckptlab.explore.scale import (
     scale_settings,
     scale_table,
 )
-from ckptlab.lab.scalejob import ScaleJob, remember
+from ckptlab.lab.scalejob import ScaleJob
 from ckptlab.show.i18n import say
 
 MODEL, SEQ = "tiny-llama", 128  # 6 layers; about a second a simulation on 2 cores
@@ -158,14 +158,6 @@ def test_the_job_runs_on_a_thread_and_stop_keeps_results(table, monkeypatch):
 def test_the_job_checks_its_input_before_starting():
     with pytest.raises(SpecError, match="2048"):
         ScaleJob(ScaleRequest(MODEL, 100_000, 1, "bfloat16", SETTINGS))
-
-
-def test_remember_keeps_the_newest(table):
-    result, _ = table
-    cache: dict = {}
-    for run in result.results:
-        remember(cache, run, limit=2)
-    assert list(cache.values()) == result.results[-2:]
 
 
 @pytest.mark.parametrize("raised", ["keyed", "bug"])
