@@ -180,6 +180,19 @@ def known_step(row: SweepRow) -> float:
     return known(row.step_s, row, Fact("row_figure.timed_step"))
 
 
+def pareto_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
+    """The rows no other row beats on both step time and peak memory, fastest first."""
+    measured = sorted(
+        (row for row in rows if row.step_s is not None and row.peak_bytes is not None),
+        key=lambda r: (known_step(r), known_peak(r)),
+    )
+    frontier: list[SweepRow] = []
+    for row in measured:
+        if not frontier or known_peak(row) < known_peak(frontier[-1]):
+            frontier.append(row)
+    return frontier
+
+
 def row_name(row: SweepRow) -> str:
     """A row's setting in words: "checkpointing off", "every_n_layers=2 with offload"."""
     attention = "" if row.attn_implementation == "sdpa" else f", {row.attn_implementation} attention"

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...explore.predict import architecture, predict
+from ...explore.predict import resident_by_setting
 from ...explore.recommend import Recommendation
-from ...explore.sweep import SweepResult, SweepRow
-from ...explore.sweep_rows import known, known_peak, known_step
+from ...explore.sweep import SweepResult
+from ...explore.sweep_rows import known, known_peak, known_step, pareto_rows
 from ...fact import Fact
 from ...model import catalog
 from ...units import MIB, mib
@@ -118,19 +118,6 @@ def sweep_provenance_label(result: SweepResult, lang: str = "en") -> str:
     if kind in ("measured-cuda", "measured-cpu"):
         return provenance_label(kind, lang)
     return t("tradeoff_fig.measured", lang)
-
-
-def pareto_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
-    """The rows no other row beats on both step time and peak memory, fastest first."""
-    measured = sorted(
-        (row for row in rows if row.step_s is not None and row.peak_bytes is not None),
-        key=lambda r: (known_step(r), known_peak(r)),
-    )
-    frontier: list[SweepRow] = []
-    for row in measured:
-        if not frontier or known_peak(row) < known_peak(frontier[-1]):
-            frontier.append(row)
-    return frontier
 
 
 def sweep_tradeoff_figure(
@@ -314,21 +301,17 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
     first = next((row.result for row in result.rows if row.result is not None), None)
     max_positions = catalog.describe(result.spec.model).max_positions or up_to
     predicted_lens = sorted(set(seq_lens) | set(_doublings(min(seq_lens, default=128), min(up_to, max_positions))))
-    predicted: dict[tuple[int | None, bool], list[int]] = {}
-    if first is not None:
-        arch = architecture(result.spec.model)
-        for length in predicted_lens:
-            for p in predict(
-                arch,
-                seq_len=length,
-                batch_size=result.spec.batch_size,
-                dtype=first.dtype,
-                device=result.device.split(":")[0],
-                every_n_layers=sorted({n for _, _, n, _ in settings if n is not None}),
-                offload=[False, True],
-                mixed_precision=result.spec.mixed_precision,
-            ):
-                predicted.setdefault((p.every_n_layers, p.offload), []).append(p.resident_bytes)
+    predicted = (
+        {}
+        if first is None
+        else resident_by_setting(
+            result.spec,
+            first.dtype,
+            result.device.split(":")[0],
+            predicted_lens,
+            sorted({n for _, _, n, _ in settings if n is not None}),
+        )
+    )
     hover = t("tradeoff_fig.seq_hover", lang, seq="%{x}", mib="%{y:,.1f}")
     for kind, label, n, offload in settings:
         color = SETTING_COLORS[kind]

@@ -8,12 +8,11 @@ import pytest
 
 from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import SweepResult, SweepSpec
-from ckptlab.explore.sweep_rows import rows_from_results
+from ckptlab.explore.sweep_rows import pareto_rows, rows_from_results
 from ckptlab.show.figures.tradeoff import (
     LABEL_PX,
     PARETO_PLOT_PX,
     label_box,
-    pareto_rows,
     seq_len_figure,
     sweep_peak_figure,
     sweep_provenance_label,
