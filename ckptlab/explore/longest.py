@@ -7,11 +7,11 @@ first draws each stretch's line through two simulated lengths (the first guess a
 guess does not fit), simulates the length where the first of them leaves the budget, then draws the lines again
 through the two simulated lengths nearest that answer and simulates the next length: when the answer fits and the
 next does not (:func:`ckptlab.explore.budget.fit`, the one rule, decides both), four simulations answer. Where the
-lines miss (a peak that curves: eager attention's or a sliding window's ``s x s`` mask), the lines through the
-lengths nearest the answer close in on it; after ``MAX_LINES`` lines the search goes on as it did before the lines,
-from the lengths already simulated: it brackets (doubling or halving) and narrows the bracket by interpolation
-(regula falsi, halving where interpolation stalls) until a simulated length that fits sits next to one a token
-longer that does not. ``simulations`` counts every distinct length simulated.
+lines miss (a peak that curves: eager attention's ``s x s`` scores; a Gemma 3 sliding-window shape, a little), the
+lines through the lengths nearest the answer close in on it; after ``MAX_LINES`` lines the search goes on as it did
+before the lines, from the lengths already simulated: it brackets (doubling or halving) and narrows the bracket by
+interpolation (regula falsi, halving where interpolation stalls) until a simulated length that fits sits next to
+one a token longer that does not. ``simulations`` counts every distinct length simulated.
 """
 
 from __future__ import annotations
@@ -394,7 +394,7 @@ def longest_table(
             result = known.get(spec)
             if result is None:
                 prefix = Fact("progress.longest_try", {"setting": Setting.of(spec).key, "seq_len": spec.seq_len})
-                # A search takes four simulations where the line holds, six to twelve where it does not: each
+                # A search takes four simulations where the lines hold, five to twelve where they do not: each
                 # takes a third of the setting's share left.
                 before, after = 1 - 0.67 ** len(tried), 1 - 0.67 ** (len(tried) + 1)
 
