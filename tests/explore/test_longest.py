@@ -174,17 +174,23 @@ def test_a_linear_peak_is_answered_by_its_line_in_four_simulations_as_the_search
     assert longest_seq(spec, 10**12, simulate=_peaks(linear)[0]).simulations == 3  # the limit fits: 128, 256, 2048
 
 
-def test_a_peak_off_its_line_falls_back_to_the_bracketing_search_and_counts_every_simulation():
-    """A sliding window that saturates (the peak bends at 600 tokens): the line misses, the search goes on from the
-    lengths it has and ends where the search before the line ends."""
+def test_a_peak_off_its_line_is_followed_by_lines_then_the_bracketing_search_and_counts_every_simulation():
+    """A sliding window that saturates (the peak bends at 600 tokens): the first line misses, the lines through the
+    lengths nearest the answer reach it. A peak that curves all along (eager attention's ``s x s`` scores): regula
+    falsi's answers creep in from one side, and after MAX_LINES lines the bracketing search halves. Both end where
+    the search before the lines ends, in no more simulations."""
     spec = RunSpec(model="tiny-llama", seq_len=128)
     bent = lambda seq_len: 10_000_000 + 3000 * min(seq_len, 600) + 1000 * seq_len  # noqa: E731
-    budget = bent(1500) + 500
-    simulate, asked = _peaks(bent)
-    found = longest_seq(spec, budget, simulate=simulate)
-    before = longest_seq(spec, budget, simulate=_peaks(bent)[0], by_line=False)
-    assert (found.seq_len, found.over_seq_len) == (before.seq_len, before.over_seq_len) == (1500, 1501)
-    assert found.simulations == len(asked) == len(set(asked)) > 4
+    curved = lambda seq_len: 10_000_000 + 1000 * seq_len + 10 * seq_len**2  # noqa: E731
+    for peak_of, lines_alone in ((bent, True), (curved, False)):
+        budget = peak_of(1500) + 500
+        simulate, asked = _peaks(peak_of)
+        found = longest_seq(spec, budget, simulate=simulate)
+        before = longest_seq(spec, budget, simulate=_peaks(peak_of)[0], by_line=False)
+        assert (found.seq_len, found.over_seq_len) == (before.seq_len, before.over_seq_len) == (1500, 1501)
+        assert 4 < found.simulations == len(asked) == len(set(asked)) <= before.simulations
+        # The first guess, its double and MAX_LINES lines' answers: more means the bracketing search went on.
+        assert (found.simulations <= 2 + longest.MAX_LINES) == lines_alone, asked
 
 
 def test_a_peak_whose_first_lengths_lie_before_its_line_is_answered_by_a_second_line_or_each_stretchs_line():
