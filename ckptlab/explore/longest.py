@@ -1,14 +1,17 @@
 """The longest sequence that fits: for a spec and a budget, the largest ``seq_len`` whose simulated step fits it.
 
-The question QLoRA users ask ("how long can the sequence be on a 24 GB card?"). At a fixed setting a step's peak
-is a line in the sequence length wherever attention keeps no ``s x s`` matrix and nothing saturates, so the search
-first draws that line through two simulated lengths (the first guess and its double, or its half when the guess
-does not fit) and simulates the length the line answers and the next one: when the answer fits and the next does
-not (:func:`ckptlab.explore.budget.fit`, the one rule, decides both), four simulations answer. Where the line misses
-(MoE routing, a sliding window that saturates, FSDP2 shards' rounding, eager attention's ``s x s``), the search goes
-on as it did before the line, from the lengths already simulated: it brackets (doubling or halving) and narrows
-the bracket by interpolation (regula falsi, halving where interpolation stalls) until a simulated length that fits
-sits next to one a token longer that does not. ``simulations`` counts every distinct length simulated.
+The question QLoRA users ask ("how long can the sequence be on a 24 GB card?"). At a fixed setting the high point
+of each stretch of a step (the timeline's regions: the optimizer step, the backward, ...) is a line in the sequence
+length wherever attention keeps no ``s x s`` matrix, and the step's peak is the highest of them. So the search
+first draws each stretch's line through two simulated lengths (the first guess and its double, or its half when the
+guess does not fit), simulates the length where the first of them leaves the budget, then draws the lines again
+through the two simulated lengths nearest that answer and simulates the next length: when the answer fits and the
+next does not (:func:`ckptlab.explore.budget.fit`, the one rule, decides both), four simulations answer. Where the
+lines miss (a peak that curves: eager attention's ``s x s`` scores; a Gemma 3 sliding-window shape, a little), the
+lines through the lengths nearest the answer close in on it; after ``MAX_LINES`` lines the search goes on as it did
+before the lines, from the lengths already simulated: it brackets (doubling or halving) and narrows the bracket by
+interpolation (regula falsi, halving where interpolation stalls) until a simulated length that fits sits next to
+one a token longer that does not. ``simulations`` counts every distinct length simulated.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from ..errors import Option, RunStoppedError, SpecError
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..results import RunResult
+from ..results import MemoryResult, Region, RunResult
 from ..spec import MAX_TOKENS, TRAINER_DEFAULT_OPTIMIZER, RunSpec, Setting
 from ..step.preflight import simulated_dtype
 from ..step.simulate import simulated_device_type
@@ -34,6 +37,7 @@ from .scale import ScaleRequest
 
 MIN_SEQ = 16  # the shortest sequence tried: below it nothing of interest fits that this does not
 MAX_SIMULATIONS = 40  # a bound on one search; a linear peak needs four
+MAX_LINES = 4  # lines drawn before the search falls back to bracketing (a peak without its stretches may need four)
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,14 @@ def longest_seq(
     info = catalog.describe(spec.model)
     limit = min(info.max_positions or MAX_TOKENS, MAX_TOKENS // spec.batch_size)
     peaks: dict[int, int] = {}
+    stretches: dict[int, _Stretches] = {}
 
     def peak(seq_len: int) -> int:
         if seq_len not in peaks:
             memory = simulate(replace(spec, seq_len=seq_len)).memory
             assert memory is not None  # a simulation always has its memory
             peaks[seq_len] = memory.peak_bytes
+            stretches[seq_len] = _stretches(memory)
         return peaks[seq_len]
 
     def fits(seq_len: int) -> bool:
@@ -112,11 +118,16 @@ def longest_seq(
     start = min(max(spec.seq_len, MIN_SEQ), limit)
     fits(start)  # the first guess is simulated first either way: both searches start from it
     if by_line:
-        found = _by_line(start, limit, peak, fits, budget_bytes)
+        found = _by_line(start, limit, peaks, stretches, fits, budget_bytes)
         if found is not None:
             return answer(*found)
     # The bracketing search, from every length simulated so far: the shortest that does not fit, the longest below it
-    # that does (a monotone peak has no fitting length above one that does not).
+    # that does (a monotone peak has no fitting length above one that does not). The lines end here where no stretch
+    # rises between the two lengths (nothing to read), and where MAX_LINES lines have not met the peak: one that
+    # curves over the bracket, where each line's answer creeps in from one side (regula falsi's stall) and this
+    # search halves instead. A simulation's MoE step is a line (the routing, which fake tensors cannot decide,
+    # changes no byte: tiny-qwen3-moe takes four). FSDP2's shards and a device total's allocator segments (once the
+    # search decides by it) are not measured here: where they bend the peak, the search ends here.
     over = [seq_len for seq_len in peaks if not fits(seq_len)]
     high = min(over, default=None)
     fitting = [seq_len for seq_len in peaks if fits(seq_len) and (high is None or seq_len < high)]
@@ -165,28 +176,95 @@ def longest_seq(
     return answer(low, high)
 
 
+# A step's stretches (the timeline's regions, in order) and the high point of each.
+_Stretches = tuple[tuple[Region, ...], tuple[int, ...]]
+
+
+def _stretches(memory: MemoryResult) -> _Stretches:
+    """The stretches of the step and each one's high point, when the highest of them is the step's peak (the
+    timeline accounts for it); else none, and the search reads the step's peak alone."""
+    regions = tuple(point.region for point in memory.timeline)
+    highs = tuple(point.region_peak_bytes for point in memory.timeline)
+    return (regions, highs) if highs and max(highs) == memory.peak_bytes else ((), ())
+
+
+def _aligned(low: _Stretches, high: _Stretches, low_peak: int, high_peak: int) -> tuple[Sequence[int], Sequence[int]]:
+    """The high points to draw lines through at two lengths: stretch by stretch where both steps ran the same
+    stretches (the same spec at another length does), else the two step peaks."""
+    if low[0] and low[0] == high[0]:
+        return low[1], high[1]
+    return (low_peak,), (high_peak,)
+
+
+def _line_answer(low: int, high: int, lows: Sequence[int], highs: Sequence[int], budget_bytes: int) -> int | None:
+    """The longest length at which every rising line through (``low``, ``lows[i]``) and (``high``, ``highs[i]``)
+    stays within the budget (:func:`~.budget.fit`'s margin), in whole bytes and tokens, no float rounding: the floor,
+    the line's last fitting token (a negative margin floors back from ``low``); None when no line rises."""
+    run = high - low
+    answers = [
+        low + fit(at_low, budget_bytes).margin_bytes * run // (at_high - at_low)
+        for at_low, at_high in zip(lows, highs, strict=True)
+        if at_high > at_low
+    ]
+    return min(answers, default=None)
+
+
 def _by_line(
-    start: int, limit: int, peak: Callable[[int], int], fits: Callable[[int], bool], budget_bytes: int
+    start: int,
+    limit: int,
+    peaks: Mapping[int, int],
+    stretches: Mapping[int, _Stretches],
+    fits: Callable[[int], bool],
+    budget_bytes: int,
 ) -> tuple[int, int | None] | None:
-    """(longest, next length) read from the line through two simulated lengths and confirmed by the fit rule at
-    the line's answer and the next length; None where the line's answer does not hold (the caller searches on
-    from the lengths simulated). ``start`` is already simulated."""
+    """(longest, next length) read from lines through simulated lengths, confirmed by the fit rule at the answer and
+    the next length; None where the lines do not meet the peak within ``MAX_LINES`` (the caller searches on from the
+    lengths simulated). ``start`` is already simulated; ``peaks`` holds every length simulated so far.
+
+    The first line goes through ``start`` and its double (its half where it does not fit). Each next line goes
+    through the two simulated lengths nearest the answer: the longest that fits and the shortest that does not once
+    both exist (the answer lies between them), else the two longest that fit (or the two shortest that do not).
+    Where the peak is a line the second line passes through the first one's answer and gives it again, and its next
+    length confirms it: four simulations.
+
+    A line is drawn per stretch of the step (:func:`_stretches`), and the answer is the shortest at which one of
+    them leaves the budget: the step's peak is the highest of its stretches', and where the stretch that holds it
+    changes between the two lengths the peak bends although each stretch's own high point is a line. llama-3.2-1b
+    in 24 GiB from 512 tokens: the peak is the optimizer step's (parameters, gradients and state, flat in the
+    length) up to about 2,048 tokens, the backward's beyond; the step peak's line through 512 and 1,024 rises 8
+    bytes a token and answers past the model's positions, the backward's answers 11,321, the length itself."""
     if fits(start) and start == limit:
         return limit, None
     if not fits(start) and start == MIN_SEQ:
         return 0, MIN_SEQ
-    other = min(limit, 2 * start) if fits(start) else max(MIN_SEQ, start // 2)
-    rise, run = peak(other) - peak(start), other - start
-    if rise * run <= 0:  # flat or falling (the optimizer step's peak, not the activations'): no line to read
-        return None
-    # The longest length whose line stays within the budget, in whole bytes and tokens (no float rounding).
-    longest = start + fit(peak(start), budget_bytes).margin_bytes * run // rise  # floor: the line's last fitting token
-    if longest >= limit:
-        return (limit, None) if fits(limit) else None
-    if longest < MIN_SEQ:
-        return (0, MIN_SEQ) if not fits(MIN_SEQ) else None
-    if fits(longest) and not fits(longest + 1):
-        return longest, longest + 1
+    fits(min(limit, 2 * start) if fits(start) else max(MIN_SEQ, start // 2))
+    for lines in range(MAX_LINES + 1):  # the last round only reads the pair the last line's answer completed
+        over = min((seq_len for seq_len in peaks if not fits(seq_len)), default=None)
+        fitting = sorted(seq_len for seq_len in peaks if fits(seq_len) and (over is None or seq_len < over))
+        longest = fitting[-1] if fitting else None
+        if longest is not None and (longest == limit or over == longest + 1):
+            return longest, over
+        if longest is None and over == MIN_SEQ:
+            return 0, MIN_SEQ
+        if lines == MAX_LINES:
+            return None
+        if longest is not None and over is not None:
+            low, high = longest, over  # the bracket: the answer lies between its ends
+        elif over is None:
+            low, high = fitting[-2], fitting[-1]  # everything fits: on along the two longest
+        else:
+            low, high = sorted(peaks)[:2]  # nothing fits: back along the two shortest
+        guess = _line_answer(
+            low, high, *_aligned(stretches[low], stretches[high], peaks[low], peaks[high]), budget_bytes
+        )
+        if guess is None:  # nothing rises (the optimizer step's peak, not the activations'): no line to read
+            return None
+        if longest is not None:
+            guess = max(guess, longest)  # a length that fits is not read again: its next length is the question
+        if over is not None:
+            guess = min(guess, over - 1)
+        guess = min(max(guess, MIN_SEQ), limit)
+        fits(guess + 1 if guess == longest else guess)
     return None
 
 
@@ -316,7 +394,7 @@ def longest_table(
             result = known.get(spec)
             if result is None:
                 prefix = Fact("progress.longest_try", {"setting": Setting.of(spec).key, "seq_len": spec.seq_len})
-                # A search takes four simulations where the line holds, six to twelve where it does not: each
+                # A search takes four simulations where the lines hold, five to twelve where they do not: each
                 # takes a third of the setting's share left.
                 before, after = 1 - 0.67 ** len(tried), 1 - 0.67 ** (len(tried) + 1)
 

@@ -15,6 +15,7 @@ from ckptlab.errors import SpecError
 from ckptlab.explore import longest
 from ckptlab.explore.longest import check_budget, longest_seq, longest_table
 from ckptlab.explore.scale import ScaleRequest
+from ckptlab.results import TimelinePoint
 from ckptlab.spec import Setting
 
 
@@ -22,7 +23,9 @@ def _stub(bytes_per_token: int, fixed: int, asked: list[int]):
     def simulate(spec: RunSpec):
         asked.append(spec.seq_len)
         quadratic = spec.seq_len**2 // 64  # a little curvature, as attention's or the allocator's
-        return SimpleNamespace(memory=SimpleNamespace(peak_bytes=fixed + bytes_per_token * spec.seq_len + quadratic))
+        return SimpleNamespace(
+            memory=SimpleNamespace(peak_bytes=fixed + bytes_per_token * spec.seq_len + quadratic, timeline=[])
+        )
 
     return simulate
 
@@ -51,7 +54,9 @@ class _FakeTable:
     def result(self, spec: RunSpec, progress=None):
         self.calls.append(spec)
         per_token = 500 if spec.every_n_layers == 1 else 1000
-        return SimpleNamespace(spec=spec, memory=SimpleNamespace(peak_bytes=10_000_000 + per_token * spec.seq_len))
+        return SimpleNamespace(
+            spec=spec, memory=SimpleNamespace(peak_bytes=10_000_000 + per_token * spec.seq_len, timeline=[])
+        )
 
 
 def test_a_request_is_searched_per_setting_reusing_what_is_known_and_stop_keeps_the_settings_done(monkeypatch):
@@ -137,13 +142,18 @@ def test_a_search_whose_parameters_alone_exceed_the_budget_is_refused_at_once(mo
         longest_table(ScaleRequest("tiny-llama", 64, 1, "bfloat16", (Setting(1),)), 1024, [Setting(1)])
 
 
-def _peaks(peak_of):
-    """A stubbed simulation whose peak is ``peak_of(seq_len)``, and the lengths it was asked."""
+def _peaks(peak_of, stretches=()):
+    """A stubbed simulation whose peak is ``peak_of(seq_len)``, and the lengths it was asked. With ``stretches``
+    (phase -> high point by length), its timeline has one stretch per phase, whose highest is the peak."""
     asked: list[int] = []
 
     def simulate(spec: RunSpec):
         asked.append(spec.seq_len)
-        return SimpleNamespace(memory=SimpleNamespace(peak_bytes=peak_of(spec.seq_len)))
+        timeline = [
+            TimelinePoint(order, phase, phase, None, False, "", 0, high(spec.seq_len))
+            for order, (phase, high) in enumerate(dict(stretches).items())
+        ]
+        return SimpleNamespace(memory=SimpleNamespace(peak_bytes=peak_of(spec.seq_len), timeline=timeline))
 
     return simulate, asked
 
@@ -164,14 +174,42 @@ def test_a_linear_peak_is_answered_by_its_line_in_four_simulations_as_the_search
     assert longest_seq(spec, 10**12, simulate=_peaks(linear)[0]).simulations == 3  # the limit fits: 128, 256, 2048
 
 
-def test_a_peak_off_its_line_falls_back_to_the_bracketing_search_and_counts_every_simulation():
-    """A sliding window that saturates (the peak bends at 600 tokens): the line misses, the search goes on from the
-    lengths it has and ends where the search before the line ends."""
+def test_a_peak_off_its_line_is_followed_by_lines_then_the_bracketing_search_and_counts_every_simulation():
+    """A sliding window that saturates (the peak bends at 600 tokens): the first line misses, the lines through the
+    lengths nearest the answer reach it. A peak that curves all along (eager attention's ``s x s`` scores): regula
+    falsi's answers creep in from one side, and after MAX_LINES lines the bracketing search halves. Both end where
+    the search before the lines ends, in no more simulations."""
     spec = RunSpec(model="tiny-llama", seq_len=128)
     bent = lambda seq_len: 10_000_000 + 3000 * min(seq_len, 600) + 1000 * seq_len  # noqa: E731
-    budget = bent(1500) + 500
-    simulate, asked = _peaks(bent)
-    found = longest_seq(spec, budget, simulate=simulate)
-    before = longest_seq(spec, budget, simulate=_peaks(bent)[0], by_line=False)
-    assert (found.seq_len, found.over_seq_len) == (before.seq_len, before.over_seq_len) == (1500, 1501)
-    assert found.simulations == len(asked) == len(set(asked)) > 4
+    curved = lambda seq_len: 10_000_000 + 1000 * seq_len + 10 * seq_len**2  # noqa: E731
+    for peak_of, lines_alone in ((bent, True), (curved, False)):
+        budget = peak_of(1500) + 500
+        simulate, asked = _peaks(peak_of)
+        found = longest_seq(spec, budget, simulate=simulate)
+        before = longest_seq(spec, budget, simulate=_peaks(peak_of)[0], by_line=False)
+        assert (found.seq_len, found.over_seq_len) == (before.seq_len, before.over_seq_len) == (1500, 1501)
+        assert 4 < found.simulations == len(asked) == len(set(asked)) <= before.simulations
+        # The first guess, its double and MAX_LINES lines' answers: more means the bracketing search went on.
+        assert (found.simulations <= 2 + longest.MAX_LINES) == lines_alone, asked
+
+
+def test_a_peak_whose_first_lengths_lie_before_its_line_is_answered_by_a_second_line_or_each_stretchs_line():
+    """llama-3.2-1b's shape in 24 GiB from 512 tokens: the optimizer step's peak (flat: 8 bytes a token) holds the
+    step's up to about 2,400 tokens, the backward's (1.62 MB a token) beyond. The step peak's line through 512 and
+    1,024 answers past the model's positions; the next lines, through the lengths nearest the answer, reach it. The
+    timeline's stretches give each its own line, whose lowest answer is the length itself."""
+    spec = RunSpec(model="llama-3.2-1b", seq_len=512)  # 131,072 positions
+    optimizer = lambda seq_len: 10_937_189_200 + 8 * seq_len  # noqa: E731
+    backward = lambda seq_len: 7_000_000_000 + 1_620_000 * seq_len  # noqa: E731
+    step = lambda seq_len: max(optimizer(seq_len), backward(seq_len))  # noqa: E731
+    budget = 24 * 2**30
+    before = longest_seq(spec, budget, simulate=_peaks(step)[0], by_line=False)
+    assert (before.seq_len, before.over_seq_len) == (11_586, 11_587) and before.simulations == 8
+    simulate, asked = _peaks(step)
+    by_lines = longest_seq(spec, budget, simulate=simulate)  # the step's peak alone: no timeline
+    assert (by_lines.seq_len, by_lines.over_seq_len) == (11_586, 11_587)
+    assert by_lines.simulations == len(set(asked)) == 6, asked  # 512, 1,024, the limit, two lines' answers, +1
+    simulate, asked = _peaks(step, {"optimizer": optimizer, "backward": backward})
+    by_stretch = longest_seq(spec, budget, simulate=simulate)
+    assert (by_stretch.seq_len, by_stretch.over_seq_len) == (11_586, 11_587)
+    assert asked == [512, 1024, 11_586, 11_587]
