@@ -533,22 +533,28 @@ class _Source:
 
 
 def resident_by_setting(
-    spec: RunSpec, dtype: str, device: str, lengths: Sequence[int], every_n_layers: Sequence[int]
+    model: str,
+    batch_size: int,
+    mixed_precision: str,
+    dtype: str,
+    device: str,
+    lengths: Sequence[int],
+    every_n_layers: Sequence[int],
 ) -> dict[tuple[int | None, bool], list[int]]:
     """The formula's resident bytes after the forward for each (every_n_layers, offload), off included, at each of
     ``lengths``: the dashed continuation of a sweep's measured series (``show.figures.tradeoff.seq_len_figure``)."""
-    arch = architecture(spec.model)
+    arch = architecture(model)
     resident: dict[tuple[int | None, bool], list[int]] = {}
     for length in lengths:
         for p in predict(
             arch,
             seq_len=length,
-            batch_size=spec.batch_size,
+            batch_size=batch_size,
             dtype=dtype,
             device=device,
             every_n_layers=list(every_n_layers),
             offload=[False, True],
-            mixed_precision=spec.mixed_precision,
+            mixed_precision=mixed_precision,
         ):
             resident.setdefault((p.every_n_layers, p.offload), []).append(p.resident_bytes)
     return resident

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ckptlab.lab.modelbox import LOCAL
 from ckptlab.show import i18n
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
@@ -137,7 +138,7 @@ def test_local_folders_are_off_unless_the_instructor_sets_a_root(monkeypatch):
     monkeypatch.delenv("CKPTLAB_MODELS_ROOT", raising=False)
     at = _app(model="/etc")
     _assert_alive(at)
-    assert "local directory" not in at.selectbox(key="lab_model").options
+    assert LOCAL not in at.selectbox(key="lab_model").options
     assert at.selectbox(key="lab_model").value == "tiny-llama"  # the link falls back to the default model
     assert "Local model folders are off on this server" in _texts(at.warning)
     assert not at.error and len(at.get("plotly_chart")) == 1
@@ -156,7 +157,7 @@ def test_a_folder_outside_the_models_root_is_not_opened(tmp_path, monkeypatch):
         assert "outside the models folder this server offers" in _texts(at.warning)
     # The folder inside the root is offered by name, and runs.
     at = _app(model=str(tmp_path / "models" / "mine"))
-    assert at.selectbox(key="lab_model").value == "local directory"
+    assert at.selectbox(key="lab_model").value == LOCAL
     assert at.selectbox(key="lab_local_dir").options == ["mine"]
     assert not at.error and not at.warning
 
@@ -166,7 +167,7 @@ def test_a_directory_without_config_is_not_offered(tmp_path, monkeypatch):
     monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))
     at = _app(model=str(tmp_path / "empty"))
     _assert_alive(at)
-    assert "local directory" not in at.selectbox(key="lab_model").options  # no model folder under the root
+    assert LOCAL not in at.selectbox(key="lab_model").options  # no model folder under the root
     assert "is not one this server offers" in _texts(at.warning)
 
 

@@ -305,7 +305,9 @@ def seq_len_figure(result: SweepResult, up_to: int | None = None, lang: str = "e
         {}
         if first is None
         else resident_by_setting(
-            result.spec,
+            result.spec.model,
+            result.spec.batch_size,
+            result.spec.mixed_precision,
             first.dtype,
             result.device.split(":")[0],
             predicted_lens,
