@@ -35,7 +35,6 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import logging
-import os
 import sys
 import threading
 import types
@@ -167,7 +166,7 @@ def import_transformers_models() -> None:
     models = Path(transformers.__file__).parent / MODELS_PREFIX
 
     # transformers' signature: its callers may name `prefix`.
-    def define_once(module_path: str | os.PathLike[str], prefix: str | None = None) -> Any:
+    def define_once(module_path: str | Path, prefix: str | None = None) -> Any:
         if prefix is not None or Path(module_path) != models / "__init__.py":
             return define(module_path, prefix)  # another package's table: transformers' own call
         # The cached answer to transformers/__init__.py's own call (a scan only if it did not make that call).
@@ -176,7 +175,7 @@ def import_transformers_models() -> None:
     with _LOCK:
         # transformers/models/__init__.py imports define_import_structure by name when it runs: only this import sees
         # the stand-in, and any other package's table still comes from transformers' own function.
-        import_utils.define_import_structure = define_once
+        import_utils.define_import_structure = define_once  # type: ignore[assignment]  # for this import only
         try:
             import transformers.models  # imported for the process, its table read from the first scan
         finally:
