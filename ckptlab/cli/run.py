@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import CkptlabError, SpecError
 from ..fact import Fact
+from ..model.libraries import import_transformers_models
 from ..show.i18n import say, t
 from ..spec import RunSpec
 from ..torchstate import launched
@@ -95,6 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecError(key="cli.nodes_without_ranks")
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup)
     check_before_the_core(spec)
+    import_transformers_models()  # before the core's imports: transformers' model folders read once (model.libraries)
     from ..results import compare  # the core, once the spec is known good (see ckptlab.cli)
     from ..show.report import run_report
     from ..step.measure import measure
@@ -162,6 +164,7 @@ def _launch(args: argparse.Namespace) -> int:
         raise SpecError(key="cli.nodes_without_endpoint", nodes=args.nnodes)
     spec = spec_from_args(args, repeats=args.repeats, warmup=args.warmup, world_size=args.nproc_per_node * args.nnodes)
     check_before_the_core(spec)  # bad input: one message and status 2 before any process starts
+    import_transformers_models()  # before the core's imports: transformers' model folders read once (model.libraries)
     from ..step.preflight import resolve_device
 
     check_room_for_ranks(args.nproc_per_node, resolve_device(spec.device).type, args.oversubscribe)
@@ -197,6 +200,7 @@ def _launch(args: argparse.Namespace) -> int:
 
 def _run_rank(args: argparse.Namespace) -> int:
     """One rank of a launched run: measure, and on rank 0 print every rank's result."""
+    import_transformers_models()  # before the core's imports: transformers' model folders read once (model.libraries)
     from ..show.report import run_report
     from ..step.fsdp import measure_ranks
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..errors import SpecError, check_at_most
 from ..explore.budget import GPUS, budget_bytes, fit, fits, gpu_name
 from ..fact import Fact
+from ..model.libraries import import_transformers_models
 from ..show.i18n import say, t
 from ..show.labels import provenance_label
 from ..show.report import region_words, run_report
@@ -224,6 +225,7 @@ def time_table_report(rows: list[SettingTime]) -> str:
 
 def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str], every_setting: bool) -> int:
     """``--longest-seq``: per setting, the longest sequence whose simulated step fits the budget."""
+    import_transformers_models()  # before the core's imports: transformers' model folders read once (model.libraries)
     from ..explore.longest import (  # the core, once the flags are known good (see ckptlab.cli)
         longest_seq,
         refuse_over_floor,
@@ -248,6 +250,7 @@ def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int,
 
 def _fewest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str], every_setting: bool) -> int:
     """``--fewest-gpus``: the fewest GPUs, then the least recompute, whose simulated step fits the budget a GPU."""
+    import_transformers_models()  # before the core's imports: transformers' model folders read once (model.libraries)
     from ..explore.gpu_search import cheapest_that_fits  # the core, once the flags are known good (see ckptlab.cli)
     from ..explore.scale import ScaleRequest, scale_settings
     from ..model import catalog
@@ -337,6 +340,7 @@ def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
 
 def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, str] | None) -> int:
     """``--every-n-layers all``: off and every every_n_layers of the model, simulated as one computation."""
+    import_transformers_models()  # before the core's imports: transformers' model folders read once (model.libraries)
     from ..explore.scale import every_n_choices  # the core, once the flags are known good (see ckptlab.cli)
     from ..model import catalog
     from ..step.simulate import simulate

@@ -16,6 +16,7 @@ from ..errors import SpecError
 from ..explore.budget import GPUS, gpu_name
 from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
 from ..model.attention import ATTN_IMPLEMENTATIONS
+from ..model.libraries import import_transformers_models
 from ..model.presets import check_model_named
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
@@ -179,6 +180,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.budget is not None:
         budget = parse_size(args.budget, "--budget")
     check_model_named(spec.model)  # the spec's values are checked (sweep_spec_from_args); the model's name too
+    import_transformers_models()  # before the core's imports: transformers' model folders read once (model.libraries)
     from ..explore.accuracy import check_predictions  # the core, once the flags are known good (see ckptlab.cli)
     from ..explore.recommend import recommend
     from ..explore.sweep import sweep

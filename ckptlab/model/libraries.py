@@ -17,6 +17,17 @@ publisher's overview with the process's ``HF_TOKEN`` and no timeout, before it l
 huggingface_hub's offline switch on for the duration of the import: ``kernels`` reads that switch
 (``constants.HF_HUB_OFFLINE``) when it is called, looks in the local cache only and sends nothing. The kernel is
 optional: without it bitsandbytes runs its own CPU kernel, the one the lab's 4-bit runs measure.
+
+**transformers scans its model folders twice.** ``import transformers`` builds its lazy table by reading every
+file under ``transformers/models`` (``define_import_structure(Path(.../models), prefix="models")``), and the first
+import of ``transformers.models`` (which every modeling module, the auto classes and ``transformers.modeling_utils``
+import) reads them all again for its own table (``define_import_structure(".../models/__init__.py")``): the two
+calls differ in their arguments, and the per-folder cache under them (``create_import_structure_from_path``, an
+``lru_cache`` of 128 entries) is too small for the 566 model folders of 5.25, so nothing is reused. That second scan
+is about 0.33 s of CPU in every process that builds a model (issue 61: a ``simulate`` process at 8k tokens is 1.5 s of
+simulation beside 3.6 s of imports). :func:`import_transformers_models` imports ``transformers.models`` with its
+table taken from the first scan's cached answer, the same entries without the ``models.`` prefix
+(``tests/model/test_libraries.py`` checks it equals transformers' own scan).
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 # The names transformers' Trainer modules import from peft at their top level (trainer_utils, trainer; 5.25).
@@ -153,3 +165,52 @@ def lab_own_training_arguments() -> Iterator[None]:
         yield
     finally:
         _OWN_ARGUMENTS.building = False
+
+
+# The prefix transformers' own import gives the model folders' entries in its table (transformers/__init__.py, 5.25).
+MODELS_PREFIX = "models"
+
+
+def models_table(scanned: dict[frozenset[str], dict[str, set[str]]]) -> dict[frozenset[str], dict[str, set[str]]]:
+    """``transformers.models``' lazy table from the one ``import transformers`` built: its model folders' entries,
+    named inside ``transformers.models`` (``models.qwen3.modeling_qwen3`` as ``qwen3.modeling_qwen3``).
+
+    transformers/__init__.py added its own top-level modules to that table in place: only the models' entries count.
+    """
+    dotted = f"{MODELS_PREFIX}."
+    return {
+        backends: {name.removeprefix(dotted): set(names) for name, names in modules.items() if name.startswith(dotted)}
+        for backends, modules in scanned.items()
+    }
+
+
+def import_transformers_models() -> None:
+    """Import ``transformers.models`` without scanning its folders a second time (the module docstring); once.
+
+    Call it before the first import of a modeling module, ``transformers.modeling_utils`` or the auto classes (each
+    imports ``transformers.models``); afterwards it changes nothing. ``transformers.models`` gets :func:`models_table`
+    of the table ``import transformers`` built and cached: the scan of the same folder, read once.
+    """
+    if "transformers.models" in sys.modules:
+        return
+    import transformers
+    from transformers.utils import import_utils
+
+    define = import_utils.define_import_structure
+    models = Path(transformers.__file__).parent / MODELS_PREFIX
+
+    # transformers' signature: its callers may name `prefix`.
+    def define_once(module_path: str | Path, prefix: str | None = None) -> Any:
+        if prefix is not None or Path(module_path) != models / "__init__.py":
+            return define(module_path, prefix)  # another package's table: transformers' own call
+        # The cached answer to transformers/__init__.py's own call (a scan only if it did not make that call).
+        return models_table(define(models, prefix=MODELS_PREFIX))
+
+    with _LOCK:
+        # transformers/models/__init__.py imports define_import_structure by name when it runs: only this import sees
+        # the stand-in, and any other package's table still comes from transformers' own function.
+        import_utils.define_import_structure = define_once  # type: ignore[assignment]  # for this import only
+        try:
+            import transformers.models  # imported for the process, its table read from the first scan
+        finally:
+            import_utils.define_import_structure = define

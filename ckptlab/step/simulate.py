@@ -61,12 +61,17 @@ from typing import Any, cast
 
 import torch
 import torch.distributed.tensor._sharding_prop as dtensor_sharding_prop  # DTensor's shape propagation: see below
-import transformers
-import transformers.masking_utils
-import transformers.modeling_utils
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.graph import saved_tensors_hooks
+
+# Before any import that reaches transformers.models (those below): its model folders scanned once, not twice.
+from ..model import transformers_models  # noqa: F401
+
+# isort: split
+import transformers
+import transformers.masking_utils
+import transformers.modeling_utils
 from transformers import initialization as transformers_initialization  # a name of its own: see _REAL_TRUNC_NORMAL
 from transformers.modeling_utils import AttentionInterface
 
