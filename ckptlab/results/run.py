@@ -8,13 +8,14 @@ measured on CUDA, measured on the CPU, simulated or predicted.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..errors import SpecError
 from ..fact import Fact, worded
 from ..model.selective import selective_key
 from ..spec import RunSpec
+from .allocations import AllocationTrace
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
 BusyReason = Literal["load", "spread", "shared"]
@@ -322,6 +323,9 @@ class RunResult:
     reason: Fact | None = None  # for status "does_not_fit": what did not fit and what to try (``message``: its English)
     # Across ranks (spec.world_size > 1): every rank measured, or rank 0 simulated; the fields above are rank 0's.
     ranks: list[RankResult] = field(default_factory=list)
+    # A simulation's births and frees in order (``simulate(..., allocations=True)``), for the caching allocator's
+    # replay; not in the JSON (100k events on a deep model): the JSON carries what the replay answers.
+    allocations: AllocationTrace | None = field(default=None, repr=False, compare=False)
 
     @property
     def message(self) -> str:
@@ -342,7 +346,8 @@ class RunResult:
         return all(layer.selective_as(policy) for layer in layers)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(replace(self, allocations=None))
+        del data["allocations"]
         data["plan_matches"] = self.plan_matches
         data["mixed_precision_via"] = self.spec.mixed_precision_via  # "none", "autocast" or "fsdp2"
         data["provenance"]["label"] = self.provenance.label

@@ -1,0 +1,48 @@
+"""The order of a simulated step's allocations: recorded from the tracker, and repeated as the fold repeats bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptlab import RunSpec, simulate
+from ckptlab.results.allocations import COMPUTE, HOST_COPIES, LAYERS_REPEATED, WHOLE_STEP
+from ckptlab.step.allocations import AllocationRecorder
+from ckptlab.step.meters import HOST, LOGITS
+
+
+def test_the_recorder_keeps_births_frees_and_resizes_not_moves_between_categories():
+    recorder = AllocationRecorder()
+    recorder.change(1, "Activation", 1024)  # born
+    recorder.change(2, HOST, 512)  # offload's host copy
+    recorder.change(1, "Activation", -1024)  # MemTracker moves storage 1 to another category: no event
+    recorder.change(1, "Gradient", 1024)
+    recorder.change(1, LOGITS, 1024)  # the logits' own bookkeeping: no event
+    recorder.boundary()
+    recorder.change(3, "Parameter", 4096)
+    recorder.change(3, "Parameter", -4096)  # FSDP2's resize_(0): the block is given back
+    recorder.sample()
+    recorder.change(3, "Parameter", 8192)  # resized again: a new block
+    recorder.sample()
+    recorder.change(2, HOST, -512, gone=True)
+    recorder.change(1, "Gradient", -1024, gone=True)
+    trace = recorder.trace()
+    assert trace.sizes == (1024, 512, 4096, 8192)
+    assert trace.streams == (COMPUTE, HOST_COPIES, COMPUTE, COMPUTE)
+    assert trace.events == (0, 1, 2, ~2, 3, ~1, ~0)
+    assert recorder.stretches == [[0, 1], [2, ~2, 3, ~1, ~0]]
+    assert trace.how == WHOLE_STEP
+    # The device's allocator sees the compute stream only, its frees numbered among its own allocations.
+    assert trace.on(COMPUTE) == [(True, 1024), (True, 4096), (False, 1), (True, 8192), (False, 0)]
+
+
+@pytest.mark.slow
+def test_the_folded_order_is_the_whole_steps_event_for_event():
+    """tiny-qwen3's 8 layers at every_n_layers=1 fold into copies of 3, 4 and 5 layers; with offload, the host copies
+    are in the order too. The repeated order equals simulating every layer's, birth for birth and free for free."""
+    spec = RunSpec(model="tiny-qwen3", seq_len=64, every_n_layers=1, offload=True)
+    folded = simulate(spec, allocations=True).allocations
+    exact = simulate(spec, fast=False, allocations=True).allocations
+    assert folded is not None and exact is not None
+    assert (folded.how, exact.how) == (LAYERS_REPEATED, WHOLE_STEP)
+    assert set(exact.streams) == {COMPUTE, HOST_COPIES}
+    assert (folded.sizes, folded.streams, folded.events) == (exact.sizes, exact.streams, exact.events)
