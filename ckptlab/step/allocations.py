@@ -10,9 +10,11 @@ pointing at the storage it frees in the full step (the allocator needs the whole
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from ..results import TimelinePoint
 from ..results.allocations import COMPUTE, HOST_COPIES, LAYERS_REPEATED, WHOLE_STEP, AllocationTrace, Stream
 from .fold import NotDerivable
 from .meters import HOST, LOGITS
@@ -89,12 +91,31 @@ class AllocationRecorder:
         if old >= 0:
             self.stretches[-1].append(~old)
 
-    def trace(self) -> AllocationTrace:
-        """The whole recorded step."""
+    def trace(self, phases: Sequence[str | None] = ()) -> AllocationTrace:
+        """The whole recorded step; ``phases``, each stretch's phase (:func:`stretch_phases`), place the threads'
+        first matmuls."""
         self._settle()
-        return AllocationTrace(
-            tuple(self.sizes), tuple(self.streams), tuple(e for s in self.stretches for e in s), WHOLE_STEP
-        )
+        events: list[int] = []
+        starts: list[int] = []
+        for stretch, phase in itertools.zip_longest(self.stretches, phases[: len(self.stretches)]):
+            _note_thread_start(starts, phase, len(events))
+            events += stretch
+        return AllocationTrace(tuple(self.sizes), tuple(self.streams), tuple(events), WHOLE_STEP, tuple(starts))
+
+
+_THREADS = ("forward", "backward")  # the forward runs on the caller's thread, the backward on autograd's
+
+
+def _note_thread_start(starts: list[int], phase: str | None, place: int) -> None:
+    """``place`` is where the first stretch of a thread's phase begins: its first matmul is taken to come there."""
+    if phase in _THREADS and len(starts) == _THREADS.index(phase):
+        starts.append(place)
+
+
+def stretch_phases(timeline: Sequence[TimelinePoint]) -> list[str | None]:
+    """Each recorded stretch's phase: none before the step and at watching's start, each timeline event's, none
+    after the last."""
+    return [None, None, *(point.phase for point in timeline), None]
 
 
 # -- the whole step from shallow copies ----------------------------------------------------------------------------
@@ -133,6 +154,7 @@ class _Segment:
 
     repeated: bool
     events: dict[int, list[int]]  # middle units of the copy (1, 2, 3) -> its events here (all its repeats in order)
+    phase: str | None = None  # the phase of the stretch it belongs to (None: outside the step, or later units)
 
 
 def repeated(one: ShallowTrace, two: ShallowTrace, three: ShallowTrace, middle_units: int) -> AllocationTrace:
@@ -152,7 +174,9 @@ def repeated(one: ShallowTrace, two: ShallowTrace, three: ShallowTrace, middle_u
     sizes: list[int] = []
     streams: list[Stream] = []
     events: list[int] = []
+    starts: list[int] = []
     for segment in _segments(copies):
+        _note_thread_start(starts, segment.phase, len(events))
         template = segment.events[2]
         width = len(template)
         widths = {units: len(segment.events[units]) for units in copies}
@@ -185,7 +209,7 @@ def repeated(one: ShallowTrace, two: ShallowTrace, three: ShallowTrace, middle_u
                     raise NotDerivable("a free of the repeated step misses the storage it frees")
                 events.append(~target)
     _check_frees(events)
-    return AllocationTrace(tuple(sizes), tuple(streams), tuple(events), LAYERS_REPEATED)
+    return AllocationTrace(tuple(sizes), tuple(streams), tuple(events), LAYERS_REPEATED, tuple(starts))
 
 
 def _affine(one: int, two: int, three: int, middle_units: int) -> int:
@@ -232,7 +256,11 @@ def _segments(copies: dict[int, ShallowTrace]) -> list[_Segment]:
         if key1 == _LATER_UNITS:
             segments.append(_Segment(True, {1: [], 2: run2, 3: run3}))
             continue
-        segments += _split_by_insertions(run1, run2, run3, copies)
+        what = key1[0] if isinstance(key1, tuple) else ()
+        phase = what[2] if isinstance(what, tuple) and len(what) == 4 else None
+        for segment in _split_by_insertions(run1, run2, run3, copies):
+            segment.phase = phase
+            segments.append(segment)
     return segments
 
 

@@ -85,7 +85,7 @@ from ..results import LayerResult, RankResult, RunResult
 from ..results.allocations import AllocationTrace
 from ..spec import RunSpec
 from ..torchstate import exclusive
-from .allocations import AllocationRecorder, ShallowTrace, repeated
+from .allocations import AllocationRecorder, ShallowTrace, repeated, stretch_phases
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
 from .fold import NotDerivable, Reduction, SimulatedStep
@@ -150,7 +150,7 @@ def simulate(
         recorder = AllocationRecorder() if allocations else None
         step = simulate_depth(config, task, info.depth or info.num_layers, spec, dtype, trace=recorder)
         if recorder is not None:
-            step = replace(step, allocations=recorder.trace())
+            step = replace(step, allocations=recorder.trace(stretch_phases(step.memory.timeline)))
     else:
         steps = 3 if allocations else 2
         recorders = [AllocationRecorder() if allocations else None for _ in range(steps)]
@@ -165,8 +165,8 @@ def simulate(
             trace = fold_allocations(shape, (one, two, three), recorders)
             if trace is None:  # the copies do not repeat as the fold says: the whole step, recorded
                 recorder = AllocationRecorder()
-                simulate_depth(config, task, shape.num_layers, spec, dtype, trace=recorder)
-                trace = recorder.trace()
+                whole = simulate_depth(config, task, shape.num_layers, spec, dtype, trace=recorder)
+                trace = recorder.trace(stretch_phases(whole.memory.timeline))
             step = replace(step, allocations=trace)
         notes.append(
             Fact("note.extrapolated", {"one": shape.depth(1), "two": shape.depth(2), "layers": info.num_layers})
