@@ -105,8 +105,8 @@ CUBLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
 # loading (pytorch/pytorch#86509); "around 400MB" (pytorch/pytorch#109888); 426 MiB on an RTX 6000 Ada with torch
 # 2.10 + CUDA 13.0 at `mem_get_info` (unslothai/unsloth-zoo#1053). The lab takes 512 MiB, as the issue's example
 # line; a GPU run replaces it with `mem_get_info`'s used bytes minus `memory_reserved` (the GPU check's job).
-_CONTEXT_ESTIMATE = 512 * MIB
-_CONTEXT_SOURCE = "pytorch/pytorch#86509 (287,047,680 B); unslothai/unsloth-zoo#1053 (426 MiB, RTX 6000 Ada)"
+CONTEXT_ESTIMATE = 512 * MIB
+CONTEXT_SOURCE = "pytorch/pytorch#86509 (287,047,680 B); unslothai/unsloth-zoo#1053 (426 MiB, RTX 6000 Ada)"
 _HOPPER = ("H100 80 GB", "H200 141 GB")
 
 GPU_SPECS = MappingProxyType(
@@ -114,9 +114,9 @@ GPU_SPECS = MappingProxyType(
         name: replace(
             spec,
             cublas_workspace_bytes=HOPPER_CUBLAS_WORKSPACE if name in _HOPPER else CUBLAS_WORKSPACE,
-            context_bytes=_CONTEXT_ESTIMATE,
+            context_bytes=CONTEXT_ESTIMATE,
             context_measured=False,
-            context_source=_CONTEXT_SOURCE,
+            context_source=CONTEXT_SOURCE,
         )
         for name, spec in GPU_SPECS.items()
     }

@@ -72,7 +72,8 @@ class DeviceTotal:
         gpu: the GPU's name (``ckptlab.explore.gpus``).
         allocated_bytes: the step's peak of live tensors (simulated: the bytes the tracker counts).
         reserved_bytes: the caching allocator's reserved peak (the allocator replayed over the step's order,
-            cuBLAS's workspaces included): ``max_memory_reserved``.
+            cuBLAS's workspaces included): ``max_memory_reserved``; where the GPU ran out, what the step would
+            need on a GPU without a limit.
         cublas_bytes: cuBLAS's workspaces, allocated through the caching allocator (inside ``reserved_bytes``).
         context_bytes: the CUDA context, outside the allocator.
         context_measured: whether ``context_bytes`` was measured on this GPU (else estimated).

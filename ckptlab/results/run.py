@@ -15,7 +15,7 @@ from ..errors import SpecError
 from ..fact import Fact, worded
 from ..model.selective import selective_key
 from ..spec import RunSpec
-from .allocations import AllocationTrace
+from .allocations import AllocationTrace, DeviceTotal
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
 BusyReason = Literal["load", "spread", "shared"]
@@ -326,6 +326,8 @@ class RunResult:
     # A simulation's births and frees in order (``simulate(..., allocations=True)``), for the caching allocator's
     # replay; not in the JSON (100k events on a deep model): the JSON carries what the replay answers.
     allocations: AllocationTrace | None = field(default=None, repr=False, compare=False)
+    # What nvidia-smi will show on a GPU (``ckptlab.explore.device.device_total``), term by term, where asked.
+    device_total: DeviceTotal | None = None
 
     @property
     def message(self) -> str:
@@ -363,6 +365,9 @@ class RunResult:
                 row["observed"] = layer.observed
         if self.memory is not None:
             data["memory"]["peak_above_baseline_bytes"] = self.memory.peak_above_baseline_bytes
+        if self.device_total is not None:
+            data["device_total"]["cached_bytes"] = self.device_total.cached_bytes
+            data["device_total"]["total_bytes"] = self.device_total.total_bytes
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -394,6 +399,7 @@ class RunResult:
             provenance=build(Provenance, data["provenance"]),
             notes=[Fact.from_dict(fact) for fact in data["facts"]],
             reason=Fact.from_dict(data["reason"]) if data.get("reason") else None,
+            device_total=build(DeviceTotal, data.get("device_total")),
             ranks=[
                 RankResult(
                     rank=row["rank"],
