@@ -167,10 +167,15 @@ def simulate(
                 recorder = AllocationRecorder()
                 whole = simulate_depth(config, task, shape.num_layers, spec, dtype, trace=recorder)
                 trace = recorder.trace(stretch_phases(whole.memory.timeline))
+                order_note = Fact("note.allocation_order_whole", {"layers": info.num_layers})
+            else:
+                order_note = Fact("note.allocation_order_repeated", {"three": shape.depth(3)})
             step = replace(step, allocations=trace)
         notes.append(
             Fact("note.extrapolated", {"one": shape.depth(1), "two": shape.depth(2), "layers": info.num_layers})
         )
+        if allocations:
+            notes.append(order_note)
     report(DONE, 1.0)
     return simulated_result(spec, info, dtype, step, notes)
 

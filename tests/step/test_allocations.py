@@ -63,6 +63,7 @@ def test_the_folded_order_is_the_whole_steps_event_for_event():
     exact = simulate(spec, fast=False, allocations=True).allocations
     assert folded is not None and exact is not None
     assert (folded.how, exact.how) == (LAYERS_REPEATED, WHOLE_STEP)
+    assert "note.allocation_order_repeated" in [note.key for note in result.notes]  # the third copy, said
     assert set(exact.streams) == {COMPUTE, HOST_COPIES}
     assert len(exact.thread_starts) == 2
     assert (folded.sizes, folded.streams, folded.events, folded.thread_starts) == (
