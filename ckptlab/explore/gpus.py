@@ -92,7 +92,8 @@ GPU_SPECS: Mapping[str, GpuSpec] = MappingProxyType(
 )
 
 # cuBLAS's workspace, per handle and stream, as torch allocates it through the caching allocator
-# (pytorch/pytorch aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize, torch 2.11+): with
+# (pytorch/pytorch aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize; read from a recent main, not yet
+# checked against the 2.13 tag): with
 # CUBLAS_WORKSPACE_CONFIG unset, ``4096 * 8 * 1024`` bytes on sm_90 (Hopper: H100, H200), else
 # ``4096 * 1024 * 2 + 16 * 1024 * 8`` (":4096:2:16:8"); cuBLASLt shares it (TORCH_CUBLASLT_UNIFIED_WORKSPACE, on by
 # default). This project's H200 run found two of them, 64 MiB (docs/gpu-results.md).
