@@ -33,6 +33,7 @@ from .args import (
 if TYPE_CHECKING:
     from ..explore.roofline import SettingTime
     from ..results import RunResult
+    from ..results.allocations import DeviceTotal
     from ..spec import RunSpec
 
 MAX_BUDGET_GIB = 2**20  # a mebi-GiB (1 PiB): above any machine, and still a whole number of bytes
@@ -89,21 +90,46 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     memory, spec = result.memory, result.spec
     assert memory is not None  # a simulation always has its memory (status "ok"; no time)
     peak = memory.peak_bytes
-    answer = fit(peak, budget)  # the one rule: the whole step's simulated peak within the budget
+    # The one rule: what nvidia-smi will show (the device total) within the budget, where the result carries it.
+    answer = fit(peak, budget, result.device_total)
     margin, fitting = answer.margin_bytes, answer.fits
     phase = memory.peak_where.phase or "step"
     state = t("cli.fit_state", gib=memory.optimizer_state_bytes / GIB) if memory.optimizer_state_bytes else ""
-    sentence = t(
-        "cli.fit_fits" if fitting else "cli.fit_short",
-        peak_mib=mib(peak),
-        peak_gib=peak / GIB,
-        phase=phase,
-        label=label,
-        budget_gib=budget / GIB,
-        margin_gib=abs(margin) / GIB,
-        state=state,
-        counts=say(counts_message(spec.optimizer, spec.lora_rank)),
-    )
+    if answer.device is not None:
+        lines = [device_line(answer.device)]
+        if answer.device.out_of_memory_at is not None and margin >= 0:  # the total fits, the allocator does not
+            lines.append(
+                t(
+                    "cli.fit_device_fragmented",
+                    label=label,
+                    budget_gib=budget / GIB,
+                    event=answer.device.out_of_memory_at,
+                    state=state,
+                )
+            )
+        else:
+            lines.append(
+                t(
+                    "cli.fit_device_fits" if fitting else "cli.fit_device_short",
+                    label=label,
+                    budget_gib=budget / GIB,
+                    margin_gib=abs(margin) / GIB,
+                    state=state,
+                )
+            )
+        sentence = "\n".join(lines)
+    else:
+        sentence = t(
+            "cli.fit_fits" if fitting else "cli.fit_short",
+            peak_mib=mib(peak),
+            peak_gib=peak / GIB,
+            phase=phase,
+            label=label,
+            budget_gib=budget / GIB,
+            margin_gib=abs(margin) / GIB,
+            state=state,
+            counts=say(counts_message(spec.optimizer, spec.lora_rank)),
+        )
     return {
         "budget_bytes": budget,
         "budget_label": label,
@@ -112,8 +138,25 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
         "peak_phase": memory.peak_where.phase or None,
         "optimizer": spec.optimizer,
         "optimizer_state_bytes": memory.optimizer_state_bytes,
+        "compared_bytes": answer.peak_bytes,  # the device total where there is one, else the tensors' peak
+        "compared": "device_total" if answer.device is not None else "peak",
         "sentence": sentence,
     }
+
+
+def device_line(total: DeviceTotal) -> str:
+    """What nvidia-smi will show, term by term, in the CLI's words (GiB at the edge)."""
+    context = t("cli.context_measured", gpu=total.gpu) if total.context_measured else t("cli.context_estimated")
+    return t(
+        "cli.device_total",
+        total_gib=total.total_bytes / GIB,
+        allocated_gib=total.allocated_bytes / GIB,
+        cached_gib=total.cached_bytes / GIB,
+        context_gib=total.context_bytes / GIB,
+        context=context,
+        cublas_gib=total.cublas_bytes / GIB,
+        order=t(f"cli.order_{total.trace_how}"),
+    )
 
 
 def _simulate_command(args: argparse.Namespace) -> int:
@@ -135,7 +178,11 @@ def _simulate_command(args: argparse.Namespace) -> int:
     from ..step.simulate import simulate  # the core, once the flags are known good (see ckptlab.cli)
 
     core_loaded(args)
-    result = simulate(spec, fast=not args.exact)
+    result = simulate(spec, fast=not args.exact, allocations=budget is not None)
+    if budget is not None:  # the caching allocator replayed on the GPU (or a card of the budget's bytes)
+        from ..explore.device import with_device_total
+
+        result = with_device_total(result, args.gpu or budget[0])
     verdict = fit_verdict(result, *budget) if budget else None
     times = _setting_times(args, [result], simulate) if args.gpu else None
     if args.json:
@@ -352,6 +399,10 @@ def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, s
     specs += [replace(spec, every_n_layers=n) for n in every_n_choices(num_layers, "all")]
     # --exact simulates every layer of every setting; else the settings share their shallow steps.
     results = [simulate(one, fast=False) for one in specs] if args.exact else simulate_table(specs)
+    if budget is not None:  # fits is decided on what nvidia-smi will show: each setting's allocator replayed
+        from ..explore.device import with_device_total
+
+        results = [with_device_total(result, args.gpu or budget[0]) for result in results]
     verdicts = [fit_verdict(result, *budget) if budget else None for result in results]
     times = _setting_times(args, results, simulate) if args.gpu else None
     if args.json:

@@ -26,10 +26,11 @@ _SIZE_WITH_UNIT = re.compile(
 
 if TYPE_CHECKING:  # only for the annotation: the CLI imports this module before torch may load
     from ..results import RunResult
+    from ..results.allocations import DeviceTotal
 
 # Memory each card is sold with, read as GiB, from the one GPU table (:mod:`ckptlab.explore.gpus`). nvidia-smi
-# shows a little less (e.g. 81,559 MiB on an H100 80GB), and the CUDA context takes a few hundred MiB outside
-# torch's counts: the margin should cover both.
+# shows a little less (e.g. 81,559 MiB on an H100 80GB); the CUDA context and the allocator's cache are terms of the
+# device total (:mod:`ckptlab.explore.device`) that the fit compares where there is one.
 GPUS: dict[str, int] = {name: spec.memory_bytes for name, spec in GPU_SPECS.items()}
 
 
@@ -76,8 +77,8 @@ def _squash(text: str) -> str:
     return "".join(ch for ch in text.lower().replace("gb", "") if ch.isalnum())
 
 
-# Of the budget: a fit with less than this to spare is said to be thin. The peak is the tensors torch
-# counts; the CUDA context (a few hundred MiB) and the allocator's fragmentation come on top of it.
+# Of the budget: a fit with less than this to spare is said to be thin (what a device total does not model: the
+# card's memory as nvidia-smi reads it, an estimated context, other processes).
 THIN_MARGIN = 0.05
 
 
@@ -85,11 +86,14 @@ THIN_MARGIN = 0.05
 class Fit:
     """Whether a peak fits a budget, by how much, and whether the margin is thin (:func:`fit` decides all three)."""
 
-    peak_bytes: int
+    peak_bytes: int  # what was compared: the device total where there is one, else the tensors' peak
     budget_bytes: int
     fits: bool  # the peak within the budget (equal fits)
     margin_bytes: int  # the budget minus the peak: negative by as much as it is short
     thin: bool  # it fits with less than THIN_MARGIN of the budget to spare
+    # The terms compared, where the device total was (allocated: simulated; reserved: the allocator replayed;
+    # cuBLAS; the CUDA context, measured or estimated; NCCL): what nvidia-smi will show.
+    device: DeviceTotal | None = None
 
     @property
     def short_bytes(self) -> int:
@@ -97,16 +101,24 @@ class Fit:
         return -self.margin_bytes
 
 
-def fit(peak_bytes: int, budget_bytes: int) -> Fit:
-    """The one rule: ``peak_bytes`` fits ``budget_bytes`` when it is at most the budget; thin below 5% to spare."""
-    margin = budget_bytes - peak_bytes
-    fitting = margin >= 0
-    return Fit(peak_bytes, budget_bytes, fitting, margin, fitting and margin < THIN_MARGIN * budget_bytes)
+def fit(peak_bytes: int, budget_bytes: int, device: DeviceTotal | None = None) -> Fit:
+    """The one rule: ``peak_bytes`` fits ``budget_bytes`` when it is at most the budget; thin below 5% to spare.
+
+    With ``device`` (``ckptlab.explore.device.device_total``: the caching allocator replayed over the step, its
+    workspaces, the CUDA context), its total is what is compared, not the tensors' peak: a step dies when the
+    allocator cannot get one more segment, and the context takes its share of the card first. A bytes budget is
+    judged the same way (the context then estimated): the tensors alone would call fitting what runs out.
+    """
+    compared = device.total_bytes if device is not None else peak_bytes
+    margin = budget_bytes - compared
+    fitting = margin >= 0 and (device is None or device.out_of_memory_at is None)
+    return Fit(compared, budget_bytes, fitting, margin, fitting and margin < THIN_MARGIN * budget_bytes, device)
 
 
 def fits(result: RunResult, budget_bytes: int) -> bool:
-    """True when a result's peak (parameters, gradients, activations, temporaries) fits ``budget_bytes``.
+    """True when a result's peak (parameters, gradients, activations, temporaries) fits ``budget_bytes``; where the
+    result carries its device total (``RunResult.device_total``), that total is what must fit.
 
     A result without memory (a run that failed) fits nothing.
     """
-    return result.memory is not None and fit(result.memory.peak_bytes, budget_bytes).fits
+    return result.memory is not None and fit(result.memory.peak_bytes, budget_bytes, result.device_total).fits

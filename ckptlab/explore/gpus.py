@@ -15,10 +15,10 @@ center GPUs (what clusters and cloud 8-GPU nodes have). docs/gpus.md lists each 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from ..units import GIB
+from ..units import GIB, MIB
 
 TERA = 10**12
 GIGA = 10**9
@@ -49,6 +49,14 @@ class GpuSpec:
     host_link: Link  # GPU to host (offload's copies)
     gpu_link: Link  # GPU to GPU (FSDP2's collectives); PCIe where the card has no NVLink
     source: str  # the datasheet
+    # Outside the tensors (issue 60): what a step holds on the card beside them. ``cublas_workspace_bytes`` is
+    # torch's default cuBLAS workspace for the card (CUBLAS_WORKSPACE_CONFIG unset), which goes through the caching
+    # allocator; the CUDA context does not, and ``context_source`` says whether its figure was measured (where) or
+    # is an estimate (from what).
+    cublas_workspace_bytes: int = 0
+    context_bytes: int = 0
+    context_measured: bool = False
+    context_source: str = ""
 
 
 def _flops(bf16: float, tf32: float, fp32: float) -> Mapping[str, float]:
@@ -80,5 +88,37 @@ GPU_SPECS: Mapping[str, GpuSpec] = MappingProxyType(
             GpuSpec("L4 24 GB", "PCIe", 24 * GIB, _flops(121, 60, 30.3), 300e9, _PCIE4, _PCIE4, _L4),
             GpuSpec("RTX 4090 24 GB", "PCIe", 24 * GIB, _flops(165.2, 82.6, 82.6), 1.008e12, _PCIE4, _PCIE4, _ADA),
         )
+    }
+)
+
+# cuBLAS's workspace, per handle and stream, as torch allocates it through the caching allocator
+# (pytorch/pytorch aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize; read from a recent main, not yet
+# checked against the 2.13 tag): with
+# CUBLAS_WORKSPACE_CONFIG unset, ``4096 * 8 * 1024`` bytes on sm_90 (Hopper: H100, H200), else
+# ``4096 * 1024 * 2 + 16 * 1024 * 8`` (":4096:2:16:8"); cuBLASLt shares it (TORCH_CUBLASLT_UNIFIED_WORKSPACE, on by
+# default). This project's H200 run found two of them, 64 MiB (docs/gpu-results.md).
+HOPPER_CUBLAS_WORKSPACE = 4096 * 8 * 1024
+CUBLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
+
+# The CUDA context with lazy module loading (torch's default since 1.13): no figure measured on these cards is on
+# record here, so each is an estimate, from the context measured on other cards and what a training step loads on
+# top (cuBLAS's, cuDNN's and the attention kernels, lazily): 287,047,680 B right after context creation with lazy
+# loading (pytorch/pytorch#86509); "around 400MB" (pytorch/pytorch#109888); 426 MiB on an RTX 6000 Ada with torch
+# 2.10 + CUDA 13.0 at `mem_get_info` (unslothai/unsloth-zoo#1053). The lab takes 512 MiB, as the issue's example
+# line; a GPU run replaces it with `mem_get_info`'s used bytes minus `memory_reserved` (the GPU check's job).
+CONTEXT_ESTIMATE = 512 * MIB
+CONTEXT_SOURCE = "pytorch/pytorch#86509 (287,047,680 B); unslothai/unsloth-zoo#1053 (426 MiB, RTX 6000 Ada)"
+_HOPPER = ("H100 80 GB", "H200 141 GB")
+
+GPU_SPECS = MappingProxyType(
+    {
+        name: replace(
+            spec,
+            cublas_workspace_bytes=HOPPER_CUBLAS_WORKSPACE if name in _HOPPER else CUBLAS_WORKSPACE,
+            context_bytes=CONTEXT_ESTIMATE,
+            context_measured=False,
+            context_source=CONTEXT_SOURCE,
+        )
+        for name, spec in GPU_SPECS.items()
     }
 )

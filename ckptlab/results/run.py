@@ -8,13 +8,14 @@ measured on CUDA, measured on the CPU, simulated or predicted.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..errors import SpecError
 from ..fact import Fact, worded
 from ..model.selective import selective_key
 from ..spec import RunSpec
+from .allocations import AllocationTrace, DeviceTotal
 
 # "predicted-roofline": a step's time from its counted ops on a device's speed (explore/roofline), not the formula.
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted", "predicted-roofline"]
@@ -342,6 +343,11 @@ class RunResult:
     reason: Fact | None = None  # for status "does_not_fit": what did not fit and what to try (``message``: its English)
     # Across ranks (spec.world_size > 1): every rank measured, or rank 0 simulated; the fields above are rank 0's.
     ranks: list[RankResult] = field(default_factory=list)
+    # A simulation's births and frees in order (``simulate(..., allocations=True)``), for the caching allocator's
+    # replay; not in the JSON (100k events on a deep model): the JSON carries what the replay answers.
+    allocations: AllocationTrace | None = field(default=None, repr=False, compare=False)
+    # What nvidia-smi will show on a GPU (``ckptlab.explore.device.device_total``), term by term, where asked.
+    device_total: DeviceTotal | None = None
 
     @property
     def message(self) -> str:
@@ -362,7 +368,8 @@ class RunResult:
         return all(layer.selective_as(policy) for layer in layers)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(replace(self, allocations=None))
+        del data["allocations"]
         data["plan_matches"] = self.plan_matches
         data["mixed_precision_via"] = self.spec.mixed_precision_via  # "none", "autocast" or "fsdp2"
         data["provenance"]["label"] = self.provenance.label
@@ -378,6 +385,9 @@ class RunResult:
                 row["observed"] = layer.observed
         if self.memory is not None:
             data["memory"]["peak_above_baseline_bytes"] = self.memory.peak_above_baseline_bytes
+        if self.device_total is not None:
+            data["device_total"]["cached_bytes"] = self.device_total.cached_bytes
+            data["device_total"]["total_bytes"] = self.device_total.total_bytes
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -409,6 +419,7 @@ class RunResult:
             provenance=build(Provenance, data["provenance"]),
             notes=[Fact.from_dict(fact) for fact in data["facts"]],
             reason=Fact.from_dict(data["reason"]) if data.get("reason") else None,
+            device_total=build(DeviceTotal, data.get("device_total")),
             ranks=[
                 RankResult(
                     rank=row["rank"],

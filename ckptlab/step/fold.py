@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..results import LayerResult, MemoryResult, TimelinePoint
+from ..results.allocations import AllocationTrace
 from .probe import region_for
 
 
@@ -33,6 +34,7 @@ class SimulatedStep:
     memory: MemoryResult
     layers: list[LayerResult]
     host_bytes: int  # bytes offload held in host memory at the end of the forward
+    allocations: AllocationTrace | None = None  # the step's births and frees in order, where they were recorded
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,19 @@ class Reduction:
             layers=layers,
             host_bytes=_grow(one.host_bytes, two.host_bytes, full_units - 1),
         )
+
+    def stretch_keys(self, step: SimulatedStep) -> list[tuple[Any, int | None]]:
+        """What each stretch an ``AllocationRecorder`` recorded of a shallow ``step`` is (before the step, watching's
+        start, each timeline event, after the last), without its middle unit, beside the unit (None outside the
+        middle): the stretches :func:`ckptlab.step.allocations.repeated` lines up between copies."""
+        keys: list[tuple[Any, int | None]] = [(("before the step",), None), (("watching",), None)]
+        for point in step.memory.timeline:
+            kind, place, phase, micro_batch = self._key(point, step.depth)
+            unit = place[1] if place[0] == "middle" else None
+            where = (place[0], place[2]) if place[0] == "middle" else place
+            keys.append(((kind, where, phase, micro_batch), unit))
+        keys.append((("after the step",), None))
+        return keys
 
     def _units_in_step_order(self, phase: str) -> range:
         # The forward meets the middle units first to last, the backward last to first.

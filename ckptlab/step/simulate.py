@@ -87,11 +87,13 @@ from ..model.quantize import prepare as prepare_kbit
 from ..model.quantize import quantization_notes, quantize
 from ..model.selective import enable_checkpointing
 from ..results import SIMULATED_MEMORY_METHOD, LayerResult, RankResult, RunResult
+from ..results.allocations import AllocationTrace
 from ..spec import RunSpec
 from ..torchstate import exclusive
+from .allocations import AllocationRecorder, ShallowTrace, repeated, stretch_phases
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
-from .fold import Reduction, SimulatedStep
+from .fold import NotDerivable, Reduction, SimulatedStep
 from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory, offload_notes, reruns_inside_notes
 from .meters import HOST, TraceSink
@@ -113,7 +115,9 @@ SIMULATED_CPU = "cpu (simulated)"
 
 
 @exclusive  # process-wide torch state: ckptlab.torchstate
-def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = None) -> RunResult:
+def simulate(
+    spec: RunSpec, *, fast: bool = True, progress: Progress | None = None, allocations: bool = False
+) -> RunResult:
     """Simulate one training step of ``spec`` on fake tensors.
 
     Args:
@@ -123,6 +127,8 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
         fast: extrapolate from two shallow copies of the model when the plan repeats
             often enough (exact, and much faster for deep models); False simulates every layer.
         progress: called with a message and the fraction done.
+        allocations: also record the order of the step's allocations (``RunResult.allocations``, what the caching
+            allocator's replay reads); folded, it costs a third shallow copy (:func:`fold_allocations`).
 
     Returns:
         A :class:`RunResult` with provenance "simulated", per-layer rows, memory and timeline,
@@ -142,18 +148,57 @@ def simulate(spec: RunSpec, *, fast: bool = True, progress: Progress | None = No
         if fast and not info.layers_alike:
             notes.insert(0, Fact("note.layers_differ"))
         report(Fact("progress.simulating_all", {"layers": info.num_layers, "name": info.name}), 0.1)
-        step = simulate_depth(config, task, info.depth or info.num_layers, spec, dtype)
+        recorder = AllocationRecorder() if allocations else None
+        step = simulate_depth(config, task, info.depth or info.num_layers, spec, dtype, trace=recorder)
+        if recorder is not None:
+            step = replace(step, allocations=recorder.trace(stretch_phases(step.memory.timeline)))
     else:
-        report(simulating_some(shape.depth(1), info.num_layers, 1, 2), 0.1)
-        one = simulate_depth(config, task, shape.depth(1), spec, dtype)
-        report(simulating_some(shape.depth(2), info.num_layers, 2, 2), 0.5)
-        two = simulate_depth(config, task, shape.depth(2), spec, dtype)
+        steps = 3 if allocations else 2
+        recorders = [AllocationRecorder() if allocations else None for _ in range(steps)]
+        report(simulating_some(shape.depth(1), info.num_layers, 1, steps), 0.1)
+        one = simulate_depth(config, task, shape.depth(1), spec, dtype, trace=recorders[0])
+        report(simulating_some(shape.depth(2), info.num_layers, 2, steps), 0.5 if steps == 2 else 0.3)
+        two = simulate_depth(config, task, shape.depth(2), spec, dtype, trace=recorders[1])
         step = shape.extrapolate(one, two)
+        if allocations:
+            report(simulating_some(shape.depth(3), info.num_layers, 3, steps), 0.6)
+            three = simulate_depth(config, task, shape.depth(3), spec, dtype, trace=recorders[2])
+            trace = fold_allocations(shape, (one, two, three), recorders)
+            if trace is None:  # the copies do not repeat as the fold says: the whole step, recorded
+                recorder = AllocationRecorder()
+                whole = simulate_depth(config, task, shape.num_layers, spec, dtype, trace=recorder)
+                trace = recorder.trace(stretch_phases(whole.memory.timeline))
+                order_note = Fact("note.allocation_order_whole", {"layers": info.num_layers})
+            else:
+                order_note = Fact("note.allocation_order_repeated", {"three": shape.depth(3)})
+            step = replace(step, allocations=trace)
         notes.append(
             Fact("note.extrapolated", {"one": shape.depth(1), "two": shape.depth(2), "layers": info.num_layers})
         )
+        if allocations:
+            notes.append(order_note)
     report(DONE, 1.0)
     return simulated_result(spec, info, dtype, step, notes)
+
+
+def fold_allocations(
+    shape: Reduction, steps: Sequence[SimulatedStep], recorders: Sequence[AllocationRecorder | None]
+) -> AllocationTrace | None:
+    """The full step's allocation order from shallow copies with one, two and three middle units, their middle
+    units' events repeated as the fold repeats their bytes (:func:`.allocations.repeated`); ``None`` where the copies
+    do not repeat as the fold says (the caller then has no order to replay, and says so)."""
+    traces = []
+    for units, (step, recorder) in enumerate(zip(steps, recorders, strict=True), start=1):
+        if recorder is None:
+            return None
+        try:
+            traces.append(ShallowTrace.of(units, recorder, shape.stretch_keys(step)))
+        except NotDerivable:
+            return None
+    try:
+        return repeated(traces[0], traces[1], traces[2], shape.middle_units)
+    except NotDerivable:
+        return None
 
 
 def prepare(spec: RunSpec) -> tuple[ModelInfo, torch.dtype, Any, str]:
@@ -345,6 +390,7 @@ def simulated_result(
         provenance=simulated_provenance(device_type),
         notes=notes,
         ranks=ranks,
+        allocations=step.allocations,
     )
 
 

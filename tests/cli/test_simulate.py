@@ -23,6 +23,7 @@ def test_simulate_prints_a_labelled_report_and_a_verdict(capsys):
     assert "simulated (fake tensors)" in out and "Time: not simulated" in out
     assert "Backward:  output <- [L36]" in out
     assert "does not fit in L4 24 GB" in out and "short by" in out
+    assert "nvidia-smi will show about" in out and "CUDA context (estimated)" in out
 
 
 @pytest.mark.parametrize("own_process", [True, False])
@@ -122,7 +123,7 @@ def test_every_n_layers_all_prints_one_row_a_setting_as_each_single_simulation(c
         [f"n={n}", str(-(-layers // n))] for n in range(3, layers + 1)
     ]
     assert all(" yes " in line for line in lines[2 : 3 + layers]) and lines[3 + layers].startswith(
-        "fits: the simulated peak within L4"
+        "fits: what nvidia-smi will show"
     )
     assert lines[-1].startswith("Predicted time: none")  # --gpu's time, once the simulation counts its work
 

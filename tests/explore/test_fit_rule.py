@@ -96,3 +96,33 @@ def test_the_one_rule(peak, budget, fits, margin, thin):
     answer = fit(peak, budget)
     assert (answer.fits, answer.margin_bytes, answer.thin, answer.short_bytes) == (fits, margin, thin, -margin)
     assert THIN_MARGIN == 0.05
+
+
+def _total(reserved: int, out_of_memory_at: int | None = None):
+    from ckptlab.results.allocations import WHOLE_STEP, DeviceTotal
+
+    return DeviceTotal(
+        gpu="H100 80 GB",
+        allocated_bytes=60,
+        reserved_bytes=reserved,
+        cublas_bytes=2,
+        context_bytes=5,
+        context_measured=False,
+        context_source="",
+        nccl_bytes=0,
+        largest_free_at_peak=0,
+        out_of_memory_at=out_of_memory_at,
+        trace_how=WHOLE_STEP,
+        trace_events=10,
+    )
+
+
+def test_with_a_device_total_the_rule_decides_on_what_nvidia_smi_shows():
+    """The tensors' 60 B fit 70 B; the allocator's 68 B reserved and the 5 B context do not (73 B): the rule compares
+    the device total and says its terms. A total within the budget that ran out of segments (fragmentation) fails."""
+    assert fit(60, 70).fits
+    answer = fit(60, 70, _total(68))
+    assert (answer.fits, answer.peak_bytes, answer.margin_bytes, answer.device) == (False, 73, -3, _total(68))
+    assert (answer.device.cached_bytes, answer.device.total_bytes) == (6, 73)
+    assert fit(60, 80, _total(68)).fits
+    assert not fit(60, 80, _total(68, out_of_memory_at=7)).fits

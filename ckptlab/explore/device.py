@@ -1,0 +1,88 @@
+"""What nvidia-smi will show for a simulated step on one GPU: the caching allocator replayed, and what lies outside it.
+
+The step's order of allocations (``RunResult.allocations``: ``simulate(..., allocations=True)``) goes through the
+model of torch's caching allocator (:mod:`ckptlab.step.allocator`) with cuBLAS's workspace allocated at each thread's
+first matmul (the forward's and autograd's: ``AllocationTrace.thread_starts``), on a device of the GPU's memory less
+what lies outside the allocator (the CUDA context). The answer is a :class:`~ckptlab.results.allocations.DeviceTotal`:
+each term and where it came from; :func:`ckptlab.explore.budget.fit` decides on its sum.
+
+Not counted yet: FSDP2's all-gather stream (its own pool: the trace records every storage on the compute stream)
+and NCCL's buffers outside torch; a step across ranks says so (``nccl_bytes`` 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..results import RunResult
+from ..results.allocations import COMPUTE, DeviceTotal
+from ..step.allocator import Alloc, AllocatorConfig, Event, Free, replay
+from .budget import gpu_name
+from .gpus import CONTEXT_ESTIMATE, CONTEXT_SOURCE, GPU_SPECS, HOPPER_CUBLAS_WORKSPACE
+
+
+def device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | None = None) -> DeviceTotal:
+    """The device total of ``result``'s step on ``gpu``: a name :func:`~.budget.gpu_name` reads, or a budget in bytes
+    (a card of that memory, its context estimated, cuBLAS's Hopper workspace: the larger default).
+
+    Args:
+        result: a simulation with its order of allocations (``simulate(spec, allocations=True)``).
+        gpu: the GPU, e.g. "H100" or "h100-80", or bytes.
+        config: the ``PYTORCH_CUDA_ALLOC_CONF`` the step runs with (None: torch's defaults).
+
+    Returns:
+        The allocated, reserved, cuBLAS, CUDA context and NCCL terms, and where the allocator ran short.
+
+    Raises:
+        SpecError: an unknown GPU name, or an allocator setting torch refuses.
+    """
+    if result.allocations is None or result.memory is None:
+        raise RuntimeError("device_total needs a simulation with its allocations: simulate(spec, allocations=True)")
+    if isinstance(gpu, str):
+        spec = GPU_SPECS[gpu_name(gpu)]
+        name, memory, workspace = spec.name, spec.memory_bytes, spec.cublas_workspace_bytes
+        context, measured, source = spec.context_bytes, spec.context_measured, spec.context_source
+    else:
+        name, memory, workspace = "", gpu, HOPPER_CUBLAS_WORKSPACE
+        context, measured, source = CONTEXT_ESTIMATE, False, CONTEXT_SOURCE
+    trace = result.allocations
+    events: list[Event] = [
+        Alloc(value) if is_alloc else Free(value) for is_alloc, value in trace.on(COMPUTE, at_thread_starts=workspace)
+    ]
+    # What cudaMalloc can get: the card's memory less the context, which the driver holds before the first tensor.
+    config = config or AllocatorConfig()
+    answer = replay(events, config, capacity=max(0, memory - context))
+    # Out of memory, the replay stops there: the reserved bytes the step needs come from the replay without a limit
+    # (the total then says by how much it is short; short of nothing, the cause is the allocator's fragmentation).
+    needed = answer if answer.out_of_memory_at is None else replay(events, config, capacity=None)
+    return DeviceTotal(
+        gpu=name,
+        allocated_bytes=result.memory.peak_bytes,
+        reserved_bytes=needed.reserved_peak,
+        cublas_bytes=workspace * len(trace.thread_starts),
+        context_bytes=context,
+        context_measured=measured,
+        context_source=source,
+        nccl_bytes=0,
+        largest_free_at_peak=needed.largest_free_at_peak,
+        out_of_memory_at=answer.out_of_memory_at,
+        trace_how=trace.how,
+        trace_events=len(events),
+    )
+
+
+def with_device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | None = None) -> RunResult:
+    """``result`` carrying its device total on ``gpu`` (``RunResult.device_total``, which :func:`~.budget.fits`
+    decides on): a result without its order of allocations (the table's rows) is simulated again to record it.
+
+    Raises:
+        SpecError: an unknown GPU name, or an allocator setting torch refuses.
+    """
+    if result.memory is None:
+        return result
+    recorded = result
+    if result.allocations is None:
+        from ..step.simulate import simulate  # the core's simulation: only where an order is missing
+
+        recorded = simulate(result.spec, allocations=True)
+    return replace(result, device_total=device_total(recorded, gpu, config))
