@@ -112,7 +112,9 @@ def training_code(spec: RunSpec, dtype: str | torch.dtype | None = None, targets
     if spec.mixed_precision != "none" and spec.device == "auto":
         # Where to run is the machine's own choice here ("cpu" writes use_cpu=True: RunSpec.trainer_fields), and
         # TrainingArguments refuses bf16/fp16 on a machine without a GPU unless told to use the CPU.
-        body.append(f"# {spec.mixed_precision}=True needs a GPU: on a machine without one add use_cpu=True, or it raises")
+        body.append(
+            f"# {spec.mixed_precision}=True needs a GPU: on a machine without one add use_cpu=True, or it raises"
+        )
     body.append(f"args = {trainer}")
     return "\n".join([*import_lines(imports), "", *body])
 

@@ -263,4 +263,8 @@ def _keywords(code: str) -> dict:
         for node in ast.walk(ast.parse(code))
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "TrainingArguments"
     )
-    return {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords if keyword.arg != "activation_checkpointing_kwargs"}
+    return {
+        keyword.arg: ast.literal_eval(keyword.value)
+        for keyword in call.keywords
+        if keyword.arg != "activation_checkpointing_kwargs"
+    }
