@@ -291,7 +291,7 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
         thin = i18n.t("at_scale.thin", lang) if answer.thin else ""
         fitting = [Setting.of(result.spec).key for result in table.results if fits(result, budget)]
         also = i18n.t("at_scale.all_that_fit", lang, settings=", ".join(fitting)) if len(fitting) > 1 else ""
-        return Verdict("success", f"{gpus}: {text}{thin}{also}{precision(table, lang)}", best)
+        return Verdict("success", f"{gpus}: {text}{thin}{also}{precision(table.results[0].spec, lang)}", best)
     lowest = min(table.results, key=lambda result: memory_of(result).peak_bytes)
     lowest_peak = memory_of(lowest).peak_bytes
     text = i18n.t(
@@ -302,16 +302,31 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
         setting=Setting.of(lowest.spec).key,
         short=fit(lowest_peak, budget).short_bytes / GIB,
     )
-    return Verdict("error", f"{gpus}: {text}{precision(table, lang)}", lowest)
+    return Verdict("error", f"{gpus}: {text}{precision(table.results[0].spec, lang)}", lowest)
 
 
-def precision(table: ScaleTable, lang: str) -> str:
-    """The precision the verdict assumed, said after it: the weights' dtype, and Trainer's mixed precision if any.
+def precision(spec: RunSpec, lang: str) -> str:
+    """The precision the verdict on ``spec``'s table assumed, said after it: the weights' dtype, and Trainer's mixed
+    precision if any.
 
     Half-precision weights hold half-precision gradients and optimizer state; Trainer's usual ``bf16=True`` keeps
-    float32 weights (and their state) and needs far more: a verdict that does not say which it is misleads.
+    float32 weights (and their state) and needs far more: a verdict that does not say which it is misleads. With LoRA
+    only the adapters train, and peft keeps them (so their gradients and AdamW's state) in float32 whatever the base's
+    dtype (``predict_training.ADAPTER``); a 4-bit or 8-bit base also has its other weights (embeddings, norms, the
+    head) cast to float32 by ``prepare_model_for_kbit_training`` (``model.quantize.prepare``).
     """
-    spec = table.results[0].spec
+    mixed = i18n.t("at_scale.assumed_mixed_compute", lang, mp=spec.mixed_precision)
+    mixed = mixed if spec.mixed_precision != "none" else ""
+    if spec.lora_rank is not None and spec.quantization is not None:
+        quantization = spec.quantization
+        compute = quantization.bnb_4bit_compute_dtype if quantization.bits == 4 else ""
+        computing = i18n.t("at_scale.assumed_computing", lang, dtype=compute) if compute else ""
+        return (
+            i18n.t("at_scale.assumed_qlora", lang, bits=quantization.bits, base=quantization.label, computing=computing)
+            + mixed
+        )
+    if spec.lora_rank is not None:
+        return i18n.t("at_scale.assumed_lora", lang, dtype=spec.dtype) + mixed
     if spec.mixed_precision != "none":
         return i18n.t("at_scale.assumed_mixed", lang, dtype=spec.dtype, mp=spec.mixed_precision)
     return i18n.t("at_scale.assumed_dtype", lang, dtype=spec.dtype)

@@ -159,6 +159,18 @@ def test_the_verdict_names_every_setting_that_fits_and_the_precision_it_assumed(
     assert not scalepage.float32_under_mixed({"at_scale_dtype": "float32", "at_scale_mixed_precision": "bf16"})
 
 
+def test_with_lora_the_precision_assumed_is_the_adapters_float32():
+    """Issue 58: QLoRA's verdict said "Assumed: bfloat16 weights, so bfloat16 gradients and optimizer state", but the
+    adapters, their gradients and AdamW's state are float32 (peft), and only the base is 4-bit."""
+    qlora = RunSpec(model="qwen3-8b", dtype="bfloat16", lora_rank=8, quantization=ckptlab.QLORA)
+    said = scalepage.precision(qlora, "en")
+    assert "bfloat16 gradients" not in said and "4-bit base (nf4) computing in bfloat16" in said
+    assert "LoRA adapters that train, their gradients and optimizer state in float32" in said
+    lora = scalepage.precision(replace(qlora, quantization=None, mixed_precision="bf16", dtype="float32"), "pt-BR")
+    assert "base congelada em float32" in lora and lora.endswith("Precisão mista bf16 do Trainer no cálculo.")
+    assert scalepage.precision(RunSpec(dtype="bfloat16"), "en").startswith(" Assumed: bfloat16 weights, so bfloat16")
+
+
 def test_the_trainer_code_names_the_versions_installed():
     import accelerate
     import transformers
