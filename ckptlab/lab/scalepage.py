@@ -483,8 +483,10 @@ def longest_summary(found: LongestTable, lang: str) -> str:
 
 
 def longest_rows(found: LongestTable, lang: str) -> list[dict]:
-    """The search's table: per setting, the longest ``seq_len`` that fits and its simulated peak, then the shortest
-    length that does not and its peak (or that the model's limit fits), GiB per GPU."""
+    """The search's table: per setting, the longest ``seq_len`` that fits, its simulated peak (GiB per GPU) and the
+    bytes it leaves to spare, then the shortest length that does not fit, its peak and the bytes it is over by (or
+    that the model's limit fits). Two peaks a token apart round to the same GiB: the bytes show why one fits and the
+    next does not. Every number is text in the page's form (its separators), so the table reads one way."""
     out = []
     for row in found.rows:
         if row.over_seq_len is None:
@@ -494,18 +496,21 @@ def longest_rows(found: LongestTable, lang: str) -> list[dict]:
         out.append(
             {
                 i18n.t("at_scale.col_setting", lang): row.setting,
-                i18n.t("at_scale.col_longest", lang): row.seq_len,
-                i18n.t("at_scale.col_longest_peak", lang): _gib(row.peak_bytes),
+                i18n.t("at_scale.col_longest", lang): i18n.number(row.seq_len, ",", lang),
+                i18n.t("at_scale.col_longest_peak", lang): _shown(row.peak_bytes, GIB, ",.2f", lang),
+                i18n.t("at_scale.col_spare", lang): _shown(row.spare_bytes, 1, ",", lang),
                 i18n.t("at_scale.col_next", lang): after,
-                i18n.t("at_scale.col_next_peak", lang): _gib(row.over_peak_bytes),
-                i18n.t("at_scale.col_simulations", lang): row.simulations,
+                i18n.t("at_scale.col_next_peak", lang): _shown(row.over_peak_bytes, GIB, ",.2f", lang),
+                i18n.t("at_scale.col_over", lang): _shown(row.over_bytes, 1, ",", lang),
+                i18n.t("at_scale.col_simulations", lang): i18n.number(row.simulations, ",", lang),
             }
         )
     return out
 
 
-def _gib(size: int | None) -> float | None:
-    return None if size is None else round(size / GIB, 2)
+def _shown(size: int | None, unit: int, spec: str, lang: str) -> str | None:
+    """``size`` in ``unit`` as the page writes a number (None stays an empty cell)."""
+    return None if size is None else i18n.number(size / unit if unit > 1 else size, spec, lang)
 
 
 def peak_header(gpus: int, lang: str) -> str:

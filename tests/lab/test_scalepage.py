@@ -220,3 +220,23 @@ def test_the_longest_sequence_searches_the_ends_and_says_when_nothing_fits_in_th
     assert "24 GiB" in scalepage.longest_verdict(found, 80 * GIB, "H100 80 GB", "en").text  # the search's own budget
     assert "16 トークンすら" in scalepage.longest_verdict(found, 24 * GIB, "RTX 4090 24 GB", "ja").text
     assert "configurações procuradas" in scalepage.longest_summary(found, "pt-BR")
+
+
+def test_the_longest_sequence_table_shows_the_bytes_either_side_in_one_number_format():
+    """Issue 58: the answer and the next length both read "24" GiB, so the table could not show why 8,392 fits and
+    8,393 does not, and it mixed "1417" with "1,418". The bytes to spare and over, and every number in the page's
+    form."""
+    from ckptlab.explore.longest import LongestSeq, LongestTable
+
+    request = ScaleRequest("qwen3-8b", 8192, 1, "bfloat16", tuple(scale_settings(36, "distinct", "n=1")))
+    budget = 24 * GIB
+    rows = (
+        LongestSeq("n=1", 8392, budget - 1_500_000, 8393, budget + 700_000, budget, 4, 40960),
+        LongestSeq("off", 1417, budget - 3, 1418, budget + 2_000_000, budget, 12, 40960),
+    )
+    found = LongestTable(request, budget, rows, scalepage.longest_settings(request)[:2], False, 3.0, 16)
+    every = scalepage.longest_rows(found, "pt-BR")[0]
+    assert list(every.values()) == ["n=1", "8.392", "24,00", "1.500.000", "8.393", "24,00", "700.000", "4"]
+    english = scalepage.longest_rows(found, "en")[1]
+    assert english["longest seq_len that fits"] == "1,417" and english["shortest that does not fit"] == "1,418"
+    assert english["to spare, bytes"] == "3" and english["over by, bytes"] == "2,000,000"
