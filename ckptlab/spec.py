@@ -348,10 +348,13 @@ class RunSpec:
 
     def trainer_fields(self) -> dict[str, Any]:
         """The ``TrainingArguments`` fields, beside checkpointing, whose Trainer step is this spec's (the inverse of
-        :meth:`from_training_args`); without an optimizer ("none") only the batch, which has no Trainer twin else.
+        :meth:`from_training_args`); without an optimizer ("none") only the batch, which has no Trainer twin else, and
+        ``use_cpu`` for a spec whose device is "cpu".
         ``attn_implementation`` is none of them: a model keyword (``from_pretrained(..., attn_implementation=...)``),
         not a TrainingArguments field (ckptlab.model.snippets writes it in the model's line)."""
         fields: dict[str, Any] = {"per_device_train_batch_size": self.batch_size}
+        if self.device == "cpu":  # from_training_args reads it back as the device; bf16=True raises without it on a CPU
+            fields["use_cpu"] = True
         if self.trainer_optimizer is None:
             return fields
         fields |= {"gradient_accumulation_steps": self.gradient_accumulation_steps, "optim": self.trainer_optimizer}

@@ -427,6 +427,8 @@ if problem:
     st.error(problem)
 elif on_cpu and not info.cpu_ok:
     st.warning(labpage.cpu_warning(spec, info, lang))
+if not problem and (slow := labpage.autocast_warning(spec, on_cpu, lang)):
+    st.warning(slow)
 
 head, button = st.columns([5, 1], vertical_alignment="center")
 head.markdown(labpage.head_line(spec, lang))

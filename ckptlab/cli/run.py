@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 from ..errors import CkptlabError, SpecError
-from ..fact import Fact
 from ..model.libraries import import_transformers_models
 from ..show.i18n import say, t
 from ..spec import RunSpec
@@ -101,13 +100,14 @@ def _run(args: argparse.Namespace) -> int:
     from ..show.report import run_report
     from ..step.measure import measure
     from ..step.preflight import load_model, resolve_device
+    from ..step.training import cpu_autocast_warning
 
     core_loaded(args)
     # On standard error, so standard output (a report, --json) stays clean: one updating line on a terminal, a
     # line per message in a log (a long run must say it is alive there too); --quiet says nothing.
     progress = None if args.quiet else print_progress if sys.stderr.isatty() else LineProgress()
-    if not args.quiet and spec.mixed_precision != "none" and resolve_device(spec.device).type == "cpu":
-        warning = Fact("warning.cpu_autocast", {"mp": spec.mixed_precision, "steps": spec.warmup + spec.repeats})
+    warning = cpu_autocast_warning(spec, resolve_device(spec.device).type)
+    if not args.quiet and warning is not None:
         print(t("cli.warning", message=say(warning)), file=sys.stderr, flush=True)
     model, info = load_model(spec, progress)
     result = measure(spec, model=model, info=info, progress=progress)

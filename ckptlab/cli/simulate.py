@@ -352,21 +352,25 @@ def _fewest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, 
 
 def longest_report(spec: RunSpec, rows: list, budget: tuple[int, str]) -> str:
     """One line per setting: the longest sequence that fits, its simulated peak, and the length that does not."""
-    setting, longest, peak_gib, next_length = (
-        t(f"cli.column_{name}") for name in ("setting", "longest_seq", "peak_gib", "next_length")
+    setting, longest, peak_gib, spare, next_length = (
+        t(f"cli.column_{name}") for name in ("setting", "longest_seq", "peak_gib", "spare_bytes", "next_length")
     )
     header = [
         t("cli.longest_head", model=spec.model, batch=spec.batch_size, label=budget[1], budget_gib=budget[0] / GIB),
-        f"{setting:<14} {longest:>11} {peak_gib:>9}  {next_length}",
+        f"{setting:<14} {longest:>11} {peak_gib:>9} {spare:>15}  {next_length}",
     ]
     lines = []
     for row in rows:
+        # Two peaks a token apart round to the same GiB: the bytes to spare and over say why one fits and not the next.
         peak = f"{row.peak_bytes / GIB:>9.2f}" if row.peak_bytes is not None else f"{'-':>9}"
+        left = f"{row.spare_bytes:>15,}" if row.spare_bytes is not None else f"{'-':>15}"
         if row.over_seq_len is None:
             after = t("cli.longest_limit_fits", limit=row.limit)
         else:
-            after = t("cli.longest_over", seq_len=row.over_seq_len, peak_gib=row.over_peak_bytes / GIB)
-        lines.append(f"{row.setting:<14} {row.seq_len:>11,} {peak}  {after}")
+            after = t(
+                "cli.longest_over", seq_len=row.over_seq_len, peak_gib=row.over_peak_bytes / GIB, over=row.over_bytes
+            )
+        lines.append(f"{row.setting:<14} {row.seq_len:>11,} {peak} {left}  {after}")
     return "\n".join(header + lines)
 
 

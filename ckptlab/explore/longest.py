@@ -53,6 +53,18 @@ class LongestSeq:
     simulations: int  # simulated steps the search ran
     limit: int  # the longest the search could answer: the model's positions (or the lab's token bound)
 
+    @property
+    def spare_bytes(self) -> int | None:
+        """What the longest length leaves of the budget (the fit rule's margin; None when nothing fits): with
+        :attr:`over_bytes`, why this length fits and the next does not where both peaks round to the same GiB."""
+        return None if self.peak_bytes is None else fit(self.peak_bytes, self.budget_bytes).margin_bytes
+
+    @property
+    def over_bytes(self) -> int | None:
+        """By how much the shortest length that does not fit is over the budget (the fit rule's short bytes; None
+        when the model's limit fits)."""
+        return None if self.over_peak_bytes is None else fit(self.over_peak_bytes, self.budget_bytes).short_bytes
+
 
 def longest_seq(
     spec: RunSpec,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import CkptlabError
+from ..errors import CkptlabError, Option
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -22,11 +22,12 @@ from ..show import i18n
 from ..show.i18n import number, t
 from ..show.labels import event_label, provenance_label, run_label, setting_label, training_label
 from ..show.report import setting_name
-from ..show.wording import app_message
+from ..show.wording import app_message, app_words
 from ..spec import RunSpec
-from ..spec_fields import FIELD
+from ..spec_fields import FIELD, FIELDS
 from ..step.equivalence import GradientCheck
 from ..step.preflight import check_spec, resolve_device, resolve_dtype
+from ..step.training import cpu_autocast_warning
 from ..units import GIB, MIB, mib
 from . import forged, stepboxes, workers
 from .modelbox import HUB, LOCAL, duration
@@ -113,8 +114,16 @@ def cpu_warning(spec: RunSpec, info: ModelInfo, lang: str) -> str:
     )
 
 
+def autocast_warning(spec: RunSpec, on_cpu: bool, lang: str) -> str:
+    """The command line's warning before a run under mixed precision on the CPU (``step.training.cpu_autocast_warning``,
+    the one fact), in the page's words; "" where it does not apply (``on_cpu``: :func:`problem_with`'s)."""
+    warning = cpu_autocast_warning(spec, "cpu" if on_cpu else "cuda")
+    return "" if warning is None else i18n.say(warning, lang)
+
+
 def head_line(spec: RunSpec, lang: str) -> str:
-    """The line beside Run: model, shape, dtype, device, setting and what is trained."""
+    """The line beside Run: model, shape, dtype, device, setting and what is trained, then every other setting that
+    differs from the defaults (:func:`changed_settings`)."""
     setting = setting_label(spec.every_n_layers, spec.offload, lang)
     # 'auto' says what it resolves to here (the run goes to this machine's device), so the line never reads
     # "auto · auto": each value has its name in the template.
@@ -134,7 +143,43 @@ def head_line(spec: RunSpec, lang: str) -> str:
         device=device,
         setting=setting,
     )
-    return line + f" · {training_label(spec, lang)}"
+    # The line is Markdown: a value a link typed (LoRA's targets) is shown as text.
+    changed = [i18n.markdown_literal(word) for word in changed_settings(spec, lang)]
+    return " · ".join([line, training_label(spec, lang), *changed])
+
+
+# The RunSpec fields the head line says in its own words (lab.head and training_label): every other field that
+# differs from RunSpec's default is named after them (changed_settings).
+HEAD_FIELDS = frozenset(
+    (
+        "model",
+        "seq_len",
+        "batch_size",
+        "dtype",
+        "device",
+        "every_n_layers",
+        "offload",
+        "optimizer",
+        "lora_rank",
+        "quantization",
+    )
+)
+
+
+def changed_settings(spec: RunSpec, lang: str) -> list[str]:
+    """Each field of ``spec`` that differs from ``RunSpec``'s default and the head line does not say already, in the
+    order of ``spec_fields.FIELDS`` and named as an error names it (its widget's label and value, ``app_words``): a
+    field added to the spec appears here by itself. A selective policy is said by its name (its ops when a tuple)."""
+    defaults = RunSpec()
+    words = []
+    for field in FIELDS:
+        value = getattr(spec, field.name)
+        if field.name in HEAD_FIELDS or value == getattr(defaults, field.name):
+            continue
+        if field.name == "selective":
+            value = selective_key(value)
+        words.append(app_words(Option(field.name, value), lang))
+    return words
 
 
 def clock(measured: Measured) -> str:

@@ -294,7 +294,7 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
         thin = i18n.t("at_scale.thin", lang) if answer.thin else ""
         fitting = [Setting.of(result.spec).key for result in table.results if fits(result, budget)]
         also = i18n.t("at_scale.all_that_fit", lang, settings=", ".join(fitting)) if len(fitting) > 1 else ""
-        return Verdict("success", f"{gpus}: {text}{thin}{also}{precision(table, lang)}", best)
+        return Verdict("success", f"{gpus}: {text}{thin}{also}{precision(table.results[0].spec, lang)}", best)
     lowest = min(table.results, key=lambda result: memory_of(result).peak_bytes)
     lowest_peak = memory_of(lowest).peak_bytes
     text = i18n.t(
@@ -305,16 +305,31 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
         setting=Setting.of(lowest.spec).key,
         short=fit(lowest_peak, budget).short_bytes / GIB,
     )
-    return Verdict("error", f"{gpus}: {text}{precision(table, lang)}", lowest)
+    return Verdict("error", f"{gpus}: {text}{precision(table.results[0].spec, lang)}", lowest)
 
 
-def precision(table: ScaleTable, lang: str) -> str:
-    """The precision the verdict assumed, said after it: the weights' dtype, and Trainer's mixed precision if any.
+def precision(spec: RunSpec, lang: str) -> str:
+    """The precision the verdict on ``spec``'s table assumed, said after it: the weights' dtype, and Trainer's mixed
+    precision if any.
 
     Half-precision weights hold half-precision gradients and optimizer state; Trainer's usual ``bf16=True`` keeps
-    float32 weights (and their state) and needs far more: a verdict that does not say which it is misleads.
+    float32 weights (and their state) and needs far more: a verdict that does not say which it is misleads. With LoRA
+    only the adapters train, and peft keeps them (so their gradients and AdamW's state) in float32 whatever the base's
+    dtype (``predict_training.ADAPTER``); a 4-bit or 8-bit base also has its other weights (embeddings, norms, the
+    head) cast to float32 by ``prepare_model_for_kbit_training`` (``model.quantize.prepare``).
     """
-    spec = table.results[0].spec
+    mixed = i18n.t("at_scale.assumed_mixed_compute", lang, mp=spec.mixed_precision)
+    mixed = mixed if spec.mixed_precision != "none" else ""
+    if spec.lora_rank is not None and spec.quantization is not None:
+        quantization = spec.quantization
+        compute = quantization.bnb_4bit_compute_dtype if quantization.bits == 4 else ""
+        computing = i18n.t("at_scale.assumed_computing", lang, dtype=compute) if compute else ""
+        return (
+            i18n.t("at_scale.assumed_qlora", lang, bits=quantization.bits, base=quantization.label, computing=computing)
+            + mixed
+        )
+    if spec.lora_rank is not None:
+        return i18n.t("at_scale.assumed_lora", lang, dtype=spec.dtype) + mixed
     if spec.mixed_precision != "none":
         return i18n.t("at_scale.assumed_mixed", lang, dtype=spec.dtype, mp=spec.mixed_precision)
     return i18n.t("at_scale.assumed_dtype", lang, dtype=spec.dtype)
@@ -471,8 +486,10 @@ def longest_summary(found: LongestTable, lang: str) -> str:
 
 
 def longest_rows(found: LongestTable, lang: str) -> list[dict]:
-    """The search's table: per setting, the longest ``seq_len`` that fits and its simulated peak, then the shortest
-    length that does not and its peak (or that the model's limit fits), GiB per GPU."""
+    """The search's table: per setting, the longest ``seq_len`` that fits, its simulated peak (GiB per GPU) and the
+    bytes it leaves to spare, then the shortest length that does not fit, its peak and the bytes it is over by (or
+    that the model's limit fits). Two peaks a token apart round to the same GiB: the bytes show why one fits and the
+    next does not. Every number is text in the page's form (its separators), so the table reads one way."""
     out = []
     for row in found.rows:
         if row.over_seq_len is None:
@@ -482,18 +499,21 @@ def longest_rows(found: LongestTable, lang: str) -> list[dict]:
         out.append(
             {
                 i18n.t("at_scale.col_setting", lang): row.setting,
-                i18n.t("at_scale.col_longest", lang): row.seq_len,
-                i18n.t("at_scale.col_longest_peak", lang): _gib(row.peak_bytes),
+                i18n.t("at_scale.col_longest", lang): i18n.number(row.seq_len, ",", lang),
+                i18n.t("at_scale.col_longest_peak", lang): _shown(row.peak_bytes, GIB, ",.2f", lang),
+                i18n.t("at_scale.col_spare", lang): _shown(row.spare_bytes, 1, ",", lang),
                 i18n.t("at_scale.col_next", lang): after,
-                i18n.t("at_scale.col_next_peak", lang): _gib(row.over_peak_bytes),
-                i18n.t("at_scale.col_simulations", lang): row.simulations,
+                i18n.t("at_scale.col_next_peak", lang): _shown(row.over_peak_bytes, GIB, ",.2f", lang),
+                i18n.t("at_scale.col_over", lang): _shown(row.over_bytes, 1, ",", lang),
+                i18n.t("at_scale.col_simulations", lang): i18n.number(row.simulations, ",", lang),
             }
         )
     return out
 
 
-def _gib(size: int | None) -> float | None:
-    return None if size is None else round(size / GIB, 2)
+def _shown(size: int | None, unit: int, spec: str, lang: str) -> str | None:
+    """``size`` in ``unit`` as the page writes a number (None stays an empty cell)."""
+    return None if size is None else i18n.number(size / unit if unit > 1 else size, spec, lang)
 
 
 def peak_header(gpus: int, lang: str) -> str:

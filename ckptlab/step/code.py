@@ -13,7 +13,8 @@ the order a run of the lab builds its model (``ckptlab.step.measure``):
    off;
 6. LoRA's ``get_peft_model`` with the lab's ``LoraConfig`` (``ckptlab.model.lora``), on the checkpointed base;
 7. the ``TrainingArguments`` of the step (``RunSpec.trainer_fields()``): Trainer enables the same checkpointing again
-   from them, so the box serves a loop of one's own and Trainer alike.
+   from them, so the box serves a loop of one's own and Trainer alike. ``bf16=True`` raises on a machine without a
+   GPU unless ``use_cpu=True``: a spec on the CPU writes it, one whose device is "auto" says so in a comment.
 
 The pieces are ``ckptlab.model.snippets``'s; this module only puts them in order. Its comments are code comments, in
 English like the code itself (the locale files hold sentences a person reads in the app, not the code they copy).
@@ -107,11 +108,14 @@ def training_code(spec: RunSpec, dtype: str | torch.dtype | None = None, targets
         body.append("# LoRA on the checkpointed base (peft keeps the decoder layers and their checkpointing)")
         body.append(lora_snippet(spec.lora_rank, targets))
     trainer = trainer_snippet(spec.every_n_layers, spec.offload, spec.trainer_fields(), context_fn=selective)
-    body += [
-        "",
-        "# Trainer(model=model, args=args, ...) turns the same checkpointing on again from these arguments",
-        f"args = {trainer}",
-    ]
+    body += ["", "# Trainer(model=model, args=args, ...) turns the same checkpointing on again from these arguments"]
+    if spec.mixed_precision != "none" and spec.device == "auto":
+        # Where to run is the machine's own choice here ("cpu" writes use_cpu=True: RunSpec.trainer_fields), and
+        # TrainingArguments refuses bf16/fp16 on a machine without a GPU unless told to use the CPU.
+        body.append(
+            f"# {spec.mixed_precision}=True needs a GPU: on a machine without one add use_cpu=True, or it raises"
+        )
+    body.append(f"args = {trainer}")
     return "\n".join([*import_lines(imports), "", *body])
 
 

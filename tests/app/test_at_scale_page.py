@@ -211,7 +211,7 @@ def test_longest_sequence_searches_off_and_n1_in_the_background_and_draws_its_ta
     assert "simulated (fake tensors) · tiny-llama · batch 1 · 1 GPU · 3 settings searched" in _texts(at.caption)
     table = at.dataframe[0].value
     assert list(table["setting"]) == ["off", "n=1", "n=1+offload"]
-    assert list(table["longest seq_len that fits"]) == [1234, 2048, 2048]
+    assert list(table["longest seq_len that fits"]) == ["1,234", "2,048", "2,048"]
     assert table["shortest that does not fit"][0] == "1,235"
     assert table["shortest that does not fit"][1] == "none: the model's limit (2,048) fits"
     assert "Set the model and shape" not in _texts(at.info)  # an answer is drawn: no "press Simulate"

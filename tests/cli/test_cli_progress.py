@@ -18,7 +18,7 @@ def test_a_cpu_autocast_run_warns_first_and_says_its_progress_in_a_log(capsys):
     assert main([*TINY, "--mixed-precision", "bf16", "--no-compare", "--json"]) == 0
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
-    assert lines[0].startswith("warning: --mixed-precision bf16 on the CPU runs the forward under CPU autocast")
+    assert lines[0].startswith("warning: Mixed precision bf16 on the CPU runs the forward under CPU autocast")
     assert len(lines) > 2 and all(line.startswith("[") and "\r" not in line for line in lines[1:])  # one a message
     assert json.loads(captured.out)["spec"]["mixed_precision"] == "bf16"  # standard output stays the result alone
 

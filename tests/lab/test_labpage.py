@@ -133,6 +133,36 @@ def test_the_head_line():
     assert " · dtype bfloat16 · device cpu · " in fixed
 
 
+def test_the_head_line_names_every_setting_that_differs_from_the_defaults():
+    """Issue 58: "dtype auto (float32)" and nothing of bf16, accumulation, eager or the selective policy. Each field
+    the head does not say already is named by its widget's label when it is not RunSpec's default, none otherwise."""
+    spec = RunSpec(
+        model="tiny-llama", mixed_precision="bf16", gradient_accumulation_steps=4, attn_implementation="eager",
+        selective="matmuls",
+    )  # fmt: skip
+    line = labpage.head_line(spec, lang)
+    assert "Mixed precision” = 'bf16' · " in line and line.endswith("“Attention \\(attn\\_implementation\\)” = 'eager'")
+    assert labpage.changed_settings(spec, lang) == [
+        "“gradient_accumulation_steps” = 4",
+        "“Mixed precision” = 'bf16'",
+        "“Selective policy” = 'matmuls'",
+        "“Attention (attn_implementation)” = 'eager'",
+    ]
+    assert "“Precisão mista” = 'bf16'" in labpage.changed_settings(spec, "pt-BR")
+    assert labpage.changed_settings(RunSpec(model="tiny-llama", every_n_layers=2, lora_rank=4), lang) == []
+
+
+def test_the_page_warns_of_cpu_autocast_as_the_command_line_does():
+    """Issue 58: the CLI warned that mixed precision on the CPU is slow, the page did not; one fact says it for both."""
+    spec = RunSpec(model="tiny-llama", mixed_precision="bf16", device="cpu", repeats=3, warmup=1)
+    warning = labpage.autocast_warning(spec, True, "pt-BR")
+    assert (
+        warning.startswith("Precisão mista bf16 na CPU roda o forward sob o autocast da CPU") and "4 passos" in warning
+    )
+    assert labpage.autocast_warning(spec, False, lang) == ""  # on a GPU
+    assert labpage.autocast_warning(replace(spec, mixed_precision="none"), True, lang) == ""
+
+
 def test_a_folder_that_cannot_be_read_is_a_message(tmp_path):
     info, problem = labpage.folder_info(str(tmp_path / "missing"), "en")
     assert info is None and problem

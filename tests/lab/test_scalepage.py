@@ -159,6 +159,18 @@ def test_the_verdict_names_every_setting_that_fits_and_the_precision_it_assumed(
     assert not scalepage.float32_under_mixed({"at_scale_dtype": "float32", "at_scale_mixed_precision": "bf16"})
 
 
+def test_with_lora_the_precision_assumed_is_the_adapters_float32():
+    """Issue 58: QLoRA's verdict said "Assumed: bfloat16 weights, so bfloat16 gradients and optimizer state", but the
+    adapters, their gradients and AdamW's state are float32 (peft), and only the base is 4-bit."""
+    qlora = RunSpec(model="qwen3-8b", dtype="bfloat16", lora_rank=8, quantization=ckptlab.QLORA)
+    said = scalepage.precision(qlora, "en")
+    assert "bfloat16 gradients" not in said and "4-bit base (nf4) computing in bfloat16" in said
+    assert "LoRA adapters that train, their gradients and optimizer state in float32" in said
+    lora = scalepage.precision(replace(qlora, quantization=None, mixed_precision="bf16", dtype="float32"), "pt-BR")
+    assert "base congelada em float32" in lora and lora.endswith("Precisão mista bf16 do Trainer no cálculo.")
+    assert scalepage.precision(RunSpec(dtype="bfloat16"), "en").startswith(" Assumed: bfloat16 weights, so bfloat16")
+
+
 def test_the_trainer_code_names_the_versions_installed():
     import accelerate
     import transformers
@@ -208,3 +220,23 @@ def test_the_longest_sequence_searches_the_ends_and_says_when_nothing_fits_in_th
     assert "24 GiB" in scalepage.longest_verdict(found, 80 * GIB, "H100 80 GB", "en").text  # the search's own budget
     assert "16 トークンすら" in scalepage.longest_verdict(found, 24 * GIB, "RTX 4090 24 GB", "ja").text
     assert "configurações procuradas" in scalepage.longest_summary(found, "pt-BR")
+
+
+def test_the_longest_sequence_table_shows_the_bytes_either_side_in_one_number_format():
+    """Issue 58: the answer and the next length both read "24" GiB, so the table could not show why 8,392 fits and
+    8,393 does not, and it mixed "1417" with "1,418". The bytes to spare and over, and every number in the page's
+    form."""
+    from ckptlab.explore.longest import LongestSeq, LongestTable
+
+    request = ScaleRequest("qwen3-8b", 8192, 1, "bfloat16", tuple(scale_settings(36, "distinct", "n=1")))
+    budget = 24 * GIB
+    rows = (
+        LongestSeq("n=1", 8392, budget - 1_500_000, 8393, budget + 700_000, budget, 4, 40960),
+        LongestSeq("off", 1417, budget - 3, 1418, budget + 2_000_000, budget, 12, 40960),
+    )
+    found = LongestTable(request, budget, rows, scalepage.longest_settings(request)[:2], False, 3.0, 16)
+    every = scalepage.longest_rows(found, "pt-BR")[0]
+    assert list(every.values()) == ["n=1", "8.392", "24,00", "1.500.000", "8.393", "24,00", "700.000", "4"]
+    english = scalepage.longest_rows(found, "en")[1]
+    assert english["longest seq_len that fits"] == "1,417" and english["shortest that does not fit"] == "1,418"
+    assert english["to spare, bytes"] == "3" and english["over by, bytes"] == "2,000,000"

@@ -242,3 +242,29 @@ def test_a_preset_says_where_a_model_name_goes():
     code = training_code(RunSpec(model="tiny-llama", every_n_layers=2, lora_rank=4, lora_targets=("q_proj",)))
     assert "\"tiny-llama\",  # the lab's preset tiny-llama: your model's name or folder" in code
     assert 'target_modules=["q_proj"]' in code
+
+
+def test_mixed_precision_on_the_cpu_writes_what_training_arguments_needs_there():
+    """``TrainingArguments(bf16=True)`` raises on a machine without a GPU unless ``use_cpu=True`` (issue 58): a spec on
+    the CPU writes it (and RunSpec.from_training_args reads it back as the device); "auto" leaves the machine to choose
+    and says so in a comment; neither without mixed precision on "auto"."""
+    on_cpu = _keywords(training_code(RunSpec(model="tiny-llama", device="cpu", mixed_precision="bf16")))
+    assert on_cpu["bf16"] is True and on_cpu["use_cpu"] is True
+    auto = training_code(RunSpec(model="tiny-llama", mixed_precision="bf16"))
+    assert "use_cpu" not in _keywords(auto)
+    assert "# bf16=True needs a GPU: on a machine without one add use_cpu=True, or it raises" in auto
+    assert "use_cpu" not in training_code(RunSpec(model="tiny-llama"))
+
+
+def _keywords(code: str) -> dict:
+    """The keywords of the box's ``TrainingArguments(...)`` call, as literals (read from the text, no model built)."""
+    call = next(
+        node
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "TrainingArguments"
+    )
+    return {
+        keyword.arg: ast.literal_eval(keyword.value)
+        for keyword in call.keywords
+        if keyword.arg != "activation_checkpointing_kwargs"
+    }
