@@ -214,41 +214,51 @@ def run_estimate(spec: RunSpec, cache: ResultCache | None = None, alone: bool = 
     return sum(step_seconds(part, speed, info.num_params, arch) * run_steps(part) for part in parts)
 
 
+PACE_ALIKE = 10.0  # runs predicted within this factor of each other scale alike; beyond it, fixed costs differ
+PACE_KEPT = 64  # the most recent Runs a pace remembers
+
+
 class Pace:
     """How this server's measured Runs compare with :func:`run_estimate`: a wait's estimate, predicted or measured.
 
-    The estimate knows FLOPs and this machine's idle speed, not its load nor the work between matmuls; once Runs
-    were measured here, it is the prediction scaled by what they took over what was predicted for them.
+    The estimate knows FLOPs and this machine's idle speed, not its load, the work between matmuls, nor a Run's
+    fixed costs (building the model, the worker, the memory step's bookkeeping). Once Runs of a like size (predicted
+    within :data:`PACE_ALIKE` of it) were measured here, a Run's estimate is its prediction scaled by what they took
+    over what was predicted for them. Only alike ones: tiny Runs, whose time is mostly fixed costs, took ten times
+    their prediction, and would have made a real model's Run look ten times longer than it is.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._predicted_s = self._measured_s = 0.0
+        self._runs: list[tuple[float, float]] = []  # (predicted, measured) seconds, oldest first
 
     def record(self, spec: RunSpec, seconds: float) -> None:
         """A whole Run of ``spec`` (every part of :func:`run_parts`, none reused) took ``seconds`` on the device."""
         predicted = run_estimate(spec)
-        if predicted is None:
+        if predicted is None or predicted <= 0:
             return
         with self._lock:
-            self._predicted_s += predicted
-            self._measured_s += seconds
+            self._runs = [*self._runs, (predicted, seconds)][-PACE_KEPT:]
 
     def estimate(
         self, spec: RunSpec, cache: ResultCache | None = None, alone: bool = False
     ) -> tuple[float | None, bool]:
         """``(seconds, measured)``: the Run's seconds (:func:`run_estimate`, what ``cache`` holds not run again; its
-        one run ``alone``), scaled by this server's Runs when it has measured any; None seconds where the device's
-        speed is unknown."""
+        one run ``alone``), scaled by this server's Runs of a like size when it has measured some; None seconds where
+        the device's speed is unknown."""
         predicted = run_estimate(spec, cache, alone)
+        if not predicted:
+            return predicted, False
+        whole = run_estimate(spec) or predicted  # the size a Run is compared by: all of it, as recorded
         with self._lock:
-            if predicted is None or self._predicted_s <= 0:
-                return predicted, False
-            return predicted * self._measured_s / self._predicted_s, True
+            alike = [(p, m) for p, m in self._runs if whole / PACE_ALIKE <= p <= whole * PACE_ALIKE]
+        if not alike:
+            return predicted, False
+        return predicted * sum(m for _, m in alike) / sum(p for p, _ in alike), True
 
     def clear(self) -> None:
         with self._lock:
-            self._predicted_s = self._measured_s = 0.0
+            self._runs = []
 
 
 PACE = Pace()  # process-wide: every session's estimate learns from every run this server measured

@@ -132,8 +132,13 @@ def test_a_run_the_limit_would_stop_is_refused_before_it_starts_with_the_line_to
     for lang in i18n.LANGUAGES:
         problem, _ = labpage.problem_with(issue, describe("qwen3-0.6b"), policy, lang)
         assert line in problem and i18n.number(seconds, ",", lang) in problem
-    # A smaller Run starts; so does the big one where this server's Runs measured faster than predicted.
-    policy.check_run_time(RunSpec(model="gpt2-small", seq_len=256, every_n_layers=4), Pace(), cache)
+    # A smaller Run starts, even where tiny Runs (mostly fixed costs) took twenty times their prediction: only Runs
+    # of a like size scale an estimate.
+    small = RunSpec(model="gpt2-small", seq_len=256, every_n_layers=4)
+    tiny, slow_tiny = RunSpec(model="tiny-llama", seq_len=128), Pace()
+    slow_tiny.record(tiny, 20 * run_estimate(tiny))
+    assert slow_tiny.estimate(small) == (run_estimate(small), False) and slow_tiny.estimate(tiny)[1]
+    policy.check_run_time(small, slow_tiny, cache)
     quick = Pace()
     quick.record(issue, run_estimate(issue) / 4)  # this server's Runs took a quarter of the prediction
     policy.check_run_time(issue, quick, cache)
