@@ -106,6 +106,16 @@ def label(text: str) -> Fact:
     return Fact("progress.label", {"label": text})
 
 
+def spanned(report: Progress, start: float, width: float, prefix: Fact | None = None) -> Progress:
+    """Progress of a part of a job that spans ``start`` to ``start + width`` of the whole (shares of its predicted
+    time, so that the job's fraction moves as its time does), its messages after ``prefix``."""
+
+    def report_share(message: Fact, fraction: float) -> None:
+        report(prefixed(prefix, message), start + fraction * width)
+
+    return report_share
+
+
 def scaled(report: Progress, index: int, total: int, prefix: Fact | None = None) -> Progress:
     """Progress of the ``index``-th of ``total`` runs as a share of the whole job's, its messages after ``prefix``."""
 
