@@ -103,6 +103,14 @@ def thread_plan(cores: int | None = None) -> ThreadPlan:
     return ThreadPlan(device, workers, max(1, rest // workers))
 
 
+def measuring_thread_count() -> int:
+    """The torch threads a measured step of this process runs with (:func:`measuring_threads`): its own count, at
+    most :func:`thread_plan`'s ``device_threads``. A time estimate before a run reads the machine's speed at it."""
+    import torch
+
+    return min(torch.get_num_threads(), thread_plan().device_threads)
+
+
 @contextmanager
 def measuring_threads() -> Iterator[int]:
     """torch's intra-op threads at most :func:`thread_plan`'s ``device_threads`` for the block, and put back after.
@@ -115,7 +123,7 @@ def measuring_threads() -> Iterator[int]:
     import torch  # only a measured step gets here, with torch already imported
 
     before = torch.get_num_threads()
-    threads = min(before, thread_plan().device_threads)
+    threads = measuring_thread_count()
     torch.set_num_threads(threads)
     try:
         yield threads

@@ -7,6 +7,7 @@ app.py's navigation lists the pages; this file only serves them (``from pages._c
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from streamlit.runtime.state.session_state import Serialized, Value, WStates
 import ckptlab
 from ckptlab.fact import Fact
 from ckptlab.lab import forged
+from ckptlab.lab.jobs import Countdown
 from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
@@ -126,12 +128,25 @@ def language() -> str:
 def estimate_text(seconds: float, basis: str, lang: str, left: bool = True) -> str:
     """A wait's estimate in words (the seconds ``left``, or the whole wait's), saying what it comes from.
 
-    ``basis``: "measured" (the FLOP count scaled by this server's measured runs, :data:`ckptlab.lab.run.PACE`),
-    "predicted" (the FLOP count alone) or "so_far" (the job's own pace so far; seconds left only).
+    ``basis``: "measured" (the estimate scaled by this server's measured runs, :data:`ckptlab.lab.run.PACE`),
+    "predicted" (the step's FLOPs at this machine's speed, :mod:`ckptlab.explore.step_time`) or "so_far" (the
+    job's own pace so far; seconds left only).
     """
     return i18n.t(
         f"wait.{'left' if left else 'total'}_{basis}", lang, seconds=i18n.number(max(seconds, 1), ",.0f", lang)
     )
+
+
+def countdown_text(countdown: Countdown, lang: str, now: float | None = None) -> str:
+    """A countdown (:func:`ckptlab.lab.jobs.count_down`) in words: the seconds left now and where they come from,
+    and why it holds, runs over or rose when it does; "" when there is nothing to count from yet."""
+    left = countdown.left(time.monotonic() if now is None else now)
+    if left is None:
+        return ""
+    if countdown.why == "overdue":
+        return i18n.t("wait.why_overdue", lang)
+    words = estimate_text(left, countdown.basis, lang)
+    return words + (f" · {i18n.t(f'wait.why_{countdown.why}', lang)}" if countdown.why else "")
 
 
 @st.cache_resource(show_spinner=False)
@@ -334,9 +349,9 @@ def poll_job(
             return
         snapshot = job.state()
         if snapshot.running:
-            text, left = progress_text(job, snapshot), job.left_s()
-            if left is not None and not snapshot.stop_requested:
-                text += " · " + estimate_text(left, "so_far", lang)
+            text, left = progress_text(job, snapshot), countdown_text(job.countdown(), lang)
+            if left and not snapshot.stop_requested:
+                text += " · " + left
             st.progress(min(max(snapshot.fraction, 0.0), 1.0), text=text)
             live(snapshot)
             return

@@ -19,7 +19,7 @@ from ckptlab.results import RunResult
 from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message
 from ckptlab.spec import RunSpec
-from pages._common import estimate_text, language
+from pages._common import countdown_text, estimate_text, language
 from pages._server import job_workers, server_policy
 
 T = TypeVar("T")
@@ -95,7 +95,9 @@ def wait_words(state: RunsState, lang: str) -> str:
         lang,
         done=state.asked - len(state.missing),
         total=state.asked,
-        left=estimate_text(state.left_s, "measured" if state.measured_pace else "predicted", lang),
+        left=t("wait.unknown", lang)
+        if state.left_s is None
+        else estimate_text(state.left_s, "measured" if state.measured_pace else "predicted", lang),
     )
     if state.ahead:
         words += " · " + t("run.waiting", lang, ahead=state.ahead)
@@ -135,10 +137,8 @@ def simulated_idea(job: IdeaJob[T], simulating: str, lang: str) -> T | None:
         finished, fraction, _, _ = job.outcome()
         if finished:
             st.rerun(scope="app")
-        left = job.left_s()
-        text = t(simulating, lang)
-        if left is not None:
-            text += " · " + estimate_text(left, "so_far", lang)
+        left = countdown_text(job.countdown(), lang)
+        text = t(simulating, lang) + (" · " + left if left else "")
         st.progress(min(max(fraction, 0.0), 1.0), text=text)
 
     progress()

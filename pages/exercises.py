@@ -123,7 +123,7 @@ if locked:
             outcome.verdict
         )
         st.markdown(outcome.explanation)
-        st.metric(t("exercises.points", lang), f"{outcome.points} / {exercises.MAX_POINTS}")
+        st.metric(t("exercises.points", lang), f"{outcome.points} / {outcome.possible}")
         provenance_caption(runs[None], lang)
     if exercise.id not in outcomes:
         st.rerun()  # the sidebar's score was drawn before this answer was measured

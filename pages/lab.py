@@ -15,8 +15,10 @@ from dataclasses import replace
 import streamlit as st
 
 import ckptlab
+from ckptlab.fact import Fact
 from ckptlab.lab import labpage
 from ckptlab.lab import run as labrun
+from ckptlab.lab.jobs import Countdown, count_down
 from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
 from ckptlab.lab.query import spec_from_query, spec_to_query
 from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queued
@@ -39,8 +41,8 @@ from ckptlab.spec import DTYPES, RunSpec
 from ckptlab.spec_fields import FIELD
 from ckptlab.step.code import training_code
 from pages._common import (
+    countdown_text,
     download_buttons,
-    estimate_text,
     failure,
     language,
     lora_boxes,
@@ -112,23 +114,38 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -
         bar = st.progress(0.0, text=t("lab.queued", lang))
         looked = [time.monotonic()]
 
+        try:  # the Run's parts not measured yet, predicted: the countdown's start until its own steps say more
+            total_s, measured_pace = labrun.PACE.estimate(spec, labrun.RESULTS)
+        except ckptlab.CkptlabError:  # a model that cannot be described: run_queued's own check says why
+            total_s, measured_pace = None, False
+        # The countdown from the steps done and their measured seconds (ckptlab.lab.jobs.count_down), redrawn at each
+        # step and between them; the time in the device queue is not work.
+        working_since: list[float] = []  # when the turn began its work
+        shown: list[Countdown | None] = [None]
+        line = [0.0, ""]  # the last fraction and words
+
+        def draw(now: float) -> None:
+            working = now - working_since[0] if working_since else 0.0
+            basis = "measured" if measured_pace else "predicted"
+            shown[0] = countdown = count_down(line[0], working, now, shown[0], False, total_s, basis)
+            left = countdown_text(countdown, lang, now)
+            bar.progress(line[0], text=str(line[1]) + (" · " + left if left else ""))
+
         def should_stop() -> bool:
             if time.monotonic() - looked[0] >= STOP_CHECK_S:
                 looked[0] = time.monotonic()
                 status.update()  # a message to the browser: where a pending Cancel interrupts the run
+                if working_since:
+                    draw(looked[0])  # the seconds left count down between steps too
             return False
 
-        try:
-            total_s, measured_pace = labrun.PACE.estimate(spec)  # the run and its reference, as the formula sees them
-        except ckptlab.CkptlabError:  # a model that cannot be described: run_queued's own check says why
-            total_s, measured_pace = None, False
-        basis = "measured" if measured_pace else "predicted"
-
-        def progress(message: str, fraction: float) -> None:
-            fraction, message = min(max(fraction, 0.0), 1.0), say(message, lang)
-            status.update(label=t("lab.status_running", lang, pct=number(fraction, ".0%", lang), message=message))
-            left = "" if total_s is None else " · " + estimate_text(total_s * (1 - fraction), basis, lang)
-            bar.progress(fraction, text=message + left)
+        def progress(message: Fact, fraction: float) -> None:
+            now = time.monotonic()
+            if not working_since and message.key != "progress.waiting":
+                working_since.append(now)
+            line[:] = [min(max(fraction, 0.0), 1.0), say(message, lang)]
+            status.update(label=t("lab.status_running", lang, pct=number(line[0], ".0%", lang), message=line[1]))
+            draw(now)
 
         def on_wait(ahead: int) -> None:
             runs = t("lab.runs_one" if ahead == 1 else "lab.runs_many", lang)

@@ -29,7 +29,6 @@ from ckptlab.show.figures.tradeoff import seq_len_figure, sweep_peak_figure, swe
 from ckptlab.show.noise import sweep_busy_message, sweep_table
 from ckptlab.show.peak_words import peak_sentence
 from ckptlab.spec import DTYPES
-from ckptlab.step.preflight import resolve_device
 from ckptlab.units import MIB
 from pages._common import (
     download_buttons,
@@ -58,9 +57,8 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
     def job() -> SweepJob:
         # The model is built once for the sweep, inside its first device turn, and dropped when the sweep
         # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
-        on_cpu = resolve_device(spec.device).type == "cpu"
-        policy.check(tradeoffspage.longest(spec), preset_infos()[spec.model], on_cpu)
-        return SweepJob(
+        policy.check(tradeoffspage.longest(spec), preset_infos()[spec.model])
+        job = SweepJob(
             spec,
             load=lambda run_spec: build_for_key(model_key(run_spec)),
             owner=session_owner(),
@@ -69,6 +67,10 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
             alive=session_alive(),
             memory_cap_bytes=policy.memory_cap_bytes,
         )
+        # The countdown's start until the sweep's own rows say more: the estimate the page showed before Run.
+        job.predicted_s, measured_pace = tradeoffspage.sweep_estimate(spec)
+        job.predicted_basis = "measured" if measured_pace else "predicted"
+        return job
 
     start = (i18n.t("tradeoffs.run", lang), "tradeoffs_run", job, None)
     running = job_buttons("tradeoffs", [start], i18n.t("tradeoffs.stop", lang), lang)
@@ -171,9 +173,8 @@ if result is None:
     try:
         seconds, measured_pace = tradeoffspage.sweep_estimate(spec)
         basis = "measured" if measured_pace else "predicted"
-        estimate = "\n\n" + i18n.t(
-            "wait.sweep_estimate", lang, estimate=estimate_text(seconds, basis, lang, left=False)
-        )
+        words = i18n.t("wait.unknown", lang) if seconds is None else estimate_text(seconds, basis, lang, left=False)
+        estimate = "\n\n" + i18n.t("wait.sweep_estimate", lang, estimate=words)
     except ckptlab.CkptlabError:  # a sweep that cannot be planned: the Run button's check says why
         estimate = ""
     st.info(i18n.t("tradeoffs.hint", lang) + estimate)

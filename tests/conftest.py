@@ -29,13 +29,21 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", threads)
 
 
+# This machine's speed as the tests take it (ckptlab.explore.machine): never measured inside a test, so an estimate
+# is the same on every machine and no test spends the benchmark's second. About this CI's 2 cores, one thread.
+TEST_CPU_SPEED = {"float32": 50e9, "bfloat16": 100e9, "float16": 25e9}
+TEST_MEMORY_BANDWIDTH = 5e9
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Take what the imports made (torch's, transformers', streamlit's and the test modules' objects) out of the
     collector's walks, as the CLI and the app's workers do (``freeze_what_is_loaded``): every observed step starts
     with a full ``gc.collect()``, which in a test process walked about half a million objects, 0.2 s a step and
     thousands of steps a run. What a test makes later is collected as before."""
+    from ckptlab.explore.machine import CpuSpeed, use_speed
     from ckptlab.torchstate import freeze_what_is_loaded
 
+    use_speed(CpuSpeed(TEST_CPU_SPEED, TEST_MEMORY_BANDWIDTH, threads=1, measured_at="tests/conftest.py"))
     freeze_what_is_loaded()
 
 

@@ -49,7 +49,8 @@ def keyed_errors(tmp_path) -> list[CkptlabError]:
     found.append(_raised(lambda: ServerPolicy().local_folder("/etc")))
     found.append(_raised(lambda: ServerPolicy(models_root=tmp_path).local_folder("../..")))
     policy = ServerPolicy(max_tokens={"*": 100})
-    found.append(_raised(lambda: policy.check(RunSpec(seq_len=128), describe("tiny-llama"), on_cpu=True)))
+    found.append(_raised(lambda: policy.check(RunSpec(seq_len=128), describe("tiny-llama"))))
+    found.append(_raised(lambda: ServerPolicy(run_limit_s=1).check_run_time(RunSpec(), cache=None)))
     found += _folder_errors(tmp_path)
     found.append(_raised(lambda: check_simulated_selective(RunSpec(selective="attention", world_size=2, fsdp=True))))
     found.append(_raised(lambda: check_budget(0)))  # the longest sequence with no memory to fit

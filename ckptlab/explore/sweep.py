@@ -46,8 +46,10 @@ from ..spec import RunSpec, Setting
 from ..step.measure import measure
 from ..step.preflight import load_model, resolve_device, validate_for_model
 from ..step.rounds import OnStep, time_settings
-from ..step.stopping import Cancel, Progress, ShouldStop, scaled, stopper
+from ..step.stopping import Cancel, Progress, ShouldStop, spanned, stopper
+from .formula import architecture
 from .predict import settings_for
+from .step_time import MEMORY_STEP_COST, step_flops
 from .sweep_rows import COLUMNS, SweepRow, row_key, rows_from_results
 from .sweep_spec import OFFLOAD_CHOICES, OffloadChoice, SweepSpec
 
@@ -185,6 +187,26 @@ def _row_label(index: int, rows: int, seq_len: int, setting: str) -> Fact:
     return Fact("progress.row", {"row": index + 1, "rows": rows, "seq_len": seq_len, "setting": setting})
 
 
+def sweep_shares(spec: SweepSpec, plan: _Plan) -> dict[tuple[str, int], float]:
+    """Each part of the sweep as its share of the whole's predicted time (FLOPs: the device's speed cancels): a
+    row's memory run (its warm-up, at least one step, and the observed step) by row index, and a length's timed
+    rounds (each row's repeats, and its warm-up when every row warms up) by sequence length."""
+    arch = architecture(spec.model)
+    weights: dict[tuple[str, int], float] = {}
+    seen: set[int] = set()
+    for index, (seq_len, n, offload, policy, attention) in enumerate(plan.rows):
+        first = seq_len not in seen or spec.warmup_each_row
+        seen.add(seq_len)
+        row = spec.run_spec(seq_len, n, offload, selective=policy, attn_implementation=attention)
+        flops = step_flops(row, arch)
+        warmup = max(spec.warmup if first else 0, 1)
+        weights[("memory", index)] = flops * (warmup + MEMORY_STEP_COST)
+        timed = spec.repeats + (spec.warmup if spec.warmup_each_row else 0)
+        weights[("timing", seq_len)] = weights.get(("timing", seq_len), 0.0) + flops * timed
+    total = sum(weights.values()) or 1.0
+    return {part: weight / total for part, weight in weights.items()}
+
+
 def sweep(
     spec: SweepSpec,
     *,
@@ -236,8 +258,10 @@ def sweep(
     model = info = None
     cancelled = False
     groups = list(dict.fromkeys(seq_len for seq_len, *_ in plan.rows))
-    total = len(plan.rows) + len(groups)  # every row's memory step, and one timing unit per length
-    done = 0
+    # Every row's memory step, and one timing unit per length, each as its share of the sweep's predicted time: the
+    # fraction done moves as the time does, and a countdown from it holds (issue 58: 13 s left with 85 s to go).
+    shares = sweep_shares(spec, plan)
+    done = 0.0
     for seq_len in groups:
         pending: list[RunResult] = []
         for index, (length, n, offload, policy, attention) in enumerate(plan.rows):
@@ -258,11 +282,12 @@ def sweep(
             label = _row_label(index, len(plan.rows), seq_len, row_key(Setting(n, offload, policy), attention))
             with hold(worded(label)):
                 if model is None:
-                    report(Fact("progress.building_row", {"label": label}), done / total)
+                    report(Fact("progress.building_row", {"label": label}), done)
                     # One model for every row: the sequence length is checked per run by measure.
                     model, info = load(replace(run_spec, seq_len=min(spec.seq_lens)))
                 model.zero_grad(set_to_none=True)
-                progress_here = scaled(report, done, total, Fact("progress.row_memory", {"label": label}))
+                share = shares[("memory", index)]
+                progress_here = spanned(report, done, share, Fact("progress.row_memory", {"label": label}))
                 # should_stop is asked inside the step (ckptlab.step.stopping): a server's time limit ends a
                 # long row. cancel (Stop) is not: the row in flight finishes and is kept.
                 pending.append(
@@ -272,7 +297,7 @@ def sweep(
                 )
             if on_result is not None:
                 on_result(pending[-1])
-            done += 1
+            done += share
         ok = [result for result in pending if result.status == "ok"]
         timed_here = bool(ok) and not cancelled
         if timed_here:
@@ -298,7 +323,7 @@ def sweep(
                     warmup_rounds=spec.warmup if spec.warmup_each_row else 0,
                     on_step=step_hook,
                     stopped=stopped,
-                    progress=scaled(report, done, total, prefix),
+                    progress=spanned(report, done, shares[("timing", seq_len)], prefix),
                 )
             timed = {id(result): (timing, notes) for result, timing, notes in zip(ok, rounds.timings, rounds.notes)}
             pending = [
@@ -308,14 +333,14 @@ def sweep(
                 for result in pending
             ]
             cancelled = cancelled or stopped()
-        done += 1
+        done += shares[("timing", seq_len)]
         measured += pending
         if on_result is not None and timed_here:
             for result in pending:
                 on_result(result)
         if cancelled:
             break
-    if total and not cancelled:
+    if plan.rows and not cancelled:
         report(Fact("progress.sweep_done"), 1.0)
     return SweepResult(
         spec=spec,

@@ -109,9 +109,12 @@ class Outcome:
 
     predicted: float  # the participant's number (percent) or every_n_layers
     measured: float  # the measured percent of off, or the every_n_layers that answers the question
-    points: int  # 0 .. MAX_POINTS
+    points: int  # 0 .. possible
     verdict: str  # one line: how far off, in the page's language
     explanation: str  # one line: why the measurement is what it is, from the measured numbers
+    # What the answer could score: MAX_POINTS, or 0 where it is not measurable here now (a machine too busy to time
+    # a step), so that an answer the verdict says "scores no points" is not counted in the total either.
+    possible: int = MAX_POINTS
 
 
 def by_id(exercise_id: str) -> Exercise:
@@ -217,7 +220,7 @@ def evaluate(exercise: Exercise, predicted: float, runs: Mapping[int | None, Run
         return Outcome(predicted, float(answer or 0), points, verdict, explain(exercise, runs, lang))
     assert measured is not None  # a percent always has one
     if too_busy_to_time(exercise, runs):  # its time says more about the other work than about checkpointing
-        return Outcome(predicted, measured, 0, t("verdict.busy", lang), explain(exercise, runs, lang))
+        return Outcome(predicted, measured, 0, t("verdict.busy", lang), explain(exercise, runs, lang), possible=0)
     points = percent_points(predicted, measured)
     gap = predicted - measured
     if abs(gap) <= PERCENT_BANDS[0][0]:
@@ -340,5 +343,5 @@ def _explain_budget(exercise: Exercise, runs: Mapping[int | None, RunResult], an
 
 
 def total_points(answers: Mapping[str, Outcome]) -> tuple[int, int]:
-    """(points scored, points possible) over the exercises answered so far."""
-    return sum(outcome.points for outcome in answers.values()), MAX_POINTS * len(answers)
+    """(points scored, points possible) over the exercises answered so far; one not measurable here counts in neither."""
+    return sum(outcome.points for outcome in answers.values()), sum(outcome.possible for outcome in answers.values())

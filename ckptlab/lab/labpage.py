@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import CkptlabError, Option
+from ..explore.step_time import device_speed, step_seconds
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -32,7 +33,7 @@ from ..units import GIB, MIB, mib
 from . import forged, stepboxes, workers
 from .modelbox import HUB, LOCAL, duration
 from .query import LORA_RANK_DEFAULT
-from .run import LabRun, Measured, cpu_estimate, phase_significant
+from .run import LabRun, Measured, phase_significant, run_estimate
 from .server import ServerPolicy
 from .stepboxes import step_fields, step_widget_values
 
@@ -89,13 +90,15 @@ def folder_info(path: str, lang: str, policy: ServerPolicy | None = None) -> tup
 def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, lang: str) -> tuple[str, bool]:
     """Why ``spec`` cannot run here ("" when it can), and whether it would run on the CPU.
 
-    The spec's own checks, then the server's limits for that model and device; a failure of the
+    The spec's own checks, then the server's limits for that model and device (its tokens, its Run's time); a
+    failure of the
     checks themselves is a message too. LoRA without a target is refused.
     """
     problem = ""
     try:
         on_cpu = check_spec(spec, info).device.type == "cpu"  # the page's description: none built here again
-        policy.check(spec, info, on_cpu)  # type: ignore[arg-type]  # check() raised already when info is None
+        policy.check(spec, info)  # type: ignore[arg-type]  # check() raised already when info is None
+        policy.check_run_time(spec)  # a Run the run limit would stop part way: refused, with the line to run instead
     except CkptlabError as error:
         problem, on_cpu = app_message(error, lang), True
     except Exception as error:  # not bad input but a failure: still a message, not a dead page
@@ -107,10 +110,18 @@ def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, la
 
 def cpu_warning(spec: RunSpec, info: ModelInfo, lang: str) -> str:
     """A model meant for a GPU, run on the CPU: the predicted step and Run times and its weights and gradients."""
-    step_s, run_s = cpu_estimate(spec, info)
+    speed = device_speed(spec)
+    step_s = None if speed is None else step_seconds(spec, speed, info.num_params)
+    run_s = run_estimate(spec)
     gib = number(weights_and_gradients_bytes(info.num_params, spec.dtype) / GIB, ",.1f", lang)
+    unknown = t("wait.unknown", lang)
     return t(
-        "lab.meant_for_gpu", lang, model=info.name, step=duration(step_s, lang), run=duration(run_s, lang), gib=gib
+        "lab.meant_for_gpu",
+        lang,
+        model=info.name,
+        step=unknown if step_s is None else duration(step_s, lang),
+        run=unknown if run_s is None else duration(run_s, lang),
+        gib=gib,
     )
 
 

@@ -50,7 +50,9 @@ class RunsState:
     missing: list[RunSpec]  # asked, not measured yet (queued, in flight, or failed)
     failures: dict[RunSpec, Exception] = field(default_factory=dict)  # asked runs whose measurement failed
     fraction: float = 1.0  # of the asked runs measured, the one in flight counted by its own progress
-    left_s: float = 0.0  # estimated seconds until the last asked run is measured, the runs ahead of it included
+    # Estimated seconds until the last asked run is measured, the runs ahead of it included; None: the device's speed
+    # is unknown (a GPU without a datasheet in explore/gpus).
+    left_s: float | None = 0.0
     measured_pace: bool = False  # left_s is scaled by runs this server measured (else predicted by the formula)
     ahead: int = 0  # runs of other pages ahead in the device line, while the shared runs wait for a turn
     asked: int = 0  # how many distinct runs were asked for
@@ -154,13 +156,17 @@ class SharedRuns:
                     results[key] = self._results[key]
         failures = {spec: self._failures[spec] for spec in missing if spec in self._failures}
         waiting = [spec for spec in missing if spec not in failures]
-        left_s, measured_pace = 0.0, False
+        left_s: float | None = 0.0
+        measured_pace = False
         if waiting:
             # Everything measured before the last of the page's runs: the one in flight, then the line up to it.
             order = ([self._in_flight] if self._in_flight is not None else []) + [spec for spec, _ in self._line]
             last = max((order.index(spec) for spec in waiting if spec in order), default=-1)
             for position, spec in enumerate(order[: last + 1]):
                 seconds, measured_pace = self._pace.estimate(spec)
+                if seconds is None or left_s is None:
+                    left_s = None
+                    continue
                 left_s += seconds * (1 - self._fraction) if position == 0 and self._in_flight else seconds
         in_flight = self._fraction if self._in_flight in waiting else 0.0
         fraction = (len(asked) - len(missing) + in_flight) / len(asked) if asked else 1.0

@@ -22,6 +22,8 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import DoesNotFitError, RunStoppedError
+from ..explore.formula import architecture
+from ..explore.step_time import device_speed, run_steps, step_seconds
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -47,12 +49,6 @@ from .workers import WorkerPool
 # (model, resolved dtype, resolved device, seed), and a 4-bit base's Quantization last where the spec has one.
 ModelKey = tuple[Any, ...]
 Loader = Callable[[ModelKey], tuple[PreTrainedModel, ModelInfo]]
-
-
-# For the warning before a real-shape model runs on the CPU: qwen3-0.6b (596M parameters),
-# seq 128, fp32, 2 CPU cores took 39 s a step, about 6 x parameters x tokens / 12e9.
-CPU_FLOP_PER_S = 12e9
-MEMORY_STEP_COST = 3  # the MemTracker step costs about this many plain steps
 
 
 @dataclass(frozen=True)
@@ -182,58 +178,74 @@ def check_gradients_queued(
         )
 
 
-def cpu_estimate(spec: RunSpec, info: ModelInfo) -> tuple[float, float]:
-    """Predicted seconds of one step and of the whole Run on a CPU (a formula, not a measurement).
+def run_parts(spec: RunSpec) -> list[RunSpec]:
+    """What a Run of ``spec`` measures: the spec, its checkpointing-off reference, a policy's plain run."""
+    full = plain_spec(spec)
+    return [spec, *([reference_spec(spec)] if spec.checkpointing else []), *([full] if full is not None else [])]
 
-    Args:
-        spec: the settings.
-        info: the model's description.
 
-    Returns:
-        ``(step_s, run_s)``: one training step at about ``6 x parameters x tokens`` FLOP
-        (a third more with checkpointing's rerun), and the Run's warm-up, timed and memory
-        steps, with its checkpointing-off reference.
+def run_estimate(spec: RunSpec, cache: ResultCache | None = None, alone: bool = False) -> float | None:
+    """Predicted seconds of a Run of ``spec`` here: each of its measurements (:func:`run_parts`, or ``spec`` alone:
+    a sweep's row; those ``cache`` holds are reused, not run) at its warm-up, timed and memory steps, each step at
+    :func:`ckptlab.explore.step_time.step_seconds` on this device's speed. None where that speed is unknown (a GPU
+    the lab has no datasheet for).
+
+    Raises:
+        ModelLoadError, UnsupportedModelError: a model the catalog cannot describe.
     """
-    tokens = spec.seq_len * spec.batch_size
-    step_s = 6 * info.num_params * tokens / CPU_FLOP_PER_S
-    if spec.checkpointing:
-        step_s *= 4 / 3
-    steps = spec.warmup + spec.repeats + MEMORY_STEP_COST
-    run_s = step_s * steps
-    if spec.checkpointing:
-        run_s += step_s * 3 / 4 * steps
-    return step_s, run_s
+    speed = device_speed(spec)
+    if speed is None:
+        return None
+    info, arch = catalog.describe(spec.model), architecture(spec.model)
+    parts = [part for part in ([spec] if alone else run_parts(spec)) if cache is None or cache.get(part) is None]
+    return sum(step_seconds(part, speed, info.num_params, arch) * run_steps(part) for part in parts)
+
+
+PACE_ALIKE = 10.0  # runs predicted within this factor of each other scale alike; beyond it, fixed costs differ
+PACE_KEPT = 64  # the most recent Runs a pace remembers
 
 
 class Pace:
-    """How this server's measured runs compare with :func:`cpu_estimate`: a wait's estimate, predicted or measured.
+    """How this server's measured Runs compare with :func:`run_estimate`: a wait's estimate, predicted or measured.
 
-    The formula knows FLOPs, not this machine's load or a GPU; once runs were measured here, the
-    estimate is the prediction scaled by what they took over what was predicted for them.
+    The estimate knows FLOPs and this machine's idle speed, not its load, the work between matmuls, nor a Run's
+    fixed costs (building the model, the worker, the memory step's bookkeeping). Once Runs of a like size (predicted
+    within :data:`PACE_ALIKE` of it) were measured here, a Run's estimate is its prediction scaled by what they took
+    over what was predicted for them. Only alike ones: tiny Runs, whose time is mostly fixed costs, took ten times
+    their prediction, and would have made a real model's Run look ten times longer than it is.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._predicted_s = self._measured_s = 0.0
+        self._runs: list[tuple[float, float]] = []  # (predicted, measured) seconds, oldest first
 
     def record(self, spec: RunSpec, seconds: float) -> None:
-        """``spec`` (with its reference, as :func:`cpu_estimate`'s run) took ``seconds`` on the device."""
-        predicted = cpu_estimate(spec, catalog.describe(spec.model))[1]
+        """A whole Run of ``spec`` (every part of :func:`run_parts`, none reused) took ``seconds`` on the device."""
+        predicted = run_estimate(spec)
+        if predicted is None or predicted <= 0:
+            return
         with self._lock:
-            self._predicted_s += predicted
-            self._measured_s += seconds
+            self._runs = [*self._runs, (predicted, seconds)][-PACE_KEPT:]
 
-    def estimate(self, spec: RunSpec) -> tuple[float, bool]:
-        """``(seconds, measured)``: the run's seconds, scaled by this server's runs when it has measured any."""
-        predicted = cpu_estimate(spec, catalog.describe(spec.model))[1]
+    def estimate(
+        self, spec: RunSpec, cache: ResultCache | None = None, alone: bool = False
+    ) -> tuple[float | None, bool]:
+        """``(seconds, measured)``: the Run's seconds (:func:`run_estimate`, what ``cache`` holds not run again; its
+        one run ``alone``), scaled by this server's Runs of a like size when it has measured some; None seconds where
+        the device's speed is unknown."""
+        predicted = run_estimate(spec, cache, alone)
+        if not predicted:
+            return predicted, False
+        whole = run_estimate(spec) or predicted  # the size a Run is compared by: all of it, as recorded
         with self._lock:
-            if self._predicted_s <= 0:
-                return predicted, False
-            return predicted * self._measured_s / self._predicted_s, True
+            alike = [(p, m) for p, m in self._runs if whole / PACE_ALIKE <= p <= whole * PACE_ALIKE]
+        if not alike:
+            return predicted, False
+        return predicted * sum(m for _, m in alike) / sum(p for p, _ in alike), True
 
     def clear(self) -> None:
         with self._lock:
-            self._predicted_s = self._measured_s = 0.0
+            self._runs = []
 
 
 PACE = Pace()  # process-wide: every session's estimate learns from every run this server measured
@@ -321,8 +333,8 @@ def run_queued(
                 if full is not None and plain is None and _wants_reference(spec, run):
                     report_plain = scaled(report, done, count, Fact("progress.plain"))
                     plain = cache.put(_measured(full, load, report_plain, stop, workers, sharing, memory_cap_bytes))
-                # The whole run the formula predicts (none of it reused); a policy's plain run is not in that formula.
-                if full is None and count == 1 + spec.checkpointing:
+                # The whole Run the estimate predicts, none of it reused: what this server's pace is learnt from.
+                if count == len(run_parts(spec)):
                     PACE.record(spec, time.monotonic() - queued_at - wait_s)
             except RunStoppedError as error:
                 # A worker killed for memory says so (its cap, in the participant's language): only a stop this

@@ -18,11 +18,12 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
     The largest sequence length x batch a participant may ask for, per model:
     ``"tiny-llama=65536,qwen3-0.6b=256,*=8192"`` (``*``: every model not named). Unset, a
     model's limit is predicted: the most tokens whose one training step, checkpointing on
-    (:func:`ckptlab.lab.run.cpu_estimate` on the CPU; the same FLOP count at
-    ``GPU_FLOP_PER_S`` on CUDA), fits in the run limit. One step, not the whole Run of
-    several: the formula is pessimistic for small models (tiny-llama at 2048 tokens: 18.8 s
-    predicted, 6.8 s measured on 2 busy cores), so the limit errs on the side of letting a
-    run start, and the time limit is what stops one that takes too long.
+    (:func:`ckptlab.explore.step_time.step_seconds` at this CPU's measured speed, or a known GPU's
+    datasheet speed; no predicted limit on a GPU the lab does not know), fits in the run limit.
+    Beside it, a whole Run (warm-up, repeats, memory step, its checkpointing-off reference) whose
+    estimate (:data:`ckptlab.lab.run.PACE`: scaled by this server's measured Runs once it has some)
+    is past the run limit is refused before it starts, with the command line that runs it in a
+    terminal instead: the limit would only stop it part way, its device time spent for nothing.
 ``CKPTLAB_WORKER_MEMORY_GIB``
     Resident memory (GiB) one job's worker process may reach; past it the worker is killed,
     its memory given back and its participant told. Unset: half the machine's physical memory
@@ -60,23 +61,26 @@ from __future__ import annotations
 import hmac
 import math
 import os
+import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+from ..cli.args import argv_from_spec
 from ..errors import CkptlabError, SpecError
+from ..explore.formula import architecture
+from ..explore.step_time import device_speed, step_seconds
+from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import memory_limit
 from ..model.hub import HubAccess
 from ..spec import RunSpec
-from .run import CPU_FLOP_PER_S, cpu_estimate
+from .run import PACE, RESULTS, Pace, ResultCache
 
 DEFAULT_RUN_LIMIT_S = 300.0  # a workshop of 30 participants gets through one run each in well under an hour
-# A Run on CUDA, for the token limit only: a conservative sustained bf16 rate for a workshop GPU
-# (an H200 peaks near 1e15; small models and short sequences reach a few percent of it).
-GPU_FLOP_PER_S = 20e12
+MAX_PREDICTED_TOKENS = 2**24  # the most a predicted token limit says: beyond any model's positions
 FOLDER_DEPTH = 2  # root/model or root/group/model: deep enough for a workshop, shallow enough to list fast
 DEFAULT_HUB_CACHE = Path("~/.cache/ckptlab/hub")  # the server's own, apart from huggingface_hub's default cache
 # The most the server's Hub cache holds, oldest revisions evicted past it: a config is at most 4 MiB (MAX_CONFIG_BYTES),
@@ -213,25 +217,40 @@ class ServerPolicy:
 
     # -- sizes and time -----------------------------------------------------------------
 
-    def max_tokens_for(self, info: ModelInfo, on_cpu: bool) -> int:
-        """The largest ``seq_len x batch_size`` a participant may run on ``info``'s model here."""
+    def max_tokens_for(self, info: ModelInfo, spec: RunSpec | None = None) -> int | None:
+        """The largest ``seq_len x batch_size`` a participant may run on ``info``'s model here (on ``spec``'s device
+        and dtype); None where no limit is set and the device's speed is unknown."""
         named = self.max_tokens.get(info.name, self.max_tokens.get("*"))
         if named is not None:
             return named
-        probe = RunSpec(model=info.name, seq_len=1, every_n_layers=1)  # one token, checkpointing on (the dearer)
-        step_s, _ = cpu_estimate(probe, info)
-        if not on_cpu:
-            step_s *= CPU_FLOP_PER_S / GPU_FLOP_PER_S
-        return int(self.run_limit_s / step_s)
+        # The most tokens whose one step, checkpointing on (the dearer), fits the run limit on the spec's device and
+        # dtype: attention grows with the square of the sequence and the optimizer's pass not at all, so it is
+        # searched (bisection over whole tokens), not divided.
+        probe = RunSpec(model=info.name, seq_len=1, every_n_layers=1)
+        if spec is not None:
+            probe = replace(probe, device=spec.device, dtype=spec.dtype, mixed_precision=spec.mixed_precision)
+        speed = device_speed(probe)
+        if speed is None:
+            return None
+        arch = architecture(info.name)
 
-    def check(self, spec: RunSpec, info: ModelInfo, on_cpu: bool) -> None:
+        def fits(tokens: int) -> bool:
+            return step_seconds(replace(probe, seq_len=tokens), speed, info.num_params, arch) <= self.run_limit_s
+
+        low, high = 0, MAX_PREDICTED_TOKENS
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if fits(middle) else (low, middle - 1)
+        return low
+
+    def check(self, spec: RunSpec, info: ModelInfo) -> None:
         """Refuse a run larger than the policy allows, before it queues.
 
         Raises:
             NotAllowedError: naming the tokens asked for, the limit and the fix.
         """
-        tokens, limit = spec.seq_len * spec.batch_size, self.max_tokens_for(info, on_cpu)
-        if tokens > limit:
+        tokens, limit = spec.seq_len * spec.batch_size, self.max_tokens_for(info, spec)
+        if limit is not None and tokens > limit:
             raise NotAllowedError(
                 key="server.too_many_tokens",
                 seq=spec.seq_len,
@@ -240,6 +259,43 @@ class ServerPolicy:
                 model=info.name,
                 limit=limit,
             )
+
+    def check_run_time(self, spec: RunSpec, pace: Pace = PACE, cache: ResultCache | None = RESULTS) -> None:
+        """Refuse a Lab Run (the run, its reference, a policy's plain run) whose estimate is past the run limit,
+        before it queues: the limit would stop it part way, its device time spent for nothing. Refused rather than
+        shrunk (fewer repeats): the memory step and the reference cost as much as the repeats, so a Run can be past
+        the limit at one repeat, and a Run quietly other than the one asked for would not be what the page says.
+
+        Raises:
+            NotAllowedError: the estimate, its basis, the limit, and the command line that runs it in a terminal.
+        """
+        seconds, measured = pace.estimate(spec, cache)
+        if seconds is not None and seconds > self.run_limit_s:
+            raise NotAllowedError(
+                key="server.run_too_long",
+                seconds=round(seconds),
+                limit=round(self.run_limit_s),
+                basis=Fact("wait.basis_measured" if measured else "wait.basis_predicted"),
+                command=run_line(spec),
+            )
+
+
+def run_line(spec: RunSpec) -> str:
+    """The ``python -m ckptlab run`` line of ``spec``: its model and every flag whose value is not the default."""
+    defaults = _flag_groups(argv_from_spec(RunSpec()))
+    groups = [group for group in _flag_groups(argv_from_spec(spec)) if group[0] == "--model" or group not in defaults]
+    return shlex.join(["python", "-m", "ckptlab", "run", *(word for group in groups for word in group)])
+
+
+def _flag_groups(argv: list[str]) -> list[list[str]]:
+    """``["--a", "1", "--b"]`` -> ``[["--a", "1"], ["--b"]]``: each flag with its value."""
+    groups: list[list[str]] = []
+    for word in argv:
+        if word.startswith("--") or not groups:
+            groups.append([word])
+        else:
+            groups[-1].append(word)
+    return groups
 
 
 # A setting's error's key (its words in the app: errors.server.* in the locale files).

@@ -121,7 +121,7 @@ class SweepJob(BackgroundJob):
             waiting = Fact(
                 "progress.waiting_ahead_one" if ahead == 1 else "progress.waiting_ahead_many", {"ahead": ahead}
             )
-            self._progress(prefixed(Fact("progress.label", {"label": label}), waiting), self._fraction)
+            self._waiting(prefixed(Fact("progress.label", {"label": label}), waiting))  # the countdown holds
 
         turn = self._queue.turn(
             on_wait=on_wait, timeout=self._timeout, label=f"sweep {self.spec.model}: {label}", owner=self._owner

@@ -62,8 +62,10 @@ def longest(spec: SweepSpec) -> RunSpec:
     return RunSpec(model=spec.model, seq_len=max(spec.seq_lens), batch_size=spec.batch_size, device=spec.device)
 
 
-def sweep_estimate(spec: SweepSpec) -> tuple[float, bool]:
-    """``(seconds, measured)``: the whole sweep's time, each row as :data:`ckptlab.lab.run.PACE` estimates it.
+def sweep_estimate(spec: SweepSpec) -> tuple[float | None, bool]:
+    """``(seconds, measured)``: the whole sweep's time, each row one run (:func:`ckptlab.lab.run.run_estimate` of
+    the row alone, scaled as :data:`ckptlab.lab.run.PACE` scales a Run); None seconds where the device's speed is
+    unknown.
 
     Raises:
         SpecError, ModelLoadError: a sweep that cannot be planned.
@@ -71,9 +73,9 @@ def sweep_estimate(spec: SweepSpec) -> tuple[float, bool]:
     total, measured = 0.0, False
     for seq_len, every_n, offload, policy, attention in plan_sweep(spec).rows:
         row = spec.run_spec(seq_len, every_n, offload, selective=policy, attn_implementation=attention)
-        seconds, measured = PACE.estimate(row)
-        if row.checkpointing:  # the estimate counts its checkpointing-off reference; a sweep's row is one run
-            seconds -= PACE.estimate(row.checkpointing_off())[0]
+        seconds, measured = PACE.estimate(row, alone=True)  # a sweep's row is one run, without a Run's reference
+        if seconds is None:
+            return None, False
         total += seconds
     return total, measured
 

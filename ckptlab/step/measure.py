@@ -57,7 +57,7 @@ from .preflight import check_spec, load_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .provenance import model_summary, provenance_for
 from .selective import selective_notes
-from .stopping import DONE, Progress, ShouldStop, checked, stoppable
+from .stopping import DONE, Progress, ShouldStop, checked, logged, stoppable
 from .training import Recipe, check_optimizer_runs, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
 
@@ -83,7 +83,8 @@ def measure(
             given back as it came: training flags, checkpointing flags and hooks restored,
             its gradients set to None.
         info: the catalog's description of that model (required with ``model``).
-        progress: called with a message and the fraction done as the run moves on.
+        progress: called with a message and the fraction done as the run moves on; each message is also
+            logged at INFO on the ``ckptlab.progress`` logger (silent unless logging shows INFO).
         should_stop: asked between steps and at every checkpointable layer's forward and
             rerun; when it answers True the run ends with :class:`RunStoppedError`
             (``ckptlab.step.stopping``), the model given back as it came.
@@ -100,7 +101,7 @@ def measure(
         RunStoppedError: ``should_stop`` answered True.
     """
     expect_type("ckptlab.measure", "spec", spec, RunSpec, "ckptlab.measure(ckptlab.RunSpec(model='tiny-llama'))")
-    report = checked(progress or (lambda message, fraction: None), should_stop)
+    report = checked(logged(progress), should_stop)
     if model is None:
         ready = check_spec(spec)
         model, info = load_model(ready, progress=report)

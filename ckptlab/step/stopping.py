@@ -14,6 +14,7 @@ Between runs a longer job (a sweep, a table of simulations) asks a :data:`Cancel
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,13 +22,16 @@ from contextlib import contextmanager
 import torch
 
 from ..errors import RunStoppedError
-from ..fact import Fact
+from ..fact import Fact, worded
 from ..model.plan import checkpointable_layers
 
 ShouldStop = Callable[[], bool]
 # (what is happening, as a fact a page or the command line words; fraction done in [0, 1])
 Progress = Callable[[Fact, float], None]
 Cancel = Callable[[], bool] | threading.Event  # a job's stop button: an event, or a function that says so
+# Where the Python API says what a run is doing, one line a phase at INFO (as transformers logs through ``logging``):
+# silent until the caller turns it on (``logging.basicConfig(level=logging.INFO)``, README's example), never printed.
+PROGRESS_LOG = logging.getLogger("ckptlab.progress")
 
 
 def stop_if_asked(should_stop: ShouldStop | None) -> None:
@@ -64,6 +68,22 @@ def checked(report: Progress, should_stop: ShouldStop | None) -> Progress:
     return ask_then_report
 
 
+def logged(report: Progress | None) -> Progress:
+    """``report`` (or nothing) that also logs each new message at INFO on :data:`PROGRESS_LOG`, in English (the
+    fact worded through the one word path), with the percent done: a script's long wait says what it is doing once
+    its logging shows INFO, and says nothing otherwise. A message repeated with a new fraction is logged once."""
+    last: list[Fact | None] = [None]
+
+    def log_then_report(message: Fact, fraction: float) -> None:
+        if message != last[0] and PROGRESS_LOG.isEnabledFor(logging.INFO):
+            last[0] = message
+            PROGRESS_LOG.info("%3.0f%% %s", 100 * fraction, worded(message))
+        if report is not None:
+            report(message, fraction)
+
+    return log_then_report
+
+
 def stopper(cancel: Cancel | None) -> ShouldStop:
     """A function that says whether ``cancel`` (an event, a function or None) asks to stop."""
     if cancel is None:
@@ -84,6 +104,16 @@ def prefixed(prefix: Fact | None, message: Fact) -> Fact:
 def label(text: str) -> Fact:
     """The prefix ``"<text>: "`` of a progress line, for a label that is a name or a setting's key (``n=2``)."""
     return Fact("progress.label", {"label": text})
+
+
+def spanned(report: Progress, start: float, width: float, prefix: Fact | None = None) -> Progress:
+    """Progress of a part of a job that spans ``start`` to ``start + width`` of the whole (shares of its predicted
+    time, so that the job's fraction moves as its time does), its messages after ``prefix``."""
+
+    def report_share(message: Fact, fraction: float) -> None:
+        report(prefixed(prefix, message), start + fraction * width)
+
+    return report_share
 
 
 def scaled(report: Progress, index: int, total: int, prefix: Fact | None = None) -> Progress:

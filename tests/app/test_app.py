@@ -182,8 +182,12 @@ def test_a_run_larger_than_the_server_allows_is_refused_in_the_apps_language(mon
 
 
 def test_a_run_past_the_servers_time_limit_is_stopped_and_said(monkeypatch):
+    from ckptlab.lab.server import ServerPolicy
+
     monkeypatch.setenv("CKPTLAB_RUN_LIMIT_S", "0.001")
     monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "*=4096")  # else the predicted token limit of 1 ms refuses it first
+    # A Run the estimate let through (the refusal before the start is tests/lab/test_server.py's): the limit stops it.
+    monkeypatch.setattr(ServerPolicy, "check_run_time", lambda *args, **kwargs: None)
     at = _app(seq="144", lang="ja")  # a setting no other test measures: it must run, not be reused
     at.button(key="lab_run").click().run()
     _assert_alive(at)
@@ -198,6 +202,7 @@ def test_an_eight_billion_model_on_the_cpu_says_it_does_not_fit(monkeypatch):
     preflight = sys.modules["ckptlab.step.preflight"]
     monkeypatch.setattr(preflight, "available_host_bytes", lambda: 8 * 2**30)  # any machine's RAM
     monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "*=1000000")  # past the server's limit to the machine's
+    monkeypatch.setenv("CKPTLAB_RUN_LIMIT_S", "1e12")  # and past its run limit (its Run's estimate is hours)
     at = _app(model="qwen3-8b", device="cpu")
     at.button(key="lab_run").click().run()
     _assert_alive(at)
@@ -342,6 +347,7 @@ def test_a_folder_too_large_for_the_machine_is_a_message_after_run(tmp_path, mon
 
     monkeypatch.setenv("CKPTLAB_MODELS_ROOT", str(tmp_path))
     monkeypatch.setenv("CKPTLAB_MAX_TOKENS", "*=1000000")  # past the server's limit to the machine's
+    monkeypatch.setenv("CKPTLAB_RUN_LIMIT_S", "1e12")  # and past its run limit (its Run's estimate is hours)
     at = _app(model=str(config_folder(tmp_path / "huge", vocab_size=10**10)), device="cpu")
     _assert_alive(at)
     at.button(key="lab_run").click().run()

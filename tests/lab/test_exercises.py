@@ -116,6 +116,8 @@ def test_a_timed_exercise_on_a_machine_too_busy_to_time_scores_nothing_and_says_
     )
     outcome = exercises.evaluate(exercise, answer, busy, lang)
     assert outcome.points == 0 and outcome.verdict == i18n.t("verdict.busy", lang)
+    # "scores no points" holds in the total too: the busy answer adds nothing to the points possible
+    assert exercises.total_points({"busy": outcome}) == (0, 0)
     assert exercises.too_busy_to_time(exercise, busy) and not exercises.too_busy_to_time(
         exercises.by_id("resident_all"), busy
     )  # memory is unaffected by a busy machine

@@ -6,6 +6,8 @@ import threading
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
+
 from ckptlab.lab.learnruns import LEARN_OWNER, SharedRuns, warm, workshop_specs
 from ckptlab.lab.run import Pace, reference_spec
 from ckptlab.lab.runqueue import DeviceBusyError
@@ -84,7 +86,7 @@ def test_the_estimate_is_scaled_by_the_runs_this_server_measured():
     assert not measured and predicted > 0
     pace.record(SPEC, predicted * 10)  # this machine took ten times the formula's prediction
     scaled, measured = pace.estimate(OTHER)
-    assert measured and scaled == 10 * Pace().estimate(OTHER)[0]
+    assert measured and scaled == pytest.approx(10 * Pace().estimate(OTHER)[0])
 
 
 def test_the_warm_up_holds_every_exercise_run():

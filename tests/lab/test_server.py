@@ -96,22 +96,52 @@ def test_the_token_limit_per_model_is_the_instructors_or_predicted_from_the_run_
     assert parse_max_tokens("tiny-llama=65536, *=8192") == {"tiny-llama": 65536, "*": 8192}
     tiny, real = describe("tiny-llama"), describe("qwen3-8b")
     named = ServerPolicy(max_tokens={"tiny-llama": 512, "*": 64})
-    assert named.max_tokens_for(tiny, on_cpu=True) == 512 and named.max_tokens_for(real, on_cpu=True) == 64
+    assert named.max_tokens_for(tiny) == 512 and named.max_tokens_for(real) == 64
     predicted = ServerPolicy(run_limit_s=300)
-    # A bigger model gets fewer tokens; a GPU more than a CPU; a longer run limit more.
-    assert predicted.max_tokens_for(tiny, on_cpu=True) > predicted.max_tokens_for(real, on_cpu=True)
-    assert predicted.max_tokens_for(real, on_cpu=False) > predicted.max_tokens_for(real, on_cpu=True)
-    assert ServerPolicy(run_limit_s=600).max_tokens_for(tiny, on_cpu=True) > predicted.max_tokens_for(tiny, True)
-    assert predicted.max_tokens_for(tiny, on_cpu=True) >= 16384  # the lessons' tiny runs fit a CPU laptop
+    # A bigger model gets fewer tokens; a longer run limit more (at tests/conftest.py's CPU speed).
+    assert predicted.max_tokens_for(tiny) > predicted.max_tokens_for(real)
+    assert ServerPolicy(run_limit_s=600).max_tokens_for(tiny) > predicted.max_tokens_for(tiny)
+    assert predicted.max_tokens_for(tiny) >= 16384  # the lessons' tiny runs fit a CPU laptop
 
 
 def test_a_run_over_the_limit_is_refused_naming_both_numbers():
     policy = ServerPolicy(max_tokens={"*": 1000})
-    policy.check(RunSpec(seq_len=500, batch_size=2), describe("tiny-llama"), on_cpu=True)  # exactly the limit
+    policy.check(RunSpec(seq_len=500, batch_size=2), describe("tiny-llama"))  # exactly the limit
     with pytest.raises(NotAllowedError) as refused:
-        policy.check(RunSpec(seq_len=501, batch_size=2), describe("tiny-llama"), on_cpu=True)
+        policy.check(RunSpec(seq_len=501, batch_size=2), describe("tiny-llama"))
     assert refused.value.key == "server.too_many_tokens"
     assert "1,002 tokens" in str(refused.value) and "(1,000)" in str(refused.value)
+
+
+def test_a_run_the_limit_would_stop_is_refused_before_it_starts_with_the_line_to_run_instead():
+    """Issue 58: qwen3-0.6b, 256 tokens, n=4, offload, under the 300 s limit, was predicted at 27 min, started, and
+    was killed at 39%. Its whole Run (warm-up, repeats, memory step, the off reference) is estimated before it
+    starts, at the speed tests/conftest.py hands in (no benchmark, no run), and refused with the command line."""
+    from ckptlab.lab import labpage
+    from ckptlab.lab.run import Pace, ResultCache, run_estimate
+
+    policy, cache = ServerPolicy(run_limit_s=300), ResultCache()
+    issue = RunSpec(model="qwen3-0.6b", seq_len=256, every_n_layers=4, offload=True)
+    with pytest.raises(NotAllowedError) as refused:
+        policy.check_run_time(issue, Pace(), cache)
+    line = "python -m ckptlab run --model qwen3-0.6b --seq-len 256 --every-n-layers 4 --offload"
+    seconds = refused.value.params["seconds"]
+    assert refused.value.key == "server.run_too_long" and refused.value.params["command"] == line
+    assert seconds == round(run_estimate(issue)) > 300 and refused.value.params["limit"] == 300
+    # The Lab page says it before Run is pressed (a problem disables its button), in every language.
+    for lang in i18n.LANGUAGES:
+        problem, _ = labpage.problem_with(issue, describe("qwen3-0.6b"), policy, lang)
+        assert line in problem and i18n.number(seconds, ",", lang) in problem
+    # A smaller Run starts, even where tiny Runs (mostly fixed costs) took twenty times their prediction: only Runs
+    # of a like size scale an estimate.
+    small = RunSpec(model="gpt2-small", seq_len=256, every_n_layers=4)
+    tiny, slow_tiny = RunSpec(model="tiny-llama", seq_len=128), Pace()
+    slow_tiny.record(tiny, 20 * run_estimate(tiny))
+    assert slow_tiny.estimate(small) == (run_estimate(small), False) and slow_tiny.estimate(tiny)[1]
+    policy.check_run_time(small, slow_tiny, cache)
+    quick = Pace()
+    quick.record(issue, run_estimate(issue) / 4)  # this server's Runs took a quarter of the prediction
+    policy.check_run_time(issue, quick, cache)
 
 
 def test_a_server_without_a_memory_setting_caps_each_worker_at_half_the_machine():

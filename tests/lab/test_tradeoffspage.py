@@ -85,14 +85,12 @@ def test_the_sweeps_estimate_counts_each_row_once_and_says_when_it_is_measured(m
     monkeypatch.setattr(tradeoffspage, "PACE", pace)
     spec = tradeoffspage.spec_from_widgets({**VALUES, "tradeoffs_choose_n": True, "tradeoffs_n": [1]}, [])
     predicted, measured = tradeoffspage.sweep_estimate(spec)
-    info = labrun.catalog.describe(spec.model)
     rows = [
         spec.run_spec(seq, n, offload, selective=policy, attn_implementation=attention)
         for seq, n, offload, policy, attention in tradeoffspage.plan_sweep(spec).rows
     ]
-    one_run = [labrun.cpu_estimate(row.checkpointing_off(), info)[1] for row in rows]  # off, or the row's own
-    on = [labrun.cpu_estimate(row, info)[1] - off for row, off in zip(rows, one_run) if row.checkpointing]
+    one_run = [labrun.run_estimate(row, alone=True) for row in rows]  # each row once, without a Run's reference
     assert not measured
-    assert predicted == pytest.approx(sum(off for row, off in zip(rows, one_run) if not row.checkpointing) + sum(on))
-    pace.record(rows[-1], 3 * labrun.cpu_estimate(rows[-1], info)[1])  # this server's runs took three times that
+    assert predicted == pytest.approx(sum(one_run))
+    pace.record(rows[-1], 3 * labrun.run_estimate(rows[-1]))  # this server's runs took three times that
     assert tradeoffspage.sweep_estimate(spec) == (pytest.approx(3 * predicted), True)

@@ -171,8 +171,9 @@ def test_result_says_what_it_is(measured):
     assert RunResult.from_dict(result.to_dict()) == result
 
 
-def test_an_out_of_memory_step_is_a_result_and_the_next_run_works(monkeypatch):
-    """A step that runs out of memory reports "does not fit", frees what it held, and the process goes on."""
+def test_an_out_of_memory_step_is_a_result_and_the_next_run_works(monkeypatch, caplog):
+    """A step that runs out of memory reports "does not fit", frees what it held, and the process goes on; the next
+    run, as the README's script runs it, logs each of its phases at INFO (issue 58: 53 s with no output)."""
     measure_module = sys.modules["ckptlab.step.measure"]  # the module; ckptlab.measure is the function
 
     real_step = measure_module.train_step
@@ -190,7 +191,11 @@ def test_an_out_of_memory_step_is_a_result_and_the_next_run_works(monkeypatch):
     assert result.memory is None and result.timing is None
     assert "Does not fit" in result.message and "seq_len=128" in result.message
     monkeypatch.setattr(measure_module, "train_step", real_step)
-    assert measure(FAST).status == "ok"
+    with caplog.at_level("INFO", logger="ckptlab.progress"):
+        assert measure(FAST).status == "ok"
+    said = [record.getMessage() for record in caplog.records if record.name == "ckptlab.progress"]
+    assert said[0].endswith("0% building tiny-llama (13.8M parameters, random weights)") and said[-1] == "100% done"
+    assert len(said) == 2 + FAST.warmup + FAST.repeats + 1  # building, each step, the memory step, done: once each
 
 
 @requires_cuda

@@ -1,0 +1,196 @@
+"""This machine's speed, measured once: a CPU's matmul FLOP/s per dtype at a thread count, and its memory bandwidth.
+
+A time estimate before a run (:mod:`ckptlab.explore.step_time`) divides a step's FLOPs by a speed. On a GPU the
+speed is the datasheet's (:mod:`ckptlab.explore.gpus`); on the CPU no datasheet says what torch reaches with this
+build, these cores and this many threads, so a short benchmark measures it: a few 1024 x 1024 matmuls per dtype
+(under a second) and one large copy. The answer is kept in ``machine.json`` under the user's cache folder
+(``$XDG_CACHE_HOME/ckptlab``, else ``~/.cache/ckptlab``), keyed by torch's version, the thread count and the CPU's
+model, so a process measures only what no earlier one did. Tests never measure: they hand in a speed
+(:func:`use_speed`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import MappingProxyType
+
+from ..torchstate import exclusive
+
+MATMUL_SIZE = 1024  # large enough that a matmul runs at the BLAS kernel's speed, small enough for a few in < 1 s
+MATMUL_BUDGET_S = 0.15  # per dtype: repeat the matmul until this much time has gone (at least twice)
+COPY_BYTES = 64 * 2**20  # one copy of this many bytes, larger than a CPU's caches, for the memory bandwidth
+
+
+@dataclass(frozen=True)
+class CpuSpeed:
+    """What this CPU reached: matmul FLOP/s by dtype name ("float32", "bfloat16", ...) at ``threads`` torch threads,
+    and its memory bandwidth (bytes a second, a copy's read and write; None where not measured)."""
+
+    matmul_flops: Mapping[str, float] = field(default_factory=dict)
+    memory_bandwidth: float | None = None
+    threads: int = 1
+    measured_at: str = ""  # ISO 8601, UTC, when the benchmark ran
+
+    def to_dict(self) -> dict[str, object]:
+        """The record as JSON values."""
+        return {
+            "matmul_flops": dict(self.matmul_flops),
+            "memory_bandwidth": self.memory_bandwidth,
+            "threads": self.threads,
+            "measured_at": self.measured_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> CpuSpeed:
+        """The record :meth:`to_dict` wrote (a value that is not a number raises ``TypeError`` or ``ValueError``)."""
+        flops = data.get("matmul_flops")
+        flops = flops if isinstance(flops, Mapping) else {}
+        bandwidth = data.get("memory_bandwidth")
+        return cls(
+            matmul_flops=MappingProxyType({str(name): float(value) for name, value in flops.items()}),
+            memory_bandwidth=None if bandwidth is None else float(str(bandwidth)),
+            threads=int(str(data.get("threads", 1))),
+            measured_at=str(data.get("measured_at", "")),
+        )
+
+
+def cache_path() -> Path:
+    """Where the measured speeds are kept: ``$XDG_CACHE_HOME/ckptlab/machine.json``, else ``~/.cache/ckptlab/...``."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "ckptlab" / "machine.json"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s on Linux), else what the platform says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_key(threads: int) -> str:
+    """What a speed is kept under: torch's version, the thread count and the CPU's model (another of any is
+    another speed)."""
+    import torch
+
+    return f"torch {torch.__version__} | {threads} threads | {cpu_model()}"
+
+
+def matmul_flops(dtype: str, threads: int) -> float:
+    """FLOP/s of a ``MATMUL_SIZE`` square matmul in ``dtype`` at ``threads`` torch threads: the best of a few
+    (the least disturbed by the machine's other work), after one to warm the kernel up."""
+    import torch
+
+    size = MATMUL_SIZE
+    a = torch.randn(size, size).to(getattr(torch, dtype))
+    b = torch.randn(size, size).to(getattr(torch, dtype))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.mm(a[:512, :512], b[:512, :512])  # the kernel's first call (its dispatch, its packing buffers)
+        best, spent, runs = float("inf"), 0.0, 0
+        while runs < 2 or (spent < MATMUL_BUDGET_S and runs < 8):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            took = time.perf_counter() - start
+            best, spent, runs = min(best, took), spent + took, runs + 1
+    finally:
+        torch.set_num_threads(before)
+    return 2 * size**3 / best
+
+
+def copy_bandwidth() -> float:
+    """Bytes a second of one large copy (read and written: twice its size), the best of three."""
+    import torch
+
+    source = torch.empty(COPY_BYTES, dtype=torch.uint8)
+    target = torch.empty_like(source)
+    target.copy_(source)  # the pages touched once
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - start)
+    return 2 * COPY_BYTES / best
+
+
+@exclusive  # torch's thread count is process-wide: no step may run while the benchmark sets it
+def measure_speed(dtypes: tuple[str, ...], threads: int) -> CpuSpeed:
+    """This CPU's speed for ``dtypes`` at ``threads`` threads, measured now (under a second a dtype)."""
+    return CpuSpeed(
+        matmul_flops=MappingProxyType({dtype: matmul_flops(dtype, threads) for dtype in dtypes}),
+        memory_bandwidth=copy_bandwidth(),
+        threads=threads,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+_LOCK = threading.Lock()
+_KNOWN: dict[str, CpuSpeed] = {}  # this process's speeds by machine_key: read or measured once
+_GIVEN: list[CpuSpeed] = []  # a speed handed in (use_speed): read instead of any measured one
+
+
+def use_speed(speed: CpuSpeed | None) -> None:
+    """Take ``speed`` as this machine's for every thread count (a test's, never measured), or None to measure."""
+    with _LOCK:
+        _GIVEN[:] = [] if speed is None else [speed]
+
+
+def _read_cache(path: Path) -> dict[str, object]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or a file another version left unreadable: measure again
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cpu_speed(dtype: str, threads: int) -> CpuSpeed:
+    """This CPU's speed at ``threads`` threads, with ``dtype``'s matmul in it: the speed handed in, else the one
+    this process or an earlier one measured (``machine.json``), else measured now and kept there."""
+    key = machine_key(threads)
+    with _LOCK:
+        if _GIVEN:
+            return _GIVEN[0]
+        known = _KNOWN.get(key)
+        if known is None:
+            try:
+                known = CpuSpeed.from_dict(_read_cache(cache_path()).get(key) or {})  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                known = CpuSpeed(threads=threads)
+        if dtype not in known.matmul_flops or known.memory_bandwidth is None:
+            measured = measure_speed((dtype,), threads)
+            known = CpuSpeed(
+                matmul_flops=MappingProxyType({**known.matmul_flops, **measured.matmul_flops}),
+                memory_bandwidth=measured.memory_bandwidth,
+                threads=threads,
+                measured_at=measured.measured_at,
+            )
+            _write_cache(key, known)
+        _KNOWN[key] = known
+        return known
+
+
+def _write_cache(key: str, speed: CpuSpeed) -> None:
+    """Keep ``speed`` under ``key`` in ``machine.json`` (written whole, then renamed: a reader never sees half)."""
+    path = cache_path()
+    data = _read_cache(path)
+    data[key] = speed.to_dict()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        partial.replace(path)
+    except OSError:  # a read-only home: the speed is still this process's for its life
+        pass
