@@ -15,6 +15,7 @@ from ..errors import SpecError
 from ..fact import Fact, worded
 from ..model.selective import selective_key
 from ..spec import RunSpec
+from .work import StepWork
 
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted"]
 BusyReason = Literal["load", "spread", "shared"]
@@ -322,6 +323,9 @@ class RunResult:
     reason: Fact | None = None  # for status "does_not_fit": what did not fit and what to try (``message``: its English)
     # Across ranks (spec.world_size > 1): every rank measured, or rank 0 simulated; the fields above are rank 0's.
     ranks: list[RankResult] = field(default_factory=list)
+    # A simulation's ops, counted as they ran (FLOPs, bytes, kernels by phase and layer; ckptlab.step.opcount), rank 0's
+    # under FSDP2; None for a measured run. Its JSON is a summary by phase and by layer (StepWork.summary).
+    work: StepWork | None = None
 
     @property
     def message(self) -> str:
@@ -343,6 +347,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["work"] = None if self.work is None else self.work.summary()
         data["plan_matches"] = self.plan_matches
         data["mixed_precision_via"] = self.spec.mixed_precision_via  # "none", "autocast" or "fsdp2"
         data["provenance"]["label"] = self.provenance.label
