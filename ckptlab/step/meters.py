@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 import torch
 import torch.nn as nn
-from torch.distributed._tools import mod_tracker as _mod_tracker
 from torch._guards import active_fake_mode
+from torch.distributed._tools import mod_tracker as _mod_tracker
 from torch.distributed._tools.mem_tracker import (
     _TOTAL_KEY,
     MemTracker,

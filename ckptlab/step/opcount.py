@@ -153,7 +153,7 @@ def _tensors(values: Sequence[Any], into: list[torch.Tensor]) -> None:
 class _Op:
     """What the counter knows of an op overload, found once."""
 
-    __slots__ = ("counted", "formula", "name", "collective")
+    __slots__ = ("collective", "counted", "formula", "name")
 
     def __init__(self, func: Any) -> None:
         packet = _packet_name(func)

@@ -42,8 +42,8 @@ from ..model.plan import CP, Role
 from ..results import LayerResult, MemoryResult, TimelinePoint
 from ..spec import RunSpec
 from .fold import NotDerivable, SimulatedStep
-from .opcount import NotCombinable, StretchWork, combine
 from .meters import HOST, LOGITS, tracker_breakdown
+from .opcount import NotCombinable, StretchWork, combine
 from .probe import region_for
 from .simulate import offload_fields, simulate_depth
 
