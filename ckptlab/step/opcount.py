@@ -14,8 +14,8 @@ rerun of a checkpointed layer included; with a :class:`WorkCounter` it hands eac
   module is not imported: it imports ``torch._inductor`` (3 s of a simulation's process), and the rule is three
   lines. An in-place op reads and writes its tensor: both count.
 - **Phase** from the probe's event (``probe.EVENTS``): forward, loss, backward, optimizer (the gradient norm and the
-  step); inside a layer's backward an op that runs with grad mode on is the checkpoint's recompute (``rerun``: torch's
-  checkpoint recomputes under ``enable_grad``, the autograd engine runs the gradients without); FSDP2's collectives
+  step); inside a layer's backward an op that runs under torch's recomputation hooks is the checkpoint's recompute
+  (``rerun``, :func:`recomputing`); FSDP2's collectives
   (``c10d``'s ops) are ``collective``; offload's copies to the host and back (``HostLedger``) are ``offload``.
 - **Layer**: the event's layer (None outside the decoder layers).
 
@@ -50,6 +50,10 @@ COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
 # aliases views are not in their schema (views are: ``OpOverload.is_view``).
 _NO_KERNEL = frozenset(
     {
+        "prim.device",
+        "profiler._record_function_enter",
+        "profiler._record_function_enter_new",
+        "profiler._record_function_exit",
         "aten.empty",
         "aten.empty_strided",
         "aten.empty_like",
@@ -107,6 +111,12 @@ def dequantize_4bit_flops(packed: Any, absmax: Any, *args: Any, out_val: Any = N
     return int(out_val.numel())
 
 
+def gemm_4bit_flops(inputs: Any, packed: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    """bitsandbytes' fused 4-bit matmul (its forward on the CPU backend): the matmul's ``2 x m x k x n``, the
+    dequantization inside it not counted (its bytes are the 4-bit weight's, counted as any op's)."""
+    return 2 * int(out_val.numel()) * int(inputs.shape[-1])
+
+
 # By the op packet's qualified name (bitsandbytes registers its ops when imported, which a run without a 4-bit base
 # never does), each tested against a hand count in tests/step/test_opcount.py.
 LAB_FORMULAS: dict[str, Callable[..., int]] = {
@@ -114,6 +124,7 @@ LAB_FORMULAS: dict[str, Callable[..., int]] = {
     "aten._scaled_dot_product_flash_attention_for_cpu_backward": flash_for_cpu_backward_flops,
     "aten._grouped_mm": grouped_mm_flops,
     "bitsandbytes.dequantize_4bit": dequantize_4bit_flops,
+    "bitsandbytes.gemm_4bit": gemm_4bit_flops,
 }
 
 
@@ -125,6 +136,18 @@ def formula_for(func: Any) -> Callable[..., int] | None:
 
 def _packet_name(func: Any) -> str:
     return f"{func.namespace}.{func.overloadpacket.__name__}"
+
+
+def recomputing() -> bool:
+    """Whether the op running now is a checkpoint's recompute: torch's non-reentrant checkpoint runs it under its
+    ``_recomputation_hook`` (saved-tensor hooks), the innermost while it runs. Grad mode cannot tell: the recompute
+    enables it, but an autograd Function's forward (bitsandbytes' 4-bit matmul) runs without it in the recompute too.
+    """
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    return hooks is not None and getattr(hooks[0], "__qualname__", "").startswith(_RECOMPUTATION_HOOK)
+
+
+_RECOMPUTATION_HOOK = torch.utils.checkpoint._recomputation_hook.__name__ + "."
 
 
 def tensor_bytes(tensor: torch.Tensor) -> int:
@@ -207,8 +230,8 @@ class WorkCounter:
             cost = self._costs[key] = self._cost(known, func, args, kwargs or {}, out, inputs, outputs)
         if known.collective:
             phase = "collective"
-        elif self._in_layer_backward and torch.is_grad_enabled():
-            phase = "rerun"  # the checkpoint's recompute (the module's docstring)
+        elif self._in_layer_backward and recomputing():
+            phase = "rerun"
         else:
             phase = self._phase
         self.stretches[-1][(phase, cost)] += 1
