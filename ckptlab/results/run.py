@@ -370,7 +370,8 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        """Rebuild a result from :meth:`to_dict` output (derived keys are ignored)."""
+        """Rebuild a result from :meth:`to_dict` output (derived keys are ignored, and so is ``work``: its JSON is a
+        summary, not the items; the rebuilt result has none)."""
 
         def build(kind: type, values: dict[str, Any] | None) -> Any:
             if values is None:

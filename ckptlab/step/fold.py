@@ -127,9 +127,13 @@ class Reduction:
                     before = by_key_two[(key[0], ("middle", 1, key[1][2]), key[2], key[3])]  # unit 1: one more before
                     value = _combine(point, before, after, unit, full_units - 1 - unit)
                     timeline.append(self._relabel(value, key, unit=unit))
+                    # A stretch's ops are its own, not a sum over the units before it as its bytes are: they depend on
+                    # whether the layers next to it are the head's and the tail's or middle units' (FSDP2 gathers the
+                    # next layer's parameters ahead, in the forward the one above, in the backward the one below).
+                    # Unit 0 of the two-unit copy has the head below, unit 1 the tail above.
                     works.append(
                         _combined_work(
-                            _grown_by(unit, full_units - 1 - unit),
+                            _grown_by(min(unit, 1), min(full_units - 1 - unit, 1)),
                             work_one[1 + point.order],
                             work_two[(key[0], ("middle", 1, key[1][2]), key[2], key[3])],
                             work_two[key],

@@ -35,7 +35,7 @@ import torch
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from ..results import Region, TimelinePoint
-from ..results.work import OpCost, StepWork, WorkItem
+from ..results.work import PHASES, OpCost, StepWork, WorkItem
 
 # What one stretch of a step ran: (phase, cost) -> how many times.
 StretchWork = Mapping[tuple[str, OpCost], int]
@@ -272,7 +272,8 @@ class WorkCounter:
 
 def step_work(stretches: Sequence[StretchWork], timeline: Sequence[TimelinePoint]) -> StepWork:
     """The step's :class:`StepWork` from its stretches (the first before the first event, then one per point of
-    ``timeline``, whose layer each stretch's ops are tagged with): one item per phase, layer and cost."""
+    ``timeline``, whose layer each stretch's ops are tagged with): one item per phase, layer and cost, in the order of
+    :data:`PHASES`, then the layer (None first), then the cost."""
     if len(stretches) != len(timeline) + 1:
         raise RuntimeError(f"{len(stretches)} stretches of work for {len(timeline)} events")
     grouped: dict[tuple[str, int | None, OpCost], int] = {}
@@ -280,34 +281,45 @@ def step_work(stretches: Sequence[StretchWork], timeline: Sequence[TimelinePoint
         for (phase, cost), count in stretch.items():
             key = (phase, layer, cost)
             grouped[key] = grouped.get(key, 0) + count
-    return StepWork(tuple(WorkItem(phase, layer, cost, count) for (phase, layer, cost), count in grouped.items()))
+    # In one order whatever the stretches' (the fold's and the replay's combine theirs): by phase, layer and cost.
+    items = sorted(grouped.items(), key=lambda entry: _item_order(*entry[0]))
+    return StepWork(tuple(WorkItem(phase, layer, cost, count) for (phase, layer, cost), count in items))
+
+
+def _item_order(phase: str, layer: int | None, cost: OpCost) -> tuple[Any, ...]:
+    return PHASES.index(phase), -1 if layer is None else layer, cost.op, cost.dtype, cost.flops, cost.bytes
 
 
 def combine(op: Callable[..., int], first: StretchWork, *others: StretchWork) -> dict[tuple[str, OpCost], int]:
-    """Stretches combined count by count with ``op`` (the fold's and the replay's affine steps over depths).
+    """Stretches combined count by count with ``op`` (the fold's and the replay's steps over depths), a cost absent
+    from a stretch counting 0 there.
 
-    A cost every stretch has combines its counts. A call whose cost changes with the depth (the gradient norm's
-    norm of the per-parameter norms, a fused or foreach optimizer op: one call, more bytes) is in some stretches and
-    not others: those calls, paired in order of size within each op, phase and dtype, combine cost by cost.
+    A call whose cost changes with the depth (the gradient norm's norm of the per-parameter norms, a fused or foreach
+    optimizer op: one call, more bytes) is in some stretches and not others, and its counts would go negative: within
+    its op, phase and dtype, the costs every stretch has combine their counts, and the others, paired in order of
+    size, combine cost by cost.
 
     Raises:
-        NotCombinable: an op's calls neither keep their costs nor pair up across the stretches.
+        NotCombinable: an op's calls neither give counts nor pair up across the stretches.
     """
     works = (first, *others)
-    keys = list(dict.fromkeys(key for work in works for key in work))
+    groups: dict[tuple[str, str, str], list[tuple[str, OpCost]]] = {}
+    for key in dict.fromkeys(key for work in works for key in work):
+        groups.setdefault((key[0], key[1].op, key[1].dtype), []).append(key)
     result: dict[tuple[str, OpCost], int] = {}
-    moving: dict[tuple[str, str, str], list[tuple[str, OpCost]]] = {}
-    for key in keys:
-        if all(key in work for work in works):
-            count = op(*(work[key] for work in works))
-            if count < 0:
-                raise NotCombinable(f"{key[1].op}'s count in {key[0]} does not grow with the depth")
-            if count:
-                result[key] = count
-        else:
-            moving.setdefault((key[0], key[1].op, key[1].dtype), []).append(key)
-    for (phase, name, dtype), group in moving.items():
-        calls = [sorted(((key[1], work[key]) for key in group if key in work), key=_by_size) for work in works]
+    for (phase, name, dtype), keys in groups.items():
+        counts = {key: op(*(work.get(key, 0) for work in works)) for key in keys}
+        if all(count >= 0 for count in counts.values()):
+            result.update({key: count for key, count in counts.items() if count})
+            continue
+        moving = [key for key in keys if not all(key in work for work in works)]
+        for key in keys:
+            if key not in moving:
+                if counts[key] < 0:
+                    raise NotCombinable(f"{name}'s count in {phase} does not grow with the depth")
+                if counts[key]:
+                    result[key] = counts[key]
+        calls = [sorted(((key[1], work[key]) for key in moving if key in work), key=_by_size) for work in works]
         if any([count for _, count in call] != [count for _, count in calls[0]] for call in calls):
             raise NotCombinable(f"{name}'s calls in {phase} do not pair up across depths")
         for paired in zip(*calls):
