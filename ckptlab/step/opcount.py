@@ -299,6 +299,8 @@ def combine(op: Callable[..., int], first: StretchWork, *others: StretchWork) ->
     its op, phase and dtype, the costs every stretch has combine their counts, and the others, paired in order of
     size, combine cost by cost.
 
+    ``op`` raises :class:`NotCombinable` where it finds no whole number.
+
     Raises:
         NotCombinable: an op's calls neither give counts nor pair up across the stretches.
     """
@@ -308,17 +310,21 @@ def combine(op: Callable[..., int], first: StretchWork, *others: StretchWork) ->
         groups.setdefault((key[0], key[1].op, key[1].dtype), []).append(key)
     result: dict[tuple[str, OpCost], int] = {}
     for (phase, name, dtype), keys in groups.items():
-        counts = {key: op(*(work.get(key, 0) for work in works)) for key in keys}
+        try:
+            counts = {key: op(*(work.get(key, 0) for work in works)) for key in keys}
+        except NotCombinable:  # ``op`` found no whole count: a moving call's
+            counts = {key: -1 for key in keys}
         if all(count >= 0 for count in counts.values()):
             result.update({key: count for key, count in counts.items() if count})
             continue
         moving = [key for key in keys if not all(key in work for work in works)]
         for key in keys:
             if key not in moving:
-                if counts[key] < 0:
+                count = op(*(work[key] for work in works))
+                if count < 0:
                     raise NotCombinable(f"{name}'s count in {phase} does not grow with the depth")
-                if counts[key]:
-                    result[key] = counts[key]
+                if count:
+                    result[key] = count
         calls = [sorted(((key[1], work[key]) for key in moving if key in work), key=_by_size) for work in works]
         if any([count for _, count in call] != [count for _, count in calls[0]] for call in calls):
             raise NotCombinable(f"{name}'s calls in {phase} do not pair up across depths")

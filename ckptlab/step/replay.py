@@ -457,7 +457,10 @@ class _DepthFit:
         stretches = [self._work[at].get((kind, micro_batch), {}) for at in (low, high)]
 
         def grown(at_low: int, at_high: int) -> int:
-            return _between(at_low, at_high, depth - low, high - low)
+            change = (at_high - at_low) * (depth - low)
+            if change % (high - low):
+                raise NotCombinable("a count or a cost does not grow by whole units with the depth")
+            return at_low + change // (high - low)
 
         try:
             return combine(grown, *stretches)
