@@ -263,7 +263,7 @@ class _LeanMemTracker(MemTracker):
         self._logits_now = 0  # bytes in float32 logits now
         self._region_peak_logits = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
         # The ops MemTracker accounts: not DTensor's (it answers NotImplemented and sees the local ops that follow),
         # nor those DTensor's shape propagation runs in a fake mode of its own.

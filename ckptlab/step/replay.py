@@ -303,7 +303,10 @@ class Sources:
         """
         if self.work is None:
             return None
-        works = [self.work[("prelude", *_signature(roles))]]
+        prelude = ("prelude", *_signature(roles))
+        if prelude not in self.work:
+            raise NotDerivable(f"no recorded step counted the start {prelude}")
+        works = [self.work[prelude]]
         for point in points:
             if point.kind in AFFINE_KINDS:
                 works.append(self._grown.work(point.kind, point.micro_batch, len(roles)))
