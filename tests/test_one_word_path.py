@@ -23,6 +23,8 @@ INTERNAL = {
     "NotImplementedError": "a branch the lab never takes (a reduce-scatter op gloo's ranks do not run)",
     "AssertionError": "a broken invariant",
     "NotDerivable": "step.replay's signal to fall back to the fold, caught there and never shown",
+    "NotCombinable": "step.opcount's signal that counted ops do not combine across depths, caught by the fold and the "
+    "replay and never shown",
     "AttributeError": "Python's own protocol of a module's __getattr__",
     "MissingKeyError": "a key the code asks for is missing from en.json: a bug the locale tests catch",
     "IndexError": "an event index outside a timeline: a caller's bug",

@@ -16,6 +16,7 @@ from ..fact import Fact, worded
 from ..model.selective import selective_key
 from ..spec import RunSpec
 from .allocations import AllocationTrace, DeviceTotal
+from .work import StepWork
 
 # "predicted-roofline": a step's time from its counted ops on a device's speed (explore/roofline), not the formula.
 Kind = Literal["measured-cuda", "measured-cpu", "simulated", "predicted", "predicted-roofline"]
@@ -348,6 +349,9 @@ class RunResult:
     allocations: AllocationTrace | None = field(default=None, repr=False, compare=False)
     # What nvidia-smi will show on a GPU (``ckptlab.explore.device.device_total``), term by term, where asked.
     device_total: DeviceTotal | None = None
+    # A simulation's ops, counted as they ran (FLOPs, bytes, kernels by phase and layer; ckptlab.step.opcount), rank 0's
+    # under FSDP2; None for a measured run. Its JSON is a summary by phase and by layer (StepWork.summary).
+    work: StepWork | None = None
 
     @property
     def message(self) -> str:
@@ -370,6 +374,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(replace(self, allocations=None))
         del data["allocations"]
+        data["work"] = None if self.work is None else self.work.summary()
         data["plan_matches"] = self.plan_matches
         data["mixed_precision_via"] = self.spec.mixed_precision_via  # "none", "autocast" or "fsdp2"
         data["provenance"]["label"] = self.provenance.label
@@ -395,7 +400,8 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        """Rebuild a result from :meth:`to_dict` output (derived keys are ignored)."""
+        """Rebuild a result from :meth:`to_dict` output (derived keys are ignored, and so is ``work``: its JSON is a
+        summary, not the items; the rebuilt result has none)."""
 
         def build(kind: type, values: dict[str, Any] | None) -> Any:
             if values is None:

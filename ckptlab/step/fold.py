@@ -18,6 +18,7 @@ from typing import Any
 
 from ..results import LayerResult, MemoryResult, TimelinePoint
 from ..results.allocations import AllocationTrace
+from .opcount import NotCombinable, StretchWork, combine
 from .probe import region_for
 
 
@@ -35,6 +36,9 @@ class SimulatedStep:
     layers: list[LayerResult]
     host_bytes: int  # bytes offload held in host memory at the end of the forward
     allocations: AllocationTrace | None = None  # the step's births and frees in order, where they were recorded
+    # The ops each stretch ran (:mod:`.opcount`): before the first event, then one per point of memory.timeline;
+    # None where they were not counted, or did not fold.
+    work: tuple[StretchWork, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,10 @@ class Reduction:
         by_key_two = {self._key(point, two.depth): point for point in timeline_two}
         timeline: list[TimelinePoint] = []
         block: list[tuple[TimelinePoint, tuple[Any, ...]]] = []  # consecutive events of the middle unit
+        # A stretch's ops fold as its bytes do: the same affine steps, count by count (opcount.combine).
+        work_one = _stretch_work(one)
+        work_two = {self._key(point, two.depth): work for point, work in zip(timeline_two, _stretch_work(two)[1:])}
+        works: list[StretchWork] = []
 
         def flush_block() -> None:
             # The shallow copy has one middle unit; the full model walks all of them, each
@@ -121,14 +129,32 @@ class Reduction:
                     before = by_key_two[(key[0], ("middle", 1, key[1][2]), key[2], key[3])]  # unit 1: one more before
                     value = _combine(point, before, after, unit, full_units - 1 - unit)
                     timeline.append(self._relabel(value, key, unit=unit))
+                    # A stretch's ops are its own, not a sum over the units before it as its bytes are: they depend on
+                    # whether the layers next to it are the head's and the tail's or middle units' (FSDP2 gathers the
+                    # next layer's parameters ahead, in the forward the one above, in the backward the one below).
+                    # Unit 0 of the two-unit copy has the head below, unit 1 the tail above.
+                    works.append(
+                        _combined_work(
+                            _grown_by(min(unit, 1), min(full_units - 1 - unit, 1)),
+                            work_one[1 + point.order],
+                            work_two[(key[0], ("middle", 1, key[1][2]), key[2], key[3])],
+                            work_two[key],
+                        )
+                    )
             block.clear()
 
+        works.append(_combined_work(_grown_by(full_units - 1, 0), work_one[0], _stretch_work(two)[0], work_one[0]))
         for point, key in zip(timeline_one, keys_one):
             if key[1][0] == "middle":
                 block.append((point, key))
                 continue
             flush_block()
             timeline.append(self._relabel(_affine(point, by_key_two[key], full_units - 1), key, unit=0))
+            works.append(
+                _combined_work(
+                    _grown_by(full_units - 1, 0), work_one[1 + point.order], work_two[key], work_one[1 + point.order]
+                )
+            )
         flush_block()
         timeline = [replace(point, order=order) for order, point in enumerate(timeline)]
         peak_point = max(timeline, key=lambda point: point.region_peak_bytes)
@@ -156,6 +182,7 @@ class Reduction:
             memory=memory,
             layers=layers,
             host_bytes=_grow(one.host_bytes, two.host_bytes, full_units - 1),
+            work=None if one.work is None or two.work is None or any(w is None for w in works) else tuple(works),
         )
 
     def stretch_keys(self, step: SimulatedStep) -> list[tuple[Any, int | None]]:
@@ -197,6 +224,24 @@ class Reduction:
             # by an earlier layer, as in unit 1 of the two-unit copy.
             row = two.layers[self.head + self.unit + place[2]]
         return replace(row, index=index, name=f"L{index + 1}")
+
+
+def _stretch_work(step: SimulatedStep) -> tuple[StretchWork, ...]:
+    """A shallow step's stretches of work (none counted: empty ones, and the fold's result has no work)."""
+    return step.work if step.work is not None else ({},) * (len(step.memory.timeline) + 1)
+
+
+def _grown_by(units_before: int, units_after: int) -> Callable[..., int]:
+    """``base`` grown by ``units_before`` steps of ``before - base`` and ``units_after`` of ``after - base``."""
+    return lambda base, before, after: base + units_before * (before - base) + units_after * (after - base)
+
+
+def _combined_work(op: Callable[..., int], base: StretchWork, before: StretchWork, after: StretchWork) -> Any:
+    """Stretches of work combined as :func:`_combine` combines a point's bytes; None where they do not combine."""
+    try:
+        return combine(op, base, before, after)
+    except NotCombinable:
+        return None
 
 
 def _grow(one: int, two: int, extra_units: int) -> int:

@@ -53,6 +53,7 @@ from ..spec import RunSpec
 from ..torchstate import exclusive, measuring_threads
 from .meters import LogitsShape, TraceSink, TrackerMeter, clock_for, machine_load, meter_for
 from .modelstate import ModelState
+from .opcount import WorkCounter
 from .preflight import check_spec, load_model
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .provenance import model_summary, provenance_for
@@ -280,25 +281,29 @@ def observe_memory(
     device: torch.device,
     recipe: Recipe | None = None,
     trace: TraceSink | None = None,
+    work: WorkCounter | None = None,
 ) -> tuple[MemoryResult, list[LayerCounts]]:
     """One step under the device's meter: baseline, resident after the forward, timeline and peak.
 
     With gradient accumulation, "after the forward" is after the last micro-batch's forward: the
     gradients of the others are held then, as in the rest of the step. A ``trace`` is told every
-    change the meter sees (where it follows tensors: ``ckptlab.step.replay``).
+    change the meter sees (where it follows tensors: ``ckptlab.step.replay``), and ``work`` counts every op
+    the meter sees, stretch by stretch of the timeline (``ckptlab.step.opcount``: a simulation's).
 
     Returns:
         The memory figures, and the probe's per-layer counts (calls, reruns, saved bytes) of that step.
     """
     gc.collect()
     optimizer = recipe.optimizer if recipe is not None else None
-    meter = meter_for(model, device, optimizer, logits_shape(model, batch), trace)
+    meter = meter_for(model, device, optimizer, logits_shape(model, batch), trace, work)
     with meter.watching():
         baseline = meter.current()
         baseline_breakdown = meter.breakdown()
         recorder = StepRecorder(meter)
 
         def on_region(region: Region) -> None:
+            if work is not None:
+                work.enter(region)
             if region.kind == "micro_batch":
                 meter.next_micro_batch()
             recorder(region)

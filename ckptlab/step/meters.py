@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import torch
 import torch.nn as nn
+from torch._guards import active_fake_mode
 from torch.distributed._tools import mod_tracker as _mod_tracker
 from torch.distributed._tools.mem_tracker import (
     _TOTAL_KEY,
@@ -194,6 +195,13 @@ class TraceSink(Protocol):
         """``storages`` are layer ``layer``'s input from now on (whoever made them)."""
 
 
+class OpSink(Protocol):
+    """Receives every op the tracker accounts, as it runs (``ckptlab.step.opcount.WorkCounter``: the step's work)."""
+
+    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any) -> None:
+        """``func`` ran on ``args`` and ``kwargs`` and returned ``out``."""
+
+
 def reftype_name(reftype: object) -> str:
     """MemTracker's name of a reference type (its str enums and the plain "Total" alike)."""
     return str(getattr(reftype, "value", reftype))
@@ -224,19 +232,35 @@ class _LeanMemTracker(MemTracker):
     keeps the device-wide peak and its breakdown exactly as the stock code computes them
     (``tests/step/test_meters.py`` compares the two), and adds the peak since the last
     :meth:`take_region_peak`, so a timeline can say how high memory rose between two events. A
-    ``trace`` (:class:`TraceSink`) is told every change on the device as it happens.
+    ``trace`` (:class:`TraceSink`) is told every change on the device as it happens, and ``ops``
+    (:class:`OpSink`) every op the tracker accounts, in the same dispatch (the simulation counts its work there).
     """
 
-    def __init__(self, device: torch.device, logits: LogitsShape | None = None, trace: TraceSink | None = None) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        logits: LogitsShape | None = None,
+        trace: TraceSink | None = None,
+        ops: OpSink | None = None,
+    ) -> None:
         super().__init__()
         self._device = device
         self._trace = trace
+        self._ops = ops
         self._region_peak = 0
         self._region_peak_snap: dict = {}
         self._logits = logits
         self._logits_counted: dict[int, int] = {}  # id of a logits storage's _WeakRefInfo -> its bytes counted now
         self._logits_now = 0  # bytes in float32 logits now
         self._region_peak_logits = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        # The ops MemTracker accounts: not DTensor's (it answers NotImplemented and sees the local ops that follow),
+        # nor those DTensor's shape propagation runs in a fake mode of its own.
+        if self._ops is not None and out is not NotImplemented and active_fake_mode() is self._fake_mode_on_entry:
+            self._ops.op(func, args, kwargs, out)
+        return out
 
     def _track_module_params_and_buffers(self, module: nn.Module, install_grad_hooks: bool = True) -> tuple[int, int]:
         # Stock MemTracker hooks every parameter's gradient, and torch refuses a hook on a tensor
@@ -343,12 +367,14 @@ class TrackerMeter:
         optimizer: torch.optim.Optimizer | None = None,
         logits: LogitsShape | None = None,
         trace: TraceSink | None = None,
+        ops: OpSink | None = None,
     ) -> None:
         self.device = device
         self._model = model
         self._optimizer = optimizer
         self._logits = logits
         self._trace = trace
+        self._ops = ops
         self._tracker: _LeanMemTracker | None = None
         self._grad_hooks: list[RemovableHandle] = []  # ModTracker's, registered in this step's forwards so far
         self._last_peak_snap: dict = {}
@@ -357,7 +383,7 @@ class TrackerMeter:
     @contextmanager
     def watching(self) -> Iterator[TrackerMeter]:
         # A fresh tracker per step: MemTracker refuses a second iteration of the same root module.
-        self._tracker = _LeanMemTracker(self.device, self._logits, self._trace)
+        self._tracker = _LeanMemTracker(self.device, self._logits, self._trace, self._ops)
         external: list[nn.Module | torch.optim.Optimizer] = [self._model]
         if self._optimizer is not None:  # MemTracker skips a None too; its stub takes none
             external.append(self._optimizer)
@@ -520,13 +546,14 @@ def meter_for(
     optimizer: torch.optim.Optimizer | None = None,
     logits: LogitsShape | None = None,
     trace: TraceSink | None = None,
+    ops: OpSink | None = None,
 ) -> CudaMeter | TrackerMeter:
     """The memory meter the lab trusts on ``device``, counting ``model``'s tensors and ``optimizer``'s state (and,
-    where it follows tensors, the float32 ``logits``; a ``trace`` is told every change, where the meter follows
-    tensors)."""
+    where it follows tensors, the float32 ``logits``; a ``trace`` is told every change, and ``ops`` every op, where
+    the meter follows tensors)."""
     if device.type == "cuda":
         return CudaMeter(device, model, optimizer)
-    return TrackerMeter(model, device, optimizer, logits, trace)
+    return TrackerMeter(model, device, optimizer, logits, trace, ops)
 
 
 def machine_load(

@@ -43,6 +43,7 @@ from ..results import LayerResult, MemoryResult, TimelinePoint
 from ..spec import RunSpec
 from .fold import NotDerivable, SimulatedStep
 from .meters import HOST, LOGITS, tracker_breakdown
+from .opcount import NotCombinable, StretchWork, combine
 from .probe import region_for
 from .simulate import offload_fields, simulate_depth
 
@@ -249,11 +250,14 @@ class Sources:
         self.steps, self.sized = list(steps), list(sized)
         self.local: dict[tuple[Any, ...], tuple[Segment, ...]] = {}
         self.near: dict[tuple[tuple[Any, ...], Any], tuple[dict[str, int], ...]] = {}
+        # The ops of each kind of stretch (opcount): a stretch's own, whatever its neighbours; None: not counted.
+        self.work: dict[tuple[Any, ...], StretchWork] | None = {}
         for step in self.steps:
             self._put(self.local, ("prelude", *_signature(step.roles)), step.prelude)
             for point, segments in zip(step.step.memory.timeline, step.stretches):
                 if point.kind not in AFFINE_KINDS:
                     self._take(step, point, segments)
+            self._take_work(step)
         self._grown = _DepthFit(sized)
         self._effects: dict[tuple[Any, ...], _Effect] = {}  # a table's many alike stretches replay one effect
 
@@ -279,6 +283,39 @@ class Sources:
                     raise NotDerivable(f"a layer two or more away changes {key}'s memory")
                 continue
             self._put(self.near, _near_name(key, label), found)
+
+    def _take_work(self, step: RecordedStep) -> None:
+        if step.step.work is None or self.work is None:
+            self.work = None
+            return
+        prelude, *stretches = step.step.work
+        self._put(self.work, ("prelude", *_signature(step.roles)), prelude)
+        for point, work in zip(step.step.memory.timeline, stretches):
+            if point.kind not in AFFINE_KINDS:
+                self._put(self.work, _stretch_key(point, step.roles), work)
+
+    def work_of(self, roles: Sequence[Role], points: Sequence[TimelinePoint]) -> tuple[StretchWork, ...] | None:
+        """The ops of each stretch of a plan ``roles`` whose events are ``points``, before the first one first;
+        None where the recorded steps were not counted.
+
+        Raises:
+            NotDerivable: no recorded step has a kind of stretch the plan has.
+        """
+        if self.work is None:
+            return None
+        prelude = ("prelude", *_signature(roles))
+        if prelude not in self.work:
+            raise NotDerivable(f"no recorded step counted the start {prelude}")
+        works = [self.work[prelude]]
+        for point in points:
+            if point.kind in AFFINE_KINDS:
+                works.append(self._grown.work(point.kind, point.micro_batch, len(roles)))
+                continue
+            key = _stretch_key(point, roles)
+            if key not in self.work:
+                raise NotDerivable(f"no recorded step counted a stretch {key}")
+            works.append(self.work[key])
+        return tuple(works)
 
     @staticmethod
     def _put(table: dict, key: Any, value: Any) -> None:
@@ -399,6 +436,39 @@ class _DepthFit:
         for depth, grown in by_depth.items():
             if self.at(depth) != grown:
                 raise NotDerivable(f"what grows with the depth is not affine at {depth} layers")
+        # The ops of the gradient norm's and the optimizer's stretches, by depth (counted steps only).
+        self._work: dict[int, dict[tuple[str, int], StretchWork]] = {}
+        for step in steps:
+            if step.step.work is not None:
+                work = {
+                    (point.kind, point.micro_batch): stretch
+                    for point, stretch in zip(step.step.memory.timeline, step.step.work[1:])
+                    if point.kind in AFFINE_KINDS
+                }
+                if self._work.setdefault(step.depth, work) != work:
+                    raise NotDerivable(f"two steps of {step.depth} layers differ in the ops that grow with the depth")
+
+    def work(self, kind: str, micro_batch: int, depth: int) -> StretchWork:
+        """The ops of a gradient norm's or an optimizer's stretch at ``depth`` layers, affine in the depth.
+
+        Raises:
+            NotDerivable: the steps of two depths do not give it.
+        """
+        if len(self._work) < 2:
+            raise NotDerivable("the ops that grow with the depth need counted steps of two depths")
+        low, high = min(self._work), max(self._work)
+        stretches = [self._work[at].get((kind, micro_batch), {}) for at in (low, high)]
+
+        def grown(at_low: int, at_high: int) -> int:
+            change = (at_high - at_low) * (depth - low)
+            if change % (high - low):
+                raise NotCombinable("a count or a cost does not grow by whole units with the depth")
+            return at_low + change // (high - low)
+
+        try:
+            return combine(grown, *stretches)
+        except NotCombinable as exc:
+            raise NotDerivable(str(exc)) from exc
 
     def at(self, depth: int) -> _Grown:
         low, high = self._by_depth[self._low], self._by_depth[self._high]
@@ -521,6 +591,7 @@ def derive(spec: RunSpec, roles: Sequence[Role], sources: Sources) -> SimulatedS
     if resident is None:
         raise NotDerivable("no recorded stretch holds the end of the forward")
     layers = [sources.row(roles, index) for index in range(depth)]
+    work = sources.work_of(roles, timeline)
     peak = max(timeline, key=lambda point: point.region_peak_bytes)  # the first of equal highs
     summary = MemoryResult(
         method=like.memory.method,
@@ -536,7 +607,7 @@ def derive(spec: RunSpec, roles: Sequence[Role], sources: Sources) -> SimulatedS
         logits_bytes_at_peak=peak.region_peak_logits_bytes,
         **offload_fields(spec, layers),
     )
-    return SimulatedStep(depth, summary, layers, host_high)
+    return SimulatedStep(depth, summary, layers, host_high, work=work)
 
 
 def _events(roles: Sequence[Role], like: Sequence[TimelinePoint]) -> Iterable[TimelinePoint]:

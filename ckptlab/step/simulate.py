@@ -97,6 +97,7 @@ from .fold import NotDerivable, Reduction, SimulatedStep
 from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory, offload_notes, reruns_inside_notes
 from .meters import HOST, TraceSink
+from .opcount import WorkCounter, step_work
 from .preflight import (
     resolve_dtype,
     simulated_device_type_of,
@@ -298,12 +299,13 @@ def simulate_depth(
     """
     # The copy keeps the real layers' per-layer settings in step with the layers it keeps (configs.layers_kept).
     config = catalog.config_with(config, {"num_hidden_layers": depth})
-    ledger = HostLedger(trace, as_cuda=simulated_device_type(spec) == "cuda")
+    work = WorkCounter()  # every op of the step, counted as the tracker sees it (:mod:`.opcount`)
+    ledger = HostLedger(trace, as_cuda=simulated_device_type(spec) == "cuda", work=work)
     # The fake process group and its mesh come first: made inside FakeTensorMode, the mesh fails.
     try:
         with fake_mesh(spec) as mesh, FakeTensorMode(), GroupedMmShapes(), simulating(ledger):
             model, enabled, memory, counts, host_bytes = _fake_step(
-                config, task, spec, dtype, ledger, mesh, roles, trace
+                config, task, spec, dtype, ledger, mesh, roles, trace, work
             )
     except DATA_DEPENDENT_ERRORS as exc:
         raise unsupported_moe_error(spec.model, config.model_type, exc) from exc
@@ -312,7 +314,7 @@ def simulate_depth(
     planned = planned_roles(len(modules), spec.every_n_layers) if roles is None else list(roles)
     layers = layer_results(modules, planned, enabled, counts, nested_in(model))
     memory = replace(memory, method=SIMULATED_MEMORY_METHOD, **offload_fields(spec, layers, ledger.as_cuda))
-    return SimulatedStep(depth, memory, layers, host_bytes)
+    return SimulatedStep(depth, memory, layers, host_bytes, work=work.counted())
 
 
 def offload_fields(spec: RunSpec, layers: Sequence[LayerResult], as_cuda: bool = True) -> dict[str, Any]:
@@ -331,6 +333,7 @@ def _fake_step(
     mesh,
     roles: Sequence[Role] | None,
     trace: TraceSink | None,
+    work: WorkCounter | None = None,
 ) -> tuple:
     """Build the model on fake tensors and observe one step (inside the simulation's modes)."""
     model = catalog.instantiate(catalog.without_quantization(config), task, dtype, simulated_attention(spec))
@@ -355,7 +358,7 @@ def _fake_step(
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:
         recipe = Recipe.for_spec(spec, trained, simulated_cuda=ledger.as_cuda)
         prime_state(recipe)  # no warm-up here: the state a real run holds from its second step
-        memory, counts = observe_memory(trained, batch, torch.device("cpu"), recipe, trace)
+        memory, counts = observe_memory(trained, batch, torch.device("cpu"), recipe, trace, work)
         del recipe
     return model, enabled, memory, counts, ledger.after_forward
 
@@ -391,6 +394,7 @@ def simulated_result(
         notes=notes,
         ranks=ranks,
         allocations=step.allocations,
+        work=None if step.work is None else step_work(step.work, step.memory.timeline),
     )
 
 
@@ -400,8 +404,11 @@ def simulated_result(
 class HostLedger:
     """Bytes the simulated offload holds in host memory (told, copy by copy, to a ``trace`` where there is one)."""
 
-    def __init__(self, trace: TraceSink | None = None, *, as_cuda: bool = True) -> None:
+    def __init__(
+        self, trace: TraceSink | None = None, *, as_cuda: bool = True, work: WorkCounter | None = None
+    ) -> None:
         self.as_cuda = as_cuda  # the step stands for a CUDA device (else the CPU: its attention kernels, no offload)
+        self.work = work  # told each copy's bytes, to the host and back (the step's offload work)
         self.current = 0
         self.after_forward = 0  # the most it held, reached when the forward ends
         self._trace = trace
@@ -443,6 +450,8 @@ class _SimulatedSaveOnCpu(saved_tensors_hooks):
             if not isinstance(tensor, FakeTensor) or ledger is None:
                 return ("real", real.pack_hook(tensor))
             nbytes = tensor.numel() * tensor.element_size()  # save_on_cpu copies into a dense host tensor
+            if ledger.work is not None:
+                ledger.work.copy(nbytes, tensor.dtype, to_host=True)
             # No reference to ``tensor``: the device copy is released as after a real copy to host.
             return ("fake", tensor.size(), tensor.dtype, tensor.device, nbytes, ledger, ledger.hold(nbytes))
 
@@ -451,6 +460,8 @@ class _SimulatedSaveOnCpu(saved_tensors_hooks):
                 return real.unpack_hook(packed[1])
             _, size, dtype, device, nbytes, ledger, copy = packed
             ledger.release(copy, nbytes)
+            if ledger.work is not None:
+                ledger.work.copy(nbytes, dtype, to_host=False)
             return torch.empty(size, dtype=dtype, device=device)  # the host-to-device copy allocates here
 
         super().__init__(pack, unpack)

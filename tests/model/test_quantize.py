@@ -11,6 +11,7 @@ import pytest
 
 from ckptlab import RunSpec
 from ckptlab.errors import SpecError
+from ckptlab.model.catalog import load_config
 from ckptlab.model.quantize import Quantization, load_quantization_file
 
 QLORA = {
@@ -101,6 +102,18 @@ def test_the_simulation_of_a_4bit_base_equals_its_measured_cpu_step_per_category
         assert simulated.memory.breakdown_at_peak.get(category) == pytest.approx(value, rel=0.01), category
     assert simulated.memory.peak_bytes == pytest.approx(measured.memory.peak_bytes, rel=0.01)
     assert simulated.memory.after_forward_bytes == pytest.approx(measured.memory.after_forward_bytes, rel=0.01)
+    # The simulation's work (ckptlab.step.opcount): bitsandbytes' 4-bit matmul counts its matmul, 2 x tokens x in x
+    # out, in the forward and again in the rerun (its autograd Function recomputes without grad mode: torch's
+    # recomputation hooks tell), and reads each weight at 4 bits with its block's scale.
+    config, _, _ = load_config("tiny-llama")
+    h, inter, tokens = config.hidden_size, config.intermediate_size, spec.seq_len
+    gemms = [item for item in simulated.work.items if item.cost.op == "bitsandbytes.gemm_4bit.default"]
+    for phase in ("forward", "rerun"):
+        done = sum(item.cost.flops * item.count for item in gemms if item.phase == phase)
+        assert done == config.num_hidden_layers * 2 * tokens * (4 * h * h + 3 * h * inter), phase
+    query = next(item.cost for item in gemms if item.cost.flops == 2 * tokens * h * h)
+    weight = query.bytes - 2 * tokens * h * 4  # less the float32 input read and output written
+    assert h * h // 2 <= weight < h * h // 2 * 1.1
     # The 4-bit states are counted with the parameters: the base's bytes are the packed weights and their states.
     model, _ = ckptlab.build_model("tiny-llama", quantization=spec.quantization)
     states = sum(

@@ -186,6 +186,7 @@ def test_the_fast_path_is_exact_under_fsdp():
     for name in ("baseline_bytes", "after_forward_bytes", "peak_bytes", "optimizer_state_bytes"):
         assert getattr(fast.memory, name) == getattr(full.memory, name), name
     assert fast.memory.breakdown_baseline == full.memory.breakdown_baseline
+    assert fast.work == full.work and full.work.kernels("collective") > 0  # FSDP2's all-gathers and reduce-scatters
 
 
 def test_a_simulation_refuses_to_run_beside_a_real_process_group():

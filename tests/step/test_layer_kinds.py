@@ -113,3 +113,4 @@ def test_the_fold_of_layers_that_differ_equals_simulating_every_layer(tmp_path, 
     fast, exact = simulate(spec), simulate(spec, fast=False)
     assert any(note.key == "note.extrapolated" for note in fast.notes)
     assert fast.memory == exact.memory and fast.layers == exact.layers
+    assert fast.work == exact.work is not None

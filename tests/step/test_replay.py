@@ -73,6 +73,7 @@ def test_every_replayed_setting_has_the_exact_simulations_bytes(case, shallower)
         exact = simulate(spec, fast=False)
         assert REPLAYED in _keys(result), f"{spec}: {_keys(result)}"
         assert _figures(result) == _figures(exact), spec
+        assert result.work == exact.work is not None, spec  # every op's FLOPs and bytes, by phase and layer
         # The notes are the exact simulation's but for how the layers were simulated.
         assert [key for key in _keys(result) if key != REPLAYED] == _keys(exact)
 

@@ -97,6 +97,7 @@ def test_the_fast_path_gives_the_bytes_of_simulating_every_layer(
     ):
         assert getattr(fast.memory, name) == getattr(full.memory, name), name
     assert fast.layers == full.layers
+    assert fast.work == full.work is not None  # every op's FLOPs and bytes, by phase and layer (opcount)
 
 
 # Every plan on the dense decoder; each other structure (GPT-2's Conv1D, BERT's encoder, MoE) off and at one role, its
