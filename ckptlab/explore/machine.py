@@ -25,7 +25,7 @@ from types import MappingProxyType
 from ..torchstate import exclusive
 
 MATMUL_SIZE = 1024  # large enough that a matmul runs at the BLAS kernel's speed, small enough for a few in < 1 s
-MATMUL_BUDGET_S = 0.15  # per dtype: repeat the matmul until this much time has gone (at least twice)
+MATMUL_TIME_S = 0.15  # per dtype: repeat the matmul until this much time has gone (at least twice)
 COPY_BYTES = 64 * 2**20  # one copy of this many bytes, larger than a CPU's caches, for the memory bandwidth
 
 
@@ -101,7 +101,7 @@ def matmul_flops(dtype: str, threads: int) -> float:
     try:
         torch.mm(a[:512, :512], b[:512, :512])  # the kernel's first call (its dispatch, its packing buffers)
         best, spent, runs = float("inf"), 0.0, 0
-        while runs < 2 or (spent < MATMUL_BUDGET_S and runs < 8):
+        while runs < 2 or (spent < MATMUL_TIME_S and runs < 8):
             start = time.perf_counter()
             torch.mm(a, b)
             took = time.perf_counter() - start

@@ -40,7 +40,7 @@ class _Stub:
 
     def result(self, spec: RunSpec, progress=None):
         _Stub.calls.append(spec)
-        return SimpleNamespace(spec=spec, memory=SimpleNamespace(peak_bytes=_peak(spec)))
+        return SimpleNamespace(spec=spec, memory=SimpleNamespace(peak_bytes=_peak(spec)), device_total=None)
 
 
 @pytest.fixture
