@@ -11,14 +11,12 @@ start over). Words come from the locale files.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 import ckptlab
-from ckptlab.lab import exercises, learnpage
-from ckptlab.lab.run import reference_spec
+from ckptlab.lab import learn, learnpage
 from ckptlab.results import RunResult
 from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure, focus_of
@@ -26,7 +24,6 @@ from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
 from ckptlab.show.i18n import number, t
 from ckptlab.show.wording import run_message
-from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
 from pages._common import language, run_through_app
 from pages._learn_runs import measured, simulated_qlora, simulated_sharding
@@ -36,32 +33,23 @@ run_through_app()
 state = st.session_state
 lang = language()
 
-PARTS = ("activation", "trade", "every_n", "keep", "attention", "offload", "peak", "shrink", "qlora", "shard", "step")
-BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
-LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
-# The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
-# full fine-tune and LoRA, at 512 tokens, where the activations weigh enough for the backward to hold the peak.
-FULL = replace(LONG, optimizer="adamw")
-LORA = replace(FULL, lora_rank=8)
+PARTS = tuple(part.name for part in learn.LESSON_PARTS)
+BASE, LONG, FULL, LORA = learn.LESSON_BASE, learn.LESSON_LONG, learn.LESSON_FULL, learn.LESSON_LORA
 
 
-def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
-    """``spec`` with every_n_layers ``n`` (None: checkpointing off, which run_queued measures as the baseline)."""
-    return reference_spec(spec) if n is None else replace(spec, every_n_layers=n)
-
-
-def need(*specs: RunSpec) -> list[RunResult]:
-    """Measure (or reuse) ``specs``, their results in order; stop the page with a message if they cannot run."""
-    asked = [spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in specs]
-    results = measured(asked, lang)
+def need(name: str) -> list[RunResult]:
+    """The runs part ``name`` draws (:data:`ckptlab.lab.learn.LESSON_PARTS`: the one list the warm-up measures too),
+    in its order; stop the page with a message if they cannot run yet."""
+    lesson_part = learn.lesson_part(name)
+    results = measured(lesson_part.asks(), lang)
     if results is None:  # being measured (the progress is shown) or failed: the part's words meanwhile
         st.markdown(t(f"lesson.{part}.body", lang))
         st.stop()
-    for spec in specs:
+    for spec in lesson_part.runs:
         if results[spec].status != "ok":
             st.error(run_message(results[spec], lang))
             st.stop()
-    return [results[spec] for spec in specs]
+    return [results[spec] for spec in lesson_part.runs]
 
 
 def figure_column() -> DeltaGenerator:
@@ -75,7 +63,7 @@ def go_next() -> None:
     state.lesson_part = PARTS[min(PARTS.index(state.lesson_part) + 1, len(PARTS) - 1)]
 
 
-STEP_SETTINGS = (None, 1, 2, 3)
+STEP_SETTINGS = learn.STEP_SETTINGS
 PLAY_SECONDS = 0.8  # between two events while playing: slow enough to read on a projector
 
 
@@ -155,7 +143,7 @@ forward.button(t("lesson.next", lang), key="lesson_next", on_click=go_next, disa
 st.subheader(t(f"lesson.{part}.title", lang), anchor=False)
 
 if part == "activation":
-    [off] = need(at(None))
+    [off] = need(part)
     figure = figure_column()
     figure.plotly_chart(
         step_figure(off, learnpage.loss_index(off), lang=lang), key="lesson_activation_chart", theme=None
@@ -164,7 +152,7 @@ if part == "activation":
     figure.caption(t("lesson.activation.caption", lang, mib=number(saved, ",.1f", lang), layers=len(off.layers)))
 
 elif part == "trade":
-    off, one = need(at(None), at(1))
+    off, one = need(part)
     figure = figure_column()
     figure.plotly_chart(runs_tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
     comparison = ckptlab.compare(one, off)
@@ -181,14 +169,14 @@ elif part == "trade":
     figure.plotly_chart(learnpage.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
 
 elif part == "every_n":
-    runs = need(*(at(n) for n in (None, 1, 2, 3)))
+    runs = need(part)  # off, n=1, 2, 3
     figure = figure_column()
     figure.plotly_chart(learnpage.run_diagram(runs[2], lang), key="lesson_every_n_diagram", theme=None)  # n=2
     figure.plotly_chart(runs_tradeoff_figure(runs, lang=lang), key="lesson_every_n_chart", theme=None)
     figure.caption(t("lesson.every_n.caption", lang))
 
 elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside keeping the attention
-    off, plain, kept = need(at(None), at(1), replace(at(1), selective="attention"))
+    off, plain, kept = need(part)
     figure = figure_column()
     figure.plotly_chart(diagram_figure(kept, lang=lang), key="lesson_keep_diagram", theme=None)
     bars = [
@@ -200,8 +188,7 @@ elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside 
     figure.caption(learnpage.keep_caption(plain, kept, lang))
 
 elif part == "attention":  # eager against SDPA, checkpointing off, at two lengths: the s^2 the fused kernels recompute
-    pairs = [(at(None, spec), at(None, replace(spec, attn_implementation="eager"))) for spec in (BASE, LONG)]
-    runs = need(*(spec for pair in pairs for spec in pair))
+    runs = need(part)  # SDPA, eager at the short length, then at the long one
     figure = figure_column()
     bars = [
         (t("lesson.attention.bar", lang, attention=run.spec.attn_implementation, seq=run.spec.seq_len), run)
@@ -211,7 +198,7 @@ elif part == "attention":  # eager against SDPA, checkpointing off, at two lengt
     figure.caption(learnpage.attention_caption([(runs[0], runs[1]), (runs[2], runs[3])], lang))
 
 elif part == "offload":
-    chosen = need(at(1), at(1, replace(LONG, seq_len=256)), at(1, LONG))
+    chosen = need(part)
     figure = figure_column()
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
     figure.caption(
@@ -224,7 +211,7 @@ elif part == "offload":
     )
 
 elif part == "peak":
-    short_off, short_on, long_off, long_on = need(at(None), at(1), at(None, LONG), at(1, LONG))
+    short_off, short_on, long_off, long_on = need(part)
     st.markdown(t("lesson.peak.body", lang))
     short, long = st.columns(2)
     short.plotly_chart(
@@ -246,7 +233,7 @@ elif part == "peak":
     )
 
 elif part == "shrink":
-    full_off, full_on, lora_off, lora_on = need(at(None, FULL), at(1, FULL), at(None, LORA), at(1, LORA))
+    full_off, full_on, lora_off, lora_on = need(part)
     figure = figure_column()
     off_words = t("setting.short_off", lang)
     bars = [
@@ -305,4 +292,4 @@ elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 
     figure.caption(learnpage.qlora_caption(qlora, lang))
 
 else:  # the step-through
-    draw_step_through(lambda n: need(at(n))[0], lang)
+    draw_step_through(lambda n: need(part)[STEP_SETTINGS.index(n)], lang)
