@@ -124,23 +124,26 @@ def draw_step_through(run_at: Callable[[int | None], RunResult], lang: str) -> N
         diagram = learnpage.run_diagram(run, lang, focus=focus_of(points[index]), height=230)
         st.plotly_chart(diagram, key="lesson_step_diagram", theme=None)
         st.caption(t("lesson.step.legend", lang))
+        st.caption(learnpage.source_caption([run], lang))
 
     stepper()
 
 
 st.title(t("lesson.page_title", lang), anchor=False)
-st.caption(t("lesson.setup", lang, model=BASE.model, seq=BASE.seq_len))
+st.caption(t("lesson.setup", lang))
 state.setdefault("lesson_part", PARTS[0])
-pick, forward = st.columns([6, 1], vertical_alignment="bottom")
-part = pick.segmented_control(
+# The picker has the page's whole width, so its eleven parts wrap onto a second line rather than run on under Next
+# (at 1280x720 a [6, 1] column showed parts 1-6 and cut "7. T…" behind the button); Next sits by the part's title.
+part = st.segmented_control(
     t("lesson.part", lang),
     PARTS,
     key="lesson_part",
     required=True,
     format_func=lambda name: f"{PARTS.index(name) + 1}. {t('lesson.' + name + '.tab', lang)}",
 )
+heading, forward = st.columns([6, 1], vertical_alignment="center")
+heading.subheader(t(f"lesson.{part}.title", lang), anchor=False)
 forward.button(t("lesson.next", lang), key="lesson_next", on_click=go_next, disabled=part == PARTS[-1], width="stretch")
-st.subheader(t(f"lesson.{part}.title", lang), anchor=False)
 
 if part == "activation":
     [off] = need(part)
@@ -150,6 +153,7 @@ if part == "activation":
     )
     saved = learnpage.saved_bytes(off) / MIB
     figure.caption(t("lesson.activation.caption", lang, mib=number(saved, ",.1f", lang), layers=len(off.layers)))
+    figure.caption(learnpage.source_caption([off], lang))
 
 elif part == "trade":
     off, one = need(part)
@@ -167,6 +171,7 @@ elif part == "trade":
         )
     )
     figure.plotly_chart(learnpage.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
+    figure.caption(learnpage.source_caption([off, one], lang))
 
 elif part == "every_n":
     runs = need(part)  # off, n=1, 2, 3
@@ -174,6 +179,7 @@ elif part == "every_n":
     figure.plotly_chart(learnpage.run_diagram(runs[2], lang), key="lesson_every_n_diagram", theme=None)  # n=2
     figure.plotly_chart(runs_tradeoff_figure(runs, lang=lang), key="lesson_every_n_chart", theme=None)
     figure.caption(t("lesson.every_n.caption", lang))
+    figure.caption(learnpage.source_caption(runs, lang))
 
 elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside keeping the attention
     off, plain, kept = need(part)
@@ -186,16 +192,15 @@ elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside 
     ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lesson_keep_chart", theme=None)
     figure.caption(learnpage.keep_caption(plain, kept, lang))
+    figure.caption(learnpage.source_caption([off, plain, kept], lang))
 
 elif part == "attention":  # eager against SDPA, checkpointing off, at two lengths: the s^2 the fused kernels recompute
     runs = need(part)  # SDPA, eager at the short length, then at the long one
     figure = figure_column()
-    bars = [
-        (t("lesson.attention.bar", lang, attention=run.spec.attn_implementation, seq=run.spec.seq_len), run)
-        for run in runs
-    ]
-    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=420), key="lesson_attention_chart", theme=None)
+    figure.plotly_chart(learnpage.attention_figure(runs, lang), key="lesson_attention_chart", theme=None)
+    figure.caption(learnpage.attention_shown(runs[0], runs[1], lang))
     figure.caption(learnpage.attention_caption([(runs[0], runs[1]), (runs[2], runs[3])], lang))
+    figure.caption(learnpage.source_caption(runs, lang))
 
 elif part == "offload":
     chosen = need(part)
@@ -209,6 +214,7 @@ elif part == "offload":
             seq=LONG.seq_len,
         )
     )
+    figure.caption(learnpage.source_caption(chosen, lang))
 
 elif part == "peak":
     short_off, short_on, long_off, long_on = need(part)
@@ -231,6 +237,7 @@ elif part == "peak":
             seq_long=LONG.seq_len,
         )
     )
+    st.caption(learnpage.source_caption([short_off, short_on, long_off, long_on], lang))
 
 elif part == "shrink":
     full_off, full_on, lora_off, lora_on = need(part)
@@ -256,6 +263,7 @@ elif part == "shrink":
             lora_share=shares[1],
         )
     )
+    figure.caption(learnpage.source_caption([full_off, full_on, lora_off, lora_on], lang))
 
 elif part == "shard":  # simulated (it needs several GPUs), kept for the process: the next participant waits for nothing
     idea = simulated_sharding(lang)
@@ -272,6 +280,7 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
         theme=None,
     )
     figure.caption(learnpage.shard_caption(idea, lang))
+    figure.caption(learnpage.source_caption([bar.result for bar in idea.bars], lang))
 
 elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 4 bits shrink the weights alone
     qlora = simulated_qlora(lang)
@@ -290,6 +299,7 @@ elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 
         theme=None,
     )  # fmt: skip
     figure.caption(learnpage.qlora_caption(qlora, lang))
+    figure.caption(learnpage.source_caption([bar.result for bar in qlora.bars], lang))
 
 else:  # the step-through
     draw_step_through(lambda n: need(part)[STEP_SETTINGS.index(n)], lang)
