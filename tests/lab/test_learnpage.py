@@ -61,7 +61,12 @@ def test_the_sharding_bars_and_caption_say_gpus_and_setting():
         gathered_bytes=300 * MIB,
     )
     off = i18n.t("setting.short_off", lang)
-    assert learnpage.shard_labels(idea, lang) == [f"1 GPU · {off}", "1 GPU · n=1", f"4 GPUs · {off}", "4 GPUs · n=1"]
+    assert learnpage.shard_labels(idea, lang) == [
+        f"1 GPU<br>{off}",
+        "1 GPU<br>n=1",
+        f"4 GPUs<br>{off}",
+        "4 GPUs<br>n=1",
+    ]
     caption = learnpage.shard_caption(idea, lang)
     assert caption == i18n.t(
         "lesson.shard.caption", lang, gpus=4, state="25", act_gpus="100", act_ckpt="10", gathered="300"
