@@ -159,6 +159,8 @@ def picker_problems(page, lang: str) -> list[str]:
     """The lesson's part picker: each of its parts' labels shown whole, inside the page, under nothing."""
     from ckptlab.lab.learn import LESSON_PARTS
 
+    last = f"{len(LESSON_PARTS)}. {words(f'lesson.{LESSON_PARTS[-1].name}.tab', lang)}"
+    page.locator("[data-testid='stButtonGroup'] button").filter(has_text=last).first.wait_for(timeout=HANG_MS)
     buttons = {button["text"]: button for button in page.evaluate(PICKER_JS)}
     problems = []
     for number, part in enumerate(LESSON_PARTS, start=1):
