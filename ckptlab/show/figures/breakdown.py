@@ -24,20 +24,23 @@ from ._style import CATEGORY_COLORS, GRID, heading, legend, on_white, wrapped
 
 PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
 FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
-# Characters of tick label the plot holds across, all bars together: a half-screen figure at 1280x720 (about 450 px of
-# plot at 13 px Arial). Each bar's label wraps to its share, so plotly never turns the labels sideways (and cuts them).
+# Characters of tick label a figure's plot holds across, all bars together, in a 3/5 column of a 1280x720 page (the
+# lesson's figures beside their words: about 450 px of plot at 13 px Arial). A caller whose figure is narrower says so.
 TICK_CHARS_ACROSS = 64
+LABEL_CHARS = 20  # a bar's label on a line at most: longer reads as a sentence
 
 
-def tick_width(bars: int) -> int:
-    """The characters of one bar's tick label on a line (a wide CJK character counts two): its share of
-    :data:`TICK_CHARS_ACROSS`, 20 at most (a label that long reads as a sentence) and 8 at least (a word)."""
-    return max(8, min(20, TICK_CHARS_ACROSS // max(bars, 1)))
+def tick_width(bars: int, across: int = TICK_CHARS_ACROSS) -> int:
+    """The characters of one bar's tick label on a line (a wide CJK character counts two): its share of ``across``,
+    :data:`LABEL_CHARS` at most and 8 at least (a word)."""
+    return max(8, min(LABEL_CHARS, across // max(bars, 1)))
 
 
-def wrapped_ticks(labels: Sequence[str]) -> tuple[list[str], int]:
-    """``labels`` wrapped to :func:`tick_width`, and how many lines the longest took (for the bottom margin)."""
-    ticks = [wrapped(label, tick_width(len(labels))) for label in labels]
+def wrapped_ticks(labels: Sequence[str], across: int | None = TICK_CHARS_ACROSS) -> tuple[list[str], int]:
+    """``labels`` wrapped to :func:`tick_width` (``across`` None: to :data:`LABEL_CHARS`, plotly turning them as it
+    needs), and how many lines the longest took (for the bottom margin)."""
+    width = LABEL_CHARS if across is None else tick_width(len(labels), across)
+    ticks = [wrapped(label, width) for label in labels]
     return ticks, max((tick.count("<br>") + 1 for tick in ticks), default=1)
 
 
@@ -72,6 +75,7 @@ def breakdown_figure(
     lang: str = "en",
     height: int = 430,
     at: Literal["peak", "after_forward"] = "peak",
+    across: int | None = None,
 ) -> go.Figure:
     """The memory at the peak of each run's step (or at the end of its forward), stacked by category, one bar per run.
 
@@ -102,7 +106,8 @@ def breakdown_figure(
             if after
             else t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang))
             for label, _, memory in drawn
-        ]
+        ],
+        across,
     )
     extra_lines = max(lines - 2, 0)  # the margin below holds two lines of labels; one more line for each beyond
     figure = go.Figure()
@@ -163,7 +168,7 @@ def breakdown_figure(
         title_text=t("breakdown.y_after_forward" if after else "breakdown.y", lang, unit=unit),
         range=[0, max(totals, default=0) / scale * 1.15 or 1],
     )
-    figure.update_xaxes(showgrid=False, tickangle=0)
+    figure.update_xaxes(showgrid=False, tickangle=None if across is None else 0)
     return figure
 
 
