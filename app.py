@@ -15,7 +15,7 @@ import streamlit as st
 from ckptlab.lab.learnruns import warm
 from ckptlab.show import i18n
 from pages._learn_runs import learn_how
-from pages._server import server_policy
+from pages._server import job_workers, server_policy
 
 # The tab title is set before the selector exists, so it reads the URL's language directly.
 st.set_page_config(
@@ -50,7 +50,7 @@ elif st.query_params.get("lang") != lang:
     st.query_params["lang"] = lang
 
 if server_policy()[0].warm_learn:  # CKPTLAB_WARM_LEARN=1: queued by the first page opened, a no-op after
-    warm(learn_how())
+    warm(learn_how(), simulation=job_workers(server_policy()[0], "simulation"))
 
 navigation = st.navigation(
     {

@@ -11,22 +11,19 @@ start over). Words come from the locale files.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 import ckptlab
-from ckptlab.lab import exercises, learnpage
-from ckptlab.lab.run import reference_spec
+from ckptlab.lab import learn, learnpage
 from ckptlab.results import RunResult
-from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
+from ckptlab.show.figures.breakdown import TICK_CHARS_ACROSS, breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure, focus_of
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
 from ckptlab.show.i18n import number, t
 from ckptlab.show.wording import run_message
-from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
 from pages._common import language, run_through_app
 from pages._learn_runs import measured, simulated_qlora, simulated_sharding
@@ -36,32 +33,23 @@ run_through_app()
 state = st.session_state
 lang = language()
 
-PARTS = ("activation", "trade", "every_n", "keep", "attention", "offload", "peak", "shrink", "qlora", "shard", "step")
-BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
-LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
-# The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
-# full fine-tune and LoRA, at 512 tokens, where the activations weigh enough for the backward to hold the peak.
-FULL = replace(LONG, optimizer="adamw")
-LORA = replace(FULL, lora_rank=8)
+PARTS = tuple(part.name for part in learn.LESSON_PARTS)
+BASE, LONG, FULL, LORA = learn.LESSON_BASE, learn.LESSON_LONG, learn.LESSON_FULL, learn.LESSON_LORA
 
 
-def at(n: int | None, spec: RunSpec = BASE) -> RunSpec:
-    """``spec`` with every_n_layers ``n`` (None: checkpointing off, which run_queued measures as the baseline)."""
-    return reference_spec(spec) if n is None else replace(spec, every_n_layers=n)
-
-
-def need(*specs: RunSpec) -> list[RunResult]:
-    """Measure (or reuse) ``specs``, their results in order; stop the page with a message if they cannot run."""
-    asked = [spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in specs]
-    results = measured(asked, lang)
+def need(name: str) -> list[RunResult]:
+    """The runs part ``name`` draws (:data:`ckptlab.lab.learn.LESSON_PARTS`: the one list the warm-up measures too),
+    in its order; stop the page with a message if they cannot run yet."""
+    lesson_part = learn.lesson_part(name)
+    results = measured(lesson_part.asks(), lang)
     if results is None:  # being measured (the progress is shown) or failed: the part's words meanwhile
         st.markdown(t(f"lesson.{part}.body", lang))
         st.stop()
-    for spec in specs:
+    for spec in lesson_part.runs:
         if results[spec].status != "ok":
             st.error(run_message(results[spec], lang))
             st.stop()
-    return [results[spec] for spec in specs]
+    return [results[spec] for spec in lesson_part.runs]
 
 
 def figure_column() -> DeltaGenerator:
@@ -75,7 +63,7 @@ def go_next() -> None:
     state.lesson_part = PARTS[min(PARTS.index(state.lesson_part) + 1, len(PARTS) - 1)]
 
 
-STEP_SETTINGS = (None, 1, 2, 3)
+STEP_SETTINGS = learn.STEP_SETTINGS
 PLAY_SECONDS = 0.8  # between two events while playing: slow enough to read on a projector
 
 
@@ -136,35 +124,39 @@ def draw_step_through(run_at: Callable[[int | None], RunResult], lang: str) -> N
         diagram = learnpage.run_diagram(run, lang, focus=focus_of(points[index]), height=230)
         st.plotly_chart(diagram, key="lesson_step_diagram", theme=None)
         st.caption(t("lesson.step.legend", lang))
+        st.caption(learnpage.source_caption([run], lang))
 
     stepper()
 
 
 st.title(t("lesson.page_title", lang), anchor=False)
-st.caption(t("lesson.setup", lang, model=BASE.model, seq=BASE.seq_len))
+st.caption(t("lesson.setup", lang))
 state.setdefault("lesson_part", PARTS[0])
-pick, forward = st.columns([6, 1], vertical_alignment="bottom")
-part = pick.segmented_control(
+# The picker has the page's whole width, so its eleven parts wrap onto a second line rather than run on under Next
+# (at 1280x720 a [6, 1] column showed parts 1-6 and cut "7. T…" behind the button); Next sits by the part's title.
+part = st.segmented_control(
     t("lesson.part", lang),
     PARTS,
     key="lesson_part",
     required=True,
     format_func=lambda name: f"{PARTS.index(name) + 1}. {t('lesson.' + name + '.tab', lang)}",
 )
+heading, forward = st.columns([6, 1], vertical_alignment="center")
+heading.subheader(t(f"lesson.{part}.title", lang), anchor=False)
 forward.button(t("lesson.next", lang), key="lesson_next", on_click=go_next, disabled=part == PARTS[-1], width="stretch")
-st.subheader(t(f"lesson.{part}.title", lang), anchor=False)
 
 if part == "activation":
-    [off] = need(at(None))
+    [off] = need(part)
     figure = figure_column()
     figure.plotly_chart(
         step_figure(off, learnpage.loss_index(off), lang=lang), key="lesson_activation_chart", theme=None
     )
     saved = learnpage.saved_bytes(off) / MIB
     figure.caption(t("lesson.activation.caption", lang, mib=number(saved, ",.1f", lang), layers=len(off.layers)))
+    figure.caption(learnpage.source_caption([off], lang))
 
 elif part == "trade":
-    off, one = need(at(None), at(1))
+    off, one = need(part)
     figure = figure_column()
     figure.plotly_chart(runs_tradeoff_figure([off, one], lang=lang), key="lesson_trade_chart", theme=None)
     comparison = ckptlab.compare(one, off)
@@ -179,16 +171,18 @@ elif part == "trade":
         )
     )
     figure.plotly_chart(learnpage.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
+    figure.caption(learnpage.source_caption([off, one], lang))
 
 elif part == "every_n":
-    runs = need(*(at(n) for n in (None, 1, 2, 3)))
+    runs = need(part)  # off, n=1, 2, 3
     figure = figure_column()
     figure.plotly_chart(learnpage.run_diagram(runs[2], lang), key="lesson_every_n_diagram", theme=None)  # n=2
     figure.plotly_chart(runs_tradeoff_figure(runs, lang=lang), key="lesson_every_n_chart", theme=None)
     figure.caption(t("lesson.every_n.caption", lang))
+    figure.caption(learnpage.source_caption(runs, lang))
 
 elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside keeping the attention
-    off, plain, kept = need(at(None), at(1), replace(at(1), selective="attention"))
+    off, plain, kept = need(part)
     figure = figure_column()
     figure.plotly_chart(diagram_figure(kept, lang=lang), key="lesson_keep_diagram", theme=None)
     bars = [
@@ -196,22 +190,22 @@ elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside 
         (t("lesson.keep.bar_plain", lang), plain),
         (t("lesson.keep.bar_kept", lang), kept),
     ]
-    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lesson_keep_chart", theme=None)
+    figure.plotly_chart(
+        breakdown_figure(bars, lang=lang, height=380, across=TICK_CHARS_ACROSS), key="lesson_keep_chart", theme=None
+    )
     figure.caption(learnpage.keep_caption(plain, kept, lang))
+    figure.caption(learnpage.source_caption([off, plain, kept], lang))
 
 elif part == "attention":  # eager against SDPA, checkpointing off, at two lengths: the s^2 the fused kernels recompute
-    pairs = [(at(None, spec), at(None, replace(spec, attn_implementation="eager"))) for spec in (BASE, LONG)]
-    runs = need(*(spec for pair in pairs for spec in pair))
+    runs = need(part)  # SDPA, eager at the short length, then at the long one
     figure = figure_column()
-    bars = [
-        (t("lesson.attention.bar", lang, attention=run.spec.attn_implementation, seq=run.spec.seq_len), run)
-        for run in runs
-    ]
-    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=420), key="lesson_attention_chart", theme=None)
+    figure.plotly_chart(learnpage.attention_figure(runs, lang), key="lesson_attention_chart", theme=None)
+    figure.caption(learnpage.attention_shown(runs[0], runs[1], lang))
     figure.caption(learnpage.attention_caption([(runs[0], runs[1]), (runs[2], runs[3])], lang))
+    figure.caption(learnpage.source_caption(runs, lang))
 
 elif part == "offload":
-    chosen = need(at(1), at(1, replace(LONG, seq_len=256)), at(1, LONG))
+    chosen = need(part)
     figure = figure_column()
     figure.plotly_chart(offload_figure(chosen, lang=lang), key="lesson_offload_chart", theme=None)
     figure.caption(
@@ -222,9 +216,10 @@ elif part == "offload":
             seq=LONG.seq_len,
         )
     )
+    figure.caption(learnpage.source_caption(chosen, lang))
 
 elif part == "peak":
-    short_off, short_on, long_off, long_on = need(at(None), at(1), at(None, LONG), at(1, LONG))
+    short_off, short_on, long_off, long_on = need(part)
     st.markdown(t("lesson.peak.body", lang))
     short, long = st.columns(2)
     short.plotly_chart(
@@ -244,9 +239,10 @@ elif part == "peak":
             seq_long=LONG.seq_len,
         )
     )
+    st.caption(learnpage.source_caption([short_off, short_on, long_off, long_on], lang))
 
 elif part == "shrink":
-    full_off, full_on, lora_off, lora_on = need(at(None, FULL), at(1, FULL), at(None, LORA), at(1, LORA))
+    full_off, full_on, lora_off, lora_on = need(part)
     figure = figure_column()
     off_words = t("setting.short_off", lang)
     bars = [
@@ -255,7 +251,9 @@ elif part == "shrink":
         (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting=off_words), lora_off),
         (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting="n=1"), lora_on),
     ]
-    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=480), key="lesson_shrink_chart", theme=None)
+    figure.plotly_chart(
+        breakdown_figure(bars, lang=lang, height=480, across=TICK_CHARS_ACROSS), key="lesson_shrink_chart", theme=None
+    )
     shares = [number(learnpage.activation_share(off) * 100, ".0f", lang) for off in (full_off, lora_off)]
     ratios = [ckptlab.compare(on, off).peak_ratio for on, off in ((full_on, full_off), (lora_on, lora_off))]
     figure.caption(
@@ -269,6 +267,7 @@ elif part == "shrink":
             lora_share=shares[1],
         )
     )
+    figure.caption(learnpage.source_caption([full_off, full_on, lora_off, lora_on], lang))
 
 elif part == "shard":  # simulated (it needs several GPUs), kept for the process: the next participant waits for nothing
     idea = simulated_sharding(lang)
@@ -285,6 +284,7 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
         theme=None,
     )
     figure.caption(learnpage.shard_caption(idea, lang))
+    figure.caption(learnpage.source_caption([bar.result for bar in idea.bars], lang))
 
 elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 4 bits shrink the weights alone
     qlora = simulated_qlora(lang)
@@ -303,6 +303,7 @@ elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 
         theme=None,
     )  # fmt: skip
     figure.caption(learnpage.qlora_caption(qlora, lang))
+    figure.caption(learnpage.source_caption([bar.result for bar in qlora.bars], lang))
 
 else:  # the step-through
-    draw_step_through(lambda n: need(at(n))[0], lang)
+    draw_step_through(lambda n: need(part)[STEP_SETTINGS.index(n)], lang)

@@ -32,7 +32,8 @@ from ..results import RunResult, memory_of
 from ..spec import RunSpec
 from ..step.simulate import simulate
 from ..step.stopping import DONE, Progress
-from .run import ModelKey, build_for_key
+from . import exercises
+from .run import ModelKey, build_for_key, reference_spec
 from .workers import WorkerPool
 
 _lock = threading.Lock()
@@ -48,6 +49,75 @@ def shared_model(key: ModelKey) -> tuple[PreTrainedModel, ModelInfo]:
             _slot.clear()  # drop the previous model before building the next: one at a time
             _slot[key] = build_for_key(key)
         return _slot[key]
+
+
+# -- the lesson's parts: what each one draws, the one list the page asks for and the warm-up measures -------------
+
+LESSON_BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
+LESSON_LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
+# The parts up to "peak" teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step:
+# AdamW, full fine-tune and LoRA, at 512 tokens, where the activations weigh enough for the backward to hold the peak.
+LESSON_FULL = replace(LESSON_LONG, optimizer="adamw")
+LESSON_LORA = replace(LESSON_FULL, lora_rank=8)
+STEP_SETTINGS = (None, 1, 2, 3)  # the step-through's settings (None: checkpointing off)
+
+
+def lesson_at(n: int | None, spec: RunSpec = LESSON_BASE) -> RunSpec:
+    """``spec`` with every_n_layers ``n`` (None: checkpointing off, measured as the reference of ``spec``)."""
+    return reference_spec(spec) if n is None else replace(spec, every_n_layers=n)
+
+
+def _eager(spec: RunSpec) -> RunSpec:
+    return replace(spec, attn_implementation="eager")
+
+
+@dataclass(frozen=True)
+class LessonPart:
+    """One part of the Lesson page: the runs its figures draw, or the simulated idea it shows."""
+
+    name: str  # locale keys live under lesson.<name>.*
+    runs: tuple[RunSpec, ...] = ()  # measured, in the order the page draws them
+    idea: str | None = None  # simulated instead: "sharding" (sharding_idea) or "qlora" (qlora_idea)
+
+    def asks(self) -> list[RunSpec]:
+        """What the shared runs measure for this part (:mod:`ckptlab.lab.learnruns`): each run, a checkpointing-off one
+        as the reference of the same run with every_n_layers=1, which ``run_queued`` measures with it (so the off
+        and n=1 runs of one shape are one ask, shared with the parts and exercises that draw either)."""
+        return list(
+            dict.fromkeys(spec if spec.checkpointing else replace(spec, every_n_layers=1) for spec in self.runs)
+        )
+
+
+LESSON_PARTS: tuple[LessonPart, ...] = (
+    LessonPart("activation", (lesson_at(None),)),
+    LessonPart("trade", (lesson_at(None), lesson_at(1))),
+    LessonPart("every_n", tuple(lesson_at(n) for n in (None, 1, 2, 3))),
+    LessonPart("keep", (lesson_at(None), lesson_at(1), replace(lesson_at(1), selective="attention"))),
+    # eager against SDPA, checkpointing off, at two lengths: the s^2 the fused kernels recompute
+    LessonPart(
+        "attention",
+        tuple(run for s in (LESSON_BASE, LESSON_LONG) for run in (lesson_at(None, s), lesson_at(None, _eager(s)))),
+    ),
+    LessonPart("offload", (lesson_at(1), lesson_at(1, replace(LESSON_LONG, seq_len=256)), lesson_at(1, LESSON_LONG))),
+    LessonPart("peak", (lesson_at(None), lesson_at(1), lesson_at(None, LESSON_LONG), lesson_at(1, LESSON_LONG))),
+    LessonPart(
+        "shrink",
+        (
+            lesson_at(None, LESSON_FULL),
+            lesson_at(1, LESSON_FULL),
+            lesson_at(None, LESSON_LORA),
+            lesson_at(1, LESSON_LORA),
+        ),
+    ),
+    LessonPart("qlora", idea="qlora"),
+    LessonPart("shard", idea="sharding"),
+    LessonPart("step", tuple(lesson_at(n) for n in STEP_SETTINGS)),
+)
+
+
+def lesson_part(name: str) -> LessonPart:
+    """The part called ``name`` (one of :data:`LESSON_PARTS`)."""
+    return next(part for part in LESSON_PARTS if part.name == name)
 
 
 def cpu_presets() -> list[str]:

@@ -13,9 +13,11 @@ import plotly.graph_objects as go
 
 from ..explore.formula import architecture, eager_scores_bytes
 from ..results import RunResult, TimelinePoint, memory_of
+from ..show.figures.breakdown import TICK_CHARS_ACROSS, breakdown_figure
 from ..show.figures.diagram import roles_diagram_figure
+from ..show.figures.timeline import peak_cause
 from ..show.i18n import number, t
-from ..show.labels import event_label
+from ..show.labels import event_label, provenance_label
 from ..spec import RunSpec
 from ..step import timeline as tl
 from ..units import MIB
@@ -164,6 +166,42 @@ def attention_caption(runs: Sequence[tuple[RunResult, RunResult]], lang: str) ->
         playbook_long=f"{playbook(long_sdpa) / MIB:,.2f}",
         formula_short=f"{formula(short_sdpa) / MIB:,.2f}",
         formula_long=f"{formula(long_sdpa) / MIB:,.2f}",
+    )
+
+
+def attention_figure(runs: Sequence[RunResult], lang: str) -> go.Figure:
+    """The attention part's bars: each run (SDPA and eager, checkpointing off) by what it holds at the end of the
+    forward beyond its weights. Not the peak: at a short sequence the peak comes after the backward freed the
+    probabilities, so eager's and SDPA's peaks are equal there and the difference was in the caption alone."""
+    bars = [
+        (t("lesson.attention.bar", lang, attention=run.spec.attn_implementation, seq=run.spec.seq_len), run)
+        for run in runs
+    ]
+    return breakdown_figure(bars, lang=lang, height=420, at="after_forward", across=TICK_CHARS_ACROSS)
+
+
+def attention_shown(sdpa: RunResult, eager: RunResult, lang: str) -> str:
+    """What the attention part's bars are (held after the forward, not the peak) and the step's peak of each run at the
+    short length, measured: there the peak comes after the backward freed the probabilities, the same for both."""
+    return t(
+        "lesson.attention.shown",
+        lang,
+        seq=sdpa.spec.seq_len,
+        peak_sdpa=number(memory_of(sdpa).peak_bytes / MIB, ",.1f", lang),
+        peak_eager=number(memory_of(eager).peak_bytes / MIB, ",.1f", lang),
+        cause=peak_cause(eager, lang),
+    )
+
+
+def source_caption(results: Sequence[RunResult], lang: str) -> str:
+    """Where a part's figures come from, from its results: each provenance (measured on the CPU, simulated, ...) and
+    each model, as the results say (the sharding part is qwen3-0.6b simulated, the others tiny-llama)."""
+    separator = t("said.list_separator", lang)
+    return t(
+        "lesson.source",
+        lang,
+        provenance=separator.join(dict.fromkeys(provenance_label(run.provenance, lang) for run in results)),
+        model=separator.join(dict.fromkeys(run.spec.model for run in results)),
     )
 
 

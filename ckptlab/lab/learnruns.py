@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ..fact import Fact
@@ -25,7 +25,7 @@ from ..results import RunResult
 from ..spec import RunSpec
 from . import exercises
 from .jobs import BackgroundJob
-from .learn import QloraIdea, ShardingIdea, qlora_idea, sharding_idea, shared_model
+from .learn import LESSON_PARTS, QloraIdea, ShardingIdea, qlora_idea, sharding_idea, shared_model
 from .run import PACE, LabRun, Pace, reference_spec, run_queued
 from .workers import WorkerPool
 
@@ -82,6 +82,9 @@ class SharedRuns:
         self._fraction = 0.0  # of the run in flight
         self._ahead = 0
         self._thread: threading.Thread | None = None
+        self._working = False  # a thread is measuring the line (set and cleared under the lock)
+        self._when_idle: list[Callable[[], object]] = []  # called once the line is empty (the warm-up's ideas)
+        self._idle_keys: set[str] = set()  # the when_idle keys asked for so far
         self.measurements = 0  # runs this store measured (asked of ``measure``): one per distinct run
 
     def ask(self, specs: Iterable[RunSpec], how: How = How(), retry: bool = False, warming: bool = False) -> None:
@@ -111,10 +114,27 @@ class SharedRuns:
                 else:
                     self._put_ahead(spec, how)
                 queued.add(spec)
-            if self._line and (self._thread is None or not self._thread.is_alive()):
+            if self._line and not self._working:
+                # Decided under the lock, not by the thread's liveness: a thread past its last run (calling the
+                # when-idle callbacks) is alive but will measure nothing more.
+                self._working = True
                 self._thread = threading.Thread(target=self._work, name="ckptlab-learn-runs", daemon=True)
                 self._thread.start()
             self._changed.notify_all()
+
+    def when_idle(self, key: str, then: Callable[[], object]) -> None:
+        """Call ``then`` once nothing is queued or measured: now, on this thread, if the store is idle; else on the
+        measuring thread when its line empties. Once for each ``key`` in the store's life: the warm-up is asked
+        again by every page opened, and must not start its simulations again (nor retry a failed one) each time."""
+        with self._changed:
+            if key in self._idle_keys:
+                return
+            self._idle_keys.add(key)
+            busy = self._working
+            if busy:
+                self._when_idle.append(then)
+        if not busy:
+            then()
 
     def _put_ahead(self, spec: RunSpec, how: How) -> None:
         """Queue ``spec`` behind the pages' runs, ahead of the warm-up's."""
@@ -178,8 +198,10 @@ class SharedRuns:
             with self._changed:
                 if not self._line:
                     self._in_flight = None
+                    idle, self._when_idle = self._when_idle, []
+                    self._working = False
                     self._changed.notify_all()
-                    return
+                    break
                 spec, how = self._line.popleft()
                 self._warming.discard(spec)
                 self._in_flight, self._fraction, self._ahead = spec, 0.0, 0
@@ -198,6 +220,8 @@ class SharedRuns:
                 self._settle(spec, failure=error)
             else:
                 self._settle(spec, lab=lab)
+        for then in idle:  # outside the lock: what it starts may ask this store
+            then()
 
     def _settle(self, spec: RunSpec, lab: LabRun | None = None, failure: Exception | None = None) -> None:
         with self._changed:
@@ -227,19 +251,30 @@ LEARN_RUNS = SharedRuns()  # the server's one store: every session of a workshop
 
 
 def workshop_specs() -> list[RunSpec]:
-    """The runs the Exercises ask for, then the Lesson's on the same two shapes (every_n_layers 1 to 3 on the
-    short one, and every_n_layers=1 keeping the attention for the part on what to keep; their checkpointing-off
-    references come with each): what a warm-up measures first."""
+    """The runs the Exercises ask for, then every measured part's of the Lesson (:data:`ckptlab.lab.learn.LESSON_PARTS`,
+    what the page asks for; their checkpointing-off references come with each): what a warm-up measures first."""
     asked = [spec for exercise in exercises.EXERCISES for spec in exercise.specs()]
-    lesson = [replace(exercises.QUICK, every_n_layers=n) for n in (1, 2, 3)] + [exercises.LONG]
-    lesson.append(replace(exercises.QUICK, every_n_layers=1, selective="attention"))
+    lesson = [spec for part in LESSON_PARTS for spec in part.asks()]
     return list(dict.fromkeys(asked + lesson))
 
 
-def warm(how: How = How(), runs: SharedRuns | None = None) -> None:
-    """Queue :func:`workshop_specs` (``CKPTLAB_WARM_LEARN=1``) in ``runs`` (the server's: :data:`LEARN_RUNS`),
-    measured in the background, once for the server."""
-    (LEARN_RUNS if runs is None else runs).ask(workshop_specs(), how, warming=True)
+def workshop_ideas() -> list[str]:
+    """The Lesson's simulated ideas (:func:`idea_job`'s names), in the parts' order: what a warm-up simulates once
+    the measured runs are done."""
+    return list(dict.fromkeys(part.idea for part in LESSON_PARTS if part.idea is not None))
+
+
+def warm(how: How = How(), runs: SharedRuns | None = None, simulation: WorkerPool | None = None) -> None:
+    """Warm every part of the Lesson and every exercise (``CKPTLAB_WARM_LEARN=1``), once for the server.
+
+    Queues :func:`workshop_specs` in ``runs`` (the server's: :data:`LEARN_RUNS`), measured in the background; once
+    they are measured, starts :func:`workshop_ideas`' simulations (in ``simulation``, the server's simulation pool),
+    after the measurements so that their timed steps do not share the cores with a simulation. A page that asks
+    for an idea before then starts it at once; the warm-up's ask then joins that job.
+    """
+    store = LEARN_RUNS if runs is None else runs
+    store.ask(workshop_specs(), how, warming=True)
+    store.when_idle("ideas", lambda: [idea_job(name, simulation) for name in workshop_ideas()])
 
 
 # -- the lesson's simulated ideas (sharding, 4 bits): each simulated once for the server, in the background ----
@@ -291,11 +326,23 @@ def _idea_job(name: str, make: Callable[..., T], workers: WorkerPool | None) -> 
         return _ideas[name]
 
 
+IDEAS: dict[str, Callable[..., Any]] = {"sharding": sharding_idea, "qlora": qlora_idea}  # LessonPart.idea -> maker
+
+
+def idea_job(name: str, workers: WorkerPool | None = None) -> IdeaJob[Any]:
+    """The server's job for the idea ``name`` (a key of :data:`IDEAS`): one for every session, joined while in flight.
+
+    Raises:
+        KeyError: ``name`` is not an idea of the lesson.
+    """
+    return _idea_job(name, IDEAS[name], workers)
+
+
 def sharding_job(workers: WorkerPool | None = None) -> IdeaJob[ShardingIdea]:
     """The server's sharding-idea job (:func:`ckptlab.lab.learn.sharding_idea`)."""
-    return _idea_job("sharding", sharding_idea, workers)
+    return idea_job("sharding", workers)
 
 
 def qlora_job(workers: WorkerPool | None = None) -> IdeaJob[QloraIdea]:
     """The server's 4-bit idea job (:func:`ckptlab.lab.learn.qlora_idea`)."""
-    return _idea_job("qlora", qlora_idea, workers)
+    return idea_job("qlora", workers)

@@ -38,8 +38,8 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
     password field, never put in a URL (the projector shows it). Unset: the room offers nothing.
 ``CKPTLAB_WARM_LEARN``
     ``1``: the first page any session opens (the instructor's, before the class arrives) queues
-    the Lesson's and the Exercises' runs (:func:`ckptlab.lab.learnruns.warm`), measured once for
-    every session in the background. Unset or ``0``: each run is measured when a page first asks.
+    the runs of every part of the Lesson and of the Exercises, then the Lesson's simulations
+    (:func:`ckptlab.lab.learnruns.warm`), measured once for every session in the background. Unset or ``0``: each run is measured when a page first asks.
 ``CKPTLAB_HUB``
     ``1``: participants may name a Hugging Face Hub repository (``owner/name``), whose
     ``config.json`` the server fetches (never weights nor code: ``ckptlab.model.hub``). Unset or

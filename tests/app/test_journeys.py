@@ -136,6 +136,64 @@ def check_page(page, step: str) -> None:
     assert not problems, f"{step}: " + "; ".join(problems)
 
 
+# Every button of the page's segmented controls (the lesson's part picker): its label, its box, whether what the
+# browser draws at its centre is the button itself (not Next, not a neighbour), and whether its text is cut short.
+PICKER_JS = """
+() => [...document.querySelectorAll("[data-testid='stButtonGroup']")].flatMap(group => {
+  const frame = group.getBoundingClientRect();
+  return [...group.querySelectorAll('button')].map(button => {
+    const box = button.getBoundingClientRect();
+    button.scrollIntoView({block: 'nearest'});
+    const seen = button.getBoundingClientRect();
+    const hit = document.elementFromPoint(seen.left + seen.width / 2, seen.top + seen.height / 2);
+    const label = button.querySelector('p') || button;
+    return {text: button.innerText.trim(), inside: box.left >= frame.left - 1 && box.right <= frame.right + 1
+              && box.right <= window.innerWidth, covered: !(hit && button.contains(hit)),
+            cut: label.scrollWidth > label.clientWidth + 1};
+  });
+})
+"""
+
+
+def picker_problems(page, lang: str) -> list[str]:
+    """The lesson's part picker: each of its parts' labels shown whole, inside the page, under nothing."""
+    from ckptlab.lab.learn import LESSON_PARTS
+
+    last = f"{len(LESSON_PARTS)}. {words(f'lesson.{LESSON_PARTS[-1].name}.tab', lang)}"
+    page.locator("[data-testid='stButtonGroup'] button").filter(has_text=last).first.wait_for(timeout=HANG_MS)
+    buttons = {button["text"]: button for button in page.evaluate(PICKER_JS)}
+    problems = []
+    for number, part in enumerate(LESSON_PARTS, start=1):
+        label = f"{number}. {words(f'lesson.{part.name}.tab', lang)}"
+        button = buttons.get(label)
+        if button is None:
+            problems.append(f"{label!r} is not shown")
+        elif not button["inside"] or button["covered"] or button["cut"]:
+            problems.append(f"{label!r} is cut or covered: {button}")
+    return problems
+
+
+LESSON_FIGURES = {
+    "attention": "breakdown.title_after_forward",
+    "shrink": "breakdown.title",
+    "qlora": "sharding_fig.title",
+}
+
+
+def walk_lesson_parts(page, lang: str) -> None:
+    """Open the lesson's parts of :data:`LESSON_FIGURES` by the picker's buttons, wait for each one's own figure (by its
+    title: a simulated part draws none while it simulates), check its figures' words (titles, ticks, axis titles,
+    legends: inside their figure and apart), and take a picture of the figure in artifacts/."""
+    for name, title in LESSON_FIGURES.items():
+        button = page.locator("[data-testid='stButtonGroup'] button")
+        button.filter(has_text=words(f"lesson.{name}.tab", lang)).first.click()
+        page.get_by_text(words(f"lesson.{name}.title", lang)).first.wait_for(timeout=HANG_MS)
+        figure_title(page, title, lang).wait_for(timeout=HANG_MS)
+        check_page(page, f"lesson part {name} ({lang})")
+        page.locator(".stPlotlyChart").first.scroll_into_view_if_needed()
+        shoot(page, f"lesson-{name}-{lang}")
+
+
 def words(key: str, lang: str, **values: object) -> str:
     return i18n.t(key, lang, **values)
 
@@ -242,6 +300,9 @@ def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lan
     page.get_by_text(words("lesson.every_n.title", lang)).first.wait_for(timeout=HANG_MS)
     page.locator(".stPlotlyChart").first.wait_for(timeout=HANG_MS)
     check_page(page, "lesson part 3")
+    assert not picker_problems(page, lang), picker_problems(page, lang)
+    # The parts whose rotated labels were cut at 1280x720 (issue 58), and the attention part's figure after the forward
+    walk_lesson_parts(page, lang)
 
     page.get_by_role("link", name=words("nav.exercises_page", lang)).first.click()
     page.get_by_text(words("exercises.score_title", lang)).wait_for(timeout=HANG_MS)
@@ -424,6 +485,9 @@ def test_play_steps_through_the_training_step_in_japanese(server, new_page):
     page.goto(f"{server}/?lang=ja")  # the entry point first: st.navigation takes over the URLs
     page.get_by_role("link", name=words("nav.lesson_page", "ja")).first.click()
     page.get_by_text(words("lesson.activation.title", "ja")).first.wait_for(timeout=HANG_MS)
+    # The picker and the lesson's figures in Japanese too (issue 58: the y title was cut, "ピーク時のメモリ (MiB")
+    assert not picker_problems(page, "ja"), picker_problems(page, "ja")
+    walk_lesson_parts(page, "ja")
     page.locator("[data-testid='stButtonGroup'] button").filter(has_text="ステップ実行").click()
     page.get_by_text("1回の学習ステップをイベントごとに").wait_for(timeout=HANG_MS)
     slider = page.locator("[data-testid='stSliderThumbValue']").first

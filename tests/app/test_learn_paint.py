@@ -84,9 +84,14 @@ def test_the_warm_up_flag_queues_the_workshops_runs_when_a_first_page_opens(monk
         asked.append(spec)
         raise DeviceBusyError(key="queue.busy", seconds=0, ahead=0)
 
+    simulated = {name: threading.Event() for name in learnruns.IDEAS}  # the lesson's ideas, stubbed
+    for name, done in simulated.items():
+        monkeypatch.setitem(learnruns.IDEAS, name, lambda progress=None, workers=None, done=done: done.set())
+    monkeypatch.setattr(learnruns, "_ideas", {})
     runs = SharedRuns(measure=measure, pace=Pace())
     monkeypatch.setattr(learnruns, "LEARN_RUNS", runs)
     monkeypatch.setenv("CKPTLAB_WARM_LEARN", "1")
     open_page("pages/lab.py")
     assert runs.wait(workshop_specs()).settled
     assert asked == workshop_specs()
+    assert all(done.wait(60) for done in simulated.values())  # then every simulated part of the lesson

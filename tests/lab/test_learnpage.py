@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
+
+import pytest
 
 from ckptlab.lab import learnpage
 from ckptlab.lab.exercises import EXERCISES, MAX_POINTS
@@ -58,7 +61,12 @@ def test_the_sharding_bars_and_caption_say_gpus_and_setting():
         gathered_bytes=300 * MIB,
     )
     off = i18n.t("setting.short_off", lang)
-    assert learnpage.shard_labels(idea, lang) == [f"1 GPU · {off}", "1 GPU · n=1", f"4 GPUs · {off}", "4 GPUs · n=1"]
+    assert learnpage.shard_labels(idea, lang) == [
+        f"1 GPU<br>{off}",
+        "1 GPU<br>n=1",
+        f"4 GPUs<br>{off}",
+        "4 GPUs<br>n=1",
+    ]
     caption = learnpage.shard_caption(idea, lang)
     assert caption == i18n.t(
         "lesson.shard.caption", lang, gpus=4, state="25", act_gpus="100", act_ckpt="10", gathered="300"
@@ -78,3 +86,58 @@ def test_exercise_runs_and_outcomes_only_where_answered_and_measured(measured):
     assert learnpage.outcomes(EXERCISES, {}, results, "en") == {}
     scored = learnpage.outcomes(EXERCISES, {exercise.id: 50.0}, results, "en")
     assert list(scored) == [exercise.id] and 0 <= scored[exercise.id].points <= MAX_POINTS
+
+
+def test_the_attention_part_draws_what_eager_holds_after_the_forward(measured):
+    """Issue 58: at 128 tokens the part drew the peak, where eager's probabilities are already freed: two equal bars
+    (105.2 MiB each), the difference in the caption alone. Its bars are now what the forward leaves held."""
+    sdpa, eager = measured(every_n_layers=None), measured(every_n_layers=None, attn_implementation="eager")
+    figure = learnpage.attention_figure([sdpa, eager], lang)
+    bars = [trace for trace in figure.data if trace.type == "bar"]
+    totals = [sum(trace.y[slot] for trace in bars) * MIB for slot in (0, 1)]
+    assert totals == pytest.approx([run.memory.after_forward_bytes for run in (sdpa, eager)])
+    # tiny-llama: 6 layers of 6 heads keep seq^2 float32 probabilities where SDPA keeps a logsumexp of seq
+    seq = sdpa.spec.seq_len
+    assert totals[1] - totals[0] == pytest.approx(6 * 6 * (seq * seq - seq) * 4)
+    assert figure.layout.title.text == i18n.t("breakdown.title_after_forward", lang)
+    shown = learnpage.attention_shown(sdpa, eager, lang)
+    assert f"**{eager.memory.peak_bytes / MIB:,.1f} MiB**" in shown  # the peaks, said as another figure
+
+
+def test_each_part_says_its_own_provenance_and_model():
+    """Issue 58: one sentence said every figure was measured on tiny-llama; the 4-bit and sharding parts are simulated
+    and the sharding part runs qwen3-0.6b. The caption is the results' own."""
+    from ckptlab.lab.learn import SHARDING
+    from ckptlab.results import Provenance
+    from ckptlab.show.labels import provenance_label
+
+    def result(kind: str, model: str) -> SimpleNamespace:
+        provenance = Provenance(kind, "Intel Xeon, 2 cores", "2.13", "5.24", "2026-12-05T00:00:00Z")
+        return SimpleNamespace(provenance=provenance, spec=replace(SHARDING, model=model))
+
+    for language in i18n.LANGUAGES:
+        shard = result("simulated", SHARDING.model)
+        words = learnpage.source_caption([shard, shard], language)
+        assert provenance_label(shard.provenance, language) in words and "qwen3-0.6b" in words
+        assert provenance_label("measured-cpu", language) not in words
+        words = learnpage.source_caption([result("measured-cpu", "tiny-llama")], language)
+        assert provenance_label("measured-cpu", language) in words and "tiny-llama" in words
+
+
+def test_the_4_bit_bars_say_what_differs_between_them_on_lines_that_fit():
+    """Issue 58: two bars both read "bfloat16 base" (their settings were cut off with the rotated labels)."""
+    from ckptlab.model.quantize import QLORA
+    from ckptlab.show.figures.breakdown import sharding_figure, tick_width
+
+    def bar(quantized, n):
+        return SimpleNamespace(spec=SimpleNamespace(quantization=QLORA if quantized else None, dtype="bfloat16",
+                                                    every_n_layers=n))  # fmt: skip
+
+    idea = SimpleNamespace(bars=[bar(False, None), bar(False, 1), bar(True, None), bar(True, 1)])
+    for language in i18n.LANGUAGES:
+        labels = learnpage.qlora_labels(idea, language)
+        assert len(set(labels)) == 4, labels
+        figure = sharding_figure([(label, {"parameter": MIB}) for label in labels], "", lang=language)
+        assert figure.layout.xaxis.tickangle == 0  # horizontal: never turned sideways and cut
+        for tick in figure.data[0].x:
+            assert all(len(line) <= tick_width(4) for line in tick.split("<br>")), tick

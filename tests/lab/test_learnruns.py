@@ -8,7 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ckptlab.lab.learnruns import LEARN_OWNER, SharedRuns, warm, workshop_specs
+from ckptlab.lab import learnruns
+from ckptlab.lab.learn import LESSON_PARTS, lesson_part
+from ckptlab.lab.learnruns import LEARN_OWNER, SharedRuns, warm, workshop_ideas, workshop_specs
 from ckptlab.lab.run import Pace, reference_spec
 from ckptlab.lab.runqueue import DeviceBusyError
 from ckptlab.spec import RunSpec
@@ -35,6 +37,32 @@ class Gated:
         run = SimpleNamespace(result=f"run {spec.every_n_layers}")
         reference = SimpleNamespace(result="off")
         return SimpleNamespace(result=run.result, run=run, reference=reference)
+
+
+class HeldIdea:
+    """A stand-in for a simulated idea held open by ``go``: counts how often it was started."""
+
+    def __init__(self) -> None:
+        self.go, self.started, self.calls = threading.Event(), threading.Event(), 0
+
+    def __call__(self, progress=None, workers=None):
+        self.calls += 1
+        self.started.set()
+        assert self.go.wait(60), "the test never let the simulation go"
+        return f"idea {self.calls}"
+
+
+@pytest.fixture(autouse=True)
+def held_ideas(monkeypatch) -> dict[str, HeldIdea]:
+    """The lesson's simulated ideas stubbed for every test here (a warm-up starts them once its runs are measured),
+    with the server's jobs forgotten; let go at the end."""
+    held = {name: HeldIdea() for name in learnruns.IDEAS}
+    for name, idea in held.items():
+        monkeypatch.setitem(learnruns.IDEAS, name, idea)
+    monkeypatch.setattr(learnruns, "_ideas", {})
+    yield held
+    for idea in held.values():
+        idea.go.set()
 
 
 def test_two_sessions_asking_for_the_same_run_share_one_measurement():
@@ -117,3 +145,35 @@ def test_a_pages_runs_go_ahead_of_the_warm_ups():
     measure.go.set()
     assert runs.wait([*workshop_specs(), page]).done
     assert [spec for spec, _ in measure.asked] == [first, page, rest[-1], *rest[:-1]]
+
+
+def test_every_part_of_the_lesson_is_in_the_warm_up():
+    """Issue 58: with CKPTLAB_WARM_LEARN=1 the attention, offload, limits, 4-bit and sharding parts still waited (their
+    runs were not in the warm-up's list, the simulations not warmed). The list is the parts' own."""
+    warm, ideas = set(workshop_specs()), set(workshop_ideas())
+    for part in LESSON_PARTS:
+        assert part.runs or part.idea, part.name
+        assert all(spec in warm for spec in part.asks()), part.name
+        assert part.idea is None or part.idea in ideas, part.name
+    eager = [spec for spec in lesson_part("attention").asks() if spec.attn_implementation == "eager"]
+    assert len(eager) == 2 and all(spec in warm for spec in eager)  # the ones today's list missed
+
+
+def test_the_warm_up_simulates_the_ideas_after_its_runs_and_a_page_joins_the_one_in_flight(held_ideas):
+    held = held_ideas
+    measure = Gated()
+    runs = SharedRuns(measure=measure, pace=Pace())
+    warm(runs=runs)
+    warm(runs=runs)  # every page opened asks again: the ideas are still started once
+    assert measure.started.wait(60)
+    assert not any(idea.started.is_set() for idea in held.values())  # not beside the timed runs
+    measure.go.set()
+    assert runs.wait(workshop_specs()).done
+    for idea in held.values():
+        assert idea.started.wait(60)  # started by the measuring thread once its line emptied
+    first, second = learnruns.qlora_job(), learnruns.qlora_job()  # two sessions open the 4-bit part meanwhile
+    assert first is second
+    for idea in held.values():
+        idea.go.set()
+    first.join(60)
+    assert first.outcome()[2] == "idea 1" and [idea.calls for idea in held.values()] == [1, 1]

@@ -12,10 +12,11 @@ nothing to shrink).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import plotly.graph_objects as go
 
-from ...results import RunResult
+from ...results import MemoryResult, RunResult
 from ...units import GIB, MIB
 from ..i18n import number, t
 from ..labels import provenance_label, training_label
@@ -23,6 +24,31 @@ from ._style import CATEGORY_COLORS, GRID, heading, legend, on_white, wrapped
 
 PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
 FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
+# Characters of tick label a figure's plot holds across, all bars together, in a 3/5 column of a 1280x720 page (the
+# lesson's figures beside their words: about 450 px of plot at 13 px Arial). A caller whose figure is narrower says so.
+TICK_CHARS_ACROSS = 64
+LABEL_CHARS = 20  # a bar's label on a line at most: longer reads as a sentence
+
+
+def tick_width(bars: int, across: int = TICK_CHARS_ACROSS) -> int:
+    """The characters of one bar's tick label on a line (a wide CJK character counts two): its share of ``across``,
+    :data:`LABEL_CHARS` at most and 8 at least (a word)."""
+    return max(8, min(LABEL_CHARS, across // max(bars, 1)))
+
+
+def wrapped_ticks(labels: Sequence[str], across: int | None = TICK_CHARS_ACROSS) -> tuple[list[str], int]:
+    """``labels`` wrapped to :func:`tick_width` (``across`` None: to :data:`LABEL_CHARS`, plotly turning them as it
+    needs), and how many lines the longest took (for the bottom margin)."""
+    width = LABEL_CHARS if across is None else tick_width(len(labels), across)
+    ticks = [wrapped(label, width) for label in labels]
+    return ticks, max((tick.count("<br>") + 1 for tick in ticks), default=1)
+
+
+def above_baseline_after_forward(memory: MemoryResult) -> dict[str, int]:
+    """What a step holds at the end of the forward beyond what it held before it, by category (parameters and
+    buffers cancel out): the activations the backward will read. Sums to ``memory.after_forward_bytes``."""
+    before = memory.breakdown_baseline
+    return {key: value - before.get(key, 0) for key, value in memory.breakdown_after_forward.items()}
 
 
 def bar_unit(top_bytes: float) -> tuple[int, str]:
@@ -44,33 +70,46 @@ def drawn_parts(breakdowns: Sequence[Mapping[str, int]]) -> list[str]:
     return parts + (["other"] if any(set(each) - set(PARTS) - set(FOLDED) for each in breakdowns) else [])
 
 
-def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", height: int = 430) -> go.Figure:
-    """The memory at the peak of each run's step, stacked by category, one bar per run.
+def breakdown_figure(
+    bars: Sequence[tuple[str, RunResult]],
+    lang: str = "en",
+    height: int = 430,
+    at: Literal["peak", "after_forward"] = "peak",
+    across: int | None = None,
+) -> go.Figure:
+    """The memory at the peak of each run's step (or at the end of its forward), stacked by category, one bar per run.
 
     Args:
         bars: ``(label, result)`` in the order to draw, e.g. checkpointing off, then this run.
             Results without memory (a run that did not fit) are left out.
         lang: language of the words (``ckptlab.show.i18n``).
         height: pixels.
+        at: "peak", the whole memory at the step's peak; "after_forward", what the forward left held beyond the
+            memory before it (:func:`above_baseline_after_forward`): where a difference the backward frees before
+            the peak shows (eager attention's probabilities at a short sequence).
 
     Returns:
         A bar figure; the total sits above each bar, hover gives each part in MiB and its provenance.
     """
     drawn = [(label, run, run.memory) for label, run in bars if run.memory is not None and run.memory.breakdown_at_peak]
     runs = [run for _, run, _ in drawn]
-    peaks = [memory.breakdown_at_peak for _, _, memory in drawn]
+    after = at == "after_forward"
+    peaks = [above_baseline_after_forward(memory) if after else memory.breakdown_at_peak for _, _, memory in drawn]
     totals = [sum(peak.values()) for peak in peaks]
     scale, unit = bar_unit(max(totals, default=0))
     provenance = " / ".join(dict.fromkeys(provenance_label(run.provenance, lang) for run in runs))
-    # Wrapped: beside a diagram at 1280x720 a bar is about 150 px wide, and a longer label ("checkpointing
-    # desligado") runs into its neighbour's and out of the figure.
-    ticks = [
-        wrapped(
-            t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang)), 20
-        )
-        for label, _, memory in drawn
-    ]
-    extra_lines = max((tick.count("<br>") - 1 for tick in ticks), default=0)  # the labels were two lines
+    # Wrapped to each bar's share of the width, and kept horizontal (tickangle 0 below): beside a diagram at 1280x720
+    # a bar is about 110-150 px wide, and plotly turns a longer label sideways and cuts it at the figure's edge.
+    ticks, lines = wrapped_ticks(
+        [
+            label
+            if after
+            else t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang))
+            for label, _, memory in drawn
+        ],
+        across,
+    )
+    extra_lines = max(lines - 2, 0)  # the margin below holds two lines of labels; one more line for each beyond
     figure = go.Figure()
     for part in drawn_parts(peaks):
         values = [part_bytes(peak, part) for peak in peaks]
@@ -110,7 +149,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     )
     # The provenance on a line of its own: beside a diagram the figure is narrow, and it must not be cut off.
     subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else [])]) + f"<br>{provenance}"
-    title = heading(t("breakdown.title", lang), subtitle)
+    title = heading(t("breakdown.title_after_forward" if after else "breakdown.title", lang), subtitle)
     # A long CPU name wraps the provenance onto a third line ("measured on the CPU (Intel(R) Xeon(R) Processor, 2
     # cores)" at 1280x720): the top margin grows a line's height for each, or the subtitle runs into the axis title.
     # The figure grows by as much, so the plot and the legend under it keep their places.
@@ -126,10 +165,10 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     )
     figure.update_yaxes(
         gridcolor=GRID,
-        title_text=t("breakdown.y", lang, unit=unit),
+        title_text=t("breakdown.y_after_forward" if after else "breakdown.y", lang, unit=unit),
         range=[0, max(totals, default=0) / scale * 1.15 or 1],
     )
-    figure.update_xaxes(showgrid=False)
+    figure.update_xaxes(showgrid=False, tickangle=None if across is None else 0)
     return figure
 
 
@@ -151,7 +190,7 @@ def sharding_figure(
     Returns:
         A grouped bar figure in the lab's category colours; hover gives MiB.
     """
-    labels = [label for label, _ in bars]
+    labels, lines = wrapped_ticks([label for label, _ in bars])  # horizontal, as breakdown_figure's
     top = max((value for _, parts in bars for value in parts.values()), default=0)
     scale, unit = bar_unit(top)
     figure = go.Figure()
@@ -174,12 +213,12 @@ def sharding_figure(
     figure.update_layout(
         title=heading(t("sharding_fig.title", lang), subtitle),
         barmode="group",
-        height=height,
-        margin={"l": 60, "r": 20, "t": 90, "b": 40},
-        legend=legend(-0.2),
+        height=height + 18 * (lines - 1),
+        margin={"l": 60, "r": 20, "t": 90, "b": 40 + 18 * (lines - 1)},  # a line of labels more, 18 px more
+        legend=legend(-0.2 - 0.08 * (lines - 1)),
         **on_white(13, lang),
         hoverlabel={"font": {"size": 14}},
     )
     figure.update_yaxes(gridcolor=GRID, title_text=t("sharding_fig.y", lang, unit=unit))
-    figure.update_xaxes(showgrid=False)
+    figure.update_xaxes(showgrid=False, tickangle=0)
     return figure
