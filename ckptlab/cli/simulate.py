@@ -17,12 +17,11 @@ from ..fact import Fact
 from ..show.i18n import say, t
 from ..show.labels import provenance_label
 from ..show.report import region_words, run_report
-from ..spec import MAX_WORLD_SIZE
 from ..units import GIB, mib, milliseconds, parse_size
 from .args import (
     EVERY_SETTING,
-    add_fsdp_argument,
     add_run_arguments,
+    add_spec_flags,
     check_before_the_core,
     core_loaded,
     spec_from_args,
@@ -43,14 +42,7 @@ def add_simulate_command(commands) -> None:
         "simulate", help="simulate one step of a real model size on fake tensors: memory a GPU would need"
     )
     add_run_arguments(parser, every_setting=True)
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        default=1,
-        metavar="N",
-        help=f"ranks to simulate with a fake process group, 1 to {MAX_WORLD_SIZE} (with --fsdp); figures are rank 0's",
-    )
-    add_fsdp_argument(parser)
+    add_spec_flags(parser, ("world_size", "fsdp"))
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--gpu", help=f"say whether it fits this GPU: {', '.join(GPUS)} (e.g. --gpu H100-80)")
     budget.add_argument(

@@ -27,6 +27,7 @@ from ..units import mib, milliseconds, parse_size
 from .args import (
     EXIT_BAD_INPUT,
     add_run_arguments,
+    add_spec_flags,
     core_loaded,
     print_progress,
     selective_argument,
@@ -42,52 +43,46 @@ if TYPE_CHECKING:
 
 def add_sweep_command(commands) -> None:
     """Add ``sweep`` to the subcommands (one entry of ``COMMANDS``)."""
-    # "resolve": the sweep redefines three of the run options as lists.
     sweep_parser = commands.add_parser(
-        "sweep",
-        help="measure checkpointing off and every every_n_layers: memory against time",
-        conflict_handler="resolve",
+        "sweep", help="measure checkpointing off and every every_n_layers: memory against time"
     )
     defaults = RunSpec()
-    add_run_arguments(sweep_parser, defaults)
-    sweep_parser.add_argument(
-        "--seq-len",
-        default=str(defaults.seq_len),
-        help=f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})",
-    )
-    sweep_parser.add_argument(
-        "--every-n-layers", default="all", help="'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)"
-    )
-    sweep_parser.add_argument(
-        "--offload", default="no", help="no, yes or both (offload rows run on CUDA only; default no)"
-    )
-    sweep_parser.add_argument(
-        "--selective",
-        nargs="+",
-        type=selective_argument,
-        default=[defaults.selective],
-        metavar="POLICY",
-        help=f"one or more selective policies, e.g. --selective none attention: each checkpointed setting is "
-        f"measured with each ({', '.join(SELECTIVE_CHOICES)}, or comma-separated op names; default none)",
-    )
-    sweep_parser.add_argument(
-        "--attn-implementation",
-        nargs="+",
-        default=[defaults.attn_implementation],
-        metavar="KERNEL",
-        help=f"one or more attention implementations, e.g. --attn-implementation sdpa eager: every row (off "
-        f"included) is measured with each ({', '.join(ATTN_IMPLEMENTATIONS)}; default {defaults.attn_implementation})",
-    )
+    # The sweep's axes: the declared flags taken as lists (strings parsed here, for the lab's one-line message).
+    axes = {
+        "seq_len": {
+            "default": str(defaults.seq_len),
+            "help": f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})",
+        },
+        "every_n_layers": {
+            "default": "all",
+            "help": "'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)",
+        },
+        "offload": {"default": "no", "help": "no, yes or both (offload rows run on CUDA only; default no)"},
+        "selective": {
+            "nargs": "+",
+            "type": selective_argument,
+            "default": [defaults.selective],
+            "metavar": "POLICY",
+            "help": f"one or more selective policies, e.g. --selective none attention: each checkpointed setting is "
+            f"measured with each ({', '.join(SELECTIVE_CHOICES)}, or comma-separated op names; default none)",
+        },
+        "attn_implementation": {
+            "nargs": "+",
+            "default": [defaults.attn_implementation],
+            "metavar": "KERNEL",
+            "help": f"one or more attention implementations, e.g. --attn-implementation sdpa eager: every row (off "
+            f"included) is measured with each ({', '.join(ATTN_IMPLEMENTATIONS)}; default "
+            f"{defaults.attn_implementation})",
+        },
+    }
+    add_run_arguments(sweep_parser, defaults, differently=axes)
+    # A sweep has an off row of its own: the flag is refused by name (sweep_spec_from_args), not hidden by argparse.
     sweep_parser.add_argument("--no-checkpointing", action="store_true", help=argparse.SUPPRESS)
-    sweep_parser.add_argument(
-        "--repeats", type=int, default=defaults.repeats, help=f"timed steps per row (default {defaults.repeats})"
-    )
-    sweep_parser.add_argument(
-        "--warmup",
-        type=int,
-        default=defaults.warmup,
-        help=f"untimed steps before the first row of each length (default {defaults.warmup})",
-    )
+    helps = {
+        "repeats": f"timed steps per row (default {defaults.repeats})",
+        "warmup": f"untimed steps before the first row of each length (default {defaults.warmup})",
+    }
+    add_spec_flags(sweep_parser, ("repeats", "warmup"), defaults, helps=helps)
     sweep_parser.add_argument(
         "--warmup-each-row", action="store_true", help="warm up before every row, as single runs do"
     )

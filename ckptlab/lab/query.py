@@ -27,9 +27,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .. import spec_fields
 from ..fact import Fact
 from ..model.attention import EAGER
-from .. import spec_fields
 from ..model.selective import NONE, selective_key
 from ..spec import RunSpec
 from ..spec_fields import (  # the bounds a link and the widgets offer: declared with their fields, re-exported here

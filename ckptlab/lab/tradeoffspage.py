@@ -20,8 +20,8 @@ from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .run import PACE
-from .widgets import PageWidgets
 from .targets import spec_targets
+from .widgets import PageWidgets
 
 DEFAULT_BUDGET_MIB = 1024.0  # the custom budget's first value when no row has a peak
 BUDGET_HEADROOM = 0.05  # the first budget's room above the median peak: allocator fragmentation and such

@@ -140,7 +140,9 @@ class PageWidgets:
         for field in step:
             out[widget_key(self.prefix, field)] = self._to_widget(field, spec)
         if self.checkpointing:  # the box offers the named policies; op names come from Python only
-            out[widget_key(self.prefix, spec_fields.FIELD["selective"])] = self._to_widget(spec_fields.FIELD["selective"], spec)
+            out[widget_key(self.prefix, spec_fields.FIELD["selective"])] = self._to_widget(
+                spec_fields.FIELD["selective"], spec
+            )
         return out
 
     def _to_widget(self, field: SpecField, spec: RunSpec) -> Any:
