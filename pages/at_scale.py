@@ -19,7 +19,7 @@ from typing import get_args
 
 import streamlit as st
 
-from ckptlab.explore.budget import GPUS
+from ckptlab.explore.budget import BUDGET_BOX_GIB, GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.longest import LongestTable
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
@@ -305,8 +305,8 @@ with st.sidebar:
     if state.at_scale_gpu == CUSTOM:
         st.number_input(
             t("at_scale.budget_gib", lang),
-            min_value=0.01,
-            max_value=4096.0,
+            min_value=BUDGET_BOX_GIB[0],  # the box's bounds, declared with the budget's (explore.budget)
+            max_value=BUDGET_BOX_GIB[1],
             step=1.0,
             format="%g",
             key="at_scale_budget_gib",

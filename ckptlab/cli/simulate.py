@@ -11,13 +11,12 @@ import math
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
-from ..errors import SpecError, check_at_most
-from ..explore.budget import GPUS, budget_bytes, fit, fits, gpu_name
-from ..fact import Fact
+from ..errors import SpecError
+from ..explore.budget import GPUS, MAX_BUDGET_GIB, budget_bytes, budget_size, fit, fits, gpu_name
 from ..show.i18n import say, t
 from ..show.labels import provenance_label
 from ..show.report import region_words, run_report
-from ..units import GIB, mib, milliseconds, parse_size
+from ..units import GIB, mib, milliseconds
 from .args import (
     EVERY_SETTING,
     add_run_arguments,
@@ -32,8 +31,6 @@ if TYPE_CHECKING:
     from ..explore.roofline import SettingTime
     from ..results import RunResult
     from ..spec import RunSpec
-
-MAX_BUDGET_GIB = 2**20  # a mebi-GiB (1 PiB): above any machine, and still a whole number of bytes
 
 
 def add_simulate_command(commands) -> None:
@@ -321,8 +318,7 @@ def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
             raise SpecError(key="cli.budget_gib", value=args.budget_gib, limit=MAX_BUDGET_GIB)
         return int(args.budget_gib * GIB), t("cli.budget_label", size=f"{args.budget_gib:g} GiB")
     if args.budget is not None:
-        size = parse_size(args.budget, "--budget")
-        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, Fact("bound.budget"))
+        size = budget_size(args.budget, "--budget")
         return size, t("cli.budget_label", size=args.budget.strip())
     return None
 

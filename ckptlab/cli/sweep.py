@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError
-from ..explore.budget import GPUS, gpu_name
+from ..explore.budget import GPUS, budget_size, gpu_name
 from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
 from ..model.attention import ATTN_IMPLEMENTATIONS
 from ..model.presets import check_model_named
@@ -23,7 +23,7 @@ from ..show.labels import provenance_label
 from ..show.peak_words import peak_where
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
-from ..units import mib, milliseconds, parse_size
+from ..units import mib, milliseconds
 from .args import (
     EXIT_BAD_INPUT,
     add_run_arguments,
@@ -172,7 +172,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.gpu is not None:
         budget = gpu_name(args.gpu)
     if args.budget is not None:
-        budget = parse_size(args.budget, "--budget")
+        budget = budget_size(args.budget, "--budget")
     check_model_named(spec.model)  # the spec's values are checked (sweep_spec_from_args); the model's name too
     from ..explore.accuracy import check_predictions  # the core, once the flags are known good (see ckptlab.cli)
     from ..explore.recommend import recommend

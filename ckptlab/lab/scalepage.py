@@ -13,7 +13,7 @@ from importlib import metadata
 from typing import Any, Literal
 
 from ..errors import CkptlabError
-from ..explore.budget import GPUS, fit, fits, gpu_name
+from ..explore.budget import BUDGET_BOX_GIB, GPUS, fit, fits, gpu_name
 from ..explore.gpu_search import GpuSearch, SearchCode
 from ..explore.longest import LongestTable
 from ..explore.scale import (
@@ -36,7 +36,7 @@ from ..show.figures.breakdown import part_bytes
 from ..show.labels import event_label, provenance_label
 from ..show.wording import app_message
 from ..spec import RunSpec
-from ..units import GIB
+from ..units import GIB, size_in_bytes
 from .modelbox import duration
 from .widgets import PageWidgets
 
@@ -59,24 +59,20 @@ class Verdict:
     result: RunResult | None  # the setting to draw (the one that fits, or the closest)
 
 
-BUDGET_GIB_RANGE = (0.01, 4096.0)  # the custom budget's box: its least and most GiB
-
-
 def gpu_from_link(text: str) -> tuple[str, float, list[Fact]] | None:
-    """A link's ``gpu=``: a GPU of the list (its name, the default custom budget) or a budget in GiB (``CUSTOM``,
-    clamped to :data:`BUDGET_GIB_RANGE`, the clamp said as a fact); None when it is neither (NaN and infinity
+    """A link's ``gpu=``: a GPU of the list (its name, the default custom budget) or a budget (``CUSTOM``): a size as
+    ``units.size_in_bytes`` reads it, a bare number in GiB (the box's unit), clamped to the box's bounds
+    (``explore.budget.BUDGET_BOX_GIB``, the clamp said as a fact); None when it is neither (NaN and infinity
     included: no budget)."""
     try:
         return gpu_name(text), DEFAULT_BUDGET_GIB, []  # a GPU of the list only: "24GiB" is the custom budget below
     except CkptlabError:
         pass
-    try:
-        gib = float(text.lower().removesuffix("gib"))
-    except ValueError:
+    size = size_in_bytes(text, "gib")
+    if size is None or not math.isfinite(size):
         return None
-    if not math.isfinite(gib):
-        return None
-    low, high = BUDGET_GIB_RANGE
+    gib = size / GIB
+    low, high = BUDGET_BOX_GIB
     used = min(max(gib, low), high)
     clamped = [Fact("link.clamped", {"key": "gpu", "value": text, "used": used, "unit": "GiB"})] if used != gib else []
     return CUSTOM, used, clamped
