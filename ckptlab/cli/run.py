@@ -50,11 +50,11 @@ def add_run_command(commands) -> None:
     run = commands.add_parser("run", help="run and measure training steps with one checkpointing setting")
     defaults = RunSpec()
     add_run_arguments(run, defaults)
-    helps = {
+    steps_help = {  # run's own words for the declared flags
         "repeats": f"timed steps (default {defaults.repeats})",
         "warmup": f"untimed steps first (default {defaults.warmup})",
     }
-    add_spec_flags(run, ("repeats", "warmup"), defaults, helps=helps)
+    add_spec_flags(run, ("repeats", "warmup"), defaults, helps=steps_help)
     compare_flag = run.add_mutually_exclusive_group()
     compare_flag.add_argument(
         "--compare",

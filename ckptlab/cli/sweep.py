@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
 from ..explore.budget import GPUS, budget_size, gpu_name
@@ -48,41 +48,37 @@ def add_sweep_command(commands) -> None:
     )
     defaults = RunSpec()
     # The sweep's axes: the declared flags taken as lists (strings parsed here, for the lab's one-line message).
-    axes = {
-        "seq_len": {
-            "default": str(defaults.seq_len),
-            "help": f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})",
-        },
-        "every_n_layers": {
-            "default": "all",
-            "help": "'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)",
-        },
-        "offload": {"default": "no", "help": "no, yes or both (offload rows run on CUDA only; default no)"},
-        "selective": {
-            "nargs": "+",
-            "type": selective_argument,
-            "default": [defaults.selective],
-            "metavar": "POLICY",
-            "help": f"one or more selective policies, e.g. --selective none attention: each checkpointed setting is "
+    axes: dict[str, dict[str, Any]] = {
+        "seq_len": dict(
+            default=str(defaults.seq_len), help=f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})"
+        ),
+        "every_n_layers": dict(default="all", help="'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)"),
+        "offload": dict(default="no", help="no, yes or both (offload rows run on CUDA only; default no)"),
+        "selective": dict(
+            nargs="+",
+            type=selective_argument,
+            default=[defaults.selective],
+            metavar="POLICY",
+            help=f"one or more selective policies, e.g. --selective none attention: each checkpointed setting is "
             f"measured with each ({', '.join(SELECTIVE_CHOICES)}, or comma-separated op names; default none)",
-        },
-        "attn_implementation": {
-            "nargs": "+",
-            "default": [defaults.attn_implementation],
-            "metavar": "KERNEL",
-            "help": f"one or more attention implementations, e.g. --attn-implementation sdpa eager: every row (off "
+        ),
+        "attn_implementation": dict(
+            nargs="+",
+            default=[defaults.attn_implementation],
+            metavar="KERNEL",
+            help=f"one or more attention implementations, e.g. --attn-implementation sdpa eager: every row (off "
             f"included) is measured with each ({', '.join(ATTN_IMPLEMENTATIONS)}; default "
             f"{defaults.attn_implementation})",
-        },
+        ),
     }
     add_run_arguments(sweep_parser, defaults, differently=axes)
     # A sweep has an off row of its own: the flag is refused by name (sweep_spec_from_args), not hidden by argparse.
     sweep_parser.add_argument("--no-checkpointing", action="store_true", help=argparse.SUPPRESS)
-    helps = {
+    steps_help = {  # the sweep's own words for the declared flags
         "repeats": f"timed steps per row (default {defaults.repeats})",
         "warmup": f"untimed steps before the first row of each length (default {defaults.warmup})",
     }
-    add_spec_flags(sweep_parser, ("repeats", "warmup"), defaults, helps=helps)
+    add_spec_flags(sweep_parser, ("repeats", "warmup"), defaults, helps=steps_help)
     sweep_parser.add_argument(
         "--warmup-each-row", action="store_true", help="warm up before every row, as single runs do"
     )
