@@ -3,12 +3,13 @@
 
 The edges derive their tables from :data:`FIELDS` instead of mapping each field again:
 
-- the command line (``ckptlab.cli.args``): ``add_run_arguments`` adds each :attr:`SpecField.cli` flag (argparse's
-  help text stays there) and ``argv_from_spec`` writes them back for launched ranks;
-- the link (``ckptlab.lab.query``): ``spec_to_query`` writes each :attr:`SpecField.link` key and ``spec_from_query``
-  reads it the way :attr:`Link.reads` says, within the field's bounds;
-- the widgets (``ckptlab.lab.stepboxes``, ``pages/``): each :attr:`SpecField.widget`'s session-state name, its kind,
-  the function that draws it and the limits it offers;
+- the command line (``ckptlab.cli.args``): ``add_run_arguments`` adds each shared :attr:`SpecField.cli` flag, and
+  ``add_spec_flags`` those a command names (argparse's help text stays there); a command that takes a field its own
+  way (``sweep``'s lists) says so there; ``argv_from_spec`` writes them back for launched ranks;
+- the link (``ckptlab.lab.query``): ``spec_to_query``, the one writer, writes each :attr:`SpecField.link` key (of the
+  fields a page shows) and ``spec_from_query`` reads it the way :attr:`Link.reads` says, within the field's bounds;
+- the widgets (``ckptlab.lab.widgets``, the one codec, ``pages/``): each :attr:`SpecField.widget`'s session-state
+  name, its kind, the function that draws it and the limits it offers;
 - the validation (``RunSpec.validate``) and the reading of a user's ``TrainingArguments``
   (``ckptlab.training_args.DEFAULTED_NAMES``);
 - the errors' words in the app (``ckptlab.show.wording.APP_WIDGETS``): a setting is named by its widget's label.
@@ -95,7 +96,9 @@ class Cli:
     flag: str
     type: CliType = "text"
     metavar: str | None = None
-    shared: bool = True  # one of add_run_arguments' flags; False: a command adds its own (run's --repeats)
+    # One of add_run_arguments' flags, on every command that describes a spec; False: the commands that take it name it
+    # (add_spec_flags: run's and sweep's --repeats, simulate's --world-size)
+    shared: bool = True
     special: str | None = None
 
 
@@ -340,7 +343,9 @@ FIELDS: tuple[SpecField, ...] = (
     ),
     SpecField(
         "world_size",
-        Cli("--world-size", "int", shared=False, special="ranks"),  # simulate's; run's is --nproc-per-node (x --nnodes)
+        Cli(
+            "--world-size", "int", metavar="N", shared=False, special="ranks"
+        ),  # simulate's; run's is --nproc-per-node (x --nnodes)
         widget=Widget("gpus", "select"),  # At scale's GPUs, in its link as gpus= (ckptlab.lab.query.gpus_from_query)
         label="at_scale.gpus",
         low=1,

@@ -46,8 +46,23 @@ def milliseconds(seconds: float, lang: str = ENGLISH) -> str:
     return localized(f"{seconds * 1000:,.0f}", lang)
 
 
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*")  # a number (no sign, no exponent) and a unit, or none
+
+
+def size_in_bytes(text: str, unit: str = "") -> float | None:
+    """The bytes ``text`` says: a number with a unit of :data:`SIZE_UNITS` (any case), a bare number in ``unit``'s
+    (``""``: bytes; ``"gib"``: a page's box in GiB); None when it is not one. The one reading of a size, as it is
+    written: 0 and, past float's range, inf come back as they are, for the caller's bounds (:func:`parse_size`'s, a
+    page's clamp)."""
+    match = _SIZE.fullmatch(text)
+    written = (match.group(2) or unit).lower() if match else ""
+    if not match or written not in SIZE_UNITS:
+        return None
+    return float(match.group(1)) * SIZE_UNITS[written]
+
+
 def parse_size(text: str, name: str = "size") -> int:
-    """``"24GiB"``, ``"512 MiB"``, ``"1000000"`` -> bytes.
+    """``"24GiB"``, ``"512 MiB"``, ``"1000000"`` -> bytes (:func:`size_in_bytes`).
 
     Args:
         text: a positive number, with or without a unit of :data:`SIZE_UNITS` (any case), of at least one byte
@@ -57,14 +72,9 @@ def parse_size(text: str, name: str = "size") -> int:
     Raises:
         SpecError: naming the value and the accepted forms, or a size under one byte.
     """
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
-    if (
-        not match
-        or match.group(2).lower() not in SIZE_UNITS
-        or not 0 < float(match.group(1)) < float("inf")  # 400 digits parse as inf
-    ):
+    size = size_in_bytes(text)
+    if size is None or not 0 < size < float("inf"):  # 400 digits parse as inf
         raise SpecError(key="spec.not_a_size", name=name, value=repr(text))
-    size = float(match.group(1)) * SIZE_UNITS[match.group(2).lower()]
     if size < 1:  # "0.5" or "0.0001KiB": int() would make it a budget of 0 bytes, which nothing fits
         raise SpecError(key="spec.size_under_a_byte", name=name, value=repr(text), size=size)
     return int(size)

@@ -19,7 +19,7 @@ from typing import get_args
 
 import streamlit as st
 
-from ckptlab.explore.budget import GPUS
+from ckptlab.explore.budget import BUDGET_BOX_GIB, GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.longest import LongestTable
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
@@ -30,7 +30,6 @@ from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import SIMULATIONS, LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT
 from ckptlab.lab.server import ServerPolicy
-from ckptlab.lab.stepboxes import QUERY_KEYS
 from ckptlab.lab.store import ResultStore
 from ckptlab.lab.targets import spec_targets
 from ckptlab.model import hub
@@ -67,8 +66,9 @@ policy, _ = server_policy()  # the lab page shows a bad setting; here the safe d
 WIDGETS = scalepage.WIDGETS
 
 
-# The shape's keys in a link (gpu= aside), the step boxes' among them (their declarations': accum, mp, clip, attn).
-LINK_KEYS = ("model", "seq", "batch", "dtype", "opt", "lora", "targets", "qlora", *QUERY_KEYS.values())
+# The shape's keys in a link (gpu= aside): those of the fields the page shows (ckptlab.lab.widgets), the step box's
+# among them.
+LINK_KEYS = scalepage.LINK_KEYS
 
 
 def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
@@ -305,8 +305,8 @@ with st.sidebar:
     if state.at_scale_gpu == CUSTOM:
         st.number_input(
             t("at_scale.budget_gib", lang),
-            min_value=0.01,
-            max_value=4096.0,
+            min_value=BUDGET_BOX_GIB[0],  # the box's bounds, declared with the budget's (explore.budget)
+            max_value=BUDGET_BOX_GIB[1],
             step=1.0,
             format="%g",
             key="at_scale_budget_gib",

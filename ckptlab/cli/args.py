@@ -1,7 +1,8 @@
 """What the commands share: the options that describe one spec, the exit codes, the progress line.
 
-``run``, ``simulate`` and ``sweep`` add the same spec options (:func:`add_run_arguments`) and
-read them back the same way (:func:`spec_from_args`).
+``run``, ``simulate`` and ``sweep`` add the same spec options (:func:`add_run_arguments`), each the declared flags of
+the fields it alone takes (:func:`add_spec_flags`: ``--repeats``, ``--world-size``, ``--fsdp``), and read them back the
+same way (:func:`spec_from_args`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
+from .. import spec_fields
 from ..fact import CUT_AT, Fact, cut_for_message
 from ..model import hub
 from ..model.attention import ATTN_IMPLEMENTATIONS
@@ -23,7 +25,7 @@ from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..show.i18n import say, t
 from ..show.wording import CliFlags, Flag
 from ..spec import OPTIMIZERS, RunSpec
-from ..spec_fields import FIELDS, SpecField, split_names
+from ..spec_fields import MAX_WORLD_SIZE, SpecField, split_names
 from ..torchstate import freeze_what_is_loaded
 from ..training_args import DEFAULTED_NAMES, load_training_args_file, read_training_args
 
@@ -58,7 +60,7 @@ class _Given(argparse.Action):
         namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
 
 
-def _flag(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *names: str, **options) -> None:
+def _flag(parser: argparse._ActionsContainer, *names: str, **options) -> None:
     """A spec option that records that it was given; ``store_true=True`` for a flag without a value."""
     if options.pop("store_true", False):
         options.update(nargs=0, const=True, default=False)
@@ -109,6 +111,9 @@ def _helps(defaults: RunSpec, every_setting: bool) -> dict[str, str]:
         "attn_implementation": "the attention the model is built with (transformers' attn_implementation): "
         f"{', '.join(ATTN_IMPLEMENTATIONS)}; eager keeps each layer's heads x seq^2 probabilities, flash_attention_2 "
         f"needs CUDA and the flash-attn package (default {defaults.attn_implementation})",
+        "world_size": f"ranks to simulate with a fake process group, 1 to {MAX_WORLD_SIZE} (with --fsdp); figures are "
+        "rank 0's",
+        "fsdp": "shard with FSDP2 (fully_shard on every decoder layer, then the root) across the ranks",
     }
 
 
@@ -132,16 +137,52 @@ def _type_options(field: SpecField, every_setting: bool) -> dict[str, Any]:
 
 
 def add_run_arguments(
-    run: argparse.ArgumentParser, defaults: RunSpec = RunSpec(), *, every_setting: bool = False
+    run: argparse.ArgumentParser,
+    defaults: RunSpec = RunSpec(),
+    *,
+    every_setting: bool = False,
+    differently: Mapping[str, dict[str, Any]] | None = None,
 ) -> None:
     """The options of ``run`` that describe one spec, one for each shared flag ``ckptlab.spec_fields`` declares;
     ``simulate`` and ``sweep`` reuse them.
 
-    ``every_setting``: ``--every-n-layers`` also takes "all" (``simulate``'s table).
+    ``every_setting``: ``--every-n-layers`` also takes "all" (``simulate``'s table). ``differently``: the fields a
+    command takes its own way (``sweep``'s several lengths, its lists), by name, with argparse's options for the
+    declared flag: added after ``--training-args``, in the declarations' order, in place of the plain ones.
     """
-    helps = _helps(defaults, every_setting)
-    for field in FIELDS:
-        if field.cli is None or not field.cli.shared:
+    differently = differently or {}
+    add_spec_flags(run, [name for name in shared_fields() if name not in differently], defaults, every_setting)
+    run.add_argument(
+        "--training-args",
+        metavar="FILE.json",
+        help="your TrainingArguments as JSON (the fields TrainingArguments(**json) takes): the step they run; "
+        "the flags above, where given, win over the file",
+    )
+    for field in spec_fields.FIELDS:
+        if field.name in differently and field.cli is not None:
+            run.add_argument(field.cli.flag, **differently[field.name])
+
+
+def shared_fields() -> tuple[str, ...]:
+    """The fields every command that describes a spec takes (``spec_fields.Cli.shared``), in the declarations'
+    order; read when asked, so a field declared there is a flag by itself."""
+    return tuple(field.name for field in spec_fields.FIELDS if field.cli is not None and field.cli.shared)
+
+
+def add_spec_flags(
+    parser: argparse._ActionsContainer,
+    names: Sequence[str],
+    defaults: RunSpec = RunSpec(),
+    every_setting: bool = False,
+    helps: Mapping[str, str] | None = None,
+) -> None:
+    """The declared flags of the fields ``names`` (``spec_fields.Cli``: the flag, how argparse reads it, its metavar,
+    its special adder), in the declarations' order, each defaulting to ``defaults``' value and storing the field of
+    its name; ``helps``: a command's own help for a field (``run``'s and ``sweep``'s ``--repeats``), else the shared
+    one."""
+    helps = {**_helps(defaults, every_setting), **(helps or {})}
+    for field in spec_fields.FIELDS:
+        if field.cli is None or field.name not in names:
             continue
         options = _type_options(field, every_setting)
         if "store_true" not in options:
@@ -150,19 +191,13 @@ def add_run_arguments(
             options["metavar"] = field.cli.metavar
         if field.name in helps:
             options["help"] = helps[field.name]
-        if field.cli.special is None:
-            _flag(run, field.cli.flag, **options)
+        if field.cli.special in ADD_SPECIAL:
+            ADD_SPECIAL[field.cli.special](parser, field.cli.flag, options)
         else:
-            ADD_SPECIAL[field.cli.special](run, field.cli.flag, options)
-    run.add_argument(
-        "--training-args",
-        metavar="FILE.json",
-        help="your TrainingArguments as JSON (the fields TrainingArguments(**json) takes): the step they run; "
-        "the flags above, where given, win over the file",
-    )
+            _flag(parser, field.cli.flag, dest=field.name, **options)
 
 
-def _model_flags(run: argparse.ArgumentParser, flag: str, options: dict[str, Any]) -> None:
+def _model_flags(run: argparse._ActionsContainer, flag: str, options: dict[str, Any]) -> None:
     """``--model``, and ``--revision`` of a Hub repository (which travels inside the name: owner/name@revision)."""
     _flag(run, flag, **options)
     _flag(
@@ -173,20 +208,20 @@ def _model_flags(run: argparse.ArgumentParser, flag: str, options: dict[str, Any
     )
 
 
-def _checkpointing_flags(run: argparse.ArgumentParser, flag: str, options: dict[str, Any]) -> None:
+def _checkpointing_flags(run: argparse._ActionsContainer, flag: str, options: dict[str, Any]) -> None:
     """``--every-n-layers N`` or ``--no-checkpointing`` (every_n_layers=None), one or the other."""
     setting = run.add_mutually_exclusive_group()
     _flag(setting, flag, **options)
     _flag(setting, "--no-checkpointing", store_true=True, help="run with checkpointing off")
 
 
-def _quantization_flag(run: argparse.ArgumentParser, flag: str, options: dict[str, Any]) -> None:
+def _quantization_flag(run: argparse._ActionsContainer, flag: str, options: dict[str, Any]) -> None:
     """``--quantization-config FILE.json``: the field's value is the file's (``spec_from_args`` reads it)."""
     _flag(run, flag, **{**options, "dest": "quantization", "default": None})
 
 
 # The shared flags added their own way (spec_fields.Cli.special names them): parser, flag, argparse's options.
-ADD_SPECIAL: dict[str, Callable[[argparse.ArgumentParser, str, dict[str, Any]], None]] = {
+ADD_SPECIAL: dict[str, Callable[[argparse._ActionsContainer, str, dict[str, Any]], None]] = {
     "model": _model_flags,
     "checkpointing": _checkpointing_flags,
     "quantization_file": _quantization_flag,
@@ -202,11 +237,6 @@ def selective_argument(text: str) -> str | tuple[str, ...]:
     raise argparse.ArgumentTypeError(t("cli.selective_choice", text=text, choices=", ".join(SELECTIVE_CHOICES)))
 
 
-# The flags of add_run_arguments, each setting the RunSpec field of its name (--no-checkpointing sets every_n_layers):
-# every field but the commands' own (run's and sweep's --repeats and --warmup, the ranks of run and simulate).
-_SPEC_FIELDS = tuple(field.name for field in FIELDS if field.cli is not None and field.cli.shared)
-
-
 def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
     """The :class:`RunSpec` the options of :func:`add_run_arguments` describe.
 
@@ -216,7 +246,10 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
     Raises:
         SpecError: a training args file that cannot be read as TrainingArguments.
     """
-    flags = {field: getattr(args, field) for field in _SPEC_FIELDS}
+    # The flags of add_run_arguments, each setting the RunSpec field of its name (--no-checkpointing sets
+    # every_n_layers): every field but the commands' own (run's and sweep's --repeats and --warmup, the ranks).
+    spec_flags = shared_fields()
+    flags = {field: getattr(args, field) for field in spec_flags}
     # A revision travels inside the model's name (owner/name@revision): one string every front end and the JSON keep.
     flags["model"] = hub.with_revision(flags["model"], getattr(args, "revision", None))
     if args.no_checkpointing:
@@ -229,7 +262,7 @@ def spec_from_args(args: argparse.Namespace, **extra) -> RunSpec:
         return RunSpec(**flags, **extra)
     given: frozenset[str] = getattr(args, "given", frozenset())
     # The file does not say the model nor the sequence (TrainingArguments has neither): the flags do.
-    chosen = {"model", "seq_len"} | {dest for dest in given if dest in _SPEC_FIELDS}
+    chosen = {"model", "seq_len"} | {dest for dest in given if dest in spec_flags}
     if "no_checkpointing" in given:
         chosen.add("every_n_layers")
     return RunSpec.from_training_args(
@@ -287,22 +320,13 @@ def training_args_lines(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def add_fsdp_argument(parser: argparse.ArgumentParser) -> None:
-    """``--fsdp``, for the commands that run across ranks (``run``, ``simulate``)."""
-    parser.add_argument(
-        "--fsdp",
-        action="store_true",
-        help="shard with FSDP2 (fully_shard on every decoder layer, then the root) across the ranks",
-    )
-
-
 def argv_from_spec(spec: RunSpec) -> list[str]:
     """The ``run`` options that give back ``spec`` (world size aside: the launcher sets it); for launched ranks.
 
     Each declared flag with its value (``spec_fields``); a switch where on, nothing for None.
     """
     argv: list[str] = []
-    for field in FIELDS:
+    for field in spec_fields.FIELDS:
         value = getattr(spec, field.name)
         if field.cli is None:
             continue

@@ -31,8 +31,8 @@ from .args import (
     EXIT_BAD_INPUT,
     EXIT_PLAN_MISMATCH,
     LineProgress,
-    add_fsdp_argument,
     add_run_arguments,
+    add_spec_flags,
     argv_from_spec,
     check_before_the_core,
     core_loaded,
@@ -50,10 +50,11 @@ def add_run_command(commands) -> None:
     run = commands.add_parser("run", help="run and measure training steps with one checkpointing setting")
     defaults = RunSpec()
     add_run_arguments(run, defaults)
-    run.add_argument("--repeats", type=int, default=defaults.repeats, help=f"timed steps (default {defaults.repeats})")
-    run.add_argument(
-        "--warmup", type=int, default=defaults.warmup, help=f"untimed steps first (default {defaults.warmup})"
-    )
+    steps_help = {  # run's own words for the declared flags
+        "repeats": f"timed steps (default {defaults.repeats})",
+        "warmup": f"untimed steps first (default {defaults.warmup})",
+    }
+    add_spec_flags(run, ("repeats", "warmup"), defaults, helps=steps_help)
     compare_flag = run.add_mutually_exclusive_group()
     compare_flag.add_argument(
         "--compare",
@@ -68,7 +69,7 @@ def add_run_command(commands) -> None:
         "--quiet", action="store_true", help="no progress and no warnings on standard error (errors still print)"
     )
     ranks = run.add_argument_group("across ranks (torch's launcher, torchrun)")
-    add_fsdp_argument(ranks)
+    add_spec_flags(ranks, ("fsdp",))  # the world size: --nproc-per-node x --nnodes
     ranks.add_argument(
         "--nproc-per-node", type=int, metavar="N", help="start N ranks on this machine through torchrun (with --fsdp)"
     )

@@ -11,19 +11,17 @@ import math
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
-from ..errors import SpecError, check_at_most
-from ..explore.budget import GPUS, budget_bytes, fit, fits, gpu_name
-from ..fact import Fact
+from ..errors import SpecError
+from ..explore.budget import GPUS, MAX_BUDGET_GIB, budget_bytes, budget_size, fit, fits, gpu_name
 from ..model.libraries import import_transformers_models
 from ..show.i18n import say, t
 from ..show.labels import provenance_label
 from ..show.report import region_words, run_report
-from ..spec import MAX_WORLD_SIZE
-from ..units import GIB, mib, milliseconds, parse_size
+from ..units import GIB, mib, milliseconds
 from .args import (
     EVERY_SETTING,
-    add_fsdp_argument,
     add_run_arguments,
+    add_spec_flags,
     check_before_the_core,
     core_loaded,
     spec_from_args,
@@ -36,8 +34,6 @@ if TYPE_CHECKING:
     from ..results.allocations import DeviceTotal
     from ..spec import RunSpec
 
-MAX_BUDGET_GIB = 2**20  # a mebi-GiB (1 PiB): above any machine, and still a whole number of bytes
-
 
 def add_simulate_command(commands) -> None:
     """Add ``simulate`` to the subcommands (one entry of ``COMMANDS``)."""
@@ -45,14 +41,7 @@ def add_simulate_command(commands) -> None:
         "simulate", help="simulate one step of a real model size on fake tensors: memory a GPU would need"
     )
     add_run_arguments(parser, every_setting=True)
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        default=1,
-        metavar="N",
-        help=f"ranks to simulate with a fake process group, 1 to {MAX_WORLD_SIZE} (with --fsdp); figures are rank 0's",
-    )
-    add_fsdp_argument(parser)
+    add_spec_flags(parser, ("world_size", "fsdp"))
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--gpu", help=f"say whether it fits this GPU: {', '.join(GPUS)} (e.g. --gpu H100-80)")
     budget.add_argument(
@@ -383,8 +372,7 @@ def _budget(args: argparse.Namespace) -> tuple[int, str] | None:
             raise SpecError(key="cli.budget_gib", value=args.budget_gib, limit=MAX_BUDGET_GIB)
         return int(args.budget_gib * GIB), t("cli.budget_label", size=f"{args.budget_gib:g} GiB")
     if args.budget is not None:
-        size = parse_size(args.budget, "--budget")
-        check_at_most("--budget", size, MAX_BUDGET_GIB * GIB, Fact("bound.budget"))
+        size = budget_size(args.budget, "--budget")
         return size, t("cli.budget_label", size=args.budget.strip())
     return None
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
-from ..explore.budget import GPUS, gpu_name
+from ..explore.budget import GPUS, budget_size, gpu_name
 from ..explore.sweep_spec import OFFLOAD_CHOICES, SweepSpec
 from ..model.attention import ATTN_IMPLEMENTATIONS
 from ..model.libraries import import_transformers_models
@@ -24,10 +24,11 @@ from ..show.labels import provenance_label
 from ..show.peak_words import peak_where
 from ..show.report import RERUN_SHARE_NOTE, VERDICT_LEGEND, VERDICT_WORDS, busy_note, percent, training_name
 from ..spec import RunSpec
-from ..units import mib, milliseconds, parse_size
+from ..units import mib, milliseconds
 from .args import (
     EXIT_BAD_INPUT,
     add_run_arguments,
+    add_spec_flags,
     core_loaded,
     print_progress,
     selective_argument,
@@ -43,52 +44,42 @@ if TYPE_CHECKING:
 
 def add_sweep_command(commands) -> None:
     """Add ``sweep`` to the subcommands (one entry of ``COMMANDS``)."""
-    # "resolve": the sweep redefines three of the run options as lists.
     sweep_parser = commands.add_parser(
-        "sweep",
-        help="measure checkpointing off and every every_n_layers: memory against time",
-        conflict_handler="resolve",
+        "sweep", help="measure checkpointing off and every every_n_layers: memory against time"
     )
     defaults = RunSpec()
-    add_run_arguments(sweep_parser, defaults)
-    sweep_parser.add_argument(
-        "--seq-len",
-        default=str(defaults.seq_len),
-        help=f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})",
-    )
-    sweep_parser.add_argument(
-        "--every-n-layers", default="all", help="'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)"
-    )
-    sweep_parser.add_argument(
-        "--offload", default="no", help="no, yes or both (offload rows run on CUDA only; default no)"
-    )
-    sweep_parser.add_argument(
-        "--selective",
-        nargs="+",
-        type=selective_argument,
-        default=[defaults.selective],
-        metavar="POLICY",
-        help=f"one or more selective policies, e.g. --selective none attention: each checkpointed setting is "
-        f"measured with each ({', '.join(SELECTIVE_CHOICES)}, or comma-separated op names; default none)",
-    )
-    sweep_parser.add_argument(
-        "--attn-implementation",
-        nargs="+",
-        default=[defaults.attn_implementation],
-        metavar="KERNEL",
-        help=f"one or more attention implementations, e.g. --attn-implementation sdpa eager: every row (off "
-        f"included) is measured with each ({', '.join(ATTN_IMPLEMENTATIONS)}; default {defaults.attn_implementation})",
-    )
+    # The sweep's axes: the declared flags taken as lists (strings parsed here, for the lab's one-line message).
+    axes: dict[str, dict[str, Any]] = {
+        "seq_len": dict(
+            default=str(defaults.seq_len), help=f"one or more lengths, e.g. 256,512,1024 (default {defaults.seq_len})"
+        ),
+        "every_n_layers": dict(default="all", help="'all' (1 .. the layer count) or a list, e.g. 1,2,4 (default all)"),
+        "offload": dict(default="no", help="no, yes or both (offload rows run on CUDA only; default no)"),
+        "selective": dict(
+            nargs="+",
+            type=selective_argument,
+            default=[defaults.selective],
+            metavar="POLICY",
+            help=f"one or more selective policies, e.g. --selective none attention: each checkpointed setting is "
+            f"measured with each ({', '.join(SELECTIVE_CHOICES)}, or comma-separated op names; default none)",
+        ),
+        "attn_implementation": dict(
+            nargs="+",
+            default=[defaults.attn_implementation],
+            metavar="KERNEL",
+            help=f"one or more attention implementations, e.g. --attn-implementation sdpa eager: every row (off "
+            f"included) is measured with each ({', '.join(ATTN_IMPLEMENTATIONS)}; default "
+            f"{defaults.attn_implementation})",
+        ),
+    }
+    add_run_arguments(sweep_parser, defaults, differently=axes)
+    # A sweep has an off row of its own: the flag is refused by name (sweep_spec_from_args), not hidden by argparse.
     sweep_parser.add_argument("--no-checkpointing", action="store_true", help=argparse.SUPPRESS)
-    sweep_parser.add_argument(
-        "--repeats", type=int, default=defaults.repeats, help=f"timed steps per row (default {defaults.repeats})"
-    )
-    sweep_parser.add_argument(
-        "--warmup",
-        type=int,
-        default=defaults.warmup,
-        help=f"untimed steps before the first row of each length (default {defaults.warmup})",
-    )
+    steps_help = {  # the sweep's own words for the declared flags
+        "repeats": f"timed steps per row (default {defaults.repeats})",
+        "warmup": f"untimed steps before the first row of each length (default {defaults.warmup})",
+    }
+    add_spec_flags(sweep_parser, ("repeats", "warmup"), defaults, helps=steps_help)
     sweep_parser.add_argument(
         "--warmup-each-row", action="store_true", help="warm up before every row, as single runs do"
     )
@@ -178,7 +169,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.gpu is not None:
         budget = gpu_name(args.gpu)
     if args.budget is not None:
-        budget = parse_size(args.budget, "--budget")
+        budget = budget_size(args.budget, "--budget")
     check_model_named(spec.model)  # the spec's values are checked (sweep_spec_from_args); the model's name too
     import_transformers_models()  # before the core's imports: transformers' model folders read once (model.libraries)
     from ..explore.accuracy import check_predictions  # the core, once the flags are known good (see ckptlab.cli)

@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import SpecError
-from ..units import mib, parse_size
+from ..errors import SpecError, check_at_most
+from ..fact import Fact
+from ..units import GIB, mib, parse_size
 from .gpus import GPU_SPECS
 
 _SIZE_WITH_UNIT = re.compile(
@@ -34,6 +35,25 @@ if TYPE_CHECKING:  # only for the annotation: the CLI imports this module before
 GPUS: dict[str, int] = {name: spec.memory_bytes for name, spec in GPU_SPECS.items()}
 
 
+# The budget's bounds, the one home. Any budget a person gives (``simulate --budget``/``--budget-gib``, ``sweep
+# --budget``, :func:`budget_bytes`) is at most MAX_BUDGET_GIB; a page's custom box (the At-scale page's, in GiB, and its
+# link's ``gpu=24GiB``) offers BUDGET_BOX_GIB, its least and most.
+MAX_BUDGET_GIB = 2**20  # a mebi-GiB (1 PiB): above any machine, and still a whole number of bytes
+BUDGET_BOX_GIB = (0.01, 4096.0)
+
+
+def budget_size(text: str, name: str) -> int:
+    """A budget written as a size ("24GiB", "512MiB", bytes) in bytes: :func:`ckptlab.units.parse_size`'s reading,
+    at most :data:`MAX_BUDGET_GIB`.
+
+    Raises:
+        SpecError: a text that is no size, or a size above the bound, naming ``name`` (``--budget``).
+    """
+    size = parse_size(text, name)
+    check_at_most(name, size, MAX_BUDGET_GIB * GIB, Fact("bound.budget"))
+    return size
+
+
 def budget_bytes(budget: int | str) -> tuple[int, str]:
     """A budget in bytes and its label, from bytes or a name in :data:`GPUS`.
 
@@ -44,12 +64,13 @@ def budget_bytes(budget: int | str) -> tuple[int, str]:
     """
     if isinstance(budget, str):
         if _SIZE_WITH_UNIT.fullmatch(budget):  # "230MiB", "40 GiB": a size, as the command line's --budget takes
-            size = parse_size(budget, "budget")
+            size = budget_size(budget, "budget")
             return size, f"{mib(size)} MiB"
         name = gpu_name(budget)
         return GPUS[name], name
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
         raise SpecError(key="budget.bad_budget", value=budget, gpus=", ".join(GPUS))
+    check_at_most("budget", budget, MAX_BUDGET_GIB * GIB, Fact("bound.budget"))
     return budget, f"{mib(budget)} MiB"
 
 

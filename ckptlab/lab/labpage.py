@@ -15,7 +15,6 @@ from ..explore.step_time import device_speed, step_seconds
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
-from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE, selective_key
 from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
@@ -30,17 +29,20 @@ from ..step.equivalence import GradientCheck
 from ..step.preflight import check_spec, resolve_device, resolve_dtype
 from ..step.training import cpu_autocast_warning
 from ..units import GIB, MIB, mib
-from . import forged, stepboxes, workers
+from . import forged, workers
 from .modelbox import HUB, LOCAL, duration
-from .query import LORA_RANK_DEFAULT
 from .run import LabRun, Measured, phase_significant, run_estimate
 from .server import ServerPolicy
-from .stepboxes import step_fields, step_widget_values
+from .widgets import PageWidgets, widget_key
 
-# The Lab page's widgets that hold their RunSpec field as it is (spec_fields: lab_<widget name>); the others
-# (model, checkpointing, offload, LoRA, selective, the step boxes) are read below with what they depend on.
-PLAIN_WIDGETS = tuple(
-    FIELD[name] for name in ("seq_len", "batch_size", "dtype", "device", "repeats", "warmup", "optimizer")
+# The Lab page's widgets as spec fields (the one codec, ckptlab.lab.widgets): the fields it holds as they are
+# (lab_<widget name>), the model box, checkpointing (with the selective policy) and LoRA; the step box's besides.
+PAGE = PageWidgets(
+    "lab",
+    ("seq_len", "batch_size", "dtype", "device", "repeats", "warmup", "optimizer"),
+    model_box=True,
+    checkpointing=True,
+    lora=True,
 )
 SAME_MEMORY_BYTES = MIB / 20  # a memory delta below it reads "same as off"
 PEAK_UNMOVED = 0.98  # peak ratio above it: what the forward freed did not lower the peak
@@ -199,30 +201,14 @@ def clock(measured: Measured) -> str:
 
 
 def widget_values(spec: RunSpec, folder: str, hub_name: str = "") -> dict[str, Any]:
-    """The Lab page's widget values (session-state keys) for ``spec``.
+    """The Lab page's widget values (session-state keys) for ``spec`` (:data:`PAGE`, the one codec).
 
     Args:
         spec: the settings to show.
         folder: the offered folder's name when ``spec.model`` is a local folder, "" for a preset.
         hub_name: ``spec.model`` when it is a Hub repository the server may fetch, else "".
     """
-    return {
-        "lab_model": LOCAL if folder else HUB if hub_name else spec.model,
-        "lab_local_dir": folder,
-        "lab_hub_name": hub_name,
-        **stepboxes.widget_values("lab", spec, PLAIN_WIDGETS),
-        "lab_ckpt": spec.every_n_layers is not None,
-        "lab_n": spec.every_n_layers or 1,
-        "lab_offload": spec.offload,
-        "lab_lora": spec.lora_rank is not None,
-        "lab_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
-        "lab_lora_targets": list(spec.lora_targets or ()),
-        "lab_qlora": spec.quantization is not None,
-        "lab_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
-        **step_widget_values("lab", spec),
-        # The box offers the named policies; op names come from Python only.
-        "lab_selective": spec.selective if spec.selective in SELECTIVE_CHOICES else NONE,
-    }
+    return PAGE.values(spec, folder, hub_name)
 
 
 # Every widget of the Lab page (and its session state's targets_for), from the one mapping of a spec to them.
@@ -232,12 +218,12 @@ WIDGETS = tuple(widget_values(RunSpec(model="tiny-llama"), ""))
 def widget_checks(presets: Sequence[str]) -> dict[str, forged.Check]:
     """What each of the Lab page's widgets could send (:mod:`ckptlab.lab.forged`): a preset or the folder and Hub
     entries, the fields' numbers and choices as declared, toggles, the targets' names, the named policies."""
-    fields = [*PLAIN_WIDGETS, *(FIELD[name] for name in stepboxes.FIELDS.values()), FIELD["lora_rank"]]
+    fields = [*PAGE.plain(), FIELD["lora_rank"]]
     return {
         "lab_model": forged.one_of([*presets, LOCAL, HUB]),
         "lab_local_dir": forged.text,
         "lab_hub_name": forged.text,
-        **{stepboxes.widget_key("lab", field): forged.field_check(field.name) for field in fields},
+        **{widget_key("lab", field): forged.field_check(field.name) for field in fields},
         **{f"lab_{name}": forged.flag for name in ("ckpt", "offload", "lora", "qlora", "check_grads")},
         "lab_n": forged.field_check("every_n_layers"),
         "lab_lora_targets": forged.names,
@@ -247,18 +233,7 @@ def widget_checks(presets: Sequence[str]) -> dict[str, forged.Check]:
 
 def spec_from_widgets(values: Mapping[str, Any], model: str, lora_targets: tuple[str, ...] | None) -> RunSpec:
     """The :class:`RunSpec` the Lab page's widgets say (every_n_layers and offload only with checkpointing on)."""
-    checkpointing = values["lab_ckpt"]
-    return RunSpec(
-        model=model,
-        **stepboxes.widget_fields("lab", values, PLAIN_WIDGETS),
-        every_n_layers=int(values["lab_n"]) if checkpointing else None,
-        offload=bool(values["lab_offload"]) and checkpointing,
-        lora_rank=int(values["lab_lora_rank"]) if values["lab_lora"] else None,
-        lora_targets=lora_targets,
-        quantization=QLORA if values["lab_lora"] and values.get("lab_qlora") else None,  # a 4-bit base under LoRA
-        **step_fields("lab", values),
-        selective=values.get("lab_selective", NONE) if checkpointing else NONE,
-    )
+    return RunSpec(model=model, **PAGE.fields(values, lora_targets))
 
 
 def status_label(lab: LabRun, lang: str) -> str:

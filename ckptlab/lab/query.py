@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .. import spec_fields
 from ..fact import Fact
 from ..model.attention import EAGER
 from ..model.selective import NONE, selective_key
@@ -35,7 +36,6 @@ from ..spec_fields import (  # the bounds a link and the widgets offer: declared
     BATCH_MAX,
     CLIP_MAX,
     DEVICES,
-    FIELDS,
     LORA_RANK_MAX,
     REPEATS_MAX,
     SEQ_MAX,
@@ -79,13 +79,19 @@ def _written(field: SpecField, value: Any) -> str | None:
     return selective_key(value) if isinstance(value, tuple) else str(value)
 
 
-def spec_to_query(spec: RunSpec) -> dict[str, str]:
+def spec_to_query(spec: RunSpec, names: Collection[str] | None = None) -> dict[str, str]:
     """The query parameters that :func:`spec_from_query` turns back into ``spec`` (seed aside): each declared field's
-    key (``ckptlab.spec_fields``), the first keys always, the others where they differ from the default."""
+    key (``ckptlab.spec_fields``), the first keys always, the others where they differ from the default.
+
+    The one writer of a link: ``names``, the fields a page shows, where it shows fewer than all
+    (``ckptlab.lab.widgets.PageWidgets.query``); a page adds only its own keys.
+    """
     defaults = RunSpec()
     query = {}
-    for field in FIELDS:
+    for field in spec_fields.FIELDS:  # read when called: a field declared there is written by itself
         value = getattr(spec, field.name)
+        if names is not None and field.name not in names:
+            continue
         if field.link is None or (not field.link.always and value == getattr(defaults, field.name)):
             continue
         text = _written(field, value)
@@ -241,7 +247,7 @@ def spec_from_query(
         warnings.append(Fact("link.control_character", {"key": key, "value": values.pop(key)}))
     reading = _Reading(values, base, devices)
     for reads, read in READERS.items():
-        for field in FIELDS:
+        for field in spec_fields.FIELDS:
             if field.link is not None and field.link.reads == reads and field.link.key in values:
                 read(reading, field, values[field.link.key])
     warnings += reading.warnings

@@ -13,7 +13,7 @@ from importlib import metadata
 from typing import Any, Literal
 
 from ..errors import CkptlabError
-from ..explore.budget import GPUS, fit, fits, gpu_name
+from ..explore.budget import BUDGET_BOX_GIB, GPUS, fit, fits, gpu_name
 from ..explore.gpu_search import GpuSearch, SearchCode
 from ..explore.longest import LongestTable
 from ..explore.scale import (
@@ -28,7 +28,6 @@ from ..explore.scale import (
 )
 from ..fact import Fact
 from ..model.catalog import ModelInfo
-from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
 from ..results import RunResult, memory_of
@@ -37,10 +36,9 @@ from ..show.figures.breakdown import part_bytes
 from ..show.labels import event_label, provenance_label
 from ..show.wording import app_message
 from ..spec import RunSpec
-from ..units import GIB
-from .modelbox import HUB, LOCAL, duration
-from .query import LORA_RANK_DEFAULT
-from .stepboxes import step_fields, step_query, step_widget_values
+from ..units import GIB, size_in_bytes
+from .modelbox import duration
+from .widgets import PageWidgets
 
 CATEGORY_COLUMNS = ("parameter", "gradient", "optimizer_state", "activation", "temp")  # per GPU at the peak
 CUSTOM = "custom"  # the GPU box's entry for a budget in GiB
@@ -61,24 +59,20 @@ class Verdict:
     result: RunResult | None  # the setting to draw (the one that fits, or the closest)
 
 
-BUDGET_GIB_RANGE = (0.01, 4096.0)  # the custom budget's box: its least and most GiB
-
-
 def gpu_from_link(text: str) -> tuple[str, float, list[Fact]] | None:
-    """A link's ``gpu=``: a GPU of the list (its name, the default custom budget) or a budget in GiB (``CUSTOM``,
-    clamped to :data:`BUDGET_GIB_RANGE`, the clamp said as a fact); None when it is neither (NaN and infinity
+    """A link's ``gpu=``: a GPU of the list (its name, the default custom budget) or a budget (``CUSTOM``): a size as
+    ``units.size_in_bytes`` reads it, a bare number in GiB (the box's unit), clamped to the box's bounds
+    (``explore.budget.BUDGET_BOX_GIB``, the clamp said as a fact); None when it is neither (NaN and infinity
     included: no budget)."""
     try:
         return gpu_name(text), DEFAULT_BUDGET_GIB, []  # a GPU of the list only: "24GiB" is the custom budget below
     except CkptlabError:
         pass
-    try:
-        gib = float(text.lower().removesuffix("gib"))
-    except ValueError:
+    size = size_in_bytes(text, "gib")
+    if size is None or not math.isfinite(size):
         return None
-    if not math.isfinite(gib):
-        return None
-    low, high = BUDGET_GIB_RANGE
+    gib = size / GIB
+    low, high = BUDGET_BOX_GIB
     used = min(max(gib, low), high)
     clamped = [Fact("link.clamped", {"key": "gpu", "value": text, "used": used, "unit": "GiB"})] if used != gib else []
     return CUSTOM, used, clamped
@@ -96,6 +90,19 @@ def policies_from_link(text: str) -> tuple[list[str], list[str]]:
     return chosen, [name for name in names if name not in OFFERED_POLICIES]
 
 
+# The page's widgets as spec fields (the one codec, ckptlab.lab.widgets): the shape, the optimizer, the model box and
+# LoRA, the step box's besides; the dtypes it simulates (SIMULATION_DTYPES: "auto" is bf16, as on a GPU). Its own:
+# the tiny presets' toggle, which settings to simulate (every, offload, selective), the GPU, its budget and count.
+PAGE = PageWidgets(
+    "at_scale",
+    ("seq_len", "batch_size", "dtype", "optimizer"),
+    model_box=True,
+    lora=True,
+    offered={"dtype": SIMULATION_DTYPES},
+    default=DEFAULT,
+)
+
+
 def widget_values(spec: RunSpec, folder: str, tiny: bool, hub_name: str = "") -> dict[str, Any]:
     """The model and shape boxes for ``spec`` (session-state keys); the GPU boxes at their defaults.
 
@@ -105,51 +112,31 @@ def widget_values(spec: RunSpec, folder: str, tiny: bool, hub_name: str = "") ->
         tiny: whether the preset is a CPU-sized one (the tiny presets are shown then).
         hub_name: ``spec.model`` when it is a Hub repository the server may fetch, else "".
     """
-    chosen = LOCAL if folder else HUB if hub_name else spec.model
     return {
-        "at_scale_optimizer": spec.optimizer,
-        "at_scale_lora": spec.lora_rank is not None,
-        "at_scale_lora_rank": spec.lora_rank or LORA_RANK_DEFAULT,
-        "at_scale_lora_targets": list(spec.lora_targets or ()),
-        "at_scale_qlora": spec.quantization is not None,  # QLoRA's setting (the link's qlora=1)
-        "at_scale_targets_for": None if spec.lora_targets is None else spec.model,  # None: all, once the model is read
+        **PAGE.values(spec, folder, hub_name),
         "at_scale_tiny": not folder and not hub_name and tiny,
-        "at_scale_model": chosen,
-        "at_scale_local_dir": folder,
-        "at_scale_hub_name": hub_name,
-        "at_scale_seq": spec.seq_len,
-        "at_scale_batch": spec.batch_size,
-        "at_scale_dtype": spec.dtype
-        if spec.dtype in SIMULATION_DTYPES
-        else DEFAULT.dtype,  # "auto" is bf16, as on a GPU
         "at_scale_every": "distinct",
         "at_scale_offload": "n=1",
         "at_scale_selective": [],  # selective policies simulated beside plain checkpointing (none: plain alone)
         "at_scale_gpu": DEFAULT_GPU,
         "at_scale_budget_gib": DEFAULT_BUDGET_GIB,
-        **step_widget_values("at_scale", spec),
     }
 
 
 # Every widget of the page: the model and shape boxes' (one mapping of a spec to them) and the GPU count's.
 WIDGETS = (*widget_values(DEFAULT, "", tiny=False), "at_scale_gpus")
+# The keys of a link the page reads into its boxes (gpu=, gpus= and selective= are its own, read apart).
+LINK_KEYS = PAGE.link_keys()
 
 
 def query(values: Mapping[str, Any], model: str, targets: tuple[str, ...] | None) -> dict[str, str]:
-    """The page's keys in the URL, from its widget values: a link that opens the same shape on the same GPU."""
+    """The page's keys in the URL, from its widget values: a link that opens the same shape on the same GPU (the
+    fields' keys by the one writer, then the page's own: the GPU or budget, the GPUs, the policies simulated)."""
     custom = values["at_scale_gpu"] == CUSTOM
     return {
-        "model": model,
-        "seq": str(values["at_scale_seq"]),
-        "batch": str(values["at_scale_batch"]),
-        "dtype": values["at_scale_dtype"],
+        **PAGE.query(RunSpec(model=model, **PAGE.fields(values, targets))),
         "gpu": f"{values['at_scale_budget_gib']:g}GiB" if custom else values["at_scale_gpu"],
         "gpus": str(values["at_scale_gpus"]),
-        "opt": values["at_scale_optimizer"],
-        "lora": str(values["at_scale_lora_rank"]) if values["at_scale_lora"] else "off",
-        **({"targets": ",".join(targets)} if values["at_scale_lora"] and targets else {}),
-        **({"qlora": "1"} if values["at_scale_lora"] and values.get("at_scale_qlora") else {}),
-        **step_query(step_fields("at_scale", values)),
         **({"selective": ",".join(values["at_scale_selective"])} if values.get("at_scale_selective") else {}),
     }
 
@@ -160,9 +147,7 @@ def request_from_widgets(
     """The :class:`ScaleRequest` the page's widgets say: the shape, the settings to simulate, training, GPUs."""
     return ScaleRequest(
         model=model,
-        seq_len=int(values["at_scale_seq"]),
-        batch_size=int(values["at_scale_batch"]),
-        dtype=values["at_scale_dtype"],
+        **PAGE.fields(values, lora_targets),  # a 4-bit base under LoRA: one GPU only (spec.fsdp_with_quantization)
         settings=tuple(
             scale_settings(
                 num_layers,
@@ -173,13 +158,7 @@ def request_from_widgets(
                 policies=tuple(values.get("at_scale_selective", ())) if int(values["at_scale_gpus"]) == 1 else (),
             )
         ),
-        optimizer=values["at_scale_optimizer"],
-        lora_rank=int(values["at_scale_lora_rank"]) if values["at_scale_lora"] else None,
-        lora_targets=lora_targets,
-        # A 4-bit base under LoRA: QLoRA's setting, as on the Lab page (one GPU: spec.fsdp_with_quantization).
-        quantization=QLORA if values["at_scale_lora"] and values.get("at_scale_qlora") else None,
         world_size=int(values["at_scale_gpus"]),
-        **step_fields("at_scale", values),
     )
 
 

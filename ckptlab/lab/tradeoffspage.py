@@ -13,7 +13,6 @@ from typing import Any
 from ..explore.recommend import Recommendation
 from ..explore.sweep import SweepResult, SweepSpec, plan_sweep
 from ..fact import Fact
-from ..model.quantize import QLORA
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
 from ..show.i18n import number, say, t
@@ -21,31 +20,29 @@ from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
 from .run import PACE
-from .stepboxes import step_fields
 from .targets import spec_targets
+from .widgets import PageWidgets
 
 DEFAULT_BUDGET_MIB = 1024.0  # the custom budget's first value when no row has a peak
 BUDGET_HEADROOM = 0.05  # the first budget's room above the median peak: allocator fragmentation and such
+
+
+# The page's widgets as spec fields (the one codec, ckptlab.lab.widgets): the model (the presets alone), batch, dtype,
+# steps and optimizer as they are, and LoRA; the step box's besides. Its own: the sweep's axes (several lengths, a
+# list of every_n_layers or all, offload no/yes/both, several policies).
+PAGE = PageWidgets("tradeoffs", ("model", "batch_size", "dtype", "repeats", "warmup", "optimizer"), lora=True)
 
 
 def spec_from_widgets(values: Mapping[str, Any], lora_choices: Sequence[str]) -> SweepSpec:
     """The sweep the page's widgets say: every_n_layers only when chosen, LoRA only where the model offers targets."""
     every_n = values["tradeoffs_n"]
     lora = values["tradeoffs_lora"]
+    targets = spec_targets(values["tradeoffs_lora_targets"], lora_choices, lora)
     return SweepSpec(
-        model=values["tradeoffs_model"],
+        **PAGE.fields(values, targets, lora_offered=bool(lora_choices)),
         seq_lens=tuple(sorted(values["tradeoffs_seq"])),
         every_n_layers=tuple(sorted(every_n)) if values["tradeoffs_choose_n"] and every_n else None,
         offload=values["tradeoffs_offload"],
-        batch_size=int(values["tradeoffs_batch"]),
-        dtype=values["tradeoffs_dtype"],
-        repeats=int(values["tradeoffs_repeats"]),
-        warmup=int(values["tradeoffs_warmup"]),
-        optimizer=values["tradeoffs_optimizer"],
-        lora_rank=int(values["tradeoffs_lora_rank"]) if lora and lora_choices else None,
-        lora_targets=spec_targets(values["tradeoffs_lora_targets"], lora_choices, lora),
-        quantization=QLORA if lora and lora_choices and values.get("tradeoffs_qlora") else None,
-        **step_fields("tradeoffs", values),
         **policy_axis(values.get("tradeoffs_selective") or [NONE]),
     )
 

@@ -42,6 +42,10 @@ def nothing_is_built(monkeypatch):
         (["simulate", "--budget", "0.5"], "--budget '0.5' is 0.5 bytes, less than one byte"),  # not a budget of 0
         (["simulate", "--budget", "0.0001KiB"], "--budget '0.0001KiB' is 0.1024 bytes, less than one byte"),
         (["sweep", "--seq-len", ",".join(str(16 + i) for i in range(2000))], f"at most {MAX_SWEEP_LENGTHS}"),
+        # One bound and one parser for every budget (explore.budget.budget_size): sweep's too, and a size whose
+        # bytes pass float's range is no size (it was int(inf): an OverflowError).
+        (["sweep", "--budget", "2000000GiB"], "above any machine's memory"),
+        (["simulate", "--budget", "9" * 300 + "GiB"], "is not a memory size"),
     ],
 )
 def test_a_bound_is_one_message_and_exit_2(argv, words, capsys):

@@ -20,8 +20,12 @@ def test_a_links_gpu_is_a_listed_gpu_a_budget_in_gib_or_nothing():
     assert scalepage.gpu_from_link("h200") == ("H200 141 GB", DEFAULT_BUDGET_GIB, [])
     assert scalepage.gpu_from_link("24GiB") == (CUSTOM, 24.0, [])
     assert scalepage.gpu_from_link("0")[:2] == (CUSTOM, 0.01)  # at least 0.01 GiB, and the link is told so
-    clamped = scalepage.gpu_from_link("1e308")[2][0]
+    clamped = scalepage.gpu_from_link("99999")[2][0]
     assert (clamped.params["used"], clamped.params["unit"]) == (4096, "GiB")
+    # A size as --budget reads it (units.size_in_bytes, the one parser), a bare number in the box's GiB; an exponent,
+    # which --budget does not take either, is no budget.
+    assert scalepage.gpu_from_link("512MiB") == (CUSTOM, 0.5, [])
+    assert scalepage.gpu_from_link("1e308") is None
     assert scalepage.gpu_from_link("a toaster") is None
     assert scalepage.gpu_from_link("nan") is None and scalepage.gpu_from_link("-inf") is None
 
