@@ -278,7 +278,7 @@ class Metric:
     """One ``st.metric`` of the Lab page: what it measures, its value, its delta against checkpointing off, its help."""
 
     label: str
-    value: str  # e.g. "12.5 MiB", "340 ms"
+    value: str  # a number, e.g. "12.5" or "340"; its unit is in the label
     delta: dict[str, Any]  # st.metric's delta arguments (:func:`memory_delta`, :func:`time_delta`); {} for none
     help: str
 
@@ -305,16 +305,21 @@ def metrics(lab: LabRun, lang: str) -> list[Metric]:
         return time_delta(value, reference, phase_significant(lab.result, base, name), lang)
 
     def ms(seconds: float) -> str:
-        return f"{number(seconds * 1000, ',.0f', lang)} ms"
+        return number(seconds * 1000, ",.0f", lang)
+
+    def named(key: str, unit: str) -> str:
+        # The unit in the label, not the value: st.metric cuts a value wider than its column ("2,193.3 …" in a
+        # 152 px column at 1280x720), and a label wraps.
+        return t("lab.metric_unit", lang, metric=t(key, lang), unit=unit)
 
     return [
-        Metric(t("lab.metric_peak", lang), f"{mib(memory.peak_bytes, lang)} MiB", mem("peak_bytes"), t("lab.metric_peak_help", lang)),
-        Metric(t("lab.metric_resident", lang), f"{mib(memory.after_forward_bytes, lang)} MiB", mem("after_forward_bytes"),
+        Metric(named("lab.metric_peak", "MiB"), mib(memory.peak_bytes, lang), mem("peak_bytes"), t("lab.metric_peak_help", lang)),
+        Metric(named("lab.metric_resident", "MiB"), mib(memory.after_forward_bytes, lang), mem("after_forward_bytes"),
                t("lab.metric_resident_help", lang)),
-        Metric(t("lab.metric_forward", lang), ms(timing.forward_s), phase("forward"), t("lab.metric_forward_help", lang)),
-        Metric(t("lab.metric_backward", lang), ms(timing.backward_s), phase("backward"), t("lab.metric_backward_help", lang)),
-        Metric(t("lab.metric_baseline", lang), f"{mib(memory.baseline_bytes, lang)} MiB", {}, t("lab.metric_baseline_help", lang)),
-        Metric(t("lab.metric_step", lang), ms(timing.step_s), phase("step"), t("lab.metric_step_help", lang)),
+        Metric(named("lab.metric_forward", "ms"), ms(timing.forward_s), phase("forward"), t("lab.metric_forward_help", lang)),
+        Metric(named("lab.metric_backward", "ms"), ms(timing.backward_s), phase("backward"), t("lab.metric_backward_help", lang)),
+        Metric(named("lab.metric_baseline", "MiB"), mib(memory.baseline_bytes, lang), {}, t("lab.metric_baseline_help", lang)),
+        Metric(named("lab.metric_step", "ms"), ms(timing.step_s), phase("step"), t("lab.metric_step_help", lang)),
     ]  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from ...results import RunResult
 from ...units import GIB, MIB
 from ..i18n import number, t
 from ..labels import provenance_label, training_label
-from ._style import CATEGORY_COLORS, GRID, heading, legend, on_white, wrapped
+from ._style import CATEGORY_COLORS, GRID, column_px, heading, legend, on_white, wrapped
 
 PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
 FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
@@ -44,7 +44,12 @@ def drawn_parts(breakdowns: Sequence[Mapping[str, int]]) -> list[str]:
     return parts + (["other"] if any(set(each) - set(PARTS) - set(FOLDED) for each in breakdowns) else [])
 
 
-def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", height: int = 430) -> go.Figure:
+TICK_CHAR_PX = 7.5  # a Latin character of a 13 px tick label, on average (a CJK one counts two)
+
+
+def breakdown_figure(
+    bars: Sequence[tuple[str, RunResult]], lang: str = "en", height: int = 430, width: int = column_px(0.6)
+) -> go.Figure:
     """The memory at the peak of each run's step, stacked by category, one bar per run.
 
     Args:
@@ -52,6 +57,8 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
             Results without memory (a run that did not fit) are left out.
         lang: language of the words (``ckptlab.show.i18n``).
         height: pixels.
+        width: pixels the page draws the figure in: each bar's label wraps to its bar's share of it, horizontal
+            (plotly turns a label wider than its bar sideways, where the figure's edge cut it: "checkpoin").
 
     Returns:
         A bar figure; the total sits above each bar, hover gives each part in MiB and its provenance.
@@ -62,11 +69,13 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
     totals = [sum(peak.values()) for peak in peaks]
     scale, unit = bar_unit(max(totals, default=0))
     provenance = " / ".join(dict.fromkeys(provenance_label(run.provenance, lang) for run in runs))
-    # Wrapped: beside a diagram at 1280x720 a bar is about 150 px wide, and a longer label ("checkpointing
-    # desligado") runs into its neighbour's and out of the figure.
+    # Wrapped to a bar's share of the plot (the figure less its 80 px of margins): a longer label ("checkpointing
+    # desligado") runs into its neighbour's, or plotly turns it sideways and the figure's edge cuts it.
+    chars = max(8, int((width - 80) / max(len(drawn), 1) / TICK_CHAR_PX))
     ticks = [
         wrapped(
-            t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang)), 20
+            t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang)),
+            chars,
         )
         for label, _, memory in drawn
     ]
@@ -129,7 +138,7 @@ def breakdown_figure(bars: Sequence[tuple[str, RunResult]], lang: str = "en", he
         title_text=t("breakdown.y", lang, unit=unit),
         range=[0, max(totals, default=0) / scale * 1.15 or 1],
     )
-    figure.update_xaxes(showgrid=False)
+    figure.update_xaxes(showgrid=False, tickangle=0)  # wrapped to fit: never turned sideways
     return figure
 
 
