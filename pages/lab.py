@@ -233,19 +233,19 @@ def draw_result(lab: LabRun, spec: RunSpec, lang: str) -> None:
     )
 
 
-# The per-layer table's widths in pixels, summing to 730: the expander inside the page's 820 px at 1280x720 holds them
-# all, where columns sized to their headers ("recompute_calls", raw byte counts) ran past its right edge.
+# The per-layer table's widths in pixels, summing to 780: the expander inside the page's 820 px at 1280x720 holds them
+# all (784 px), where columns sized to their headers ("recompute_calls", raw byte counts) ran past its right edge.
 LAYER_COLUMN_PX = {
-    "layer": 55,
-    "module": 130,
-    "planned": 70,
-    "flag": 50,
-    "observed": 75,
+    "layer": 60,
+    "module": 125,
+    "planned": 75,
+    "flag": 45,
+    "observed": 80,
     "forward_calls": 70,
-    "recompute_calls": 70,
-    "saved_bytes": 70,
-    "attention_bytes": 70,
-    "input_bytes": 70,
+    "recompute_calls": 65,
+    "saved_bytes": 80,
+    "attention_bytes": 95,
+    "input_bytes": 85,
 }
 
 

@@ -20,7 +20,7 @@ from ..model.selective import NONE, selective_key
 from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
 from ..show import i18n
 from ..show.i18n import number, t
-from ..show.labels import event_label, provenance_label, run_label, setting_label, training_label
+from ..show.labels import event_label, provenance_label, run_label, setting_label, short_setting_label, training_label
 from ..show.report import setting_name
 from ..show.wording import app_message
 from ..spec import RunSpec
@@ -416,11 +416,13 @@ def selective_rows(lab: LabRun, lang: str) -> list[dict[str, Any]]:
     if lab.plain is None or lab.result.spec.selective == NONE:
         return []
     base = reference_run(lab)
+    # Short names (the settings' own, the policy's name): with its description and every_n_layers spelled out the
+    # table ran 125 px past the page's right edge at 1280x720 (issue 58); the section's line above says the policy.
     runs = [
-        (t("setting.off", lang), base),
-        (t("selective.row_full", lang, setting=run_label(lab.result, lang)),
+        (t("setting.short_off", lang), base),
+        (t("selective.row_full", lang, setting=short_setting_label(lab.result.spec.every_n_layers, lang)),
          lab.plain.result),
-        (t("selective.row_policy", lang, policy=policy_label(str(lab.result.spec.selective), lang)), lab.result),
+        (t("selective.row_policy", lang, policy=selective_key(lab.result.spec.selective)), lab.result),
     ]  # fmt: skip
     rows = []
     for name, run in runs:
