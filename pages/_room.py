@@ -200,13 +200,16 @@ def follow_the_room(lang: str) -> bool:
             if now.is_open:
                 pred_key = f"classroom_pred_{now.number}"
                 prediction_box(now.exercise, pred_key, lang, disabled=mine is not None)
+                # Once the room has this participant's answer the button says so and is off: a live "Send" after
+                # sending read as if the answer had not gone (a second tab's answer still gets classroom.not_counted).
                 st.button(
-                    t("classroom.submit", lang),
+                    t("classroom.submit" if mine is None else "classroom.sent", lang),
                     key="classroom_submit",
                     type="primary",
                     on_click=answer,
                     args=(now.number, pred_key),
-                )  # left on after an answer: pressed again, the page says the room counted the first
+                    disabled=mine is not None,
+                )
             if state.get("classroom_refused") == now.number:
                 st.warning(t("classroom.not_counted", lang))
             bad = state.get("classroom_bad_answer")

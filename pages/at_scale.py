@@ -35,6 +35,7 @@ from ckptlab.lab.targets import spec_targets
 from ckptlab.model import hub
 from ckptlab.model.catalog import ModelInfo
 from ckptlab.results import RunResult
+from ckptlab.show.figures._style import PAGE_PX
 from ckptlab.show.figures.diagram import diagram_figure
 from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
 from ckptlab.show.i18n import Literal, as_text, say, t
@@ -235,7 +236,8 @@ def draw_table(
 
     st.subheader(t("at_scale.diagram_header", lang), anchor=False)
     st.selectbox(t("at_scale.show", lang), keys, key="at_scale_show")
-    st.plotly_chart(diagram_figure(table.result_for(selected), lang=lang), key="at_scale_diagram", theme=None)
+    shown_diagram = diagram_figure(table.result_for(selected), lang=lang, width=PAGE_PX)  # across the page
+    st.plotly_chart(shown_diagram, key="at_scale_diagram", theme=None)
 
     st.subheader(t("at_scale.table_header", lang), anchor=False)
     rows = scalepage.rows(table, budget, budget_label, lang)

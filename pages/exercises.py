@@ -17,6 +17,7 @@ import streamlit as st
 from ckptlab.lab import exercises, learnpage
 from ckptlab.lab.exercises import EXERCISES
 from ckptlab.results import RunResult
+from ckptlab.show.figures._style import PAGE_PX
 from ckptlab.show.figures.prediction import guess_figure
 from ckptlab.show.figures.run import runs_tradeoff_figure
 from ckptlab.show.i18n import t
@@ -104,20 +105,21 @@ if locked:
     runs = measured_runs(exercise, lang)
     outcome = exercises.evaluate(exercise, state.exercise_answers[exercise.id], runs, lang)
     st.subheader(t("exercises.result_title", lang), anchor=False)
-    left, right = st.columns([3, 2])
     if exercise.kind in ("percent", "kept"):
         unit = "%" if exercise.kind == "percent" else " KiB"
+        left, right = st.columns([3, 2])
         left.plotly_chart(
             guess_figure(outcome.predicted, outcome.measured, lang=lang, unit=unit),
             key="exercise_result_chart",
             theme=None,
         )
-    else:
-        left.plotly_chart(
-            runs_tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang),
+    else:  # five settings in two panels take the page's width: in a 3/5 column "desligado" ran into "n=1"
+        st.plotly_chart(
+            runs_tradeoff_figure([runs[None], *(runs[n] for n in exercise.choices)], lang=lang, width=PAGE_PX),
             key="exercise_result_chart",
             theme=None,
         )
+        right = st.container()
     with right:
         (st.success if outcome.points == exercises.MAX_POINTS else st.info if outcome.points else st.warning)(
             outcome.verdict

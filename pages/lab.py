@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 import streamlit as st
 
@@ -27,19 +28,22 @@ from ckptlab.lab.targets import spec_targets
 from ckptlab.lab.workers import started_pool
 from ckptlab.model import hub
 from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
+from ckptlab.model.selective import selective_key
 from ckptlab.results import MIN_SAMPLES_TO_JUDGE
 from ckptlab.show.export import layer_rows, result_csv
+from ckptlab.show.figures._style import PAGE_PX, column_px
 from ckptlab.show.figures.breakdown import breakdown_figure
 from ckptlab.show.figures.diagram import diagram_figure, plan_figure
 from ckptlab.show.figures.run import comparison_figure
 from ckptlab.show.i18n import as_text, number, say, t
-from ckptlab.show.labels import experts_caption, method_label, provenance_label, run_label
+from ckptlab.show.labels import experts_caption, method_label, provenance_label, run_label, short_setting_label
 from ckptlab.show.noise import timing_busy_message
 from ckptlab.show.peak_words import logits_sentence
 from ckptlab.show.wording import app_message, run_message
 from ckptlab.spec import DTYPES, RunSpec
 from ckptlab.spec_fields import FIELD
 from ckptlab.step.code import training_code
+from ckptlab.units import MIB
 from pages._common import (
     countdown_text,
     download_buttons,
@@ -216,7 +220,8 @@ def draw_result(lab: LabRun, spec: RunSpec, lang: str) -> None:
         st.caption(say(note, lang))
 
     with st.expander(t("lab.per_layer", lang)):
-        st.dataframe(layer_rows(result), hide_index=True)
+        rows, columns = layer_table(result, lang)
+        st.dataframe(rows, column_config=columns, hide_index=True)
         st.caption(
             t(
                 "lab.methods",
@@ -233,6 +238,41 @@ def draw_result(lab: LabRun, spec: RunSpec, lang: str) -> None:
             (t("lab.download_csv", lang), result_csv(result), "csv", "lab_download_csv"),
         ],
     )
+
+
+# The per-layer table's widths in pixels, summing to 780: the expander inside the page's 820 px at 1280x720 holds them
+# all (784 px), where columns sized to their headers ("recompute_calls", raw byte counts) ran past its right edge.
+LAYER_COLUMN_PX = {
+    "layer": 60,
+    "module": 125,
+    "planned": 75,
+    "flag": 45,
+    "observed": 80,
+    "forward_calls": 70,
+    "recompute_calls": 65,
+    "saved_bytes": 80,
+    "attention_bytes": 95,
+    "input_bytes": 85,
+}
+
+
+def layer_table(result: ckptlab.RunResult, lang: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The per-layer rows with bytes as MiB, and st.dataframe's column_config: short headers in the page's language
+    (the CSV's name in each header's help), widths that fit the page."""
+    rows = [
+        {name: value / MIB if name.endswith("_bytes") else value for name, value in row.items()}
+        for row in layer_rows(result)
+    ]
+    config = {
+        name: (st.column_config.NumberColumn if name.endswith(("_bytes", "_calls")) else st.column_config.TextColumn)(
+            t(f"lab.layer_column.{name}", lang),
+            help=name,
+            width=width,
+            **({"format": "%.2f"} if name.endswith("_bytes") else {}),
+        )
+        for name, width in LAYER_COLUMN_PX.items()
+    }
+    return rows, config
 
 
 def draw_gradients(spec: RunSpec, lang: str) -> None:
@@ -285,14 +325,16 @@ def draw_measurements(lab: LabRun, spec: RunSpec, lang: str) -> bool:
     label = run_label(result, lang)  # says so when offload did not happen (the CPU)
     bars = [(label, result)]
     if lab.plain is not None and lab.plain.result.status == "ok":  # a selective policy beside plain checkpointing
-        policy = labpage.policy_label(str(result.spec.selective), lang)
+        policy = selective_key(result.spec.selective)  # its name: the box's description is a sentence
+        # Three bars in a 2/5 column: the settings' short names, or a label wider than its bar is cut ("checkpoin").
         bars = [
-            (t("selective.bar_full", lang), lab.plain.result),
+            (short_setting_label(lab.plain.result.spec.every_n_layers, lang), lab.plain.result),
             (t("selective.bar_policy", lang, policy=policy), result),
         ]
     if base is not None and base is not result and base.status == "ok":
-        bars.insert(0, (t("setting.off", lang), base))
-    where.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lab_breakdown", theme=None)
+        bars.insert(0, (t("setting.short_off" if len(bars) > 1 else "setting.off", lang), base))
+    breakdown = breakdown_figure(bars, lang=lang, height=380, width=column_px(0.4))
+    where.plotly_chart(breakdown, key="lab_breakdown", theme=None)
     where.caption(t("lab.breakdown_caption", lang))
     draw_gradients(result.spec, lang)
     draw_selective(lab, lang)
@@ -466,7 +508,7 @@ if spec.offload and on_cpu and not problem and (lab is None or lab.result.spec !
 try:
     if lab is None:
         if not problem:
-            plan = plan_figure(info.num_layers, spec.every_n_layers, lang=lang, nested=info.nested_in)
+            plan = plan_figure(info.num_layers, spec.every_n_layers, lang=lang, nested=info.nested_in, width=PAGE_PX)
             st.plotly_chart(plan, key="lab_plan", theme=None)
     else:
         draw_result(lab, spec, lang)

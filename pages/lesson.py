@@ -18,7 +18,7 @@ from streamlit.delta_generator import DeltaGenerator
 import ckptlab
 from ckptlab.lab import learn, learnpage
 from ckptlab.results import RunResult
-from ckptlab.show.figures.breakdown import TICK_CHARS_ACROSS, breakdown_figure, sharding_figure
+from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure, focus_of
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
@@ -190,9 +190,7 @@ elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside 
         (t("lesson.keep.bar_plain", lang), plain),
         (t("lesson.keep.bar_kept", lang), kept),
     ]
-    figure.plotly_chart(
-        breakdown_figure(bars, lang=lang, height=380, across=TICK_CHARS_ACROSS), key="lesson_keep_chart", theme=None
-    )
+    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lesson_keep_chart", theme=None)
     figure.caption(learnpage.keep_caption(plain, kept, lang))
     figure.caption(learnpage.source_caption([off, plain, kept], lang))
 
@@ -251,9 +249,7 @@ elif part == "shrink":
         (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting=off_words), lora_off),
         (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting="n=1"), lora_on),
     ]
-    figure.plotly_chart(
-        breakdown_figure(bars, lang=lang, height=480, across=TICK_CHARS_ACROSS), key="lesson_shrink_chart", theme=None
-    )
+    figure.plotly_chart(breakdown_figure(bars, lang=lang, height=480), key="lesson_shrink_chart", theme=None)
     shares = [number(learnpage.activation_share(off) * 100, ".0f", lang) for off in (full_off, lora_off)]
     ratios = [ckptlab.compare(on, off).peak_ratio for on, off in ((full_on, full_off), (lora_on, lora_off))]
     figure.caption(

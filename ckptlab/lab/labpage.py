@@ -20,7 +20,7 @@ from ..model.selective import NONE, selective_key
 from ..results import Comparison, MemoryResult, RunResult, memory_of, timing_of
 from ..show import i18n
 from ..show.i18n import number, t
-from ..show.labels import event_label, provenance_label, run_label, setting_label, training_label
+from ..show.labels import event_label, provenance_label, run_label, setting_label, short_setting_label, training_label
 from ..show.report import setting_name
 from ..show.wording import app_message, app_words
 from ..spec import RunSpec
@@ -313,7 +313,7 @@ class Metric:
     """One ``st.metric`` of the Lab page: what it measures, its value, its delta against checkpointing off, its help."""
 
     label: str
-    value: str  # e.g. "12.5 MiB", "340 ms"
+    value: str  # a number, e.g. "12.5" or "340"; its unit is in the label
     delta: dict[str, Any]  # st.metric's delta arguments (:func:`memory_delta`, :func:`time_delta`); {} for none
     help: str
 
@@ -340,16 +340,21 @@ def metrics(lab: LabRun, lang: str) -> list[Metric]:
         return time_delta(value, reference, phase_significant(lab.result, base, name), lang)
 
     def ms(seconds: float) -> str:
-        return f"{number(seconds * 1000, ',.0f', lang)} ms"
+        return number(seconds * 1000, ",.0f", lang)
+
+    def named(key: str, unit: str) -> str:
+        # The unit in the label, not the value: st.metric cuts a value wider than its column ("2,193.3 …" in a
+        # 152 px column at 1280x720), and a label wraps.
+        return t("lab.metric_unit", lang, metric=t(key, lang), unit=unit)
 
     return [
-        Metric(t("lab.metric_peak", lang), f"{mib(memory.peak_bytes, lang)} MiB", mem("peak_bytes"), t("lab.metric_peak_help", lang)),
-        Metric(t("lab.metric_resident", lang), f"{mib(memory.after_forward_bytes, lang)} MiB", mem("after_forward_bytes"),
+        Metric(named("lab.metric_peak", "MiB"), mib(memory.peak_bytes, lang), mem("peak_bytes"), t("lab.metric_peak_help", lang)),
+        Metric(named("lab.metric_resident", "MiB"), mib(memory.after_forward_bytes, lang), mem("after_forward_bytes"),
                t("lab.metric_resident_help", lang)),
-        Metric(t("lab.metric_forward", lang), ms(timing.forward_s), phase("forward"), t("lab.metric_forward_help", lang)),
-        Metric(t("lab.metric_backward", lang), ms(timing.backward_s), phase("backward"), t("lab.metric_backward_help", lang)),
-        Metric(t("lab.metric_baseline", lang), f"{mib(memory.baseline_bytes, lang)} MiB", {}, t("lab.metric_baseline_help", lang)),
-        Metric(t("lab.metric_step", lang), ms(timing.step_s), phase("step"), t("lab.metric_step_help", lang)),
+        Metric(named("lab.metric_forward", "ms"), ms(timing.forward_s), phase("forward"), t("lab.metric_forward_help", lang)),
+        Metric(named("lab.metric_backward", "ms"), ms(timing.backward_s), phase("backward"), t("lab.metric_backward_help", lang)),
+        Metric(named("lab.metric_baseline", "MiB"), mib(memory.baseline_bytes, lang), {}, t("lab.metric_baseline_help", lang)),
+        Metric(named("lab.metric_step", "ms"), ms(timing.step_s), phase("step"), t("lab.metric_step_help", lang)),
     ]  # fmt: skip
 
 
@@ -446,11 +451,13 @@ def selective_rows(lab: LabRun, lang: str) -> list[dict[str, Any]]:
     if lab.plain is None or lab.result.spec.selective == NONE:
         return []
     base = reference_run(lab)
+    # Short names (the settings' own, the policy's name): with its description and every_n_layers spelled out the
+    # table ran 125 px past the page's right edge at 1280x720 (issue 58); the section's line above says the policy.
     runs = [
-        (t("setting.off", lang), base),
-        (t("selective.row_full", lang, setting=run_label(lab.result, lang)),
+        (t("setting.short_off", lang), base),
+        (t("selective.row_full", lang, setting=short_setting_label(lab.result.spec.every_n_layers, lang)),
          lab.plain.result),
-        (t("selective.row_policy", lang, policy=policy_label(str(lab.result.spec.selective), lang)), lab.result),
+        (t("selective.row_policy", lang, policy=selective_key(lab.result.spec.selective)), lab.result),
     ]  # fmt: skip
     rows = []
     for name, run in runs:

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from ..explore.formula import architecture, eager_scores_bytes
 from ..results import RunResult, TimelinePoint, memory_of
-from ..show.figures.breakdown import TICK_CHARS_ACROSS, breakdown_figure
+from ..show.figures.breakdown import breakdown_figure
 from ..show.figures.diagram import roles_diagram_figure
 from ..show.figures.timeline import peak_cause
 from ..show.i18n import number, t
@@ -177,7 +177,7 @@ def attention_figure(runs: Sequence[RunResult], lang: str) -> go.Figure:
         (t("lesson.attention.bar", lang, attention=run.spec.attn_implementation, seq=run.spec.seq_len), run)
         for run in runs
     ]
-    return breakdown_figure(bars, lang=lang, height=420, at="after_forward", across=TICK_CHARS_ACROSS)
+    return breakdown_figure(bars, lang=lang, height=420, at="after_forward")
 
 
 def attention_shown(sdpa: RunResult, eager: RunResult, lang: str) -> str:

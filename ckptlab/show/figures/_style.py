@@ -30,6 +30,18 @@ def on_white(size: int, lang: str) -> dict[str, Any]:
     return {"font": {"family": FONT, "size": size}, "plot_bgcolor": "white", "separators": separators(lang)}
 
 
+# The wide layout's main column at a projector's 1280x720 with the sidebar open (measured in Chromium: 380 to
+# 1200 px), and st.columns' gap: a figure sized from the page's width reads it here, the page says its column's share.
+PAGE_PX = 820
+COLUMN_GAP_PX = 16
+
+
+def column_px(share: float, columns: int = 2) -> int:
+    """Pixels of a figure drawn in a column that takes ``share`` of the page's width, among ``columns`` columns, at
+    1280x720 (the Lab page's diagram in a 3:2 split: ``column_px(0.6)``, 482 px)."""
+    return int((PAGE_PX - COLUMN_GAP_PX * (columns - 1)) * share)
+
+
 # A title's line, in characters of a Latin font (a CJK character counts two): a figure half of a 1280-pixel
 # screen's page is about 320-480 px wide, and plotly neither wraps a title nor keeps it inside the figure.
 TITLE_CHARS = {"large": 38, "normal": 40}

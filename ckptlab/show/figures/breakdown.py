@@ -20,27 +20,24 @@ from ...results import MemoryResult, RunResult
 from ...units import GIB, MIB
 from ..i18n import number, t
 from ..labels import provenance_label, training_label
-from ._style import CATEGORY_COLORS, GRID, heading, legend, on_white, wrapped
+from ._style import CATEGORY_COLORS, GRID, column_px, heading, legend, on_white, wrapped
 
 PARTS = ("parameter", "gradient", "optimizer_state", "activation", "temp", "activation_and_temp")  # bottom to top
 FOLDED = {"buffer": "parameter"}  # a few KiB of rotary tables: a segment of their own would only crowd the legend
-# Characters of tick label a figure's plot holds across, all bars together, in a 3/5 column of a 1280x720 page (the
-# lesson's figures beside their words: about 450 px of plot at 13 px Arial). A caller whose figure is narrower says so.
-TICK_CHARS_ACROSS = 64
+TICK_CHAR_PX = 7.5  # a Latin character of a 13 px tick label, on average (a CJK one counts two)
+PLOT_MARGIN_PX = 80  # the figure's width less its plot's: the y axis's title and ticks, the right margin
 LABEL_CHARS = 20  # a bar's label on a line at most: longer reads as a sentence
 
 
-def tick_width(bars: int, across: int = TICK_CHARS_ACROSS) -> int:
-    """The characters of one bar's tick label on a line (a wide CJK character counts two): its share of ``across``,
-    :data:`LABEL_CHARS` at most and 8 at least (a word)."""
-    return max(8, min(LABEL_CHARS, across // max(bars, 1)))
+def tick_width(bars: int, width: int = column_px(0.6)) -> int:
+    """The characters of one bar's tick label on a line (a wide CJK character counts two) in a figure ``width``
+    pixels wide: its bar's share of the plot, :data:`LABEL_CHARS` at most and 8 at least (a word)."""
+    return max(8, min(LABEL_CHARS, int((width - PLOT_MARGIN_PX) / max(bars, 1) / TICK_CHAR_PX)))
 
 
-def wrapped_ticks(labels: Sequence[str], across: int | None = TICK_CHARS_ACROSS) -> tuple[list[str], int]:
-    """``labels`` wrapped to :func:`tick_width` (``across`` None: to :data:`LABEL_CHARS`, plotly turning them as it
-    needs), and how many lines the longest took (for the bottom margin)."""
-    width = LABEL_CHARS if across is None else tick_width(len(labels), across)
-    ticks = [wrapped(label, width) for label in labels]
+def wrapped_ticks(labels: Sequence[str], width: int = column_px(0.6)) -> tuple[list[str], int]:
+    """``labels`` wrapped to :func:`tick_width`, and how many lines the longest took (for the bottom margin)."""
+    ticks = [wrapped(label, tick_width(len(labels), width)) for label in labels]
     return ticks, max((tick.count("<br>") + 1 for tick in ticks), default=1)
 
 
@@ -75,7 +72,7 @@ def breakdown_figure(
     lang: str = "en",
     height: int = 430,
     at: Literal["peak", "after_forward"] = "peak",
-    across: int | None = None,
+    width: int = column_px(0.6),
 ) -> go.Figure:
     """The memory at the peak of each run's step (or at the end of its forward), stacked by category, one bar per run.
 
@@ -87,6 +84,8 @@ def breakdown_figure(
         at: "peak", the whole memory at the step's peak; "after_forward", what the forward left held beyond the
             memory before it (:func:`above_baseline_after_forward`): where a difference the backward frees before
             the peak shows (eager attention's probabilities at a short sequence).
+        width: pixels the page draws the figure in: each bar's label wraps to its bar's share of it, horizontal
+            (plotly turns a label wider than its bar sideways, where the figure's edge cut it: "checkpoin").
 
     Returns:
         A bar figure; the total sits above each bar, hover gives each part in MiB and its provenance.
@@ -98,8 +97,8 @@ def breakdown_figure(
     totals = [sum(peak.values()) for peak in peaks]
     scale, unit = bar_unit(max(totals, default=0))
     provenance = " / ".join(dict.fromkeys(provenance_label(run.provenance, lang) for run in runs))
-    # Wrapped to each bar's share of the width, and kept horizontal (tickangle 0 below): beside a diagram at 1280x720
-    # a bar is about 110-150 px wide, and plotly turns a longer label sideways and cuts it at the figure's edge.
+    # Wrapped to each bar's share of the width, and kept horizontal (tickangle 0 below): a longer label
+    # ("checkpointing desligado") runs into its neighbour's, or plotly turns it sideways and the figure's edge cuts it.
     ticks, lines = wrapped_ticks(
         [
             label
@@ -107,7 +106,7 @@ def breakdown_figure(
             else t("breakdown.tick", lang, label=label, phase=t(f"band.{memory.peak_where.phase or 'backward'}", lang))
             for label, _, memory in drawn
         ],
-        across,
+        width,
     )
     extra_lines = max(lines - 2, 0)  # the margin below holds two lines of labels; one more line for each beyond
     figure = go.Figure()
@@ -168,7 +167,7 @@ def breakdown_figure(
         title_text=t("breakdown.y_after_forward" if after else "breakdown.y", lang, unit=unit),
         range=[0, max(totals, default=0) / scale * 1.15 or 1],
     )
-    figure.update_xaxes(showgrid=False, tickangle=None if across is None else 0)
+    figure.update_xaxes(showgrid=False, tickangle=0)  # wrapped to fit: never turned sideways
     return figure
 
 

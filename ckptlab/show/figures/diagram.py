@@ -24,10 +24,17 @@ from ...results import LayerResult, Region, RunResult, TimelinePoint
 from ...units import MIB
 from ..i18n import number, t
 from ..labels import provenance_label, setting_label
-from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS, heading, legend, on_white
+from ._style import CURSOR_COLOR, FONT, HATCH_COLORS, ROLE_COLORS, column_px, heading, legend, on_white
 
-LAYERS_PER_LINE = 12
+LAYERS_PER_LINE = 12  # at most, where the figure is wide enough (fewer where a box would not hold its role)
 ROLES = ("CP", "keep", "rerun")
+COLUMN_PX = column_px(0.6)  # by default the narrowest a page draws a diagram in: the Lab's result, beside the memory
+# The words in a box, by figure kind: drawn at the larger size, which plotly shrinks to fit a box down to the
+# smaller one (uniformtext's minsize) and never below it: a narrower figure wraps into more lines instead.
+TEXT_SIZES = {"titled": (20, 16), "compact": (18, 14)}
+WIDEST_ROLE_EM = 2.6  # "rerun" in bold Arial (Liberation Sans in Chromium): 2.56 em, measured
+BOX_PAD_PX = 6  # plotly's inside-text padding, 3 px a side
+BOX_SHARE = 0.86  # a box's width in its slot
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,7 @@ class _Row:
     extra: Sequence[str] = ()  # a short line under the role in a box, one per layer ("" for none)
 
 
-def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
+def diagram_figure(result: RunResult, lang: str = "en", *, width: int = COLUMN_PX) -> go.Figure:
     """The step a run observed: forward row from the flags, backward row from the reruns.
 
     When the observed pattern differs from the every_n_layers rule, the planned rows are
@@ -50,6 +57,8 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     Args:
         result: a :class:`~ckptlab.RunResult`.
         lang: language of the words on the figure (``ckptlab.show.i18n``).
+        width: pixels the page draws the figure in (a column of the page at 1280x720): the layers wrap into as
+            many lines as their boxes need to hold their roles.
 
     Returns:
         A Plotly figure; hover on a box shows what was measured for that layer.
@@ -58,7 +67,11 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
     setting = setting_label(spec.every_n_layers, result.memory.offload_applied if result.memory else False, lang)
     if not result.layers:
         return plan_figure(
-            result.model.num_layers, spec.every_n_layers, title=t("fig.did_not_fit", lang, setting=setting), lang=lang
+            result.model.num_layers,
+            spec.every_n_layers,
+            title=t("fig.did_not_fit", lang, setting=setting),
+            lang=lang,
+            width=width,
         )
     layers = result.layers
     hover = [_layer_hover(layer, lang) for layer in layers]
@@ -105,7 +118,7 @@ def diagram_figure(result: RunResult, lang: str = "en") -> go.Figure:
         subtitle += "<br>" + t("selective.diagram_subtitle", lang, policy=selective_key(spec.selective), kept=kept)
     if any(moe_reruns):
         subtitle += " · " + t("fig.moe_subtitle", lang, count=sum(moe_reruns))
-    return _draw(rows, lang, title=title, subtitle=subtitle)
+    return _draw(rows, lang, title=title, subtitle=subtitle, width=width)
 
 
 def plan_figure(
@@ -114,6 +127,7 @@ def plan_figure(
     title: str | None = None,
     lang: str = "en",
     nested: Sequence[int | None] = (),
+    width: int = COLUMN_PX,
 ) -> go.Figure:
     """The pattern every_n_layers plans, before anything ran (hatched, like all planned rows).
 
@@ -123,6 +137,7 @@ def plan_figure(
         title: replaces the default title.
         lang: language of the words on the figure (``ckptlab.show.i18n``).
         nested: ``ModelInfo.nested_in``: a keep layer inside a checkpointed one is planned to rerun with it.
+        width: pixels the page draws the figure in (as :func:`diagram_figure`).
 
     Returns:
         A Plotly figure with a planned forward and backward row.
@@ -143,7 +158,7 @@ def plan_figure(
         ),
     ]
     default = t("fig.plan_title", lang, setting=setting_label(every_n_layers, False, lang))
-    return _draw(rows, lang, title=title or default, subtitle=t("fig.plan_subtitle", lang))
+    return _draw(rows, lang, title=title or default, subtitle=t("fig.plan_subtitle", lang), width=width)
 
 
 def roles_diagram_figure(
@@ -153,6 +168,7 @@ def roles_diagram_figure(
     focus: tuple[int, str] | None = None,
     reruns: Sequence[int] | None = None,
     height: int | None = None,
+    width: int = COLUMN_PX,
 ) -> go.Figure:
     """The diagram of given roles, untitled and compact (beside other figures), the layer at work outlined.
 
@@ -163,6 +179,7 @@ def roles_diagram_figure(
         focus: ``(layer, "forward" | "backward")`` to outline (see :func:`focus_of`); the other boxes fade.
         reruns: observed reruns per layer, from the run's layer rows.
         height: pixels; by default from the number of layers.
+        width: pixels the page draws the figure in (as :func:`diagram_figure`).
     """
     back = ["rerun" if reruns[i] else "keep" for i in range(len(roles))] if reruns is not None else _backward(roles)
     rows = [
@@ -174,7 +191,7 @@ def roles_diagram_figure(
         )
         for phase, row_roles in (("forward", list(roles)), ("backward", back))
     ]
-    return _draw(rows, lang, focus=focus, height=height)
+    return _draw(rows, lang, focus=focus, height=height, width=width)
 
 
 def focus_of(point: TimelinePoint | Region) -> tuple[int, str] | None:
@@ -241,15 +258,18 @@ def _draw(
     subtitle: str = "",
     focus: tuple[int, str] | None = None,
     height: int | None = None,
+    width: int = COLUMN_PX,
 ) -> go.Figure:
     """The boxes of ``rows``, wrapped into lines; untitled diagrams are compact (they sit beside other figures)."""
     compact = title is None
     count = len(rows[0].roles)
-    per_line = min(count, LAYERS_PER_LINE) or 1
+    labels = [row.label for row in rows] + ["L1–L12"]  # a wrapped line's tick says its layers under the row's name
+    left_px = 24 + 9 * max(len(label) for label in labels)  # explicit: plotly.js cuts row labels with automargin alone
+    text_size, least = TEXT_SIZES["compact" if compact else "titled"]
+    per_line = layers_per_line(count, width - left_px - 10, least)
     lines = (count + per_line - 1) // per_line or 1
     pitch = len(rows) + 0.6  # a gap between wrapped lines
     small = per_line > 8
-    text_size = (14 if small else 18) if compact else (16 if small else 20)
 
     tick_vals: list[float] = []
     tick_text: list[str] = []
@@ -298,26 +318,29 @@ def _draw(
                     hoverinfo="text",
                 )
             )
-    # Explicit room for the row labels: Streamlit's plotly.js cuts them off with automargin alone.
-    longest = max(len(part) for text in tick_text for part in text.split("<br>"))
     if title is None:  # untitled, compact
         size = 14
-        layout = {"height": height or 60 + 190 * lines, "margin": {"l": 24 + 9 * longest, "r": 10, "t": 10, "b": 50}}
+        layout = {"height": height or 60 + 190 * lines, "margin": {"l": left_px, "r": 10, "t": 10, "b": 50}}
     else:
         size = 15
         legend_rows = 1 if len(figure.data) <= 2 else 2
         row_px = 70 if small else 78
+        words = heading(title, subtitle, size=20)
+        # Each line of the title (25 px) and of the subtitle (18 px) past the first of each: the top margin grows
+        # by it, and so does the figure, or the rows are squashed until their boxes' words overlap (a selective
+        # policy's subtitle is two lines).
+        more_top = 25 * words["text"].count("<br>") + 18 * words.get("subtitle", {}).get("text", "").count("<br>")
         layout = {
-            "title": heading(title, subtitle, size=20),
-            "height": height or int(95 + 34 * legend_rows + lines * pitch * row_px),
-            "margin": {"l": 24 + 9 * longest, "r": 10, "t": 75, "b": 10 + 34 * legend_rows},
+            "title": words,
+            "height": height or int(95 + more_top + 34 * legend_rows + lines * pitch * row_px),
+            "margin": {"l": left_px, "r": 10, "t": 75 + more_top, "b": 10 + 34 * legend_rows},
             "hoverlabel": {"font": {"size": 15}},
         }
     figure.update_layout(
         barmode="overlay",
         legend=legend(-0.02, font={"size": size}),
         **on_white(size, lang),
-        uniformtext={"minsize": 9 if compact else 10, "mode": "show"},
+        uniformtext={"minsize": least, "mode": "show"},
         **layout,
     )
     figure.update_xaxes(visible=False, range=[-0.5, per_line - 0.5], fixedrange=True)
@@ -331,6 +354,18 @@ def _draw(
         fixedrange=True,
     )
     return figure
+
+
+def layers_per_line(count: int, plot_px: float, text_size: int) -> int:
+    """How many of ``count`` layers a line of a plot ``plot_px`` wide holds: the fewest lines (of at most
+    :data:`LAYERS_PER_LINE`) whose boxes hold their widest role ("rerun") at ``text_size``, with as many layers in
+    each line as the others (12 layers as 6 + 6, not 10 + 2)."""
+    lines = max(1, -(-count // LAYERS_PER_LINE))
+    per_line = -(-count // lines) if count else 1
+    while per_line > 1 and plot_px / per_line * BOX_SHARE < WIDEST_ROLE_EM * text_size + BOX_PAD_PX:
+        lines += 1
+        per_line = -(-count // lines)
+    return per_line
 
 
 def _pattern(role: str, planned: bool) -> dict:

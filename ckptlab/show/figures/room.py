@@ -15,6 +15,10 @@ import plotly.graph_objects as go
 from ..i18n import number, t
 from ._style import GRID, GUESS_COLOR, OFF_COLOR, RUN_COLOR, on_white
 
+# Plotly's toolbar (its modebar) sits over the top right of a figure, about 30 px tall: the labels over the plot sit
+# under it, in rows of LABEL_ROW_PX, so "measured: 57%" near the right edge is never behind the buttons.
+MODEBAR_PX = 34
+LABEL_ROW_PX = 22
 PERCENT_BIN = 10.0  # a histogram's bin, in percentage points: the width of the exercises' best band (within 10)
 
 
@@ -57,7 +61,7 @@ def room_figure(
             if kind == "percent"
             else f"{number(measured or 0, ',.1f', lang)} KiB"
         )
-        lines = [(measured, RUN_COLOR, t("classroom.fig_measured", lang, value=value), 20)]
+        lines = [(measured, RUN_COLOR, t("classroom.fig_measured", lang, value=value), LABEL_ROW_PX)]
         if kind == "percent":  # checkpointing off is 100% of itself; KiB kept have no such line
             lines.insert(0, (100.0, OFF_COLOR, t("exercise.off_line", lang), 0))
         # The two labels on two heights: a measurement near 100% would otherwise write over the off line's.
@@ -95,7 +99,7 @@ def room_figure(
         figure.update_xaxes(title_text=t("classroom.fig_choice_axis", lang))
     figure.update_layout(
         height=height,
-        margin={"l": 50, "r": 20, "t": 60, "b": 50},
+        margin={"l": 50, "r": 20, "t": MODEBAR_PX + 2 * LABEL_ROW_PX + 6, "b": 50},
         **on_white(15, lang),
         showlegend=False,
         bargap=0.3 if kind == "choice" else 0.05,

@@ -29,6 +29,7 @@ from ._style import (
     PEAK_COLOR,
     RUN_COLOR,
     TEXT_GREY,
+    column_px,
     heading,
     legend,
     on_white,
@@ -110,7 +111,13 @@ def comparison_figure(result: RunResult, baseline: RunResult | None, lang: str =
     return figure
 
 
-def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height: int = 360) -> go.Figure:
+BAR_TEXT_PX = 13  # the numbers over the bars, never shrunk below it: they wrap to their bar instead
+BAR_CHAR_PX = 7.5  # a character of it, on average
+
+
+def runs_tradeoff_figure(
+    runs: Sequence[RunResult], *, lang: str = "en", height: int = 360, width: int = column_px(0.6)
+) -> go.Figure:
     """Memory held after the forward, peak, and step time of several settings side by side.
 
     The bars of a few measured runs; a sweep's trade-off (peak against step time, the Pareto
@@ -118,6 +125,7 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
 
     Args:
         runs: measured runs of one model and shape (checkpointing off first reads best).
+        width: pixels the page draws the figure in: the words over a bar wrap to its width.
     """
     # Wrapped: a panel's title wider than its panel reaches over the other panel's axis labels at 1280x720.
     panels = (wrapped(t("trade.memory_title", lang), 24), wrapped(t("trade.time_title", lang), 24))
@@ -128,6 +136,11 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
         OFF_COLOR if not run.spec.checkpointing else EXTRA_COLORS[i % len(EXTRA_COLORS)] if i > 1 else RUN_COLOR
         for i, run in enumerate(runs)
     ]
+    # A setting's share of a panel (two panels, the margins and the spacing out), of which plotly gives a bar 80%:
+    # the words over a bar wrap to it ("1,49 (noise)" as two lines), at BAR_TEXT_PX. Shrunk to fit, they were 5 px
+    # tall and ran into each other (issue 58).
+    slot_px = (width - 60) * (1 - 0.12) / 2 / max(len(runs), 1)
+    time_chars = max(5, int(slot_px * 0.8 / BAR_CHAR_PX))
     memory: list[float] = []  # both memory bars' values, for the panel's range
     for key, getter in (
         ("trade.after_forward", lambda r: memory_of(r).after_forward_bytes),
@@ -142,6 +155,7 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
                 name=t(key, lang),
                 text=[number(v, ",.1f", lang) for v in values],
                 textposition="outside",
+                textfont={"size": BAR_TEXT_PX},
                 marker={"color": CATEGORY_COLORS["activation"] if key == "trade.after_forward" else PEAK_COLOR},
                 hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + t(key, lang) + "</extra>",
             ),
@@ -165,12 +179,13 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
             name=t("trade.step", lang),
             marker={"color": [NOISE_GREY if grey else color for grey, color in zip(noise, colors)]},
             text=[
-                t("tradeoff_fig.noise_point", lang, setting=number(v, ",.0f", lang))
+                wrapped(t("tradeoff_fig.noise_point", lang, setting=number(v, ",.0f", lang)), time_chars)
                 if grey
                 else number(v, ",.0f", lang)
                 for grey, v in zip(noise, times)
             ],
             textposition="outside",
+            textfont={"size": BAR_TEXT_PX},
             error_y=whiskers(
                 [(max(timing_of(run).step_samples) - timing_of(run).step_s) * 1000 for run in runs],
                 [(timing_of(run).step_s - min(timing_of(run).step_samples)) * 1000 for run in runs],
@@ -187,6 +202,8 @@ def runs_tradeoff_figure(runs: Sequence[RunResult], *, lang: str = "en", height:
         height=height,
         margin={"l": 50, "r": 10, "t": 90, "b": 50},  # the legend over the panels' two-line titles
         legend=legend(1.2, "bottom", font={"size": 13}),
+        # Words over the bars keep their size (a bar narrower than them lets them spill, not shrink to 5 px).
+        uniformtext={"minsize": BAR_TEXT_PX, "mode": "show"},
         **on_white(14, lang),
     )
     figure.update_yaxes(gridcolor=GRID, rangemode="tozero")

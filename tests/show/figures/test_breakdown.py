@@ -8,7 +8,8 @@ import pytest
 
 import ckptlab
 from ckptlab.show import i18n
-from ckptlab.show.figures.breakdown import SHARDING_PARTS, breakdown_figure, sharding_figure
+from ckptlab.show.figures._style import column_px
+from ckptlab.show.figures.breakdown import SHARDING_PARTS, TICK_CHAR_PX, breakdown_figure, sharding_figure
 from ckptlab.show.labels import training_label
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
@@ -60,6 +61,21 @@ def test_one_palette_and_the_peak_phase_on_each_tick(runs):
     assert len(set(colours.values())) == len(colours)
     ticks = list(_bars(figure)[0].x)
     assert ticks[0].startswith("off<br>peak in: ") and ticks[1].startswith("n=1<br>peak in: ")
+
+
+@pytest.mark.parametrize("lang", ["en", "pt-BR", "ja"])
+def test_three_bars_in_the_labs_narrow_column_keep_their_labels_horizontal_and_within_their_bars(runs, lang):
+    """Off, plain and a selective policy beside the Lab's diagram (320 px at 1280x720): labels wrapped to 20
+    characters were wider than their bar, so plotly turned them sideways and the figure's edge cut them ("checkpoin",
+    issue 58). Each line now fits its bar's share of the figure, and the labels stay horizontal."""
+    width = column_px(0.4)
+    bars = [(i18n.t("setting.short_off", lang), runs["off"]), ("n=1", runs["n=1"]), ("selective: matmuls", runs["n=1"])]
+    figure = breakdown_figure(bars, lang=lang, width=width)
+    assert figure.layout.xaxis.tickangle == 0
+    bar_px = (width - figure.layout.margin.l - figure.layout.margin.r) / len(bars)
+    lines = [line for tick in _bars(figure)[0].x for line in tick.split("<br>")]
+    widest = max(sum(2 if ch >= "\u3000" else 1 for ch in line) for line in lines)
+    assert widest * TICK_CHAR_PX <= bar_px  # "peak in: backward" is two lines, each inside its bar
 
 
 def test_the_subtitle_says_where_the_numbers_come_from_and_what_is_trained(runs):

@@ -8,7 +8,17 @@ import pytest
 
 import ckptlab
 from ckptlab.lab.run import run_queued
-from ckptlab.show.figures.diagram import diagram_figure, focus_of, plan_figure, roles_diagram_figure
+from ckptlab.show.figures._style import PAGE_PX, column_px
+from ckptlab.show.figures.diagram import (
+    BOX_PAD_PX,
+    BOX_SHARE,
+    TEXT_SIZES,
+    WIDEST_ROLE_EM,
+    diagram_figure,
+    focus_of,
+    plan_figure,
+    roles_diagram_figure,
+)
 from ckptlab.show.i18n import number, t
 from ckptlab.step.probe import region_for
 
@@ -82,7 +92,7 @@ def test_a_mismatch_adds_the_planned_rows_hatched(lab):
     layers[1] = replace(layers[1], enabled="CP", recompute_calls=1)
     mismatched = replace(lab.result, layers=layers)
     assert not mismatched.plan_matches
-    figure = diagram_figure(mismatched)
+    figure = diagram_figure(mismatched, width=PAGE_PX)  # one line of six (a 3/5 column wraps them: longer labels)
     assert list(figure.layout.yaxis.ticktext) == ["Forward →", "← Backward", "Planned forward", "Planned backward"]
     assert "DIFFERS" in figure.layout.title.text.replace("<br>", " ")
     planned = [trace for trace in figure.data if trace.name.endswith("(planned)")]
@@ -101,12 +111,30 @@ def test_matching_runs_have_no_planned_rows(lab):
 
 
 def test_long_models_wrap_into_lines_of_twelve():
-    figure = plan_figure(36, 4)
+    figure = plan_figure(36, 4, width=PAGE_PX)  # the page's width: twelve boxes a line hold "rerun"
     assert len(figure.layout.yaxis.ticktext) == 6  # 3 lines x (forward, backward)
     assert figure.layout.yaxis.ticktext[2] == "Forward →<br>L13–L24"
     cp = next(trace for trace in figure.data if trace.name.startswith(LEGEND["CP"]))
     assert len(cp.text) == 9  # L1, L5, ..., L33
     assert max(max(trace.x) for trace in figure.data) == 11
+
+
+@pytest.mark.parametrize("layers", [12, 28, 36])
+def test_a_deep_model_in_the_labs_column_wraps_so_every_box_holds_its_role(layers):
+    """gpt2-small's 12 layers in the Lab's 3/5 column at 1280x720 were 12 boxes of 26 px, and "rerun" (2.56 em of
+    bold Arial, 41 px at the smallest size the boxes may shrink to) was cut by its neighbours ("erun", issue 58): the
+    lines come from the figure's width, as many layers in each, and a box holds "rerun" at that size."""
+    width = column_px(0.6)
+    figure = plan_figure(layers, 1, width=width)
+    per_line = max(max(trace.x) for trace in figure.data) + 1
+    lines = len(figure.layout.yaxis.ticktext) // 2
+    assert per_line * lines - layers < lines  # balanced: 12 as 6 + 6, not 10 + 2
+    plot_px = width - figure.layout.margin.l - figure.layout.margin.r
+    least = TEXT_SIZES["titled"][1]
+    assert figure.layout.uniformtext.minsize == least  # plotly shrinks a box's words no further than that
+    assert plot_px / per_line * BOX_SHARE >= WIDEST_ROLE_EM * least + BOX_PAD_PX
+    # The page's width holds more a line: the plan above the Lab's settings is drawn across the page.
+    assert max(max(trace.x) for trace in plan_figure(layers, 1, width=PAGE_PX).data) + 1 > per_line
 
 
 def test_plan_figure_is_hatched_and_says_nothing_was_measured():

@@ -75,3 +75,24 @@ def test_a_step_time_within_the_noise_of_off_is_grey_with_its_spread(measured, c
     assert (bars.marker.color[1] == NOISE_GREY) is grey and bars.marker.color[0] != NOISE_GREY
     assert bars.text[1].endswith("(noise)") is grey
     assert list(bars.error_y.array) == pytest.approx([40.0, checkpointed_steps[2] * 1000 - bars.y[1]])
+
+
+def test_five_settings_keep_their_step_times_readable_over_their_bars(measured):
+    """Exercise 6 draws off and four settings; on a busy machine each time says "(noise)". Plotly shrank "1,49
+    (noise)" to its bar's width until it was a few pixels tall and ran into its neighbours (issue 58): the words
+    wrap to the bar at 13 px and plotly may not shrink them below that."""
+    from ckptlab.show.figures._style import PAGE_PX
+    from ckptlab.show.figures.run import BAR_CHAR_PX, BAR_TEXT_PX
+
+    def noisy(run, steps):
+        return replace(run, timing=replace(run.timing, step_s=sorted(steps)[1], step_samples=steps))
+
+    off = noisy(measured(every_n_layers=None), [0.20, 0.21, 0.25])
+    one = noisy(measured(every_n_layers=1), [0.19, 0.22, 0.26])  # the module's runs: only the labels differ
+    runs = [off, *(replace(one, spec=replace(one.spec, every_n_layers=n)) for n in (1, 2, 3, 6))]
+    figure = runs_tradeoff_figure(runs, lang="pt-BR", width=PAGE_PX)
+    bars = next(trace for trace in figure.data if trace.name == t("trade.step", "pt-BR"))
+    assert bars.textfont.size == BAR_TEXT_PX and figure.layout.uniformtext.minsize == BAR_TEXT_PX
+    bar_px = (PAGE_PX - 60) * (1 - 0.12) / 2 / len(runs) * 0.8
+    assert all("<br>" in text for text in bars.text[1:])  # "(ruído)" on a line of its own
+    assert all(len(line) * BAR_CHAR_PX <= bar_px for text in bars.text for line in text.split("<br>"))
