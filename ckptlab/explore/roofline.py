@@ -12,7 +12,9 @@ The model (docs/time.md has it with its sources):
   matmuls, convolutions and attention), so it runs at the tensor-core peak of its dtype; an op without FLOPs
   (elementwise, norms, copies) is bound by memory bandwidth. The launch cost is a *floor*, not an addition: a
   CUDA launch is asynchronous, so while kernels take longer than a launch the host queues the next one behind
-  them; a kernel shorter than a launch leaves the GPU waiting for the host.
+  them; a kernel shorter than a launch leaves the GPU waiting for the host. The ops the model's Python issues (the
+  forward, the loss and the rerun) have a higher floor than the backward's, which autograd's C++ engine issues
+  (``PYTHON_OP_S`` against ``LAUNCH_S``): why a small model's rerun costs more than its ops' GPU time.
 - **float32 matmuls** run at the TF32 tensor-core peak where torch is told to
   (``torch.set_float32_matmul_precision("high")`` or ``"medium"``, i.e. ``allow_tf32``), else on the CUDA cores:
   the lab reads torch's own setting (:func:`float32_matmul`), whose default ("highest") is no TF32: what a
@@ -59,6 +61,17 @@ E_MEMORY = 0.85
 # Seconds a kernel takes at least: one op issued from eager PyTorch costs about 5-20 us of host time (4.2 us for
 # an op from Python in the same probe; 5-20 us per cudaLaunchKernel commonly quoted). The fit's default constant.
 LAUNCH_S = 8e-6
+# Seconds of host time an op issued by the model's Python code takes at least: the forward, the loss, and a
+# checkpointed layer's rerun (the same Python forward, called again from the backward's unpack hook). Those ops go
+# through nn.Module calls, transformers' Python and autograd's recording before their launch, where the backward's
+# own ops are issued by autograd's C++ engine (LAUNCH_S). Source: this project's H200 run (docs/gpu-results.md,
+# section 6, `ckptlab run` qwen3-0.6b, 4096 tokens, bf16, checkpointing off): the forward with the loss measured
+# 41 ms against 27.3 ms on the roofline with LAUNCH_S; the floor that makes its 1,538 counted ops take 41 ms is
+# 19.2 us (`python benchmarks/fit_roofline.py --fit host` derives it). Fitted on that off forward's time, not on a
+# factor: the H200 factors of every_n_layers 2, 4 and 1 (section 3) stay the check (docs/time.md).
+PYTHON_OP_S = 19.2e-6
+# The phases whose ops the model's Python issues (PYTHON_OP_S); every other phase's ops have the LAUNCH_S floor.
+PYTHON_PHASES = frozenset({"forward", "loss", "rerun"})
 # Share of a link's one-direction bandwidth a copy reaches: first values, about 80% as commonly reported for
 # pinned host copies over PCIe (CUDA samples' bandwidthTest) and for NCCL's ring collectives over NVLink.
 E_HOST_LINK = 0.80
@@ -82,12 +95,15 @@ class Efficiency:
     compute: float = E_COMPUTE
     memory: float = E_MEMORY
     launch_s: float = LAUNCH_S
+    python_op_s: float = PYTHON_OP_S  # the floor of an op the model's Python issues (PYTHON_PHASES)
     host_link: float = E_HOST_LINK
     gpu_link: float = E_GPU_LINK
 
 
 GPU_EFFICIENCY = Efficiency()
-MEASURED = Efficiency(compute=1.0, memory=1.0, launch_s=CPU_DISPATCH_S, host_link=1.0, gpu_link=1.0)
+MEASURED = Efficiency(
+    compute=1.0, memory=1.0, launch_s=CPU_DISPATCH_S, python_op_s=CPU_DISPATCH_S, host_link=1.0, gpu_link=1.0
+)
 
 
 class Speed(Protocol):
@@ -165,15 +181,25 @@ def launches_kernel(op: str) -> bool:
 
 
 def op_seconds(
-    cost: OpCost, speed: Speed, efficiency: Efficiency = GPU_EFFICIENCY, f32: Float32Matmul = "float32"
+    cost: OpCost,
+    speed: Speed,
+    efficiency: Efficiency = GPU_EFFICIENCY,
+    f32: Float32Matmul = "float32",
+    floor: float | None = None,
 ) -> float:
-    """One op's time: the slower of its compute and its memory traffic, and never less than one launch; nothing
-    for an op that launches no kernel (a view, a metadata query)."""
+    """One op's time: the slower of its compute and its memory traffic, and never less than ``floor`` (one launch,
+    ``efficiency.launch_s``, unless said); nothing for an op that launches no kernel (a view, a metadata query)."""
     if not launches_kernel(cost.op):
         return 0.0
     compute = cost.flops / (peak_flops(speed, cost.dtype, f32) * efficiency.compute) if cost.flops else 0.0
     memory = cost.bytes / (speed.memory_bandwidth * efficiency.memory)
-    return max(compute, memory, efficiency.launch_s)
+    return max(compute, memory, efficiency.launch_s if floor is None else floor)
+
+
+def host_floor(phase: str, efficiency: Efficiency = GPU_EFFICIENCY) -> float:
+    """The least an op of ``phase`` takes: the Python-issued floor in the forward, the loss and the rerun
+    (:data:`PYTHON_PHASES`), one launch elsewhere."""
+    return efficiency.python_op_s if phase in PYTHON_PHASES else efficiency.launch_s
 
 
 def copied_bytes(cost: OpCost) -> float:
@@ -219,7 +245,7 @@ def item_seconds(
         else:
             moved, rate = ring_bytes(item.cost, world_size), speed.gpu_link.bytes_per_s * efficiency.gpu_link
         return max(moved / rate, efficiency.launch_s) * item.count
-    return op_seconds(item.cost, speed, efficiency, f32) * item.count
+    return op_seconds(item.cost, speed, efficiency, f32, host_floor(item.phase, efficiency)) * item.count
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from ckptlab.explore.roofline import (
     E_MEMORY,
     LAUNCH_S,
     MEASURED,
+    PYTHON_OP_S,
     SettingTime,
     TimePrediction,
     cpu_speed,
@@ -58,10 +59,25 @@ def test_an_elementwise_op_is_bound_by_memory_bandwidth():
 def test_a_tiny_kernel_costs_one_launch():
     tiny = OpCost("aten.mul.Tensor", "bfloat16", flops=0, bytes=1024)
     assert op_seconds(tiny, H100) == LAUNCH_S
-    assert item_seconds(WorkItem("forward", 0, tiny, 1000), H100) == pytest.approx(1000 * LAUNCH_S)
+    assert item_seconds(WorkItem("backward", 0, tiny, 1000), H100) == pytest.approx(1000 * LAUNCH_S)
     # a view or a metadata query launches no kernel (the fake step asks prim.device about thrice per real op)
     for free in ("aten.view.default", "aten.t.default", "prim.device.default"):
         assert op_seconds(dataclasses.replace(tiny, op=free), H100) == 0.0
+
+
+def test_ops_the_models_python_issues_have_the_higher_floor():
+    """The forward's, the loss's and the rerun's ops are issued by the model's Python (PYTHON_OP_S, from the H200
+    run's off forward); the backward's and the optimizer's by C++ (LAUNCH_S); a long op is above both floors."""
+    tiny = OpCost("aten.mul.Tensor", "bfloat16", flops=0, bytes=1024)
+    assert PYTHON_OP_S > LAUNCH_S
+    for phase in ("forward", "loss", "rerun"):
+        assert item_seconds(WorkItem(phase, 0, tiny, 10), H100) == pytest.approx(10 * PYTHON_OP_S)
+    for phase in ("backward", "optimizer"):
+        assert item_seconds(WorkItem(phase, 0, tiny, 10), H100) == pytest.approx(10 * LAUNCH_S)
+    assert item_seconds(WorkItem("rerun", 0, ADD, 1), H100) == pytest.approx(op_seconds(ADD, H100))
+    # a small layer's rerun costs its Python floor, above its GPU time: n=1's factor of tiny ops
+    step = predict(("forward", 0, tiny, 4), ("backward", 0, tiny, 8), ("rerun", 0, tiny, 4))
+    assert step.seconds == pytest.approx(8 * PYTHON_OP_S + 8 * LAUNCH_S)
 
 
 def test_offload_bytes_cross_the_host_link_and_add_to_the_step():
