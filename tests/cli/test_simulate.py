@@ -125,7 +125,12 @@ def test_every_n_layers_all_prints_one_row_a_setting_as_each_single_simulation(c
     assert all(" yes " in line for line in lines[2 : 3 + layers]) and lines[3 + layers].startswith(
         "fits: what nvidia-smi will show"
     )
-    assert lines[-1].startswith("Predicted time: none")  # --gpu's time, once the simulation counts its work
+    # --gpu's time: a row a setting from the work each simulation counted, its factor over off last
+    timed = lines[lines.index(next(line for line in lines if line.startswith("Predicted step time on L4"))) + 1 :]
+    assert [line.split()[0] for line in timed if line.strip()][-layers - 1 :] == ["off"] + [
+        f"n={n}" for n in range(1, layers + 1)
+    ]
+    assert timed[-1].split()[-1].startswith("x")
 
 
 def test_simulate_gpu_prints_the_time_from_a_results_counted_work(monkeypatch, capsys):
