@@ -168,7 +168,7 @@ FIELDS: tuple[SpecField, ...] = (
         "model",
         Cli("--model", special="model"),  # and --revision, which travels inside the name (owner/name@revision)
         Link("model", "text", always=True),
-        Widget("model", "select"),  # presets, and entries for the folder picker and a Hub name (lab.labpage.LOCAL, HUB)
+        Widget("model", "select"),  # presets, and entries for the folder picker and a Hub name (modelbox.LOCAL, HUB)
         label="common.model",
     ),
     SpecField(

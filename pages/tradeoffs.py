@@ -12,7 +12,7 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.explore.accuracy import check_predictions
-from ckptlab.explore.budget import GPUS
+from ckptlab.explore.budget import BUDGET_BOX_GIB, GPUS
 from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
 from ckptlab.lab import tradeoffspage
@@ -28,8 +28,8 @@ from ckptlab.show.figures.prediction import sweep_prediction_figure
 from ckptlab.show.figures.tradeoff import seq_len_figure, sweep_peak_figure, sweep_tradeoff_figure
 from ckptlab.show.noise import sweep_busy_message, sweep_table
 from ckptlab.show.peak_words import peak_sentence
-from ckptlab.spec import DTYPES
-from ckptlab.units import MIB
+from ckptlab.spec import DTYPES, RunSpec
+from ckptlab.units import GIB, MIB
 from pages._common import (
     download_buttons,
     estimate_text,
@@ -37,6 +37,7 @@ from pages._common import (
     language,
     lora_boxes,
     lora_choices,
+    offered,
     optimizer_box,
     poll_job,
     preset_infos,
@@ -49,6 +50,14 @@ run_through_app()
 
 SEQ_CHOICES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 CUSTOM = "custom budget"
+# The number boxes' first values are RunSpec's defaults, as the one codec writes them (their limits: offered()).
+NUMBER_DEFAULTS = {
+    key: value
+    for key, value in tradeoffspage.PAGE.values(RunSpec()).items()
+    if key in ("tradeoffs_batch", "tradeoffs_repeats", "tradeoffs_warmup")
+}
+# The custom budget's box in MiB, within the bounds a page's budget box offers (explore.budget, declared in GiB).
+BUDGET_BOX_MIB = tuple(gib * GIB / MIB for gib in BUDGET_BOX_GIB)
 
 
 def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
@@ -124,7 +133,9 @@ with st.sidebar:
         format_func=lambda choice: i18n.t(f"selective.policy_{choice}", lang),
         help=i18n.t("selective.sweep_help", lang),
     )
-    st.number_input(i18n.t("tradeoffs.batch", lang), 1, 64, 1, key="tradeoffs_batch")
+    for key, value in NUMBER_DEFAULTS.items():
+        state.setdefault(key, value)  # RunSpec's defaults where the session has none yet
+    st.number_input(i18n.t("tradeoffs.batch", lang), **offered("batch_size"), step=1, key="tradeoffs_batch")
     st.selectbox("dtype", DTYPES, key="tradeoffs_dtype")
     optimizer_box("tradeoffs_optimizer", lang)
     step_boxes("tradeoffs", lang)
@@ -135,8 +146,8 @@ with st.sidebar:
         state.tradeoffs_lora_targets = list(choices)
         state.tradeoffs_targets_for = model
     lora_boxes("tradeoffs", choices, lang)
-    st.number_input(i18n.t("tradeoffs.repeats", lang), 1, 20, 4, key="tradeoffs_repeats")
-    st.number_input(i18n.t("tradeoffs.warmup", lang), 0, 10, 2, key="tradeoffs_warmup")
+    st.number_input(i18n.t("tradeoffs.repeats", lang), **offered("repeats"), step=1, key="tradeoffs_repeats")
+    st.number_input(i18n.t("tradeoffs.warmup", lang), **offered("warmup"), step=1, key="tradeoffs_warmup")
 
 spec = tradeoffspage.spec_from_widgets(state, choices)
 if not seq_lens:
@@ -206,9 +217,16 @@ budget_choice = st.selectbox(
     format_func=lambda choice: i18n.t("tradeoffs.custom_budget", lang) if choice == CUSTOM else choice,
 )
 if budget_choice == CUSTOM:
-    default_mib = tradeoffspage.default_budget_mib(result, seq_len)
+    low_mib, high_mib = BUDGET_BOX_MIB
+    # The median peak's budget, inside the box (a box refuses a first value outside its bounds).
+    default_mib = min(max(tradeoffspage.default_budget_mib(result, seq_len), low_mib), high_mib)
     budget_mib = st.number_input(
-        i18n.t("tradeoffs.budget_mib", lang), min_value=1.0, value=default_mib, step=1.0, key="tradeoffs_budget_mib"
+        i18n.t("tradeoffs.budget_mib", lang),
+        min_value=low_mib,
+        max_value=high_mib,
+        value=default_mib,
+        step=1.0,
+        key="tradeoffs_budget_mib",
     )
     budget: int | str = int(budget_mib * MIB)
 else:

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ckptlab.explore.budget import BUDGET_BOX_GIB
 from ckptlab.explore.sweep import SweepResult
+from ckptlab.units import GIB, MIB
 from tests.app.given_sweep import give_sweep
 from tests.app.polling import rerun_until
 
@@ -103,9 +105,11 @@ def test_a_sweep_completes_and_shows_the_charts_and_the_recommendation(default_s
     # A GPU budget: everything fits, checkpointing off is the answer.
     at.selectbox(key="tradeoffs_gpu").set_value("L4 24 GB").run()
     assert "checkpointing off" in _texts(at.markdown) or "leave it off" in _texts(at.markdown)
-    # A budget below the parameters: nothing fits, and the page says what would.
+    # A budget below the parameters (the box's least, explore.budget's): nothing fits, and the page says what would.
     at.selectbox(key="tradeoffs_gpu").set_value("custom budget").run()
-    at.number_input(key="tradeoffs_budget_mib").set_value(1.0).run()
+    budget_box = at.number_input(key="tradeoffs_budget_mib")
+    assert (budget_box.min, budget_box.max) == tuple(gib * GIB / MIB for gib in BUDGET_BOX_GIB)
+    budget_box.set_value(budget_box.min).run()
     assert "Nothing measured fits" in _texts(at.error)
     assert "parameters and their gradients alone" in _texts(at.markdown)
 
