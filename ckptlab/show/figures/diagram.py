@@ -325,13 +325,15 @@ def _draw(
         size = 15
         legend_rows = 1 if len(figure.data) <= 2 else 2
         row_px = 70 if small else 78
-        words = heading(title, subtitle, size=20)
+        heading_layout = heading(title, subtitle, size=20)
         # Each line of the title (25 px) and of the subtitle (18 px) past the first of each: the top margin grows
         # by it, and so does the figure, or the rows are squashed until their boxes' words overlap (a selective
         # policy's subtitle is two lines).
-        more_top = 25 * words["text"].count("<br>") + 18 * words.get("subtitle", {}).get("text", "").count("<br>")
+        more_top = 25 * heading_layout["text"].count("<br>") + 18 * heading_layout.get("subtitle", {}).get(
+            "text", ""
+        ).count("<br>")
         layout = {
-            "title": words,
+            "title": heading_layout,
             "height": height or int(95 + more_top + 34 * legend_rows + lines * pitch * row_px),
             "margin": {"l": left_px, "r": 10, "t": 75 + more_top, "b": 10 + 34 * legend_rows},
             "hoverlabel": {"font": {"size": 15}},
