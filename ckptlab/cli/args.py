@@ -109,6 +109,9 @@ def _helps(defaults: RunSpec, every_setting: bool) -> dict[str, str]:
         "attn_implementation": "the attention the model is built with (transformers' attn_implementation): "
         f"{', '.join(ATTN_IMPLEMENTATIONS)}; eager keeps each layer's heads x seq^2 probabilities, flash_attention_2 "
         f"needs CUDA and the flash-attn package (default {defaults.attn_implementation})",
+        "alloc_conf": "the caching allocator's settings as PYTORCH_CUDA_ALLOC_CONF says them, e.g. "
+        "expandable_segments:True or max_split_size_mb:128 (default: torch's); simulate --gpu replays the step "
+        "under them",
     }
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError, check_at_most
-from ..explore.budget import GPUS, budget_bytes, fit, fits, gpu_name
+from ..explore.budget import GPUS, Fit, budget_bytes, fit, fits, gpu_name
 from ..fact import Fact
 from ..model.libraries import import_transformers_models
 from ..show.i18n import say, t
@@ -83,8 +83,10 @@ def add_simulate_command(commands) -> None:
     parser.set_defaults(handler=_simulate_command)
 
 
-def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
-    """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts."""
+def fit_verdict(result: RunResult, budget: int, label: str, beside: DeviceTotal | None = None) -> dict:
+    """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts; with
+    ``beside`` (the same step's order replayed under another allocator setting: ``explore.device.expandable_beside``),
+    that total and its fit too, side by side."""
     from ..explore.recommend import counts_message
 
     memory, spec = result.memory, result.spec
@@ -97,6 +99,8 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     state = t("cli.fit_state", gib=memory.optimizer_state_bytes / GIB) if memory.optimizer_state_bytes else ""
     if answer.device is not None:
         lines = [device_line(answer.device)]
+        if answer.device.alloc_conf:
+            lines[0] = t("cli.device_total_under", alloc_conf=answer.device.alloc_conf, line=lines[0])
         if answer.device.out_of_memory_at is not None and margin >= 0:  # the total fits, the allocator does not
             lines.append(
                 t(
@@ -115,6 +119,18 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
                     budget_gib=budget / GIB,
                     margin_gib=abs(margin) / GIB,
                     state=state,
+                )
+            )
+        if beside is not None:  # the same order replayed under the other setting: the one rule decides it too
+            other = fit(peak, budget, beside)
+            lines.append(t("cli.device_total_under", alloc_conf=beside.alloc_conf, line=device_line(beside)))
+            lines.append(
+                t(
+                    "cli.beside_fits" if other.fits else "cli.beside_short",
+                    label=label,
+                    budget_gib=budget / GIB,
+                    margin_gib=abs(other.margin_bytes) / GIB,
+                    change_gib=(beside.total_bytes - answer.device.total_bytes) / GIB,
                 )
             )
         sentence = "\n".join(lines)
@@ -140,7 +156,20 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
         "optimizer_state_bytes": memory.optimizer_state_bytes,
         "compared_bytes": answer.peak_bytes,  # the device total where there is one, else the tensors' peak
         "compared": "device_total" if answer.device is not None else "peak",
+        # The same step under expandable_segments:True, typed as the result's own device_total is.
+        **({"beside": _beside_json(beside, fit(peak, budget, beside))} if beside is not None else {}),
         "sentence": sentence,
+    }
+
+
+def _beside_json(total: DeviceTotal, answer: Fit) -> dict:
+    from dataclasses import asdict
+
+    return asdict(total) | {
+        "cached_bytes": total.cached_bytes,
+        "total_bytes": total.total_bytes,
+        "fits": answer.fits,
+        "margin_bytes": answer.margin_bytes,
     }
 
 
@@ -183,7 +212,14 @@ def _simulate_command(args: argparse.Namespace) -> int:
         from ..explore.device import with_device_total
 
         result = with_device_total(result, args.gpu or budget[0])
-    verdict = fit_verdict(result, *budget) if budget else None
+    beside = None
+    if (
+        budget is not None
+    ):  # the setting not given: expandable segments beside torch's defaults, the same order replayed
+        from ..explore.device import expandable_beside
+
+        beside = expandable_beside(result, args.gpu or budget[0])
+    verdict = fit_verdict(result, *budget, beside=beside) if budget else None
     times = _setting_times(args, [result], simulate) if args.gpu else None
     if args.json:
         data = result.to_dict()

@@ -14,21 +14,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..alloc_conf import EXPANDABLE, parse_alloc_conf
 from ..results import RunResult
 from ..results.allocations import COMPUTE, DeviceTotal
-from ..step.allocator import Alloc, AllocatorConfig, Event, Free, replay
+from ..step.allocator import Alloc, Event, Free, replay
 from .budget import gpu_name
 from .gpus import CONTEXT_ESTIMATE, CONTEXT_SOURCE, GPU_SPECS, HOPPER_CUBLAS_WORKSPACE
 
 
-def device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | None = None) -> DeviceTotal:
+def device_total(result: RunResult, gpu: str | int, alloc_conf: str | None = None) -> DeviceTotal:
     """The device total of ``result``'s step on ``gpu``: a name :func:`~.budget.gpu_name` reads, or a budget in bytes
     (a card of that memory, its context estimated, cuBLAS's Hopper workspace: the larger default).
 
     Args:
         result: a simulation with its order of allocations (``simulate(spec, allocations=True)``).
         gpu: the GPU, e.g. "H100" or "h100-80", or bytes.
-        config: the ``PYTORCH_CUDA_ALLOC_CONF`` the step runs with (None: torch's defaults).
+        alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` the step is replayed under (None: the spec's own,
+            ``RunSpec.alloc_conf``; "": torch's defaults).
 
     Returns:
         The allocated, reserved, cuBLAS, CUDA context and NCCL terms, and where the allocator ran short.
@@ -50,7 +52,8 @@ def device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | No
         Alloc(value) if is_alloc else Free(value) for is_alloc, value in trace.on(COMPUTE, at_thread_starts=workspace)
     ]
     # What cudaMalloc can get: the card's memory less the context, which the driver holds before the first tensor.
-    config = config or AllocatorConfig()
+    conf = result.spec.alloc_conf if alloc_conf is None else alloc_conf
+    config = parse_alloc_conf(conf)
     answer = replay(events, config, capacity=max(0, memory - context))
     # Out of memory, the replay stops there: the reserved bytes the step needs come from the replay without a limit
     # (the total then says by how much it is short; short of nothing, the cause is the allocator's fragmentation).
@@ -68,12 +71,14 @@ def device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | No
         out_of_memory_at=answer.out_of_memory_at,
         trace_how=trace.how,
         trace_events=len(events),
+        alloc_conf=conf,
     )
 
 
-def with_device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | None = None) -> RunResult:
+def with_device_total(result: RunResult, gpu: str | int) -> RunResult:
     """``result`` carrying its device total on ``gpu`` (``RunResult.device_total``, which :func:`~.budget.fits`
-    decides on): a result without its order of allocations (the table's rows) is simulated again to record it.
+    decides on), replayed under the spec's ``alloc_conf``: a result without its order of allocations (the table's rows)
+    is simulated again to record it.
 
     Raises:
         SpecError: an unknown GPU name, or an allocator setting torch refuses.
@@ -85,4 +90,17 @@ def with_device_total(result: RunResult, gpu: str | int, config: AllocatorConfig
         from ..step.simulate import simulate  # the core's simulation: only where an order is missing
 
         recorded = simulate(result.spec, allocations=True)
-    return replace(result, device_total=device_total(recorded, gpu, config))
+    # The order travels with the result, so a second replay (expandable_beside) needs no simulation.
+    return replace(result, device_total=device_total(recorded, gpu), allocations=recorded.allocations)
+
+
+def expandable_beside(result: RunResult, gpu: str | int) -> DeviceTotal | None:
+    """The device total of ``result``'s step (with its device total: :func:`with_device_total`) replayed again with
+    ``expandable_segments:True`` (the setting users are told first after an out-of-memory), for a side-by-side; None
+    where the spec already names an allocator setting (its own total is the one asked for) or no order was recorded.
+
+    The same recorded order replayed a second time: no simulation.
+    """
+    if result.spec.alloc_conf or result.allocations is None or result.device_total is None:
+        return None
+    return device_total(result, gpu, EXPANDABLE)
