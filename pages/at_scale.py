@@ -141,7 +141,8 @@ def draw_buttons(
             "memory_cap_bytes": policy.memory_cap_bytes,
         }
         if kind == "search":
-            return SearchJob(replace(request, world_size=1), budget, **how)
+            named = None if state.at_scale_gpu == CUSTOM else state.at_scale_gpu  # its CUDA context, where measured
+            return SearchJob(replace(request, world_size=1), budget, gpu=named, **how)
         if kind == "longest":
             return LongestJob(request, budget, settings=scalepage.longest_settings(request), **how)
         return ScaleJob(request, **how)

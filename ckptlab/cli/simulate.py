@@ -349,7 +349,8 @@ def _fewest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, 
         settings, spec.optimizer, spec.lora_rank, spec.lora_targets, 1, spec.gradient_accumulation_steps,
         spec.max_grad_norm, spec.mixed_precision, spec.attn_implementation, spec.quantization,
     )  # fmt: skip
-    search = cheapest_that_fits(request, budget[0], info=info)
+    # Each count and setting decided on what nvidia-smi will show on the GPU named (or a card of the budget's bytes).
+    search = cheapest_that_fits(request, budget[0], info=info, gpu=args.gpu)
     result = search.result
     if args.json:
         data = {

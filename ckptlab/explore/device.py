@@ -12,13 +12,14 @@ and NCCL's buffers outside torch; a step across ranks says so (``nccl_bytes`` 0)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..alloc_conf import EXPANDABLE, parse_alloc_conf
 from ..results import RunResult
 from ..results.allocations import COMPUTE, DeviceTotal
 from ..step.allocator import Alloc, Event, Free, replay
-from .budget import gpu_name
+from .budget import fit, gpu_name
 from .gpus import CONTEXT_ESTIMATE, CONTEXT_SOURCE, GPU_SPECS, HOPPER_CUBLAS_WORKSPACE
 
 
@@ -104,3 +105,28 @@ def expandable_beside(result: RunResult, gpu: str | int) -> DeviceTotal | None:
     if result.spec.alloc_conf or result.allocations is None or result.device_total is None:
         return None
     return device_total(result, gpu, EXPANDABLE)
+
+
+# How a search or a table puts a simulated step before the one fit rule: ``(result, budget_bytes) -> result``, the
+# result carrying its device total where the rule decides on it (:func:`on_gpu`). Tests stand a stub in for it.
+DeviceStep = Callable[[RunResult, int], RunResult]
+
+
+def on_gpu(gpu: str | int | None = None) -> DeviceStep:
+    """The step a search (``gpu_search.cheapest_that_fits``) and the At-scale table (``scale.scale_table``) put each
+    simulation through: where the tensors' peak fits the budget, the result with its device total on ``gpu`` (a name
+    :func:`~.budget.gpu_name` reads; None: a card of the budget's bytes, its context estimated), so that
+    :func:`~.budget.fits` decides on what nvidia-smi will show.
+
+    Where the peak alone is over the budget, the total (never below it: reserved holds every live tensor) is over it
+    too: no order is recorded, and the rule decides as before. A recorded order costs a simulation that records it
+    (``simulate(spec, allocations=True)``: a third shallow copy, or the whole model where the copies disagree), only
+    for the settings the rule decides on; the allocator's replay of it is cheap.
+    """
+
+    def attach(result: RunResult, budget_bytes: int) -> RunResult:
+        if result.memory is None or not fit(result.memory.peak_bytes, budget_bytes).fits:
+            return result
+        return with_device_total(result, budget_bytes if gpu is None else gpu)
+
+    return attach

@@ -174,6 +174,8 @@ class SearchJob(_SimulationJob):
         request: the shape and the settings to search (its world_size is not used); checked in the constructor.
         budget_bytes: one GPU's memory.
         counts: the GPU counts to consider.
+        gpu: the GPU's name (its CUDA context and cuBLAS workspaces in the device total the search decides on), or
+            None for a card of ``budget_bytes`` (the context estimated).
         options: ``known``, ``on_result``, ``info``, ``limit_s``, ``workers``, ``alive``, ``memory_cap_bytes``, as
             in :class:`ScaleJob`.
 
@@ -184,15 +186,21 @@ class SearchJob(_SimulationJob):
     _THREAD, _JOB = "ckptlab-gpu-search", "search_request"
 
     def __init__(
-        self, request: ScaleRequest, budget_bytes: int, *, counts: tuple[int, ...] = GPU_COUNTS, **options: Any
+        self,
+        request: ScaleRequest,
+        budget_bytes: int,
+        *,
+        counts: tuple[int, ...] = GPU_COUNTS,
+        gpu: str | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(request, **options)
         for count in searched_counts(request, counts):  # LoRA past one GPU, say, is refused here, not on the thread
             request.spec(request.settings[0], count).validate()
-        self.budget_bytes, self.counts = budget_bytes, counts
+        self.budget_bytes, self.counts, self.gpu = budget_bytes, counts, gpu
 
     def _args(self) -> tuple[Any, ...]:
-        return (self.request, self.budget_bytes, self.counts)
+        return (self.request, self.budget_bytes, self.counts, self.gpu)
 
 
 class LongestJob(_SimulationJob):

@@ -85,13 +85,15 @@ def search_request(
     request: ScaleRequest,
     budget_bytes: int,
     counts: tuple[int, ...],
+    gpu: str | None,
     known: Mapping[RunSpec, RunResult] | None,
     info: ModelInfo | None,
 ) -> GpuSearch:
-    """:func:`ckptlab.explore.gpu_search.cheapest_that_fits`, each simulation sent as it is made."""
+    """:func:`ckptlab.explore.gpu_search.cheapest_that_fits`, each simulation sent as it is made, decided on what
+    nvidia-smi will show on ``gpu`` (None: a card of the budget's bytes)."""
     return cheapest_that_fits(
         request, budget_bytes, counts=counts, known=known, on_result=context.collect,
-        progress=context.progress, cancel=context.cancelled, info=info,
+        progress=context.progress, cancel=context.cancelled, info=info, gpu=gpu,
     )  # fmt: skip
 
 

@@ -59,3 +59,38 @@ def test_runspec_validates_alloc_conf_as_torch_reads_it(text, key):
         RunSpec(alloc_conf=text).validate()
     assert caught.value.key == key and caught.value.params["option"].field == "alloc_conf"
     RunSpec(alloc_conf="expandable_segments:True,max_split_size_mb:128").validate()
+
+
+class _Steps:
+    """Stands for TableSimulation: checkpointing off holds 160 B on one GPU, every layer checkpointed 80 B, a rank
+    under FSDP2 its share."""
+
+    def __init__(self, specs=()):
+        pass
+
+    def result(self, spec: RunSpec, progress=None):
+        peak = (160 if spec.every_n_layers is None else 80) // spec.world_size
+        return SimpleNamespace(spec=spec, memory=SimpleNamespace(peak_bytes=peak), device_total=None)
+
+
+def test_the_fewest_gpus_search_decides_on_the_device_total_its_device_step_attaches(monkeypatch):
+    """On the tensors alone n=1 fits one GPU of 100 B (80 B); with 30 B outside them (a stubbed device total: the
+    allocator's and the context's share), it needs two (40 + 30 B)."""
+    from ckptlab.explore import gpu_search
+    from ckptlab.explore.scale import ScaleRequest
+    from ckptlab.results.allocations import DeviceTotal
+    from ckptlab.spec import Setting
+
+    monkeypatch.setattr(gpu_search, "TableSimulation", _Steps)
+    monkeypatch.setattr(gpu_search, "parameter_floor", lambda spec: (0, "bfloat16"))
+
+    def with_overhead(result, budget):
+        peak = result.memory.peak_bytes
+        total = DeviceTotal(GPU, peak, peak, 0, 30, False, "", 0, 0, None, WHOLE_STEP, 0)
+        return SimpleNamespace(spec=result.spec, memory=result.memory, device_total=total)
+
+    request = ScaleRequest("tiny-llama", 64, 1, "bfloat16", (Setting(None), Setting(1)))
+    tensors = gpu_search.cheapest_that_fits(request, 100, counts=(1, 2), device=lambda result, budget: result)
+    device = gpu_search.cheapest_that_fits(request, 100, counts=(1, 2), device=with_overhead)
+    assert (tensors.gpus, tensors.setting) == (1, Setting(1))
+    assert (device.gpus, device.setting, device.result.device_total.total_bytes) == (2, Setting(1), 70)
