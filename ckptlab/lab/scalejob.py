@@ -153,12 +153,22 @@ class ScaleJob(_SimulationJob):
             process-wide is shared with other sessions, and at ``limit_s`` the worker is killed, not asked.
         alive: False once the session that started the job is gone; the job then ends.
         memory_cap_bytes: with ``workers``, the resident memory the worker may reach before it is killed.
+        budget_bytes, gpu: the GPU the rows' device totals are decided on (``scale_table``'s); None: no device totals.
 
     Raises:
         SpecError, ModelLoadError: bad input.
     """
 
     _THREAD, _JOB = "ckptlab-scale", "scale_request"
+
+    def __init__(
+        self, request: ScaleRequest, *, budget_bytes: int | None = None, gpu: str | None = None, **options: Any
+    ) -> None:
+        super().__init__(request, **options)
+        self.budget_bytes, self.gpu = budget_bytes, gpu
+
+    def _args(self) -> tuple[Any, ...]:
+        return (self.request, self.budget_bytes, self.gpu)
 
     def _partial(self) -> ScaleTable | None:
         results = self._results_so_far()

@@ -67,16 +67,22 @@ def sweep_spec(context: JobContext, spec: SweepSpec) -> SweepResult:
 
 
 def scale_request(
-    context: JobContext, request: ScaleRequest, known: Mapping[RunSpec, RunResult] | None, info: ModelInfo | None
+    context: JobContext,
+    request: ScaleRequest,
+    budget_bytes: int | None,
+    gpu: str | None,
+    known: Mapping[RunSpec, RunResult] | None,
+    info: ModelInfo | None,
 ) -> ScaleTable:
-    """:func:`ckptlab.explore.scale.scale_table` of ``request``, each simulation sent as it is made."""
+    """:func:`ckptlab.explore.scale.scale_table` of ``request``, each simulation sent as it is made; with
+    ``budget_bytes``, the rows decided on the device total on ``gpu`` (None: a card of the budget's bytes)."""
     return scale_table(
         request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
         progress=context.progress, cancel=context.cancelled, known=known, on_result=context.collect, info=info,
         optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
         world_size=request.world_size, gradient_accumulation_steps=request.gradient_accumulation_steps,
         max_grad_norm=request.max_grad_norm, mixed_precision=request.mixed_precision,
-        quantization=request.quantization,
+        quantization=request.quantization, alloc_conf=request.alloc_conf, budget_bytes=budget_bytes, gpu=gpu,
     )  # fmt: skip
 
 

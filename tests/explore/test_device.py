@@ -11,7 +11,7 @@ from ckptlab.errors import SpecError
 from ckptlab.explore.device import device_total, expandable_beside
 from ckptlab.explore.gpus import GPU_SPECS
 from ckptlab.results.allocations import COMPUTE, WHOLE_STEP, AllocationTrace
-from ckptlab.spec import RunSpec
+from ckptlab.spec import RunSpec, Setting
 
 MIB = 2**20
 GPU = "H100 80 GB"
@@ -79,7 +79,6 @@ def test_the_fewest_gpus_search_decides_on_the_device_total_its_device_step_atta
     from ckptlab.explore import gpu_search
     from ckptlab.explore.scale import ScaleRequest
     from ckptlab.results.allocations import DeviceTotal
-    from ckptlab.spec import Setting
 
     monkeypatch.setattr(gpu_search, "TableSimulation", _Steps)
     monkeypatch.setattr(gpu_search, "parameter_floor", lambda spec: (0, "bfloat16"))
@@ -94,3 +93,40 @@ def test_the_fewest_gpus_search_decides_on_the_device_total_its_device_step_atta
     device = gpu_search.cheapest_that_fits(request, 100, counts=(1, 2), device=with_overhead)
     assert (tensors.gpus, tensors.setting) == (1, Setting(1))
     assert (device.gpus, device.setting, device.result.device_total.total_bytes) == (2, Setting(1), 70)
+
+
+def test_the_at_scale_table_decides_on_the_device_total_with_expandable_segments_beside(monkeypatch):
+    """A row whose tensors fit is given its device total under the request's setting, and the same order replayed
+    with expandable segments beside it: the page's four columns (reserved and nvidia-smi, each setting)."""
+    from ckptlab.explore import scale
+    from ckptlab.lab import scalepage
+
+    class _Table:
+        def __init__(self, specs=()):
+            pass
+
+        def result(self, spec, progress=None):
+            return SimpleNamespace(spec=spec, memory=SimpleNamespace(peak_bytes=14 * MIB), allocations=TRACE)
+
+    def attach(result, budget):
+        return SimpleNamespace(**{**vars(result), "device_total": device_total(result, GPU)})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scale, "TableSimulation", _Table)
+    args = ("tiny-llama", 64, 1, "bfloat16", [Setting(1)])
+    table = scale.scale_table(*args, budget_bytes=GPU_SPECS[GPU].memory_bytes, gpu=GPU, device=attach)
+    row, beside = table.results[0], table.beside["n=1"]
+    assert (row.device_total.reserved_bytes, beside.reserved_bytes) == (26 * MIB, 20 * MIB)
+    context = GPU_SPECS[GPU].context_bytes
+    columns = list(scalepage.device_columns(row, beside, "en").values())
+    assert columns == [round(size / 2**30, 2) for size in (26 * MIB, 26 * MIB + context, 20 * MIB, 20 * MIB + context)]
+    assert scale.scale_table(*args).beside == {}  # without a budget: no device totals, as before
+
+
+def test_the_at_scale_link_carries_the_allocator_setting_to_the_request():
+    from ckptlab.lab import scalepage
+
+    spec = RunSpec(alloc_conf="expandable_segments:True")
+    values = {**scalepage.widget_values(spec, "", tiny=True), "at_scale_gpus": 1}
+    assert scalepage.query(values, spec.model, None)["alloc"] == "expandable_segments:True"
+    request = scalepage.request_from_widgets(values, spec.model, 2, None)
+    assert request.spec(Setting(1)).alloc_conf == "expandable_segments:True"
