@@ -144,7 +144,7 @@ def draw_buttons(
         if kind == "search":
             return SearchJob(replace(request, world_size=1), budget, gpu=named, **how)
         if kind == "longest":
-            return LongestJob(request, budget, settings=scalepage.longest_settings(request), **how)
+            return LongestJob(request, budget, settings=scalepage.longest_settings(request), gpu=named, **how)
         return ScaleJob(request, budget_bytes=budget, gpu=named, **how)
 
     starts = [

@@ -323,7 +323,7 @@ def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int,
         num_layers = catalog.describe(spec.model).num_layers
         specs = [replace(spec, every_n_layers=None, offload=False)]
         specs += [replace(spec, every_n_layers=n) for n in every_n_choices(num_layers, "distinct")]
-    rows = [longest_seq(one, budget[0]) for one in specs]
+    rows = [longest_seq(one, budget[0], gpu=args.gpu) for one in specs]  # decided on what nvidia-smi will show
     if args.json:
         print(json.dumps({"longest_seq": [asdict(row) for row in rows], "budget_label": budget[1]}, indent=2))
         return 0

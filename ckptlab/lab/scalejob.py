@@ -221,6 +221,7 @@ class LongestJob(_SimulationJob):
         request: the shape and the recipe (its settings aside); checked in the constructor.
         budget_bytes: one GPU's memory; none (0, None) is refused here, not on the thread.
         settings: the settings to search, in order.
+        gpu: the GPU's name (the device totals' CUDA context), or None for a card of ``budget_bytes``.
         options: ``known``, ``on_result``, ``info``, ``limit_s``, ``workers``, ``alive``, ``memory_cap_bytes``, as
             in :class:`ScaleJob`.
 
@@ -231,14 +232,20 @@ class LongestJob(_SimulationJob):
     _THREAD, _JOB = "ckptlab-longest", "longest_request"
 
     def __init__(
-        self, request: ScaleRequest, budget_bytes: int, *, settings: tuple[Setting, ...], **options: Any
+        self,
+        request: ScaleRequest,
+        budget_bytes: int,
+        *,
+        settings: tuple[Setting, ...],
+        gpu: str | None = None,
+        **options: Any,
     ) -> None:
         self.budget_bytes = check_budget(budget_bytes)
         super().__init__(request, **options)
-        self.settings = settings
+        self.settings, self.gpu = settings, gpu
 
     def _args(self) -> tuple[Any, ...]:
-        return (self.request, self.budget_bytes, self.settings)
+        return (self.request, self.budget_bytes, self.settings, self.gpu)
 
 
 # The At-scale page's simulations by spec, shared by every session: a workshop that asks for the same 8B shape

@@ -108,13 +108,15 @@ def longest_request(
     request: ScaleRequest,
     budget_bytes: int,
     settings: tuple[Setting, ...],
+    gpu: str | None,
     known: Mapping[RunSpec, RunResult] | None,
     info: ModelInfo | None,
 ) -> LongestTable:
-    """:func:`ckptlab.explore.longest.longest_table`, each simulation sent as it is made."""
+    """:func:`ckptlab.explore.longest.longest_table`, each simulation sent as it is made, decided on what nvidia-smi
+    will show on ``gpu`` (None: a card of the budget's bytes)."""
     return longest_table(
         request, budget_bytes, settings, known=known, on_result=context.collect,
-        progress=context.progress, cancel=context.cancelled, info=info,
+        progress=context.progress, cancel=context.cancelled, info=info, gpu=gpu,
     )  # fmt: skip
 
 

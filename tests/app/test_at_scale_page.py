@@ -188,7 +188,7 @@ def test_longest_sequence_searches_off_and_n1_in_the_background_and_draws_its_ta
     mib = 2**20
     searched: list = []
 
-    def canned(spec, budget_bytes, *, simulate=None):
+    def canned(spec, budget_bytes, *, simulate=None, gpu=None):
         searched.append(spec)
         key = Setting.of(spec).key
         if key == "off":

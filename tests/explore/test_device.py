@@ -130,3 +130,31 @@ def test_the_at_scale_link_carries_the_allocator_setting_to_the_request():
     assert scalepage.query(values, spec.model, None)["alloc"] == "expandable_segments:True"
     request = scalepage.request_from_widgets(values, spec.model, 2, None)
     assert request.spec(Setting(1)).alloc_conf == "expandable_segments:True"
+
+
+def test_the_longest_sequence_is_decided_on_the_device_total_and_its_lines_aim_below_it():
+    """Tensors of 10 MB + 1,000 B a token, and 500,000 B outside them (a stubbed device total: 300,000 cached by the
+    allocator, 200,000 of context): in a budget that the tensors reach at 1,734 tokens, the step fits up to 1,234."""
+    from ckptlab.explore.longest import longest_seq
+    from ckptlab.results.allocations import DeviceTotal
+
+    asked: list[int] = []
+
+    def simulate(spec):
+        asked.append(spec.seq_len)
+        return SimpleNamespace(memory=SimpleNamespace(peak_bytes=10_000_000 + 1000 * spec.seq_len, timeline=[]))
+
+    def with_overhead(result, budget):
+        peak = result.memory.peak_bytes
+        total = DeviceTotal(GPU, peak, peak + 300_000, 0, 200_000, False, "", 0, 0, None, WHOLE_STEP, 0)
+        return SimpleNamespace(device_total=total)
+
+    budget = 10_000_000 + 1000 * 1734
+    spec = RunSpec(model="tiny-llama", seq_len=128)
+    tensors = longest_seq(
+        spec, budget, simulate=simulate, device=lambda result, budget: SimpleNamespace(device_total=None)
+    )
+    found = longest_seq(spec, budget, simulate=simulate, device=with_overhead)
+    assert (tensors.seq_len, found.seq_len, found.over_seq_len) == (1734, 1234, 1235)
+    assert (found.spare_bytes, found.over_bytes, found.device.total_bytes) == (0, 1000, budget)
+    assert found.simulations <= 5  # the lines aim at the budget less what the device total adds
