@@ -20,6 +20,7 @@ import ckptlab
 from ckptlab.lab import exercises, learnpage
 from ckptlab.lab.run import reference_spec
 from ckptlab.results import RunResult
+from ckptlab.show.figures.allocator import segments_figure
 from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure, focus_of
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
@@ -29,14 +30,27 @@ from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
 from pages._common import language, run_through_app
-from pages._learn_runs import measured, simulated_qlora, simulated_sharding
+from pages._learn_runs import measured, simulated_allocator, simulated_qlora, simulated_sharding
 
 run_through_app()
 
 state = st.session_state
 lang = language()
 
-PARTS = ("activation", "trade", "every_n", "keep", "attention", "offload", "peak", "shrink", "qlora", "shard", "step")
+PARTS = (
+    "activation",
+    "trade",
+    "every_n",
+    "keep",
+    "attention",
+    "offload",
+    "peak",
+    "shrink",
+    "qlora",
+    "shard",
+    "allocator",
+    "step",
+)
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
 LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
 # The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
@@ -303,6 +317,21 @@ elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 
         theme=None,
     )  # fmt: skip
     figure.caption(learnpage.qlora_caption(qlora, lang))
+
+elif part == "allocator":  # simulated, then the caching allocator replayed twice: why nvidia-smi shows more
+    allocator = simulated_allocator(lang)
+    if allocator is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(t("lesson.allocator.body", lang))
+        st.stop()
+    figure = figure_column()
+    spec = allocator.result.spec
+    subtitle = t("lesson.allocator.subtitle", lang, model=spec.model, seq=number(spec.seq_len, ",", lang))
+    figure.plotly_chart(
+        segments_figure(allocator.default, allocator.expandable, subtitle, lang=lang),
+        key="lesson_allocator_chart",
+        theme=None,
+    )
+    figure.caption(learnpage.allocator_caption(allocator, lang))
 
 else:  # the step-through
     draw_step_through(lambda n: need(at(n))[0], lang)

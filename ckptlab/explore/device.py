@@ -13,7 +13,7 @@ and NCCL's buffers outside torch; a step across ranks says so (``nccl_bytes`` 0)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..alloc_conf import EXPANDABLE, parse_alloc_conf
 from ..results import RunResult
@@ -130,3 +130,67 @@ def on_gpu(gpu: str | int | None = None) -> DeviceStep:
         return with_device_total(result, budget_bytes if gpu is None else gpu)
 
     return attach
+
+
+@dataclass(frozen=True)
+class SegmentsOverTime:
+    """A step's allocated bytes inside its reserved bytes, event by event, as the caching allocator replayed it
+    (without a device limit: the step's own growth), in at most ``points`` samples (each the most of its stretch).
+
+    Attributes:
+        alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` replayed under ("": torch's defaults).
+        events: the event of the step's order each sample starts at.
+        allocated: the bytes live blocks held (``memory_allocated``), the most of each stretch.
+        reserved: the bytes the allocator held from the device (``memory_reserved``), the most of each stretch.
+        events_total: how many events the step has.
+    """
+
+    alloc_conf: str
+    events: tuple[int, ...]
+    allocated: tuple[int, ...]
+    reserved: tuple[int, ...]
+    events_total: int
+
+    @property
+    def reserved_peak(self) -> int:
+        """The most the allocator held (``max_memory_reserved``)."""
+        return max(self.reserved, default=0)
+
+    @property
+    def allocated_peak(self) -> int:
+        """The most the live blocks held (``max_memory_allocated``)."""
+        return max(self.allocated, default=0)
+
+
+def segments_over_time(result: RunResult, alloc_conf: str | None = None, points: int = 600) -> SegmentsOverTime:
+    """``result``'s order of allocations replayed (the compute stream, cuBLAS's workspace at each thread's first
+    matmul) under ``alloc_conf`` (None: the spec's), sampled for a figure (``show.figures.allocator``).
+
+    Raises:
+        SpecError: an allocator setting torch refuses.
+    """
+    if result.allocations is None:
+        raise RuntimeError(
+            "segments_over_time needs a simulation with its allocations: simulate(spec, allocations=True)"
+        )
+    conf = result.spec.alloc_conf if alloc_conf is None else alloc_conf
+    events: list[Event] = [
+        Alloc(value) if is_alloc else Free(value)
+        for is_alloc, value in result.allocations.on(COMPUTE, at_thread_starts=HOPPER_CUBLAS_WORKSPACE)
+    ]
+    seen: list[tuple[int, int]] = []
+    replay(
+        events,
+        parse_alloc_conf(conf),
+        capacity=None,
+        observe=lambda allocated, reserved: seen.append((allocated, reserved)),
+    )
+    width = max(1, -(-len(seen) // points))  # events a sample stands for
+    stretches = [seen[start : start + width] for start in range(0, len(seen), width)]
+    return SegmentsOverTime(
+        alloc_conf=conf,
+        events=tuple(range(0, len(seen), width)),
+        allocated=tuple(max(a for a, _ in stretch) for stretch in stretches),
+        reserved=tuple(max(r for _, r in stretch) for stretch in stretches),
+        events_total=len(seen),
+    )

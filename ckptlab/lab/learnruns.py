@@ -25,7 +25,7 @@ from ..results import RunResult
 from ..spec import RunSpec
 from . import exercises
 from .jobs import BackgroundJob
-from .learn import QloraIdea, ShardingIdea, qlora_idea, sharding_idea, shared_model
+from .learn import AllocatorIdea, QloraIdea, ShardingIdea, allocator_idea, qlora_idea, sharding_idea, shared_model
 from .run import PACE, LabRun, Pace, reference_spec, run_queued
 from .workers import WorkerPool
 
@@ -299,3 +299,8 @@ def sharding_job(workers: WorkerPool | None = None) -> IdeaJob[ShardingIdea]:
 def qlora_job(workers: WorkerPool | None = None) -> IdeaJob[QloraIdea]:
     """The server's 4-bit idea job (:func:`ckptlab.lab.learn.qlora_idea`)."""
     return _idea_job("qlora", qlora_idea, workers)
+
+
+def allocator_job(workers: WorkerPool | None = None) -> IdeaJob[AllocatorIdea]:
+    """The server's allocator-idea job (:func:`ckptlab.lab.learn.allocator_idea`)."""
+    return _idea_job("allocator", allocator_idea, workers)

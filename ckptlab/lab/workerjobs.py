@@ -131,6 +131,11 @@ def simulate_spec(context: JobContext, spec: RunSpec) -> RunResult:
     return simulate(spec, progress=context.progress)
 
 
+def simulate_allocations(context: JobContext, spec: RunSpec) -> RunResult:
+    """:func:`ckptlab.simulate` of ``spec`` with its order of allocations (the caching allocator's replay reads it)."""
+    return simulate(spec, progress=context.progress, allocations=True)
+
+
 def gradients_spec(context: JobContext, spec: RunSpec) -> GradientCheck:
     """:func:`ckptlab.step.equivalence.check_gradients` of ``spec`` (it builds its own two models)."""
     try:

@@ -75,7 +75,7 @@ docs/allocator-published.md).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..alloc_conf import (
@@ -570,7 +570,12 @@ class CachingAllocator:
         return max((entry[1] for pool in (self.small, self.large) for entry in pool.entries), default=0)
 
 
-def replay(trace: Iterable[Event], config: AllocatorConfig = DEFAULTS, capacity: int | None = None) -> AllocatorReplay:
+def replay(
+    trace: Iterable[Event],
+    config: AllocatorConfig = DEFAULTS,
+    capacity: int | None = None,
+    observe: Callable[[int, int], None] | None = None,
+) -> AllocatorReplay:
     """Replay ``trace`` through :class:`CachingAllocator` on a device of ``capacity`` bytes.
 
     Args:
@@ -580,6 +585,8 @@ def replay(trace: Iterable[Event], config: AllocatorConfig = DEFAULTS, capacity:
         config: the ``PYTORCH_CUDA_ALLOC_CONF`` settings (:func:`parse_alloc_conf` reads the string).
         capacity: the bytes the allocator may reserve, and the memory ``per_process_memory_fraction`` takes its
             share of; ``None``: without limit (no cache is ever released).
+        observe: called after each event with the allocated and the reserved bytes then (``memory_allocated``,
+            ``memory_reserved``): the segments over time (``ckptlab.explore.device.segments_over_time``).
 
     Returns:
         The peaks, the largest free block at the reserved peak, and the event at which it ran out of memory.
@@ -614,4 +621,6 @@ def replay(trace: Iterable[Event], config: AllocatorConfig = DEFAULTS, capacity:
             reserved_peak, largest_at_peak = allocator.reserved, allocator.largest_free_block()
         allocated_peak = max(allocated_peak, allocator.allocated)
         requested_peak = max(requested_peak, requested)
+        if observe is not None:
+            observe(allocator.allocated, allocator.reserved)
     return AllocatorReplay(reserved_peak, largest_at_peak, allocated_peak, requested_peak, None, allocator.retries)

@@ -158,3 +158,34 @@ def test_the_longest_sequence_is_decided_on_the_device_total_and_its_lines_aim_b
     assert (tensors.seq_len, found.seq_len, found.over_seq_len) == (1734, 1234, 1235)
     assert (found.spare_bytes, found.over_bytes, found.device.total_bytes) == (0, 1000, budget)
     assert found.simulations <= 5  # the lines aim at the budget less what the device total adds
+
+
+def test_segments_over_time_hold_allocated_inside_reserved_and_the_figure_draws_both_settings():
+    """The hand-made order replayed event by event: 12 MiB then 14 MiB live, inside 12 then 26 MiB reserved with
+    torch's defaults, 20 MiB with expandable segments; the lesson's figure draws the three lines."""
+    from ckptlab.explore.device import segments_over_time
+    from ckptlab.show.figures.allocator import segments_figure
+
+    step = _step("")
+    default = segments_over_time(step, "")  # type: ignore[arg-type]
+    expandable = segments_over_time(step, "expandable_segments:True")  # type: ignore[arg-type]
+    assert (default.allocated, default.reserved) == (
+        (12 * MIB, 0, 14 * MIB, 0),
+        (12 * MIB, 12 * MIB, 26 * MIB, 26 * MIB),
+    )
+    assert expandable.reserved_peak == 20 * MIB and default.events_total == 4
+    assert all(allocated <= reserved for allocated, reserved in zip(default.allocated, default.reserved))
+    figure = segments_figure(default, expandable, "simulated", lang="ja")
+    assert [list(trace.y) for trace in figure.data] == [[12, 12, 26, 26], [12, 0, 14, 0], [20, 20, 20, 20]]
+
+
+def test_the_lessons_caption_says_the_tensors_the_reserved_and_the_cache_in_numbers():
+    from ckptlab.explore.device import segments_over_time
+    from ckptlab.lab.learn import AllocatorIdea
+    from ckptlab.lab.learnpage import allocator_caption
+
+    step = _step("")
+    idea = AllocatorIdea(step, segments_over_time(step, ""), segments_over_time(step, "expandable_segments:True"))  # type: ignore[arg-type]
+    caption = allocator_caption(idea, "en")
+    assert "**14.0 MiB**" in caption and "reserves **26.0 MiB**" in caption and "12.0 MiB of cache" in caption
+    assert "**20.0 MiB**" in caption and "4 allocations" in caption
