@@ -189,3 +189,20 @@ def test_the_lessons_caption_says_the_tensors_the_reserved_and_the_cache_in_numb
     caption = allocator_caption(idea, "en")
     assert "**14.0 MiB**" in caption and "reserves **26.0 MiB**" in caption and "12.0 MiB of cache" in caption
     assert "**20.0 MiB**" in caption and "4 allocations" in caption
+
+
+def test_simulate_says_both_totals_side_by_side_and_its_json_carries_the_second_typed():
+    from ckptlab.cli.simulate import fit_verdict
+
+    step = _step("")
+    step.device_total = device_total(step, GPU)  # type: ignore[arg-type]
+    step.memory.peak_where, step.memory.optimizer_state_bytes = SimpleNamespace(phase="backward"), 0
+    beside = expandable_beside(step, GPU)  # type: ignore[arg-type]
+    budget = 26 * MIB + GPU_SPECS[GPU].context_bytes - 1  # the defaults' total is a byte over; expandable fits
+    verdict = fit_verdict(step, budget, "a card", beside)  # type: ignore[arg-type]
+    lines = verdict["sentence"].splitlines()
+    assert lines[1].startswith("That does not fit in a card") and "short by 0.0 GiB" in lines[1]
+    assert lines[2].startswith("With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: nvidia-smi will show")
+    assert lines[3].startswith("That fits in a card") and "-0.01 GiB" not in lines[3]
+    assert (verdict["fits"], verdict["beside"]["fits"], verdict["beside"]["reserved_bytes"]) == (False, True, 20 * MIB)
+    assert verdict["beside"]["margin_bytes"] == 6 * MIB - 1
