@@ -145,9 +145,9 @@ def longest_seq(
         known = [seq_len for seq_len, total in totals.items() if total is not None]
         if not known:
             return budget_bytes
-        total = totals[max(known)]
-        assert total is not None
-        return budget_bytes - (total.total_bytes - peaks[max(known)])
+        longest = max(known)
+        # The tensors' peak there plus what the total left of the budget (the rule's margin on the device total).
+        return peaks[longest] + fit(peaks[longest], budget_bytes, totals[longest]).margin_bytes
 
     def answer(seq_len: int, over: int | None) -> LongestSeq:
         return LongestSeq(
