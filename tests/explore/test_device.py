@@ -3,6 +3,7 @@ expandable segments: hand-made orders of allocations, no simulation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -206,3 +207,13 @@ def test_simulate_says_both_totals_side_by_side_and_its_json_carries_the_second_
     assert lines[3].startswith("That fits in a card") and "-0.01 GiB" not in lines[3]
     assert (verdict["fits"], verdict["beside"]["fits"], verdict["beside"]["reserved_bytes"]) == (False, True, 20 * MIB)
     assert verdict["beside"]["margin_bytes"] == 6 * MIB - 1
+
+
+@pytest.mark.slow  # a measured step (tiny-llama, 16 tokens, on the CPU)
+def test_a_measured_run_says_it_did_not_apply_alloc_conf():
+    """The process's allocator measured the step; the setting is the simulation's: said, not silently dropped."""
+    from ckptlab.step.measure import measure
+
+    spec = RunSpec(model="tiny-llama", seq_len=16, device="cpu", repeats=1, warmup=0)
+    keys = [note.key for note in measure(replace(spec, alloc_conf="expandable_segments:True")).notes]
+    assert "note.alloc_conf_not_applied" in keys
