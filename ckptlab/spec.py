@@ -37,6 +37,7 @@ from .spec_fields import (  # noqa: F401 (the choices and bounds live with their
     DEVICES,
     DTYPES,
     FIELD,
+    FIELDS,
     MAX_ACCUMULATION_STEPS,
     MAX_LORA_RANK,
     MAX_REPEATS,
@@ -164,6 +165,9 @@ class RunSpec:
     # The attention kernel the model is built with (ckptlab.model.attention): "sdpa" (transformers' default),
     # "eager" (keeps each layer's heads x seq^2 probabilities), "flash_attention_2" (CUDA, the flash-attn package).
     attn_implementation: str = "sdpa"
+    # The caching allocator's settings, as PYTORCH_CUDA_ALLOC_CONF says them ("expandable_segments:True"); "": torch's
+    # defaults. A simulation's device total replays the step's allocations under them (ckptlab.explore.device).
+    alloc_conf: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantization", as_quantization(self.quantization))
@@ -200,6 +204,9 @@ class RunSpec:
         self._validate_ranks()
         check_selective(self.selective, self.every_n_layers)
         check_attn_implementation(self.attn_implementation, self.selective)
+        for declared in FIELDS:  # the fields whose declaration names their own check (alloc_conf)
+            if declared.check is not None:
+                declared.check(getattr(self, declared.name))
         if self.offload and self.every_n_layers is None:
             raise SpecError(
                 key="spec.offload_without_checkpointing",

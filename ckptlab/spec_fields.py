@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from .alloc_conf import ALLOC_CONF_CHOICES, check_alloc_conf
 from .fact import Fact
 from .model.attention import ATTN_IMPLEMENTATIONS, available_attentions
 from .model.quantize import QLORA
@@ -149,6 +150,9 @@ class SpecField:
     never: float | None = None
     no_link: str = ""  # why it has no key in a link
     no_widget: str = ""  # why no page has a widget for it
+    # The field's own check, which RunSpec.validate calls with its value (raising SpecError): where a library's reading
+    # of a text decides what it may be (PYTORCH_CUDA_ALLOC_CONF read as torch reads it), that reading validates it.
+    check: Callable[[object], None] | None = None
 
     def offered_choices(self) -> tuple[object, ...]:
         """The choices a link or a widget offers on this machine."""
@@ -358,6 +362,15 @@ FIELDS: tuple[SpecField, ...] = (
         Cli("--fsdp", "switch", shared=False),
         no_link="At scale shards whenever it has more than one GPU",
         no_widget="At scale shards whenever it has more than one GPU",
+    ),
+    SpecField(
+        "alloc_conf",
+        Cli("--alloc-conf", metavar="TEXT"),  # any PYTORCH_CUDA_ALLOC_CONF string torch reads
+        Link("alloc", "text"),
+        Widget("alloc_conf", "select"),  # At scale's settings of the caching allocator (choices); any text from a link
+        label="at_scale.alloc_conf",
+        choices=ALLOC_CONF_CHOICES,
+        check=check_alloc_conf,
     ),
 )
 

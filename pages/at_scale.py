@@ -42,7 +42,7 @@ from ckptlab.show.i18n import Literal, as_text, say, t
 from ckptlab.show.labels import experts_caption, training_label
 from ckptlab.show.peak_words import logits_sentence
 from ckptlab.spec import RunSpec
-from ckptlab.spec_fields import SEQ_MAX
+from ckptlab.spec_fields import FIELD, SEQ_MAX
 from pages._common import (
     failure,
     job_buttons,
@@ -141,11 +141,12 @@ def draw_buttons(
             "alive": session_alive(),
             "memory_cap_bytes": policy.memory_cap_bytes,
         }
+        named = None if state.at_scale_gpu == CUSTOM else state.at_scale_gpu  # its CUDA context, where measured
         if kind == "search":
-            return SearchJob(replace(request, world_size=1), budget, **how)
+            return SearchJob(replace(request, world_size=1), budget, gpu=named, **how)
         if kind == "longest":
-            return LongestJob(request, budget, settings=scalepage.longest_settings(request), **how)
-        return ScaleJob(request, **how)
+            return LongestJob(request, budget, settings=scalepage.longest_settings(request), gpu=named, **how)
+        return ScaleJob(request, budget_bytes=budget, gpu=named, **how)
 
     starts = [
         (t("at_scale.simulate", lang), "at_scale_run", lambda: job("table"), None),
@@ -314,6 +315,13 @@ with st.sidebar:
             key="at_scale_budget_gib",
         )
     st.selectbox(t("at_scale.gpus", lang), GPU_COUNTS, key="at_scale_gpus", help=t("at_scale.gpus_help", lang))
+    st.selectbox(  # PYTORCH_CUDA_ALLOC_CONF: the offered settings, and a link's own where it named another
+        t("at_scale.alloc_conf", lang),
+        list(dict.fromkeys([*FIELD["alloc_conf"].choices, state.get("at_scale_alloc_conf", "")])),
+        key="at_scale_alloc_conf",
+        format_func=lambda text: text or t("at_scale.alloc_conf_default", lang),
+        help=t("at_scale.alloc_conf_help", lang),
+    )
 
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
 if state.at_scale_model == LOCAL:

@@ -18,6 +18,7 @@ from streamlit.delta_generator import DeltaGenerator
 import ckptlab
 from ckptlab.lab import learn, learnpage
 from ckptlab.results import RunResult
+from ckptlab.show.figures.allocator import segments_figure
 from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure, focus_of
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
@@ -26,7 +27,7 @@ from ckptlab.show.i18n import number, t
 from ckptlab.show.wording import run_message
 from ckptlab.units import MIB
 from pages._common import language, run_through_app
-from pages._learn_runs import measured, simulated_qlora, simulated_sharding
+from pages._learn_runs import measured, simulated_allocator, simulated_qlora, simulated_sharding
 
 run_through_app()
 
@@ -300,6 +301,21 @@ elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 
     )  # fmt: skip
     figure.caption(learnpage.qlora_caption(qlora, lang))
     figure.caption(learnpage.source_caption([bar.result for bar in qlora.bars], lang))
+
+elif part == "allocator":  # simulated, then the caching allocator replayed twice: why nvidia-smi shows more
+    allocator = simulated_allocator(lang)
+    if allocator is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(t("lesson.allocator.body", lang))
+        st.stop()
+    figure = figure_column()
+    spec = allocator.result.spec
+    subtitle = t("lesson.allocator.subtitle", lang, model=spec.model, seq=number(spec.seq_len, ",", lang))
+    figure.plotly_chart(
+        segments_figure(allocator.default, allocator.expandable, subtitle, lang=lang),
+        key="lesson_allocator_chart",
+        theme=None,
+    )
+    figure.caption(learnpage.allocator_caption(allocator, lang))
 
 else:  # the step-through
     draw_step_through(lambda n: need(part)[STEP_SETTINGS.index(n)], lang)

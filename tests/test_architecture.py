@@ -17,6 +17,7 @@ LAYERS = [
         "ckptlab.spec",
         "ckptlab.spec_fields",
         "ckptlab.training_args",
+        "ckptlab.alloc_conf",
     },  # what to run, its fields at the edges; a user's TrainingArguments read as it
     {"ckptlab.results"},
     {"ckptlab.step"},

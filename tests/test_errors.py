@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ckptlab import RunSpec
+from ckptlab.alloc_conf import AllocatorConfig
 from ckptlab.errors import CkptlabError
 from ckptlab.explore.longest import check_budget
 from ckptlab.explore.sweep import SweepSpec
@@ -16,7 +17,6 @@ from ckptlab.lab.runqueue import DeviceQueue, SupersededError
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.model.catalog import describe
 from ckptlab.show import i18n
-from ckptlab.step.allocator import AllocatorConfig
 from ckptlab.step.preflight import validate_for_model
 from ckptlab.step.selective import check_simulated_selective
 

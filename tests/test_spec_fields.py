@@ -61,6 +61,8 @@ def _other_value(field: SpecField) -> object:
     if reads == "names":
         return ("q_proj", "v_proj")
     assert reads == "text", reads
+    if field.choices:  # a text its own check reads (alloc_conf): one the widget offers
+        return next(choice for choice in field.choices if choice != default)
     return f"{default}-other"
 
 

@@ -114,6 +114,9 @@ def _helps(defaults: RunSpec, every_setting: bool) -> dict[str, str]:
         "world_size": f"ranks to simulate with a fake process group, 1 to {MAX_WORLD_SIZE} (with --fsdp); figures are "
         "rank 0's",
         "fsdp": "shard with FSDP2 (fully_shard on every decoder layer, then the root) across the ranks",
+        "alloc_conf": "the caching allocator's settings as PYTORCH_CUDA_ALLOC_CONF says them, e.g. "
+        "expandable_segments:True or max_split_size_mb:128 (default: torch's); simulate --gpu replays the step "
+        "under them",
     }
 
 

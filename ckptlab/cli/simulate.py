@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError
-from ..explore.budget import GPUS, MAX_BUDGET_GIB, budget_bytes, budget_size, fit, fits, gpu_name
+from ..explore.budget import GPUS, MAX_BUDGET_GIB, Fit, budget_bytes, budget_size, fit, fits, gpu_name
 from ..model.libraries import import_transformers_models
 from ..show.i18n import say, t
 from ..show.labels import provenance_label
@@ -72,8 +72,10 @@ def add_simulate_command(commands) -> None:
     parser.set_defaults(handler=_simulate_command)
 
 
-def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
-    """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts."""
+def fit_verdict(result: RunResult, budget: int, label: str, beside: DeviceTotal | None = None) -> dict:
+    """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts; with
+    ``beside`` (the same step's order replayed under another allocator setting: ``explore.device.expandable_beside``),
+    that total and its fit too, side by side."""
     from ..explore.recommend import counts_message
 
     memory, spec = result.memory, result.spec
@@ -86,6 +88,8 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
     state = t("cli.fit_state", gib=memory.optimizer_state_bytes / GIB) if memory.optimizer_state_bytes else ""
     if answer.device is not None:
         lines = [device_line(answer.device)]
+        if answer.device.alloc_conf:
+            lines[0] = t("cli.device_total_under", alloc_conf=answer.device.alloc_conf, line=lines[0])
         if answer.device.out_of_memory_at is not None and margin >= 0:  # the total fits, the allocator does not
             lines.append(
                 t(
@@ -104,6 +108,18 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
                     budget_gib=budget / GIB,
                     margin_gib=abs(margin) / GIB,
                     state=state,
+                )
+            )
+        if beside is not None:  # the same order replayed under the other setting: the one rule decides it too
+            other = fit(peak, budget, beside)
+            lines.append(t("cli.device_total_under", alloc_conf=beside.alloc_conf, line=device_line(beside)))
+            lines.append(
+                t(
+                    "cli.beside_fits" if other.fits else "cli.beside_short",
+                    label=label,
+                    budget_gib=budget / GIB,
+                    margin_gib=abs(other.margin_bytes) / GIB,
+                    change_gib=(beside.total_bytes - answer.device.total_bytes) / GIB,
                 )
             )
         sentence = "\n".join(lines)
@@ -129,7 +145,20 @@ def fit_verdict(result: RunResult, budget: int, label: str) -> dict:
         "optimizer_state_bytes": memory.optimizer_state_bytes,
         "compared_bytes": answer.peak_bytes,  # the device total where there is one, else the tensors' peak
         "compared": "device_total" if answer.device is not None else "peak",
+        # The same step under expandable_segments:True, typed as the result's own device_total is.
+        **({"beside": _beside_json(beside, fit(peak, budget, beside))} if beside is not None else {}),
         "sentence": sentence,
+    }
+
+
+def _beside_json(total: DeviceTotal, answer: Fit) -> dict:
+    from dataclasses import asdict
+
+    return asdict(total) | {
+        "cached_bytes": total.cached_bytes,
+        "total_bytes": total.total_bytes,
+        "fits": answer.fits,
+        "margin_bytes": answer.margin_bytes,
     }
 
 
@@ -172,7 +201,14 @@ def _simulate_command(args: argparse.Namespace) -> int:
         from ..explore.device import with_device_total
 
         result = with_device_total(result, args.gpu or budget[0])
-    verdict = fit_verdict(result, *budget) if budget else None
+    beside = None
+    if (
+        budget is not None
+    ):  # the setting not given: expandable segments beside torch's defaults, the same order replayed
+        from ..explore.device import expandable_beside
+
+        beside = expandable_beside(result, args.gpu or budget[0])
+    verdict = fit_verdict(result, *budget, beside=beside) if budget else None
     times = _setting_times(args, [result], simulate) if args.gpu else None
     if args.json:
         data = result.to_dict()
@@ -276,7 +312,7 @@ def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int,
         num_layers = catalog.describe(spec.model).num_layers
         specs = [replace(spec, every_n_layers=None, offload=False)]
         specs += [replace(spec, every_n_layers=n) for n in every_n_choices(num_layers, "distinct")]
-    rows = [longest_seq(one, budget[0]) for one in specs]
+    rows = [longest_seq(one, budget[0], gpu=args.gpu) for one in specs]  # decided on what nvidia-smi will show
     if args.json:
         print(json.dumps({"longest_seq": [asdict(row) for row in rows], "budget_label": budget[1]}, indent=2))
         return 0
@@ -302,7 +338,8 @@ def _fewest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, 
         settings, spec.optimizer, spec.lora_rank, spec.lora_targets, 1, spec.gradient_accumulation_steps,
         spec.max_grad_norm, spec.mixed_precision, spec.attn_implementation, spec.quantization,
     )  # fmt: skip
-    search = cheapest_that_fits(request, budget[0], info=info)
+    # Each count and setting decided on what nvidia-smi will show on the GPU named (or a card of the budget's bytes).
+    search = cheapest_that_fits(request, budget[0], info=info, gpu=args.gpu)
     result = search.result
     if args.json:
         data = {

@@ -12,23 +12,26 @@ and NCCL's buffers outside torch; a step across ranks says so (``nccl_bytes`` 0)
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
+from ..alloc_conf import EXPANDABLE, parse_alloc_conf
 from ..results import RunResult
 from ..results.allocations import COMPUTE, DeviceTotal
-from ..step.allocator import Alloc, AllocatorConfig, Event, Free, replay
-from .budget import gpu_name
+from ..step.allocator import Alloc, Event, Free, replay
+from .budget import fit, gpu_name
 from .gpus import CONTEXT_ESTIMATE, CONTEXT_SOURCE, GPU_SPECS, HOPPER_CUBLAS_WORKSPACE
 
 
-def device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | None = None) -> DeviceTotal:
+def device_total(result: RunResult, gpu: str | int, alloc_conf: str | None = None) -> DeviceTotal:
     """The device total of ``result``'s step on ``gpu``: a name :func:`~.budget.gpu_name` reads, or a budget in bytes
     (a card of that memory, its context estimated, cuBLAS's Hopper workspace: the larger default).
 
     Args:
         result: a simulation with its order of allocations (``simulate(spec, allocations=True)``).
         gpu: the GPU, e.g. "H100" or "h100-80", or bytes.
-        config: the ``PYTORCH_CUDA_ALLOC_CONF`` the step runs with (None: torch's defaults).
+        alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` the step is replayed under (None: the spec's own,
+            ``RunSpec.alloc_conf``; "": torch's defaults).
 
     Returns:
         The allocated, reserved, cuBLAS, CUDA context and NCCL terms, and where the allocator ran short.
@@ -50,7 +53,8 @@ def device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | No
         Alloc(value) if is_alloc else Free(value) for is_alloc, value in trace.on(COMPUTE, at_thread_starts=workspace)
     ]
     # What cudaMalloc can get: the card's memory less the context, which the driver holds before the first tensor.
-    config = config or AllocatorConfig()
+    conf = result.spec.alloc_conf if alloc_conf is None else alloc_conf
+    config = parse_alloc_conf(conf)
     answer = replay(events, config, capacity=max(0, memory - context))
     # Out of memory, the replay stops there: the reserved bytes the step needs come from the replay without a limit
     # (the total then says by how much it is short; short of nothing, the cause is the allocator's fragmentation).
@@ -68,12 +72,14 @@ def device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | No
         out_of_memory_at=answer.out_of_memory_at,
         trace_how=trace.how,
         trace_events=len(events),
+        alloc_conf=conf,
     )
 
 
-def with_device_total(result: RunResult, gpu: str | int, config: AllocatorConfig | None = None) -> RunResult:
+def with_device_total(result: RunResult, gpu: str | int) -> RunResult:
     """``result`` carrying its device total on ``gpu`` (``RunResult.device_total``, which :func:`~.budget.fits`
-    decides on): a result without its order of allocations (the table's rows) is simulated again to record it.
+    decides on), replayed under the spec's ``alloc_conf``: a result without its order of allocations (the table's rows)
+    is simulated again to record it.
 
     Raises:
         SpecError: an unknown GPU name, or an allocator setting torch refuses.
@@ -85,4 +91,106 @@ def with_device_total(result: RunResult, gpu: str | int, config: AllocatorConfig
         from ..step.simulate import simulate  # the core's simulation: only where an order is missing
 
         recorded = simulate(result.spec, allocations=True)
-    return replace(result, device_total=device_total(recorded, gpu, config))
+    # The order travels with the result, so a second replay (expandable_beside) needs no simulation.
+    return replace(result, device_total=device_total(recorded, gpu), allocations=recorded.allocations)
+
+
+def expandable_beside(result: RunResult, gpu: str | int) -> DeviceTotal | None:
+    """The device total of ``result``'s step (with its device total: :func:`with_device_total`) replayed again with
+    ``expandable_segments:True`` (the setting users are told first after an out-of-memory), for a side-by-side; None
+    where the spec already names an allocator setting (its own total is the one asked for) or no order was recorded.
+
+    The same recorded order replayed a second time: no simulation.
+    """
+    if result.spec.alloc_conf or result.allocations is None or result.device_total is None:
+        return None
+    return device_total(result, gpu, EXPANDABLE)
+
+
+# How a search or a table puts a simulated step before the one fit rule: ``(result, budget_bytes) -> result``, the
+# result carrying its device total where the rule decides on it (:func:`on_gpu`). Tests stand a stub in for it.
+DeviceStep = Callable[[RunResult, int], RunResult]
+
+
+def on_gpu(gpu: str | int | None = None) -> DeviceStep:
+    """The step a search (``gpu_search.cheapest_that_fits``) and the At-scale table (``scale.scale_table``) put each
+    simulation through: where the tensors' peak fits the budget, the result with its device total on ``gpu`` (a name
+    :func:`~.budget.gpu_name` reads; None: a card of the budget's bytes, its context estimated), so that
+    :func:`~.budget.fits` decides on what nvidia-smi will show.
+
+    Where the peak alone is over the budget, the total (never below it: reserved holds every live tensor) is over it
+    too: no order is recorded, and the rule decides as before. A recorded order costs a simulation that records it
+    (``simulate(spec, allocations=True)``: a third shallow copy, or the whole model where the copies disagree), only
+    for the settings the rule decides on; the allocator's replay of it is cheap.
+    """
+
+    def attach(result: RunResult, budget_bytes: int) -> RunResult:
+        if result.memory is None or not fit(result.memory.peak_bytes, budget_bytes).fits:
+            return result
+        return with_device_total(result, budget_bytes if gpu is None else gpu)
+
+    return attach
+
+
+@dataclass(frozen=True)
+class SegmentsOverTime:
+    """A step's allocated bytes inside its reserved bytes, event by event, as the caching allocator replayed it
+    (without a device limit: the step's own growth), in at most ``points`` samples (each the most of its stretch).
+
+    Attributes:
+        alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` replayed under ("": torch's defaults).
+        events: the event of the step's order each sample starts at.
+        allocated: the bytes live blocks held (``memory_allocated``), the most of each stretch.
+        reserved: the bytes the allocator held from the device (``memory_reserved``), the most of each stretch.
+        events_total: how many events the step has.
+    """
+
+    alloc_conf: str
+    events: tuple[int, ...]
+    allocated: tuple[int, ...]
+    reserved: tuple[int, ...]
+    events_total: int
+
+    @property
+    def reserved_peak(self) -> int:
+        """The most the allocator held (``max_memory_reserved``)."""
+        return max(self.reserved, default=0)
+
+    @property
+    def allocated_peak(self) -> int:
+        """The most the live blocks held (``max_memory_allocated``)."""
+        return max(self.allocated, default=0)
+
+
+def segments_over_time(result: RunResult, alloc_conf: str | None = None, points: int = 600) -> SegmentsOverTime:
+    """``result``'s order of allocations replayed (the compute stream, cuBLAS's workspace at each thread's first
+    matmul) under ``alloc_conf`` (None: the spec's), sampled for a figure (``show.figures.allocator``).
+
+    Raises:
+        SpecError: an allocator setting torch refuses.
+    """
+    if result.allocations is None:
+        raise RuntimeError(
+            "segments_over_time needs a simulation with its allocations: simulate(spec, allocations=True)"
+        )
+    conf = result.spec.alloc_conf if alloc_conf is None else alloc_conf
+    events: list[Event] = [
+        Alloc(value) if is_alloc else Free(value)
+        for is_alloc, value in result.allocations.on(COMPUTE, at_thread_starts=HOPPER_CUBLAS_WORKSPACE)
+    ]
+    seen: list[tuple[int, int]] = []
+    replay(
+        events,
+        parse_alloc_conf(conf),
+        capacity=None,
+        observe=lambda allocated, reserved: seen.append((allocated, reserved)),
+    )
+    width = max(1, -(-len(seen) // points))  # events a sample stands for
+    stretches = [seen[start : start + width] for start in range(0, len(seen), width)]
+    return SegmentsOverTime(
+        alloc_conf=conf,
+        events=tuple(range(0, len(seen), width)),
+        allocated=tuple(max(a for a, _ in stretch) for stretch in stretches),
+        reserved=tuple(max(r for _, r in stretch) for stretch in stretches),
+        events_total=len(seen),
+    )

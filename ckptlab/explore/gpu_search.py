@@ -72,6 +72,7 @@ from ..step.code import training_code
 from ..step.stopping import DONE, Cancel, Progress, prefixed, stopper
 from ..step.table import TableSimulation
 from .budget import fit, fits
+from .device import DeviceStep, on_gpu
 from .longest import parameter_floor
 from .scale import ScaleRequest, recompute_cost
 
@@ -196,8 +197,11 @@ def cheapest_that_fits(
     cancel: Cancel | None = None,
     info: ModelInfo | None = None,
     by_floor: bool = True,
+    gpu: str | None = None,
+    device: DeviceStep | None = None,
 ) -> GpuSearch:
-    """The fewest GPUs, then the least recompute, whose simulated per-GPU peak fits ``budget_bytes``.
+    """The fewest GPUs, then the least recompute, whose simulated step fits ``budget_bytes`` on each GPU: what
+    nvidia-smi will show (the device total: :func:`~.device.on_gpu`) where the tensors' peak fits.
 
     Args:
         request: the shape and the settings to search over (:func:`~ckptlab.explore.scale.scale_settings`).
@@ -211,6 +215,10 @@ def cheapest_that_fits(
         by_floor: skip the counts the parameter floor refuses and decide each count by its leanest setting first;
             False: the search setting by setting as it was before them (kept for ``benchmarks/gpu_search.py``,
             which compares the two).
+        gpu: the GPU's name: its CUDA context (measured or estimated) and cuBLAS workspaces in the device total
+            the search decides on; None: a card of the budget's bytes, its context estimated.
+        device: what puts each simulation before the fit rule; None: :func:`~.device.on_gpu` of ``gpu`` (a test
+            stands a stub in).
 
     Returns:
         A :class:`GpuSearch`; ``result`` is None when nothing fits at any count (or the search was stopped).
@@ -237,6 +245,7 @@ def cheapest_that_fits(
     budget_guess = max(len(settings) * 2, 1)  # for the progress bar only: most searches end well before
     # The settings at one GPU count share their shallow steps (ckptlab.step.table).
     table = TableSimulation(request.spec(setting, count) for count in counts for setting in settings)
+    decide = device or on_gpu(gpu)
 
     def run(setting: Setting, gpus: int) -> RunResult:
         nonlocal simulated
@@ -254,9 +263,10 @@ def cheapest_that_fits(
                 ),
             )
             simulated += 1
-            known[spec] = result
             if on_result is not None:
                 on_result(result)
+        # The rule decides on the device total where the peak fits (its order recorded once, then kept).
+        result = known[spec] = decide(result, budget_bytes)
         tried.append(result)
         return result
 

@@ -25,6 +25,7 @@ from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import MemoryResult, Region, RunResult
+from ..results.allocations import DeviceTotal
 from ..spec import MAX_TOKENS, TRAINER_DEFAULT_OPTIMIZER, RunSpec, Setting
 from ..step.preflight import simulated_dtype
 from ..step.simulate import simulated_device_type
@@ -32,6 +33,7 @@ from ..step.stopping import DONE, Cancel, Progress, label, prefixed, stopper
 from ..step.table import TableSimulation
 from ..units import GIB
 from .budget import fit
+from .device import DeviceStep, on_gpu
 from .predict_training import STATE_TENSORS, training_bytes
 from .scale import ScaleRequest
 
@@ -52,18 +54,24 @@ class LongestSeq:
     budget_bytes: int
     simulations: int  # simulated steps the search ran
     limit: int  # the longest the search could answer: the model's positions (or the lab's token bound)
+    # What nvidia-smi will show at seq_len and at over_seq_len (explore.device.on_gpu), where the rule decided on it
+    # (None: the tensors' peak alone was over the budget, or no device total was asked).
+    device: DeviceTotal | None = None
+    over_device: DeviceTotal | None = None
 
     @property
     def spare_bytes(self) -> int | None:
         """What the longest length leaves of the budget (the fit rule's margin; None when nothing fits): with
         :attr:`over_bytes`, why this length fits and the next does not where both peaks round to the same GiB."""
-        return None if self.peak_bytes is None else fit(self.peak_bytes, self.budget_bytes).margin_bytes
+        return None if self.peak_bytes is None else fit(self.peak_bytes, self.budget_bytes, self.device).margin_bytes
 
     @property
     def over_bytes(self) -> int | None:
         """By how much the shortest length that does not fit is over the budget (the fit rule's short bytes; None
         when the model's limit fits)."""
-        return None if self.over_peak_bytes is None else fit(self.over_peak_bytes, self.budget_bytes).short_bytes
+        if self.over_peak_bytes is None:
+            return None
+        return fit(self.over_peak_bytes, self.budget_bytes, self.over_device).short_bytes
 
 
 def longest_seq(
@@ -72,6 +80,8 @@ def longest_seq(
     *,
     simulate: Callable[[RunSpec], RunResult] | None = None,
     by_line: bool = True,
+    gpu: str | None = None,
+    device: DeviceStep | None = None,
 ) -> LongestSeq:
     """The longest ``seq_len`` for which ``spec``'s simulated step (its batch, recipe and setting) fits ``budget_bytes``.
 
@@ -82,6 +92,11 @@ def longest_seq(
         by_line: draw the peak's line through two lengths first and confirm its answer (four simulations where
             the peak is linear); False: bracket and narrow from the first guess alone, the search before the line
             (kept for ``benchmarks/longest_search.py``, which compares the two).
+        gpu: the GPU's name, for the device total each fitting length is decided on (its CUDA context, cuBLAS's
+            workspaces); None: a card of ``budget_bytes``, its context estimated.
+        device: what gives a simulated length its device total (None: :func:`~.device.on_gpu` of ``gpu``; a test's
+            stub). Only lengths whose tensors' peak fits are given one (a simulation that records the order of
+            allocations); the lines aim at the budget less what the device total added at the longest such length.
 
     Returns:
         A :class:`LongestSeq`.
@@ -103,17 +118,36 @@ def longest_seq(
     limit = min(info.max_positions or MAX_TOKENS, MAX_TOKENS // spec.batch_size)
     peaks: dict[int, int] = {}
     stretches: dict[int, _Stretches] = {}
+    results: dict[int, RunResult] = {}
+    totals: dict[int, DeviceTotal | None] = {}
+    decide = device or on_gpu(gpu)
 
     def peak(seq_len: int) -> int:
         if seq_len not in peaks:
-            memory = simulate(replace(spec, seq_len=seq_len)).memory
+            results[seq_len] = simulate(replace(spec, seq_len=seq_len))
+            memory = results[seq_len].memory
             assert memory is not None  # a simulation always has its memory
             peaks[seq_len] = memory.peak_bytes
             stretches[seq_len] = _stretches(memory)
         return peaks[seq_len]
 
     def fits(seq_len: int) -> bool:
-        return fit(peak(seq_len), budget_bytes).fits
+        # The one rule on what nvidia-smi will show; a peak over the budget is over it on the total too (no order).
+        if not fit(peak(seq_len), budget_bytes).fits:
+            return False
+        if seq_len not in totals:
+            totals[seq_len] = decide(results[seq_len], budget_bytes).device_total
+        return fit(peaks[seq_len], budget_bytes, totals[seq_len]).fits
+
+    def aim() -> int:
+        """The budget the lines aim the tensors' peak at: less what the device total added (the allocator's cache,
+        the context, cuBLAS) at the longest length that has one."""
+        known = [seq_len for seq_len, total in totals.items() if total is not None]
+        if not known:
+            return budget_bytes
+        longest = max(known)
+        # The tensors' peak there plus what the total left of the budget (the rule's margin on the device total).
+        return peaks[longest] + fit(peaks[longest], budget_bytes, totals[longest]).margin_bytes
 
     def answer(seq_len: int, over: int | None) -> LongestSeq:
         return LongestSeq(
@@ -125,12 +159,14 @@ def longest_seq(
             budget_bytes,
             len(peaks),
             limit,
+            totals.get(seq_len),
+            None if over is None else totals.get(over),
         )
 
     start = min(max(spec.seq_len, MIN_SEQ), limit)
     fits(start)  # the first guess is simulated first either way: both searches start from it
     if by_line:
-        found = _by_line(start, limit, peaks, stretches, fits, budget_bytes)
+        found = _by_line(start, limit, peaks, stretches, fits, aim)
         if found is not None:
             return answer(*found)
     # The bracketing search, from every length simulated so far: the shortest that does not fit, the longest below it
@@ -167,7 +203,7 @@ def longest_seq(
     while high - low > 1 and len(peaks) < MAX_SIMULATIONS:
         width = high - low
         slope = (peak(high) - peak(low)) / width
-        margin = fit(peak(low), budget_bytes).margin_bytes  # what the fitting length leaves to spare
+        margin = fit(peak(low), aim()).margin_bytes  # what the fitting length leaves to spare
         guess = low + int(margin / slope) if slope > 0 else (low + high) // 2
         guess = min(max(guess, low + 1), high - 1)
         # The neighbour too: where interpolation is close (a near-linear peak), the pair is the answer at once.
@@ -227,11 +263,12 @@ def _by_line(
     peaks: Mapping[int, int],
     stretches: Mapping[int, _Stretches],
     fits: Callable[[int], bool],
-    budget_bytes: int,
+    aim: Callable[[], int],
 ) -> tuple[int, int | None] | None:
     """(longest, next length) read from lines through simulated lengths, confirmed by the fit rule at the answer and
     the next length; None where the lines do not meet the peak within ``MAX_LINES`` (the caller searches on from the
-    lengths simulated). ``start`` is already simulated; ``peaks`` holds every length simulated so far.
+    lengths simulated). ``start`` is already simulated; ``peaks`` holds every length simulated so far; ``aim()`` is
+    the budget the tensors' peak is aimed at (the budget less what the device total adds, as measured so far).
 
     The first line goes through ``start`` and its double (its half where it does not fit). Each next line goes
     through the two simulated lengths nearest the answer: the longest that fits and the shortest that does not once
@@ -266,9 +303,7 @@ def _by_line(
             low, high = fitting[-2], fitting[-1]  # everything fits: on along the two longest
         else:
             low, high = sorted(peaks)[:2]  # nothing fits: back along the two shortest
-        guess = _line_answer(
-            low, high, *_aligned(stretches[low], stretches[high], peaks[low], peaks[high]), budget_bytes
-        )
+        guess = _line_answer(low, high, *_aligned(stretches[low], stretches[high], peaks[low], peaks[high]), aim())
         if guess is None:  # nothing rises (the optimizer step's peak, not the activations'): no line to read
             return None
         if longest is not None:
@@ -365,6 +400,7 @@ def longest_table(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
     info: ModelInfo | None = None,
+    gpu: str | None = None,
 ) -> LongestTable:
     """:func:`longest_seq` for each of ``settings`` at ``request``'s shape and recipe, one after another.
 
@@ -378,6 +414,8 @@ def longest_table(
         cancel: a ``threading.Event`` or a function returning True to stop; asked before each simulation. A
             stopped table keeps the settings searched to their end and says ``cancelled``.
         info: the model's description if the caller has it.
+        gpu: the GPU's name, for the device totals each search decides on (:func:`longest_seq`); None: a card of
+            ``budget_bytes``.
 
     Returns:
         A :class:`LongestTable`.
@@ -422,7 +460,7 @@ def longest_table(
             return result
 
         try:
-            rows.append(longest_seq(request.spec(setting), budget_bytes, simulate=simulate))
+            rows.append(longest_seq(request.spec(setting), budget_bytes, simulate=simulate, gpu=gpu))
         except RunStoppedError:
             break
         report(prefixed(label(setting.key), DONE), (index + 1) / len(settings))

@@ -25,12 +25,14 @@ from ..model.catalog import ModelInfo
 from ..model.quantize import Quantization
 from ..model.selective import NONE, Selective, selective_key, validate_selective
 from ..results import RunResult
+from ..results.allocations import DeviceTotal
 from ..spec import RunSpec, Setting
 from ..step.preflight import validate_for_model
 from ..step.selective import check_simulated_selective
 from ..step.stopping import DONE, Cancel, Progress, label, prefixed, scaled, stopper
 from ..step.table import TableSimulation
 from .budget import fits
+from .device import DeviceStep, expandable_beside, on_gpu
 
 EveryN = Literal["distinct", "all"]
 OffloadFor = Literal["n=1", "all", "none"]
@@ -107,6 +109,7 @@ class ScaleRequest:
     mixed_precision: str = "none"  # as RunSpec: "bf16"/"fp16" over float32 weights (FSDP2's policy past one GPU)
     attn_implementation: str = "sdpa"  # as RunSpec: the attention the model is built with
     quantization: Quantization | None = None  # as RunSpec: a 4-bit base (QLoRA; needs lora_rank, one GPU)
+    alloc_conf: str = ""  # as RunSpec: PYTORCH_CUDA_ALLOC_CONF, which the device totals are replayed under
 
     @property
     def mixed_precision_via(self) -> str:
@@ -141,6 +144,7 @@ class ScaleRequest:
             mixed_precision=self.mixed_precision,
             attn_implementation=self.attn_implementation,
             quantization=self.quantization,
+            alloc_conf=self.alloc_conf,
         )
 
     def check(self, info: ModelInfo | None = None) -> ModelInfo:
@@ -179,6 +183,12 @@ class ScaleTable:
     seconds: dict[str, float] = field(
         default_factory=dict
     )  # Setting.key -> seconds its simulation took (absent when reused)
+    # The budget the rows' device totals were decided for (RunResult.device_total, where the tensors' peak fits it),
+    # or None: the table was simulated without one (the rule then decides on the tensors' peak).
+    budget_bytes: int | None = None
+    # Setting.key -> the same step replayed with expandable_segments:True, beside the request's own (torch's
+    # defaults): the side by side of explore.device.expandable_beside, where a row has a device total.
+    beside: dict[str, DeviceTotal] = field(default_factory=dict)
 
     @property
     def settings(self) -> list[Setting]:
@@ -233,8 +243,15 @@ def scale_table(
     max_grad_norm: float = 1.0,
     mixed_precision: str = "none",
     quantization: Quantization | None = None,
+    alloc_conf: str = "",
+    budget_bytes: int | None = None,
+    gpu: str | None = None,
+    device: DeviceStep | None = None,
 ) -> ScaleTable:
-    """Simulate one model at one shape for each setting, one after another.
+    """Simulate one model at one shape for each setting, one after another; with ``budget_bytes``, each setting whose
+    tensors' peak fits it is given its device total (what nvidia-smi will show: :func:`~.device.on_gpu`), which
+    :func:`least_recompute_that_fits` and the page's rows then decide on, and beside it the same step with
+    expandable segments.
 
     Args:
         model, seq_len, batch_size, dtype: the shape (dtype one of :data:`SIMULATION_DTYPES`).
@@ -250,6 +267,10 @@ def scale_table(
         gradient_accumulation_steps, max_grad_norm, mixed_precision: Trainer's side of the step, as in ``RunSpec``.
         quantization: a 4-bit base, as in ``RunSpec`` (with LoRA, on one GPU).
         world_size: GPUs; above 1 each setting is simulated under FSDP2 on a fake process group, rank 0's figures.
+        alloc_conf: ``PYTORCH_CUDA_ALLOC_CONF``, as in ``RunSpec``: the device totals are replayed under it.
+        budget_bytes: one GPU's memory, for the device totals (None: none; the rule decides on the tensors' peak).
+        gpu: the GPU's name (its CUDA context and cuBLAS workspaces); None: a card of ``budget_bytes``.
+        device: what gives a result its device total (None: :func:`~.device.on_gpu` of ``gpu``; a test's stub).
 
     Returns:
         A :class:`ScaleTable`.
@@ -274,8 +295,11 @@ def scale_table(
         max_grad_norm=max_grad_norm,
         mixed_precision=mixed_precision,
         quantization=quantization,
+        alloc_conf=alloc_conf,
     )
     info = request.check(info)
+    decide = device or on_gpu(gpu)
+    beside: dict[str, DeviceTotal] = {}
     known = known or {}
     results: list[RunResult] = []
     seconds: dict[str, float] = {}
@@ -293,8 +317,14 @@ def scale_table(
             began = time.monotonic()
             result = table.result(spec, progress=scaled(report, index, total, label(setting.key)))
             seconds[setting.key] = time.monotonic() - began
+        if budget_bytes is not None:  # the rule decides on what nvidia-smi will show where the tensors' peak fits
+            result = decide(result, budget_bytes)
+            other = expandable_beside(result, budget_bytes if gpu is None else gpu)
+            if other is not None:
+                beside[setting.key] = other
         results.append(result)
         report(prefixed(label(setting.key), DONE), (index + 1) / total)
         if on_result is not None:
             on_result(result)
-    return ScaleTable(request, info.num_layers, results, cancelled, time.monotonic() - started, seconds)
+    elapsed = time.monotonic() - started
+    return ScaleTable(request, info.num_layers, results, cancelled, elapsed, seconds, budget_bytes, beside)

@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 
 from transformers import PreTrainedModel
 
+from ..alloc_conf import EXPANDABLE
+from ..explore.device import SegmentsOverTime, segments_over_time
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -111,6 +113,7 @@ LESSON_PARTS: tuple[LessonPart, ...] = (
     ),
     LessonPart("qlora", idea="qlora"),
     LessonPart("shard", idea="sharding"),
+    LessonPart("allocator", idea="allocator"),
     LessonPart("step", tuple(lesson_at(n) for n in STEP_SETTINGS)),
 )
 
@@ -291,3 +294,47 @@ def qlora_idea(
     bars = [ShardingBar(spec, per_gpu_parts(results[spec]), results[spec]) for spec in specs]
     logits = memory_of(results[specs[2]]).logits_bytes_at_peak or 0
     return QloraIdea(bars=bars, logits_bytes=logits)
+
+
+# -- the lesson's allocator idea: simulated, then the caching allocator replayed -----------------
+
+# tiny-llama, AdamW, 2,048 tokens, bfloat16 on a simulated CUDA GPU, every layer checkpointed: the step whose order of
+# allocations the caching allocator is replayed over, with torch's defaults and with expandable segments.
+ALLOCATOR_LESSON = RunSpec(
+    model="tiny-llama", seq_len=2048, batch_size=1, dtype="bfloat16", optimizer="adamw", repeats=1, warmup=0
+)
+
+
+@dataclass(frozen=True)
+class AllocatorIdea:
+    """ "nvidia-smi shows more than your tensors": one simulated step's allocated bytes inside its reserved bytes
+    (the caching allocator replayed), with torch's defaults and with ``expandable_segments:True``."""
+
+    result: RunResult  # the simulated step, with its order of allocations
+    default: SegmentsOverTime  # replayed under torch's defaults
+    expandable: SegmentsOverTime  # replayed with expandable_segments:True
+
+
+def allocator_idea(
+    base: RunSpec = ALLOCATOR_LESSON, progress: Progress | None = None, workers: WorkerPool | None = None
+) -> AllocatorIdea:
+    """Simulate ``base`` with its order of allocations (or reuse it: kept for the process) and replay the caching
+    allocator over it twice: torch's defaults and expandable segments.
+
+    Raises:
+        SpecError, ModelLoadError: a bad ``base``.
+    """
+    with _simulated_lock:
+        result = _recorded.get(base)
+    if result is None:
+        report = progress or (lambda message, fraction: None)
+        if workers is None:
+            result = simulate(base, progress=report, allocations=True)
+        else:
+            result = workers.run("ckptlab.lab.workerjobs:simulate_allocations", base, progress=report)
+        with _simulated_lock:
+            _recorded[base] = result
+    return AllocatorIdea(result, segments_over_time(result, ""), segments_over_time(result, EXPANDABLE))
+
+
+_recorded: dict[RunSpec, RunResult] = {}  # the allocator idea's step, with its order: kept for the process

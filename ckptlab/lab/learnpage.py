@@ -22,7 +22,7 @@ from ..spec import RunSpec
 from ..step import timeline as tl
 from ..units import MIB
 from .exercises import Exercise, Outcome, evaluate
-from .learn import QloraIdea, ShardingIdea
+from .learn import AllocatorIdea, QloraIdea, ShardingIdea
 from .run import reference_spec
 
 
@@ -240,4 +240,24 @@ def qlora_caption(idea: QloraIdea, lang: str) -> str:
         state_4=mib(four.parts["optimizer_state"]),
         peak_off=mib(memory_of(four.result).peak_bytes),
         peak_on=mib(memory_of(four_on.result).peak_bytes),
+    )
+
+
+def allocator_caption(idea: AllocatorIdea, lang: str) -> str:
+    """What the allocator figure shows, in numbers: the tensors' peak, what the allocator reserved for them with
+    torch's defaults (its cache the difference), and with expandable segments."""
+
+    def mib(value: float) -> str:
+        return number(value / MIB, ",.1f", lang)
+
+    default, expandable = idea.default, idea.expandable
+    return t(
+        "lesson.allocator.caption",
+        lang,
+        tensors=mib(memory_of(idea.result).peak_bytes),
+        allocated=mib(default.allocated_peak),
+        reserved=mib(default.reserved_peak),
+        cached=mib(default.reserved_peak - default.allocated_peak),
+        expandable=mib(expandable.reserved_peak),
+        events=number(default.events_total, ",", lang),
     )

@@ -25,7 +25,16 @@ from ..results import RunResult
 from ..spec import RunSpec
 from . import exercises
 from .jobs import BackgroundJob
-from .learn import LESSON_PARTS, QloraIdea, ShardingIdea, qlora_idea, sharding_idea, shared_model
+from .learn import (
+    LESSON_PARTS,
+    AllocatorIdea,
+    QloraIdea,
+    ShardingIdea,
+    allocator_idea,
+    qlora_idea,
+    sharding_idea,
+    shared_model,
+)
 from .run import PACE, LabRun, Pace, reference_spec, run_queued
 from .workers import WorkerPool
 
@@ -326,7 +335,11 @@ def _idea_job(name: str, make: Callable[..., T], workers: WorkerPool | None) -> 
         return _ideas[name]
 
 
-IDEAS: dict[str, Callable[..., Any]] = {"sharding": sharding_idea, "qlora": qlora_idea}  # LessonPart.idea -> maker
+IDEAS: dict[str, Callable[..., Any]] = {
+    "sharding": sharding_idea,
+    "qlora": qlora_idea,
+    "allocator": allocator_idea,
+}  # LessonPart.idea -> maker
 
 
 def idea_job(name: str, workers: WorkerPool | None = None) -> IdeaJob[Any]:
@@ -346,3 +359,8 @@ def sharding_job(workers: WorkerPool | None = None) -> IdeaJob[ShardingIdea]:
 def qlora_job(workers: WorkerPool | None = None) -> IdeaJob[QloraIdea]:
     """The server's 4-bit idea job (:func:`ckptlab.lab.learn.qlora_idea`)."""
     return idea_job("qlora", workers)
+
+
+def allocator_job(workers: WorkerPool | None = None) -> IdeaJob[AllocatorIdea]:
+    """The server's allocator-idea job (:func:`ckptlab.lab.learn.allocator_idea`)."""
+    return idea_job("allocator", workers)

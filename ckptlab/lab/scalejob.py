@@ -153,12 +153,22 @@ class ScaleJob(_SimulationJob):
             process-wide is shared with other sessions, and at ``limit_s`` the worker is killed, not asked.
         alive: False once the session that started the job is gone; the job then ends.
         memory_cap_bytes: with ``workers``, the resident memory the worker may reach before it is killed.
+        budget_bytes, gpu: the GPU the rows' device totals are decided on (``scale_table``'s); None: no device totals.
 
     Raises:
         SpecError, ModelLoadError: bad input.
     """
 
     _THREAD, _JOB = "ckptlab-scale", "scale_request"
+
+    def __init__(
+        self, request: ScaleRequest, *, budget_bytes: int | None = None, gpu: str | None = None, **options: Any
+    ) -> None:
+        super().__init__(request, **options)
+        self.budget_bytes, self.gpu = budget_bytes, gpu
+
+    def _args(self) -> tuple[Any, ...]:
+        return (self.request, self.budget_bytes, self.gpu)
 
     def _partial(self) -> ScaleTable | None:
         results = self._results_so_far()
@@ -174,6 +184,8 @@ class SearchJob(_SimulationJob):
         request: the shape and the settings to search (its world_size is not used); checked in the constructor.
         budget_bytes: one GPU's memory.
         counts: the GPU counts to consider.
+        gpu: the GPU's name (its CUDA context and cuBLAS workspaces in the device total the search decides on), or
+            None for a card of ``budget_bytes`` (the context estimated).
         options: ``known``, ``on_result``, ``info``, ``limit_s``, ``workers``, ``alive``, ``memory_cap_bytes``, as
             in :class:`ScaleJob`.
 
@@ -184,15 +196,21 @@ class SearchJob(_SimulationJob):
     _THREAD, _JOB = "ckptlab-gpu-search", "search_request"
 
     def __init__(
-        self, request: ScaleRequest, budget_bytes: int, *, counts: tuple[int, ...] = GPU_COUNTS, **options: Any
+        self,
+        request: ScaleRequest,
+        budget_bytes: int,
+        *,
+        counts: tuple[int, ...] = GPU_COUNTS,
+        gpu: str | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(request, **options)
         for count in searched_counts(request, counts):  # LoRA past one GPU, say, is refused here, not on the thread
             request.spec(request.settings[0], count).validate()
-        self.budget_bytes, self.counts = budget_bytes, counts
+        self.budget_bytes, self.counts, self.gpu = budget_bytes, counts, gpu
 
     def _args(self) -> tuple[Any, ...]:
-        return (self.request, self.budget_bytes, self.counts)
+        return (self.request, self.budget_bytes, self.counts, self.gpu)
 
 
 class LongestJob(_SimulationJob):
@@ -203,6 +221,7 @@ class LongestJob(_SimulationJob):
         request: the shape and the recipe (its settings aside); checked in the constructor.
         budget_bytes: one GPU's memory; none (0, None) is refused here, not on the thread.
         settings: the settings to search, in order.
+        gpu: the GPU's name (the device totals' CUDA context), or None for a card of ``budget_bytes``.
         options: ``known``, ``on_result``, ``info``, ``limit_s``, ``workers``, ``alive``, ``memory_cap_bytes``, as
             in :class:`ScaleJob`.
 
@@ -213,14 +232,20 @@ class LongestJob(_SimulationJob):
     _THREAD, _JOB = "ckptlab-longest", "longest_request"
 
     def __init__(
-        self, request: ScaleRequest, budget_bytes: int, *, settings: tuple[Setting, ...], **options: Any
+        self,
+        request: ScaleRequest,
+        budget_bytes: int,
+        *,
+        settings: tuple[Setting, ...],
+        gpu: str | None = None,
+        **options: Any,
     ) -> None:
         self.budget_bytes = check_budget(budget_bytes)
         super().__init__(request, **options)
-        self.settings = settings
+        self.settings, self.gpu = settings, gpu
 
     def _args(self) -> tuple[Any, ...]:
-        return (self.request, self.budget_bytes, self.settings)
+        return (self.request, self.budget_bytes, self.settings, self.gpu)
 
 
 # The At-scale page's simulations by spec, shared by every session: a workshop that asks for the same 8B shape

@@ -31,6 +31,7 @@ from ..model.catalog import ModelInfo
 from ..model.selective import CHOICES as SELECTIVE_CHOICES
 from ..model.selective import NONE
 from ..results import RunResult, memory_of
+from ..results.allocations import DeviceTotal
 from ..show import i18n
 from ..show.figures.breakdown import part_bytes
 from ..show.labels import event_label, provenance_label
@@ -95,7 +96,7 @@ def policies_from_link(text: str) -> tuple[list[str], list[str]]:
 # the tiny presets' toggle, which settings to simulate (every, offload, selective), the GPU, its budget and count.
 PAGE = PageWidgets(
     "at_scale",
-    ("seq_len", "batch_size", "dtype", "optimizer"),
+    ("seq_len", "batch_size", "dtype", "optimizer", "alloc_conf"),
     model_box=True,
     lora=True,
     offered={"dtype": SIMULATION_DTYPES},
@@ -251,7 +252,7 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
     gpus = gpus_label(table.request.world_size, lang)
     if best is not None:
         setting = Setting.of(best.spec)
-        answer = fit(memory_of(best).peak_bytes, budget)
+        answer = fit(memory_of(best).peak_bytes, budget, best.device_total)  # the device total, where it has one
         peak, margin = answer.peak_bytes / GIB, answer.margin_bytes / GIB
         cp = setting.cp_layers(table.num_layers)
         if setting.every_n_layers is None:
@@ -334,7 +335,10 @@ def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[d
             i18n.t("at_scale.col_fits", lang, budget=budget_label): i18n.t("at_scale.yes", lang)
             if fits(result, budget)
             else i18n.t("at_scale.no", lang),
-            i18n.t("at_scale.col_margin", lang): round(fit(memory.peak_bytes, budget).margin_bytes / GIB, 2),
+            i18n.t("at_scale.col_margin", lang): round(
+                fit(memory.peak_bytes, budget, result.device_total).margin_bytes / GIB, 2
+            ),
+            **device_columns(result, table.beside.get(setting.key), lang),
             **{
                 label: round(part_bytes(memory.breakdown_at_peak, part) / GIB, 2)
                 for part, label in category_words.items()
@@ -348,6 +352,23 @@ def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[d
             row[i18n.t("at_scale.col_seconds", lang)] = None if seconds is None else round(seconds, 1)
         out.append(row)
     return out
+
+
+def device_columns(result: RunResult, beside: DeviceTotal | None, lang: str) -> dict[str, float | None]:
+    """A row's reserved bytes and what nvidia-smi will show (GiB), under the request's allocator setting and, beside
+    them, with expandable segments; None where the row has no device total (its tensors' peak alone is over the
+    budget, or the table was simulated without one)."""
+    total = result.device_total
+
+    def gib(size: int | None) -> float | None:
+        return None if size is None else round(size / GIB, 2)
+
+    return {
+        i18n.t("at_scale.col_reserved", lang): gib(None if total is None else total.reserved_bytes),
+        i18n.t("at_scale.col_device", lang): gib(None if total is None else total.total_bytes),
+        i18n.t("at_scale.col_reserved_expandable", lang): gib(None if beside is None else beside.reserved_bytes),
+        i18n.t("at_scale.col_device_expandable", lang): gib(None if beside is None else beside.total_bytes),
+    }
 
 
 def search_verdict(search: GpuSearch, budget_label: str, lang: str) -> Verdict:

@@ -67,16 +67,22 @@ def sweep_spec(context: JobContext, spec: SweepSpec) -> SweepResult:
 
 
 def scale_request(
-    context: JobContext, request: ScaleRequest, known: Mapping[RunSpec, RunResult] | None, info: ModelInfo | None
+    context: JobContext,
+    request: ScaleRequest,
+    budget_bytes: int | None,
+    gpu: str | None,
+    known: Mapping[RunSpec, RunResult] | None,
+    info: ModelInfo | None,
 ) -> ScaleTable:
-    """:func:`ckptlab.explore.scale.scale_table` of ``request``, each simulation sent as it is made."""
+    """:func:`ckptlab.explore.scale.scale_table` of ``request``, each simulation sent as it is made; with
+    ``budget_bytes``, the rows decided on the device total on ``gpu`` (None: a card of the budget's bytes)."""
     return scale_table(
         request.model, request.seq_len, request.batch_size, request.dtype, request.settings,
         progress=context.progress, cancel=context.cancelled, known=known, on_result=context.collect, info=info,
         optimizer=request.optimizer, lora_rank=request.lora_rank, lora_targets=request.lora_targets,
         world_size=request.world_size, gradient_accumulation_steps=request.gradient_accumulation_steps,
         max_grad_norm=request.max_grad_norm, mixed_precision=request.mixed_precision,
-        quantization=request.quantization,
+        quantization=request.quantization, alloc_conf=request.alloc_conf, budget_bytes=budget_bytes, gpu=gpu,
     )  # fmt: skip
 
 
@@ -85,13 +91,15 @@ def search_request(
     request: ScaleRequest,
     budget_bytes: int,
     counts: tuple[int, ...],
+    gpu: str | None,
     known: Mapping[RunSpec, RunResult] | None,
     info: ModelInfo | None,
 ) -> GpuSearch:
-    """:func:`ckptlab.explore.gpu_search.cheapest_that_fits`, each simulation sent as it is made."""
+    """:func:`ckptlab.explore.gpu_search.cheapest_that_fits`, each simulation sent as it is made, decided on what
+    nvidia-smi will show on ``gpu`` (None: a card of the budget's bytes)."""
     return cheapest_that_fits(
         request, budget_bytes, counts=counts, known=known, on_result=context.collect,
-        progress=context.progress, cancel=context.cancelled, info=info,
+        progress=context.progress, cancel=context.cancelled, info=info, gpu=gpu,
     )  # fmt: skip
 
 
@@ -100,13 +108,15 @@ def longest_request(
     request: ScaleRequest,
     budget_bytes: int,
     settings: tuple[Setting, ...],
+    gpu: str | None,
     known: Mapping[RunSpec, RunResult] | None,
     info: ModelInfo | None,
 ) -> LongestTable:
-    """:func:`ckptlab.explore.longest.longest_table`, each simulation sent as it is made."""
+    """:func:`ckptlab.explore.longest.longest_table`, each simulation sent as it is made, decided on what nvidia-smi
+    will show on ``gpu`` (None: a card of the budget's bytes)."""
     return longest_table(
         request, budget_bytes, settings, known=known, on_result=context.collect,
-        progress=context.progress, cancel=context.cancelled, info=info,
+        progress=context.progress, cancel=context.cancelled, info=info, gpu=gpu,
     )  # fmt: skip
 
 
@@ -119,6 +129,11 @@ def describe_model(context: JobContext, name: str) -> ModelInfo:
 def simulate_spec(context: JobContext, spec: RunSpec) -> RunResult:
     """:func:`ckptlab.simulate` of ``spec``, reporting progress."""
     return simulate(spec, progress=context.progress)
+
+
+def simulate_allocations(context: JobContext, spec: RunSpec) -> RunResult:
+    """:func:`ckptlab.simulate` of ``spec`` with its order of allocations (the caching allocator's replay reads it)."""
+    return simulate(spec, progress=context.progress, allocations=True)
 
 
 def gradients_spec(context: JobContext, spec: RunSpec) -> GradientCheck:

@@ -84,6 +84,7 @@ class DeviceTotal:
             after releasing its cache, or None.
         trace_how: whether the order replayed was the whole step recorded or its layers repeated as the fold does.
         trace_events: how many events the replay ran.
+        alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` the step was replayed under ("": torch's defaults).
     """
 
     gpu: str
@@ -98,6 +99,7 @@ class DeviceTotal:
     out_of_memory_at: int | None
     trace_how: How
     trace_events: int
+    alloc_conf: str = ""
 
     @property
     def cached_bytes(self) -> int:

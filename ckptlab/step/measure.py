@@ -164,6 +164,8 @@ def _measure_built(
     if not all(layer.as_planned for layer in layers):
         notes.append(plan_mismatch_note(layers))
     notes += selective_notes(spec, layers, offload_applies)
+    if spec.alloc_conf:  # the process's allocator measured the step: the setting is what a simulation replays
+        notes.append(Fact("note.alloc_conf_not_applied", {"alloc_conf": spec.alloc_conf}))
     report(DONE, 1.0)
     timing = timing_result(clock_for(device).method, samples, spec.optimizer, samples["load"]) if timed else None
     return _result(spec, info, device, dtype, "ok", layers=layers, memory=memory, timing=timing, notes=notes)

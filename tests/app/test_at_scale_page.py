@@ -45,6 +45,10 @@ def simulated():
         return real(table, spec, **kwargs)
 
     scale.TableSimulation.result = counting  # type: ignore[method-assign]
+    # The device total stubbed as the tensors' peak: each fitting row's order would be simulated again (52 s here
+    # where the page alone takes 7); the table's device totals are tests/explore/test_device.py's.
+    real_device = scale.on_gpu
+    scale.on_gpu = lambda gpu=None: lambda result, budget: result  # type: ignore[assignment]
     # The count is of calls in this process: the page's jobs run here (CKPTLAB_WORKERS=thread). The same jobs
     # in worker processes are tests/lab/test_jobs_in_workers.py's.
     workers = os.environ.get("CKPTLAB_WORKERS")
@@ -59,6 +63,7 @@ def simulated():
         yield at, calls
     finally:
         scale.TableSimulation.result = real  # type: ignore[method-assign]
+        scale.on_gpu = real_device  # type: ignore[assignment]
         if workers is None:
             os.environ.pop("CKPTLAB_WORKERS", None)
         else:
@@ -141,7 +146,8 @@ def test_a_link_opens_with_its_selective_policies_and_warns_of_an_unknown_one():
     assert "bogus" in _texts(at.warning)
 
 
-def test_stop_keeps_the_settings_simulated():
+def test_stop_keeps_the_settings_simulated(monkeypatch):
+    monkeypatch.setattr(scale, "on_gpu", lambda gpu=None: lambda result, budget: result)  # Stop, not the device total
     at = _page(model="tiny-qwen3", seq="128")  # not the fixture's model: nothing is in the shared cache yet
     at.radio(key="at_scale_every").set_value("all").run()  # 10 settings: Stop lands well before the last
     at.button(key="at_scale_run").click().run()
@@ -188,7 +194,7 @@ def test_longest_sequence_searches_off_and_n1_in_the_background_and_draws_its_ta
     mib = 2**20
     searched: list = []
 
-    def canned(spec, budget_bytes, *, simulate=None):
+    def canned(spec, budget_bytes, *, simulate=None, gpu=None):
         searched.append(spec)
         key = Setting.of(spec).key
         if key == "off":

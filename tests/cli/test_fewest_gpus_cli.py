@@ -24,6 +24,7 @@ class _Stub:
 
 def test_fewest_gpus_prints_the_answer_its_launch_and_the_counts_the_floor_skipped(monkeypatch, capsys):
     monkeypatch.setattr(gpu_search, "TableSimulation", _Stub)
+    monkeypatch.setattr(gpu_search, "on_gpu", lambda gpu=None: lambda result, budget: result)  # the peak decides
     monkeypatch.setattr(gpu_search, "parameter_floor", lambda spec: (100 * MIB // spec.world_size, "bfloat16"))
     argv = ["simulate", "--model", "tiny-llama", "--every-n-layers", "all", "--fewest-gpus", "--budget", "40MiB"]
     assert main(argv) == 0

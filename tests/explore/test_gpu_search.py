@@ -23,6 +23,13 @@ SETTINGS = (Setting(None), Setting(1), Setting(2), Setting(LAYERS))
 COUNTS = (1, 2, 4, 8)
 
 
+@pytest.fixture(autouse=True)
+def _tensors_only(monkeypatch):
+    """The device total stubbed as the tensors' peak (the search's order is what is tested here; that the search
+    decides on the device total is tests/explore/test_device.py's)."""
+    monkeypatch.setattr(gpu_search, "on_gpu", lambda gpu=None: lambda result, budget: result)
+
+
 @pytest.fixture(scope="module")
 def scale(shallower) -> ScaleRequest:
     return ScaleRequest(shallower(MODEL, LAYERS), SEQ, 1, "bfloat16", SETTINGS)

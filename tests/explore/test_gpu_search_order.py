@@ -22,6 +22,13 @@ INPUT, LAYER = GIB // 8, GIB  # a CP layer keeps its input, a keep layer all its
 COUNTS = (1, 2, 4, 8, 16, 64)
 
 
+@pytest.fixture(autouse=True)
+def _tensors_only(monkeypatch):
+    """The device total stubbed as the tensors' peak (the search's order is what is tested here; that the search
+    decides on the device total is tests/explore/test_device.py's)."""
+    monkeypatch.setattr(gpu_search, "on_gpu", lambda gpu=None: lambda result, budget: result)
+
+
 def _peak(spec: RunSpec) -> int:
     """A peak that holds what each layer keeps, the rerun's one layer, and the floor's share of a rank."""
     roles = planned_roles(LAYERS, spec.every_n_layers)

@@ -7,14 +7,13 @@ import random
 
 import pytest
 
+from ckptlab.alloc_conf import AllocatorConfig, parse_alloc_conf
 from ckptlab.errors import SpecError
 from ckptlab.show import i18n
 from ckptlab.step.allocator import (
     Alloc,
-    AllocatorConfig,
     CachingAllocator,
     Free,
-    parse_alloc_conf,
     replay,
     roundup_power2_next_division,
 )
