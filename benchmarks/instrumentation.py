@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ckptlab import RunSpec, load_model
-from ckptlab.step.meters import TrackerMeter, meter_for
+from ckptlab.step.memory_meters import TrackerMeter, meter_for
 from ckptlab.step.probe import LayerProbe, StepRecorder
 from ckptlab.step.trainstep import random_batch, train_step
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ckptlab import RunSpec, load_model, measure
 from ckptlab.results import judge_time
 from ckptlab.show.noise import timing_busy_message
-from ckptlab.step.meters import machine_load
+from ckptlab.step.machine_load import machine_load
 from ckptlab.step.rounds import time_settings
 from ckptlab.units import MIB
 

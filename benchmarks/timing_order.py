@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ckptlab import RunSpec, load_model
 from ckptlab.results import judge_time
 from ckptlab.spec import ORDERS
-from ckptlab.step.meters import machine_load
+from ckptlab.step.machine_load import machine_load
 from ckptlab.step.rounds import time_settings
 
 

@@ -133,7 +133,7 @@ def test_a_busy_machine_is_told_from_the_load_or_the_spread():
 
 
 def test_the_load_figure_is_read_through_an_injected_function():
-    from ckptlab.step.meters import machine_load
+    from ckptlab.step.machine_load import machine_load
 
     assert machine_load(lambda: (5.25, 1.0, 1.0), cores=2) == (5.25, 2)
 

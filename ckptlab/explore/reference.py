@@ -24,7 +24,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import AutoModel, Qwen3Config
 
-from ..step.meters import TrackerMeter
+from ..step.memory_meters import TrackerMeter
 from ..step.simulate import HostLedger, simulating
 from ..units import MIB
 

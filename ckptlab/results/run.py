@@ -271,7 +271,7 @@ class MemoryResult:
     after_forward_bytes: int  # resident above the baseline once the loss is computed: what the backward will need
     peak_bytes: int  # highest total (baseline included) over the whole step
     peak_where: Region  # the stretch of the step where the peak was reached
-    # By category (meters.CATEGORIES: parameter, buffer, gradient, optimizer_state, activation, temp;
+    # By category (memory_meters.CATEGORIES: parameter, buffer, gradient, optimizer_state, activation, temp;
     # on CUDA activation_and_temp holds the last two, which the allocator cannot tell apart).
     breakdown_after_forward: dict[str, int] = field(default_factory=dict)
     breakdown_baseline: dict[str, int] = field(default_factory=dict)  # by category before the forward

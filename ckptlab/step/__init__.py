@@ -1,1 +1,1 @@
-"""One training step: probe, meters, measured (measure) or on fake tensors (simulate), and its timeline."""
+"""One training step: probe, memory meters and clocks, measured (measure) or on fake tensors (simulate), and its timeline."""

@@ -1,6 +1,6 @@
 """The order of a simulated step's allocations, recorded from its memory tracker and extended as the fold extends.
 
-:class:`AllocationRecorder` is a ``TraceSink`` (:mod:`.meters`): the tracker tells it every change of every storage
+:class:`AllocationRecorder` is a ``TraceSink`` (:mod:`.torch_workarounds`): the tracker tells it every change of every storage
 on the device, and it keeps the births and frees in order, stretch by stretch (the same stretches as the timeline's
 events), with the stream each came from (offload's host copies apart). :func:`repeated` builds the whole step's order
 from shallow copies as :class:`~.fold.Reduction` builds its bytes: the middle units' events repeated, each free
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from ..results import TimelinePoint
 from ..results.allocations import COMPUTE, HOST_COPIES, LAYERS_REPEATED, WHOLE_STEP, AllocationTrace, Stream
 from .fold import NotDerivable
-from .meters import HOST, LOGITS
+from .memory_meters import HOST
+from .torch_workarounds import LOGITS
 
 
 class AllocationRecorder:

@@ -14,7 +14,7 @@ own ``activation_checkpointing_enable``, wraps it in LoRA adapters when the spec
 3. one observed step for memory: baseline before the forward, resident after it, the
    peak and the stretch of the step where it was reached, and the bytes autograd saved
    per layer. On the CPU it runs under MemTracker, which is too slow to time (see
-   ``ckptlab.step.meters``), hence a step of its own.
+   ``ckptlab.step.memory_meters``), hence a step of its own.
 
 What is checked and built before (the device, the dtype, the spec against its model) is
 ``ckptlab.step.preflight``; one training step and its timing, shared with the sweep's
@@ -51,7 +51,9 @@ from ..model.selective import enable_checkpointing
 from ..results import LayerResult, MemoryResult, Region, RunResult, Status
 from ..spec import RunSpec
 from ..torchstate import exclusive, measuring_threads
-from .meters import LogitsShape, TraceSink, TrackerMeter, clock_for, machine_load, meter_for
+from .clocks import clock_for
+from .machine_load import machine_load
+from .memory_meters import TrackerMeter, meter_for
 from .modelstate import ModelState
 from .opcount import WorkCounter
 from .preflight import check_spec, load_model
@@ -59,6 +61,7 @@ from .probe import LayerCounts, LayerProbe, StepRecorder
 from .provenance import model_summary, provenance_for
 from .selective import selective_notes
 from .stopping import DONE, Progress, ShouldStop, checked, logged, stoppable
+from .torch_workarounds import LogitsShape, TraceSink
 from .training import Recipe, check_optimizer_runs, optimizer_state_bytes
 from .trainstep import Batch, check_repeatable, random_batch, timing_result, train_step
 

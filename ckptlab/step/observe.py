@@ -30,7 +30,7 @@ import torch.nn as nn
 
 from ..model.plan import checkpointable_layers
 from ..results import OBSERVED_MEMORY_METHOD, MemoryResult
-from .meters import meter_for
+from .memory_meters import meter_for
 from .probe import LayerCounts, LayerProbe, StepRecorder
 from .training import model_device, optimizer_state_bytes
 

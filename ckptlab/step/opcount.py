@@ -1,6 +1,6 @@
 """The work of every op a simulated step runs: FLOPs, bytes read and written, the dtype, by phase and layer (issue 59).
 
-The simulation's MemTracker (``meters._LeanMemTracker``) already sees every aten op of the step on fake tensors, the
+The simulation's MemTracker (``torch_workarounds.LeanMemTracker``) already sees every aten op of the step on fake tensors, the
 rerun of a checkpointed layer included; with a :class:`WorkCounter` it hands each op here as it runs (no second pass):
 
 - **FLOPs** from torch's own formulas (``torch.utils.flop_counter.flop_registry``, keyed by the op's overload packet
@@ -187,7 +187,7 @@ class _Op:
 
 
 class WorkCounter:
-    """Counts the ops of one observed step, stretch by stretch (an ``OpSink`` of ``meters``' tracker).
+    """Counts the ops of one observed step, stretch by stretch (an ``OpSink`` of ``torch_workarounds``' tracker).
 
     ``stretches[0]`` is what ran before the step's first event; ``stretches[k]`` the stretch of the timeline's
     ``k - 1``-th point (the probe's event ``k - 1`` to the next).

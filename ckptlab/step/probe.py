@@ -28,7 +28,7 @@ from ..model.experts import moe_parts
 from ..model.plan import checkpointable_layers
 from ..model.selective import SelectivePolicy, policy_of
 from ..results import Region, TimelinePoint
-from .meters import MemoryMeter
+from .memory_meters import MemoryMeter
 from .selective import SelectiveObserver, tensors_in, watching_context_fns
 
 Phase = Literal["idle", "forward", "backward", "grad_norm", "optimizer"]
@@ -207,7 +207,7 @@ class LayerProbe:
         """Register the hooks for the duration of the block and remove them after.
 
         The gradient hooks on the step's tensors go too: they live on autograd nodes, and a
-        node kept alive past the step (MemTracker's hooks did, see ``ckptlab.meters``) would
+        node kept alive past the step (MemTracker's hooks did, see ``ckptlab.step.torch_workarounds``) would
         keep this probe, and through it the model, alive with it.
         """
         with ExitStack() as stack:
@@ -405,7 +405,7 @@ class StepRecorder:
     changes neither the peak nor the step.
 
     Args:
-        meter: a :class:`~ckptlab.step.meters.MemoryMeter` that is watching.
+        meter: a :class:`~ckptlab.step.memory_meters.MemoryMeter` that is watching.
     """
 
     def __init__(self, meter: MemoryMeter) -> None:

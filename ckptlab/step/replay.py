@@ -42,10 +42,11 @@ from ..model.plan import CP, Role
 from ..results import LayerResult, MemoryResult, TimelinePoint
 from ..spec import RunSpec
 from .fold import NotDerivable, SimulatedStep
-from .meters import HOST, LOGITS, tracker_breakdown
+from .memory_meters import HOST, tracker_breakdown
 from .opcount import NotCombinable, StretchWork, combine
 from .probe import region_for
 from .simulate import offload_fields, simulate_depth
+from .torch_workarounds import LOGITS
 
 AFFINE_KINDS = ("grad_norm", "optimizer")  # stretches that follow every parameter: they grow with the depth
 HEAD_KINDS = ("loss", "backward")  # stretches above the last layer (the head's forward and backward)
@@ -80,7 +81,7 @@ class _InputOf:
 
 
 class StepTrace:
-    """A step's memory changes as its tracker saw them (a ``ckptlab.step.meters.TraceSink``).
+    """A step's memory changes as its tracker saw them (a ``ckptlab.step.torch_workarounds.TraceSink``).
 
     Stretch -1 is the tracking of the model and the optimizer before the step, 0 the start of watching to the
     first event, ``k`` the stretch of the timeline's point ``k - 1``.

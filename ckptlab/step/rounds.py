@@ -30,8 +30,9 @@ from ..model.plan import planned_roles, rerun_roles
 from ..results import TimingResult
 from ..spec import ORDERS, RECIPE_FIELDS, Order, RunSpec
 from ..torchstate import exclusive
+from .clocks import Clock, clock_for
+from .machine_load import machine_load
 from .measure import apply_setting
-from .meters import Clock, clock_for, machine_load
 from .modelstate import ModelState
 from .preflight import resolve_device
 from .probe import LayerProbe

@@ -96,7 +96,7 @@ from .fake_pg import fake_mesh
 from .fold import NotDerivable, Reduction, SimulatedStep
 from .fsdp import mixed_precision_policy, shard_model
 from .measure import layer_results, observe_memory, offload_notes, reruns_inside_notes
-from .meters import HOST, TraceSink
+from .memory_meters import HOST
 from .opcount import WorkCounter, step_work
 from .preflight import (
     resolve_dtype,
@@ -108,6 +108,7 @@ from .preflight import (
 from .provenance import model_summary, simulated_provenance
 from .selective import check_simulated_selective, selective_notes
 from .stopping import DONE, Progress
+from .torch_workarounds import TraceSink
 from .training import Recipe, check_optimizer_runs, prime_state
 from .trainstep import random_batch
 

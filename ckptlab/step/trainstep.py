@@ -18,7 +18,8 @@ from transformers import PreTrainedModel
 from ..fact import Fact
 from ..results import TimingResult, median
 from ..spec import RunSpec
-from .meters import Clock, machine_load
+from .clocks import Clock
+from .machine_load import machine_load
 from .probe import LayerProbe
 from .training import Recipe
 

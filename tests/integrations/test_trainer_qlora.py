@@ -120,7 +120,7 @@ def test_a_trainer_qlora_step_peaks_as_the_labs_run_and_its_folded_simulation(tm
     simulated = json.loads(out.getvalue())
     assert "note.extrapolated" in [fact["key"] for fact in simulated["facts"]]  # the fold, under accumulation
     # Stock MemTracker's module hooks keep each earlier micro-batch's embeddings' output and its .grad (float32) to
-    # the step's end, which the allocator frees (issue 62; tests/step/test_meters.py): the lab counts them freed.
+    # the step's end, which the allocator frees (issue 62; tests/step/test_memory_meters.py): the lab counts them freed.
     held_by_tracker = (TRAINING_ARGS["gradient_accumulation_steps"] - 1) * 2 * SEQ * lab["model"]["hidden_size"] * 4
     for memory in (lab["memory"], simulated["memory"]):
         assert memory["peak_bytes"] == pytest.approx(track.peak, rel=0.005)

@@ -11,7 +11,8 @@ from ckptlab.explore.device import device_total
 from ckptlab.explore.gpus import HOPPER_CUBLAS_WORKSPACE
 from ckptlab.results.allocations import COMPUTE, HOST_COPIES, LAYERS_REPEATED, WHOLE_STEP, AllocationTrace
 from ckptlab.step.allocations import AllocationRecorder
-from ckptlab.step.meters import HOST, LOGITS
+from ckptlab.step.memory_meters import HOST
+from ckptlab.step.torch_workarounds import LOGITS
 
 
 def test_the_recorder_keeps_births_frees_and_resizes_not_moves_between_categories():

@@ -158,7 +158,7 @@ EXTRA_COLORS = (DARK_GREY, tint(BLACK, 0.45))  # further checkpointed settings b
 NOISE_GREY = LIGHT_GREY  # a point or bar whose time is within the noise: lighter than any setting
 SERIES_COLORS = (BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY_BLUE, YELLOW, BLACK)  # one per line, in order
 
-# Where the bytes of a step go (ckptlab.step.meters' categories), and offload's host memory.
+# Where the bytes of a step go (ckptlab.step.memory_meters' categories), and offload's host memory.
 CATEGORY_COLORS = {
     "parameter": BLUE,
     "gradient": SKY_BLUE,

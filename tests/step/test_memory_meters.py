@@ -7,7 +7,7 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from ckptlab import RunSpec, build_model, load_model, measure
-from ckptlab.step.meters import TRACKER_CATEGORIES, TrackerMeter
+from ckptlab.step.memory_meters import TRACKER_CATEGORIES, TrackerMeter
 from ckptlab.step.trainstep import random_batch, train_step
 
 
