@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..results import TimelinePoint
 from ..results.allocations import COMPUTE, HOST_COPIES, LAYERS_REPEATED, WHOLE_STEP, AllocationTrace, Stream
-from .fold import NotDerivable
+from .fold import NotDerivable, affine_in_depth
 from .memory_meters import HOST
 from .torch_workarounds import LOGITS
 
@@ -217,7 +217,7 @@ def _affine(one: int, two: int, three: int, middle_units: int) -> int:
     """A figure of copies with one, two and three middle units, at ``middle_units`` (three checks the line)."""
     if three - two != two - one:
         raise NotDerivable("a figure does not move with the depth as the fold says")
-    return one + (two - one) * (middle_units - 1)
+    return affine_in_depth(one, two, middle_units - 1)
 
 
 def _target(segment: _Segment, offset: int, width: int, repeat: int, middle_units: int) -> int:

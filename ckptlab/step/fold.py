@@ -161,7 +161,9 @@ class Reduction:
         memory = replace(
             one.memory,
             baseline_bytes=timeline[0].current_bytes,
-            after_forward_bytes=_grow(one.memory.after_forward_bytes, two.memory.after_forward_bytes, full_units - 1),
+            after_forward_bytes=affine_in_depth(
+                one.memory.after_forward_bytes, two.memory.after_forward_bytes, full_units - 1
+            ),
             peak_bytes=peak_point.region_peak_bytes,
             peak_where=peak_point.region,
             breakdown_after_forward=_grow_dict(
@@ -170,8 +172,8 @@ class Reduction:
             breakdown_baseline=_grow_dict(one.memory.breakdown_baseline, two.memory.breakdown_baseline, full_units - 1),
             breakdown_at_peak=peak_point.region_peak_breakdown,
             logits_bytes_at_peak=peak_point.region_peak_logits_bytes,  # the loss's: the same at any depth
-            offload_bytes=_grow(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
-            optimizer_state_bytes=_grow(
+            offload_bytes=affine_in_depth(one.memory.offload_bytes, two.memory.offload_bytes, full_units - 1),
+            optimizer_state_bytes=affine_in_depth(
                 one.memory.optimizer_state_bytes, two.memory.optimizer_state_bytes, full_units - 1
             ),
             timeline=timeline,
@@ -181,7 +183,7 @@ class Reduction:
             depth=self.num_layers,
             memory=memory,
             layers=layers,
-            host_bytes=_grow(one.host_bytes, two.host_bytes, full_units - 1),
+            host_bytes=affine_in_depth(one.host_bytes, two.host_bytes, full_units - 1),
             work=None if one.work is None or two.work is None or any(w is None for w in works) else tuple(works),
         )
 
@@ -231,9 +233,29 @@ def _stretch_work(step: SimulatedStep) -> tuple[StretchWork, ...]:
     return step.work if step.work is not None else ({},) * (len(step.memory.timeline) + 1)
 
 
+def affine_in_depth(low: int, high: int, steps: int, span: int = 1) -> int:
+    """A figure that grows affinely with the depth, ``steps`` layers (or middle units) past the depth where it is
+    ``low``, from ``high``, its value ``span`` past that depth: ``low + (high - low) * steps / span``.
+
+    The one rule of the depth's growth: the fold's (one middle unit more, ``span`` 1), the allocation order's
+    (:mod:`.allocations`) and the replay's (any two recorded depths, :mod:`.replay`) call it.
+
+    Raises:
+        NotCombinable: the figure does not grow by a whole number at that depth (never with ``span`` 1);
+            :func:`.opcount.combine` reads it as a call whose cost moves with the depth.
+    """
+    change = (high - low) * steps
+    if change % span:
+        raise NotCombinable("a figure does not grow by a whole number with the depth")
+    return low + change // span
+
+
 def _grown_by(units_before: int, units_after: int) -> Callable[..., int]:
     """``base`` grown by ``units_before`` steps of ``before - base`` and ``units_after`` of ``after - base``."""
-    return lambda base, before, after: base + units_before * (before - base) + units_after * (after - base)
+    # Each side its own slope: what the units before an event add, plus what the units after it add.
+    return lambda base, before, after: (
+        affine_in_depth(base, before, units_before) + affine_in_depth(base, after, units_after) - base
+    )
 
 
 def _combined_work(op: Callable[..., int], base: StretchWork, before: StretchWork, after: StretchWork) -> Any:
@@ -244,10 +266,6 @@ def _combined_work(op: Callable[..., int], base: StretchWork, before: StretchWor
         return None
 
 
-def _grow(one: int, two: int, extra_units: int) -> int:
-    return one + extra_units * (two - one)
-
-
 def keys_of(*parts: dict[str, int]) -> list[str]:
     """The keys of breakdowns, each once, in the order they come: a set's order would change from process to
     process (string hashing is salted), and so would the key order of the JSON."""
@@ -255,7 +273,7 @@ def keys_of(*parts: dict[str, int]) -> list[str]:
 
 
 def _grow_dict(one: dict[str, int], two: dict[str, int], extra_units: int) -> dict[str, int]:
-    grown = {key: _grow(one.get(key, 0), two.get(key, 0), extra_units) for key in keys_of(one, two)}
+    grown = {key: affine_in_depth(one.get(key, 0), two.get(key, 0), extra_units) for key in keys_of(one, two)}
     return {key: value for key, value in grown.items() if value}
 
 
@@ -267,7 +285,7 @@ def _combine(
     base: TimelinePoint, before: TimelinePoint, after: TimelinePoint, units_before: int, units_after: int
 ) -> TimelinePoint:
     """``base`` grown by ``units_before`` steps of ``before - base`` and ``units_after`` of ``after - base``."""
-    return map_figures(lambda b, x, y: b + units_before * (x - b) + units_after * (y - b), base, before, after)
+    return map_figures(_grown_by(units_before, units_after), base, before, after)
 
 
 def map_figures(op: Callable[..., int], first: TimelinePoint, *others: TimelinePoint) -> TimelinePoint:

@@ -41,7 +41,7 @@ import torch
 from ..model.plan import CP, Role
 from ..results import LayerResult, MemoryResult, TimelinePoint
 from ..spec import RunSpec
-from .fold import NotDerivable, SimulatedStep
+from .fold import NotDerivable, SimulatedStep, affine_in_depth
 from .memory_meters import HOST, tracker_breakdown
 from .opcount import NotCombinable, StretchWork, combine
 from .probe import region_for
@@ -460,14 +460,10 @@ class _DepthFit:
         low, high = min(self._work), max(self._work)
         stretches = [self._work[at].get((kind, micro_batch), {}) for at in (low, high)]
 
-        def grown(at_low: int, at_high: int) -> int:
-            change = (at_high - at_low) * (depth - low)
-            if change % (high - low):
-                raise NotCombinable("a count or a cost does not grow by whole units with the depth")
-            return at_low + change // (high - low)
-
         try:
-            return combine(grown, *stretches)
+            return combine(
+                lambda at_low, at_high: affine_in_depth(at_low, at_high, depth - low, high - low), *stretches
+            )
         except NotCombinable as exc:
             raise NotDerivable(str(exc)) from exc
 
@@ -501,10 +497,10 @@ def _between(low: Any, high: Any, steps: int, span: int) -> Any:
     if isinstance(low, dict):
         moved = {key: _between(*_pair(low, high, key), steps, span) for key in dict.fromkeys([*low, *high])}
         return {key: value for key, value in moved.items() if value}
-    change = (high - low) * steps
-    if change % span:
-        raise NotDerivable("a figure that grows with the depth does not grow by whole bytes")
-    return low + change // span
+    try:
+        return affine_in_depth(low, high, steps, span)
+    except NotCombinable as exc:
+        raise NotDerivable("a figure that grows with the depth does not grow by whole bytes") from exc
 
 
 def _pair(low: dict, high: dict, key: Any) -> tuple[Any, Any]:
