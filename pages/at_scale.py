@@ -27,10 +27,10 @@ from ckptlab.lab import scalepage
 from ckptlab.lab.labpage import folder_info
 from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
 from ckptlab.lab.query import gpus_from_query, spec_from_query
-from ckptlab.lab.scalejob import SIMULATIONS, LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
+from ckptlab.lab.scalejob import LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.scalepage import CUSTOM, DEFAULT
 from ckptlab.lab.server import ServerPolicy
-from ckptlab.lab.store import ResultStore
+from ckptlab.lab.store import SIMULATIONS, ResultStore
 from ckptlab.lab.targets import spec_targets
 from ckptlab.model import hub
 from ckptlab.model.catalog import ModelInfo
@@ -110,7 +110,7 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
 
 
 def simulation_cache() -> ResultStore[RunSpec, RunResult]:
-    """Simulations by spec, shared by every session (``scalejob.SIMULATIONS``, bounded)."""
+    """Simulations by spec, shared by every session (``store.SIMULATIONS``, bounded)."""
     return SIMULATIONS
 
 

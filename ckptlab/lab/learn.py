@@ -26,7 +26,6 @@ from transformers import PreTrainedModel
 
 from ..alloc_conf import EXPANDABLE
 from ..explore.device import SegmentsOverTime, segments_over_time
-from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.quantize import QLORA
@@ -34,8 +33,10 @@ from ..results import RunResult, memory_of
 from ..spec import RunSpec
 from ..step.simulate import simulate
 from ..step.stopping import DONE, Progress
+from ..step.table import simulate_table
 from . import exercises
 from .run import ModelKey, build_for_key, reference_spec
+from .store import SIMULATIONS, ResultStore, json_bytes
 from .workers import WorkerPool
 
 _lock = threading.Lock()
@@ -136,9 +137,6 @@ SHARDING = RunSpec(
 SHARDING_GPUS = (1, 2, 4)  # world sizes; past one, FSDP2 on a fake process group (rank 0's memory)
 SHARDING_PARTS = ("parameter", "gradient", "optimizer_state", "activation")  # what the lesson's figure draws
 
-_simulated: dict[RunSpec, RunResult] = {}  # process-wide: every participant of a workshop sees the same simulations
-_simulated_lock = threading.Lock()
-
 
 @dataclass(frozen=True)
 class ShardingBar:
@@ -208,7 +206,7 @@ def sharding_idea(
         SpecError, ModelLoadError: a bad ``base``.
     """
     specs = sharding_specs(base, gpus)
-    results = _simulated_all(specs, progress, workers)
+    results = simulated(specs, progress, workers)
     bars = [ShardingBar(spec, per_gpu_parts(results[spec]), results[spec]) for spec in specs]
     by_config = {(b.spec.world_size, b.spec.every_n_layers): b for b in bars}
     off_one, off_most, on_one = by_config[min(gpus), None], by_config[max(gpus), None], by_config[min(gpus), 1]
@@ -223,27 +221,25 @@ def sharding_idea(
     )
 
 
-def _simulated_all(
-    specs: Sequence[RunSpec], progress: Progress | None, workers: WorkerPool | None
+def simulated(
+    specs: Sequence[RunSpec], progress: Progress | None = None, workers: WorkerPool | None = None
 ) -> dict[RunSpec, RunResult]:
-    """Each of ``specs`` simulated (or reused: kept for the process), in this thread or ``workers``' process."""
+    """Each of ``specs`` simulated, in this thread or ``workers``' process, or reused from the server's bounded
+    store of simulations (:data:`ckptlab.lab.store.SIMULATIONS`: every participant of a workshop sees the same).
+
+    Those the store lacks are simulated as one table (:func:`ckptlab.step.table.simulate_table`): the settings of
+    one model and shape (checkpointing off and on) share their shallow steps.
+    """
     report = progress or (lambda message, fraction: None)
-    results: dict[RunSpec, RunResult] = {}
-    for index, spec in enumerate(specs):
-        with _simulated_lock:
-            known = _simulated.get(spec)
-        if known is None:
-
-            def progress_here(message: Fact, fraction: float, i: int = index) -> None:
-                report(message, (i + fraction) / len(specs))
-
-            if workers is None:
-                known = simulate(spec, progress=progress_here)
-            else:
-                known = workers.run("ckptlab.lab.workerjobs:simulate_spec", spec, progress=progress_here)
-            with _simulated_lock:
-                _simulated[spec] = known
-        results[spec] = known
+    results = {spec: known for spec in specs if (known := SIMULATIONS.get(spec)) is not None}
+    missing = [spec for spec in specs if spec not in results]
+    if missing:
+        if workers is None:
+            made = simulate_table(missing, progress=report)
+        else:
+            made = workers.run("ckptlab.lab.workerjobs:simulate_specs", missing, progress=report)
+        for spec, result in zip(missing, made, strict=True):
+            results[spec] = SIMULATIONS.put(spec, result)
     report(DONE, 1.0)
     return results
 
@@ -290,7 +286,7 @@ def qlora_idea(
         SpecError, ModelLoadError: a bad ``base`` (bitsandbytes missing among them: its pip line).
     """
     specs = qlora_specs(base)
-    results = _simulated_all(specs, progress, workers)
+    results = simulated(specs, progress, workers)
     bars = [ShardingBar(spec, per_gpu_parts(results[spec]), results[spec]) for spec in specs]
     logits = memory_of(results[specs[2]]).logits_bytes_at_peak or 0
     return QloraIdea(bars=bars, logits_bytes=logits)
@@ -324,17 +320,17 @@ def allocator_idea(
     Raises:
         SpecError, ModelLoadError: a bad ``base``.
     """
-    with _simulated_lock:
-        result = _recorded.get(base)
+    result = _recorded.get(base)
     if result is None:
         report = progress or (lambda message, fraction: None)
         if workers is None:
             result = simulate(base, progress=report, allocations=True)
         else:
             result = workers.run("ckptlab.lab.workerjobs:simulate_allocations", base, progress=report)
-        with _simulated_lock:
-            _recorded[base] = result
+        result = _recorded.put(base, result)
     return AllocatorIdea(result, segments_over_time(result, ""), segments_over_time(result, EXPANDABLE))
 
 
-_recorded: dict[RunSpec, RunResult] = {}  # the allocator idea's step, with its order: kept for the process
+# The allocator idea's step, with its order of allocations: kept for the process in a bounded store of its own (the
+# shared SIMULATIONS' results carry no order).
+_recorded: ResultStore[RunSpec, RunResult] = ResultStore(json_bytes)

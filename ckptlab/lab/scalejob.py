@@ -24,7 +24,7 @@ from ..model.catalog import ModelInfo
 from ..results import RunResult
 from ..spec import RunSpec, Setting
 from .jobs import BackgroundJob
-from .store import ResultStore, json_bytes
+from .store import ResultStore
 from .workers import WorkerPool
 
 
@@ -246,11 +246,6 @@ class LongestJob(_SimulationJob):
 
     def _args(self) -> tuple[Any, ...]:
         return (self.request, self.budget_bytes, self.settings, self.gpu)
-
-
-# The At-scale page's simulations by spec, shared by every session: a workshop that asks for the same 8B shape
-# simulates it once. The one bounded store (lab.store).
-SIMULATIONS: ResultStore[RunSpec, RunResult] = ResultStore(json_bytes)
 
 
 def remember(store: ResultStore[RunSpec, RunResult], result: RunResult) -> None:

@@ -2,8 +2,8 @@
 
 A workshop server runs for hours and every participant's run or simulation lands in memory; a store without a bound
 grows until the server is killed (issue 57 found two such caches). Every process-wide cache of results in the app is
-a :class:`ResultStore`: the Lab's measured runs (``lab.run.RESULTS``), the At-scale page's simulations
-(``lab.scalejob.SIMULATIONS``). A result's bytes are counted as its JSON's length (:func:`json_bytes`): a result is
+a :class:`ResultStore`: the Lab's measured runs (``lab.run.RESULTS``), the simulations of the At-scale page and of
+the lesson's simulated ideas (:data:`SIMULATIONS`). A result's bytes are counted as its JSON's length (:func:`json_bytes`): a result is
 numbers and short texts, so its JSON is within a small factor of what Python holds for it, and it is the same figure
 on every machine.
 """
@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from ..results import RunResult
+from ..spec import RunSpec
 from ..units import MIB
 
 K = TypeVar("K", bound=Hashable)
@@ -82,3 +84,8 @@ class ResultStore(Mapping[K, V], Generic[K, V]):
         with self._lock:
             self._items.clear()
             self._bytes = 0
+
+
+# Every simulation by its spec, shared by every session and page (the At-scale page's, the lesson's ideas): a
+# workshop that asks for the same shape simulates it once.
+SIMULATIONS: ResultStore[RunSpec, RunResult] = ResultStore(json_bytes)

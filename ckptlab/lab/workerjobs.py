@@ -23,7 +23,7 @@ from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
-from ..step.simulate import simulate
+from ..step.table import simulate_table
 from .run import ModelKey, build_for_key, give_back_memory, model_key
 from .workers import JobContext
 
@@ -126,9 +126,10 @@ def describe_model(context: JobContext, name: str) -> ModelInfo:
     return describe(name)
 
 
-def simulate_spec(context: JobContext, spec: RunSpec) -> RunResult:
-    """:func:`ckptlab.simulate` of ``spec``, reporting progress."""
-    return simulate(spec, progress=context.progress)
+def simulate_specs(context: JobContext, specs: list[RunSpec]) -> list[RunResult]:
+    """:func:`ckptlab.step.table.simulate_table` of ``specs`` (one computation where they share a model and shape),
+    reporting progress."""
+    return simulate_table(specs, progress=context.progress)
 
 
 def simulate_allocations(context: JobContext, spec: RunSpec) -> RunResult:
