@@ -13,11 +13,25 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from ckptlab.step import torch_workarounds
 from ckptlab.step.torch_workarounds import LeanMemTracker
 
-# Each workaround -> the torch (major.minor) it was written for and last checked against. On a new torch: read
-# torch's code the workaround relies on, run tests/step/test_memory_meters.py, then set the version here.
+# Each workaround -> where it lives, and the torch (major.minor) it was written for and last checked against. On a
+# new torch: read torch's code the workaround relies on, run the tests of the module it lives in, then set the version
+# here. The lab's own module of torch internals is step/torch_workarounds.py; two stand-ins live beside the code they
+# serve: the simulation's (installed and restored as one set with transformers', under one count) and peft's on fake
+# tensors (ckptlab.model, a layer below ckptlab.step).
 WRITTEN_FOR = {
-    "LeanMemTracker (overrides MemTracker's private methods, reads its private fields)": "2.13",
-    "removing_mod_tracker_grad_hooks (replaces mod_tracker.register_multi_grad_hook)": "2.13",
+    "LeanMemTracker (overrides MemTracker's private methods, reads its private fields)": (
+        "ckptlab/step/torch_workarounds.py",
+        "2.13",
+    ),
+    "removing_mod_tracker_grad_hooks (replaces mod_tracker.register_multi_grad_hook)": (
+        "ckptlab/step/torch_workarounds.py",
+        "2.13",
+    ),
+    "the simulation's torch.nn.functional.dropout and DTensor _sharding_prop.detect_fake_mode": (
+        "ckptlab/step/simulate.py",
+        "2.13",
+    ),
+    "nn.Module.to while peft adapts a model on fake tensors (_fake_safe)": ("ckptlab/model/lora.py", "2.13"),
 }
 
 # The private methods of MemTracker that LeanMemTracker overrides, and the private fields it reads.
@@ -31,10 +45,10 @@ def _major_minor(version: str) -> str:
 
 @pytest.mark.parametrize("workaround", sorted(WRITTEN_FOR))
 def test_each_workaround_was_written_for_the_installed_torch(workaround):
-    written_for, installed = WRITTEN_FOR[workaround], _major_minor(torch.__version__)
+    (where, written_for), installed = WRITTEN_FOR[workaround], _major_minor(torch.__version__)
     assert installed == written_for, (
-        f"torch is {torch.__version__}, and {workaround} in ckptlab/step/torch_workarounds.py was written for torch "
-        f"{written_for}: re-check it against this torch, then set its version in {__file__}"
+        f"torch is {torch.__version__}, and {workaround} in {where} was written for torch {written_for}: "
+        f"re-check it against this torch, then set its version in {__file__}"
     )
 
 
