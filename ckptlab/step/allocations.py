@@ -227,7 +227,7 @@ def _target(segment: _Segment, offset: int, width: int, repeat: int, middle_unit
         return _affine(t1, t2, t3, middle_units)
     first, again = ~segment.events[3][offset], ~segment.events[3][width + offset]
     base = ~segment.events[2][offset]
-    return base + (first - base) * (middle_units - 2) + (again - first) * repeat
+    return affine_in_depth(base, first, middle_units - 2) + (again - first) * repeat
 
 
 def _check_frees(events: Sequence[int]) -> None:
