@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ckptlab.lab import classroom, exercises, forged, learnpage
+from ckptlab.lab import classroom, exercises, forged, lesson_view
 from ckptlab.lab.classroom import Round
 from ckptlab.lab.exercises import EXERCISES, Exercise, explain, time_judgement
 from ckptlab.model.plan import planned_roles
@@ -56,7 +56,7 @@ def measured_runs(exercise: Exercise, lang: str, wait: bool = False) -> dict[int
     results = measured(exercise.specs(), lang, wait=wait)
     if results is None:
         st.stop()  # the progress or the message is shown
-    runs = learnpage.exercise_runs(exercise, results)
+    runs = lesson_view.exercise_runs(exercise, results)
     failed = [run for run in runs.values() if run.status != "ok"]
     if failed:
         st.error(run_message(failed[0], lang))

@@ -9,7 +9,7 @@ progress bar, then draw the core's figures from what is kept in the session (``a
 the verdict's, until the person picks another). Past one GPU each
 setting is simulated under FSDP2 (rank 0's memory). Changing the GPU or the budget only redraws.
 The shape lives in the URL, so a link restores it; nothing heavy runs before a button.
-Words, rows and verdicts come from :mod:`ckptlab.lab.scalepage`.
+Words, rows and verdicts come from :mod:`ckptlab.lab.at_scale_view`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from ckptlab.explore.budget import BUDGET_BOX_GIB, GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.longest import LongestTable
 from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
-from ckptlab.lab import scalepage
-from ckptlab.lab.labpage import folder_info
+from ckptlab.lab import at_scale_view
+from ckptlab.lab.at_scale_view import CUSTOM, DEFAULT
+from ckptlab.lab.lab_view import folder_info
 from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
 from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
-from ckptlab.lab.scalepage import CUSTOM, DEFAULT
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.store import SIMULATIONS, ResultStore
 from ckptlab.lab.targets import spec_targets
@@ -64,12 +64,12 @@ run_through_app()
 lang = language()
 # Every word the page shows is in ckptlab/locales/<lang>.json under "at_scale." (and "scale_figures." for the charts).
 policy, _ = server_policy()  # the lab page shows a bad setting; here the safe default applies quietly
-WIDGETS = scalepage.WIDGETS
+WIDGETS = at_scale_view.WIDGETS
 
 
 # The shape's keys in a link (gpu= aside): those of the fields the page shows (ckptlab.lab.widgets), the step box's
 # among them.
-LINK_KEYS = scalepage.LINK_KEYS
+LINK_KEYS = at_scale_view.LINK_KEYS
 
 
 def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
@@ -94,15 +94,15 @@ def load_widgets(policy: ServerPolicy, lang: str) -> list[str]:
         warnings.append(why_not)
         spec = replace(spec, model=DEFAULT.model)
     tiny = spec.model in infos and infos[spec.model].cpu_ok
-    state.update(scalepage.widget_values(spec, folder, tiny, hub_name))
-    state.at_scale_selective, unknown = scalepage.policies_from_link(params.get("selective", ""))
+    state.update(at_scale_view.widget_values(spec, folder, tiny, hub_name))
+    state.at_scale_selective, unknown = at_scale_view.policies_from_link(params.get("selective", ""))
     if unknown:
         warnings.append(t("at_scale.selective_unknown", lang, names=Literal(", ".join(unknown))))
     gpu = params.get("gpu", "").strip()
     if gpu:
-        chosen = scalepage.gpu_from_link(gpu)
+        chosen = at_scale_view.gpu_from_link(gpu)
         if chosen is None:
-            warnings.append(t("at_scale.gpu_unknown", lang, gpu=Literal(gpu), default=scalepage.DEFAULT_GPU))
+            warnings.append(t("at_scale.gpu_unknown", lang, gpu=Literal(gpu), default=at_scale_view.DEFAULT_GPU))
         else:
             state.at_scale_gpu, state.at_scale_budget_gib, clamped = chosen
             warnings += [say(as_text(fact), lang) for fact in clamped]
@@ -130,7 +130,7 @@ def draw_buttons(
 
     def job(kind: str) -> ScaleJob | SearchJob | LongestJob:
         """Every setting simulated, the fewest GPUs that fit looked for (``kind`` "search") or the longest sequence
-        per setting (``kind`` "longest", :func:`scalepage.longest_settings`) on a thread; :func:`poll_job` polls."""
+        per setting (``kind`` "longest", :func:`at_scale_view.longest_settings`) on a thread; :func:`poll_job` polls."""
         cache = simulation_cache()
         how = {
             "known": cache,
@@ -145,7 +145,7 @@ def draw_buttons(
         if kind == "search":
             return SearchJob(replace(request, world_size=1), budget, gpu=named, **how)
         if kind == "longest":
-            return LongestJob(request, budget, settings=scalepage.longest_settings(request), gpu=named, **how)
+            return LongestJob(request, budget, settings=at_scale_view.longest_settings(request), gpu=named, **how)
         return ScaleJob(request, budget_bytes=budget, gpu=named, **how)
 
     starts = [
@@ -162,17 +162,17 @@ def draw_buttons(
 def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_label: str, lang: str) -> None:
     """The GPU search's answer, and the launch and model code for it when something fits."""
     st.subheader(t("at_scale.search_header", lang), anchor=False)
-    if not scalepage.search_is_for(found, request, budget):
+    if not at_scale_view.search_is_for(found, request, budget):
         st.info(t("at_scale.search_changed", lang))
-    answer = scalepage.search_verdict(found, budget_label, lang)
+    answer = at_scale_view.search_verdict(found, budget_label, lang)
     getattr(st, answer.kind)(answer.text)
     code = found.code()
     if code is not None:
         launch, setup = st.columns(2)
         launch.caption(t("at_scale.code_launch", lang))
-        launch.code(scalepage.launch_code(code, lang), language="bash", wrap_lines=True)
+        launch.code(at_scale_view.launch_code(code, lang), language="bash", wrap_lines=True)
         if found.gpus > 1:  # on one GPU the model's box ends with these TrainingArguments (ckptlab.step.code)
-            launch.caption(t("at_scale.code_trainer", lang, **scalepage.trainer_versions()))
+            launch.caption(t("at_scale.code_trainer", lang, **at_scale_view.trainer_versions()))
             launch.code(code.trainer_code, language="python", wrap_lines=True)
         setup.caption(t("at_scale.code_model", lang) if found.gpus == 1 else t("at_scale.code_fsdp", lang))
         setup.code(code.model_code, language="python", wrap_lines=True)
@@ -181,17 +181,17 @@ def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_lab
 def draw_longest(found: LongestTable, request: ScaleRequest, budget: int, budget_label: str, lang: str) -> None:
     """The longest-sequence search's answer: which setting reaches the longest, and its table per setting."""
     st.subheader(t("at_scale.longest_header", lang), anchor=False)
-    if not scalepage.longest_is_for(found, request, budget):
+    if not at_scale_view.longest_is_for(found, request, budget):
         st.info(t("at_scale.longest_changed", lang))
     if found.cancelled:
         st.warning(t("at_scale.longest_stopped", lang, done=len(found.rows), total=len(found.settings)))
     if not found.rows:
         return
-    answer = scalepage.longest_verdict(found, budget, budget_label, lang)
+    answer = at_scale_view.longest_verdict(found, budget, budget_label, lang)
     getattr(st, answer.kind)(answer.text)
-    st.caption(scalepage.longest_summary(found, lang))
-    rows = scalepage.longest_rows(found, lang)
-    st.dataframe(rows, hide_index=True, key="at_scale_longest_view", height=scalepage.table_height(len(rows)))
+    st.caption(at_scale_view.longest_summary(found, lang))
+    rows = at_scale_view.longest_rows(found, lang)
+    st.dataframe(rows, hide_index=True, key="at_scale_longest_view", height=at_scale_view.table_height(len(rows)))
 
 
 def float32_under_bf16() -> None:
@@ -208,9 +208,9 @@ def draw_table(
 ) -> None:
     """The verdict, the peak and resident figures, one setting's diagram and the table; raises if drawing fails."""
     state = st.session_state
-    verdict = scalepage.verdict(table, budget, budget_label, lang)
+    verdict = at_scale_view.verdict(table, budget, budget_label, lang)
     getattr(st, verdict.kind)(verdict.text)
-    if scalepage.float32_under_mixed(
+    if at_scale_view.float32_under_mixed(
         state
     ):  # the verdict assumed half-precision weights: Trainer's usual, a click away
         st.button(t("at_scale.try_float32_mixed", lang), key="at_scale_try_mixed", on_click=float32_under_bf16)
@@ -223,7 +223,7 @@ def draw_table(
         state.at_scale_show = Setting.of(pick.spec).key
     selected = next(setting for setting in table.settings if setting.key == state.at_scale_show)
 
-    st.subheader(scalepage.peak_header(table.request.world_size, lang), anchor=False)
+    st.subheader(at_scale_view.peak_header(table.request.world_size, lang), anchor=False)
     st.plotly_chart(
         scale_peak_figure(table, budget, budget_label, selected=selected, lang=lang), key="at_scale_peak", theme=None
     )
@@ -241,8 +241,8 @@ def draw_table(
     st.plotly_chart(shown_diagram, key="at_scale_diagram", theme=None)
 
     st.subheader(t("at_scale.table_header", lang), anchor=False)
-    rows = scalepage.rows(table, budget, budget_label, lang)
-    st.dataframe(rows, hide_index=True, key="at_scale_table_view", height=scalepage.table_height(len(rows)))
+    rows = at_scale_view.rows(table, budget, budget_label, lang)
+    st.dataframe(rows, hide_index=True, key="at_scale_table_view", height=at_scale_view.table_height(len(rows)))
 
 
 state = st.session_state
@@ -290,7 +290,7 @@ with st.sidebar:
         )
     st.multiselect(
         t("selective.scale_label", lang),
-        scalepage.OFFERED_POLICIES,
+        at_scale_view.OFFERED_POLICIES,
         key="at_scale_selective",
         format_func=lambda policy: t(f"selective.policy_{policy}", lang),
         placeholder=t("selective.scale_placeholder", lang),
@@ -330,7 +330,7 @@ elif state.at_scale_model == HUB:
     model = state.at_scale_hub_name.strip()  # fetched below, through the one place a name is resolved
 else:
     model = state.at_scale_model
-budget, budget_label = scalepage.budget(state.at_scale_gpu, state.at_scale_budget_gib, lang)
+budget, budget_label = at_scale_view.budget(state.at_scale_gpu, state.at_scale_budget_gib, lang)
 
 st.title(t("at_scale.title", lang), anchor=False)
 st.markdown(t("at_scale.intro", lang))
@@ -360,14 +360,14 @@ with lora_box:
 lora_targets = spec_targets(state.at_scale_lora_targets, choices, state.at_scale_lora)
 if model:
     # Only this page's keys: others in the link (the language, say) stay as they are.
-    for name, value in scalepage.query(state, model, lora_targets).items():
+    for name, value in at_scale_view.query(state, model, lora_targets).items():
         if st.query_params.get(name) != value:
             st.query_params[name] = value
     if "targets" in st.query_params and not lora_targets:
         del st.query_params["targets"]
 state.at_scale_saved = {key: state[key] for key in WIDGETS}
 
-request = scalepage.request_from_widgets(state, model, info.num_layers, lora_targets)
+request = at_scale_view.request_from_widgets(state, model, info.num_layers, lora_targets)
 if request.mixed_precision_via == "fsdp2":  # past one GPU the mixed-precision box means FSDP2's policy
     param_dtype = "bfloat16" if request.mixed_precision == "bf16" else "float16"
     st.sidebar.caption(
@@ -377,13 +377,13 @@ if request.mixed_precision_via == "fsdp2":  # past one GPU the mixed-precision b
 if state.at_scale_lora and not state.at_scale_lora_targets:
     problem = t("training.lora_targets_needed", lang)
 else:
-    problem = scalepage.request_problem(request, info, lang)
+    problem = at_scale_view.request_problem(request, info, lang)
 
 if problem:
     st.error(problem)
 else:
     known = sum(request.spec(setting) in simulation_cache() for setting in request.settings)
-    st.markdown(scalepage.plan_line(request, state.at_scale_every, info.num_layers, known, lang))
+    st.markdown(at_scale_view.plan_line(request, state.at_scale_every, info.num_layers, known, lang))
 
 
 running = draw_buttons(request, budget, info, bool(problem), policy, lang)
@@ -400,7 +400,7 @@ def keep_simulations(snapshot: ScaleJobState) -> None:
 
 def simulation_words(job: ScaleJob | SearchJob | LongestJob, snapshot: ScaleJobState) -> str:
     total = len(job.request.settings) if isinstance(job, ScaleJob) else None  # a search: so many simulated
-    return scalepage.progress_words(len(snapshot.results), total, snapshot.message, snapshot.stop_requested, lang)
+    return at_scale_view.progress_words(len(snapshot.results), total, snapshot.message, snapshot.stop_requested, lang)
 
 
 poll_job("at_scale", running, lang, simulation_words, keep_simulations)
@@ -427,12 +427,12 @@ if table is None:
 
 shown = table.request
 if shown != request:
-    st.info(scalepage.changed_line(shown, lang))
+    st.info(at_scale_view.changed_line(shown, lang))
 if table.cancelled:
     st.warning(t("at_scale.stopped", lang, done=len(table.results), total=len(shown.settings)))
 if not table.results:
     st.stop()
-st.caption(scalepage.summary(table, lang))
+st.caption(at_scale_view.summary(table, lang))
 try:
     draw_table(table, budget, budget_label, lang)
 except Exception as error:  # drawing must never take the page down

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ckptlab.lab import exercises, learnpage
+from ckptlab.lab import exercises, lesson_view
 from ckptlab.lab.exercises import EXERCISES
 from ckptlab.results import RunResult
 from ckptlab.show.figures._style import PAGE_PX
@@ -60,7 +60,7 @@ in_a_round = follow_the_room(lang)  # the instructor's round on top, while one i
 
 # The score is recomputed from the locked-in predictions and the measured runs, in the current language.
 results_now: dict[RunSpec, RunResult] = state.setdefault("learn_results", {})
-outcomes = learnpage.outcomes(EXERCISES, state.exercise_answers, results_now, lang)
+outcomes = lesson_view.outcomes(EXERCISES, state.exercise_answers, results_now, lang)
 scored, possible = exercises.total_points(outcomes)
 with st.sidebar:
     st.header(t("exercises.score_title", lang), anchor=False)

@@ -4,7 +4,7 @@ A flat page: read the widgets, call ``ckptlab.lab.run.run_queued`` once on Run (
 gradient check), then draw the last run (diagram, breakdown, metrics, comparison, notes, downloads) and the code.
 The outcome is kept in the session (``lab_last``, ``lab_error``, ``lab_grads``) for each rerun to draw. The
 settings live in the URL, so a link restores them; nothing heavy runs before Run. Words and numbers come from
-``ckptlab.lab.labpage``; here they are drawn.
+``ckptlab.lab.lab_view``; here they are drawn.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.fact import Fact
-from ckptlab.lab import labpage
+from ckptlab.lab import lab_view
 from ckptlab.lab import run as labrun
 from ckptlab.lab.jobs import Countdown, count_down
 from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
@@ -66,7 +66,7 @@ run_through_app()
 DEVICES = FIELD["device"].offered_choices()
 lang = language()
 policy, policy_problem = server_policy()
-WIDGETS = labpage.WIDGETS
+WIDGETS = lab_view.WIDGETS
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -101,7 +101,7 @@ def load_widgets(devices: tuple[str, ...], policy: ServerPolicy, lang: str) -> N
     if why_not:  # a link to a folder this server does not offer: the default preset
         state.lab_query_warnings = [*state.lab_query_warnings, why_not]
         spec = replace(spec, model=RunSpec().model)
-    state.update(labpage.widget_values(spec, folder, hub_name))
+    state.update(lab_view.widget_values(spec, folder, hub_name))
 
 
 def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -> None:
@@ -179,7 +179,7 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -
             status.update(label=t("lab.run_failed", lang), state="error", expanded=False)
             state.lab_error = (spec, t("lab.run_failed_long", lang), f"{type(error).__name__}: {error}")
             return
-        status.update(label=labpage.status_label(lab, lang), state="complete", expanded=False)
+        status.update(label=lab_view.status_label(lab, lang), state="complete", expanded=False)
         state.lab_last = lab
     if state.get("lab_check_grads") and spec.checkpointing and lab.result.status == "ok":
         _check_gradients(spec, lang)
@@ -211,12 +211,12 @@ def draw_result(lab: LabRun, spec: RunSpec, lang: str) -> None:
     if not draw_measurements(lab, spec, lang):
         return
 
-    said = labpage.offload_box(spec, result, lang)
+    said = lab_view.offload_box(spec, result, lang)
     if said is not None:
         getattr(st, said[0])(said[1])
     if not result.plan_matches:  # decided on the layers' fields; the diagram shows where, the notes the details
         st.error(t("lab.plan_mismatch", lang))
-    for note in labpage.notes_to_show(result):  # what the box above says is left out, in the page's words
+    for note in lab_view.notes_to_show(result):  # what the box above says is left out, in the page's words
         st.caption(say(note, lang))
 
     with st.expander(t("lab.per_layer", lang)):
@@ -232,7 +232,7 @@ def draw_result(lab: LabRun, spec: RunSpec, lang: str) -> None:
         )
 
     download_buttons(
-        labpage.file_stem(result),
+        lab_view.file_stem(result),
         [
             (t("lab.download_json", lang), result.to_json(), "json", "lab_download_json"),
             (t("lab.download_csv", lang), result_csv(result), "csv", "lab_download_csv"),
@@ -281,28 +281,28 @@ def draw_gradients(spec: RunSpec, lang: str) -> None:
     if not found or found[0] != spec:
         return
     _, outcome, problem = found
-    kind, text = labpage.gradients_message(outcome, problem, lang)
+    kind, text = lab_view.gradients_message(outcome, problem, lang)
     getattr(st, kind)(text)
 
 
 def draw_metrics(lab: LabRun, lang: str) -> None:
     """st.metric figures with deltas against checkpointing off, and what they mean."""
     result, comparison = lab.result, lab.comparison
-    base = labpage.reference_run(lab)
+    base = lab_view.reference_run(lab)
     columns = st.columns(2)
-    for index, metric in enumerate(labpage.metrics(lab, lang)):  # left, right, left, ...
+    for index, metric in enumerate(lab_view.metrics(lab, lang)):  # left, right, left, ...
         columns[index % 2].metric(metric.label, metric.value, **metric.delta, help=metric.help)
-    st.markdown(labpage.peak_line(result.memory, lang))
+    st.markdown(lab_view.peak_line(result.memory, lang))
     if logits_sentence(result.memory, lang):
         st.caption(logits_sentence(result.memory, lang))
     if comparison is not None and base is not None:
-        st.markdown(labpage.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, lang))
-        freed = labpage.freed_sentence(result.memory, base.memory, comparison, lang)
+        st.markdown(lab_view.time_sentence(comparison, MIN_SAMPLES_TO_JUDGE, lang))
+        freed = lab_view.freed_sentence(result.memory, base.memory, comparison, lang)
         if freed:
             st.markdown(freed)
     if lab.reference is not None and lab.reference.result.status != "ok":
         st.warning(t("lab.baseline_no_fit", lang, message=run_message(lab.reference.result, lang)))
-    st.caption(labpage.medians_caption(result, lang))
+    st.caption(lab_view.medians_caption(result, lang))
 
 
 def draw_measurements(lab: LabRun, spec: RunSpec, lang: str) -> bool:
@@ -310,8 +310,8 @@ def draw_measurements(lab: LabRun, spec: RunSpec, lang: str) -> bool:
     result = lab.result
     base = lab.reference.result if lab.reference else None
     if result.spec != spec:
-        st.info(labpage.settings_changed(result, lang))
-    when = t("lab.reused_at" if lab.run.reused else "lab.measured_at", lang, clock=labpage.clock(lab.run))
+        st.info(lab_view.settings_changed(result, lang))
+    when = t("lab.reused_at" if lab.run.reused else "lab.measured_at", lang, clock=lab_view.clock(lab.run))
     st.caption(f"{provenance_label(result.provenance, lang)} · {when}")
     busy = timing_busy_message(result.timing, lang) or (base is not None and timing_busy_message(base.timing, lang))
     if busy:
@@ -350,12 +350,12 @@ def draw_measurements(lab: LabRun, spec: RunSpec, lang: str) -> bool:
 
 def draw_selective(lab: LabRun, lang: str) -> None:
     """With a selective policy: what it kept (observed), and the run beside plain checkpointing and off."""
-    line = labpage.kept_line(lab.result, lang)
+    line = lab_view.kept_line(lab.result, lang)
     if not line:
         return
     st.subheader(t("selective.title", lang), anchor=False)
     st.markdown(line)
-    rows = labpage.selective_rows(lab, lang)
+    rows = lab_view.selective_rows(lab, lang)
     if rows:
         st.dataframe(rows, hide_index=True, key="lab_selective_table")
         st.caption(t("selective.table_caption", lang, provenance=provenance_label(lab.result.provenance, lang)))
@@ -366,7 +366,7 @@ def draw_selective(lab: LabRun, lang: str) -> None:
 state = st.session_state
 # A value no box of this page could send (forged over the websocket) is dropped before anything reads it: the box is
 # filled again from the link, and the page says so in one line.
-refused = refuse_forged(labpage.widget_checks(list(preset_infos())), lang)
+refused = refuse_forged(lab_view.widget_checks(list(preset_infos())), lang)
 if any(key not in state for key in WIDGETS):
     load_widgets(DEVICES, policy, lang)  # first run of this session, or back from another page (widgets dropped)
 if refused:
@@ -393,7 +393,7 @@ elif state.lab_model == HUB and not model_name:
 elif state.lab_model == HUB and hub_name_problem(model_name, lang):
     model_problem = hub_name_problem(model_name, lang)
 elif model_name:
-    info, model_problem = labpage.folder_info(model_name, lang, policy)  # described in a worker, under its cap
+    info, model_problem = lab_view.folder_info(model_name, lang, policy)  # described in a worker, under its cap
 num_layers = info.num_layers if info else max(2, state.lab_n)
 if state.lab_n > num_layers:
     warning = t("lab.n_lowered", lang, layers=num_layers, model=model_name)
@@ -403,7 +403,7 @@ if state.lab_n > num_layers:
 choices = lora_choices(model_name) if info is not None else []
 unknown = settle_lora_targets("lab", model_name, choices)
 if unknown:  # names from the link this model does not have
-    warning = labpage.unknown_targets_warning(unknown, model_name, choices, lang)
+    warning = lab_view.unknown_targets_warning(unknown, model_name, choices, lang)
     state.lab_query_warnings = [*state.get("lab_query_warnings", []), warning]
 
 with st.sidebar:
@@ -445,7 +445,7 @@ with st.sidebar:
         t("selective.label", lang),
         SELECTIVE_CHOICES,
         key="lab_selective",
-        format_func=lambda policy: labpage.policy_label(policy, lang),
+        format_func=lambda policy: lab_view.policy_label(policy, lang),
         disabled=not state.lab_ckpt,
         help=t("selective.help", lang),
     )
@@ -462,7 +462,9 @@ with st.sidebar:
         st.number_input(t("lab.repeats", lang), **offered("repeats"), key="lab_repeats")
         st.number_input(t("lab.warmup", lang), **offered("warmup"), key="lab_warmup")
 
-spec = labpage.spec_from_widgets(state, model_name or "", spec_targets(state.lab_lora_targets, choices, state.lab_lora))
+spec = lab_view.spec_from_widgets(
+    state, model_name or "", spec_targets(state.lab_lora_targets, choices, state.lab_lora)
+)
 state.lab_saved = spec
 # The page owns its settings' keys in the URL; app.py owns ?lang=, which stays.
 wanted = {**spec_to_query(spec), **({"lang": st.query_params["lang"]} if "lang" in st.query_params else {})}
@@ -481,16 +483,16 @@ if model_problem:
 if experts_caption(info, lang):
     st.caption(experts_caption(info, lang))
 
-problem, on_cpu = labpage.problem_with(spec, info, policy, lang)
+problem, on_cpu = lab_view.problem_with(spec, info, policy, lang)
 if problem:
     st.error(problem)
 elif on_cpu and not info.cpu_ok:
-    st.warning(labpage.cpu_warning(spec, info, lang))
-if not problem and (slow := labpage.autocast_warning(spec, on_cpu, lang)):
+    st.warning(lab_view.cpu_warning(spec, info, lang))
+if not problem and (slow := lab_view.autocast_warning(spec, on_cpu, lang)):
     st.warning(slow)
 
 head, button = st.columns([5, 1], vertical_alignment="center")
-head.markdown(labpage.head_line(spec, lang))
+head.markdown(lab_view.head_line(spec, lang))
 pressed = button.button(t("lab.run", lang), type="primary", key="lab_run", disabled=bool(problem), width="stretch")
 if pressed and not problem:  # a disabled button is the browser's word; the server checks again
     run_and_keep(spec, cached_model, policy, lang)

@@ -16,7 +16,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 import ckptlab
-from ckptlab.lab import learn, learnpage
+from ckptlab.lab import learn, lesson_view
 from ckptlab.results import RunResult
 from ckptlab.show.figures.allocator import segments_figure
 from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
@@ -115,17 +115,17 @@ def draw_step_through(run_at: Callable[[int | None], RunResult], lang: str) -> N
             t("lesson.step.slider", lang),
             options=list(range(len(points))),
             key="lesson_step",
-            format_func=lambda i: learnpage.event_option(points, i, lang),
+            format_func=lambda i: lesson_view.event_option(points, i, lang),
         )
         left, right = st.columns(2)
         left.plotly_chart(step_figure(run, index, lang=lang, height=420), key="lesson_step_chart", theme=None)
         right.plotly_chart(
             timeline_figure(run, lang=lang, cursor=index, height=420), key="lesson_step_timeline", theme=None
         )
-        diagram = learnpage.run_diagram(run, lang, focus=focus_of(points[index]), height=230)
+        diagram = lesson_view.run_diagram(run, lang, focus=focus_of(points[index]), height=230)
         st.plotly_chart(diagram, key="lesson_step_diagram", theme=None)
         st.caption(t("lesson.step.legend", lang))
-        st.caption(learnpage.source_caption([run], lang))
+        st.caption(lesson_view.source_caption([run], lang))
 
     stepper()
 
@@ -150,11 +150,11 @@ if part == "activation":
     [off] = need(part)
     figure = figure_column()
     figure.plotly_chart(
-        step_figure(off, learnpage.loss_index(off), lang=lang), key="lesson_activation_chart", theme=None
+        step_figure(off, lesson_view.loss_index(off), lang=lang), key="lesson_activation_chart", theme=None
     )
-    saved = learnpage.saved_bytes(off) / MIB
+    saved = lesson_view.saved_bytes(off) / MIB
     figure.caption(t("lesson.activation.caption", lang, mib=number(saved, ",.1f", lang), layers=len(off.layers)))
-    figure.caption(learnpage.source_caption([off], lang))
+    figure.caption(lesson_view.source_caption([off], lang))
 
 elif part == "trade":
     off, one = need(part)
@@ -171,16 +171,16 @@ elif part == "trade":
             step=number(comparison.step_ratio * 100, ".0f", lang),
         )
     )
-    figure.plotly_chart(learnpage.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
-    figure.caption(learnpage.source_caption([off, one], lang))
+    figure.plotly_chart(lesson_view.run_diagram(one, lang), key="lesson_trade_diagram", theme=None)
+    figure.caption(lesson_view.source_caption([off, one], lang))
 
 elif part == "every_n":
     runs = need(part)  # off, n=1, 2, 3
     figure = figure_column()
-    figure.plotly_chart(learnpage.run_diagram(runs[2], lang), key="lesson_every_n_diagram", theme=None)  # n=2
+    figure.plotly_chart(lesson_view.run_diagram(runs[2], lang), key="lesson_every_n_diagram", theme=None)  # n=2
     figure.plotly_chart(runs_tradeoff_figure(runs, lang=lang), key="lesson_every_n_chart", theme=None)
     figure.caption(t("lesson.every_n.caption", lang))
-    figure.caption(learnpage.source_caption(runs, lang))
+    figure.caption(lesson_view.source_caption(runs, lang))
 
 elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside keeping the attention
     off, plain, kept = need(part)
@@ -192,16 +192,16 @@ elif part == "keep":  # inside a checkpointed layer: plain checkpointing beside 
         (t("lesson.keep.bar_kept", lang), kept),
     ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=380), key="lesson_keep_chart", theme=None)
-    figure.caption(learnpage.keep_caption(plain, kept, lang))
-    figure.caption(learnpage.source_caption([off, plain, kept], lang))
+    figure.caption(lesson_view.keep_caption(plain, kept, lang))
+    figure.caption(lesson_view.source_caption([off, plain, kept], lang))
 
 elif part == "attention":  # eager against SDPA, checkpointing off, at two lengths: the s^2 the fused kernels recompute
     runs = need(part)  # SDPA, eager at the short length, then at the long one
     figure = figure_column()
-    figure.plotly_chart(learnpage.attention_figure(runs, lang), key="lesson_attention_chart", theme=None)
-    figure.caption(learnpage.attention_shown(runs[0], runs[1], lang))
-    figure.caption(learnpage.attention_caption([(runs[0], runs[1]), (runs[2], runs[3])], lang))
-    figure.caption(learnpage.source_caption(runs, lang))
+    figure.plotly_chart(lesson_view.attention_figure(runs, lang), key="lesson_attention_chart", theme=None)
+    figure.caption(lesson_view.attention_shown(runs[0], runs[1], lang))
+    figure.caption(lesson_view.attention_caption([(runs[0], runs[1]), (runs[2], runs[3])], lang))
+    figure.caption(lesson_view.source_caption(runs, lang))
 
 elif part == "offload":
     chosen = need(part)
@@ -215,7 +215,7 @@ elif part == "offload":
             seq=LONG.seq_len,
         )
     )
-    figure.caption(learnpage.source_caption(chosen, lang))
+    figure.caption(lesson_view.source_caption(chosen, lang))
 
 elif part == "peak":
     short_off, short_on, long_off, long_on = need(part)
@@ -238,7 +238,7 @@ elif part == "peak":
             seq_long=LONG.seq_len,
         )
     )
-    st.caption(learnpage.source_caption([short_off, short_on, long_off, long_on], lang))
+    st.caption(lesson_view.source_caption([short_off, short_on, long_off, long_on], lang))
 
 elif part == "shrink":
     full_off, full_on, lora_off, lora_on = need(part)
@@ -251,7 +251,7 @@ elif part == "shrink":
         (t("lesson.shrink.bar_lora", lang, rank=LORA.lora_rank, setting="n=1"), lora_on),
     ]
     figure.plotly_chart(breakdown_figure(bars, lang=lang, height=480), key="lesson_shrink_chart", theme=None)
-    shares = [number(learnpage.activation_share(off) * 100, ".0f", lang) for off in (full_off, lora_off)]
+    shares = [number(lesson_view.activation_share(off) * 100, ".0f", lang) for off in (full_off, lora_off)]
     ratios = [ckptlab.compare(on, off).peak_ratio for on, off in ((full_on, full_off), (lora_on, lora_off))]
     figure.caption(
         t(
@@ -264,7 +264,7 @@ elif part == "shrink":
             lora_share=shares[1],
         )
     )
-    figure.caption(learnpage.source_caption([full_off, full_on, lora_off, lora_on], lang))
+    figure.caption(lesson_view.source_caption([full_off, full_on, lora_off, lora_on], lang))
 
 elif part == "shard":  # simulated (it needs several GPUs), kept for the process: the next participant waits for nothing
     idea = simulated_sharding(lang)
@@ -272,7 +272,7 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
         st.markdown(t("lesson.shard.body", lang))
         st.stop()
     figure = figure_column()
-    labels = learnpage.shard_labels(idea, lang)
+    labels = lesson_view.shard_labels(idea, lang)
     spec = idea.bars[0].spec
     subtitle = t("lesson.shard.subtitle", lang, model=spec.model, seq=number(spec.seq_len, ",", lang))
     figure.plotly_chart(
@@ -280,8 +280,8 @@ elif part == "shard":  # simulated (it needs several GPUs), kept for the process
         key="lesson_shard_chart",
         theme=None,
     )
-    figure.caption(learnpage.shard_caption(idea, lang))
-    figure.caption(learnpage.source_caption([bar.result for bar in idea.bars], lang))
+    figure.caption(lesson_view.shard_caption(idea, lang))
+    figure.caption(lesson_view.source_caption([bar.result for bar in idea.bars], lang))
 
 elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 4 bits shrink the weights alone
     qlora = simulated_qlora(lang)
@@ -294,13 +294,13 @@ elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 
         "lesson.qlora.subtitle", lang, model=spec.model, seq=number(spec.seq_len, ",", lang), rank=spec.lora_rank
     )
     figure.plotly_chart(
-        sharding_figure([(label, b.parts) for label, b in zip(learnpage.qlora_labels(qlora, lang), qlora.bars)],
+        sharding_figure([(label, b.parts) for label, b in zip(lesson_view.qlora_labels(qlora, lang), qlora.bars)],
                         subtitle, lang=lang),
         key="lesson_qlora_chart",
         theme=None,
     )  # fmt: skip
-    figure.caption(learnpage.qlora_caption(qlora, lang))
-    figure.caption(learnpage.source_caption([bar.result for bar in qlora.bars], lang))
+    figure.caption(lesson_view.qlora_caption(qlora, lang))
+    figure.caption(lesson_view.source_caption([bar.result for bar in qlora.bars], lang))
 
 elif part == "allocator":  # simulated, then the caching allocator replayed twice: why nvidia-smi shows more
     allocator = simulated_allocator(lang)
@@ -315,7 +315,7 @@ elif part == "allocator":  # simulated, then the caching allocator replayed twic
         key="lesson_allocator_chart",
         theme=None,
     )
-    figure.caption(learnpage.allocator_caption(allocator, lang))
+    figure.caption(lesson_view.allocator_caption(allocator, lang))
 
 else:  # the step-through
     draw_step_through(lambda n: need(part)[STEP_SETTINGS.index(n)], lang)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ckptlab.lab import learn as learnrun
-from ckptlab.lab import learnpage
+from ckptlab.lab import lesson_view
 from ckptlab.lab.run import reference_spec
 from ckptlab.show.figures.diagram import focus_of
 from ckptlab.show.figures.timeline import peak_cause, timeline_figure
@@ -62,13 +62,13 @@ index = st.select_slider(
     t("timeline.slider", lang),
     options=list(range(len(points))),
     key="timeline_event",
-    format_func=lambda i: learnpage.event_option(points, i, lang),
+    format_func=lambda i: lesson_view.event_option(points, i, lang),
 )
 point = points[index]
 others = [off] if overlay and off is not None and off.status == "ok" else []
 st.plotly_chart(timeline_figure(run, others, lang=lang, cursor=index), key="timeline_chart", theme=None)
 
-now, high = learnpage.above_baseline(run, point)
+now, high = lesson_view.above_baseline(run, point)
 st.markdown(
     t(
         "timeline.at_event",
@@ -78,14 +78,14 @@ st.markdown(
         high=number(high / MIB, ",.1f", lang),
     )
 )
-st.plotly_chart(learnpage.run_diagram(run, lang, focus=focus_of(point)), key="timeline_diagram", theme=None)
+st.plotly_chart(lesson_view.run_diagram(run, lang, focus=focus_of(point)), key="timeline_diagram", theme=None)
 st.caption(t("timeline.diagram_caption", lang))
 
 st.subheader(t("timeline.read_title", lang), anchor=False)
 st.markdown(t("timeline.peak_line", lang, setting=run_label(run, lang), cause=peak_cause(run, lang)))
 if others:
     st.markdown(t("timeline.peak_line", lang, setting=run_label(off, lang), cause=peak_cause(off, lang)))
-bumps = learnpage.bump_line(points, lang)
+bumps = lesson_view.bump_line(points, lang)
 if bumps:
     st.markdown(bumps)
 problems = tl.check_order(points, [layer.enabled for layer in run.layers])

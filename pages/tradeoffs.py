@@ -15,7 +15,7 @@ from ckptlab.explore.accuracy import check_predictions
 from ckptlab.explore.budget import BUDGET_BOX_GIB, GPUS
 from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import OFFLOAD_CHOICES, SweepResult, SweepSpec
-from ckptlab.lab import tradeoffspage
+from ckptlab.lab import tradeoffs_view
 from ckptlab.lab.modelbox import model_caption, model_label
 from ckptlab.lab.query import LORA_RANK_DEFAULT
 from ckptlab.lab.run import build_for_key, model_key
@@ -53,7 +53,7 @@ CUSTOM = "custom budget"
 # The number boxes' first values are RunSpec's defaults, as the one codec writes them (their limits: offered()).
 NUMBER_DEFAULTS = {
     key: value
-    for key, value in tradeoffspage.PAGE.values(RunSpec()).items()
+    for key, value in tradeoffs_view.PAGE.values(RunSpec()).items()
     if key in ("tradeoffs_batch", "tradeoffs_repeats", "tradeoffs_warmup")
 }
 # The custom budget's box in MiB, within the bounds a page's budget box offers (explore.budget, declared in GiB).
@@ -66,7 +66,7 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
     def job() -> SweepJob:
         # The model is built once for the sweep, inside its first device turn, and dropped when the sweep
         # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
-        policy.check(tradeoffspage.longest(spec), preset_infos()[spec.model])
+        policy.check(tradeoffs_view.longest(spec), preset_infos()[spec.model])
         job = SweepJob(
             spec,
             load=lambda run_spec: build_for_key(model_key(run_spec)),
@@ -77,7 +77,7 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
             memory_cap_bytes=policy.memory_cap_bytes,
         )
         # The countdown's start until the sweep's own rows say more: the estimate the page showed before Run.
-        job.predicted_s, measured_pace = tradeoffspage.sweep_estimate(spec)
+        job.predicted_s, measured_pace = tradeoffs_view.sweep_estimate(spec)
         job.predicted_basis = "measured" if measured_pace else "predicted"
         return job
 
@@ -149,7 +149,7 @@ with st.sidebar:
     st.number_input(i18n.t("tradeoffs.repeats", lang), **offered("repeats"), step=1, key="tradeoffs_repeats")
     st.number_input(i18n.t("tradeoffs.warmup", lang), **offered("warmup"), step=1, key="tradeoffs_warmup")
 
-spec = tradeoffspage.spec_from_widgets(state, choices)
+spec = tradeoffs_view.spec_from_widgets(state, choices)
 if not seq_lens:
     st.info(i18n.t("tradeoffs.pick_seq", lang))
     st.stop()
@@ -172,7 +172,7 @@ def live_rows(snapshot: JobState) -> None:
 
 
 def sweep_words(job: SweepJob, snapshot: JobState) -> str:
-    return tradeoffspage.progress_words(snapshot.message, snapshot.stop_requested, lang)
+    return tradeoffs_view.progress_words(snapshot.message, snapshot.stop_requested, lang)
 
 
 poll_job("tradeoffs", running, lang, sweep_words, keep_sweep, live_rows)
@@ -182,7 +182,7 @@ if result is None:
     if running:
         st.stop()  # the fragment above shows the progress
     try:
-        seconds, measured_pace = tradeoffspage.sweep_estimate(spec)
+        seconds, measured_pace = tradeoffs_view.sweep_estimate(spec)
         basis = "measured" if measured_pace else "predicted"
         words = i18n.t("wait.unknown", lang) if seconds is None else estimate_text(seconds, basis, lang, left=False)
         estimate = "\n\n" + i18n.t("wait.sweep_estimate", lang, estimate=words)
@@ -193,7 +193,7 @@ if result is None:
 
 # -- the result ---------------------------------------------------------------------------
 
-st.caption(tradeoffspage.summary(result, lang))
+st.caption(tradeoffs_view.summary(result, lang))
 busy = sweep_busy_message(result, lang)
 if busy:
     st.warning(busy)
@@ -219,7 +219,7 @@ budget_choice = st.selectbox(
 if budget_choice == CUSTOM:
     low_mib, high_mib = BUDGET_BOX_MIB
     # The median peak's budget, inside the box (a box refuses a first value outside its bounds).
-    default_mib = min(max(tradeoffspage.default_budget_mib(result, seq_len), low_mib), high_mib)
+    default_mib = min(max(tradeoffs_view.default_budget_mib(result, seq_len), low_mib), high_mib)
     budget_mib = st.number_input(
         i18n.t("tradeoffs.budget_mib", lang),
         min_value=low_mib,
@@ -238,7 +238,7 @@ st.plotly_chart(sweep_tradeoff_figure(result, seq_len, recommendation, lang=lang
 
 st.subheader(i18n.t("tradeoffs.h_recommendation", lang), anchor=False)
 if recommendation.row is not None:
-    st.success(tradeoffspage.recommended(recommendation, seq_len, lang))
+    st.success(tradeoffs_view.recommended(recommendation, seq_len, lang))
     st.markdown(i18n.say(recommendation.reasons, lang))
     if recommendation.ranked_by == "predicted":
         st.info(i18n.t("tradeoffs.ranked_by_prediction", lang))
@@ -268,7 +268,7 @@ st.subheader(i18n.t("tradeoffs.h_table", lang), anchor=False)
 st.dataframe(sweep_table(result.rows, lang, checks), hide_index=True, key="tradeoffs_table")
 st.caption(i18n.t("tradeoffs.table_caption", lang))
 download_buttons(
-    tradeoffspage.file_stem(result),
+    tradeoffs_view.file_stem(result),
     [
         (i18n.t("tradeoffs.csv", lang), result.to_csv(), "csv", "tradeoffs_csv"),
         (i18n.t("tradeoffs.json", lang), result.to_json(), "json", "tradeoffs_json"),

@@ -232,7 +232,7 @@ def cheapest_that_fits(
         raise SpecError(key="search.bad_budget", value=budget_bytes)
     asked = check_counts(tuple(counts))
     counts = searched_counts(request, asked)
-    quantized_one_gpu = counts != asked  # said with the answer (scalepage.search_verdict)
+    quantized_one_gpu = counts != asked  # said with the answer (at_scale_view.search_verdict)
     info = request.check(info)
     for count in counts:  # LoRA under FSDP is refused here, not halfway through the search
         request.spec(replace(request.settings[0], selective=NONE), count).validate()

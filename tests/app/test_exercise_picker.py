@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptlab.lab import learnpage
+from ckptlab.lab import lesson_view
 from ckptlab.lab.exercises import Outcome
 from pages._room import IDS, exercise_label, picked_id
 from tests.app.sessions import assert_alive, open_page
@@ -20,7 +20,7 @@ from tests.app.sessions import assert_alive, open_page
 def test_next_after_an_answer_takes_the_label_the_browser_kept(lang, monkeypatch):
     first = IDS[0]
     answered = {first: Outcome(predicted=40.0, measured=42.0, points=3, verdict="", explanation="")}
-    monkeypatch.setattr(learnpage, "outcomes", lambda *args: answered)  # the first exercise answered and measured
+    monkeypatch.setattr(lesson_view, "outcomes", lambda *args: answered)  # the first exercise answered and measured
     at = open_page("pages/exercises.py", lang, timeout=30)
     pick = at.selectbox(key="exercise_pick")
     kept = exercise_label(first, lang)  # the label the browser drew before the answer

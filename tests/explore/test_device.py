@@ -100,7 +100,7 @@ def test_the_at_scale_table_decides_on_the_device_total_with_expandable_segments
     """A row whose tensors fit is given its device total under the request's setting, and the same order replayed
     with expandable segments beside it: the page's four columns (reserved and nvidia-smi, each setting)."""
     from ckptlab.explore import scale
-    from ckptlab.lab import scalepage
+    from ckptlab.lab import at_scale_view
 
     class _Table:
         def __init__(self, specs=()):
@@ -118,18 +118,18 @@ def test_the_at_scale_table_decides_on_the_device_total_with_expandable_segments
     row, beside = table.results[0], table.beside["n=1"]
     assert (row.device_total.reserved_bytes, beside.reserved_bytes) == (26 * MIB, 20 * MIB)
     context = GPU_SPECS[GPU].context_bytes
-    columns = list(scalepage.device_columns(row, beside, "en").values())
+    columns = list(at_scale_view.device_columns(row, beside, "en").values())
     assert columns == [round(size / 2**30, 2) for size in (26 * MIB, 26 * MIB + context, 20 * MIB, 20 * MIB + context)]
     assert scale.scale_table(*args).beside == {}  # without a budget: no device totals, as before
 
 
 def test_the_at_scale_link_carries_the_allocator_setting_to_the_request():
-    from ckptlab.lab import scalepage
+    from ckptlab.lab import at_scale_view
 
     spec = RunSpec(alloc_conf="expandable_segments:True")
-    values = {**scalepage.widget_values(spec, "", tiny=True), "at_scale_gpus": 1}
-    assert scalepage.query(values, spec.model, None)["alloc"] == "expandable_segments:True"
-    request = scalepage.request_from_widgets(values, spec.model, 2, None)
+    values = {**at_scale_view.widget_values(spec, "", tiny=True), "at_scale_gpus": 1}
+    assert at_scale_view.query(values, spec.model, None)["alloc"] == "expandable_segments:True"
+    request = at_scale_view.request_from_widgets(values, spec.model, 2, None)
     assert request.spec(Setting(1)).alloc_conf == "expandable_segments:True"
 
 
@@ -183,7 +183,7 @@ def test_segments_over_time_hold_allocated_inside_reserved_and_the_figure_draws_
 def test_the_lessons_caption_says_the_tensors_the_reserved_and_the_cache_in_numbers():
     from ckptlab.explore.device import segments_over_time
     from ckptlab.lab.learn import AllocatorIdea
-    from ckptlab.lab.learnpage import allocator_caption
+    from ckptlab.lab.lesson_view import allocator_caption
 
     step = _step("")
     idea = AllocatorIdea(step, segments_over_time(step, ""), segments_over_time(step, "expandable_segments:True"))  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from ckptlab import RunSpec
-from ckptlab.lab import labpage, tradeoffspage
+from ckptlab.lab import lab_view, tradeoffs_view
 from ckptlab.lab.query import spec_from_query, spec_to_query
 from ckptlab.model.quantize import QLORA
 from ckptlab.step.code import training_code
@@ -16,13 +16,13 @@ from ckptlab.step.code import training_code
 
 def test_the_qlora_choice_round_trips_through_widgets_and_a_link_and_writes_its_code():
     spec = RunSpec(model="tiny-llama", lora_rank=8, quantization=QLORA)
-    values = labpage.widget_values(spec, "")
-    assert values["lab_qlora"] is True and labpage.spec_from_widgets(values, spec.model, None) == spec
-    assert labpage.spec_from_widgets({**values, "lab_lora": False}, spec.model, None).quantization is None
+    values = lab_view.widget_values(spec, "")
+    assert values["lab_qlora"] is True and lab_view.spec_from_widgets(values, spec.model, None) == spec
+    assert lab_view.spec_from_widgets({**values, "lab_lora": False}, spec.model, None).quantization is None
     assert spec_from_query(spec_to_query(spec)) == (spec, [])
     assert spec_from_query({**spec_to_query(spec), "lora": "off"})[0].quantization is None  # adapters only
     assert spec_to_query(RunSpec()).get("qlora") is None  # links without it stay as they were
-    sweep = tradeoffspage.spec_from_widgets(
+    sweep = tradeoffs_view.spec_from_widgets(
         {
             "tradeoffs_model": "tiny-llama", "tradeoffs_seq": [64], "tradeoffs_n": [], "tradeoffs_choose_n": False,
             "tradeoffs_offload": "none", "tradeoffs_batch": 1, "tradeoffs_dtype": "auto", "tradeoffs_repeats": 1,

@@ -117,7 +117,7 @@ def test_a_run_the_limit_would_stop_is_refused_before_it_starts_with_the_line_to
     """Issue 58: qwen3-0.6b, 256 tokens, n=4, offload, under the 300 s limit, was predicted at 27 min, started, and
     was killed at 39%. Its whole Run (warm-up, repeats, memory step, the off reference) is estimated before it
     starts, at the speed tests/conftest.py hands in (no benchmark, no run), and refused with the command line."""
-    from ckptlab.lab import labpage
+    from ckptlab.lab import lab_view
     from ckptlab.lab.run import Pace, ResultCache, run_estimate
 
     policy, cache = ServerPolicy(run_limit_s=300), ResultCache()
@@ -130,7 +130,7 @@ def test_a_run_the_limit_would_stop_is_refused_before_it_starts_with_the_line_to
     assert seconds == round(run_estimate(issue)) > 300 and refused.value.params["limit"] == 300
     # The Lab page says it before Run is pressed (a problem disables its button), in every language.
     for lang in i18n.LANGUAGES:
-        problem, _ = labpage.problem_with(issue, describe("qwen3-0.6b"), policy, lang)
+        problem, _ = lab_view.problem_with(issue, describe("qwen3-0.6b"), policy, lang)
         assert line in problem and i18n.number(seconds, ",", lang) in problem
     # A smaller Run starts, even where tiny Runs (mostly fixed costs) took twenty times their prediction: only Runs
     # of a like size scale an estimate.

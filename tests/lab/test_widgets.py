@@ -13,7 +13,7 @@ from ckptlab import spec_fields
 from ckptlab.cli import build_parser
 from ckptlab.cli.args import argv_from_spec, option_flags, spec_from_args
 from ckptlab.explore.gpu_search import GPU_COUNTS
-from ckptlab.lab import labpage, scalepage, tradeoffspage
+from ckptlab.lab import at_scale_view, lab_view, tradeoffs_view
 from ckptlab.lab.query import gpus_from_query, spec_from_query, spec_to_query
 from ckptlab.lab.targets import settle
 from ckptlab.model.quantize import QLORA
@@ -49,31 +49,35 @@ def _shown(page, spec_or_request) -> dict[str, object]:
 
 
 def _at_scale_values(spec: RunSpec) -> dict[str, object]:
-    return {**scalepage.widget_values(spec, "", tiny=True), "at_scale_gpus": 4, "at_scale_gpu": scalepage.CUSTOM}
+    return {
+        **at_scale_view.widget_values(spec, "", tiny=True),
+        "at_scale_gpus": 4,
+        "at_scale_gpu": at_scale_view.CUSTOM,
+    }
 
 
 @ALL
 def test_the_lab_pages_widgets_give_back_their_spec_and_so_does_its_link(spec):
-    values = labpage.widget_values(spec, "")
-    assert labpage.spec_from_widgets(values, spec.model, spec.lora_targets) == spec
+    values = lab_view.widget_values(spec, "")
+    assert lab_view.spec_from_widgets(values, spec.model, spec.lora_targets) == spec
     assert spec_from_query(spec_to_query(spec)) == (spec, [])  # the page's link (pages/lab.py)
 
 
 @ALL
 def test_the_at_scale_pages_widgets_give_back_their_spec_and_so_does_its_link(spec):
     values = {**_at_scale_values(spec), "at_scale_budget_gib": 24.5, "at_scale_selective": ["attention"]}
-    request = scalepage.request_from_widgets(values, spec.model, 8, spec.lora_targets)
-    assert _shown(scalepage.PAGE, request) == _shown(scalepage.PAGE, spec) and request.world_size == 4
+    request = at_scale_view.request_from_widgets(values, spec.model, 8, spec.lora_targets)
+    assert _shown(at_scale_view.PAGE, request) == _shown(at_scale_view.PAGE, spec) and request.world_size == 4
 
-    link = scalepage.query(values, spec.model, spec.lora_targets)
+    link = at_scale_view.query(values, spec.model, spec.lora_targets)
     # Read back as the page reads it: its fields' keys, then its own (gpus=, gpu=, selective=).
     read, warnings = spec_from_query(
-        {k: v for k, v in link.items() if k in scalepage.LINK_KEYS}, default=scalepage.DEFAULT
+        {k: v for k, v in link.items() if k in at_scale_view.LINK_KEYS}, default=at_scale_view.DEFAULT
     )
-    assert warnings == [] and _shown(scalepage.PAGE, read) == _shown(scalepage.PAGE, spec)
+    assert warnings == [] and _shown(at_scale_view.PAGE, read) == _shown(at_scale_view.PAGE, spec)
     assert gpus_from_query(link["gpus"], GPU_COUNTS) == (4, [])
-    assert scalepage.gpu_from_link(link["gpu"]) == (scalepage.CUSTOM, 24.5, [])
-    assert scalepage.policies_from_link(link["selective"]) == (["attention"], [])
+    assert at_scale_view.gpu_from_link(link["gpu"]) == (at_scale_view.CUSTOM, 24.5, [])
+    assert at_scale_view.policies_from_link(link["selective"]) == (["attention"], [])
 
 
 @ALL
@@ -85,13 +89,13 @@ def test_the_trade_offs_pages_widgets_give_back_their_spec(spec):
         "tradeoffs_offload": "no",
         "tradeoffs_selective": ["none"],
     }
-    values = tradeoffspage.PAGE.values(spec)
+    values = tradeoffs_view.PAGE.values(spec)
     # The page settles the targets box once it has read the model (None: all of its projections).
     values["tradeoffs_lora_targets"] = settle(
         values["tradeoffs_lora_targets"], PROJECTIONS, values["tradeoffs_targets_for"], spec.model
     ).chosen
-    sweep = tradeoffspage.spec_from_widgets({**values, **axes}, PROJECTIONS)
-    assert _shown(tradeoffspage.PAGE, sweep) == _shown(tradeoffspage.PAGE, spec)
+    sweep = tradeoffs_view.spec_from_widgets({**values, **axes}, PROJECTIONS)
+    assert _shown(tradeoffs_view.PAGE, sweep) == _shown(tradeoffs_view.PAGE, spec)
 
 
 def test_a_field_declared_once_reaches_the_flags_the_link_and_every_pages_widgets(monkeypatch):
@@ -117,8 +121,8 @@ def test_a_field_declared_once_reaches_the_flags_the_link_and_every_pages_widget
     assert spec_to_query(spec)["mb"] == "3" and "accum" not in spec_to_query(spec)
     assert spec_from_query({"mb": "3"}) == (spec, [])
 
-    for page in (labpage.PAGE, scalepage.PAGE, tradeoffspage.PAGE):
+    for page in (lab_view.PAGE, at_scale_view.PAGE, tradeoffs_view.PAGE):
         values = page.values(spec)
         assert values[f"{page.prefix}_micro"] == 3 and f"{page.prefix}_accumulation" not in values
         assert page.fields(values)["gradient_accumulation_steps"] == 3
-    assert scalepage.query(_at_scale_values(spec), spec.model, None)["mb"] == "3"
+    assert at_scale_view.query(_at_scale_values(spec), spec.model, None)["mb"] == "3"

@@ -242,13 +242,13 @@ def test_simulating_a_served_copy_of_a_preset_equals_simulating_the_preset_to_th
 
 
 def test_the_pages_hub_entry_takes_only_an_owner_name_and_a_link_restores_it(tmp_path, monkeypatch):
-    from ckptlab.lab import labpage, scalepage
+    from ckptlab.lab import at_scale_view, lab_view
     from ckptlab.lab.modelbox import HUB, hub_name_problem
     from ckptlab.show import i18n
 
     spec = RunSpec(model="Qwen/Qwen3-8B")
-    assert scalepage.widget_values(spec, "", tiny=False, hub_name=spec.model)["at_scale_model"] == HUB
-    values = labpage.widget_values(spec, "", hub_name=spec.model)
+    assert at_scale_view.widget_values(spec, "", tiny=False, hub_name=spec.model)["at_scale_model"] == HUB
+    values = lab_view.widget_values(spec, "", hub_name=spec.model)
     assert (values["lab_model"], values["lab_hub_name"]) == (HUB, "Qwen/Qwen3-8B")
     assert hub_name_problem("Qwen/Qwen3-8B@main", "en") == ""
     (tmp_path / "srv" / "secrets").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The Trade-offs page's words and numbers (ckptlab.lab.tradeoffspage) that the page used to work out itself."""
+"""The Trade-offs page's words and numbers (ckptlab.lab.tradeoffs_view) that the page used to work out itself."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from ckptlab.explore.recommend import recommend
 from ckptlab.explore.sweep import sweep
-from ckptlab.lab import tradeoffspage
+from ckptlab.lab import tradeoffs_view
 from ckptlab.show import i18n
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB, mib
@@ -32,49 +32,49 @@ VALUES = {
 @pytest.fixture(scope="module")
 def result():
     return sweep(
-        tradeoffspage.spec_from_widgets(
+        tradeoffs_view.spec_from_widgets(
             {**VALUES, "tradeoffs_seq": [32], "tradeoffs_choose_n": True, "tradeoffs_n": [1]}, []
         )
     )
 
 
 def test_the_sweep_spec_follows_the_widgets():
-    spec = tradeoffspage.spec_from_widgets(VALUES, ["c_attn", "c_proj"])
+    spec = tradeoffs_view.spec_from_widgets(VALUES, ["c_attn", "c_proj"])
     assert spec.seq_lens == (32, 64) and spec.every_n_layers is None  # every n unless chosen
     assert (spec.lora_rank, spec.lora_targets) == (None, None)
-    chosen = tradeoffspage.spec_from_widgets(
+    chosen = tradeoffs_view.spec_from_widgets(
         {**VALUES, "tradeoffs_choose_n": True, "tradeoffs_lora": True}, ["c_attn", "c_proj"]
     )
     assert chosen.every_n_layers == (1, 4) and (chosen.lora_rank, chosen.lora_targets) == (8, ("c_attn",))
-    no_targets = tradeoffspage.spec_from_widgets({**VALUES, "tradeoffs_lora": True}, [])
+    no_targets = tradeoffs_view.spec_from_widgets({**VALUES, "tradeoffs_lora": True}, [])
     assert no_targets.lora_rank is None  # a model without targets: no LoRA
-    assert tradeoffspage.longest(chosen) == RunSpec(model="tiny-gpt2", seq_len=64, batch_size=1, device="auto")
+    assert tradeoffs_view.longest(chosen) == RunSpec(model="tiny-gpt2", seq_len=64, batch_size=1, device="auto")
 
 
 def test_summary_budget_and_recommendation_words(result):
-    line = tradeoffspage.summary(result, "en")
+    line = tradeoffs_view.summary(result, "en")
     assert result.model in line and f"{len(result.rows)}" in line
     peaks = sorted(row.peak_bytes for row in result.rows_at(32) if row.peak_bytes is not None)
     median = peaks[len(peaks) // 2]
-    budget = tradeoffspage.default_budget_mib(result, 32)
+    budget = tradeoffs_view.default_budget_mib(result, 32)
     # Whole MiB, 5% above the median peak: the median row fits the first budget with room to spare (the bare
     # peak rounded up left "0.1 MiB to spare"; rounded to the nearest, equal peaks fit nowhere).
-    headroom = median * (1 + tradeoffspage.BUDGET_HEADROOM)
+    headroom = median * (1 + tradeoffs_view.BUDGET_HEADROOM)
     assert budget * MIB >= headroom and budget - headroom / MIB < 1 and budget == int(budget)
-    assert tradeoffspage.default_budget_mib(result, 999) == tradeoffspage.DEFAULT_BUDGET_MIB
+    assert tradeoffs_view.default_budget_mib(result, 999) == tradeoffs_view.DEFAULT_BUDGET_MIB
     recommendation = recommend(result.rows, 10**12, seq_len=32)
-    words = tradeoffspage.recommended(recommendation, 32, lang)
+    words = tradeoffs_view.recommended(recommendation, 32, lang)
     assert recommendation.row.setting in words and mib(recommendation.row.peak_bytes) in words
-    assert tradeoffspage.file_stem(result) == "ckptlab-sweep-tiny-gpt2"
+    assert tradeoffs_view.file_stem(result) == "ckptlab-sweep-tiny-gpt2"
 
 
 def test_the_running_sweeps_progress_line_is_said_in_the_pages_language():
     from ckptlab.fact import Fact
 
     line = Fact("progress.sweep_done")
-    assert tradeoffspage.progress_words(line, False, "pt-BR") == "varredura concluída"
-    assert tradeoffspage.progress_words(line, False, "en") == "sweep done"
-    assert tradeoffspage.progress_words(line, True, "ja") == i18n.t("tradeoffs.stopping", "ja")
+    assert tradeoffs_view.progress_words(line, False, "pt-BR") == "varredura concluída"
+    assert tradeoffs_view.progress_words(line, False, "en") == "sweep done"
+    assert tradeoffs_view.progress_words(line, True, "ja") == i18n.t("tradeoffs.stopping", "ja")
 
 
 def test_the_sweeps_estimate_counts_each_row_once_and_says_when_it_is_measured(monkeypatch):
@@ -82,15 +82,15 @@ def test_the_sweeps_estimate_counts_each_row_once_and_says_when_it_is_measured(m
     from ckptlab.lab.run import Pace
 
     pace = Pace()
-    monkeypatch.setattr(tradeoffspage, "PACE", pace)
-    spec = tradeoffspage.spec_from_widgets({**VALUES, "tradeoffs_choose_n": True, "tradeoffs_n": [1]}, [])
-    predicted, measured = tradeoffspage.sweep_estimate(spec)
+    monkeypatch.setattr(tradeoffs_view, "PACE", pace)
+    spec = tradeoffs_view.spec_from_widgets({**VALUES, "tradeoffs_choose_n": True, "tradeoffs_n": [1]}, [])
+    predicted, measured = tradeoffs_view.sweep_estimate(spec)
     rows = [
         spec.run_spec(seq, n, offload, selective=policy, attn_implementation=attention)
-        for seq, n, offload, policy, attention in tradeoffspage.plan_sweep(spec).rows
+        for seq, n, offload, policy, attention in tradeoffs_view.plan_sweep(spec).rows
     ]
     one_run = [labrun.run_estimate(row, alone=True) for row in rows]  # each row once, without a Run's reference
     assert not measured
     assert predicted == pytest.approx(sum(one_run))
     pace.record(rows[-1], 3 * labrun.run_estimate(rows[-1]))  # this server's runs took three times that
-    assert tradeoffspage.sweep_estimate(spec) == (pytest.approx(3 * predicted), True)
+    assert tradeoffs_view.sweep_estimate(spec) == (pytest.approx(3 * predicted), True)

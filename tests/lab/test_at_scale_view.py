@@ -1,4 +1,4 @@
-"""The At-scale page's words and decisions (ckptlab.lab.scalepage) that the page used to work out itself."""
+"""The At-scale page's words and decisions (ckptlab.lab.at_scale_view) that the page used to work out itself."""
 
 from __future__ import annotations
 
@@ -7,80 +7,82 @@ from dataclasses import replace
 import ckptlab
 from ckptlab.explore.gpu_search import SearchCode
 from ckptlab.explore.scale import ScaleRequest, scale_settings
-from ckptlab.lab import scalepage
+from ckptlab.lab import at_scale_view
+from ckptlab.lab.at_scale_view import CUSTOM, DEFAULT, DEFAULT_BUDGET_GIB
 from ckptlab.lab.modelbox import LOCAL
-from ckptlab.lab.scalepage import CUSTOM, DEFAULT, DEFAULT_BUDGET_GIB
 from ckptlab.show import i18n
 from ckptlab.spec import RunSpec
 from ckptlab.units import GIB
 
 
 def test_a_links_gpu_is_a_listed_gpu_a_budget_in_gib_or_nothing():
-    assert scalepage.gpu_from_link("H100 80 GB") == ("H100 80 GB", DEFAULT_BUDGET_GIB, [])
-    assert scalepage.gpu_from_link("h200") == ("H200 141 GB", DEFAULT_BUDGET_GIB, [])
-    assert scalepage.gpu_from_link("24GiB") == (CUSTOM, 24.0, [])
-    assert scalepage.gpu_from_link("0")[:2] == (CUSTOM, 0.01)  # at least 0.01 GiB, and the link is told so
-    clamped = scalepage.gpu_from_link("99999")[2][0]
+    assert at_scale_view.gpu_from_link("H100 80 GB") == ("H100 80 GB", DEFAULT_BUDGET_GIB, [])
+    assert at_scale_view.gpu_from_link("h200") == ("H200 141 GB", DEFAULT_BUDGET_GIB, [])
+    assert at_scale_view.gpu_from_link("24GiB") == (CUSTOM, 24.0, [])
+    assert at_scale_view.gpu_from_link("0")[:2] == (CUSTOM, 0.01)  # at least 0.01 GiB, and the link is told so
+    clamped = at_scale_view.gpu_from_link("99999")[2][0]
     assert (clamped.params["used"], clamped.params["unit"]) == (4096, "GiB")
     # A size as --budget reads it (units.size_in_bytes, the one parser), a bare number in the box's GiB; an exponent,
     # which --budget does not take either, is no budget.
-    assert scalepage.gpu_from_link("512MiB") == (CUSTOM, 0.5, [])
-    assert scalepage.gpu_from_link("1e308") is None
-    assert scalepage.gpu_from_link("a toaster") is None
-    assert scalepage.gpu_from_link("nan") is None and scalepage.gpu_from_link("-inf") is None
+    assert at_scale_view.gpu_from_link("512MiB") == (CUSTOM, 0.5, [])
+    assert at_scale_view.gpu_from_link("1e308") is None
+    assert at_scale_view.gpu_from_link("a toaster") is None
+    assert at_scale_view.gpu_from_link("nan") is None and at_scale_view.gpu_from_link("-inf") is None
 
 
 def test_budgets_in_bytes_and_words():
-    assert scalepage.budget("H100 80 GB", 12.0) == (80 * GIB, "H100 80 GB")
-    assert scalepage.budget(CUSTOM, 12.5) == (int(12.5 * GIB), "12.5 GiB")
-    assert scalepage.budget(CUSTOM, 12.5, "pt-BR") == (int(12.5 * GIB), "12,5 GiB")  # the language's decimal mark
+    assert at_scale_view.budget("H100 80 GB", 12.0) == (80 * GIB, "H100 80 GB")
+    assert at_scale_view.budget(CUSTOM, 12.5) == (int(12.5 * GIB), "12.5 GiB")
+    assert at_scale_view.budget(CUSTOM, 12.5, "pt-BR") == (int(12.5 * GIB), "12,5 GiB")  # the language's decimal mark
 
 
 def _values(**changes) -> dict:
     spec = RunSpec(model="qwen3-8b", seq_len=4096, batch_size=2, dtype="auto", optimizer="adamw", lora_rank=8)
-    return {**scalepage.widget_values(spec, "", tiny=False), "at_scale_gpus": 4, **changes}
+    return {**at_scale_view.widget_values(spec, "", tiny=False), "at_scale_gpus": 4, **changes}
 
 
 def test_widget_values_from_a_link_and_the_link_from_widget_values():
     values = _values()
     assert values["at_scale_dtype"] == DEFAULT.dtype  # "auto" is bf16, as on a GPU
     assert values["at_scale_model"] == "qwen3-8b" and values["at_scale_targets_for"] is None
-    assert not values["at_scale_tiny"] and values["at_scale_gpu"] == scalepage.DEFAULT_GPU
-    assert scalepage.widget_values(DEFAULT, "my-folder", tiny=True)["at_scale_model"] == LOCAL
-    query = scalepage.query(values, "qwen3-8b", ("q_proj",))
+    assert not values["at_scale_tiny"] and values["at_scale_gpu"] == at_scale_view.DEFAULT_GPU
+    assert at_scale_view.widget_values(DEFAULT, "my-folder", tiny=True)["at_scale_model"] == LOCAL
+    query = at_scale_view.query(values, "qwen3-8b", ("q_proj",))
     assert query == {"model": "qwen3-8b", "seq": "4096", "batch": "2", "dtype": "bfloat16", "gpu": "H100 80 GB",
                      "gpus": "4", "opt": "adamw", "lora": "8", "targets": "q_proj"}  # fmt: skip
-    custom = scalepage.query(_values(at_scale_gpu=CUSTOM, at_scale_budget_gib=24.0, at_scale_lora=False), "m", ("q",))
+    custom = at_scale_view.query(
+        _values(at_scale_gpu=CUSTOM, at_scale_budget_gib=24.0, at_scale_lora=False), "m", ("q",)
+    )
     assert custom["gpu"] == "24GiB" and custom["lora"] == "off" and "targets" not in custom
 
 
 def test_the_link_carries_the_selective_policies_and_reads_back_the_ones_the_page_offers():
-    with_policies = scalepage.query(_values(at_scale_selective=["attention", "matmuls"]), "qwen3-8b", None)
+    with_policies = at_scale_view.query(_values(at_scale_selective=["attention", "matmuls"]), "qwen3-8b", None)
     assert with_policies["selective"] == "attention,matmuls"
-    assert "selective" not in scalepage.query(_values(), "qwen3-8b", None)  # plain checkpointing alone: no key
-    assert scalepage.policies_from_link(with_policies["selective"]) == (["attention", "matmuls"], [])
-    assert scalepage.policies_from_link(" matmuls , nonsense,") == (["matmuls"], ["nonsense"])
-    assert scalepage.policies_from_link("") == ([], [])
-    assert "none" not in scalepage.OFFERED_POLICIES and "attention" in scalepage.OFFERED_POLICIES
+    assert "selective" not in at_scale_view.query(_values(), "qwen3-8b", None)  # plain checkpointing alone: no key
+    assert at_scale_view.policies_from_link(with_policies["selective"]) == (["attention", "matmuls"], [])
+    assert at_scale_view.policies_from_link(" matmuls , nonsense,") == (["matmuls"], ["nonsense"])
+    assert at_scale_view.policies_from_link("") == ([], [])
+    assert "none" not in at_scale_view.OFFERED_POLICIES and "attention" in at_scale_view.OFFERED_POLICIES
 
 
 def test_the_request_follows_the_widgets_and_its_problem_is_in_words():
     info = ckptlab.describe("qwen3-8b")
-    request = scalepage.request_from_widgets(_values(), "qwen3-8b", info.num_layers, None)
+    request = at_scale_view.request_from_widgets(_values(), "qwen3-8b", info.num_layers, None)
     assert (request.seq_len, request.batch_size, request.world_size, request.lora_rank) == (4096, 2, 4, 8)
     assert request.settings == tuple(scale_settings(info.num_layers, "distinct", "n=1"))
-    assert "LoRA under FSDP2" in scalepage.request_problem(request, info, "en")  # a problem, in words
-    assert scalepage.request_problem(replace(request, world_size=1), info, "en") == ""
+    assert "LoRA under FSDP2" in at_scale_view.request_problem(request, info, "en")  # a problem, in words
+    assert at_scale_view.request_problem(replace(request, world_size=1), info, "en") == ""
 
 
 def test_the_plan_line_names_a_long_list_by_its_ends_and_counts_what_is_known():
     request = ScaleRequest(model="m", seq_len=128, batch_size=1, dtype="bfloat16",
                            settings=tuple(scale_settings(36, "all", "none")))  # fmt: skip
-    line = scalepage.plan_line(request, "all", 36, known=3, lang="en")
+    line = at_scale_view.plan_line(request, "all", 36, known=3, lang="en")
     assert line.startswith(f"**{len(request.settings)} simulations**: off, n=1, n=2, n=3, …,")
     assert line.endswith(i18n.t("at_scale.plan_known", "en", known=3))
     short = replace(request, settings=request.settings[:2])
-    assert "…" not in scalepage.plan_line(short, "distinct", 36, known=0, lang="en")
+    assert "…" not in at_scale_view.plan_line(short, "distinct", 36, known=0, lang="en")
 
 
 def test_progress_words_and_the_changed_line():
@@ -88,37 +90,39 @@ def test_progress_words_and_the_changed_line():
     from ckptlab.step.stopping import DONE
 
     done = Fact("progress.prefixed", {"prefix": Fact("progress.label", {"label": "n=2"}), "message": DONE})
-    assert scalepage.progress_words(2, 5, done, False, "en") == "Simulating (2 of 5 done): n=2: done"
-    assert scalepage.progress_words(2, None, DONE, False, "en") == i18n.t(
+    assert at_scale_view.progress_words(2, 5, done, False, "en") == "Simulating (2 of 5 done): n=2: done"
+    assert at_scale_view.progress_words(2, None, DONE, False, "en") == i18n.t(
         "at_scale.searching", "en", done=2, message="done"
     )
-    assert scalepage.progress_words(2, 5, done, True, "en") == i18n.t("at_scale.stopping", "en")
+    assert at_scale_view.progress_words(2, 5, done, True, "en") == i18n.t("at_scale.stopping", "en")
     shown = ScaleRequest(model="m", seq_len=8192, batch_size=1, dtype="bfloat16", settings=(), world_size=8)
-    assert "seq 8,192" in scalepage.changed_line(shown, "en") and "8 GPUs" in scalepage.changed_line(shown, "en")
+    assert "seq 8,192" in at_scale_view.changed_line(shown, "en") and "8 GPUs" in at_scale_view.changed_line(
+        shown, "en"
+    )
 
 
 def test_the_progress_line_is_said_in_the_pages_language():
     from ckptlab.step.stopping import DONE, label, prefixed
 
-    line = scalepage.progress_words(2, 5, prefixed(label("n=2"), DONE), False, "ja")
+    line = at_scale_view.progress_words(2, 5, prefixed(label("n=2"), DONE), False, "ja")
     assert line == i18n.t("at_scale.progress", "ja", done=2, total=5, message="n=2: 完了")
     assert (
-        scalepage.progress_words(2, 5, prefixed(label("n=2"), DONE), False, "en")
+        at_scale_view.progress_words(2, 5, prefixed(label("n=2"), DONE), False, "en")
         == "Simulating (2 of 5 done): n=2: done"
     )
 
 
 def test_the_table_is_as_tall_as_its_rows_up_to_a_limit():
-    assert scalepage.table_height(1) == 2 * scalepage.TABLE_ROW_PX + 4  # a row and the header
-    assert scalepage.table_height(10) > scalepage.table_height(9)
-    assert scalepage.table_height(500) == scalepage.TABLE_MAX_PX  # past it the table scrolls inside
+    assert at_scale_view.table_height(1) == 2 * at_scale_view.TABLE_ROW_PX + 4  # a row and the header
+    assert at_scale_view.table_height(10) > at_scale_view.table_height(9)
+    assert at_scale_view.table_height(500) == at_scale_view.TABLE_MAX_PX  # past it the table scrolls inside
 
 
 def test_the_peak_header_is_per_gpu_past_one_and_the_launch_lines_name_ckptlabs():
-    assert scalepage.peak_header(1, "en") == i18n.t("at_scale.peak_header", "en")
-    assert scalepage.peak_header(4, "en") == i18n.t("at_scale.peak_header_gpus", "en", gpus=4)
+    assert at_scale_view.peak_header(1, "en") == i18n.t("at_scale.peak_header", "en")
+    assert at_scale_view.peak_header(4, "en") == i18n.t("at_scale.peak_header_gpus", "en", gpus=4)
     code = SearchCode("torchrun --nproc-per-node 4 train.py", "python -m ckptlab run ...", "", "")
-    assert scalepage.launch_code(code, "ja").splitlines() == [
+    assert at_scale_view.launch_code(code, "ja").splitlines() == [
         "torchrun --nproc-per-node 4 train.py",
         "",
         f"# {i18n.t('at_scale.code_ckptlab', 'ja')}",
@@ -137,10 +141,10 @@ def test_the_verdict_says_when_only_checkpointing_every_layer_fits():
     peaks = {Setting.of(result.spec): memory_of(result).peak_bytes for result in table.results}
     assert peaks[Setting(1, False)] < min(peaks[Setting(2, False)], peaks[Setting(None, False)])
     budget = (peaks[Setting(1, False)] + min(peaks[Setting(2, False)], peaks[Setting(None, False)])) // 2
-    answer = scalepage.verdict(table, budget, "the test's budget", "en")
+    answer = at_scale_view.verdict(table, budget, "the test's budget", "en")
     assert answer.kind == "success" and "all 6 layers rerun" in answer.text and "fewest" not in answer.text
     budget = peaks[Setting(2, False)] + 1  # now every_n_layers=2 fits too: it reruns fewer
-    answer = scalepage.verdict(table, budget, "the test's budget", "en")
+    answer = at_scale_view.verdict(table, budget, "the test's budget", "en")
     assert "reruns the fewest layers (3 of 6)" in answer.text
 
 
@@ -154,32 +158,34 @@ def test_the_verdict_names_every_setting_that_fits_and_the_precision_it_assumed(
     settings = (Setting(None, False), Setting(2, False), Setting(1, False))
     table = scale_table("tiny-llama", 1024, 4, "bfloat16", settings)
     peaks = {Setting.of(result.spec): memory_of(result).peak_bytes for result in table.results}
-    answer = scalepage.verdict(table, peaks[Setting(2, False)] + 1, "the test's budget", "en")
+    answer = at_scale_view.verdict(table, peaks[Setting(2, False)] + 1, "the test's budget", "en")
     assert "Every setting simulated that fits: n=2, n=1." in answer.text
     assert "Assumed: bfloat16 weights" in answer.text and "`bf16=True` keeps float32 weights" in answer.text
-    lonely = scalepage.verdict(table, peaks[Setting(1, False)] + 1, "the test's budget", "en")
+    lonely = at_scale_view.verdict(table, peaks[Setting(1, False)] + 1, "the test's budget", "en")
     assert "Every setting simulated that fits" not in lonely.text and "only" not in lonely.text
-    assert scalepage.float32_under_mixed({"at_scale_dtype": "bfloat16", "at_scale_mixed_precision": "none"})
-    assert not scalepage.float32_under_mixed({"at_scale_dtype": "float32", "at_scale_mixed_precision": "bf16"})
+    assert at_scale_view.float32_under_mixed({"at_scale_dtype": "bfloat16", "at_scale_mixed_precision": "none"})
+    assert not at_scale_view.float32_under_mixed({"at_scale_dtype": "float32", "at_scale_mixed_precision": "bf16"})
 
 
 def test_with_lora_the_precision_assumed_is_the_adapters_float32():
     """Issue 58: QLoRA's verdict said "Assumed: bfloat16 weights, so bfloat16 gradients and optimizer state", but the
     adapters, their gradients and AdamW's state are float32 (peft), and only the base is 4-bit."""
     qlora = RunSpec(model="qwen3-8b", dtype="bfloat16", lora_rank=8, quantization=ckptlab.QLORA)
-    said = scalepage.precision(qlora, "en")
+    said = at_scale_view.precision(qlora, "en")
     assert "bfloat16 gradients" not in said and "4-bit base (nf4) computing in bfloat16" in said
     assert "LoRA adapters that train, their gradients and optimizer state in float32" in said
-    lora = scalepage.precision(replace(qlora, quantization=None, mixed_precision="bf16", dtype="float32"), "pt-BR")
+    lora = at_scale_view.precision(replace(qlora, quantization=None, mixed_precision="bf16", dtype="float32"), "pt-BR")
     assert "base congelada em float32" in lora and lora.endswith("Precisão mista bf16 do Trainer no cálculo.")
-    assert scalepage.precision(RunSpec(dtype="bfloat16"), "en").startswith(" Assumed: bfloat16 weights, so bfloat16")
+    assert at_scale_view.precision(RunSpec(dtype="bfloat16"), "en").startswith(
+        " Assumed: bfloat16 weights, so bfloat16"
+    )
 
 
 def test_the_trainer_code_names_the_versions_installed():
     import accelerate
     import transformers
 
-    versions = scalepage.trainer_versions()
+    versions = at_scale_view.trainer_versions()
     assert versions == {"transformers": transformers.__version__, "accelerate": accelerate.__version__}
     assert f"accelerate {accelerate.__version__}" in i18n.t("at_scale.code_trainer", "en", **versions)
 
@@ -191,18 +197,20 @@ def test_a_4_bit_base_reaches_the_request_and_the_link_and_the_gpu_search_says_i
 
     info = ckptlab.describe("qwen3-8b")
     values = _values(at_scale_qlora=True)
-    request = scalepage.request_from_widgets(values, "qwen3-8b", info.num_layers, None)
+    request = at_scale_view.request_from_widgets(values, "qwen3-8b", info.num_layers, None)
     assert request.spec(request.settings[0]).quantization == ckptlab.QLORA
-    assert scalepage.query(values, "qwen3-8b", None)["qlora"] == "1"
-    assert "runs on one GPU" in scalepage.request_problem(request, info, "en")
+    assert at_scale_view.query(values, "qwen3-8b", None)["qlora"] == "1"
+    assert "runs on one GPU" in at_scale_view.request_problem(request, info, "en")
     one = replace(request, world_size=1)
-    assert scalepage.request_problem(one, info, "en") == ""
+    assert at_scale_view.request_problem(one, info, "en") == ""
     assert searched_counts(one, (1, 2, 4)) == (1,) and searched_counts(replace(one, quantization=None), (1, 2)) == (
         1,
         2,
     )
     search = GpuSearch(one, 24 * GIB, (1,), info.num_layers, None, quantized_one_gpu=True)
-    assert scalepage.search_verdict(search, "24 GiB", "en").text.startswith("A 4-bit base (QLoRA) is searched on one")
+    assert at_scale_view.search_verdict(search, "24 GiB", "en").text.startswith(
+        "A 4-bit base (QLoRA) is searched on one"
+    )
 
 
 def test_the_longest_sequence_searches_the_ends_and_says_when_nothing_fits_in_the_pages_language():
@@ -210,20 +218,22 @@ def test_the_longest_sequence_searches_the_ends_and_says_when_nothing_fits_in_th
 
     settings = tuple(scale_settings(36, "distinct", "n=1", policies=("attention",)))
     request = ScaleRequest("qwen3-8b", 8192, 1, "bfloat16", settings)
-    searched = scalepage.longest_settings(request)
+    searched = at_scale_view.longest_settings(request)
     assert [setting.key for setting in searched] == ["off", "n=1", "n=1+attention", "n=1+offload"]
     rows = tuple(LongestSeq(setting.key, 0, None, 16, 30 * GIB + index, 24 * GIB, 3, 40960)
                  for index, setting in enumerate(searched))  # fmt: skip
     found = LongestTable(request, 24 * GIB, rows, searched, False, 12.0, 12)
-    assert scalepage.longest_is_for(found, replace(request, seq_len=1024), 24 * GIB)  # the first guess aside
-    assert not scalepage.longest_is_for(found, request, 80 * GIB)
-    assert not scalepage.longest_is_for(found, replace(request, lora_rank=8), 24 * GIB)
-    verdict = scalepage.longest_verdict(found, 24 * GIB, "RTX 4090 24 GB", "en")
+    assert at_scale_view.longest_is_for(found, replace(request, seq_len=1024), 24 * GIB)  # the first guess aside
+    assert not at_scale_view.longest_is_for(found, request, 80 * GIB)
+    assert not at_scale_view.longest_is_for(found, replace(request, lora_rank=8), 24 * GIB)
+    verdict = at_scale_view.longest_verdict(found, 24 * GIB, "RTX 4090 24 GB", "en")
     assert verdict.kind == "error" and "Not even 16 tokens fit RTX 4090 24 GB" in verdict.text
     assert "30.00 GiB (**off**)" in verdict.text
-    assert "24 GiB" in scalepage.longest_verdict(found, 80 * GIB, "H100 80 GB", "en").text  # the search's own budget
-    assert "16 トークンすら" in scalepage.longest_verdict(found, 24 * GIB, "RTX 4090 24 GB", "ja").text
-    assert "configurações procuradas" in scalepage.longest_summary(found, "pt-BR")
+    assert (
+        "24 GiB" in at_scale_view.longest_verdict(found, 80 * GIB, "H100 80 GB", "en").text
+    )  # the search's own budget
+    assert "16 トークンすら" in at_scale_view.longest_verdict(found, 24 * GIB, "RTX 4090 24 GB", "ja").text
+    assert "configurações procuradas" in at_scale_view.longest_summary(found, "pt-BR")
 
 
 def test_the_longest_sequence_table_shows_the_bytes_either_side_in_one_number_format():
@@ -238,9 +248,9 @@ def test_the_longest_sequence_table_shows_the_bytes_either_side_in_one_number_fo
         LongestSeq("n=1", 8392, budget - 1_500_000, 8393, budget + 700_000, budget, 4, 40960),
         LongestSeq("off", 1417, budget - 3, 1418, budget + 2_000_000, budget, 12, 40960),
     )
-    found = LongestTable(request, budget, rows, scalepage.longest_settings(request)[:2], False, 3.0, 16)
-    every = scalepage.longest_rows(found, "pt-BR")[0]
+    found = LongestTable(request, budget, rows, at_scale_view.longest_settings(request)[:2], False, 3.0, 16)
+    every = at_scale_view.longest_rows(found, "pt-BR")[0]
     assert list(every.values()) == ["n=1", "8.392", "24,00", "1.500.000", "8.393", "24,00", "700.000", "4"]
-    english = scalepage.longest_rows(found, "en")[1]
+    english = at_scale_view.longest_rows(found, "en")[1]
     assert english["longest seq_len that fits"] == "1,417" and english["shortest that does not fit"] == "1,418"
     assert english["to spare, bytes"] == "3" and english["over by, bytes"] == "2,000,000"
