@@ -23,6 +23,7 @@ from ..results import RunResult
 from ..spec import RunSpec, Setting
 from ..step.equivalence import GradientCheck, check_gradients
 from ..step.measure import measure
+from ..step.simulate import simulate
 from ..step.table import simulate_table
 from .run import ModelKey, build_for_key, give_back_memory, model_key
 from .workers import JobContext
