@@ -2,7 +2,9 @@
 
 :func:`scale_peak_figure` stacks what the device holds at the peak of the step (parameters,
 gradients, activations, temporaries) per setting, draws the GPU's memory as a line and
-marks what fits; :func:`resident_figure` shows what stays resident after the forward.
+marks what fits; :func:`resident_figure` shows what stays resident after the forward;
+:func:`scale_time_figure` puts each setting's peak against its predicted step time on the GPU (the roofline's,
+labelled "predicted (roofline, GPU)"), as the Trade-offs page's Pareto chart puts measured ones.
 Offload's host memory is a separate hatched bar beside the device bar, never stacked on
 it: it is not GPU memory. Every title and hover says "simulated".
 
@@ -16,6 +18,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from ...explore.budget import fits
+from ...explore.roofline import SettingTime
 from ...explore.scale import ScaleTable, Setting
 from ...results import RunResult, memory_of
 from ...units import GIB, MIB
@@ -159,6 +162,106 @@ def resident_figure(table: ScaleTable, selected: Setting | None = None, lang: st
         ticks,
     )
     figure.update_yaxes(range=[0, max(resident + hosts, default=0) / scale * 1.15 or 1])
+    return figure
+
+
+def scale_time_figure(
+    table: ScaleTable,
+    times: list[SettingTime],
+    budget_bytes: int | None = None,
+    budget_label: str = "",
+    selected: Setting | None = None,
+    lang: str = "en",
+) -> go.Figure:
+    """Memory against time at scale: each setting's simulated peak against its predicted step time, the budget line.
+
+    Args:
+        table: the simulated results.
+        times: each result's predicted time and factor over off (``explore.scale.table_times``), in the table's
+            order; a setting without a prediction (no counted work) is left out.
+        budget_bytes: the GPU's memory: a horizontal line, and each point marked fits / does not fit (the one rule).
+        budget_label: the GPU's name, e.g. "H100 80 GB".
+        selected: the setting shown in detail elsewhere (its label is bold).
+        lang: language of the words.
+
+    Returns:
+        A scatter figure; the axes, the title and every hover say which figure is simulated and which predicted.
+    """
+    pairs = [
+        (result, time)
+        for result, time in zip(table.results, times)
+        if result.memory is not None and time.prediction is not None
+    ]
+    provenance = _provenance([result for result, _ in pairs], lang)
+    timed = next((time.prediction for _, time in pairs if time.prediction is not None), None)
+    predicted = provenance_label(timed.provenance, lang) if timed is not None else ""
+    peaks = [memory_of(result).peak_bytes for result, _ in pairs]
+    top = max(peaks + ([budget_bytes] if budget_bytes is not None else []), default=0)
+    scale, unit = bar_unit(top)
+    figure = go.Figure()
+    gpu = budget_label or (_gib_text(budget_bytes, lang) if budget_bytes is not None else "")
+    groups = (True, False) if budget_bytes is not None else (None,)
+    for fit in groups:
+        index = [i for i, (result, _) in enumerate(pairs) if fit is None or fits(result, budget_bytes or 0) == fit]
+        if not index:
+            continue
+        name = t(f"scale_figures.{'fits' if fit else 'no_fit'}", lang, budget=gpu) if fit is not None else provenance
+        color = VERDICT_COLORS[fit] if fit is not None else VERDICT_COLORS[True]
+        labels = []
+        hovers = []
+        for i in index:
+            result, time = pairs[i]
+            setting = Setting.of(result.spec)
+            label = setting.key
+            labels.append(f"<b>{label}</b>" if setting == selected else label)
+            factor = (
+                ""
+                if time.factor_over_off is None
+                else t("scale_figures.time_factor", lang, factor=time.factor_over_off)
+            )
+            hovers.append(
+                t("scale_figures.hover_time", lang, setting=label, ms=time.prediction.seconds * 1000,  # type: ignore[union-attr]
+                  factor=factor, gib=peaks[i] / GIB, provenance=provenance, predicted=predicted)
+            )  # fmt: skip
+        figure.add_trace(
+            go.Scatter(
+                x=[pairs[i][1].prediction.seconds * 1000 for i in index],  # type: ignore[union-attr]
+                y=[peaks[i] / scale for i in index], mode="markers+text", name=name, text=labels,
+                textposition="top center", textfont={"color": color, "size": 12},
+                marker={"symbol": VERDICT_SYMBOLS[fit if fit is not None else True], "size": 12, "color": color,
+                        "line": {"color": "white", "width": 1}},
+                hovertext=hovers, hoverinfo="text", cliponaxis=False,
+            )
+        )  # fmt: skip
+    subtitle = t("scale_figures.time_subtitle", lang, provenance=provenance, predicted=predicted, **_shape(table))
+    if budget_bytes is not None:
+        times_ms = [time.prediction.seconds * 1000 for _, time in pairs if time.prediction is not None]
+        low, high = (min(times_ms), max(times_ms)) if times_ms else (0.0, 1.0)
+        pad = (high - low) * 0.1 or high * 0.05 or 1.0
+        figure.add_trace(
+            go.Scatter(
+                x=[low - pad, high + pad], y=[budget_bytes / scale] * 2, mode="lines",
+                name=t("scale_figures.budget", lang, budget=gpu, gib=budget_bytes / GIB),
+                line={"color": BUDGET_COLOR, "width": 2, "dash": "dash"}, hoverinfo="name",
+            )
+        )  # fmt: skip
+    figure.update_layout(
+        title={
+            "text": t("scale_figures.time_title", lang, **_shape(table)) + _per_gpu(table, lang),
+            "subtitle": {"text": subtitle},
+            "x": 0,
+            "xref": "paper",
+        },
+        height=460,
+        margin={"l": 60, "r": 20, "t": 115, "b": 110},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        **on_white(13, lang),
+        hoverlabel={"font": {"size": 14}},
+    )
+    figure.update_xaxes(title_text=t("scale_figures.time_x", lang, predicted=predicted), gridcolor=GRID)
+    figure.update_yaxes(
+        title_text=t("scale_figures.peak_y", lang, unit=unit), gridcolor=GRID, range=[0, top / scale * 1.15 or 1]
+    )
     return figure
 
 
