@@ -26,7 +26,11 @@ from ..i18n import number, t
 from ..labels import event_label, provenance_label
 from ._style import BUDGET_COLOR, CATEGORY_COLORS, GRID, HOST_PATTERN, VERDICT_COLORS, VERDICT_SYMBOLS, on_white
 from .breakdown import bar_unit, drawn_parts, part_bytes
+from .tradeoff import free_label_positions
 
+# The time figure's plot area in pixels on the At-scale page at 1280x720 (the wide layout's main column less the
+# sidebar and the figure's margins, rounded down), where its point labels are placed.
+TIME_PLOT_PX = (720, 230)
 OFF_SCALE = 4  # a budget more than this many times the tallest bar is named, not drawn (the bars would vanish)
 
 
@@ -186,61 +190,68 @@ def scale_time_figure(
 
     Returns:
         A scatter figure; the axes, the title and every hover say which figure is simulated and which predicted.
+        Settings a layer apart crowd at scale: a label with no free place is left out (its hover still names it).
     """
-    pairs = [
-        (result, time)
+    points = [
+        (result, time.prediction.seconds * 1000, time.factor_over_off)
         for result, time in zip(table.results, times)
         if result.memory is not None and time.prediction is not None
     ]
-    provenance = _provenance([result for result, _ in pairs], lang)
-    timed = next((time.prediction for _, time in pairs if time.prediction is not None), None)
+    provenance = _provenance([result for result, _, _ in points], lang)
+    timed = next((time.prediction for time in times if time.prediction is not None), None)
     predicted = provenance_label(timed.provenance, lang) if timed is not None else ""
-    peaks = [memory_of(result).peak_bytes for result, _ in pairs]
+    peaks = [memory_of(result).peak_bytes for result, _, _ in points]
     top = max(peaks + ([budget_bytes] if budget_bytes is not None else []), default=0)
     scale, unit = bar_unit(top)
-    figure = go.Figure()
+    low, high = min((ms for _, ms, _ in points), default=0.0), max((ms for _, ms, _ in points), default=1.0)
+    pad = (high - low) * 0.12 or high * 0.05 or 1.0
+    x_range, y_range = (low - pad, high + pad), (0.0, top / scale * 1.15 or 1.0)
+    keys = [Setting.of(result.spec).key for result, _, _ in points]
+    budget_y = budget_bytes / scale if budget_bytes is not None else None
+    places = free_label_positions(
+        [(ms, peak / scale, key) for (_, ms, _), peak, key in zip(points, peaks, keys)],
+        x_range,
+        y_range,
+        budget_y,
+        TIME_PLOT_PX,
+    )
     gpu = budget_label or (_gib_text(budget_bytes, lang) if budget_bytes is not None else "")
-    groups = (True, False) if budget_bytes is not None else (None,)
-    for fit in groups:
-        index = [i for i, (result, _) in enumerate(pairs) if fit is None or fits(result, budget_bytes or 0) == fit]
+    figure = go.Figure()
+    for fit in (True, False) if budget_bytes is not None else (True,):
+        index = [
+            i for i, (result, _, _) in enumerate(points) if budget_bytes is None or fits(result, budget_bytes) == fit
+        ]
         if not index:
             continue
-        name = t(f"scale_figures.{'fits' if fit else 'no_fit'}", lang, budget=gpu) if fit is not None else provenance
-        color = VERDICT_COLORS[fit] if fit is not None else VERDICT_COLORS[True]
-        labels = []
-        hovers = []
-        for i in index:
-            result, time = pairs[i]
-            setting = Setting.of(result.spec)
-            label = setting.key
-            labels.append(f"<b>{label}</b>" if setting == selected else label)
-            factor = (
-                ""
-                if time.factor_over_off is None
-                else t("scale_figures.time_factor", lang, factor=time.factor_over_off)
-            )
-            hovers.append(
-                t("scale_figures.hover_time", lang, setting=label, ms=time.prediction.seconds * 1000,  # type: ignore[union-attr]
-                  factor=factor, gib=peaks[i] / GIB, provenance=provenance, predicted=predicted)
-            )  # fmt: skip
+        name = (
+            t(f"scale_figures.{'fits' if fit else 'no_fit'}", lang, budget=gpu)
+            if budget_bytes is not None
+            else provenance
+        )
+        hovers = [
+            t("scale_figures.hover_time", lang, setting=keys[i], ms=points[i][1], gib=peaks[i] / GIB,
+              factor="" if points[i][2] is None else t("scale_figures.time_factor", lang, factor=points[i][2]),
+              provenance=provenance, predicted=predicted)
+            for i in index
+        ]  # fmt: skip
+        labels = [
+            "" if places[i] is None else f"<b>{keys[i]}</b>" if Setting.of(points[i][0].spec) == selected else keys[i]
+            for i in index
+        ]
         figure.add_trace(
             go.Scatter(
-                x=[pairs[i][1].prediction.seconds * 1000 for i in index],  # type: ignore[union-attr]
-                y=[peaks[i] / scale for i in index], mode="markers+text", name=name, text=labels,
-                textposition="top center", textfont={"color": color, "size": 12},
-                marker={"symbol": VERDICT_SYMBOLS[fit if fit is not None else True], "size": 12, "color": color,
+                x=[points[i][1] for i in index], y=[peaks[i] / scale for i in index], mode="markers+text", name=name,
+                text=labels, textposition=[places[i] or "top center" for i in index],
+                textfont={"color": VERDICT_COLORS[fit], "size": 13},
+                marker={"symbol": VERDICT_SYMBOLS[fit], "size": 11, "color": VERDICT_COLORS[fit],
                         "line": {"color": "white", "width": 1}},
                 hovertext=hovers, hoverinfo="text", cliponaxis=False,
             )
         )  # fmt: skip
-    subtitle = t("scale_figures.time_subtitle", lang, provenance=provenance, predicted=predicted, **_shape(table))
     if budget_bytes is not None:
-        times_ms = [time.prediction.seconds * 1000 for _, time in pairs if time.prediction is not None]
-        low, high = (min(times_ms), max(times_ms)) if times_ms else (0.0, 1.0)
-        pad = (high - low) * 0.1 or high * 0.05 or 1.0
         figure.add_trace(
             go.Scatter(
-                x=[low - pad, high + pad], y=[budget_bytes / scale] * 2, mode="lines",
+                x=list(x_range), y=[budget_y, budget_y], mode="lines",
                 name=t("scale_figures.budget", lang, budget=gpu, gib=budget_bytes / GIB),
                 line={"color": BUDGET_COLOR, "width": 2, "dash": "dash"}, hoverinfo="name",
             )
@@ -248,20 +259,22 @@ def scale_time_figure(
     figure.update_layout(
         title={
             "text": t("scale_figures.time_title", lang, **_shape(table)) + _per_gpu(table, lang),
-            "subtitle": {"text": subtitle},
+            "subtitle": {"text": t("scale_figures.time_subtitle", lang, provenance=provenance, predicted=predicted,
+                                   **_shape(table))},
             "x": 0,
             "xref": "paper",
         },
-        height=460,
-        margin={"l": 60, "r": 20, "t": 115, "b": 110},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        height=480,
+        # Two subtitle lines above; the ticks, the axis title, then the legend below, clear of each other.
+        margin={"l": 60, "r": 20, "t": 115, "b": 130},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.32, "x": 0},
         **on_white(13, lang),
         hoverlabel={"font": {"size": 14}},
+    )  # fmt: skip
+    figure.update_xaxes(
+        title_text=t("scale_figures.time_x", lang, predicted=predicted), gridcolor=GRID, range=list(x_range)
     )
-    figure.update_xaxes(title_text=t("scale_figures.time_x", lang, predicted=predicted), gridcolor=GRID)
-    figure.update_yaxes(
-        title_text=t("scale_figures.peak_y", lang, unit=unit), gridcolor=GRID, range=[0, top / scale * 1.15 or 1]
-    )
+    figure.update_yaxes(title_text=t("scale_figures.peak_y", lang, unit=unit), gridcolor=GRID, range=list(y_range))
     return figure
 
 
