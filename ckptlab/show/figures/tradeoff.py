@@ -111,9 +111,9 @@ def _placed(
             if inside and not any(_meet(box, other) for other in taken):
                 chosen[index] = place
                 break
-        place = chosen[index]
-        if place is not None:
-            taken.append(label_box(centres[index], place, box_width, box_height, marker))
+        at = chosen[index]
+        if at is not None:
+            taken.append(label_box(centres[index], at, box_width, box_height, marker))
     return chosen
 
 
