@@ -22,6 +22,7 @@ from ckptlab.lab.run import reference_spec
 from ckptlab.results import RunResult
 from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure, focus_of
+from ckptlab.show.figures.rerun import rerun_figure
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
 from ckptlab.show.i18n import number, t
@@ -29,14 +30,16 @@ from ckptlab.show.wording import run_message
 from ckptlab.spec import RunSpec
 from ckptlab.units import MIB
 from pages._common import language, run_through_app
-from pages._learn_runs import measured, simulated_qlora, simulated_sharding
+from pages._learn_runs import measured, simulated_qlora, simulated_rerun, simulated_sharding
 
 run_through_app()
 
 state = st.session_state
 lang = language()
 
-PARTS = ("activation", "trade", "every_n", "keep", "attention", "offload", "peak", "shrink", "qlora", "shard", "step")
+PARTS = (
+    "activation", "trade", "every_n", "keep", "attention", "offload", "peak", "shrink", "qlora", "shard", "rerun", "step",
+)  # fmt: skip
 BASE = exercises.QUICK  # tiny-llama, 128 tokens, 3 timed steps: the lesson and the exercises share its runs
 LONG = exercises.LONG  # 512 tokens, memory only: where the peak moves
 # The parts above teach activations alone (optimizer "none", from exercises). "shrink" takes the whole step: AdamW,
@@ -303,6 +306,23 @@ elif part == "qlora":  # simulated (QLoRA runs on a GPU), kept for the process: 
         theme=None,
     )  # fmt: skip
     figure.caption(learnpage.qlora_caption(qlora, lang))
+
+elif part == "rerun":  # simulated steps of two sizes at two lengths, their time predicted by the roofline
+    rerun = simulated_rerun(lang)
+    if rerun is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(t("lesson.rerun.body", lang))
+        st.stop()
+    figure = figure_column()
+    figure.plotly_chart(
+        rerun_figure(
+            list(zip(learnpage.rerun_labels(rerun, lang), (case.anatomy for case in rerun.cases))),
+            t("lesson.rerun.subtitle", lang, gpu=rerun.gpu),
+            lang=lang,
+        ),
+        key="lesson_rerun_chart",
+        theme=None,
+    )
+    figure.caption(learnpage.rerun_caption(rerun, lang))
 
 else:  # the step-through
     draw_step_through(lambda n: need(at(n))[0], lang)

@@ -25,7 +25,7 @@ from ..results import RunResult
 from ..spec import RunSpec
 from . import exercises
 from .jobs import BackgroundJob
-from .learn import QloraIdea, ShardingIdea, qlora_idea, sharding_idea, shared_model
+from .learn import QloraIdea, RerunIdea, ShardingIdea, qlora_idea, rerun_idea, sharding_idea, shared_model
 from .run import PACE, LabRun, Pace, reference_spec, run_queued
 from .workers import WorkerPool
 
@@ -299,3 +299,8 @@ def sharding_job(workers: WorkerPool | None = None) -> IdeaJob[ShardingIdea]:
 def qlora_job(workers: WorkerPool | None = None) -> IdeaJob[QloraIdea]:
     """The server's 4-bit idea job (:func:`ckptlab.lab.learn.qlora_idea`)."""
     return _idea_job("qlora", qlora_idea, workers)
+
+
+def rerun_job(workers: WorkerPool | None = None) -> IdeaJob[RerunIdea]:
+    """The server's time idea job (:func:`ckptlab.lab.learn.rerun_idea`)."""
+    return _idea_job("rerun", rerun_idea, workers)
