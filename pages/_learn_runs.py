@@ -14,7 +14,7 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import learn as learnrun
-from ckptlab.lab.learnruns import LEARN_RUNS, How, IdeaJob, RunsState, qlora_job, sharding_job
+from ckptlab.lab.learnruns import LEARN_RUNS, How, IdeaJob, RunsState, qlora_job, rerun_job, sharding_job
 from ckptlab.results import RunResult
 from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message
@@ -112,6 +112,11 @@ def simulated_sharding(lang: str) -> learnrun.ShardingIdea | None:
 def simulated_qlora(lang: str) -> learnrun.QloraIdea | None:
     """The lesson's 4-bit idea, simulated once for the server in the background (``ckptlab.lab.learnruns``)."""
     return simulated_idea(qlora_job(job_workers(server_policy()[0], "simulation")), "lesson.qlora.simulating", lang)
+
+
+def simulated_rerun(lang: str) -> learnrun.RerunIdea | None:
+    """The lesson's time idea, simulated once for the server in the background (``ckptlab.lab.learnruns``)."""
+    return simulated_idea(rerun_job(job_workers(server_policy()[0], "simulation")), "lesson.rerun.simulating", lang)
 
 
 def simulated_idea(job: IdeaJob[T], simulating: str, lang: str) -> T | None:

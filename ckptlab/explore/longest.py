@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import Option, RunStoppedError, SpecError
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import MemoryResult, Region, RunResult
+from ..results.work import StepWork
 from ..spec import MAX_TOKENS, TRAINER_DEFAULT_OPTIMIZER, RunSpec, Setting
 from ..step.preflight import simulated_dtype
 from ..step.simulate import simulated_device_type
@@ -52,6 +53,9 @@ class LongestSeq:
     budget_bytes: int
     simulations: int  # simulated steps the search ran
     limit: int  # the longest the search could answer: the model's positions (or the lab's token bound)
+    # The counted work of the simulated step at ``seq_len`` (None when nothing fits, or a simulation without it): its
+    # predicted time on a GPU is the roofline's (explore.roofline), asked by whoever knows the GPU. Not in the JSON.
+    work: StepWork | None = field(default=None, repr=False, compare=False)
 
     @property
     def spare_bytes(self) -> int | None:
@@ -103,11 +107,14 @@ def longest_seq(
     limit = min(info.max_positions or MAX_TOKENS, MAX_TOKENS // spec.batch_size)
     peaks: dict[int, int] = {}
     stretches: dict[int, _Stretches] = {}
+    works: dict[int, StepWork | None] = {}
 
     def peak(seq_len: int) -> int:
         if seq_len not in peaks:
-            memory = simulate(replace(spec, seq_len=seq_len)).memory
+            result = simulate(replace(spec, seq_len=seq_len))
+            memory = result.memory
             assert memory is not None  # a simulation always has its memory
+            works[seq_len] = getattr(result, "work", None)  # a test's stand-in simulation may carry none
             peaks[seq_len] = memory.peak_bytes
             stretches[seq_len] = _stretches(memory)
         return peaks[seq_len]
@@ -125,6 +132,7 @@ def longest_seq(
             budget_bytes,
             len(peaks),
             limit,
+            works.get(seq_len),
         )
 
     start = min(max(spec.seq_len, MIN_SEQ), limit)

@@ -25,7 +25,16 @@ from ..results import RunResult
 from ..spec import RunSpec
 from . import exercises
 from .jobs import BackgroundJob
-from .learn import LESSON_PARTS, QloraIdea, ShardingIdea, qlora_idea, sharding_idea, shared_model
+from .learn import (
+    LESSON_PARTS,
+    QloraIdea,
+    RerunIdea,
+    ShardingIdea,
+    qlora_idea,
+    rerun_idea,
+    sharding_idea,
+    shared_model,
+)
 from .run import PACE, LabRun, Pace, reference_spec, run_queued
 from .workers import WorkerPool
 
@@ -326,7 +335,8 @@ def _idea_job(name: str, make: Callable[..., T], workers: WorkerPool | None) -> 
         return _ideas[name]
 
 
-IDEAS: dict[str, Callable[..., Any]] = {"sharding": sharding_idea, "qlora": qlora_idea}  # LessonPart.idea -> maker
+# LessonPart.idea -> maker
+IDEAS: dict[str, Callable[..., Any]] = {"sharding": sharding_idea, "qlora": qlora_idea, "rerun": rerun_idea}
 
 
 def idea_job(name: str, workers: WorkerPool | None = None) -> IdeaJob[Any]:
@@ -346,3 +356,8 @@ def sharding_job(workers: WorkerPool | None = None) -> IdeaJob[ShardingIdea]:
 def qlora_job(workers: WorkerPool | None = None) -> IdeaJob[QloraIdea]:
     """The server's 4-bit idea job (:func:`ckptlab.lab.learn.qlora_idea`)."""
     return idea_job("qlora", workers)
+
+
+def rerun_job(workers: WorkerPool | None = None) -> IdeaJob[RerunIdea]:
+    """The server's time idea job (:func:`ckptlab.lab.learn.rerun_idea`)."""
+    return idea_job("rerun", workers)
