@@ -91,6 +91,8 @@ def test_simulate_shows_the_figures_labelled_simulated(simulated):
     assert len(calls) == 6
     assert len(at.get("plotly_chart")) == 4  # peak, memory against predicted time, resident, diagram
     assert "Memory against time" in [header.value for header in at.subheader]
+    columns = list(at.dataframe[-1].value.columns)  # the table: time beside memory
+    assert "step, ms: predicted (roofline, H100 80 GB)" in columns and "× off's step" in columns
     assert "Checkpointing off" in _texts(at.success)  # a tiny model fits an H100 without checkpointing
     assert "simulated" in _texts(at.caption)
     assert at.selectbox(key="at_scale_show").value == "off"  # the verdict's setting is drawn
