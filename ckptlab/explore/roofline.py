@@ -457,6 +457,13 @@ class RerunAnatomy:
         return self.head_s / self.forward_s if self.forward_s else 0.0
 
     @property
+    def skipped_share(self) -> float:
+        """The share of the forward that is in the layers yet not rerun: torch's non-reentrant checkpoint stops its
+        recompute once every tensor the backward saved is back, so a layer's last matmul (the MLP's down projection,
+        whose output nothing saves) is not run again (docs/simulation.md)."""
+        return max(0.0, 1.0 - self.rerun_of_forward - self.head_share)
+
+    @property
     def attention_share(self) -> float:
         """The attention kernels' share of the rerun."""
         return self.attention_s / self.every_layer.rerun_s if self.every_layer.rerun_s else 0.0

@@ -21,7 +21,8 @@ from ._style import BUDGET_COLOR, CATEGORY_COLORS, GRID, HOST_PATTERN, LIGHT_GRE
 
 def rerun_figure(cases: Sequence[tuple[str, RerunAnatomy]], subtitle: str, lang: str = "en") -> go.Figure:
     """Per case (its label, e.g. "qwen3-8b · 8,192"), the rerun's time over the forward's, stacked: attention, the
-    layers' other ops; the head and the loss hatched above them up to the whole forward (1.0, the textbook's rerun).
+    layers' other ops; above them what the forward runs and the rerun does not (each layer's last matmul, then the head
+    and the loss, hatched), up to the whole forward (1.0, the textbook's rerun).
 
     Args:
         cases: ``(label, anatomy)`` per model and length.
@@ -32,11 +33,13 @@ def rerun_figure(cases: Sequence[tuple[str, RerunAnatomy]], subtitle: str, lang:
     attention = [anatomy.attention_share * anatomy.rerun_of_forward for _, anatomy in cases]
     rest = [anatomy.rerun_of_forward - share for share, (_, anatomy) in zip(attention, cases)]
     head = [anatomy.head_share for _, anatomy in cases]
+    skipped = [anatomy.skipped_share for _, anatomy in cases]
     factors = [t("rerun_fig.factor", lang, factor=anatomy.factor, textbook=TEXTBOOK_FACTOR) for _, anatomy in cases]
     figure = go.Figure()
     for name, values, style in (
         (t("rerun_fig.attention", lang), attention, {"color": CATEGORY_COLORS["activation"]}),
         (t("rerun_fig.rest", lang), rest, {"color": CATEGORY_COLORS["parameter"]}),
+        (t("rerun_fig.skipped", lang), skipped, {"color": LIGHT_GREY}),
         (t("rerun_fig.head", lang), head, {"color": LIGHT_GREY, "pattern": HOST_PATTERN}),
     ):
         figure.add_trace(
@@ -55,7 +58,7 @@ def rerun_figure(cases: Sequence[tuple[str, RerunAnatomy]], subtitle: str, lang:
     figure.add_trace(  # the factors over the bars: the step's predicted cost of checkpointing every layer
         go.Scatter(
             x=labels,
-            y=[rerun + share for rerun, share in zip((a.rerun_of_forward for _, a in cases), head)],
+            y=[1.12] * len(cases),  # above the whole forward's line, clear of the bars
             mode="text",
             text=[number(anatomy.factor, ",.2f", lang).join(("×", "")) for _, anatomy in cases],
             textposition="top center",
@@ -74,6 +77,6 @@ def rerun_figure(cases: Sequence[tuple[str, RerunAnatomy]], subtitle: str, lang:
         **on_white(13, lang),
         hoverlabel={"font": {"size": 14}},
     )
-    figure.update_yaxes(gridcolor=GRID, title_text=t("rerun_fig.y", lang), range=[0, 1.25], tickformat=".0%")
+    figure.update_yaxes(gridcolor=GRID, title_text=t("rerun_fig.y", lang), range=[0, 1.22], tickformat=".0%")
     figure.update_xaxes(showgrid=False)
     return figure
