@@ -14,7 +14,16 @@ import streamlit as st
 
 import ckptlab
 from ckptlab.lab import learn as learnrun
-from ckptlab.lab.learnruns import LEARN_RUNS, How, IdeaJob, RunsState, allocator_job, qlora_job, sharding_job
+from ckptlab.lab.learnruns import (
+    LEARN_RUNS,
+    How,
+    IdeaJob,
+    RunsState,
+    allocator_job,
+    qlora_job,
+    rerun_job,
+    sharding_job,
+)
 from ckptlab.results import RunResult
 from ckptlab.show.i18n import t
 from ckptlab.show.wording import app_message
@@ -118,6 +127,11 @@ def simulated_allocator(lang: str) -> learnrun.AllocatorIdea | None:
     """The lesson's allocator idea, simulated once for the server in the background (``ckptlab.lab.learnruns``)."""
     job = allocator_job(job_workers(server_policy()[0], "simulation"))
     return simulated_idea(job, "lesson.allocator.simulating", lang)
+
+
+def simulated_rerun(lang: str) -> learnrun.RerunIdea | None:
+    """The lesson's time idea, simulated once for the server in the background (``ckptlab.lab.learnruns``)."""
+    return simulated_idea(rerun_job(job_workers(server_policy()[0], "simulation")), "lesson.rerun.simulating", lang)
 
 
 def simulated_idea(job: IdeaJob[T], simulating: str, lang: str) -> T | None:

@@ -22,7 +22,15 @@ import streamlit as st
 from ckptlab.explore.budget import BUDGET_BOX_GIB, GPUS
 from ckptlab.explore.gpu_search import GPU_COUNTS, GpuSearch
 from ckptlab.explore.longest import LongestTable
-from ckptlab.explore.scale import SIMULATION_DTYPES, EveryN, OffloadFor, ScaleRequest, ScaleTable, Setting
+from ckptlab.explore.scale import (
+    SIMULATION_DTYPES,
+    EveryN,
+    OffloadFor,
+    ScaleRequest,
+    ScaleTable,
+    Setting,
+    table_times,
+)
 from ckptlab.lab import at_scale_view
 from ckptlab.lab.at_scale_view import CUSTOM, DEFAULT
 from ckptlab.lab.lab_view import folder_info
@@ -37,7 +45,7 @@ from ckptlab.model.catalog import ModelInfo
 from ckptlab.results import RunResult
 from ckptlab.show.figures._style import PAGE_PX
 from ckptlab.show.figures.diagram import diagram_figure
-from ckptlab.show.figures.scale import resident_figure, scale_peak_figure
+from ckptlab.show.figures.scale import resident_figure, scale_peak_figure, scale_time_figure
 from ckptlab.show.i18n import Literal, as_text, say, t
 from ckptlab.show.labels import experts_caption, training_label
 from ckptlab.show.peak_words import logits_sentence
@@ -164,7 +172,8 @@ def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_lab
     st.subheader(t("at_scale.search_header", lang), anchor=False)
     if not at_scale_view.search_is_for(found, request, budget):
         st.info(t("at_scale.search_changed", lang))
-    answer = at_scale_view.search_verdict(found, budget_label, lang)
+    speed = at_scale_view.time_gpu(st.session_state.at_scale_gpu)
+    answer = at_scale_view.search_verdict(found, budget_label, lang, speed)
     getattr(st, answer.kind)(answer.text)
     code = found.code()
     if code is not None:
@@ -175,7 +184,8 @@ def draw_search(found: GpuSearch, request: ScaleRequest, budget: int, budget_lab
             launch.caption(t("at_scale.code_trainer", lang, **at_scale_view.trainer_versions()))
             launch.code(code.trainer_code, language="python", wrap_lines=True)
         setup.caption(t("at_scale.code_model", lang) if found.gpus == 1 else t("at_scale.code_fsdp", lang))
-        setup.code(code.model_code, language="python", wrap_lines=True)
+        timed = at_scale_view.timed_code(code.model_code, at_scale_view.search_time(found, speed), lang)
+        setup.code(timed, language="python", wrap_lines=True)
 
 
 def draw_longest(found: LongestTable, request: ScaleRequest, budget: int, budget_label: str, lang: str) -> None:
@@ -187,7 +197,8 @@ def draw_longest(found: LongestTable, request: ScaleRequest, budget: int, budget
         st.warning(t("at_scale.longest_stopped", lang, done=len(found.rows), total=len(found.settings)))
     if not found.rows:
         return
-    answer = at_scale_view.longest_verdict(found, budget, budget_label, lang)
+    speed = at_scale_view.time_gpu(st.session_state.at_scale_gpu)
+    answer = at_scale_view.longest_verdict(found, budget, budget_label, lang, speed)
     getattr(st, answer.kind)(answer.text)
     st.caption(at_scale_view.longest_summary(found, lang))
     rows = at_scale_view.longest_rows(found, lang)
@@ -208,8 +219,11 @@ def draw_table(
 ) -> None:
     """The verdict, the peak and resident figures, one setting's diagram and the table; raises if drawing fails."""
     state = st.session_state
-    verdict = at_scale_view.verdict(table, budget, budget_label, lang)
+    speed = at_scale_view.time_gpu(state.at_scale_gpu)  # the chosen GPU's speed (a custom budget: the page says whose)
+    verdict = at_scale_view.verdict(table, budget, budget_label, lang, speed)
     getattr(st, verdict.kind)(verdict.text)
+    if at_scale_view.time_gpu_caption(state.at_scale_gpu, lang):  # a custom budget: whose speed the times are on
+        st.caption(at_scale_view.time_gpu_caption(state.at_scale_gpu, lang))
     if at_scale_view.float32_under_mixed(
         state
     ):  # the verdict assumed half-precision weights: Trainer's usual, a click away
@@ -231,6 +245,14 @@ def draw_table(
     logits = logits_sentence(shown.memory if shown is not None else None, lang)
     if logits:
         st.caption(logits)
+    times = table_times(table, speed)
+    if any(time.prediction is not None for time in times):  # simulations that carry their counted work
+        st.subheader(t("at_scale.time_header", lang), anchor=False)
+        st.plotly_chart(
+            scale_time_figure(table, times, budget, budget_label, selected=selected, lang=lang),
+            key="at_scale_time",
+            theme=None,
+        )
     st.subheader(t("at_scale.resident_header", lang), anchor=False)
     st.plotly_chart(resident_figure(table, selected=selected, lang=lang), key="at_scale_resident", theme=None)
     st.caption(t("at_scale.resident_caption", lang))
@@ -241,7 +263,7 @@ def draw_table(
     st.plotly_chart(shown_diagram, key="at_scale_diagram", theme=None)
 
     st.subheader(t("at_scale.table_header", lang), anchor=False)
-    rows = at_scale_view.rows(table, budget, budget_label, lang)
+    rows = at_scale_view.rows(table, budget, budget_label, lang, speed)
     st.dataframe(rows, hide_index=True, key="at_scale_table_view", height=at_scale_view.table_height(len(rows)))
 
 

@@ -21,13 +21,14 @@ from ckptlab.results import RunResult
 from ckptlab.show.figures.allocator import segments_figure
 from ckptlab.show.figures.breakdown import breakdown_figure, sharding_figure
 from ckptlab.show.figures.diagram import diagram_figure, focus_of
+from ckptlab.show.figures.rerun import rerun_figure
 from ckptlab.show.figures.run import offload_figure, runs_tradeoff_figure
 from ckptlab.show.figures.timeline import peak_cause, step_figure, timeline_figure
 from ckptlab.show.i18n import number, t
 from ckptlab.show.wording import run_message
 from ckptlab.units import MIB
 from pages._common import language, run_through_app
-from pages._learn_runs import measured, simulated_allocator, simulated_qlora, simulated_sharding
+from pages._learn_runs import measured, simulated_allocator, simulated_qlora, simulated_rerun, simulated_sharding
 
 run_through_app()
 
@@ -316,6 +317,23 @@ elif part == "allocator":  # simulated, then the caching allocator replayed twic
         theme=None,
     )
     figure.caption(lesson_view.allocator_caption(allocator, lang))
+
+elif part == "rerun":  # simulated steps of two sizes at two lengths, their time predicted by the roofline
+    rerun = simulated_rerun(lang)
+    if rerun is None:  # being simulated (the progress is shown) or failed: the part's words meanwhile
+        st.markdown(t("lesson.rerun.body", lang))
+        st.stop()
+    figure = figure_column()
+    figure.plotly_chart(
+        rerun_figure(
+            list(zip(lesson_view.rerun_labels(rerun, lang), (case.anatomy for case in rerun.cases))),
+            t("lesson.rerun.subtitle", lang, gpu=rerun.gpu),
+            lang=lang,
+        ),
+        key="lesson_rerun_chart",
+        theme=None,
+    )
+    figure.caption(lesson_view.rerun_caption(rerun, lang))
 
 else:  # the step-through
     draw_step_through(lambda n: need(part)[STEP_SETTINGS.index(n)], lang)

@@ -29,6 +29,7 @@ from .args import (
 )
 
 if TYPE_CHECKING:
+    from ..explore.longest import LongestSeq
     from ..explore.roofline import SettingTime
     from ..results import RunResult
     from ..results.allocations import DeviceTotal
@@ -271,6 +272,13 @@ def time_report(row: SettingTime) -> str:
     return "\n".join(lines)
 
 
+def longest_json(row: LongestSeq) -> dict:
+    """A longest-sequence row's JSON: its figures, without the counted work of its step (thousands of ops)."""
+    data = asdict(replace(row, work=None))
+    del data["work"]
+    return data
+
+
 def time_json(row: SettingTime) -> dict:
     """The predicted time's JSON fields of one setting: the typed prediction and its factor over off, or null and
     the sentence that says why there is none."""
@@ -314,7 +322,7 @@ def _longest_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int,
         specs += [replace(spec, every_n_layers=n) for n in every_n_choices(num_layers, "distinct")]
     rows = [longest_seq(one, budget[0], gpu=args.gpu) for one in specs]  # decided on what nvidia-smi will show
     if args.json:
-        print(json.dumps({"longest_seq": [asdict(row) for row in rows], "budget_label": budget[1]}, indent=2))
+        print(json.dumps({"longest_seq": [longest_json(row) for row in rows], "budget_label": budget[1]}, indent=2))
         return 0
     print("\n".join([*training_args_lines(args), longest_report(spec, rows, budget)]))
     return 0

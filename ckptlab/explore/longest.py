@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import Option, RunStoppedError, SpecError
 from ..fact import Fact
@@ -26,6 +26,7 @@ from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..results import MemoryResult, Region, RunResult
 from ..results.allocations import DeviceTotal
+from ..results.work import StepWork
 from ..spec import MAX_TOKENS, TRAINER_DEFAULT_OPTIMIZER, RunSpec, Setting
 from ..step.preflight import simulated_dtype
 from ..step.simulate import simulated_device_type
@@ -58,6 +59,9 @@ class LongestSeq:
     # (None: the tensors' peak alone was over the budget, or no device total was asked).
     device: DeviceTotal | None = None
     over_device: DeviceTotal | None = None
+    # The counted work of the simulated step at ``seq_len`` (None when nothing fits, or a simulation without it): its
+    # predicted time on a GPU is the roofline's (explore.roofline), asked by whoever knows the GPU. Not in the JSON.
+    work: StepWork | None = field(default=None, repr=False, compare=False)
 
     @property
     def spare_bytes(self) -> int | None:
@@ -120,13 +124,15 @@ def longest_seq(
     stretches: dict[int, _Stretches] = {}
     results: dict[int, RunResult] = {}
     totals: dict[int, DeviceTotal | None] = {}
+    works: dict[int, StepWork | None] = {}
     decide = device or on_gpu(gpu)
 
     def peak(seq_len: int) -> int:
         if seq_len not in peaks:
-            results[seq_len] = simulate(replace(spec, seq_len=seq_len))
-            memory = results[seq_len].memory
+            result = results[seq_len] = simulate(replace(spec, seq_len=seq_len))
+            memory = result.memory
             assert memory is not None  # a simulation always has its memory
+            works[seq_len] = getattr(result, "work", None)  # a test's stand-in simulation may carry none
             peaks[seq_len] = memory.peak_bytes
             stretches[seq_len] = _stretches(memory)
         return peaks[seq_len]
@@ -161,6 +167,7 @@ def longest_seq(
             limit,
             totals.get(seq_len),
             None if over is None else totals.get(over),
+            works.get(seq_len),
         )
 
     start = min(max(spec.seq_len, MIN_SEQ), limit)

@@ -431,3 +431,102 @@ def over_off(predictions: Sequence[tuple[Setting, TimePrediction | None]]) -> li
         SettingTime(setting, p, None if p is None or off is None or not off.seconds else p.seconds / off.seconds)
         for setting, p in predictions
     ]
+
+
+# --- Why the rerun costs more or less than the textbook's one extra forward (the lesson's part on time).
+
+# The textbook's step: a backward costs two forwards (the 2N + 4N FLOPs a token of Kaplan et al. 2020's 6N), and
+# checkpointing every layer adds "one extra forward" (Chen et al. 2016): three forwards' time becomes four, x4/3.
+TEXTBOOK_FACTOR = 4 / 3
+
+
+def is_attention(op: str) -> bool:
+    """Whether an op is a fused attention kernel (SDPA's flash, memory-efficient or CPU flash path, cuDNN's)."""
+    return "attention" in op
+
+
+@dataclass(frozen=True)
+class RerunAnatomy:
+    """Where checkpointing every layer's time goes, against the textbook's one extra forward, on one device.
+
+    From two predictions of the same step: checkpointing off and every_n_layers=1. ``head_s`` is what the forward
+    runs outside the decoder layers plus the loss (embeddings, final norm, lm head, the float32 loss): the rerun never
+    runs it. ``attention_s`` is the rerun's time in the attention kernel, which grows with the square of the
+    sequence while the rest grows with it. ``launch_bound_s`` is the step's time in ops at the launch floor: a small
+    model's kernels are shorter than a launch, so its time follows the op count, not the FLOPs.
+    """
+
+    off: TimePrediction
+    every_layer: TimePrediction
+    head_s: float  # off's forward outside the layers plus its loss phase: never rerun
+    attention_s: float  # every_n_layers=1's rerun time in attention kernels
+    launch_bound_s: float  # off's step time in ops that cost one launch (their work is shorter)
+
+    @property
+    def forward_s(self) -> float:
+        """Off's whole forward, the loss included: the textbook's "one forward"."""
+        return self.off.by_phase["forward"] + self.off.by_phase["loss"]
+
+    @property
+    def factor(self) -> float:
+        """every_n_layers=1's predicted step over off's."""
+        return self.every_layer.seconds / self.off.seconds if self.off.seconds else 0.0
+
+    @property
+    def rerun_of_forward(self) -> float:
+        """The rerun's time over the forward's: below 1 by the head and the loss, never rerun."""
+        return self.every_layer.rerun_s / self.forward_s if self.forward_s else 0.0
+
+    @property
+    def head_share(self) -> float:
+        """The head's and the loss's share of the forward."""
+        return self.head_s / self.forward_s if self.forward_s else 0.0
+
+    @property
+    def skipped_share(self) -> float:
+        """The share of the forward that is in the layers yet not rerun: torch's non-reentrant checkpoint stops its
+        recompute once every tensor the backward saved is back, so a layer's last matmul (the MLP's down projection,
+        whose output nothing saves) is not run again (docs/simulation.md)."""
+        return max(0.0, 1.0 - self.rerun_of_forward - self.head_share)
+
+    @property
+    def attention_share(self) -> float:
+        """The attention kernels' share of the rerun."""
+        return self.attention_s / self.every_layer.rerun_s if self.every_layer.rerun_s else 0.0
+
+    @property
+    def launch_share(self) -> float:
+        """The share of off's step spent in ops bound by the launch floor."""
+        return self.launch_bound_s / self.off.seconds if self.off.seconds else 0.0
+
+
+def rerun_anatomy(
+    off: StepWork,
+    every_layer: StepWork,
+    speed: Speed,
+    *,
+    tokens: int,
+    efficiency: Efficiency = GPU_EFFICIENCY,
+    f32: Float32Matmul = "float32",
+) -> RerunAnatomy:
+    """The :class:`RerunAnatomy` of a step's counted work with checkpointing off and every_n_layers=1 on ``speed``."""
+
+    def seconds(items: Sequence[WorkItem]) -> float:
+        return sum(item_seconds(item, speed, efficiency=efficiency, f32=f32) for item in items)
+
+    head = [item for item in off.items if item.phase == "loss" or (item.phase == "forward" and item.layer is None)]
+    attention = [item for item in every_layer.items if item.phase == "rerun" and is_attention(item.cost.op)]
+    launch_bound = [
+        item
+        for item in off.items
+        if item.phase not in ("offload", "collective")
+        and launches_kernel(item.cost.op)
+        and op_seconds(item.cost, speed, efficiency, f32) == efficiency.launch_s
+    ]
+    return RerunAnatomy(
+        off=predict_time(off, speed, tokens=tokens, efficiency=efficiency, f32=f32),
+        every_layer=predict_time(every_layer, speed, tokens=tokens, efficiency=efficiency, f32=f32),
+        head_s=seconds(head),
+        attention_s=seconds(attention),
+        launch_bound_s=seconds(launch_bound),
+    )

@@ -7,13 +7,16 @@ sharing what they have in common (:class:`ckptlab.step.table.TableSimulation`: e
 what :func:`ckptlab.simulate` gives, byte for byte), cancelable between settings (:class:`ckptlab.lab.scalejob.ScaleJob` runs that on a thread
 so that a page stays responsive and a Stop keeps what was simulated).
 Which settings fit a memory budget is :func:`least_recompute_that_fits`, asking the one rule
-(:func:`ckptlab.explore.budget.fits`, importable from here as before).
+(:func:`ckptlab.explore.budget.fits`, importable from here as before); where the GPU's speed is known and the
+simulations carry their counted work, :func:`fastest_that_fits` ranks the fitting settings by their predicted
+step time instead (the roofline, :mod:`ckptlab.explore.roofline`).
 
 Numbers are bytes; words and units belong to the front ends.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +36,7 @@ from ..step.stopping import DONE, Cancel, Progress, label, prefixed, scaled, sto
 from ..step.table import TableSimulation
 from .budget import fits
 from .device import DeviceStep, expandable_beside, on_gpu
+from .roofline import SettingTime, Speed, setting_times
 
 EveryN = Literal["distinct", "all"]
 OffloadFor = Literal["n=1", "all", "none"]
@@ -221,6 +225,51 @@ def least_recompute_that_fits(table: ScaleTable, budget_bytes: int) -> RunResult
     """The fitting setting that reruns the fewest layers (offload last: it adds copies), or None."""
     fitting = [result for result in table.results if fits(result, budget_bytes)]
     return min(fitting, key=lambda result: recompute_cost(Setting.of(result.spec), table.num_layers), default=None)
+
+
+def table_times(table: ScaleTable, speed: Speed) -> list[SettingTime]:
+    """Each simulated setting's predicted step time on ``speed`` and its factor over checkpointing off, in the
+    table's order (a setting whose result carries no counted work has no prediction)."""
+    return setting_times(table.results, speed)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The setting a budget leads to: its result, its predicted time where there is one, and how it was ranked."""
+
+    result: RunResult
+    time: SettingTime | None  # None: no speed given, or the fitting results carry no counted work
+    ranked_by: Literal["time", "recompute"]  # "time": the fastest predicted; "recompute": the fewest layers rerun
+
+
+def fastest_that_fits(table: ScaleTable, budget_bytes: int, speed: Speed | None) -> Choice | None:
+    """The fitting setting with the shortest predicted step on ``speed``, or None when nothing fits.
+
+    Time decides where it is known: rerunning a layer costs its forward's ops, while offload's copies cross the
+    host link on the compute stream and a selective policy saves part of the rerun, so the setting that reruns the
+    fewest layers is not always the fastest (an offload twin over PCIe can be slower than rerunning more layers).
+    Equal predicted times fall back to the recompute order. Without a speed, or where a fitting result carries no
+    counted work (a simulation from before the counting), the choice is :func:`least_recompute_that_fits`'s.
+    """
+    rows = table_times(table, speed) if speed is not None else []
+    by_result = {id(result): row for result, row in zip(table.results, rows)}  # setting_times keeps the order
+    fitting = [result for result in table.results if fits(result, budget_bytes)]
+    if not fitting:
+        return None
+    timed = [by_result.get(id(result)) for result in fitting]
+    if all(row is not None and row.prediction is not None for row in timed):
+        pairs = list(zip(fitting, timed))
+
+        def key(pair: tuple[RunResult, SettingTime | None]) -> tuple[float, tuple[int, bool, int]]:
+            result, row = pair
+            seconds = row.prediction.seconds if row is not None and row.prediction is not None else math.inf
+            return seconds, recompute_cost(Setting.of(result.spec), table.num_layers)
+
+        best, row = min(pairs, key=key)
+        return Choice(best, row, "time")
+    fewest = least_recompute_that_fits(table, budget_bytes)
+    assert fewest is not None  # something fits
+    return Choice(fewest, by_result.get(id(fewest)), "recompute")
 
 
 def scale_table(

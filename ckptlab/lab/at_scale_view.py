@@ -15,7 +15,9 @@ from typing import Any, Literal
 from ..errors import CkptlabError
 from ..explore.budget import BUDGET_BOX_GIB, GPUS, fit, fits, gpu_name
 from ..explore.gpu_search import GpuSearch, SearchCode
-from ..explore.longest import LongestTable
+from ..explore.gpus import GPU_SPECS, GpuSpec
+from ..explore.longest import LongestSeq, LongestTable
+from ..explore.roofline import SettingTime, TimePrediction, predict_time, setting_times
 from ..explore.scale import (
     SIMULATION_DTYPES,
     EveryN,
@@ -23,8 +25,9 @@ from ..explore.scale import (
     ScaleTable,
     Setting,
     every_n_choices,
-    least_recompute_that_fits,
+    fastest_that_fits,
     scale_settings,
+    table_times,
 )
 from ..fact import Fact
 from ..model.catalog import ModelInfo
@@ -46,6 +49,9 @@ CUSTOM = "custom"  # the GPU box's entry for a budget in GiB
 DEFAULT = RunSpec(model="qwen3-8b", seq_len=8192, batch_size=1, dtype="bfloat16")
 DEFAULT_GPU = "H100 80 GB"
 DEFAULT_BUDGET_GIB = 40.0  # the custom budget's first value
+# A custom budget is bytes and names no GPU, so no speed: its predicted times are on this GPU's, and the page says so
+# (``time_gpu_caption``). The default GPU: the card the page opens on, the one most people decide for.
+TIME_GPU_FOR_CUSTOM = DEFAULT_GPU
 TABLE_ROW_PX = 36  # st.dataframe's row height: the table is as tall as its rows and header
 TABLE_MAX_PX = 720  # taller than this, the table scrolls inside
 PLAN_KEYS_SHOWN = 14  # more settings than this: the plan line names the first four and the last two
@@ -246,17 +252,48 @@ def summary(table: ScaleTable, lang: str) -> str:
     return line + " · " + gpus_label(table.request.world_size, lang)
 
 
-def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Verdict:
-    """Which setting fits with the least recompute on each GPU of the table, or by how much nothing does."""
-    best = least_recompute_that_fits(table, budget)
+def time_gpu(gpu: str) -> GpuSpec:
+    """The GPU whose speed the page's predicted times are on: the one chosen, or :data:`TIME_GPU_FOR_CUSTOM` for a
+    custom budget (a number of bytes has no speed)."""
+    return GPU_SPECS[TIME_GPU_FOR_CUSTOM if gpu == CUSTOM else gpu]
+
+
+def time_gpu_caption(gpu: str, lang: str) -> str:
+    """Under a custom budget, which GPU's speed the times are predicted on; "" for a GPU of the list."""
+    return i18n.t("at_scale.time_custom", lang, gpu=TIME_GPU_FOR_CUSTOM) if gpu == CUSTOM else ""
+
+
+def predicted_step(time: SettingTime | None, lang: str) -> str:
+    """One sentence: the setting's predicted step time and its factor over off, labelled with the roofline's
+    provenance ("predicted (roofline, H100 80 GB)"); "" where the result carries no counted work."""
+    if time is None or time.prediction is None:
+        return ""
+    prediction = time.prediction
+    words = {"ms": i18n.number(prediction.seconds * 1000, ",.1f", lang), "provenance": _time_label(prediction, lang)}
+    if time.factor_over_off is None:
+        return i18n.t("at_scale.predicted_step_alone", lang, **words)
+    return i18n.t("at_scale.predicted_step", lang, factor=time.factor_over_off, **words)
+
+
+def _time_label(prediction: TimePrediction, lang: str) -> str:
+    return provenance_label(prediction.provenance, lang)
+
+
+def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str, speed: GpuSpec | None = None) -> Verdict:
+    """Which setting fits with the shortest predicted step on ``speed`` (the least recompute where no time is
+    known: no speed, or results without counted work) on each GPU of the table, or by how much nothing does."""
+    choice = fastest_that_fits(table, budget, speed)
     gpus = gpus_label(table.request.world_size, lang)
-    if best is not None:
+    if choice is not None:
+        best = choice.result
         setting = Setting.of(best.spec)
         answer = fit(memory_of(best).peak_bytes, budget, best.device_total)  # the device total, where it has one
         peak, margin = answer.peak_bytes / GIB, answer.margin_bytes / GIB
         cp = setting.cp_layers(table.num_layers)
         if setting.every_n_layers is None:
             key = "at_scale.fits_off"
+        elif choice.ranked_by == "time":  # time decided: not the fewest reruns, the shortest predicted step
+            key = "at_scale.fits_fastest"
         elif cp == table.num_layers:  # every layer reruns: "the fewest layers (36 of 36)" would say nothing
             key = "at_scale.fits_all"
         else:
@@ -271,6 +308,7 @@ def verdict(table: ScaleTable, budget: int, budget_label: str, lang: str) -> Ver
             cp=cp,
             layers=table.num_layers,
         )
+        text += predicted_step(choice.time, lang)
         thin = i18n.t("at_scale.thin", lang) if answer.thin else ""
         fitting = [Setting.of(result.spec).key for result in table.results if fits(result, budget)]
         also = i18n.t("at_scale.all_that_fit", lang, settings=", ".join(fitting)) if len(fitting) > 1 else ""
@@ -321,13 +359,26 @@ def float32_under_mixed(values: Mapping[str, Any]) -> bool:
     return values.get("at_scale_dtype") in ("bfloat16", "float16") and values.get("at_scale_mixed_precision") == "none"
 
 
-def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[dict]:
-    """The table under the figures: one row per setting, per GPU, GiB; the seconds column only when something ran."""
+def rows(table: ScaleTable, budget: int, budget_label: str, lang: str, speed: GpuSpec | None = None) -> list[dict]:
+    """The table under the figures: one row per setting, per GPU, GiB; with ``speed``, each setting's predicted step
+    time on it (ms) and its factor over checkpointing off, the header saying "predicted (roofline, GPU)"; the
+    seconds column only when something ran."""
     category_words = {part: i18n.t(f"at_scale.col_{part}", lang) for part in CATEGORY_COLUMNS}
+    times = table_times(table, speed) if speed is not None else [None] * len(table.results)
+    labelled = next((time.prediction for time in times if time is not None and time.prediction is not None), None)
     out = []
-    for result in table.results:
+    for result, time in zip(table.results, times):
         setting = Setting.of(result.spec)
         memory = memory_of(result)
+        timed: dict[str, float | None] = {}
+        if labelled is not None and time is not None:  # a GPU's speed and counted work: the time beside the memory
+            prediction, factor = time.prediction, time.factor_over_off
+            timed = {
+                i18n.t("at_scale.col_time", lang, provenance=_time_label(labelled, lang)): None
+                if prediction is None
+                else round(prediction.seconds * 1000, 1),
+                i18n.t("at_scale.col_factor", lang): None if factor is None else round(factor, 2),
+            }
         row = {
             i18n.t("at_scale.col_setting", lang): setting.key,
             i18n.t("at_scale.col_cp", lang): setting.cp_layers(table.num_layers),
@@ -338,6 +389,7 @@ def rows(table: ScaleTable, budget: int, budget_label: str, lang: str) -> list[d
             i18n.t("at_scale.col_margin", lang): round(
                 fit(memory.peak_bytes, budget, result.device_total).margin_bytes / GIB, 2
             ),
+            **timed,  # beside the peak and the margin: memory and time, the two sides of the trade
             **device_columns(result, table.beside.get(setting.key), lang),
             **{
                 label: round(part_bytes(memory.breakdown_at_peak, part) / GIB, 2)
@@ -371,8 +423,19 @@ def device_columns(result: RunResult, beside: DeviceTotal | None, lang: str) -> 
     }
 
 
-def search_verdict(search: GpuSearch, budget_label: str, lang: str) -> Verdict:
-    """The GPU search's answer in words: how many GPUs and which setting, or what comes closest."""
+def search_time(search: GpuSearch, speed: GpuSpec) -> SettingTime | None:
+    """The search's answer's predicted step on ``speed`` per GPU, and its factor over checkpointing off where the
+    search simulated off on as many GPUs; None when nothing fits."""
+    if search.result is None:
+        return None
+    same = [result for result in search.tried if result.spec.world_size == search.result.spec.world_size]
+    times = setting_times([result for result in same if result is not search.result] + [search.result], speed)
+    return times[-1]
+
+
+def search_verdict(search: GpuSearch, budget_label: str, lang: str, speed: GpuSpec | None = None) -> Verdict:
+    """The GPU search's answer in words: how many GPUs and which setting, or what comes closest; with ``speed``,
+    the answer's predicted step time on it."""
     counted = i18n.t(
         "at_scale.search_counted",
         lang,
@@ -381,6 +444,8 @@ def search_verdict(search: GpuSearch, budget_label: str, lang: str) -> Verdict:
         elapsed=duration(search.elapsed_s, lang),
     )
     verdict = _search_verdict(search, budget_label, counted, lang)
+    if speed is not None and search.result is not None:
+        verdict = replace(verdict, text=verdict.text + predicted_step(search_time(search, speed), lang))
     if search.quantized_one_gpu:  # a 4-bit base: one GPU searched, and why
         return replace(verdict, text=i18n.t("at_scale.search_qlora_one_gpu", lang) + " " + verdict.text)
     return verdict
@@ -444,8 +509,23 @@ def longest_is_for(found: LongestTable, request: ScaleRequest, budget: int) -> b
     return same and found.budget_bytes == budget and found.settings == longest_settings(request)
 
 
-def longest_verdict(found: LongestTable, budget: int, budget_label: str, lang: str) -> Verdict:
-    """The longest sequence of all the settings searched and which setting reaches it, or that nothing fits.
+def longest_time(found: LongestTable, row: LongestSeq, speed: GpuSpec) -> SettingTime | None:
+    """The predicted step on ``speed`` of ``row``'s setting at its longest sequence (one rank's tokens under FSDP2);
+    None where its simulation carried no counted work. No factor over off: off's longest sequence is another."""
+    if row.work is None:
+        return None
+    request = found.request
+    tokens = row.seq_len * request.batch_size * request.gradient_accumulation_steps
+    prediction = predict_time(row.work, speed, tokens=tokens, world_size=request.world_size)
+    setting = next(setting for setting in found.settings if setting.key == row.setting)
+    return SettingTime(setting, prediction, None)
+
+
+def longest_verdict(
+    found: LongestTable, budget: int, budget_label: str, lang: str, speed: GpuSpec | None = None
+) -> Verdict:
+    """The longest sequence of all the settings searched and which setting reaches it, or that nothing fits; with
+    ``speed``, that setting's predicted step time on it at that length.
 
     ``budget``, ``budget_label``: the page's; the search's own budget in GiB where it was for another.
     """
@@ -465,6 +545,8 @@ def longest_verdict(found: LongestTable, budget: int, budget_label: str, lang: s
     text = i18n.t(
         "at_scale.longest_best", lang, budget=label, seq=best.seq_len, setting=best.setting, peak=best.peak_bytes / GIB
     )
+    if speed is not None:
+        text += predicted_step(longest_time(found, best, speed), lang)
     if best.over_seq_len is None:
         text += i18n.t("at_scale.longest_at_limit", lang, limit=best.limit)
     return Verdict("success", text, None)
@@ -536,6 +618,21 @@ def trainer_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[name] = "-"
     return found
+
+
+def timed_code(code: str, time: SettingTime | None, lang: str) -> str:
+    """The code box with its predicted step time as a first comment line (labelled predicted, never measured); the
+    code alone where there is no prediction."""
+    if time is None or time.prediction is None:
+        return code
+    prediction = time.prediction
+    line = i18n.t(
+        "at_scale.code_predicted",
+        lang,
+        ms=i18n.number(prediction.seconds * 1000, ",.1f", lang),
+        provenance=_time_label(prediction, lang),
+    )
+    return f"# {line}\n{code}"
 
 
 def launch_code(code: SearchCode, lang: str) -> str:

@@ -13,7 +13,9 @@ One idea is simulated, not measured: "sharding divides parameters, gradients and
 state; checkpointing divides activations" needs several GPUs, so :func:`sharding_idea` runs
 FSDP2 on a fake process group (``ckptlab.simulate``) at 1, 2 and 4 GPUs, checkpointing off and on. So is
 "4 bits shrink the weights, not the activations" (:func:`qlora_idea`): a simulated CUDA GPU's step of a tiny
-preset with LoRA over a 16-bit base beside a 4-bit one, checkpointing off and on.
+preset with LoRA over a 16-bit base beside a 4-bit one, checkpointing off and on. And "the rerun is not the
+textbook's one extra forward" (:func:`rerun_idea`): two model sizes at two lengths simulated, their steps' time
+predicted on a GPU by the roofline over the operations they ran.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from transformers import PreTrainedModel
 
 from ..alloc_conf import EXPANDABLE
 from ..explore.device import SegmentsOverTime, segments_over_time
+from ..explore.gpus import GPU_SPECS
+from ..explore.roofline import RerunAnatomy, rerun_anatomy, result_tokens, step_work
 from ..model import catalog
 from ..model.catalog import ModelInfo
 from ..model.quantize import QLORA
@@ -80,7 +84,7 @@ class LessonPart:
 
     name: str  # locale keys live under lesson.<name>.*
     runs: tuple[RunSpec, ...] = ()  # measured, in the order the page draws them
-    idea: str | None = None  # simulated instead: "sharding" (sharding_idea) or "qlora" (qlora_idea)
+    idea: str | None = None  # simulated instead: "sharding" (sharding_idea), "qlora" (qlora_idea), "rerun" (rerun_idea)
 
     def asks(self) -> list[RunSpec]:
         """What the shared runs measure for this part (:mod:`ckptlab.lab.learnruns`): each run, a checkpointing-off one
@@ -115,6 +119,7 @@ LESSON_PARTS: tuple[LessonPart, ...] = (
     LessonPart("qlora", idea="qlora"),
     LessonPart("shard", idea="sharding"),
     LessonPart("allocator", idea="allocator"),
+    LessonPart("rerun", idea="rerun"),  # the rerun's cost against the textbook's: predicted over simulated steps
     LessonPart("step", tuple(lesson_at(n) for n in STEP_SETTINGS)),
 )
 
@@ -334,3 +339,63 @@ def allocator_idea(
 # The allocator idea's step, with its order of allocations: kept for the process in a bounded store of its own (the
 # shared SIMULATIONS' results carry no order).
 _recorded: ResultStore[RunSpec, RunResult] = ResultStore(json_bytes)
+
+# -- the lesson's time idea: simulated steps, their time predicted by the roofline -------------------------------
+
+# Two model sizes at two lengths, forward and backward alone (no optimizer: the rerun's cost against the step that
+# reruns, as this project's H200 row), bfloat16 on the GPU most people decide for. A small model at a short length is
+# bound by launches; the attention's share of the rerun grows with the length.
+RERUN_MODELS = ("qwen3-0.6b", "qwen3-8b")
+RERUN_LENGTHS = (1024, 8192)
+RERUN_GPU = "H100 80 GB"
+RERUN_LESSON = RunSpec(
+    model=RERUN_MODELS[0], seq_len=RERUN_LENGTHS[0], batch_size=1, dtype="bfloat16", optimizer="none", repeats=1,
+    warmup=0,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RerunCase:
+    """One model at one length: checkpointing off and every layer, their predicted times' anatomy."""
+
+    model: str
+    seq_len: int
+    anatomy: RerunAnatomy
+
+
+@dataclass(frozen=True)
+class RerunIdea:
+    """ "The rerun is not the textbook's one extra forward", in predicted numbers over simulated steps."""
+
+    gpu: str  # the GPU whose speed the times are predicted on
+    cases: list[RerunCase]  # RERUN_MODELS x RERUN_LENGTHS, in that order
+
+    def case(self, model: str, seq_len: int) -> RerunCase:
+        return next(case for case in self.cases if (case.model, case.seq_len) == (model, seq_len))
+
+
+def rerun_specs(base: RunSpec = RERUN_LESSON) -> list[RunSpec]:
+    """Each model at each length, checkpointing off then every layer (what the time part simulates)."""
+    return [
+        replace(base, model=model, seq_len=seq_len, every_n_layers=n)
+        for model in RERUN_MODELS
+        for seq_len in RERUN_LENGTHS
+        for n in (None, 1)
+    ]
+
+
+def rerun_idea(
+    base: RunSpec = RERUN_LESSON, progress: Progress | None = None, workers: WorkerPool | None = None
+) -> RerunIdea:
+    """Simulate :func:`rerun_specs` (or reuse them: kept for the process) and predict their time on
+    :data:`RERUN_GPU` (:func:`ckptlab.explore.roofline.rerun_anatomy`)."""
+    specs = rerun_specs(base)
+    results = simulated(specs, progress, workers)
+    speed = GPU_SPECS[RERUN_GPU]
+    cases = []
+    for off_spec, on_spec in zip(specs[::2], specs[1::2]):
+        off, on = step_work(results[off_spec]), step_work(results[on_spec])
+        assert off is not None and on is not None  # a simulation counts its work
+        anatomy = rerun_anatomy(off, on, speed, tokens=result_tokens(results[off_spec]))
+        cases.append(RerunCase(off_spec.model, off_spec.seq_len, anatomy))
+    return RerunIdea(gpu=RERUN_GPU, cases=cases)

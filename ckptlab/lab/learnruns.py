@@ -29,9 +29,11 @@ from .learn import (
     LESSON_PARTS,
     AllocatorIdea,
     QloraIdea,
+    RerunIdea,
     ShardingIdea,
     allocator_idea,
     qlora_idea,
+    rerun_idea,
     sharding_idea,
     shared_model,
 )
@@ -335,11 +337,12 @@ def _idea_job(name: str, make: Callable[..., T], workers: WorkerPool | None) -> 
         return _ideas[name]
 
 
-IDEAS: dict[str, Callable[..., Any]] = {
+IDEAS: dict[str, Callable[..., Any]] = {  # LessonPart.idea -> maker
     "sharding": sharding_idea,
     "qlora": qlora_idea,
     "allocator": allocator_idea,
-}  # LessonPart.idea -> maker
+    "rerun": rerun_idea,
+}
 
 
 def idea_job(name: str, workers: WorkerPool | None = None) -> IdeaJob[Any]:
@@ -364,3 +367,8 @@ def qlora_job(workers: WorkerPool | None = None) -> IdeaJob[QloraIdea]:
 def allocator_job(workers: WorkerPool | None = None) -> IdeaJob[AllocatorIdea]:
     """The server's allocator-idea job (:func:`ckptlab.lab.learn.allocator_idea`)."""
     return idea_job("allocator", workers)
+
+
+def rerun_job(workers: WorkerPool | None = None) -> IdeaJob[RerunIdea]:
+    """The server's time idea job (:func:`ckptlab.lab.learn.rerun_idea`)."""
+    return idea_job("rerun", workers)

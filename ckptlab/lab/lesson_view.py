@@ -12,6 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from ..explore.formula import architecture, eager_scores_bytes
+from ..explore.roofline import TEXTBOOK_FACTOR
 from ..results import RunResult, TimelinePoint, memory_of
 from ..show.figures.breakdown import breakdown_figure
 from ..show.figures.diagram import roles_diagram_figure
@@ -22,7 +23,7 @@ from ..spec import RunSpec
 from ..step import timeline as tl
 from ..units import MIB
 from .exercises import Exercise, Outcome, evaluate
-from .learn import AllocatorIdea, QloraIdea, ShardingIdea
+from .learn import RERUN_LENGTHS, RERUN_MODELS, AllocatorIdea, QloraIdea, RerunIdea, ShardingIdea
 from .run import reference_spec
 
 
@@ -260,4 +261,50 @@ def allocator_caption(idea: AllocatorIdea, lang: str) -> str:
         cached=mib(default.reserved_peak - default.allocated_peak),
         expandable=mib(expandable.reserved_peak),
         events=number(default.events_total, ",", lang),
+    )
+
+
+def rerun_labels(idea: RerunIdea, lang: str) -> list[str]:
+    """The time part's bars: the model and the length."""
+    return [t("lesson.rerun.bar", lang, model=case.model, seq=number(case.seq_len, ",", lang)) for case in idea.cases]
+
+
+def rerun_caption(idea: RerunIdea, lang: str) -> str:
+    """What the time figure shows, in predicted numbers: each case's factor against the textbook's, the head and the
+    loss never rerun, the attention's share growing with the length, the small model bound by launches."""
+    small, large = RERUN_MODELS
+    short, long = RERUN_LENGTHS
+    small_short, small_long = idea.case(small, short).anatomy, idea.case(small, long).anatomy
+    large_short, large_long = idea.case(large, short).anatomy, idea.case(large, long).anatomy
+
+    def percent(share: float) -> str:
+        return number(share * 100, ",.0f", lang)
+
+    return t(
+        "lesson.rerun.caption",
+        lang,
+        gpu=idea.gpu,
+        small=small,
+        large=large,
+        short=number(short, ",", lang),
+        long=number(long, ",", lang),
+        textbook=TEXTBOOK_FACTOR,
+        factors=", ".join(
+            t(
+                "lesson.rerun.factor",
+                lang,
+                model=case.model,
+                seq=number(case.seq_len, ",", lang),
+                factor=case.anatomy.factor,
+            )
+            for case in idea.cases
+        ),
+        head_small=percent(small_long.head_share),
+        head_large=percent(large_long.head_share),
+        attention_short=percent(large_short.attention_share),
+        attention_long=percent(large_long.attention_share),
+        launch=percent(small_short.launch_share),
+        launch_large=percent(large_long.launch_share),
+        mfu_small=percent(small_short.off.mfu),
+        mfu_large=percent(large_long.off.mfu),
     )

@@ -94,7 +94,10 @@ def test_simulate_shows_the_figures_labelled_simulated(simulated):
     table = at.session_state["at_scale_table"]
     assert [setting.key for setting in table.settings] == ["off", "n=1", "n=1+offload", "n=2", "n=3", "n=6"]
     assert len(calls) == 6
-    assert len(at.get("plotly_chart")) == 3  # peak, resident, diagram
+    assert len(at.get("plotly_chart")) == 4  # peak, memory against predicted time, resident, diagram
+    assert "Memory against time" in [header.value for header in at.subheader]
+    columns = list(at.dataframe[-1].value.columns)  # the table: time beside memory
+    assert "step, ms: predicted (roofline, H100 80 GB)" in columns and "× off's step" in columns
     assert "Checkpointing off" in _texts(at.success)  # a tiny model fits an H100 without checkpointing
     assert "simulated" in _texts(at.caption)
     assert at.selectbox(key="at_scale_show").value == "off"  # the verdict's setting is drawn
@@ -107,16 +110,18 @@ def test_changing_the_gpu_redraws_without_simulating_again(simulated):
     job = at.session_state["at_scale_job"]
     at.selectbox(key="at_scale_gpu").set_value("L4 24 GB").run()
     assert not at.exception, _texts(at.exception)
-    assert "L4 24 GB" in _texts(at.success) and len(at.get("plotly_chart")) == 3
+    assert "L4 24 GB" in _texts(at.success) and len(at.get("plotly_chart")) == 4
+    assert "predicted (roofline, L4 24 GB)" in _texts(at.success)  # the verdict's step time on the new GPU
     # A budget below every peak (tiny-llama needs about 53 MiB): the page says nothing fits, and by how much.
     at.selectbox(key="at_scale_gpu").set_value("custom").run()
     at.number_input(key="at_scale_budget_gib").set_value(0.01).run()
     assert not at.exception, _texts(at.exception)
     assert "Nothing simulated fits 0.01 GiB" in _texts(at.error)
     assert at.query_params["gpu"] == "0.01GiB"
+    assert "predicted on an H100 80 GB's speed" in _texts(at.caption)  # a budget in GiB names no GPU
     # Another setting to draw: still only drawing.
     at.selectbox(key="at_scale_show").set_value("n=2").run()
-    assert not at.exception and len(at.get("plotly_chart")) == 3
+    assert not at.exception and len(at.get("plotly_chart")) == 4
     assert at.session_state["at_scale_table"] is table and at.session_state["at_scale_job"] is job
     assert len(calls) == before
 

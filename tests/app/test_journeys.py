@@ -502,6 +502,19 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     fitting = [row for row in page.locator("[data-testid='stAlert']").first.inner_text().splitlines() if row.strip()]
     assert "bfloat16" in " ".join(fitting)  # the verdict says the precision it assumed
     assert page.get_by_role("button", name=words("at_scale.try_float32_mixed", lang).replace("`", "")).count() == 1
+    # Issue 59: time beside memory. The verdict says the chosen setting's predicted step and the memory-against-time
+    # chart is drawn (check_page above read its words at 1280x720). The table's time columns are not checked here:
+    # st.dataframe draws on a canvas, and its accessible grid was not in the page (the AppTest of the page reads them).
+    time_title = words("scale_figures.time_title", lang, model="\0", seq_len=0).split("\0")[0].strip(" :")
+    chart = page.locator("svg text.gtitle").filter(has_text=re.compile(r"\s*".join(map(re.escape, time_title.split()))))
+    expect(chart.first).to_be_visible(timeout=HANG_MS)
+    step = words("at_scale.predicted_step_alone", lang, ms="\0", provenance="\0").split("\0")[0].strip()
+    assert step in " ".join(fitting), fitting  # "Step time: 1,234.5 ms, x1.05 ..., predicted (roofline, H100 80 GB)."
+    chart.first.scroll_into_view_if_needed()
+    shoot(page, f"at-scale-time-{lang}")
+    page.locator("[data-testid='stDataFrame']").last.scroll_into_view_if_needed()
+    shoot(page, f"at-scale-table-{lang}")  # the time columns, for a person to look at
+    page.locator("[data-testid='stAlert']").first.scroll_into_view_if_needed()
     shoot(page, f"at-scale-{lang}")
 
     # The fewest GPUs, on a small preset so the search stays cheap: its answer and the code to launch it.

@@ -220,3 +220,35 @@ def test_a_peak_whose_first_lengths_lie_before_its_line_is_answered_by_a_second_
     by_stretch = longest_seq(spec, budget, simulate=simulate)
     assert (by_stretch.seq_len, by_stretch.over_seq_len) == (11_586, 11_587)
     assert asked == [512, 1024, 11_586, 11_587]
+
+
+def test_the_longest_answer_carries_its_steps_counted_work_and_the_page_says_its_predicted_time():
+    """Issue 59: the answer keeps the counted work of the simulated step at its length (not another length's), so
+    the At-scale page can say that setting's predicted step time on the GPU."""
+    from ckptlab.explore.gpus import GPU_SPECS
+    from ckptlab.explore.longest import LongestTable
+    from ckptlab.explore.roofline import predict_time
+    from ckptlab.lab import at_scale_view
+    from ckptlab.step.work import OpCost, StepWork, WorkItem
+
+    def work(seq_len: int) -> StepWork:
+        return StepWork((WorkItem("forward", 0, OpCost("aten.add.Tensor", "bfloat16", 0, seq_len * 2**20), 1),))
+
+    stub = _stub(1000, 10_000_000, [])
+
+    def simulate(spec: RunSpec):
+        return SimpleNamespace(memory=stub(spec).memory, work=work(spec.seq_len))
+
+    spec = RunSpec(model="tiny-llama", seq_len=128, batch_size=2, every_n_layers=1)
+    found = longest_seq(spec, 10_000_000 + 1000 * 1234 + 1234**2 // 64, simulate=simulate)
+    assert found.seq_len == 1234 and found.work == work(1234)
+    request = ScaleRequest("tiny-llama", 128, 2, "bfloat16", (Setting(1),))
+    table = LongestTable(request, found.budget_bytes, (found,), (Setting(1),), False, 0.0, found.simulations)
+    h100 = GPU_SPECS["H100 80 GB"]
+    seconds = predict_time(work(1234), h100, tokens=1234 * 2).seconds
+    said = at_scale_view.longest_verdict(table, found.budget_bytes, "a budget", "en", h100).text
+    assert f"Step time: {seconds * 1000:,.1f} ms, predicted (roofline, H100 80 GB)." in said
+    assert "Step time" not in at_scale_view.longest_verdict(table, found.budget_bytes, "a budget", "en").text
+    from ckptlab.cli.simulate import longest_json
+
+    assert "work" not in longest_json(found) and longest_json(found)["seq_len"] == 1234  # thousands of ops: not in JSON

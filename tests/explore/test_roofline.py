@@ -165,3 +165,30 @@ def test_a_result_without_counted_work_has_no_prediction():
         pass
 
     assert step_work(Measured()) is None  # type: ignore[arg-type]
+
+
+def test_the_reruns_anatomy_against_the_textbooks_one_extra_forward():
+    """The lesson's figures, by hand: the rerun repeats the layers' forward but not the head and the loss (so it is
+    less than a forward), its attention share is the attention kernel's time over the rerun's, and a kernel shorter
+    than a launch counts as launch-bound."""
+    from ckptlab.explore.roofline import TEXTBOOK_FACTOR, host_floor, rerun_anatomy
+
+    attention = OpCost("aten._scaled_dot_product_flash_attention_for_cpu.default", "bfloat16", 4 * N**3, 4 * N * N * 2)
+    tiny = OpCost("aten.mul.Tensor", "bfloat16", flops=0, bytes=64)
+    layer = [("forward", 0, MATMUL, 2), ("forward", 0, attention, 1), ("forward", 0, tiny, 3)]
+    head = [("forward", None, MATMUL, 1), ("loss", None, ADD, 1)]
+    backward = [("backward", 0, MATMUL, 4), ("backward", 0, attention, 2)]
+    rerun = [("rerun", 0, cost, count) for _, _, cost, count in layer]
+    anatomy = rerun_anatomy(work(*layer, *head, *backward), work(*layer, *head, *backward, *rerun), H100, tokens=N)
+    mm, att, add = op_seconds(MATMUL, H100), op_seconds(attention, H100), op_seconds(ADD, H100)
+    floor = host_floor("forward")  # a tiny op the model's Python issues costs its host floor, not its kernel
+    forward = 2 * mm + att + 3 * floor + mm + add
+    assert anatomy.forward_s == pytest.approx(forward)
+    assert anatomy.head_share == pytest.approx((mm + add) / forward)
+    assert anatomy.rerun_of_forward == pytest.approx((2 * mm + att + 3 * floor) / forward)
+    assert anatomy.rerun_of_forward < 1
+    assert anatomy.attention_share == pytest.approx(att / (2 * mm + att + 3 * floor))
+    assert anatomy.launch_share == pytest.approx(3 * floor / anatomy.off.seconds)
+    off = forward + 4 * mm + 2 * att
+    assert anatomy.factor == pytest.approx((off + 2 * mm + att + 3 * floor) / off)
+    assert anatomy.factor < TEXTBOOK_FACTOR  # the head and the loss are not rerun

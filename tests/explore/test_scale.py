@@ -205,3 +205,32 @@ def test_a_job_past_the_servers_time_limit_stops_between_simulations_and_says_so
     assert len(state.table.results) == 1 and state.table.cancelled  # the one in flight finished, no other started
     assert state.failure.key == "simulation.time_limit" and "this server's limit" in state.error
     assert not state.stop_requested
+
+
+def test_the_fastest_predicted_setting_that_fits_is_not_the_least_recompute_nor_the_lowest_peak():
+    """Issue 59: where time decides, the choice changes. n=2 with offload reruns the fewest layers of those that fit
+    and n=1 with offload has the lowest peak, but their copies cross PCIe on the compute stream: n=1, rerunning every
+    layer without copies, is the fastest predicted on an H100. Without counted work the choice stays the recompute
+    order's."""
+    from ckptlab.explore.gpus import GPU_SPECS
+    from ckptlab.explore.scale import fastest_that_fits, table_times
+    from tests.explore import hand_table
+
+    table = hand_table.table(hand_table.PEAKS)
+    h100 = GPU_SPECS["H100 80 GB"]
+    by_memory = min((r for r in table.results if fits(r, hand_table.BUDGET)), key=lambda r: r.memory.peak_bytes)
+    assert Setting.of(by_memory.spec) == Setting(1, offload=True)
+    assert Setting.of(least_recompute_that_fits(table, hand_table.BUDGET).spec) == Setting(2, offload=True)
+    choice = fastest_that_fits(table, hand_table.BUDGET, h100)
+    assert choice is not None and choice.ranked_by == "time" and Setting.of(choice.result.spec) == Setting(1)
+    times = {row.setting: row for row in table_times(table, h100)}
+    fitting = (Setting(1), Setting(1, offload=True), Setting(2, offload=True))
+    assert choice.time is not None and choice.time.prediction.seconds == times[Setting(1)].prediction.seconds
+    assert all(times[Setting(1)].prediction.seconds < times[s].prediction.seconds for s in fitting[1:])
+    assert times[Setting(1)].factor_over_off == pytest.approx((2 + 4 + 2) / (2 + 4))  # the rerun of every layer
+    assert fastest_that_fits(table, 10 * 2**30, h100) is None  # nothing fits 10 GiB
+    untimed = fastest_that_fits(hand_table.table(hand_table.PEAKS, counted=False), hand_table.BUDGET, h100)
+    assert untimed is not None and untimed.ranked_by == "recompute" and untimed.time is not None
+    assert Setting.of(untimed.result.spec) == Setting(2, offload=True)
+    no_gpu = fastest_that_fits(table, hand_table.BUDGET, None)
+    assert no_gpu is not None and (no_gpu.ranked_by, no_gpu.time) == ("recompute", None)

@@ -254,3 +254,48 @@ def test_the_longest_sequence_table_shows_the_bytes_either_side_in_one_number_fo
     english = at_scale_view.longest_rows(found, "en")[1]
     assert english["longest seq_len that fits"] == "1,417" and english["shortest that does not fit"] == "1,418"
     assert english["to spare, bytes"] == "3" and english["over by, bytes"] == "2,000,000"
+
+
+def test_the_time_beside_the_memory_in_the_verdict_the_table_and_the_code_box():
+    """Issue 59's faces at scale: the verdict picks the fastest predicted setting that fits and says its step time
+    and factor over off, labelled predicted (roofline, GPU); the table has the time column and the factor; the code
+    box's first line says the predicted step time; a custom budget says whose speed the times are on."""
+    from ckptlab.explore.gpus import GPU_SPECS
+    from ckptlab.explore.scale import table_times
+    from ckptlab.spec import Setting
+    from tests.explore import hand_table
+
+    table = hand_table.table(hand_table.PEAKS)
+    h100 = at_scale_view.time_gpu("H100 80 GB")
+    assert at_scale_view.time_gpu(CUSTOM) is GPU_SPECS[at_scale_view.TIME_GPU_FOR_CUSTOM]
+    assert at_scale_view.time_gpu("A100 40 GB") is GPU_SPECS["A100 40 GB"]
+    answer = at_scale_view.verdict(table, hand_table.BUDGET, "a budget", "en", h100)
+    assert answer.text.startswith("1 GPU: **n=1** fits a budget") and "shortest predicted step" in answer.text
+    assert "×1.33 the step with checkpointing off, predicted (roofline, H100 80 GB)" in answer.text
+    by_recompute = at_scale_view.verdict(table, hand_table.BUDGET, "a budget", "en")  # no GPU speed: as before
+    assert "**n=2+offload**" in by_recompute.text and "predicted" not in by_recompute.text
+    assert "Tempo do passo" in at_scale_view.verdict(table, hand_table.BUDGET, "x", "pt-BR", h100).text
+
+    rows = at_scale_view.rows(table, hand_table.BUDGET, "a budget", "en", h100)
+    column = "step, ms: predicted (roofline, H100 80 GB)"
+    times = {row.setting.key: row.prediction.seconds for row in table_times(table, h100)}
+    assert [row[column] for row in rows] == [round(times[row["setting"]] * 1000, 1) for row in rows]
+    assert [row["× off's step"] for row in rows][:1] == [1.0] and rows[3]["× off's step"] == 1.33
+    assert column not in at_scale_view.rows(table, hand_table.BUDGET, "a budget", "en")[0]  # no speed, no column
+    assert (
+        "H100 80 GB" in at_scale_view.time_gpu_caption(CUSTOM, "ja")
+        and at_scale_view.time_gpu_caption("L4 24 GB", "en") == ""
+    )
+
+    n1 = next(row for row in table_times(table, h100) if row.setting == Setting(1))
+    code = at_scale_view.timed_code("model.activation_checkpointing_enable(every_n_layers=1)", n1, "en")
+    ms = i18n.number(n1.prediction.seconds * 1000, ",.1f", "en")
+    assert code.splitlines()[0] == f"# Step time predicted (roofline, H100 80 GB): {ms} ms (not measured)"
+    assert at_scale_view.timed_code("x = 1", None, "en") == "x = 1"
+
+    from ckptlab.explore.gpu_search import GpuSearch
+
+    answer_n1 = next(result for result in table.results if Setting.of(result.spec) == Setting(1))
+    search = GpuSearch(table.request, hand_table.BUDGET, (1,), hand_table.LAYERS, answer_n1, list(table.results))
+    said = at_scale_view.search_verdict(search, "a budget", "en", h100).text
+    assert f"Step time: {ms} ms, ×1.33 the step with checkpointing off, predicted (roofline, H100 80 GB)." in said

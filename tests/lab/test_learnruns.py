@@ -176,4 +176,4 @@ def test_the_warm_up_simulates_the_ideas_after_its_runs_and_a_page_joins_the_one
     for idea in held.values():
         idea.go.set()
     first.join(60)
-    assert first.outcome()[2] == "idea 1" and [idea.calls for idea in held.values()] == [1] * len(held)
+    assert first.outcome()[2] == "idea 1" and [idea.calls for idea in held.values()] == [1] * len(held)  # each once

@@ -2,7 +2,9 @@
 
 :func:`scale_peak_figure` stacks what the device holds at the peak of the step (parameters,
 gradients, activations, temporaries) per setting, draws the GPU's memory as a line and
-marks what fits; :func:`resident_figure` shows what stays resident after the forward.
+marks what fits; :func:`resident_figure` shows what stays resident after the forward;
+:func:`scale_time_figure` puts each setting's peak against its predicted step time on the GPU (the roofline's,
+labelled "predicted (roofline, GPU)"), as the Trade-offs page's Pareto chart puts measured ones.
 Offload's host memory is a separate hatched bar beside the device bar, never stacked on
 it: it is not GPU memory. Every title and hover says "simulated".
 
@@ -16,6 +18,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from ...explore.budget import fits
+from ...explore.roofline import SettingTime
 from ...explore.scale import ScaleTable, Setting
 from ...results import RunResult, memory_of
 from ...units import GIB, MIB
@@ -23,7 +26,11 @@ from ..i18n import number, t
 from ..labels import event_label, provenance_label
 from ._style import BUDGET_COLOR, CATEGORY_COLORS, GRID, HOST_PATTERN, VERDICT_COLORS, VERDICT_SYMBOLS, on_white
 from .breakdown import bar_unit, drawn_parts, part_bytes
+from .tradeoff import free_label_positions
 
+# The time figure's plot area in pixels on the At-scale page at 1280x720 (the wide layout's main column less the
+# sidebar and the figure's margins, rounded down), where its point labels are placed.
+TIME_PLOT_PX = (720, 230)
 OFF_SCALE = 4  # a budget more than this many times the tallest bar is named, not drawn (the bars would vanish)
 
 
@@ -159,6 +166,115 @@ def resident_figure(table: ScaleTable, selected: Setting | None = None, lang: st
         ticks,
     )
     figure.update_yaxes(range=[0, max(resident + hosts, default=0) / scale * 1.15 or 1])
+    return figure
+
+
+def scale_time_figure(
+    table: ScaleTable,
+    times: list[SettingTime],
+    budget_bytes: int | None = None,
+    budget_label: str = "",
+    selected: Setting | None = None,
+    lang: str = "en",
+) -> go.Figure:
+    """Memory against time at scale: each setting's simulated peak against its predicted step time, the budget line.
+
+    Args:
+        table: the simulated results.
+        times: each result's predicted time and factor over off (``explore.scale.table_times``), in the table's
+            order; a setting without a prediction (no counted work) is left out.
+        budget_bytes: the GPU's memory: a horizontal line, and each point marked fits / does not fit (the one rule).
+        budget_label: the GPU's name, e.g. "H100 80 GB".
+        selected: the setting shown in detail elsewhere (its label is bold).
+        lang: language of the words.
+
+    Returns:
+        A scatter figure; the axes, the title and every hover say which figure is simulated and which predicted.
+        Settings a layer apart crowd at scale: a label with no free place is left out (its hover still names it).
+    """
+    points = [
+        (result, time.prediction.seconds * 1000, time.factor_over_off)
+        for result, time in zip(table.results, times)
+        if result.memory is not None and time.prediction is not None
+    ]
+    provenance = _provenance([result for result, _, _ in points], lang)
+    timed = next((time.prediction for time in times if time.prediction is not None), None)
+    predicted = provenance_label(timed.provenance, lang) if timed is not None else ""
+    peaks = [memory_of(result).peak_bytes for result, _, _ in points]
+    top = max(peaks + ([budget_bytes] if budget_bytes is not None else []), default=0)
+    scale, unit = bar_unit(top)
+    low, high = min((ms for _, ms, _ in points), default=0.0), max((ms for _, ms, _ in points), default=1.0)
+    pad = (high - low) * 0.12 or high * 0.05 or 1.0
+    x_range, y_range = (low - pad, high + pad), (0.0, top / scale * 1.15 or 1.0)
+    keys = [Setting.of(result.spec).key for result, _, _ in points]
+    budget_y = budget_bytes / scale if budget_bytes is not None else None
+    places = free_label_positions(
+        [(ms, peak / scale, key) for (_, ms, _), peak, key in zip(points, peaks, keys)],
+        x_range,
+        y_range,
+        budget_y,
+        TIME_PLOT_PX,
+    )
+    gpu = budget_label or (_gib_text(budget_bytes, lang) if budget_bytes is not None else "")
+    figure = go.Figure()
+    for fit in (True, False) if budget_bytes is not None else (True,):
+        index = [
+            i for i, (result, _, _) in enumerate(points) if budget_bytes is None or fits(result, budget_bytes) == fit
+        ]
+        if not index:
+            continue
+        name = (
+            t(f"scale_figures.{'fits' if fit else 'no_fit'}", lang, budget=gpu)
+            if budget_bytes is not None
+            else provenance
+        )
+        hovers = [
+            t("scale_figures.hover_time", lang, setting=keys[i], ms=points[i][1], gib=peaks[i] / GIB,
+              factor="" if points[i][2] is None else t("scale_figures.time_factor", lang, factor=points[i][2]),
+              provenance=provenance, predicted=predicted)
+            for i in index
+        ]  # fmt: skip
+        labels = [
+            "" if places[i] is None else f"<b>{keys[i]}</b>" if Setting.of(points[i][0].spec) == selected else keys[i]
+            for i in index
+        ]
+        figure.add_trace(
+            go.Scatter(
+                x=[points[i][1] for i in index], y=[peaks[i] / scale for i in index], mode="markers+text", name=name,
+                text=labels, textposition=[places[i] or "top center" for i in index],
+                textfont={"color": VERDICT_COLORS[fit], "size": 13},
+                marker={"symbol": VERDICT_SYMBOLS[fit], "size": 11, "color": VERDICT_COLORS[fit],
+                        "line": {"color": "white", "width": 1}},
+                hovertext=hovers, hoverinfo="text", cliponaxis=False,
+            )
+        )  # fmt: skip
+    if budget_bytes is not None:
+        figure.add_trace(
+            go.Scatter(
+                x=list(x_range), y=[budget_y, budget_y], mode="lines",
+                name=t("scale_figures.budget", lang, budget=gpu, gib=budget_bytes / GIB),
+                line={"color": BUDGET_COLOR, "width": 2, "dash": "dash"}, hoverinfo="name",
+            )
+        )  # fmt: skip
+    figure.update_layout(
+        title={
+            "text": t("scale_figures.time_title", lang, **_shape(table)) + _per_gpu(table, lang),
+            "subtitle": {"text": t("scale_figures.time_subtitle", lang, provenance=provenance, predicted=predicted,
+                                   **_shape(table))},
+            "x": 0,
+            "xref": "paper",
+        },
+        height=480,
+        # Two subtitle lines above; the ticks, the axis title, then the legend below, clear of each other.
+        margin={"l": 60, "r": 20, "t": 115, "b": 130},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.32, "x": 0},
+        **on_white(13, lang),
+        hoverlabel={"font": {"size": 14}},
+    )  # fmt: skip
+    figure.update_xaxes(
+        title_text=t("scale_figures.time_x", lang, predicted=predicted), gridcolor=GRID, range=list(x_range)
+    )
+    figure.update_yaxes(title_text=t("scale_figures.peak_y", lang, unit=unit), gridcolor=GRID, range=list(y_range))
     return figure
 
 

@@ -68,6 +68,30 @@ def label_positions(
         avoid_y: a horizontal line's height in data units.
         plot_px: the plot area's width and height in pixels.
     """
+    places = _placed(points, x_range, y_range, avoid_y, plot_px, keep_unplaced=True)
+    return [place or LABEL_PLACES[0] for place in places]
+
+
+def free_label_positions(
+    points: Sequence[tuple[float, float, str]],
+    x_range: tuple[float, float],
+    y_range: tuple[float, float],
+    avoid_y: float | None = None,
+    plot_px: tuple[int, int] = PARETO_PLOT_PX,
+) -> list[str | None]:
+    """As :func:`label_positions`, but None for a label with no free place: a figure whose points crowd (settings a
+    layer apart at scale) leaves those labels out, to its hover, rather than write one over another."""
+    return _placed(points, x_range, y_range, avoid_y, plot_px, keep_unplaced=False)
+
+
+def _placed(
+    points: Sequence[tuple[float, float, str]],
+    x_range: tuple[float, float],
+    y_range: tuple[float, float],
+    avoid_y: float | None,
+    plot_px: tuple[int, int],
+    keep_unplaced: bool,
+) -> list[str | None]:
     width, height = plot_px
     x_scale = width / ((x_range[1] - x_range[0]) or 1.0)
     y_scale = height / ((y_range[1] - y_range[0]) or 1.0)
@@ -78,7 +102,7 @@ def label_positions(
         line_y = (y_range[1] - avoid_y) * y_scale
         taken.append((-1e9, line_y - 2, 1e9, line_y + 2))
         taken.append((width - 0.6 * LABEL_PX * 24, line_y - 1.4 * LABEL_PX, width, line_y))  # its label, top right
-    chosen = [LABEL_PLACES[0]] * len(points)
+    chosen: list[str | None] = [LABEL_PLACES[0] if keep_unplaced else None] * len(points)
     for index in sorted(range(len(points)), key=lambda i: centres[i][1]):
         box_width, box_height = 0.6 * LABEL_PX * len(points[index][2]), 1.3 * LABEL_PX
         for place in LABEL_PLACES:
@@ -87,7 +111,9 @@ def label_positions(
             if inside and not any(_meet(box, other) for other in taken):
                 chosen[index] = place
                 break
-        taken.append(label_box(centres[index], chosen[index], box_width, box_height, marker))
+        at = chosen[index]
+        if at is not None:
+            taken.append(label_box(centres[index], at, box_width, box_height, marker))
     return chosen
 
 

@@ -146,3 +146,29 @@ def test_the_english_words_are_the_ones_the_figures_had_before_the_locale_files(
     assert figure.layout.yaxis.title.text == "simulated memory, MiB"
     names = [trace.name for trace in scale_peak_figure(table_of_one).data]
     assert "parameters and buffers" in names and "activations" in names
+
+
+def test_memory_against_predicted_time_one_point_a_setting_and_the_budget_line():
+    """Issue 59: at scale, each setting's simulated peak against its predicted step time on the GPU, the points that
+    fit marked as the peak figure marks them, the budget drawn; the axes say which figure is predicted."""
+    from ckptlab.explore.gpus import GPU_SPECS
+    from ckptlab.explore.scale import table_times
+    from ckptlab.show.figures.scale import scale_time_figure
+    from tests.explore import hand_table
+
+    table = hand_table.table(hand_table.PEAKS)
+    times = table_times(table, GPU_SPECS["H100 80 GB"])
+    figure = scale_time_figure(table, times, hand_table.BUDGET, "H100 80 GB", selected=Setting(1), lang="en")
+    fitting, over = _bars(figure, "fits in H100 80 GB"), _bars(figure, "does not fit in H100 80 GB")
+    assert sorted(fitting.text) == sorted(["<b>n=1</b>", "n=1+offload", "n=2+offload"])
+    assert sorted(over.text) == ["n=2", "off"]
+    ms = {row.setting.key: row.prediction.seconds * 1000 for row in times}
+    assert dict(zip(over.text, over.x)) == {"off": ms["off"], "n=2": ms["n=2"]}
+    assert dict(zip(over.text, over.y)) == {"off": 100.0, "n=2": 90.0}  # GiB: the unit of the tallest
+    line = _bars(figure, "H100 80 GB: 75.0 GiB")
+    assert list(line.y) == [75.0, 75.0]
+    assert "predicted (roofline, H100 80 GB)" in figure.layout.xaxis.title.text
+    assert "×1.33" in next(h for h in fitting.hovertext if "n=1<" in h)
+    untimed = hand_table.table(hand_table.PEAKS, counted=False)
+    empty = scale_time_figure(untimed, table_times(untimed, GPU_SPECS["H100 80 GB"]), None, lang="ja")
+    assert not [trace for trace in empty.data if trace.x]  # no counted work: no point pretends a time
