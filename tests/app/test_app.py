@@ -49,8 +49,16 @@ def test_default_path_run_shows_the_diagram_and_the_measurements():
     assert not at.error, _texts(at.error)
     assert len(at.get("plotly_chart")) == 3  # the observed diagram, where the memory goes, the comparison chart
     metrics = {metric.label: metric for metric in at.metric}
-    assert {"Peak memory", "Resident after forward", "Baseline", "Forward", "Backward", "Step"} <= set(metrics)
-    assert metrics["Resident after forward"].delta.endswith("MiB vs off")
+    # each value alone, its unit in the label (a value with its unit was cut in its column at 1280x720)
+    assert {
+        "Peak memory (MiB)",
+        "Resident (MiB)",
+        "Baseline (MiB)",
+        "Forward (ms)",
+        "Backward (ms)",
+        "Step (ms)",
+    } <= set(metrics)
+    assert metrics["Resident (MiB)"].delta.endswith("MiB vs off")
     markdown = _texts(at.markdown)
     assert "Peak reached in:" in markdown
     assert "Time:" in markdown  # one repeat: says it cannot tell an effect from noise
@@ -308,7 +316,7 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
     real = labrun.run_queued(spec)  # shared cache: measured once for the suite
     from ckptlab.fact import Fact
 
-    where = Fact("memory.cuda_total", {"gib": "80", "name": "a GPU"})
+    where = Fact("memory.cuda_total", {"total": 80 * 2**30, "name": "a GPU"})  # bytes: the template says GiB
     params = {"model": "tiny-llama", "seq_len": 128, "batch": 1, "offload": "", "where": where}
     reason = Fact("run.does_not_fit", {**params, "setting": Fact("run.setting_every_n", {"n": 1})})
     failed = lambda result: replace(result, status="does_not_fit", layers=[], memory=None, timing=None, reason=reason)  # noqa: E731
@@ -324,7 +332,7 @@ def test_a_step_that_ran_out_of_memory_is_explained(monkeypatch, which):
     if which == "run":
         # The result's reason, worded in the page's language (show.wording.run_message): the CLI's sentence.
         assert (
-            "Does not fit: tiny-llama at seq_len=128, batch_size=1, every_n_layers=1 ran out of the 80 GiB"
+            "Does not fit: tiny-llama at seq_len=128, batch_size=1, every_n_layers=1 ran out of the 80.0 GiB"
             in _texts(at.error)
         )
         assert len(at.get("plotly_chart")) == 1  # the planned pattern, titled as not fitting

@@ -181,7 +181,7 @@ def test_every_optimizers_state_bytes_are_exact(name):
             "needs the package torchao, which is not installed here. Install it (pip install torchao)",
         ),
         (["--gradient-accumulation-steps", "0"], "--gradient-accumulation-steps 0 is not valid"),
-        (["--gradient-accumulation-steps", "100000"], "gradient_accumulation_steps=100000 is more than the lab runs"),
+        (["--gradient-accumulation-steps", "100000"], "--gradient-accumulation-steps 100000 is more than the lab runs"),
         (["--max-grad-norm", "nan"], "max_grad_norm=nan is not valid"),
         (["--mixed-precision", "bf16", "--dtype", "float16"], "float16 weights cannot be trained with it"),
     ],
