@@ -45,7 +45,7 @@ def test_lora_and_the_optimizer_reach_the_simulations_and_the_link(lang):
         ("sgd", 8, ("q_proj", "v_proj"))
     }
     assert training_label(table.results[0].spec, lang) in _texts(at.caption)
-    assert len(at.get("plotly_chart")) == 3
+    assert len(at.get("plotly_chart")) == 4  # the peak, memory against time, resident, diagram
 
     at.toggle(key="at_scale_lora").set_value(False).run()
     at.selectbox(key="at_scale_optimizer").set_value("adamw").run()
