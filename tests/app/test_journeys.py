@@ -556,10 +556,23 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
         expect(page.locator("[data-testid='stDataFrame']")).to_have_count(2, timeout=HANG_MS)
         check_page(page, f"lab run of gpt2-small with a selective policy, {shown_lang}", tables=True)
         for element, where in (("diagram", ".stPlotlyChart"), ("metrics", "[data-testid='stMetric']")):
-            page.locator(where).first.scroll_into_view_if_needed()
+            scrolled_to(page.locator(where).first)
             shoot(page, f"lab-gpt2-selective-{shown_lang}-{element}")
-        page.locator("[data-testid='stDataFrame']").last.scroll_into_view_if_needed()
+        scrolled_to(page.locator("[data-testid='stDataFrame']").last)
         shoot(page, f"lab-gpt2-selective-{shown_lang}-table")
+
+
+def scrolled_to(element, tries: int = 5) -> None:
+    """Scroll ``element`` into view for a screenshot. The page's fragments redraw while it settles (a run's countdown),
+    and an element found a moment ago may be replaced as Playwright reaches it ("not attached to the DOM"): look it up
+    again (its locator does), a few times, then say so."""
+    for attempt in range(tries):
+        try:
+            element.scroll_into_view_if_needed()
+            return
+        except playwright_api.Error:
+            if attempt == tries - 1:
+                raise
 
 
 # -- what only a browser shows, on the same server --------------------------------------------------------------
