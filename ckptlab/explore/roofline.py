@@ -211,16 +211,15 @@ def copied_bytes(cost: OpCost) -> float:
 def ring_bytes(cost: OpCost, world_size: int) -> float:
     """Bytes one rank sends in a ring collective of ``world_size`` ranks.
 
-    The record counts inputs plus outputs: an all-gather reads a shard and writes the whole, a reduce-scatter the
-    reverse, so ``bytes`` is the whole x (w+1)/w, of which a ring moves (w-1)/w; an all-reduce reads and writes
-    the whole and moves 2(w-1)/w of it.
+    The record counts a collective's unsharded buffer (``step/opcount``: the larger of what it reads and writes: an
+    all-gather's output, a reduce-scatter's input, an all-reduce's tensor). A ring all-gather or reduce-scatter sends
+    (w-1)/w of it per rank; a ring all-reduce is a reduce-scatter then an all-gather, 2(w-1)/w.
     """
     if world_size <= 1:
         return 0.0
     w = world_size
-    if "all_reduce" in cost.op:
-        return cost.bytes * (w - 1) / w
-    return cost.bytes * (w - 1) / (w + 1)
+    share = cost.bytes * (w - 1) / w
+    return 2 * share if "all_reduce" in cost.op else share
 
 
 def item_seconds(

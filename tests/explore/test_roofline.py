@@ -96,15 +96,28 @@ def test_offload_bytes_cross_the_host_link_and_add_to_the_step():
 def test_fsdp2_collectives_overlap_their_layers_compute():
     """A layer costs the larger of its compute and its collectives (FSDP2 prefetches), not their sum."""
     compute = op_seconds(MATMUL, H100)
-    # world 8: an all-gather's bytes are the shard read and the whole written (9/8 of the whole); a ring moves 7/8
+    # world 8: an all-gather's bytes are the whole it writes (the record's rule: the unsharded buffer); a ring moves 7/8
     whole = int(compute * 450e9 * E_GPU_LINK * 8 / 7) // 8 * 8  # an all-gather as long as the matmul, about
     for scale in (0.5, 3):
-        gather = OpCost("_c10d_functional.all_gather_into_tensor.default", "bfloat16", 0, int(whole * scale * 9 / 8))
+        gather = OpCost("_c10d_functional.all_gather_into_tensor.default", "bfloat16", 0, int(whole * scale))
         step = predict(("forward", 0, MATMUL, 1), ("collective", 0, gather, 1), world_size=8)
-        collective = gather.bytes * 7 / 9 / (450e9 * E_GPU_LINK)
+        collective = gather.bytes * 7 / 8 / (450e9 * E_GPU_LINK)
         assert step.seconds == pytest.approx(max(compute, collective))
         assert step.by_phase["collective"] == pytest.approx(max(0.0, collective - compute))  # only what shows
         assert step.by_layer == (pytest.approx(max(compute, collective)),)
+
+
+def test_a_ring_all_reduce_sends_twice_what_an_all_gather_sends():
+    """The record's bytes are a collective's unsharded buffer; a ring all-reduce (a reduce-scatter, then an
+    all-gather) sends 2(w-1)/w of it per rank. Hand count: one s x b x h bf16 activation of Korthikanti's 22B layer
+    (2048 x 4 x 6144 x 2 = 100,663,296 B) across 8 A100s: 176,160,768 B over NVLink 3's 300 GB/s at E_GPU_LINK."""
+    a100 = GPU_SPECS["A100 80 GB"]
+    activation = 2048 * 4 * 6144 * 2
+    reduce = OpCost("_c10d_functional.all_reduce.default", "bfloat16", 0, activation)
+    gather = dataclasses.replace(reduce, op="_c10d_functional.all_gather_into_tensor.default")
+    seconds = item_seconds(WorkItem("collective", 0, reduce, 1), a100, world_size=8)
+    assert seconds == pytest.approx(176_160_768 / (300e9 * E_GPU_LINK))  # 0.734 ms
+    assert item_seconds(WorkItem("collective", 0, gather, 1), a100, world_size=8) == pytest.approx(seconds / 2)
 
 
 def test_the_factor_over_off_and_the_reruns_share():
