@@ -15,12 +15,18 @@ Sources (all public):
   micro-batch 4: Table 3) on A100s with tensor parallel 8; forward 7.7 ms, backward 11.9 ms, full recompute's
   backward 19.5 ms (the layer x1.39). The lab runs ONE layer with the per-GPU shapes of tensor parallel 8: 8 of the
   64 heads (head dim 96) and an eighth of the MLP; a Llama layer (three MLP matmuls) with an intermediate of 2048
-  has the FLOPs of GPT's two matmuls of 6144 x 3072. Tensor parallel's all-reduces are not simulated.
+  has the FLOPs of GPT's two matmuls of 6144 x 3072. Beside the layer's counted ops, what Megatron runs there:
+  tensor parallel's two all-reduces of the s x b x h output in the forward (timed on the A100's NVLink as the roofline
+  times a collective, ``tensor_parallel_all_reduce_s``), its backward's two overlapped with the weight gradients
+  (section 6.2), and a full recompute that reruns the whole forward, all-reduces included (Megatron's reentrant
+  CheckpointFunction; transformers' non-reentrant checkpoint stops earlier).
 - torchtune README, "Optimization flags": Llama 3.2 3B, batch 2 x 4096 packed, bf16, A100, AdamW: "+ Activation
   Checkpointing" 7,210 tokens/s after 9,174 (x1.27, with torch.compile and chunked cross-entropy on); "+ Packed
   Dataset" (eager, no AC) 7,075 tokens/s: the absolute figure.
-- torchtitan docs/performance.md as issue 59 quotes it: Llama 3 8B, FSDP2 over 8 H100, full AC 10-11% fewer
-  tokens/s (x1.11-1.12); local batch 1 x 8192 here (torchtitan's Llama 3 8B training default).
+- torchtitan docs/performance.md, its 2024 Llama 2 table: Llama 2 13B, FSDP2 over 64 A100 80 GB, local batch 2 x
+  4096: no AC 2,162 WPS, "selective layer" AC (every 2nd layer) 1,914 (x1.13). Issue 59's quote (Llama 3 8B on 8
+  H100, full AC 10-11% fewer tokens/s) is in no version of that page read (docs/published-tables.md): every H100
+  table there compares torch.compile and Float8 under one AC setting, never AC against none.
 - this project's H200 run (docs/gpu-results.md, section 3): qwen3-0.6b, 4096 tokens, bf16, forward and backward
   only: every_n_layers 2 x1.24, 4 x1.11, 1 x2.10 (wide spread: 190-221 ms; x1.67 in the first run).
 - transformers docs, gradient checkpointing: "about 20% slower", no model named; the lab's headline case here
@@ -43,7 +49,7 @@ from published_tables import _folder, llama_3_2_3b
 from transformers import LlamaConfig
 
 from ckptlab import RunSpec, simulate
-from ckptlab.explore.gpus import GPU_SPECS
+from ckptlab.explore.gpus import GPU_SPECS, GpuSpec
 from ckptlab.explore.roofline import (
     GPU_EFFICIENCY,
     TimePrediction,
@@ -52,8 +58,9 @@ from ckptlab.explore.roofline import (
     result_tokens,
     step_work,
 )
-from ckptlab.step.work import StepWork
+from ckptlab.step.work import OpCost, StepWork, WorkItem
 
+TENSOR_PARALLEL = 8  # Korthikanti et al.'s Table 3: every model runs tensor parallel 8 (one DGX A100's NVLink)
 WITHIN_FACTOR = 0.08  # a published factor reproduced within +-0.08
 WITHIN_ABSOLUTE = 0.25  # a published time or throughput within 25%
 FORWARD_BACKWARD = ("forward", "loss", "backward", "rerun")  # a step timed without its optimizer
@@ -108,8 +115,25 @@ class Row:
         return abs(self.error) <= WITHIN_FACTOR
 
 
+def tensor_parallel_all_reduce_s(activation_bytes: int, gpu: GpuSpec, ranks: int = TENSOR_PARALLEL) -> float:
+    """One of Megatron's tensor-parallel all-reduces of a layer's s x b x h activation: a ring over ``ranks`` GPUs on
+    the card's GPU-to-GPU link, timed as the roofline times every collective (``item_seconds``: the ring's bytes at
+    E_GPU_LINK of the link)."""
+    cost = OpCost("_c10d_functional.all_reduce.default", "bfloat16", 0, activation_bytes)
+    return item_seconds(WorkItem("collective", 0, cost, 1), gpu, world_size=ranks, efficiency=GPU_EFFICIENCY)
+
+
 def korthikanti() -> list[Row]:
-    """Korthikanti et al. 2022, Table 4: one 22B layer, per-GPU shapes of tensor parallel 8, A100."""
+    """Korthikanti et al. 2022, Table 4: one 22B layer, per-GPU shapes of tensor parallel 8, A100.
+
+    What the row runs beside the layer's ops (section 4.2.1 and 6.2 of the paper): Megatron's tensor parallelism
+    all-reduces the layer's s x b x h output twice in the forward (f-bar, after the attention and after the MLP), on
+    the critical path; the backward's two (f) overlap the weight gradients' matmuls ("an optimization in the backward
+    pass where we overlap all-reduce communication with the linear weight's gradient computation"), so a layer's
+    backward costs the larger of the two, as the roofline's FSDP2 overlap; and its full recompute (Megatron's own
+    reentrant CheckpointFunction) reruns the layer's whole forward, all-reduces included, where torch's
+    non-reentrant checkpoint (transformers') stops once the saved tensors are back.
+    """
     layer = LlamaConfig(
         hidden_size=6144,
         num_attention_heads=8,  # 64 heads / 8 GPUs
@@ -121,26 +145,35 @@ def korthikanti() -> list[Row]:
         max_position_embeddings=2048,
         architectures=["LlamaForCausalLM"],
     )
+    seq_len, micro_batch, hidden = 2048, 4, 6144  # Table 3: the 22B model, micro-batch 4
     spec = RunSpec(
         model=_folder(layer, "korthikanti-22b-tp8-layer"),
-        seq_len=2048,
-        batch_size=4,
+        seq_len=seq_len,
+        batch_size=micro_batch,
         dtype="bfloat16",
         optimizer="none",
         every_n_layers=None,  # RunSpec's default checkpoints every layer
     )
-    off, full = step(spec, "A100 80 GB"), step(replace(spec, every_n_layers=1), "A100 80 GB")
-    forward, backward = off.seconds(("forward",), 0), off.seconds(("backward",), 0)
+    gpu = GPU_SPECS["A100 80 GB"]
+    off, full = step(spec, gpu.name), step(replace(spec, every_n_layers=1), gpu.name)
+    all_reduces = 2 * tensor_parallel_all_reduce_s(seq_len * micro_batch * hidden * 2, gpu)
+    forward = off.seconds(("forward",), 0) + all_reduces  # exposed: the next op needs the sum
+    backward = max(off.seconds(("backward",), 0), all_reduces)  # hidden behind the weight gradients
+    rerun = forward  # Megatron's full recompute: the whole forward again, its all-reduces included
+    transformers_rerun = full.seconds(("rerun",), 0) + all_reduces  # what torch's non-reentrant checkpoint reruns
     published_ms = 7.7 + 11.9
     predicted_ms = (forward + backward) * 1e3
     return [
         Row(
             "Korthikanti et al. 2022, Table 4 (A100)",
-            "one 22B layer, per-GPU shapes of TP 8 (8 heads of 96, MLP / 8), s 2048, micro-batch 4, bf16; full recompute",
+            "one 22B layer, per-GPU shapes of TP 8 (8 heads of 96, MLP / 8), s 2048, micro-batch 4, bf16, TP's "
+            "all-reduces on NVLink 3; full recompute (Megatron's: the whole forward again)",
             (7.7 + 19.5) / published_ms,
-            full.seconds(FORWARD_BACKWARD, 0) / off.seconds(FORWARD_BACKWARD, 0),
-            f"layer forward {forward * 1e3:.1f} ms (published 7.7), backward {backward * 1e3:.1f} (11.9); "
-            f"forward + backward {predicted_ms:.1f} ms against {published_ms:.1f}",
+            (forward + backward + rerun) / (forward + backward),
+            f"layer forward {forward * 1e3:.1f} ms (published 7.7; {all_reduces * 1e3:.2f} of it the two all-reduces), "
+            f"backward {backward * 1e3:.1f} (11.9); forward + backward {predicted_ms:.1f} ms against "
+            f"{published_ms:.1f}; transformers' rerun would give x"
+            f"{(forward + backward + transformers_rerun) / (forward + backward):.2f}",
             predicted_ms / published_ms - 1,
         )
     ]
@@ -171,29 +204,50 @@ def torchtune() -> list[Row]:
     ]
 
 
+def llama_2_13b() -> LlamaConfig:
+    """Llama 2 13B as torchtitan builds it (its ``llama2`` "13B" flavour): dim 5120, 40 layers, 40 heads, the FFN
+    rounded up to a multiple of 256 (13,824), a 32,000 vocabulary, 4,096 positions."""
+    return LlamaConfig(
+        hidden_size=5120,
+        intermediate_size=13824,
+        num_hidden_layers=40,
+        num_attention_heads=40,
+        num_key_value_heads=40,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        architectures=["LlamaForCausalLM"],
+    )
+
+
 def torchtitan() -> list[Row]:
-    """torchtitan docs/performance.md (as issue 59 quotes it): Llama 3 8B, FSDP2 over 8 H100, full AC."""
+    """torchtitan docs/performance.md (its 2024 version): Llama 2 13B, FSDP2 over 64 A100 80 GB, local batch 2 x 4096;
+    no AC 2,162 WPS (61.1% MFU), "selective layer" AC (every 2nd layer: ``selective_ac_option`` "2") 1,914 WPS."""
     spec = RunSpec(
-        model="llama-3.1-8b",
-        seq_len=8192,
-        batch_size=1,
+        model=_folder(llama_2_13b(), "llama-2-13b"),
+        seq_len=4096,  # "the default sequence length in Llama 2 is 4096"
+        batch_size=2,
         dtype="float32",
         mixed_precision="bf16",  # FSDP2's MixedPrecisionPolicy(bf16, float32), torchtitan's default
-        world_size=8,
+        world_size=64,
         fsdp=True,
         optimizer="adamw_torch",
         max_grad_norm=1.0,
         every_n_layers=None,
     )
-    off, full = step(spec, "H100 80 GB"), step(replace(spec, every_n_layers=1), "H100 80 GB")
+    off, every_2 = step(spec, "A100 80 GB"), step(replace(spec, every_n_layers=2), "A100 80 GB")
+    tokens_s = off.prediction.tokens_per_s
     return [
         Row(
-            "torchtitan docs/performance.md (H100), as issue 59 quotes it",
-            "Llama 3 8B, FSDP2 over 8 GPUs, local batch 1 x 8192, bf16 compute; full AC (rank 0)",
-            1.115,
-            full.prediction.seconds / off.prediction.seconds,
-            f"rank 0: {off.prediction.tokens_per_s:,.0f} tokens/s off, exposed collectives "
-            f"{off.prediction.by_phase['collective'] * 1e3:.1f} ms of {off.prediction.seconds * 1e3:.0f} ms",
+            "torchtitan docs/performance.md, Llama 2 table (A100 80 GB)",
+            "Llama 2 13B, FSDP2 over 64 GPUs, local batch 2 x 4096, bf16 compute (float32 master weights), AdamW; "
+            "selective layer AC: every 2nd layer (rank 0)",
+            2162 / 1914,
+            every_2.prediction.seconds / off.prediction.seconds,
+            f"no AC: {tokens_s:,.0f} tokens/s a GPU predicted against 2,162 (MFU {off.prediction.mfu:.1%} against "
+            f"61.1%); exposed collectives {off.prediction.by_phase['collective'] * 1e3:.0f} ms of "
+            f"{off.prediction.seconds * 1e3:,.0f} ms",
+            tokens_s / 2162 - 1,
         )
     ]
 
