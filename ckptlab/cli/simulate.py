@@ -166,7 +166,7 @@ def _beside_json(total: DeviceTotal, answer: Fit) -> dict:
 def device_line(total: DeviceTotal) -> str:
     """What nvidia-smi will show, term by term, in the CLI's words (GiB at the edge)."""
     context = t("cli.context_measured", gpu=total.gpu) if total.context_measured else t("cli.context_estimated")
-    return t(
+    line = t(
         "cli.device_total",
         total_gib=total.total_bytes / GIB,
         allocated_gib=total.allocated_bytes / GIB,
@@ -176,6 +176,9 @@ def device_line(total: DeviceTotal) -> str:
         cublas_gib=total.cublas_bytes / GIB,
         order=t(f"cli.order_{total.trace_how}"),
     )
+    if total.nccl_bytes:  # across ranks: NCCL's buffers, outside torch, always an estimate
+        line += " " + t("cli.device_nccl", nccl_gib=total.nccl_bytes / GIB, source=total.nccl_source)
+    return line
 
 
 def _simulate_command(args: argparse.Namespace) -> int:
