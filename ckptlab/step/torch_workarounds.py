@@ -3,7 +3,8 @@
 torch gives no public API for what the CPU meter needs, so the lab subclasses the private
 ``torch.distributed._tools.mem_tracker.MemTracker`` (:class:`LeanMemTracker`: it overrides private methods
 and reads private fields) and replaces ``register_multi_grad_hook`` in the private
-``torch.distributed._tools.mod_tracker`` (:func:`removing_mod_tracker_grad_hooks`). Private code changes
+``torch.distributed._tools.mod_tracker`` (:func:`removing_mod_tracker_grad_hooks`), and it reads FSDP2's streams off
+the root's private state (:func:`fsdp_stream_now`). Private code changes
 without notice between torch releases: ``tests/step/test_torch_workarounds.py`` names the torch version
 each workaround was written for and fails when torch changes, so that whoever upgrades torch re-checks them.
 """
