@@ -166,7 +166,7 @@ def _beside_json(total: DeviceTotal, answer: Fit) -> dict:
 def device_line(total: DeviceTotal) -> str:
     """What nvidia-smi will show, term by term, in the CLI's words (GiB at the edge)."""
     context = t("cli.context_measured", gpu=total.gpu) if total.context_measured else t("cli.context_estimated")
-    return t(
+    line = t(
         "cli.device_total",
         total_gib=total.total_bytes / GIB,
         allocated_gib=total.allocated_bytes / GIB,
@@ -176,6 +176,9 @@ def device_line(total: DeviceTotal) -> str:
         cublas_gib=total.cublas_bytes / GIB,
         order=t(f"cli.order_{total.trace_how}"),
     )
+    if total.nccl_bytes:  # across ranks: NCCL's buffers, outside torch, always an estimate
+        line += " " + t("cli.device_nccl", nccl_gib=total.nccl_bytes / GIB, source=total.nccl_source)
+    return line
 
 
 def _simulate_command(args: argparse.Namespace) -> int:
@@ -436,11 +439,17 @@ def _table_command(args: argparse.Namespace, spec: RunSpec, budget: tuple[int, s
     specs += [replace(spec, every_n_layers=n) for n in every_n_choices(num_layers, "all")]
     # --exact simulates every layer of every setting; else the settings share their shallow steps.
     results = [simulate(one, fast=False) for one in specs] if args.exact else simulate_table(specs)
+    besides: list[DeviceTotal | None] = [None] * len(results)
     if budget is not None:  # fits is decided on what nvidia-smi will show: each setting's allocator replayed
-        from ..explore.device import with_device_total
+        from ..explore.device import expandable_beside, with_device_total
 
         results = [with_device_total(result, args.gpu or budget[0]) for result in results]
-    verdicts = [fit_verdict(result, *budget) if budget else None for result in results]
+        # Each row's recorded order replayed again with expandable segments, as a single simulation's: no simulation.
+        besides = [expandable_beside(result, args.gpu or budget[0]) for result in results]
+    verdicts = [
+        fit_verdict(result, *budget, beside=beside) if budget else None
+        for result, beside in zip(results, besides, strict=True)
+    ]
     times = _setting_times(args, results, simulate) if args.gpu else None
     if args.json:
         rows = [result.to_dict() | ({"fit": verdict} if verdict else {}) for result, verdict in zip(results, verdicts)]

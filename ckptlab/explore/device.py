@@ -6,8 +6,9 @@ first matmul (the forward's and autograd's: ``AllocationTrace.thread_starts``), 
 what lies outside the allocator (the CUDA context). The answer is a :class:`~ckptlab.results.allocations.DeviceTotal`:
 each term and where it came from; :func:`ckptlab.explore.budget.fit` decides on its sum.
 
-Not counted yet: FSDP2's all-gather stream (its own pool: the trace records every storage on the compute stream)
-and NCCL's buffers outside torch; a step across ranks says so (``nccl_bytes`` 0).
+Under FSDP2 the collectives' buffers come from their own streams' pools (the all-gather's copy-in stream, the
+reduce-scatter's stream: ``ckptlab.step.allocations`` tags them where FSDP2 allocates them), and NCCL's own buffers,
+outside torch, are estimated from NCCL's defaults (:func:`nccl_buffers`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,28 @@ from dataclasses import dataclass, replace
 
 from ..alloc_conf import EXPANDABLE, parse_alloc_conf
 from ..results import RunResult
-from ..results.allocations import COMPUTE, DeviceTotal
+from ..results.allocations import AllocationTrace, DeviceTotal
 from ..step.allocator import Alloc, Event, Free, replay
 from .budget import fit, gpu_name
-from .gpus import CONTEXT_ESTIMATE, CONTEXT_SOURCE, GPU_SPECS, HOPPER_CUBLAS_WORKSPACE
+from .gpus import (
+    CONTEXT_ESTIMATE,
+    CONTEXT_SOURCE,
+    GPU_SPECS,
+    HOPPER_CUBLAS_WORKSPACE,
+    NCCL_CHANNELS,
+    NCCL_CONNECTION_BYTES,
+    NCCL_SOURCE,
+)
+
+
+def nccl_buffers(world_size: int) -> int:
+    """NCCL's buffers on one GPU of a step across ``world_size`` ranks, estimated from NCCL's defaults
+    (:data:`~.gpus.NCCL_CONNECTION_BYTES` a channel, :data:`~.gpus.NCCL_CHANNELS` channels: ``gpus`` says where each
+    figure comes from); 0 on one GPU, where torch makes no NCCL communicator.
+
+    FSDP2's all-gather and reduce-scatter run NCCL's ring, whose two connections a channel (one neighbour each way)
+    do not grow with the ranks; the estimate is the same for 2 ranks as for 1,024."""
+    return NCCL_CHANNELS * NCCL_CONNECTION_BYTES if world_size > 1 else 0
 
 
 def device_total(result: RunResult, gpu: str | int, alloc_conf: str | None = None) -> DeviceTotal:
@@ -49,9 +68,7 @@ def device_total(result: RunResult, gpu: str | int, alloc_conf: str | None = Non
         name, memory, workspace = "", gpu, HOPPER_CUBLAS_WORKSPACE
         context, measured, source = CONTEXT_ESTIMATE, False, CONTEXT_SOURCE
     trace = result.allocations
-    events: list[Event] = [
-        Alloc(value) if is_alloc else Free(value) for is_alloc, value in trace.on(COMPUTE, at_thread_starts=workspace)
-    ]
+    events = device_events(trace, workspace)
     # What cudaMalloc can get: the card's memory less the context, which the driver holds before the first tensor.
     conf = result.spec.alloc_conf if alloc_conf is None else alloc_conf
     config = parse_alloc_conf(conf)
@@ -67,13 +84,24 @@ def device_total(result: RunResult, gpu: str | int, alloc_conf: str | None = Non
         context_bytes=context,
         context_measured=measured,
         context_source=source,
-        nccl_bytes=0,
+        nccl_bytes=nccl_buffers(result.spec.world_size),
+        nccl_source=NCCL_SOURCE if result.spec.world_size > 1 else "",
         largest_free_at_peak=needed.largest_free_at_peak,
         out_of_memory_at=answer.out_of_memory_at,
         trace_how=trace.how,
         trace_events=len(events),
         alloc_conf=conf,
     )
+
+
+def device_events(trace: AllocationTrace, workspace: int) -> list[Event]:
+    """What the device's caching allocator is asked in ``trace``'s step: every device storage on its stream (the
+    compute stream, and under FSDP2 its collectives' streams, each a pool of its own: ``AllocationTrace.on_device``),
+    and cuBLAS's ``workspace`` bytes at each thread's first matmul."""
+    return [
+        Alloc(value, stream) if is_alloc else Free(value)
+        for is_alloc, value, stream in trace.on_device(at_thread_starts=workspace)
+    ]
 
 
 def with_device_total(result: RunResult, gpu: str | int) -> RunResult:
@@ -174,10 +202,7 @@ def segments_over_time(result: RunResult, alloc_conf: str | None = None, points:
             "segments_over_time needs a simulation with its allocations: simulate(spec, allocations=True)"
         )
     conf = result.spec.alloc_conf if alloc_conf is None else alloc_conf
-    events: list[Event] = [
-        Alloc(value) if is_alloc else Free(value)
-        for is_alloc, value in result.allocations.on(COMPUTE, at_thread_starts=HOPPER_CUBLAS_WORKSPACE)
-    ]
+    events = device_events(result.allocations, HOPPER_CUBLAS_WORKSPACE)
     seen: list[tuple[int, int]] = []
     replay(
         events,

@@ -108,6 +108,21 @@ CUBLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
 # line; a GPU run replaces it with `mem_get_info`'s used bytes minus `memory_reserved` (the GPU check's job).
 CONTEXT_ESTIMATE = 512 * MIB
 CONTEXT_SOURCE = "pytorch/pytorch#86509 (287,047,680 B); unslothai/unsloth-zoo#1053 (426 MiB, RTX 6000 Ada)"
+
+# NCCL's buffers (issue 60), outside torch's allocator: an estimate from NCCL's own defaults, the same for every card
+# here (no figure measured on record). FSDP2's all-gathers and reduce-scatters run NCCL's ring: on each channel a GPU
+# holds one connection's buffers from its ring neighbour, one per protocol, at NCCL's defaults (NVIDIA/nccl
+# src/init.cc: ``DEFAULT_BUFFSIZE (1 << 22)`` for Simple, the ``NCCL_BUFFSIZE`` of NCCL's docs; ``DEFAULT_LL_BUFFSIZE``
+# 8 lines x 512 threads x 8 steps x 16 B = 524,288 B; ``DEFAULT_LL128_BUFFSIZE`` 120 x 640 x 8 x 8 B = 4,915,200 B),
+# 9,633,792 B that NCCL maps through cuMem in 2 MiB granules (10,485,760 B, the size NVIDIA/nccl#1685's
+# NCCL_DEBUG_SUBSYS=ALLOC log shows on 8 H100s), plus the 2,097,152 B allocation that log shows beside it per
+# connection. Channels: as many as 32 on an NVSwitch node of H100s (NVIDIA/nccl#1685), 24 on one of A100s
+# (NVIDIA/nccl-tests#100); the lab takes 32, NCCL's MAXCHANNELS of those releases. Beside the published figures:
+# docs/allocator-published.md.
+NCCL_PROTOCOL_BYTES = 4 * MIB + 524_288 + 4_915_200  # Simple + LL + LL128, one connection
+NCCL_CONNECTION_BYTES = -(-NCCL_PROTOCOL_BYTES // (2 * MIB)) * 2 * MIB + 2 * MIB  # 12 MiB
+NCCL_CHANNELS = 32
+NCCL_SOURCE = "NCCL's defaults (NVIDIA/nccl src/init.cc), 32 channels (NVIDIA/nccl#1685)"
 _HOPPER = ("H100 80 GB", "H200 141 GB")
 
 GPU_SPECS = MappingProxyType(

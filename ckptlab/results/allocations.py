@@ -9,10 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Stream = Literal["compute", "host", "all_gather"]
+Stream = Literal["compute", "host", "all_gather", "reduce_scatter"]
 COMPUTE: Stream = "compute"  # the step's own stream: the device allocator's pool
 HOST_COPIES: Stream = "host"  # offload's copies in pinned host memory: never in the device's allocator
-ALL_GATHER: Stream = "all_gather"  # FSDP2's all-gather stream: a pool of its own in the device's allocator
+# FSDP2's all-gather buffers, born on its all_gather_copy_in_stream: pools of their own in the device's allocator
+ALL_GATHER: Stream = "all_gather"
+REDUCE_SCATTER: Stream = "reduce_scatter"  # FSDP2's reduce-scatter output, born on its reduce_scatter_stream
+# The streams the device's caching allocator serves, numbered as its replay numbers them (the compute stream 0).
+DEVICE_STREAMS: tuple[Stream, ...] = (COMPUTE, ALL_GATHER, REDUCE_SCATTER)
 
 How = Literal["whole_step", "layers_repeated"]
 WHOLE_STEP: How = "whole_step"  # every layer of the model was simulated and recorded
@@ -40,27 +44,29 @@ class AllocationTrace:
     how: How
     thread_starts: tuple[int, ...] = ()
 
-    def on(self, stream: Stream, *, at_thread_starts: int = 0) -> list[tuple[bool, int]]:
-        """The events of one ``stream`` as ``(is_alloc, value)``: an allocation's bytes, or a free's allocation number
-        counted among that stream's allocations (what ``ckptlab.step.allocator.replay`` takes); with
-        ``at_thread_starts`` bytes, an allocation of that many bytes, never freed, at each of :attr:`thread_starts`
-        (cuBLAS's workspace of each thread that runs a matmul)."""
+    def on_device(self, *, at_thread_starts: int = 0) -> list[tuple[bool, int, int]]:
+        """The events the device's caching allocator sees, as ``(is_alloc, value, stream)``: an allocation's bytes, or
+        a free's allocation number counted among the device's allocations (what ``ckptlab.step.allocator.replay``
+        takes), and the stream's number in :data:`DEVICE_STREAMS` (each its own pool; offload's host copies are not
+        the device's); with ``at_thread_starts`` bytes, an allocation of that many bytes on the compute stream, never
+        freed, at each of :attr:`thread_starts` (cuBLAS's workspace of each thread that runs a matmul)."""
         renumbered: dict[int, int] = {}
-        out: list[tuple[bool, int]] = []
+        out: list[tuple[bool, int, int]] = []
         starts = set(self.thread_starts) if at_thread_starts else set()
         extra = 0
         for place, event in enumerate(self.events):
             if place in starts:
-                out.append((True, at_thread_starts))
+                out.append((True, at_thread_starts, 0))
                 extra += 1
             ordinal = event if event >= 0 else ~event
-            if self.streams[ordinal] != stream:
+            if self.streams[ordinal] not in DEVICE_STREAMS:
                 continue
+            stream = DEVICE_STREAMS.index(self.streams[ordinal])
             if event >= 0:
                 renumbered[ordinal] = len(renumbered) + extra
-                out.append((True, self.sizes[ordinal]))
+                out.append((True, self.sizes[ordinal], stream))
             else:
-                out.append((False, renumbered[ordinal]))
+                out.append((False, renumbered[ordinal], stream))
         return out
 
 
@@ -78,7 +84,9 @@ class DeviceTotal:
         context_bytes: the CUDA context, outside the allocator.
         context_measured: whether ``context_bytes`` was measured on this GPU (else estimated).
         context_source: where ``context_bytes`` comes from.
-        nccl_bytes: NCCL's buffers outside torch (0 on one GPU).
+        nccl_bytes: NCCL's buffers outside torch, estimated from NCCL's defaults (``ckptlab.explore.device``'s
+            ``nccl_buffers``; 0 on one GPU).
+        nccl_source: where ``nccl_bytes`` comes from (always an estimate; "" on one GPU).
         largest_free_at_peak: the largest cached free block when reserved peaked (fragmentation's measure).
         out_of_memory_at: the event of the step's order at which the allocator found no room on this GPU even
             after releasing its cache, or None.
@@ -100,6 +108,7 @@ class DeviceTotal:
     trace_how: How
     trace_events: int
     alloc_conf: str = ""
+    nccl_source: str = ""
 
     @property
     def cached_bytes(self) -> int:

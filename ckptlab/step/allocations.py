@@ -2,7 +2,8 @@
 
 :class:`AllocationRecorder` is a ``TraceSink`` (:mod:`.torch_workarounds`): the tracker tells it every change of every storage
 on the device, and it keeps the births and frees in order, stretch by stretch (the same stretches as the timeline's
-events), with the stream each came from (offload's host copies apart). :func:`repeated` builds the whole step's order
+events), with the stream each came from (offload's host copies apart; under FSDP2 its collectives' buffers on its own
+streams: :meth:`AllocationRecorder.follow_streams`). :func:`repeated` builds the whole step's order
 from shallow copies as :class:`~.fold.Reduction` builds its bytes: the middle units' events repeated, each free
 pointing at the storage it frees in the full step (the allocator needs the whole order, not byte totals).
 """
@@ -11,14 +12,32 @@ from __future__ import annotations
 
 import difflib
 import itertools
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from ..results import TimelinePoint
-from ..results.allocations import COMPUTE, HOST_COPIES, LAYERS_REPEATED, WHOLE_STEP, AllocationTrace, Stream
+from ..results.allocations import (
+    ALL_GATHER,
+    COMPUTE,
+    HOST_COPIES,
+    LAYERS_REPEATED,
+    REDUCE_SCATTER,
+    WHOLE_STEP,
+    AllocationTrace,
+    Stream,
+)
 from .fold import NotDerivable, affine_in_depth
 from .memory_meters import HOST
 from .torch_workarounds import LOGITS
+
+# FSDP2's streams (``torch_workarounds.FSDP_STREAMS``) that allocate in a step, as the trace names them. In torch 2.13
+# nothing is born on ``all_gather_stream`` (NCCL's all-gather writes into the output made on the copy-in stream) nor
+# on ``all_reduce_stream`` (HSDP's, which the lab does not run): a birth there is refused by name, not put in a pool
+# it does not belong to.
+FSDP_STREAM_NAMES: dict[str, Stream] = {
+    "all_gather_copy_in_stream": ALL_GATHER,
+    "reduce_scatter_stream": REDUCE_SCATTER,
+}
 
 
 class AllocationRecorder:
@@ -32,8 +51,23 @@ class AllocationRecorder:
         self.sizes: list[int] = []
         self.streams: list[Stream] = []
         self.stretches: list[list[int]] = [[]]
-        self._live: dict[int, list[int]] = {}  # storage -> [its ordinal or -1 while resized to nothing, its bytes]
+        # storage -> [its ordinal or -1 while resized to nothing, its bytes, the stream of its last change]
+        self._live: dict[int, list] = {}
         self._pending: int | None = None  # a storage whose bytes changed: settled at the next other change
+        self._stream_now: Callable[[], str | None] = lambda: None  # the default stream: COMPUTE
+
+    def follow_streams(self, now: Callable[[], str | None]) -> None:
+        """Tag each device storage born (or resized) from now on with the stream current then, as ``now()`` names
+        it (``torch_workarounds.fsdp_stream_now``): the caching allocator takes its block from that stream's pool."""
+        self._stream_now = now
+
+    def _device_stream(self) -> Stream:
+        name = self._stream_now()
+        if name is None:
+            return COMPUTE
+        if name not in FSDP_STREAM_NAMES:
+            raise RuntimeError(f"a storage born on FSDP2's {name}, which torch 2.13 allocates nothing on")
+        return FSDP_STREAM_NAMES[name]
 
     # -- TraceSink --
 
@@ -66,10 +100,13 @@ class AllocationRecorder:
                     self.stretches[-1].append(~entry[0])
             return
         if entry is None:
-            self._live[storage] = [self._born(delta, HOST_COPIES if category == HOST else COMPUTE), delta]
+            stream = HOST_COPIES if category == HOST else self._device_stream()
+            self._live[storage] = [self._born(delta, stream), delta, stream]
             return
         # MemTracker moves a storage between categories as -bytes then +bytes: only the settled sum counts.
         entry[1] += delta
+        if entry[2] != HOST_COPIES:
+            entry[2] = self._device_stream()  # a resize allocates on the stream current at it (FSDP2's resize_)
         self._pending = storage
 
     def _born(self, nbytes: int, stream: Stream) -> int:
@@ -88,7 +125,7 @@ class AllocationRecorder:
         if old >= 0 and self.sizes[old] == entry[1]:
             return
         # A resize: the new block comes before the old one is given back (THCStorage's resize copies across).
-        entry[0] = self._born(entry[1], self.streams[old] if old >= 0 else COMPUTE) if entry[1] > 0 else -1
+        entry[0] = self._born(entry[1], entry[2]) if entry[1] > 0 else -1
         if old >= 0:
             self.stretches[-1].append(~old)
 

@@ -32,7 +32,7 @@ A premise that does not hold raises :class:`~.fold.NotDerivable`, and the caller
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -111,6 +111,9 @@ class StepTrace:
         # becomes of it (kept by a checkpoint, freed when the model's forward returns) is this layer's doing.
         for storage in storages:
             self._makers[storage] = _InputOf(layer)
+
+    def follow_streams(self, now: Callable[[], str | None]) -> None:
+        """Bytes are bytes on any stream: the stretches' totals do not ask which."""
 
     def stretches(self) -> list[list[tuple[str, dict[int | _InputOf, Counter]]]]:
         """Each stretch (-1 first) as its segments: (how it ends, maker -> category -> delta)."""

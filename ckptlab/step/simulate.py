@@ -108,7 +108,7 @@ from .preflight import (
 from .provenance import model_summary, simulated_provenance
 from .selective import check_simulated_selective, selective_notes
 from .stopping import DONE, Progress
-from .torch_workarounds import TraceSink
+from .torch_workarounds import TraceSink, fsdp_stream_now
 from .training import Recipe, check_optimizer_runs, prime_state
 from .trainstep import random_batch
 
@@ -354,6 +354,8 @@ def _fake_step(
             layer.gradient_checkpointing = role == CP
     if mesh is not None:
         shard_model(model, mesh, mixed_precision_policy(spec))
+        if trace is not None:  # the collectives' buffers come from their streams' own pools (torch_workarounds)
+            trace.follow_streams(fsdp_stream_now(model))
     enabled = observed_roles(model)
     batch = random_batch(model, spec, torch.device("cpu"))
     with adapted(model, spec.lora_rank, spec.lora_targets) as trained:

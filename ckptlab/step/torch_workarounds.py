@@ -3,7 +3,8 @@
 torch gives no public API for what the CPU meter needs, so the lab subclasses the private
 ``torch.distributed._tools.mem_tracker.MemTracker`` (:class:`LeanMemTracker`: it overrides private methods
 and reads private fields) and replaces ``register_multi_grad_hook`` in the private
-``torch.distributed._tools.mod_tracker`` (:func:`removing_mod_tracker_grad_hooks`). Private code changes
+``torch.distributed._tools.mod_tracker`` (:func:`removing_mod_tracker_grad_hooks`), and it reads FSDP2's streams off
+the root's private state (:func:`fsdp_stream_now`). Private code changes
 without notice between torch releases: ``tests/step/test_torch_workarounds.py`` names the torch version
 each workaround was written for and fails when torch changes, so that whoever upgrades torch re-checks them.
 """
@@ -11,7 +12,7 @@ each workaround was written for and fails when torch changes, so that whoever up
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -80,6 +81,9 @@ class TraceSink(Protocol):
 
     def hand_over(self, storages: list[int], layer: int) -> None:
         """``storages`` are layer ``layer``'s input from now on (whoever made them)."""
+
+    def follow_streams(self, now: Callable[[], str | None]) -> None:
+        """The step allocates on FSDP2's streams too: ``now()`` names the current one (:func:`fsdp_stream_now`)."""
 
 
 class OpSink(Protocol):
@@ -287,3 +291,41 @@ def removing_mod_tracker_grad_hooks() -> Iterator[list[RemovableHandle]]:
     finally:
         _KEPT_HANDLES.handles = outer
         remove_all_hooks(handles)
+
+
+# -- FSDP2's streams in a simulated step ----------------------------------------------------------
+#
+# torch's caching allocator takes a block from the pool of the stream current when it is allocated
+# (``DeviceCachingAllocator::malloc`` gets ``getCurrentCUDAStream()``; ``get_free_block`` looks among that stream's
+# blocks only). FSDP2 allocates its collectives' buffers inside ``device_handle.stream(...)``: in torch 2.13's
+# ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, ``foreach_all_gather`` (lines 336-360) allocates the
+# all-gather's output (the input is a view of it, ``all_gather_copy_in``) and, under a mixed-precision policy, the cast
+# shards (``_get_param_all_gather_inputs``, lines 419-421) on ``all_gather_copy_in_stream``, and ``foreach_reduce``
+# (lines 611-616) the reduce-scatter's output, which becomes the sharded gradients, on ``reduce_scatter_stream``; its
+# input (line 597) and the unsharded parameters (``foreach_all_gather_copy_out``) on the current stream.
+# ``FSDPCommContext.get_all_gather_streams`` (``_fsdp_param_group.py`` lines 116-126) gives the two all-gather
+# streams in the forward and the backward's pre-backward unshard, the current one for an asynchronous or explicit
+# prefetch. On fake CPU tensors FSDP2's device handle is ``torch.cpu``, whose ``stream(...)`` context sets what
+# ``torch.cpu.current_stream()`` answers: the simulated step enters the same contexts in the same places.
+
+FSDP_STREAMS = ("all_gather_copy_in_stream", "all_gather_stream", "reduce_scatter_stream", "all_reduce_stream")
+
+
+def fsdp_stream_now(model: nn.Module) -> Callable[[], str | None]:
+    """For a simulation of ``model`` sharded with FSDP2 on fake CPU tensors: a function that names the stream current
+    now, as its attribute of FSDP2's ``FSDPCommContext`` (one of :data:`FSDP_STREAMS`), or None for the default
+    (compute) stream.
+
+    FSDP2 keeps its streams on the root's private state (``FSDPModule._get_fsdp_state()._comm_ctx``), made at the
+    first forward (``FSDPCommContext.lazy_init``): looked up at each call."""
+    state = model._get_fsdp_state()  # type: ignore[operator]  # an FSDPModule's private method
+
+    def now() -> str | None:
+        current = torch.cpu.current_stream()
+        context = getattr(state, "_comm_ctx", None)
+        for name in FSDP_STREAMS:
+            if getattr(context, name, None) is current:
+                return name
+        return None
+
+    return now

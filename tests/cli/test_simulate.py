@@ -112,10 +112,9 @@ def test_every_n_layers_all_prints_one_row_a_setting_as_each_single_simulation(c
     ]
     assert main([*quick, "--every-n-layers", "3", "--offload", "--budget", "1GiB", "--json"]) == 0
     single = json.loads(capsys.readouterr().out)
-    # a single simulation also replays expandable segments beside torch's defaults; a table row does not (yet)
-    beside_left_out = {key: value for key, value in single["fit"].items() if key not in ("beside", "sentence")}
-    assert rows[3].keys() == single.keys()
-    assert {key: value for key, value in rows[3]["fit"].items() if key != "sentence"} == beside_left_out
+    # a row replays expandable segments beside torch's defaults as a single simulation does: the same typed beside
+    assert rows[3].keys() == single.keys() and rows[3]["fit"] == single["fit"]
+    assert rows[3]["fit"]["beside"]["alloc_conf"] == "expandable_segments:True"
     assert rows[3]["memory"]["peak_bytes"] == single["memory"]["peak_bytes"]
     assert rows[3]["memory"]["timeline"] == single["memory"]["timeline"]
 

@@ -11,7 +11,7 @@ import pytest
 from ckptlab.errors import SpecError
 from ckptlab.explore.device import device_total, expandable_beside
 from ckptlab.explore.gpus import GPU_SPECS
-from ckptlab.results.allocations import COMPUTE, WHOLE_STEP, AllocationTrace
+from ckptlab.results.allocations import ALL_GATHER, COMPUTE, REDUCE_SCATTER, WHOLE_STEP, AllocationTrace
 from ckptlab.spec import RunSpec, Setting
 
 MIB = 2**20
@@ -22,14 +22,40 @@ GPU = "H100 80 GB"
 TRACE = AllocationTrace(sizes=(12 * MIB, 14 * MIB), streams=(COMPUTE, COMPUTE), events=(0, ~0, 1, ~1), how=WHOLE_STEP)
 
 
-def _step(alloc_conf: str) -> SimpleNamespace:
+def _step(alloc_conf: str, trace: AllocationTrace = TRACE, world_size: int = 1) -> SimpleNamespace:
     """A simulated step as the device total reads it: its spec, its tensors' peak and its order of allocations."""
     return SimpleNamespace(
-        spec=RunSpec(alloc_conf=alloc_conf),
+        spec=RunSpec(alloc_conf=alloc_conf, world_size=world_size, fsdp=world_size > 1),
         memory=SimpleNamespace(peak_bytes=14 * MIB),
-        allocations=TRACE,
+        allocations=trace,
         device_total=None,
     )
+
+
+def test_fsdp2s_collective_buffers_come_from_their_own_streams_pools():
+    """get_free_block (BlockComparatorSize orders by stream first): 12 MiB of the compute stream born and freed
+    leaves a cached 12 MiB segment that a 12 MiB all-gather buffer (FSDP2's all_gather_copy_in_stream) cannot take:
+    a second segment, 24 MiB reserved, where the same order on one stream reserves 12; a reduce-scatter output
+    (reduce_scatter_stream) after them takes neither: 36."""
+    one_stream = AllocationTrace((12 * MIB, 12 * MIB), (COMPUTE, COMPUTE), (0, ~0, 1, ~1), WHOLE_STEP)
+    gathered = replace(one_stream, streams=(COMPUTE, ALL_GATHER))
+    reduced = AllocationTrace((12 * MIB,) * 3, (COMPUTE, ALL_GATHER, REDUCE_SCATTER), (0, ~0, 1, ~1, 2, ~2), WHOLE_STEP)
+    steps = [_step("", trace) for trace in (one_stream, gathered, reduced)]
+    reserved = [device_total(step, GPU).reserved_bytes for step in steps]  # type: ignore[arg-type]
+    assert reserved == [12 * MIB, 24 * MIB, 36 * MIB]
+
+
+def test_nccls_buffers_are_estimated_across_ranks_and_none_on_one_gpu():
+    """32 channels of one ring connection (4 MiB Simple + 512 KiB LL + 4,915,200 B LL128, in 2 MiB granules: 10 MiB,
+    and 2 MiB beside): 384 MiB on each GPU of 8, said as an estimate in the total; 0 on one GPU."""
+    from ckptlab.cli.simulate import device_line
+
+    eight = device_total(_step("", world_size=8), GPU)  # type: ignore[arg-type]
+    one = device_total(_step(""), GPU)  # type: ignore[arg-type]
+    assert (eight.nccl_bytes, one.nccl_bytes, one.nccl_source) == (384 * MIB, 0, "")
+    assert eight.total_bytes == one.total_bytes + 384 * MIB
+    assert "0.38 GiB are NCCL's buffers" in device_line(eight) and "estimated: NCCL's defaults" in device_line(eight)
+    assert "NCCL" not in device_line(one)
 
 
 def test_the_specs_alloc_conf_is_what_the_replay_runs_under():

@@ -27,6 +27,10 @@ WRITTEN_FOR = {
         "ckptlab/step/torch_workarounds.py",
         "2.13",
     ),
+    "fsdp_stream_now (reads FSDPModule._get_fsdp_state()._comm_ctx's streams; where FSDP2 allocates on them)": (
+        "ckptlab/step/torch_workarounds.py",
+        "2.13",
+    ),
     "the simulation's torch.nn.functional.dropout and DTensor _sharding_prop.detect_fake_mode": (
         "ckptlab/step/simulate.py",
         "2.13",
@@ -58,6 +62,13 @@ def test_the_private_names_the_workarounds_use_are_still_there():
         assert list(base.parameters) == list(ours.parameters), f"MemTracker.{name} is now {base}"
     tracker = MemTracker()
     assert [field for field in FIELDS if not hasattr(tracker, field)] == []
+    # fsdp_stream_now: the root's state and the comm context's streams, by the names FSDP2 makes them under.
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPCommContext
+
+    made = inspect.getsource(FSDPCommContext.lazy_init)
+    assert hasattr(FSDPModule, "_get_fsdp_state")
+    assert [name for name in torch_workarounds.FSDP_STREAMS if f"self.{name} = " not in made] == []
     assert "_fake_mode_on_entry" in inspect.getsource(MemTracker.__enter__)
     assert callable(getattr(mod_tracker, "register_multi_grad_hook", None))
 
