@@ -178,10 +178,11 @@ def main() -> None:
         ratio = whole / part
         met = "met" if ratio <= PROCESS_TARGET else "MISSED"
         print(f"process / simulation, {label}: {ratio:.2f} (target at most {PROCESS_TARGET:g}: {met})")
-        # 2x needs the rest of the process within the simulation, and the rest holds at least the bare imports.
+        # 2x needs the rest of the process within the simulation, and the rest holds the bare imports (but the
+        # family's modeling module, which the first simulate call imports), torch and transformers among them.
         print(
-            f"  bare imports / simulation: {figures['floor'] / part:.2f}, torch + transformers alone / simulation: "
-            f"{floor / part:.2f} (the process is at least 1 + each)"
+            f"  bare imports / simulation: {figures['floor'] / part:.2f}; torch + transformers alone / simulation: "
+            f"{floor / part:.2f} (the process is at least 1 + this)"
         )
     refusal = figures["refusal"]
     met = "met" if refusal < REFUSAL_TARGET_S else "MISSED"
