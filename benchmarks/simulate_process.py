@@ -4,14 +4,17 @@
 
 Each round runs, as fresh processes: ``python -m ckptlab simulate --model M --seq-len S --gpu G`` (its CPU seconds
 from ``resource.getrusage`` of the child, which a busy machine does not inflate as it does wall time, and, inside it,
-the CPU seconds of the ``simulate`` call alone); the bare imports a simulation cannot do without (torch,
-transformers, its ``models`` package read once as a simulate process reads it (``ckptlab.model.libraries``),
-``transformers.modeling_utils``, the modeling module of the model's family, torch's MemTracker), the floor of any such
-process, each import's CPU seconds in that fresh process printed beside; and a refusal (``--seq-len 10000000``, past
-the preset's positions). Rounds are interleaved, so a busy moment falls on each alike; the figures are medians. The
-children run torch on one thread (``OMP_NUM_THREADS=1`` unless set), as a shared machine's simulations do. Targets:
-the process at most 2x its simulation, which needs the rest of the process (at least the bare imports) within one
-simulation; the refusal under 1 s of CPU.
+the CPU seconds of each ``simulate`` call: with ``--gpu`` the setting's, whose fold records a third shallow copy for
+the allocation order, and off's, which the predicted time's factor over off needs); the same command without
+``--gpu`` (one ``simulate`` call of two shallow copies: no allocation order, no time); the bare imports a simulation
+cannot do without (torch, transformers, its ``models`` package read once as a simulate process reads it
+(``ckptlab.model.libraries``), ``transformers.modeling_utils``, the modeling module of the model's family, torch's
+MemTracker), the floor of any such process, each import's CPU seconds in that fresh process printed beside; and a
+refusal (``--seq-len 10000000``, past the preset's positions). Rounds are interleaved, so a busy moment falls on each
+alike; the figures are medians. The children run torch on one thread (``OMP_NUM_THREADS=1`` unless set), as a shared
+machine's simulations do. Targets: the process at most 2x its simulation (its ``simulate`` calls together), which
+needs the rest of the process (at least the bare imports) within them; the refusal under 1 s of CPU. ``torch +
+transformers`` (the first two bare imports alone) is the floor no change of the lab moves.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def timed(*args, **kwargs):
 core.simulate = timed
 from ckptlab.cli import main
 status = main(sys.argv[1:], own_process=True)
-print(json.dumps({"status": status, "simulate_cpu_s": sum(spent)}), file=sys.stderr)
+print(json.dumps({"status": status, "simulate_cpu_s": spent}), file=sys.stderr)
 """
 
 # The bare imports, each timed in its fresh process (CPU seconds since the previous one), reported on stderr.
@@ -89,29 +92,46 @@ def _child(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
 
 
+def _timed(argv: list[str]) -> tuple[float, list[float]]:
+    """A simulate process's CPU seconds and each of its ``simulate`` calls' (the ``TIMED`` wrapper)."""
+    cpu, done = _child([sys.executable, "-c", TIMED, *argv])
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["status"] == 0, done.stderr[-2000:]
+    return cpu, report["simulate_cpu_s"]
+
+
 def process_figures(model: str, seq_len: int, gpu: str, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Median CPU seconds of a simulate process, of its simulate call, of the bare imports and of a refusal; and of
-    each bare import in its fresh process."""
+    """Median CPU seconds of a simulate process with ``--gpu``, of its simulate calls together and of each, of the same
+    process without ``--gpu`` and of its one call, of the bare imports and of a refusal; and of each bare import in
+    its fresh process."""
     from ckptlab.model.presets import PRESETS
 
     family = PRESETS[model].family
-    simulate = ["simulate", "--model", model, "--seq-len", str(seq_len), "--gpu", gpu, "--json"]
-    samples: dict[str, list[float]] = {"process": [], "simulation": [], "floor": [], "refusal": []}
+    plain = ["simulate", "--model", model, "--seq-len", str(seq_len), "--json"]
+    samples: dict[str, list[float]] = {}
     imports: dict[str, list[float]] = {}
+
+    def sample(name: str, seconds: float) -> None:
+        samples.setdefault(name, []).append(seconds)
+
     for _ in range(rounds):
-        cpu, done = _child([sys.executable, "-c", TIMED, *simulate])
-        report = json.loads(done.stderr.strip().splitlines()[-1])
-        assert report["status"] == 0, done.stderr[-2000:]
-        samples["process"].append(cpu)
-        samples["simulation"].append(report["simulate_cpu_s"])
+        cpu, calls = _timed([*plain, "--gpu", gpu])
+        sample("process", cpu)
+        sample("simulation", sum(calls))
+        sample("calls", len(calls))
+        for index, seconds in enumerate(calls):
+            sample(f"call {index + 1}", seconds)
+        cpu, calls = _timed(plain)
+        sample("plain process", cpu)
+        sample("plain simulation", sum(calls))
         cpu, done = _child([sys.executable, "-c", FLOOR, family])
         assert done.returncode == 0, done.stderr[-2000:]
-        samples["floor"].append(cpu)
+        sample("floor", cpu)
         for name, seconds in json.loads(done.stderr.strip().splitlines()[-1]).items():
             imports.setdefault(name, []).append(seconds)
         cpu, done = _child([sys.executable, "-m", "ckptlab", "simulate", "--model", model, "--seq-len", "10000000"])
         assert done.returncode == 2 and "positions" in done.stderr, done.stderr[-2000:]
-        samples["refusal"].append(cpu)
+        sample("refusal", cpu)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     return medians, {name: statistics.median(values) for name, values in imports.items()}
 
@@ -125,22 +145,45 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     figures, imports = process_figures(args.model, args.seq_len, args.gpu, args.rounds)
-    process, simulation = figures["process"], figures["simulation"]
-    ratio = process / simulation
     print(
-        f"{args.model} at {args.seq_len} tokens, --gpu {args.gpu}; median CPU s of {args.rounds} fresh processes each"
+        f"{args.model} at {args.seq_len} tokens; median CPU s of {args.rounds} fresh processes each; "
+        f"load average {' '.join(f'{load:.1f}' for load in os.getloadavg())} at the end"
     )
-    print(f"{'':<44}{'CPU s':>8}")
-    print(f"{'simulate process':<44}{process:>8.2f}")
-    print(f"{'  its simulate call':<44}{simulation:>8.2f}")
-    print(f"{'  the rest (imports, checks, output)':<44}{process - simulation:>8.2f}")
-    print(f"{'bare imports (torch, transformers, MemTracker)':<44}{figures['floor']:>8.2f}")
+    print(f"{'':<48}{'CPU s':>8}")
+    width = 48
+
+    def line(name: str, seconds: float) -> None:
+        print(f"{name:<{width}}{seconds:>8.2f}")
+
+    process, simulation = figures["process"], figures["simulation"]
+    line(f"simulate process, --gpu {args.gpu}", process)
+    calls = int(figures["calls"])
+    line(f"  its {calls} simulate calls together", simulation)
+    # With --gpu: the setting's (three shallow copies: the allocation order's third), then off's for the time factor.
+    for index, name in enumerate(("the setting's", "off's, for the factor over off")[:calls], start=1):
+        line(f"    {name}", figures[f"call {index}"])
+    line("  the rest (imports, checks, output)", process - simulation)
+    line("simulate process, without --gpu", figures["plain process"])
+    line("  its one simulate call", figures["plain simulation"])
+    line("  the rest", figures["plain process"] - figures["plain simulation"])
+    line("bare imports (torch, transformers, MemTracker)", figures["floor"])
     for name, seconds in imports.items():
-        print(f"{'  ' + name:<44}{seconds:>8.2f}")
-    met = "met" if ratio <= PROCESS_TARGET else "MISSED"
-    print(f"process / simulation: {ratio:.2f} (target at most {PROCESS_TARGET:g}: {met})")
-    # 2x needs the rest of the process within one simulation, and the rest holds at least the bare imports.
-    print(f"bare imports / simulation: {figures['floor'] / simulation:.2f} (the process is at least 1 + this)")
+        line("  " + name, seconds)
+    floor = imports["torch"] + imports["transformers (its import scans its model folders)"]
+    line("  torch + transformers alone", floor)
+    for label, whole, part in (
+        (f"--gpu {args.gpu}", process, simulation),
+        ("without --gpu", figures["plain process"], figures["plain simulation"]),
+    ):
+        ratio = whole / part
+        met = "met" if ratio <= PROCESS_TARGET else "MISSED"
+        print(f"process / simulation, {label}: {ratio:.2f} (target at most {PROCESS_TARGET:g}: {met})")
+        # 2x needs the rest of the process within the simulation, and the rest holds the bare imports (but the
+        # family's modeling module, which the first simulate call imports), torch and transformers among them.
+        print(
+            f"  bare imports / simulation: {figures['floor'] / part:.2f}; torch + transformers alone / simulation: "
+            f"{floor / part:.2f} (the process is at least 1 + this)"
+        )
     refusal = figures["refusal"]
     met = "met" if refusal < REFUSAL_TARGET_S else "MISSED"
     print(f"refusal (--seq-len 10000000): {refusal:.2f} CPU s (target under {REFUSAL_TARGET_S:g} s: {met})")

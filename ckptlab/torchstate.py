@@ -70,8 +70,11 @@ def freeze_what_is_loaded() -> None:
     later still is. Only a process that owns its interpreter calls this, once, after its imports
     (the CLI's commands, the app's job workers): the library never does, as whatever is alive at
     that moment is never collected.
+
+    No collection first: after a ``simulate`` process's imports a full ``gc.collect()`` walked
+    347,000 objects and found none unreachable: 0.15 s of CPU a process for nothing (issue 61).
+    Whatever cycles imports might leave are frozen with them: a few objects kept, never a walk.
     """
-    gc.collect()  # what the imports left in cycles goes now, not frozen with the rest
     gc.freeze()
 
 

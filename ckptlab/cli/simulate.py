@@ -77,8 +77,6 @@ def fit_verdict(result: RunResult, budget: int, label: str, beside: DeviceTotal 
     """Whether the simulated peak of the whole training step fits ``budget``, by how much, and what it counts; with
     ``beside`` (the same step's order replayed under another allocator setting: ``explore.device.expandable_beside``),
     that total and its fit too, side by side."""
-    from ..explore.recommend import counts_message
-
     memory, spec = result.memory, result.spec
     assert memory is not None  # a simulation always has its memory (status "ok"; no time)
     peak = memory.peak_bytes
@@ -125,6 +123,10 @@ def fit_verdict(result: RunResult, budget: int, label: str, beside: DeviceTotal 
             )
         sentence = "\n".join(lines)
     else:
+        # Only this sentence says what the peak counts: recommend's imports (sweep, predict, ...; 0.07 s of CPU) are
+        # not a --gpu simulate's, whose verdict is the device total's (issue 61).
+        from ..explore.recommend import counts_message
+
         sentence = t(
             "cli.fit_fits" if fitting else "cli.fit_short",
             peak_mib=mib(peak),

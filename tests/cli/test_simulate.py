@@ -17,8 +17,11 @@ from tests.cli.test_simulate_time import hand_work
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
 
-def test_simulate_prints_a_labelled_report_and_a_verdict(capsys):
+def test_simulate_prints_a_labelled_report_and_a_verdict(capsys, monkeypatch):
+    # A verdict on the device total imports nothing of recommend (issue 61: 0.07 s of CPU in every --gpu process).
+    monkeypatch.delitem(sys.modules, "ckptlab.explore.recommend", raising=False)
     assert main(["simulate", "--model", "qwen3-8b", "--seq-len", "4096", "--gpu", "L4"]) == 0
+    assert "ckptlab.explore.recommend" not in sys.modules
     out = capsys.readouterr().out
     assert "simulated (fake tensors)" in out and "Time: not simulated" in out
     assert "Backward:  output <- [L36]" in out
