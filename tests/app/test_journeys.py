@@ -244,7 +244,7 @@ def walk_lesson_parts(page, lang: str) -> None:
         page.get_by_text(words(f"lesson.{name}.title", lang)).first.wait_for(timeout=HANG_MS)
         figure_title(page, title, lang).wait_for(timeout=HANG_MS)
         check_page(page, f"lesson part {name} ({lang})")
-        page.locator(".stPlotlyChart").first.scroll_into_view_if_needed()
+        scrolled_to(page.locator(".stPlotlyChart").first)
         shoot(page, f"lesson-{name}-{lang}")
 
 
@@ -414,7 +414,7 @@ def test_a_participant_walks_the_lesson_then_the_exercises(server, new_page, lan
     page.get_by_role("button", name=words("exercises.submit", lang)).click()
     page.get_by_text(words("exercises.answered", lang, done=len(walked) + 1, total=7)).wait_for(timeout=HANG_MS)
     check_page(page, "exercise budget answered")
-    page.locator(".stPlotlyChart").last.scroll_into_view_if_needed()
+    scrolled_to(page.locator(".stPlotlyChart").last)
     shoot(page, f"participant-budget-{lang}")
 
 
@@ -514,11 +514,11 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     expect(chart.first).to_be_visible(timeout=HANG_MS)
     step = words("at_scale.predicted_step_alone", lang, ms="\0", provenance="\0").split("\0")[0].strip()
     assert step in " ".join(fitting), fitting  # "Step time: 1,234.5 ms, x1.05 ..., predicted (roofline, H100 80 GB)."
-    chart.first.scroll_into_view_if_needed()
+    scrolled_to(chart.first)
     shoot(page, f"at-scale-time-{lang}")
-    page.locator("[data-testid='stDataFrame']").last.scroll_into_view_if_needed()
+    scrolled_to(page.locator("[data-testid='stDataFrame']").last)
     shoot(page, f"at-scale-table-{lang}")  # the time columns, for a person to look at
-    page.locator("[data-testid='stAlert']").first.scroll_into_view_if_needed()
+    scrolled_to(page.locator("[data-testid='stAlert']").first)
     shoot(page, f"at-scale-{lang}")
 
     # The fewest GPUs, on a small preset so the search stays cheap: its answer and the code to launch it.
@@ -531,7 +531,7 @@ def test_an_engineer_measures_a_recipe_then_sizes_it_at_scale(server, new_page, 
     code.wait_for(timeout=HANG_MS)
     assert "from_pretrained" in code.inner_text() or "torchrun" in code.inner_text() or code.inner_text().strip()
     check_page(page, "fewest GPUs and the code")
-    code.scroll_into_view_if_needed()
+    scrolled_to(code)
     shoot(page, f"engineer-code-{lang}")
 
     # The longest sequence per setting on the same page: tiny-llama's 2,048 positions fit an H100, so the answer is
