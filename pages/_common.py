@@ -21,9 +21,11 @@ import ckptlab
 from ckptlab.fact import Fact
 from ckptlab.lab import forged
 from ckptlab.lab.jobs import Countdown
+from ckptlab.lab.modelbox import HUB, LOCAL, model_label
 from ckptlab.lab.run import lora_target_choices
 from ckptlab.lab.stepboxes import step_widget_values
 from ckptlab.lab.targets import settle
+from ckptlab.model import hub
 from ckptlab.model.attention import available_attentions
 from ckptlab.show import i18n
 from ckptlab.show.wording import app_message
@@ -183,6 +185,40 @@ def settle_lora_targets(prefix: str, model: str, choices: Sequence[str]) -> list
     if not choices:
         state[f"{prefix}_lora"] = False
     return settled.unknown
+
+
+def model_box(
+    prefix: str,
+    names: Sequence[str],
+    lang: str,
+    *,
+    folders: Sequence[str],
+    hub_allowed: bool,
+    hub_token: bool,
+    label: str,
+    folder_label: str,
+    grouped: bool,
+    help: str | None = None,
+) -> None:
+    """The model box as the Lab and At-scale pages draw it (``<prefix>_model``, and below it ``<prefix>_local_dir`` or
+    ``<prefix>_hub_name`` where that entry is picked): ``names`` (presets), then the folder entry where the server
+    offers ``folders``, then the Hub entry where it allows names (``hub_allowed``); each entry labelled by
+    :func:`ckptlab.lab.modelbox.model_label`. The words of the box's label and its folder box's are the page's."""
+    state = st.session_state
+    st.selectbox(
+        label,
+        [*names, *([LOCAL] if folders else []), *([HUB] if hub_allowed else [])],
+        key=f"{prefix}_model",
+        format_func=lambda name: model_label(name, preset_infos().get(name), lang, grouped=grouped),
+        help=help,
+    )
+    if state[f"{prefix}_model"] == LOCAL:
+        st.selectbox(folder_label, folders, key=f"{prefix}_local_dir", help=i18n.t("lab.folder_help", lang))
+    elif state[f"{prefix}_model"] == HUB:
+        hub_help = i18n.t("lab.hub_help", lang) + ("" if hub_token else " " + i18n.t("lab.hub_no_token", lang))
+        st.text_input(
+            i18n.t("lab.hub_name", lang), key=f"{prefix}_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help
+        )
 
 
 def offered(name: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from ckptlab.explore.scale import (
 from ckptlab.lab import at_scale_view
 from ckptlab.lab.at_scale_view import CUSTOM, DEFAULT
 from ckptlab.lab.lab_view import folder_info
-from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
+from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption
 from ckptlab.lab.query import gpus_from_query, spec_from_query
 from ckptlab.lab.scalejob import LongestJob, ScaleJob, ScaleJobState, SearchJob, remember
 from ckptlab.lab.server import ServerPolicy
@@ -57,6 +57,7 @@ from pages._common import (
     language,
     lora_boxes,
     lora_choices,
+    model_box,
     offered,
     optimizer_box,
     poll_job,
@@ -284,17 +285,17 @@ with st.sidebar:
     names = [name for name, info in preset_infos().items() if state.at_scale_tiny or not info.cpu_ok]
     if state.at_scale_model not in names and state.at_scale_model not in (LOCAL, HUB):
         state.at_scale_model = DEFAULT.model  # tiny presets hidden again
-    st.selectbox(
-        t("at_scale.model", lang),
-        [*names, *([LOCAL] if folders else []), *([HUB] if policy.hub else [])],
-        key="at_scale_model",
-        format_func=lambda name: model_label(name, preset_infos().get(name), lang),
+    model_box(
+        "at_scale",
+        names,
+        lang,
+        folders=folders,
+        hub_allowed=policy.hub,
+        hub_token=bool(policy.hub_token),
+        label=t("at_scale.model", lang),
+        folder_label=t("at_scale.local_dir", lang),
+        grouped=False,
     )
-    if state.at_scale_model == LOCAL:
-        st.selectbox(t("at_scale.local_dir", lang), folders, key="at_scale_local_dir", help=t("lab.folder_help", lang))
-    if state.at_scale_model == HUB:
-        hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
-        st.text_input(t("lab.hub_name", lang), key="at_scale_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
     model_caption_box = st.empty()
     st.number_input(t("at_scale.seq", lang), min_value=1, max_value=SEQ_MAX, step=1024, key="at_scale_seq")
     st.number_input(t("at_scale.batch", lang), **offered("batch_size"), step=1, key="at_scale_batch")

@@ -20,7 +20,7 @@ from ckptlab.fact import Fact
 from ckptlab.lab import lab_view
 from ckptlab.lab import run as labrun
 from ckptlab.lab.jobs import Countdown, count_down
-from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption, model_label
+from ckptlab.lab.modelbox import HUB, LOCAL, hub_name_problem, model_caption
 from ckptlab.lab.query import spec_from_query, spec_to_query
 from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
@@ -51,6 +51,7 @@ from pages._common import (
     language,
     lora_boxes,
     lora_choices,
+    model_box,
     offered,
     optimizer_box,
     preset_infos,
@@ -408,19 +409,19 @@ if unknown:  # names from the link this model does not have
 
 with st.sidebar:
     st.header(t("common.settings", lang))
-    st.selectbox(
-        t("common.model", lang),
-        [*preset_infos(), *([LOCAL] if folders else []), *([HUB] if policy.hub else [])],
-        key="lab_model",
-        format_func=lambda name: model_label(name, preset_infos().get(name), lang, grouped=True),
+    model_box(
+        "lab",
+        list(preset_infos()),
+        lang,
+        folders=folders,
+        hub_allowed=policy.hub,
+        hub_token=bool(policy.hub_token),
+        label=t("common.model", lang),
+        folder_label=t("lab.folder", lang),
+        grouped=True,
         help=t("lab.model_help", lang),
     )
-    if state.lab_model == LOCAL:
-        st.selectbox(t("lab.folder", lang), folders, key="lab_local_dir", help=t("lab.folder_help", lang))
-    elif state.lab_model == HUB:
-        hub_help = t("lab.hub_help", lang) + ("" if policy.hub_token else " " + t("lab.hub_no_token", lang))
-        st.text_input(t("lab.hub_name", lang), key="lab_hub_name", placeholder=hub.EXAMPLE_REPO, help=hub_help)
-    elif info:
+    if state.lab_model not in (LOCAL, HUB) and info:
         st.caption(model_caption(info, lang))
     st.number_input(t("common.seq_len", lang), **offered("seq_len"), step=128, key="lab_seq")
     st.number_input(t("lab.batch", lang), **offered("batch_size"), step=1, key="lab_batch")
