@@ -67,6 +67,7 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
         # The model is built once for the sweep, inside its first device turn, and dropped when the sweep
         # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
         policy.check(tradeoffs_view.longest(spec), preset_infos()[spec.model])
+        tradeoffs_view.check_rows_time(spec, policy)  # a row its turn's limit would stop: refused before it starts
         job = SweepJob(
             spec,
             load=lambda run_spec: build_for_key(model_key(run_spec)),
@@ -75,6 +76,7 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
             workers=job_workers(policy, "sweep"),
             alive=session_alive(),
             memory_cap_bytes=policy.memory_cap_bytes,
+            step_seconds=tradeoffs_view.row_step_seconds(spec),
         )
         # The countdown's start until the sweep's own rows say more: the estimate the page showed before Run.
         job.predicted_s, measured_pace = tradeoffs_view.sweep_estimate(spec)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import CkptlabError, Option
-from ..explore.step_time import device_speed, step_seconds
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -31,7 +30,7 @@ from ..step.training import cpu_autocast_warning
 from ..units import GIB, MIB, mib
 from . import forged, workers
 from .modelbox import HUB, LOCAL, duration
-from .run import LabRun, Measured, phase_significant, run_estimate
+from .run import LabRun, Measured, phase_significant, run_estimate, step_prediction
 from .server import ServerPolicy
 from .widgets import PageWidgets, widget_key
 
@@ -112,8 +111,8 @@ def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, la
 
 def cpu_warning(spec: RunSpec, info: ModelInfo, lang: str) -> str:
     """A model meant for a GPU, run on the CPU: the predicted step and Run times and its weights and gradients."""
-    speed = device_speed(spec)
-    step_s = None if speed is None else step_seconds(spec, speed, info.num_params)
+    step = step_prediction(spec)
+    step_s = None if step is None else step.seconds
     run_s = run_estimate(spec)
     gib = number(weights_and_gradients_bytes(info.num_params, spec.dtype) / GIB, ",.1f", lang)
     unknown = t("wait.unknown", lang)

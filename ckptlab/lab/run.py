@@ -22,8 +22,8 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import DoesNotFitError, RunStoppedError
-from ..explore.formula import architecture
-from ..explore.step_time import device_speed, run_steps, step_seconds
+from ..explore.roofline import TimePrediction, step_work
+from ..explore.step_time import device_speed, predict_step, run_steps, simulated_spec
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -41,9 +41,11 @@ from ..step.preflight import (
     resolve_dtype,
     with_folder_quantization,
 )
+from ..step.simulate import simulate
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
+from ..step.work import StepWork
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
-from .store import MAX_BYTES, MAX_ENTRIES, ResultStore, json_bytes
+from .store import MAX_BYTES, MAX_ENTRIES, SIMULATIONS, ResultStore, json_bytes
 from .workers import WorkerPool
 
 # (model, resolved dtype, resolved device, seed), and a 4-bit base's Quantization last where the spec has one.
@@ -184,21 +186,65 @@ def run_parts(spec: RunSpec) -> list[RunSpec]:
     return [spec, *([reference_spec(spec)] if spec.checkpointing else []), *([full] if full is not None else [])]
 
 
-def run_estimate(spec: RunSpec, cache: ResultCache | None = None, alone: bool = False) -> float | None:
-    """Predicted seconds of a Run of ``spec`` here: each of its measurements (:func:`run_parts`, or ``spec`` alone:
-    a sweep's row; those ``cache`` holds are reused, not run) at its warm-up, timed and memory steps, each step at
-    :func:`ckptlab.explore.step_time.step_seconds` on this device's speed. None where that speed is unknown (a GPU
-    the lab has no datasheet for).
+def counted_work(spec: RunSpec, simulate_missing: bool = True) -> StepWork | None:
+    """The counted work of one step of ``spec`` here: its simulation's (:func:`ckptlab.explore.step_time.simulated_spec`),
+    from the shared store (:data:`ckptlab.lab.store.SIMULATIONS`), so that a page pays for it once per spec; None
+    where the simulation counted none, or, with ``simulate_missing`` False, where the store does not hold it yet.
+
+    Why a whole simulation, not a cheaper count: the roofline times the ops a step runs, and only the fake step
+    knows them (transformers' Python, the loss's float32 logits, the rerun that stops at the last saved tensor, the
+    optimizer's ops). It costs about 2-5 s on a busy 2-core machine for a Lab preset, at any length (the fold keeps
+    a deep model at two shallow copies; no allocation order is recorded): more than a Run should wait before it
+    starts, so it is paid once per spec for every session, and a Run's parts that the results cache already holds
+    are not simulated at all (:func:`run_estimate`). Settings that differ only in checkpointing are separate
+    simulations: their work differs (the rerun, what a policy keeps).
 
     Raises:
-        ModelLoadError, UnsupportedModelError: a model the catalog cannot describe.
+        SpecError, ModelLoadError: a spec the simulation refuses.
+    """
+    key = simulated_spec(spec)
+    known = SIMULATIONS.get(key)
+    if known is None:
+        if not simulate_missing:
+            return None
+        known = SIMULATIONS.put(key, simulate(key))
+    return step_work(known)
+
+
+def step_prediction(spec: RunSpec, simulate_missing: bool = True) -> TimePrediction | None:
+    """One step of ``spec`` on this device, predicted by the roofline over its simulation's counted work
+    (:func:`counted_work`); None where the device's speed is unknown (a GPU the lab has no datasheet for) or there is
+    no counted work.
+
+    Raises:
+        SpecError, ModelLoadError: a spec the simulation refuses.
     """
     speed = device_speed(spec)
     if speed is None:
         return None
-    info, arch = catalog.describe(spec.model), architecture(spec.model)
+    work = counted_work(spec, simulate_missing)
+    return None if work is None else predict_step(spec, work, speed)
+
+
+def run_estimate(
+    spec: RunSpec, cache: ResultCache | None = None, alone: bool = False, simulate_missing: bool = True
+) -> float | None:
+    """Predicted seconds of a Run of ``spec`` here: each of its measurements (:func:`run_parts`, or ``spec`` alone:
+    a sweep's row; those ``cache`` holds are reused, not run) at its warm-up, timed and memory steps, each step
+    the roofline's (:func:`step_prediction`). None where a part's step cannot be predicted (or, with
+    ``simulate_missing`` False, is not simulated yet).
+
+    Raises:
+        SpecError, ModelLoadError, UnsupportedModelError: a spec the simulation refuses.
+    """
     parts = [part for part in ([spec] if alone else run_parts(spec)) if cache is None or cache.get(part) is None]
-    return sum(step_seconds(part, speed, info.num_params, arch) * run_steps(part) for part in parts)
+    total = 0.0
+    for part in parts:
+        step = step_prediction(part, simulate_missing)
+        if step is None:
+            return None
+        total += step.seconds * run_steps(part)
+    return total
 
 
 PACE_ALIKE = 10.0  # runs predicted within this factor of each other scale alike; beyond it, fixed costs differ
@@ -208,7 +254,7 @@ PACE_KEPT = 64  # the most recent Runs a pace remembers
 class Pace:
     """How this server's measured Runs compare with :func:`run_estimate`: a wait's estimate, predicted or measured.
 
-    The estimate knows FLOPs and this machine's idle speed, not its load, the work between matmuls, nor a Run's
+    The estimate knows the step's ops and this machine's idle speed, not its load, nor a Run's
     fixed costs (building the model, the worker, the memory step's bookkeeping). Once Runs of a like size (predicted
     within :data:`PACE_ALIKE` of it) were measured here, a Run's estimate is its prediction scaled by what they took
     over what was predicted for them. Only alike ones: tiny Runs, whose time is mostly fixed costs, took ten times
@@ -221,7 +267,9 @@ class Pace:
 
     def record(self, spec: RunSpec, seconds: float) -> None:
         """A whole Run of ``spec`` (every part of :func:`run_parts`, none reused) took ``seconds`` on the device."""
-        predicted = run_estimate(spec)
+        # Learnt only from a Run whose estimate is known (the page asked it before the Run): recording must not
+        # simulate after every run.
+        predicted = run_estimate(spec, simulate_missing=False)
         if predicted is None or predicted <= 0:
             return
         with self._lock:

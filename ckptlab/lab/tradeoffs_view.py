@@ -19,7 +19,8 @@ from ..show.i18n import number, say, t
 from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
-from .run import PACE
+from .run import PACE, step_prediction
+from .server import ServerPolicy
 from .targets import spec_targets
 from .widgets import PageWidgets
 
@@ -59,6 +60,40 @@ def longest(spec: SweepSpec) -> RunSpec:
     return RunSpec(model=spec.model, seq_len=max(spec.seq_lens), batch_size=spec.batch_size, device=spec.device)
 
 
+def sweep_rows(spec: SweepSpec) -> list[RunSpec]:
+    """Each row of the sweep as the one run it is (its own device turn).
+
+    Raises:
+        SpecError, ModelLoadError: a sweep that cannot be planned.
+    """
+    return [
+        spec.run_spec(seq_len, every_n, offload, selective=policy, attn_implementation=attention)
+        for seq_len, every_n, offload, policy, attention in plan_sweep(spec).rows
+    ]
+
+
+def check_rows_time(spec: SweepSpec, policy: ServerPolicy) -> None:
+    """Refuse a sweep one of whose rows the server's run limit (each row's turn) would stop, before it starts.
+
+    Raises:
+        NotAllowedError: that row's estimate, the limit, and the command line that runs it in a terminal.
+    """
+    for row in sweep_rows(spec):
+        policy.check_run_time(row, cache=None, alone=True)
+
+
+def row_step_seconds(spec: SweepSpec) -> dict[RunSpec, float]:
+    """Each row's one step, predicted by the roofline on this device (:func:`ckptlab.lab.run.step_prediction`, the
+    simulations the estimate already made); a row without a prediction is left out (it then weighs one second a
+    step in the sweep's fraction done).
+
+    Raises:
+        SpecError, ModelLoadError: a sweep that cannot be planned.
+    """
+    predicted = {row: step_prediction(row) for row in sweep_rows(spec)}
+    return {row: step.seconds for row, step in predicted.items() if step is not None}
+
+
 def sweep_estimate(spec: SweepSpec) -> tuple[float | None, bool]:
     """``(seconds, measured)``: the whole sweep's time, each row one run (:func:`ckptlab.lab.run.run_estimate` of
     the row alone, scaled as :data:`ckptlab.lab.run.PACE` scales a Run); None seconds where the device's speed is
@@ -68,8 +103,7 @@ def sweep_estimate(spec: SweepSpec) -> tuple[float | None, bool]:
         SpecError, ModelLoadError: a sweep that cannot be planned.
     """
     total, measured = 0.0, False
-    for seq_len, every_n, offload, policy, attention in plan_sweep(spec).rows:
-        row = spec.run_spec(seq_len, every_n, offload, selective=policy, attn_implementation=attention)
+    for row in sweep_rows(spec):
         seconds, measured = PACE.estimate(row, alone=True)  # a sweep's row is one run, without a Run's reference
         if seconds is None:
             return None, False
