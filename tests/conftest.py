@@ -47,7 +47,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     freeze_what_is_loaded()
 
 
-def stub_counted_work(spec, simulate_missing=True):
+def stub_counted_works(specs, simulate_missing=True, workers=None):
+    """:func:`ckptlab.lab.run.counted_works` without simulating (:func:`stub_counted_work` each)."""
+    return {spec: stub_counted_work(spec) for spec in specs}
+
+
+def stub_counted_work(spec):
     """A step's counted work without simulating it (a simulation costs seconds): each layer's matmuls at 2 FLOPs a
     parameter a token in the forward, the backward twice that (once with a frozen LoRA base), a checkpointed layer's
     forward again, and AdamW's pass over float32 state. Where the estimate's arithmetic is tested, not the
@@ -71,10 +76,10 @@ def stub_counted_work(spec, simulate_missing=True):
 
 @pytest.fixture(autouse=True)
 def _counted_work_stubbed(request, monkeypatch):
-    """The Lab's time estimate reads a stubbed count (:func:`stub_counted_work`) unless the test is marked
+    """The Lab's time estimate reads a stubbed count (:func:`stub_counted_works`) unless the test is marked
     ``simulated_work``: it then simulates, as the app does."""
     if request.node.get_closest_marker("simulated_work") is None:
-        monkeypatch.setattr("ckptlab.lab.run.counted_work", stub_counted_work)
+        monkeypatch.setattr("ckptlab.lab.run.counted_works", stub_counted_works)
     yield
 
 

@@ -74,7 +74,7 @@ from ..model.catalog import ModelInfo
 from ..model.folder_checks import memory_limit
 from ..model.hub import HubAccess
 from ..spec import RunSpec
-from .run import PACE, RESULTS, Pace, ResultCache
+from .run import PACE, RESULTS, Pace, PoolSource, ResultCache
 
 DEFAULT_RUN_LIMIT_S = 300.0  # a workshop of 30 participants gets through one run each in well under an hour
 FOLDER_DEPTH = 2  # root/model or root/group/model: deep enough for a workshop, shallow enough to list fast
@@ -238,7 +238,12 @@ class ServerPolicy:
             )
 
     def check_run_time(
-        self, spec: RunSpec, pace: Pace = PACE, cache: ResultCache | None = RESULTS, alone: bool = False
+        self,
+        spec: RunSpec,
+        pace: Pace = PACE,
+        cache: ResultCache | None = RESULTS,
+        alone: bool = False,
+        workers: PoolSource | None = None,
     ) -> None:
         """Refuse a Lab Run (the run, its reference, a policy's plain run) whose estimate is past the run limit,
         before it queues: the limit would stop it part way, its device time spent for nothing. Refused rather than
@@ -248,7 +253,8 @@ class ServerPolicy:
         Raises:
             NotAllowedError: the estimate, its basis, the limit, and the command line that runs it in a terminal.
         """
-        seconds, measured = pace.estimate(spec, cache, alone)  # alone: a sweep's row, one run in its own turn
+        # alone: a sweep's row, one run in its own turn; workers: where the estimate's simulations run (the app's pool)
+        seconds, measured = pace.estimate(spec, cache, alone, workers=workers)
         if seconds is not None and seconds > self.run_limit_s:
             raise NotAllowedError(
                 key="server.run_too_long",

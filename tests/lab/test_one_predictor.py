@@ -13,6 +13,7 @@ from ckptlab import RunSpec
 from ckptlab.explore import machine
 from ckptlab.explore.roofline import MEASURED, cpu_speed, predict_result
 from ckptlab.lab import run as labrun
+from ckptlab.lab import store as shared
 from ckptlab.lab.store import ResultStore, json_bytes
 
 
@@ -20,6 +21,7 @@ from ckptlab.lab.store import ResultStore, json_bytes
 def test_the_labs_estimate_is_simulates_cpu_prediction_of_the_same_spec(monkeypatch):
     store: ResultStore = ResultStore(json_bytes)
     monkeypatch.setattr(labrun, "SIMULATIONS", store)  # an empty shared store: this test's simulations only
+    monkeypatch.setattr(shared, "SIMULATIONS", store)
     spec = RunSpec(model="tiny-llama", seq_len=32, every_n_layers=2)  # the Lab's preset; "auto" is the CPU here
 
     lab = labrun.step_prediction(spec)
