@@ -1,6 +1,10 @@
 """What the one time predictor costs before a Run: the Lab's and the Trade-offs' estimates from an empty store.
 
     python benchmarks/estimate_cost.py [--models tiny-llama,gpt2-small,qwen3-0.6b] [--lengths 256,1024,4096]
+    python benchmarks/estimate_cost.py --measure tiny-llama:256,gpt2-small:256
+
+``--measure`` instead measures those Runs' step (``ckptlab.measure``: one warm-up, two timed steps, the Lab's
+default every_n_layers=2 on this CPU) beside the roofline's predicted step, to say how far the estimate is.
 
 A Lab Run's estimate (``ckptlab.lab.run.run_estimate``: the roofline over each part's simulated step on this CPU's
 measured speed) is timed cold (the shared store empty: its parts simulated as one table, in this process) and warm
@@ -22,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ckptlab import RunSpec, describe, simulate
+from ckptlab import RunSpec, describe, measure, simulate
 from ckptlab.explore.sweep import SweepSpec
 from ckptlab.lab import run as labrun
 from ckptlab.lab import tradeoffs_view
@@ -79,14 +83,31 @@ def default_sweep() -> None:
     )
 
 
+def measured_rows(pairs: list[str]) -> None:
+    print("| model | tokens | predicted step, s | measured step (median), s | predicted / measured |")
+    print("|---|---|---|---|---|")
+    for pair in pairs:
+        model, length = pair.split(":")
+        spec = RunSpec(model=model, seq_len=int(length), every_n_layers=2, warmup=1, repeats=2)
+        step = labrun.step_prediction(spec)
+        result = measure(spec)
+        measured = result.timing.step_s if result.timing is not None else float("nan")
+        predicted = step.seconds if step is not None else float("nan")
+        print(f"| {model} | {length} | {predicted:.2f} | {measured:.2f} | {predicted / measured:.2f} |", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny-llama,tiny-qwen3,tiny-gpt2,gpt2-small,qwen3-0.6b")
     parser.add_argument("--lengths", default="256,1024,4096")
+    parser.add_argument("--measure", default="", help="model:tokens,... to measure beside the prediction")
     args = parser.parse_args()
     print(f"before: {load()}")
-    lab_rows(args.models.split(","), [int(n) for n in args.lengths.split(",")])
-    default_sweep()
+    if args.measure:
+        measured_rows(args.measure.split(","))
+    else:
+        lab_rows(args.models.split(","), [int(n) for n in args.lengths.split(",")])
+        default_sweep()
     print(f"after: {load()}")
     return 0
 
