@@ -17,12 +17,13 @@ from ckptlab.lab import store as shared
 from ckptlab.lab.store import ResultStore, json_bytes
 
 
+@pytest.mark.slow  # two real simulations: the proof is that the page's number is simulate's
 @pytest.mark.simulated_work
 def test_the_labs_estimate_is_simulates_cpu_prediction_of_the_same_spec(monkeypatch):
     store: ResultStore = ResultStore(json_bytes)
     monkeypatch.setattr(labrun, "SIMULATIONS", store)  # an empty shared store: this test's simulations only
     monkeypatch.setattr(shared, "SIMULATIONS", store)
-    spec = RunSpec(model="tiny-llama", seq_len=32, every_n_layers=2)  # the Lab's preset; "auto" is the CPU here
+    spec = RunSpec(model="tiny-gpt2", seq_len=32, every_n_layers=2)  # the cheapest preset to simulate; "auto": the CPU
 
     lab = labrun.step_prediction(spec)
     # simulate's own CPU step, timed by the roofline on this CPU's measured record (tests/conftest.py's).
