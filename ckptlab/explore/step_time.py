@@ -28,6 +28,7 @@ from .roofline import GPU_EFFICIENCY, MEASURED, Efficiency, Speed, TimePredictio
 # it once, after its warm-up and timed steps.
 MEMORY_STEP_COST = 3
 CPU_NAME = "this CPU"  # the device a CPU prediction names: "predicted (roofline, this CPU)"
+_DEFAULT = RunSpec()
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,10 @@ def device_speed(spec: RunSpec) -> DeviceSpeed | None:
 
 def simulated_spec(spec: RunSpec) -> RunSpec:
     """The spec whose simulation stands for ``spec``'s step here: its device resolved, since ``simulate`` stands
-    for a CUDA device unless told "cpu" (and a CPU step has the CPU's attention kernels and no offload copies)."""
-    return replace(spec, device=resolve_device(spec.device).type)
+    for a CUDA device unless told "cpu" (and a CPU step has the CPU's attention kernels and no offload copies); the
+    timing fields (warm-up, repeats) at their defaults, as a simulation reads none of them: a Run asked with more
+    repeats shares its step's simulation."""
+    return replace(spec, device=resolve_device(spec.device).type, warmup=_DEFAULT.warmup, repeats=_DEFAULT.repeats)
 
 
 def predict_step(spec: RunSpec, work: StepWork, device: DeviceSpeed) -> TimePrediction:

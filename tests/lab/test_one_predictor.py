@@ -33,6 +33,8 @@ def test_the_labs_estimate_is_simulates_cpu_prediction_of_the_same_spec(monkeypa
     assert lab is not None and alone is not None
     assert lab.seconds == alone.seconds and lab.by_phase == alone.by_phase
     assert lab.provenance.label == "predicted (roofline, this CPU)"
-    # The Run's wait (its part alone) is that step times the Run's steps, from the store: no second simulation.
-    assert labrun.run_estimate(spec, alone=True) == lab.seconds * labrun.run_steps(spec)
+    # The Run's wait (its part alone) is that step times the Run's steps, from the store: no second simulation,
+    # nor one for more repeats (a simulation reads no timing field).
+    longer = replace(spec, repeats=9, warmup=3)
+    assert labrun.run_estimate(longer, alone=True) == lab.seconds * labrun.run_steps(longer)
     assert list(store) == [replace(spec, device="cpu")]
