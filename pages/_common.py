@@ -131,7 +131,7 @@ def estimate_text(seconds: float, basis: str, lang: str, left: bool = True) -> s
     """A wait's estimate in words (the seconds ``left``, or the whole wait's), saying what it comes from.
 
     ``basis``: "measured" (the estimate scaled by this server's measured runs, :data:`ckptlab.lab.run.PACE`),
-    "predicted" (the step's FLOPs at this machine's speed, :mod:`ckptlab.explore.step_time`) or "so_far" (the
+    "predicted" (the roofline over the step's simulated work at this device's speed, :mod:`ckptlab.explore.step_time`) or "so_far" (the
     job's own pace so far; seconds left only).
     """
     return i18n.t(

@@ -25,7 +25,7 @@ from ckptlab.lab.query import spec_from_query, spec_to_query
 from ckptlab.lab.run import LabRun, Loader, build_for_key, check_gradients_queued
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.targets import spec_targets
-from ckptlab.lab.workers import started_pool
+from ckptlab.lab.workers import WorkerPool, started_pool
 from ckptlab.model import hub
 from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.model.selective import selective_key
@@ -67,6 +67,13 @@ run_through_app()
 DEVICES = FIELD["device"].offered_choices()
 lang = language()
 policy, policy_problem = server_policy()
+
+
+def simulating() -> WorkerPool | None:
+    """Where the Run's estimate simulates what the shared store lacks: the server's simulation workers."""
+    return job_workers(policy, "simulation")
+
+
 WIDGETS = lab_view.WIDGETS
 
 
@@ -120,7 +127,7 @@ def run_and_keep(spec: RunSpec, load: Loader, policy: ServerPolicy, lang: str) -
         looked = [time.monotonic()]
 
         try:  # the Run's parts not measured yet, predicted: the countdown's start until its own steps say more
-            total_s, measured_pace = labrun.PACE.estimate(spec, labrun.RESULTS)
+            total_s, measured_pace = labrun.PACE.estimate(spec, labrun.RESULTS, workers=simulating)
         except ckptlab.CkptlabError:  # a model that cannot be described: run_queued's own check says why
             total_s, measured_pace = None, False
         # The countdown from the steps done and their measured seconds (ckptlab.lab.jobs.count_down), redrawn at each
@@ -484,11 +491,11 @@ if model_problem:
 if experts_caption(info, lang):
     st.caption(experts_caption(info, lang))
 
-problem, on_cpu = lab_view.problem_with(spec, info, policy, lang)
+problem, on_cpu = lab_view.problem_with(spec, info, policy, lang, simulating)
 if problem:
     st.error(problem)
 elif on_cpu and not info.cpu_ok:
-    st.warning(lab_view.cpu_warning(spec, info, lang))
+    st.warning(lab_view.cpu_warning(spec, info, lang, simulating))
 if not problem and (slow := lab_view.autocast_warning(spec, on_cpu, lang)):
     st.warning(slow)
 

@@ -21,6 +21,7 @@ from ckptlab.lab.query import LORA_RANK_DEFAULT
 from ckptlab.lab.run import build_for_key, model_key
 from ckptlab.lab.server import ServerPolicy
 from ckptlab.lab.sweepjob import JobState, SweepJob
+from ckptlab.lab.workers import WorkerPool
 from ckptlab.model.selective import CHOICES as SELECTIVE_CHOICES
 from ckptlab.model.selective import NONE
 from ckptlab.show import i18n
@@ -67,6 +68,7 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
         # The model is built once for the sweep, inside its first device turn, and dropped when the sweep
         # ends: no second cached model outlives it (on a GPU it would count in other sessions' baselines).
         policy.check(tradeoffs_view.longest(spec), preset_infos()[spec.model])
+        tradeoffs_view.check_rows_time(spec, policy, simulating)  # a row its turn's limit would stop: refused
         job = SweepJob(
             spec,
             load=lambda run_spec: build_for_key(model_key(run_spec)),
@@ -75,9 +77,10 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
             workers=job_workers(policy, "sweep"),
             alive=session_alive(),
             memory_cap_bytes=policy.memory_cap_bytes,
+            step_seconds=tradeoffs_view.row_step_seconds(spec, simulating),
         )
         # The countdown's start until the sweep's own rows say more: the estimate the page showed before Run.
-        job.predicted_s, measured_pace = tradeoffs_view.sweep_estimate(spec)
+        job.predicted_s, measured_pace = tradeoffs_view.sweep_estimate(spec, simulating)
         job.predicted_basis = "measured" if measured_pace else "predicted"
         return job
 
@@ -90,6 +93,12 @@ def draw_buttons(spec: SweepSpec, policy: ServerPolicy, lang: str) -> bool:
 
 lang = language()
 policy, _ = server_policy()  # the instructor's limits (ckptlab.lab.server); the lab page shows a bad setting
+
+
+def simulating() -> WorkerPool | None:
+    """Where the sweep's estimate simulates what the shared store lacks: the server's simulation workers."""
+    return job_workers(policy, "simulation")
+
 
 st.title(i18n.t("tradeoffs.title", lang), anchor=False)
 st.markdown(i18n.t("tradeoffs.intro", lang))
@@ -182,7 +191,7 @@ if result is None:
     if running:
         st.stop()  # the fragment above shows the progress
     try:
-        seconds, measured_pace = tradeoffs_view.sweep_estimate(spec)
+        seconds, measured_pace = tradeoffs_view.sweep_estimate(spec, simulating)
         basis = "measured" if measured_pace else "predicted"
         words = i18n.t("wait.unknown", lang) if seconds is None else estimate_text(seconds, basis, lang, left=False)
         estimate = "\n\n" + i18n.t("wait.sweep_estimate", lang, estimate=words)

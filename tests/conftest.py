@@ -47,6 +47,42 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     freeze_what_is_loaded()
 
 
+def stub_counted_works(specs, simulate_missing=True, workers=None):
+    """:func:`ckptlab.lab.run.counted_works` without simulating (:func:`stub_counted_work` each)."""
+    return {spec: stub_counted_work(spec) for spec in specs}
+
+
+def stub_counted_work(spec):
+    """A step's counted work without simulating it (a simulation costs seconds): each layer's matmuls at 2 FLOPs a
+    parameter a token in the forward, the backward twice that (once with a frozen LoRA base), a checkpointed layer's
+    forward again, and AdamW's pass over float32 state. Where the estimate's arithmetic is tested, not the
+    simulation's count (tests/lab/test_one_predictor.py proves the real one)."""
+    from ckptlab.model import catalog
+    from ckptlab.model.plan import planned_roles
+    from ckptlab.step.work import OpCost, StepWork, WorkItem
+
+    info = catalog.describe(spec.model)
+    tokens = spec.seq_len * spec.batch_size * spec.gradient_accumulation_steps
+    layer = OpCost("aten.mm.default", "float32", 2 * info.num_params // info.num_layers * tokens, 0)
+    backward = 1 if spec.lora_rank is not None else 2
+    roles = planned_roles(info.num_layers, spec.every_n_layers)
+    items = [WorkItem("forward", i, layer, 1) for i in range(info.num_layers)]
+    items += [WorkItem("backward", i, layer, backward) for i in range(info.num_layers)]
+    items += [WorkItem("rerun", i, layer, 1) for i, role in enumerate(roles) if role == "CP"]
+    if spec.lora_rank is None:
+        items.append(WorkItem("optimizer", None, OpCost("aten.add.Tensor", "float32", 0, 7 * 4 * info.num_params), 1))
+    return StepWork(tuple(items))
+
+
+@pytest.fixture(autouse=True)
+def _counted_work_stubbed(request, monkeypatch):
+    """The Lab's time estimate reads a stubbed count (:func:`stub_counted_works`) unless the test is marked
+    ``simulated_work``: it then simulates, as the app does."""
+    if request.node.get_closest_marker("simulated_work") is None:
+        monkeypatch.setattr("ckptlab.lab.run.counted_works", stub_counted_works)
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _models_root_as_it_was():
     """The process-wide models root (``folder_files.confine``) as before each test: a page run under AppTest

@@ -1,9 +1,9 @@
 """This machine's speed, measured once: a CPU's matmul FLOP/s per dtype at a thread count, and its memory bandwidth.
 
-A time estimate before a run (:mod:`ckptlab.explore.step_time`) divides a step's FLOPs by a speed. On a GPU the
-speed is the datasheet's (:mod:`ckptlab.explore.gpus`); on the CPU no datasheet says what torch reaches with this
-build, these cores and this many threads, so a short benchmark measures it: a few 1024 x 1024 matmuls per dtype
-(under a second) and one large copy. The answer is kept in ``machine.json`` under the user's cache folder
+A time estimate before a run (:mod:`ckptlab.explore.step_time`: the roofline over a step's counted work) needs a
+device's speed. On a GPU the speed is the datasheet's (:mod:`ckptlab.explore.gpus`); on the CPU no datasheet says
+what torch reaches with this build, these cores and this many threads, so a short benchmark measures it: a few
+1024 x 1024 matmuls per dtype (under a second) and one large copy. The answer is kept in ``machine.json`` under the user's cache folder
 (``$XDG_CACHE_HOME/ckptlab``, else ``~/.cache/ckptlab``), keyed by torch's version, the thread count and the CPU's
 model, so a process measures only what no earlier one did. Tests never measure: they hand in a speed
 (:func:`use_speed`).

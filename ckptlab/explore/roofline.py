@@ -3,7 +3,9 @@
 The simulation counts every op of a step (:class:`~ckptlab.step.work.StepWork`: FLOPs and bytes per op, by phase
 and layer); this module turns those counts into seconds on one device's speed (:class:`Speed`: a
 :class:`~ckptlab.explore.gpus.GpuSpec`, or this machine's measured CPU speed) and says the result as one typed
-:class:`TimePrediction`, labelled "predicted (roofline, <device>)": never measured, never simulated.
+:class:`TimePrediction`, labelled "predicted (roofline, <device>)": never measured, never simulated. It is the lab's
+one time predictor: the GPU predictions of the At-scale page and the lesson, and the wait before a run on this
+machine (:mod:`ckptlab.explore.step_time`: this CPU's measured speed, or a known GPU's record).
 
 The model (docs/time.md has it with its sources):
 

@@ -1,44 +1,42 @@
-"""A step's time before it runs: the one estimate the lab shows before a run, limits a server by, and counts down from.
+"""A Run's time before it runs: the roofline's prediction of each step, on this device, times the steps a Run takes.
 
-A training step's matmul FLOPs (:func:`step_flops`, from the formula's per-layer count,
-:func:`ckptlab.explore.formula.forward_flops`: projections, MLP, attention's scores over the sequence, the head)
-over the device's matmul speed, plus the optimizer's pass over its state over the device's memory bandwidth
-(:func:`optimizer_bytes`). The speed is this CPU's, measured once (:mod:`ckptlab.explore.machine`), or a known GPU's
-dense datasheet figure (:data:`ckptlab.explore.gpus.GPU_SPECS`); an unknown GPU has no estimate (None), never a
-guess. What it leaves out (elementwise work, a busy machine's other tasks, building the model) a server learns
-from its own runs (``ckptlab.lab.run.Pace``). Issue 59's roofline will predict a step op by op from the same speeds.
+There is one time predictor in the lab, :func:`ckptlab.explore.roofline.predict_time`: a step's counted work (the
+simulation's :class:`~ckptlab.step.work.StepWork`: every op's FLOPs and bytes, the optimizer's included) over a
+device's speed. This module only says which speed a spec's step runs at here (:func:`device_speed`: this CPU's,
+measured once by :mod:`ckptlab.explore.machine`, or a known GPU's datasheet record in
+:data:`ckptlab.explore.gpus.GPU_SPECS`; an unknown GPU has none, never a guess), which simulation stands for the
+step on it (:func:`simulated_spec`), and how many steps a measured Run takes (:func:`run_steps`). What the roofline
+leaves out (a busy machine's other tasks, building the model) a server learns from its own runs
+(``ckptlab.lab.run.Pace``). The simulations themselves are kept by whoever asks (the app's shared store).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from ..model.plan import planned_roles
 from ..spec import RunSpec
 from ..step.preflight import resolve_device, resolve_dtype
+from ..step.work import StepWork
 from ..torchstate import measuring_thread_count
-from .formula import Architecture, architecture, forward_flops, selective_skipped_flops
+from . import machine
 from .gpus import GPU_SPECS, GpuSpec
-from .machine import cpu_speed
+from .roofline import GPU_EFFICIENCY, MEASURED, Efficiency, Speed, TimePrediction, cpu_speed, predict_time
 
 # The observed memory step (MemTracker on every module and storage) costs about this many plain steps; the Run counts
 # it once, after its warm-up and timed steps.
 MEMORY_STEP_COST = 3
-# Optimizer state passes, in the parameter's bytes, per trainable parameter: AdamW reads the parameter, its gradient
-# and two moments and writes the parameter and both moments back (7); a plain update reads two and writes one (3).
-OPTIMIZER_PASSES = {"none": 0}
-ADAM_PASSES, PLAIN_PASSES = 7, 3
+CPU_NAME = "this CPU"  # the device a CPU prediction names: "predicted (roofline, this CPU)"
+_DEFAULT = RunSpec()
 
 
 @dataclass(frozen=True)
-class Speed:
-    """What a step's work is divided by: matmul FLOP/s in the step's dtype and memory bytes a second."""
+class DeviceSpeed:
+    """A device's speed as the roofline reads it, and how far below it a real step runs there."""
 
-    matmul_flops: float
-    memory_bandwidth: float | None
-    source: str  # "cpu" (measured on this machine) or a GPU's name in GPU_SPECS
+    speed: Speed  # a GpuSpec, or this CPU's measured record (roofline.cpu_speed)
+    efficiency: Efficiency  # GPU_EFFICIENCY for a datasheet's figures, MEASURED for this CPU's own
 
 
 def gpu_spec_named(device_name: str, memory_bytes: int) -> GpuSpec | None:
@@ -57,55 +55,35 @@ def matmul_dtype(spec: RunSpec) -> torch.dtype:
     return resolve_dtype(spec.dtype, device, spec.mixed_precision)
 
 
-def device_speed(spec: RunSpec) -> Speed | None:
-    """The speed ``spec``'s step runs at here: this CPU's, measured at the threads a measured step takes; the GPU's
-    datasheet figure for a known card; None for an unknown GPU."""
+def device_speed(spec: RunSpec) -> DeviceSpeed | None:
+    """The speed ``spec``'s step runs at here: this CPU's, measured at the threads a measured step takes (its matmul
+    dtype measured too); the GPU's datasheet record for a known card; None for an unknown GPU.
+
+    Raises:
+        SpecError: this CPU's record has no memory bandwidth (``roofline.no_bandwidth``).
+    """
     device = resolve_device(spec.device)
-    dtype = str(matmul_dtype(spec)).removeprefix("torch.")
     if device.type == "cpu":
-        speed = cpu_speed(dtype, measuring_thread_count())
-        return Speed(speed.matmul_flops[dtype], speed.memory_bandwidth, "cpu")
+        record = machine.cpu_speed(str(matmul_dtype(spec)).removeprefix("torch."), measuring_thread_count())
+        return DeviceSpeed(cpu_speed(record, CPU_NAME), MEASURED)
     properties = torch.cuda.get_device_properties(device)
     gpu = gpu_spec_named(properties.name, properties.total_memory)
-    if gpu is None:
-        return None
-    # float32 matmuls run on the CUDA cores unless torch is told to allow TF32 (its default: not allowed).
-    key = "tf32" if dtype == "float32" and torch.backends.cuda.matmul.allow_tf32 else dtype
-    return Speed(gpu.dense_flops[key], gpu.memory_bandwidth, gpu.name)
+    return None if gpu is None else DeviceSpeed(gpu, GPU_EFFICIENCY)
 
 
-def step_flops(spec: RunSpec, arch: Architecture | None = None) -> float:
-    """Matmul FLOPs of one training step of ``spec`` (every micro-batch of it).
-
-    The forward once; the backward twice the forward (the inputs' gradients and the weights'), once where the base
-    is frozen (LoRA: only the inputs' gradients, the adapters' being small); each checkpointed layer's forward again
-    (the rerun), less what a selective policy takes from its cache.
-    """
-    arch = arch or architecture(spec.model)
-    layer, forward = forward_flops(arch, spec.seq_len)
-    backward = forward * (1 if spec.lora_rank is not None else 2)
-    checkpointed = planned_roles(arch.num_layers, spec.every_n_layers).count("CP")
-    # A named policy's cached matmuls are not rerun; ops named one by one are not counted off (the estimate errs long).
-    policy = spec.selective if isinstance(spec.selective, str) else "none"
-    rerun = checkpointed * (layer - selective_skipped_flops(arch, policy, spec.seq_len))
-    return (forward + backward + rerun) * spec.seq_len * spec.batch_size * spec.gradient_accumulation_steps
+def simulated_spec(spec: RunSpec) -> RunSpec:
+    """The spec whose simulation stands for ``spec``'s step here: its device resolved, since ``simulate`` stands
+    for a CUDA device unless told "cpu" (and a CPU step has the CPU's attention kernels and no offload copies); the
+    timing fields (warm-up, repeats) at their defaults, as a simulation reads none of them: a Run asked with more
+    repeats shares its step's simulation."""
+    return replace(spec, device=resolve_device(spec.device).type, warmup=_DEFAULT.warmup, repeats=_DEFAULT.repeats)
 
 
-def optimizer_bytes(spec: RunSpec, num_params: int) -> int:
-    """Bytes the optimizer step moves: its passes over the trainable parameters' state (none for LoRA's few)."""
-    if spec.lora_rank is not None:
-        return 0
-    passes = OPTIMIZER_PASSES.get(spec.optimizer, ADAM_PASSES if "adam" in spec.optimizer else PLAIN_PASSES)
-    element = resolve_dtype(spec.dtype, resolve_device(spec.device), spec.mixed_precision).itemsize
-    return passes * num_params * element
-
-
-def step_seconds(spec: RunSpec, speed: Speed, num_params: int, arch: Architecture | None = None) -> float:
-    """One training step of ``spec`` at ``speed``: its matmuls and its optimizer's pass over memory."""
-    seconds = step_flops(spec, arch) / speed.matmul_flops
-    if speed.memory_bandwidth:
-        seconds += optimizer_bytes(spec, num_params) / speed.memory_bandwidth
-    return seconds
+def predict_step(spec: RunSpec, work: StepWork, device: DeviceSpeed) -> TimePrediction:
+    """One step of ``spec`` on ``device``: the roofline over ``work``, the counted ops of its simulation
+    (:func:`simulated_spec`)."""
+    tokens = spec.seq_len * spec.batch_size * spec.gradient_accumulation_steps
+    return predict_time(work, device.speed, tokens=tokens, world_size=spec.world_size, efficiency=device.efficiency)
 
 
 def run_steps(spec: RunSpec) -> float:

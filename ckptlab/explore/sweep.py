@@ -29,7 +29,7 @@ import csv
 import io
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -47,9 +47,8 @@ from ..step.measure import measure
 from ..step.preflight import load_model, resolve_device, validate_for_model
 from ..step.rounds import OnStep, time_settings
 from ..step.stopping import Cancel, Progress, ShouldStop, spanned, stopper
-from .formula import architecture
 from .predict import settings_for
-from .step_time import MEMORY_STEP_COST, step_flops
+from .step_time import MEMORY_STEP_COST
 from .sweep_rows import COLUMNS, SweepRow, row_key, rows_from_results
 from .sweep_spec import OFFLOAD_CHOICES, OffloadChoice, SweepSpec
 
@@ -187,22 +186,27 @@ def _row_label(index: int, rows: int, seq_len: int, setting: str) -> Fact:
     return Fact("progress.row", {"row": index + 1, "rows": rows, "seq_len": seq_len, "setting": setting})
 
 
-def sweep_shares(spec: SweepSpec, plan: _Plan) -> dict[tuple[str, int], float]:
-    """Each part of the sweep as its share of the whole's predicted time (FLOPs: the device's speed cancels): a
-    row's memory run (its warm-up, at least one step, and the observed step) by row index, and a length's timed
-    rounds (each row's repeats, and its warm-up when every row warms up) by sequence length."""
-    arch = architecture(spec.model)
+def sweep_shares(
+    spec: SweepSpec, plan: _Plan, step_seconds: Mapping[RunSpec, float] | None = None
+) -> dict[tuple[str, int], float]:
+    """Each part of the sweep as its share of the whole's predicted time: a row's memory run (its warm-up, at least
+    one step, and the observed step) by row index, and a length's timed rounds (each row's repeats, and its warm-up
+    when every row warms up) by sequence length.
+
+    ``step_seconds``: one step of each row (its spec as :meth:`SweepSpec.run_spec` writes it), predicted by the
+    roofline (the app's ``lab.tradeoffs_view.row_step_seconds``); a row it does not name weighs one second a step,
+    so that without predictions the fraction counts steps."""
     weights: dict[tuple[str, int], float] = {}
     seen: set[int] = set()
     for index, (seq_len, n, offload, policy, attention) in enumerate(plan.rows):
         first = seq_len not in seen or spec.warmup_each_row
         seen.add(seq_len)
         row = spec.run_spec(seq_len, n, offload, selective=policy, attn_implementation=attention)
-        flops = step_flops(row, arch)
+        step = (step_seconds or {}).get(row, 1.0)
         warmup = max(spec.warmup if first else 0, 1)
-        weights[("memory", index)] = flops * (warmup + MEMORY_STEP_COST)
+        weights[("memory", index)] = step * (warmup + MEMORY_STEP_COST)
         timed = spec.repeats + (spec.warmup if spec.warmup_each_row else 0)
-        weights[("timing", seq_len)] = weights.get(("timing", seq_len), 0.0) + flops * timed
+        weights[("timing", seq_len)] = weights.get(("timing", seq_len), 0.0) + step * timed
     total = sum(weights.values()) or 1.0
     return {part: weight / total for part, weight in weights.items()}
 
@@ -217,6 +221,7 @@ def sweep(
     on_result: Callable[[RunResult], None] | None = None,
     on_timed_step: Callable[[RunSpec], None] | None = None,
     should_stop: ShouldStop | None = None,
+    step_seconds: Mapping[RunSpec, float] | None = None,
 ) -> SweepResult:
     """Measure every configuration of ``spec``, building the model once.
 
@@ -237,6 +242,7 @@ def sweep(
             (a page shows the rows live, replaces them when timed, and keeps them if the sweep is stopped).
         on_timed_step: called with a row's spec just before each of its timed steps, in the
             order they run (tests observe the interleaving through it).
+        step_seconds: each row's predicted step (:func:`sweep_shares`): the fraction done moves as the time does.
 
     Returns:
         A :class:`SweepResult`.
@@ -260,7 +266,7 @@ def sweep(
     groups = list(dict.fromkeys(seq_len for seq_len, *_ in plan.rows))
     # Every row's memory step, and one timing unit per length, each as its share of the sweep's predicted time: the
     # fraction done moves as the time does, and a countdown from it holds (issue 58: 13 s left with 85 s to go).
-    shares = sweep_shares(spec, plan)
+    shares = sweep_shares(spec, plan, step_seconds)
     done = 0.0
     for seq_len in groups:
         pending: list[RunResult] = []

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import CkptlabError, Option
-from ..explore.step_time import device_speed, step_seconds
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -31,7 +30,7 @@ from ..step.training import cpu_autocast_warning
 from ..units import GIB, MIB, mib
 from . import forged, workers
 from .modelbox import HUB, LOCAL, duration
-from .run import LabRun, Measured, phase_significant, run_estimate
+from .run import LabRun, Measured, PoolSource, phase_significant, run_estimate, step_prediction
 from .server import ServerPolicy
 from .widgets import PageWidgets, widget_key
 
@@ -89,7 +88,9 @@ def folder_info(path: str, lang: str, policy: ServerPolicy | None = None) -> tup
         return None, t("lab.cannot_read", lang, model=repr(path), error=f"{type(error).__name__}: {error}")
 
 
-def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, lang: str) -> tuple[str, bool]:
+def problem_with(
+    spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, lang: str, workers: PoolSource | None = None
+) -> tuple[str, bool]:
     """Why ``spec`` cannot run here ("" when it can), and whether it would run on the CPU.
 
     The spec's own checks, then the server's limits for that model and device (its tokens, its Run's time); a
@@ -100,7 +101,9 @@ def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, la
     try:
         on_cpu = check_spec(spec, info).device.type == "cpu"  # the page's description: none built here again
         policy.check(spec, info)  # type: ignore[arg-type]  # check() raised already when info is None
-        policy.check_run_time(spec)  # a Run the run limit would stop part way: refused, with the line to run instead
+        # A Run the run limit would stop part way: refused, with the line to run instead (its estimate's
+        # simulations in ``workers()``, the server's simulation pool, where they are not kept yet).
+        policy.check_run_time(spec, workers=workers)
     except CkptlabError as error:
         problem, on_cpu = app_message(error, lang), True
     except Exception as error:  # not bad input but a failure: still a message, not a dead page
@@ -110,11 +113,12 @@ def problem_with(spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, la
     return problem, on_cpu
 
 
-def cpu_warning(spec: RunSpec, info: ModelInfo, lang: str) -> str:
-    """A model meant for a GPU, run on the CPU: the predicted step and Run times and its weights and gradients."""
-    speed = device_speed(spec)
-    step_s = None if speed is None else step_seconds(spec, speed, info.num_params)
-    run_s = run_estimate(spec)
+def cpu_warning(spec: RunSpec, info: ModelInfo, lang: str, workers: PoolSource | None = None) -> str:
+    """A model meant for a GPU, run on the CPU: the predicted step and Run times (the roofline's, this CPU) and its
+    weights and gradients."""
+    step = step_prediction(spec, workers=workers)
+    step_s = None if step is None else step.seconds
+    run_s = run_estimate(spec, workers=workers)
     gib = number(weights_and_gradients_bytes(info.num_params, spec.dtype) / GIB, ",.1f", lang)
     unknown = t("wait.unknown", lang)
     return t(

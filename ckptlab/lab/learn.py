@@ -36,11 +36,10 @@ from ..model.quantize import QLORA
 from ..results import RunResult, memory_of
 from ..spec import RunSpec
 from ..step.simulate import simulate
-from ..step.stopping import DONE, Progress
-from ..step.table import simulate_table
+from ..step.stopping import Progress
 from . import exercises
 from .run import ModelKey, build_for_key, reference_spec
-from .store import SIMULATIONS, ResultStore, json_bytes
+from .store import ResultStore, json_bytes, simulated
 from .workers import WorkerPool
 
 _lock = threading.Lock()
@@ -224,29 +223,6 @@ def sharding_idea(
         activation_ratio_checkpointing=on_one.parts["activation"] / off_one.parts["activation"],
         gathered_bytes=max(held - off_most.parts["parameter"], 0),
     )
-
-
-def simulated(
-    specs: Sequence[RunSpec], progress: Progress | None = None, workers: WorkerPool | None = None
-) -> dict[RunSpec, RunResult]:
-    """Each of ``specs`` simulated, in this thread or ``workers``' process, or reused from the server's bounded
-    store of simulations (:data:`ckptlab.lab.store.SIMULATIONS`: every participant of a workshop sees the same).
-
-    Those the store lacks are simulated as one table (:func:`ckptlab.step.table.simulate_table`): the settings of
-    one model and shape (checkpointing off and on) share their shallow steps.
-    """
-    report = progress or (lambda message, fraction: None)
-    results = {spec: known for spec in specs if (known := SIMULATIONS.get(spec)) is not None}
-    missing = [spec for spec in specs if spec not in results]
-    if missing:
-        if workers is None:
-            made = simulate_table(missing, progress=report)
-        else:
-            made = workers.run("ckptlab.lab.workerjobs:simulate_specs", missing, progress=report)
-        for spec, result in zip(missing, made, strict=True):
-            results[spec] = SIMULATIONS.put(spec, result)
-    report(DONE, 1.0)
-    return results
 
 
 def _most_parts(result: RunResult) -> list[dict[str, int]]:

@@ -5,7 +5,7 @@ known; one thread of the process measures what is missing, in the order asked, t
 :func:`ckptlab.lab.run.run_queued` (the device queue, the process-wide result cache). A second
 session asking for a run queued or being measured waits for that same measurement; nothing
 starts twice. The page polls :meth:`SharedRuns.state` for its runs: done, in flight, failed, and
-an estimate of the seconds left (:data:`ckptlab.lab.run.PACE`: predicted from the FLOP count,
+an estimate of the seconds left (:data:`ckptlab.lab.run.PACE`: the roofline over each run's simulated step,
 scaled by what this server's runs took once it measured some).
 
 The runs are the workshop's, not a participant's: they take one place in the device line
@@ -14,12 +14,14 @@ The runs are the workshop's, not a participant's: they take one place in the dev
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from ..errors import CkptlabError
 from ..fact import Fact
 from ..results import RunResult
 from ..spec import RunSpec
@@ -104,7 +106,15 @@ class SharedRuns:
         A failed one is queued only with ``retry`` (a page's Try again: every rerun of a page asks, and a failure
         stays said until someone retries it). A page's runs go ahead of the warm-up's (``warming``: queued by
         :func:`warm`), a warm-up run a page asks for included: someone is waiting for those.
+        A page's runs are estimated first (their simulations, once per spec for the server), here, outside the lock:
+        the state's estimate (:meth:`state`) then only reads them and never simulates while others wait on the lock.
         """
+        if not warming:
+            with self._changed:
+                new = [spec for spec in dict.fromkeys(specs) if spec not in self._done]
+            for spec in new:
+                with contextlib.suppress(CkptlabError):  # a run the simulation refuses: its measurement says why
+                    self._pace.estimate(spec)
         with self._changed:
             queued = {spec for spec, _ in self._line}
             for spec in dict.fromkeys(specs):
@@ -194,7 +204,8 @@ class SharedRuns:
             order = ([self._in_flight] if self._in_flight is not None else []) + [spec for spec, _ in self._line]
             last = max((order.index(spec) for spec in waiting if spec in order), default=-1)
             for position, spec in enumerate(order[: last + 1]):
-                seconds, measured_pace = self._pace.estimate(spec)
+                # Not simulated here (under the lock): a run whose simulation is not kept yet has no estimate.
+                seconds, measured_pace = self._pace.estimate(spec, simulate_missing=False)
                 if seconds is None or left_s is None:
                     left_s = None
                     continue

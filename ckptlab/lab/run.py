@@ -13,7 +13,7 @@ import ctypes
 import gc
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -22,8 +22,8 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import DoesNotFitError, RunStoppedError
-from ..explore.formula import architecture
-from ..explore.step_time import device_speed, run_steps, step_seconds
+from ..explore.roofline import TimePrediction, step_work
+from ..explore.step_time import device_speed, predict_step, run_steps, simulated_spec
 from ..fact import Fact
 from ..model import catalog
 from ..model.catalog import ModelInfo
@@ -42,8 +42,9 @@ from ..step.preflight import (
     with_folder_quantization,
 )
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
+from ..step.work import StepWork
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
-from .store import MAX_BYTES, MAX_ENTRIES, ResultStore, json_bytes
+from .store import MAX_BYTES, MAX_ENTRIES, SIMULATIONS, ResultStore, json_bytes, simulated
 from .workers import WorkerPool
 
 # (model, resolved dtype, resolved device, seed), and a 4-bit base's Quantization last where the spec has one.
@@ -97,6 +98,8 @@ class ResultCache:
 
 
 RESULTS = ResultCache()
+# Where an estimate's missing simulations run: the server's simulation workers (the app's), asked for when needed.
+PoolSource = Callable[[], WorkerPool | None]
 
 
 def reference_spec(spec: RunSpec) -> RunSpec:
@@ -184,21 +187,82 @@ def run_parts(spec: RunSpec) -> list[RunSpec]:
     return [spec, *([reference_spec(spec)] if spec.checkpointing else []), *([full] if full is not None else [])]
 
 
-def run_estimate(spec: RunSpec, cache: ResultCache | None = None, alone: bool = False) -> float | None:
-    """Predicted seconds of a Run of ``spec`` here: each of its measurements (:func:`run_parts`, or ``spec`` alone:
-    a sweep's row; those ``cache`` holds are reused, not run) at its warm-up, timed and memory steps, each step at
-    :func:`ckptlab.explore.step_time.step_seconds` on this device's speed. None where that speed is unknown (a GPU
-    the lab has no datasheet for).
+def counted_works(
+    specs: Sequence[RunSpec], simulate_missing: bool = True, workers: PoolSource | None = None
+) -> dict[RunSpec, StepWork | None]:
+    """The counted work of one step of each of ``specs`` here: its simulation's
+    (:func:`ckptlab.explore.step_time.simulated_spec`), from the shared bounded store
+    (:func:`ckptlab.lab.store.simulated`), so that a page pays for a spec once for every session; None where the
+    simulation counted none, or, with ``simulate_missing`` False, where the store does not hold it yet.
+
+    Why a whole simulation, not a cheaper count: the roofline times the ops a step runs, and only the fake step
+    knows them (transformers' Python, the loss's float32 logits, the rerun that stops at the last saved tensor, the
+    optimizer's ops). One costs 1.7-4.1 s on this busy 2-core machine for the Lab's presets from tiny-llama to
+    qwen3-0.6b at 256-4,096 tokens (benchmarks/estimate_cost.py): the fold keeps a deep model at two shallow
+    copies, so the length and depth hardly matter, and no allocation order is recorded. That is more than the 2 s
+    a Run should wait before it starts, so: each spec once per server (the store); a Run's parts that the results
+    cache holds are not simulated (:func:`run_estimate`); the parts a Run or a sweep lacks are simulated as one
+    table (``step.table``), whose settings of one model and shape share their shallow steps (each setting keeps
+    its own work: the rerun, what a policy keeps); and in the app they run in the simulation workers
+    (``workers()``, asked for only when something is missing), whose time on the cores a measured CPU run beside
+    them is told of.
 
     Raises:
-        ModelLoadError, UnsupportedModelError: a model the catalog cannot describe.
+        SpecError, ModelLoadError: a spec the simulation refuses.
+    """
+    keys = {spec: simulated_spec(spec) for spec in specs}
+    wanted = list(dict.fromkeys(keys.values()))
+    results = {key: known for key in wanted if (known := SIMULATIONS.get(key)) is not None}
+    if simulate_missing and len(results) < len(wanted):
+        # The pool is asked for only now: a page whose estimates are all kept starts no worker.
+        results = simulated(wanted, workers=None if workers is None else workers())
+    return {spec: step_work(results[key]) if key in results else None for spec, key in keys.items()}
+
+
+def step_prediction(
+    spec: RunSpec, simulate_missing: bool = True, workers: PoolSource | None = None
+) -> TimePrediction | None:
+    """One step of ``spec`` on this device, predicted by the roofline over its simulation's counted work
+    (:func:`counted_works`); None where the device's speed is unknown (a GPU the lab has no datasheet for) or there
+    is no counted work.
+
+    Raises:
+        SpecError, ModelLoadError: a spec the simulation refuses.
     """
     speed = device_speed(spec)
     if speed is None:
         return None
-    info, arch = catalog.describe(spec.model), architecture(spec.model)
+    work = counted_works([spec], simulate_missing, workers)[spec]
+    return None if work is None else predict_step(spec, work, speed)
+
+
+def run_estimate(
+    spec: RunSpec,
+    cache: ResultCache | None = None,
+    alone: bool = False,
+    simulate_missing: bool = True,
+    workers: PoolSource | None = None,
+) -> float | None:
+    """Predicted seconds of a Run of ``spec`` here: each of its measurements (:func:`run_parts`, or ``spec`` alone:
+    a sweep's row; those ``cache`` holds are reused, not run) at its warm-up, timed and memory steps, each step
+    the roofline's over its simulated work (:func:`counted_works`, the parts simulated together). None where the
+    device's speed is unknown or a part has no counted work (with ``simulate_missing`` False: is not simulated yet).
+
+    Raises:
+        SpecError, ModelLoadError, UnsupportedModelError: a spec the simulation refuses.
+    """
     parts = [part for part in ([spec] if alone else run_parts(spec)) if cache is None or cache.get(part) is None]
-    return sum(step_seconds(part, speed, info.num_params, arch) * run_steps(part) for part in parts)
+    speed = device_speed(spec)
+    if speed is None:
+        return None
+    works = counted_works(parts, simulate_missing, workers)
+    total = 0.0
+    for part in parts:
+        work = works[part]
+        if work is None:
+            return None
+        total += predict_step(part, work, speed).seconds * run_steps(part)
+    return total
 
 
 PACE_ALIKE = 10.0  # runs predicted within this factor of each other scale alike; beyond it, fixed costs differ
@@ -208,7 +272,7 @@ PACE_KEPT = 64  # the most recent Runs a pace remembers
 class Pace:
     """How this server's measured Runs compare with :func:`run_estimate`: a wait's estimate, predicted or measured.
 
-    The estimate knows FLOPs and this machine's idle speed, not its load, the work between matmuls, nor a Run's
+    The estimate knows the step's ops and this machine's idle speed, not its load, nor a Run's
     fixed costs (building the model, the worker, the memory step's bookkeeping). Once Runs of a like size (predicted
     within :data:`PACE_ALIKE` of it) were measured here, a Run's estimate is its prediction scaled by what they took
     over what was predicted for them. Only alike ones: tiny Runs, whose time is mostly fixed costs, took ten times
@@ -221,22 +285,31 @@ class Pace:
 
     def record(self, spec: RunSpec, seconds: float) -> None:
         """A whole Run of ``spec`` (every part of :func:`run_parts`, none reused) took ``seconds`` on the device."""
-        predicted = run_estimate(spec)
+        # Learnt only from a Run whose estimate is known (the page asked it before the Run): recording must not
+        # simulate after every run.
+        predicted = run_estimate(spec, simulate_missing=False)
         if predicted is None or predicted <= 0:
             return
         with self._lock:
             self._runs = [*self._runs, (predicted, seconds)][-PACE_KEPT:]
 
     def estimate(
-        self, spec: RunSpec, cache: ResultCache | None = None, alone: bool = False
+        self,
+        spec: RunSpec,
+        cache: ResultCache | None = None,
+        alone: bool = False,
+        simulate_missing: bool = True,
+        workers: PoolSource | None = None,
     ) -> tuple[float | None, bool]:
         """``(seconds, measured)``: the Run's seconds (:func:`run_estimate`, what ``cache`` holds not run again; its
-        one run ``alone``), scaled by this server's Runs of a like size when it has measured some; None seconds where
-        the device's speed is unknown."""
-        predicted = run_estimate(spec, cache, alone)
+        one run ``alone``; its simulations made in ``workers`` where missing, or, with ``simulate_missing`` False,
+        None seconds), scaled by this server's Runs of a like size when it has measured some; None seconds where the
+        device's speed is unknown."""
+        predicted = run_estimate(spec, cache, alone, simulate_missing, workers)
         if not predicted:
             return predicted, False
-        whole = run_estimate(spec) or predicted  # the size a Run is compared by: all of it, as recorded
+        # The size a Run is compared by: all of it, as recorded.
+        whole = run_estimate(spec, simulate_missing=simulate_missing, workers=workers) or predicted
         with self._lock:
             alike = [(p, m) for p, m in self._runs if whole / PACE_ALIKE <= p <= whole * PACE_ALIKE]
         if not alike:

@@ -16,14 +16,13 @@ environment variable or, beside it, the same name in ``.streamlit/secrets.toml``
     told. Default 300.
 ``CKPTLAB_MAX_TOKENS``
     The largest sequence length x batch a participant may ask for, per model:
-    ``"tiny-llama=65536,qwen3-0.6b=256,*=8192"`` (``*``: every model not named). Unset, a
-    model's limit is predicted: the most tokens whose one training step, checkpointing on
-    (:func:`ckptlab.explore.step_time.step_seconds` at this CPU's measured speed, or a known GPU's
-    datasheet speed; no predicted limit on a GPU the lab does not know), fits in the run limit.
-    Beside it, a whole Run (warm-up, repeats, memory step, its checkpointing-off reference) whose
-    estimate (:data:`ckptlab.lab.run.PACE`: scaled by this server's measured Runs once it has some)
-    is past the run limit is refused before it starts, with the command line that runs it in a
-    terminal instead: the limit would only stop it part way, its device time spent for nothing.
+    ``"tiny-llama=65536,qwen3-0.6b=256,*=8192"`` (``*``: every model not named). Unset: no limit
+    in tokens; time is the run limit's, checked once: a whole Run (warm-up, repeats, memory step,
+    its checkpointing-off reference) whose estimate (the roofline over each part's simulated step,
+    :func:`ckptlab.lab.run.run_estimate`, scaled by :data:`ckptlab.lab.run.PACE` once this server
+    measured some Runs) is past the run limit is refused before it starts, with the command line
+    that runs it in a terminal instead: the limit would only stop it part way, its device time
+    spent for nothing.
 ``CKPTLAB_WORKER_MEMORY_GIB``
     Resident memory (GiB) one job's worker process may reach; past it the worker is killed,
     its memory given back and its participant told. Unset: half the machine's physical memory
@@ -63,24 +62,21 @@ import math
 import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ..cli.args import argv_from_spec
 from ..errors import CkptlabError, SpecError
-from ..explore.formula import architecture
-from ..explore.step_time import device_speed, step_seconds
 from ..fact import Fact
 from ..model.catalog import ModelInfo
 from ..model.folder_checks import memory_limit
 from ..model.hub import HubAccess
 from ..spec import RunSpec
-from .run import PACE, RESULTS, Pace, ResultCache
+from .run import PACE, RESULTS, Pace, PoolSource, ResultCache
 
 DEFAULT_RUN_LIMIT_S = 300.0  # a workshop of 30 participants gets through one run each in well under an hour
-MAX_PREDICTED_TOKENS = 2**24  # the most a predicted token limit says: beyond any model's positions
 FOLDER_DEPTH = 2  # root/model or root/group/model: deep enough for a workshop, shallow enough to list fast
 DEFAULT_HUB_CACHE = Path("~/.cache/ckptlab/hub")  # the server's own, apart from huggingface_hub's default cache
 # The most the server's Hub cache holds, oldest revisions evicted past it: a config is at most 4 MiB (MAX_CONFIG_BYTES),
@@ -217,31 +213,12 @@ class ServerPolicy:
 
     # -- sizes and time -----------------------------------------------------------------
 
-    def max_tokens_for(self, info: ModelInfo, spec: RunSpec | None = None) -> int | None:
-        """The largest ``seq_len x batch_size`` a participant may run on ``info``'s model here (on ``spec``'s device
-        and dtype); None where no limit is set and the device's speed is unknown."""
-        named = self.max_tokens.get(info.name, self.max_tokens.get("*"))
-        if named is not None:
-            return named
-        # The most tokens whose one step, checkpointing on (the dearer), fits the run limit on the spec's device and
-        # dtype: attention grows with the square of the sequence and the optimizer's pass not at all, so it is
-        # searched (bisection over whole tokens), not divided.
-        probe = RunSpec(model=info.name, seq_len=1, every_n_layers=1)
-        if spec is not None:
-            probe = replace(probe, device=spec.device, dtype=spec.dtype, mixed_precision=spec.mixed_precision)
-        speed = device_speed(probe)
-        if speed is None:
-            return None
-        arch = architecture(info.name)
-
-        def fits(tokens: int) -> bool:
-            return step_seconds(replace(probe, seq_len=tokens), speed, info.num_params, arch) <= self.run_limit_s
-
-        low, high = 0, MAX_PREDICTED_TOKENS
-        while low < high:
-            middle = (low + high + 1) // 2
-            low, high = (middle, high) if fits(middle) else (low, middle - 1)
-        return low
+    def max_tokens_for(self, info: ModelInfo) -> int | None:
+        """The largest ``seq_len x batch_size`` a participant may run on ``info``'s model here; None where the
+        instructor named no limit (``CKPTLAB_MAX_TOKENS``). Time is not limited in tokens: a Run's predicted time
+        is checked against the run limit once, by :meth:`check_run_time` (a limit in tokens predicted from time
+        would be a second rule, and would cost a simulation per length tried)."""
+        return self.max_tokens.get(info.name, self.max_tokens.get("*"))
 
     def check(self, spec: RunSpec, info: ModelInfo) -> None:
         """Refuse a run larger than the policy allows, before it queues.
@@ -249,7 +226,7 @@ class ServerPolicy:
         Raises:
             NotAllowedError: naming the tokens asked for, the limit and the fix.
         """
-        tokens, limit = spec.seq_len * spec.batch_size, self.max_tokens_for(info, spec)
+        tokens, limit = spec.seq_len * spec.batch_size, self.max_tokens_for(info)
         if limit is not None and tokens > limit:
             raise NotAllowedError(
                 key="server.too_many_tokens",
@@ -260,7 +237,14 @@ class ServerPolicy:
                 limit=limit,
             )
 
-    def check_run_time(self, spec: RunSpec, pace: Pace = PACE, cache: ResultCache | None = RESULTS) -> None:
+    def check_run_time(
+        self,
+        spec: RunSpec,
+        pace: Pace = PACE,
+        cache: ResultCache | None = RESULTS,
+        alone: bool = False,
+        workers: PoolSource | None = None,
+    ) -> None:
         """Refuse a Lab Run (the run, its reference, a policy's plain run) whose estimate is past the run limit,
         before it queues: the limit would stop it part way, its device time spent for nothing. Refused rather than
         shrunk (fewer repeats): the memory step and the reference cost as much as the repeats, so a Run can be past
@@ -269,7 +253,8 @@ class ServerPolicy:
         Raises:
             NotAllowedError: the estimate, its basis, the limit, and the command line that runs it in a terminal.
         """
-        seconds, measured = pace.estimate(spec, cache)
+        # alone: a sweep's row, one run in its own turn; workers: where the estimate's simulations run (the app's pool)
+        seconds, measured = pace.estimate(spec, cache, alone, workers=workers)
         if seconds is not None and seconds > self.run_limit_s:
             raise NotAllowedError(
                 key="server.run_too_long",

@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from ..results import RunResult
 from ..spec import RunSpec
+from ..step.stopping import DONE, Progress
+from ..step.table import simulate_table
 from ..units import MIB
+from .workers import WorkerPool
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -89,3 +92,26 @@ class ResultStore(Mapping[K, V], Generic[K, V]):
 # Every simulation by its spec, shared by every session and page (the At-scale page's, the lesson's ideas): a
 # workshop that asks for the same shape simulates it once.
 SIMULATIONS: ResultStore[RunSpec, RunResult] = ResultStore(json_bytes)
+
+
+def simulated(
+    specs: Sequence[RunSpec], progress: Progress | None = None, workers: WorkerPool | None = None
+) -> dict[RunSpec, RunResult]:
+    """Each of ``specs`` simulated, in this thread or ``workers``' process, or reused from the server's bounded
+    store of simulations (:data:`ckptlab.lab.store.SIMULATIONS`: every participant of a workshop sees the same).
+
+    Those the store lacks are simulated as one table (:func:`ckptlab.step.table.simulate_table`): the settings of
+    one model and shape (checkpointing off and on) share their shallow steps.
+    """
+    report = progress or (lambda message, fraction: None)
+    results = {spec: known for spec in specs if (known := SIMULATIONS.get(spec)) is not None}
+    missing = [spec for spec in specs if spec not in results]
+    if missing:
+        if workers is None:
+            made = simulate_table(missing, progress=report)
+        else:
+            made = workers.run("ckptlab.lab.workerjobs:simulate_specs", missing, progress=report)
+        for spec, result in zip(missing, made, strict=True):
+            results[spec] = SIMULATIONS.put(spec, result)
+    report(DONE, 1.0)
+    return results

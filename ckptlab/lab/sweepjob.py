@@ -11,7 +11,7 @@ the row in flight finishes, no other starts, and the rows measured are kept.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
@@ -69,6 +69,8 @@ class SweepJob(BackgroundJob):
             the model); its rows still take their turns here, and a turn past ``limit_s`` kills the worker.
         alive: False once the session that started the sweep is gone; the sweep then ends.
         memory_cap_bytes: with ``workers``, the resident memory the worker may reach before it is killed.
+        step_seconds: each row's predicted step (``tradeoffs_view.row_step_seconds``): the fraction done moves as
+            the predicted time does (:func:`ckptlab.explore.sweep.sweep_shares`).
 
     Raises:
         SpecError, ModelLoadError: bad input, from the constructor, before any thread starts.
@@ -85,6 +87,7 @@ class SweepJob(BackgroundJob):
         workers: WorkerPool | None = None,
         alive: Callable[[], bool] | None = None,
         memory_cap_bytes: int | None = None,
+        step_seconds: Mapping[RunSpec, float] | None = None,
     ) -> None:
         self.plan = plan_sweep(spec)  # validates: bad input never reaches the thread
         self.spec = spec
@@ -97,6 +100,7 @@ class SweepJob(BackgroundJob):
         self._timed_out: TurnStopper | None = None  # the turn the time limit stopped
         self._result: SweepResult | None = None
         self._workers, self._memory_cap_bytes = workers, memory_cap_bytes
+        self._step_seconds = dict(step_seconds or {})
         super().__init__("ckptlab-sweep", message=Fact("progress.waiting_to_start"), alive=alive)
 
     def state(self) -> JobState:
@@ -160,6 +164,7 @@ class SweepJob(BackgroundJob):
                 load=self._load,
                 turn=self._turn,
                 on_result=self._collect,
+                step_seconds=self._step_seconds,
             )
 
         def past_limit() -> RunStoppedError:
@@ -171,6 +176,7 @@ class SweepJob(BackgroundJob):
             return self._workers.run(
                 "ckptlab.lab.workerjobs:sweep_spec",
                 self.spec,
+                self._step_seconds,
                 progress=self._progress,
                 on_result=self._collect,
                 should_stop=self._stopping,

@@ -19,7 +19,9 @@ from ..show.i18n import number, say, t
 from ..show.labels import provenance_label, training_label
 from ..spec import RunSpec
 from ..units import MIB, mib, milliseconds
-from .run import PACE
+from . import run as labrun
+from .run import PACE, PoolSource, run_parts, step_prediction
+from .server import ServerPolicy
 from .targets import spec_targets
 from .widgets import PageWidgets
 
@@ -59,7 +61,54 @@ def longest(spec: SweepSpec) -> RunSpec:
     return RunSpec(model=spec.model, seq_len=max(spec.seq_lens), batch_size=spec.batch_size, device=spec.device)
 
 
-def sweep_estimate(spec: SweepSpec) -> tuple[float | None, bool]:
+def sweep_rows(spec: SweepSpec) -> list[RunSpec]:
+    """Each row of the sweep as the one run it is (its own device turn).
+
+    Raises:
+        SpecError, ModelLoadError: a sweep that cannot be planned.
+    """
+    return [
+        spec.run_spec(seq_len, every_n, offload, selective=policy, attn_implementation=attention)
+        for seq_len, every_n, offload, policy, attention in plan_sweep(spec).rows
+    ]
+
+
+def simulate_rows(spec: SweepSpec, workers: PoolSource | None = None) -> None:
+    """Every simulation the sweep's estimate reads (each row, and the Run each row is sized by), made at once as one
+    table where the shared store lacks them (:func:`ckptlab.lab.run.counted_works`), in ``workers()`` if given.
+
+    Raises:
+        SpecError, ModelLoadError: a sweep that cannot be planned.
+    """
+    # Looked up on the module: tests replace the count (tests/conftest.py), and this must read what they put there.
+    labrun.counted_works([part for row in sweep_rows(spec) for part in run_parts(row)], workers=workers)
+
+
+def check_rows_time(spec: SweepSpec, policy: ServerPolicy, workers: PoolSource | None = None) -> None:
+    """Refuse a sweep one of whose rows the server's run limit (each row's turn) would stop, before it starts.
+
+    Raises:
+        NotAllowedError: that row's estimate, the limit, and the command line that runs it in a terminal.
+    """
+    simulate_rows(spec, workers)
+    for row in sweep_rows(spec):
+        policy.check_run_time(row, cache=None, alone=True)
+
+
+def row_step_seconds(spec: SweepSpec, workers: PoolSource | None = None) -> dict[RunSpec, float]:
+    """Each row's one step, predicted by the roofline on this device (:func:`ckptlab.lab.run.step_prediction`, the
+    simulations the estimate already made); a row without a prediction is left out (it then weighs one second a
+    step in the sweep's fraction done).
+
+    Raises:
+        SpecError, ModelLoadError: a sweep that cannot be planned.
+    """
+    simulate_rows(spec, workers)
+    predicted = {row: step_prediction(row) for row in sweep_rows(spec)}
+    return {row: step.seconds for row, step in predicted.items() if step is not None}
+
+
+def sweep_estimate(spec: SweepSpec, workers: PoolSource | None = None) -> tuple[float | None, bool]:
     """``(seconds, measured)``: the whole sweep's time, each row one run (:func:`ckptlab.lab.run.run_estimate` of
     the row alone, scaled as :data:`ckptlab.lab.run.PACE` scales a Run); None seconds where the device's speed is
     unknown.
@@ -67,9 +116,9 @@ def sweep_estimate(spec: SweepSpec) -> tuple[float | None, bool]:
     Raises:
         SpecError, ModelLoadError: a sweep that cannot be planned.
     """
+    simulate_rows(spec, workers)
     total, measured = 0.0, False
-    for seq_len, every_n, offload, policy, attention in plan_sweep(spec).rows:
-        row = spec.run_spec(seq_len, every_n, offload, selective=policy, attn_implementation=attention)
+    for row in sweep_rows(spec):
         seconds, measured = PACE.estimate(row, alone=True)  # a sweep's row is one run, without a Run's reference
         if seconds is None:
             return None, False

@@ -53,11 +53,15 @@ def measure_spec(context: JobContext, spec: RunSpec) -> RunResult:
         give_back_memory()
 
 
-def sweep_spec(context: JobContext, spec: SweepSpec) -> SweepResult:
-    """:func:`ckptlab.explore.sweep.sweep`, one device turn per row asked of the parent, rows sent as measured."""
+def sweep_spec(
+    context: JobContext, spec: SweepSpec, step_seconds: Mapping[RunSpec, float] | None = None
+) -> SweepResult:
+    """:func:`ckptlab.explore.sweep.sweep`, one device turn per row asked of the parent, rows sent as measured (the
+    rows' predicted steps, ``step_seconds``, made in the parent: the worker simulates nothing first)."""
     try:
         return sweep(
             spec,
+            step_seconds=step_seconds,
             progress=context.progress,
             cancel=context.cancelled,  # between rows and timed steps; a row in flight ends by the parent's kill
             turn=context.turn,

@@ -1,5 +1,6 @@
-"""A step's time before it runs (explore/step_time) and this machine's speed (explore/machine): no benchmark runs in a
-test (tests/conftest.py hands one in); the cache is read and written in a folder of the test's own."""
+"""A step's time before it runs (explore/step_time: the roofline on this device) and this machine's speed
+(explore/machine): no benchmark runs in a test (tests/conftest.py hands one in); the cache is read and written in a
+folder of the test's own."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pytest
 
 from ckptlab import RunSpec
 from ckptlab.explore import machine
-from ckptlab.explore.step_time import Speed, gpu_spec_named, step_flops, step_seconds
+from ckptlab.explore.roofline import MEASURED
+from ckptlab.explore.step_time import device_speed, gpu_spec_named, predict_step, run_steps
+from ckptlab.step.work import OpCost, StepWork, WorkItem
 from ckptlab.units import GIB
 
 
@@ -44,16 +47,20 @@ def test_a_cuda_devices_name_finds_its_datasheet_or_none():
     assert gpu_spec_named("Tesla T4", 16 * GIB) is None  # unknown: no estimate, never a guess
 
 
-def test_a_steps_time_counts_its_matmuls_the_rerun_and_the_optimizers_pass():
-    off = RunSpec(model="qwen3-0.6b", seq_len=256, every_n_layers=None)
-    every = RunSpec(model="qwen3-0.6b", seq_len=256, every_n_layers=1)
-    fourth = RunSpec(model="qwen3-0.6b", seq_len=256, every_n_layers=4)
-    # The rerun: each checkpointed layer's forward once more (28 layers; n=4 checkpoints 7 of them).
-    assert step_flops(every) - step_flops(off) == pytest.approx(4 * (step_flops(fourth) - step_flops(off)))
-    # 6 x parameters x tokens, give or take: the embeddings are no matmul, attention's scores are one.
-    assert step_flops(off) == pytest.approx(6 * 596e6 * 256, rel=0.1)
-    lora = RunSpec(model="qwen3-0.6b", seq_len=256, every_n_layers=None, lora_rank=8)
-    assert step_flops(lora) == pytest.approx(step_flops(off) * 2 / 3)  # a frozen base: no weights' gradients
-    speed = Speed(matmul_flops=1e11, memory_bandwidth=1e10, source="cpu")
-    optimizer = 7 * 596_049_920 * 4 / 1e10  # AdamW's pass over float32 parameters, gradients and moments
-    assert step_seconds(off, speed, 596_049_920) == pytest.approx(step_flops(off) / 1e11 + optimizer)
+def test_a_steps_time_on_this_cpu_is_the_rooflines_over_its_counted_work_at_the_measured_speed():
+    """No second divide-by-speed: a CPU step is :func:`ckptlab.explore.roofline.predict_time` on this CPU's measured
+    record (conftest's: 50 GFLOP/s float32, 5 GB/s), efficiency MEASURED, each op the larger of its compute and its
+    memory time, and never under the dispatch floor."""
+    spec = RunSpec(model="tiny-llama", seq_len=256, device="cpu", every_n_layers=1)
+    device = device_speed(spec)
+    assert device is not None and device.efficiency == MEASURED and device.speed.name == "this CPU"
+    matmul = OpCost("aten.mm.default", "float32", flops=10**9, bytes=10**6)  # compute-bound: 1e9 / 50e9 = 20 ms
+    update = OpCost("aten.add.Tensor", "float32", flops=0, bytes=10**9)  # memory-bound: 1e9 / 5e9 = 200 ms
+    view = OpCost("aten.view.default", "float32", flops=0, bytes=0)  # no kernel: free
+    work = StepWork(
+        (WorkItem("forward", 0, matmul, 3), WorkItem("optimizer", None, update, 1), WorkItem("forward", 0, view, 9))
+    )
+    step = predict_step(spec, work, device)
+    assert step.seconds == pytest.approx(3 * 0.02 + 0.2)
+    assert step.provenance.label == "predicted (roofline, this CPU)" and step.tokens == 256
+    assert run_steps(spec) == spec.warmup + spec.repeats + 3  # the Run's steps: warm-up, timed, the memory step

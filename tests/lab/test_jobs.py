@@ -108,15 +108,22 @@ def test_a_countdown_comes_from_measured_progress_and_never_rises_or_stalls_with
 
 
 def test_a_sweeps_fraction_moves_as_its_predicted_time_does():
-    """The sweep's parts (each row's memory run, each length's timed rounds) as shares of its predicted time, not
-    one share each: the timed rounds of 1,024 tokens are most of the work, and the 128-token rows little of it."""
+    """The sweep's parts (each row's memory run, each length's timed rounds) as shares of its predicted time (each
+    row's step as the roofline predicted it, handed in), not one share each: the timed rounds of 1,024 tokens are
+    most of the work, and the 128-token rows little of it. Without predictions, every step weighs the same."""
     from ckptlab.explore.sweep import plan_sweep, sweep_shares
     from ckptlab.explore.sweep_spec import SweepSpec
 
     spec = SweepSpec(model="tiny-llama", seq_lens=(128, 1024))
-    shares = sweep_shares(spec, plan_sweep(spec))
+    plan = plan_sweep(spec)
+    rows = [
+        spec.run_spec(seq, n, offload, selective=policy, attn_implementation=attention)
+        for seq, n, offload, policy, attention in plan.rows
+    ]
+    shares = sweep_shares(spec, plan, {row: row.seq_len / 128 for row in rows})  # 8 times the step at 1,024
     assert sum(shares.values()) == pytest.approx(1.0)
-    assert shares[("timing", 1024)] > 0.3 > shares[("timing", 128)] * 4
-    rows = plan_sweep(spec).rows
-    short, long = (next(i for i, row in enumerate(rows) if row[0] == seq) for seq in (128, 1024))
+    assert shares[("timing", 1024)] == pytest.approx(8 * shares[("timing", 128)])
+    short, long = (next(i for i, row in enumerate(plan.rows) if row[0] == seq) for seq in (128, 1024))
     assert shares[("memory", long)] > 3 * shares[("memory", short)]
+    counted = sweep_shares(spec, plan)  # no prediction: steps counted
+    assert counted[("timing", 1024)] == pytest.approx(counted[("timing", 128)])

@@ -47,21 +47,21 @@ def test_checkpointing_divides_the_activations_and_sharding_does_not(idea):
 def test_every_bar_is_a_simulation_and_is_reused(idea, monkeypatch):
     assert {bar.result.provenance.kind for bar in idea.bars} == {"simulated"}
     assert all(bar.parts == per_gpu_parts(bar.result) for bar in idea.bars)
-    monkeypatch.setattr(learn, "simulate_table", lambda *a, **k: pytest.fail("simulated again"))
+    monkeypatch.setattr(store, "simulate_table", lambda *a, **k: pytest.fail("simulated again"))
     assert sharding_idea().bars[0].result is idea.bars[0].result  # kept for the process: a workshop waits once
 
 
 def test_what_the_shared_store_lacks_is_simulated_as_one_table_and_kept_there(monkeypatch):
-    assert learn.SIMULATIONS is store.SIMULATIONS  # one bounded store for the simulations of every page
+    assert learn.simulated is store.simulated  # one bounded store for the simulations of every page, one way in
     kept: ResultStore = ResultStore(lambda result: 1, max_entries=4)
-    monkeypatch.setattr(learn, "SIMULATIONS", kept)
+    monkeypatch.setattr(store, "SIMULATIONS", kept)
     tables: list[list] = []
 
     def table(specs, progress=None):
         tables.append(list(specs))
         return [f"result {index}" for index, _ in enumerate(specs)]
 
-    monkeypatch.setattr(learn, "simulate_table", table)
+    monkeypatch.setattr(store, "simulate_table", table)
     specs = sharding_specs()
     assert learn.simulated(specs[:3]) == {spec: f"result {i}" for i, spec in enumerate(specs[:3])}
     again = learn.simulated(specs)

@@ -177,3 +177,30 @@ def test_the_warm_up_simulates_the_ideas_after_its_runs_and_a_page_joins_the_one
         idea.go.set()
     first.join(60)
     assert first.outcome()[2] == "idea 1" and [idea.calls for idea in held.values()] == [1] * len(held)  # each once
+
+
+def test_a_pages_runs_are_simulated_for_their_estimate_when_asked_never_in_the_state_under_the_lock(monkeypatch):
+    """The estimate's simulations (seconds each) are made when a page asks, outside the store's lock; the state a
+    page polls under the lock only reads the kept ones (a warm-up's runs are not simulated for it)."""
+    from ckptlab.lab import run as labrun
+
+    calls: list[tuple[list[RunSpec], bool]] = []
+    stubbed = labrun.counted_works
+
+    def counted(specs, simulate_missing=True, workers=None):
+        calls.append((list(specs), simulate_missing))
+        return stubbed(specs, simulate_missing, workers)
+
+    monkeypatch.setattr(labrun, "counted_works", counted)
+    measure = Gated()
+    runs = SharedRuns(measure=measure, pace=Pace())
+    runs.ask([OTHER], warming=True)
+    assert calls == []  # the warm-up's runs: no simulation asked
+    runs.ask([SPEC])
+    assert calls and all(simulate for _, simulate in calls)  # the page's run, its parts simulated now
+    asked = len(calls)
+    assert measure.started.wait(60)
+    runs.state([SPEC])
+    assert len(calls) > asked and not any(simulate for _, simulate in calls[asked:])
+    measure.go.set()
+    runs.wait([SPEC, OTHER])

@@ -94,3 +94,17 @@ def test_the_sweeps_estimate_counts_each_row_once_and_says_when_it_is_measured(m
     assert predicted == pytest.approx(sum(one_run))
     pace.record(rows[-1], 3 * labrun.run_estimate(rows[-1]))  # this server's runs took three times that
     assert tradeoffs_view.sweep_estimate(spec) == (pytest.approx(3 * predicted), True)
+
+
+def test_a_sweep_whose_longest_row_its_turns_limit_would_stop_is_refused_before_it_starts():
+    """Each row of a sweep is one run in its own turn: a row whose estimate (the roofline's steps) is past the run
+    limit is refused before the sweep starts, with the line that runs it in a terminal; one that fits starts."""
+    from ckptlab.lab.server import NotAllowedError, ServerPolicy
+
+    spec = tradeoffs_view.spec_from_widgets({**VALUES, "tradeoffs_choose_n": True, "tradeoffs_n": [1]}, [])
+    longest = max(tradeoffs_view.PACE.estimate(row, alone=True)[0] or 0 for row in tradeoffs_view.sweep_rows(spec))
+    tradeoffs_view.check_rows_time(spec, ServerPolicy(run_limit_s=longest * 1.01))
+    with pytest.raises(NotAllowedError) as refused:
+        tradeoffs_view.check_rows_time(spec, ServerPolicy(run_limit_s=longest * 0.99))
+    assert refused.value.key == "server.run_too_long"
+    assert refused.value.params["command"].startswith(f"python -m ckptlab run --model {spec.model}")
