@@ -3,8 +3,12 @@
     python benchmarks/cpu_time_check.py [--lengths 256,1024] [--repeats 4]
 
 With ONE torch thread (set here; the load average is printed before and after), each config (dense tiny-llama, the
-GQA tiny-qwen3, the MoE tiny-qwen3-moe) at two lengths is measured (``ckptlab.measure``: warm-ups, then the median
-of the timed steps; forward and backward, no optimizer) for checkpointing off, every_n_layers 1 and 2, and offload;
+GQA tiny-qwen3, the MoE tiny-qwen3-moe) at two lengths is timed for checkpointing off, every_n_layers 1 and 2, and
+offload on one built model, round by round (``ckptlab.step.rounds.time_settings``, the sweep's own order: every
+setting takes a step in each round, so a burst of the machine's other work hits all of them alike; one warm-up round;
+the median of the timed steps; forward and backward, no optimizer). Timed one setting after another instead (each a
+``measure`` of its own), two timings of the same n=1 step differed by 10-60% on this machine at load 1-2, more than
+the 10% the check asks;
 the same specs are simulated and their counted work timed by ``ckptlab.explore.roofline.predict_time`` on this CPU's
 measured matmul FLOP/s and bandwidth (``explore.machine.cpu_speed``, cached under the user's cache), efficiency
 ``MEASURED``. Printed: each setting's measured and predicted factor over off and the error (target: within 10%).
@@ -30,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from ckptlab import RunSpec, measure, simulate
+from ckptlab import RunSpec, load_model, simulate
 from ckptlab.explore import machine
 from ckptlab.explore.roofline import MEASURED, Speed, cpu_speed, predict_time, result_tokens, step_work
+from ckptlab.step.rounds import time_settings
 from ckptlab.step.work import StepWork
 
 CONFIGS = ("tiny-llama", "tiny-qwen3", "tiny-qwen3-moe")  # dense, GQA 4:2, MoE
@@ -114,15 +119,18 @@ def main() -> int:
             base = RunSpec(
                 model=model, seq_len=length, dtype="float32", device="cpu", optimizer="none", repeats=args.repeats
             )
+            named = {setting: replace(base, every_n_layers=n, offload=offload) for setting, (n, offload) in (
+                *SETTINGS.items(), OFFLOAD)}  # fmt: skip
+            model_built, info = load_model(base)
+            timed = time_settings(list(named.values()), model_built, info, warmup_rounds=1)
+            del model_built
             measured: dict[str, float] = {}
             predicted: dict[str, float] = {}
-            for setting, (n, offload) in (*SETTINGS.items(), OFFLOAD):
-                spec = replace(base, every_n_layers=n, offload=offload)
-                result = measure(spec)
-                if result.timing is None:
-                    print(f"| {model} | {length} | {setting} | not timed: {result.status} | | | | |")
+            for (setting, spec), timing in zip(named.items(), timed.timings):
+                if timing is None:
+                    print(f"| {model} | {length} | {setting} | not timed | | | | |")
                     break
-                measured[setting] = result.timing.step_s
+                measured[setting] = timing.step_s
                 simulated = simulate(spec)
                 work = step_work(simulated)
                 if work is None:
