@@ -14,9 +14,10 @@ COMPUTE: Stream = "compute"  # the step's own stream: the device allocator's poo
 HOST_COPIES: Stream = "host"  # offload's copies in pinned host memory: never in the device's allocator
 ALL_GATHER: Stream = "all_gather"  # FSDP2's all-gather stream: a pool of its own in the device's allocator
 
-How = Literal["whole_step", "layers_repeated"]
+How = Literal["whole_step", "layers_repeated", "stretches_replayed"]
 WHOLE_STEP: How = "whole_step"  # every layer of the model was simulated and recorded
 LAYERS_REPEATED: How = "layers_repeated"  # the middle layers' events repeated as the fold repeats their bytes
+STRETCHES_REPLAYED: How = "stretches_replayed"  # a plan's stretches composed from shallow steps' (step.replay_order)
 
 
 @dataclass(frozen=True)
