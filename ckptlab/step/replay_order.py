@@ -224,13 +224,19 @@ class OrderSources:
     def grown(self, name: tuple[Any, ...], depth: int) -> tuple[Token, ...]:
         """The tokens of a stretch that grows with the depth, at ``depth`` layers (checked on a third depth)."""
         depths = sorted(self._by_depth)
-        low, high = depths[0], depths[-1]
         if any(name not in self._by_depth[at] for at in depths):
-            raise NotDerivable(f"no two recorded depths hold the stretch {name}")
-        made = _grow(self._by_depth[low][name], self._by_depth[high][name], low, high)
-        for other in depths[1:-1]:
-            if made(other) != self._by_depth[other][name]:
-                raise NotDerivable(f"the order of {name} does not grow evenly with the depth")
+            raise NotDerivable(f"no recorded depths hold the stretch {name}")
+        # The nearest depths line the blocks up best (difflib sees one layer added), the farthest where they do not;
+        # either is taken only where every other recorded depth checks it.
+        for low, high in dict.fromkeys([(depths[0], depths[1]), (depths[0], depths[-1])]):
+            try:
+                made = _grow(self._by_depth[low][name], self._by_depth[high][name], low, high)
+            except NotDerivable:
+                continue
+            if all(made(other) == self._by_depth[other][name] for other in depths):
+                break
+        else:
+            raise NotDerivable(f"the order of {name} does not grow evenly with the depth")
         return made(depth)
 
     def compose(
