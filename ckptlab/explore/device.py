@@ -106,8 +106,9 @@ def device_events(trace: AllocationTrace, workspace: int) -> list[Event]:
 
 def with_device_total(result: RunResult, gpu: str | int) -> RunResult:
     """``result`` carrying its device total on ``gpu`` (``RunResult.device_total``, which :func:`~.budget.fits`
-    decides on), replayed under the spec's ``alloc_conf``: a result without its order of allocations (the table's rows)
-    is simulated again to record it.
+    decides on), replayed under the spec's ``alloc_conf``. A table's row carries its order (composed by the replay,
+    ``step.replay_order``); a result without one (a row whose order did not compose, which its note says, or a fold
+    asked without ``allocations``) is simulated again to record it.
 
     Raises:
         SpecError: an unknown GPU name, or an allocator setting torch refuses.
@@ -147,9 +148,10 @@ def on_gpu(gpu: str | int | None = None) -> DeviceStep:
     :func:`~.budget.fits` decides on what nvidia-smi will show.
 
     Where the peak alone is over the budget, the total (never below it: reserved holds every live tensor) is over it
-    too: no order is recorded, and the rule decides as before. A recorded order costs a simulation that records it
-    (``simulate(spec, allocations=True)``: a third shallow copy, or the whole model where the copies disagree), only
-    for the settings the rule decides on; the allocator's replay of it is cheap.
+    too: no order is recorded, and the rule decides as before. A table's row brings its order (the replay composes
+    it); any other result costs a simulation that records it (``simulate(spec, allocations=True)``: a third shallow
+    copy, or the whole model where the copies disagree), only for the settings the rule decides on; the allocator's
+    replay of it is cheap.
     """
 
     def attach(result: RunResult, budget_bytes: int) -> RunResult:

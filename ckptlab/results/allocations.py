@@ -18,9 +18,10 @@ REDUCE_SCATTER: Stream = "reduce_scatter"  # FSDP2's reduce-scatter output, born
 # The streams the device's caching allocator serves, numbered as its replay numbers them (the compute stream 0).
 DEVICE_STREAMS: tuple[Stream, ...] = (COMPUTE, ALL_GATHER, REDUCE_SCATTER)
 
-How = Literal["whole_step", "layers_repeated"]
+How = Literal["whole_step", "layers_repeated", "stretches_replayed"]
 WHOLE_STEP: How = "whole_step"  # every layer of the model was simulated and recorded
 LAYERS_REPEATED: How = "layers_repeated"  # the middle layers' events repeated as the fold repeats their bytes
+STRETCHES_REPLAYED: How = "stretches_replayed"  # a plan's stretches composed from shallow steps' (step.replay_order)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import itertools
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..results import TimelinePoint
 from ..results.allocations import (
@@ -109,6 +109,11 @@ class AllocationRecorder:
             entry[2] = self._device_stream()  # a resize allocates on the stream current at it (FSDP2's resize_)
         self._pending = storage
 
+    def ordinal_of(self, storage: int) -> int | None:
+        """The ordinal of ``storage``'s current block, or None where it is not live (or resized to nothing)."""
+        entry = self._live.get(storage)
+        return entry[0] if entry is not None and entry[0] >= 0 else None
+
     def _born(self, nbytes: int, stream: Stream) -> int:
         ordinal = len(self.sizes)
         self.sizes.append(nbytes)
@@ -136,15 +141,23 @@ class AllocationRecorder:
         events: list[int] = []
         starts: list[int] = []
         for stretch, phase in itertools.zip_longest(self.stretches, phases[: len(self.stretches)]):
-            _note_thread_start(starts, phase, len(events))
+            note_thread_start(starts, phase, len(events))
             events += stretch
         return AllocationTrace(tuple(self.sizes), tuple(self.streams), tuple(events), WHOLE_STEP, tuple(starts))
+
+    def step_trace(self, timeline: Sequence[TimelinePoint]) -> AllocationTrace:
+        """The recorded step of ``timeline``'s events, to its last event's stretch: what follows the recorder's finish
+        is the tracker letting go of everything (the model, the optimizer's state), which a training loop does not
+        do, and a composed order (``replay_order``) cannot say at every depth."""
+        trace = self.trace(stretch_phases(timeline))
+        kept = {event for stretch in self.stretches[: len(timeline) + 2] for event in stretch}
+        return replace(trace, events=tuple(event for event in trace.events if event in kept))
 
 
 _THREADS = ("forward", "backward")  # the forward runs on the caller's thread, the backward on autograd's
 
 
-def _note_thread_start(starts: list[int], phase: str | None, place: int) -> None:
+def note_thread_start(starts: list[int], phase: str | None, place: int) -> None:
     """``place`` is where the first stretch of a thread's phase begins: its first matmul is taken to come there."""
     if phase in _THREADS and len(starts) == _THREADS.index(phase):
         starts.append(place)
@@ -178,7 +191,10 @@ class ShallowTrace:
         recorder.trace()  # settles a pending resize
         if len(keys) != len(recorder.stretches):
             raise NotDerivable(f"{len(recorder.stretches)} stretches recorded for {len(keys)} events")
-        return cls(middle_units, recorder.sizes, recorder.streams, list(zip(keys, recorder.stretches, strict=True)))
+        # The last stretch follows the recorder's finish: the tracker letting go of everything (step_trace).
+        return cls(
+            middle_units, recorder.sizes, recorder.streams, list(zip(keys[:-1], recorder.stretches[:-1], strict=True))
+        )
 
     def token(self, event: int) -> Token:
         ordinal = event if event >= 0 else ~event
@@ -214,7 +230,7 @@ def repeated(one: ShallowTrace, two: ShallowTrace, three: ShallowTrace, middle_u
     events: list[int] = []
     starts: list[int] = []
     for segment in _segments(copies):
-        _note_thread_start(starts, segment.phase, len(events))
+        note_thread_start(starts, segment.phase, len(events))
         template = segment.events[2]
         width = len(template)
         widths = {units: len(segment.events[units]) for units in copies}

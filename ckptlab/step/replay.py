@@ -41,10 +41,12 @@ import torch
 from ..model.plan import CP, Role
 from ..results import LayerResult, MemoryResult, TimelinePoint
 from ..spec import RunSpec
+from .allocations import AllocationRecorder
 from .fold import NotDerivable, SimulatedStep, affine_in_depth
 from .memory_meters import HOST, tracker_breakdown
 from .opcount import NotCombinable, StretchWork, combine
 from .probe import region_for
+from .replay_order import OrderSources, StepOrder
 from .simulate import offload_fields, simulate_depth
 from .torch_workarounds import LOGITS
 
@@ -145,6 +147,8 @@ class RecordedStep:
     baseline: dict[str, int]  # MemTracker's categories when watching begins
     prelude: tuple[Segment, ...]  # watching's start to the first event
     stretches: tuple[tuple[Segment, ...], ...]  # one per timeline point
+    # Its births and frees, stretch by stretch (:mod:`.replay_order`); None where the tokens cannot say them.
+    order: StepOrder | None = None
 
     @property
     def depth(self) -> int:
@@ -154,9 +158,10 @@ class RecordedStep:
 def record(config, task: str, spec: RunSpec, dtype: torch.dtype, roles: Sequence[Role]) -> RecordedStep:
     """Simulate ``spec``'s step with ``roles`` (all keep and no checkpointing where ``spec.every_n_layers`` is None)
     and record its stretches."""
-    trace = StepTrace()
+    trace, recorder = StepTrace(), AllocationRecorder()
+    both = _Both(trace, recorder)
     step = simulate_depth(
-        config, task, len(roles), spec, dtype, roles=None if spec.every_n_layers is None else roles, trace=trace
+        config, task, len(roles), spec, dtype, roles=None if spec.every_n_layers is None else roles, trace=both
     )
     points = step.memory.timeline
     before, prelude, *stretches = trace.stretches()
@@ -178,7 +183,49 @@ def record(config, task: str, spec: RunSpec, dtype: torch.dtype, roles: Sequence
         labelled,
     )
     _check_events(recorded)
-    return recorded
+    try:
+        keys = [LayerKey.of(roles, at) for at in range(len(roles))]
+        return replace(recorded, order=StepOrder.of(recorder, points, keys, both.inputs))
+    except NotDerivable:
+        return recorded  # the bytes replay all the same; the order is then simulated where it is asked for
+
+
+class _Both:
+    """A ``TraceSink`` that tells two: the bytes' trace and the allocations' order, both from one simulation."""
+
+    def __init__(self, trace: StepTrace, recorder: AllocationRecorder) -> None:
+        self._sinks = (trace, recorder)
+        self._recorder = recorder
+        self.inputs: dict[int, tuple[int, int]] = {}  # ordinal -> (the layer it is an input of, its place there)
+
+    def boundary(self) -> None:
+        for sink in self._sinks:
+            sink.boundary()
+
+    def sample(self) -> None:
+        for sink in self._sinks:
+            sink.sample()
+
+    def after_forward(self) -> None:
+        for sink in self._sinks:
+            sink.after_forward()
+
+    def change(self, storage: int, category: str, delta: int, *, gone: bool = False) -> None:
+        for sink in self._sinks:
+            sink.change(storage, category, delta, gone=gone)
+
+    def follow_streams(self, now: Callable[[], str | None]) -> None:
+        for sink in self._sinks:
+            sink.follow_streams(now)
+
+    def hand_over(self, storages: list[int], layer: int) -> None:
+        for sink in self._sinks:
+            sink.hand_over(storages, layer)
+        # A layer's input is its own (StepTrace.hand_over): its order names it so too.
+        for place, storage in enumerate(storages):
+            ordinal = self._recorder.ordinal_of(storage)
+            if ordinal is not None:
+                self.inputs[ordinal] = (layer, place)
 
 
 def _labelled(
@@ -264,6 +311,24 @@ class Sources:
             self._take_work(step)
         self._grown = _DepthFit(sized)
         self._effects: dict[tuple[Any, ...], _Effect] = {}  # a table's many alike stretches replay one effect
+        self._orders: OrderSources | NotDerivable | None = None  # made on the first order asked for
+
+    def order(self, roles: Sequence[Role], timeline: Sequence[TimelinePoint]) -> Any:
+        """The order of allocations of the plan ``roles`` whose replayed events are ``timeline``
+        (:mod:`.replay_order`).
+
+        Raises:
+            NotDerivable: the recorded steps' orders do not give it (the bytes may all the same).
+        """
+        if self._orders is None:
+            try:
+                self._orders = OrderSources(self.steps, self.sized, _stretch_key)
+            except NotDerivable as exc:
+                self._orders = exc
+        if isinstance(self._orders, NotDerivable):
+            raise self._orders
+        keys = [LayerKey.of(roles, at) for at in range(len(roles))]
+        return self._orders.compose(roles, timeline, _stretch_key, keys)
 
     def _take(self, step: RecordedStep, point: TimelinePoint, segments: tuple[Segment, ...]) -> None:
         key = _stretch_key(point, step.roles)
@@ -607,7 +672,11 @@ def derive(spec: RunSpec, roles: Sequence[Role], sources: Sources) -> SimulatedS
         logits_bytes_at_peak=peak.region_peak_logits_bytes,
         **offload_fields(spec, layers),
     )
-    return SimulatedStep(depth, summary, layers, host_high, work=work)
+    try:
+        allocations = sources.order(roles, timeline)
+    except NotDerivable:
+        allocations = None  # the bytes stand; the device total simulates this setting for its order
+    return SimulatedStep(depth, summary, layers, host_high, allocations=allocations, work=work)
 
 
 def _events(roles: Sequence[Role], like: Sequence[TimelinePoint]) -> Iterable[TimelinePoint]:

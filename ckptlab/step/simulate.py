@@ -90,7 +90,7 @@ from ..results import SIMULATED_MEMORY_METHOD, LayerResult, RankResult, RunResul
 from ..results.allocations import AllocationTrace
 from ..spec import RunSpec
 from ..torchstate import exclusive
-from .allocations import AllocationRecorder, ShallowTrace, repeated, stretch_phases
+from .allocations import AllocationRecorder, ShallowTrace, repeated
 from .fake_experts import DATA_DEPENDENT_ERRORS, GroupedMmShapes, unsupported_moe_error
 from .fake_pg import fake_mesh
 from .fold import NotDerivable, Reduction, SimulatedStep
@@ -153,7 +153,7 @@ def simulate(
         recorder = AllocationRecorder() if allocations else None
         step = simulate_depth(config, task, info.depth or info.num_layers, spec, dtype, trace=recorder)
         if recorder is not None:
-            step = replace(step, allocations=recorder.trace(stretch_phases(step.memory.timeline)))
+            step = replace(step, allocations=recorder.step_trace(step.memory.timeline))
     else:
         steps = 3 if allocations else 2
         recorders = [AllocationRecorder() if allocations else None for _ in range(steps)]
@@ -169,7 +169,7 @@ def simulate(
             if trace is None:  # the copies do not repeat as the fold says: the whole step, recorded
                 recorder = AllocationRecorder()
                 whole = simulate_depth(config, task, shape.num_layers, spec, dtype, trace=recorder)
-                trace = recorder.trace(stretch_phases(whole.memory.timeline))
+                trace = recorder.step_trace(whole.memory.timeline)
                 order_note = Fact("note.allocation_order_whole", {"layers": info.num_layers})
             else:
                 order_note = Fact("note.allocation_order_repeated", {"three": shape.depth(3)})

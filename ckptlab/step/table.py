@@ -4,7 +4,8 @@ The settings of an At-scale table differ only in which layers are checkpointed. 
 alike (``ModelInfo.layers_alike``), the replay (:mod:`.replay`) gives a setting from shallow steps,
 byte for byte what simulating every layer gives: each kind of stretch of a step (a layer's forward,
 backward or rerun by its role, the model's ends) recorded once, in a few shallow steps for the whole
-table, and every setting's timeline replayed from them. The At-scale page's eleven settings of a
+table, and every setting's timeline replayed from them, with the order of its allocations
+(:mod:`.replay_order`: what the device total replays through the caching allocator). The At-scale page's eleven settings of a
 36-layer model record four steps of 13 layers in all (:func:`_replay_plans`): checkpointing off,
 n=1 and its offload twin, and one step of both roles for every other n.
 
@@ -73,6 +74,8 @@ class TableSimulation:
             else:
                 notes = simulation_notes(spec, info, True, config, task)
                 notes.append(Fact("note.replayed", {"depths": _depths(used), "layers": info.num_layers}))
+                if replayed.allocations is None:  # the bytes composed, the order did not: said, as the fold says
+                    notes.append(Fact("note.allocation_order_not_replayed"))
                 report(DONE, 1.0)
                 return simulated_result(spec, info, dtype, replayed, notes)
         return self._simulated(spec, info, progress)
@@ -111,10 +114,16 @@ class TableSimulation:
         # What grows with the depth needs steps of two depths, of this group or another of its size: one the
         # table will ask for anyway where there is one, else one layer more.
         depths = {len(plan) for (other, plan) in [*self._recorded, *missing] if _sized(other) == sized}
+        others = dict.fromkeys(_group(planned) for planned in self._planned if _sized(_group(planned)) == sized)
+        later = [(other, plan) for other in others for plan in self._plans(other, depth) if len(plan) not in depths]
         if len(depths) < 2:
-            others = dict.fromkeys(_group(planned) for planned in self._planned if _sized(_group(planned)) == sized)
-            later = [(other, plan) for other in others for plan in self._plans(other, depth) if len(plan) not in depths]
-            missing.append(later[0] if later else (group, plans[0] + plans[0][-1:]))
+            missing.append(later.pop(0) if later else (group, plans[0] + plans[0][-1:]))
+            depths.add(len(missing[-1][1]))
+        # The order of allocations checks what grows with the depth on a third (replay_order): a step the table
+        # records anyway, recorded now rather than later, where there is one.
+        third = [(other, plan) for other, plan in later if len(plan) not in depths and (other, plan) not in missing]
+        if len(depths) < 3 and third:
+            missing.append(third[0])
         for index, (other, plan) in enumerate(missing):
             report(simulating_some(len(plan), depth, index + 1, len(missing)), index / (len(missing) + 1))
             self._recorded[(other, plan)] = replay.record(config, task, other, dtype, plan)

@@ -8,6 +8,7 @@ import pytest
 
 from ckptlab import RunSpec
 from ckptlab.model.plan import CP, KEEP
+from ckptlab.results.allocations import STRETCHES_REPLAYED, WHOLE_STEP
 from ckptlab.step import replay
 from ckptlab.step.fold import NotDerivable
 from ckptlab.step.simulate import prepare, simulate
@@ -16,6 +17,7 @@ from ckptlab.step.table import TableSimulation, simulate_table
 pytestmark = pytest.mark.slow  # simulations: `pytest -m 'not slow'` skips them
 
 REPLAYED = "note.replayed"
+NO_ORDER = "note.allocation_order_not_replayed"
 # Six layers: 5 checkpoints the last layer too, 6 only the first.
 SETTINGS = [(None, False), (1, False), (1, True), (2, False), (3, False), (5, False), (6, False)]
 # Each kind of plan once (off, one role, both roles, a checkpointed last layer), for the cases whose difference is
@@ -57,6 +59,9 @@ CASES = {
     "offload everywhere": (SIX_QWEN3, {"offload": True}, [(1, True), (2, True), (3, True)]),
     "selective": ("tiny-llama", {"selective": "matmuls"}, [(1, False), (1, True), (2, False), (4, True)]),
 }
+# The cases whose every setting's order of allocations composes from the shallow steps' (ckptlab.step.replay_order);
+# the others' settings say they do not where they do not, and the device total simulates them for their order.
+ORDER_COMPOSED = {"llama", "gpt2", "bert", "moe"}
 
 
 @pytest.mark.parametrize("case", list(CASES))  # every setting simulated layer by layer too, to compare
@@ -70,12 +75,24 @@ def test_every_replayed_setting_has_the_exact_simulations_bytes(case, shallower)
     derived = simulate_table(specs, progress=lambda message, fraction: seen.append(fraction))
     assert seen == sorted(seen) and seen[-1] == 1.0
     for spec, result in zip(specs, derived):
-        exact = simulate(spec, fast=False)
+        exact = simulate(spec, fast=False, allocations=True)
         assert REPLAYED in _keys(result), f"{spec}: {_keys(result)}"
         assert _figures(result) == _figures(exact), spec
         assert result.work == exact.work is not None, spec  # every op's FLOPs and bytes, by phase and layer
-        # The notes are the exact simulation's but for how the layers were simulated.
-        assert [key for key in _keys(result) if key != REPLAYED] == _keys(exact)
+        # The notes are the exact simulation's but for how the layers were simulated (and their order, where not).
+        assert [key for key in _keys(result) if key not in (REPLAYED, NO_ORDER)] == _keys(exact)
+        # The order of allocations the device total replays: every birth, free and resize, event for event.
+        order, whole = result.allocations, exact.allocations
+        assert whole is not None and (order is None) == (NO_ORDER in _keys(result))
+        assert order is not None or case not in ORDER_COMPOSED, spec
+        if order is not None:
+            assert (order.how, whole.how) == (STRETCHES_REPLAYED, WHOLE_STEP)
+            assert (order.sizes, order.streams, order.events, order.thread_starts) == (
+                whole.sizes,
+                whole.streams,
+                whole.events,
+                whole.thread_starts,
+            ), spec
 
 
 def test_a_table_records_each_kind_of_stretch_once():
