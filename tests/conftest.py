@@ -124,21 +124,23 @@ def measured():
 
 @pytest.fixture(scope="session")
 def shallower(tmp_path_factory):
-    """``shallower(model, layers)``: a model folder of ``model``'s config cut to ``layers`` layers, made once per
-    session. A simulation costs its number of operations (fake tensors hold no data): fewer layers prove the same
-    wherever they still hold every kind of plan a test covers."""
+    """``shallower(model, layers, **fields)``: a model folder of ``model``'s config cut to ``layers`` layers (and
+    ``fields`` set, e.g. ``tie_word_embeddings=True``), made once per session. A simulation costs its number of
+    operations (fake tensors hold no data): fewer layers prove the same wherever they still hold every kind of plan a
+    test covers."""
     from ckptlab.model.catalog import load_config
     from ckptlab.model.configs import config_with
 
-    folders: dict[tuple[str, int], str] = {}
+    folders: dict[tuple[str, int, tuple[tuple[str, object], ...]], str] = {}
 
-    def cut(model: str, layers: int) -> str:
-        if (model, layers) not in folders:
+    def cut(model: str, layers: int, **fields: object) -> str:
+        key = (model, layers, tuple(sorted(fields.items())))
+        if key not in folders:
             config, _, _ = load_config(model)
             folder = tmp_path_factory.mktemp(f"{model}-{layers}-layers")
-            config_with(config, {"num_hidden_layers": layers}).save_pretrained(folder)
-            folders[(model, layers)] = str(folder)
-        return folders[(model, layers)]
+            config_with(config, {"num_hidden_layers": layers, **fields}).save_pretrained(folder)
+            folders[key] = str(folder)
+        return folders[key]
 
     return cut
 

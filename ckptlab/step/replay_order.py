@@ -324,9 +324,9 @@ def _grow(low: tuple[Token, ...], high: tuple[Token, ...], at_low: int, at_high:
                 break
         else:
             raise NotDerivable("a deeper step's stretch adds blocks that are not one layer's repeated")
-        here_low, here_high = place
+        here_low, here_high, blocks = place
         pieces.append(("fixed", list(zip(low[done_low:here_low], high[done_high:here_high], strict=True))))
-        pieces.append(("block", high[here_high : here_high + length // span]))
+        pieces.extend(("block", block) for block in blocks)
         done_low, done_high = here_low, here_high + length
         number += merged
     if lows[done_low:] != highs[done_high:]:
@@ -364,13 +364,13 @@ def _place(
     near: int,
     length: int,
     span: int,
-) -> tuple[int, int] | None:
+) -> tuple[int, int, list[tuple[Token, ...]]] | None:
     """Where (in low, in high) a block of ``length`` events that the deeper adds sits after what is ``done`` and before
-    the next insertion ``ahead``, nearest ``near`` first: the events around it lined up with the shallower's, and the
-    block one layer's events repeated ``span`` times; None where there is no such place."""
+    the next insertion ``ahead``, nearest ``near`` first, and the blocks a layer it is made of: the events around it
+    lined up with the shallower's, and the added events one or more layer's blocks in a row, each repeated ``span``
+    times (:func:`_repeats`); None where there is no such place."""
     (done_low, done_high), (ahead_low, ahead_high) = done, ahead
-    width = length // span
-    found: list[tuple[int, int]] = []
+    found: list[tuple[int, int, list[tuple[Token, ...]]]] = []
     deeper: set[tuple[Token, ...]] = set()  # each place's events with one layer more: they must agree
     for here_high in sorted(range(done_high, ahead_high - length + 1), key=lambda at: abs(at - near)):
         here_low = done_low + (here_high - done_high)
@@ -378,13 +378,46 @@ def _place(
             continue
         if highs[here_high + length : ahead_high] != lows[here_low:ahead_low]:
             continue
-        added = high[here_high : here_high + length]
-        if added == added[:width] * span:
-            found.append((here_low, here_high))
-            deeper.add(high[done_high:here_high] + added[:width] * (span + 1) + high[here_high + length : ahead_high])
+        blocks = _repeats(high[here_high : here_high + length], span)
+        if blocks is not None:
+            found.append((here_low, here_high, blocks))
+            once_more = tuple(token for block in blocks for token in block * (span + 1))
+            deeper.add(high[done_high:here_high] + once_more + high[here_high + length : ahead_high])
     if len(deeper) > 1:  # two depths do not tell where a layer's block starts (the fold tells it from three)
         raise NotDerivable("two places of a layer's block give other orders at another depth")
     return found[0] if found else None
+
+
+def _repeats(added: tuple[Token, ...], span: int) -> list[tuple[Token, ...]] | None:
+    """``added`` as the fewest layer's blocks in a row, each repeated ``span`` times (``[a, a, b, b]``, ``span`` 2:
+    ``[a]`` then ``[b]``); None where it is not so made.
+
+    A stretch that follows the parameters group by group adds a block a layer in each group: AdamW's state is born
+    for the decayed parameters of every layer, then for the not decayed (``Trainer.get_decay_parameter_names``). Where
+    no event outside the layers sits between the groups (tied embeddings: qwen3-0.6b), difflib sees the two groups'
+    blocks as one insertion, the first group's layers then the second's: split here, each is one layer's repeated."""
+    width = len(added) // span
+    if added == added[:width] * span:  # one layer's block (the common case, checked first: the split costs more)
+        return [added[:width]]
+    # fewest[at]: the fewest blocks that make added[at:], with the first block's width (0 at the end).
+    fewest: dict[int, tuple[int, int]] = {len(added): (0, 0)}
+    for at in range(len(added) - span, -1, -span):
+        ways = [
+            (fewest[rest][0] + 1, width)
+            for width in range(1, (len(added) - at) // span + 1)
+            if (rest := at + width * span) in fewest and added[at:rest] == added[at : at + width] * span
+        ]
+        if ways:
+            fewest[at] = min(ways)  # the fewest blocks, the narrowest first block among them
+    if 0 not in fewest:
+        return None
+    blocks: list[tuple[Token, ...]] = []
+    at = 0
+    while at < len(added):
+        width = fewest[at][1]
+        blocks.append(added[at : at + width])
+        at += width * span
+    return blocks
 
 
 def _resolve(

@@ -23,6 +23,7 @@ SETTINGS = [(None, False), (1, False), (1, True), (2, False), (3, False), (5, Fa
 # Each kind of plan once (off, one role, both roles, a checkpointed last layer), for the cases whose difference is
 # the model's structure or Trainer's side of the step, not the plan: every plan of SETTINGS runs on the dense case.
 FEW = [(None, False), (1, False), (2, False), (5, False)]
+TIED = [(1, False), (2, False), (5, False)]  # the plans whose shallow steps hold three depths (n=5: L5 checkpointed)
 
 
 def _figures(result):
@@ -58,17 +59,20 @@ CASES = {
     "fp16 accumulation": ("tiny-llama", {"mixed_precision": "fp16", "gradient_accumulation_steps": 2}, FEW),
     "offload everywhere": (SIX_QWEN3, {"offload": True}, [(1, True), (2, True), (3, True)]),
     "selective": ("tiny-llama", {"selective": "matmuls"}, [(1, False), (1, True), (2, False), (4, True)]),
+    # Tied embeddings (qwen3-0.6b, gemma, llama 3.2 1B): no state outside the layers sits between AdamW's decayed and
+    # not decayed groups, so a deeper step adds both groups' blocks as one run of events (issue 60/61).
+    "tied qwen3": (("tiny-qwen3", 6, {"tie_word_embeddings": True}), {"dtype": "bfloat16"}, TIED),
 }
 # The cases whose every setting's order of allocations composes from the shallow steps' (ckptlab.step.replay_order);
 # the others' settings say they do not where they do not, and the device total simulates them for their order.
-ORDER_COMPOSED = {"llama", "gpt2", "bert", "moe"}
+ORDER_COMPOSED = {"llama", "gpt2", "bert", "moe", "tied qwen3"}
 
 
 @pytest.mark.parametrize("case", list(CASES))  # every setting simulated layer by layer too, to compare
 def test_every_replayed_setting_has_the_exact_simulations_bytes(case, shallower):
     model, fields, settings = CASES[case]
-    if isinstance(model, tuple):  # (preset, layers): the preset cut to so many layers
-        model = shallower(*model)
+    if isinstance(model, tuple):  # (preset, layers[, config fields]): the preset cut to so many layers
+        model = shallower(*model[:2], **(model[2] if len(model) > 2 else {}))
     base = RunSpec(model=model, seq_len=64, batch_size=1, **{"dtype": "float32", **fields})
     specs = [replace(base, every_n_layers=n, offload=offload) for n, offload in settings]
     seen: list[float] = []
