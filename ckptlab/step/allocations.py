@@ -262,7 +262,7 @@ def repeated(one: ShallowTrace, two: ShallowTrace, three: ShallowTrace, middle_u
                 if not 0 <= target < len(sizes) or sizes[target] != nbytes:
                     raise NotDerivable("a free of the repeated step misses the storage it frees")
                 events.append(~target)
-    _check_frees(events)
+    check_frees(events)
     return AllocationTrace(tuple(sizes), tuple(streams), tuple(events), LAYERS_REPEATED, tuple(starts))
 
 
@@ -283,7 +283,9 @@ def _target(segment: _Segment, offset: int, width: int, repeat: int, middle_unit
     return affine_in_depth(base, first, middle_units - 2) + (again - first) * repeat
 
 
-def _check_frees(events: Sequence[int]) -> None:
+def check_frees(events: Sequence[int], why: str = "the repeated step frees a storage twice") -> None:
+    """An order of births (``n``) and frees (``~n``) a caching allocator could see: each free of a live storage; else
+    :class:`~.fold.NotDerivable` saying ``why`` (the fold's and the replay's composed orders are checked alike)."""
     live: set[int] = set()
     for event in events:
         if event >= 0:
@@ -291,7 +293,7 @@ def _check_frees(events: Sequence[int]) -> None:
         elif ~event in live:
             live.remove(~event)
         else:
-            raise NotDerivable("the repeated step frees a storage twice")
+            raise NotDerivable(why)
 
 
 def _segments(copies: dict[int, ShallowTrace]) -> list[_Segment]:

@@ -35,7 +35,7 @@ from typing import Any
 from ..model.plan import Role
 from ..results import TimelinePoint
 from ..results.allocations import STRETCHES_REPLAYED, AllocationTrace, Stream
-from .allocations import AllocationRecorder, note_thread_start, stretch_phases
+from .allocations import AllocationRecorder, check_frees, note_thread_start, stretch_phases
 from .fold import NotDerivable, affine_in_depth
 from .opcount import NotCombinable
 
@@ -484,7 +484,7 @@ def _resolve(
         if not 0 <= from_last < len(held):
             raise NotDerivable(f"a free names an escape of {group} the plan's stretch does not have")
         events[place] = ~held[len(held) - 1 - from_last]
-    _check(events)
+    check_frees(events, "the composed order frees a storage that is not live")
     return AllocationTrace(tuple(sizes), tuple(streams), tuple(events), STRETCHES_REPLAYED, tuple(starts))
 
 
@@ -503,14 +503,3 @@ def _layer_outside(token: Token, labels: Sequence[tuple[bool, Hashable]], sweeps
     if count >= len(among):
         raise NotDerivable("a sweep outside the layers runs past the plan's layers of its labels")
     return among[count] if direction == "up" else among[len(among) - 1 - count]
-
-
-def _check(events: Sequence[int]) -> None:
-    live: set[int] = set()
-    for event in events:
-        if event >= 0:
-            live.add(event)
-        elif ~event in live:
-            live.remove(~event)
-        else:
-            raise NotDerivable("the composed order frees a storage that is not live")
