@@ -10,8 +10,8 @@ the median of the timed steps; forward and backward, no optimizer). Timed one se
 ``measure`` of its own), two timings of the same n=1 step differed by 10-60% on this machine at load 1-2, more than
 the 10% the check asks;
 the same specs are simulated and their counted work timed by ``ckptlab.explore.roofline.predict_time`` on this CPU's
-measured matmul FLOP/s and bandwidth (``explore.machine.cpu_speed``, cached under the user's cache), efficiency
-``MEASURED``. Printed: each setting's measured and predicted factor over off and the error (target: within 10%).
+measured matmul FLOP/s, bandwidth and host time per op (``explore.machine.cpu_speed``, cached under the user's
+cache; ``roofline.measured_efficiency``: a CPU's host time adds to each op's arithmetic). Printed: each setting's measured and predicted factor over off and the error (target: within 10%).
 
 Offload does not run on a CPU (``save_on_cpu(pin_memory=True)`` needs an accelerator): the lab runs the layers
 checkpointed without it (``note.offload_on_cpu``), so the measured offload row is n=1's step again, and the
@@ -36,7 +36,15 @@ import torch
 
 from ckptlab import RunSpec, load_model, simulate
 from ckptlab.explore import machine
-from ckptlab.explore.roofline import MEASURED, Speed, cpu_speed, predict_time, result_tokens, step_work
+from ckptlab.explore.roofline import (
+    Efficiency,
+    Speed,
+    cpu_speed,
+    measured_efficiency,
+    predict_time,
+    result_tokens,
+    step_work,
+)
 from ckptlab.step.rounds import time_settings
 from ckptlab.step.work import StepWork
 
@@ -72,9 +80,9 @@ def without_copies(work: StepWork) -> StepWork:
     return StepWork(tuple(item for item in work.items if item.phase not in ("offload", "collective")))
 
 
-def predicted_seconds(work: StepWork, speed: Speed, tokens: int) -> float:
-    """The step's predicted seconds on this CPU's measured figures (no efficiency below them)."""
-    return predict_time(without_copies(work), speed, tokens=tokens, efficiency=MEASURED, f32="float32").seconds
+def predicted_seconds(work: StepWork, speed: Speed, efficiency: Efficiency, tokens: int) -> float:
+    """The step's predicted seconds on this CPU's measured figures and host times."""
+    return predict_time(without_copies(work), speed, tokens=tokens, efficiency=efficiency, f32="float32").seconds
 
 
 def checks(measured: Mapping[str, float], predicted: Mapping[str, float]) -> list[Check]:
@@ -105,10 +113,13 @@ def main() -> int:
     torch.set_num_threads(THREADS)
     record = machine.cpu_speed("float32", THREADS)
     speed = cpu_speed(record, f"this CPU, {THREADS} thread")
+    efficiency = measured_efficiency(record)
     print(f"torch threads {torch.get_num_threads()}; before: {load()}")
     print(
         f"this CPU ({machine.cpu_model()}): float32 matmul {record.matmul_flops['float32'] / 1e9:.1f} GFLOP/s, "
-        f"bandwidth {(record.memory_bandwidth or 0) / 1e9:.1f} GB/s (measured {record.measured_at})"
+        f"bandwidth {(record.memory_bandwidth or 0) / 1e9:.1f} GB/s, host time per op "
+        + ", ".join(f"{phase} {seconds * 1e6:.1f} us" for phase, seconds in record.host_op_s.items())
+        + f" (measured {record.measured_at})"
     )
     print("| config | tokens | setting | measured s | predicted s | measured factor | predicted factor | error |")
     print("|---|---|---|---|---|---|---|---|")
@@ -136,7 +147,7 @@ def main() -> int:
                 if work is None:
                     print("The simulated result carries no counted work (RunResult.work): nothing to predict.")
                     return 1
-                predicted[setting] = predicted_seconds(work, speed, result_tokens(simulated))
+                predicted[setting] = predicted_seconds(work, speed, efficiency, result_tokens(simulated))
                 highest = max(highest, os.getloadavg()[0])
             else:
                 for check in checks(measured, predicted):

@@ -1,9 +1,12 @@
-"""This machine's speed, measured once: a CPU's matmul FLOP/s per dtype at a thread count, and its memory bandwidth.
+"""This machine's speed, measured once: a CPU's matmul FLOP/s per dtype at a thread count, its memory bandwidth, and
+the host time an op costs beside its arithmetic.
 
 A time estimate before a run (:mod:`ckptlab.explore.step_time`: the roofline over a step's counted work) needs a
 device's speed. On a GPU the speed is the datasheet's (:mod:`ckptlab.explore.gpus`); on the CPU no datasheet says
 what torch reaches with this build, these cores and this many threads, so a short benchmark measures it: a few
-1024 x 1024 matmuls per dtype (under a second) and one large copy. The answer is kept in ``machine.json`` under the user's cache folder
+1024 x 1024 matmuls per dtype (under a second), one large copy, and a few steps of a transformers model so narrow that
+its arithmetic is nothing (:func:`host_op_seconds`: what an op costs the host in the forward, in autograd's
+backward, and in a checkpointed layer's rerun, where the checkpoint's saved-tensor hooks run beside it). The answer is kept in ``machine.json`` under the user's cache folder
 (``$XDG_CACHE_HOME/ckptlab``, else ``~/.cache/ckptlab``), keyed by torch's version, the thread count and the CPU's
 model, so a process measures only what no earlier one did. Tests never measure: they hand in a speed
 (:func:`use_speed`).
@@ -18,6 +21,7 @@ busy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from ..step.machine_load import machine_load
 from ..torchstate import exclusive
@@ -35,6 +40,21 @@ from ..torchstate import exclusive
 MATMUL_SIZE = 1024  # large enough that a matmul runs at the BLAS kernel's speed, small enough for a few in < 1 s
 MATMUL_TIME_S = 0.15  # per dtype: repeat the matmul until this much time has gone (at least twice)
 COPY_BYTES = 64 * 2**20  # one copy of this many bytes, larger than a CPU's caches, for the memory bandwidth
+# The host-time model: a Llama-family causal LM so narrow (hidden 16, 8 tokens) that its ops' arithmetic takes
+# nanoseconds, so its step's time is the host's: transformers' Python, nn.Module calls, dispatch, autograd's engine,
+# and with every layer checkpointed the checkpoint's hooks. Four layers, so the per-layer ops outnumber the rest.
+HOST_MODEL: dict[str, Any] = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 64,
+    "max_position_embeddings": 64,
+}
+HOST_TOKENS = 8
+HOST_ROUNDS = 24  # timed steps of each setting (off, every layer checkpointed), alternated; the median is kept
+HOST_PHASES = ("forward", "backward", "rerun")
 
 
 @dataclass(frozen=True)
@@ -47,12 +67,16 @@ class CpuSpeed:
     threads: int = 1
     measured_at: str = ""  # ISO 8601, UTC, when the benchmark ran
     busy: bool = False  # measured with the load average at or above the cores: measured again by the next reader
+    # Seconds of host time an op costs by phase (HOST_PHASES: "forward" issued by the model's Python, "backward" by
+    # autograd's engine, "rerun" a checkpointed layer's op with the checkpoint's own cost); empty where not measured.
+    host_op_s: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         """The record as JSON values."""
         return {
             "matmul_flops": dict(self.matmul_flops),
             "memory_bandwidth": self.memory_bandwidth,
+            "host_op_s": dict(self.host_op_s),
             "threads": self.threads,
             "measured_at": self.measured_at,
             "busy": self.busy,
@@ -65,12 +89,16 @@ class CpuSpeed:
         for dtype, value in other.matmul_flops.items():
             flops[dtype] = max(flops.get(dtype, 0.0), value)
         bandwidths = [b for b in (self.memory_bandwidth, other.memory_bandwidth) if b is not None]
+        host = dict(self.host_op_s)
+        for phase, seconds in other.host_op_s.items():  # the least host time seen: a neighbour only adds to it
+            host[phase] = min(host.get(phase, seconds), seconds)
         return CpuSpeed(
             matmul_flops=MappingProxyType(flops),
             memory_bandwidth=max(bandwidths) if bandwidths else None,
             threads=other.threads,
             measured_at=other.measured_at,
             busy=self.busy and other.busy,
+            host_op_s=MappingProxyType(host),
         )
 
     @classmethod
@@ -79,9 +107,12 @@ class CpuSpeed:
         flops = data.get("matmul_flops")
         flops = flops if isinstance(flops, Mapping) else {}
         bandwidth = data.get("memory_bandwidth")
+        host = data.get("host_op_s")
+        host = host if isinstance(host, Mapping) else {}
         return cls(
             matmul_flops=MappingProxyType({str(name): float(value) for name, value in flops.items()}),
             memory_bandwidth=None if bandwidth is None else float(str(bandwidth)),
+            host_op_s=MappingProxyType({str(phase): float(value) for phase, value in host.items()}),
             threads=int(str(data.get("threads", 1))),
             measured_at=str(data.get("measured_at", "")),
             # A record written before the lab said so was measured on a machine of unknown load: measure again.
@@ -153,18 +184,102 @@ def copy_bandwidth() -> float:
     return 2 * COPY_BYTES / best
 
 
+def host_op_seconds() -> dict[str, float]:
+    """Host seconds an op costs on this CPU at torch's current thread count, by phase: the steps of :data:`HOST_MODEL`
+    (random weights, float32), with checkpointing off and with every layer checkpointed, alternated, timed apart
+    (forward with its loss, then backward), each op counted as the simulation counts it
+    (``step.opcount.counted`` and the roofline's ``launches_kernel``; an op in the backward under the checkpoint's recompute is a rerun).
+
+    - "forward": the off step's forward and loss time over its ops (the model's Python issues them);
+    - "backward": the off step's backward time over its ops (autograd's engine issues them);
+    - "rerun": what checkpointing every layer adds to the step, over the rerun's ops: the rerun itself and the
+      checkpoint's hooks (every saved tensor packed in the forward, packed again in the recompute and unpacked in
+      the backward), which a roofline of the ops alone leaves out (about twice a forward op on this lab's CPU).
+    """
+    import statistics
+
+    import torch
+    import transformers
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ..step.opcount import counted, recomputing
+    from .roofline import launches_kernel
+
+    class Counting(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = dict.fromkeys(HOST_PHASES, 0)
+            self.backward = False
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if counted(func) and launches_kernel(str(func)):
+                phase = "forward" if not self.backward else "rerun" if recomputing() else "backward"
+                self.ops[phase] += 1
+            return func(*args, **(kwargs or {}))
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**HOST_MODEL)).train()
+        tokens = torch.randint(0, HOST_MODEL["vocab_size"], (1, HOST_TOKENS))
+
+    def step(checkpointed: bool, counting: Counting | None = None) -> tuple[float, float]:
+        if checkpointed:
+            model.activation_checkpointing_enable(every_n_layers=1)
+        else:
+            model.activation_checkpointing_disable()
+        with counting if counting is not None else contextlib.nullcontext():
+            start = time.perf_counter()
+            loss = model(input_ids=tokens, labels=tokens).loss
+            middle = time.perf_counter()
+            if counting is not None:
+                counting.backward = True
+            loss.backward()
+            end = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        return middle - start, end - middle
+
+    ops = {}
+    for checkpointed in (False, True):
+        counting = Counting()
+        step(checkpointed, counting)  # counts, and warms the kernels and transformers' caches up
+        ops[checkpointed] = counting.ops
+    times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for _ in range(HOST_ROUNDS):
+        for checkpointed in (False, True):
+            times[checkpointed].append(step(checkpointed))
+    forward = statistics.median(f for f, _ in times[False])
+    backward = statistics.median(b for _, b in times[False])
+    whole = {ck: statistics.median(f + b for f, b in times[ck]) for ck in times}
+    off, every = ops[False], ops[True]
+    return {
+        "forward": forward / off["forward"],
+        "backward": backward / off["backward"],
+        "rerun": max(whole[True] - whole[False], 0.0) / max(every["rerun"], 1),
+    }
+
+
 @exclusive  # torch's thread count is process-wide: no step may run while the benchmark sets it
 def measure_speed(dtypes: tuple[str, ...], threads: int) -> CpuSpeed:
-    """This CPU's speed for ``dtypes`` at ``threads`` threads, measured now (under a second a dtype), and whether
-    other work held the cores meanwhile (the load average at or above them, before or after)."""
+    """This CPU's speed for ``dtypes`` at ``threads`` threads, measured now (under a second a dtype, and about a
+    second for the host's costs), and whether other work held the cores meanwhile (the load average at or above
+    them, before or after)."""
+    import torch
+
     flops = MappingProxyType({dtype: matmul_flops(dtype, threads) for dtype in dtypes})
     bandwidth = copy_bandwidth()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        host = MappingProxyType(host_op_seconds())
+    finally:
+        torch.set_num_threads(before)
     return CpuSpeed(
         matmul_flops=flops,
         memory_bandwidth=bandwidth,
         threads=threads,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         busy=machine_busy(),
+        host_op_s=host,
     )
 
 
@@ -210,7 +325,7 @@ def cpu_speed(dtype: str, threads: int) -> CpuSpeed:
         if key not in _KNOWN and known.busy and known.matmul_flops:  # this process's first read of a busy record
             known = known.fastest(measure_speed(tuple(known.matmul_flops), threads))
             _write_cache(key, known)
-        if dtype not in known.matmul_flops or known.memory_bandwidth is None:
+        if dtype not in known.matmul_flops or known.memory_bandwidth is None or not known.host_op_s:
             known = known.fastest(measure_speed((dtype,), threads))
             _write_cache(key, known)
         _KNOWN[key] = known

@@ -17,6 +17,10 @@ The model (docs/time.md has it with its sources):
   them; a kernel shorter than a launch leaves the GPU waiting for the host. The ops the model's Python issues (the
   forward, the loss and the rerun) have a higher floor than the backward's, which autograd's C++ engine issues
   (``PYTHON_OP_S`` against ``LAUNCH_S``): why a small model's rerun costs more than its ops' GPU time.
+- **On a CPU** nothing is asynchronous: the host's time per op *adds* to its arithmetic
+  (:attr:`Efficiency.host_adds`), and the host times are this CPU's own, measured (:func:`measured_efficiency`:
+  a forward op, a backward op, and a checkpointed layer's rerun op with the checkpoint's saved-tensor hooks,
+  which cost about three forward ops on this lab's CPU).
 - **float32 matmuls** run at the TF32 tensor-core peak where torch is told to
   (``torch.set_float32_matmul_precision("high")`` or ``"medium"``, i.e. ``allow_tf32``), else on the CUDA cores:
   the lab reads torch's own setting (:func:`float32_matmul`), whose default ("highest") is no TF32: what a
@@ -78,8 +82,8 @@ PYTHON_PHASES = frozenset({"forward", "loss", "rerun"})
 # pinned host copies over PCIe (CUDA samples' bandwidthTest) and for NCCL's ring collectives over NVLink.
 E_HOST_LINK = 0.80
 E_GPU_LINK = 0.80
-# The CPU's own figures are measured (explore/machine.py), so they need no efficiency; a CPU op still pays
-# PyTorch's eager dispatch, about 5 us.
+# The CPU's own figures are measured (explore/machine.py), so they need no efficiency, and so are its host times per
+# op (machine.host_op_seconds); a record measured before those were pays PyTorch's eager dispatch, about 5 us an op.
 CPU_DISPATCH_S = 5e-6
 
 # Ops that launch no kernel: torch's own list of view ops (its runtime estimator skips them too) and prim's
@@ -98,14 +102,16 @@ class Efficiency:
     memory: float = E_MEMORY
     launch_s: float = LAUNCH_S
     python_op_s: float = PYTHON_OP_S  # the floor of an op the model's Python issues (PYTHON_PHASES)
+    # A rerun op's: its Python forward again, and the checkpoint's hooks where measured (a CPU); None: python_op_s's.
+    rerun_op_s: float | None = None
     host_link: float = E_HOST_LINK
     gpu_link: float = E_GPU_LINK
+    # True where the host's time adds to an op's arithmetic (a CPU runs both in turn); False where it is a floor (a
+    # GPU's launches are asynchronous: the host queues the next kernel while this one runs).
+    host_adds: bool = False
 
 
 GPU_EFFICIENCY = Efficiency()
-MEASURED = Efficiency(
-    compute=1.0, memory=1.0, launch_s=CPU_DISPATCH_S, python_op_s=CPU_DISPATCH_S, host_link=1.0, gpu_link=1.0
-)
 
 
 class Speed(Protocol):
@@ -142,6 +148,9 @@ class MeasuredCpu(Protocol):
     @property
     def memory_bandwidth(self) -> float | None: ...
 
+    @property
+    def host_op_s(self) -> Mapping[str, float]: ...
+
 
 @dataclass(frozen=True)
 class SpeedRecord:
@@ -161,6 +170,24 @@ def cpu_speed(cpu: MeasuredCpu, name: str) -> SpeedRecord:
     if cpu.memory_bandwidth is None or cpu.memory_bandwidth <= 0:
         raise SpecError(key="roofline.no_bandwidth", device=name)
     return SpeedRecord(name=name, dense_flops=dict(cpu.matmul_flops), memory_bandwidth=cpu.memory_bandwidth)
+
+
+def measured_efficiency(cpu: MeasuredCpu) -> Efficiency:
+    """How a step runs on this CPU: at its measured figures (no share below them), each op's host time added to its
+    arithmetic, the host times by phase as ``explore.machine`` measured them (a forward op, a backward op, a rerun
+    op with the checkpoint's own cost); :data:`CPU_DISPATCH_S` for a phase a record lacks."""
+    host = cpu.host_op_s
+    forward = host.get("forward", CPU_DISPATCH_S)
+    return Efficiency(
+        compute=1.0,
+        memory=1.0,
+        launch_s=host.get("backward", CPU_DISPATCH_S),
+        python_op_s=forward,
+        rerun_op_s=host.get("rerun", forward),
+        host_link=1.0,
+        gpu_link=1.0,
+        host_adds=True,
+    )
 
 
 def float32_matmul() -> Float32Matmul:
@@ -189,18 +216,22 @@ def op_seconds(
     f32: Float32Matmul = "float32",
     floor: float | None = None,
 ) -> float:
-    """One op's time: the slower of its compute and its memory traffic, and never less than ``floor`` (one launch,
-    ``efficiency.launch_s``, unless said); nothing for an op that launches no kernel (a view, a metadata query)."""
+    """One op's time: the slower of its compute and its memory traffic, with the host's time ``floor`` (one launch,
+    ``efficiency.launch_s``, unless said) as its least (a GPU) or added to it (a CPU, ``efficiency.host_adds``);
+    nothing for an op that launches no kernel (a view, a metadata query)."""
     if not launches_kernel(cost.op):
         return 0.0
     compute = cost.flops / (peak_flops(speed, cost.dtype, f32) * efficiency.compute) if cost.flops else 0.0
     memory = cost.bytes / (speed.memory_bandwidth * efficiency.memory)
-    return max(compute, memory, efficiency.launch_s if floor is None else floor)
+    host = efficiency.launch_s if floor is None else floor
+    return host + max(compute, memory) if efficiency.host_adds else max(compute, memory, host)
 
 
 def host_floor(phase: str, efficiency: Efficiency = GPU_EFFICIENCY) -> float:
-    """The least an op of ``phase`` takes: the Python-issued floor in the forward, the loss and the rerun
+    """The host's time for an op of ``phase``: a rerun op's, the Python-issued one in the forward and the loss
     (:data:`PYTHON_PHASES`), one launch elsewhere."""
+    if phase == "rerun" and efficiency.rerun_op_s is not None:
+        return efficiency.rerun_op_s
     return efficiency.python_op_s if phase in PYTHON_PHASES else efficiency.launch_s
 
 
@@ -328,7 +359,7 @@ def predict_time(
         speed: the device: a :class:`~ckptlab.explore.gpus.GpuSpec`, or :func:`cpu_speed` of this machine.
         tokens: tokens one step trains on (per rank under FSDP2), for tokens/s.
         world_size: ranks, for the ring collectives' share of the bytes.
-        efficiency: :data:`GPU_EFFICIENCY` for a datasheet's figures, :data:`MEASURED` for measured ones.
+        efficiency: :data:`GPU_EFFICIENCY` for a datasheet's figures, :func:`measured_efficiency` for this CPU's.
         f32: how float32 matmuls run; None reads torch's setting (:func:`float32_matmul`).
     """
     f32 = float32_matmul() if f32 is None else f32

@@ -22,7 +22,15 @@ from ..step.work import StepWork
 from ..torchstate import measuring_thread_count
 from . import machine
 from .gpus import GPU_SPECS, GpuSpec
-from .roofline import GPU_EFFICIENCY, MEASURED, Efficiency, Speed, TimePrediction, cpu_speed, predict_time
+from .roofline import (
+    GPU_EFFICIENCY,
+    Efficiency,
+    Speed,
+    TimePrediction,
+    cpu_speed,
+    measured_efficiency,
+    predict_time,
+)
 
 # The observed memory step (MemTracker on every module and storage) costs about this many plain steps; the Run counts
 # it once, after its warm-up and timed steps.
@@ -36,7 +44,7 @@ class DeviceSpeed:
     """A device's speed as the roofline reads it, and how far below it a real step runs there."""
 
     speed: Speed  # a GpuSpec, or this CPU's measured record (roofline.cpu_speed)
-    efficiency: Efficiency  # GPU_EFFICIENCY for a datasheet's figures, MEASURED for this CPU's own
+    efficiency: Efficiency  # GPU_EFFICIENCY for a datasheet's figures, measured_efficiency(record) for this CPU's
 
 
 def gpu_spec_named(device_name: str, memory_bytes: int) -> GpuSpec | None:
@@ -65,7 +73,7 @@ def device_speed(spec: RunSpec) -> DeviceSpeed | None:
     device = resolve_device(spec.device)
     if device.type == "cpu":
         record = machine.cpu_speed(str(matmul_dtype(spec)).removeprefix("torch."), measuring_thread_count())
-        return DeviceSpeed(cpu_speed(record, CPU_NAME), MEASURED)
+        return DeviceSpeed(cpu_speed(record, CPU_NAME), measured_efficiency(record))
     properties = torch.cuda.get_device_properties(device)
     gpu = gpu_spec_named(properties.name, properties.total_memory)
     return None if gpu is None else DeviceSpeed(gpu, GPU_EFFICIENCY)

@@ -186,6 +186,13 @@ class _Op:
         self.collective = func.namespace in COLLECTIVE_NAMESPACES
 
 
+def counted(func: Any) -> bool:
+    """Whether the simulation counts an op overload: not a view, not an allocation or a metadata op
+    (:data:`_NO_KERNEL`). The host-time benchmark (``explore.machine.host_op_seconds``) counts a real step's ops by
+    this rule (with the roofline's, ``launches_kernel``), so its seconds per op divide by what a simulation counts."""
+    return _Op(func).counted
+
+
 class WorkCounter:
     """Counts the ops of one observed step, stretch by stretch (an ``OpSink`` of ``torch_workarounds``' tracker).
 

@@ -10,17 +10,18 @@ import pytest
 from ckptlab.errors import SpecError
 from ckptlab.explore.gpus import GPU_SPECS
 from ckptlab.explore.roofline import (
+    CPU_DISPATCH_S,
     E_COMPUTE,
     E_GPU_LINK,
     E_HOST_LINK,
     E_MEMORY,
     LAUNCH_S,
-    MEASURED,
     PYTHON_OP_S,
     SettingTime,
     TimePrediction,
     cpu_speed,
     item_seconds,
+    measured_efficiency,
     op_seconds,
     over_off,
     predict_time,
@@ -89,7 +90,12 @@ def test_offload_bytes_cross_the_host_link_and_add_to_the_step():
     assert offloaded.by_phase["offload"] == pytest.approx(2 * over_link)
     assert offloaded.seconds == pytest.approx(plain.seconds + 2 * over_link)  # on the compute stream: no overlap
     with pytest.raises(SpecError) as refused:  # a CPU record has no host link: said, not a crash
-        predict_time(work(("offload", 0, copy, 1)), cpu_speed(_Cpu(), "this CPU"), tokens=N, efficiency=MEASURED)
+        predict_time(
+            work(("offload", 0, copy, 1)),
+            cpu_speed(_Cpu(), "this CPU"),
+            tokens=N,
+            efficiency=measured_efficiency(_Cpu()),
+        )
     assert refused.value.key == "roofline.no_link"
 
 
@@ -161,14 +167,25 @@ class _Cpu:
 
     matmul_flops: dict[str, float] = dataclasses.field(default_factory=lambda: {"float32": 100e9, "bfloat16": 50e9})
     memory_bandwidth: float | None = 20e9
+    host_op_s: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"forward": 15e-6, "backward": 7e-6, "rerun": 45e-6}
+    )
 
 
 def test_the_cpus_measured_speed_plugs_into_the_same_predictor():
     cpu = cpu_speed(_Cpu(), "this CPU")
     f32 = dataclasses.replace(MATMUL, dtype="float32")
-    # measured figures need no efficiency; a CPU has no TF32, so float32 stays float32 whatever torch is told
-    step = predict_time(work(("forward", 0, f32, 1)), cpu, tokens=N, efficiency=MEASURED, f32="tf32")
-    assert step.seconds == pytest.approx(2 * N**3 / 100e9)
+    # measured figures need no efficiency; a CPU has no TF32, so float32 stays float32 whatever torch is told; and a
+    # CPU runs the host's part of an op and its arithmetic in turn: the measured host time adds, by phase (a rerun op
+    # pays the checkpoint's hooks too)
+    matmul_s = 2 * N**3 / 100e9
+    ops = work(("forward", 0, f32, 1), ("backward", 0, f32, 2), ("rerun", 0, f32, 1), ("loss", None, ADD, 1))
+    step = predict_time(ops, cpu, tokens=N, efficiency=measured_efficiency(_Cpu()), f32="tf32")
+    add_s = ADD.bytes / 20e9
+    assert step.seconds == pytest.approx(matmul_s + 15e-6 + 2 * (matmul_s + 7e-6) + matmul_s + 45e-6 + add_s + 15e-6)
+    # a record from before the host times were measured: PyTorch's dispatch, 5 us an op, still added
+    older = measured_efficiency(_Cpu(host_op_s={}))
+    assert older.launch_s == older.python_op_s == older.rerun_op_s == CPU_DISPATCH_S and older.host_adds
     with pytest.raises(SpecError):
         cpu_speed(_Cpu(memory_bandwidth=None), "this CPU")
 

@@ -11,7 +11,7 @@ import pytest
 import ckptlab
 from ckptlab import RunSpec
 from ckptlab.explore import machine
-from ckptlab.explore.roofline import MEASURED, cpu_speed, predict_result
+from ckptlab.explore.roofline import cpu_speed, measured_efficiency, predict_result
 from ckptlab.lab import run as labrun
 from ckptlab.lab import store as shared
 from ckptlab.lab.store import ResultStore, json_bytes
@@ -28,8 +28,8 @@ def test_the_labs_estimate_is_simulates_cpu_prediction_of_the_same_spec(monkeypa
     lab = labrun.step_prediction(spec)
     # simulate's own CPU step, timed by the roofline on this CPU's measured record (tests/conftest.py's).
     simulated = ckptlab.simulate(replace(spec, device="cpu"))
-    speed = cpu_speed(machine.cpu_speed("float32", 1), "this CPU")
-    alone = predict_result(simulated, speed, efficiency=MEASURED)
+    record = machine.cpu_speed("float32", 1)
+    alone = predict_result(simulated, cpu_speed(record, "this CPU"), efficiency=measured_efficiency(record))
     assert lab is not None and alone is not None
     assert lab.seconds == alone.seconds and lab.by_phase == alone.by_phase
     assert lab.provenance.label == "predicted (roofline, this CPU)"
