@@ -44,7 +44,13 @@ def add_simulate_command(commands) -> None:
     add_run_arguments(parser, every_setting=True)
     add_spec_flags(parser, ("world_size", "fsdp"))
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--gpu", help=f"say whether it fits this GPU: {', '.join(GPUS)} (e.g. --gpu H100-80)")
+    budget.add_argument(
+        "--gpu",
+        help=(
+            "say whether it fits this GPU and predict its step time there (roofline): "
+            f"{', '.join(GPUS)} (e.g. --gpu H100-80)"
+        ),
+    )
     budget.add_argument(
         "--budget",
         metavar="SIZE",
