@@ -6,9 +6,9 @@ device's speed. On a GPU the speed is the datasheet's (:mod:`ckptlab.explore.gpu
 what torch reaches with this build, these cores and this many threads, so a short benchmark measures it: a few
 1024 x 1024 matmuls per dtype (under a second), one large copy, and a few steps of a transformers model so narrow that
 its arithmetic is nothing (:func:`host_op_seconds`: what an op costs the host in the forward, in autograd's
-backward, and in a checkpointed layer's rerun, where the checkpoint's saved-tensor hooks run beside it). The answer is kept in ``machine.json`` under the user's cache folder
-(``$XDG_CACHE_HOME/ckptlab``, else ``~/.cache/ckptlab``), keyed by torch's version, the thread count and the CPU's
-model, so a process measures only what no earlier one did. Tests never measure: they hand in a speed
+backward, and in a checkpointed layer's rerun, where the checkpoint's saved-tensor hooks run beside it). The answer
+is kept in ``machine.json`` under the user's cache folder (``$XDG_CACHE_HOME/ckptlab``, else ``~/.cache/ckptlab``),
+keyed by torch's version, the thread count and the CPU's model, so a process measures only what no earlier one did. Tests never measure: they hand in a speed
 (:func:`use_speed`).
 
 A speed measured while other work held the cores (a load average at or above them) is a neighbour's share, not
@@ -187,14 +187,14 @@ def copy_bandwidth() -> float:
 def host_op_seconds() -> dict[str, float]:
     """Host seconds an op costs on this CPU at torch's current thread count, by phase: the steps of :data:`HOST_MODEL`
     (random weights, float32), with checkpointing off and with every layer checkpointed, alternated, timed apart
-    (forward with its loss, then backward), each op counted as the simulation counts it
-    (``step.opcount.counted`` and the roofline's ``launches_kernel``; an op in the backward under the checkpoint's recompute is a rerun).
+    (forward with its loss, then backward), each op counted as the simulation counts it (``step.opcount.counted``
+    and the roofline's ``launches_kernel``; an op in the backward under the checkpoint's recompute is a rerun).
 
     - "forward": the off step's forward and loss time over its ops (the model's Python issues them);
     - "backward": the off step's backward time over its ops (autograd's engine issues them);
     - "rerun": what checkpointing every layer adds to the step, over the rerun's ops: the rerun itself and the
       checkpoint's hooks (every saved tensor packed in the forward, packed again in the recompute and unpacked in
-      the backward), which a roofline of the ops alone leaves out (about twice a forward op on this lab's CPU).
+      the backward), which a roofline of the ops alone leaves out (about three forward ops on this lab's CPU).
     """
     import statistics
 
@@ -202,7 +202,9 @@ def host_op_seconds() -> dict[str, float]:
     import transformers
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from ..spec import RunSpec
     from ..step.opcount import counted, recomputing
+    from ..step.trainstep import random_batch
     from .roofline import launches_kernel
 
     class Counting(TorchDispatchMode):
@@ -220,7 +222,7 @@ def host_op_seconds() -> dict[str, float]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**HOST_MODEL)).train()
-        tokens = torch.randint(0, HOST_MODEL["vocab_size"], (1, HOST_TOKENS))
+        batch = random_batch(model, RunSpec(seq_len=HOST_TOKENS), torch.device("cpu"))  # as the lab's step calls it
 
     def step(checkpointed: bool, counting: Counting | None = None) -> tuple[float, float]:
         if checkpointed:
@@ -229,7 +231,7 @@ def host_op_seconds() -> dict[str, float]:
             model.activation_checkpointing_disable()
         with counting if counting is not None else contextlib.nullcontext():
             start = time.perf_counter()
-            loss = model(input_ids=tokens, labels=tokens).loss
+            loss = model(**batch).loss
             middle = time.perf_counter()
             if counting is not None:
                 counting.backward = True
