@@ -58,6 +58,16 @@ HOST_PHASES = ("forward", "backward", "rerun")
 
 
 @dataclass(frozen=True)
+class HostStep:
+    """One step of the host-time model: its forward (with the loss) and backward seconds, and its ops by phase
+    (:data:`HOST_PHASES`) where they were counted."""
+
+    forward_s: float
+    backward_s: float
+    ops: Mapping[str, int]
+
+
+@dataclass(frozen=True)
 class CpuSpeed:
     """What this CPU reached: matmul FLOP/s by dtype name ("float32", "bfloat16", ...) at ``threads`` torch threads,
     and its memory bandwidth (bytes a second, a copy's read and write; None where not measured)."""
@@ -184,27 +194,29 @@ def copy_bandwidth() -> float:
     return 2 * COPY_BYTES / best
 
 
-def host_op_seconds() -> dict[str, float]:
-    """Host seconds an op costs on this CPU at torch's current thread count, by phase: the steps of :data:`HOST_MODEL`
-    (random weights, float32), with checkpointing off and with every layer checkpointed, alternated, timed apart
-    (forward with its loss, then backward), each op counted as the simulation counts it (``step.opcount.counted``
-    and the roofline's ``launches_kernel``; an op in the backward under the checkpoint's recompute is a rerun).
-
-    - "forward": the off step's forward and loss time over its ops (the model's Python issues them);
-    - "backward": the off step's backward time over its ops (autograd's engine issues them);
-    - "rerun": what checkpointing every layer adds to the step, over the rerun's ops: the rerun itself and the
-      checkpoint's hooks (every saved tensor packed in the forward, packed again in the recompute and unpacked in
-      the backward), which a roofline of the ops alone leaves out (about three forward ops on this lab's CPU).
-    """
-    import statistics
-
+def host_model() -> tuple[Any, dict[str, Any]]:
+    """:data:`HOST_MODEL` built with random weights (seeded), in training mode, and its batch as the lab's step
+    builds one (``step.trainstep.random_batch``: tokens as labels, no KV cache) of :data:`HOST_TOKENS` tokens."""
     import torch
     import transformers
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from ..spec import RunSpec
-    from ..step.opcount import counted, recomputing
     from ..step.trainstep import random_batch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**HOST_MODEL)).train()
+    return model, random_batch(model, RunSpec(seq_len=HOST_TOKENS), torch.device("cpu"))
+
+
+def host_step(model: Any, batch: Mapping[str, Any], checkpointed: bool, *, count: bool = False) -> HostStep:
+    """One training step of ``model`` (no optimizer) with every layer checkpointed or none: its forward (with the
+    loss) and backward seconds, and with ``count`` its ops by phase as the simulation counts them
+    (``step.opcount.counted`` and the roofline's ``launches_kernel``; a backward op under the checkpoint's recompute
+    is a rerun), the counting's own cost in the seconds then."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ..step.opcount import counted, recomputing
     from .roofline import launches_kernel
 
     class Counting(TorchDispatchMode):
@@ -219,43 +231,46 @@ def host_op_seconds() -> dict[str, float]:
                 self.ops[phase] += 1
             return func(*args, **(kwargs or {}))
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**HOST_MODEL)).train()
-        batch = random_batch(model, RunSpec(seq_len=HOST_TOKENS), torch.device("cpu"))  # as the lab's step calls it
+    if checkpointed:
+        model.activation_checkpointing_enable(every_n_layers=1)
+    else:
+        model.activation_checkpointing_disable()
+    counting = Counting() if count else None
+    with counting if counting is not None else contextlib.nullcontext():
+        start = time.perf_counter()
+        loss = model(**batch).loss
+        middle = time.perf_counter()
+        if counting is not None:
+            counting.backward = True
+        loss.backward()
+        end = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    return HostStep(middle - start, end - middle, MappingProxyType(counting.ops) if counting else MappingProxyType({}))
 
-    def step(checkpointed: bool, counting: Counting | None = None) -> tuple[float, float]:
-        if checkpointed:
-            model.activation_checkpointing_enable(every_n_layers=1)
-        else:
-            model.activation_checkpointing_disable()
-        with counting if counting is not None else contextlib.nullcontext():
-            start = time.perf_counter()
-            loss = model(**batch).loss
-            middle = time.perf_counter()
-            if counting is not None:
-                counting.backward = True
-            loss.backward()
-            end = time.perf_counter()
-        model.zero_grad(set_to_none=True)
-        return middle - start, end - middle
 
-    ops = {}
-    for checkpointed in (False, True):
-        counting = Counting()
-        step(checkpointed, counting)  # counts, and warms the kernels and transformers' caches up
-        ops[checkpointed] = counting.ops
-    times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+def host_op_seconds() -> dict[str, float]:
+    """Host seconds an op costs on this CPU at torch's current thread count, by phase: steps of :func:`host_model`
+    with checkpointing off and with every layer checkpointed (:func:`host_step`), alternated, the median kept:
+
+    - "forward": the off step's forward and loss time over its ops (the model's Python issues them);
+    - "backward": the off step's backward time over its ops (autograd's engine issues them);
+    - "rerun": what checkpointing every layer adds to the step, over the rerun's ops: the rerun itself and the
+      checkpoint's hooks (every saved tensor packed in the forward, packed again in the recompute and unpacked in
+      the backward), which a roofline of the ops alone leaves out (about three forward ops on this lab's CPU).
+    """
+    import statistics
+
+    model, batch = host_model()
+    # The first step of each counts the ops, and warms the kernels and transformers' caches up.
+    off, every = (host_step(model, batch, checkpointed, count=True).ops for checkpointed in (False, True))
+    steps: dict[bool, list[HostStep]] = {False: [], True: []}
     for _ in range(HOST_ROUNDS):
         for checkpointed in (False, True):
-            times[checkpointed].append(step(checkpointed))
-    forward = statistics.median(f for f, _ in times[False])
-    backward = statistics.median(b for _, b in times[False])
-    whole = {ck: statistics.median(f + b for f, b in times[ck]) for ck in times}
-    off, every = ops[False], ops[True]
+            steps[checkpointed].append(host_step(model, batch, checkpointed))
+    whole = {ck: statistics.median(s.forward_s + s.backward_s for s in steps[ck]) for ck in steps}
     return {
-        "forward": forward / off["forward"],
-        "backward": backward / off["backward"],
+        "forward": statistics.median(s.forward_s for s in steps[False]) / off["forward"],
+        "backward": statistics.median(s.backward_s for s in steps[False]) / off["backward"],
         "rerun": max(whole[True] - whole[False], 0.0) / max(every["rerun"], 1),
     }
 
