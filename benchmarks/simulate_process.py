@@ -9,7 +9,8 @@ the allocation order, and off's, which the predicted time's factor over off need
 ``--gpu`` (one ``simulate`` call of two shallow copies: no allocation order, no time); the bare imports a simulation
 cannot do without (torch, transformers, its ``models`` package read once as a simulate process reads it
 (``ckptlab.model.libraries``), ``transformers.modeling_utils``, the modeling module of the model's family, torch's
-MemTracker), the floor of any such process, each import's CPU seconds in that fresh process printed beside; and a
+MemTracker), imported as the command imports them (the collector paused: ``ckptlab.torchstate.pause_collection``),
+the floor of any such process, each import's CPU seconds in that fresh process printed beside; and a
 refusal (``--seq-len 10000000``, past the preset's positions). Rounds are interleaved, so a busy moment falls on each
 alike; the figures are medians. The children run torch on one thread (``OMP_NUM_THREADS=1`` unless set), as a shared
 machine's simulations do. Targets: the process at most 2x its simulation (its ``simulate`` calls together), which
@@ -32,25 +33,38 @@ ROOT = Path(__file__).resolve().parents[1]
 PROCESS_TARGET = 2.0  # the process at most this many times its simulation
 REFUSAL_TARGET_S = 1.0
 
-# The command as `python -m ckptlab` runs it, with the simulate call's own CPU seconds reported on stderr. The core's
-# module is imported first so the call can be wrapped; the command imports it anyway, so the process does the same.
+# The command as `python -m ckptlab` runs it (its own ``__main__``: how it starts, its imports and how it ends), with
+# the simulate calls' own CPU seconds reported on stderr at exit. The core's ``simulate`` is wrapped as the core's
+# module is first imported, so nothing is imported earlier or otherwise than the command imports it.
 TIMED = """
-import json, resource, sys
+import atexit, importlib.util, json, resource, runpy, sys
 def cpu():
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
-import ckptlab.step.simulate as core
-real, spent = core.simulate, []
-def timed(*args, **kwargs):
-    start = cpu()
-    try:
-        return real(*args, **kwargs)
-    finally:
-        spent.append(cpu() - start)
-core.simulate = timed
-from ckptlab.cli import main
-status = main(sys.argv[1:], own_process=True)
-print(json.dumps({"status": status, "simulate_cpu_s": spent}), file=sys.stderr)
+spent = []
+class WrapSimulate:
+    def find_spec(self, name, path=None, target=None):
+        if name != "ckptlab.step.simulate":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        load = spec.loader.exec_module
+        def exec_module(module):
+            load(module)
+            real = module.simulate
+            def timed(*args, **kwargs):
+                start = cpu()
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    spent.append(cpu() - start)
+            module.simulate = timed
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, WrapSimulate())
+atexit.register(lambda: print(json.dumps({"simulate_cpu_s": spent}), file=sys.stderr))
+sys.argv = ["ckptlab", *sys.argv[1:]]
+runpy.run_module("ckptlab", run_name="__main__", alter_sys=True)
 """
 
 # The bare imports, each timed in its fresh process (CPU seconds since the previous one), reported on stderr.
@@ -59,6 +73,8 @@ import json, resource, sys
 def cpu():
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
+import gc
+gc.disable()  # as `python -m ckptlab` imports: no collection until what is loaded is frozen (ckptlab.torchstate)
 spent, last = {}, cpu()
 def step(name):
     global last
@@ -95,9 +111,8 @@ def _child(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
 def _timed(argv: list[str]) -> tuple[float, list[float]]:
     """A simulate process's CPU seconds and each of its ``simulate`` calls' (the ``TIMED`` wrapper)."""
     cpu, done = _child([sys.executable, "-c", TIMED, *argv])
-    report = json.loads(done.stderr.strip().splitlines()[-1])
-    assert report["status"] == 0, done.stderr[-2000:]
-    return cpu, report["simulate_cpu_s"]
+    assert done.returncode == 0, done.stderr[-2000:]
+    return cpu, json.loads(done.stderr.strip().splitlines()[-1])["simulate_cpu_s"]
 
 
 def process_figures(model: str, seq_len: int, gpu: str, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
