@@ -68,8 +68,8 @@ def pause_collection() -> None:
     every 700 new ones, walked them about 1,050 times (8 of them full walks over everything made so far) to find next
     to nothing: 0.6-0.8 s of CPU a ``simulate`` process, more than a tenth of it (issue 61). What the imports leave
     unreachable with the collector paused (9,240 objects, 7.0 MB by ``sys.getsizeof``, after a ``simulate``'s
-    imports) is frozen with the rest and kept. A command that never loads the core (``models``, bad input, ``--help``)
-    ends with the collector still paused: it runs no step.
+    imports) is frozen with the rest and kept. A command that runs no step after its imports (``models``, bad input,
+    ``--help``, ``run``'s launcher waiting on its ranks) ends with the collector still paused.
     """
     gc.disable()
 

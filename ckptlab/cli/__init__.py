@@ -99,7 +99,7 @@ def end_process(status: int) -> NoReturn:
     teardown of what the command loaded.
 
     Python's exit frees the process's objects one by one, modules and their dictionaries first: with torch and
-    transformers loaded, 0.13-0.15 s of CPU after a ``simulate`` answered (issue 61), work whose result nothing
+    transformers loaded, 0.12-0.15 s of CPU after a ``simulate`` answered (issue 61), work whose result nothing
     reads. What an exit does that something outside could see is done first, in the order Python does it: the
     ``atexit`` handlers (logging's flush, ``weakref.finalize`` and tempfile's clean-ups, multiprocessing's), then
     stdout and stderr flushed; then ``os._exit``. Where Python would still wait (another thread that is not a daemon)
