@@ -1,6 +1,7 @@
 """What a ``simulate`` process costs beside its simulation, and what a refusal costs, side by side (issue 61).
 
     python benchmarks/simulate_process.py [--rounds 3] [--model qwen3-8b] [--seq-len 8192] [--gpu h100-80]
+    python benchmarks/simulate_process.py --against ../other-checkout [--rounds 8]
 
 Each round runs, as fresh processes: ``python -m ckptlab simulate --model M --seq-len S --gpu G`` (its CPU seconds
 from ``resource.getrusage`` of the child, which a busy machine does not inflate as it does wall time, and, inside it,
@@ -9,7 +10,8 @@ the allocation order, and off's, which the predicted time's factor over off need
 ``--gpu`` (one ``simulate`` call of two shallow copies: no allocation order, no time); the bare imports a simulation
 cannot do without (torch, transformers, its ``models`` package read once as a simulate process reads it
 (``ckptlab.model.libraries``), ``transformers.modeling_utils``, the modeling module of the model's family, torch's
-MemTracker), the floor of any such process, each import's CPU seconds in that fresh process printed beside; and a
+MemTracker), imported as the command imports them (the collector paused: ``ckptlab.torchstate.pause_collection``),
+the floor of any such process, each import's CPU seconds in that fresh process printed beside; and a
 refusal (``--seq-len 10000000``, past the preset's positions). Rounds are interleaved, so a busy moment falls on each
 alike; the figures are medians. The children run torch on one thread (``OMP_NUM_THREADS=1`` unless set), as a shared
 machine's simulations do. Targets: the process at most 2x its simulation (its ``simulate`` calls together), which
@@ -32,25 +34,38 @@ ROOT = Path(__file__).resolve().parents[1]
 PROCESS_TARGET = 2.0  # the process at most this many times its simulation
 REFUSAL_TARGET_S = 1.0
 
-# The command as `python -m ckptlab` runs it, with the simulate call's own CPU seconds reported on stderr. The core's
-# module is imported first so the call can be wrapped; the command imports it anyway, so the process does the same.
+# The command as `python -m ckptlab` runs it (its own ``__main__``: how it starts, its imports and how it ends), with
+# the simulate calls' own CPU seconds reported on stderr at exit. The core's ``simulate`` is wrapped as the core's
+# module is first imported, so nothing is imported earlier or otherwise than the command imports it.
 TIMED = """
-import json, resource, sys
+import atexit, importlib.util, json, resource, runpy, sys
 def cpu():
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
-import ckptlab.step.simulate as core
-real, spent = core.simulate, []
-def timed(*args, **kwargs):
-    start = cpu()
-    try:
-        return real(*args, **kwargs)
-    finally:
-        spent.append(cpu() - start)
-core.simulate = timed
-from ckptlab.cli import main
-status = main(sys.argv[1:], own_process=True)
-print(json.dumps({"status": status, "simulate_cpu_s": spent}), file=sys.stderr)
+spent = []
+class WrapSimulate:
+    def find_spec(self, name, path=None, target=None):
+        if name != "ckptlab.step.simulate":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        load = spec.loader.exec_module
+        def exec_module(module):
+            load(module)
+            real = module.simulate
+            def timed(*args, **kwargs):
+                start = cpu()
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    spent.append(cpu() - start)
+            module.simulate = timed
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, WrapSimulate())
+atexit.register(lambda: print(json.dumps({"simulate_cpu_s": spent}), file=sys.stderr))
+sys.argv = ["ckptlab", *sys.argv[1:]]
+runpy.run_module("ckptlab", run_name="__main__", alter_sys=True)
 """
 
 # The bare imports, each timed in its fresh process (CPU seconds since the previous one), reported on stderr.
@@ -59,6 +74,8 @@ import json, resource, sys
 def cpu():
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
+import gc
+gc.disable()  # as `python -m ckptlab` imports: no collection until what is loaded is frozen (ckptlab.torchstate)
 spent, last = {}, cpu()
 def step(name):
     global last
@@ -83,21 +100,21 @@ print(json.dumps(spent), file=sys.stderr)
 """
 
 
-def _child(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
-    """Run ``argv`` as a fresh process from the repository; its CPU seconds (user + system) and what it printed."""
+def _child(argv: list[str], root: Path = ROOT) -> tuple[float, subprocess.CompletedProcess]:
+    """Run ``argv`` as a fresh process from the checkout ``root`` (this one unless told); its CPU seconds (user +
+    system) and what it printed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
 
 
-def _timed(argv: list[str]) -> tuple[float, list[float]]:
+def _timed(argv: list[str], root: Path = ROOT) -> tuple[float, list[float]]:
     """A simulate process's CPU seconds and each of its ``simulate`` calls' (the ``TIMED`` wrapper)."""
-    cpu, done = _child([sys.executable, "-c", TIMED, *argv])
-    report = json.loads(done.stderr.strip().splitlines()[-1])
-    assert report["status"] == 0, done.stderr[-2000:]
-    return cpu, report["simulate_cpu_s"]
+    cpu, done = _child([sys.executable, "-c", TIMED, *argv], root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return cpu, json.loads(done.stderr.strip().splitlines()[-1])["simulate_cpu_s"]
 
 
 def process_figures(model: str, seq_len: int, gpu: str, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -136,14 +153,52 @@ def process_figures(model: str, seq_len: int, gpu: str, rounds: int) -> tuple[di
     return medians, {name: statistics.median(values) for name, values in imports.items()}
 
 
+def paired(other: Path, model: str, seq_len: int, gpu: str, rounds: int) -> None:
+    """This checkout's simulate process beside ``other``'s, paired process by process: a busy machine moved the CPU
+    seconds of the same work by a third between whole runs of this benchmark, and alike within a pair."""
+    trees = {"against": other, "this": ROOT}
+    print(f"{model} at {seq_len} tokens; this checkout {ROOT}, against {other}; {rounds} pairs each; median CPU s")
+    for extra in ([], ["--gpu", gpu]):
+        argv = ["simulate", "--model", model, "--seq-len", str(seq_len), "--json", *extra]
+        got: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+        for index in range(rounds):
+            for name in list(trees)[:: 1 if index % 2 == 0 else -1]:
+                cpu, calls = _timed(argv, trees[name])
+                got[name].append((cpu, sum(calls)))
+        loads = " ".join(f"{load:.1f}" for load in os.getloadavg())
+        print(f"{' '.join(argv)} (load average {loads} at the end)")
+        for name, rows in got.items():
+            process = statistics.median(cpu for cpu, _ in rows)
+            simulation = statistics.median(calls for _, calls in rows)
+            rest = statistics.median(cpu - calls for cpu, calls in rows)
+            ratio = statistics.median(cpu / calls for cpu, calls in rows)
+            print(
+                f"  {name:<8} process {process:.2f}, its simulate calls {simulation:.2f}, the rest {rest:.2f}, "
+                f"process / simulation {ratio:.2f}"
+            )
+        differences = [theirs[0] - ours[0] for theirs, ours in zip(got["against"], got["this"], strict=True)]
+        listed = " ".join(f"{difference:.2f}" for difference in differences)
+        print(f"  against - this, process by pair: {listed}; median {statistics.median(differences):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", default="qwen3-8b")
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--gpu", default="h100-80")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="CHECKOUT",
+        help="instead: this checkout's simulate process and CHECKOUT's (another git worktree), one process each in "
+        "turn, the order swapped every round, with and without --gpu; medians and each round's difference",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.against is not None:
+        paired(args.against.resolve(), args.model, args.seq_len, args.gpu, args.rounds)
+        return
     figures, imports = process_figures(args.model, args.seq_len, args.gpu, args.rounds)
     print(
         f"{args.model} at {args.seq_len} tokens; median CPU s of {args.rounds} fresh processes each; "

@@ -1,7 +1,10 @@
 """``python -m ckptlab``."""
 
-import sys
+# Before anything of the lab is imported: no collection while torch and transformers load (ckptlab.torchstate).
+from .torchstate import pause_collection
 
-from .cli import main
+pause_collection()
 
-sys.exit(main(own_process=True))
+from .cli import end_process, main  # noqa: E402 - after the pause, which must come first
+
+end_process(main(own_process=True))

@@ -299,8 +299,9 @@ def check_before_the_core(spec: RunSpec, *, seq_len_is_a_guess: bool = False) ->
 
 def core_loaded(args: argparse.Namespace) -> None:
     """Called by a command once it imported the core: in ``python -m ckptlab``'s own process, what the imports
-    loaded is frozen out of the collector's walks (``ckptlab.torchstate.freeze_what_is_loaded``); a caller's
-    ``main([...])`` keeps its collector as it was."""
+    loaded is frozen out of the collector's walks and the collector, paused while they ran (``ckptlab/__main__.py``),
+    runs again (``ckptlab.torchstate.freeze_what_is_loaded``); a caller's ``main([...])`` keeps its collector as it
+    was."""
     if args.own_process:
         freeze_what_is_loaded()
 
