@@ -51,7 +51,7 @@ from ..fact import Fact
 from ..model import folder_files, hub
 from ..results import RunResult
 from ..step.stopping import Progress, ShouldStop
-from ..torchstate import ThreadPlan, freeze_what_is_loaded, thread_plan
+from ..torchstate import ThreadPlan, freeze_what_is_loaded, pause_collection, thread_plan
 
 LOG = logging.getLogger(__name__)
 
@@ -121,6 +121,7 @@ def _resolve(target: str) -> Callable[..., Any]:
 
 def _worker_main(conn: Connection, cancel: Any, threads: int, warm: tuple[str, ...]) -> None:
     """A worker's life: set its threads, import what jobs need, then run jobs until the pipe closes."""
+    pause_collection()  # no collection while torch and transformers load (ckptlab.torchstate); frozen, then on again
     import torch
 
     torch.set_num_threads(threads)
