@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from ckptlab.lab.modelbox import LOCAL
 from ckptlab.show import i18n
-from tests.conftest import stub_counted_work
+from tests.conftest import HeldEstimates
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -364,21 +363,6 @@ def test_a_folder_too_large_for_the_machine_is_a_message_after_run(tmp_path, mon
     _assert_alive(at)
     assert "does not fit on this CPU" in _texts(at.error) and "Nothing was built" in _texts(at.error)
     assert at.status[0].label == "Could not run"
-
-
-class HeldEstimates:
-    """:func:`ckptlab.lab.run.counted_works` whose simulations wait for :meth:`land` (the stubbed count of
-    tests/conftest.py once landed): a store that holds nothing until then, as a shape no session asked for yet."""
-
-    def __init__(self) -> None:
-        self.landed = threading.Event()
-        self.made: set = set()
-
-    def __call__(self, specs, simulate_missing=True, workers=None):
-        if simulate_missing and any(spec not in self.made for spec in specs):
-            assert self.landed.wait(TIMEOUT), "the estimate was never let through"  # an event, not a sleep
-            self.made.update(specs)
-        return {spec: stub_counted_work(spec) if spec in self.made else None for spec in specs}
 
 
 def _estimated(at: AppTest) -> AppTest:
