@@ -509,17 +509,20 @@ if experts_caption(info, lang):
 
 # The Run's time is the roofline over a simulated step: a shape the shared store lacks is simulated in the background
 # (seconds), while the page draws everything else with Run disabled, and a fragment reruns it once the estimate is in.
+# One container holds what the check says, pending or not: the page's later elements keep their places between the
+# run that draws the pending line and the one after, so the browser never shows a stale copy of Run beside the new one.
 check = lab_view.check_run(spec, info, policy, lang, simulating, state.get("lab_estimate"))
 state.lab_estimate = check.estimate
 problem, on_cpu = check.problem, check.on_cpu
-if problem:
-    st.error(problem)
-elif check.pending:
-    follow_estimate(check, lang)
-elif on_cpu and not info.cpu_ok:
-    st.warning(lab_view.cpu_warning(spec, info, lang, simulating))
-if not problem and (slow := lab_view.autocast_warning(spec, on_cpu, lang)):
-    st.warning(slow)
+with st.container():
+    if problem:
+        st.error(problem)
+    elif check.pending:
+        follow_estimate(check, lang)
+    elif on_cpu and not info.cpu_ok:
+        st.warning(lab_view.cpu_warning(spec, info, lang, simulating))
+    if not problem and (slow := lab_view.autocast_warning(spec, on_cpu, lang)):
+        st.warning(slow)
 
 head, button = st.columns([5, 1], vertical_alignment="center")
 head.markdown(lab_view.head_line(spec, lang))
