@@ -45,16 +45,22 @@ def column_px(share: float, columns: int = 2) -> int:
 # A title's line, in characters of a Latin font (a CJK character counts two): a figure half of a 1280-pixel
 # screen's page is about 320-480 px wide, and plotly neither wraps a title nor keeps it inside the figure.
 TITLE_CHARS = {"large": 38, "normal": 40}
+# A subtitle's characters in pixels, at plotly's subtitle size in Chromium (the Lab's breakdown at 1280x720, IPAGothic
+# for Japanese): a Latin one about 5.9 (a unit), a CJK one about 13, so 2.2 units where it is counted by pixels. A
+# narrow figure (a 0.4 column: 321 px) holds fewer than TITLE_CHARS x 1.3 of them: its subtitle wraps sooner.
+SUBTITLE_UNIT_PX = 6.0
+SUBTITLE_WIDE_UNITS = 2.2
 
 
-def wrapped(text: str, width: int) -> str:
-    """``text`` broken into lines (plotly's ``<br>``) of at most ``width`` characters, at spaces where there are
-    any (Japanese has none: there it breaks between characters); a line it already breaks is kept."""
+def wrapped(text: str, width: int, wide: float = 2) -> str:
+    """``text`` broken into lines (plotly's ``<br>``) of at most ``width`` characters, a wide (CJK) one counting
+    ``wide``, at spaces where there are any (Japanese has none: there it breaks between characters, never before a
+    closing mark); a line it already breaks is kept."""
     lines = []
     for paragraph in text.split("<br>"):
-        line, used = "", 0
+        line, used = "", 0.0
         for token in _tokens(paragraph):
-            size = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in token)
+            size = sum(wide if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in token)
             if line and used + size > width:
                 lines.append(line.rstrip())
                 line, used = token.lstrip(), size - (len(token) - len(token.lstrip()))
@@ -64,22 +70,32 @@ def wrapped(text: str, width: int) -> str:
     return "<br>".join(lines)
 
 
+# Japanese punctuation that never begins a line (kinsoku): it stays with the character before it.
+NO_LINE_START = frozenset("、。，．）」』】〕・ーっゃゅょァィゥェォッャュョ")
+
+
 def _tokens(text: str) -> list[str]:
-    """Words with the space before them, and each wide (CJK) character on its own: the places a line may break."""
+    """Words with the space before them, and each wide (CJK) character on its own, a closing mark or a small kana
+    with the one before it (:data:`NO_LINE_START`): the places a line may break."""
     tokens: list[str] = []
     for ch in text:
         wide = unicodedata.east_asian_width(ch) in "WF"
-        if not tokens or wide or ch == " " or (unicodedata.east_asian_width(tokens[-1][-1]) in "WF"):
+        if tokens and ch in NO_LINE_START:
+            tokens[-1] += ch
+        elif not tokens or wide or ch == " " or (unicodedata.east_asian_width(tokens[-1][-1]) in "WF"):
             tokens.append(ch)
         else:
             tokens[-1] += ch
     return tokens
 
 
-def heading(text: str, subtitle: str | None = None, size: int | None = None) -> dict[str, Any]:
+def heading(
+    text: str, subtitle: str | None = None, size: int | None = None, width_px: int | None = None
+) -> dict[str, Any]:
     """A figure's title at the figure's left edge (not the plot's: the room of the axis labels is the title's too),
     the subtitle (where numbers come from) under it, at ``size`` if given; both wrapped to fit a projector's
-    half-screen figure, and the top margin grown to hold them."""
+    half-screen figure (the subtitle to ``width_px`` where the figure is narrower), and the top margin grown to hold
+    them."""
     width = TITLE_CHARS["large" if size and size >= 18 else "normal"]
     text = wrapped(text, width)
     # From the figure's top edge down, the top margin grown to hold every line (a title anchored in the margin's
@@ -98,7 +114,11 @@ def heading(text: str, subtitle: str | None = None, size: int | None = None) -> 
         "pad": {"l": 8, "t": 8 + (line_px * lines + round(1.1 * (size or 17)) if lines else 0)},
     }
     if subtitle is not None:
-        title["subtitle"] = {"text": wrapped(subtitle, int(width * 1.3))}  # a smaller font
+        if width_px is None:
+            title["subtitle"] = {"text": wrapped(subtitle, int(width * 1.3))}  # a smaller font
+        else:  # counted by pixels: the figure's width, less the title's pad on either side
+            chars = min(int(width * 1.3), int((width_px - 16) / SUBTITLE_UNIT_PX))
+            title["subtitle"] = {"text": wrapped(subtitle, chars, SUBTITLE_WIDE_UNITS)}
     if size:
         title["font"] = {"size": size}
     return title

@@ -148,7 +148,7 @@ def breakdown_figure(
     )
     # The provenance on a line of its own: beside a diagram the figure is narrow, and it must not be cut off.
     subtitle = " · ".join([*pieces, *(shared if len(shared) == 1 else [])]) + f"<br>{provenance}"
-    title = heading(t("breakdown.title_after_forward" if after else "breakdown.title", lang), subtitle)
+    title = heading(t("breakdown.title_after_forward" if after else "breakdown.title", lang), subtitle, width_px=width)
     # A long CPU name wraps the provenance onto a third line ("measured on the CPU (Intel(R) Xeon(R) Processor, 2
     # cores)" at 1280x720): the top margin grows a line's height for each, or the subtitle runs into the axis title.
     # The figure grows by as much, so the plot and the legend under it keep their places.

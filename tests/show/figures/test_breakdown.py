@@ -129,3 +129,20 @@ def test_the_sharding_figure_draws_each_part_side_by_side_in_the_category_colour
         "simulated" in figure.layout.title.subtitle.text.replace("<br>", " ")
         and "MiB" in figure.layout.yaxis.title.text
     )
+
+
+def test_a_japanese_subtitle_wraps_to_the_labs_narrow_column_and_no_line_starts_with_a_closing_mark():
+    """The Lab's breakdown sits in a 0.4 column (321 px): its subtitle wraps by pixels there (a CJK character is
+    about 13 px, a Latin one 5.9), where 52 characters a line ran past the figure's edge in Japanese once Chromium had
+    a Japanese font; a line never begins with "、" (kinsoku)."""
+    from ckptlab.show.figures._style import SUBTITLE_UNIT_PX, SUBTITLE_WIDE_UNITS, heading
+
+    subtitle = "gpt2-small, seq 8 · オプティマイザのステップなし、フル fine-tune<br>CPU で実測 (Intel(R) Xeon(R) Processor, 2 cores)"
+    lines = heading("t", subtitle, width_px=column_px(0.4))["subtitle"]["text"].split("<br>")
+    assert len(lines) == 3 and not any(line.startswith("、") for line in lines)
+    for line in lines:
+        units = sum(SUBTITLE_WIDE_UNITS if ord(ch) > 0x2E80 else 1 for ch in line)
+        assert units * SUBTITLE_UNIT_PX <= column_px(0.4) - 16
+    assert (
+        "fine-tune" in heading("t", "x · full fine-tune", width_px=None)["subtitle"]["text"]
+    )  # wide figures as before
