@@ -49,7 +49,6 @@ from pages._common import (
     POLL_S,
     countdown_text,
     download_buttons,
-    estimate_text,
     failure,
     language,
     lora_boxes,
@@ -372,19 +371,6 @@ def draw_selective(lab: LabRun, lang: str) -> None:
         st.caption(t("selective.table_caption", lang, provenance=provenance_label(lab.result.provenance, lang)))
 
 
-def run_estimate_line(spec: ckptlab.RunSpec, lang: str) -> str:
-    """The Run's time as the check just read it (the store holds its simulations: none is made here), measured or
-    predicted; "" where there is none (an unknown GPU, a spec the estimate cannot describe)."""
-    try:
-        seconds, measured = labrun.PACE.estimate(spec, labrun.RESULTS, simulate_missing=False)
-    except ckptlab.CkptlabError:
-        return ""
-    if seconds is None:
-        return ""
-    words = estimate_text(seconds, "measured" if measured else "predicted", lang, left=False)
-    return t("lab.run_estimate", lang, estimate=words)
-
-
 def follow_estimate(check: lab_view.RunCheck, lang: str) -> None:
     """The line that stands where the Run's estimate (or its refusal) will be, in a fragment that looks at the
     estimate's job every :data:`POLL_S` and reruns the page once it has ended: Run is then enabled, or refused."""
@@ -535,8 +521,6 @@ with st.container():
         follow_estimate(check, lang)
     elif on_cpu and not info.cpu_ok:
         st.warning(lab_view.cpu_warning(spec, info, lang, simulating))
-    elif estimate_line := run_estimate_line(spec, lang):
-        st.caption(estimate_line)  # where the pending line stood: the page keeps its places
     if not problem and (slow := lab_view.autocast_warning(spec, on_cpu, lang)):
         st.warning(slow)
 

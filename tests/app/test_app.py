@@ -388,9 +388,6 @@ def test_the_lab_draws_at_once_while_its_run_estimate_is_simulated_then_enables_
     _assert_alive(at)
     assert not at.button(key="lab_run").disabled and not at.error
     assert "Estimating the Run's time" not in _texts(at.caption)
-    # in its place, the Run's time the check read, saying its basis (predicted, or scaled by this process's Runs)
-    line = next(text for text in _texts(at.caption).splitlines() if text.startswith("This Run (warm-up"))
-    assert "s (predicted by the roofline" in line or "s (estimated from the runs this server measured)" in line
 
 
 def test_a_run_past_the_time_limit_is_still_refused_before_run_once_its_estimate_lands(monkeypatch):
