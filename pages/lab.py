@@ -3,9 +3,8 @@
 A flat page: read the widgets, call ``ckptlab.lab.run.run_queued`` once on Run (a status box, Cancel, the
 gradient check), then draw the last run (diagram, breakdown, metrics, comparison, notes, downloads) and the code.
 The outcome is kept in the session (``lab_last``, ``lab_error``, ``lab_grads``) for each rerun to draw. The
-settings live in the URL, so a link restores them; nothing heavy runs before Run (the Run's estimate, a
-simulated step, is made in the background while the page draws, Run disabled until it is in). Words and numbers
-come from ``ckptlab.lab.lab_view``; here they are drawn.
+settings live in the URL, so a link restores them; nothing heavy runs before Run. Words and numbers come from
+``ckptlab.lab.lab_view``; here they are drawn.
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ from ckptlab.spec_fields import FIELD
 from ckptlab.step.code import training_code
 from ckptlab.units import MIB
 from pages._common import (
-    POLL_S,
     countdown_text,
     download_buttons,
     failure,
@@ -371,20 +369,6 @@ def draw_selective(lab: LabRun, lang: str) -> None:
         st.caption(t("selective.table_caption", lang, provenance=provenance_label(lab.result.provenance, lang)))
 
 
-def follow_estimate(check: lab_view.RunCheck, lang: str) -> None:
-    """The line that stands where the Run's estimate (or its refusal) will be, in a fragment that looks at the
-    estimate's job every :data:`POLL_S` and reruns the page once it has ended: Run is then enabled, or refused."""
-    job = check.estimate
-
-    @st.fragment(run_every=POLL_S)
-    def estimating() -> None:
-        if job is None or job.finished:
-            st.rerun(scope="app")
-        st.caption(t("lab.estimating", lang))
-
-    estimating()
-
-
 # -- the page: settings -> spec -> URL, then Run, then the result -------------------------
 
 state = st.session_state
@@ -507,31 +491,17 @@ if model_problem:
 if experts_caption(info, lang):
     st.caption(experts_caption(info, lang))
 
-# The Run's time is the roofline over a simulated step: a shape the shared store lacks is simulated in the background
-# (seconds), while the page draws everything else with Run disabled, and a fragment reruns it once the estimate is in.
-# One container holds what the check says, pending or not: the page's later elements keep their places between the
-# run that draws the pending line and the one after, so the browser never shows a stale copy of Run beside the new one.
-check = lab_view.check_run(spec, info, policy, lang, simulating, state.get("lab_estimate"))
-state.lab_estimate = check.estimate
-problem, on_cpu = check.problem, check.on_cpu
-with st.container():
-    if problem:
-        st.error(problem)
-    elif check.pending:
-        follow_estimate(check, lang)
-    elif on_cpu and not info.cpu_ok:
-        st.warning(lab_view.cpu_warning(spec, info, lang, simulating))
-    if not problem and (slow := lab_view.autocast_warning(spec, on_cpu, lang)):
-        st.warning(slow)
+problem, on_cpu = lab_view.problem_with(spec, info, policy, lang, simulating)
+if problem:
+    st.error(problem)
+elif on_cpu and not info.cpu_ok:
+    st.warning(lab_view.cpu_warning(spec, info, lang, simulating))
+if not problem and (slow := lab_view.autocast_warning(spec, on_cpu, lang)):
+    st.warning(slow)
 
 head, button = st.columns([5, 1], vertical_alignment="center")
 head.markdown(lab_view.head_line(spec, lang))
-waiting = bool(problem) or check.pending
-pressed = button.button(t("lab.run", lang), type="primary", key="lab_run", disabled=waiting, width="stretch")
-if pressed and check.pending:  # a disabled button is the browser's word: the server waits for the estimate, checks
-    problem = lab_view.problem_with(spec, info, policy, lang, simulating)[0]
-    if problem:
-        st.error(problem)
+pressed = button.button(t("lab.run", lang), type="primary", key="lab_run", disabled=bool(problem), width="stretch")
 if pressed and not problem:  # a disabled button is the browser's word; the server checks again
     run_and_keep(spec, cached_model, policy, lang)
 elif state.get("lab_cancel"):

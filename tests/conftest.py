@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import replace
 
 import pytest
@@ -73,24 +72,6 @@ def stub_counted_work(spec):
     if spec.lora_rank is None:
         items.append(WorkItem("optimizer", None, OpCost("aten.add.Tensor", "float32", 0, 7 * 4 * info.num_params), 1))
     return StepWork(tuple(items))
-
-
-HELD_S = 120  # the most a held simulation waits for its test to let it through: a failed test's, not a pace
-
-
-class HeldEstimates:
-    """:func:`ckptlab.lab.run.counted_works` whose simulations wait for ``landed`` (an event the test sets), then count
-    as :func:`stub_counted_work`: a store that holds nothing of them until then, as a shape no session asked for yet."""
-
-    def __init__(self) -> None:
-        self.landed = threading.Event()
-        self.made: set = set()
-
-    def __call__(self, specs, simulate_missing=True, workers=None):
-        if simulate_missing and any(spec not in self.made for spec in specs):
-            assert self.landed.wait(HELD_S), "the estimate was never let through"  # an event, not a sleep
-            self.made.update(specs)
-        return {spec: stub_counted_work(spec) if spec in self.made else None for spec in specs}
 
 
 @pytest.fixture(autouse=True)

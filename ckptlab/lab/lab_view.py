@@ -30,16 +30,7 @@ from ..step.training import cpu_autocast_warning
 from ..units import GIB, MIB, mib
 from . import forged, workers
 from .modelbox import HUB, LOCAL, duration
-from .run import (
-    EstimateJob,
-    LabRun,
-    Measured,
-    PoolSource,
-    estimating,
-    phase_significant,
-    run_estimate,
-    step_prediction,
-)
+from .run import LabRun, Measured, PoolSource, phase_significant, run_estimate, step_prediction
 from .server import ServerPolicy
 from .widgets import PageWidgets, widget_key
 
@@ -98,19 +89,13 @@ def folder_info(path: str, lang: str, policy: ServerPolicy | None = None) -> tup
 
 
 def problem_with(
-    spec: RunSpec,
-    info: ModelInfo | None,
-    policy: ServerPolicy,
-    lang: str,
-    workers: PoolSource | None = None,
-    timed: bool = True,
+    spec: RunSpec, info: ModelInfo | None, policy: ServerPolicy, lang: str, workers: PoolSource | None = None
 ) -> tuple[str, bool]:
     """Why ``spec`` cannot run here ("" when it can), and whether it would run on the CPU.
 
     The spec's own checks, then the server's limits for that model and device (its tokens, its Run's time); a
-    failure of the checks themselves is a message too. LoRA without a target is refused. ``timed`` False leaves the
-    Run's time out (its estimate is still being simulated, :func:`ckptlab.lab.run.estimating`): the page then keeps
-    Run disabled until it can check it.
+    failure of the
+    checks themselves is a message too. LoRA without a target is refused.
     """
     problem = ""
     try:
@@ -118,8 +103,7 @@ def problem_with(
         policy.check(spec, info)  # type: ignore[arg-type]  # check() raised already when info is None
         # A Run the run limit would stop part way: refused, with the line to run instead (its estimate's
         # simulations in ``workers()``, the server's simulation pool, where they are not kept yet).
-        if timed:
-            policy.check_run_time(spec, workers=workers)
+        policy.check_run_time(spec, workers=workers)
     except CkptlabError as error:
         problem, on_cpu = app_message(error, lang), True
     except Exception as error:  # not bad input but a failure: still a message, not a dead page
@@ -127,47 +111,6 @@ def problem_with(
     if spec.lora_rank is not None and spec.lora_targets == ():
         problem = problem or t("training.lora_targets_needed", lang)
     return problem, on_cpu
-
-
-@dataclass(frozen=True)
-class RunCheck:
-    """The page's check before Run: why it cannot run ("" when it can), whether on the CPU, and the Run's estimate
-    in the making (``pending``: its simulations not in the store yet; the time is not checked, Run stays disabled)."""
-
-    problem: str
-    on_cpu: bool
-    estimate: EstimateJob | None = None  # the job simulating what the estimate lacks; None where nothing was
-    pending: bool = False  # read once: a job that ends while the page draws is read at the next run
-
-
-def check_run(
-    spec: RunSpec,
-    info: ModelInfo | None,
-    policy: ServerPolicy,
-    lang: str,
-    workers: PoolSource | None = None,
-    followed: EstimateJob | None = None,
-) -> RunCheck:
-    """:func:`problem_with` without holding the page for the Run's estimate: the checks that cost nothing first;
-    then, where the shared store lacks the estimate's simulations, their job (:func:`ckptlab.lab.run.estimating`,
-    one for every session asking) is started and the check is pending; else the Run's time is checked too.
-
-    ``followed``: the job this session followed last. Once it has ended for ``spec``, the time is checked whatever
-    the store holds now (a failed simulation is said by the check, which simulates again), never a second job.
-    """
-    problem, on_cpu = problem_with(spec, info, policy, lang, workers, timed=False)
-    if problem:
-        return RunCheck(problem, on_cpu)
-    job = followed if followed is not None and followed.spec == spec else None
-    if job is None:
-        try:
-            job = estimating(spec, workers)
-        except Exception:  # the check below meets the same failure, and says it
-            job = None
-    if job is not None and not job.finished:
-        return RunCheck("", on_cpu, job, pending=True)
-    problem, on_cpu = problem_with(spec, info, policy, lang, workers)
-    return RunCheck(problem, on_cpu, job)
 
 
 def cpu_warning(spec: RunSpec, info: ModelInfo, lang: str, workers: PoolSource | None = None) -> str:

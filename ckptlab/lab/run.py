@@ -43,7 +43,6 @@ from ..step.preflight import (
 )
 from ..step.stopping import DONE, Progress, ShouldStop, scaled
 from ..step.work import StepWork
-from .jobs import BackgroundJob
 from .runqueue import DEFAULT_TIMEOUT_S, DEVICE_QUEUE, DeviceQueue, OnWait
 from .store import MAX_BYTES, MAX_ENTRIES, SIMULATIONS, ResultStore, json_bytes, simulated
 from .workers import WorkerPool
@@ -264,66 +263,6 @@ def run_estimate(
             return None
         total += predict_step(part, work, speed).seconds * run_steps(part)
     return total
-
-
-def missing_works(spec: RunSpec) -> tuple[RunSpec, ...]:
-    """The parts of a Run of ``spec`` (:func:`run_parts`, every one: :meth:`Pace.estimate` sizes a Run by all of it)
-    whose counted work the shared store lacks: what its estimate would simulate first. None missing where the
-    device's speed is unknown (no estimate is made, nothing simulated). A store lookup, no simulation."""
-    if device_speed(spec) is None:
-        return ()
-    parts = run_parts(spec)
-    works = counted_works(parts, simulate_missing=False)
-    return tuple(part for part in parts if works[part] is None)
-
-
-class EstimateJob(BackgroundJob):
-    """A Run's missing simulations (:func:`missing_works`) made on their own thread, into the shared store, so that a
-    page draws at once and reads the estimate once they are there. One job per missing set, joined by every session
-    that asks while it is in flight (:func:`estimating`). Its simulations run where the page's estimate would have
-    run them (``workers()``: the server's simulation pool, or this thread); a failure is kept, and the page's own
-    check, which simulates again, says it."""
-
-    def __init__(self, spec: RunSpec, missing: tuple[RunSpec, ...], workers: PoolSource | None = None) -> None:
-        super().__init__(f"ckptlab-estimate-{_label(spec)}")
-        self.spec, self.missing = spec, missing
-        self._workers = workers
-
-    @property
-    def finished(self) -> bool:
-        """The simulations have ended (kept in the store, or failed)."""
-        with self._lock:
-            return self._finished
-
-    def _run(self) -> None:
-        try:
-            counted_works(self.missing, workers=self._workers)
-        except Exception as error:  # bad input or a bug: kept; the page's check simulates again and says why
-            self._fail(error)
-        finally:
-            with self._lock:
-                self._finished = True
-            with _estimating_lock:
-                if _estimating.get(self.missing) is self:
-                    del _estimating[self.missing]
-
-
-_estimating_lock = threading.Lock()
-_estimating: dict[tuple[RunSpec, ...], EstimateJob] = {}  # the jobs in flight, by what they simulate
-
-
-def estimating(spec: RunSpec, workers: PoolSource | None = None) -> EstimateJob | None:
-    """The job making what the estimate of a Run of ``spec`` lacks (:func:`missing_works`): started now, or the one
-    in flight for the same simulations; None where the store holds all of it (the estimate costs a lookup)."""
-    missing = missing_works(spec)
-    if not missing:
-        return None
-    with _estimating_lock:
-        job = _estimating.get(missing)
-        if job is None:
-            job = _estimating[missing] = EstimateJob(spec, missing, workers)
-            job.start()
-    return job
 
 
 PACE_ALIKE = 10.0  # runs predicted within this factor of each other scale alike; beyond it, fixed costs differ

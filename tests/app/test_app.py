@@ -15,7 +15,6 @@ from streamlit.testing.v1 import AppTest
 
 from ckptlab.lab.modelbox import LOCAL
 from ckptlab.show import i18n
-from tests.conftest import HeldEstimates
 
 pytestmark = pytest.mark.slow  # real steps, subprocesses or the app: `pytest -m 'not slow'` skips them
 
@@ -363,43 +362,3 @@ def test_a_folder_too_large_for_the_machine_is_a_message_after_run(tmp_path, mon
     _assert_alive(at)
     assert "does not fit on this CPU" in _texts(at.error) and "Nothing was built" in _texts(at.error)
     assert at.status[0].label == "Could not run"
-
-
-def _estimated(at: AppTest) -> AppTest:
-    """The page once the estimate's job it follows has ended: the job joined, then the run its fragment asks for."""
-    at.session_state["lab_estimate"].join()
-    return at.run()
-
-
-def test_the_lab_draws_at_once_while_its_run_estimate_is_simulated_then_enables_run(monkeypatch):
-    """The closing review of stop 61: the Lab page simulated the Run's estimate before it drew, 1.4-1.8 s a new shape.
-    Now the page draws with Run disabled and a line where the estimate goes; once the simulation lands, Run is on."""
-    held = HeldEstimates()
-    monkeypatch.setattr("ckptlab.lab.run.counted_works", held)
-    at = AppTest.from_file(APP, default_timeout=30)  # drawn before the estimate: a held simulation would time it out
-    at.query_params.update({**FAST, "seq": "136"})
-    at.run()
-    _assert_alive(at)
-    assert at.button(key="lab_run").disabled
-    assert "Estimating the Run's time" in _texts(at.caption)
-    assert len(at.get("plotly_chart")) == 1 and at.code  # the rest of the page is drawn: the plan, the code
-    held.landed.set()
-    _estimated(at)
-    _assert_alive(at)
-    assert not at.button(key="lab_run").disabled and not at.error
-    assert "Estimating the Run's time" not in _texts(at.caption)
-
-
-def test_a_run_past_the_time_limit_is_still_refused_before_run_once_its_estimate_lands(monkeypatch):
-    monkeypatch.setenv("CKPTLAB_RUN_LIMIT_S", "0.001")
-    held = HeldEstimates()
-    monkeypatch.setattr("ckptlab.lab.run.counted_works", held)
-    at = AppTest.from_file(APP, default_timeout=30)
-    at.query_params.update({**FAST, "seq": "136"})
-    at.run()
-    assert at.button(key="lab_run").disabled and not at.error  # pending: not yet refused, not runnable either
-    held.landed.set()
-    _estimated(at)
-    _assert_alive(at)
-    assert "past this server's limit of 0 s a run" in _texts(at.error)
-    assert at.button(key="lab_run").disabled

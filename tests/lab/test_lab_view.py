@@ -20,7 +20,6 @@ from ckptlab.show.labels import event_label
 from ckptlab.spec import RunSpec
 from ckptlab.step.equivalence import GradientCheck
 from ckptlab.units import GIB, MIB
-from tests.conftest import HeldEstimates
 
 lang = "en"  # the tests read the English words
 
@@ -110,25 +109,6 @@ def test_problems_are_said_in_the_pages_words_and_lora_needs_a_target():
     assert problem and on_cpu
     no_target = replace(fine, lora_rank=4, lora_targets=())
     assert lab_view.problem_with(no_target, info, ServerPolicy(), "en")[0] != ""
-
-
-def test_a_shape_not_simulated_yet_is_checked_once_its_one_job_has_landed(monkeypatch):
-    """The page's check costs a lookup while the Run's estimate is simulated: two sessions asking for one new shape
-    join one job, pending; once it has landed the check is whole (the time checked), and a third session finds the
-    estimate kept, with no job at all."""
-    held = HeldEstimates()
-    monkeypatch.setattr("ckptlab.lab.run.counted_works", held)
-    info, policy = ckptlab.describe("tiny-llama"), ServerPolicy()
-    spec = RunSpec(model="tiny-llama", seq_len=72, device="cpu")
-    first, second = (lab_view.check_run(spec, info, policy, lang) for _ in range(2))
-    assert first.pending and second.pending and first.estimate is second.estimate and not first.problem
-    held.landed.set()
-    first.estimate.join()
-    landed = lab_view.check_run(spec, info, policy, lang, followed=first.estimate)
-    assert (landed.problem, landed.pending) == ("", False)
-    assert lab_view.check_run(spec, info, policy, lang) == lab_view.RunCheck("", True)
-    refused = lab_view.check_run(replace(spec, seq_len=0), info, policy, lang)  # the checks that cost nothing first
-    assert refused.problem and refused.estimate is None
 
 
 def test_a_typed_hub_name_that_is_no_name_is_shown_as_text():
